@@ -1,0 +1,118 @@
+/**
+ * The action contract: what a side effect is, what its provider can do for us, how its errors
+ * are classified and how its outcome is looked up. The runner and the daemon decide from these
+ * declarations alone, the same way every time (see policy.ts).
+ */
+import { requireName } from "./keys.js";
+import { LedgerConfigError } from "./errors.js";
+
+/** What the provider behind an action can do for us. */
+export interface Capabilities {
+  /**
+   * The provider dedupes requests that carry our key, for `retentionMs` after the first one
+   * (Stripe: 24 h). Inside that window the safe retry is the same request with the same key.
+   * `marginMs` (default 1 h) is subtracted so a retry never lands on a key the provider forgot.
+   */
+  readonly dedupe?: { readonly retentionMs: number; readonly marginMs?: number };
+  /**
+   * The effect can be looked up (Sent folder by Message-ID, CRM read by external id, search by
+   * metadata); `reconcile` must be given. Default false.
+   */
+  readonly lookup?: boolean;
+}
+
+/**
+ * The five failure classes of DESIGN.md. `classify` maps a thrown error to one of them; an error
+ * it does not recognise must be `ambiguous`, because a failure we cannot explain may have
+ * committed.
+ */
+export type Classification =
+  /** Caught before anything left the process (invalid input). `failed`, no retry. */
+  | { readonly kind: "rejected"; readonly reason: string }
+  /** The provider said no for good (validation, auth, policy). `failed`; `alert` for auth/policy. */
+  | { readonly kind: "permanent"; readonly reason: string; readonly alert?: boolean; readonly providerRequestId?: string }
+  /** Rate limited: wait `retryAfterMs` (the provider's signal), then retry the same operation. */
+  | { readonly kind: "rate_limited"; readonly reason: string; readonly retryAfterMs: number; readonly providerRequestId?: string }
+  /** Known not to have committed (503 before execution, connection refused): retry with the same key. */
+  | { readonly kind: "transient"; readonly reason: string; readonly retryAfterMs?: number; readonly providerRequestId?: string }
+  /** May have committed (timeout or socket closed after the request left): `unknown`, reconcile. */
+  | { readonly kind: "ambiguous"; readonly reason: string; readonly providerRequestId?: string };
+
+/** What a lookup proved. */
+export type ReconcileResult<R> =
+  /** The effect exists; this is its receipt. */
+  | { readonly found: true; readonly receipt: R }
+  /** Proven absent (not merely not found): safe to run again with the same key. */
+  | { readonly found: false; readonly proof: "absent"; readonly reason: string }
+  /** Not found, but that proves nothing yet (search lag, settle window, provider down). */
+  | { readonly found: false; readonly proof: "inconclusive"; readonly reason: string; readonly retryAfterMs?: number }
+  /** The lookup can never prove absence for this operation (e.g. client-side APPEND): a person decides. */
+  | { readonly found: false; readonly proof: "never"; readonly reason: string };
+
+/** What an action sees of the operation it performs. */
+export interface OperationContext {
+  readonly id: string;
+  readonly tenant: string;
+  /** The key hash: pass it downstream (idempotency key, Message-ID, external id). */
+  readonly key: string;
+  /** The readable identity, unless the caller kept only the hash. */
+  readonly keyLabel: string | null;
+  /** Fencing token: increases with every takeover. */
+  readonly attempt: number;
+  /** When the operation was first claimed (ms since epoch, database clock). */
+  readonly createdAt: number;
+  /** The provider reference recorded before the effect, if the action gave one. */
+  readonly providerReference: string | null;
+  /** Aborted when the lease is lost or the caller gives up; pass it to the provider's client. */
+  readonly signal: AbortSignal;
+}
+
+export interface ActionDefinition<A, R> {
+  /** Kind of side effect, e.g. "stripe.paymentIntents.create". Part of every key. */
+  readonly type: string;
+  readonly capabilities: Capabilities;
+  /** Performs the effect once. Must pass `op.key` downstream where the provider accepts one. */
+  execute(args: A, op: OperationContext): Promise<R>;
+  /** Maps an error thrown by `execute` (or `reconcile`) to a failure class. Default: ambiguous. */
+  classify?(error: unknown, op: OperationContext): Classification;
+  /** Looks the effect up. Required when `capabilities.lookup` is true. */
+  reconcile?(args: A, op: OperationContext): Promise<ReconcileResult<R>>;
+  /**
+   * The lookup handle known before the effect (Message-ID, external id), stored on the row before
+   * `execute` runs so reconciliation can find the effect after a crash.
+   */
+  providerReference?(args: A, op: Omit<OperationContext, "providerReference" | "signal">): string;
+  /** Checks args before anything is claimed; throw to refuse (the call rejects, nothing is written). */
+  validate?(args: A): void;
+}
+
+export interface Action<A = unknown, R = unknown> extends ActionDefinition<A, R> {
+  readonly classify: (error: unknown, op: OperationContext) => Classification;
+}
+
+/** Validates and returns an action; every field is checked once here rather than at each run. */
+export function defineAction<A, R>(definition: ActionDefinition<A, R>): Action<A, R> {
+  requireName(definition.type, "action.type");
+  const caps = definition.capabilities ?? {};
+  if (caps.lookup && typeof definition.reconcile !== "function") {
+    throw new LedgerConfigError(`action ${definition.type} declares lookup but has no reconcile()`);
+  }
+  if (caps.dedupe && !(caps.dedupe.retentionMs > 0)) {
+    throw new LedgerConfigError(`action ${definition.type}: dedupe.retentionMs must be positive`);
+  }
+  return {
+    ...definition,
+    capabilities: caps,
+    classify: definition.classify ?? defaultClassify,
+  };
+}
+
+/** An error the action did not classify may have committed: treat it as ambiguous. */
+function defaultClassify(error: unknown): Classification {
+  return { kind: "ambiguous", reason: `unclassified error: ${describeError(error)}` };
+}
+
+export function describeError(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return String(error);
+}

@@ -1,0 +1,65 @@
+/**
+ * Canonical JSON: one byte string per value, whatever the machine, process or release, so that
+ * hashes of keys and args compare across them. Object keys are sorted by UTF-16 code units;
+ * arrays keep their order; numbers use JavaScript's shortest round-trip form.
+ *
+ * Refused (with the path of the offending value): undefined, NaN and ±Infinity, BigInt,
+ * functions, symbols, Dates and other class instances (their JSON form depends on time zones or
+ * toJSON methods), and cycles. A caller who means a date passes its ISO string on purpose.
+ */
+import { createHash } from "node:crypto";
+import { InvalidValueError } from "./errors.js";
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** Canonical JSON text of `value`; throws `InvalidValueError` naming the path of a bad value. */
+export function canonicalJson(value: unknown, root = "value"): string {
+  return write(value, root, new Set());
+}
+
+function write(value: unknown, path: string, seen: Set<object>): string {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return JSON.stringify(value);
+    case "number":
+      if (!Number.isFinite(value)) throw new InvalidValueError(path, `${value} is not a JSON number`);
+      return JSON.stringify(value === 0 ? 0 : value); // -0 and 0 are one key
+    case "undefined":
+      throw new InvalidValueError(path, "undefined has no stable JSON form; omit the field or use null");
+    case "bigint":
+      throw new InvalidValueError(path, "BigInt is not JSON; pass it as a string");
+    case "function":
+    case "symbol":
+      throw new InvalidValueError(path, `a ${typeof value} cannot be stored or hashed`);
+    case "object":
+      break;
+  }
+  if (value === null) return "null";
+  const obj = value as object;
+  if (seen.has(obj)) throw new InvalidValueError(path, "cycle: the value contains itself");
+  seen.add(obj);
+  try {
+    if (Array.isArray(obj)) {
+      return "[" + obj.map((v, i) => write(v, `${path}[${i}]`, seen)).join(",") + "]";
+    }
+    const proto = Object.getPrototypeOf(obj);
+    if (proto !== Object.prototype && proto !== null) {
+      const kind = obj.constructor?.name ?? "object";
+      throw new InvalidValueError(path, `a ${kind} instance has no stable JSON form; pass plain data (e.g. an ISO string)`);
+    }
+    if (Object.getOwnPropertySymbols(obj).length > 0) {
+      throw new InvalidValueError(path, "symbol-keyed properties cannot be stored or hashed");
+    }
+    const keys = Object.keys(obj).sort();
+    const parts = keys.map((k) => JSON.stringify(k) + ":" + write((obj as Record<string, unknown>)[k], `${path}.${k}`, seen));
+    return "{" + parts.join(",") + "}";
+  } finally {
+    seen.delete(obj);
+  }
+}
+
+/** Hex SHA-256 of a string. */
+export function sha256(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}

@@ -1,0 +1,109 @@
+/**
+ * The few errors idem throws. Outcomes of side effects are values (see `RunResult`); these are
+ * for caller bugs and broken configuration, and each carries its evidence so an operator can act
+ * without reproducing the call. Every error keeps `{ cause }` when it wraps another.
+ */
+
+/** Base class: `code` is stable for scripts; `message` is for people. */
+export class IdemError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** The same (tenant, key) was reused with other arguments. Nothing was executed. */
+export class ArgsMismatchError extends IdemError {
+  constructor(
+    readonly operationId: string,
+    readonly storedArgsHash: string,
+    readonly givenArgsHash: string,
+    readonly action: string,
+  ) {
+    super(
+      "ARGS_MISMATCH",
+      `operation ${operationId} (${action}) was created with args ${storedArgsHash}, ` +
+        `this call gave ${givenArgsHash}: a changed payload needs a new key (a new revision), not a reused one`,
+    );
+  }
+}
+
+/** A value cannot be part of a key or stored args: it would make the key unstable or meaningless. */
+export class InvalidValueError extends IdemError {
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+  ) {
+    super("INVALID_VALUE", `${path}: ${reason}`);
+  }
+}
+
+/** Args or a receipt exceed the configured size; nothing was written for the args case. */
+export class PayloadTooLargeError extends IdemError {
+  constructor(
+    readonly what: "args" | "result" | "error",
+    readonly bytes: number,
+    readonly limit: number,
+    readonly operationId?: string,
+  ) {
+    super(
+      "PAYLOAD_TOO_LARGE",
+      `${what} is ${bytes} bytes, over the limit of ${limit}` +
+        (operationId ? ` (operation ${operationId})` : ""),
+    );
+  }
+}
+
+/** A stored operation names an action type this ledger was not given. The row is untouched. */
+export class UnknownActionError extends IdemError {
+  constructor(
+    readonly action: string,
+    readonly operationId?: string,
+  ) {
+    super(
+      "UNKNOWN_ACTION",
+      `no action of type "${action}" is registered` + (operationId ? ` (operation ${operationId})` : ""),
+    );
+  }
+}
+
+/** The ledger URL or options cannot be used. */
+export class LedgerConfigError extends IdemError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("LEDGER_CONFIG", message, options);
+  }
+}
+
+/** No operation with that id exists for that tenant (another tenant's id is reported the same way). */
+export class OperationNotFoundError extends IdemError {
+  constructor(
+    readonly tenant: string,
+    readonly operationId: string,
+  ) {
+    super("NOT_FOUND", `no operation ${operationId} for tenant ${tenant}`);
+  }
+}
+
+/** A manual transition was asked of an operation in a status that does not allow it. */
+export class InvalidTransitionError extends IdemError {
+  constructor(
+    readonly operationId: string,
+    readonly from: string,
+    readonly to: string,
+  ) {
+    super("INVALID_TRANSITION", `operation ${operationId} is ${from}; it cannot become ${to} this way`);
+  }
+}
+
+/** The tenant may not perform this action type, or a spend budget would be exceeded. */
+export class GuardrailError extends IdemError {
+  constructor(
+    readonly tenant: string,
+    readonly action: string,
+    reason: string,
+  ) {
+    super("GUARDRAIL", `tenant ${tenant} may not run ${action}: ${reason}`);
+  }
+}

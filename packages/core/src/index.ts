@@ -1,0 +1,19 @@
+export { defineAction, describeError } from "./action.js";
+export type { Action, ActionDefinition, Capabilities, Classification, OperationContext, ReconcileResult } from "./action.js";
+export { canonicalJson, sha256 } from "./canonical.js";
+export type { Json } from "./canonical.js";
+export {
+  ArgsMismatchError, GuardrailError, IdemError, InvalidTransitionError, InvalidValueError, LedgerConfigError,
+  OperationNotFoundError, PayloadTooLargeError, UnknownActionError,
+} from "./errors.js";
+export { operationKey, sensitive } from "./keys.js";
+export type { KeyPart, OperationKey, SensitivePart } from "./keys.js";
+export { Ledger, openLedger } from "./ledger.js";
+export type { LedgerOptions, Operation, OperationEvent, RunInput } from "./ledger.js";
+export { DEFAULT_BUDGET, nextDelay, recoveryFor, statusAfter } from "./policy.js";
+export type { Recovery, RetryBudget } from "./policy.js";
+export { describeResult } from "./result.js";
+export type { RunResult, StoredError } from "./result.js";
+export { STATUSES } from "./schema.js";
+export type { Status } from "./schema.js";
+export type { ListFilter } from "./store.js";

@@ -1,0 +1,68 @@
+/**
+ * Operation keys come from the business identity of the work: the tenant, the action type and
+ * parts such as ["weekly-report", clientId, isoWeek]. Same identity, same key, on any machine and
+ * in any release (known vectors are pinned in test/keys.test.ts; changing the derivation is a
+ * breaking change). A timestamp or a random value is not an identity: a deliberate resend is a
+ * new revision in the parts, hence a new key.
+ *
+ * Parts wrapped with `sensitive()` are replaced by their SHA-256 before anything is stored, so an
+ * email address can identify the work without appearing in the ledger.
+ */
+import { canonicalJson, sha256 } from "./canonical.js";
+import { InvalidValueError } from "./errors.js";
+
+const SENSITIVE = Symbol.for("idem.sensitive");
+
+/** A key part that is hashed before it is stored or shown. */
+export interface SensitivePart {
+  readonly [SENSITIVE]: string;
+}
+
+/** Marks a key part as sensitive: only `sha256:<hex>` of its canonical JSON is kept. */
+export function sensitive(value: unknown): SensitivePart {
+  return { [SENSITIVE]: "sha256:" + sha256(canonicalJson(value, "sensitive part")) };
+}
+
+export type KeyPart = unknown;
+
+export interface OperationKey {
+  /** 64 hex chars; the ledger's unique key with the tenant, and what providers receive. */
+  readonly hash: string;
+  /** The canonical identity, readable by an operator; sensitive parts appear only hashed. */
+  readonly label: string;
+}
+
+/** Version tag inside every hashed identity, so a future derivation cannot collide with this one. */
+const KEY_VERSION = "idem.key.v1";
+
+/**
+ * Derives the key of an operation. `parts` is a non-empty array of JSON values (objects are
+ * canonicalised with sorted keys). Throws `InvalidValueError` for values without a stable form.
+ */
+export function operationKey(input: { tenant: string; action: string; parts: readonly KeyPart[] }): OperationKey {
+  requireName(input.tenant, "tenant");
+  requireName(input.action, "action");
+  if (!Array.isArray(input.parts) || input.parts.length === 0) {
+    throw new InvalidValueError("key", "a key needs at least one part from the business identity of the work");
+  }
+  const parts = input.parts.map(unwrapSensitive);
+  const label = canonicalJson(parts, "key");
+  const hash = sha256(canonicalJson([KEY_VERSION, input.tenant, input.action, parts]));
+  return { hash, label };
+}
+
+/** Replaces sensitive parts by their hash, at any depth. */
+function unwrapSensitive(part: unknown): unknown {
+  if (part === null || typeof part !== "object") return part;
+  if (SENSITIVE in part) return (part as SensitivePart)[SENSITIVE];
+  if (Array.isArray(part)) return part.map(unwrapSensitive);
+  if (Object.getPrototypeOf(part) !== Object.prototype) return part; // canonicalJson explains the refusal
+  return Object.fromEntries(Object.entries(part).map(([k, v]) => [k, unwrapSensitive(v)]));
+}
+
+/** Tenants and action types are short printable names; an empty one is always a caller bug. */
+export function requireName(value: unknown, what: string): asserts value is string {
+  if (typeof value !== "string" || value.length === 0 || value.length > 200 || /[\u0000-\u001f]/.test(value)) {
+    throw new InvalidValueError(what, `must be a non-empty printable string of at most 200 characters`);
+  }
+}

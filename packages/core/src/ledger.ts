@@ -1,0 +1,282 @@
+/**
+ * The public face of the core: `openLedger(url)` and the `Ledger` it returns. `run` performs an
+ * action once per (tenant, key); the rest is what operators, the daemon and the CLI need, every
+ * method scoped by tenant.
+ */
+import { hostname } from "node:os";
+import type { Dialect, Kysely } from "kysely";
+import type { Action } from "./action.js";
+import { canonicalJson, sha256 } from "./canonical.js";
+import { InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
+import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
+import type { DialectName } from "./migrations/index.js";
+import { connect, migrate, type ConnectionOptions } from "./open.js";
+import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
+import type { RunResult, StoredError } from "./result.js";
+import { Runner, checkSize, type Call, type RunnerSettings } from "./runner.js";
+import type { EventRow, IdemDatabase, Status } from "./schema.js";
+import { Store, type ListFilter, type Row } from "./store.js";
+
+export interface LedgerOptions extends ConnectionOptions {
+  /** Apply pending migrations on open. Default true. */
+  readonly migrate?: boolean;
+  /** Lease of a running attempt, extended by heartbeats while the action runs. Default 30 s. */
+  readonly leaseMs?: number;
+  /** How long `run` waits for another worker's live lease to end in a receipt. Default 0 (answer "in progress" at once). */
+  readonly waitMs?: number;
+  /** Retry budget of one `run` call. */
+  readonly budget?: Partial<RetryBudget>;
+  /** Largest canonical args JSON accepted, in bytes. Default 256 KiB. */
+  readonly maxArgsBytes?: number;
+  /** Largest canonical receipt JSON stored, in bytes. Default 64 KiB. */
+  readonly maxResultBytes?: number;
+  /** How long completed operations are kept before `prune` may delete them; null keeps them. Default 30 days. */
+  readonly retentionMs?: number | null;
+  /** Actions that `settle` (the daemon, `idem retry`) may run for stored operations. */
+  readonly actions?: readonly Action<any, any>[];
+  /** Worker identity recorded as lease owner. Default host:pid. */
+  readonly owner?: string;
+  /** Test clock (ms since epoch) replacing the database clock. */
+  readonly clock?: () => number;
+}
+
+export interface RunInput<A> {
+  readonly tenant: string;
+  /** Business identity parts (["weekly-report", clientId, isoWeek]) or a key from `operationKey`. */
+  readonly key: readonly KeyPart[] | OperationKey;
+  /** The args, hashed and checked on every call; or a function run for the first attempt only, whose result is stored and sent by every later attempt. */
+  readonly args: A | (() => A | Promise<A>);
+  /** Who acts (agent, run id, tool version); recorded in the audit events. */
+  readonly actor?: string;
+  /** Overrides the ledger's `waitMs` for this call. */
+  readonly waitMs?: number;
+  /** Store the args (needed for the daemon to replay or reconcile without the caller). Default true; lazy args are always stored. */
+  readonly storeArgs?: boolean;
+  /** Keep the readable key label. Default true; false keeps only the hash. */
+  readonly keepKeyLabel?: boolean;
+  readonly budget?: Partial<RetryBudget>;
+  readonly signal?: AbortSignal;
+}
+
+/** An operation as operators see it. */
+export interface Operation {
+  readonly id: string;
+  readonly tenant: string;
+  readonly key: string;
+  readonly keyLabel: string | null;
+  readonly action: string;
+  readonly argsHash: string | null;
+  readonly status: Status;
+  readonly attempt: number;
+  readonly leaseOwner: string | null;
+  readonly leaseExpiresAt: number | null;
+  readonly providerReference: string | null;
+  readonly result: unknown;
+  readonly error: StoredError | null;
+  readonly reason: string | null;
+  readonly checks: number;
+  readonly nextCheckAt: number | null;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+  readonly completedAt: number | null;
+  readonly expiresAt: number | null;
+}
+
+export interface OperationEvent {
+  readonly id: number;
+  readonly from: Status | null;
+  readonly to: Status;
+  readonly attempt: number;
+  readonly actor: string | null;
+  readonly reason: string | null;
+  readonly providerReference: string | null;
+  readonly at: number;
+}
+
+/** Opens (and by default migrates) a ledger: `sqlite:./idem.db`, `postgres://…`, or a kysely Dialect. */
+export async function openLedger(target: string | Dialect, options: LedgerOptions = {}): Promise<Ledger> {
+  const { db, dialect } = await connect(target, options);
+  try {
+    if (options.migrate !== false) await migrate(db, dialect);
+  } catch (error) {
+    await db.destroy();
+    throw error;
+  }
+  return new Ledger(db, dialect, options);
+}
+
+export class Ledger {
+  readonly store: Store;
+  private readonly runner: Runner;
+  private readonly settings: RunnerSettings;
+  private readonly actions = new Map<string, Action<any, any>>();
+  private closed = false;
+
+  constructor(readonly db: Kysely<IdemDatabase>, readonly dialect: DialectName, private readonly options: LedgerOptions) {
+    this.store = new Store(db, dialect, options.clock);
+    this.runner = new Runner(this.store);
+    this.settings = {
+      owner: options.owner ?? `${hostname()}:${process.pid}`,
+      leaseMs: positive(options.leaseMs ?? 30_000, "leaseMs"),
+      waitMs: options.waitMs ?? 0,
+      budget: { ...DEFAULT_BUDGET, ...options.budget },
+      maxArgsBytes: options.maxArgsBytes ?? 256 * 1024,
+      maxResultBytes: options.maxResultBytes ?? 64 * 1024,
+      retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
+    };
+    for (const a of options.actions ?? []) this.actions.set(a.type, a);
+  }
+
+  /**
+   * Performs `action` once for (tenant, key). Duplicates get the stored outcome (`replayed: true`);
+   * ambiguous outcomes come back as `pending_verification`, never as a guess. Throws only for
+   * caller bugs: `ArgsMismatchError`, `InvalidValueError`, `PayloadTooLargeError` (nothing written).
+   */
+  async run<A, R>(action: Action<A, R>, input: RunInput<A>): Promise<RunResult<R>> {
+    this.assertOpen();
+    requireName(input.tenant, "tenant");
+    const key = isOperationKey(input.key) ? input.key : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
+    let args: Call<A, R>["args"];
+    if (typeof input.args === "function") {
+      args = { kind: "lazy", make: input.args as () => A | Promise<A> };
+    } else {
+      const json = canonicalJson(input.args, "args");
+      checkSize("args", json, this.settings.maxArgsBytes);
+      action.validate?.(input.args);
+      args = { kind: "given", value: input.args, json, hash: sha256(json) };
+    }
+    return this.runner.run({
+      action, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
+      key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
+      storeArgs: input.storeArgs ?? true,
+      settings: { ...this.settings, waitMs: input.waitMs ?? this.settings.waitMs, budget: { ...this.settings.budget, ...input.budget } },
+    });
+  }
+
+  /**
+   * Recovers a stored operation without its caller (daemon, `idem retry`): replays, reconciles or
+   * parks it by the replay policy, using the args stored with it. Throws `UnknownActionError` when
+   * its action type was not registered in `options.actions` (the row is untouched).
+   */
+  async settle(tenant: string, operationId: string, actor: string | null = null): Promise<RunResult<unknown>> {
+    this.assertOpen();
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    const action = this.actions.get(row.action);
+    if (!action) throw new UnknownActionError(row.action, row.id);
+    const call: Call<unknown, unknown> = {
+      action, tenant, actor, key: { hash: row.key, label: row.key_label }, storeArgs: true,
+      args: row.args_json !== null && row.args_hash !== null
+        ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
+        : { kind: "stored" },
+      settings: this.settings,
+    };
+    return this.runner.settle(call, row);
+  }
+
+  /** One operation with its audit events, or `OperationNotFoundError` (also for another tenant's id). */
+  async get(tenant: string, operationId: string): Promise<{ operation: Operation; events: OperationEvent[] }> {
+    this.assertOpen();
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    const events = await this.store.events(tenant, operationId);
+    return { operation: toOperation(row), events: events.map(toEvent) };
+  }
+
+  /** This tenant's operations, newest first, filtered by status, action and age. */
+  async list(filter: ListFilter): Promise<Operation[]> {
+    this.assertOpen();
+    requireName(filter.tenant, "tenant");
+    return (await this.store.list(filter)).map(toOperation);
+  }
+
+  /**
+   * A person's verdict on a `needs_review` operation: it happened (`succeeded`, with the
+   * reference they found) or it did not and must not be retried (`failed`).
+   */
+  async resolve(tenant: string, operationId: string, verdict: { outcome: "succeeded" | "failed"; reason: string; actor: string; reference?: string; receipt?: unknown }): Promise<Operation> {
+    this.assertOpen();
+    if (!verdict.reason?.trim()) throw new InvalidValueError("reason", "a resolution needs a reason");
+    requireName(verdict.actor, "actor");
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
+    const reason = `resolved by a person: ${verdict.reason}`;
+    const receipt = verdict.outcome === "succeeded" ? (verdict.receipt ?? { resolvedBy: verdict.actor, reference: verdict.reference ?? null }) : undefined;
+    const done = await this.store.transition(row, verdict.outcome, {
+      actor: verdict.actor, reason, completed: true, retentionMs: this.settings.retentionMs,
+      ...(verdict.reference !== undefined && { provider_reference: verdict.reference }),
+      ...(receipt !== undefined
+        ? { result_json: canonicalJson(receipt, "receipt") }
+        : { error_json: JSON.stringify({ kind: "permanent", reason } satisfies StoredError) }),
+    });
+    if (!done) throw new InvalidTransitionError(row.id, "changed concurrently", verdict.outcome);
+    return toOperation(done);
+  }
+
+  /**
+   * Marks an operation as known not done so the next call or the daemon runs it again with the
+   * same key: for `needs_review` after a person checked the provider, or `failed` after the cause
+   * was fixed.
+   */
+  async retry(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
+    this.assertOpen();
+    requireName(verdict.actor, "actor");
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
+    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, result_json: null });
+    if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
+    return toOperation(back);
+  }
+
+  /** Deletes this tenant's completed operations past their retention; returns how many. */
+  async prune(tenant: string, options: { limit?: number } = {}): Promise<number> {
+    this.assertOpen();
+    requireName(tenant, "tenant");
+    return this.store.prune(tenant, options.limit ?? 10_000);
+  }
+
+  /** Applies pending migrations (`migrate: false` at open leaves them to this). */
+  async migrate(): Promise<string[]> {
+    this.assertOpen();
+    return migrate(this.db, this.dialect);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.db.destroy();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new LedgerConfigError("the ledger is closed");
+  }
+}
+
+function isOperationKey(key: unknown): key is OperationKey {
+  return !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string";
+}
+
+function positive(n: number, what: string): number {
+  if (!(n > 0)) throw new LedgerConfigError(`${what} must be positive`);
+  return n;
+}
+
+function toOperation(r: Row): Operation {
+  return {
+    id: r.id, tenant: r.tenant_id, key: r.key, keyLabel: r.key_label, action: r.action, argsHash: r.args_hash,
+    status: r.status, attempt: r.attempt, leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at,
+    providerReference: r.provider_reference, result: r.result_json === null ? null : JSON.parse(r.result_json),
+    error: r.error_json === null ? null : (JSON.parse(r.error_json) as StoredError), reason: r.reason,
+    checks: r.checks, nextCheckAt: r.next_check_at, createdAt: r.created_at, updatedAt: r.updated_at,
+    completedAt: r.completed_at, expiresAt: r.expires_at,
+  };
+}
+
+function toEvent(e: EventRow): OperationEvent {
+  return {
+    id: Number(e.id), from: e.from_status, to: e.to_status, attempt: e.attempt, actor: e.actor, reason: e.reason,
+    providerReference: e.provider_reference, at: e.at,
+  };
+}

@@ -1,0 +1,31 @@
+/**
+ * Numbered migrations, applied in order by kysely's Migrator and recorded in
+ * `idem_migration`. Each is plain SQL per dialect: the schema is the contract, so it is written
+ * out rather than generated.
+ */
+import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
+import * as m0001 from "./0001-init.js";
+
+export type DialectName = "sqlite" | "postgres";
+
+const ALL: Record<string, Record<DialectName, string[]>> = {
+  "0001-init": m0001,
+};
+
+export const MIGRATION_NAMES = Object.keys(ALL);
+
+export function migrationProvider(dialect: DialectName): MigrationProvider {
+  return {
+    async getMigrations() {
+      const out: Record<string, Migration> = {};
+      for (const [name, perDialect] of Object.entries(ALL)) {
+        out[name] = {
+          async up(db: Kysely<unknown>) {
+            for (const statement of perDialect[dialect]) await sql.raw(statement).execute(db);
+          },
+        };
+      }
+      return out;
+    },
+  };
+}

@@ -1,0 +1,104 @@
+/**
+ * Turns a ledger URL (or a kysely Dialect) into a configured kysely instance.
+ *
+ * Supported: `sqlite:PATH` / `sqlite::memory:` (better-sqlite3; WAL; durable commits unless told
+ * otherwise; a busy timeout so concurrent processes queue instead of failing) and
+ * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
+ * millisecond times and counters). Drivers are loaded only when their URL is used.
+ */
+import { Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect } from "kysely";
+import { LedgerConfigError } from "./errors.js";
+import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
+import type { IdemDatabase } from "./schema.js";
+
+export interface ConnectionOptions {
+  /** SQLite: fsync at every commit (`synchronous=FULL`). Default true; false trades the last commits on power loss for speed. */
+  readonly durable?: boolean;
+  /** SQLite: how long a writer waits for another process's lock. Default 10 s. */
+  readonly busyTimeoutMs?: number;
+  /** Postgres: pool size. Default 10. */
+  readonly poolSize?: number;
+}
+
+export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; dialect: DialectName }> {
+  if (typeof target !== "string") {
+    const adapter = target.createAdapter();
+    const dialect: DialectName | undefined =
+      adapter instanceof PostgresAdapter ? "postgres" : adapter instanceof SqliteAdapter ? "sqlite" : undefined;
+    if (!dialect) throw new LedgerConfigError("only SQLite and Postgres kysely dialects are supported");
+    return { db: new Kysely<IdemDatabase>({ dialect: target }), dialect };
+  }
+  if (target.startsWith("sqlite:")) return { db: await openSqlite(target.slice("sqlite:".length), opts), dialect: "sqlite" };
+  if (/^postgres(ql)?:\/\//.test(target)) return { db: await openPostgres(target, opts), dialect: "postgres" };
+  throw new LedgerConfigError(`unsupported ledger URL "${redact(target)}": use sqlite:PATH or postgres://…`);
+}
+
+async function openSqlite(path: string, opts: ConnectionOptions): Promise<Kysely<IdemDatabase>> {
+  if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
+  const { default: Database } = await import("better-sqlite3");
+  const { SqliteDialect } = await import("kysely");
+  let database: import("better-sqlite3").Database;
+  try {
+    database = new Database(path, { timeout: opts.busyTimeoutMs ?? 10_000 });
+    database.pragma("journal_mode = WAL");
+    // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
+    database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
+    database.pragma("foreign_keys = ON");
+  } catch (cause) {
+    throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
+  }
+  return new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database }) });
+}
+
+async function openPostgres(url: string, opts: ConnectionOptions): Promise<Kysely<IdemDatabase>> {
+  const { default: pg } = await import("pg");
+  const { PostgresDialect } = await import("kysely");
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: opts.poolSize ?? 10,
+    types: {
+      // INT8 (times in ms, counters) as numbers rather than strings; safe below 2^53.
+      getTypeParser: ((oid: number, format?: string) =>
+        oid === 20 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
+    },
+  });
+  // An idle client that errors (server restart) must not crash the process; the next query reconnects.
+  pool.on("error", () => {});
+  const db = new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool }) });
+  try {
+    await sql`select 1`.execute(db);
+  } catch (cause) {
+    await db.destroy();
+    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redact(url)}: ${(cause as Error).message}`, { cause });
+  }
+  return db;
+}
+
+/** Applies pending migrations; a no-op (one cheap query) when the schema is current. */
+export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
+  if (await isCurrent(db)) return [];
+  const migrator = new Migrator({
+    db,
+    provider: migrationProvider(dialect),
+    migrationTableName: "idem_migration",
+    migrationLockTableName: "idem_migration_lock",
+  });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
+  return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
+}
+
+async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
+  try {
+    const rows = await sql<{ name: string }>`select name from idem_migration`.execute(db);
+    const applied = new Set(rows.rows.map((r) => r.name));
+    return MIGRATION_NAMES.every((n) => applied.has(n));
+  } catch {
+    return false; // no migration table yet
+  }
+}
+
+/** A URL without its password, for messages and logs. */
+export function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
+}

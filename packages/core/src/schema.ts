@@ -1,0 +1,55 @@
+/** Table shapes as kysely sees them; one shape on SQLite and Postgres (times are ms since epoch). */
+import type { Generated } from "kysely";
+
+export const STATUSES = ["running", "succeeded", "failed", "unknown", "needs_review", "pending"] as const;
+export type Status = (typeof STATUSES)[number];
+
+export interface OperationsTable {
+  id: string;
+  tenant_id: string;
+  key: string;
+  key_label: string | null;
+  action: string;
+  /** Null only while lazily generated args have not been stored yet. */
+  args_hash: string | null;
+  args_json: string | null;
+  status: Status;
+  attempt: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  provider_reference: string | null;
+  result_json: string | null;
+  error_json: string | null;
+  /** Who made the last transition and why; the audit trigger copies both into idem_events. */
+  actor: string | null;
+  reason: string | null;
+  /** When the daemon should look at an unknown or pending row again (backoff). */
+  next_check_at: number | null;
+  /** Reconciliation tries that were inconclusive. */
+  checks: number;
+  created_at: number;
+  updated_at: number;
+  completed_at: number | null;
+  expires_at: number | null;
+}
+
+export interface EventsTable {
+  id: Generated<number>;
+  operation_id: string;
+  tenant_id: string;
+  from_status: Status | null;
+  to_status: Status;
+  attempt: number;
+  actor: string | null;
+  reason: string | null;
+  provider_reference: string | null;
+  at: number;
+}
+
+export interface IdemDatabase {
+  idem_operations: OperationsTable;
+  idem_events: EventsTable;
+}
+
+export type OperationRow = OperationsTable;
+export type EventRow = Omit<EventsTable, "id"> & { id: number };

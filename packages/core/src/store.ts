@@ -1,0 +1,233 @@
+/**
+ * The ledger's SQL, written once with kysely for SQLite and Postgres. Every state change is a
+ * single conditional statement (INSERT … ON CONFLICT DO NOTHING, UPDATE … WHERE status AND
+ * attempt) so that exactly one of any number of racing workers wins, without explicit locks, on
+ * both databases; the audit trigger puts its event in the same statement's transaction.
+ *
+ * Times are ms since epoch from the database clock (Postgres `statement_timestamp()`, SQLite
+ * `unixepoch('subsec')`), so workers on several machines agree. Every tenant-facing query is
+ * scoped by `tenant_id`.
+ */
+import { sql, type Kysely, type RawBuilder } from "kysely";
+import type { DialectName } from "./migrations/index.js";
+import type { EventRow, IdemDatabase, OperationRow, Status } from "./schema.js";
+
+export type Row = OperationRow;
+
+/** Fields a transition may set besides status. */
+export interface TransitionPatch {
+  actor: string | null;
+  reason: string;
+  result_json?: string | null;
+  error_json?: string | null;
+  provider_reference?: string | null;
+  /** When the daemon should look again, in ms from now (database clock); null clears it. */
+  checkAfterMs?: number | null;
+  checks?: number;
+  completed?: boolean;
+  /** Retention after completion, ms. */
+  retentionMs?: number | null;
+}
+
+export interface ListFilter {
+  tenant: string;
+  status?: Status | readonly Status[];
+  action?: string;
+  /** Only rows created at least this long ago. */
+  olderThanMs?: number;
+  limit?: number;
+  /** Rows created before this operation (keyset pagination, newest first). */
+  before?: { createdAt: number; id: string };
+}
+
+export class Store {
+  constructor(
+    readonly db: Kysely<IdemDatabase>,
+    readonly dialect: DialectName,
+    private readonly clock?: () => number,
+  ) {}
+
+  /** The database's clock as an SQL expression (or the injected test clock). */
+  now(): RawBuilder<number> {
+    if (this.clock) return sql<number>`${this.clock()}`;
+    return this.dialect === "postgres"
+      ? sql<number>`(extract(epoch from statement_timestamp()) * 1000)::bigint`
+      : sql<number>`cast(unixepoch('subsec') * 1000 as integer)`;
+  }
+
+  async dbNow(): Promise<number> {
+    const row = await sql<{ now: number | string }>`select ${this.now()} as now`.execute(this.db);
+    return Number(row.rows[0]!.now);
+  }
+
+  /** Claims a fresh key: returns the new running row, or undefined when the key exists. */
+  async insertRunning(row: {
+    id: string; tenant: string; key: string; keyLabel: string | null; action: string;
+    argsHash: string | null; argsJson: string | null; owner: string; leaseMs: number; actor: string | null;
+  }): Promise<Row | undefined> {
+    const now = this.now();
+    return this.db
+      .insertInto("idem_operations")
+      .values({
+        id: row.id, tenant_id: row.tenant, key: row.key, key_label: row.keyLabel, action: row.action,
+        args_hash: row.argsHash, args_json: row.argsJson, status: "running", attempt: 1,
+        lease_owner: row.owner, lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
+        provider_reference: null, result_json: null, error_json: null, actor: row.actor,
+        reason: "claimed", next_check_at: null, checks: 0,
+        created_at: now, updated_at: now, completed_at: null, expires_at: null,
+      })
+      .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing())
+      .returningAll()
+      .executeTakeFirst();
+  }
+
+  /** The row for a key with the database's current time, to judge its lease. */
+  async findByKey(tenant: string, key: string): Promise<(Row & { db_now: number }) | undefined> {
+    const row = await this.db
+      .selectFrom("idem_operations")
+      .selectAll()
+      .select(this.now().as("db_now"))
+      .where("tenant_id", "=", tenant)
+      .where("key", "=", key)
+      .executeTakeFirst();
+    return row && { ...row, db_now: Number(row.db_now) };
+  }
+
+  async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
+    const row = await this.db
+      .selectFrom("idem_operations")
+      .selectAll()
+      .select(this.now().as("db_now"))
+      .where("tenant_id", "=", tenant)
+      .where("id", "=", id)
+      .executeTakeFirst();
+    return row && { ...row, db_now: Number(row.db_now) };
+  }
+
+  /**
+   * Takes the operation over for a new attempt: status running, attempt + 1, our lease. Succeeds
+   * for one caller only: the row must still be in `from` status at `from.attempt` (and, for a
+   * running row, its lease must have expired by the database clock).
+   */
+  async takeOver(from: Row, to: { owner: string; leaseMs: number; actor: string | null; reason: string }): Promise<Row | undefined> {
+    const now = this.now();
+    let q = this.db
+      .updateTable("idem_operations")
+      .set({
+        status: "running", attempt: from.attempt + 1, lease_owner: to.owner,
+        lease_expires_at: sql<number>`${now} + ${to.leaseMs}`, actor: to.actor, reason: to.reason,
+        next_check_at: null, updated_at: now,
+      })
+      .where("id", "=", from.id)
+      .where("tenant_id", "=", from.tenant_id)
+      .where("status", "=", from.status)
+      .where("attempt", "=", from.attempt);
+    if (from.status === "running") q = q.where("lease_expires_at", "<=", now);
+    return q.returningAll().executeTakeFirst();
+  }
+
+  /** Extends the lease; false when the lease was lost (another attempt took over). */
+  async heartbeat(row: Row, leaseMs: number): Promise<boolean> {
+    const now = this.now();
+    const res = await this.db
+      .updateTable("idem_operations")
+      .set({ lease_expires_at: sql<number>`${now} + ${leaseMs}` })
+      .where("id", "=", row.id)
+      .where("status", "=", "running")
+      .where("attempt", "=", row.attempt)
+      .executeTakeFirst();
+    return Number(res.numUpdatedRows) === 1;
+  }
+
+  /** Sets fields on our running attempt without a transition (args, provider reference). */
+  async patchRunning(row: Row, patch: Partial<Pick<Row, "args_hash" | "args_json" | "provider_reference">>): Promise<boolean> {
+    const res = await this.db
+      .updateTable("idem_operations")
+      .set({ ...patch, updated_at: this.now() })
+      .where("id", "=", row.id)
+      .where("status", "=", "running")
+      .where("attempt", "=", row.attempt)
+      .executeTakeFirst();
+    return Number(res.numUpdatedRows) === 1;
+  }
+
+  /**
+   * Moves the row from `row.status` at `row.attempt` to `to`. Returns the new row, or undefined
+   * when another attempt or a person changed it first (the fence).
+   */
+  async transition(row: Row, to: Status, patch: TransitionPatch): Promise<Row | undefined> {
+    const now = this.now();
+    const done = patch.completed === true;
+    return this.db
+      .updateTable("idem_operations")
+      .set({
+        status: to, actor: patch.actor, reason: patch.reason, updated_at: now,
+        lease_owner: to === "running" ? row.lease_owner : null,
+        lease_expires_at: to === "running" ? row.lease_expires_at : null,
+        ...(patch.result_json !== undefined && { result_json: patch.result_json }),
+        ...(patch.error_json !== undefined && { error_json: patch.error_json }),
+        ...(patch.provider_reference !== undefined && { provider_reference: patch.provider_reference }),
+        ...(patch.checkAfterMs !== undefined && {
+          next_check_at: patch.checkAfterMs === null ? null : sql<number>`${now} + ${Math.round(patch.checkAfterMs)}`,
+        }),
+        ...(patch.checks !== undefined && { checks: patch.checks }),
+        ...(done && { completed_at: now }),
+        ...(done && patch.retentionMs != null && { expires_at: sql<number>`${now} + ${patch.retentionMs}` }),
+      })
+      .where("id", "=", row.id)
+      .where("tenant_id", "=", row.tenant_id)
+      .where("status", "=", row.status)
+      .where("attempt", "=", row.attempt)
+      .returningAll()
+      .executeTakeFirst();
+  }
+
+  /** Records something that did not change the row (a fenced-off completion). */
+  async recordEvent(row: Row, e: { attempt: number; actor: string | null; reason: string; to: Status }): Promise<void> {
+    await this.db
+      .insertInto("idem_events")
+      .values({
+        operation_id: row.id, tenant_id: row.tenant_id, from_status: row.status, to_status: e.to,
+        attempt: e.attempt, actor: e.actor, reason: e.reason, provider_reference: row.provider_reference, at: this.now(),
+      })
+      .execute();
+  }
+
+  async events(tenant: string, operationId: string): Promise<EventRow[]> {
+    return this.db
+      .selectFrom("idem_events")
+      .selectAll()
+      .where("tenant_id", "=", tenant)
+      .where("operation_id", "=", operationId)
+      .orderBy("id")
+      .execute() as Promise<EventRow[]>;
+  }
+
+  async list(f: ListFilter): Promise<Row[]> {
+    let q = this.db.selectFrom("idem_operations").selectAll().where("tenant_id", "=", f.tenant);
+    if (f.status !== undefined) {
+      const statuses = typeof f.status === "string" ? [f.status] : [...f.status];
+      q = q.where("status", "in", statuses);
+    }
+    if (f.action !== undefined) q = q.where("action", "=", f.action);
+    if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
+    if (f.before) {
+      const b = f.before;
+      q = q.where((eb) => eb.or([eb("created_at", "<", b.createdAt), eb.and([eb("created_at", "=", b.createdAt), eb("id", "<", b.id)])]));
+    }
+    return q.orderBy("created_at", "desc").orderBy("id", "desc").limit(f.limit ?? 100).execute();
+  }
+
+  /** Deletes this tenant's completed operations (and their events) whose retention passed. */
+  async prune(tenant: string, limit: number): Promise<number> {
+    const doomed = this.db
+      .selectFrom("idem_operations")
+      .select("id")
+      .where("tenant_id", "=", tenant)
+      .where("expires_at", "<=", this.now())
+      .where("status", "in", ["succeeded", "failed"])
+      .limit(limit);
+    const res = await this.db.deleteFrom("idem_operations").where("id", "in", doomed).where("tenant_id", "=", tenant).executeTakeFirst();
+    return Number(res.numDeletedRows);
+  }
+}
