@@ -45,19 +45,28 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   if (!Array.isArray(input.parts) || input.parts.length === 0) {
     throw new InvalidValueError("key", "a key needs at least one part from the business identity of the work");
   }
-  const parts = input.parts.map(unwrapSensitive);
+  const parts = input.parts.map((p) => unwrapSensitive(p));
   const label = canonicalJson(parts, "key");
   const hash = sha256(canonicalJson([KEY_VERSION, input.tenant, input.action, parts]));
   return { hash, label };
 }
 
-/** Replaces sensitive parts by their hash, at any depth. */
-function unwrapSensitive(part: unknown): unknown {
-  if (part === null || typeof part !== "object") return part;
+/**
+ * Replaces sensitive parts by their hash, at any depth. What it cannot walk (class instances,
+ * cycles) it leaves as it is, for canonicalJson to refuse with the path.
+ */
+function unwrapSensitive(part: unknown, path: Set<object> = new Set()): unknown {
+  if (part === null || typeof part !== "object" || path.has(part)) return part;
   if (SENSITIVE in part) return (part as SensitivePart)[SENSITIVE];
-  if (Array.isArray(part)) return part.map(unwrapSensitive);
-  if (Object.getPrototypeOf(part) !== Object.prototype) return part; // canonicalJson explains the refusal
-  return Object.fromEntries(Object.entries(part).map(([k, v]) => [k, unwrapSensitive(v)]));
+  const proto = Object.getPrototypeOf(part);
+  if (!Array.isArray(part) && proto !== Object.prototype && proto !== null) return part;
+  path.add(part);
+  try {
+    if (Array.isArray(part)) return part.map((v) => unwrapSensitive(v, path));
+    return Object.fromEntries(Object.entries(part).map(([k, v]) => [k, unwrapSensitive(v, path)]));
+  } finally {
+    path.delete(part);
+  }
 }
 
 /** Tenants and action types are short printable names; an empty one is always a caller bug. */

@@ -49,7 +49,7 @@ export class Store {
 
   /** The database's clock as an SQL expression (or the injected test clock). */
   now(): RawBuilder<number> {
-    if (this.clock) return sql<number>`${this.clock()}`;
+    if (this.clock) return sql<number>`${sql.lit(Math.round(this.clock()))}`;
     return this.dialect === "postgres"
       ? sql<number>`(extract(epoch from statement_timestamp()) * 1000)::bigint`
       : sql<number>`cast(unixepoch('subsec') * 1000 as integer)`;

@@ -1,0 +1,258 @@
+import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ArgsMismatchError, defineAction, describeResult } from "@idem/core";
+import { DIALECTS } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+import { TestProvider } from "./support/provider.js";
+
+const DEDUPE = { dedupe: { retentionMs: 24 * 3_600_000 } };
+const LOOKUP = { lookup: true };
+const NEITHER = {};
+
+for (const dialect of DIALECTS) {
+  describe(`run on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    it("executes once and replays the first receipt to a duplicate", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["weekly-report", "c1", "2026-W48"], args: { to: "a@example.com" } };
+      const first = await ledger.run(send, input);
+      const second = await ledger.run(send, input);
+      expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { id: "obj_1" } });
+      expect(second).toMatchObject({ status: "succeeded", replayed: true, receipt: { id: "obj_1" }, operationId: first.operationId });
+      expect(p.effects).toHaveLength(1);
+      expect(describeResult(second)).toMatch(/^already done earlier/);
+    });
+
+    it("fails closed on the same key with other args, executing nothing", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const tenant = uniqueTenant();
+      const first = await ledger.run(send, { tenant, key: ["k"], args: { to: "a@example.com" } });
+      const err = await ledger.run(send, { tenant, key: ["k"], args: { to: "b@example.com" } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ArgsMismatchError);
+      const mismatch = err as ArgsMismatchError;
+      expect(mismatch.operationId).toBe(first.operationId);
+      expect(mismatch.storedArgsHash).toMatch(/^[0-9a-f]{64}$/);
+      expect(mismatch.givenArgsHash).not.toBe(mismatch.storedArgsHash);
+      expect(p.calls).toBe(1);
+    });
+
+    it("stores a permanent failure and replays it without calling the provider again", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" } });
+      const charge = p.action("charge", DEDUPE);
+      const input = { tenant: uniqueTenant(), key: ["order-1"], args: { to: "x" } };
+      const first = await ledger.run(charge, input);
+      const again = await ledger.run(charge, input);
+      expect(first).toMatchObject({ status: "failed", replayed: false, error: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" } });
+      expect(again).toMatchObject({ status: "failed", replayed: true });
+      expect(p.calls).toBe(1);
+      expect(p.effects).toHaveLength(0);
+    });
+
+    it("retries a transient failure with the same key within the budget", async () => {
+      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const charge = p.action("charge", DEDUPE);
+      const tenant = uniqueTenant();
+      const out = await ledger.run(charge, { tenant, key: ["o2"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
+      expect(p.calls).toBe(2);
+      expect(p.effects).toHaveLength(1);
+      const { events } = await ledger.get(tenant, out.operationId);
+      expect(events.map((e) => `${e.from}>${e.to}`)).toEqual(["null>running", "running>pending", "pending>running", "running>succeeded"]);
+    });
+
+    it("stops at the attempts budget and leaves the work pending, not failed", async () => {
+      const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 5 } });
+      const p = new TestProvider();
+      for (let i = 0; i < 3; i++) p.faults.push({ when: "before", cls: { kind: "transient", reason: "connection refused" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o3"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(p.calls).toBe(2);
+    });
+
+    it("waits as long as a rate limit says before retrying", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "429", retryAfterMs: 300 } });
+      const started = Date.now();
+      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o4"], args: { to: "x" } });
+      expect(out.status).toBe("succeeded");
+      expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+    });
+
+    it("replays an ambiguous outcome with the same key when the provider dedupes", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "socket closed after send" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o5"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1", replayed: true } });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("reconciles an ambiguous outcome by lookup: found means succeeded with the found receipt", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after DATA" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m1"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      expect(p.calls).toBe(1);
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("runs again with the same key when the lookup proves absence", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout, nothing committed in fact" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m2"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      expect(p.calls).toBe(2);
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("keeps an inconclusive lookup unknown and says so, without a second send", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+      const tenant = uniqueTenant();
+      const out = await ledger.run(p.action("mail", LOOKUP), { tenant, key: ["m3"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      expect(describeResult(out)).toMatch(/pending verification/);
+      const { operation } = await ledger.get(tenant, out.operationId);
+      expect(operation).toMatchObject({ status: "unknown", checks: 1 });
+      expect(operation.nextCheckAt).toBeGreaterThan(operation.updatedAt);
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("parks an ambiguous outcome in needs_review when nothing can prove it", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await ledger.run(p.action("sms", NEITHER), { tenant: uniqueTenant(), key: ["s1"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(p.calls).toBe(1);
+    });
+
+    it("parks it too when the lookup can never prove absence", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.lookupAnswer = "never";
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m4"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(p.calls).toBe(1);
+    });
+
+    it("answers a live lease as in progress, or waits a bounded time for its receipt", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const send = p.action("mail", NEITHER);
+      const input = { tenant: uniqueTenant(), key: ["busy"], args: { to: "x" } };
+      const winner = ledger.run(send, input);
+      await sleep(50);
+      const busy = await ledger.run(send, input);
+      expect(busy).toMatchObject({ status: "pending_verification", state: "running" });
+      expect(busy.status === "pending_verification" && busy.reason).toMatch(/in progress/);
+      const waiting = ledger.run(send, { ...input, waitMs: 5_000 });
+      setTimeout(release, 100);
+      expect(await waiting).toMatchObject({ status: "succeeded", replayed: true, receipt: { id: "obj_1" } });
+      expect(await winner).toMatchObject({ status: "succeeded", replayed: false });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("keeps the lease alive with heartbeats while a long action runs", async () => {
+      const ledger = await db.open({ leaseMs: 150 });
+      const p = new TestProvider();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const send = p.action("mail", DEDUPE);
+      const input = { tenant: uniqueTenant(), key: ["long"], args: { to: "x" } };
+      const winner = ledger.run(send, input);
+      await sleep(600); // four leases long
+      const other = await ledger.run(send, input);
+      expect(other).toMatchObject({ status: "pending_verification", state: "running" });
+      release();
+      expect(await winner).toMatchObject({ status: "succeeded", attempt: 1 });
+      expect(p.calls).toBe(1);
+    });
+
+    it("fences a worker whose lease was taken over: its completion is refused and recorded", async () => {
+      const stale = await db.open();
+      const later = await db.open({ clock: () => Date.now() + 3_600_000 }); // sees the lease expired
+      const p = new TestProvider();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const charge = p.action("charge", DEDUPE);
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["fence"], args: { to: "x" } };
+      const first = stale.run(charge, input);
+      await sleep(50);
+      p.gate = undefined;
+      const second = await later.run(charge, input);
+      expect(second).toMatchObject({ status: "succeeded", attempt: 2 });
+      release();
+      const firstOut = await first;
+      expect(firstOut).toMatchObject({ status: "succeeded", replayed: true, attempt: 2, receipt: second.status === "succeeded" ? second.receipt : null });
+      const { operation, events } = await stale.get(tenant, second.operationId);
+      expect(operation).toMatchObject({ status: "succeeded", attempt: 2 });
+      expect(events.some((e) => e.attempt === 1 && /fenced: attempt 1 tried to write succeeded/.test(e.reason ?? ""))).toBe(true);
+      expect(p.effects).toHaveLength(1); // the provider deduped attempt 2 onto attempt 1's object
+    });
+
+    it("generates lazy args once and sends exactly the stored content on every attempt", async () => {
+      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "421 try later" } });
+      let generated = 0;
+      const summary = () => ({ to: `summary #${++generated}` });
+      const input = { tenant: uniqueTenant(), key: ["summary", "w48"], args: summary };
+      const out = await ledger.run(p.action("mail", DEDUPE), input);
+      const again = await ledger.run(p.action("mail", DEDUPE), input);
+      expect(out).toMatchObject({ status: "succeeded" });
+      expect(again).toMatchObject({ status: "succeeded", replayed: true });
+      expect(generated).toBe(1);
+      expect(p.effects.map((e) => e.args)).toEqual([{ to: "summary #1" }]);
+    });
+
+    it("records an audit event with the actor for every transition", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const tenant = uniqueTenant();
+      const out = await ledger.run(p.action("mail", NEITHER), { tenant, key: ["audit"], args: { to: "x" }, actor: "agent-7/run-3" });
+      const { events } = await ledger.get(tenant, out.operationId);
+      expect(events.map((e) => [e.from, e.to, e.actor])).toEqual([
+        [null, "running", "agent-7/run-3"],
+        ["running", "succeeded", "agent-7/run-3"],
+      ]);
+      expect(events[1]!.at).toBeGreaterThanOrEqual(events[0]!.at);
+    });
+
+    it("a permanent auth failure is stored with its alert flag for the daemon", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "permanent", reason: "401 invalid api key", alert: true } });
+      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["auth"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "failed", error: { alert: true } });
+    });
+
+    it("treats an action without classify as ambiguous, never as a clean failure", async () => {
+      const ledger = await db.open();
+      let calls = 0;
+      const raw = defineAction({ type: "raw", capabilities: {}, execute: async () => { calls++; throw new Error("ECONNRESET"); } });
+      const out = await ledger.run(raw, { tenant: uniqueTenant(), key: ["x"], args: {} });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(calls).toBe(1);
+    });
+  });
+}

@@ -1,0 +1,62 @@
+/**
+ * A provider stand-in for ledger tests: it counts effects at the target (not in the ledger) and
+ * can dedupe on our key or be looked up, like the real providers the adapters talk to. Faults are
+ * scripted per call: throw before the effect (no commit) or after it (commit, then the answer is
+ * lost).
+ */
+import { defineAction, type Capabilities, type Classification } from "@idem/core";
+
+export class ProviderError extends Error {
+  constructor(readonly cls: Classification) {
+    super(cls.reason);
+  }
+}
+
+type Fault = { when: "before" | "after"; cls: Classification };
+
+export class TestProvider {
+  /** Every effect performed, in order: what the target received. */
+  readonly effects: { key: string; args: unknown; id: string }[] = [];
+  readonly faults: Fault[] = [];
+  calls = 0;
+  /** Resolves each execute only when released (to hold a lease open). */
+  gate: Promise<void> | undefined;
+  lookupAnswer: "real" | "inconclusive" | "never" = "real";
+
+  effectsFor(key: string) {
+    return this.effects.filter((e) => e.key === key);
+  }
+
+  action(type: string, capabilities: Capabilities) {
+    return defineAction<{ to: string; n?: number }, { id: string; replayed?: boolean }>({
+      type,
+      capabilities,
+      execute: async (args, op) => {
+        this.calls += 1;
+        const fault = this.faults.shift();
+        if (fault?.when === "before") throw new ProviderError(fault.cls);
+        if (this.gate) await this.gate;
+        let receipt: { id: string; replayed?: boolean };
+        const earlier = capabilities.dedupe ? this.effectsFor(op.key)[0] : undefined;
+        if (earlier) {
+          receipt = { id: earlier.id, replayed: true };
+        } else {
+          const id = `obj_${this.effects.length + 1}`;
+          this.effects.push({ key: op.key, args, id });
+          receipt = { id };
+        }
+        if (fault?.when === "after") throw new ProviderError(fault.cls);
+        return receipt;
+      },
+      classify: (error) => (error instanceof ProviderError ? error.cls : { kind: "ambiguous", reason: String(error) }),
+      ...(capabilities.lookup && {
+        reconcile: async (_args, op) => {
+          if (this.lookupAnswer === "inconclusive") return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
+          if (this.lookupAnswer === "never") return { found: false, proof: "never", reason: "copies are appended by the client" } as const;
+          const hit = this.effectsFor(op.key)[0];
+          return hit ? { found: true, receipt: { id: hit.id } } : ({ found: false, proof: "absent", reason: "not at the provider" } as const);
+        },
+      }),
+    });
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * A fresh ledger database per test file, on each dialect: a SQLite file in a temp dir, or a new
+ * Postgres database on the suite's server, dropped when the file's tests end.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+import { afterAll, inject } from "vitest";
+
+export const DIALECTS = ["sqlite", "postgres"] as const;
+export type TestDialect = (typeof DIALECTS)[number];
+
+const cleanups: (() => Promise<void>)[] = [];
+let registered = false;
+
+function onFileEnd(fn: () => Promise<void>): void {
+  cleanups.push(fn);
+  if (!registered) {
+    registered = true;
+    afterAll(async () => {
+      for (const f of cleanups.splice(0).reverse()) await f();
+    });
+  }
+}
+
+/** A new, empty database for this test file; its URL for `openLedger`. */
+export async function freshDatabase(dialect: TestDialect): Promise<string> {
+  if (dialect === "sqlite") {
+    const dir = mkdtempSync(join(tmpdir(), "idem-sqlite-"));
+    onFileEnd(async () => rmSync(dir, { recursive: true, force: true }));
+    return `sqlite:${join(dir, "ledger.db")}`;
+  }
+  const admin = inject("pgAdminUrl");
+  const name = `idem_test_${randomBytes(6).toString("hex")}`;
+  const client = new pg.Client({ connectionString: admin });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await client.end();
+  }
+  onFileEnd(async () => {
+    const c = new pg.Client({ connectionString: admin });
+    await c.connect();
+    try {
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    } finally {
+      await c.end();
+    }
+  });
+  const url = new URL(admin);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** A temp directory removed when the file's tests end. */
+export function tempDir(prefix = "idem-"): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  onFileEnd(async () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}

@@ -1,0 +1,5 @@
+export { DIALECTS, freshDatabase, tempDir } from "./databases.js";
+export type { TestDialect } from "./databases.js";
+export { kill9, startChild } from "./children.js";
+export type { Child } from "./children.js";
+export { freePort } from "./ports.js";
