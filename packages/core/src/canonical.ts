@@ -7,7 +7,7 @@
  * functions, symbols, Dates and other class instances (their JSON form depends on time zones or
  * toJSON methods), and cycles. A caller who means a date passes its ISO string on purpose.
  */
-import { createHash } from "node:crypto";
+import * as crypto from "node:crypto";
 import { InvalidValueError } from "./errors.js";
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -61,5 +61,6 @@ function write(value: unknown, path: string, seen: Set<object>): string {
 
 /** Hex SHA-256 of a string. */
 export function sha256(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
+  // crypto.hash (Node >= 20.12) skips the Hash object: a third of the cost for short inputs.
+  return typeof crypto.hash === "function" ? crypto.hash("sha256", text, "hex") : crypto.createHash("sha256").update(text).digest("hex");
 }

@@ -6,7 +6,7 @@
  * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
  * millisecond times and counters). Drivers are loaded only when their URL is used.
  */
-import { Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect } from "kysely";
+import { Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type SqliteDatabase } from "kysely";
 import { LedgerConfigError } from "./errors.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -47,7 +47,28 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<Kysely
   } catch (cause) {
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
-  return new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database }) });
+  return new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: withStatementCache(database) }) });
+}
+
+/**
+ * kysely prepares every query anew; preparing an INSERT that fires the audit trigger costs more
+ * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
+ * kysely runs one query at a time on this connection, so a cached statement is never in use twice.
+ */
+function withStatementCache(database: import("better-sqlite3").Database): SqliteDatabase {
+  const cache = new Map<string, ReturnType<SqliteDatabase["prepare"]>>();
+  return {
+    close: () => database.close(),
+    prepare(text: string) {
+      let stmt = cache.get(text);
+      if (!stmt) {
+        stmt = database.prepare(text) as unknown as ReturnType<SqliteDatabase["prepare"]>;
+        if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
+        cache.set(text, stmt);
+      }
+      return stmt;
+    },
+  };
 }
 
 async function openPostgres(url: string, opts: ConnectionOptions): Promise<Kysely<IdemDatabase>> {

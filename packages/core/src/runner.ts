@@ -69,15 +69,13 @@ export class Runner {
   private async step<A, R>(call: Call<A, R>, owner: string, state: CallState): Promise<Step<R>> {
     const s = call.settings;
     const given = call.args.kind === "given" ? call.args : undefined;
-    const fresh = await this.store.insertRunning({
+    const claim = await this.store.claim({
       id: newOperationId(), tenant: call.tenant, key: call.key.hash, keyLabel: call.key.label, action: call.action.type,
       argsHash: given?.hash ?? null, argsJson: given && call.storeArgs ? given.json : null,
       owner, leaseMs: s.leaseMs, actor: call.actor,
     });
-    if (fresh) return this.perform(call, fresh, state);
-    const row = await this.store.findByKey(call.tenant, call.key.hash);
-    if (!row) return { again: 0 }; // pruned between our insert and read: claim again
-    return this.fromExisting(call, owner, state, row, false);
+    if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
+    return claim.fresh ? this.perform(call, claim.row, state) : this.fromExisting(call, owner, state, claim.row, false);
   }
 
   private async fromExisting<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Row & { db_now: number }, settling: boolean): Promise<Step<R>> {

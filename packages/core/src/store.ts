@@ -29,6 +29,11 @@ export interface TransitionPatch {
   retentionMs?: number | null;
 }
 
+export interface NewClaim {
+  id: string; tenant: string; key: string; keyLabel: string | null; action: string;
+  argsHash: string | null; argsJson: string | null; owner: string; leaseMs: number; actor: string | null;
+}
+
 export interface ListFilter {
   tenant: string;
   status?: Status | readonly Status[];
@@ -60,11 +65,24 @@ export class Store {
     return Number(row.rows[0]!.now);
   }
 
-  /** Claims a fresh key: returns the new running row, or undefined when the key exists. */
-  async insertRunning(row: {
-    id: string; tenant: string; key: string; keyLabel: string | null; action: string;
-    argsHash: string | null; argsJson: string | null; owner: string; leaseMs: number; actor: string | null;
-  }): Promise<Row | undefined> {
+  /**
+   * Claims a key: inserts a running row for it (attempt 1, our lease), or returns the row that
+   * already holds it, with the database time to judge its lease. On SQLite, where a read costs
+   * microseconds, the read comes first so a duplicate never takes the write lock; on Postgres the
+   * insert comes first, so a fresh key costs one round trip.
+   */
+  async claim(row: NewClaim): Promise<{ fresh: boolean; row: Row & { db_now: number } } | undefined> {
+    if (this.dialect === "sqlite") {
+      const existing = await this.findByKey(row.tenant, row.key);
+      if (existing) return { fresh: false, row: existing };
+    }
+    const inserted = await this.insertRunning(row).returningAll().returning(this.now().as("db_now")).executeTakeFirst();
+    if (inserted) return { fresh: true, row: { ...inserted, db_now: Number(inserted.db_now) } };
+    const existing = await this.findByKey(row.tenant, row.key);
+    return existing && { fresh: false, row: existing };
+  }
+
+  private insertRunning(row: NewClaim) {
     const now = this.now();
     return this.db
       .insertInto("idem_operations")
@@ -76,9 +94,7 @@ export class Store {
         reason: "claimed", next_check_at: null, checks: 0,
         created_at: now, updated_at: now, completed_at: null, expires_at: null,
       })
-      .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing())
-      .returningAll()
-      .executeTakeFirst();
+      .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
   }
 
   /** The row for a key with the database's current time, to judge its lease. */

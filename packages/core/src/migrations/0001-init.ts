@@ -32,7 +32,7 @@ export const sqlite = [
     UNIQUE (tenant_id, key)
   )`,
   `CREATE TABLE idem_events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY, -- rowid: ascending; no AUTOINCREMENT bookkeeping page per commit
     operation_id TEXT NOT NULL REFERENCES idem_operations (id) ON DELETE CASCADE,
     tenant_id TEXT NOT NULL,
     from_status TEXT,
@@ -120,7 +120,8 @@ function indexes(): string[] {
     `CREATE INDEX idem_operations_due ON idem_operations (next_check_at) WHERE status IN ('unknown', 'pending')`,
     `CREATE INDEX idem_operations_review ON idem_operations (updated_at) WHERE status = 'needs_review'`,
     `CREATE INDEX idem_operations_expiry ON idem_operations (expires_at) WHERE expires_at IS NOT NULL`,
-    `CREATE INDEX idem_operations_listing ON idem_operations (tenant_id, status, created_at)`,
+    // not on status: a transition must not rewrite the listing index
+    `CREATE INDEX idem_operations_listing ON idem_operations (tenant_id, created_at)`,
     `CREATE INDEX idem_events_operation ON idem_events (operation_id, id)`,
   ];
 }
