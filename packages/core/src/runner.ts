@@ -11,7 +11,7 @@ import { canonicalJson, sha256 } from "./canonical.js";
 import { ArgsMismatchError, PayloadTooLargeError } from "./errors.js";
 import { nextDelay, recoveryFor, statusAfter, type RetryBudget } from "./policy.js";
 import type { RunResult, StoredError } from "./result.js";
-import type { Row, Store } from "./store.js";
+import type { Peek, Row, Store } from "./store.js";
 
 export interface RunnerSettings {
   readonly owner: string;
@@ -70,7 +70,7 @@ export class Runner {
     const s = call.settings;
     const given = call.args.kind === "given" ? call.args : undefined;
     const claim = await this.store.claim({
-      id: newOperationId(), tenant: call.tenant, key: call.key.hash, keyLabel: call.key.label, action: call.action.type,
+      tenant: call.tenant, key: call.key.hash, keyLabel: call.key.label, action: call.action.type,
       argsHash: given?.hash ?? null, argsJson: given && call.storeArgs ? given.json : null,
       owner, leaseMs: s.leaseMs, actor: call.actor,
     });
@@ -78,7 +78,7 @@ export class Runner {
     return claim.fresh ? this.perform(call, claim.row, state) : this.fromExisting(call, owner, state, claim.row, false);
   }
 
-  private async fromExisting<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Row & { db_now: number }, settling: boolean): Promise<Step<R>> {
+  private async fromExisting<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Peek, settling: boolean): Promise<Step<R>> {
     const s = call.settings;
     if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
       throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, row.action);
@@ -108,15 +108,18 @@ export class Runner {
       case "pending": {
         const wait = nextDelay(s.budget, state.executed, Date.now() - state.started, 0);
         if (wait === null) return { done: pending(row, "known not done; retry budget spent, the daemon or a later call retries") };
-        const mine = await this.store.takeOver(row, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done" });
+        const full = await this.store.findById(row.tenant_id, row.id);
+        const mine = full && (await this.store.takeOver(full, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done" }));
         return mine ? this.perform(call, mine, state) : { again: 0 };
       }
     }
   }
 
   /** The replay policy for an expired lease or an unknown outcome. */
-  private async recover<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Row & { db_now: number }, why: string): Promise<Step<R>> {
+  private async recover<A, R>(call: Call<A, R>, owner: string, state: CallState, peeked: Peek, why: string): Promise<Step<R>> {
     const s = call.settings;
+    const row = await this.store.findById(peeked.tenant_id, peeked.id);
+    if (!row) return { again: 0 };
     const policy = recoveryFor(call.action.capabilities, row.created_at, row.db_now);
     if (policy.kind === "replay" && nextDelay(s.budget, state.executed, Date.now() - state.started, 0) === null) {
       return { done: pending(row, `${why}; retry budget spent before the replay`) };
@@ -250,7 +253,7 @@ export class Runner {
    * refused, and the refusal is recorded with what we tried to write, as evidence.
    */
   private async fenced<A, R>(call: Call<A, R>, mine: Row, wanted: string, detail: string): Promise<Step<R>> {
-    const now = await this.store.findByKey(call.tenant, call.key.hash);
+    const now = await this.store.findById(call.tenant, mine.id);
     if (!now) return { again: 0 };
     await this.store.recordEvent(now, {
       attempt: mine.attempt, actor: call.actor, to: now.status,
@@ -312,17 +315,15 @@ export function checkSize(what: "args" | "result", json: string, limit: number, 
   if (bytes > limit) throw new PayloadTooLargeError(what, bytes, limit, operationId);
 }
 
-/** Time-ordered ids: listing by id follows creation order. */
-function newOperationId(): string {
-  return `op_${Date.now().toString(36).padStart(9, "0")}${randomUUID().replace(/-/g, "").slice(0, 16)}`;
-}
+/** The columns the results below are built from. */
+type Settled = Pick<Row, "id" | "attempt" | "status">;
 
-function succeeded<R>(row: Row, receipt: R, replayed: boolean): RunResult<R> {
+function succeeded<R>(row: Settled, receipt: R, replayed: boolean): RunResult<R> {
   return { status: "succeeded", receipt, replayed, operationId: row.id, attempt: row.attempt };
 }
-function failed<R>(row: Row, error: StoredError, replayed: boolean): RunResult<R> {
+function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResult<R> {
   return { status: "failed", error, replayed, operationId: row.id, attempt: row.attempt };
 }
-function pending<R>(row: Row, reason: string): RunResult<R> {
+function pending<R>(row: Settled, reason: string): RunResult<R> {
   return { status: "pending_verification", state: row.status, reason, operationId: row.id, attempt: row.attempt };
 }

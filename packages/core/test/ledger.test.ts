@@ -160,7 +160,7 @@ for (const dialect of DIALECTS) {
       const send = p.action("mail", NEITHER);
       const input = { tenant: uniqueTenant(), key: ["busy"], args: { to: "x" } };
       const winner = ledger.run(send, input);
-      await sleep(50);
+      await p.called(1);
       const busy = await ledger.run(send, input);
       expect(busy).toMatchObject({ status: "pending_verification", state: "running" });
       expect(busy.status === "pending_verification" && busy.reason).toMatch(/in progress/);
@@ -172,14 +172,15 @@ for (const dialect of DIALECTS) {
     });
 
     it("keeps the lease alive with heartbeats while a long action runs", async () => {
-      const ledger = await db.open({ leaseMs: 150 });
+      const ledger = await db.open({ leaseMs: 500 });
       const p = new TestProvider();
       let release!: () => void;
       p.gate = new Promise((r) => (release = r));
       const send = p.action("mail", DEDUPE);
       const input = { tenant: uniqueTenant(), key: ["long"], args: { to: "x" } };
       const winner = ledger.run(send, input);
-      await sleep(600); // four leases long
+      await p.called(1);
+      await sleep(2_000); // four leases long
       const other = await ledger.run(send, input);
       expect(other).toMatchObject({ status: "pending_verification", state: "running" });
       release();
@@ -197,7 +198,7 @@ for (const dialect of DIALECTS) {
       const tenant = uniqueTenant();
       const input = { tenant, key: ["fence"], args: { to: "x" } };
       const first = stale.run(charge, input);
-      await sleep(50);
+      await p.called(1); // attempt 1 is inside execute, before its effect
       p.gate = undefined;
       const second = await later.run(charge, input);
       expect(second).toMatchObject({ status: "succeeded", attempt: 2 });

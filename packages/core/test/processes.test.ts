@@ -50,7 +50,7 @@ for (const dialect of DIALECTS) {
         const ledger = await db.open();
         const tenant = uniqueTenant();
         const file = join(tempDir(), "effects");
-        const leaseMs = 400;
+        const leaseMs = 2_000; // long enough that the checks below run inside the dead worker's lease, even under load
         const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: tenant, KEY: "job-1", EFFECT_FILE: file, KIND: kind, LEASE_MS: String(leaseMs), MODE: "crash" });
         await child.waitFor(/^effect-done$/);
         await kill9(child);
@@ -65,7 +65,7 @@ for (const dialect of DIALECTS) {
         const early = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
         expect(early).toMatchObject({ status: "pending_verification", state: "running" });
 
-        await sleep(leaseMs + 100);
+        await sleep(leaseMs + 200);
         const out = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
         expect(out.status).toBe(expected[kind].status);
         expect(effectLines(file)).toHaveLength(expected[kind].effects);

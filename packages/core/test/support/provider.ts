@@ -23,6 +23,15 @@ export class TestProvider {
   gate: Promise<void> | undefined;
   lookupAnswer: "real" | "inconclusive" | "never" = "real";
 
+  /** Resolves once `execute` has been entered `n` times (the worker holds its claim by then). */
+  async called(n = 1, timeoutMs = 20_000): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    while (this.calls < n) {
+      if (Date.now() > until) throw new Error(`execute was called ${this.calls} times, not ${n}, within ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
   effectsFor(key: string) {
     return this.effects.filter((e) => e.key === key);
   }
