@@ -7,7 +7,7 @@ import { hostname } from "node:os";
 import type { Dialect, Kysely } from "kysely";
 import type { Action } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
+import { GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
 import { connect, migrate, type ConnectionOptions } from "./open.js";
@@ -36,6 +36,11 @@ export interface LedgerOptions extends ConnectionOptions {
   readonly actions?: readonly Action<any, any>[];
   /** Worker identity recorded as lease owner. Default host:pid. */
   readonly owner?: string;
+  /**
+   * Which action types each tenant may run at all, checked before anything is claimed (a
+   * guardrail outside the model). Keys are tenants, `"*"` for the rest; absent: every action.
+   */
+  readonly allowedActions?: Readonly<Record<string, readonly string[]>>;
   /** Test clock (ms since epoch) replacing the database clock. */
   readonly clock?: () => number;
 }
@@ -135,6 +140,7 @@ export class Ledger {
   async run<A, R>(action: Action<A, R>, input: RunInput<A>): Promise<RunResult<R>> {
     this.assertOpen();
     requireName(input.tenant, "tenant");
+    this.checkAllowed(input.tenant, action.type);
     const key = isOperationKey(input.key) ? input.key : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
     let args: Call<A, R>["args"];
     if (typeof input.args === "function") {
@@ -247,6 +253,13 @@ export class Ledger {
     if (this.closed) return;
     this.closed = true;
     await this.db.destroy();
+  }
+
+  private checkAllowed(tenant: string, type: string): void {
+    const allowed = this.options.allowedActions;
+    if (!allowed) return;
+    const list = allowed[tenant] ?? allowed["*"];
+    if (!list?.includes(type)) throw new GuardrailError(tenant, type, "the action type is not allowed for this tenant");
   }
 
   private assertOpen(): void {

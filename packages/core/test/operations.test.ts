@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import {
-  InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
+  GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
   UnknownActionError, openLedger,
 } from "@idem/core";
 import { DIALECTS } from "@idem/testkit";
@@ -105,6 +105,17 @@ for (const dialect of DIALECTS) {
       const keep = await db.open(); // default retention: 30 days
       await keep.run(new TestProvider().action("mail", {}), { tenant, key: ["p3"], args: { to: "x" } });
       expect(await keep.prune(tenant)).toBe(0);
+    });
+
+    it("refuses an action type the tenant may not run, before anything is written", async () => {
+      const tenant = uniqueTenant();
+      const ledger = await db.open({ allowedActions: { [tenant]: ["mail"], "*": [] } });
+      const p = new TestProvider();
+      await expect(ledger.run(p.action("charge", {}), { tenant, key: ["g"], args: { to: "x" } })).rejects.toBeInstanceOf(GuardrailError);
+      await expect(ledger.run(p.action("mail", {}), { tenant: uniqueTenant(), key: ["g"], args: { to: "x" } })).rejects.toBeInstanceOf(GuardrailError);
+      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["g"], args: { to: "x" } })).toMatchObject({ status: "succeeded" });
+      expect(p.calls).toBe(1);
+      expect(await countRows(ledger, tenant)).toEqual({ ops: 1, events: 2 });
     });
 
     it("refuses non-JSON args before writing anything", async () => {
