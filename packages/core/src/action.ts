@@ -35,8 +35,12 @@ export type Classification =
   | { readonly kind: "rate_limited"; readonly reason: string; readonly retryAfterMs: number; readonly providerRequestId?: string }
   /** Known not to have committed (503 before execution, connection refused): retry with the same key. */
   | { readonly kind: "transient"; readonly reason: string; readonly retryAfterMs?: number; readonly providerRequestId?: string }
-  /** May have committed (timeout or socket closed after the request left): `unknown`, reconcile. */
-  | { readonly kind: "ambiguous"; readonly reason: string; readonly providerRequestId?: string };
+  /**
+   * May have committed (timeout or socket closed after the request left): `unknown`, reconcile.
+   * `replayable: false` when a replay with the same key can only return this same answer (the
+   * provider saved an error under the key): recovery then looks the effect up instead.
+   */
+  | { readonly kind: "ambiguous"; readonly reason: string; readonly providerRequestId?: string; readonly replayable?: boolean };
 
 /** What a lookup proved. */
 export type ReconcileResult<R> =

@@ -17,8 +17,9 @@ export type Recovery =
 const DEFAULT_DEDUPE_MARGIN_MS = 60 * 60 * 1000;
 
 /** The replay policy table of DESIGN.md, as one function. */
-export function recoveryFor(caps: Capabilities, createdAt: number, now: number): Recovery {
-  if (caps.dedupe) {
+export function recoveryFor(caps: Capabilities, createdAt: number, now: number, last?: { replayable?: boolean }): Recovery {
+  // The provider saved an error under our key: a replay would only repeat it.
+  if (caps.dedupe && last?.replayable !== false) {
     const usable = caps.dedupe.retentionMs - (caps.dedupe.marginMs ?? DEFAULT_DEDUPE_MARGIN_MS);
     // The provider still remembers our key: it answers a replay with the first result.
     if (now - createdAt < usable) return { kind: "replay", reason: "provider dedupes on the key and it is still retained" };

@@ -8,6 +8,8 @@ export interface StoredError {
   readonly reason: string;
   readonly alert?: boolean;
   readonly providerRequestId?: string;
+  /** False when a replay with the same key can only repeat this answer (see Classification). */
+  readonly replayable?: boolean;
 }
 
 export type RunResult<R> =

@@ -120,7 +120,8 @@ export class Runner {
     const s = call.settings;
     const row = await this.store.findById(peeked.tenant_id, peeked.id);
     if (!row) return { again: 0 };
-    const policy = recoveryFor(call.action.capabilities, row.created_at, row.db_now);
+    const last = row.error_json === null ? undefined : (JSON.parse(row.error_json) as StoredError);
+    const policy = recoveryFor(call.action.capabilities, row.created_at, row.db_now, last);
     if (policy.kind === "replay" && nextDelay(s.budget, state.executed, Date.now() - state.started, 0) === null) {
       return { done: pending(row, `${why}; retry budget spent before the replay`) };
     }
@@ -179,6 +180,7 @@ export class Runner {
       kind: cls.kind, reason: cls.reason,
       ...(cls.kind === "permanent" && cls.alert && { alert: true }),
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
+      ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     if (to === "failed") {
       const done = await this.store.transition(current, "failed", {

@@ -1,0 +1,130 @@
+/**
+ * The Stripe resources the sandbox keeps, with the validation and outcomes Stripe documents for
+ * test mode: customers, payment intents (confirm with pm_card_visa succeeds,
+ * pm_card_chargeDeclined is declined with a 402 card_error), refunds (at most what was captured),
+ * and any other POSTed resource kept as given. Search understands `metadata['k']:'v'` and
+ * `field:'v'` clauses joined by AND, and sees an object only `searchLagMs` after its creation.
+ */
+import { randomBytes } from "node:crypto";
+
+export type StripeObject = { id: string; object: string; created: number; metadata: Record<string, string>; [k: string]: unknown };
+
+/** A Stripe error body and status. */
+export class StripeFailure {
+  constructor(
+    readonly status: number,
+    readonly error: { type: string; code?: string; message: string; param?: string; decline_code?: string; payment_intent?: unknown },
+    /** Validation failures happen before execution: Stripe saves no idempotent result for them. */
+    readonly beforeExecution = false,
+  ) {}
+}
+
+const PREFIX: Record<string, string> = { customers: "cus", payment_intents: "pi", refunds: "re" };
+
+export class StripeObjects {
+  private readonly byResource = new Map<string, StripeObject[]>();
+  private readonly createdAtMs = new Map<string, number>();
+
+  constructor(private readonly now: () => number, private readonly searchLagMs: () => number) {}
+
+  count(resource: string): number {
+    return this.byResource.get(resource)?.length ?? 0;
+  }
+
+  all(resource: string): readonly StripeObject[] {
+    return this.byResource.get(resource) ?? [];
+  }
+
+  create(resource: string, params: Record<string, unknown>): StripeObject {
+    const base = { metadata: metadataOf(params), created: Math.floor(this.now() / 1000) };
+    switch (resource) {
+      case "customers":
+        return this.store(resource, { ...base, object: "customer", email: params.email ?? null, name: params.name ?? null, description: params.description ?? null });
+      case "payment_intents":
+        return this.paymentIntent(base, params);
+      case "refunds":
+        return this.refund(base, params);
+      default:
+        return this.store(resource, { ...params, ...base, object: resource.replace(/s$/, "") });
+    }
+  }
+
+  get(resource: string, id: string): StripeObject | undefined {
+    return this.all(resource).find((o) => o.id === id);
+  }
+
+  list(resource: string, filter: Record<string, unknown>): StripeObject[] {
+    return this.all(resource).filter((o) => Object.entries(filter).every(([k, v]) => k === "limit" || o[k] === v)).slice().reverse();
+  }
+
+  /** Search as Stripe's index sees it: objects younger than the lag are not there yet. */
+  search(resource: string, query: string): StripeObject[] {
+    const clauses = parseQuery(query);
+    const visibleBefore = this.now() - this.searchLagMs();
+    return this.all(resource).filter(
+      (o) => this.createdAtMs.get(o.id)! <= visibleBefore && clauses.every((c) => (c.metadata ? o.metadata[c.field] : String(o[c.field])) === c.value),
+    );
+  }
+
+  private paymentIntent(base: { metadata: Record<string, string>; created: number }, p: Record<string, unknown>): StripeObject {
+    const amount = Number(p.amount);
+    if (!Number.isInteger(amount)) throw invalid("amount", "parameter_missing", "Missing required param: amount.");
+    if (amount < 50) throw invalid("amount", "amount_too_small", "Amount must be at least 50 cents.");
+    if (typeof p.currency !== "string" || !/^[a-z]{3}$/.test(p.currency)) throw invalid("currency", "parameter_missing", "Missing required param: currency.");
+    const confirm = p.confirm === "true" || p.confirm === true;
+    const pm = typeof p.payment_method === "string" ? p.payment_method : null;
+    const declined = confirm && pm === "pm_card_chargeDeclined";
+    const status = !pm ? "requires_payment_method" : !confirm ? "requires_confirmation" : declined ? "requires_payment_method" : "succeeded";
+    const pi = this.store("payment_intents", {
+      ...base, object: "payment_intent", amount, currency: p.currency, customer: p.customer ?? null, payment_method: declined ? null : pm,
+      status, amount_received: status === "succeeded" ? amount : 0, amount_refunded: 0, description: p.description ?? null,
+    });
+    if (declined) {
+      // Stripe creates the intent and reports the decline with it; the result is saved under the key.
+      throw new StripeFailure(402, { type: "card_error", code: "card_declined", decline_code: "generic_decline", message: "Your card was declined.", payment_intent: pi });
+    }
+    return pi;
+  }
+
+  private refund(base: { metadata: Record<string, string>; created: number }, p: Record<string, unknown>): StripeObject {
+    const pi = typeof p.payment_intent === "string" ? this.get("payment_intents", p.payment_intent) : undefined;
+    if (!pi) throw invalid("payment_intent", "resource_missing", `No such payment_intent: '${String(p.payment_intent)}'`);
+    if (pi.status !== "succeeded") throw invalid("payment_intent", "charge_not_refundable", "This PaymentIntent has no successful charge to refund.");
+    const left = Number(pi.amount_received) - Number(pi.amount_refunded);
+    const amount = p.amount === undefined ? left : Number(p.amount);
+    if (!Number.isInteger(amount) || amount <= 0 || amount > left) {
+      throw invalid("amount", "amount_too_large", `Refund amount (${amount}) is greater than unrefunded amount on charge (${left}).`);
+    }
+    pi.amount_refunded = Number(pi.amount_refunded) + amount;
+    return this.store("refunds", { ...base, object: "refund", amount, currency: pi.currency, payment_intent: pi.id, status: "succeeded", reason: p.reason ?? null });
+  }
+
+  private store(resource: string, fields: Omit<StripeObject, "id">): StripeObject {
+    const obj = { id: `${PREFIX[resource] ?? resource.slice(0, 4)}_${randomBytes(12).toString("hex")}`, livemode: false, ...fields } as unknown as StripeObject;
+    const list = this.byResource.get(resource) ?? [];
+    list.push(obj);
+    this.byResource.set(resource, list);
+    this.createdAtMs.set(obj.id, this.now());
+    return obj;
+  }
+}
+
+function invalid(param: string, code: string, message: string): StripeFailure {
+  return new StripeFailure(400, { type: "invalid_request_error", code, param, message }, true);
+}
+
+function metadataOf(p: Record<string, unknown>): Record<string, string> {
+  const m = p.metadata;
+  if (m === undefined || m === "") return {};
+  if (typeof m !== "object" || m === null) throw invalid("metadata", "parameter_invalid_empty", "Invalid metadata: must be a hash.");
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, String(v)]));
+}
+
+/** `metadata['k']:'v' AND status:'succeeded'`: the subset of Stripe's search language we serve. */
+function parseQuery(query: string): { metadata: boolean; field: string; value: string }[] {
+  return query.split(/\s+AND\s+/i).map((clause) => {
+    const m = /^\s*(?:metadata\[['"]([^'"]+)['"]\]|(\w+)):['"]([^'"]*)['"]\s*$/.exec(clause);
+    if (!m) throw new StripeFailure(400, { type: "invalid_request_error", code: "parameter_invalid", param: "query", message: `Unsupported search query: ${clause}` }, true);
+    return { metadata: m[1] !== undefined, field: (m[1] ?? m[2])!, value: m[3]! };
+  });
+}

@@ -1,0 +1,238 @@
+/**
+ * A local Stripe: HTTP with form-encoded bodies and JSON errors (`type`, `code`, `message`), for
+ * customers, payment intents, refunds and any other POSTed resource, through the real stripe SDK.
+ *
+ * Idempotency as Stripe documents it: the first response for a key is saved and replayed with
+ * `Idempotent-Replayed: true`; the same key with other parameters is 400 `idempotency_error`; a
+ * request while the first is still executing is 409 `idempotency_key_in_use`; keys are forgotten
+ * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
+ *
+ * Faults (see FaultPlan): `rate_limit` (429 + Retry-After) and `unavailable` (503) before
+ * anything commits; `error_after_commit` (500, saved under the key), `drop_after_commit` (the
+ * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
+ * client's timeout) after the effect committed.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { EventEmitter } from "node:events";
+import { randomBytes } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import qs from "qs";
+import { FaultPlan } from "../faults.js";
+import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
+
+export type StripeFaultKind = "rate_limit" | "unavailable" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
+
+export interface StripeSandboxOptions {
+  /** The secret key requests must carry. Default "sk_test_idem_sandbox". */
+  readonly apiKey?: string;
+  /** How long a new object stays out of search results. Default 0. */
+  readonly searchLagMs?: number;
+}
+
+interface Saved { fingerprint: string; at: number; state: "in_flight" | "done"; status?: number; body?: string; requestId?: string }
+
+export interface StripeRequestRecord {
+  readonly method: string;
+  readonly path: string;
+  readonly idempotencyKey: string | undefined;
+  readonly status: number | "dropped";
+  readonly replayed: boolean;
+}
+
+const KEY_RETENTION_MS = 24 * 3_600_000;
+
+export class StripeSandbox {
+  readonly faults = new FaultPlan<StripeFaultKind>();
+  /** Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect. */
+  readonly events = new EventEmitter();
+  readonly requests: StripeRequestRecord[] = [];
+  readonly objects: StripeObjects;
+  searchLagMs: number;
+  private clockOffsetMs = 0;
+  private readonly saved = new Map<string, Saved>();
+  private readonly apiKey: string;
+  private server: Server | undefined;
+
+  constructor(options: StripeSandboxOptions = {}) {
+    this.apiKey = options.apiKey ?? "sk_test_idem_sandbox";
+    this.searchLagMs = options.searchLagMs ?? 0;
+    this.objects = new StripeObjects(() => this.now(), () => this.searchLagMs);
+  }
+
+  /** The sandbox's clock: real time plus whatever `advance` added. */
+  now(): number {
+    return Date.now() + this.clockOffsetMs;
+  }
+
+  /** Moves the sandbox clock forward (key retention, search lag). */
+  advance(ms: number): void {
+    this.clockOffsetMs += ms;
+  }
+
+  /** Objects of a resource that exist: the effect count at the target. */
+  count(resource: string): number {
+    return this.objects.count(resource);
+  }
+
+  async start(port = 0): Promise<{ host: string; port: number; url: string; apiKey: string }> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(port, "127.0.0.1", resolve));
+    const { port: bound } = this.server.address() as AddressInfo;
+    return { host: "127.0.0.1", port: bound, url: `http://127.0.0.1:${bound}`, apiKey: this.apiKey };
+  }
+
+  async close(): Promise<void> {
+    if (!this.server) return;
+    this.server.closeAllConnections();
+    await new Promise((r) => this.server!.close(r));
+    this.server = undefined;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://sandbox");
+    const method = req.method ?? "GET";
+    const path = url.pathname;
+    const body = await readBody(req);
+    const params = method === "POST" ? (qs.parse(body, { depth: 5, arrayLimit: 100 }) as Record<string, unknown>) : (qs.parse(url.search.slice(1)) as Record<string, unknown>);
+    const idemKey = header(req, "idempotency-key");
+    const record = (status: number | "dropped", replayed = false) => this.requests.push({ method, path, idempotencyKey: idemKey, status, replayed });
+
+    if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
+    if (header(req, "authorization") !== `Bearer ${this.apiKey}`) {
+      record(401);
+      return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
+    }
+    const before = this.faults.take(method, path, ["rate_limit", "unavailable"]);
+    if (before?.kind === "rate_limit") {
+      record(429);
+      return sendError(res, 429, { type: "invalid_request_error", code: "rate_limit", message: "Too many requests hit the API too quickly." }, { "retry-after": String(before.retryAfterSec ?? 1) });
+    }
+    if (before?.kind === "unavailable") {
+      record(503);
+      return sendError(res, 503, { type: "api_error", message: "The service is temporarily unavailable. Nothing was done." });
+    }
+
+    const slot = method === "POST" && idemKey ? `${this.apiKey}:${idemKey}` : undefined;
+    const fingerprint = `${method} ${path} ${canonicalParams(params)}`;
+    let saved = slot ? this.saved.get(slot) : undefined;
+    if (saved && this.now() - saved.at > KEY_RETENTION_MS) {
+      this.saved.delete(slot!); // Stripe prunes keys after 24 hours
+      saved = undefined;
+    }
+    if (saved && saved.fingerprint !== fingerprint) {
+      record(400);
+      return sendError(res, 400, {
+        type: "idempotency_error",
+        message: `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${idemKey}' if you meant to execute a different request.`,
+      });
+    }
+    if (saved?.state === "in_flight") {
+      record(409);
+      return sendError(res, 409, { type: "idempotency_error", code: "idempotency_key_in_use", message: "There is currently another in-progress request using this Idempotent Key. Please try again later." });
+    }
+    if (saved?.state === "done") {
+      return this.answer(req, res, method, path, saved.status!, saved.body!, { "idempotent-replayed": "true", "original-request": saved.requestId! }, record);
+    }
+
+    if (slot) this.saved.set(slot, { fingerprint, at: this.now(), state: "in_flight" });
+    let status: number;
+    let out: string;
+    let committed: StripeObject | undefined;
+    try {
+      const result = this.execute(method, path, params);
+      [status, out] = [200, JSON.stringify(result)];
+      if (method === "POST") committed = result as StripeObject;
+    } catch (e) {
+      if (!(e instanceof StripeFailure)) throw e;
+      if (e.beforeExecution) {
+        if (slot) this.saved.delete(slot); // failed validation: nothing saved under the key
+        record(e.status);
+        return sendError(res, e.status, e.error);
+      }
+      [status, out] = [e.status, JSON.stringify({ error: e.error })];
+      if (e.error.payment_intent) committed = e.error.payment_intent as StripeObject;
+    }
+    // A 500 after the effect is what Stripe saved under the key: replays return it too.
+    if (this.faults.take(method, path, ["error_after_commit"])) {
+      [status, out] = [500, JSON.stringify({ error: { type: "api_error", message: "An unknown error occurred." } })];
+    }
+    const requestId = `req_${randomBytes(7).toString("hex")}`;
+    if (slot) this.saved.set(slot, { fingerprint, at: this.saved.get(slot)!.at, state: "done", status, body: out, requestId });
+    if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed });
+    return this.answer(req, res, method, path, status, out, { "request-id": requestId }, record);
+  }
+
+  /** Sends a response, unless a fault drops or delays it. */
+  private async answer(req: IncomingMessage, res: ServerResponse, method: string, path: string, status: number, body: string, headers: Record<string, string>, record: (s: number | "dropped", r?: boolean) => void): Promise<void> {
+    const replayed = headers["idempotent-replayed"] === "true";
+    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit"]);
+    if (after?.kind === "drop_after_commit") {
+      record("dropped", replayed);
+      req.socket.destroy();
+      return;
+    }
+    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000));
+    record(status, replayed);
+    if (res.destroyed || req.socket.destroyed) return;
+    const idemKey = header(req, "idempotency-key");
+    send(res, status, body, { ...headers, ...(idemKey && { "idempotency-key": idemKey }), "request-id": headers["request-id"] ?? `req_${randomBytes(7).toString("hex")}` });
+  }
+
+  private execute(method: string, path: string, params: Record<string, unknown>): unknown {
+    const parts = path.split("/").filter(Boolean); // ["v1", resource, id?]
+    if (parts[0] !== "v1" || !parts[1]) throw new StripeFailure(404, { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` }, true);
+    const resource = parts[1];
+    const id = parts[2];
+    if (method === "POST" && !id) return this.objects.create(resource, params);
+    if (method === "GET" && id === "search") {
+      const data = this.objects.search(resource, String(params.query ?? ""));
+      return { object: "search_result", url: path, has_more: false, next_page: null, data };
+    }
+    if (method === "GET" && id) {
+      const obj = this.objects.get(resource, id);
+      if (!obj) throw new StripeFailure(404, { type: "invalid_request_error", code: "resource_missing", param: "id", message: `No such ${resource.replace(/s$/, "")}: '${id}'` }, true);
+      return obj;
+    }
+    if (method === "GET") {
+      const { limit, ...filter } = params;
+      const data = this.objects.list(resource, filter).slice(0, Number(limit ?? 10));
+      return { object: "list", url: path, has_more: false, data };
+    }
+    throw new StripeFailure(404, { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` }, true);
+  }
+
+  private counts(): Record<string, number> {
+    return Object.fromEntries(["customers", "payment_intents", "refunds"].map((r) => [r, this.objects.count(r)]));
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let data = "";
+    req.setEncoding("utf8");
+    req.on("data", (c) => (data += c));
+    req.on("end", () => resolve(data));
+    req.on("error", reject);
+  });
+}
+
+/** Parameter order must not matter to the idempotency fingerprint. */
+function canonicalParams(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalParams).join(",")}]`;
+  if (v && typeof v === "object") return `{${Object.keys(v).sort().map((k) => `${k}:${canonicalParams((v as Record<string, unknown>)[k])}`).join(",")}}`;
+  return JSON.stringify(v ?? null);
+}
+
+function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(body);
+}
+
+function sendError(res: ServerResponse, status: number, error: object, headers: Record<string, string> = {}): void {
+  send(res, status, JSON.stringify({ error }), { "request-id": `req_${randomBytes(7).toString("hex")}`, ...headers });
+}

@@ -1,0 +1,62 @@
+/**
+ * Stripe writes as idem actions, through the real stripe SDK. Every request carries OUR
+ * `Idempotency-Key` (the operation key, never stripe-node's automatic one) and
+ * `metadata.idem_operation` = the key, so the object can be found again.
+ *
+ * Capabilities: Stripe dedupes on the key for 24 h (replayed with a 1 h margin), and customers,
+ * payment intents and refunds can be looked up after that. A generic POST (`stripePost`) has no
+ * lookup: past the key window an unknown outcome goes to review.
+ */
+import Stripe from "stripe";
+import { defineAction, type Action, type OperationContext } from "@idem/core";
+import { createStripeClient, type StripeConfig } from "./stripe-client.js";
+import { classifyStripeError } from "./stripe-classify.js";
+import { listRefunds, reconcileByLookup, searchCustomers, searchPaymentIntents, type Lookup } from "./stripe-reconcile.js";
+import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
+
+/** Stripe keeps idempotency keys for at least 24 hours. */
+export const STRIPE_KEY_RETENTION_MS = 24 * 3_600_000;
+
+type Params = Record<string, unknown>;
+
+export interface StripeActions {
+  readonly client: Stripe;
+  readonly customersCreate: Action<Stripe.CustomerCreateParams, StripeReceipt>;
+  readonly paymentIntentsCreate: Action<Stripe.PaymentIntentCreateParams, StripeReceipt>;
+  readonly refundsCreate: Action<Stripe.RefundCreateParams, StripeReceipt>;
+  /** Any other POST resource, e.g. `post("/v1/products")`; type `stripe.post:/v1/products`. */
+  post(path: string): Action<Params, StripeReceipt>;
+}
+
+export function stripeActions(config: StripeConfig): StripeActions {
+  const stripe = createStripeClient(config);
+  const clock = config.clock ?? Date.now;
+  const lagMs = config.searchLagMs ?? 90_000;
+
+  function action<A extends object>(type: string, send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>, lookup?: { find: Lookup<A>; lags: boolean }): Action<A, StripeReceipt> {
+    return defineAction<A, StripeReceipt>({
+      type,
+      capabilities: { dedupe: { retentionMs: STRIPE_KEY_RETENTION_MS }, lookup: lookup !== undefined },
+      async execute(args, op) {
+        const own = (args as { metadata?: Record<string, unknown> }).metadata;
+        const params = { ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A;
+        const obj = await send(params, op.key);
+        return toReceipt(obj, obj.lastResponse?.requestId ?? null, obj.lastResponse?.headers?.["idempotent-replayed"] === "true");
+      },
+      classify: (error) => classifyStripeError(error),
+      ...(lookup && {
+        reconcile: (args: A, op: OperationContext) =>
+          reconcileByLookup(stripe, lookup.find, args, op, { now: clock(), lagMs, keyRetentionMs: STRIPE_KEY_RETENTION_MS, lags: lookup.lags }),
+      }),
+      providerReference: (_args, op) => `idempotency-key:${op.key}`,
+    });
+  }
+
+  return {
+    client: stripe,
+    customersCreate: action<Stripe.CustomerCreateParams>("stripe.customers.create", (p, key) => stripe.customers.create(p, { idempotencyKey: key }), { find: searchCustomers, lags: true }),
+    paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>("stripe.paymentIntents.create", (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }), { find: searchPaymentIntents, lags: true }),
+    refundsCreate: action<Stripe.RefundCreateParams>("stripe.refunds.create", (p, key) => stripe.refunds.create(p, { idempotencyKey: key }), { find: listRefunds, lags: false }),
+    post: (path) => action<Params>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
+  };
+}

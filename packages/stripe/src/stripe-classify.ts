@@ -1,0 +1,49 @@
+/**
+ * Maps stripe-node errors to the failure classes of @idem/core, one reason per branch. Tested
+ * directly against errors from the real SDK (test/stripe-classify.test.ts).
+ */
+import Stripe from "stripe";
+import type { Classification } from "@idem/core";
+
+/** Connection failures that happen before a byte of the request left: nothing can have committed. */
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+export function classifyStripeError(error: unknown): Classification {
+  if (!(error instanceof Stripe.errors.StripeError)) {
+    return { kind: "ambiguous", reason: `not a Stripe error: ${String(error)}` };
+  }
+  const providerRequestId = error.requestId ?? undefined;
+  const ids = providerRequestId ? { providerRequestId } : {};
+  const status = error.statusCode;
+  const what = `${error.type}${error.code ? ` ${error.code}` : ""}: ${error.message}`;
+
+  if (error.type === "StripeConnectionError") {
+    const code = (error.detail as { code?: string } | undefined)?.code;
+    // Refused or unresolvable: the request never reached Stripe.
+    if (code && NOT_SENT.has(code)) return { kind: "transient", reason: `not sent (${code})` };
+    // Timeout or reset after the request left: Stripe may have executed it.
+    return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
+  }
+  // Same key, other parameters: a caller bug (the ledger's args hash should have caught it first).
+  if (error.type === "StripeIdempotencyError" && status === 400) {
+    return { kind: "permanent", reason: `idempotency key reused with other parameters: ${error.message}`, alert: true, ...ids };
+  }
+  // Our first request with this key is still executing at Stripe: ask again shortly, same key.
+  if (status === 409) return { kind: "transient", reason: what, retryAfterMs: 1_000, ...ids };
+  if (status === 429) {
+    const seconds = Number(error.headers?.["retry-after"]);
+    return { kind: "rate_limited", reason: what, retryAfterMs: Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1_000, ...ids };
+  }
+  // Unavailable before execution: nothing was saved under the key.
+  if (status === 503) return { kind: "transient", reason: what, ...ids };
+  // A 500 is saved under the key: the effect is unknown and a replay would only repeat the 500.
+  if (status !== undefined && status >= 500) return { kind: "ambiguous", reason: what, replayable: false, ...ids };
+  // Wrong or revoked key, or not allowed: permanent, and a person must know.
+  if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
+  // Declines and validation errors: Stripe's final answer for these parameters.
+  if (status === 402 || status === 400 || status === 404) {
+    const decline = error.decline_code ? ` (${error.decline_code})` : "";
+    return { kind: "permanent", reason: `${what}${decline}`, ...ids };
+  }
+  return { kind: "ambiguous", reason: `unexpected Stripe answer ${status}: ${what}`, ...ids };
+}

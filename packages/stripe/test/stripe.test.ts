@@ -1,0 +1,258 @@
+/**
+ * The Stripe adapter through the real stripe SDK over HTTP to the Stripe sandbox, on SQLite and
+ * Postgres. Effects are counted at the target: the sandbox's PaymentIntents.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ArgsMismatchError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { StripeSandbox } from "@idem/sandbox";
+import { DIALECTS, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { stripeActions, type StripeConfig } from "@idem/stripe";
+
+const WORKER = fileURLToPath(new URL("./children/stripe-worker.ts", import.meta.url));
+const HOUR = 3_600_000;
+const CARD = { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true } as const;
+
+let sandbox: StripeSandbox;
+let server: { port: number; apiKey: string };
+let skew = 0; // how far the ledger's and the adapter's clocks are moved forward, with the sandbox's
+const advance = (ms: number) => { skew += ms; sandbox.advance(ms); };
+
+beforeAll(async () => {
+  sandbox = new StripeSandbox();
+  server = await sandbox.start();
+});
+afterAll(() => sandbox.close());
+
+function stripe(extra: Partial<StripeConfig> = {}) {
+  return stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000, clock: () => Date.now() + skew, ...extra });
+}
+const piCount = () => sandbox.count("payment_intents");
+const requestsFor = (key: string) => sandbox.requests.filter((r) => r.idempotencyKey === key);
+let n = 0;
+const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
+
+for (const dialect of DIALECTS) {
+  describe(`Stripe on ${dialect}`, () => {
+    let url = "";
+    const opened: Ledger[] = [];
+    beforeAll(async () => {
+      url = await freshDatabase(dialect);
+      opened.push(await openLedger(url));
+    });
+    afterAll(async () => {
+      for (const l of opened) await l.close();
+    });
+    const ledger = async (o: LedgerOptions = {}) => {
+      const l = await openLedger(url, { poolSize: 2, clock: () => Date.now() + skew, ...o });
+      opened.push(l);
+      return l;
+    };
+
+    it("a duplicate call returns the first PaymentIntent and sends nothing", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const before = piCount();
+      const t = tenant();
+      const first = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order-1"], args: CARD });
+      const sent = sandbox.requests.length;
+      const again = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order-1"], args: CARD });
+      expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { object: "payment_intent", status: "succeeded", replayed: false } });
+      expect(again).toMatchObject({ status: "succeeded", replayed: true });
+      expect(again.status === "succeeded" && first.status === "succeeded" && again.receipt.id === first.receipt.id).toBe(true);
+      expect(piCount() - before).toBe(1);
+      expect(sandbox.requests.length).toBe(sent);
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      const op = (await l.get(t, first.operationId)).operation;
+      expect(pi.metadata).toEqual({ idem_operation: op.key });
+      expect(requestsFor(op.key)).toHaveLength(1); // our key, not stripe-node's automatic one
+    });
+
+    it("16 concurrent workers on one key create one PaymentIntent, and all get its id", async () => {
+      const workers = await Promise.all(Array.from({ length: 16 }, () => ledger({ waitMs: 20_000 })));
+      const s = stripe();
+      const before = piCount();
+      const t = tenant();
+      const results = await Promise.all(workers.map((l) => l.run(s.paymentIntentsCreate, { tenant: t, key: ["race"], args: CARD })));
+      expect(piCount() - before).toBe(1);
+      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt.id : r.status)));
+      expect(ids.size).toBe(1);
+      expect([...ids][0]).toMatch(/^pi_/);
+    });
+
+    it("connection closed after commit: unknown, then the replay by key finds the one PaymentIntent", async () => {
+      const l = await ledger({ budget: { baseDelayMs: 10 } });
+      const s = stripe();
+      const before = piCount();
+      const t = tenant();
+      // twice: stripe-node retries a reset connection once by itself, with our key
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["dropped"], args: CARD });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { replayed: true } });
+      expect(piCount() - before).toBe(1);
+      const created = sandbox.objects.all("payment_intents").at(-1)!;
+      expect(out.status === "succeeded" && out.receipt.id).toBe(created.id);
+      const { events } = await l.get(t, out.operationId);
+      expect(events.map((e) => e.to)).toContain("unknown");
+      const later = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["dropped"], args: CARD });
+      expect(later.status === "succeeded" && later.receipt.id).toBe(created.id);
+    });
+
+    it("a 500 saved under the key is looked up, and a lagging search is not taken as absence", async () => {
+      sandbox.searchLagMs = 60_000;
+      try {
+        const l = await ledger({ actions: [] });
+        const s = stripe({ searchLagMs: 60_000 });
+        const before = piCount();
+        const t = tenant();
+        sandbox.faults.add({ kind: "error_after_commit", match: { path: "/v1/payment_intents" } });
+        const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["saved-500"], args: CARD });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(piCount() - before).toBe(1);
+        const withActions = await ledger({ actions: [s.paymentIntentsCreate] });
+        // Still inside the lag: not found proves nothing
+        expect(await withActions.settle(t, out.operationId)).toMatchObject({ status: "pending_verification", state: "unknown" });
+        advance(61_000);
+        const settled = await withActions.settle(t, out.operationId);
+        expect(settled).toMatchObject({ status: "succeeded", receipt: { id: sandbox.objects.all("payment_intents").at(-1)!.id, requestId: null } });
+        expect(piCount() - before).toBe(1);
+      } finally {
+        sandbox.searchLagMs = 0;
+      }
+    });
+
+    it("past the 24 h key window an unknown outcome is settled by search, not by a replay", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["old"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR); // Stripe has forgotten the key: a replay would create a second intent
+      const sent = sandbox.requests.filter((r) => r.method === "POST").length;
+      const settled = await l.settle(t, out.operationId);
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent" } });
+      expect(piCount() - before).toBe(1);
+      expect(sandbox.requests.filter((r) => r.method === "POST").length).toBe(sent);
+    });
+
+    it("past the 24 h window, an intent proven absent is created once with the same key", async () => {
+      const s = stripe();
+      const l = await ledger({ actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      // a worker claimed and died before sending (its lease long expired 25 h later)
+      sandbox.faults.add({ kind: "unavailable", match: { path: "/v1/payment_intents" }, times: 3 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["never-sent"], args: CARD, budget: { attempts: 1 } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      sandbox.faults.clear();
+      const before = piCount();
+      advance(25 * HOUR);
+      const settled = await l.settle(t, out.operationId);
+      expect(settled).toMatchObject({ status: "succeeded" });
+      expect(piCount() - before).toBe(1);
+    });
+
+    it("429 waits as long as Retry-After says, then succeeds once", async () => {
+      const l = await ledger();
+      const before = piCount();
+      sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/payment_intents" }, retryAfterSec: 1 });
+      const started = Date.now();
+      const out = await l.run(stripe().paymentIntentsCreate, { tenant: tenant(), key: ["busy"], args: CARD });
+      expect(out.status).toBe("succeeded");
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+      expect(piCount() - before).toBe(1);
+    });
+
+    it("a decline fails without a retry and is replayed as failed", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_chargeDeclined" };
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args });
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+      expect(out.status === "failed" && out.error.reason).toMatch(/card_declined.*generic_decline/);
+      expect(out.status === "failed" && out.error.providerRequestId).toMatch(/^req_/);
+      const key = (await l.get(t, out.operationId)).operation.key;
+      expect(requestsFor(key)).toHaveLength(1);
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args })).toMatchObject({ status: "failed", replayed: true });
+      expect(requestsFor(key)).toHaveLength(1);
+    });
+
+    it("a reused key with other args fails closed before any request leaves", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      await l.run(s.paymentIntentsCreate, { tenant: t, key: ["o-9"], args: CARD });
+      const sent = sandbox.requests.length;
+      await expect(l.run(s.paymentIntentsCreate, { tenant: t, key: ["o-9"], args: { ...CARD, amount: 9_999 } })).rejects.toBeInstanceOf(ArgsMismatchError);
+      expect(sandbox.requests.length).toBe(sent);
+    });
+
+    it("a wrong API key fails permanently and is flagged for an alert", async () => {
+      const l = await ledger();
+      const out = await l.run(stripe({ apiKey: "sk_test_wrong" }).customersCreate, { tenant: tenant(), key: ["c"], args: { email: "a@example.com" } });
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+    });
+
+    it("a refund and a customer are created once each", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const pi = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["r-pi"], args: CARD });
+      const piId = pi.status === "succeeded" ? pi.receipt.id : "";
+      const refunds = sandbox.count("refunds");
+      const customers = sandbox.count("customers");
+      for (let i = 0; i < 2; i++) {
+        expect(await l.run(s.refundsCreate, { tenant: t, key: ["refund", piId], args: { payment_intent: piId, amount: 500 } })).toMatchObject({ status: "succeeded" });
+        expect(await l.run(s.customersCreate, { tenant: t, key: ["cust", "ada"], args: { email: "ada@example.com" } })).toMatchObject({ status: "succeeded" });
+        expect(await l.run(s.post("/v1/products"), { tenant: t, key: ["prod", "x"], args: { name: "X" } })).toMatchObject({ status: "succeeded" });
+      }
+      expect(sandbox.count("refunds") - refunds).toBe(1);
+      expect(sandbox.count("customers") - customers).toBe(1);
+      expect(sandbox.count("products")).toBeGreaterThanOrEqual(1);
+    });
+
+    it("SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent", async () => {
+      const t = tenant();
+      const before = piCount();
+      sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 60_000 });
+      const committed = new Promise<{ object: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
+      const leaseMs = 1_500;
+      const child = startChild(WORKER, [], { LEDGER_URL: url, TENANT: t, KEY: "killed", STRIPE_PORT: String(server.port), STRIPE_KEY: server.apiKey, LEASE_MS: String(leaseMs) });
+      const { object } = await committed;
+      await kill9(child);
+      expect(piCount() - before).toBe(1);
+      // the database clock, as the killed worker had: earlier tests moved the test clock by days
+      const l = await openLedger(url, { poolSize: 2 });
+      opened.push(l);
+      const s = stripe();
+      const [row] = await l.list({ tenant: t });
+      expect(row).toMatchObject({ status: "running", attempt: 1 });
+      await sleep(leaseMs + 200);
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
+      expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: object.id, replayed: true } });
+      expect(piCount() - before).toBe(1);
+    }, 60_000);
+  });
+}
+
+describe("Stripe test mode (live, opt-in)", () => {
+  const key = process.env.STRIPE_SECRET_KEY;
+  const reason = !key ? "STRIPE_SECRET_KEY is not set" : !key.startsWith("sk_test_") ? "STRIPE_SECRET_KEY is not a test-mode key (sk_test_…)" : "";
+  if (reason) console.log(`[skipped] live Stripe test: ${reason}`);
+  it.skipIf(reason !== "")("creates one PaymentIntent for a duplicated call against real Stripe", async () => {
+    const l = await openLedger(`sqlite::memory:`);
+    const s = stripeActions({ apiKey: key! });
+    const input = { tenant: "live-test", key: ["idem-live", Date.now()], args: CARD };
+    const first = await l.run(s.paymentIntentsCreate, input);
+    const again = await l.run(s.paymentIntentsCreate, input);
+    expect(first.status).toBe("succeeded");
+    expect(again).toMatchObject({ status: "succeeded", replayed: true });
+    const op = (await l.get("live-test", first.operationId)).operation;
+    const found = await s.client.paymentIntents.list({ limit: 10 });
+    expect(found.data.filter((p) => p.metadata.idem_operation === op.key)).toHaveLength(1);
+    await l.close();
+  });
+});
