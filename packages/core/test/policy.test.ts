@@ -17,6 +17,11 @@ describe("recoveryFor (the replay policy table)", () => {
     expect(recoveryFor({ dedupe: { retentionMs: 10_000, marginMs: 1_000 } }, 0, 8_999).kind).toBe("replay");
     expect(recoveryFor({ dedupe: { retentionMs: 10_000, marginMs: 1_000 } }, 0, 9_000).kind).toBe("review");
   });
+  it("looks the effect up instead of replaying when the provider saved an error under the key", () => {
+    expect(recoveryFor(stripeLike, 0, HOUR, { replayable: false }).kind).toBe("reconcile");
+    expect(recoveryFor({ dedupe: { retentionMs: 24 * HOUR } }, 0, HOUR, { replayable: false }).kind).toBe("review");
+    expect(recoveryFor(stripeLike, 0, HOUR, { replayable: true }).kind).toBe("replay");
+  });
   it("reconciles a provider that can only be queried", () => {
     expect(recoveryFor({ lookup: true }, 0, 1).kind).toBe("reconcile");
   });

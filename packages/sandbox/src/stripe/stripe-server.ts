@@ -8,7 +8,7 @@
  * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After) and `unavailable` (503) before
- * anything commits; `error_after_commit` (500, saved under the key), `drop_after_commit` (the
+ * anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, saved under the key), `drop_after_commit` (the
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
  * client's timeout) after the effect committed.
  */
@@ -20,7 +20,7 @@ import qs from "qs";
 import { FaultPlan } from "../faults.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
-export type StripeFaultKind = "rate_limit" | "unavailable" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
+export type StripeFaultKind = "rate_limit" | "unavailable" | "delay_before_commit" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
 
 export interface StripeSandboxOptions {
   /** The secret key requests must carry. Default "sk_test_idem_sandbox". */
@@ -135,6 +135,8 @@ export class StripeSandbox {
     }
 
     if (slot) this.saved.set(slot, { fingerprint, at: this.now(), state: "in_flight" });
+    const slow = this.faults.take(method, path, ["delay_before_commit"]);
+    if (slow) await new Promise((r) => setTimeout(r, slow.delayMs ?? 1_000));
     let status: number;
     let out: string;
     let committed: StripeObject | undefined;

@@ -1,0 +1,111 @@
+/**
+ * The Stripe sandbox keeps Stripe's documented idempotency semantics, checked with the real
+ * stripe SDK over HTTP (no ledger involved).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import Stripe from "stripe";
+import { StripeSandbox } from "@idem/sandbox";
+
+let sandbox: StripeSandbox;
+let client: Stripe;
+let port = 0;
+beforeAll(async () => {
+  sandbox = new StripeSandbox();
+  const started = await sandbox.start();
+  port = started.port;
+  client = new Stripe(started.apiKey, { host: "127.0.0.1", port, protocol: "http", maxNetworkRetries: 0, timeout: 3_000 });
+});
+afterAll(() => sandbox.close());
+
+const card = { amount: 1500, currency: "eur", payment_method: "pm_card_visa", confirm: true };
+let k = 0;
+const key = () => `sandbox-test-${++k}`;
+
+describe("Stripe sandbox idempotency", () => {
+  it("saves the first response and replays it with Idempotent-Replayed", async () => {
+    const idempotencyKey = key();
+    const a = await client.paymentIntents.create(card, { idempotencyKey });
+    const b = await client.paymentIntents.create(card, { idempotencyKey });
+    expect(b.id).toBe(a.id);
+    expect(a.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+    expect(b.lastResponse.headers["idempotent-replayed"]).toBe("true");
+    expect(sandbox.objects.all("payment_intents").filter((p) => p.id === a.id)).toHaveLength(1);
+  });
+
+  it("refuses the same key with other parameters (400 idempotency_error)", async () => {
+    const idempotencyKey = key();
+    await client.customers.create({ email: "a@example.com" }, { idempotencyKey });
+    const err = await client.customers.create({ email: "b@example.com" }, { idempotencyKey }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Stripe.errors.StripeIdempotencyError);
+    expect(err).toMatchObject({ statusCode: 400 });
+  });
+
+  it("answers 409 idempotency_key_in_use while the first request executes", async () => {
+    const idempotencyKey = key();
+    sandbox.faults.add({ kind: "delay_before_commit", match: { path: "/v1/customers" }, delayMs: 300 });
+    const first = client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
+    await new Promise((r) => setTimeout(r, 100));
+    const second = await client.customers.create({ email: "slow@example.com" }, { idempotencyKey }).catch((e: unknown) => e);
+    expect(second).toMatchObject({ statusCode: 409, code: "idempotency_key_in_use" });
+    const created = await first;
+    const third = await client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
+    expect(third.id).toBe(created.id);
+    expect(sandbox.objects.all("customers").filter((c) => c.email === "slow@example.com")).toHaveLength(1);
+  });
+
+  it("forgets keys after 24 hours", async () => {
+    const idempotencyKey = key();
+    const a = await client.customers.create({ email: "old@example.com" }, { idempotencyKey });
+    sandbox.advance(24 * 3_600_000 + 1_000);
+    const b = await client.customers.create({ email: "old@example.com" }, { idempotencyKey });
+    expect(b.id).not.toBe(a.id);
+  });
+
+  it("does not save 401, 429 or validation failures under the key", async () => {
+    const idempotencyKey = key();
+    sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/payment_intents" }, retryAfterSec: 2 });
+    const limited = await client.paymentIntents.create(card, { idempotencyKey }).catch((e: unknown) => e);
+    expect(limited).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
+    expect((limited as Stripe.errors.StripeError).headers?.["retry-after"]).toBe("2");
+    const invalid = await client.paymentIntents.create({ ...card, amount: 10 }, { idempotencyKey }).catch((e: unknown) => e);
+    expect(invalid).toMatchObject({ statusCode: 400, code: "amount_too_small" });
+    const ok = await client.paymentIntents.create(card, { idempotencyKey }); // the same key, now executing for real
+    expect(ok.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+  });
+
+  it("saves a decline (the endpoint executed) and a 500 after commit", async () => {
+    const declineKey = key();
+    const e1 = await client.paymentIntents.create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey }).catch((e: unknown) => e);
+    const e2 = await client.paymentIntents.create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey }).catch((e: unknown) => e);
+    expect(e1).toMatchObject({ statusCode: 402, code: "card_declined", decline_code: "generic_decline" });
+    expect(e2).toMatchObject({ statusCode: 402 });
+    expect((e2 as Stripe.errors.StripeError).headers?.["idempotent-replayed"]).toBe("true");
+
+    const errorKey = key();
+    const before = sandbox.count("payment_intents");
+    sandbox.faults.add({ kind: "error_after_commit", match: { path: "/v1/payment_intents" } });
+    const s1 = await client.paymentIntents.create(card, { idempotencyKey: errorKey }).catch((e: unknown) => e);
+    const s2 = await client.paymentIntents.create(card, { idempotencyKey: errorKey }).catch((e: unknown) => e);
+    expect(s1).toMatchObject({ statusCode: 500 });
+    expect(s2).toMatchObject({ statusCode: 500 });
+    expect(sandbox.count("payment_intents") - before).toBe(1);
+  });
+
+  it("searches metadata, and hides objects younger than the search lag", async () => {
+    sandbox.searchLagMs = 60_000;
+    try {
+      const c = await client.customers.create({ email: "s@example.com", metadata: { idem_operation: "abc" } }, { idempotencyKey: key() });
+      expect((await client.customers.search({ query: "metadata['idem_operation']:'abc'" })).data).toHaveLength(0);
+      sandbox.advance(61_000);
+      const found = await client.customers.search({ query: "metadata['idem_operation']:'abc'" });
+      expect(found.data.map((x) => x.id)).toEqual([c.id]);
+    } finally {
+      sandbox.searchLagMs = 0;
+    }
+  });
+
+  it("rejects a wrong API key with 401", async () => {
+    const other = new Stripe("sk_test_wrong", { host: "127.0.0.1", port, protocol: "http", maxNetworkRetries: 0 });
+    await expect(other.customers.create({ email: "x@example.com" })).rejects.toBeInstanceOf(Stripe.errors.StripeAuthenticationError);
+  });
+});
