@@ -65,6 +65,12 @@ export interface OperationContext {
   readonly attempt: number;
   /** When the operation was first claimed (ms since epoch, database clock). */
   readonly createdAt: number;
+  /**
+   * The latest time an earlier attempt could have performed the effect: when the outcome became
+   * unknown, or when a dead worker's lease ran out. A lookup's settle window (search lag, copies
+   * that appear late) counts from here. For a first attempt it is the claim time.
+   */
+  readonly lastAttemptAt: number;
   /** The provider reference recorded before the effect, if the action gave one. */
   readonly providerReference: string | null;
   /** Aborted when the lease is lost or the caller gives up; pass it to the provider's client. */

@@ -134,7 +134,9 @@ export class Runner {
     if (args === undefined) return this.toReview(call, mine, `${why}: the args are not stored, so the effect cannot be looked up`);
     let found;
     try {
-      found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx));
+      // No effect of an earlier attempt is younger than its last write or the end of its lease.
+      const lastAttemptAt = Math.max(row.updated_at, row.lease_expires_at ?? 0);
+      found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
     } catch (error) {
       found = { found: false as const, proof: "inconclusive" as const, reason: `lookup failed: ${describeError(error)}` };
     }
@@ -267,7 +269,7 @@ export class Runner {
   }
 
   /** Runs `fn` while a heartbeat keeps our lease; the signal aborts if the lease is lost. */
-  private async withLease<A, R, T>(call: Call<A, R>, row: Row, fn: (ctx: OperationContext) => Promise<T>): Promise<T> {
+  private async withLease<A, R, T>(call: Call<A, R>, row: Row, fn: (ctx: OperationContext) => Promise<T>, lastAttemptAt?: number): Promise<T> {
     const controller = new AbortController();
     const onAbort = () => controller.abort(call.signal?.reason);
     call.signal?.addEventListener("abort", onAbort, { once: true });
@@ -279,7 +281,7 @@ export class Runner {
       );
     }, every);
     try {
-      return await fn(context(row, controller.signal));
+      return await fn(context(row, controller.signal, lastAttemptAt));
     } finally {
       clearInterval(timer);
       call.signal?.removeEventListener("abort", onAbort);
@@ -296,10 +298,10 @@ export class Runner {
 
 interface CallState { executed: number; waited: number; started: number }
 
-function context(row: Row, signal: AbortSignal): OperationContext {
+function context(row: Row, signal: AbortSignal, lastAttemptAt = row.updated_at): OperationContext {
   return {
     id: row.id, tenant: row.tenant_id, key: row.key, keyLabel: row.key_label, attempt: row.attempt,
-    createdAt: row.created_at, providerReference: row.provider_reference, signal,
+    createdAt: row.created_at, lastAttemptAt, providerReference: row.provider_reference, signal,
   };
 }
 

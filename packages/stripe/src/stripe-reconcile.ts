@@ -37,11 +37,11 @@ export interface ReconcileWindows {
 export async function reconcileByLookup<A>(stripe: Stripe, lookup: Lookup<A>, args: A, op: OperationContext, w: ReconcileWindows): Promise<ReconcileResult<StripeReceipt>> {
   const found = await lookup(stripe, args, op.key);
   if (found) return { found: true, receipt: toReceipt(found, null, false) };
-  const age = w.now - op.createdAt;
-  if (w.lags && age < w.lagMs) {
-    return { found: false, proof: "inconclusive", reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`, retryAfterMs: w.lagMs - age };
+  const sinceAttempt = w.now - op.lastAttemptAt;
+  if (w.lags && sinceAttempt < w.lagMs) {
+    return { found: false, proof: "inconclusive", reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`, retryAfterMs: w.lagMs - sinceAttempt };
   }
-  if (age < w.keyRetentionMs) {
+  if (w.now - op.createdAt < w.keyRetentionMs) {
     // We only look up inside the retention window when Stripe saved an error under our key: the
     // object is absent, but a retry with this key can only replay that error until Stripe forgets it.
     return { found: false, proof: "never", reason: "absent at Stripe, but Stripe saved an error under this key: retrying it repeats the error; a person must resolve it or retry with a new revision" };

@@ -1,0 +1,96 @@
+/**
+ * Email as an idem action. SMTP has no idempotency key, so each message gets a deterministic
+ * Message-ID, an `X-Idem-Key` header and a reference in the subject, and before sending we look
+ * for the copy an earlier attempt left (Sent folder or journal, over IMAP): found means done.
+ *
+ * The message is rendered once by nodemailer and the same bytes are sent over SMTP and, in append
+ * mode, APPENDed to Sent.
+ */
+import nodemailer from "nodemailer";
+import { defineAction, type Action } from "@idem/core";
+import type { EmailConfig } from "./email-config.js";
+import { classifyEmailError } from "./email-classify.js";
+import { Mailbox } from "./email-mailbox.js";
+import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
+import type { EmailReceipt } from "./email-receipt.js";
+import { reconcileByCopy } from "./email-reconcile.js";
+
+export interface EmailArgs {
+  readonly to: string | readonly string[];
+  readonly cc?: string | readonly string[];
+  readonly bcc?: string | readonly string[];
+  readonly subject: string;
+  readonly text?: string;
+  readonly html?: string;
+  /** Inline content only (strings, base64 with `encoding`): file and URL access are disabled. */
+  readonly attachments?: readonly { filename: string; content: string; encoding?: "base64" | "utf8"; contentType?: string }[];
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+export interface EmailActions {
+  readonly send: Action<EmailArgs, EmailReceipt>;
+}
+
+export function emailActions(config: EmailConfig): EmailActions {
+  const domain = config.messageIdDomain ?? domainOf(config.from);
+  const withRef = config.subjectWithRef ?? ((subject: string, ref: string) => `${subject} [ref:${ref}]`);
+  const copy = config.copy;
+  const lookIn = copy.mode === "journal"
+    ? new Mailbox(copy.imap ?? config.imap, copy.mailbox ?? "INBOX")
+    : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
+  const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
+  const clock = config.clock ?? Date.now;
+  const timeout = config.smtp.timeoutMs ?? 30_000;
+  const smtp = nodemailer.createTransport({
+    host: config.smtp.host, port: config.smtp.port, secure: config.smtp.secure ?? false,
+    ...(config.smtp.auth && { auth: { user: config.smtp.auth.user, pass: config.smtp.auth.pass } }),
+    connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout,
+    disableFileAccess: true, disableUrlAccess: true,
+  });
+  const render = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "windows" });
+
+  const send = defineAction<EmailArgs, EmailReceipt>({
+    type: "email.send",
+    capabilities: { lookup: true },
+    providerReference: (_args, op) => messageIdFor(op.key, domain),
+    validate(args) {
+      if (!args.subject?.trim()) throw new Error("email.send needs a subject");
+      if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
+    },
+    async execute(args, op) {
+      const messageId = messageIdFor(op.key, domain);
+      const ref = referenceFor(op.key);
+      // An earlier attempt's copy means it was sent: nothing more to do.
+      const earlier = await lookIn.find(messageId);
+      if (earlier) return { messageId, ref, sent: false, response: null, accepted: [], rejected: [], foundIn: earlier.mailbox };
+
+      const journal = copy.mode === "journal" ? [copy.address] : [];
+      const message = {
+        from: config.from, to: list(args.to), cc: list(args.cc), bcc: [...list(args.bcc), ...journal],
+        subject: withRef(args.subject, ref), messageId,
+        ...(args.text !== undefined && { text: args.text }),
+        ...(args.html !== undefined && { html: args.html }),
+        ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
+        headers: { ...args.headers, "X-Idem-Key": op.key },
+      };
+      const rendered = await render.sendMail(message);
+      const raw = rendered.message as Buffer;
+      const info = await smtp.sendMail({ envelope: { from: config.from, to: [...message.to, ...message.cc, ...message.bcc] }, raw });
+      if (copy.mode === "append") {
+        // Sent already; a failed APPEND only loses the copy, not the effect.
+        await sent.append(raw).catch(() => undefined);
+      }
+      return {
+        messageId, ref, sent: true, response: String(info.response ?? ""),
+        accepted: (info.accepted ?? []).map(String), rejected: (info.rejected ?? []).map(String),
+      };
+    },
+    classify: (error) => classifyEmailError(error),
+    reconcile: (_args, op) => reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, clock(), config.settleMs ?? 60_000),
+  });
+  return { send };
+}
+
+function list(v: string | readonly string[] | undefined): string[] {
+  return v === undefined ? [] : typeof v === "string" ? [v] : [...v];
+}

@@ -1,0 +1,41 @@
+/**
+ * Maps nodemailer errors (and our pre-send check) to the failure classes of @idem/core. An SMTP
+ * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Only a missing reply
+ * is ambiguous: nodemailer reports socket timeouts with command "CONN" whatever the stage, so a
+ * timeout or a closed socket counts as "may have been accepted" unless it happened before the
+ * server greeted us.
+ */
+import type { Classification } from "@idem/core";
+import { MailboxUnavailableError } from "./email-mailbox.js";
+
+interface NodemailerError {
+  code?: string;
+  originalCode?: string;
+  command?: string;
+  responseCode?: number;
+  timeoutType?: string;
+  message?: string;
+}
+
+/** Failures to reach the server at all: no command was sent, nothing can have been accepted. */
+const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+export function classifyEmailError(error: unknown): Classification {
+  if (error instanceof MailboxUnavailableError) {
+    // The check before sending failed, so nothing was sent: retry later with the same Message-ID.
+    return { kind: "transient", reason: `pre-send check failed, nothing sent: ${error.message}`, retryAfterMs: 5_000 };
+  }
+  const e = (error ?? {}) as NodemailerError;
+  const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;
+  if (e.code === "EAUTH" || e.code === "ENOAUTH") return { kind: "permanent", reason: what, alert: true };
+  if (typeof e.responseCode === "number") {
+    // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.
+    if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };
+    if (e.responseCode >= 500) return { kind: "permanent", reason: what };
+  }
+  if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
+  if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
+  if (NOT_CONNECTED.has(e.originalCode ?? "") || NOT_CONNECTED.has(e.code ?? "")) return { kind: "transient", reason: `not connected: ${what}` };
+  if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT") return { kind: "transient", reason: `no greeting: ${what}` };
+  return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
+}

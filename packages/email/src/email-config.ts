@@ -1,0 +1,50 @@
+/** Configuration of the email actions: SMTP out, IMAP for the copy, and how the copy gets there. */
+
+export interface ImapConfig {
+  readonly host: string;
+  readonly port: number;
+  readonly secure?: boolean;
+  readonly auth: { readonly user: string; readonly pass: string };
+}
+
+export interface SmtpConfig {
+  readonly host: string;
+  readonly port: number;
+  /** Implicit TLS (port 465). Default false (STARTTLS when offered). */
+  readonly secure?: boolean;
+  readonly auth?: { readonly user: string; readonly pass: string };
+  /** Socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
+  readonly timeoutMs?: number;
+}
+
+/**
+ * Where a copy of each sent message can be found, and what its absence proves:
+ *  - provider-saves: the provider files SMTP-sent mail in Sent itself (Gmail, Office 365);
+ *    absence is proof once the settle window passed.
+ *  - journal: a Bcc to `address`, delivered by the server once it accepted the message, is
+ *    searched in that account (`imap`, default the sender's) in `mailbox` (default INBOX).
+ *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
+ *    proves nothing and an unknown outcome goes to review.
+ */
+export type CopyConfig =
+  | { readonly mode: "provider-saves" }
+  | { readonly mode: "journal"; readonly address: string; readonly imap?: ImapConfig; readonly mailbox?: string }
+  | { readonly mode: "append" };
+
+export interface EmailConfig {
+  readonly smtp: SmtpConfig;
+  /** The sender's mailbox, where Sent is. */
+  readonly imap: ImapConfig;
+  readonly from: string;
+  readonly copy: CopyConfig;
+  /** Sent folder path; default the SPECIAL-USE \Sent folder, else one named "Sent". */
+  readonly sentMailbox?: string;
+  /** Domain of the deterministic Message-ID. Default: the domain of `from`. */
+  readonly messageIdDomain?: string;
+  /** Subject with its reference. Default `${subject} [ref:${ref}]`. */
+  readonly subjectWithRef?: (subject: string, ref: string) => string;
+  /** How long a copy may take to appear after a send (provider-saves, journal). Default 60 s. */
+  readonly settleMs?: number;
+  /** Clock for the settle window. Default Date.now. */
+  readonly clock?: () => number;
+}

@@ -1,0 +1,22 @@
+/**
+ * Settling an unknown send by looking for its copy, honest about what "not found" proves in each
+ * copy mode: with provider-saves and journal, absence counts only after the settle window (copies
+ * can appear late); with append, never (a crash between send and APPEND leaves no copy).
+ */
+import type { OperationContext, ReconcileResult } from "@idem/core";
+import type { CopyConfig } from "./email-config.js";
+import type { Mailbox } from "./email-mailbox.js";
+import type { EmailReceipt } from "./email-receipt.js";
+
+export async function reconcileByCopy(mailbox: Mailbox, copy: CopyConfig, messageId: string, ref: string, op: OperationContext, now: number, settleMs: number): Promise<ReconcileResult<EmailReceipt>> {
+  const found = await mailbox.find(messageId); // unreachable IMAP throws: inconclusive, try later
+  if (found) return { found: true, receipt: { messageId, ref, sent: true, response: null, accepted: [], rejected: [], foundIn: found.mailbox } };
+  if (copy.mode === "append") {
+    return { found: false, proof: "never", reason: `no copy of ${messageId} in Sent, but copies are appended by the client after sending: it may have been sent` };
+  }
+  const waited = now - op.lastAttemptAt;
+  if (waited < settleMs) {
+    return { found: false, proof: "inconclusive", reason: `no copy of ${messageId} yet; copies may take ${settleMs} ms to appear`, retryAfterMs: settleMs - waited };
+  }
+  return { found: false, proof: "absent", reason: `no copy of ${messageId} ${copy.mode === "journal" ? "in the journal" : "in Sent"} after the settle window` };
+}

@@ -1,0 +1,28 @@
+/** classifyEmailError over the shapes nodemailer gives its errors, one case per reason. */
+import { describe, expect, it } from "vitest";
+import { MailboxUnavailableError, classifyEmailError } from "@idem/email";
+
+const err = (fields: Record<string, unknown>) => Object.assign(new Error("m"), fields);
+
+describe("classifyEmailError", () => {
+  it.each([
+    ["the pre-send IMAP check failed", new MailboxUnavailableError("down"), "transient"],
+    ["authentication refused", err({ code: "EAUTH", responseCode: 535, command: "AUTH PLAIN" }), "permanent"],
+    ["421 at MAIL FROM", err({ code: "EENVELOPE", responseCode: 421, command: "MAIL FROM" }), "transient"],
+    ["450 at RCPT TO", err({ code: "EENVELOPE", responseCode: 450, command: "RCPT TO" }), "transient"],
+    ["550 at RCPT TO", err({ code: "EENVELOPE", responseCode: 550, command: "RCPT TO" }), "permanent"],
+    ["552 after the message", err({ code: "EMESSAGE", responseCode: 552, command: "DATA" }), "permanent"],
+    ["an invalid address refused locally", err({ code: "EENVELOPE", command: "API" }), "permanent"],
+    ["connection refused", err({ code: "ESOCKET", originalCode: "ECONNREFUSED", command: "CONN" }), "transient"],
+    ["no greeting", err({ code: "ETIMEDOUT", timeoutType: "GREETING_TIMEOUT", command: "CONN" }), "transient"],
+    ["a socket timeout, stage unknown", err({ code: "ETIMEDOUT", timeoutType: "SOCKET_TIMEOUT", command: "CONN" }), "ambiguous"],
+    ["the connection closed unexpectedly", err({ code: "ECONNECTION", command: "CONN" }), "ambiguous"],
+    ["anything else", new Error("weird"), "ambiguous"],
+  ])("%s: %s", (_what, error, kind) => {
+    expect(classifyEmailError(error).kind).toBe(kind);
+  });
+
+  it("flags refused authentication for an alert", () => {
+    expect(classifyEmailError(err({ code: "EAUTH", responseCode: 535 }))).toMatchObject({ alert: true });
+  });
+});

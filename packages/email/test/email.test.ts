@@ -1,0 +1,189 @@
+/**
+ * The email adapter with real nodemailer, imapflow, smtp-server and Dovecot, in each copy mode,
+ * on SQLite and Postgres. Effects are counted at the target: messages the SMTP server accepted.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
+import { DIALECTS, freePort, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { Mailbox, emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
+
+const WORKER = fileURLToPath(new URL("./children/mail-worker.ts", import.meta.url));
+type Mode = CopyConfig["mode"];
+const SERVER_MODE: Record<Mode, CopyMode> = { "provider-saves": "provider-saves", journal: "journal", append: "none" };
+
+let sandbox: MailSandbox;
+let ports: { smtp: number; imap: number };
+beforeAll(async () => {
+  sandbox = new MailSandbox();
+  const s = await sandbox.start();
+  ports = { smtp: s.smtp.port, imap: s.imap.port };
+}, 30_000);
+afterAll(() => sandbox?.close());
+
+function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
+  sandbox.mode = SERVER_MODE[mode];
+  const copy: CopyConfig = mode === "journal"
+    ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }
+    : { mode };
+  return {
+    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 1_500 },
+    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+    from: SENDER.user, copy, settleMs: 300, ...extra,
+  };
+}
+const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
+let n = 0;
+const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
+
+for (const dialect of DIALECTS) {
+  describe(`email on ${dialect}`, () => {
+    let url = "";
+    const opened: Ledger[] = [];
+    beforeAll(async () => {
+      url = await freshDatabase(dialect);
+      opened.push(await openLedger(url));
+    });
+    afterAll(async () => {
+      for (const l of opened) await l.close();
+    });
+    const ledger = async (o: LedgerOptions = {}) => {
+      const l = await openLedger(url, { poolSize: 2, ...o });
+      opened.push(l);
+      return l;
+    };
+    const messageIdOf = async (l: Ledger, t: string, id: string) => (await l.get(t, id)).operation.providerReference!;
+
+    for (const mode of ["provider-saves", "journal", "append"] as const) {
+      it(`${mode}: a duplicate call sends nothing and returns the first receipt`, async () => {
+        const l = await ledger();
+        const mail = emailActions(config(mode));
+        const t = tenant();
+        const first = await l.run(mail.send, { tenant: t, key: ["weekly", "c1", "W48"], args: report });
+        const again = await l.run(mail.send, { tenant: t, key: ["weekly", "c1", "W48"], args: report });
+        expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: true, accepted: expect.arrayContaining(["client@example.test"]) } });
+        expect(again).toMatchObject({ status: "succeeded", replayed: true });
+        const messageId = await messageIdOf(l, t, first.operationId);
+        expect(first.status === "succeeded" && first.receipt.messageId).toBe(messageId);
+        expect(sandbox.count(messageId)).toBe(1);
+        const got = sandbox.received.find((m) => m.messageId === messageId)!;
+        expect(got.subject).toMatch(/^Weekly report \[ref:[A-Z0-9]{8}\]$/);
+        expect(got.raw.toString()).toMatch(/X-Idem-Key:\s+[0-9a-f]{64}/); // folded or not
+        // the copy is where this mode says it is
+        const where = mode === "journal" ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL }, "INBOX") : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER }, "\\Sent");
+        expect(await where.find(messageId)).toMatchObject({ mailbox: mode === "journal" ? "INBOX" : "Sent" });
+      });
+    }
+
+    for (const mode of ["provider-saves", "journal"] as const) {
+      it(`${mode}: accepted, then the client timed out: unknown, found by Message-ID, one message`, async () => {
+        const l = await ledger();
+        const mail = emailActions(config(mode));
+        const t = tenant();
+        sandbox.faults.add({ kind: "hold_reply", delayMs: 4_000 });
+        const out = await l.run(mail.send, { tenant: t, key: ["held"], args: report });
+        expect(out).toMatchObject({ status: "succeeded", receipt: { foundIn: mode === "journal" ? "INBOX" : "Sent" } });
+        const { events, operation } = await l.get(t, out.operationId);
+        expect(events.map((e) => e.to)).toContain("unknown");
+        expect(sandbox.count(operation.providerReference!)).toBe(1);
+      });
+    }
+
+    it("append: accepted, then the client timed out before its APPEND: needs_review, never a second send", async () => {
+      const l = await ledger();
+      const mail = emailActions(config("append"));
+      const t = tenant();
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 4_000 });
+      const out = await l.run(mail.send, { tenant: t, key: ["held-append"], args: report });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
+    });
+
+    it("append: SIGKILL between send and APPEND: after the lease, needs_review and one message", async () => {
+      const t = tenant();
+      sandbox.mode = "none";
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 60_000 });
+      const accepted = new Promise<{ messageId: string }>((resolve) => sandbox.events.once("accepted", resolve));
+      const leaseMs = 1_500;
+      const child = startChild(WORKER, [], {
+        LEDGER_URL: url, TENANT: t, KEY: "killed", SMTP_PORT: String(ports.smtp), IMAP_PORT: String(ports.imap),
+        USER: SENDER.user, PASS: SENDER.pass, LEASE_MS: String(leaseMs),
+      });
+      const { messageId } = await accepted;
+      await kill9(child);
+      const l = await ledger();
+      const [row] = await l.list({ tenant: t });
+      expect(row).toMatchObject({ status: "running", providerReference: messageId });
+      await sleep(leaseMs + 200);
+      const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(sandbox.count(messageId)).toBe(1);
+    }, 60_000);
+
+    it("IMAP down during the pre-send check: nothing is sent; a later call sends once", async () => {
+      const l = await ledger();
+      const t = tenant();
+      const closed = await freePort();
+      const down = emailActions(config("provider-saves", { imap: { host: "127.0.0.1", port: closed, auth: SENDER } }));
+      const before = sandbox.count();
+      const out = await l.run(down.send, { tenant: t, key: ["imap-down"], args: report, budget: { attempts: 1 } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(sandbox.count()).toBe(before);
+      const up = await l.run(emailActions(config("provider-saves")).send, { tenant: t, key: ["imap-down"], args: report });
+      expect(up).toMatchObject({ status: "succeeded", receipt: { sent: true } });
+      expect(sandbox.count()).toBe(before + 1);
+    });
+
+    it("16 concurrent workers on one key: one message received", async () => {
+      const workers = await Promise.all(Array.from({ length: 16 }, () => ledger({ waitMs: 20_000 })));
+      const mail = emailActions(config("provider-saves"));
+      const t = tenant();
+      const results = await Promise.all(workers.map((l) => l.run(mail.send, { tenant: t, key: ["race"], args: report })));
+      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt.messageId : r.status)));
+      expect(ids.size).toBe(1);
+      expect(sandbox.count([...ids][0]!)).toBe(1);
+    });
+
+    it("a 421 before DATA is retried with the same Message-ID; refused AUTH fails and alerts", async () => {
+      const l = await ledger({ budget: { baseDelayMs: 10 } });
+      const mail = emailActions(config("provider-saves"));
+      const t = tenant();
+      sandbox.faults.add({ kind: "reject_421" });
+      const out = await l.run(mail.send, { tenant: t, key: ["421"], args: report });
+      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
+      expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
+      sandbox.faults.add({ kind: "refuse_auth" });
+      const denied = await l.run(mail.send, { tenant: t, key: ["auth"], args: report });
+      expect(denied).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+    });
+  });
+}
+
+describe("a real mailbox (live, opt-in)", () => {
+  const smtpUrl = process.env.IDEM_SMTP_URL;
+  const imapUrl = process.env.IDEM_IMAP_URL;
+  const reason = !smtpUrl || !imapUrl ? "IDEM_SMTP_URL and IDEM_IMAP_URL are not both set (smtp[s]://user:pass@host:port, imap[s]://user:pass@host:port)" : "";
+  if (reason) console.log(`[skipped] live email test: ${reason}`);
+  it.skipIf(reason !== "")("sends once and finds the copy in Sent", async () => {
+    const s = new URL(smtpUrl!);
+    const i = new URL(imapUrl!);
+    const user = decodeURIComponent(s.username);
+    const mail = emailActions({
+      smtp: { host: s.hostname, port: Number(s.port), secure: s.protocol === "smtps:", auth: { user, pass: decodeURIComponent(s.password) } },
+      imap: { host: i.hostname, port: Number(i.port), secure: i.protocol === "imaps:", auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) } },
+      from: process.env.IDEM_MAIL_FROM ?? user, copy: { mode: "append" },
+    });
+    const l = await openLedger("sqlite::memory:");
+    const input = { tenant: "live", key: ["idem-live", Date.now()], args: { to: process.env.IDEM_MAIL_TO ?? user, subject: "idem live test", text: "one copy" } };
+    const first = await l.run(mail.send, input);
+    const again = await l.run(mail.send, input);
+    expect(first.status).toBe("succeeded");
+    expect(again).toMatchObject({ status: "succeeded", replayed: true });
+    const op = (await l.get("live", first.operationId)).operation;
+    expect(await new Mailbox({ host: i.hostname, port: Number(i.port), secure: i.protocol === "imaps:", auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) } }, "\\Sent").find(op.providerReference!)).toBeDefined();
+    await l.close();
+  });
+});
+

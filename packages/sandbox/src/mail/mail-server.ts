@@ -1,0 +1,124 @@
+/**
+ * A local mail provider: an SMTP server (npm smtp-server) that stores what it accepts and files
+ * copies into a real IMAP server (Dovecot), the way the three kinds of provider do:
+ *  - "provider-saves": a copy of each message in the sender's Sent folder (Gmail, Office 365);
+ *  - "journal": a Bcc to the journal address is delivered to that mailbox, once accepted;
+ *  - "none": nothing is filed (a plain Postfix; the client must APPEND its own copy).
+ * The copy is filed before the SMTP reply, as those providers do once they accepted a message.
+ *
+ * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
+ * `reject_421` (421 at MAIL FROM, before DATA) and `refuse_auth` (535).
+ */
+import { EventEmitter } from "node:events";
+import type { AddressInfo } from "node:net";
+import { ImapFlow } from "imapflow";
+import { simpleParser } from "mailparser";
+import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server";
+import { FaultPlan } from "../faults.js";
+import { Dovecot, type MailUser } from "./dovecot.js";
+
+export type CopyMode = "provider-saves" | "journal" | "none";
+export type MailFaultKind = "hold_reply" | "reject_421" | "refuse_auth";
+
+export interface ReceivedMessage {
+  readonly messageId: string | undefined;
+  readonly subject: string | undefined;
+  readonly from: string;
+  readonly to: readonly string[];
+  readonly raw: Buffer;
+}
+
+export interface MailSandboxOptions {
+  /** How accepted mail is filed. Default "provider-saves"; can be changed while running (`mode`). */
+  readonly mode?: CopyMode;
+}
+
+export const SENDER: MailUser = { user: "agent@idem.test", pass: "agent-password" };
+export const JOURNAL: MailUser = { user: "journal@idem.test", pass: "journal-password" };
+
+export class MailSandbox {
+  mode: CopyMode;
+  readonly faults = new FaultPlan<MailFaultKind>();
+  /** Emits "accepted" (ReceivedMessage) once a message is stored and filed, before the reply. */
+  readonly events = new EventEmitter();
+  readonly received: ReceivedMessage[] = [];
+  readonly dovecot = new Dovecot([SENDER, JOURNAL]);
+  private smtp: SMTPServer | undefined;
+  smtpPort = 0;
+  imapPort = 0;
+
+  constructor(options: MailSandboxOptions = {}) {
+    this.mode = options.mode ?? "provider-saves";
+  }
+
+  /** Messages received with this Message-ID: the effect count at the target. */
+  count(messageId?: string): number {
+    return messageId === undefined ? this.received.length : this.received.filter((m) => m.messageId === messageId).length;
+  }
+
+  async start(): Promise<{ smtp: { host: string; port: number }; imap: { host: string; port: number }; sender: MailUser; journal: MailUser }> {
+    this.imapPort = (await this.dovecot.start()).port;
+    this.smtp = new SMTPServer({
+      secure: false,
+      disabledCommands: ["STARTTLS"],
+      allowInsecureAuth: true,
+      authMethods: ["PLAIN", "LOGIN"],
+      logger: false,
+      onAuth: (auth, session, cb) => {
+        if (this.faults.take("AUTH", "", ["refuse_auth"])) return cb(Object.assign(new Error("Authentication refused"), { responseCode: 535 }));
+        const ok = [SENDER, JOURNAL].some((u) => u.user === auth.username && u.pass === auth.password);
+        return ok ? cb(null, { user: auth.username }) : cb(Object.assign(new Error("Invalid username or password"), { responseCode: 535 }));
+      },
+      onMailFrom: (_address, _session, cb) => {
+        if (this.faults.take("MAIL", "", ["reject_421"])) return cb(Object.assign(new Error("Service not available, try again later"), { responseCode: 421 }));
+        return cb();
+      },
+      onData: (stream, session, cb) => void this.accept(stream, session).then(() => this.reply(cb), (e: Error) => cb(e)),
+    });
+    await new Promise<void>((resolve) => this.smtp!.listen(0, "127.0.0.1", resolve));
+    this.smtpPort = (this.smtp.server.address() as AddressInfo).port;
+    return { smtp: { host: "127.0.0.1", port: this.smtpPort }, imap: { host: "127.0.0.1", port: this.imapPort }, sender: SENDER, journal: JOURNAL };
+  }
+
+  async close(): Promise<void> {
+    if (this.smtp) await new Promise<void>((r) => this.smtp!.close(() => r()));
+    this.smtp = undefined;
+    await this.dovecot.stop();
+  }
+
+  /** Opens an IMAP session as one of the sandbox users (for tests that look into mailboxes). */
+  imap(user: MailUser): ImapFlow {
+    return new ImapFlow({ host: "127.0.0.1", port: this.imapPort, secure: false, auth: { user: user.user, pass: user.pass }, logger: false });
+  }
+
+  private async accept(stream: SMTPServerDataStream, session: SMTPServerSession): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of stream) chunks.push(c as Buffer);
+    const raw = Buffer.concat(chunks);
+    const parsed = await simpleParser(raw);
+    const to = session.envelope.rcptTo.map((r) => r.address);
+    const from = session.envelope.mailFrom ? session.envelope.mailFrom.address : "";
+    const msg: ReceivedMessage = { messageId: parsed.messageId, subject: parsed.subject, from, to, raw };
+    this.received.push(msg);
+    if (this.mode === "provider-saves" && from === SENDER.user) await this.file(SENDER, "Sent", raw);
+    if (this.mode === "journal" && to.includes(JOURNAL.user)) await this.file(JOURNAL, "INBOX", raw);
+    this.events.emit("accepted", msg);
+  }
+
+  private reply(cb: (err?: Error | null) => void): void {
+    const hold = this.faults.take("DATA", "", ["hold_reply"]);
+    // "accepted, but the client timed out": the message is stored and filed; the 250 comes too late.
+    if (hold) setTimeout(() => cb(), hold.delayMs ?? 30_000);
+    else cb();
+  }
+
+  private async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
+    const client = this.imap(user);
+    await client.connect();
+    try {
+      await client.append(mailbox, raw, ["\\Seen"]);
+    } finally {
+      await client.logout();
+    }
+  }
+}
