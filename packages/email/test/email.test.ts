@@ -29,7 +29,7 @@ function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
     ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }
     : { mode };
   return {
-    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 1_500 },
+    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
     imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
     from: SENDER.user, copy, settleMs: 300, ...extra,
   };
@@ -82,7 +82,7 @@ for (const dialect of DIALECTS) {
         const l = await ledger();
         const mail = emailActions(config(mode));
         const t = tenant();
-        sandbox.faults.add({ kind: "hold_reply", delayMs: 4_000 });
+        sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
         const out = await l.run(mail.send, { tenant: t, key: ["held"], args: report });
         expect(out).toMatchObject({ status: "succeeded", receipt: { foundIn: mode === "journal" ? "INBOX" : "Sent" } });
         const { events, operation } = await l.get(t, out.operationId);
@@ -95,7 +95,7 @@ for (const dialect of DIALECTS) {
       const l = await ledger();
       const mail = emailActions(config("append"));
       const t = tenant();
-      sandbox.faults.add({ kind: "hold_reply", delayMs: 4_000 });
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
       const out = await l.run(mail.send, { tenant: t, key: ["held-append"], args: report });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
@@ -152,7 +152,8 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       sandbox.faults.add({ kind: "reject_421" });
       const out = await l.run(mail.send, { tenant: t, key: ["421"], args: report });
-      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
+      expect(out.status).toBe("succeeded");
+      expect(out.status === "succeeded" && out.attempt).toBeGreaterThanOrEqual(2); // 421 is never the last word
       expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
       sandbox.faults.add({ kind: "refuse_auth" });
       const denied = await l.run(mail.send, { tenant: t, key: ["auth"], args: report });

@@ -7,3 +7,6 @@ export { Dovecot } from "./mail/dovecot.js";
 export type { MailUser } from "./mail/dovecot.js";
 export { JOURNAL, MailSandbox, SENDER } from "./mail/mail-server.js";
 export type { CopyMode, MailFaultKind, MailSandboxOptions, ReceivedMessage } from "./mail/mail-server.js";
+export { HubSpotSandbox } from "./hubspot/hubspot-server.js";
+export type { HubSpotFaultKind, HubSpotSandboxOptions } from "./hubspot/hubspot-server.js";
+export type { CrmRecord, PropertyDef } from "./hubspot/hubspot-records.js";

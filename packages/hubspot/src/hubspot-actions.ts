@@ -1,0 +1,74 @@
+/**
+ * HubSpot CRM creates as idem actions, through the real @hubspot/api-client, for any object type
+ * by name (contacts, companies, deals, tickets, notes, custom). The operation key goes into a
+ * unique-value property (default `idem_external_id`), so the CRM itself refuses a second record:
+ * creates are upserts by that idProperty, or (mode "create") a create whose unique-value conflict
+ * is read back as the existing record. Unknown outcomes are settled by a consistent read.
+ */
+import { defineAction, type Action } from "@idem/core";
+import { createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
+import { classifyHubSpotError } from "./hubspot-classify.js";
+import type { HubSpotReceipt } from "./hubspot-receipt.js";
+import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
+import { ensureUniqueProperty } from "./hubspot-schema.js";
+
+export interface HubSpotCreateArgs {
+  readonly properties: Readonly<Record<string, string>>;
+}
+
+export interface HubSpotActions {
+  /** The create action for an object type; type `hubspot.<objectType>.create`. */
+  create(objectType: string): Action<HubSpotCreateArgs, HubSpotReceipt>;
+  /** Creates the unique-value property on these object types where missing. */
+  ensureSchema(objectTypes: readonly string[]): Promise<Record<string, "created" | "present">>;
+}
+
+export function hubspotActions(config: HubSpotConfig): HubSpotActions {
+  const api = createHubSpotClient(config);
+  const unique = config.uniqueProperty ?? "idem_external_id";
+  const mode = config.mode ?? "upsert";
+  const cache = new Map<string, Action<HubSpotCreateArgs, HubSpotReceipt>>();
+
+  function create(objectType: string): Action<HubSpotCreateArgs, HubSpotReceipt> {
+    const known = cache.get(objectType);
+    if (known) return known;
+    const action = defineAction<HubSpotCreateArgs, HubSpotReceipt>({
+      type: `hubspot.${objectType}.create`,
+      capabilities: { lookup: true },
+      providerReference: (_args, op) => `${unique}:${op.key}`,
+      validate(args) {
+        if (args.properties?.[unique] !== undefined) throw new Error(`${unique} is set by idem from the operation key; do not pass it`);
+      },
+      async execute(args, op) {
+        if (mode === "upsert") {
+          const out = await api.objects.batchApi.upsert(objectType, { inputs: [{ idProperty: unique, id: op.key, properties: { ...args.properties } }] });
+          const r = out.results[0];
+          if (!r) throw new Error("HubSpot answered the upsert with no result");
+          return { objectType, id: r.id, new: r._new, externalId: op.key };
+        }
+        try {
+          const r = await api.objects.basicApi.create(objectType, { properties: { ...args.properties, [unique]: op.key }, associations: [] });
+          return { objectType, id: r.id, new: true, externalId: op.key };
+        } catch (e) {
+          if ((e as { code?: unknown }).code !== 409) throw e;
+          // The CRM refused a second record with our key: the first one is the effect.
+          const existing = await readByExternalId(api, objectType, unique, op.key);
+          if (!existing) throw e; // a conflict on another unique property: the caller's data
+          return { objectType, id: existing.id, new: false, externalId: op.key };
+        }
+      },
+      classify: (error) => classifyHubSpotError(error),
+      reconcile: (_args, op) => reconcileByRead(api, objectType, unique, op.key),
+    });
+    cache.set(objectType, action);
+    return action;
+  }
+
+  async function ensureSchema(objectTypes: readonly string[]) {
+    const out: Record<string, "created" | "present"> = {};
+    for (const t of objectTypes) out[t] = await ensureUniqueProperty(api, t, unique, config.groupNames?.[t] ?? `${t.replace(/ies$/, "y").replace(/s$/, "")}information`);
+    return out;
+  }
+
+  return { create, ensureSchema };
+}

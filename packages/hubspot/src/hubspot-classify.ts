@@ -1,0 +1,50 @@
+/**
+ * Maps @hubspot/api-client errors to the failure classes of @idem/core. HTTP errors arrive as
+ * ApiException (`code` = status, `body` = HubSpot's JSON, `headers`); network errors as fetch
+ * errors with a system `code`.
+ */
+import type { Classification } from "@idem/core";
+
+interface HubSpotError {
+  code?: number | string;
+  body?: { message?: string; category?: string; policyName?: string; correlationId?: string };
+  headers?: Record<string, string>;
+  message?: string;
+}
+
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+export function classifyHubSpotError(error: unknown): Classification {
+  const e = (error ?? {}) as HubSpotError;
+  const status = typeof e.code === "number" ? e.code : undefined;
+  const ids = e.body?.correlationId ? { providerRequestId: e.body.correlationId } : {};
+  const what = status ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim() : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
+  if (status === undefined) {
+    // Refused or unresolvable: the request never left.
+    if (typeof e.code === "string" && NOT_SENT.has(e.code)) return { kind: "transient", reason: `not sent: ${what}` };
+    // Reset or timed out after sending: HubSpot may have written the record.
+    return { kind: "ambiguous", reason: `no answer from HubSpot: ${what}` };
+  }
+  if (status === 429) return { kind: "rate_limited", reason: `${what} (policy ${e.body?.policyName ?? "unknown"})`, retryAfterMs: rateLimitWaitMs(e), ...ids };
+  // Bad token or missing scope: permanent, and a person must know.
+  if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
+  // Validation (unknown property, bad value) and missing objects: HubSpot's final answer.
+  if (status >= 400 && status < 500) return { kind: "permanent", reason: what, ...ids };
+  // 5xx: the gateway or HubSpot failed, possibly after writing. The consistent read settles it.
+  return { kind: "ambiguous", reason: what, ...ids };
+}
+
+/**
+ * How long HubSpot asks us to wait: a daily limit lasts until the next day (the ledger's budget
+ * ends the call and the daemon retries later); the secondly and ten-secondly policies announce
+ * their window in X-HubSpot-RateLimit-Interval-Milliseconds.
+ */
+function rateLimitWaitMs(e: HubSpotError): number {
+  const h = Object.fromEntries(Object.entries(e.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]));
+  if (e.body?.policyName === "DAILY") return 3_600_000;
+  const retryAfter = Number(h["retry-after"]);
+  if (Number.isFinite(retryAfter) && retryAfter > 0) return retryAfter * 1000;
+  const interval = Number(h["x-hubspot-ratelimit-interval-milliseconds"]);
+  if (Number.isFinite(interval) && interval > 0) return interval;
+  return e.body?.policyName === "TEN_SECONDLY_ROLLING" ? 10_000 : 1_000;
+}

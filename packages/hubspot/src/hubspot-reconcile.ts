@@ -1,0 +1,26 @@
+/**
+ * Settling an unknown create by a consistent read of the unique-value property (GET by
+ * idProperty), not through Search, whose index lags writes: a 404 from the read is proof of
+ * absence, so the create can run again with the same external id.
+ */
+import type { ReconcileResult } from "@idem/core";
+import type { createHubSpotClient } from "./hubspot-client.js";
+import type { HubSpotReceipt } from "./hubspot-receipt.js";
+
+type Api = ReturnType<typeof createHubSpotClient>;
+
+export async function readByExternalId(api: Api, objectType: string, uniqueProperty: string, externalId: string): Promise<{ id: string } | undefined> {
+  try {
+    const r = await api.objects.basicApi.getById(objectType, externalId, [uniqueProperty], undefined, undefined, false, uniqueProperty);
+    return { id: r.id };
+  } catch (e) {
+    if ((e as { code?: unknown }).code === 404) return undefined;
+    throw e; // unreachable or refused: the lookup proves nothing
+  }
+}
+
+export async function reconcileByRead(api: Api, objectType: string, uniqueProperty: string, externalId: string): Promise<ReconcileResult<HubSpotReceipt>> {
+  const found = await readByExternalId(api, objectType, uniqueProperty, externalId);
+  if (found) return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
+  return { found: false, proof: "absent", reason: `no ${objectType} with ${uniqueProperty} = the key (consistent read)` };
+}

@@ -1,0 +1,171 @@
+/**
+ * A local HubSpot for the CRM v3 subset idem uses, spoken to through the real
+ * @hubspot/api-client: objects create / get (with idProperty) / batch upsert / search, and the
+ * properties API with unique-value properties. Errors carry HubSpot's JSON (`status`, `message`,
+ * `category`, `correlationId`); 429s carry `policyName` and the X-HubSpot-RateLimit headers.
+ *
+ * Faults: `rate_limit` (429) and `bad_gateway` (502) before anything is written;
+ * `drop_after_commit` (the connection closes with no answer) and `delay_after_commit` after.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { EventEmitter } from "node:events";
+import type { AddressInfo } from "node:net";
+import { FaultPlan } from "../faults.js";
+import { CrmStore, HubSpotFailure, error, type CrmRecord } from "./hubspot-records.js";
+
+export type HubSpotFaultKind = "rate_limit" | "bad_gateway" | "drop_after_commit" | "delay_after_commit";
+
+export interface HubSpotSandboxOptions {
+  readonly accessToken?: string;
+  /** How long a write stays out of search results. Default 0. */
+  readonly indexLagMs?: number;
+}
+
+export class HubSpotSandbox {
+  readonly faults = new FaultPlan<HubSpotFaultKind>();
+  /** Emits "commit" ({ objectType, record }) when a write has taken effect, before the answer. */
+  readonly events = new EventEmitter();
+  readonly requests: { method: string; path: string; status: number | "dropped" }[] = [];
+  readonly crm: CrmStore;
+  indexLagMs: number;
+  private readonly token: string;
+  private server: Server | undefined;
+
+  constructor(options: HubSpotSandboxOptions = {}) {
+    this.token = options.accessToken ?? "pat-sandbox-idem";
+    this.indexLagMs = options.indexLagMs ?? 0;
+    this.crm = new CrmStore(() => Date.now(), () => this.indexLagMs);
+  }
+
+  /** Records of an object type: the effect count at the target. */
+  count(objectType: string): number {
+    return this.crm.count(objectType);
+  }
+
+  async start(port = 0): Promise<{ basePath: string; port: number; accessToken: string }> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(port, "127.0.0.1", resolve));
+    const { port: bound } = this.server.address() as AddressInfo;
+    return { basePath: `http://127.0.0.1:${bound}`, port: bound, accessToken: this.token };
+  }
+
+  async close(): Promise<void> {
+    if (!this.server) return;
+    this.server.closeAllConnections();
+    await new Promise((r) => this.server!.close(r));
+    this.server = undefined;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://sandbox");
+    const method = req.method ?? "GET";
+    const path = url.pathname;
+    const record = (status: number | "dropped") => this.requests.push({ method, path, status });
+    let body: Record<string, unknown> = {};
+    try {
+      const text = await readBody(req);
+      body = text ? (JSON.parse(text) as Record<string, unknown>) : {};
+    } catch {
+      record(400);
+      return send(res, 400, error("Invalid input JSON", "INVALID_JSON"));
+    }
+    if (path === "/_sandbox/counts") return send(res, 200, Object.fromEntries(["contacts", "companies", "deals", "tickets", "notes"].map((t) => [t, this.crm.count(t)])));
+    if (req.headers.authorization !== `Bearer ${this.token}`) {
+      record(401);
+      return send(res, 401, error("Authentication credentials not found. This API supports OAuth 2.0 authentication.", "INVALID_AUTHENTICATION", "INVALID_AUTHENTICATION"));
+    }
+    const before = this.faults.take(method, path, ["rate_limit", "bad_gateway"]);
+    if (before?.kind === "rate_limit") {
+      record(429);
+      const intervalMs = String((before.retryAfterSec ?? 1) * 1000);
+      return send(res, 429, { ...error("You have reached your secondly limit.", "RATE_LIMIT", "RATE_LIMITS"), errorType: "RATE_LIMIT", policyName: "SECONDLY" }, {
+        "x-hubspot-ratelimit-max": "10", "x-hubspot-ratelimit-remaining": "0", "x-hubspot-ratelimit-interval-milliseconds": intervalMs,
+        "x-hubspot-ratelimit-secondly": "10", "x-hubspot-ratelimit-secondly-remaining": "0",
+      });
+    }
+    if (before?.kind === "bad_gateway") {
+      record(502);
+      return send(res, 502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+    }
+
+    let status = 200;
+    let out: unknown;
+    let committed: { objectType: string; record: CrmRecord } | undefined;
+    try {
+      [status, out, committed] = this.route(method, path, url.searchParams, body);
+    } catch (e) {
+      if (!(e instanceof HubSpotFailure)) throw e;
+      record(e.status);
+      return send(res, e.status, e.body);
+    }
+    if (committed) this.events.emit("commit", committed);
+    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit"]);
+    if (after?.kind === "drop_after_commit") {
+      record("dropped");
+      req.socket.destroy();
+      return;
+    }
+    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000));
+    record(status);
+    if (!res.destroyed && !req.socket.destroyed) send(res, status, out);
+  }
+
+  private route(method: string, path: string, q: URLSearchParams, body: Record<string, unknown>): [number, unknown, { objectType: string; record: CrmRecord }?] {
+    const m = /^\/crm\/v3\/(objects|properties)\/([^/]+)(?:\/([^/]+))?(?:\/([^/]+))?$/.exec(path);
+    if (!m) throw new HubSpotFailure(404, error(`No route for ${method} ${path}`, "NOT_FOUND", "OBJECT_NOT_FOUND"));
+    const [, api, objectType, a, b] = m as unknown as [string, string, string, string | undefined, string | undefined];
+    if (api === "properties") {
+      if (method === "POST" && !a) return [201, this.crm.createProperty(objectType, body)];
+      if (method === "GET" && !a) return [200, { results: this.crm.listProperties(objectType) }];
+      if (method === "GET" && a) {
+        const p = this.crm.getProperty(objectType, a);
+        if (!p) throw new HubSpotFailure(404, error(`Unable to find property ${a}`, "PROPERTY_NOT_FOUND", "OBJECT_NOT_FOUND"));
+        return [200, p];
+      }
+    }
+    if (api === "objects") {
+      if (method === "POST" && !a) {
+        const record = this.crm.create(objectType, (body.properties ?? {}) as Record<string, unknown>);
+        return [201, view(record), { objectType, record }];
+      }
+      if (method === "POST" && a === "batch" && b === "upsert") {
+        const inputs = (body.inputs ?? []) as { idProperty?: string; id: string; properties: Record<string, unknown> }[];
+        if (inputs.length !== 1) throw new HubSpotFailure(400, error("The sandbox upserts one input per batch", "INVALID_INPUT"));
+        const input = inputs[0]!;
+        const { record, isNew } = this.crm.upsert(objectType, input.idProperty ?? "hs_object_id", input.id, input.properties ?? {});
+        const now = new Date().toISOString();
+        return [200, { status: "COMPLETE", results: [{ ...view(record), new: isNew }], startedAt: now, completedAt: now }, { objectType, record }];
+      }
+      if (method === "POST" && a === "search") {
+        const groups = (body.filterGroups ?? []) as { filters: { propertyName: string; operator: string; value?: string }[] }[];
+        const results = groups.flatMap((g) => this.crm.search(objectType, g.filters)).map(view);
+        return [200, { total: results.length, results }];
+      }
+      if (method === "GET" && a) {
+        const record = this.crm.get(objectType, a, q.get("idProperty") ?? undefined);
+        if (!record) throw new HubSpotFailure(404, error(`Object not found.  objectId are usually numeric.`, "OBJECT_NOT_FOUND", "OBJECT_NOT_FOUND"));
+        return [200, view(record)];
+      }
+    }
+    throw new HubSpotFailure(404, error(`No route for ${method} ${path}`, "NOT_FOUND", "OBJECT_NOT_FOUND"));
+  }
+}
+
+function view(r: CrmRecord) {
+  return { id: r.id, properties: r.properties, createdAt: r.createdAt, updatedAt: r.updatedAt, archived: r.archived };
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let data = "";
+    req.setEncoding("utf8");
+    req.on("data", (c) => (data += c));
+    req.on("end", () => resolve(data));
+    req.on("error", reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { "content-type": "application/json;charset=utf-8", ...headers });
+  res.end(JSON.stringify(body));
+}
