@@ -210,7 +210,7 @@ export class Ledger {
     const reason = `resolved by a person: ${verdict.reason}`;
     const receipt = verdict.outcome === "succeeded" ? (verdict.receipt ?? { resolvedBy: verdict.actor, reference: verdict.reference ?? null }) : undefined;
     const done = await this.store.transition(row, verdict.outcome, {
-      actor: verdict.actor, reason, completed: true, retentionMs: this.settings.retentionMs,
+      actor: verdict.actor, reason, completed: true, retentionMs: this.settings.retentionMs, alert: false,
       ...(verdict.reference !== undefined && { provider_reference: verdict.reference }),
       ...(receipt !== undefined
         ? { result_json: canonicalJson(receipt, "receipt") }
@@ -231,9 +231,23 @@ export class Ledger {
     const row = await this.store.findById(tenant, operationId);
     if (!row) throw new OperationNotFoundError(tenant, operationId);
     if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
-    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, result_json: null });
+    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, result_json: null, alert: false });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);
+  }
+
+  /**
+   * Sends an unknown operation to a person (the daemon, after too many inconclusive lookups or
+   * too long): `needs_review`, with an alert.
+   */
+  async escalate(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
+    this.assertOpen();
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    if (row.status !== "unknown") throw new InvalidTransitionError(row.id, row.status, "needs_review");
+    const parked = await this.store.transition(row, "needs_review", { actor: verdict.actor, reason: verdict.reason, alert: true });
+    if (!parked) throw new InvalidTransitionError(row.id, "changed concurrently", "needs_review");
+    return toOperation(parked);
   }
 
   /** Deletes this tenant's completed operations past their retention; returns how many. */
@@ -241,6 +255,43 @@ export class Ledger {
     this.assertOpen();
     requireName(tenant, "tenant");
     return this.store.prune(tenant, options.limit ?? 10_000);
+  }
+
+  // ---- Operator scope: across tenants, for the daemon and `idem stats`. Not for agents. ----
+
+  /**
+   * Claims up to `limit` operations the daemon must settle (running with an expired lease,
+   * unknown or pending and due), hiding each from other daemons for `claimMs`. On Postgres the
+   * scan skips rows another daemon is claiming (FOR UPDATE SKIP LOCKED); settling is fenced by
+   * attempt anyway, so a row is never settled twice.
+   */
+  async claimDue(limit: number, claimMs: number): Promise<{ id: string; tenant: string; status: Status; action: string }[]> {
+    this.assertOpen();
+    return (await this.store.claimDue(limit, claimMs)).map((r) => ({ id: r.id, tenant: r.tenant_id, status: r.status, action: r.action }));
+  }
+
+  /** Operations whose last transition a person must hear about (needs_review, auth/policy failures). */
+  async alertsDue(limit: number): Promise<Operation[]> {
+    this.assertOpen();
+    return (await this.store.alertsDue(limit)).map(toOperation);
+  }
+
+  /** Marks the alert for this transition as delivered (a newer transition keeps its own). */
+  async ackAlert(op: Pick<Operation, "id" | "tenant" | "updatedAt">): Promise<void> {
+    this.assertOpen();
+    await this.store.ackAlert(op.tenant, op.id, op.updatedAt);
+  }
+
+  /** Operations running (under a live or dead lease) for longer than `olderThanMs` in their current attempt. */
+  async stuck(olderThanMs: number, limit = 1_000): Promise<Operation[]> {
+    this.assertOpen();
+    return (await this.store.stuck(olderThanMs, limit)).map(toOperation);
+  }
+
+  /** Counts by status, action and tenant (a GROUP BY over the ledger: cache it). */
+  async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
+    this.assertOpen();
+    return this.store.stats(tenant);
   }
 
   /** Applies pending migrations (`migrate: false` at open leaves them to this). */

@@ -142,7 +142,7 @@ export class Runner {
     }
     if (found.found) return this.complete(call, mine, found.receipt, "reconciled: the effect was found");
     if (found.proof === "absent") {
-      const back = await this.store.transition(mine, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}` });
+      const back = await this.store.transition(mine, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0 });
       return back ? { again: 0 } : this.fenced(call, mine, "pending", found.reason);
     }
     if (found.proof === "never") return this.toReview(call, mine, found.reason);
@@ -187,6 +187,7 @@ export class Runner {
     if (to === "failed") {
       const done = await this.store.transition(current, "failed", {
         actor: call.actor, reason: cls.reason, error_json: JSON.stringify(error), completed: true, retentionMs: call.settings.retentionMs,
+        ...(error.alert && { alert: true }),
       });
       return done ? { done: failed(done, error, false) } : this.fenced(call, current, "failed", cls.reason);
     }
@@ -236,7 +237,7 @@ export class Runner {
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
       await this.store.transition(row, "needs_review", {
-        actor: call.actor, reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`,
+        actor: call.actor, reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`, alert: true,
         error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
       });
       throw error;
@@ -248,7 +249,7 @@ export class Runner {
   }
 
   private async toReview<A, R>(call: Call<A, R>, row: Row, reason: string): Promise<Step<R>> {
-    const parked = await this.store.transition(row, "needs_review", { actor: call.actor, reason });
+    const parked = await this.store.transition(row, "needs_review", { actor: call.actor, reason, alert: true });
     return parked ? { done: pending(parked, reason) } : this.fenced(call, row, "needs_review", reason);
   }
 

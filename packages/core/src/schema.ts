@@ -27,6 +27,8 @@ export interface OperationsTable {
   next_check_at: number | null;
   /** Reconciliation tries that were inconclusive. */
   checks: number;
+  /** 1 while a person must be alerted about this row's last transition (the daemon clears it). */
+  alert_pending: number;
   created_at: number;
   updated_at: number;
   completed_at: number | null;

@@ -27,6 +27,8 @@ export interface TransitionPatch {
   checkAfterMs?: number | null;
   checks?: number;
   completed?: boolean;
+  /** A person must hear of this transition (needs_review, auth/policy failure): the daemon alerts. */
+  alert?: boolean;
   /** Retention after completion, ms. */
   retentionMs?: number | null;
 }
@@ -110,7 +112,7 @@ export class Store {
         args_hash: row.argsHash, args_json: row.argsJson, status: "running", attempt: 1,
         lease_owner: row.owner, lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
         provider_reference: null, result_json: null, error_json: null, actor: row.actor,
-        reason: "claimed", next_check_at: null, checks: 0,
+        reason: "claimed", next_check_at: null, checks: 0, alert_pending: 0,
         created_at: now, updated_at: now, completed_at: null, expires_at: null,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
@@ -201,11 +203,12 @@ export class Store {
       lease_owner: keepLease ? row.lease_owner : null, lease_expires_at: keepLease ? row.lease_expires_at : null,
       result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference,
       checkAfterMs: patch.checkAfterMs == null ? null : Math.round(patch.checkAfterMs), checks: patch.checks, retentionMs: patch.retentionMs,
+      alert: patch.alert ? 1 : 0,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
-    const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
+    const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${withRetention}:${patch.checkAfterMs === null}`;
     const { rows } = await this.hot.run(shape, (v) => {
       const now = this.now();
@@ -219,6 +222,7 @@ export class Store {
           ...(has("provider_reference") && { provider_reference: v("provider_reference") }),
           ...(has("checkAfterMs") && { next_check_at: patch.checkAfterMs === null ? null : sql<number>`${now} + ${v("checkAfterMs")}` }),
           ...(has("checks") && { checks: v("checks") }),
+          ...(has("alert") && { alert_pending: v("alert") }),
           ...(done && { completed_at: now }),
           ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
         })
@@ -265,6 +269,49 @@ export class Store {
       q = q.where((eb) => eb.or([eb("created_at", "<", b.createdAt), eb.and([eb("created_at", "=", b.createdAt), eb("id", "<", b.id)])]));
     }
     return q.orderBy("created_at", "desc").orderBy("id", "desc").limit(f.limit ?? 100).execute();
+  }
+
+  /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
+  async claimDue(limit: number, claimMs: number): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
+    const now = this.now();
+    const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at") => {
+      let due = where(this.db.selectFrom("idem_operations").select("id")).orderBy(indexOrder).limit(limit);
+      if (this.dialect === "postgres") due = due.forUpdate().skipLocked();
+      return where(this.db.updateTable("idem_operations"))
+        .set({ next_check_at: sql<number>`${now} + ${claimMs}` })
+        .where("id", "in", due)
+        .returning(["id", "tenant_id", "status", "action"])
+        .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
+    };
+    const expired = await claim(
+      (q) => q.where("status", "=", "running").where("lease_expires_at", "<=", now)
+        .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
+      "lease_expires_at",
+    );
+    const due = await claim((q) => q.where("status", "in", ["unknown", "pending"]).where("next_check_at", "<=", now), "next_check_at");
+    return [...expired, ...due];
+  }
+
+  async alertsDue(limit: number): Promise<Row[]> {
+    return this.db.selectFrom("idem_operations").selectAll().where("alert_pending", "=", 1).orderBy("updated_at").limit(limit).execute();
+  }
+
+  async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {
+    await this.db.updateTable("idem_operations").set({ alert_pending: 0 })
+      .where("id", "=", id).where("tenant_id", "=", tenant).where("updated_at", "=", updatedAt).execute();
+  }
+
+  async stuck(olderThanMs: number, limit: number): Promise<Row[]> {
+    return this.db.selectFrom("idem_operations").selectAll().where("status", "=", "running")
+      .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute();
+  }
+
+  async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
+    let q = this.db.selectFrom("idem_operations")
+      .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
+      .groupBy(["tenant_id", "action", "status"]);
+    if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
+    return (await q.execute()).map((r) => ({ ...r, count: Number(r.count) }));
   }
 
   /** Deletes this tenant's completed operations (and their events) whose retention passed. */

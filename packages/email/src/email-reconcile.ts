@@ -16,7 +16,9 @@ export async function reconcileByCopy(mailbox: Mailbox, copy: CopyConfig, messag
   }
   const waited = now - op.lastAttemptAt;
   if (waited < settleMs) {
-    return { found: false, proof: "inconclusive", reason: `no copy of ${messageId} yet; copies may take ${settleMs} ms to appear`, retryAfterMs: settleMs - waited };
+    // Look again well before the window ends: most copies appear in seconds.
+    const retryAfterMs = Math.min(settleMs - waited, Math.max(1_000, Math.round(settleMs / 10)));
+    return { found: false, proof: "inconclusive", reason: `no copy of ${messageId} yet; copies may take ${settleMs} ms to appear`, retryAfterMs };
   }
   return { found: false, proof: "absent", reason: `no copy of ${messageId} ${copy.mode === "journal" ? "in the journal" : "in Sent"} after the settle window` };
 }

@@ -39,7 +39,9 @@ export async function reconcileByLookup<A>(stripe: Stripe, lookup: Lookup<A>, ar
   if (found) return { found: true, receipt: toReceipt(found, null, false) };
   const sinceAttempt = w.now - op.lastAttemptAt;
   if (w.lags && sinceAttempt < w.lagMs) {
-    return { found: false, proof: "inconclusive", reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`, retryAfterMs: w.lagMs - sinceAttempt };
+    // Look again before the window ends: the index usually catches up sooner.
+    const retryAfterMs = Math.min(w.lagMs - sinceAttempt, Math.max(1_000, Math.round(w.lagMs / 6)));
+    return { found: false, proof: "inconclusive", reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`, retryAfterMs };
   }
   if (w.now - op.createdAt < w.keyRetentionMs) {
     // We only look up inside the retention window when Stripe saved an error under our key: the

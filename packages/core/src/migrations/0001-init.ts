@@ -25,6 +25,7 @@ export const sqlite = [
     reason TEXT,
     next_check_at INTEGER,
     checks INTEGER NOT NULL DEFAULT 0,
+    alert_pending INTEGER NOT NULL DEFAULT 0,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     completed_at INTEGER,
@@ -77,6 +78,7 @@ export const postgres = [
     reason TEXT,
     next_check_at BIGINT,
     checks INTEGER NOT NULL DEFAULT 0,
+    alert_pending INTEGER NOT NULL DEFAULT 0,
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL,
     completed_at BIGINT,
@@ -118,7 +120,8 @@ function indexes(): string[] {
   return [
     `CREATE INDEX idem_operations_running ON idem_operations (lease_expires_at) WHERE status = 'running'`,
     `CREATE INDEX idem_operations_due ON idem_operations (next_check_at) WHERE status IN ('unknown', 'pending')`,
-    `CREATE INDEX idem_operations_review ON idem_operations (updated_at) WHERE status = 'needs_review'`,
+    // rows a person must hear about (new needs_review, auth/policy failures) until the alert is sent
+    `CREATE INDEX idem_operations_alerts ON idem_operations (updated_at) WHERE alert_pending = 1`,
     `CREATE INDEX idem_operations_expiry ON idem_operations (expires_at) WHERE expires_at IS NOT NULL`,
     // not on status: a transition must not rewrite the listing index
     `CREATE INDEX idem_operations_listing ON idem_operations (tenant_id, created_at)`,

@@ -31,6 +31,8 @@ export interface ReceivedMessage {
 export interface MailSandboxOptions {
   /** How accepted mail is filed. Default "provider-saves"; can be changed while running (`mode`). */
   readonly mode?: CopyMode;
+  /** File copies this long after accepting instead of before the reply (copies that appear late). */
+  readonly copyDelayMs?: number;
 }
 
 export const SENDER: MailUser = { user: "agent@idem.test", pass: "agent-password" };
@@ -38,6 +40,7 @@ export const JOURNAL: MailUser = { user: "journal@idem.test", pass: "journal-pas
 
 export class MailSandbox {
   mode: CopyMode;
+  copyDelayMs: number;
   readonly faults = new FaultPlan<MailFaultKind>();
   /** Emits "accepted" (ReceivedMessage) once a message is stored and filed, before the reply. */
   readonly events = new EventEmitter();
@@ -49,6 +52,7 @@ export class MailSandbox {
 
   constructor(options: MailSandboxOptions = {}) {
     this.mode = options.mode ?? "provider-saves";
+    this.copyDelayMs = options.copyDelayMs ?? 0;
   }
 
   /** Messages received with this Message-ID: the effect count at the target. */
@@ -100,8 +104,12 @@ export class MailSandbox {
     const from = session.envelope.mailFrom ? session.envelope.mailFrom.address : "";
     const msg: ReceivedMessage = { messageId: parsed.messageId, subject: parsed.subject, from, to, raw };
     this.received.push(msg);
-    if (this.mode === "provider-saves" && from === SENDER.user) await this.file(SENDER, "Sent", raw);
-    if (this.mode === "journal" && to.includes(JOURNAL.user)) await this.file(JOURNAL, "INBOX", raw);
+    const fileCopies = async () => {
+      if (this.mode === "provider-saves" && from === SENDER.user) await this.file(SENDER, "Sent", raw);
+      if (this.mode === "journal" && to.includes(JOURNAL.user)) await this.file(JOURNAL, "INBOX", raw);
+    };
+    if (this.copyDelayMs > 0) setTimeout(() => void fileCopies().catch(() => {}), this.copyDelayMs);
+    else await fileCopies();
     this.events.emit("accepted", msg);
   }
 

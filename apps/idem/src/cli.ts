@@ -1,0 +1,171 @@
+#!/usr/bin/env node
+/**
+ * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
+ * 1 unexpected failure, 2 bad usage or configuration, 3 no such operation (for this tenant),
+ * 4 the operation is not in a status that allows it.
+ */
+import { hostname } from "node:os";
+import { Command, CommanderError, Option } from "commander";
+import ms from "ms";
+import { pino } from "pino";
+import {
+  IdemError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, STATUSES, openLedger,
+  type Ledger, type Operation, type Status,
+} from "@idem/core";
+import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
+import { Daemon } from "./daemon.js";
+import { DaemonMetrics } from "./metrics.js";
+import { printOperation, printOperations, printStats } from "./output.js";
+
+const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
+
+interface Globals { config?: string; ledger?: string; json?: boolean }
+
+async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; migrate?: boolean } = {}): Promise<T> {
+  const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
+  const ledger = await openLedger(config.ledger, {
+    migrate: options.migrate ?? true, leaseMs: config.daemon.leaseMs,
+    ...(options.actions && { actions: actionsOf(config) }),
+  });
+  try {
+    return await fn(ledger, config);
+  } finally {
+    await ledger.close();
+  }
+}
+
+const duration = (v: string) => {
+  const n = /^\d+$/.test(v) ? Number(v) : ms(v as ms.StringValue);
+  if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new InvalidValueError("duration", `"${v}" is not a duration (e.g. 90s, 10m, 2h)`);
+  return n;
+};
+const actorOf = (given?: string) => given ?? `${process.env.USER ?? "operator"}@${hostname()}`;
+
+export function program(): Command {
+  const cmd = new Command("idem")
+    .description("Side effects of AI agents, exactly once: the ledger's operators' tool and reconcile daemon")
+    .option("-c, --config <path>", "config file (default: idem.config.ts|js|json in the working directory)")
+    .option("--ledger <url>", "ledger URL, overriding the config (sqlite:PATH or postgres://…)")
+    .option("--json", "machine-readable output")
+    .exitOverride();
+  const g = () => cmd.opts<Globals>();
+  const tenant = () => new Option("-t, --tenant <tenant>", "the tenant whose operations to act on").env("IDEM_TENANT").makeOptionMandatory();
+
+  cmd.command("ls").description("list operations, newest first")
+    .addOption(tenant())
+    .addOption(new Option("-s, --status <status...>", "only these statuses").choices([...STATUSES]))
+    .option("-a, --action <type>", "only this action type")
+    .option("--older-than <duration>", "only operations created at least this long ago (90s, 10m, 2h)")
+    .option("-n, --limit <n>", "at most this many", "50")
+    .action(async (o: { tenant: string; status?: Status[]; action?: string; olderThan?: string; limit: string }) => {
+      await withLedger(g(), async (ledger) => {
+        const ops = await ledger.list({
+          tenant: o.tenant, limit: Number(o.limit),
+          ...(o.status && { status: o.status }), ...(o.action && { action: o.action }),
+          ...(o.olderThan && { olderThanMs: duration(o.olderThan) }),
+        });
+        printOperations(ops, g().json === true);
+      });
+    });
+
+  cmd.command("show <id>").description("one operation with its audit events").addOption(tenant())
+    .action(async (id: string, o: { tenant: string }) => {
+      await withLedger(g(), async (ledger) => printOperation(await ledger.get(o.tenant, id), g().json === true));
+    });
+
+  cmd.command("resolve <id>").description("a person's verdict on a needs_review operation").addOption(tenant())
+    .option("--succeeded", "the effect happened").option("--failed", "the effect did not happen and must not be retried")
+    .requiredOption("-r, --reason <text>", "why (recorded in the audit trail)")
+    .option("--ref <reference>", "the provider's reference you found (object id, Message-ID)")
+    .option("--actor <name>", "who decides (default: $USER@host)")
+    .action(async (id: string, o: { tenant: string; succeeded?: boolean; failed?: boolean; reason: string; ref?: string; actor?: string }) => {
+      if (o.succeeded === o.failed) throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
+      await withLedger(g(), async (ledger) => {
+        const op = await ledger.resolve(o.tenant, id, { outcome: o.succeeded ? "succeeded" : "failed", reason: o.reason, actor: actorOf(o.actor), ...(o.ref && { reference: o.ref }) });
+        printOperation({ operation: op, events: (await ledger.get(o.tenant, id)).events }, g().json === true);
+      });
+    });
+
+  cmd.command("retry <id>").description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key").addOption(tenant())
+    .requiredOption("-r, --reason <text>", "why it is known not done")
+    .option("--actor <name>", "who decides (default: $USER@host)")
+    .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
+    .action(async (id: string, o: { tenant: string; reason: string; actor?: string; now?: boolean }) => {
+      await withLedger(g(), async (ledger) => {
+        await ledger.retry(o.tenant, id, { reason: o.reason, actor: actorOf(o.actor) });
+        if (o.now) await ledger.settle(o.tenant, id, actorOf(o.actor));
+        printOperation(await ledger.get(o.tenant, id), g().json === true);
+      }, { actions: o.now === true });
+    });
+
+  cmd.command("prune").description("delete completed operations past their retention").addOption(tenant())
+    .action(async (o: { tenant: string }) => {
+      await withLedger(g(), async (ledger) => {
+        const n = await ledger.prune(o.tenant);
+        console.log(g().json ? JSON.stringify({ pruned: n }) : `pruned ${n} operations`);
+      });
+    });
+
+  cmd.command("migrate").description("apply pending ledger migrations").action(async () => {
+    await withLedger(g(), async (ledger) => {
+      const applied = await ledger.migrate();
+      console.log(g().json ? JSON.stringify({ applied }) : applied.length ? `applied ${applied.join(", ")}` : "the ledger is up to date");
+    }, { migrate: false });
+  });
+
+  cmd.command("stats").description("operations by tenant, action and status").option("-t, --tenant <tenant>", "only this tenant")
+    .action(async (o: { tenant?: string }) => {
+      await withLedger(g(), async (ledger) => printStats(await ledger.stats(o.tenant), g().json === true));
+    });
+
+  cmd.command("daemon").description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")
+    .option("--name <name>", "this replica's name in logs and audit events", `${hostname()}:${process.pid}`)
+    .option("--once", "run one pass and exit")
+    .action(async (o: { name: string; once?: boolean }) => {
+      const log = pino({ base: { daemon: o.name } });
+      await withLedger(g(), async (ledger, config) => {
+        const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs);
+        const daemon = new Daemon(ledger, config, log, metrics, o.name);
+        if (o.once) return daemon.tick();
+        if (config.daemon.metricsPort !== undefined) {
+          const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
+          log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
+        }
+        const stop = () => { log.info("stopping: finishing the work in flight"); daemon.stop(); };
+        process.once("SIGTERM", stop);
+        process.once("SIGINT", stop);
+        log.info({ ledger: redact(config.ledger), config: config.source }, "daemon started");
+        await daemon.run();
+        await metrics.close();
+        log.info("daemon stopped");
+      }, { actions: true });
+    });
+  return cmd;
+}
+
+function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
+}
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    await program().parseAsync(argv);
+    return EXIT.ok;
+  } catch (error) {
+    if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    const json = argv.includes("--json");
+    const code = error instanceof ConfigError || error instanceof LedgerConfigError || error instanceof InvalidValueError ? EXIT.usage
+      : error instanceof OperationNotFoundError ? EXIT.notFound
+      : error instanceof InvalidTransitionError ? EXIT.refused
+      : EXIT.failure;
+    const message = (error as Error).message;
+    if (json) console.error(JSON.stringify({ error: error instanceof IdemError ? error.code : (error as Error).name, message }));
+    else console.error(`idem: ${message}`);
+    return code;
+  }
+}
+
+if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
+  process.exitCode = await main(process.argv);
+}
+export type { Operation };

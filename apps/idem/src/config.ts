@@ -1,0 +1,132 @@
+/**
+ * The configuration file: `idem.config.ts`, `.js` or `.json` (the first found in the working
+ * directory, or `--config`). It names the ledger, the actions the daemon may settle (objects in a
+ * .ts/.js file, or built-in providers with credentials taken from the environment), the alert
+ * sinks and the thresholds. Validated with zod; an error names the bad field.
+ */
+import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+import type { Action } from "@idem/core";
+import { emailActions } from "@idem/email";
+import { hubspotActions } from "@idem/hubspot";
+import { stripeActions } from "@idem/stripe";
+
+export class ConfigError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "ConfigError";
+  }
+}
+
+/** The name of an environment variable holding a secret; the secret never appears in the file. */
+const envName = z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be the NAME of an environment variable");
+const port = z.number().int().min(0).max(65535);
+const isAction = (v: unknown): v is Action => typeof v === "object" && v !== null && typeof (v as Action).type === "string" && typeof (v as Action).execute === "function";
+
+const schema = z.object({
+  ledger: z.string().min(1).default("sqlite:./idem.db"),
+  actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
+  providers: z.object({
+    stripe: z.object({ apiKeyEnv: envName, host: z.string().optional(), port: port.optional(), protocol: z.enum(["http", "https"]).optional() }).strict().optional(),
+    hubspot: z.object({ accessTokenEnv: envName, basePath: z.string().url().optional(), objectTypes: z.array(z.string()).default(["contacts", "companies", "deals", "tickets", "notes"]) }).strict().optional(),
+    email: z.object({
+      smtp: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName.optional(), passEnv: envName.optional() }).strict(),
+      imap: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName }).strict(),
+      from: z.string().email(),
+      copy: z.enum(["provider-saves", "journal", "append"]),
+      journalAddress: z.string().email().optional(),
+      settleMs: z.number().int().positive().optional(),
+    }).strict().optional(),
+  }).strict().default({}),
+  alerts: z.object({
+    log: z.boolean().default(true),
+    webhook: z.object({ url: z.string().url(), format: z.enum(["json", "slack"]).default("json") }).strict().optional(),
+    email: z.object({ smtp: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName.optional(), passEnv: envName.optional() }).strict(), from: z.string().email(), to: z.array(z.string().email()).min(1) }).strict().optional(),
+    /** The tenant under which alert deliveries are recorded (once each). */
+    tenant: z.string().min(1).default("idem-alerts"),
+  }).strict().default({ log: true, tenant: "idem-alerts" }),
+  thresholds: z.object({
+    /** An operation running longer than this in one attempt is reported as stuck. */
+    stuckAfterMs: z.number().int().positive().default(300_000),
+    perAction: z.record(z.string(), z.number().int().positive()).default({}),
+  }).strict().default({ stuckAfterMs: 300_000, perAction: {} }),
+  daemon: z.object({
+    intervalMs: z.number().int().positive().default(1_000),
+    batch: z.number().int().positive().default(100),
+    /** How long a claimed row is hidden from other daemons. */
+    claimMs: z.number().int().positive().default(60_000),
+    /** Inconclusive lookups before an unknown operation goes to review. */
+    maxChecks: z.number().int().positive().default(20),
+    /** Age after which an unknown operation goes to review. */
+    maxAgeMs: z.number().int().positive().default(24 * 3_600_000),
+    /** Lease of the daemon's own attempts. */
+    leaseMs: z.number().int().positive().default(30_000),
+    metricsPort: port.optional(),
+    metricsHost: z.string().default("127.0.0.1"),
+  }).strict().default({ intervalMs: 1_000, batch: 100, claimMs: 60_000, maxChecks: 20, maxAgeMs: 24 * 3_600_000, leaseMs: 30_000, metricsHost: "127.0.0.1" }),
+}).strict();
+
+export type IdemConfig = z.infer<typeof schema> & { readonly source: string };
+
+const DEFAULT_NAMES = ["idem.config.ts", "idem.config.js", "idem.config.mjs", "idem.config.json"];
+
+/** Loads and validates the configuration; without a file, the defaults (SQLite ledger, no actions). */
+export async function loadConfig(path?: string, overrides: { ledger?: string } = {}): Promise<IdemConfig> {
+  const file = path ? resolve(path) : DEFAULT_NAMES.map((n) => resolve(n)).find((p) => existsSync(p));
+  let raw: unknown = {};
+  if (file) {
+    if (!existsSync(file)) throw new ConfigError(`config file ${file} does not exist`);
+    try {
+      if (file.endsWith(".json")) raw = JSON.parse(await readFile(file, "utf8"));
+      else if (file.endsWith(".ts")) raw = ((await (await import("tsx/esm/api")).tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
+      else raw = ((await import(pathToFileURL(file).href)) as { default?: unknown }).default;
+    } catch (cause) {
+      throw new ConfigError(`cannot read config ${file}: ${(cause as Error).message}`, { cause });
+    }
+  }
+  const parsed = schema.safeParse(raw ?? {});
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
+    throw new ConfigError(`invalid config ${file ?? "(defaults)"}:\n${lines.join("\n")}`);
+  }
+  return { ...parsed.data, ...(overrides.ledger && { ledger: overrides.ledger }), source: file ?? "(defaults)" };
+}
+
+/** The actions of the config: given ones plus built-in providers, secrets read from the environment. */
+export function actionsOf(config: IdemConfig): Action<any, any>[] {
+  const out: Action<any, any>[] = [...config.actions];
+  const p = config.providers;
+  if (p.stripe) {
+    const { host, port: stripePort, protocol } = p.stripe;
+    const s = stripeActions({
+      apiKey: secret(p.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
+      ...(host !== undefined && { host }), ...(stripePort !== undefined && { port: stripePort }), ...(protocol !== undefined && { protocol }),
+    });
+    out.push(s.customersCreate, s.paymentIntentsCreate, s.refundsCreate);
+  }
+  if (p.hubspot) {
+    const h = hubspotActions({ accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"), ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }) });
+    for (const t of p.hubspot.objectTypes) out.push(h.create(t));
+  }
+  if (p.email) {
+    const e = p.email;
+    const smtpAuth = e.smtp.userEnv && e.smtp.passEnv ? { auth: { user: secret(e.smtp.userEnv, "providers.email.smtp.userEnv"), pass: secret(e.smtp.passEnv, "providers.email.smtp.passEnv") } } : {};
+    const imap = { host: e.imap.host, port: e.imap.port, secure: e.imap.secure ?? false, auth: { user: secret(e.imap.userEnv, "providers.email.imap.userEnv"), pass: secret(e.imap.passEnv, "providers.email.imap.passEnv") } };
+    if (e.copy === "journal" && !e.journalAddress) throw new ConfigError("invalid config: providers.email.journalAddress is required with copy: journal");
+    out.push(emailActions({
+      smtp: { host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...smtpAuth }, imap, from: e.from,
+      copy: e.copy === "journal" ? { mode: "journal", address: e.journalAddress! } : { mode: e.copy },
+      ...(e.settleMs && { settleMs: e.settleMs }),
+    }).send);
+  }
+  return out;
+}
+
+function secret(name: string, field: string): string {
+  const v = process.env[name];
+  if (!v) throw new ConfigError(`invalid config: ${field}: environment variable ${name} is not set`);
+  return v;
+}

@@ -1,0 +1,105 @@
+/**
+ * `idem daemon`: loops until stopped. Each tick it claims due operations (a dead worker's expired
+ * lease, an unknown outcome or known-undone work whose time came) and settles each by the replay
+ * policy; escalates unknowns that stayed inconclusive too long; alerts once on new needs_review,
+ * on auth/policy failures and on operations running longer than their threshold. SIGTERM
+ * finishes the tick in flight, then exits.
+ */
+import type { Logger } from "pino";
+import { UnknownActionError, type Ledger } from "@idem/core";
+import { alertOf, alertSinks, deliver, type AlertKind } from "./alerts.js";
+import type { IdemConfig } from "./config.js";
+import type { DaemonMetrics } from "./metrics.js";
+
+export class Daemon {
+  private stopping = false;
+  private wake: (() => void) | undefined;
+  private readonly sinks;
+  private readonly actor: string;
+
+  constructor(private readonly ledger: Ledger, private readonly config: IdemConfig, private readonly log: Logger, private readonly metrics: DaemonMetrics, name: string) {
+    this.sinks = alertSinks(config, log);
+    this.actor = `idem-daemon:${name}`;
+  }
+
+  /** Runs until `stop()`; resolves after the last tick finished. */
+  async run(): Promise<void> {
+    while (!this.stopping) {
+      try {
+        await this.tick();
+        this.metrics.tick();
+      } catch (error) {
+        this.metrics.errors.inc();
+        this.log.error({ err: error }, "daemon tick failed; retrying next interval");
+      }
+      if (this.stopping) break;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, this.config.daemon.intervalMs);
+        this.wake = () => { clearTimeout(t); resolve(); };
+      });
+    }
+  }
+
+  stop(): void {
+    this.stopping = true;
+    this.wake?.();
+  }
+
+  /** One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`. */
+  async tick(): Promise<void> {
+    await this.settleDue();
+    await this.alertStuck();
+    await this.alertPending();
+  }
+
+  private async settleDue(): Promise<void> {
+    const d = this.config.daemon;
+    const due = await this.ledger.claimDue(d.batch, d.claimMs);
+    for (const row of due) {
+      if (this.stopping) return; // the rest stay claimed for claimMs, then any daemon takes them
+      if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
+      try {
+        const { operation } = await this.ledger.get(row.tenant, row.id);
+        if (operation.status === "unknown" && (operation.checks >= d.maxChecks || Date.now() - operation.createdAt > d.maxAgeMs)) {
+          await this.ledger.escalate(row.tenant, row.id, { actor: this.actor, reason: `still unknown after ${operation.checks} inconclusive lookups; a person must decide` });
+          this.metrics.escalations.inc();
+          continue;
+        }
+        const out = await this.ledger.settle(row.tenant, row.id, this.actor);
+        const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
+        this.metrics.reconciliations.inc({ outcome });
+        this.log.info({ operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome }, "settled");
+      } catch (error) {
+        this.metrics.errors.inc();
+        const msg = error instanceof UnknownActionError ? `no action of type ${row.action} in the daemon's config` : "settling failed";
+        this.log.error({ err: error, operationId: row.id, tenant: row.tenant, action: row.action }, msg);
+      }
+    }
+  }
+
+  private async alertStuck(): Promise<void> {
+    const t = this.config.thresholds;
+    const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
+    const running = await this.ledger.stuck(least);
+    const stuck = running.filter((op) => Date.now() - op.updatedAt >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant);
+    this.metrics.stuck.set(stuck.length);
+    for (const op of stuck) {
+      if (this.stopping) return;
+      await deliver(this.ledger, this.config, this.sinks, alertOf("stuck", op), "stuck", this.log, this.sent);
+    }
+  }
+
+  private async alertPending(): Promise<void> {
+    for (const op of await this.ledger.alertsDue(this.config.daemon.batch)) {
+      if (this.stopping) return;
+      if (op.tenant === this.config.alerts.tenant) {
+        await this.ledger.ackAlert(op); // a delivery in review was logged when it failed
+        continue;
+      }
+      const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
+      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent)) await this.ledger.ackAlert(op);
+    }
+  }
+
+  private readonly sent = (kind: AlertKind, sink: string) => this.metrics.alerts.inc({ kind, sink });
+}

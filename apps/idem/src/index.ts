@@ -1,0 +1,7 @@
+export { main, program } from "./cli.js";
+export { ConfigError, actionsOf, loadConfig } from "./config.js";
+export type { IdemConfig } from "./config.js";
+export { Daemon } from "./daemon.js";
+export { DaemonMetrics } from "./metrics.js";
+export { alertText } from "./alerts.js";
+export type { Alert, AlertKind } from "./alerts.js";

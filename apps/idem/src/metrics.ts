@@ -1,0 +1,63 @@
+/**
+ * Prometheus metrics and health for the daemon (prom-client). Counters are the daemon's own;
+ * operation counts by status, action and tenant come from one GROUP BY over the ledger, cached
+ * for `statsTtlMs` so scrapes do not scan a large ledger each time.
+ */
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { Counter, Gauge, Registry } from "prom-client";
+import type { Ledger } from "@idem/core";
+
+export class DaemonMetrics {
+  readonly registry = new Registry();
+  readonly reconciliations = new Counter({ name: "idem_reconciliations_total", help: "Operations the daemon settled, by outcome", labelNames: ["outcome"], registers: [this.registry] });
+  readonly alerts = new Counter({ name: "idem_alerts_sent_total", help: "Alerts delivered, by kind and sink", labelNames: ["kind", "sink"], registers: [this.registry] });
+  readonly escalations = new Counter({ name: "idem_escalations_total", help: "Unknown operations sent to review after too many checks or too long", registers: [this.registry] });
+  readonly stuck = new Gauge({ name: "idem_stuck_operations", help: "Operations running longer than their threshold at the last tick", registers: [this.registry] });
+  readonly ticks = new Counter({ name: "idem_daemon_ticks_total", help: "Daemon loop iterations", registers: [this.registry] });
+  readonly errors = new Counter({ name: "idem_daemon_errors_total", help: "Daemon loop iterations that failed", registers: [this.registry] });
+  private lastTickAt = 0;
+  private server: Server | undefined;
+
+  constructor(ledger: Ledger, private readonly intervalMs: number, statsTtlMs = 15_000) {
+    let cache: { at: number; rows: Awaited<ReturnType<Ledger["stats"]>> } | undefined;
+    new Gauge({
+      name: "idem_operations", help: "Operations in the ledger by status, action and tenant (unknown and needs_review included)",
+      labelNames: ["status", "action", "tenant"], registers: [this.registry],
+      async collect() {
+        if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.stats() };
+        this.reset();
+        for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
+      },
+    });
+  }
+
+  tick(): void {
+    this.lastTickAt = Date.now();
+    this.ticks.inc();
+  }
+
+  async listen(port: number, host: string): Promise<number> {
+    this.server = createServer(async (req, res) => {
+      if (req.url === "/metrics") {
+        try {
+          const body = await this.registry.metrics();
+          res.writeHead(200, { "content-type": this.registry.contentType }).end(body);
+        } catch (e) {
+          res.writeHead(500).end(String(e));
+        }
+      } else if (req.url === "/healthz") {
+        const fresh = Date.now() - this.lastTickAt < Math.max(3 * this.intervalMs, 10_000);
+        res.writeHead(fresh ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify({ ok: fresh, lastTickAt: this.lastTickAt }));
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+    await new Promise<void>((r) => this.server!.listen(port, host, r));
+    return (this.server.address() as AddressInfo).port;
+  }
+
+  async close(): Promise<void> {
+    if (this.server) await new Promise((r) => this.server!.close(r));
+  }
+}

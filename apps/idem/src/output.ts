@@ -1,0 +1,35 @@
+/** Human and JSON renderings of operations for the CLI. */
+import type { Operation, OperationEvent } from "@idem/core";
+
+const time = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"));
+
+export function printOperations(ops: Operation[], json: boolean): void {
+  if (json) return void console.log(JSON.stringify(ops));
+  if (!ops.length) return void console.log("no operations");
+  const rows = ops.map((o) => [o.id, o.status, o.action, String(o.attempt), time(o.createdAt), (o.keyLabel ?? o.key.slice(0, 16)).slice(0, 40)]);
+  table(["ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
+}
+
+export function printOperation(x: { operation: Operation; events: OperationEvent[] }, json: boolean): void {
+  if (json) return void console.log(JSON.stringify(x));
+  const o = x.operation;
+  const lines: [string, string][] = [
+    ["id", o.id], ["tenant", o.tenant], ["action", o.action], ["status", o.status], ["attempt", String(o.attempt)],
+    ["key", o.key], ["identity", o.keyLabel ?? "(hashed only)"], ["reason", o.reason ?? "-"], ["provider ref", o.providerReference ?? "-"],
+    ["receipt", o.result === null ? "-" : JSON.stringify(o.result)], ["error", o.error === null ? "-" : JSON.stringify(o.error)],
+    ["created", time(o.createdAt)], ["updated", time(o.updatedAt)], ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
+  ];
+  for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${v}`);
+  console.log("\nevents:");
+  table(["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"], x.events.map((e) => [time(e.at), e.from ?? "-", e.to, String(e.attempt), e.actor ?? "-", e.reason ?? ""]));
+}
+
+export function printStats(rows: { tenant: string; action: string; status: string; count: number }[], json: boolean): void {
+  if (json) return void console.log(JSON.stringify(rows));
+  table(["TENANT", "ACTION", "STATUS", "COUNT"], rows.map((r) => [r.tenant, r.action, r.status, String(r.count)]));
+}
+
+function table(head: string[], rows: string[][]): void {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  for (const r of [head, ...rows]) console.log(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  "));
+}

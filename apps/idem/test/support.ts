@@ -1,0 +1,49 @@
+/** Helpers for the daemon and CLI suites: a webhook receiver, polling, the CLI as a child process. */
+import { createServer, type Server } from "node:http";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import type { AddressInfo } from "node:net";
+
+export const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
+export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", import.meta.url));
+export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
+
+/** A local webhook receiver that keeps every alert it is sent. */
+export async function webhookReceiver(): Promise<{ url: string; alerts: Record<string, unknown>[]; close(): Promise<void> }> {
+  const alerts: Record<string, unknown>[] = [];
+  const server: Server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      alerts.push(JSON.parse(body) as Record<string, unknown>);
+      res.writeHead(200).end("ok");
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+    alerts,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+/** Polls `check` until it returns true. */
+export async function until(check: () => boolean | Promise<boolean>, timeoutMs = 30_000, what = "condition"): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Runs `idem …` to completion. */
+export function idem(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, ["--conditions=idem-source", "--import", "tsx", CLI, ...args], { env: { ...process.env, ...env } });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d) => (stdout += d));
+    p.stderr.on("data", (d) => (stderr += d));
+    p.on("exit", (code) => resolve({ code, stdout, stderr }));
+  });
+}
