@@ -102,6 +102,8 @@ export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnT
     if (out.status !== "succeeded") {
       // failed: the receiver refused for good, nothing more to do but say so; otherwise try again later
       if (out.status === "pending_verification") all = false;
+      // another replica is delivering this very alert right now: nothing is wrong
+      if (out.status === "pending_verification" && out.state === "running") continue;
       log.error({ sink: sink.name, operationId: alert.operationId, delivery: out }, `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`);
     }
   }

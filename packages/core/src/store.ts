@@ -275,11 +275,13 @@ export class Store {
   async claimDue(limit: number, claimMs: number): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
     const now = this.now();
     const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at") => {
+      // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
+      // LIMIT per row and claim them all.
       let due = where(this.db.selectFrom("idem_operations").select("id")).orderBy(indexOrder).limit(limit);
       if (this.dialect === "postgres") due = due.forUpdate().skipLocked();
-      return where(this.db.updateTable("idem_operations"))
+      return where(this.db.with("due", () => due).updateTable("idem_operations"))
         .set({ next_check_at: sql<number>`${now} + ${claimMs}` })
-        .where("id", "in", due)
+        .where("id", "in", (eb: any) => eb.selectFrom("due").select("id"))
         .returning(["id", "tenant_id", "status", "action"])
         .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
     };

@@ -166,6 +166,24 @@ for (const dialect of DIALECTS) {
       expect(await ledger.get(tenant, id)).toEqual(before);
     });
 
+    it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
+      const tenant = uniqueTenant();
+      const a = await db.open({ budget: { attempts: 1 } });
+      const b = await db.open();
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      for (let i = 0; i < 6; i++) {
+        p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+        await a.run(p.action("mail", { lookup: true }), { tenant, key: [`c${i}`], args: { to: "x" } });
+      }
+      await new Promise((r) => setTimeout(r, 60)); // the lookups asked to be retried after 50 ms
+      const mine = (await a.claimDue(2, 60_000)).filter((r) => r.tenant === tenant);
+      const theirs = (await b.claimDue(2, 60_000)).filter((r) => r.tenant === tenant);
+      expect(mine).toHaveLength(2);
+      expect(theirs).toHaveLength(2);
+      expect(new Set([...mine, ...theirs].map((r) => r.id)).size).toBe(4);
+    });
+
     it("settles a stored unknown operation with its stored args (the daemon's path)", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });

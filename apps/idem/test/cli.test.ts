@@ -1,0 +1,80 @@
+/** The idem command as a user runs it, on SQLite and Postgres: output, exit codes, audit, tenants, config errors. */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { DIALECTS, freshDatabase, tempDir } from "@idem/testkit";
+import { idem } from "./support.js";
+
+const parked = defineAction({ type: "sms.send", capabilities: {}, execute: async () => { throw new Error("timeout after send"); } });
+
+for (const dialect of DIALECTS) {
+  describe(`idem CLI on ${dialect}`, () => {
+    let url = "";
+    let ledger: Ledger;
+    let reviewId = "";
+    beforeAll(async () => {
+      url = await freshDatabase(dialect);
+      ledger = await openLedger(url);
+      reviewId = (await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" }, actor: "agent-1" })).operationId;
+    });
+    afterAll(() => ledger.close());
+
+    it("lists and shows a tenant's operations, in human and JSON form", async () => {
+      const ls = await idem(["--ledger", url, "ls", "--tenant", "acme", "--status", "needs_review"]);
+      expect(ls.code).toBe(0);
+      expect(ls.stdout).toMatch(new RegExp(`^${reviewId}\\s+needs_review\\s+sms\\.send`, "m"));
+      const json = await idem(["--ledger", url, "--json", "show", reviewId, "--tenant", "acme"]);
+      expect(json.code).toBe(0);
+      const shown = JSON.parse(json.stdout);
+      expect(shown.operation).toMatchObject({ id: reviewId, status: "needs_review" });
+      expect(shown.events.map((e: { to: string }) => e.to)).toEqual(["running", "unknown", "running", "needs_review"]);
+    });
+
+    it("another tenant's operator cannot see or resolve the operation (exit 3), and nothing changes", async () => {
+      const show = await idem(["--ledger", url, "show", reviewId, "--tenant", "globex"]);
+      expect(show.code).toBe(3);
+      const resolve = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "globex", "--succeeded", "--reason", "looks done"]);
+      expect(resolve.code).toBe(3);
+      expect(resolve.stderr).toMatch(/no operation/);
+      expect((await ledger.get("acme", reviewId)).operation.status).toBe("needs_review");
+    });
+
+    it("resolve records the verdict with the actor in the audit trail; a second resolve is refused (exit 4)", async () => {
+      const out = await idem(["--ledger", url, "--json", "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found in the SMS console", "--ref", "SM42", "--actor", "ops:alice"]);
+      expect(out.code, out.stderr).toBe(0);
+      const { events, operation } = await ledger.get("acme", reviewId);
+      expect(operation).toMatchObject({ status: "succeeded", providerReference: "SM42" });
+      expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "ops:alice" });
+      const again = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--failed", "--reason", "changed my mind"]);
+      expect(again.code).toBe(4);
+    });
+
+    it("usage errors exit 2", async () => {
+      expect((await idem(["--ledger", url, "ls"])).code).toBe(2); // no tenant
+      expect((await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--reason", "x"])).code).toBe(2); // neither verdict
+      expect((await idem(["--ledger", url, "ls", "--tenant", "acme", "--older-than", "soon"])).code).toBe(2);
+    });
+  });
+}
+
+describe("idem config", () => {
+  it("refuses a malformed config file, naming the bad fields (exit 2)", async () => {
+    const file = join(tempDir(), "idem.config.json");
+    writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", alerts: { webhook: { url: "not a url" } }, daemon: { intervalMs: -5 }, providers: { stripe: { apiKeyEnv: "sk_test_literal_key" } } }));
+    const out = await idem(["--config", file, "stats"]);
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/alerts\.webhook\.url/);
+    expect(out.stderr).toMatch(/daemon\.intervalMs/);
+    expect(out.stderr).toMatch(/providers\.stripe\.apiKeyEnv: must be the NAME of an environment variable/);
+    expect(out.stderr).not.toContain("sk_test_literal_key");
+  });
+
+  it("names the missing environment variable of a provider's secret", async () => {
+    const file = join(tempDir(), "idem.config.json");
+    writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", providers: { stripe: { apiKeyEnv: "IDEM_TEST_NO_SUCH_KEY" } } }));
+    const out = await idem(["--config", file, "daemon", "--once"]);
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/providers\.stripe\.apiKeyEnv: environment variable IDEM_TEST_NO_SUCH_KEY is not set/);
+  });
+});
