@@ -10,8 +10,9 @@ export default defineConfig({
     include: ["packages/*/test/**/*.test.ts", "apps/*/test/**/*.test.ts", "test/**/*.test.ts"],
     globalSetup: ["./test/support/global-setup.ts"],
     pool: "forks",
-    // Two cores: two files at a time; the races spawn their own processes.
-    maxWorkers: 2,
+    // One file at a time: the race, crash and daemon suites spawn dozens of processes each and
+    // measure timeouts and leases; two such files side by side on two cores starve each other.
+    maxWorkers: 1,
     testTimeout: 60_000,
     hookTimeout: 60_000,
   },

@@ -25,7 +25,7 @@ async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: Idem
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   const ledger = await openLedger(config.ledger, {
     migrate: options.migrate ?? true, leaseMs: config.daemon.leaseMs,
-    ...(options.actions && { actions: actionsOf(config) }),
+    ...(options.actions && { actions: await actionsOf(config) }),
   });
   try {
     return await fn(ledger, config);

@@ -10,9 +10,6 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import type { Action } from "@idem/core";
-import { emailActions } from "@idem/email";
-import { hubspotActions } from "@idem/hubspot";
-import { stripeActions } from "@idem/stripe";
 
 export class ConfigError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -95,11 +92,15 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
   return { ...parsed.data, ...(overrides.ledger && { ledger: overrides.ledger }), source: file ?? "(defaults)" };
 }
 
-/** The actions of the config: given ones plus built-in providers, secrets read from the environment. */
-export function actionsOf(config: IdemConfig): Action<any, any>[] {
+/**
+ * The actions of the config: given ones plus built-in providers, secrets read from the
+ * environment. Provider SDKs load only when configured, so `idem ls` starts fast.
+ */
+export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]> {
   const out: Action<any, any>[] = [...config.actions];
   const p = config.providers;
   if (p.stripe) {
+    const { stripeActions } = await import("@idem/stripe");
     const { host, port: stripePort, protocol } = p.stripe;
     const s = stripeActions({
       apiKey: secret(p.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
@@ -108,10 +109,12 @@ export function actionsOf(config: IdemConfig): Action<any, any>[] {
     out.push(s.customersCreate, s.paymentIntentsCreate, s.refundsCreate);
   }
   if (p.hubspot) {
+    const { hubspotActions } = await import("@idem/hubspot");
     const h = hubspotActions({ accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"), ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }) });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }
   if (p.email) {
+    const { emailActions } = await import("@idem/email");
     const e = p.email;
     const smtpAuth = e.smtp.userEnv && e.smtp.passEnv ? { auth: { user: secret(e.smtp.userEnv, "providers.email.smtp.userEnv"), pass: secret(e.smtp.passEnv, "providers.email.smtp.passEnv") } } : {};
     const imap = { host: e.imap.host, port: e.imap.port, secure: e.imap.secure ?? false, auth: { user: secret(e.imap.userEnv, "providers.email.imap.userEnv"), pass: secret(e.imap.passEnv, "providers.email.imap.passEnv") } };

