@@ -5,22 +5,9 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 
-// System packages the suites need: Dovecot (a real IMAP server for the email suites).
-const SYSTEM_PACKAGES = [{ command: "dovecot", apt: "dovecot-imapd" }];
-const missing = SYSTEM_PACKAGES.filter((p) => spawnSync("sh", ["-c", `command -v ${p.command}`]).status !== 0);
-if (missing.length) {
-  const names = missing.map((p) => p.apt).join(" ");
-  if (process.getuid?.() !== 0) {
-    console.error(`missing system packages: ${names}; install them (apt-get install ${names}) or run as root`);
-    process.exit(1);
-  }
-  console.log(`installing ${names} with apt-get`);
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  for (const args of [["update", "-q"], ["install", "-y", "-q", ...missing.map((p) => p.apt)]]) {
-    const r = spawnSync("apt-get", args, { stdio: "inherit", env });
-    if (r.status !== 0) process.exit(r.status ?? 1);
-  }
-}
+import { ensureSystemPackages } from "./system-deps.mjs";
+
+ensureSystemPackages();
 
 const report = "test-results/vitest.json";
 rmSync(report, { force: true });

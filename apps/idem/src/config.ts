@@ -84,12 +84,17 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
       throw new ConfigError(`cannot read config ${file}: ${(cause as Error).message}`, { cause });
     }
   }
-  const parsed = schema.safeParse(raw ?? {});
+  return parseConfig(raw ?? {}, file ?? "(defaults)", overrides);
+}
+
+/** Validates a configuration object (what a config file exports). */
+export function parseConfig(raw: unknown, source = "(inline)", overrides: { ledger?: string } = {}): IdemConfig {
+  const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
-    throw new ConfigError(`invalid config ${file ?? "(defaults)"}:\n${lines.join("\n")}`);
+    throw new ConfigError(`invalid config ${source}:\n${lines.join("\n")}`);
   }
-  return { ...parsed.data, ...(overrides.ledger && { ledger: overrides.ledger }), source: file ?? "(defaults)" };
+  return { ...parsed.data, ...(overrides.ledger && { ledger: overrides.ledger }), source };
 }
 
 /**

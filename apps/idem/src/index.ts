@@ -1,5 +1,5 @@
 export { main, program } from "./cli.js";
-export { ConfigError, actionsOf, loadConfig } from "./config.js";
+export { ConfigError, actionsOf, loadConfig, parseConfig } from "./config.js";
 export type { IdemConfig } from "./config.js";
 export { Daemon } from "./daemon.js";
 export { DaemonMetrics } from "./metrics.js";
