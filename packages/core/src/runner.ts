@@ -109,7 +109,7 @@ export class Runner {
         const wait = nextDelay(s.budget, state.executed, Date.now() - state.started, 0);
         if (wait === null) return { done: pending(row, "known not done; retry budget spent, the daemon or a later call retries") };
         const full = await this.store.findById(row.tenant_id, row.id);
-        const mine = full && (await this.store.takeOver(full, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done" }));
+        const mine = full && (await this.store.takeOver(full, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done", execute: true }));
         return mine ? this.perform(call, mine, state) : { again: 0 };
       }
     }
@@ -125,7 +125,7 @@ export class Runner {
     if (policy.kind === "replay" && nextDelay(s.budget, state.executed, Date.now() - state.started, 0) === null) {
       return { done: pending(row, `${why}; retry budget spent before the replay`) };
     }
-    const mine = await this.store.takeOver(row, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: `${why}: ${policy.reason}` });
+    const mine = await this.store.takeOver(row, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: `${why}: ${policy.reason}`, execute: policy.kind === "replay" });
     if (!mine) return { again: 0 }; // another worker recovered it first; look again
     if (policy.kind === "review") return this.toReview(call, mine, `${why}: ${policy.reason}`);
     if (policy.kind === "replay") return this.perform(call, mine, state);
@@ -134,8 +134,9 @@ export class Runner {
     if (args === undefined) return this.toReview(call, mine, `${why}: the args are not stored, so the effect cannot be looked up`);
     let found;
     try {
-      // No effect of an earlier attempt is younger than its last write or the end of its lease.
-      const lastAttemptAt = Math.max(row.updated_at, row.lease_expires_at ?? 0);
+      // No effect is younger than the last execution, or than a dead worker's lease (it may have
+      // been executing until then); later inconclusive checks do not restart the window.
+      const lastAttemptAt = Math.max(row.last_execution_at ?? row.created_at, row.status === "running" ? (row.lease_expires_at ?? 0) : 0);
       found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
     } catch (error) {
       found = { found: false as const, proof: "inconclusive" as const, reason: `lookup failed: ${describeError(error)}` };
@@ -197,6 +198,7 @@ export class Runner {
     const moved = await this.store.transition(current, to, {
       actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error),
       checkAfterMs: wait ?? call.settings.budget.maxDelayMs,
+      ...(to === "unknown" && { executionEnded: true }),
     });
     if (!moved) return this.fenced(call, current, to, cls.reason);
     if (to === "pending" && wait === null) return { done: pending(moved, `${cls.kind}: ${cls.reason}; retry budget spent`) };

@@ -29,6 +29,12 @@ export interface OperationsTable {
   checks: number;
   /** 1 while a person must be alerted about this row's last transition (the daemon clears it). */
   alert_pending: number;
+  /**
+   * The latest moment an execution of this operation could have taken effect: when one started
+   * (claim, takeover to execute) or ended without an answer. Lookups count settle windows from
+   * here, not from later inconclusive checks.
+   */
+  last_execution_at: number | null;
   created_at: number;
   updated_at: number;
   completed_at: number | null;

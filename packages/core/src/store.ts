@@ -29,6 +29,8 @@ export interface TransitionPatch {
   completed?: boolean;
   /** A person must hear of this transition (needs_review, auth/policy failure): the daemon alerts. */
   alert?: boolean;
+  /** This transition ends an execution without an answer: it may have taken effect until now. */
+  executionEnded?: boolean;
   /** Retention after completion, ms. */
   retentionMs?: number | null;
 }
@@ -112,7 +114,7 @@ export class Store {
         args_hash: row.argsHash, args_json: row.argsJson, status: "running", attempt: 1,
         lease_owner: row.owner, lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
         provider_reference: null, result_json: null, error_json: null, actor: row.actor,
-        reason: "claimed", next_check_at: null, checks: 0, alert_pending: 0,
+        reason: "claimed", next_check_at: null, checks: 0, alert_pending: 0, last_execution_at: now,
         created_at: now, updated_at: now, completed_at: null, expires_at: null,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
@@ -149,7 +151,7 @@ export class Store {
    * for one caller only: the row must still be in `from` status at `from.attempt` (and, for a
    * running row, its lease must have expired by the database clock).
    */
-  async takeOver(from: Row, to: { owner: string; leaseMs: number; actor: string | null; reason: string }): Promise<Row | undefined> {
+  async takeOver(from: Row, to: { owner: string; leaseMs: number; actor: string | null; reason: string; execute: boolean }): Promise<Row | undefined> {
     const now = this.now();
     let q = this.db
       .updateTable("idem_operations")
@@ -157,6 +159,7 @@ export class Store {
         status: "running", attempt: from.attempt + 1, lease_owner: to.owner,
         lease_expires_at: sql<number>`${now} + ${to.leaseMs}`, actor: to.actor, reason: to.reason,
         next_check_at: null, updated_at: now,
+        ...(to.execute && { last_execution_at: now }),
       })
       .where("id", "=", from.id)
       .where("tenant_id", "=", from.tenant_id)
@@ -209,7 +212,7 @@ export class Store {
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
     const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}`;
+      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}`;
     const { rows } = await this.hot.run(shape, (v) => {
       const now = this.now();
       return this.db
@@ -225,6 +228,7 @@ export class Store {
           ...(has("alert") && { alert_pending: v("alert") }),
           ...(done && { completed_at: now }),
           ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
+          ...(patch.executionEnded && { last_execution_at: now }),
         })
         .where("id", "=", v("id"))
         .where("tenant_id", "=", v("tenant"))

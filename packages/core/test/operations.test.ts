@@ -184,6 +184,25 @@ for (const dialect of DIALECTS) {
       expect(new Set([...mine, ...theirs].map((r) => r.id)).size).toBe(4);
     });
 
+    it("counts a lookup's settle window from the last execution, not from the last inconclusive check", async () => {
+      const seen: number[] = [];
+      const { defineAction } = await import("@idem/core");
+      const mail = defineAction({
+        type: "mail.window", capabilities: { lookup: true },
+        execute: async () => { throw new Error("timeout after DATA"); },
+        reconcile: async (_a: unknown, op) => { seen.push(op.lastAttemptAt); return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const; },
+      });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const out = await ledger.run(mail, { tenant, key: ["w"], args: {} });
+      for (let i = 0; i < 2; i++) {
+        await new Promise((r) => setTimeout(r, 30));
+        await ledger.settle(tenant, out.operationId);
+      }
+      expect(seen).toHaveLength(3);
+      expect(new Set(seen).size).toBe(1);
+    });
+
     it("settles a stored unknown operation with its stored args (the daemon's path)", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });
