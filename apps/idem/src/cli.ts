@@ -10,7 +10,7 @@ import ms from "ms";
 import { pino } from "pino";
 import {
   IdemError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, STATUSES, openLedger,
-  type Ledger, type Operation, type Status,
+  type Ledger, type LedgerOptions, type Operation, type Status,
 } from "@idem/core";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
@@ -21,11 +21,12 @@ const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
 
 interface Globals { config?: string; ledger?: string; json?: boolean }
 
-async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; migrate?: boolean } = {}): Promise<T> {
+async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; migrate?: boolean; onResult?: LedgerOptions["onResult"] } = {}): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   const ledger = await openLedger(config.ledger, {
     migrate: options.migrate ?? true, leaseMs: config.daemon.leaseMs,
     ...(options.actions && { actions: await actionsOf(config) }),
+    ...(options.onResult && { onResult: options.onResult }),
   });
   try {
     return await fn(ledger, config);
@@ -123,8 +124,10 @@ export function program(): Command {
     .option("--once", "run one pass and exit")
     .action(async (o: { name: string; once?: boolean }) => {
       const log = pino({ base: { daemon: o.name } });
+      let onResult: LedgerOptions["onResult"] = () => {};
       await withLedger(g(), async (ledger, config) => {
         const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs);
+        onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
         const daemon = new Daemon(ledger, config, log, metrics, o.name);
         if (o.once) return daemon.tick();
         if (config.daemon.metricsPort !== undefined) {
@@ -138,7 +141,7 @@ export function program(): Command {
         await daemon.run();
         await metrics.close();
         log.info("daemon stopped");
-      }, { actions: true });
+      }, { actions: true, onResult: (r, info) => onResult?.(r, info) });
     });
   return cmd;
 }

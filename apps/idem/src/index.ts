@@ -2,6 +2,6 @@ export { main, program } from "./cli.js";
 export { ConfigError, actionsOf, loadConfig, parseConfig } from "./config.js";
 export type { IdemConfig } from "./config.js";
 export { Daemon } from "./daemon.js";
-export { DaemonMetrics } from "./metrics.js";
+export { DaemonMetrics, runResultCounters } from "./metrics.js";
 export { alertText } from "./alerts.js";
 export type { Alert, AlertKind } from "./alerts.js";

@@ -6,7 +6,21 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Counter, Gauge, Registry } from "prom-client";
-import type { Ledger } from "@idem/core";
+import type { Ledger, RunResult } from "@idem/core";
+
+/**
+ * Counters of `ledger.run` results, for any process: pass `onResult` to `openLedger`. In an
+ * agent, `idem_duplicates_answered_total` counts the calls the ledger answered without executing.
+ */
+export function runResultCounters(registry: Registry) {
+  const runs = new Counter({ name: "idem_runs_total", help: "ledger.run results by action and outcome", labelNames: ["action", "outcome"], registers: [registry] });
+  const duplicates = new Counter({ name: "idem_duplicates_answered_total", help: "Calls answered from the ledger (a stored receipt or failure replayed), by action", labelNames: ["action"], registers: [registry] });
+  const onResult = (r: RunResult<unknown>, info: { action: string }) => {
+    runs.inc({ action: info.action, outcome: r.status === "pending_verification" ? `pending_verification:${r.state}` : r.status });
+    if (r.status !== "pending_verification" && r.replayed) duplicates.inc({ action: info.action });
+  };
+  return { runs, duplicates, onResult };
+}
 
 export class DaemonMetrics {
   readonly registry = new Registry();
@@ -16,6 +30,7 @@ export class DaemonMetrics {
   readonly stuck = new Gauge({ name: "idem_stuck_operations", help: "Operations running longer than their threshold at the last tick", registers: [this.registry] });
   readonly ticks = new Counter({ name: "idem_daemon_ticks_total", help: "Daemon loop iterations", registers: [this.registry] });
   readonly errors = new Counter({ name: "idem_daemon_errors_total", help: "Daemon loop iterations that failed", registers: [this.registry] });
+  readonly results = runResultCounters(this.registry);
   private lastTickAt = 0;
   private server: Server | undefined;
 

@@ -165,6 +165,7 @@ for (const dialect of DIALECTS) {
         expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+",tenant="[^"]+"\} \d+$/m);
         expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);
         expect(text).toContain("idem_alerts_sent_total");
+        expect(text).toContain("idem_duplicates_answered_total");
       } finally {
         await stopDaemon(daemon);
       }

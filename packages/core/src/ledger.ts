@@ -43,6 +43,11 @@ export interface LedgerOptions extends ConnectionOptions {
   readonly allowedActions?: Readonly<Record<string, readonly string[]>>;
   /** Test clock (ms since epoch) replacing the database clock. */
   readonly clock?: () => number;
+  /**
+   * Called with every `run` result (for metrics: duplicates answered from the ledger are
+   * `succeeded`/`failed` with `replayed: true`). Must not throw; it runs on the caller's path.
+   */
+  readonly onResult?: (result: RunResult<unknown>, info: { action: string; tenant: string }) => void;
 }
 
 export interface RunInput<A> {
@@ -151,12 +156,14 @@ export class Ledger {
       action.validate?.(input.args);
       args = { kind: "given", value: input.args, json, hash: sha256(json) };
     }
-    return this.runner.run({
+    const result = await this.runner.run({
       action, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
       key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
       storeArgs: input.storeArgs ?? true,
       settings: { ...this.settings, waitMs: input.waitMs ?? this.settings.waitMs, budget: { ...this.settings.budget, ...input.budget } },
     });
+    this.options.onResult?.(result, { action: action.type, tenant: input.tenant });
+    return result;
   }
 
   /**

@@ -1,0 +1,24 @@
+/** Run-result counters any process can wire into its ledger (agents: duplicates answered from the ledger). */
+import { describe, expect, it } from "vitest";
+import { Registry } from "prom-client";
+import { defineAction, openLedger } from "@idem/core";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { runResultCounters } from "@idem/cli";
+
+for (const dialect of DIALECTS) {
+  describe(`run-result metrics on ${dialect}`, () => {
+    it("counts runs by outcome and the duplicates the ledger answered", async () => {
+      const registry = new Registry();
+      const counters = runResultCounters(registry);
+      const ledger = await openLedger(await freshDatabase(dialect), { onResult: counters.onResult });
+      let executed = 0;
+      const send = defineAction({ type: "sms.send", capabilities: {}, execute: async () => ({ n: ++executed }) });
+      for (let i = 0; i < 3; i++) await ledger.run(send, { tenant: "t", key: ["same"], args: {} });
+      await ledger.close();
+      const text = await registry.metrics();
+      expect(executed).toBe(1);
+      expect(text).toMatch(/^idem_duplicates_answered_total\{action="sms.send"\} 2$/m);
+      expect(text).toMatch(/^idem_runs_total\{action="sms.send",outcome="succeeded"\} 3$/m);
+    });
+  });
+}
