@@ -105,7 +105,7 @@ export class HubSpotSandbox {
       req.socket.destroy();
       return;
     }
-    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000));
+    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status);
     if (!res.destroyed && !req.socket.destroyed) send(res, status, out);
   }

@@ -116,7 +116,7 @@ export class MailSandbox {
   private reply(cb: (err?: Error | null) => void): void {
     const hold = this.faults.take("DATA", "", ["hold_reply"]);
     // "accepted, but the client timed out": the message is stored and filed; the 250 comes too late.
-    if (hold) setTimeout(() => cb(), hold.delayMs ?? 30_000);
+    if (hold) setTimeout(() => cb(), hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
     else cb();
   }
 

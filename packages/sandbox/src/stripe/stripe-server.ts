@@ -173,7 +173,7 @@ export class StripeSandbox {
       req.socket.destroy();
       return;
     }
-    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000));
+    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status, replayed);
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
