@@ -40,6 +40,14 @@ export interface NewClaim {
   argsHash: string | null; argsJson: string | null; owner: string; leaseMs: number; actor: string | null;
 }
 
+/**
+ * Literal statuses for the daemon's scans: SQLite uses a partial index only when the query's
+ * WHERE repeats the index's condition literally, which a bound parameter does not.
+ */
+const RUNNING = sql.lit("running") as unknown as "running";
+const UNKNOWN = sql.lit("unknown") as unknown as "unknown";
+const PENDING = sql.lit("pending") as unknown as "pending";
+
 const PEEK_COLUMNS = ["id", "tenant_id", "action", "status", "attempt", "args_hash", "result_json", "error_json", "reason", "lease_expires_at"] as const;
 
 /** The columns of a row that answer a duplicate call (see `peek`). */
@@ -290,16 +298,16 @@ export class Store {
         .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
     };
     const expired = await claim(
-      (q) => q.where("status", "=", "running").where("lease_expires_at", "<=", now)
+      (q) => q.where("status", "=", RUNNING).where("lease_expires_at", "<=", now)
         .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
       "lease_expires_at",
     );
-    const due = await claim((q) => q.where("status", "in", ["unknown", "pending"]).where("next_check_at", "<=", now), "next_check_at");
+    const due = await claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at");
     return [...expired, ...due];
   }
 
   async alertsDue(limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").selectAll().where("alert_pending", "=", 1).orderBy("updated_at").limit(limit).execute();
+    return this.db.selectFrom("idem_operations").selectAll().where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute();
   }
 
   async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {
@@ -308,7 +316,7 @@ export class Store {
   }
 
   async stuck(olderThanMs: number, limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").selectAll().where("status", "=", "running")
+    return this.db.selectFrom("idem_operations").selectAll().where("status", "=", RUNNING)
       .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute();
   }
 
