@@ -7,10 +7,10 @@
  * Faults: `rate_limit` (429) and `bad_gateway` (502) before anything is written;
  * `drop_after_commit` (the connection closes with no answer) and `delay_after_commit` after.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
-import type { AddressInfo } from "node:net";
 import { FaultPlan } from "../faults.js";
+import { closeHard, listen, readBody } from "../http.js";
 import { CrmStore, HubSpotFailure, error, type CrmRecord } from "./hubspot-records.js";
 
 export type HubSpotFaultKind = "rate_limit" | "bad_gateway" | "drop_after_commit" | "delay_after_commit";
@@ -43,16 +43,13 @@ export class HubSpotSandbox {
   }
 
   async start(port = 0): Promise<{ basePath: string; port: number; accessToken: string }> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(port, "127.0.0.1", resolve));
-    const { port: bound } = this.server.address() as AddressInfo;
+    const { server, port: bound } = await listen((req, res) => this.handle(req, res), port);
+    this.server = server;
     return { basePath: `http://127.0.0.1:${bound}`, port: bound, accessToken: this.token };
   }
 
   async close(): Promise<void> {
-    if (!this.server) return;
-    this.server.closeAllConnections();
-    await new Promise((r) => this.server!.close(r));
+    await closeHard(this.server);
     this.server = undefined;
   }
 
@@ -153,16 +150,6 @@ export class HubSpotSandbox {
 
 function view(r: CrmRecord) {
   return { id: r.id, properties: r.properties, createdAt: r.createdAt, updatedAt: r.updatedAt, archived: r.archived };
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let data = "";
-    req.setEncoding("utf8");
-    req.on("data", (c) => (data += c));
-    req.on("end", () => resolve(data));
-    req.on("error", reject);
-  });
 }
 
 function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

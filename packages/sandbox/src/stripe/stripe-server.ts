@@ -12,12 +12,12 @@
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
  * client's timeout) after the effect committed.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
-import type { AddressInfo } from "node:net";
 import qs from "qs";
 import { FaultPlan } from "../faults.js";
+import { closeHard, listen, readBody } from "../http.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
 export type StripeFaultKind = "rate_limit" | "unavailable" | "delay_before_commit" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
@@ -75,16 +75,13 @@ export class StripeSandbox {
   }
 
   async start(port = 0): Promise<{ host: string; port: number; url: string; apiKey: string }> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(port, "127.0.0.1", resolve));
-    const { port: bound } = this.server.address() as AddressInfo;
+    const { server, port: bound } = await listen((req, res) => this.handle(req, res), port);
+    this.server = server;
     return { host: "127.0.0.1", port: bound, url: `http://127.0.0.1:${bound}`, apiKey: this.apiKey };
   }
 
   async close(): Promise<void> {
-    if (!this.server) return;
-    this.server.closeAllConnections();
-    await new Promise((r) => this.server!.close(r));
+    await closeHard(this.server);
     this.server = undefined;
   }
 
@@ -211,16 +208,6 @@ export class StripeSandbox {
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let data = "";
-    req.setEncoding("utf8");
-    req.on("data", (c) => (data += c));
-    req.on("end", () => resolve(data));
-    req.on("error", reject);
-  });
 }
 
 /** Parameter order must not matter to the idempotency fingerprint. */
