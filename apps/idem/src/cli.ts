@@ -10,7 +10,7 @@ import ms from "ms";
 import { pino } from "pino";
 import {
   IdemError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, STATUSES, openLedger,
-  type Ledger, type LedgerOptions, type Operation, type Status,
+  type Ledger, type LedgerOptions, type Status,
 } from "@idem/core";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
@@ -171,4 +171,3 @@ export async function main(argv: string[]): Promise<number> {
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
   process.exitCode = await main(process.argv);
 }
-export type { Operation };

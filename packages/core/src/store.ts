@@ -88,11 +88,6 @@ export class Store {
       : sql<number>`cast(unixepoch('subsec') * 1000 as integer)`;
   }
 
-  async dbNow(): Promise<number> {
-    const row = await sql<{ now: number | string }>`select ${this.now()} as now`.execute(this.db);
-    return Number(row.rows[0]!.now);
-  }
-
   /**
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
    * row that already holds it, with the database time to judge its lease. On SQLite, where a read
