@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { afterAll, inject } from "vitest";
+import { afterAll, afterEach, beforeAll, inject } from "vitest";
 
 export const DIALECTS = ["sqlite", "postgres"] as const;
 export type TestDialect = (typeof DIALECTS)[number];
@@ -60,4 +60,38 @@ export function tempDir(prefix = "idem-"): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   onFileEnd(async () => rmSync(dir, { recursive: true, force: true }));
   return dir;
+}
+
+/**
+ * A test file's ledgers on one fresh database: `open` opens one with the given opener (so the
+ * testkit needs no dependency on the core) and every ledger a test opened is closed after it.
+ * `prepare: true` opens one before the tests (migrating the schema for worker processes that open
+ * with `migrate: false`) and closes it at the end.
+ */
+export function ledgersFor<L extends { close(): Promise<void> }, O extends object>(
+  dialect: TestDialect,
+  opener: (url: string, options: O) => Promise<L>,
+  settings: { defaults: O; prepare?: boolean },
+): { url(): string; open(options?: O): Promise<L> } {
+  let url = "";
+  let prepared: L | undefined;
+  const opened: L[] = [];
+  beforeAll(async () => {
+    url = await freshDatabase(dialect);
+    if (settings.prepare) prepared = await opener(url, settings.defaults);
+  });
+  afterEach(async () => {
+    for (const l of opened.splice(0)) await l.close();
+  });
+  afterAll(async () => {
+    await prepared?.close();
+  });
+  return {
+    url: () => url,
+    async open(options?: O): Promise<L> {
+      const l = await opener(url, { ...settings.defaults, ...options });
+      opened.push(l);
+      return l;
+    },
+  };
 }

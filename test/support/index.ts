@@ -1,4 +1,4 @@
-export { DIALECTS, freshDatabase, tempDir } from "./databases.js";
+export { DIALECTS, freshDatabase, ledgersFor, tempDir } from "./databases.js";
 export type { TestDialect } from "./databases.js";
 export { kill9, startChild } from "./children.js";
 export type { Child } from "./children.js";

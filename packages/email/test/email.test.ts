@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
-import { DIALECTS, freePort, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, freePort, ledgersFor, kill9, startChild } from "@idem/testkit";
 import { Mailbox, emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
 
 const WORKER = fileURLToPath(new URL("./children/mail-worker.ts", import.meta.url));
@@ -40,20 +40,8 @@ const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
 for (const dialect of DIALECTS) {
   describe(`email on ${dialect}`, () => {
-    let url = "";
-    const opened: Ledger[] = [];
-    beforeAll(async () => {
-      url = await freshDatabase(dialect);
-      opened.push(await openLedger(url));
-    });
-    afterAll(async () => {
-      for (const l of opened) await l.close();
-    });
-    const ledger = async (o: LedgerOptions = {}) => {
-      const l = await openLedger(url, { poolSize: 2, ...o });
-      opened.push(l);
-      return l;
-    };
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
+    const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
     const messageIdOf = async (l: Ledger, t: string, id: string) => (await l.get(t, id)).operation.providerReference!;
 
     for (const mode of ["provider-saves", "journal", "append"] as const) {
@@ -108,7 +96,7 @@ for (const dialect of DIALECTS) {
       const accepted = new Promise<{ messageId: string }>((resolve) => sandbox.events.once("accepted", resolve));
       const leaseMs = 1_500;
       const child = startChild(WORKER, [], {
-        LEDGER_URL: url, TENANT: t, KEY: "killed", SMTP_PORT: String(ports.smtp), IMAP_PORT: String(ports.imap),
+        LEDGER_URL: db.url(), TENANT: t, KEY: "killed", SMTP_PORT: String(ports.smtp), IMAP_PORT: String(ports.imap),
         USER: SENDER.user, PASS: SENDER.pass, LEASE_MS: String(leaseMs),
       });
       const { messageId } = await accepted;

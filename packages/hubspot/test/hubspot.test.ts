@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
-import { DIALECTS, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, ledgersFor, kill9, startChild } from "@idem/testkit";
 import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
@@ -36,20 +36,8 @@ describe("ensureSchema", () => {
 
 for (const dialect of DIALECTS) {
   describe(`HubSpot on ${dialect}`, () => {
-    let url = "";
-    const opened: Ledger[] = [];
-    beforeAll(async () => {
-      url = await freshDatabase(dialect);
-      opened.push(await openLedger(url));
-    });
-    afterAll(async () => {
-      for (const l of opened) await l.close();
-    });
-    const ledger = async (o: LedgerOptions = {}) => {
-      const l = await openLedger(url, { poolSize: 2, ...o });
-      opened.push(l);
-      return l;
-    };
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
+    const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
     const keyOf = async (l: Ledger, t: string, id: string) => (await l.get(t, id)).operation.key;
     const recordsWith = (type: string, key: string) => sandbox.crm.all(type).filter((r) => r.properties.idem_external_id === key);
 
@@ -95,7 +83,7 @@ for (const dialect of DIALECTS) {
       sandbox.faults.add({ kind: "delay_after_commit", match: { method: "POST", path: "/crm/v3/objects/contacts" }, delayMs: 60_000 });
       const committed = new Promise<{ record: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
       const leaseMs = 1_500;
-      const child = startChild(WORKER, [], { LEDGER_URL: url, TENANT: t, KEY: "killed", BASE_PATH: server.basePath, TOKEN: server.accessToken, LEASE_MS: String(leaseMs) });
+      const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: t, KEY: "killed", BASE_PATH: server.basePath, TOKEN: server.accessToken, LEASE_MS: String(leaseMs) });
       const { record } = await committed;
       await kill9(child);
       const l = await ledger();

@@ -5,9 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { ArgsMismatchError, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
-import { DIALECTS, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, ledgersFor, kill9, startChild } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
 
 const WORKER = fileURLToPath(new URL("./children/stripe-worker.ts", import.meta.url));
@@ -35,20 +35,8 @@ const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
 for (const dialect of DIALECTS) {
   describe(`Stripe on ${dialect}`, () => {
-    let url = "";
-    const opened: Ledger[] = [];
-    beforeAll(async () => {
-      url = await freshDatabase(dialect);
-      opened.push(await openLedger(url));
-    });
-    afterAll(async () => {
-      for (const l of opened) await l.close();
-    });
-    const ledger = async (o: LedgerOptions = {}) => {
-      const l = await openLedger(url, { poolSize: 2, clock: () => Date.now() + skew, ...o });
-      opened.push(l);
-      return l;
-    };
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
+    const ledger = (o: LedgerOptions = {}) => db.open({ clock: () => Date.now() + skew, ...o });
 
     it("a duplicate call returns the first PaymentIntent and sends nothing", async () => {
       const l = await ledger();
@@ -220,13 +208,12 @@ for (const dialect of DIALECTS) {
       sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 60_000 });
       const committed = new Promise<{ object: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
       const leaseMs = 1_500;
-      const child = startChild(WORKER, [], { LEDGER_URL: url, TENANT: t, KEY: "killed", STRIPE_PORT: String(server.port), STRIPE_KEY: server.apiKey, LEASE_MS: String(leaseMs) });
+      const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: t, KEY: "killed", STRIPE_PORT: String(server.port), STRIPE_KEY: server.apiKey, LEASE_MS: String(leaseMs) });
       const { object } = await committed;
       await kill9(child);
       expect(piCount() - before).toBe(1);
       // the database clock, as the killed worker had: earlier tests moved the test clock by days
-      const l = await openLedger(url, { poolSize: 2 });
-      opened.push(l);
+      const l = await db.open();
       const s = stripe();
       const [row] = await l.list({ tenant: t });
       expect(row).toMatchObject({ status: "running", attempt: 1 });

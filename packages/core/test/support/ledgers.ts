@@ -1,25 +1,9 @@
 /** Opens ledgers on a test file's database and closes every one of them after each test. */
-import { afterEach, beforeAll } from "vitest";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
-import { freshDatabase, type TestDialect } from "@idem/testkit";
+import { ledgersFor, type TestDialect } from "@idem/testkit";
 
-export function ledgers(dialect: TestDialect) {
-  let url = "";
-  const open: Ledger[] = [];
-  beforeAll(async () => {
-    url = await freshDatabase(dialect);
-  });
-  afterEach(async () => {
-    for (const l of open.splice(0)) await l.close();
-  });
-  return {
-    url: () => url,
-    async open(options: LedgerOptions = {}): Promise<Ledger> {
-      const l = await openLedger(url, { poolSize: 4, ...options });
-      open.push(l);
-      return l;
-    },
-  };
+export function ledgers(dialect: TestDialect): { url(): string; open(options?: LedgerOptions): Promise<Ledger> } {
+  return ledgersFor(dialect, openLedger, { defaults: { poolSize: 4 } });
 }
 
 let n = 0;
