@@ -47,7 +47,9 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   }
   const parts = input.parts.map((p) => unwrapSensitive(p));
   const label = canonicalJson(parts, "key");
-  const hash = sha256(canonicalJson([KEY_VERSION, input.tenant, input.action, parts]));
+  // = canonicalJson([KEY_VERSION, tenant, action, parts]): strings are written by JSON.stringify
+  // and arrays joined by commas, so the label is reused instead of canonicalising the parts twice.
+  const hash = sha256(`[${JSON.stringify(KEY_VERSION)},${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`);
   return { hash, label };
 }
 

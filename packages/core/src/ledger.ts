@@ -12,9 +12,10 @@ import { operationKey, requireName, type KeyPart, type OperationKey } from "./ke
 import type { DialectName } from "./migrations/index.js";
 import { connect, migrate, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
+import type { DirectExecutor } from "./query-cache.js";
 import type { RunResult, StoredError } from "./result.js";
 import { Runner, checkSize, type Call, type RunnerSettings } from "./runner.js";
-import type { EventRow, IdemDatabase, Status } from "./schema.js";
+import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Store, type ListFilter, type Row } from "./store.js";
 
 export interface LedgerOptions extends ConnectionOptions {
@@ -93,6 +94,7 @@ export interface Operation {
 }
 
 export interface OperationEvent {
+  /** Position in the operation's history, from 1. */
   readonly id: number;
   readonly from: Status | null;
   readonly to: Status;
@@ -105,14 +107,14 @@ export interface OperationEvent {
 
 /** Opens (and by default migrates) a ledger: `sqlite:./idem.db`, `postgres://…`, or a kysely Dialect. */
 export async function openLedger(target: string | Dialect, options: LedgerOptions = {}): Promise<Ledger> {
-  const { db, dialect } = await connect(target, options);
+  const { db, dialect, direct } = await connect(target, options);
   try {
     if (options.migrate !== false) await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
     throw error;
   }
-  return new Ledger(db, dialect, options);
+  return new Ledger(db, dialect, options, direct);
 }
 
 export class Ledger {
@@ -122,8 +124,8 @@ export class Ledger {
   private readonly actions = new Map<string, Action<any, any>>();
   private closed = false;
 
-  constructor(readonly db: Kysely<IdemDatabase>, readonly dialect: DialectName, private readonly options: LedgerOptions) {
-    this.store = new Store(db, dialect, options.clock);
+  constructor(readonly db: Kysely<IdemDatabase>, readonly dialect: DialectName, private readonly options: LedgerOptions, direct?: DirectExecutor) {
+    this.store = new Store(db, dialect, options.clock, direct);
     this.runner = new Runner(this.store);
     this.settings = {
       owner: options.owner ?? `${hostname()}:${process.pid}`,
@@ -345,9 +347,6 @@ function toOperation(r: Row): Operation {
   };
 }
 
-function toEvent(e: EventRow): OperationEvent {
-  return {
-    id: Number(e.id), from: e.from_status, to: e.to_status, attempt: e.attempt, actor: e.actor, reason: e.reason,
-    providerReference: e.provider_reference, at: e.at,
-  };
+function toEvent(e: HistoryEvent & { seq: number }): OperationEvent {
+  return { id: e.seq, from: e.from, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, providerReference: e.ref, at: e.at };
 }

@@ -7,7 +7,9 @@
  * millisecond times and counters). Drivers are loaded only when their URL is used.
  */
 import { Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type SqliteDatabase } from "kysely";
+import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
+import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
 
@@ -18,9 +20,22 @@ export interface ConnectionOptions {
   readonly busyTimeoutMs?: number;
   /** Postgres: pool size. Default 10. */
   readonly poolSize?: number;
+  /**
+   * Postgres: run the ledger's hot statements as named prepared statements (parsed and planned
+   * once per connection). Default true; set false behind PgBouncer in transaction mode before
+   * 1.21, which cannot keep a prepared statement on a server connection.
+   */
+  readonly preparedStatements?: boolean;
 }
 
-export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; dialect: DialectName }> {
+export interface Connection {
+  readonly db: Kysely<IdemDatabase>;
+  readonly dialect: DialectName;
+  /** The driver itself, for the hot statements; absent when opened from a kysely Dialect. */
+  readonly direct?: DirectExecutor;
+}
+
+export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<Connection> {
   if (typeof target !== "string") {
     const adapter = target.createAdapter();
     const dialect: DialectName | undefined =
@@ -28,12 +43,12 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
     if (!dialect) throw new LedgerConfigError("only SQLite and Postgres kysely dialects are supported");
     return { db: new Kysely<IdemDatabase>({ dialect: target }), dialect };
   }
-  if (target.startsWith("sqlite:")) return { db: await openSqlite(target.slice("sqlite:".length), opts), dialect: "sqlite" };
-  if (/^postgres(ql)?:\/\//.test(target)) return { db: await openPostgres(target, opts), dialect: "postgres" };
+  if (target.startsWith("sqlite:")) return { ...(await openSqlite(target.slice("sqlite:".length), opts)), dialect: "sqlite" };
+  if (/^postgres(ql)?:\/\//.test(target)) return { ...(await openPostgres(target, opts)), dialect: "postgres" };
   throw new LedgerConfigError(`unsupported ledger URL "${redact(target)}": use sqlite:PATH or postgres://…`);
 }
 
-async function openSqlite(path: string, opts: ConnectionOptions): Promise<Kysely<IdemDatabase>> {
+async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await import("better-sqlite3");
   const { SqliteDialect } = await import("kysely");
@@ -47,7 +62,15 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<Kysely
   } catch (cause) {
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
-  return new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: withStatementCache(database) }) });
+  const cached = withStatementCache(database);
+  const direct: DirectExecutor = (text, parameters) => {
+    // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
+    if (database.inTransaction) return undefined;
+    const stmt = cached.prepare(text) as unknown as import("better-sqlite3").Statement;
+    if (stmt.reader) return { rows: stmt.all(parameters) };
+    return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
+  };
+  return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
 }
 
 /**
@@ -71,7 +94,7 @@ function withStatementCache(database: import("better-sqlite3").Database): Sqlite
   };
 }
 
-async function openPostgres(url: string, opts: ConnectionOptions): Promise<Kysely<IdemDatabase>> {
+async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct?: DirectExecutor }> {
   const { default: pg } = await import("pg");
   const { PostgresDialect } = await import("kysely");
   const pool = new pg.Pool({
@@ -92,7 +115,16 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<Kysel
     await db.destroy();
     throw new LedgerConfigError(`cannot connect to Postgres ledger ${redact(url)}: ${(cause as Error).message}`, { cause });
   }
-  return db;
+  if (opts.preparedStatements === false) return { db };
+  // A name per statement text: pg parses a named statement once per connection, then only binds.
+  const names = new Map<string, string>();
+  const direct: DirectExecutor = async (text, parameters) => {
+    let name = names.get(text);
+    if (name === undefined) names.set(text, (name = `idem_${sha256(text).slice(0, 24)}`));
+    const res = await pool.query({ name, text, values: parameters as unknown[] });
+    return { rows: res.rows, ...(res.rowCount !== null && { numAffectedRows: BigInt(res.rowCount) }) };
+  };
+  return { db, direct };
 }
 
 /** Applies pending migrations; a no-op (one cheap query) when the schema is current. */

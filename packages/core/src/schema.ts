@@ -20,7 +20,7 @@ export interface OperationsTable {
   provider_reference: string | null;
   result_json: string | null;
   error_json: string | null;
-  /** Who made the last transition and why; the audit trigger copies both into idem_events. */
+  /** Who made the last transition and why; the audit trigger copies both into `history`. */
   actor: string | null;
   reason: string | null;
   /** When the daemon should look at an unknown or pending row again (backoff). */
@@ -39,25 +39,27 @@ export interface OperationsTable {
   updated_at: number;
   completed_at: number | null;
   expires_at: number | null;
+  /**
+   * The audit events of this operation, oldest first, appended by the trigger of every
+   * transition (migration 0002): JSON text on SQLite, jsonb (read as an array) on Postgres.
+   */
+  history: Generated<string | HistoryEvent[]>;
 }
 
-export interface EventsTable {
-  id: Generated<number>;
-  operation_id: string;
-  tenant_id: string;
-  from_status: Status | null;
-  to_status: Status;
+/** One audit event as stored in `history`. */
+export interface HistoryEvent {
+  from: Status | null;
+  to: Status;
   attempt: number;
   actor: string | null;
   reason: string | null;
-  provider_reference: string | null;
+  ref: string | null;
   at: number;
 }
 
 export interface IdemDatabase {
   idem_operations: OperationsTable;
-  idem_events: EventsTable;
 }
 
-export type OperationRow = OperationsTable;
-export type EventRow = Omit<EventsTable, "id"> & { id: number };
+/** A row as the ledger reads it: everything but the history, which only `events` reads. */
+export type OperationRow = Omit<OperationsTable, "history">;

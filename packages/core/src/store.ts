@@ -10,9 +10,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql, type Kysely, type RawBuilder } from "kysely";
-import { QueryCache } from "./query-cache.js";
+import { QueryCache, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
-import type { EventRow, IdemDatabase, OperationRow, Status } from "./schema.js";
+import type { HistoryEvent, IdemDatabase, OperationRow, Status } from "./schema.js";
 
 export type Row = OperationRow;
 
@@ -48,6 +48,13 @@ const RUNNING = sql.lit("running") as unknown as "running";
 const UNKNOWN = sql.lit("unknown") as unknown as "unknown";
 const PENDING = sql.lit("pending") as unknown as "pending";
 
+/** Every column but `history`, which grows with the operation and only `events` reads. */
+const ROW_COLUMNS = [
+  "id", "tenant_id", "key", "key_label", "action", "args_hash", "args_json", "status", "attempt", "lease_owner",
+  "lease_expires_at", "provider_reference", "result_json", "error_json", "actor", "reason", "next_check_at", "checks",
+  "alert_pending", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
+] as const satisfies readonly (keyof Row)[];
+
 const PEEK_COLUMNS = ["id", "tenant_id", "action", "status", "attempt", "args_hash", "result_json", "error_json", "reason", "lease_expires_at"] as const;
 
 /** The columns of a row that answer a duplicate call (see `peek`). */
@@ -65,8 +72,8 @@ export interface ListFilter {
   /** Only rows created at least this long ago. */
   olderThanMs?: number;
   limit?: number;
-  /** Rows created before this operation (keyset pagination, newest first). */
-  before?: { createdAt: number; id: string };
+  /** Rows created before this operation id (keyset pagination, newest first: ids are time-ordered). */
+  before?: string;
 }
 
 export class Store {
@@ -76,8 +83,9 @@ export class Store {
     readonly db: Kysely<IdemDatabase>,
     readonly dialect: DialectName,
     private readonly clock?: () => number,
+    direct?: DirectExecutor,
   ) {
-    this.hot = new QueryCache(db, clock === undefined);
+    this.hot = new QueryCache(db, clock === undefined, direct);
   }
 
   /** The database's clock as an SQL expression (or the injected test clock). */
@@ -101,7 +109,7 @@ export class Store {
     }
     const claim: NewClaim = { ...row, id: newOperationId() };
     const slotted = (v: (name: string) => any) => Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
-    const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returningAll().returning(this.now().as("db_now")), { ...claim });
+    const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(ROW_COLUMNS).returning(this.now().as("db_now")), { ...claim });
     const inserted = rows[0];
     if (inserted) return { fresh: true, row: { ...inserted, db_now: Number(inserted.db_now) } };
     const existing = await this.peek(row.tenant, row.key);
@@ -141,7 +149,7 @@ export class Store {
   async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
     const row = await this.db
       .selectFrom("idem_operations")
-      .selectAll()
+      .select(ROW_COLUMNS)
       .select(this.now().as("db_now"))
       .where("tenant_id", "=", tenant)
       .where("id", "=", id)
@@ -164,12 +172,13 @@ export class Store {
         next_check_at: null, updated_at: now,
         ...(to.execute && { last_execution_at: now }),
       })
-      .where("id", "=", from.id)
       .where("tenant_id", "=", from.tenant_id)
+      .where("key", "=", from.key)
+      .where("id", "=", from.id)
       .where("status", "=", from.status)
       .where("attempt", "=", from.attempt);
     if (from.status === "running") q = q.where("lease_expires_at", "<=", now);
-    return q.returningAll().executeTakeFirst();
+    return q.returning(ROW_COLUMNS).executeTakeFirst();
   }
 
   /** Extends the lease; false when the lease was lost (another attempt took over). */
@@ -178,6 +187,8 @@ export class Store {
     const res = await this.db
       .updateTable("idem_operations")
       .set({ lease_expires_at: sql<number>`${now} + ${leaseMs}` })
+      .where("tenant_id", "=", row.tenant_id)
+      .where("key", "=", row.key)
       .where("id", "=", row.id)
       .where("status", "=", "running")
       .where("attempt", "=", row.attempt)
@@ -190,6 +201,8 @@ export class Store {
     const res = await this.db
       .updateTable("idem_operations")
       .set({ ...patch, updated_at: this.now() })
+      .where("tenant_id", "=", row.tenant_id)
+      .where("key", "=", row.key)
       .where("id", "=", row.id)
       .where("status", "=", "running")
       .where("attempt", "=", row.attempt)
@@ -205,7 +218,7 @@ export class Store {
     const done = patch.completed === true;
     const keepLease = to === "running";
     const values: Record<string, unknown> = {
-      id: row.id, tenant: row.tenant_id, from: row.status, attempt: row.attempt, to, actor: patch.actor, reason: patch.reason,
+      id: row.id, tenant: row.tenant_id, key: row.key, from: row.status, attempt: row.attempt, to, actor: patch.actor, reason: patch.reason,
       lease_owner: keepLease ? row.lease_owner : null, lease_expires_at: keepLease ? row.lease_expires_at : null,
       result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference,
       checkAfterMs: patch.checkAfterMs == null ? null : Math.round(patch.checkAfterMs), checks: patch.checks, retentionMs: patch.retentionMs,
@@ -233,49 +246,47 @@ export class Store {
           ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
           ...(patch.executionEnded && { last_execution_at: now }),
         })
-        .where("id", "=", v("id"))
         .where("tenant_id", "=", v("tenant"))
+        .where("key", "=", v("key"))
+        .where("id", "=", v("id"))
         .where("status", "=", v("from"))
         .where("attempt", "=", v("attempt"))
-        .returningAll();
+        .returning(ROW_COLUMNS);
     }, values);
     return rows[0];
   }
 
-  /** Records something that did not change the row (a fenced-off completion). */
+  /** Appends an event that did not change the row (a fenced-off completion) to its history. */
   async recordEvent(row: Row, e: { attempt: number; actor: string | null; reason: string; to: Status }): Promise<void> {
-    await this.db
-      .insertInto("idem_events")
-      .values({
-        operation_id: row.id, tenant_id: row.tenant_id, from_status: row.status, to_status: e.to,
-        attempt: e.attempt, actor: e.actor, reason: e.reason, provider_reference: row.provider_reference, at: this.now(),
-      })
-      .execute();
+    // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
+    const json = JSON.stringify({ from: row.status, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, ref: row.provider_reference });
+    const history = this.dialect === "postgres"
+      ? sql`history || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
+      : sql`json_insert(history, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
+    await this.db.updateTable("idem_operations").set({ history: history as any })
+      .where("tenant_id", "=", row.tenant_id).where("key", "=", row.key).where("id", "=", row.id).execute();
   }
 
-  async events(tenant: string, operationId: string): Promise<EventRow[]> {
-    return this.db
-      .selectFrom("idem_events")
-      .selectAll()
-      .where("tenant_id", "=", tenant)
-      .where("operation_id", "=", operationId)
-      .orderBy("id")
-      .execute() as Promise<EventRow[]>;
+  /** The operation's audit events, oldest first (`seq` from 1). */
+  async events(tenant: string, operationId: string): Promise<(HistoryEvent & { seq: number })[]> {
+    const row = await this.db.selectFrom("idem_operations").select("history")
+      .where("tenant_id", "=", tenant).where("id", "=", operationId).executeTakeFirst();
+    if (!row) return [];
+    const history = typeof row.history === "string" ? (JSON.parse(row.history) as HistoryEvent[]) : row.history;
+    return history.map((e, i) => ({ ...e, seq: i + 1 }));
   }
 
   async list(f: ListFilter): Promise<Row[]> {
-    let q = this.db.selectFrom("idem_operations").selectAll().where("tenant_id", "=", f.tenant);
+    let q = this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("tenant_id", "=", f.tenant);
     if (f.status !== undefined) {
       const statuses = typeof f.status === "string" ? [f.status] : [...f.status];
       q = q.where("status", "in", statuses);
     }
     if (f.action !== undefined) q = q.where("action", "=", f.action);
     if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
-    if (f.before) {
-      const b = f.before;
-      q = q.where((eb) => eb.or([eb("created_at", "<", b.createdAt), eb.and([eb("created_at", "=", b.createdAt), eb("id", "<", b.id)])]));
-    }
-    return q.orderBy("created_at", "desc").orderBy("id", "desc").limit(f.limit ?? 100).execute();
+    if (f.before !== undefined) q = q.where("id", "<", f.before);
+    // (tenant_id, id) is an index: newest first without a sort
+    return q.orderBy("id", "desc").limit(f.limit ?? 100).execute();
   }
 
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
@@ -284,11 +295,11 @@ export class Store {
     const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at") => {
       // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
       // LIMIT per row and claim them all.
-      let due = where(this.db.selectFrom("idem_operations").select("id")).orderBy(indexOrder).limit(limit);
+      let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"])).orderBy(indexOrder).limit(limit);
       if (this.dialect === "postgres") due = due.forUpdate().skipLocked();
       return where(this.db.with("due", () => due).updateTable("idem_operations"))
         .set({ next_check_at: sql<number>`${now} + ${claimMs}` })
-        .where("id", "in", (eb: any) => eb.selectFrom("due").select("id"))
+        .where((eb: any) => eb(eb.refTuple("tenant_id", "key"), "in", eb.selectFrom("due").select(["tenant_id", "key"])))
         .returning(["id", "tenant_id", "status", "action"])
         .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
     };
@@ -302,7 +313,7 @@ export class Store {
   }
 
   async alertsDue(limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").selectAll().where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute();
+    return this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute();
   }
 
   async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {
@@ -311,7 +322,7 @@ export class Store {
   }
 
   async stuck(olderThanMs: number, limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").selectAll().where("status", "=", RUNNING)
+    return this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("status", "=", RUNNING)
       .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute();
   }
 
@@ -323,7 +334,7 @@ export class Store {
     return (await q.execute()).map((r) => ({ ...r, count: Number(r.count) }));
   }
 
-  /** Deletes this tenant's completed operations (and their events) whose retention passed. */
+  /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
   async prune(tenant: string, limit: number): Promise<number> {
     const doomed = this.db
       .selectFrom("idem_operations")

@@ -1,17 +1,19 @@
 import { describe, expect, it } from "vitest";
-import { sql } from "kysely";
+import { Migrator, sql } from "kysely";
 import {
   GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
   UnknownActionError, openLedger,
 } from "@idem/core";
-import { DIALECTS } from "@idem/testkit";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
+import * as m0001 from "../src/migrations/0001-init.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
-async function countRows(ledger: { db: any }, tenant: string): Promise<{ ops: number; events: number }> {
-  const ops = await sql<{ n: number }>`select count(*) as n from idem_operations where tenant_id = ${tenant}`.execute(ledger.db);
-  const events = await sql<{ n: number }>`select count(*) as n from idem_events where tenant_id = ${tenant}`.execute(ledger.db);
-  return { ops: Number(ops.rows[0]!.n), events: Number(events.rows[0]!.n) };
+/** Rows and audit events (kept in each row's history) stored for the tenant, counted in SQL. */
+async function countRows(ledger: { db: any; dialect: string }, tenant: string): Promise<{ ops: number; events: number }> {
+  const length = ledger.dialect === "postgres" ? sql`jsonb_array_length(history)` : sql`json_array_length(history)`;
+  const { rows } = await sql<{ ops: number; events: number | null }>`select count(*) as ops, sum(${length}) as events from idem_operations where tenant_id = ${tenant}`.execute(ledger.db);
+  return { ops: Number(rows[0]!.ops), events: Number(rows[0]!.events ?? 0) };
 }
 
 for (const dialect of DIALECTS) {
@@ -221,12 +223,39 @@ for (const dialect of DIALECTS) {
 
   describe(`opening a ${dialect} ledger`, () => {
     const db = ledgers(dialect);
+    it("carries a 0001 ledger into 0002: rows unchanged, audit events in their order", async () => {
+      const url = await freshDatabase(dialect);
+      const bare = await openLedger(url, { migrate: false });
+      // The ledger as 0001 left it, written by 0001's own SQL and triggers.
+      await new Migrator({
+        db: bare.db, migrationTableName: "idem_migration", migrationLockTableName: "idem_migration_lock",
+        provider: { getMigrations: async () => ({ "0001-init": { up: async (k) => { for (const q of m0001[dialect]) await sql.raw(q).execute(k); } } }) },
+      }).migrateToLatest();
+      const insert = `INSERT INTO idem_operations (id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, actor, reason, checks, created_at, updated_at, last_execution_at)
+        VALUES ('op_old1', 'acme', 'k1', '["a"]', 'mail', 'h1', '{"to":"x"}', 'running', 1, 'w', 100, 'agent', 'claimed', 0, 10, 10, 10)`;
+      await sql.raw(insert).execute(bare.db);
+      await sql.raw(`UPDATE idem_operations SET status = 'unknown', reason = 'timeout', updated_at = 20 WHERE id = 'op_old1'`).execute(bare.db);
+      await sql.raw(`INSERT INTO idem_events (operation_id, tenant_id, from_status, to_status, attempt, actor, reason, at) VALUES ('op_old1', 'acme', 'unknown', 'unknown', 1, 'w2', 'fenced: a note', 25)`).execute(bare.db);
+      await sql.raw(`UPDATE idem_operations SET status = 'succeeded', result_json = '{"id":"m1"}', reason = 'reconciled', updated_at = 30, completed_at = 30 WHERE id = 'op_old1'`).execute(bare.db);
+      expect(await bare.migrate()).toEqual(["0002-lean-rows"]);
+      const { operation, events } = await bare.get("acme", "op_old1");
+      expect(operation).toMatchObject({ id: "op_old1", key: "k1", keyLabel: '["a"]', status: "succeeded", result: { id: "m1" }, argsHash: "h1", createdAt: 10, completedAt: 30 });
+      expect(events.map((e) => [e.id, e.from, e.to, e.reason, e.at])).toEqual([
+        [1, null, "running", "claimed", 10], [2, "running", "unknown", "timeout", 20], [3, "unknown", "unknown", "fenced: a note", 25], [4, "unknown", "succeeded", "reconciled", 30],
+      ]);
+      await expect(bare.get("other", "op_old1")).rejects.toBeInstanceOf(OperationNotFoundError);
+      // and the new triggers keep appending
+      const resolved = await bare.run(new TestProvider().action("mail", {}), { tenant: "acme", key: ["fresh"], args: { to: "x" } });
+      expect((await bare.get("acme", resolved.operationId)).events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+      await bare.close();
+    });
+
     it("migrates once; reopening is a no-op; migrate: false leaves it to migrate()", async () => {
       const fresh = dialect === "sqlite" ? `sqlite:${(await import("@idem/testkit")).tempDir()}/m.db` : db.url();
       const bare = await openLedger(fresh, { migrate: false });
       if (dialect === "sqlite") {
         await expect(bare.list({ tenant: "t" })).rejects.toThrow(/no such table/);
-        expect(await bare.migrate()).toEqual(["0001-init"]);
+        expect(await bare.migrate()).toEqual(["0001-init", "0002-lean-rows"]);
       } else {
         await bare.migrate();
       }

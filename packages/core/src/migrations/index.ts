@@ -5,11 +5,13 @@
  */
 import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
 import * as m0001 from "./0001-init.js";
+import * as m0002 from "./0002-lean-rows.js";
 
 export type DialectName = "sqlite" | "postgres";
 
 const ALL: Record<string, Record<DialectName, string[]>> = {
   "0001-init": m0001,
+  "0002-lean-rows": m0002,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
