@@ -9,6 +9,7 @@
  * Rounds alternate baseline and ledger so drift (other load, disk caches) hits both; the
  * reported figure is the median round. Postgres: DATABASE_URL, or an embedded server started here.
  */
+import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -39,6 +40,17 @@ async function concurrentRate(workers: number, n: number, body: (w: number, i: n
   await Promise.all(Array.from({ length: workers }, async (_, w) => { for (let i = 0; i < n; i++) await body(w, i); }));
   return (workers * n) / (Number(process.hrtime.bigint() - t0) / 1e9);
 }
+
+/** The ledger's writes by hand, for the diagnostic rows (values as the runner writes them). */
+const SQLITE_NOW = "cast(unixepoch('subsec') * 1000 as integer)";
+const PG_NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint";
+const OWN_COLUMNS = "id, key, args_hash, tenant_id, key_label, action, args_json, status, attempt, lease_owner, lease_expires_at, reason, checks, alert_pending, last_execution_at, created_at, updated_at";
+const ownValues = (id: string, key: string, argsHash: string, now = SQLITE_NOW) =>
+  `${id}, ${key}, ${argsHash}, 'own', '[0,1]', 'bench.noop', '{}', 'running', 1, 'host:1234/abcd1234', ${now} + 30000, 'claimed', 0, 0, ${now}, ${now}, ${now}`;
+const OWN_DONE = `status = 'succeeded', reason = 'the effect happened', updated_at = ${SQLITE_NOW}, lease_owner = null, lease_expires_at = null,
+  result_json = '{"ok":true}', error_json = null, completed_at = ${SQLITE_NOW}, expires_at = ${SQLITE_NOW} + 2592000000`;
+const PEEK = `id, status, attempt, args_hash, result_json, error_json, lease_expires_at, ${SQLITE_NOW} AS db_now`;
+const hex = (s: string) => createHash("sha256").update(s).digest("hex");
 
 interface Row { name: string; baseline: number; ledger: number; ratio: number; target: string; ok: boolean }
 const rows: Row[] = [];
@@ -75,22 +87,19 @@ async function sqliteBenches() {
     (r) => rate(N, (i) => { ins.run("t", `k${r}-${i}`); upd.run('{"ok":true}', "t", `k${r}-${i}`); }),
     (r) => rate(N, (i) => ledger.run(noop, { tenant: "t", key: [r, i], args: {} })),
   );
-  // Diagnostic, no target: the same two writes by hand on the ledger's own table (its indexes and
-  // audit trigger), same driver: how much of the gap is the ledger's storage, how much its code.
-  const own = new Database(join(dir, "own.db"));
-  own.pragma("journal_mode = WAL");
+  // Diagnostic, no target: the same two writes by hand on the ledger's own table (its schema as
+  // migrated, indexes and audit trigger; key and args as 64-hex hashes), same driver: how much of
+  // the gap is the ledger's storage and how much its code.
+  const own = new Database(join(dir, "ledger.db"));
   own.pragma("synchronous = FULL");
-  for (const stmt of (await import("../packages/core/src/migrations/0001-init.js")).sqlite) own.exec(stmt);
-  const ownIns = own.prepare(`INSERT INTO idem_operations (id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, actor, reason, checks, created_at, updated_at, last_execution_at)
-    VALUES (?, 't', ?, null, 'bench.noop', 'h', '{}', 'running', 1, 'me', 9, null, 'claimed', 0, 1, 1, 1) ON CONFLICT DO NOTHING`);
-  const ownUpd = own.prepare(`UPDATE idem_operations SET status = 'succeeded', result_json = '{"ok":true}', lease_owner = null, lease_expires_at = null, completed_at = 2, expires_at = 3, updated_at = 2, reason = 'done' WHERE id = ? AND status = 'running' AND attempt = 1`);
+  const ownIns = own.prepare(`INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("?", "?", "?")}) ON CONFLICT (tenant_id, key) DO NOTHING`);
+  const ownUpd = own.prepare(`UPDATE idem_operations SET ${OWN_DONE} WHERE tenant_id = 'own' AND key = ? AND id = ? AND status = 'running' AND attempt = 1`);
   await sideBySide(
-    "diagnostic: SQLite guarded call vs the same two writes on the ledger's own table",
+    "diagnostic: SQLite guarded call vs the same two writes by hand on the ledger's own table",
     { kind: "slowdown", limit: Infinity },
-    (r) => rate(N, (i) => { ownIns.run(`op${r}-${i}`, `k${r}-${i}`); ownUpd.run(`op${r}-${i}`); }),
-    (r) => rate(N, (i) => ledger.run(noop, { tenant: "own", key: [r, i], args: {} })),
+    (r) => rate(N, (i) => { const [id, key] = [`op_own_${r}_${i}`, hex(`own-${r}-${i}`)]; ownIns.run(id, key, hex(`args-${r}-${i}`)); ownUpd.run(key, id); }),
+    (r) => rate(N, (i) => ledger.run(noop, { tenant: "own2", key: [r, i], args: {} })),
   );
-  own.close();
 
   await sideBySide(
     "SQLite replay of a succeeded operation vs indexed SELECT",
@@ -98,6 +107,17 @@ async function sqliteBenches() {
     (r) => rate(N * 5, (i) => sel.get("t", `k${r}-${i % N}`)),
     (r) => rate(N * 5, (i) => ledger.run(noop, { tenant: "t", key: [r, i % N], args: {} })),
   );
+  // Diagnostic, no target: the ledger's own lookup by hand (the columns a duplicate needs, by the
+  // stored key hash), same driver: the read itself vs hashing the key and args and the code.
+  const peek = own.prepare(`SELECT ${PEEK} FROM idem_operations WHERE tenant_id = 'own' AND key = ?`);
+  const ownKeys = Array.from({ length: N }, (_, i) => hex(`own-0-${i}`));
+  await sideBySide(
+    "diagnostic: SQLite replay vs the ledger's own lookup by hand",
+    { kind: "slowdown", limit: Infinity },
+    (_r) => rate(N * 5, (i) => { if (!peek.get(ownKeys[i % N])) throw new Error("missing row"); }),
+    (r) => rate(N * 5, (i) => ledger.run(noop, { tenant: "t", key: [r, i % N], args: {} })),
+  );
+  own.close();
   raw.close();
   await ledger.close();
 }
@@ -120,6 +140,7 @@ async function postgresBench() {
   const WORKERS = 16;
   const N = 60;
   const pool = new pg.Pool({ connectionString: url, max: WORKERS });
+  pool.on("error", () => {}); // the embedded server stopping at the end terminates idle clients
   await pool.query("DROP TABLE IF EXISTS bench_raw");
   await pool.query("CREATE TABLE bench_raw (tenant TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, result TEXT, updated_at BIGINT, PRIMARY KEY (tenant, key))");
   const ledger: Ledger = await openLedger(url, { poolSize: WORKERS });
@@ -133,19 +154,28 @@ async function postgresBench() {
     }),
     (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t", key: [r, w, i], args: {} })),
   );
-  // Diagnostic, no target: the same writes by hand on the ledger's own table and trigger.
-  const ins = `INSERT INTO idem_operations (id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, actor, reason, checks, created_at, updated_at, last_execution_at)
-    VALUES ($1, 'own', $1, null, 'bench.noop', 'h', '{}', 'running', 1, 'me', 9, null, 'claimed', 0, 1, 1, 1) ON CONFLICT DO NOTHING`;
-  const upd = `UPDATE idem_operations SET status = 'succeeded', result_json = '{"ok":true}', lease_owner = null, lease_expires_at = null, completed_at = 2, expires_at = 3, updated_at = 2, reason = 'done' WHERE id = $1 AND status = 'running' AND attempt = 1`;
+  // Diagnostics, no target: the same raw writes as prepared statements (as the ledger sends its
+  // own), and the ledger's writes by hand on its own table (schema, indexes, trigger).
+  const prepared = (name: string, text: string, values: unknown[]) => pool.query({ name, text, values });
   await sideBySide(
-    `diagnostic: Postgres ${WORKERS} workers, guarded calls vs the same writes on the ledger's own table`,
+    `diagnostic: Postgres ${WORKERS} workers, guarded calls vs INSERT+UPDATE as prepared statements`,
     { kind: "throughput", limit: -Infinity },
     (r) => concurrentRate(WORKERS, N, async (w, i) => {
-      const id = `own${r}-${w}-${i}`;
-      await pool.query(ins, [id]);
-      await pool.query(upd, [id]);
+      const key = `p${r}-${w}-${i}`;
+      await prepared("raw_ins", "INSERT INTO bench_raw (tenant, key, status, updated_at) VALUES ('t', $1, 'running', 0)", [key]);
+      await prepared("raw_upd", "UPDATE bench_raw SET status = 'succeeded', result = '{}', updated_at = 1 WHERE tenant = 't' AND key = $1", [key]);
     }),
     (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t2", key: [r, w, i], args: {} })),
+  );
+  await sideBySide(
+    `diagnostic: Postgres ${WORKERS} workers, guarded calls vs the same writes by hand on the ledger's own table`,
+    { kind: "throughput", limit: -Infinity },
+    (r) => concurrentRate(WORKERS, N, async (w, i) => {
+      const [id, key] = [`op_own_${r}_${w}_${i}`, hex(`own-${r}-${w}-${i}`)];
+      await prepared("own_ins", `INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("$1", "$2", "$3", PG_NOW)}) ON CONFLICT (tenant_id, key) DO NOTHING`, [id, key, hex(id)]);
+      await prepared("own_upd", `UPDATE idem_operations SET ${OWN_DONE.replaceAll(SQLITE_NOW, PG_NOW)} WHERE tenant_id = 'own' AND key = $1 AND id = $2 AND status = 'running' AND attempt = 1`, [key, id]);
+    }),
+    (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t3", key: [r, w, i], args: {} })),
   );
   await ledger.close();
   await pool.end();

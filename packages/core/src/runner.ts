@@ -81,15 +81,18 @@ export class Runner {
   private async fromExisting<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Peek, settling: boolean): Promise<Step<R>> {
     const s = call.settings;
     if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
-      throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, row.action);
+      const action = (await this.store.findById(call.tenant, row.id))?.action ?? call.action.type;
+      throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, action);
     }
     switch (row.status) {
       case "succeeded":
         return { done: succeeded(row, JSON.parse(row.result_json!) as R, true) };
       case "failed":
         return { done: failed(row, JSON.parse(row.error_json!) as StoredError, true) };
-      case "needs_review":
-        return { done: pending(row, row.reason ?? "a person must decide whether the effect happened") };
+      case "needs_review": {
+        const reason = (await this.store.findById(call.tenant, row.id))?.reason;
+        return { done: pending(row, reason ?? "a person must decide whether the effect happened") };
+      }
       case "running": {
         const leaseLeft = (row.lease_expires_at ?? 0) - row.db_now;
         if (leaseLeft > 0) {
@@ -108,7 +111,7 @@ export class Runner {
       case "pending": {
         const wait = nextDelay(s.budget, state.executed, Date.now() - state.started, 0);
         if (wait === null) return { done: pending(row, "known not done; retry budget spent, the daemon or a later call retries") };
-        const full = await this.store.findById(row.tenant_id, row.id);
+        const full = await this.store.findById(call.tenant, row.id);
         const mine = full && (await this.store.takeOver(full, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done", execute: true }));
         return mine ? this.perform(call, mine, state) : { again: 0 };
       }
@@ -118,7 +121,7 @@ export class Runner {
   /** The replay policy for an expired lease or an unknown outcome. */
   private async recover<A, R>(call: Call<A, R>, owner: string, state: CallState, peeked: Peek, why: string): Promise<Step<R>> {
     const s = call.settings;
-    const row = await this.store.findById(peeked.tenant_id, peeked.id);
+    const row = await this.store.findById(call.tenant, peeked.id);
     if (!row) return { again: 0 };
     const last = row.error_json === null ? undefined : (JSON.parse(row.error_json) as StoredError);
     const policy = recoveryFor(call.action.capabilities, row.created_at, row.db_now, last);

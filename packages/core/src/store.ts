@@ -55,7 +55,8 @@ const ROW_COLUMNS = [
   "alert_pending", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
 ] as const satisfies readonly (keyof Row)[];
 
-const PEEK_COLUMNS = ["id", "tenant_id", "action", "status", "attempt", "args_hash", "result_json", "error_json", "reason", "lease_expires_at"] as const;
+/** What a duplicate call reads (a replay of a settled row needs no more; other paths read the whole row). */
+const PEEK_COLUMNS = ["id", "status", "attempt", "args_hash", "result_json", "error_json", "lease_expires_at"] as const;
 
 /** The columns of a row that answer a duplicate call (see `peek`). */
 export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { db_now: number };
