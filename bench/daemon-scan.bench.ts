@@ -24,7 +24,7 @@ async function fill(ledger: Ledger, n: number): Promise<void> {
   const now = Date.now();
   const cols = `id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, provider_reference, result_json, error_json, actor, reason, next_check_at, checks, alert_pending, created_at, updated_at, completed_at, expires_at`;
   const done = (i: string) => `'op_' || ${i}, 't' || (${i} % 50), 'k' || ${i}, null, 'bench.noop', 'h', null, 'succeeded', 1, null, null, null, '{}', null, null, 'done', null, 0, 0, ${now - 7_200_000}, ${now - 7_200_000}, ${now - 7_200_000}, ${now + 86_400_000}`;
-  // The audit trigger would write a million events too; the bench measures the operations' scans.
+  // The audit trigger would build a million histories too; the bench measures the operations' scans.
   if (ledger.dialect === "postgres") {
     await sql.raw(`ALTER TABLE idem_operations DISABLE TRIGGER USER`).execute(db);
     await sql.raw(`INSERT INTO idem_operations (${cols}) SELECT ${done("g")} FROM generate_series(1, ${n}) g`).execute(db);

@@ -146,12 +146,12 @@ export class Runner {
     }
     if (found.found) return this.complete(call, mine, found.receipt, "reconciled: the effect was found");
     if (found.proof === "absent") {
-      const back = await this.store.transition(mine, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0 });
+      const back = await this.store.move(mine, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0 });
       return back ? { again: 0 } : this.fenced(call, mine, "pending", found.reason);
     }
     if (found.proof === "never") return this.toReview(call, mine, found.reason);
     const checkAfterMs = found.retryAfterMs ?? Math.min(s.budget.baseDelayMs * 2 ** Math.min(mine.checks, 20), 3_600_000);
-    const still = await this.store.transition(mine, "unknown", { actor: call.actor, reason: `inconclusive: ${found.reason}`, checkAfterMs, checks: mine.checks + 1 });
+    const still = await this.store.move(mine, "unknown", { actor: call.actor, reason: `inconclusive: ${found.reason}`, checkAfterMs, checks: mine.checks + 1 });
     return still ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) } : this.fenced(call, mine, "unknown", found.reason);
   }
 
@@ -189,7 +189,7 @@ export class Runner {
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     if (to === "failed") {
-      const done = await this.store.transition(current, "failed", {
+      const done = await this.store.move(current, "failed", {
         actor: call.actor, reason: cls.reason, error_json: JSON.stringify(error), completed: true, retentionMs: call.settings.retentionMs,
         ...(error.alert && { alert: true }),
       });
@@ -198,7 +198,7 @@ export class Runner {
     const wait = to === "pending"
       ? nextDelay(call.settings.budget, state.executed, Date.now() - state.started, "retryAfterMs" in cls ? cls.retryAfterMs : undefined)
       : 0;
-    const moved = await this.store.transition(current, to, {
+    const moved = await this.store.move(current, to, {
       actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error),
       checkAfterMs: wait ?? call.settings.budget.maxDelayMs,
       ...(to === "unknown" && { executionEnded: true }),
@@ -224,7 +224,7 @@ export class Runner {
       call.action.validate?.(made);
     } catch (error) {
       const err: StoredError = { kind: "rejected", reason: describeError(error) };
-      const done = await this.store.transition(row, "failed", {
+      const done = await this.store.move(row, "failed", {
         actor: call.actor, reason: `rejected before send: ${err.reason}`, error_json: JSON.stringify(err), completed: true, retentionMs: call.settings.retentionMs,
       });
       if (!done) return this.fenced(call, row, "failed", err.reason);
@@ -241,20 +241,20 @@ export class Runner {
       checkSize("result", json, call.settings.maxResultBytes, row.id);
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
-      await this.store.transition(row, "needs_review", {
+      await this.store.move(row, "needs_review", {
         actor: call.actor, reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`, alert: true,
         error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
       });
       throw error;
     }
-    const done = await this.store.transition(row, "succeeded", {
+    const done = await this.store.move(row, "succeeded", {
       actor: call.actor, reason, result_json: json, error_json: null, completed: true, retentionMs: call.settings.retentionMs,
     });
     return done ? { done: succeeded(done, JSON.parse(json) as R, false) } : this.fenced(call, row, "succeeded", json);
   }
 
   private async toReview<A, R>(call: Call<A, R>, row: Row, reason: string): Promise<Step<R>> {
-    const parked = await this.store.transition(row, "needs_review", { actor: call.actor, reason, alert: true });
+    const parked = await this.store.move(row, "needs_review", { actor: call.actor, reason, alert: true });
     return parked ? { done: pending(parked, reason) } : this.fenced(call, row, "needs_review", reason);
   }
 

@@ -56,6 +56,9 @@ const ROW_COLUMNS = [
 ] as const satisfies readonly (keyof Row)[];
 
 /** What a duplicate call reads (a replay of a settled row needs no more; other paths read the whole row). */
+/** The columns of a claimed row that the database fills in (from its clock). */
+const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "updated_at"] as const;
+
 const PEEK_COLUMNS = ["id", "status", "attempt", "args_hash", "result_json", "error_json", "lease_expires_at"] as const;
 
 /** The columns of a row that answer a duplicate call (see `peek`). */
@@ -110,9 +113,21 @@ export class Store {
     }
     const claim: NewClaim = { ...row, id: newOperationId() };
     const slotted = (v: (name: string) => any) => Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
-    const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(ROW_COLUMNS).returning(this.now().as("db_now")), { ...claim });
+    // Only what the database computed comes back (its clock); the rest is what we inserted.
+    const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")), claim as unknown as Record<string, unknown>);
     const inserted = rows[0];
-    if (inserted) return { fresh: true, row: { ...inserted, db_now: Number(inserted.db_now) } };
+    if (inserted) {
+      return {
+        fresh: true,
+        row: {
+          id: claim.id, tenant_id: claim.tenant, key: claim.key, key_label: claim.keyLabel, action: claim.action,
+          args_hash: claim.argsHash, args_json: claim.argsJson, status: "running", attempt: 1, lease_owner: claim.owner,
+          provider_reference: null, result_json: null, error_json: null, actor: claim.actor, reason: "claimed",
+          next_check_at: null, checks: 0, alert_pending: 0, completed_at: null, expires_at: null,
+          ...inserted, db_now: Number(inserted.db_now),
+        },
+      };
+    }
     const existing = await this.peek(row.tenant, row.key);
     return existing && { fresh: false, row: existing };
   }
@@ -216,6 +231,16 @@ export class Store {
    * when another attempt or a person changed it first (the fence).
    */
   async transition(row: Row, to: Status, patch: TransitionPatch): Promise<Row | undefined> {
+    return (await this.update(row, to, patch, true)).rows[0] as Row | undefined;
+  }
+
+  /** `transition` for the runner, which needs to know only that it won: nothing read back. */
+  async move(row: Row, to: Status, patch: TransitionPatch): Promise<Pick<Row, "id" | "attempt" | "status"> | undefined> {
+    const res = await this.update(row, to, patch, false);
+    return Number(res.numAffectedRows) === 1 ? { id: row.id, attempt: row.attempt, status: to } : undefined;
+  }
+
+  private async update(row: Row, to: Status, patch: TransitionPatch, returning: boolean) {
     const done = patch.completed === true;
     const keepLease = to === "running";
     const values: Record<string, unknown> = {
@@ -229,10 +254,10 @@ export class Store {
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
     const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}`;
-    const { rows } = await this.hot.run(shape, (v) => {
+      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
+    return this.hot.run(shape, (v) => {
       const now = this.now();
-      return this.db
+      const q = this.db
         .updateTable("idem_operations")
         .set({
           status: v("to"), actor: v("actor"), reason: v("reason"), updated_at: now,
@@ -251,10 +276,9 @@ export class Store {
         .where("key", "=", v("key"))
         .where("id", "=", v("id"))
         .where("status", "=", v("from"))
-        .where("attempt", "=", v("attempt"))
-        .returning(ROW_COLUMNS);
+        .where("attempt", "=", v("attempt"));
+      return returning ? q.returning(ROW_COLUMNS) : q;
     }, values);
-    return rows[0];
   }
 
   /** Appends an event that did not change the row (a fenced-off completion) to its history. */
