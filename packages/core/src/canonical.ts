@@ -14,46 +14,62 @@ export type Json = null | boolean | number | string | Json[] | { [key: string]: 
 
 /** Canonical JSON text of `value`; throws `InvalidValueError` naming the path of a bad value. */
 export function canonicalJson(value: unknown, root = "value"): string {
-  return write(value, root, new Set());
+  return write(value, [root], new Set());
 }
 
-function write(value: unknown, path: string, seen: Set<object>): string {
+/** The path of the value being written, joined only when it is reported (every call hashes). */
+type Path = (string | number)[];
+const pathText = (path: Path) => path.map((p, i) => (i === 0 ? p : typeof p === "number" ? `[${p}]` : `.${p}`)).join("");
+const refuse = (path: Path, reason: string): never => {
+  throw new InvalidValueError(pathText(path), reason);
+};
+
+function write(value: unknown, path: Path, seen: Set<object>): string {
   switch (typeof value) {
     case "string":
     case "boolean":
       return JSON.stringify(value);
     case "number":
-      if (!Number.isFinite(value)) throw new InvalidValueError(path, `${value} is not a JSON number`);
+      if (!Number.isFinite(value)) refuse(path, `${value} is not a JSON number`);
       return JSON.stringify(value === 0 ? 0 : value); // -0 and 0 are one key
     case "undefined":
-      throw new InvalidValueError(path, "undefined has no stable JSON form; omit the field or use null");
+      return refuse(path, "undefined has no stable JSON form; omit the field or use null");
     case "bigint":
-      throw new InvalidValueError(path, "BigInt is not JSON; pass it as a string");
+      return refuse(path, "BigInt is not JSON; pass it as a string");
     case "function":
     case "symbol":
-      throw new InvalidValueError(path, `a ${typeof value} cannot be stored or hashed`);
+      return refuse(path, `a ${typeof value} cannot be stored or hashed`);
     case "object":
       break;
   }
   if (value === null) return "null";
   const obj = value as object;
-  if (seen.has(obj)) throw new InvalidValueError(path, "cycle: the value contains itself");
+  if (seen.has(obj)) refuse(path, "cycle: the value contains itself");
   seen.add(obj);
   try {
     if (Array.isArray(obj)) {
-      return "[" + obj.map((v, i) => write(v, `${path}[${i}]`, seen)).join(",") + "]";
+      let out = "[";
+      for (let i = 0; i < obj.length; i++) {
+        path.push(i);
+        out += (i === 0 ? "" : ",") + write(obj[i], path, seen);
+        path.pop();
+      }
+      return out + "]";
     }
     const proto = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
-      const kind = obj.constructor?.name ?? "object";
-      throw new InvalidValueError(path, `a ${kind} instance has no stable JSON form; pass plain data (e.g. an ISO string)`);
+      refuse(path, `a ${obj.constructor?.name ?? "object"} instance has no stable JSON form; pass plain data (e.g. an ISO string)`);
     }
-    if (Object.getOwnPropertySymbols(obj).length > 0) {
-      throw new InvalidValueError(path, "symbol-keyed properties cannot be stored or hashed");
-    }
+    if (Object.getOwnPropertySymbols(obj).length > 0) refuse(path, "symbol-keyed properties cannot be stored or hashed");
     const keys = Object.keys(obj).sort();
-    const parts = keys.map((k) => JSON.stringify(k) + ":" + write((obj as Record<string, unknown>)[k], `${path}.${k}`, seen));
-    return "{" + parts.join(",") + "}";
+    let out = "{";
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i]!;
+      path.push(k);
+      out += (i === 0 ? "" : ",") + JSON.stringify(k) + ":" + write((obj as Record<string, unknown>)[k], path, seen);
+      path.pop();
+    }
+    return out + "}";
   } finally {
     seen.delete(obj);
   }

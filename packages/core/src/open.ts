@@ -67,7 +67,11 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
     const stmt = cached.prepare(text) as unknown as import("better-sqlite3").Statement;
-    if (stmt.reader) return { rows: stmt.all(parameters) };
+    // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
+    if (stmt.reader) {
+      const row = stmt.get(parameters);
+      return { rows: row === undefined ? [] : [row] };
+    }
     return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
   };
   return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };

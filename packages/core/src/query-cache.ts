@@ -4,7 +4,8 @@
  * replay on SQLite). A hot query is built once with `slot(name)` placeholders where its values go,
  * and afterwards runs with new values in those positions. This holds because kysely sends every
  * value as a bound parameter, so the SQL text does not depend on the values; a query whose shape
- * varies (optional SET fields) is cached per shape.
+ * varies (optional SET fields) is cached per shape. Hot queries address at most one row (by a
+ * unique key), which the direct executors rely on.
  */
 import { CompiledQuery, type Compilable, type Kysely, type QueryResult } from "kysely";
 
