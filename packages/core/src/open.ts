@@ -6,7 +6,10 @@
  * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
  * millisecond times and counters). Drivers are loaded only when their URL is used.
  */
-import { Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type SqliteDatabase } from "kysely";
+import {
+  Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type KyselyPlugin, type PluginTransformQueryArgs,
+  type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type SqliteDatabase, type UnknownRow,
+} from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
 import type { DirectExecutor } from "./query-cache.js";
@@ -41,7 +44,8 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
     const dialect: DialectName | undefined =
       adapter instanceof PostgresAdapter ? "postgres" : adapter instanceof SqliteAdapter ? "sqlite" : undefined;
     if (!dialect) throw new LedgerConfigError("only SQLite and Postgres kysely dialects are supported");
-    return { db: new Kysely<IdemDatabase>({ dialect: target }), dialect };
+    // A pool we did not configure reads BIGINT (times in ms) as strings: make them numbers.
+    return { db: new Kysely<IdemDatabase>({ dialect: target, plugins: dialect === "postgres" ? [new TimesAsNumbers()] : [] }), dialect };
   }
   if (target.startsWith("sqlite:")) return { ...(await openSqlite(target.slice("sqlite:".length), opts)), dialect: "sqlite" };
   if (/^postgres(ql)?:\/\//.test(target)) return { ...(await openPostgres(target, opts)), dialect: "postgres" };
@@ -152,6 +156,22 @@ async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
     return MIGRATION_NAMES.every((n) => applied.has(n));
   } catch {
     return false; // no migration table yet
+  }
+}
+
+/** The ledger's BIGINT columns, read as numbers whatever the pool's type parsers. */
+class TimesAsNumbers implements KyselyPlugin {
+  private static readonly COLUMNS = new Set(["lease_expires_at", "next_check_at", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at", "db_now"]);
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    return args.node;
+  }
+
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    for (const row of args.result.rows) {
+      for (const k of Object.keys(row)) if (TimesAsNumbers.COLUMNS.has(k) && typeof row[k] === "string") row[k] = Number(row[k]);
+    }
+    return args.result;
   }
 }
 

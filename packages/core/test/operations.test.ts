@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { Migrator, sql } from "kysely";
+import { Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
 import {
-  GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
-  UnknownActionError, openLedger,
+  ArgsMismatchError, GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
+  UnknownActionError, openLedger, type Ledger,
 } from "@idem/core";
 import { DIALECTS, freshDatabase } from "@idem/testkit";
 import * as m0001 from "../src/migrations/0001-init.js";
@@ -248,6 +248,36 @@ for (const dialect of DIALECTS) {
       const resolved = await bare.run(new TestProvider().action("mail", {}), { tenant: "acme", key: ["fresh"], args: { to: "x" } });
       expect((await bare.get("acme", resolved.operationId)).events.map((e) => e.to)).toEqual(["running", "succeeded"]);
       await bare.close();
+    });
+
+    it("runs the same through kysely's own driver (a Dialect given) and, on Postgres, without prepared statements", async () => {
+      const url = await freshDatabase(dialect);
+      const opened: Ledger[] = [];
+      if (dialect === "sqlite") {
+        const { default: Database } = await import("better-sqlite3");
+        opened.push(await openLedger(new SqliteDialect({ database: new Database(url.slice("sqlite:".length)) })));
+      } else {
+        const { default: pg } = await import("pg");
+        opened.push(await openLedger(new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) })));
+        opened.push(await openLedger(url, { preparedStatements: false, poolSize: 2 }));
+      }
+      try {
+        for (const [n, ledger] of opened.entries()) {
+          const tenant = uniqueTenant();
+          const p = new TestProvider();
+          const first = await ledger.run(p.action("mail", {}), { tenant, key: ["d", n], args: { to: "x" } });
+          const again = await ledger.run(p.action("mail", {}), { tenant, key: ["d", n], args: { to: "x" } });
+          expect(first).toMatchObject({ status: "succeeded", replayed: false });
+          expect(again).toMatchObject({ status: "succeeded", replayed: true, operationId: first.operationId });
+          expect(p.calls).toBe(1);
+          await expect(ledger.run(p.action("mail", {}), { tenant, key: ["d", n], args: { to: "y" } })).rejects.toBeInstanceOf(ArgsMismatchError);
+          const { operation, events } = await ledger.get(tenant, first.operationId);
+          expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+          expect(operation.completedAt).toBeGreaterThanOrEqual(operation.createdAt);
+        }
+      } finally {
+        for (const l of opened) await l.close();
+      }
     });
 
     it("migrates once; reopening is a no-op; migrate: false leaves it to migrate()", async () => {
