@@ -55,10 +55,10 @@ const ROW_COLUMNS = [
   "alert_pending", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
 ] as const satisfies readonly (keyof Row)[];
 
-/** What a duplicate call reads (a replay of a settled row needs no more; other paths read the whole row). */
 /** The columns of a claimed row that the database fills in (from its clock). */
 const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "updated_at"] as const;
 
+/** What a duplicate call reads (a replay of a settled row needs no more; other paths read the whole row). */
 const PEEK_COLUMNS = ["id", "status", "attempt", "args_hash", "result_json", "error_json", "lease_expires_at"] as const;
 
 /** The columns of a row that answer a duplicate call (see `peek`). */
