@@ -66,9 +66,8 @@ export const sqlite = [
   table("idem_operations_v2", { int: "INTEGER", json: "TEXT", empty: "'[]'" }, "UNIQUE"),
   `INSERT INTO idem_operations_v2 (${COLUMNS}, history)
    SELECT ${COLUMNS}, coalesce((
-     SELECT json_group_array(json(e)) FROM (
-       SELECT json_object('from', from_status, 'to', to_status, 'attempt', attempt, 'actor', actor, 'reason', reason, 'ref', provider_reference, 'at', at) AS e
-       FROM idem_events WHERE operation_id = o.id ORDER BY id)
+     SELECT json_group_array(json_object('from', from_status, 'to', to_status, 'attempt', attempt, 'actor', actor, 'reason', reason, 'ref', provider_reference, 'at', at) ORDER BY id)
+     FROM idem_events WHERE operation_id = o.id
    ), '[]') FROM idem_operations o`,
   `DROP TABLE idem_events`,
   `DROP TABLE idem_operations`,
