@@ -211,6 +211,44 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1); // the provider deduped attempt 2 onto attempt 1's object
     });
 
+    it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
+      const tenant = uniqueTenant();
+      const seen: unknown[] = [];
+      let entered!: () => void;
+      // Waits for its signal, as an action passing it to fetch would, and reports why it stopped.
+      const waiting = defineAction({
+        type: "slow", capabilities: DEDUPE,
+        execute: async (_args: { n: number }, op) => {
+          entered();
+          await new Promise((resolve) => op.signal.addEventListener("abort", resolve, { once: true }));
+          seen.push(op.signal.reason);
+          throw op.signal.reason;
+        },
+      });
+      const quick = defineAction({ type: "slow", capabilities: DEDUPE, execute: async () => ({ ok: true }) });
+
+      // Lease lost: another worker, whose clock says the lease expired, takes the operation over;
+      // the first worker's next heartbeat finds attempt 2 and aborts attempt 1's signal.
+      const stale = await db.open({ leaseMs: 150 });
+      const later = await db.open({ clock: () => Date.now() + 3_600_000 });
+      let inside = new Promise<void>((r) => (entered = r));
+      const first = stale.run(waiting, { tenant, key: ["lost"], args: { n: 1 } });
+      await inside;
+      const second = await later.run(quick, { tenant, key: ["lost"], args: { n: 1 } });
+      expect(second).toMatchObject({ status: "succeeded", attempt: 2 });
+      expect(await first).toMatchObject({ status: "succeeded", replayed: true, attempt: 2 });
+      expect(String(seen[0])).toMatch(/lease of attempt 1 lost/);
+
+      // The caller gives up: its abort reaches the action, and run rejects with its reason.
+      const caller = new AbortController();
+      inside = new Promise<void>((r) => (entered = r));
+      const third = stale.run(waiting, { tenant, key: ["aborted"], args: { n: 2 }, signal: caller.signal });
+      await inside;
+      caller.abort(new Error("the agent gave up"));
+      await expect(third).rejects.toThrow(/the agent gave up/);
+      expect(String(seen[1])).toMatch(/the agent gave up/);
+    });
+
     it("generates lazy args once and sends exactly the stored content on every attempt", async () => {
       const ledger = await db.open({ budget: { baseDelayMs: 5 } });
       const p = new TestProvider();
