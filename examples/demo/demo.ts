@@ -62,6 +62,20 @@ async function worker(vars: Record<string, string>, killWhen?: Promise<unknown>)
 }
 const emailsWith = (subject: string) => mail.received.filter((r) => r.subject?.startsWith(subject)).length;
 const accepted = () => new Promise((r) => mail.events.once("accepted", r));
+
+/**
+ * C2 and C3: a worker sends through idem and is killed while the server holds its reply (the mail
+ * was accepted); after the lease, the job runs again here with the same key. The server files a
+ * copy in Sent only when the client does not append one itself.
+ */
+async function crashedSendThenReplay(scenario: "C2" | "C3", copy: "provider-saves" | "append") {
+  mail.mode = copy === "provider-saves" ? "provider-saves" : "none";
+  const input = { tenant: "demo", key: ["weekly-report", "client-42", "2026-W48", scenario], args: { to: "ops@client-42.example", subject: `[${scenario}] Weekly report`, text: "This week's numbers." } };
+  mail.faults.add({ kind: "hold_reply", delayMs: 30_000 });
+  await worker({ DEMO_MODE: "idem-send", COPY_MODE: copy, SUBJECT: input.args.subject, KEY: JSON.stringify(input.key) }, accepted());
+  await sleep(LEASE_MS + 200);
+  return ledger.run(mailer(copy).send, input);
+}
 const committed = () => new Promise((r) => stripe.events.once("commit", r));
 const untilTrue = async (check: () => Promise<boolean>, what: string) => {
   const end = Date.now() + 30_000;
@@ -100,20 +114,10 @@ try {
   await worker(c1);
   report("C1", "a ledger alone, crash between send and record", "2 emails (the problem)", `${emailsWith("[C1]")} emails${emailsWith("[C1]") === 2 ? " (the problem)" : ""}`);
 
-  mail.mode = "provider-saves";
-  const c2 = { tenant: "demo", key: ["weekly-report", "client-42", "2026-W48", "C2"], args: { to: "ops@client-42.example", subject: "[C2] Weekly report", text: "This week's numbers." } };
-  mail.faults.add({ kind: "hold_reply", delayMs: 30_000 });
-  await worker({ DEMO_MODE: "idem-send", COPY_MODE: "provider-saves", SUBJECT: "[C2] Weekly report", KEY: JSON.stringify(c2.key) }, accepted());
-  await sleep(LEASE_MS + 200);
-  const c2out = await ledger.run(mailer("provider-saves").send, c2);
+  const c2out = await crashedSendThenReplay("C2", "provider-saves");
   report("C2", "idem, copy in Sent: replay after the crash", "1 email, found by Message-ID", `${emailsWith("[C2]")} email${emailsWith("[C2]") === 1 ? "" : "s"}${c2out.status === "succeeded" && c2out.receipt.foundIn ? ", found by Message-ID" : `, ${c2out.status}`}`);
 
-  mail.mode = "none";
-  const c3 = { tenant: "demo", key: ["weekly-report", "client-42", "2026-W48", "C3"], args: { to: "ops@client-42.example", subject: "[C3] Weekly report", text: "This week's numbers." } };
-  mail.faults.add({ kind: "hold_reply", delayMs: 30_000 });
-  await worker({ DEMO_MODE: "idem-send", COPY_MODE: "append", SUBJECT: "[C3] Weekly report", KEY: JSON.stringify(c3.key) }, accepted());
-  await sleep(LEASE_MS + 200);
-  const c3out = await ledger.run(mailer("append").send, c3);
+  const c3out = await crashedSendThenReplay("C3", "append");
   await untilTrue(async () => alerts.some((x) => x.operationId === c3out.operationId), "the needs_review alert");
   const c3alerts = alerts.filter((x) => x.operationId === c3out.operationId).length;
   report("C3", "idem, client appends to Sent: replay after the crash", "1 email, needs_review, 1 alert", `${emailsWith("[C3]")} email${emailsWith("[C3]") === 1 ? "" : "s"}, ${c3out.status === "pending_verification" ? c3out.state : c3out.status}, ${c3alerts} alert${c3alerts === 1 ? "" : "s"}`);

@@ -64,6 +64,16 @@ const PEEK_COLUMNS = ["id", "status", "attempt", "args_hash", "result_json", "er
 /** The columns of a row that answer a duplicate call (see `peek`). */
 export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { db_now: number };
 
+/** A fresh claim's row but for the columns the database's clock fills in (CLOCK_COLUMNS). */
+function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
+  return {
+    id: c.id, tenant_id: c.tenant, key: c.key, key_label: c.keyLabel, action: c.action, args_hash: c.argsHash,
+    args_json: c.argsJson, status: "running", attempt: 1, lease_owner: c.owner, provider_reference: null,
+    result_json: null, error_json: null, actor: c.actor, reason: "claimed", next_check_at: null, checks: 0,
+    alert_pending: 0, completed_at: null, expires_at: null,
+  };
+}
+
 /** Time-ordered ids: listing by id follows creation order. */
 function newOperationId(): string {
   return `op_${Date.now().toString(36).padStart(9, "0")}${randomUUID().replace(/-/g, "").slice(0, 16)}`;
@@ -116,18 +126,7 @@ export class Store {
     // Only what the database computed comes back (its clock); the rest is what we inserted.
     const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")), claim as unknown as Record<string, unknown>);
     const inserted = rows[0];
-    if (inserted) {
-      return {
-        fresh: true,
-        row: {
-          id: claim.id, tenant_id: claim.tenant, key: claim.key, key_label: claim.keyLabel, action: claim.action,
-          args_hash: claim.argsHash, args_json: claim.argsJson, status: "running", attempt: 1, lease_owner: claim.owner,
-          provider_reference: null, result_json: null, error_json: null, actor: claim.actor, reason: "claimed",
-          next_check_at: null, checks: 0, alert_pending: 0, completed_at: null, expires_at: null,
-          ...inserted, db_now: Number(inserted.db_now),
-        },
-      };
-    }
+    if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
     const existing = await this.peek(row.tenant, row.key);
     return existing && { fresh: false, row: existing };
   }
@@ -137,12 +136,8 @@ export class Store {
     return this.db
       .insertInto("idem_operations")
       .values({
-        id: row.id, tenant_id: row.tenant, key: row.key, key_label: row.keyLabel, action: row.action,
-        args_hash: row.argsHash, args_json: row.argsJson, status: "running", attempt: 1,
-        lease_owner: row.owner, lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
-        provider_reference: null, result_json: null, error_json: null, actor: row.actor,
-        reason: "claimed", next_check_at: null, checks: 0, alert_pending: 0, last_execution_at: now,
-        created_at: now, updated_at: now, completed_at: null, expires_at: null,
+        ...runningRow(row),
+        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`, last_execution_at: now, created_at: now, updated_at: now,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
   }
