@@ -60,13 +60,9 @@ export class Daemon {
       if (this.stopping) return; // the rest stay claimed for claimMs, then any daemon takes them
       if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
       try {
-        const { operation } = await this.ledger.get(row.tenant, row.id);
-        if (operation.status === "unknown" && (operation.checks >= d.maxChecks || Date.now() - operation.createdAt > d.maxAgeMs)) {
-          await this.ledger.escalate(row.tenant, row.id, { actor: this.actor, reason: `still unknown after ${operation.checks} inconclusive lookups; a person must decide` });
-          this.metrics.escalations.inc();
-          continue;
-        }
-        const out = await this.ledger.settle(row.tenant, row.id, this.actor);
+        // Escalation is decided on the same snapshot as the rest, by the database clock.
+        const out = await this.ledger.settle(row.tenant, row.id, this.actor, { escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } });
+        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith("still unknown after")) this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });
         this.log.info({ operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome }, "settled");
@@ -82,7 +78,7 @@ export class Daemon {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.stuck(least);
-    const stuck = running.filter((op) => Date.now() - op.updatedAt >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant);
+    const stuck = running.filter((op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant);
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;

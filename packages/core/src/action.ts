@@ -66,6 +66,12 @@ export interface OperationContext {
   /** When the operation was first claimed (ms since epoch, database clock). */
   readonly createdAt: number;
   /**
+   * The database's time when this attempt took the operation (ms since epoch). Compare it, and
+   * only it, with `createdAt` and `lastAttemptAt` (settle windows, key retention, search lag):
+   * the process clock (`Date.now()`) may run ahead of or behind the database's.
+   */
+  readonly now: number;
+  /**
    * The latest time an earlier attempt could have performed the effect: when the outcome became
    * unknown, or when a dead worker's lease ran out. A lookup's settle window (search lag, copies
    * that appear late) counts from here. For a first attempt it is the claim time.

@@ -107,3 +107,40 @@ export class GuardrailError extends IdemError {
     super("GUARDRAIL", `tenant ${tenant} may not run ${action}: ${reason}`);
   }
 }
+
+/**
+ * The ledger's database could not be read or written (unreachable, full disk, read-only, a
+ * failed commit). When thrown by `run` before an attempt executed, nothing was sent: the call can
+ * be repeated with the same key.
+ */
+export class LedgerUnavailableError extends IdemError {
+  constructor(
+    message: string,
+    readonly operationId?: string,
+    options?: { cause?: unknown },
+  ) {
+    super("LEDGER_UNAVAILABLE", message + (operationId ? ` (operation ${operationId})` : ""), options);
+  }
+}
+
+/**
+ * The effect HAPPENED, but the ledger could not record its receipt (the database failed after
+ * the effect, and retrying the write did not help). The receipt is here; the operation stays
+ * `running` in the ledger until its lease expires, and is then settled by the replay policy
+ * (replayed by key, found by lookup, or sent to a person). Never retry the effect yourself.
+ */
+export class CompletionNotRecordedError extends IdemError {
+  constructor(
+    readonly operationId: string,
+    readonly attempt: number,
+    readonly receipt: unknown,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      "COMPLETION_NOT_RECORDED",
+      `operation ${operationId} attempt ${attempt}: the effect happened but the ledger could not record it; ` +
+        `the receipt is on this error and the operation will be settled by reconciliation`,
+      options,
+    );
+  }
+}

@@ -14,7 +14,7 @@ import { connect, migrate, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
 import type { DirectExecutor } from "./query-cache.js";
 import type { RunResult, StoredError } from "./result.js";
-import { Runner, checkSize, type Call, type RunnerSettings } from "./runner.js";
+import { Runner, checkSize, type Call, type Escalation, type RunnerSettings } from "./runner.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Store, type ListFilter, type Row } from "./store.js";
 
@@ -171,9 +171,11 @@ export class Ledger {
   /**
    * Recovers a stored operation without its caller (daemon, `idem retry`): replays, reconciles or
    * parks it by the replay policy, using the args stored with it. Throws `UnknownActionError` when
-   * its action type was not registered in `options.actions` (the row is untouched).
+   * its action type was not registered in `options.actions` (the row is untouched). `escalate`: an
+   * unknown outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock,
+   * goes to a person instead of being checked again.
    */
-  async settle(tenant: string, operationId: string, actor: string | null = null): Promise<RunResult<unknown>> {
+  async settle(tenant: string, operationId: string, actor: string | null = null, options: { escalate?: Escalation } = {}): Promise<RunResult<unknown>> {
     this.assertOpen();
     const row = await this.store.findById(tenant, operationId);
     if (!row) throw new OperationNotFoundError(tenant, operationId);
@@ -186,7 +188,7 @@ export class Ledger {
         : { kind: "stored" },
       settings: this.settings,
     };
-    return this.runner.settle(call, row);
+    return this.runner.settle(call, row, options.escalate);
   }
 
   /** One operation with its audit events, or `OperationNotFoundError` (also for another tenant's id). */
@@ -240,7 +242,8 @@ export class Ledger {
     const row = await this.store.findById(tenant, operationId);
     if (!row) throw new OperationNotFoundError(tenant, operationId);
     if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
-    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, result_json: null, alert: false });
+    // A person's word that it was not done: the checks of the earlier outcome start over.
+    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, checks: 0, result_json: null, alert: false });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);
   }
@@ -291,10 +294,13 @@ export class Ledger {
     await this.store.ackAlert(op.tenant, op.id, op.updatedAt);
   }
 
-  /** Operations running (under a live or dead lease) for longer than `olderThanMs` in their current attempt. */
-  async stuck(olderThanMs: number, limit = 1_000): Promise<Operation[]> {
+  /**
+   * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
+   * attempt, with how long (`runningForMs`, by the database clock).
+   */
+  async stuck(olderThanMs: number, limit = 1_000): Promise<(Operation & { runningForMs: number })[]> {
     this.assertOpen();
-    return (await this.store.stuck(olderThanMs, limit)).map(toOperation);
+    return (await this.store.stuck(olderThanMs, limit)).map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }));
   }
 
   /** Counts by status, action and tenant (a GROUP BY over the ledger: cache it). */

@@ -72,7 +72,11 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     if (database.inTransaction) return undefined;
     const stmt = cached.prepare(text) as unknown as import("better-sqlite3").Statement;
     // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
+    // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
+    // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
+    // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader) {
+      if (!stmt.readonly) return { rows: stmt.all(parameters) };
       const row = stmt.get(parameters);
       return { rows: row === undefined ? [] : [row] };
     }

@@ -7,8 +7,11 @@ import type { Status } from "./schema.js";
 
 /** How to recover a `running` row whose lease expired, or an `unknown` row. */
 export type Recovery =
-  /** Send the same request with the same key: the provider returns the first result. */
-  | { readonly kind: "replay"; readonly reason: string }
+  /**
+   * Send the same request with the same key: the provider returns the first result. `until`: when
+   * the provider's retention (minus the margin) ends; a replay must not start after it.
+   */
+  | { readonly kind: "replay"; readonly reason: string; readonly until: number }
   /** Ask the provider whether the effect exists. */
   | { readonly kind: "reconcile"; readonly reason: string }
   /** Nothing can prove either way: a person decides. */
@@ -17,12 +20,12 @@ export type Recovery =
 const DEFAULT_DEDUPE_MARGIN_MS = 60 * 60 * 1000;
 
 /** The replay policy table of DESIGN.md, as one function. */
-export function recoveryFor(caps: Capabilities, createdAt: number, now: number, last?: { replayable?: boolean }): Recovery {
+export function recoveryFor(caps: Capabilities, createdAt: number, now: number, last?: { replayable?: boolean | undefined }): Recovery {
   // The provider saved an error under our key: a replay would only repeat it.
   if (caps.dedupe && last?.replayable !== false) {
     const usable = caps.dedupe.retentionMs - (caps.dedupe.marginMs ?? DEFAULT_DEDUPE_MARGIN_MS);
     // The provider still remembers our key: it answers a replay with the first result.
-    if (now - createdAt < usable) return { kind: "replay", reason: "provider dedupes on the key and it is still retained" };
+    if (now - createdAt < usable) return { kind: "replay", reason: "provider dedupes on the key and it is still retained", until: createdAt + usable };
   }
   // A lookup can find the effect (or prove its absence) whatever its age.
   if (caps.lookup) return { kind: "reconcile", reason: caps.dedupe ? "key retention passed; looking the effect up" : "looking the effect up" };
@@ -33,18 +36,162 @@ export function recoveryFor(caps: Capabilities, createdAt: number, now: number, 
   };
 }
 
-/** Where a failure class leaves the operation. */
-export function statusAfter(cls: Classification): Extract<Status, "failed" | "pending" | "unknown"> {
+/**
+ * Where a failure class leaves the operation. `maybeCommitted`: an EARLIER attempt may have
+ * committed (this one was a replay of an unknown outcome). A transient answer then proves
+ * nothing about that earlier attempt, so the operation stays `unknown`: only a proof clears it.
+ */
+export function statusAfter(cls: Classification, maybeCommitted = false): Extract<Status, "failed" | "pending" | "unknown"> {
   switch (cls.kind) {
     case "rejected":
     case "permanent":
       return "failed"; // a permanent answer: replayed to later callers, no effect
     case "rate_limited":
     case "transient":
-      return "pending"; // known not committed: safe to run again with the same key
+      // this attempt did not commit; an earlier one still may have
+      return maybeCommitted ? "unknown" : "pending";
     case "ambiguous":
       return "unknown"; // may have committed: only reconciliation decides
   }
+}
+
+/**
+ * Everything a decision about an existing operation needs, read in one statement (the snapshot).
+ * Every write that follows the decision is conditioned on `status` and `attempt` as read here.
+ */
+export interface Snapshot {
+  readonly status: Status;
+  readonly attempt: number;
+  readonly leaseExpiresAt: number | null;
+  readonly nextCheckAt: number | null;
+  /** Inconclusive checks of an unknown outcome so far. */
+  readonly checks: number;
+  /** An attempt may have committed and nothing has proven otherwise yet (sticky, see DESIGN.md). */
+  readonly maybeCommitted: boolean;
+  /** The args are stored with the operation (lazy args are stored just before the first execution). */
+  readonly hasArgs: boolean;
+  readonly createdAt: number;
+  /** The database's time when the snapshot was read: the only clock decisions use. */
+  readonly now: number;
+  /** The last stored error's `replayable` flag (a provider that saved an error under our key). */
+  readonly replayable?: boolean | undefined;
+  /** The last stored error was the provider's rate limit: its wait (`nextCheckAt`) binds every caller. */
+  readonly rateLimited?: boolean | undefined;
+}
+
+/** What the caller can bring to a decision. */
+export interface Caller {
+  /** How much longer it may wait for another worker or for a check to fall due, ms. */
+  readonly mayWaitMs: number;
+  /** The retry budget still allows an execution. */
+  readonly mayExecute: boolean;
+  /** It has args to execute with (given or lazy) when none are stored. */
+  readonly hasArgs: boolean;
+  /** This call already executed and is in its own backoff (a new caller is not bound by another's). */
+  readonly retrying?: boolean;
+  /**
+   * Settling on purpose (the daemon claimed the row because it was due, or an operator asked):
+   * the row's schedule (`nextCheckAt`) does not hold it back.
+   */
+  readonly dueNow?: boolean;
+  /** The daemon's escalation limits for unknown outcomes, when the caller is the daemon. */
+  readonly escalate?: { readonly maxChecks: number; readonly maxAgeMs: number } | undefined;
+}
+
+/** The decision on a snapshot. The writes it leads to name the snapshot's status and attempt. */
+export type Decision =
+  /** Settled (succeeded or failed): answer with the stored outcome. */
+  | { readonly kind: "replay_outcome" }
+  /** Nothing to do now: answer `pending_verification` with this reason. */
+  | { readonly kind: "answer"; readonly reason: string }
+  /** Look again after this many ms (a live lease, or a check not yet due). */
+  | { readonly kind: "wait"; readonly ms: number }
+  /**
+   * Take the operation over and execute: work known not done, or a replay with the same key that
+   * must start before `replayUntil` (the takeover checks it by the database clock).
+   */
+  | { readonly kind: "execute"; readonly reason: string; readonly replayUntil?: number }
+  /** Take it over and look the effect up. */
+  | { readonly kind: "reconcile"; readonly reason: string }
+  /** Take it over and hand it to a person. */
+  | { readonly kind: "review"; readonly reason: string }
+  /** A dead attempt never got to execute: known not done, back to `pending` for a caller with args. */
+  | { readonly kind: "release"; readonly reason: string };
+
+/** The statuses a takeover may start from; nothing else can be taken over. */
+export const TAKEOVER_FROM = ["running", "unknown", "pending"] as const satisfies readonly Status[];
+
+/**
+ * The runner's and the daemon's decision about an existing operation, as one pure function of
+ * the snapshot, the action's capabilities and what the caller can do.
+ */
+export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
+  switch (s.status) {
+    case "succeeded":
+    case "failed":
+      return { kind: "replay_outcome" };
+    case "needs_review":
+      return { kind: "answer", reason: "a person must decide whether the effect happened" };
+    case "running": {
+      const leaseLeft = (s.leaseExpiresAt ?? 0) - s.now;
+      if (leaseLeft > 0) {
+        // A live lease: the winner may be performing the effect right now.
+        if (c.mayWaitMs <= 0) return { kind: "answer", reason: `in progress: attempt ${s.attempt} holds the lease for ${leaseLeft} ms more` };
+        return { kind: "wait", ms: Math.min(c.mayWaitMs, leaseLeft + 5) };
+      }
+      const why = `attempt ${s.attempt}'s lease expired`;
+      // The dead attempt never stored args, so it never executed: known not done.
+      if (!s.maybeCommitted) {
+        if ((s.hasArgs || c.hasArgs) && c.mayExecute) return { kind: "execute", reason: `${why} before it executed` };
+        return { kind: "release", reason: `${why} before it executed: known not done` };
+      }
+      return recover(s, caps, c, why);
+    }
+    case "unknown": {
+      const e = c.escalate;
+      if (e && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs)) {
+        return { kind: "review", reason: `still unknown after ${s.checks} inconclusive checks; a person must decide` };
+      }
+      const dueIn = c.dueNow ? 0 : (s.nextCheckAt ?? 0) - s.now;
+      if (dueIn > 0) {
+        if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `outcome unknown, verification continues; next check in ${dueIn} ms` };
+        return { kind: "wait", ms: dueIn };
+      }
+      return recover(s, caps, c, "outcome unknown");
+    }
+    case "pending": {
+      if (!s.hasArgs && !c.hasArgs) return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
+      if (!c.mayExecute) return { kind: "answer", reason: "known not done; retry budget spent, the daemon or a later call retries" };
+      const bound = !c.dueNow && (c.retrying === true || s.rateLimited === true);
+      const dueIn = bound ? (s.nextCheckAt ?? 0) - s.now : 0;
+      if (dueIn > 0) {
+        // The provider asked us to wait (Retry-After) or the backoff has not run out.
+        if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `known not done; retried in ${dueIn} ms` };
+        return { kind: "wait", ms: dueIn };
+      }
+      return { kind: "execute", reason: "retry of work known not done" };
+    }
+  }
+}
+
+/** The replay policy for an attempt that may have committed. */
+function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decision {
+  const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
+  if (r.kind === "replay") {
+    if (!c.mayExecute) return { kind: "answer", reason: `${why}; retry budget spent before the replay` };
+    if (!s.hasArgs && !c.hasArgs) return { kind: "review", reason: `${why}: the args are not stored, so the request cannot be replayed` };
+    return { kind: "execute", reason: `${why}: ${r.reason}`, replayUntil: r.until };
+  }
+  if (r.kind === "reconcile") {
+    if (!s.hasArgs && !c.hasArgs) return { kind: "review", reason: `${why}: the args are not stored, so the effect cannot be looked up` };
+    return { kind: "reconcile", reason: `${why}: ${r.reason}` };
+  }
+  return { kind: "review", reason: `${why}: ${r.reason}` };
+}
+
+/** Backoff between checks of an unknown outcome: doubles per check, capped at an hour. */
+export function checkDelay(baseDelayMs: number, checks: number, providerWaitMs?: number): number {
+  return Math.max(providerWaitMs ?? 0, Math.min(baseDelayMs * 2 ** Math.min(checks, 20), 3_600_000));
 }
 
 /** Retry budget of one `run` call: attempts and elapsed time, outside the model. */

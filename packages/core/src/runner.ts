@@ -1,17 +1,20 @@
 /**
- * `run`: the state machine of DESIGN.md for one call. Claim (one winner), replay what is
- * settled, wait on a live lease, recover an expired lease or an unknown outcome by the replay
- * policy, execute under a heartbeat-extended lease, classify failures and retry within the
- * budget. Every write is a fenced single statement in store.ts.
+ * `run`: the state machine of DESIGN.md for one call. Claim (one winner), or read one snapshot
+ * of the row that holds the key and decide on it (policy.ts `decide`): replay what is settled,
+ * wait on a live lease, take over what may be taken over, execute under a heartbeat-extended
+ * lease with a local deadline, classify failures and retry within the budget. Every write is a
+ * single statement in store.ts conditioned on the status and attempt the decision was made on.
  */
 import { randomUUID } from "node:crypto";
-import { setTimeout as sleep } from "node:timers/promises";
+import { performance } from "node:perf_hooks";
+import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
+import pRetry from "p-retry";
 import { describeError, type Action, type Classification, type OperationContext } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { ArgsMismatchError, PayloadTooLargeError } from "./errors.js";
-import { nextDelay, recoveryFor, statusAfter, type RetryBudget } from "./policy.js";
+import { ArgsMismatchError, CompletionNotRecordedError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
+import { checkDelay, decide, nextDelay, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
 import type { RunResult, StoredError } from "./result.js";
-import type { Peek, Row, Store } from "./store.js";
+import type { Address, Peek, Row, Store } from "./store.js";
 
 export interface RunnerSettings {
   readonly owner: string;
@@ -40,148 +43,182 @@ export interface Call<A, R> {
   readonly signal?: AbortSignal | undefined;
 }
 
+/** The daemon's limits: an unknown outcome checked this often, or this old, goes to a person. */
+export interface Escalation { readonly maxChecks: number; readonly maxAgeMs: number }
+
 type Step<R> = { done: RunResult<R> } | { again: number };
+
+/** A row our attempt holds, with the local time the statement that gave us the lease was sent. */
+interface Held { readonly row: Row & { db_now: number }; readonly since: number }
+
+interface CallState {
+  executed: number;
+  waited: number;
+  readonly started: number;
+  readonly owner: string;
+  /** The daemon or an operator settling a stored operation: no caller waits for it. */
+  readonly settling: boolean;
+}
 
 export class Runner {
   constructor(private readonly store: Store) {}
 
   async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
-    const started = Date.now();
-    const state = { executed: 0, waited: 0, started };
-    const owner = `${call.settings.owner}/${randomUUID().slice(0, 8)}`;
+    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call), settling: false };
     for (;;) {
       call.signal?.throwIfAborted();
-      const step = await this.step(call, owner, state);
+      const step = await this.step(call, state);
       if ("done" in step) return step.done;
-      if (step.again > 0) await sleep(step.again, undefined, call.signal ? { signal: call.signal } : undefined);
+      await this.pause(call, step.again);
     }
   }
 
-  /** Recovers a stored operation without a caller (the daemon, `idem retry`): args come from the ledger. */
-  async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }): Promise<RunResult<R>> {
-    const owner = `${call.settings.owner}/${randomUUID().slice(0, 8)}`;
-    const state = { executed: 0, waited: 0, started: Date.now() };
-    const step = await this.fromExisting(call, owner, state, row, true);
-    if ("done" in step) return step.done;
-    return this.run(call);
+  /**
+   * Recovers a stored operation without a caller (the daemon, `idem retry`): decides on `row`,
+   * then on fresh snapshots while its own steps ask to look again.
+   */
+  async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
+    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call), settling: true };
+    const at = { tenant: call.tenant, key: call.key.hash, id: row.id };
+    let snap: Peek | undefined = { ...row, has_args: row.args_json === null ? 0 : 1 };
+    for (;;) {
+      const step = await this.onSnapshot(call, state, at, snap, escalate);
+      if ("done" in step) return step.done;
+      await this.pause(call, step.again);
+      snap = await this.store.peek(call.tenant, call.key.hash);
+      if (!snap) throw new LedgerUnavailableError("the operation disappeared while it was being settled", row.id);
+    }
   }
 
-  private async step<A, R>(call: Call<A, R>, owner: string, state: CallState): Promise<Step<R>> {
+  private async pause<A, R>(call: Call<A, R>, ms: number): Promise<void> {
+    // A step that lost a race looks again at once, but lets timers and signals run first.
+    try {
+      if (ms > 0) await sleep(ms, undefined, call.signal ? { signal: call.signal } : undefined);
+      else await yieldToLoop();
+    } catch (error) {
+      call.signal?.throwIfAborted(); // the caller's own reason, not the timer's AbortError
+      throw error;
+    }
+  }
+
+  private async step<A, R>(call: Call<A, R>, state: CallState): Promise<Step<R>> {
     const s = call.settings;
     const given = call.args.kind === "given" ? call.args : undefined;
+    const since = performance.now();
     const claim = await this.store.claim({
       tenant: call.tenant, key: call.key.hash, keyLabel: call.key.label, action: call.action.type,
       argsHash: given?.hash ?? null, argsJson: given && call.storeArgs ? given.json : null,
-      owner, leaseMs: s.leaseMs, actor: call.actor,
+      owner: state.owner, leaseMs: s.leaseMs, actor: call.actor,
     });
     if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
-    return claim.fresh ? this.perform(call, claim.row, state) : this.fromExisting(call, owner, state, claim.row, false);
+    if (claim.fresh) return this.perform(call, { row: claim.row, since }, state, false);
+    return this.onSnapshot(call, state, { tenant: call.tenant, key: call.key.hash, id: claim.row.id }, claim.row);
   }
 
-  private async fromExisting<A, R>(call: Call<A, R>, owner: string, state: CallState, row: Peek, settling: boolean): Promise<Step<R>> {
+  /** Decides on one snapshot of an existing row; every write that follows is conditioned on it. */
+  private async onSnapshot<A, R>(call: Call<A, R>, state: CallState, at: Address, snap: Peek, escalate?: Escalation): Promise<Step<R>> {
     const s = call.settings;
-    if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
-      const action = (await this.store.findById(call.tenant, row.id))?.action ?? call.action.type;
-      throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, action);
+    if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) {
+      const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
+      throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action);
     }
-    switch (row.status) {
-      case "succeeded":
-        return { done: succeeded(row, JSON.parse(row.result_json!) as R, true) };
-      case "failed":
-        return { done: failed(row, JSON.parse(row.error_json!) as StoredError, true) };
-      case "needs_review": {
-        const reason = (await this.store.findById(call.tenant, row.id))?.reason;
-        return { done: pending(row, reason ?? "a person must decide whether the effect happened") };
+    const elapsed = Date.now() - state.started;
+    const settling = state.settling;
+    // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
+    const mayWaitMs = settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
+    const decision = decide(snapshotOf(snap), call.action.capabilities, {
+      mayWaitMs, mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null, hasArgs: call.args.kind !== "stored", escalate,
+      dueNow: settling && state.executed === 0, retrying: state.executed > 0,
+    });
+    switch (decision.kind) {
+      case "replay_outcome":
+        return snap.status === "succeeded"
+          ? { done: succeeded(snap, JSON.parse(snap.result_json!) as R, true) }
+          : { done: failed(snap, JSON.parse(snap.error_json!) as StoredError, true) };
+      case "answer":
+        return { done: pending(snap, snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason) };
+      case "wait": {
+        // Poll gently: often at first (the winner is usually quick), less as the wait grows.
+        const ms = Math.max(1, Math.min(decision.ms, 20 + Math.floor(state.waited / 4)));
+        state.waited += ms;
+        return { again: ms };
       }
-      case "running": {
-        const leaseLeft = (row.lease_expires_at ?? 0) - row.db_now;
-        if (leaseLeft > 0) {
-          // A live lease: the winner may be performing the effect right now.
-          const remaining = (settling ? 0 : s.waitMs) - state.waited;
-          if (remaining <= 0) return { done: pending(row, `in progress: attempt ${row.attempt} holds the lease for ${leaseLeft} ms more`) };
-          // Poll gently: often at first (the winner is usually quick), less as the wait grows.
-          const wait = Math.min(remaining, leaseLeft + 5, 20 + Math.floor(state.waited / 4));
-          state.waited += wait;
-          return { again: wait };
-        }
-        return this.recover(call, owner, state, row, `attempt ${row.attempt}'s lease expired`);
-      }
-      case "unknown":
-        return this.recover(call, owner, state, row, "outcome unknown");
-      case "pending": {
-        const wait = nextDelay(s.budget, state.executed, Date.now() - state.started, 0);
-        if (wait === null) return { done: pending(row, "known not done; retry budget spent, the daemon or a later call retries") };
-        const full = await this.store.findById(call.tenant, row.id);
-        const mine = full && (await this.store.takeOver(full, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: "retry of work known not done", execute: true }));
-        return mine ? this.perform(call, mine, state) : { again: 0 };
+      case "release":
+        await this.store.release(at, snap, call.actor, decision.reason);
+        return { again: 0 };
+      case "execute":
+      case "reconcile":
+      case "review": {
+        const since = performance.now();
+        const row = await this.store.takeOver(at, snap, {
+          owner: state.owner, leaseMs: s.leaseMs, actor: call.actor, reason: decision.reason, execute: decision.kind === "execute",
+          before: decision.kind === "execute" ? decision.replayUntil : undefined,
+        });
+        if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
+        const mine = { row, since };
+        if (decision.kind === "review") return this.toReview(call, row, decision.reason);
+        if (decision.kind === "execute") return this.perform(call, mine, state, snap.maybe_committed === 1);
+        return this.reconcile(call, mine, snap, decision.reason);
       }
     }
   }
 
-  /** The replay policy for an expired lease or an unknown outcome. */
-  private async recover<A, R>(call: Call<A, R>, owner: string, state: CallState, peeked: Peek, why: string): Promise<Step<R>> {
-    const s = call.settings;
-    const row = await this.store.findById(call.tenant, peeked.id);
-    if (!row) return { again: 0 };
-    const last = row.error_json === null ? undefined : (JSON.parse(row.error_json) as StoredError);
-    const policy = recoveryFor(call.action.capabilities, row.created_at, row.db_now, last);
-    if (policy.kind === "replay" && nextDelay(s.budget, state.executed, Date.now() - state.started, 0) === null) {
-      return { done: pending(row, `${why}; retry budget spent before the replay`) };
-    }
-    const mine = await this.store.takeOver(row, { owner, leaseMs: s.leaseMs, actor: call.actor, reason: `${why}: ${policy.reason}`, execute: policy.kind === "replay" });
-    if (!mine) return { again: 0 }; // another worker recovered it first; look again
-    if (policy.kind === "review") return this.toReview(call, mine, `${why}: ${policy.reason}`);
-    if (policy.kind === "replay") return this.perform(call, mine, state);
-
-    const args = this.argsFor(call, mine);
-    if (args === undefined) return this.toReview(call, mine, `${why}: the args are not stored, so the effect cannot be looked up`);
+  /** Looks the effect up under our lease: found, proven absent, or still unknown (counted, backed off). */
+  private async reconcile<A, R>(call: Call<A, R>, mine: Held, snap: Peek, why: string): Promise<Step<R>> {
+    const row = mine.row;
+    const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
+    // No effect is younger than the last execution, or than a dead worker's lease (it may have
+    // been executing until then); later inconclusive checks do not restart the window.
+    const lastAttemptAt = Math.max(row.last_execution_at ?? row.created_at, snap.status === "running" ? (snap.lease_expires_at ?? 0) : 0);
     let found;
     try {
-      // No effect is younger than the last execution, or than a dead worker's lease (it may have
-      // been executing until then); later inconclusive checks do not restart the window.
-      const lastAttemptAt = Math.max(row.last_execution_at ?? row.created_at, row.status === "running" ? (row.lease_expires_at ?? 0) : 0);
       found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
     } catch (error) {
       found = { found: false as const, proof: "inconclusive" as const, reason: `lookup failed: ${describeError(error)}` };
     }
-    if (found.found) return this.complete(call, mine, found.receipt, "reconciled: the effect was found");
+    if (found.found) return this.complete(call, row, found.receipt, "reconciled: the effect was found");
     if (found.proof === "absent") {
-      const back = await this.store.move(mine, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0 });
-      return back ? { again: 0 } : this.fenced(call, mine, "pending", found.reason);
+      const back = await this.store.move(row, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0, checks: 0 });
+      return back ? { again: 0 } : this.fenced(call, row, "pending", found.reason);
     }
-    if (found.proof === "never") return this.toReview(call, mine, found.reason);
-    const checkAfterMs = found.retryAfterMs ?? Math.min(s.budget.baseDelayMs * 2 ** Math.min(mine.checks, 20), 3_600_000);
-    const still = await this.store.move(mine, "unknown", { actor: call.actor, reason: `inconclusive: ${found.reason}`, checkAfterMs, checks: mine.checks + 1 });
-    return still ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) } : this.fenced(call, mine, "unknown", found.reason);
+    if (found.proof === "never") return this.toReview(call, row, found.reason);
+    const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
+    const still = await this.store.move(row, "unknown", { actor: call.actor, reason: `inconclusive: ${found.reason}`, checkAfterMs, checks: row.checks + 1 });
+    return still ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) } : this.fenced(call, row, "unknown", found.reason);
   }
 
-  /** Executes the effect under our lease and records what happened. */
-  private async perform<A, R>(call: Call<A, R>, row: Row, state: CallState): Promise<Step<R>> {
-    let args: A | undefined = this.argsFor(call, row);
-    if (args === undefined) {
-      // Lazy args never stored means no attempt got as far as executing: generate them now, once.
-      if (call.args.kind !== "lazy") return this.toReview(call, row, "the args were not stored and this caller gave none");
-      const made = await this.generate(call, row);
-      if (!("args" in made)) return made;
-      args = made.args;
-    }
-    let current = row;
-    if (call.action.providerReference && row.provider_reference === null) {
-      const ref = call.action.providerReference(args, context(row, new LazyAbort()));
-      if (!(await this.store.patchRunning(row, { provider_reference: ref }))) return this.fenced(call, row, "running", "reference");
-      current = { ...row, provider_reference: ref };
-    }
+  /**
+   * Executes the effect under our lease and records what happened. `maybeCommitted`: an earlier
+   * attempt may have committed, so this one is a replay and a transient answer proves nothing.
+   */
+  private async perform<A, R>(call: Call<A, R>, mine: Held, state: CallState, maybeCommitted: boolean): Promise<Step<R>> {
     state.executed += 1;
-    let outcome: { ok: true; receipt: R } | { ok: false; cls: Classification };
-    try {
-      outcome = { ok: true, receipt: await this.withLease(call, current, (ctx) => call.action.execute(args as A, ctx)) };
-    } catch (error) {
-      outcome = { ok: false, cls: safeClassify(call.action, error, context(current, new LazyAbort())) };
-    }
-    if (outcome.ok) return this.complete(call, current, outcome.receipt, "the effect happened");
+    const ran = await this.withLease(call, mine, async (ctx): Promise<{ step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row }> => {
+      let row: Row = mine.row;
+      let args = this.argsFor(call, row);
+      if (args === undefined) {
+        // Lazy args never stored: no attempt got as far as executing. Generate them now, once,
+        // under the lease (a slow model call keeps it), and store them before anything is sent.
+        const made = await this.generate(call, row);
+        if (!("args" in made)) return { step: made };
+        args = made.args;
+      }
+      if (call.action.providerReference && row.provider_reference === null) {
+        const ref = call.action.providerReference(args, ctx);
+        if (!(await this.store.patchRunning(row, { provider_reference: ref }))) return { step: await this.fenced(call, row, "running", "reference") };
+        row = { ...row, provider_reference: ref };
+      }
+      try {
+        return { ok: true, receipt: await call.action.execute(args, { ...ctx, providerReference: row.provider_reference }) };
+      } catch (error) {
+        return { ok: false, cls: safeClassify(call.action, error, ctx), row };
+      }
+    });
+    if ("step" in ran) return ran.step;
+    if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened");
 
-    const cls = outcome.cls;
-    const to = statusAfter(cls);
+    const { cls, row } = ran;
+    const to = statusAfter(cls, maybeCommitted);
     const error: StoredError = {
       kind: cls.kind, reason: cls.reason,
       ...(cls.kind === "permanent" && cls.alert && { alert: true }),
@@ -189,24 +226,31 @@ export class Runner {
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     if (to === "failed") {
-      const done = await this.store.move(current, "failed", {
+      const done = await this.store.move(row, "failed", {
         actor: call.actor, reason: cls.reason, error_json: JSON.stringify(error), completed: true, retentionMs: call.settings.retentionMs,
         ...(error.alert && { alert: true }),
       });
-      return done ? { done: failed(done, error, false) } : this.fenced(call, current, "failed", cls.reason);
+      return done ? { done: failed(done, error, false) } : this.fenced(call, row, "failed", cls.reason);
     }
-    const wait = to === "pending"
-      ? nextDelay(call.settings.budget, state.executed, Date.now() - state.started, "retryAfterMs" in cls ? cls.retryAfterMs : undefined)
-      : 0;
-    const moved = await this.store.move(current, to, {
-      actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error),
-      checkAfterMs: wait ?? call.settings.budget.maxDelayMs,
-      ...(to === "unknown" && { executionEnded: true }),
+    const b = call.settings.budget;
+    const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
+    // The row keeps the longer of the provider's signal and our backoff, even past our budget.
+    const checkAfterMs = to === "pending"
+      ? Math.max(providerWait ?? 0, Math.min(b.maxDelayMs, b.baseDelayMs * 2 ** Math.max(0, state.executed - 1)))
+      : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
+    const moved = await this.store.move(row, to, {
+      actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error), checkAfterMs,
+      // A replay of an unknown outcome that proved nothing is one more check.
+      ...(to === "unknown" && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
     });
-    if (!moved) return this.fenced(call, current, to, cls.reason);
-    if (to === "pending" && wait === null) return { done: pending(moved, `${cls.kind}: ${cls.reason}; retry budget spent`) };
-    // pending: wait as told, then run again with the same key; unknown: recover right away.
-    return { again: wait ?? 0 };
+    if (!moved) return this.fenced(call, row, to, cls.reason);
+    const wait = nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
+    if (wait === null) {
+      const why = to === "pending" ? `${cls.kind}: ${cls.reason}; retry budget spent` : `outcome unknown (${cls.kind}: ${cls.reason}); verification continues`;
+      return { done: pending(moved, why) };
+    }
+    // pending: run again with the same key; unknown: recover by the replay policy once due.
+    return { again: wait };
   }
 
   /**
@@ -215,10 +259,11 @@ export class Runner {
    * rejection: the operation fails with no effect.
    */
   private async generate<A, R>(call: Call<A, R>, row: Row): Promise<{ args: A } | Step<R>> {
+    if (call.args.kind !== "lazy") return this.toReview(call, row, "the args were not stored and this caller gave none");
     let made: A;
     let json: string;
     try {
-      made = await (call.args as { make: () => A | Promise<A> }).make();
+      made = await call.args.make();
       json = canonicalJson(made, "args");
       checkSize("args", json, call.settings.maxArgsBytes, row.id);
       call.action.validate?.(made);
@@ -234,6 +279,10 @@ export class Runner {
     return { args: made };
   }
 
+  /**
+   * Records the receipt. The effect has happened, so a failing write is retried with backoff for
+   * up to a lease; if the ledger stays unreachable the caller gets the receipt on a typed error.
+   */
   private async complete<A, R>(call: Call<A, R>, row: Row, receipt: R, reason: string): Promise<Step<R>> {
     let json: string;
     try {
@@ -247,10 +296,23 @@ export class Runner {
       });
       throw error;
     }
-    const done = await this.store.move(row, "succeeded", {
-      actor: call.actor, reason, result_json: json, error_json: null, completed: true, retentionMs: call.settings.retentionMs,
-    });
-    return done ? { done: succeeded(done, JSON.parse(json) as R, false) } : this.fenced(call, row, "succeeded", json);
+    const done = await this.recordReceipt(call, row, json, reason);
+    return done ? { done: succeeded(done, JSON.parse(json) as R, false) } : this.fenced(call, row, "succeeded", json, JSON.parse(json) as R);
+  }
+
+  /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
+  private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, reason: string) {
+    try {
+      return await pRetry(
+        () => this.store.move(row, "succeeded", { actor: call.actor, reason, result_json: json, error_json: null, completed: true, retentionMs: call.settings.retentionMs, alert: false }),
+        {
+          retries: 8, minTimeout: 50, maxTimeout: 2_000, maxRetryTime: call.settings.leaseMs,
+          shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
+        },
+      );
+    } catch (cause) {
+      throw new CompletionNotRecordedError(row.id, row.attempt, JSON.parse(json), { cause });
+    }
   }
 
   private async toReview<A, R>(call: Call<A, R>, row: Row, reason: string): Promise<Step<R>> {
@@ -259,42 +321,75 @@ export class Runner {
   }
 
   /**
-   * Our attempt lost its lease (a newer attempt or a person changed the row): the write is
-   * refused, and the refusal is recorded with what we tried to write, as evidence.
+   * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
+   * write is refused and recorded as evidence), or the row is not where we left it, which is not a
+   * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
+   * settles a row that is not yet proven (unknown, pending, needs_review).
    */
-  private async fenced<A, R>(call: Call<A, R>, mine: Row, wanted: string, detail: string): Promise<Step<R>> {
+  private async fenced<A, R>(call: Call<A, R>, mine: Row, wanted: string, detail: string, receipt?: R): Promise<Step<R>> {
     const now = await this.store.findById(call.tenant, mine.id);
-    if (!now) return { again: 0 };
+    if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
+      const cause = new LedgerUnavailableError(`attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`, mine.id);
+      if (receipt !== undefined) throw new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
+      throw cause;
+    }
     await this.store.recordEvent(now, {
       attempt: mine.attempt, actor: call.actor, to: now.status,
       reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
     });
+    if (receipt !== undefined && (now.status === "unknown" || now.status === "pending" || now.status === "needs_review")) {
+      const proven = await this.recordReceipt(call, now, canonicalJson(receipt, "result"), `attempt ${mine.attempt}'s receipt proves the effect happened`);
+      if (proven) return { done: succeeded(proven, receipt, false) };
+    }
+    if (wanted === "unknown" && now.status === "pending") {
+      // A lookup proved absence while this attempt was still in flight: its ambiguous end voids that proof.
+      const reopened = await this.store.move(now, "unknown", {
+        actor: call.actor, reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
+        checkAfterMs: call.settings.budget.baseDelayMs, executionEnded: true,
+      });
+      if (reopened) return { done: pending(reopened, `outcome unknown: attempt ${mine.attempt} may have committed`) };
+    }
     if (now.status === "succeeded") return { done: succeeded(now, JSON.parse(now.result_json!) as R, true) };
     if (now.status === "failed") return { done: failed(now, JSON.parse(now.error_json!) as StoredError, true) };
     return { done: pending(now, `lease lost to attempt ${now.attempt}; the operation is ${now.status}`) };
   }
 
-  /** Runs `fn` while a heartbeat keeps our lease; the signal aborts if the lease is lost. */
-  private async withLease<A, R, T>(call: Call<A, R>, row: Row, fn: (ctx: OperationContext) => Promise<T>, lastAttemptAt?: number): Promise<T> {
+  /**
+   * Runs `fn` while a heartbeat keeps our lease. The action's signal aborts when the lease is lost,
+   * when the caller gives up, or locally when no heartbeat succeeded for most of a lease (the
+   * database is unreachable: another worker may take over once the lease runs out).
+   */
+  private async withLease<A, R, T>(call: Call<A, R>, mine: Held, fn: (ctx: OperationContext) => Promise<T>, lastAttemptAt?: number): Promise<T> {
+    const { row } = mine;
+    const leaseMs = call.settings.leaseMs;
     const controller = new LazyAbort();
     const onAbort = () => controller.abort(call.signal?.reason);
     call.signal?.addEventListener("abort", onAbort, { once: true });
-    const every = Math.max(10, Math.floor(call.settings.leaseMs / 3));
+    // The lease counts from when the statement that granted or extended it was SENT: a conservative end.
+    const margin = Math.min(Math.floor(leaseMs / 5), 2_000);
+    let deadline: NodeJS.Timeout | undefined;
+    const armDeadline = (from: number) => {
+      clearTimeout(deadline);
+      deadline = setTimeout(() => controller.abort(new LeaseDeadlineError(row.id, row.attempt)), Math.max(0, from + leaseMs - margin - performance.now()));
+    };
+    armDeadline(mine.since);
     const timer = setInterval(() => {
-      this.store.heartbeat(row, call.settings.leaseMs).then(
-        (kept) => { if (!kept) controller.abort(new Error(`lease of attempt ${row.attempt} lost`)); },
-        () => {}, // the database is briefly unreachable: the lease may still hold; the next beat retries
+      const asked = performance.now();
+      this.store.heartbeat(row, leaseMs).then(
+        (kept) => (kept ? armDeadline(asked) : controller.abort(new Error(`lease of attempt ${row.attempt} lost`))),
+        () => {}, // unreachable for now: the deadline above stops the action if it lasts
       );
-    }, every);
+    }, Math.max(10, Math.floor(leaseMs / 3)));
     try {
       return await fn(context(row, controller, lastAttemptAt));
     } finally {
       clearInterval(timer);
+      clearTimeout(deadline);
       call.signal?.removeEventListener("abort", onAbort);
     }
   }
 
-  /** The args for this attempt: the caller's, or the ones stored by an earlier attempt. */
+  /** The args for this attempt: the ones stored by an earlier attempt, or the caller's. */
   private argsFor<A, R>(call: Call<A, R>, row: Row): A | undefined {
     if (row.args_json !== null) return JSON.parse(row.args_json) as A;
     if (call.args.kind === "given") return call.args.value;
@@ -302,7 +397,26 @@ export class Runner {
   }
 }
 
-interface CallState { executed: number; waited: number; started: number }
+/** The action's signal reason when the lease could not be renewed in time. */
+export class LeaseDeadlineError extends Error {
+  constructor(readonly operationId: string, readonly attempt: number) {
+    super(`attempt ${attempt} of ${operationId} could not renew its lease in time; stopping before another attempt may take over`);
+    this.name = "LeaseDeadlineError";
+  }
+}
+
+function ownerOf(call: Call<unknown, unknown> | Call<any, any>): string {
+  return `${call.settings.owner}/${randomUUID().slice(0, 8)}`;
+}
+
+function snapshotOf(p: Peek): Snapshot {
+  const error = p.error_json === null ? undefined : (JSON.parse(p.error_json) as StoredError);
+  return {
+    status: p.status, attempt: p.attempt, leaseExpiresAt: p.lease_expires_at, nextCheckAt: p.next_check_at, checks: p.checks,
+    maybeCommitted: p.maybe_committed === 1, hasArgs: p.has_args === 1, createdAt: p.created_at, now: p.db_now,
+    replayable: error?.replayable, rateLimited: error?.kind === "rate_limited",
+  };
+}
 
 /**
  * An AbortController made when its signal is first read: most actions never read it, and making
@@ -326,10 +440,10 @@ class LazyAbort {
   }
 }
 
-function context(row: Row, abort: LazyAbort, lastAttemptAt = row.updated_at): OperationContext {
+function context(row: Row & { db_now: number }, abort: LazyAbort, lastAttemptAt = row.updated_at): OperationContext {
   return {
     id: row.id, tenant: row.tenant_id, key: row.key, keyLabel: row.key_label, attempt: row.attempt,
-    createdAt: row.created_at, lastAttemptAt, providerReference: row.provider_reference,
+    createdAt: row.created_at, lastAttemptAt, now: row.db_now, providerReference: row.provider_reference,
     get signal() { return abort.signal; },
   };
 }

@@ -27,6 +27,11 @@ export interface OperationsTable {
   next_check_at: number | null;
   /** Reconciliation tries that were inconclusive. */
   checks: number;
+  /**
+   * 1 from the moment an attempt may have reached the provider until a proof (found, proven
+   * absent, a person) clears it; never 1 on a `pending` row (migration 0003, a CHECK).
+   */
+  maybe_committed: number;
   /** 1 while a person must be alerted about this row's last transition (the daemon clears it). */
   alert_pending: number;
   /**
@@ -44,6 +49,8 @@ export interface OperationsTable {
    * transition (migration 0002): JSON text on SQLite, jsonb (read as an array) on Postgres.
    */
   history: Generated<string | HistoryEvent[]>;
+  /** Events dropped from the middle of `history` (it keeps the first 10 and the last 90). */
+  history_elided: Generated<number>;
 }
 
 /** One audit event as stored in `history`. */
@@ -62,4 +69,4 @@ export interface IdemDatabase {
 }
 
 /** A row as the ledger reads it: everything but the history, which only `events` reads. */
-export type OperationRow = Omit<OperationsTable, "history">;
+export type OperationRow = Omit<OperationsTable, "history" | "history_elided">;

@@ -10,8 +10,11 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql, type Kysely, type RawBuilder } from "kysely";
+import { IdemError, LedgerUnavailableError } from "./errors.js";
 import { QueryCache, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
+import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
+import { TAKEOVER_FROM } from "./policy.js";
 import type { HistoryEvent, IdemDatabase, OperationRow, Status } from "./schema.js";
 
 export type Row = OperationRow;
@@ -52,17 +55,27 @@ const PENDING = sql.lit("pending") as unknown as "pending";
 const ROW_COLUMNS = [
   "id", "tenant_id", "key", "key_label", "action", "args_hash", "args_json", "status", "attempt", "lease_owner",
   "lease_expires_at", "provider_reference", "result_json", "error_json", "actor", "reason", "next_check_at", "checks",
-  "alert_pending", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
+  "alert_pending", "maybe_committed", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
 ] as const satisfies readonly (keyof Row)[];
 
 /** The columns of a claimed row that the database fills in (from its clock). */
 const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "updated_at"] as const;
 
-/** What a duplicate call reads (a replay of a settled row needs no more; other paths read the whole row). */
-const PEEK_COLUMNS = ["id", "status", "attempt", "args_hash", "result_json", "error_json", "lease_expires_at"] as const;
+/**
+ * What a duplicate call reads: the outcome to replay, and everything a decision about an unsettled
+ * row needs (policy.ts `Snapshot`), in one statement. Not the args: whether they are stored is
+ * enough to decide, and a takeover returns them with the row it took.
+ */
+const PEEK_COLUMNS = [
+  "id", "status", "attempt", "args_hash", "result_json", "error_json", "reason", "lease_expires_at", "next_check_at", "checks",
+  "maybe_committed", "created_at",
+] as const;
 
-/** The columns of a row that answer a duplicate call (see `peek`). */
-export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { db_now: number };
+/** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
+export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { has_args: number; db_now: number };
+
+/** Where an operation is: every write names all three (tenant scope, the unique key, the id). */
+export interface Address { readonly tenant: string; readonly key: string; readonly id: string }
 
 /** A fresh claim's row but for the columns the database's clock fills in (CLOCK_COLUMNS). */
 function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
@@ -70,7 +83,8 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
     id: c.id, tenant_id: c.tenant, key: c.key, key_label: c.keyLabel, action: c.action, args_hash: c.argsHash,
     args_json: c.argsJson, status: "running", attempt: 1, lease_owner: c.owner, provider_reference: null,
     result_json: null, error_json: null, actor: c.actor, reason: "claimed", next_check_at: null, checks: 0,
-    alert_pending: 0, completed_at: null, expires_at: null,
+    // Given args are executed right after the claim; lazy ones only once generated and stored.
+    alert_pending: 0, maybe_committed: c.argsHash === null ? 0 : 1, completed_at: null, expires_at: null,
   };
 }
 
@@ -124,7 +138,7 @@ export class Store {
     const claim: NewClaim = { ...row, id: newOperationId() };
     const slotted = (v: (name: string) => any) => Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
     // Only what the database computed comes back (its clock); the rest is what we inserted.
-    const { rows } = await this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")), claim as unknown as Record<string, unknown>);
+    const { rows } = await this.guard(undefined, this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")), claim as unknown as Record<string, unknown>));
     const inserted = rows[0];
     if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
     const existing = await this.peek(row.tenant, row.key);
@@ -147,33 +161,40 @@ export class Store {
    * judge its lease. Only these columns: materialising the whole row costs three times the read.
    */
   async peek(tenant: string, key: string): Promise<Peek | undefined> {
-    const { rows } = await this.hot.run(
+    const { rows } = await this.guard(undefined, this.hot.run(
       "peek",
-      (v) => this.db.selectFrom("idem_operations").select(PEEK_COLUMNS).select(this.now().as("db_now"))
+      (v) => this.db.selectFrom("idem_operations").select(PEEK_COLUMNS)
+        .select(sql<number>`(case when args_json is null then 0 else 1 end)`.as("has_args")).select(this.now().as("db_now"))
         .where("tenant_id", "=", v("tenant")).where("key", "=", v("key")),
       { tenant, key },
-    );
+    ));
     const row = rows[0];
-    return row && { ...row, db_now: Number(row.db_now) };
+    return row && { ...row, has_args: Number(row.has_args), db_now: Number(row.db_now) };
   }
 
   async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
-    const row = await this.db
+    const row = await this.guard(id, this.db
       .selectFrom("idem_operations")
       .select(ROW_COLUMNS)
       .select(this.now().as("db_now"))
       .where("tenant_id", "=", tenant)
       .where("id", "=", id)
-      .executeTakeFirst();
+      .executeTakeFirst());
     return row && { ...row, db_now: Number(row.db_now) };
   }
 
   /**
    * Takes the operation over for a new attempt: status running, attempt + 1, our lease. Succeeds
-   * for one caller only: the row must still be in `from` status at `from.attempt` (and, for a
-   * running row, its lease must have expired by the database clock).
+   * for one caller only, and only if the row is still as the decision saw it: `from`'s status at
+   * `from`'s attempt, that status one a takeover may start from (running with an expired lease by
+   * the database clock, unknown, pending), never a re-read row's. `execute`: this attempt will
+   * send the request, so from now on it may have committed.
    */
-  async takeOver(from: Row, to: { owner: string; leaseMs: number; actor: string | null; reason: string; execute: boolean }): Promise<Row | undefined> {
+  async takeOver(
+    at: Address, from: Pick<Row, "status" | "attempt">,
+    to: { owner: string; leaseMs: number; actor: string | null; reason: string; execute: boolean; before?: number | undefined },
+  ): Promise<(Row & { db_now: number }) | undefined> {
+    if (!(TAKEOVER_FROM as readonly string[]).includes(from.status)) return undefined;
     const now = this.now();
     let q = this.db
       .updateTable("idem_operations")
@@ -181,21 +202,46 @@ export class Store {
         status: "running", attempt: from.attempt + 1, lease_owner: to.owner,
         lease_expires_at: sql<number>`${now} + ${to.leaseMs}`, actor: to.actor, reason: to.reason,
         next_check_at: null, updated_at: now,
-        ...(to.execute && { last_execution_at: now }),
+        // Lazy args not generated yet (no args hash): nothing can be sent until they are stored.
+        ...(to.execute && { last_execution_at: now, maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end` }),
       })
-      .where("tenant_id", "=", from.tenant_id)
-      .where("key", "=", from.key)
-      .where("id", "=", from.id)
+      .where("tenant_id", "=", at.tenant)
+      .where("key", "=", at.key)
+      .where("id", "=", at.id)
       .where("status", "=", from.status)
-      .where("attempt", "=", from.attempt);
-    if (from.status === "running") q = q.where("lease_expires_at", "<=", now);
-    return q.returning(ROW_COLUMNS).executeTakeFirst();
+      .where("status", "in", TAKEOVER_FROM)
+      .where("attempt", "=", from.attempt)
+      .where((eb) => eb.or([eb("status", "<>", "running"), eb("lease_expires_at", "<=", now)]));
+    // A replay's window (the provider's key retention) is checked at the write, by the database clock.
+    if (to.before !== undefined) q = q.where(now, "<", to.before);
+    const row = await this.guard(at.id, q.returning(ROW_COLUMNS).returning(now.as("db_now")).executeTakeFirst());
+    return row && { ...row, db_now: Number(row.db_now) };
+  }
+
+  /**
+   * A running attempt whose lease expired before it executed (its lazy args were never stored):
+   * known not done, so back to `pending` for a caller that has the args. Conditioned like a takeover.
+   */
+  async release(at: Address, from: Pick<Row, "attempt">, actor: string | null, reason: string): Promise<boolean> {
+    const now = this.now();
+    const res = await this.guard(at.id, this.db
+      .updateTable("idem_operations")
+      .set({ status: "pending", lease_owner: null, lease_expires_at: null, next_check_at: null, actor, reason, updated_at: now })
+      .where("tenant_id", "=", at.tenant)
+      .where("key", "=", at.key)
+      .where("id", "=", at.id)
+      .where("status", "=", "running")
+      .where("attempt", "=", from.attempt)
+      .where("maybe_committed", "=", 0)
+      .where("lease_expires_at", "<=", now)
+      .executeTakeFirst());
+    return Number(res.numUpdatedRows) === 1;
   }
 
   /** Extends the lease; false when the lease was lost (another attempt took over). */
   async heartbeat(row: Row, leaseMs: number): Promise<boolean> {
     const now = this.now();
-    const res = await this.db
+    const res = await this.guard(row.id, this.db
       .updateTable("idem_operations")
       .set({ lease_expires_at: sql<number>`${now} + ${leaseMs}` })
       .where("tenant_id", "=", row.tenant_id)
@@ -203,21 +249,22 @@ export class Store {
       .where("id", "=", row.id)
       .where("status", "=", "running")
       .where("attempt", "=", row.attempt)
-      .executeTakeFirst();
+      .executeTakeFirst());
     return Number(res.numUpdatedRows) === 1;
   }
 
   /** Sets fields on our running attempt without a transition (args, provider reference). */
   async patchRunning(row: Row, patch: Partial<Pick<Row, "args_hash" | "args_json" | "provider_reference">>): Promise<boolean> {
-    const res = await this.db
+    const res = await this.guard(row.id, this.db
       .updateTable("idem_operations")
-      .set({ ...patch, updated_at: this.now() })
+      // Args are stored right before the first execution: from here on it may have committed.
+      .set({ ...patch, ...(patch.args_json !== undefined && { maybe_committed: 1 }), updated_at: this.now() })
       .where("tenant_id", "=", row.tenant_id)
       .where("key", "=", row.key)
       .where("id", "=", row.id)
       .where("status", "=", "running")
       .where("attempt", "=", row.attempt)
-      .executeTakeFirst();
+      .executeTakeFirst());
     return Number(res.numUpdatedRows) === 1;
   }
 
@@ -239,6 +286,9 @@ export class Store {
     const done = patch.completed === true;
     const keepLease = to === "running";
     const values: Record<string, unknown> = {
+      // pending is "known not done" (the database refuses maybe_committed = 1 there); unknown is
+      // "may have committed": the store sets the flag so no caller can forget it.
+      maybe: to === "pending" ? 0 : to === "unknown" ? 1 : undefined,
       id: row.id, tenant: row.tenant_id, key: row.key, from: row.status, attempt: row.attempt, to, actor: patch.actor, reason: patch.reason,
       lease_owner: keepLease ? row.lease_owner : null, lease_expires_at: keepLease ? row.lease_expires_at : null,
       result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference,
@@ -250,7 +300,7 @@ export class Store {
     const withRetention = done && patch.retentionMs != null;
     const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
-    return this.hot.run(shape, (v) => {
+    return this.guard(row.id, this.hot.run(shape + `:${to === "pending" || to === "unknown"}`, (v) => {
       const now = this.now();
       const q = this.db
         .updateTable("idem_operations")
@@ -266,6 +316,7 @@ export class Store {
           ...(done && { completed_at: now }),
           ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
           ...(patch.executionEnded && { last_execution_at: now }),
+          ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
         })
         .where("tenant_id", "=", v("tenant"))
         .where("key", "=", v("key"))
@@ -273,27 +324,31 @@ export class Store {
         .where("status", "=", v("from"))
         .where("attempt", "=", v("attempt"));
       return returning ? q.returning(ROW_COLUMNS) : q;
-    }, values);
+    }, values));
   }
 
   /** Appends an event that did not change the row (a fenced-off completion) to its history. */
   async recordEvent(row: Row, e: { attempt: number; actor: string | null; reason: string; to: Status }): Promise<void> {
     // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
     const json = JSON.stringify({ from: row.status, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, ref: row.provider_reference });
+    // Capped like the trigger's appends (migration 0003): the first events stay, the middle ones are counted.
+    const full = this.dialect === "postgres" ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}` : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
     const history = this.dialect === "postgres"
-      ? sql`history || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
-      : sql`json_insert(history, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
-    await this.db.updateTable("idem_operations").set({ history: history as any })
-      .where("tenant_id", "=", row.tenant_id).where("key", "=", row.key).where("id", "=", row.id).execute();
+      ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
+      : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
+    await this.guard(row.id, this.db.updateTable("idem_operations")
+      .set({ history: history as any, history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any })
+      .where("tenant_id", "=", row.tenant_id).where("key", "=", row.key).where("id", "=", row.id).execute());
   }
 
-  /** The operation's audit events, oldest first (`seq` from 1). */
+  /** The operation's audit events, oldest first (`seq` from 1, counting the events elided from the middle). */
   async events(tenant: string, operationId: string): Promise<(HistoryEvent & { seq: number })[]> {
-    const row = await this.db.selectFrom("idem_operations").select("history")
-      .where("tenant_id", "=", tenant).where("id", "=", operationId).executeTakeFirst();
+    const row = await this.guard(operationId, this.db.selectFrom("idem_operations").select(["history", "history_elided"])
+      .where("tenant_id", "=", tenant).where("id", "=", operationId).executeTakeFirst());
     if (!row) return [];
     const history = typeof row.history === "string" ? (JSON.parse(row.history) as HistoryEvent[]) : row.history;
-    return history.map((e, i) => ({ ...e, seq: i + 1 }));
+    const elided = Number(row.history_elided);
+    return history.map((e, i) => ({ ...e, seq: i < HISTORY.head ? i + 1 : i + 1 + elided }));
   }
 
   async list(f: ListFilter): Promise<Row[]> {
@@ -341,9 +396,12 @@ export class Store {
       .where("id", "=", id).where("tenant_id", "=", tenant).where("updated_at", "=", updatedAt).execute();
   }
 
-  async stuck(olderThanMs: number, limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("status", "=", RUNNING)
+  /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
+  async stuck(olderThanMs: number, limit: number): Promise<(Row & { age_ms: number })[]> {
+    const rows = await this.db.selectFrom("idem_operations").select(ROW_COLUMNS).select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
+      .where("status", "=", RUNNING)
       .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute();
+    return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 
   async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
@@ -355,6 +413,19 @@ export class Store {
   }
 
   /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
+  /**
+   * Every read and write of the runner's path goes through here: a driver's error (unreachable,
+   * full disk, a failed commit) becomes a typed `LedgerUnavailableError`, never a raw exception.
+   */
+  private async guard<T>(operationId: string | undefined, work: Promise<T>): Promise<T> {
+    try {
+      return await work;
+    } catch (cause) {
+      if (cause instanceof IdemError) throw cause;
+      throw new LedgerUnavailableError(`the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`, operationId, { cause });
+    }
+  }
+
   async prune(tenant: string, limit: number): Promise<number> {
     const doomed = this.db
       .selectFrom("idem_operations")

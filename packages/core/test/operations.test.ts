@@ -170,7 +170,7 @@ for (const dialect of DIALECTS) {
 
     it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
       const tenant = uniqueTenant();
-      const a = await db.open({ budget: { attempts: 1 } });
+      const a = await db.open({ budget: { attempts: 1, baseDelayMs: 20 } });
       const b = await db.open();
       const p = new TestProvider();
       p.lookupAnswer = "inconclusive";
@@ -197,7 +197,8 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
       const tenant = uniqueTenant();
       const out = await ledger.run(mail, { tenant, key: ["w"], args: {} });
-      for (let i = 0; i < 2; i++) {
+      // the run itself stopped at unknown (its budget is one execution); each settle checks once
+      for (let i = 0; i < 3; i++) {
         await new Promise((r) => setTimeout(r, 30));
         await ledger.settle(tenant, out.operationId);
       }
@@ -237,7 +238,7 @@ for (const dialect of DIALECTS) {
       await sql.raw(`UPDATE idem_operations SET status = 'unknown', reason = 'timeout', updated_at = 20 WHERE id = 'op_old1'`).execute(bare.db);
       await sql.raw(`INSERT INTO idem_events (operation_id, tenant_id, from_status, to_status, attempt, actor, reason, at) VALUES ('op_old1', 'acme', 'unknown', 'unknown', 1, 'w2', 'fenced: a note', 25)`).execute(bare.db);
       await sql.raw(`UPDATE idem_operations SET status = 'succeeded', result_json = '{"id":"m1"}', reason = 'reconciled', updated_at = 30, completed_at = 30 WHERE id = 'op_old1'`).execute(bare.db);
-      expect(await bare.migrate()).toEqual(["0002-lean-rows"]);
+      expect(await bare.migrate()).toEqual(["0002-lean-rows", "0003-sticky-maybe-committed"]);
       const { operation, events } = await bare.get("acme", "op_old1");
       expect(operation).toMatchObject({ id: "op_old1", key: "k1", keyLabel: '["a"]', status: "succeeded", result: { id: "m1" }, argsHash: "h1", createdAt: 10, completedAt: 30 });
       expect(events.map((e) => [e.id, e.from, e.to, e.reason, e.at])).toEqual([
@@ -285,7 +286,7 @@ for (const dialect of DIALECTS) {
       const bare = await openLedger(fresh, { migrate: false });
       if (dialect === "sqlite") {
         await expect(bare.list({ tenant: "t" })).rejects.toThrow(/no such table/);
-        expect(await bare.migrate()).toEqual(["0001-init", "0002-lean-rows"]);
+        expect(await bare.migrate()).toEqual(["0001-init", "0002-lean-rows", "0003-sticky-maybe-committed"]);
       } else {
         await bare.migrate();
       }

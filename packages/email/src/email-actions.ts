@@ -3,8 +3,9 @@
  * Message-ID, an `X-Idem-Key` header and a reference in the subject, and before sending we look
  * for the copy an earlier attempt left (Sent folder or journal, over IMAP): found means done.
  *
- * The message is rendered once by nodemailer and the same bytes are sent over SMTP and, in append
- * mode, APPENDed to Sent.
+ * The message is rendered once by nodemailer and the same bytes are sent over SMTP (email-smtp.ts:
+ * cancelled on `op.signal`; in journal mode, only if the server accepted the journal address) and,
+ * in append mode, APPENDed to Sent. Windows are measured on the database clock (`op.now`).
  */
 import nodemailer from "nodemailer";
 import { defineAction, type Action } from "@idem/core";
@@ -14,6 +15,7 @@ import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
 import type { EmailReceipt } from "./email-receipt.js";
 import { reconcileByCopy } from "./email-reconcile.js";
+import { sendRaw } from "./email-smtp.js";
 
 export interface EmailArgs {
   readonly to: string | readonly string[];
@@ -39,15 +41,7 @@ export function emailActions(config: EmailConfig): EmailActions {
     ? new Mailbox(copy.imap ?? config.imap, copy.mailbox ?? "INBOX")
     : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
-  const clock = config.clock ?? Date.now;
-  const timeout = config.smtp.timeoutMs ?? 30_000;
-  const smtp = nodemailer.createTransport({
-    host: config.smtp.host, port: config.smtp.port, secure: config.smtp.secure ?? false,
-    ...(config.smtp.auth && { auth: { user: config.smtp.auth.user, pass: config.smtp.auth.pass } }),
-    connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout,
-    disableFileAccess: true, disableUrlAccess: true,
-  });
-  const render = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "windows" });
+  const render = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "windows", disableFileAccess: true, disableUrlAccess: true });
 
   const send = defineAction<EmailArgs, EmailReceipt>({
     type: "email.send",
@@ -75,18 +69,18 @@ export function emailActions(config: EmailConfig): EmailActions {
       };
       const rendered = await render.sendMail(message);
       const raw = rendered.message as Buffer;
-      const info = await smtp.sendMail({ envelope: { from: config.from, to: [...message.to, ...message.cc, ...message.bcc] }, raw });
+      const to = [...message.to, ...message.cc, ...message.bcc];
+      const info = await sendRaw(config.smtp, { from: config.from, to, raw, journal: journal[0] }, op.signal);
       if (copy.mode === "append") {
         // Sent already; a failed APPEND only loses the copy, not the effect.
         await sent.append(raw).catch(() => undefined);
       }
       return {
-        messageId, ref, sent: true, response: String(info.response ?? ""),
-        accepted: (info.accepted ?? []).map(String), rejected: (info.rejected ?? []).map(String),
+        messageId, ref, sent: true, response: info.response, accepted: [...info.accepted], rejected: [...info.rejected],
       };
     },
     classify: (error) => classifyEmailError(error),
-    reconcile: (_args, op) => reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, clock(), config.settleMs ?? 60_000),
+    reconcile: (_args, op) => reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, config.settleMs ?? 60_000),
   });
   return { send };
 }

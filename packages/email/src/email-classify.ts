@@ -7,6 +7,7 @@
  */
 import type { Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
+import { EnvelopeRefusedError, SendAbortedError } from "./email-smtp.js";
 
 interface NodemailerError {
   code?: string;
@@ -24,6 +25,17 @@ export function classifyEmailError(error: unknown): Classification {
   if (error instanceof MailboxUnavailableError) {
     // The check before sending failed, so nothing was sent: retry later with the same Message-ID.
     return { kind: "transient", reason: `pre-send check failed, nothing sent: ${error.message}`, retryAfterMs: 5_000 };
+  }
+  if (error instanceof EnvelopeRefusedError) {
+    // We held the body back, so nothing was sent. A 4xx may pass; otherwise the journal (or every
+    // recipient) refuses for good, and a refused journal is a configuration a person must fix.
+    const code = error.responseCode;
+    if (code !== undefined && code >= 400 && code < 500) return { kind: "transient", reason: error.message };
+    return { kind: "permanent", reason: error.message, ...(error.journalRefused && { alert: true }) };
+  }
+  if (error instanceof SendAbortedError) {
+    // Closed before the body was handed over: the server drops the transaction. After: it may have it.
+    return error.bodySent ? { kind: "ambiguous", reason: error.message } : { kind: "transient", reason: error.message };
   }
   const e = (error ?? {}) as NodemailerError;
   const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;

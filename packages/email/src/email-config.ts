@@ -13,7 +13,7 @@ export interface SmtpConfig {
   /** Implicit TLS (port 465). Default false (STARTTLS when offered). */
   readonly secure?: boolean;
   readonly auth?: { readonly user: string; readonly pass: string };
-  /** Socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
+  /** Connection, greeting and socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
   readonly timeoutMs?: number;
 }
 
@@ -22,7 +22,8 @@ export interface SmtpConfig {
  *  - provider-saves: the provider files SMTP-sent mail in Sent itself (Gmail, Office 365);
  *    absence is proof once the settle window passed.
  *  - journal: a Bcc to `address`, delivered by the server once it accepted the message, is
- *    searched in that account (`imap`, default the sender's) in `mailbox` (default INBOX).
+ *    searched in that account (`imap`, default the sender's) in `mailbox` (default INBOX). A
+ *    message is not sent unless the server accepts that address (see email-smtp.ts).
  *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
  *    proves nothing and an unknown outcome goes to review.
  */
@@ -43,8 +44,9 @@ export interface EmailConfig {
   readonly messageIdDomain?: string;
   /** Subject with its reference. Default `${subject} [ref:${ref}]`. */
   readonly subjectWithRef?: (subject: string, ref: string) => string;
-  /** How long a copy may take to appear after a send (provider-saves, journal). Default 60 s. */
+  /**
+   * How long a copy may take to appear after a send (provider-saves, journal). Default 60 s.
+   * Measured on the ledger's database clock (`op.now`).
+   */
   readonly settleMs?: number;
-  /** Clock for the settle window. Default Date.now. */
-  readonly clock?: () => number;
 }

@@ -1,6 +1,6 @@
 /** classifyEmailError over the shapes nodemailer gives its errors, one case per reason. */
 import { describe, expect, it } from "vitest";
-import { MailboxUnavailableError, classifyEmailError } from "@idem/email";
+import { EnvelopeRefusedError, MailboxUnavailableError, SendAbortedError, classifyEmailError } from "@idem/email";
 
 const err = (fields: Record<string, unknown>) => Object.assign(new Error("m"), fields);
 
@@ -18,11 +18,21 @@ describe("classifyEmailError", () => {
     ["a socket timeout, stage unknown", err({ code: "ETIMEDOUT", timeoutType: "SOCKET_TIMEOUT", command: "CONN" }), "ambiguous"],
     ["the connection closed unexpectedly", err({ code: "ECONNECTION", command: "CONN" }), "ambiguous"],
     ["anything else", new Error("weird"), "ambiguous"],
+    ["journal refused for now (450), body held back", new EnvelopeRefusedError("m", 450, true), "transient"],
+    ["journal refused for good (550), body held back", new EnvelopeRefusedError("m", 550, true), "permanent"],
+    ["every recipient but the journal refused (550)", new EnvelopeRefusedError("m", 550, false), "permanent"],
+    ["aborted before the body was sent", new SendAbortedError(false, { cause: null }), "transient"],
+    ["aborted after the body was sent", new SendAbortedError(true, { cause: null }), "ambiguous"],
   ])("%s: %s", (_what, error, kind) => {
     expect(classifyEmailError(error).kind).toBe(kind);
   });
 
   it("flags refused authentication for an alert", () => {
     expect(classifyEmailError(err({ code: "EAUTH", responseCode: 535 }))).toMatchObject({ alert: true });
+  });
+
+  it("flags a journal address refused for good for an alert, not refused recipients", () => {
+    expect(classifyEmailError(new EnvelopeRefusedError("m", 550, true))).toMatchObject({ alert: true });
+    expect(classifyEmailError(new EnvelopeRefusedError("m", 550, false))).not.toHaveProperty("alert");
   });
 });

@@ -79,6 +79,21 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    it("journal: the server refuses the journal address: nothing is sent, so no later 'absent' can send it twice", async () => {
+      const l = await ledger({ budget: { baseDelayMs: 10 } });
+      const mail = emailActions(config("journal"));
+      const t = tenant();
+      sandbox.faults.add({ kind: "reject_rcpt", match: { path: JOURNAL.user } });
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 }); // had it been sent: accepted, reply lost
+      try {
+        const out = await l.run(mail.send, { tenant: t, key: ["no-journal"], args: report });
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+        expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(0);
+      } finally {
+        sandbox.faults.clear();
+      }
+    });
+
     it("append: accepted, then the client timed out before its APPEND: needs_review, never a second send", async () => {
       const l = await ledger();
       const mail = emailActions(config("append"));

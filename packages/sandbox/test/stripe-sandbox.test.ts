@@ -1,6 +1,6 @@
 /**
- * The Stripe sandbox keeps Stripe's documented idempotency semantics, checked with the real
- * stripe SDK over HTTP (no ledger involved).
+ * The Stripe sandbox keeps Stripe's documented idempotency, list and refund semantics, checked
+ * with the real stripe SDK over HTTP (no ledger involved).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Stripe from "stripe";
@@ -107,5 +107,52 @@ describe("Stripe sandbox idempotency", () => {
   it("rejects a wrong API key with 401", async () => {
     const other = new Stripe("sk_test_wrong", { host: "127.0.0.1", port, protocol: "http", maxNetworkRetries: 0 });
     await expect(other.customers.create({ email: "x@example.com" })).rejects.toBeInstanceOf(Stripe.errors.StripeAuthenticationError);
+  });
+});
+
+describe("Stripe sandbox lists and refunds", () => {
+  const paid = async (amount = 20_000) => client.paymentIntents.create({ ...card, amount }, { idempotencyKey: key() });
+
+  it("a confirmed, succeeded PaymentIntent has a latest_charge that can be read", async () => {
+    const pi = await paid();
+    expect(pi.latest_charge).toMatch(/^ch_/);
+    const charge = await client.charges.retrieve(pi.latest_charge as string);
+    expect(charge).toMatchObject({ object: "charge", payment_intent: pi.id, amount: pi.amount, status: "succeeded" });
+  });
+
+  it("refunds by charge or by payment_intent, each listed under both filters", async () => {
+    const pi = await paid();
+    const charge = pi.latest_charge as string;
+    const byCharge = await client.refunds.create({ charge, amount: 100 }, { idempotencyKey: key() });
+    const byIntent = await client.refunds.create({ payment_intent: pi.id, amount: 200 }, { idempotencyKey: key() });
+    expect(byCharge).toMatchObject({ charge, payment_intent: pi.id });
+    expect(byIntent).toMatchObject({ charge, payment_intent: pi.id });
+    const ids = [byIntent.id, byCharge.id]; // newest first
+    expect((await client.refunds.list({ charge })).data.map((r) => r.id)).toEqual(ids);
+    expect((await client.refunds.list({ payment_intent: pi.id })).data.map((r) => r.id)).toEqual(ids);
+    await expect(client.refunds.create({ charge: "ch_missing", amount: 1 })).rejects.toMatchObject({ statusCode: 400, code: "resource_missing" });
+    await expect(client.refunds.create({ amount: 1 })).rejects.toMatchObject({ statusCode: 400, code: "parameter_missing" });
+  });
+
+  it("pages newest first with limit, starting_after, ending_before and has_more", async () => {
+    const pi = await paid();
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) made.push((await client.refunds.create({ payment_intent: pi.id, amount: 10 }, { idempotencyKey: key() })).id);
+    const newest = [...made].reverse();
+    const first = await client.refunds.list({ payment_intent: pi.id, limit: 2 });
+    expect(first.data.map((r) => r.id)).toEqual(newest.slice(0, 2));
+    expect(first.has_more).toBe(true);
+    const second = await client.refunds.list({ payment_intent: pi.id, limit: 2, starting_after: newest[1]! });
+    expect(second.data.map((r) => r.id)).toEqual(newest.slice(2, 4));
+    const last = await client.refunds.list({ payment_intent: pi.id, limit: 2, starting_after: newest[3]! });
+    expect(last).toMatchObject({ has_more: false, data: [{ id: newest[4] }] });
+    const back = await client.refunds.list({ payment_intent: pi.id, limit: 2, ending_before: newest[3]! });
+    expect(back.data.map((r) => r.id)).toEqual(newest.slice(1, 3));
+    expect(back.has_more).toBe(true);
+    expect(await client.refunds.list({ payment_intent: pi.id, limit: 2 }).autoPagingToArray({ limit: 100 })).toHaveLength(5);
+    expect((await client.refunds.list({ payment_intent: pi.id })).data).toHaveLength(5); // default limit 10
+    await expect(client.refunds.list({ limit: 101 })).rejects.toMatchObject({ statusCode: 400 });
+    await expect(client.refunds.list({ starting_after: "re_missing" })).rejects.toMatchObject({ statusCode: 400, code: "resource_missing" });
+    await expect(client.refunds.list({ starting_after: newest[0]!, ending_before: newest[1]! })).rejects.toMatchObject({ statusCode: 400 });
   });
 });

@@ -6,6 +6,10 @@
  * Capabilities: Stripe dedupes on the key for 24 h (replayed with a 1 h margin), and customers,
  * payment intents and refunds can be looked up after that. A generic POST (`stripePost`) has no
  * lookup: past the key window an unknown outcome goes to review.
+ *
+ * Not supported: cancelling a request on `op.signal`. stripe-node 23's request options take no
+ * AbortSignal (stripe/stripe-node#2240 was declined), so a request runs until `timeoutMs`; a lost
+ * lease is harmless here because every attempt carries the same key.
  */
 import Stripe from "stripe";
 import { defineAction, type Action, type OperationContext } from "@idem/core";
@@ -30,10 +34,9 @@ export interface StripeActions {
 
 export function stripeActions(config: StripeConfig): StripeActions {
   const stripe = createStripeClient(config);
-  const clock = config.clock ?? Date.now;
-  const lagMs = config.searchLagMs ?? 90_000;
+  const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
-  function action<A extends object>(type: string, send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>, lookup?: { find: Lookup<A>; lags: boolean }): Action<A, StripeReceipt> {
+  function action<A extends object>(type: string, send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>, lookup?: Lookup<A>): Action<A, StripeReceipt> {
     return defineAction<A, StripeReceipt>({
       type,
       capabilities: { dedupe: { retentionMs: STRIPE_KEY_RETENTION_MS }, lookup: lookup !== undefined },
@@ -45,8 +48,7 @@ export function stripeActions(config: StripeConfig): StripeActions {
       },
       classify: (error) => classifyStripeError(error),
       ...(lookup && {
-        reconcile: (args: A, op: OperationContext) =>
-          reconcileByLookup(stripe, lookup.find, args, op, { now: clock(), lagMs, keyRetentionMs: STRIPE_KEY_RETENTION_MS, lags: lookup.lags }),
+        reconcile: (args: A, op: OperationContext) => reconcileByLookup(stripe, lookup, args, op, windows),
       }),
       providerReference: (_args, op) => `idempotency-key:${op.key}`,
     });
@@ -54,9 +56,9 @@ export function stripeActions(config: StripeConfig): StripeActions {
 
   return {
     client: stripe,
-    customersCreate: action<Stripe.CustomerCreateParams>("stripe.customers.create", (p, key) => stripe.customers.create(p, { idempotencyKey: key }), { find: searchCustomers, lags: true }),
-    paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>("stripe.paymentIntents.create", (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }), { find: searchPaymentIntents, lags: true }),
-    refundsCreate: action<Stripe.RefundCreateParams>("stripe.refunds.create", (p, key) => stripe.refunds.create(p, { idempotencyKey: key }), { find: listRefunds, lags: false }),
+    customersCreate: action<Stripe.CustomerCreateParams>("stripe.customers.create", (p, key) => stripe.customers.create(p, { idempotencyKey: key }), searchCustomers),
+    paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>("stripe.paymentIntents.create", (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }), searchPaymentIntents),
+    refundsCreate: action<Stripe.RefundCreateParams>("stripe.refunds.create", (p, key) => stripe.refunds.create(p, { idempotencyKey: key }), listRefunds),
     post: (path) => action<Params>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
   };
 }

@@ -17,10 +17,11 @@ export interface StripeConfig {
   readonly timeoutMs?: number;
   /** stripe-node's own network retries (same idempotency key). Default 0. */
   readonly maxNetworkRetries?: number;
-  /** How long Stripe Search may lag behind a write: "not found" before then proves nothing. Default 90 s. */
+  /**
+   * How long Stripe Search may lag behind a write: "not found" before then proves nothing.
+   * Default 90 s. Measured on the ledger's database clock (`op.now`), like every window.
+   */
   readonly searchLagMs?: number;
-  /** Clock for the search-lag and key-retention windows (ms since epoch). Default Date.now. */
-  readonly clock?: () => number;
 }
 
 export function createStripeClient(config: StripeConfig): Stripe {

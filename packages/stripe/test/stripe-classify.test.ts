@@ -14,7 +14,9 @@ describe("classifyStripeError", () => {
     ["a bad API key", new E.StripeAuthenticationError(raw(401)), { kind: "permanent", alert: true }],
     ["a permission denial", new E.StripePermissionError(raw(403)), { kind: "permanent", alert: true }],
     ["the key reused with other parameters", new E.StripeIdempotencyError(raw(400, { type: "idempotency_error" })), { kind: "permanent", alert: true }],
-    ["our key still in flight at Stripe", new E.StripeAPIError(raw(409, { code: "idempotency_key_in_use" })), { kind: "transient", retryAfterMs: 1000 }],
+    // proves nothing about the earlier request with our key: unknown, replayed later (never "nothing happened")
+    ["our key still in flight at Stripe", new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })), { kind: "ambiguous" }],
+    ["another 409 conflict", new E.StripeAPIError(raw(409, { code: "some_conflict" })), { kind: "ambiguous" }],
     ["a rate limit with Retry-After", new E.StripeRateLimitError(raw(429, { headers: { "retry-after": "3" } })), { kind: "rate_limited", retryAfterMs: 3000 }],
     ["a rate limit without it", new E.StripeRateLimitError(raw(429)), { kind: "rate_limited", retryAfterMs: 1000 }],
     ["503 before execution", new E.StripeAPIError(raw(503)), { kind: "transient" }],
@@ -25,6 +27,13 @@ describe("classifyStripeError", () => {
     ["something that is not a Stripe error", new TypeError("boom"), { kind: "ambiguous" }],
   ])("%s", (_what, error, expected) => {
     expect(classifyStripeError(error)).toMatchObject(expected);
+  });
+
+  it("leaves a 409 replayable: a later replay with the key returns what Stripe saved", () => {
+    const cls = classifyStripeError(new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })));
+    expect(cls).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
+    expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
+    expect(cls.reason).toMatch(/still executing/);
   });
 
   it("keeps the decline code in the reason", () => {

@@ -16,7 +16,7 @@ const CARD = { amount: 2000, currency: "usd", payment_method: "pm_card_visa", co
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
-let skew = 0; // how far the ledger's and the adapter's clocks are moved forward, with the sandbox's
+let skew = 0; // how far the ledger's clock (op.now for the adapter) is moved forward, with the sandbox's
 const advance = (ms: number) => { skew += ms; sandbox.advance(ms); };
 
 beforeAll(async () => {
@@ -26,7 +26,7 @@ beforeAll(async () => {
 afterAll(() => sandbox.close());
 
 function stripe(extra: Partial<StripeConfig> = {}) {
-  return stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000, clock: () => Date.now() + skew, ...extra });
+  return stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000, ...extra });
 }
 const piCount = () => sandbox.count("payment_intents");
 const requestsFor = (key: string) => sandbox.requests.filter((r) => r.idempotencyKey === key);
@@ -200,6 +200,20 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count("refunds") - refunds).toBe(1);
       expect(sandbox.count("customers") - customers).toBe(1);
       expect(sandbox.count("products")).toBeGreaterThanOrEqual(1);
+    });
+
+    it("a refund by charge is created once, with our key in its metadata", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const pi = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["c-pi"], args: CARD });
+      const charge = sandbox.objects.get("payment_intents", pi.status === "succeeded" ? pi.receipt.id : "")!.latest_charge as string;
+      const before = sandbox.count("refunds");
+      for (let i = 0; i < 2; i++) {
+        expect(await l.run(s.refundsCreate, { tenant: t, key: ["refund", charge], args: { charge, amount: 700 } })).toMatchObject({ status: "succeeded", receipt: { object: "refund" } });
+      }
+      expect(sandbox.count("refunds") - before).toBe(1);
+      expect(sandbox.objects.all("refunds").at(-1)).toMatchObject({ charge, amount: 700, metadata: { idem_operation: expect.any(String) } });
     });
 
     it("SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent", async () => {

@@ -7,7 +7,8 @@
  * The copy is filed before the SMTP reply, as those providers do once they accepted a message.
  *
  * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
- * `reject_421` (421 at MAIL FROM, before DATA) and `refuse_auth` (535).
+ * `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
+ * the fault's `match.path` matches; the others are still accepted) and `refuse_auth` (535).
  */
 import { EventEmitter } from "node:events";
 import type { AddressInfo } from "node:net";
@@ -18,7 +19,7 @@ import { FaultPlan } from "../faults.js";
 import { Dovecot, type MailUser } from "./dovecot.js";
 
 export type CopyMode = "provider-saves" | "journal" | "none";
-export type MailFaultKind = "hold_reply" | "reject_421" | "refuse_auth";
+export type MailFaultKind = "hold_reply" | "reject_421" | "reject_rcpt" | "refuse_auth";
 
 export interface ReceivedMessage {
   readonly messageId: string | undefined;
@@ -75,6 +76,10 @@ export class MailSandbox {
       },
       onMailFrom: (_address, _session, cb) => {
         if (this.faults.take("MAIL", "", ["reject_421"])) return cb(Object.assign(new Error("Service not available, try again later"), { responseCode: 421 }));
+        return cb();
+      },
+      onRcptTo: (address, _session, cb) => {
+        if (this.faults.take("RCPT", address.address, ["reject_rcpt"])) return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
         return cb();
       },
       onData: (stream, session, cb) => void this.accept(stream, session).then(() => this.reply(cb), (e: Error) => cb(e)),

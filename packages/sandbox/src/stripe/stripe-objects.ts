@@ -1,9 +1,11 @@
 /**
  * The Stripe resources the sandbox keeps, with the validation and outcomes Stripe documents for
- * test mode: customers, payment intents (confirm with pm_card_visa succeeds,
- * pm_card_chargeDeclined is declined with a 402 card_error), refunds (at most what was captured),
- * and any other POSTed resource kept as given. Search understands `metadata['k']:'v'` and
- * `field:'v'` clauses joined by AND, and sees an object only `searchLagMs` after its creation.
+ * test mode: customers, payment intents (confirm with pm_card_visa succeeds and makes the intent's
+ * `latest_charge`, pm_card_chargeDeclined is declined with a 402 card_error), the charges those
+ * make, refunds of a `payment_intent` or a `charge` (at most what was captured), and
+ * any other POSTed resource kept as given. Lists filter on fields (`?payment_intent=`,
+ * `?charge=`), newest first. Search understands `metadata['k']:'v'` and `field:'v'` clauses joined
+ * by AND, and sees an object only `searchLagMs` after its creation.
  */
 import { randomBytes } from "node:crypto";
 
@@ -19,7 +21,7 @@ export class StripeFailure {
   ) {}
 }
 
-const PREFIX: Record<string, string> = { customers: "cus", payment_intents: "pi", refunds: "re" };
+const PREFIX: Record<string, string> = { customers: "cus", payment_intents: "pi", charges: "ch", refunds: "re" };
 
 export class StripeObjects {
   private readonly byResource = new Map<string, StripeObject[]>();
@@ -53,8 +55,9 @@ export class StripeObjects {
     return this.all(resource).find((o) => o.id === id);
   }
 
+  /** Objects whose fields equal every filter, newest first (paginate with `page`). */
   list(resource: string, filter: Record<string, unknown>): StripeObject[] {
-    return this.all(resource).filter((o) => Object.entries(filter).every(([k, v]) => k === "limit" || o[k] === v)).slice().reverse();
+    return this.all(resource).filter((o) => Object.entries(filter).every(([k, v]) => o[k] === v)).reverse();
   }
 
   /** Search as Stripe's index sees it: objects younger than the lag are not there yet. */
@@ -77,8 +80,12 @@ export class StripeObjects {
     const status = !pm ? "requires_payment_method" : !confirm ? "requires_confirmation" : declined ? "requires_payment_method" : "succeeded";
     const pi = this.store("payment_intents", {
       ...base, object: "payment_intent", amount, currency: p.currency, customer: p.customer ?? null, payment_method: declined ? null : pm,
-      status, amount_received: status === "succeeded" ? amount : 0, amount_refunded: 0, description: p.description ?? null,
+      status, amount_received: status === "succeeded" ? amount : 0, amount_refunded: 0, description: p.description ?? null, latest_charge: null,
     });
+    if (status === "succeeded") {
+      const charge = this.store("charges", { metadata: {}, created: base.created, object: "charge", amount, currency: p.currency, payment_intent: pi.id, status: "succeeded", amount_refunded: 0 });
+      pi.latest_charge = charge.id;
+    }
     if (declined) {
       // Stripe creates the intent and reports the decline with it; the result is saved under the key.
       throw new StripeFailure(402, { type: "card_error", code: "card_declined", decline_code: "generic_decline", message: "Your card was declined.", payment_intent: pi });
@@ -86,9 +93,16 @@ export class StripeObjects {
     return pi;
   }
 
+  /** A refund names the payment intent or its charge; it is recorded with both, as Stripe does. */
   private refund(base: { metadata: Record<string, string>; created: number }, p: Record<string, unknown>): StripeObject {
-    const pi = typeof p.payment_intent === "string" ? this.get("payment_intents", p.payment_intent) : undefined;
+    if (p.charge === undefined && p.payment_intent === undefined) throw invalid("charge", "parameter_missing", "One of `charge` or `payment_intent` is required.");
+    const charge = p.charge === undefined ? undefined : this.get("charges", String(p.charge));
+    if (p.charge !== undefined && !charge) throw invalid("charge", "resource_missing", `No such charge: '${String(p.charge)}'`);
+    const pi = this.get("payment_intents", String(charge ? charge.payment_intent : p.payment_intent));
     if (!pi) throw invalid("payment_intent", "resource_missing", `No such payment_intent: '${String(p.payment_intent)}'`);
+    if (charge && p.payment_intent !== undefined && p.payment_intent !== pi.id) {
+      throw invalid("payment_intent", "parameter_invalid", `Charge ${charge.id} does not belong to payment_intent '${String(p.payment_intent)}'.`);
+    }
     if (pi.status !== "succeeded") throw invalid("payment_intent", "charge_not_refundable", "This PaymentIntent has no successful charge to refund.");
     const left = Number(pi.amount_received) - Number(pi.amount_refunded);
     const amount = p.amount === undefined ? left : Number(p.amount);
@@ -96,7 +110,9 @@ export class StripeObjects {
       throw invalid("amount", "amount_too_large", `Refund amount (${amount}) is greater than unrefunded amount on charge (${left}).`);
     }
     pi.amount_refunded = Number(pi.amount_refunded) + amount;
-    return this.store("refunds", { ...base, object: "refund", amount, currency: pi.currency, payment_intent: pi.id, status: "succeeded", reason: p.reason ?? null });
+    const paid = this.get("charges", String(pi.latest_charge))!;
+    paid.amount_refunded = pi.amount_refunded;
+    return this.store("refunds", { ...base, object: "refund", amount, currency: pi.currency, payment_intent: pi.id, charge: paid.id, status: "succeeded", reason: p.reason ?? null });
   }
 
   private store(resource: string, fields: Omit<StripeObject, "id">): StripeObject {

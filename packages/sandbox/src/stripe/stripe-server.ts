@@ -1,6 +1,7 @@
 /**
  * A local Stripe: HTTP with form-encoded bodies and JSON errors (`type`, `code`, `message`), for
- * customers, payment intents, refunds and any other POSTed resource, through the real stripe SDK.
+ * customers, payment intents, their charges, refunds and any other POSTed resource, through the
+ * real stripe SDK; lists paginate as Stripe's do (stripe-list.ts).
  *
  * Idempotency as Stripe documents it: the first response for a key is saved and replayed with
  * `Idempotent-Replayed: true`; the same key with other parameters is 400 `idempotency_error`; a
@@ -18,6 +19,7 @@ import { randomBytes } from "node:crypto";
 import qs from "qs";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
+import { PAGE_PARAMS, page } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
 export type StripeFaultKind = "rate_limit" | "unavailable" | "delay_before_commit" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
@@ -193,15 +195,14 @@ export class StripeSandbox {
       return obj;
     }
     if (method === "GET") {
-      const { limit, ...filter } = params;
-      const data = this.objects.list(resource, filter).slice(0, Number(limit ?? 10));
-      return { object: "list", url: path, has_more: false, data };
+      const filter = Object.fromEntries(Object.entries(params).filter(([k]) => !PAGE_PARAMS.has(k)));
+      return { object: "list", url: path, ...page(this.objects.list(resource, filter), params, resource.replace(/s$/, "")) };
     }
     throw new StripeFailure(404, { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` }, true);
   }
 
   private counts(): Record<string, number> {
-    return Object.fromEntries(["customers", "payment_intents", "refunds"].map((r) => [r, this.objects.count(r)]));
+    return Object.fromEntries(["customers", "payment_intents", "charges", "refunds"].map((r) => [r, this.objects.count(r)]));
   }
 }
 

@@ -1,0 +1,145 @@
+/**
+ * The SMTP side: one connection per send through nodemailer's SMTPConnection (not its transport),
+ * because two guarantees need the connection in hand:
+ *  - Cancellation: when the operation's signal aborts, the connection is closed. Until the body
+ *    was handed over, that sends nothing: a server that loses the connection before the final
+ *    "." must drop the transaction (RFC 5321 §3.8, "as if a RSET had been received").
+ *  - A journal copy that can prove absence: the body is held back until the server answered
+ *    every RCPT TO, and is sent only if it accepted the journal address and one other recipient.
+ *    If it went out without the journal copy, "not in the journal" would later be taken as proof
+ *    that nothing was sent, and a crash or a lost reply would send it twice. Holding the body
+ *    back (rather than marking the receipt, or answering "never" on reconcile) also covers a
+ *    worker killed mid-send, which leaves no classification to consult.
+ * Not supported: connection pooling, proxies, DKIM (a send is one short connection, as nodemailer's
+ * non-pooled transport does it).
+ */
+import { Readable } from "node:stream";
+import SMTPConnection from "nodemailer/lib/smtp-connection";
+import type { SmtpConfig } from "./email-config.js";
+
+/** What the server said about a message it took. */
+export interface SmtpAnswer {
+  readonly response: string;
+  readonly accepted: readonly string[];
+  readonly rejected: readonly string[];
+}
+
+/** The body was held back because of the server's RCPT answers: nothing was sent. */
+export class EnvelopeRefusedError extends Error {
+  readonly code = "EENVELOPE";
+  readonly command = "RCPT TO";
+  constructor(
+    message: string,
+    /** The server's code for the refused journal address; absent when that is not why. */
+    readonly responseCode: number | undefined,
+    /** True when the journal address was refused (or its answer could not be seen): a configuration to fix. */
+    readonly journalRefused: boolean,
+  ) {
+    super(message);
+    this.name = "EnvelopeRefusedError";
+  }
+}
+
+/** The operation's signal aborted the send; `bodySent` says whether the message may have gone out. */
+export class SendAbortedError extends Error {
+  constructor(readonly bodySent: boolean, options: { cause: unknown }) {
+    super(bodySent ? "send aborted after the message was handed to the server: it may have been accepted" : "send aborted before the message was sent: nothing was sent", options);
+    this.name = "SendAbortedError";
+  }
+}
+
+export interface Outgoing {
+  readonly from: string;
+  readonly to: readonly string[];
+  readonly raw: Buffer;
+  /** The journal address among `to`: the body goes out only once the server accepted it. */
+  readonly journal?: string | undefined;
+}
+
+export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal): Promise<SmtpAnswer> {
+  if (signal.aborted) return Promise.reject(new SendAbortedError(false, { cause: signal.reason }));
+  const timeout = config.timeoutMs ?? 30_000;
+  const conn = new SMTPConnection({
+    host: config.host, port: config.port, secure: config.secure ?? false, logger: false,
+    connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout,
+  });
+  const envelope: TrackedEnvelope = { from: out.from, to: [...out.to] };
+  let bodySent = false;
+
+  return new Promise<SmtpAnswer>((resolve, reject) => {
+    let settled = false;
+    const finish = (error: unknown, answer?: SmtpAnswer) => {
+      if (settled) return;
+      settled = true;
+      signal.removeEventListener("abort", onAbort);
+      if (answer) {
+        conn.quit();
+        resolve(answer);
+      } else {
+        conn.close();
+        reject(error);
+      }
+    };
+    const onAbort = () => finish(new SendAbortedError(bodySent, { cause: signal.reason }));
+    signal.addEventListener("abort", onAbort, { once: true });
+    conn.on("error", (e: unknown) => finish(e)); // `on`: a second error after the first must not go unhandled
+    // A net under the callbacks, deferred: on a 421 nodemailer closes first, then fails the send
+    // with the server's reply, which must win (421 is "not accepted", a bare close is ambiguous).
+    conn.once("end", () => setImmediate(() => finish(Object.assign(new Error("Connection closed unexpectedly"), { code: "ECONNECTION", command: "CONN" }))));
+
+    const body = new Readable({
+      read() {
+        const refused = out.journal === undefined ? undefined : refusal(envelope, out.journal);
+        if (refused) {
+          finish(refused); // closes the connection first, so the end of DATA can never be sent
+          this.destroy(); // no error and no push(null): ending the stream would end the message
+          return;
+        }
+        bodySent = true;
+        this.push(out.raw);
+        this.push(null);
+      },
+    });
+    conn.connect((error) => {
+      if (error) return finish(error);
+      const send = () => conn.send(envelope, body, (e, info) => {
+        if (e || !info) return finish(e ?? new Error("SMTP send gave no answer"));
+        return finish(null, { response: String(info.response ?? ""), accepted: info.accepted.map(String), rejected: info.rejected.map(String) });
+      });
+      // As nodemailer's transport does: log in when the server offers AUTH.
+      if (config.auth && conn.allowsAuth) conn.login({ user: config.auth.user, pass: config.auth.pass }, (e) => (e ? finish(e) : send()));
+      else send();
+    });
+  });
+}
+
+/**
+ * The envelope as nodemailer tracks it: SMTPConnection keeps its RCPT bookkeeping (`accepted`,
+ * `rejectedErrors`) on the envelope object it is given. The gate reads it there, and fails closed
+ * if a later nodemailer stops doing so.
+ */
+interface TrackedEnvelope {
+  from: string;
+  to: string[];
+  accepted?: string[];
+  rejectedErrors?: { recipient?: string; responseCode?: number }[];
+}
+
+/** Why the body must not go out, judged on the server's RCPT answers; undefined when it may. */
+function refusal(envelope: TrackedEnvelope, journal: string): EnvelopeRefusedError | undefined {
+  if (!Array.isArray(envelope.accepted)) {
+    return new EnvelopeRefusedError("cannot see which recipients the server accepted, so not sending without a known journal copy", undefined, true);
+  }
+  const j = journal.toLowerCase();
+  const refused = envelope.rejectedErrors ?? [];
+  if (!envelope.accepted.some((a) => a.toLowerCase() === j)) {
+    const code = refused.find((e) => e.recipient?.toLowerCase() === j)?.responseCode;
+    return new EnvelopeRefusedError(`the server refused the journal address ${journal} (${code ?? "no code"}): not sent, since no journal copy could prove it later`, code, true);
+  }
+  if (!envelope.accepted.some((a) => a.toLowerCase() !== j)) {
+    // Without the journal nodemailer fails this as "all recipients were rejected" (a 4xx, if any, decides).
+    const code = (refused.find((e) => (e.responseCode ?? 0) < 500) ?? refused[0])?.responseCode;
+    return new EnvelopeRefusedError("the server refused every recipient but the journal: not sent", code, false);
+  }
+  return undefined;
+}
