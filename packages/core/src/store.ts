@@ -151,6 +151,8 @@ export class Store {
       .insertInto("idem_operations")
       .values({
         ...runningRow(row),
+        // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
+        maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
         lease_expires_at: sql<number>`${now} + ${row.leaseMs}`, last_execution_at: now, created_at: now, updated_at: now,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());

@@ -1,0 +1,200 @@
+/**
+ * One test per unsafe window of issue 11, on both databases: a ledger that cannot record a
+ * completion or a heartbeat (real failing writes, raised by the database), a full SQLite file,
+ * lazy args slower than the lease, Retry-After past the budget, `retry` after checks, the
+ * history's cost, and the database time handed to actions.
+ */
+import { describe, expect, it } from "vitest";
+import { sql } from "kysely";
+import { CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, defineAction, type Ledger } from "@idem/core";
+import { DIALECTS, type TestDialect } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+import { TestProvider } from "./support/provider.js";
+
+/** Makes the database refuse some writes, as a failing disk or connection would. */
+async function refuse(ledger: Ledger, dialect: TestDialect, name: string, when: { sqlite: string; postgres: string }, of: string): Promise<() => Promise<void>> {
+  if (dialect === "sqlite") {
+    await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations WHEN ${when.sqlite} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`).execute(ledger.db);
+    return async () => void (await sql.raw(`DROP TRIGGER ${name}`).execute(ledger.db));
+  }
+  await sql.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error (test)'; END $$`).execute(ledger.db);
+  await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations FOR EACH ROW WHEN (${when.postgres}) EXECUTE FUNCTION ${name}()`).execute(ledger.db);
+  return async () => {
+    await sql.raw(`DROP TRIGGER ${name} ON idem_operations`).execute(ledger.db);
+    await sql.raw(`DROP FUNCTION ${name}()`).execute(ledger.db);
+  };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`unsafe windows on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    it("a completion the ledger cannot record: retried, then a typed error carrying the receipt; the row is settled later, never re-sent", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const ledger = await db.open({ leaseMs: 300, actions: [mail] });
+      const tenant = uniqueTenant();
+      const undo = await refuse(ledger, dialect, "refuse_success", { sqlite: "NEW.status = 'succeeded'", postgres: "NEW.status = 'succeeded'" }, "status");
+      const err = await ledger.run(mail, { tenant, key: ["c1"], args: { to: "x" } }).catch((e: unknown) => e);
+      await undo();
+      expect(err).toBeInstanceOf(CompletionNotRecordedError);
+      expect(err).toMatchObject({ receipt: { id: "obj_1" }, attempt: 1 });
+      const [op] = await ledger.list({ tenant });
+      expect(op).toMatchObject({ status: "running", id: (err as CompletionNotRecordedError).operationId });
+      await new Promise((r) => setTimeout(r, 350)); // its lease runs out
+      const later = await ledger.run(mail, { tenant, key: ["c1"], args: { to: "x" } });
+      expect(later).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } }); // found by the lookup
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("heartbeats that fail: the action's signal aborts before the lease can pass to another worker", async () => {
+      const ledger = await db.open({ leaseMs: 400 });
+      const tenant = uniqueTenant();
+      const undo = await refuse(ledger, dialect, "refuse_beat", {
+        sqlite: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
+        postgres: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
+      }, "lease_expires_at");
+      const started = performance.now();
+      let reason: unknown;
+      const slow = defineAction({
+        type: "slow", capabilities: {},
+        execute: async (_a: { n: number }, op) => {
+          await new Promise((resolve) => op.signal.addEventListener("abort", resolve, { once: true }));
+          reason = op.signal.reason;
+          throw reason;
+        },
+        classify: () => ({ kind: "transient", reason: "stopped before sending" }),
+      });
+      const out = await ledger.run(slow, { tenant, key: ["h"], args: { n: 1 }, budget: { attempts: 1 } });
+      const took = performance.now() - started;
+      await undo();
+      expect(reason).toBeInstanceOf(LeaseDeadlineError);
+      expect(took).toBeLessThan(400); // before the lease (400 ms from the claim) could be taken over
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+    });
+
+    it("lazy args slower than the lease: the lease is kept while they are generated; never sent to review", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const ledger = await db.open({ leaseMs: 150, actions: [mail] });
+      const daemon = await db.open({ leaseMs: 150, actions: [mail] });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      const slowModel = new Promise<void>((r) => (release = r));
+      const run = ledger.run(mail, { tenant, key: ["lazy"], args: async () => { await slowModel; return { to: "x" }; } });
+      await new Promise((r) => setTimeout(r, 500)); // three leases long
+      const [op] = await ledger.list({ tenant });
+      const meanwhile = await daemon.settle(tenant, op!.id, "daemon");
+      expect(meanwhile).toMatchObject({ status: "pending_verification", state: "running" }); // its lease is live
+      release();
+      expect(await run).toMatchObject({ status: "succeeded", replayed: false });
+      const { events } = await ledger.get(tenant, op!.id);
+      expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("a dead worker that never stored its lazy args is known not done: pending, not needs_review", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const dying = await db.open({ leaseMs: 100 });
+      const ledger = await db.open({ leaseMs: 100, actions: [mail] });
+      const tenant = uniqueTenant();
+      void dying.run(mail, { tenant, key: ["gone"], args: () => new Promise<{ to: string }>(() => {}) }).catch(() => {});
+      await new Promise((r) => setTimeout(r, 30));
+      await dying.close(); // the worker is gone: no more heartbeats
+      await new Promise((r) => setTimeout(r, 200));
+      const [op] = await ledger.list({ tenant });
+      const settled = await ledger.settle(tenant, op!.id, "daemon");
+      expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
+      const out = await ledger.run(mail, { tenant, key: ["gone"], args: () => ({ to: "y" }) });
+      expect(out).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+      expect((await ledger.get(tenant, op!.id)).events.some((e) => e.to === "needs_review")).toBe(false);
+    });
+
+    it("a Retry-After longer than the budget is kept on the row, not shortened to maxDelayMs", async () => {
+      const p = new TestProvider();
+      const ledger = await db.open({ budget: { maxDelayMs: 1_000, elapsedMs: 2_000 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "429", retryAfterMs: 60_000 } });
+      const out = await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      const [op] = await ledger.list({ tenant });
+      expect(op!.nextCheckAt! - op!.updatedAt).toBe(60_000);
+      // and another caller is held to it too: the provider asked everyone to wait
+      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } })).toMatchObject({ state: "pending" });
+      expect(p.effects).toHaveLength(0);
+    });
+
+    it("retry after needs_review starts the checks over", async () => {
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      const mail = p.action("mail", { lookup: true });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } });
+      for (let i = 0; i < 3; i++) await ledger.settle(tenant, out.operationId, "daemon");
+      expect((await ledger.get(tenant, out.operationId)).operation.checks).toBe(3);
+      const escalated = await ledger.settle(tenant, out.operationId, "daemon", { escalate: { maxChecks: 3, maxAgeMs: 3_600_000 } });
+      expect(escalated).toMatchObject({ state: "needs_review", reason: expect.stringMatching(/still unknown after 3/) });
+      const back = await ledger.retry(tenant, out.operationId, { actor: "ops", reason: "not sent" });
+      expect(back).toMatchObject({ status: "pending", checks: 0 });
+    });
+
+    it("a full SQLite file / a refused claim: a typed error and no effect, never a loop", async () => {
+      const p = new TestProvider();
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      const undo = dialect === "sqlite"
+        ? await (async () => {
+          // The file may not grow by a page more: the next claim's commit fails with SQLITE_FULL.
+          const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(ledger.db);
+          await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count}`).execute(ledger.db);
+          return async () => void (await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(ledger.db));
+        })()
+        : await (async () => {
+          await sql.raw(`CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device (test)'; END $$`).execute(ledger.db);
+          await sql.raw(`CREATE TRIGGER refuse_claim BEFORE INSERT ON idem_operations FOR EACH ROW EXECUTE FUNCTION refuse_claim()`).execute(ledger.db);
+          return async () => {
+            await sql.raw(`DROP TRIGGER refuse_claim ON idem_operations`).execute(ledger.db);
+            await sql.raw(`DROP FUNCTION refuse_claim()`).execute(ledger.db);
+          };
+        })();
+      const big = "x".repeat(200_000); // more than the free pages left
+      const errors: unknown[] = [];
+      for (let i = 0; i < 5; i++) errors.push(await ledger.run(p.action("mail", {}), { tenant, key: [`full-${i}`], args: { to: big } }).catch((e: unknown) => e));
+      await undo();
+      for (const e of errors) expect(e).toBeInstanceOf(LedgerUnavailableError);
+      expect(p.calls).toBe(0);
+      expect(await ledger.list({ tenant })).toEqual([]);
+    });
+
+    it("the history keeps its first and last events: a transition's cost does not grow with the checks", async () => {
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      const mail = p.action("mail", { lookup: true });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await ledger.run(mail, { tenant, key: ["h"], args: { to: "x" } });
+      for (let i = 0; i < 150; i++) await ledger.settle(tenant, out.operationId, "daemon");
+      const { operation, events } = await ledger.get(tenant, out.operationId);
+      expect(operation.checks).toBe(150);
+      const total = 2 + 150 * 2; // claim, unknown, then running + unknown per check
+      expect(events).toHaveLength(100);
+      expect(events.slice(0, 3).map((e) => [e.id, e.from, e.to])).toEqual([[1, null, "running"], [2, "running", "unknown"], [3, "unknown", "running"]]);
+      expect(events.at(-1)!.id).toBe(total);
+      expect(events.slice(10).map((e) => e.id)).toEqual(Array.from({ length: 90 }, (_, i) => total - 89 + i));
+    });
+
+    it("actions read the database's time (op.now), not the process clock", async () => {
+      let seen: { now: number; createdAt: number } | undefined;
+      const at = 1_900_000_000_000;
+      const ledger = await db.open({ clock: () => at });
+      const probe = defineAction({ type: "probe", capabilities: {}, execute: async (_a: { n: number }, op) => (seen = { now: op.now, createdAt: op.createdAt }) });
+      await ledger.run(probe, { tenant: uniqueTenant(), key: ["t"], args: { n: 1 } });
+      expect(seen).toEqual({ now: at, createdAt: at });
+    });
+  });
+}
