@@ -152,6 +152,9 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (e && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs)) {
         return { kind: "review", reason: `still unknown after ${s.checks} inconclusive checks; a person must decide` };
       }
+      // Nothing can check this provider: a person decides now, not after a backoff.
+      const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
+      if (r.kind === "review") return { kind: "review", reason: `outcome unknown: ${r.reason}` };
       const dueIn = c.dueNow ? 0 : (s.nextCheckAt ?? 0) - s.now;
       if (dueIn > 0) {
         if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `outcome unknown, verification continues; next check in ${dueIn} ms` };

@@ -12,7 +12,7 @@ import pRetry from "p-retry";
 import { describeError, type Action, type Classification, type OperationContext } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { ArgsMismatchError, CompletionNotRecordedError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
-import { checkDelay, decide, nextDelay, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
+import { checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
 import type { RunResult, StoredError } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
 
@@ -244,6 +244,8 @@ export class Runner {
       ...(to === "unknown" && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
     });
     if (!moved) return this.fenced(call, row, to, cls.reason);
+    // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
+    if (to === "unknown" && recoveryFor(call.action.capabilities, row.created_at, mine.row.db_now, error).kind === "review") return { again: 0 };
     const wait = nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
     if (wait === null) {
       const why = to === "pending" ? `${cls.kind}: ${cls.reason}; retry budget spent` : `outcome unknown (${cls.kind}: ${cls.reason}); verification continues`;
