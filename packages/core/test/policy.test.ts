@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_BUDGET, nextDelay, recoveryFor, statusAfter } from "@idem/core";
+import { DEFAULT_BUDGET, TAKEOVER_FROM, decide, nextDelay, recoveryFor, statusAfter, type Caller, type Snapshot } from "@idem/core";
 
 const HOUR = 3_600_000;
 
@@ -58,5 +58,61 @@ describe("nextDelay (retry budget)", () => {
   it("waits as long as the provider says, never shorter", () => {
     expect(nextDelay(budget, 1, 0, 700)).toBe(700);
     expect(nextDelay(budget, 1, 0, 2_000)).toBeNull();
+  });
+});
+
+describe("statusAfter once an earlier attempt may have committed", () => {
+  it("a transient answer to a replay proves nothing: unknown, not pending", () => {
+    expect(statusAfter({ kind: "transient", reason: "503" }, true)).toBe("unknown");
+    expect(statusAfter({ kind: "rate_limited", reason: "429", retryAfterMs: 1 }, true)).toBe("unknown");
+    expect(statusAfter({ kind: "permanent", reason: "400" }, true)).toBe("failed");
+  });
+});
+
+describe("decide (one snapshot, one decision)", () => {
+  const base: Snapshot = { status: "pending", attempt: 2, leaseExpiresAt: null, nextCheckAt: null, checks: 0, maybeCommitted: false, hasArgs: true, createdAt: 0, now: 1_000 };
+  const caller: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: true };
+  const dedupe = { dedupe: { retentionMs: 24 * HOUR } };
+
+  it("replays settled outcomes and never takes them over", () => {
+    expect(decide({ ...base, status: "succeeded" }, dedupe, caller).kind).toBe("replay_outcome");
+    expect(decide({ ...base, status: "failed" }, dedupe, caller).kind).toBe("replay_outcome");
+    expect(decide({ ...base, status: "needs_review", maybeCommitted: true }, dedupe, caller).kind).toBe("answer");
+  });
+  it("only running (lease expired), unknown and pending can be taken over", () => {
+    expect(TAKEOVER_FROM).toEqual(["running", "unknown", "pending"]);
+  });
+  it("waits on a live lease or answers in progress; recovers an expired one by the policy", () => {
+    const live = { ...base, status: "running" as const, maybeCommitted: true, leaseExpiresAt: 5_000 };
+    expect(decide(live, dedupe, caller)).toMatchObject({ kind: "answer", reason: expect.stringMatching(/in progress/) });
+    expect(decide(live, dedupe, { ...caller, mayWaitMs: 10_000 })).toEqual({ kind: "wait", ms: 4_005 });
+    const expired = { ...live, leaseExpiresAt: 900 };
+    expect(decide(expired, dedupe, caller)).toMatchObject({ kind: "execute", replayUntil: 23 * HOUR });
+    expect(decide(expired, { lookup: true }, caller).kind).toBe("reconcile");
+    expect(decide(expired, {}, caller).kind).toBe("review");
+  });
+  it("a dead attempt that never executed (lazy args never stored) is known not done", () => {
+    const unsent = { ...base, status: "running" as const, leaseExpiresAt: 900, maybeCommitted: false, hasArgs: false };
+    expect(decide(unsent, {}, { ...caller, hasArgs: false }).kind).toBe("release");
+    expect(decide(unsent, {}, caller)).toMatchObject({ kind: "execute" });
+    expect(decide(unsent, {}, caller)).not.toHaveProperty("replayUntil");
+  });
+  it("unknown: checked only when due (unless settling on purpose), escalated past the daemon's limits, reviewed at once when nothing can check it", () => {
+    const unknown = { ...base, status: "unknown" as const, maybeCommitted: true, nextCheckAt: 3_000 };
+    expect(decide(unknown, { lookup: true }, caller).kind).toBe("answer");
+    expect(decide(unknown, { lookup: true }, { ...caller, dueNow: true }).kind).toBe("reconcile");
+    expect(decide({ ...unknown, checks: 5 }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } }).kind).toBe("review");
+    expect(decide({ ...unknown, now: 2 * HOUR }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } }).kind).toBe("review");
+    expect(decide(unknown, {}, caller).kind).toBe("review");
+    // past the key window a deduping provider without lookup cannot be replayed
+    expect(decide({ ...unknown, nextCheckAt: null, now: 30 * HOUR }, dedupe, caller).kind).toBe("review");
+  });
+  it("pending: executed by a new caller at once; a rate limit binds every caller; no args, no execution", () => {
+    const later = { ...base, nextCheckAt: 5_000 };
+    expect(decide(later, {}, caller).kind).toBe("execute");
+    expect(decide(later, {}, { ...caller, retrying: true }).kind).toBe("answer");
+    expect(decide({ ...later, rateLimited: true }, {}, caller).kind).toBe("answer");
+    expect(decide({ ...base, hasArgs: false }, {}, { ...caller, hasArgs: false }).kind).toBe("answer");
+    expect(decide(base, {}, { ...caller, mayExecute: false }).kind).toBe("answer");
   });
 });
