@@ -107,9 +107,6 @@ for (const dialect of DIALECTS) {
         daemon.proc.kill("SIGTERM");
         const stopped = await daemon.exited;
         expect(stopped.code, stopped.stderr).toBe(0);
-        // the daemon took part: it settled some of these rows itself
-        const actors = new Set((await Promise.all((await ledger.list({ tenant, limit: 1_000 })).map((o) => ledger.get(tenant, o.id)))).flatMap((g) => g.events.map((e) => e.actor)));
-        if (state !== "pending" && state !== "retried") expect([...actors].some((a) => a?.startsWith("idem-daemon"))).toBe(true);
 
         const effects = lines(join(dir, "effects"));
         const ops = await ledger.list({ tenant, limit: 1_000 });
