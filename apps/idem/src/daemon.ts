@@ -6,7 +6,7 @@
  * finishes the tick in flight, then exits.
  */
 import type { Logger } from "pino";
-import { UnknownActionError, type Ledger } from "@idem/core";
+import { ESCALATED, UnknownActionError, type Ledger } from "@idem/core";
 import { alertOf, alertSinks, deliver, type AlertKind } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
@@ -62,7 +62,7 @@ export class Daemon {
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
         const out = await this.ledger.settle(row.tenant, row.id, this.actor, { escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } });
-        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith("still unknown after")) this.metrics.escalations.inc();
+        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED)) this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });
         this.log.info({ operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome }, "settled");

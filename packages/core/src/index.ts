@@ -10,7 +10,7 @@ export { operationKey, sensitive } from "./keys.js";
 export type { KeyPart, OperationKey, SensitivePart } from "./keys.js";
 export { Ledger, openLedger } from "./ledger.js";
 export type { LedgerOptions, Operation, OperationEvent, RunInput } from "./ledger.js";
-export { DEFAULT_BUDGET, TAKEOVER_FROM, checkDelay, decide, nextDelay, recoveryFor, statusAfter } from "./policy.js";
+export { DEFAULT_BUDGET, ESCALATED, TAKEOVER_FROM, backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter } from "./policy.js";
 export type { Caller, Decision, Recovery, RetryBudget, Snapshot } from "./policy.js";
 export { LeaseDeadlineError } from "./runner.js";
 export type { Escalation } from "./runner.js";

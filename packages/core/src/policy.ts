@@ -118,6 +118,9 @@ export type Decision =
   /** A dead attempt never got to execute: known not done, back to `pending` for a caller with args. */
   | { readonly kind: "release"; readonly reason: string };
 
+/** How an escalation's reason begins (the daemon counts escalations by it). */
+export const ESCALATED = "still unknown after";
+
 /** The statuses a takeover may start from; nothing else can be taken over. */
 export const TAKEOVER_FROM = ["running", "unknown", "pending"] as const satisfies readonly Status[];
 
@@ -150,7 +153,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
     case "unknown": {
       const e = c.escalate;
       if (e && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs)) {
-        return { kind: "review", reason: `still unknown after ${s.checks} inconclusive checks; a person must decide` };
+        return { kind: "review", reason: `${ESCALATED} ${s.checks} inconclusive checks; a person must decide` };
       }
       // Nothing can check this provider: a person decides now, not after a backoff.
       const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
@@ -217,8 +220,12 @@ export const DEFAULT_BUDGET: RetryBudget = { attempts: 3, elapsedMs: 30_000, bas
  */
 export function nextDelay(budget: RetryBudget, executed: number, elapsedMs: number, providerWaitMs?: number): number | null {
   if (executed >= budget.attempts) return null;
-  const backoff = Math.min(budget.maxDelayMs, budget.baseDelayMs * 2 ** Math.max(0, executed - 1));
-  const wait = providerWaitMs ?? backoff;
+  const wait = providerWaitMs ?? backoff(budget, executed);
   if (elapsedMs + wait > budget.elapsedMs) return null;
   return wait;
+}
+
+/** Our own wait before execution number `executed + 1`: doubles from `baseDelayMs`, capped by `maxDelayMs`. */
+export function backoff(budget: RetryBudget, executed: number): number {
+  return Math.min(budget.maxDelayMs, budget.baseDelayMs * 2 ** Math.max(0, executed - 1));
 }

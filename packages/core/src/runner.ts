@@ -12,7 +12,7 @@ import pRetry from "p-retry";
 import { describeError, type Action, type Classification, type OperationContext } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { ArgsMismatchError, CompletionNotRecordedError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
-import { checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
+import { backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
 import type { RunResult, StoredError } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
 
@@ -64,7 +64,7 @@ export class Runner {
   constructor(private readonly store: Store) {}
 
   async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
-    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call), settling: false };
+    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call.settings), settling: false };
     for (;;) {
       call.signal?.throwIfAborted();
       const step = await this.step(call, state);
@@ -78,7 +78,7 @@ export class Runner {
    * then on fresh snapshots while its own steps ask to look again.
    */
   async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
-    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call), settling: true };
+    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call.settings), settling: true };
     const at = { tenant: call.tenant, key: call.key.hash, id: row.id };
     let snap: Peek | undefined = { ...row, has_args: row.args_json === null ? 0 : 1 };
     for (;;) {
@@ -123,12 +123,11 @@ export class Runner {
       throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action);
     }
     const elapsed = Date.now() - state.started;
-    const settling = state.settling;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
-    const mayWaitMs = settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
+    const mayWaitMs = state.settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs, mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null, hasArgs: call.args.kind !== "stored", escalate,
-      dueNow: settling && state.executed === 0, retrying: state.executed > 0,
+      dueNow: state.settling && state.executed === 0, retrying: state.executed > 0,
     });
     switch (decision.kind) {
       case "replay_outcome":
@@ -236,7 +235,7 @@ export class Runner {
     const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
     // The row keeps the longer of the provider's signal and our backoff, even past our budget.
     const checkAfterMs = to === "pending"
-      ? Math.max(providerWait ?? 0, Math.min(b.maxDelayMs, b.baseDelayMs * 2 ** Math.max(0, state.executed - 1)))
+      ? Math.max(providerWait ?? 0, backoff(b, state.executed))
       : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
     const moved = await this.store.move(row, to, {
       actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error), checkAfterMs,
@@ -298,12 +297,14 @@ export class Runner {
       });
       throw error;
     }
-    const done = await this.recordReceipt(call, row, json, reason);
-    return done ? { done: succeeded(done, JSON.parse(json) as R, false) } : this.fenced(call, row, "succeeded", json, JSON.parse(json) as R);
+    // The receipt as a later replay will read it (canonical JSON), parsed once.
+    const stored = JSON.parse(json) as R;
+    const done = await this.recordReceipt(call, row, json, stored, reason);
+    return done ? { done: succeeded(done, stored, false) } : this.fenced(call, row, "succeeded", json, stored);
   }
 
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
-  private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, reason: string) {
+  private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, receipt: R, reason: string) {
     try {
       return await pRetry(
         () => this.store.move(row, "succeeded", { actor: call.actor, reason, result_json: json, error_json: null, completed: true, retentionMs: call.settings.retentionMs, alert: false }),
@@ -313,7 +314,7 @@ export class Runner {
         },
       );
     } catch (cause) {
-      throw new CompletionNotRecordedError(row.id, row.attempt, JSON.parse(json), { cause });
+      throw new CompletionNotRecordedError(row.id, row.attempt, receipt, { cause });
     }
   }
 
@@ -340,7 +341,7 @@ export class Runner {
       reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
     });
     if (receipt !== undefined && (now.status === "unknown" || now.status === "pending" || now.status === "needs_review")) {
-      const proven = await this.recordReceipt(call, now, canonicalJson(receipt, "result"), `attempt ${mine.attempt}'s receipt proves the effect happened`);
+      const proven = await this.recordReceipt(call, now, canonicalJson(receipt, "result"), receipt, `attempt ${mine.attempt}'s receipt proves the effect happened`);
       if (proven) return { done: succeeded(proven, receipt, false) };
     }
     if (wanted === "unknown" && now.status === "pending") {
@@ -407,8 +408,9 @@ export class LeaseDeadlineError extends Error {
   }
 }
 
-function ownerOf(call: Call<unknown, unknown> | Call<any, any>): string {
-  return `${call.settings.owner}/${randomUUID().slice(0, 8)}`;
+/** This call's lease owner: the worker's identity and a per-call suffix. */
+function ownerOf(settings: RunnerSettings): string {
+  return `${settings.owner}/${randomUUID().slice(0, 8)}`;
 }
 
 function snapshotOf(p: Peek): Snapshot {

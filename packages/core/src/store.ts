@@ -196,7 +196,6 @@ export class Store {
     at: Address, from: Pick<Row, "status" | "attempt">,
     to: { owner: string; leaseMs: number; actor: string | null; reason: string; execute: boolean; before?: number | undefined },
   ): Promise<(Row & { db_now: number }) | undefined> {
-    if (!(TAKEOVER_FROM as readonly string[]).includes(from.status)) return undefined;
     const now = this.now();
     let q = this.db
       .updateTable("idem_operations")
@@ -414,7 +413,6 @@ export class Store {
     return (await q.execute()).map((r) => ({ ...r, count: Number(r.count) }));
   }
 
-  /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
   /**
    * Every read and write of the runner's path goes through here: a driver's error (unreachable,
    * full disk, a failed commit) becomes a typed `LedgerUnavailableError`, never a raw exception.
@@ -428,6 +426,7 @@ export class Store {
     }
   }
 
+  /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
   async prune(tenant: string, limit: number): Promise<number> {
     const doomed = this.db
       .selectFrom("idem_operations")

@@ -29,6 +29,17 @@ for (const dialect of DIALECTS) {
   describe(`unsafe windows on ${dialect}`, () => {
     const db = ledgers(dialect);
 
+    /** An operation left unknown (a timeout) whose lookups stay inconclusive. */
+    async function unknownOutcome() {
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      const mail = p.action("mail", { lookup: true });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      return { ledger, tenant, out: await ledger.run(mail, { tenant, key: ["u"], args: { to: "x" } }) };
+    }
+
     it("a completion the ledger cannot record: retried, then a typed error carrying the receipt; the row is settled later, never re-sent", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });
@@ -127,13 +138,7 @@ for (const dialect of DIALECTS) {
     });
 
     it("retry after needs_review starts the checks over", async () => {
-      const p = new TestProvider();
-      p.lookupAnswer = "inconclusive";
-      const mail = p.action("mail", { lookup: true });
-      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
-      const tenant = uniqueTenant();
-      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
-      const out = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } });
+      const { ledger, tenant, out } = await unknownOutcome();
       for (let i = 0; i < 3; i++) await ledger.settle(tenant, out.operationId, "daemon");
       expect((await ledger.get(tenant, out.operationId)).operation.checks).toBe(3);
       const escalated = await ledger.settle(tenant, out.operationId, "daemon", { escalate: { maxChecks: 3, maxAgeMs: 3_600_000 } });
@@ -171,13 +176,7 @@ for (const dialect of DIALECTS) {
     });
 
     it("the history keeps its first and last events: a transition's cost does not grow with the checks", async () => {
-      const p = new TestProvider();
-      p.lookupAnswer = "inconclusive";
-      const mail = p.action("mail", { lookup: true });
-      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
-      const tenant = uniqueTenant();
-      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
-      const out = await ledger.run(mail, { tenant, key: ["h"], args: { to: "x" } });
+      const { ledger, tenant, out } = await unknownOutcome();
       for (let i = 0; i < 150; i++) await ledger.settle(tenant, out.operationId, "daemon");
       const { operation, events } = await ledger.get(tenant, out.operationId);
       expect(operation.checks).toBe(150);

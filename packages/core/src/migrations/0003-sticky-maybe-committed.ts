@@ -26,18 +26,26 @@ const sqliteEvent = (from: string) =>
 
 const REOPEN_REASON = `'migration 0003: a transient answer to the replay of an unknown outcome proved nothing about the earlier attempt; unknown again, to be reconciled'`;
 
+/**
+ * The existing rows, marked: running rows whose lazy args were never stored never executed; every
+ * other running, unknown or needs_review row may have committed. Pending rows that came from a
+ * transient answer after an unknown outcome (`wasUnknown`, per dialect) are unknown again.
+ */
+function marked(now: string, wasUnknown: string): string[] {
+  return [
+    `UPDATE idem_operations SET maybe_committed = 1
+     WHERE status IN ('unknown', 'needs_review') OR (status = 'running' AND args_hash IS NOT NULL)`,
+    `UPDATE idem_operations SET status = 'unknown', maybe_committed = 1, next_check_at = ${now}, updated_at = ${now},
+       actor = 'idem-migration', reason = ${REOPEN_REASON}
+     WHERE status = 'pending' AND (reason LIKE 'transient:%' OR reason LIKE 'rate_limited:%') AND ${wasUnknown}`,
+  ];
+}
+
 export const sqlite = [
   `ALTER TABLE idem_operations ADD COLUMN maybe_committed INTEGER NOT NULL DEFAULT 0
      CHECK (maybe_committed IN (0, 1) AND NOT (maybe_committed = 1 AND status = 'pending'))`,
   `ALTER TABLE idem_operations ADD COLUMN history_elided INTEGER NOT NULL DEFAULT 0`,
-  // Running rows whose lazy args were never stored never executed; every other running, unknown
-  // or needs_review row may have committed.
-  `UPDATE idem_operations SET maybe_committed = 1
-   WHERE status IN ('unknown', 'needs_review') OR (status = 'running' AND args_hash IS NOT NULL)`,
-  `UPDATE idem_operations SET status = 'unknown', maybe_committed = 1, next_check_at = ${sqliteNow}, updated_at = ${sqliteNow},
-     actor = 'idem-migration', reason = ${REOPEN_REASON}
-   WHERE status = 'pending' AND (reason LIKE 'transient:%' OR reason LIKE 'rate_limited:%')
-     AND EXISTS (SELECT 1 FROM json_each(history) WHERE json_extract(value, '$.to') = 'unknown')`,
+  ...marked(sqliteNow, `EXISTS (SELECT 1 FROM json_each(history) WHERE json_extract(value, '$.to') = 'unknown')`),
   `DROP TRIGGER idem_operations_audit_update`,
   `CREATE TRIGGER idem_operations_audit_update AFTER UPDATE OF status, attempt ON idem_operations
    WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt
@@ -55,12 +63,7 @@ export const postgres = [
   `ALTER TABLE idem_operations ADD CONSTRAINT idem_operations_maybe_committed
      CHECK (maybe_committed IN (0, 1) AND NOT (maybe_committed = 1 AND status = 'pending'))`,
   `ALTER TABLE idem_operations ADD COLUMN history_elided INTEGER NOT NULL DEFAULT 0`,
-  `UPDATE idem_operations SET maybe_committed = 1
-   WHERE status IN ('unknown', 'needs_review') OR (status = 'running' AND args_hash IS NOT NULL)`,
-  `UPDATE idem_operations SET status = 'unknown', maybe_committed = 1, next_check_at = ${pgNow}, updated_at = ${pgNow},
-     actor = 'idem-migration', reason = ${REOPEN_REASON}
-   WHERE status = 'pending' AND (reason LIKE 'transient:%' OR reason LIKE 'rate_limited:%')
-     AND history @> '[{"to": "unknown"}]'::jsonb`,
+  ...marked(pgNow, `history @> '[{"to": "unknown"}]'::jsonb`),
   `CREATE OR REPLACE FUNCTION idem_operations_history() RETURNS trigger LANGUAGE plpgsql AS $$
    DECLARE
      h jsonb := CASE WHEN TG_OP = 'UPDATE' THEN NEW.history ELSE '[]'::jsonb END;
