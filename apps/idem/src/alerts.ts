@@ -64,7 +64,7 @@ export function alertSinks(config: IdemConfig, log: Logger): { name: string; act
       execute: async (alert, op) => {
         const body = format === "slack" ? { text: alertText(alert) } : { ...alert, text: alertText(alert) };
         const res = await fetch(url, {
-          method: "POST", headers: { "content-type": "application/json", "idempotency-key": op.key }, body: JSON.stringify(body), signal: AbortSignal.timeout(10_000),
+          method: "POST", headers: { "content-type": "application/json", "idempotency-key": op.key }, body: JSON.stringify(body), signal: AbortSignal.any([op.signal, AbortSignal.timeout(10_000)]),
         });
         if (!res.ok) throw Object.assign(new Error(`webhook answered ${res.status}`), { status: res.status });
         return { delivered: true as const, detail: `HTTP ${res.status}` };
@@ -90,9 +90,11 @@ export function alertSinks(config: IdemConfig, log: Logger): { name: string; act
 
 /**
  * Delivers one alert to every sink, once each (a replay answers an alert already delivered).
- * True when every sink has it.
+ * True when no sink needs another try: delivered, refused for good, or in a person's hands (a
+ * delivery that may have been sent is in needs_review, and stays there until someone settles it).
+ * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
  */
-export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnType<typeof alertSinks>, alert: Alert, discriminator: string | number, log: Logger, onSent: (kind: AlertKind, sink: string) => void): Promise<boolean> {
+export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnType<typeof alertSinks>, alert: Alert, discriminator: string | number, log: Logger, onSent: (kind: AlertKind, sink: string) => void, reported: Set<string>): Promise<boolean> {
   let all = true;
   for (const sink of sinks) {
     const out = await ledger.run(sink.action, {
@@ -100,10 +102,15 @@ export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnT
     });
     if (out.status === "succeeded" && !out.replayed) onSent(alert.kind, sink.name);
     if (out.status !== "succeeded") {
-      // failed: the receiver refused for good, nothing more to do but say so; otherwise try again later
-      if (out.status === "pending_verification") all = false;
+      const inReview = out.status === "pending_verification" && out.state === "needs_review";
+      // failed: the receiver refused for good; in review: a person decides; otherwise try again later
+      if (out.status === "pending_verification" && !inReview) all = false;
       // another replica is delivering this very alert right now: nothing is wrong
       if (out.status === "pending_verification" && out.state === "running") continue;
+      if (inReview) {
+        if (reported.has(out.operationId)) continue;
+        reported.add(out.operationId);
+      }
       log.error({ sink: sink.name, operationId: alert.operationId, delivery: out }, `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`);
     }
   }

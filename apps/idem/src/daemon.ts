@@ -82,7 +82,7 @@ export class Daemon {
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
-      await deliver(this.ledger, this.config, this.sinks, alertOf("stuck", op), "stuck", this.log, this.sent);
+      await deliver(this.ledger, this.config, this.sinks, alertOf("stuck", op), "stuck", this.log, this.sent, this.reported);
     }
   }
 
@@ -94,9 +94,11 @@ export class Daemon {
         continue;
       }
       const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent)) await this.ledger.ackAlert(op);
+      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent, this.reported)) await this.ledger.ackAlert(op);
     }
   }
 
   private readonly sent = (kind: AlertKind, sink: string) => this.metrics.alerts.inc({ kind, sink });
+  /** Alert deliveries already reported as waiting for a person (kept for this process's life; bounded by them). */
+  private readonly reported = new Set<string>();
 }

@@ -4,6 +4,8 @@
  * stopping cleanly. Effects and reconciliations are counted in files and at the sandboxes.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { openLedger, type Ledger } from "@idem/core";
 import { HubSpotSandbox, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
@@ -154,6 +156,35 @@ for (const dialect of DIALECTS) {
       for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
       expect([...perKey.values()]).toEqual([1, 1, 1]);
       expect(lines(join(dir, "effects"))).toHaveLength(3);
+    }, 240_000);
+
+    it("an alert whose webhook delivery may have been sent is in review: the source alert is acked, the failure logged once, not every tick", async () => {
+      const dir = tempDir();
+      const t = tenant();
+      let requests = 0;
+      // Reads the alert, then drops the connection: the delivery may have been received (ambiguous).
+      const resetting = createServer((req, _res) => { requests += 1; req.resume(); req.on("end", () => req.socket.destroy()); });
+      await new Promise<void>((r) => resetting.listen(0, "127.0.0.1", r));
+      const webhook = `http://127.0.0.1:${(resetting.address() as AddressInfo).port}/hook`;
+      try {
+        const neither = fileAction("neither", dir);
+        const failing = { ...neither, execute: async () => { throw new Error("socket hang up"); } };
+        const parked = await ledger.run(failing, { tenant: t, key: ["r"], args: { note: "x" } });
+        expect(parked).toMatchObject({ state: "needs_review" });
+        const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: webhook }, "d-review");
+        const failures = () => daemon.lines.filter((l) => l.includes(parked.operationId) && l.includes("did not succeed"));
+        try {
+          await until(async () => !(await ledger.alertsDue(1_000)).some((a) => a.id === parked.operationId), 60_000, "the source alert to be acked");
+          await until(() => failures().length >= 1, 30_000, "the failure to be logged");
+          await new Promise((r) => setTimeout(r, 1_000)); // ten more ticks
+        } finally {
+          await stopDaemon(daemon);
+        }
+        expect(failures()).toHaveLength(1);
+        expect(requests).toBe(1);
+      } finally {
+        await new Promise((r) => resetting.close(r));
+      }
     }, 240_000);
 
     it("serves /metrics and /healthz", async () => {
