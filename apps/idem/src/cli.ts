@@ -5,7 +5,7 @@
  * 4 the operation is not in a status that allows it.
  */
 import { hostname } from "node:os";
-import { Command, CommanderError, Option } from "commander";
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import ms from "ms";
 import { pino } from "pino";
 import {
@@ -35,11 +35,30 @@ async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: Idem
   }
 }
 
-const duration = (v: string) => {
-  const n = /^\d+$/.test(v) ? Number(v) : ms(v as ms.StringValue);
-  if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new InvalidValueError("duration", `"${v}" is not a duration (e.g. 90s, 10m, 2h)`);
+/*
+ * Flag values are parsed by commander as it reads the command line, so a bad one is a usage error
+ * (exit 2, naming the flag) before any config is loaded or ledger opened.
+ */
+const LIMIT_MAX = 10_000;
+/** A count for `--limit`: a whole number from 1 to LIMIT_MAX. */
+function count(v: string): number {
+  const n = /^\d+$/.test(v) ? Number(v) : NaN;
+  if (!(n >= 1 && n <= LIMIT_MAX)) throw new InvalidArgumentError(`Expected a whole number from 1 to ${LIMIT_MAX}.`);
   return n;
-};
+}
+/** A duration in whole milliseconds: plain milliseconds, or an `ms` string (90s, 10m, 2h); never negative. */
+function duration(v: string): number {
+  let n: unknown;
+  try {
+    n = /^\d+$/.test(v) ? Number(v) : ms(v as ms.StringValue);
+  } catch {
+    n = undefined; // ms throws on an empty string
+  }
+  if (typeof n !== "number" || !(n >= 0 && n <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
+  return Math.round(n); // the ledger compares whole milliseconds (a bigint on Postgres)
+}
+/** Commander's error text ("error: …\n") as the rest of idem says it. */
+const usageMessage = (str: string) => str.trimEnd().replace(/^error: /, "");
 const actorOf = (given?: string) => given ?? `${process.env.USER ?? "operator"}@${hostname()}`;
 
 export function program(): Command {
@@ -48,7 +67,12 @@ export function program(): Command {
     .option("-c, --config <path>", "config file (default: idem.config.ts|js|json in the working directory)")
     .option("--ledger <url>", "ledger URL, overriding the config (sqlite:PATH or postgres://…)")
     .option("--json", "machine-readable output")
-    .exitOverride();
+    .exitOverride()
+    // Usage errors (set before the subcommands, which inherit it): printed once, here, like the other
+    // errors: `idem: …` on stderr, or with --json one JSON line. main() maps them to exit 2.
+    .configureOutput({
+      outputError: (str, write) => write(g().json === true ? `${JSON.stringify({ error: "USAGE", message: usageMessage(str) })}\n` : `idem: ${usageMessage(str)}\n`),
+    });
   const g = () => cmd.opts<Globals>();
   const tenant = () => new Option("-t, --tenant <tenant>", "the tenant whose operations to act on").env("IDEM_TENANT").makeOptionMandatory();
 
@@ -56,14 +80,14 @@ export function program(): Command {
     .addOption(tenant())
     .addOption(new Option("-s, --status <status...>", "only these statuses").choices([...STATUSES]))
     .option("-a, --action <type>", "only this action type")
-    .option("--older-than <duration>", "only operations created at least this long ago (90s, 10m, 2h)")
-    .option("-n, --limit <n>", "at most this many", "50")
-    .action(async (o: { tenant: string; status?: Status[]; action?: string; olderThan?: string; limit: string }) => {
+    .addOption(new Option("--older-than <duration>", "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h)").argParser(duration))
+    .addOption(new Option("-n, --limit <n>", `at most this many, 1 to ${LIMIT_MAX}`).argParser(count).default(50))
+    .action(async (o: { tenant: string; status?: Status[]; action?: string; olderThan?: number; limit: number }) => {
       await withLedger(g(), async (ledger) => {
         const ops = await ledger.list({
-          tenant: o.tenant, limit: Number(o.limit),
+          tenant: o.tenant, limit: o.limit,
           ...(o.status && { status: o.status }), ...(o.action && { action: o.action }),
-          ...(o.olderThan && { olderThanMs: duration(o.olderThan) }),
+          ...(o.olderThan !== undefined && { olderThanMs: o.olderThan }),
         });
         printOperations(ops, g().json === true);
       });

@@ -5,10 +5,14 @@
  *
  * Refused (with the path of the offending value): undefined, NaN and ±Infinity, BigInt,
  * functions, symbols, Dates and other class instances (their JSON form depends on time zones or
- * toJSON methods), and cycles. A caller who means a date passes its ISO string on purpose.
+ * toJSON methods), cycles, and strings that are not well-formed Unicode (an unpaired surrogate
+ * has no UTF-8 form: a provider, or Postgres, would receive U+FFFD in its place, so two values
+ * that hash apart would arrive as one). A caller who means a date passes its ISO string on purpose.
  */
 import * as crypto from "node:crypto";
 import { InvalidValueError } from "./errors.js";
+
+const LONE_SURROGATE = /\p{Cs}/u;
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -27,6 +31,8 @@ const refuse = (path: Path, reason: string): never => {
 function write(value: unknown, path: Path, seen: Set<object>): string {
   switch (typeof value) {
     case "string":
+      if (LONE_SURROGATE.test(value)) refuse(path, "is not well-formed Unicode (an unpaired surrogate: a string cut inside a character?)");
+      return JSON.stringify(value);
     case "boolean":
       return JSON.stringify(value);
     case "number":
@@ -66,6 +72,7 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i]!;
       path.push(k);
+      if (LONE_SURROGATE.test(k)) refuse(path, "the field name is not well-formed Unicode (an unpaired surrogate)");
       out += (i === 0 ? "" : ",") + JSON.stringify(k) + ":" + write((obj as Record<string, unknown>)[k], path, seen);
       path.pop();
     }

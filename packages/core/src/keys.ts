@@ -71,9 +71,28 @@ function unwrapSensitive(part: unknown, path: Set<object> = new Set()): unknown 
   }
 }
 
-/** Tenants and action types are short printable names; an empty one is always a caller bug. */
+/**
+ * Tenants, action types and actors are short printable names; an empty one is always a caller bug.
+ * They must be well-formed Unicode: an unpaired surrogate (a name cut inside an emoji) has no
+ * UTF-8 form, and Postgres would store U+FFFD in its place, so "org-\ud83d" and "org-\ud83e"
+ * would become one tenant there and two on SQLite.
+ */
 export function requireName(value: unknown, what: string): asserts value is string {
-  if (typeof value !== "string" || value.length === 0 || value.length > 200 || /[\u0000-\u001f]/.test(value)) {
+  if (typeof value !== "string" || value.length === 0 || value.length > 200 || /[\u0000-\u001f\u007f]/.test(value)) {
     throw new InvalidValueError(what, `must be a non-empty printable string of at most 200 characters`);
   }
+  requireWellFormed(value, what);
+}
+
+/** Free text stored as it is (reasons, references): any length up to `max`, but storable the same on both databases. */
+export function requireText(value: unknown, what: string, max = 10_000): asserts value is string {
+  if (typeof value !== "string" || value.length > max) throw new InvalidValueError(what, `must be a string of at most ${max} characters`);
+  if (value.includes("\u0000")) throw new InvalidValueError(what, "must not contain NUL (U+0000): Postgres cannot store it");
+  requireWellFormed(value, what);
+}
+
+/** Refuses unpaired UTF-16 surrogates (in `u` mode a surrogate pair is one code point, so only lone halves match). */
+export function requireWellFormed(value: string, what: string): void {
+  const lone = /\p{Cs}/u.exec(value);
+  if (lone) throw new InvalidValueError(what, `is not well-formed Unicode: an unpaired surrogate at index ${lone.index} (a string cut inside a character?)`);
 }

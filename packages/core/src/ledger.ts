@@ -8,7 +8,7 @@ import type { Dialect, Kysely } from "kysely";
 import type { Action } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
-import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
+import { operationKey, requireName, requireText, type KeyPart, type OperationKey } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
 import { connect, migrate, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
@@ -107,6 +107,7 @@ export interface OperationEvent {
 
 /** Opens (and by default migrates) a ledger: `sqlite:./idem.db`, `postgres://…`, or a kysely Dialect. */
 export async function openLedger(target: string | Dialect, options: LedgerOptions = {}): Promise<Ledger> {
+  if (options.owner !== undefined) requireName(options.owner, "owner");
   const { db, dialect, direct } = await connect(target, options);
   try {
     if (options.migrate !== false) await migrate(db, dialect);
@@ -147,6 +148,7 @@ export class Ledger {
   async run<A, R>(action: Action<A, R>, input: RunInput<A>): Promise<RunResult<R>> {
     this.assertOpen();
     requireName(input.tenant, "tenant");
+    if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
     this.checkAllowed(input.tenant, action.type);
     const key = isOperationKey(input.key) ? input.key : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
     let args: Call<A, R>["args"];
@@ -177,8 +179,8 @@ export class Ledger {
    */
   async settle(tenant: string, operationId: string, actor: string | null = null, options: { escalate?: Escalation } = {}): Promise<RunResult<unknown>> {
     this.assertOpen();
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    if (actor !== null) requireName(actor, "actor");
+    const row = await this.find(tenant, operationId);
     const action = this.actions.get(row.action);
     if (!action) throw new UnknownActionError(row.action, row.id);
     const call: Call<unknown, unknown> = {
@@ -194,8 +196,7 @@ export class Ledger {
   /** One operation with its audit events, or `OperationNotFoundError` (also for another tenant's id). */
   async get(tenant: string, operationId: string): Promise<{ operation: Operation; events: OperationEvent[] }> {
     this.assertOpen();
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    const row = await this.find(tenant, operationId);
     const events = await this.store.events(tenant, operationId);
     return { operation: toOperation(row), events: events.map(toEvent) };
   }
@@ -204,6 +205,8 @@ export class Ledger {
   async list(filter: ListFilter): Promise<Operation[]> {
     this.assertOpen();
     requireName(filter.tenant, "tenant");
+    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0)) throw new InvalidValueError("limit", "must be a positive whole number");
+    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0)) throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
     return (await this.store.list(filter)).map(toOperation);
   }
 
@@ -213,10 +216,9 @@ export class Ledger {
    */
   async resolve(tenant: string, operationId: string, verdict: { outcome: "succeeded" | "failed"; reason: string; actor: string; reference?: string; receipt?: unknown }): Promise<Operation> {
     this.assertOpen();
-    if (!verdict.reason?.trim()) throw new InvalidValueError("reason", "a resolution needs a reason");
-    requireName(verdict.actor, "actor");
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    requireVerdict(verdict);
+    if (verdict.reference !== undefined) requireText(verdict.reference, "reference", 1_000);
+    const row = await this.find(tenant, operationId);
     if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
     const reason = `resolved by a person: ${verdict.reason}`;
     const receipt = verdict.outcome === "succeeded" ? (verdict.receipt ?? { resolvedBy: verdict.actor, reference: verdict.reference ?? null }) : undefined;
@@ -238,9 +240,8 @@ export class Ledger {
    */
   async retry(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
     this.assertOpen();
-    requireName(verdict.actor, "actor");
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    requireVerdict(verdict);
+    const row = await this.find(tenant, operationId);
     if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, checks: 0, result_json: null, alert: false });
@@ -254,8 +255,8 @@ export class Ledger {
    */
   async escalate(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
     this.assertOpen();
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    requireVerdict(verdict);
+    const row = await this.find(tenant, operationId);
     if (row.status !== "unknown") throw new InvalidTransitionError(row.id, row.status, "needs_review");
     const parked = await this.store.transition(row, "needs_review", { actor: verdict.actor, reason: verdict.reason, alert: true });
     if (!parked) throw new InvalidTransitionError(row.id, "changed concurrently", "needs_review");
@@ -306,6 +307,7 @@ export class Ledger {
   /** Counts by status, action and tenant (a GROUP BY over the ledger: cache it). */
   async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
     this.assertOpen();
+    if (tenant !== undefined) requireName(tenant, "tenant");
     return this.store.stats(tenant);
   }
 
@@ -328,6 +330,15 @@ export class Ledger {
     if (!list?.includes(type)) throw new GuardrailError(tenant, type, "the action type is not allowed for this tenant");
   }
 
+  /** The tenant's operation, or `OperationNotFoundError`; names are checked first so a malformed one cannot match another's. */
+  private async find(tenant: string, operationId: string): Promise<NonNullable<Awaited<ReturnType<Store["findById"]>>>> {
+    requireName(tenant, "tenant");
+    requireName(operationId, "operation id");
+    const row = await this.store.findById(tenant, operationId);
+    if (!row) throw new OperationNotFoundError(tenant, operationId);
+    return row;
+  }
+
   private assertOpen(): void {
     if (this.closed) throw new LedgerConfigError("the ledger is closed");
   }
@@ -335,6 +346,13 @@ export class Ledger {
 
 function isOperationKey(key: unknown): key is OperationKey {
   return !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string";
+}
+
+/** A person's or the daemon's decision: who (a name) and why (text stored in the audit trail). */
+function requireVerdict(verdict: { reason: string; actor: string }): void {
+  requireName(verdict.actor, "actor");
+  if (typeof verdict.reason !== "string" || !verdict.reason.trim()) throw new InvalidValueError("reason", "a decision needs a reason");
+  requireText(verdict.reason, "reason", 2_000);
 }
 
 function positive(n: number, what: string): number {
