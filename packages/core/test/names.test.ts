@@ -86,7 +86,7 @@ for (const dialect of DIALECTS) {
       await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a" }, actor: `agent${HIGH}` }), "actor");
       await refusedAs(ledger.run(mail, { tenant, key: [`cut${HIGH}`], args: { to: "a" } }), "key[0]");
       await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: `a${LOW_ONLY}` } }), "args.to");
-      await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { [`f${HIGH}`]: 1 } }), `args.f${HIGH}`);
+      await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a", [`f${HIGH}`]: 1 } as { to: string } }), `args.f${HIGH}`);
       expect(await count()).toBe(before);
       expect(provider.effects).toHaveLength(0);
 
