@@ -29,6 +29,19 @@ export interface ConnectionOptions {
    * 1.21, which cannot keep a prepared statement on a server connection.
    */
   readonly preparedStatements?: boolean;
+  /**
+   * Postgres: how long opening a connection may take (TCP, TLS, authentication) before it fails.
+   * Default 10 s, or the URL's `connect_timeout` (seconds, as in libpq).
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * Postgres: the longest a statement may run (the server's `statement_timeout`). The client also
+   * gives up waiting 5 s after it, so a frozen or silently gone server fails a call instead of
+   * hanging it. Default 30 s, or the URL's `statement_timeout` (ms); 0 waits forever.
+   */
+  readonly statementTimeoutMs?: number;
+  /** Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the URL's `lock_timeout` (ms). */
+  readonly lockTimeoutMs?: number;
 }
 
 export interface Connection {
@@ -56,7 +69,7 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await import("better-sqlite3");
   const { SqliteDialect } = await import("kysely");
-  let database: import("better-sqlite3").Database;
+  let database: import("better-sqlite3").Database | undefined;
   try {
     database = new Database(path, { timeout: opts.busyTimeoutMs ?? 10_000 });
     database.pragma("journal_mode = WAL");
@@ -64,6 +77,9 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
     database.pragma("foreign_keys = ON");
   } catch (cause) {
+    // The file is open once the constructor returned: a failed pragma (not a database, read-only
+    // mount, full disk) must not keep its descriptor, or the mount stays busy.
+    database?.close();
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
   const cached = withStatementCache(database);
@@ -109,9 +125,21 @@ function withStatementCache(database: import("better-sqlite3").Database): Sqlite
 async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct?: DirectExecutor }> {
   const { default: pg } = await import("pg");
   const { PostgresDialect } = await import("kysely");
+  const t = timeouts(url, opts);
   const pool = new pg.Pool({
     connectionString: url,
     max: opts.poolSize ?? 10,
+    Client: ledgerClient(pg.Client),
+    // Waiting for a free client and opening a new one are both bounded by it (pg-pool).
+    connectionTimeoutMillis: t.connectMs,
+    // Server side: a statement or a lock wait past its time fails with a clear error.
+    statement_timeout: t.statementMs,
+    lock_timeout: t.lockMs,
+    // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.
+    ...(t.statementMs > 0 && { query_timeout: t.statementMs + 5_000 }),
+    // A failover without a RST: the kernel probes the idle connection and fails it.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
     types: {
       // INT8 (times in ms, counters) as numbers rather than strings; safe below 2^53.
       getTypeParser: ((oid: number, format?: string) =>
@@ -125,7 +153,8 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
     await sql`select 1`.execute(db);
   } catch (cause) {
     await db.destroy();
-    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redact(url)}: ${(cause as Error).message}`, { cause });
+    const why = /timeout/i.test((cause as Error).message) ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)` : (cause as Error).message;
+    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redact(url)}: ${why}`, { cause });
   }
   if (opts.preparedStatements === false) return { db };
   // A name per statement text: pg parses a named statement once per connection, then only binds.
@@ -139,9 +168,78 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
   return { db, direct };
 }
 
+/** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */
+function timeouts(url: string, opts: ConnectionOptions): { connectMs: number; statementMs: number; lockMs: number } {
+  const params = urlParams(url);
+  const pick = (given: number | undefined, param: string | undefined, scale: number, fallback: number, what: string): number => {
+    const n = given ?? (param === undefined ? fallback : Number(param) * scale);
+    if (!Number.isFinite(n) || n < 0) throw new LedgerConfigError(`${what} must be a number of ms ≥ 0 (got ${given ?? param})`);
+    return Math.round(n);
+  };
+  return {
+    connectMs: pick(opts.connectTimeoutMs, params.get("connect_timeout") ?? undefined, 1000, 10_000, "connectTimeoutMs / connect_timeout") || 10_000,
+    statementMs: pick(opts.statementTimeoutMs, params.get("statement_timeout") ?? undefined, 1, 30_000, "statementTimeoutMs / statement_timeout"),
+    lockMs: pick(opts.lockTimeoutMs, params.get("lock_timeout") ?? undefined, 1, 10_000, "lockTimeoutMs / lock_timeout"),
+  };
+}
+
+function urlParams(url: string): URLSearchParams {
+  const q = url.indexOf("?");
+  return new URLSearchParams(q < 0 ? "" : url.slice(q + 1));
+}
+
+/**
+ * pg's Client, made safe to hold while the server restarts or freezes:
+ * - a socket error while a query is in flight fails that query, and pg also emits it as an 'error'
+ *   event on the client; pg-pool listens only while the client is idle, so a checked-out client's
+ *   error was an uncaught exception that took the process down;
+ * - a query past its read timeout leaves the connection waiting for an answer that may never come:
+ *   it is destroyed, so the pool drops it instead of queueing the next query behind it.
+ */
+function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Client {
+  return class LedgerClient extends Base {
+    constructor(config?: ConstructorParameters<typeof Base>[0]) {
+      super(config);
+      this.on("error", () => {}); // the query in flight already failed with it
+    }
+
+    override query(...args: unknown[]): any {
+      const drop = (err: unknown) => {
+        if ((err as Error | undefined)?.message === "Query read timeout") (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+      };
+      const last = args.length - 1;
+      const callback = args[last];
+      if (typeof callback === "function") {
+        args[last] = (err: unknown, res: unknown) => { drop(err); callback(err, res); };
+        return (Base.prototype.query as (...a: unknown[]) => unknown).apply(this, args);
+      }
+      const result = (Base.prototype.query as (...a: unknown[]) => unknown).apply(this, args);
+      return result instanceof Promise ? result.catch((err: unknown) => { drop(err); throw err; }) : result;
+    }
+  } as typeof import("pg").Client;
+}
+
 /** Applies pending migrations; a no-op (one cheap query) when the schema is current. */
 export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
   if (await isCurrent(db)) return [];
+  if (dialect === "postgres") {
+    // A migration may rewrite a large table, and a second process waits on the migration lock
+    // while the first migrates: neither is a stuck statement. One connection, without the timeouts.
+    return db.connection().execute(async (conn) => {
+      await sql`set statement_timeout = 0`.execute(conn);
+      await sql`set lock_timeout = 0`.execute(conn);
+      try {
+        return await migrateToLatest(conn, dialect);
+      } finally {
+        await sql`reset statement_timeout`.execute(conn);
+        await sql`reset lock_timeout`.execute(conn);
+      }
+    });
+  }
+  return migrateToLatest(db, dialect);
+}
+
+async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
   const migrator = new Migrator({
     db,
     provider: migrationProvider(dialect),

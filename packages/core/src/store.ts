@@ -362,7 +362,7 @@ export class Store {
     if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
     if (f.before !== undefined) q = q.where("id", "<", f.before);
     // (tenant_id, id) is an index: newest first without a sort
-    return q.orderBy("id", "desc").limit(f.limit ?? 100).execute();
+    return this.guard(undefined, q.orderBy("id", "desc").limit(f.limit ?? 100).execute());
   }
 
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
@@ -379,29 +379,29 @@ export class Store {
         .returning(["id", "tenant_id", "status", "action"])
         .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
     };
-    const expired = await claim(
+    const expired = await this.guard(undefined, claim(
       (q) => q.where("status", "=", RUNNING).where("lease_expires_at", "<=", now)
         .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
       "lease_expires_at",
-    );
-    const due = await claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at");
+    ));
+    const due = await this.guard(undefined, claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at"));
     return [...expired, ...due];
   }
 
   async alertsDue(limit: number): Promise<Row[]> {
-    return this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute();
+    return this.guard(undefined, this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute());
   }
 
   async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {
-    await this.db.updateTable("idem_operations").set({ alert_pending: 0 })
-      .where("id", "=", id).where("tenant_id", "=", tenant).where("updated_at", "=", updatedAt).execute();
+    await this.guard(id, this.db.updateTable("idem_operations").set({ alert_pending: 0 })
+      .where("id", "=", id).where("tenant_id", "=", tenant).where("updated_at", "=", updatedAt).execute());
   }
 
   /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
   async stuck(olderThanMs: number, limit: number): Promise<(Row & { age_ms: number })[]> {
-    const rows = await this.db.selectFrom("idem_operations").select(ROW_COLUMNS).select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
+    const rows = await this.guard(undefined, this.db.selectFrom("idem_operations").select(ROW_COLUMNS).select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
       .where("status", "=", RUNNING)
-      .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute();
+      .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute());
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 
@@ -410,11 +410,11 @@ export class Store {
       .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
       .groupBy(["tenant_id", "action", "status"]);
     if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
-    return (await q.execute()).map((r) => ({ ...r, count: Number(r.count) }));
+    return (await this.guard(undefined, q.execute())).map((r) => ({ ...r, count: Number(r.count) }));
   }
 
   /**
-   * Every read and write of the runner's path goes through here: a driver's error (unreachable,
+   * Every read and write goes through here: a driver's error (unreachable,
    * full disk, a failed commit) becomes a typed `LedgerUnavailableError`, never a raw exception.
    */
   private async guard<T>(operationId: string | undefined, work: Promise<T>): Promise<T> {
@@ -435,7 +435,7 @@ export class Store {
       .where("expires_at", "<=", this.now())
       .where("status", "in", ["succeeded", "failed"])
       .limit(limit);
-    const res = await this.db.deleteFrom("idem_operations").where("id", "in", doomed).where("tenant_id", "=", tenant).executeTakeFirst();
+    const res = await this.guard(undefined, this.db.deleteFrom("idem_operations").where("id", "in", doomed).where("tenant_id", "=", tenant).executeTakeFirst());
     return Number(res.numDeletedRows);
   }
 }
