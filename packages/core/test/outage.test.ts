@@ -1,0 +1,155 @@
+/**
+ * A Postgres that stops answering, in this process: on a private server the test freezes
+ * (SIGSTOP of the postmaster and every backend: connections are accepted by the kernel, nothing
+ * answers) and restarts. Every call ends in bounded time with a typed error, nothing is sent twice,
+ * the process never dies of a socket error, and the ledger works again once the server is back.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CompletionNotRecordedError, LedgerConfigError, LedgerUnavailableError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { startPgServer, type PgServer } from "@idem/testkit";
+import { uniqueTenant } from "./support/ledgers.js";
+import { TestProvider } from "./support/provider.js";
+
+/** Short timeouts so a frozen server costs seconds: the client gives up 5 s after the statement timeout. */
+const FAST: LedgerOptions = { connectTimeoutMs: 1_000, statementTimeoutMs: 1_000, lockTimeoutMs: 1_000, poolSize: 4 };
+const BOUND_MS = 20_000; // read timeout (6 s) + connect timeout + scheduling on a loaded machine
+
+async function timed<T>(p: Promise<T>): Promise<{ value?: T; error?: unknown; ms: number }> {
+  const t0 = performance.now();
+  try {
+    return { value: await p, ms: performance.now() - t0 };
+  } catch (error) {
+    return { error, ms: performance.now() - t0 };
+  }
+}
+
+async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("a Postgres that freezes or restarts under the ledger", () => {
+  let server: PgServer;
+  let url = "";
+  const opened: Ledger[] = [];
+  const open = async (options: LedgerOptions = {}) => {
+    const l = await openLedger(url, { ...FAST, ...options });
+    opened.push(l);
+    return l;
+  };
+
+  beforeAll(async () => {
+    server = await startPgServer();
+    url = await server.database();
+  }, 180_000);
+  afterAll(async () => {
+    await server?.thaw().catch(() => {});
+    for (const l of opened) await l.close().catch(() => {});
+    await server?.close();
+  }, 120_000);
+
+  it("a frozen server at open: LedgerConfigError within the connect timeout", async () => {
+    await (await open()).close(); // migrated before the freeze
+    await server.freeze();
+    try {
+      const { error, ms } = await timed(openLedger(url, { ...FAST, migrate: false }));
+      expect(error).toBeInstanceOf(LedgerConfigError);
+      expect((error as Error).message).toMatch(/no answer within 1000 ms/);
+      expect(ms).toBeLessThan(BOUND_MS);
+    } finally {
+      await server.thaw();
+    }
+  });
+
+  it("a server frozen between calls: each call, and a crowd of them, fails typed and bounded; nothing sent; works after the thaw", async () => {
+    const provider = new TestProvider();
+    const mail = provider.action("mail", { lookup: true });
+    const ledger = await open({ actions: [mail], leaseMs: 3_000 });
+    const tenant = uniqueTenant();
+    expect((await ledger.run(mail, { tenant, key: ["warm"], args: { to: "a" } })).status).toBe("succeeded");
+
+    await server.freeze();
+    let calls: Awaited<ReturnType<typeof timed>>[];
+    try {
+      // More calls than the pool has clients: the waiting ones give up after the connect timeout.
+      calls = await Promise.all(Array.from({ length: 10 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" } }))));
+      const listed = await timed(ledger.list({ tenant }));
+      expect(listed.error).toBeInstanceOf(LedgerUnavailableError);
+    } finally {
+      await server.thaw();
+    }
+    for (const c of calls) {
+      expect(c.error, String(c.value && JSON.stringify(c.value))).toBeInstanceOf(LedgerUnavailableError);
+      expect(c.ms).toBeLessThan(BOUND_MS);
+    }
+    expect(provider.effects.map((e) => e.key)).toHaveLength(1); // only the warm-up
+
+    // The same keys again after the thaw: each performed exactly once. A claim the frozen backend
+    // ran after the thaw is a running row whose caller had given up: it is taken over once its
+    // lease ends (waitMs covers it), not executed a second time alongside.
+    for (let i = 0; i < 10; i++) {
+      const out = await ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" }, waitMs: 30_000 });
+      expect(out.status).toBe("succeeded");
+    }
+    expect(provider.effects).toHaveLength(11);
+    expect(new Set(provider.effects.map((e) => e.key)).size).toBe(11);
+  }, 120_000);
+
+  it("a server frozen while the effect runs: the completion fails typed with the receipt; the row is settled once by lookup after the thaw", async () => {
+    const provider = new TestProvider();
+    const mail = provider.action("mail", { lookup: true });
+    const ledger = await open({ actions: [mail], leaseMs: 4_000 });
+    const tenant = uniqueTenant();
+    let release!: () => void;
+    provider.gate = new Promise<void>((r) => (release = r));
+    const call = timed(ledger.run(mail, { tenant, key: ["mid"], args: { to: "a" } }));
+    await provider.called(1);
+    await server.freeze();
+    release(); // the effect happens now; recording it cannot
+    const { error, ms } = await call;
+    await server.thaw();
+    expect(error).toBeInstanceOf(CompletionNotRecordedError);
+    expect((error as CompletionNotRecordedError).receipt).toEqual({ id: provider.effects[0]!.id });
+    expect(ms).toBeLessThan(BOUND_MS + 4_000);
+    expect(provider.effects).toHaveLength(1);
+
+    // The row stays running until its lease ends; then settling finds the effect instead of redoing it.
+    const [row] = await ledger.list({ tenant });
+    await until(async () => {
+      const out = await ledger.settle(tenant, row!.id, "test");
+      return out.status === "succeeded";
+    }, 30_000, "the row to be settled by lookup");
+    expect(provider.effects).toHaveLength(1);
+    const { operation, events } = await ledger.get(tenant, row!.id);
+    expect(operation.result).toEqual({ id: provider.effects[0]!.id });
+    expect(events.map((e) => e.to)).toContain("succeeded");
+  }, 120_000);
+
+  it("an immediate restart while calls hold connections: the process survives, calls fail typed, then work", async () => {
+    const provider = new TestProvider();
+    const mail = provider.action("mail", { lookup: true });
+    const ledger = await open({ actions: [mail], leaseMs: 4_000 });
+    const tenant = uniqueTenant();
+    let release!: () => void;
+    provider.gate = new Promise<void>((r) => (release = r));
+    // Checked-out clients at the moment the server goes: their socket errors must not be uncaught.
+    const held = Array.from({ length: 3 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`held-${i}`], args: { to: "a" } })));
+    await provider.called(3);
+    const busy = timed(ledger.db.selectFrom("idem_operations").select((eb) => eb.fn<number>("pg_sleep", [eb.val(3)]).as("s")).limit(1).execute());
+    await server.restart("immediate");
+    release();
+    const results = await Promise.all(held);
+    expect((await busy).error).toBeDefined();
+    // Each held call either recorded its effect (the pool reconnected) or says it could not.
+    for (const r of results) {
+      if (r.error) expect(r.error).toBeInstanceOf(CompletionNotRecordedError);
+      else expect((r.value as { status: string }).status).toBe("succeeded");
+    }
+    expect(provider.effects).toHaveLength(3);
+    const after = await ledger.run(mail, { tenant, key: ["after"], args: { to: "a" } });
+    expect(after.status).toBe("succeeded");
+  }, 120_000);
+});
