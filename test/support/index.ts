@@ -3,4 +3,4 @@ export type { TestDialect } from "./databases.js";
 export { kill9, startChild } from "./children.js";
 export type { Child } from "./children.js";
 export { freePort } from "./ports.js";
-export { startPgServer, type PgServer, type StopMode } from "./pg-server.js";
+export { startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-server.js";

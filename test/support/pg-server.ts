@@ -387,3 +387,28 @@ function signal(p: Proc, sig: NodeJS.Signals): void {
     // gone meanwhile
   }
 }
+
+/**
+ * Locks `table` in the database at `url`, waits until `waiting` other backends queue behind the
+ * lock (each holding a checked-out connection of its own process), then runs `fn` (for example
+ * an immediate stop) while they wait. The lock's own connection may die with the server.
+ */
+export async function whileLocked(url: string, table: string, waiting: number, fn: () => Promise<void>, timeoutMs = 60_000): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  client.on("error", () => {}); // the server may go away under it: that is the point
+  await client.connect();
+  try {
+    await client.query("begin");
+    await client.query(`lock table ${pg.escapeIdentifier(table)} in access exclusive mode`);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const { rows } = await client.query<{ n: number }>("select count(distinct pid)::int as n from pg_locks where not granted");
+      if (rows[0]!.n >= waiting) break;
+      if (Date.now() > deadline) throw new Error(`only ${rows[0]!.n} of ${waiting} statements waited on the lock of ${table} within ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await fn();
+  } finally {
+    await client.end().catch(() => {});
+  }
+}

@@ -3,10 +3,12 @@
  * lease, an unknown outcome or known-undone work whose time came) and settles each by the replay
  * policy; escalates unknowns that stayed inconclusive too long; alerts once on new needs_review,
  * on auth/policy failures and on operations running longer than their threshold. SIGTERM
- * finishes the tick in flight, then exits.
+ * finishes the tick in flight, then exits. While the ledger's database is unreachable (a restart,
+ * a failover) it keeps running: it says so once, reports it on /healthz, retries every interval
+ * and says when it is back.
  */
 import type { Logger } from "pino";
-import { ESCALATED, UnknownActionError, type Ledger } from "@idem/core";
+import { ESCALATED, LedgerUnavailableError, UnknownActionError, type Ledger } from "@idem/core";
 import { alertOf, alertSinks, deliver, type AlertKind } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
@@ -27,10 +29,15 @@ export class Daemon {
     while (!this.stopping) {
       try {
         await this.tick();
-        this.metrics.tick();
+        const downMs = this.metrics.tick();
+        if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
       } catch (error) {
-        this.metrics.errors.inc();
-        this.log.error({ err: error }, "daemon tick failed; retrying next interval");
+        if (error instanceof LedgerUnavailableError) {
+          if (this.metrics.unavailable(error)) this.log.error({ err: error }, "the ledger database is unavailable; retrying every interval");
+        } else {
+          this.metrics.errors.inc();
+          this.log.error({ err: error }, "daemon tick failed; retrying next interval");
+        }
       }
       if (this.stopping) break;
       await new Promise<void>((resolve) => {
@@ -67,6 +74,8 @@ export class Daemon {
         this.metrics.reconciliations.inc({ outcome });
         this.log.info({ operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome }, "settled");
       } catch (error) {
+        // The database is gone: end the tick (the rest stay claimed for claimMs) rather than fail each row.
+        if (error instanceof LedgerUnavailableError) throw error;
         this.metrics.errors.inc();
         const msg = error instanceof UnknownActionError ? `no action of type ${row.action} in the daemon's config` : "settling failed";
         this.log.error({ err: error, operationId: row.id, tenant: row.tenant, action: row.action }, msg);

@@ -31,7 +31,10 @@ export class DaemonMetrics {
   readonly ticks = new Counter({ name: "idem_daemon_ticks_total", help: "Daemon loop iterations", registers: [this.registry] });
   readonly errors = new Counter({ name: "idem_daemon_errors_total", help: "Daemon loop iterations that failed", registers: [this.registry] });
   readonly results = runResultCounters(this.registry);
+  readonly ledgerUp = new Gauge({ name: "idem_ledger_up", help: "1 when the daemon's last tick reached the ledger database, 0 while it cannot", registers: [this.registry] });
   private lastTickAt = 0;
+  /** Set while ticks fail because the ledger's database cannot be reached: since when, and why. */
+  private outage: { since: number; error: string } | undefined;
   private server: Server | undefined;
 
   constructor(ledger: Ledger, private readonly intervalMs: number, statsTtlMs = 15_000) {
@@ -47,9 +50,23 @@ export class DaemonMetrics {
     });
   }
 
-  tick(): void {
+  /** A tick completed; returns how long the ledger had been unavailable before it, if it had. */
+  tick(): number | undefined {
     this.lastTickAt = Date.now();
     this.ticks.inc();
+    this.ledgerUp.set(1);
+    const down = this.outage && this.lastTickAt - this.outage.since;
+    this.outage = undefined;
+    return down;
+  }
+
+  /** A tick failed because the ledger is unavailable; returns true for the first failure of an outage. */
+  unavailable(error: Error): boolean {
+    this.errors.inc();
+    this.ledgerUp.set(0);
+    const first = this.outage === undefined;
+    this.outage = { since: this.outage?.since ?? Date.now(), error: error.message };
+    return first;
   }
 
   async listen(port: number, host: string): Promise<number> {
@@ -62,8 +79,12 @@ export class DaemonMetrics {
           res.writeHead(500).end(String(e));
         }
       } else if (req.url === "/healthz") {
+        // Healthy: the last tick reached the ledger, recently. During an outage the daemon keeps
+        // running and retrying; the body says since when and why, for the operator and the probe.
         const fresh = Date.now() - this.lastTickAt < Math.max(3 * this.intervalMs, 10_000);
-        res.writeHead(fresh ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify({ ok: fresh, lastTickAt: this.lastTickAt }));
+        const ok = fresh && !this.outage;
+        const body = { ok, ledger: this.outage ? "unavailable" : "up", lastTickAt: this.lastTickAt, ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }) };
+        res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
       } else {
         res.writeHead(404).end();
       }
