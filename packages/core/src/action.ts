@@ -3,8 +3,9 @@
  * are classified and how its outcome is looked up. The runner and the daemon decide from these
  * declarations alone, the same way every time (see policy.ts).
  */
+import type { StandardSchemaV1 } from "@standard-schema/spec";
 import { requireName } from "./keys.js";
-import { LedgerConfigError } from "./errors.js";
+import { InvalidValueError, LedgerConfigError } from "./errors.js";
 
 /** What the provider behind an action can do for us. */
 export interface Capabilities {
@@ -100,6 +101,13 @@ export interface ActionDefinition<A, R> {
   providerReference?(args: A, op: Omit<OperationContext, "providerReference" | "signal">): string;
   /** Checks args before anything is claimed; throw to refuse (the call rejects, nothing is written). */
   validate?(args: A): void;
+  /**
+   * The args' schema (any Standard Schema: zod, valibot, arktype). Given args are validated with
+   * it before anything is claimed, and its output (defaults applied, unknown fields stripped, as
+   * the schema says) is what is hashed, stored and executed; a refusal is an `InvalidValueError`
+   * naming the field. Agent frameworks use it as the tool's input schema.
+   */
+  readonly input?: StandardSchemaV1<unknown, A>;
 }
 
 export interface Action<A = unknown, R = unknown> extends ActionDefinition<A, R> {
@@ -121,6 +129,17 @@ export function defineAction<A, R>(definition: ActionDefinition<A, R>): Action<A
     capabilities: caps,
     classify: definition.classify ?? defaultClassify,
   };
+}
+
+/** Validates given args with the action's schema; returns the schema's output. */
+export async function parseArgs<A>(schema: StandardSchemaV1<unknown, A>, value: unknown): Promise<A> {
+  const result = await schema["~standard"].validate(value);
+  if (!result.issues) return result.value;
+  const [first] = result.issues;
+  const path = (first?.path ?? []).map((p) => (typeof p === "object" ? p.key : p));
+  const where = path.reduce<string>((out, p) => out + (typeof p === "number" ? `[${p}]` : `.${String(p)}`), "args");
+  const more = result.issues.length > 1 ? ` (and ${result.issues.length - 1} more)` : "";
+  throw new InvalidValueError(where, `${first?.message ?? "invalid"}${more}`);
 }
 
 /** An error the action did not classify may have committed: treat it as ambiguous. */

@@ -3,7 +3,11 @@
  * hashes of keys and args compare across them. Object keys are sorted by UTF-16 code units;
  * arrays keep their order; numbers use JavaScript's shortest round-trip form.
  *
- * Refused (with the path of the offending value): undefined, NaN and ±Infinity, BigInt,
+ * A field whose value is undefined is left out, as JSON.stringify does, so `{ note: undefined }`
+ * (an optional field a schema or a model left unset) hashes like `{}`. Elsewhere undefined is
+ * refused: in an array it would silently become null.
+ *
+ * Refused (with the path of the offending value): undefined (outside object fields), NaN and ±Infinity, BigInt,
  * functions, symbols, Dates and other class instances (their JSON form depends on time zones or
  * toJSON methods), cycles, and strings that are not well-formed Unicode (an unpaired surrogate
  * has no UTF-8 form: a provider, or Postgres, would receive U+FFFD in its place, so two values
@@ -39,7 +43,7 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
       if (!Number.isFinite(value)) refuse(path, `${value} is not a JSON number`);
       return JSON.stringify(value === 0 ? 0 : value); // -0 and 0 are one key
     case "undefined":
-      return refuse(path, "undefined has no stable JSON form; omit the field or use null");
+      return refuse(path, "undefined has no stable JSON form in an array or as a whole value; use null");
     case "bigint":
       return refuse(path, "BigInt is not JSON; pass it as a string");
     case "function":
@@ -67,7 +71,7 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
       refuse(path, `a ${obj.constructor?.name ?? "object"} instance has no stable JSON form; pass plain data (e.g. an ISO string)`);
     }
     if (Object.getOwnPropertySymbols(obj).length > 0) refuse(path, "symbol-keyed properties cannot be stored or hashed");
-    const keys = Object.keys(obj).sort();
+    const keys = Object.keys(obj).filter((k) => (obj as Record<string, unknown>)[k] !== undefined).sort();
     let out = "{";
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i]!;

@@ -4,8 +4,9 @@
  * method scoped by tenant.
  */
 import { hostname } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Dialect, Kysely } from "kysely";
-import type { Action } from "./action.js";
+import { parseArgs, type Action } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
 import { operationKey, requireName, requireText, type KeyPart, type OperationKey } from "./keys.js";
@@ -155,10 +156,11 @@ export class Ledger {
     if (typeof input.args === "function") {
       args = { kind: "lazy", make: input.args as () => A | Promise<A> };
     } else {
-      const json = canonicalJson(input.args, "args");
+      const value = action.input ? await parseArgs(action.input, input.args) : input.args;
+      const json = canonicalJson(value, "args");
       checkSize("args", json, this.settings.maxArgsBytes);
-      action.validate?.(input.args);
-      args = { kind: "given", value: input.args, json, hash: sha256(json) };
+      action.validate?.(value);
+      args = { kind: "given", value, json, hash: sha256(json) };
     }
     const result = await this.runner.run({
       action, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
@@ -191,6 +193,31 @@ export class Ledger {
       settings: this.settings,
     };
     return this.runner.settle(call, row, options.escalate);
+  }
+
+  /**
+   * What `run` would answer a later caller about this operation, without running anything:
+   * `succeeded`/`failed` (replayed) once settled, else `pending_verification` with its state.
+   * `OperationNotFoundError` for an id of another tenant.
+   */
+  async status(tenant: string, operationId: string): Promise<RunResult<unknown>> {
+    this.assertOpen();
+    return outcomeOf(await this.find(tenant, operationId));
+  }
+
+  /**
+   * Resolves once the operation is settled (`succeeded` or `failed`), or with its current state
+   * (`pending_verification`) when `timeoutMs` (default 30 s) passes or `signal` aborts. It polls,
+   * from 50 ms up to every second; what settles it is the worker, the daemon or a person.
+   */
+  async wait(tenant: string, operationId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RunResult<unknown>> {
+    const deadline = performance.now() + (options.timeoutMs ?? 30_000);
+    for (let delay = 50; ; delay = Math.min(delay * 1.5, 1_000)) {
+      const out = await this.status(tenant, operationId);
+      const left = deadline - performance.now();
+      if (out.status !== "pending_verification" || left <= 0 || options.signal?.aborted) return out;
+      await sleep(Math.min(delay, left), undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
+    }
   }
 
   /** One operation with its audit events, or `OperationNotFoundError` (also for another tenant's id). */
@@ -358,6 +385,22 @@ function requireVerdict(verdict: { reason: string; actor: string }): void {
 function positive(n: number, what: string): number {
   if (!(n > 0)) throw new LedgerConfigError(`${what} must be positive`);
   return n;
+}
+
+const WAITING_FOR: Record<Exclude<Status, "succeeded" | "failed">, string> = {
+  running: "a worker is performing it now",
+  unknown: "the outcome is unknown and is being checked with the provider",
+  needs_review: "a person must decide whether it happened",
+  pending: "it is known not done and will be run again with the same key",
+};
+
+function outcomeOf(r: Row): RunResult<unknown> {
+  const at = { operationId: r.id, attempt: r.attempt };
+  if (r.status === "succeeded") return { status: "succeeded", receipt: r.result_json === null ? null : JSON.parse(r.result_json), replayed: true, ...at };
+  if (r.status === "failed") return { status: "failed", error: r.error_json === null ? { kind: "permanent", reason: r.reason ?? "failed" } : (JSON.parse(r.error_json) as StoredError), replayed: true, ...at };
+  // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
+  const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
+  return { status: "pending_verification", state: r.status, reason: WAITING_FOR[r.status] + why, ...at };
 }
 
 function toOperation(r: Row): Operation {

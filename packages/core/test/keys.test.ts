@@ -64,7 +64,7 @@ describe("operationKey", () => {
     ["a BigInt", 10n, /BigInt/],
     ["a cycle", cycle, /cycle/],
     ["a Map", new Map(), /Map instance/],
-    ["a nested undefined", { a: [1, { b: undefined }] }, /key\[0\]\.a\[1\]\.b: undefined/],
+    ["undefined in an array", { a: [1, undefined] }, /key\[0\]\.a\[1\]: undefined/],
   ])("refuses %s with an error naming where", (_what, value, message) => {
     const call = () => operationKey({ tenant: "t", action: "x", parts: [value] });
     expect(call).toThrow(InvalidValueError);
@@ -81,6 +81,10 @@ describe("operationKey", () => {
 describe("canonicalJson", () => {
   it("is stable text with sorted keys and no whitespace", () => {
     expect(canonicalJson({ z: 1, a: [true, null, "é"], m: { y: 1.5, b: -2 } })).toBe('{"a":[true,null,"é"],"m":{"b":-2,"y":1.5},"z":1}');
+  });
+  it("leaves out fields whose value is undefined (an unset optional field), as JSON.stringify does", () => {
+    expect(canonicalJson({ to: "a", note: undefined, nested: { x: undefined, y: 1 } })).toBe(canonicalJson({ to: "a", nested: { y: 1 } }));
+    expect(canonicalJson({ a: [{ b: undefined }] })).toBe('{"a":[{}]}');
   });
   it("allows the same object twice when it is not a cycle", () => {
     const shared = { x: 1 };
