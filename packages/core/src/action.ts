@@ -84,7 +84,8 @@ export interface OperationContext {
   readonly signal: AbortSignal;
 }
 
-export interface ActionDefinition<A, R> {
+/** `A`: the args `execute` gets; `I`: what callers pass when an input schema turns it into `A` (defaults, coercions). */
+export interface ActionDefinition<A, R, I = A> {
   /** Kind of side effect, e.g. "stripe.paymentIntents.create". Part of every key. */
   readonly type: string;
   readonly capabilities: Capabilities;
@@ -107,15 +108,15 @@ export interface ActionDefinition<A, R> {
    * the schema says) is what is hashed, stored and executed; a refusal is an `InvalidValueError`
    * naming the field. Agent frameworks use it as the tool's input schema.
    */
-  readonly input?: StandardSchemaV1<unknown, A>;
+  readonly input?: StandardSchemaV1<I, A>;
 }
 
-export interface Action<A = unknown, R = unknown> extends ActionDefinition<A, R> {
+export interface Action<A = unknown, R = unknown, I = A> extends ActionDefinition<A, R, I> {
   readonly classify: (error: unknown, op: OperationContext) => Classification;
 }
 
 /** Validates and returns an action; every field is checked once here rather than at each run. */
-export function defineAction<A, R>(definition: ActionDefinition<A, R>): Action<A, R> {
+export function defineAction<A, R, I = A>(definition: ActionDefinition<A, R, I>): Action<A, R, I> {
   requireName(definition.type, "action.type");
   const caps = definition.capabilities ?? {};
   if (caps.lookup && typeof definition.reconcile !== "function") {

@@ -52,12 +52,12 @@ export interface LedgerOptions extends ConnectionOptions {
   readonly onResult?: (result: RunResult<unknown>, info: { action: string; tenant: string }) => void;
 }
 
-export interface RunInput<A> {
+export interface RunInput<A, I = A> {
   readonly tenant: string;
   /** Business identity parts (["weekly-report", clientId, isoWeek]) or a key from `operationKey`. */
   readonly key: readonly KeyPart[] | OperationKey;
   /** The args, hashed and checked on every call; or a function run for the first attempt only, whose result is stored and sent by every later attempt. */
-  readonly args: A | (() => A | Promise<A>);
+  readonly args: I | (() => A | Promise<A>);
   /** Who acts (agent, run id, tool version); recorded in the audit events. */
   readonly actor?: string;
   /** Overrides the ledger's `waitMs` for this call. */
@@ -146,7 +146,7 @@ export class Ledger {
    * ambiguous outcomes come back as `pending_verification`, never as a guess. Throws only for
    * caller bugs: `ArgsMismatchError`, `InvalidValueError`, `PayloadTooLargeError` (nothing written).
    */
-  async run<A, R>(action: Action<A, R>, input: RunInput<A>): Promise<RunResult<R>> {
+  async run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
     this.assertOpen();
     requireName(input.tenant, "tenant");
     if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
@@ -156,14 +156,15 @@ export class Ledger {
     if (typeof input.args === "function") {
       args = { kind: "lazy", make: input.args as () => A | Promise<A> };
     } else {
-      const value = action.input ? await parseArgs(action.input, input.args) : input.args;
+      const value = action.input ? await parseArgs(action.input, input.args) : (input.args as unknown as A);
       const json = canonicalJson(value, "args");
       checkSize("args", json, this.settings.maxArgsBytes);
       action.validate?.(value);
       args = { kind: "given", value, json, hash: sha256(json) };
     }
     const result = await this.runner.run({
-      action, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
+      // The runner sees args after the schema: the input type has done its work here.
+      action: action as unknown as Action<A, R>, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
       key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
       storeArgs: input.storeArgs ?? true,
       settings: { ...this.settings, waitMs: input.waitMs ?? this.settings.waitMs, budget: { ...this.settings.budget, ...input.budget } },
