@@ -1,4 +1,4 @@
-export { defineAction, describeError } from "./action.js";
+export { defineAction, describeError, parseArgs } from "./action.js";
 export type { Action, ActionDefinition, Capabilities, Classification, OperationContext, ReconcileResult } from "./action.js";
 export { canonicalJson, sha256 } from "./canonical.js";
 export type { Json } from "./canonical.js";

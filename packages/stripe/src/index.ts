@@ -5,3 +5,5 @@ export { createStripeClient } from "./stripe-client.js";
 export type { StripeConfig } from "./stripe-client.js";
 export { METADATA_KEY } from "./stripe-receipt.js";
 export type { StripeReceipt } from "./stripe-receipt.js";
+export { stripeTools } from "./stripe-tools.js";
+export type { StripeChargeInput } from "./stripe-tools.js";

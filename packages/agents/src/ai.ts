@@ -1,0 +1,39 @@
+/**
+ * Vercel AI SDK (v6; `ai` >= 6 < 8): guarded tools for `generateText`/`streamText`. The run
+ * context is the call's `experimental_context`; the tool-call id is kept for the audit trail only.
+ *
+ *   const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: (c) => c.context.tenantId });
+ *   await generateText({ model, tools: { charge, operation_status: aiStatusTool(ledger, { tenant }) }, experimental_context: { tenantId } });
+ */
+import { tool, type Tool, type ToolExecutionOptions } from "ai";
+import { z } from "zod";
+import type { Action, Ledger } from "@idem/core";
+import { guard, type GuardOptions, type ToolCall } from "./guard.js";
+import type { Outcome } from "./outcome.js";
+import { STATUS_TOOL, statusTool } from "./status.js";
+import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
+
+const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({ context: o.experimental_context as C, callId: o.toolCallId, signal: o.abortSignal });
+
+/** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */
+export function aiTool<A, R, I, C = unknown>(
+  ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C> & { description?: string },
+): Tool<I, Outcome> {
+  const def = definitionOf(target);
+  const run = guard(ledger, target, options);
+  return tool({
+    description: options.description ?? def.description,
+    inputSchema: inputSchemaOf(def) as never,
+    execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o)),
+  }) as Tool<I, Outcome>;
+}
+
+/** The status tool for the AI SDK: `operation_status({ operationId, waitMs? })`. */
+export function aiStatusTool<C = unknown>(ledger: Ledger, options: Parameters<typeof statusTool<C>>[1]) {
+  const check = statusTool<C>(ledger, options);
+  return tool({
+    description: STATUS_TOOL.description,
+    inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).optional() }),
+    execute: (input, o) => check(input, callOf<C>(o)),
+  });
+}

@@ -1,0 +1,75 @@
+/**
+ * `guard`: a tool's execute function that performs an idem action once per business identity,
+ * for any agent framework. The framework adapters (`/ai`, `/openai`, `/mcp`) only translate
+ * their call arguments into a `ToolCall` and the `Outcome` into their result type.
+ *
+ * The identity comes from `key(input, call)`: the business identity of the work (the invoice, the
+ * recipient and the purpose), never the framework's tool-call id, which changes each time a
+ * model retries. The tenant comes from the run context the application set, never from the
+ * model's input.
+ */
+import { operationKey, parseArgs, type Action, type KeyPart, type Ledger } from "@idem/core";
+import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
+import { definitionOf, type ToolDefinition } from "./tool.js";
+
+/** What a framework hands a tool besides its input, in one shape. */
+export interface ToolCall<C = unknown> {
+  /** The application's run context (AI SDK `experimental_context`, OpenAI Agents `context`, an MCP `extra` mapped by the server). */
+  readonly context: C;
+  /** The framework's id of this tool call: changes when a model retries, so never part of a key. For logs and actors. */
+  readonly callId?: string | undefined;
+  /** Aborted when the framework gives up on the call. */
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface GuardOptions<I, R, C> {
+  /** The tenant, or how to read it from the run context. */
+  readonly tenant: string | ((call: ToolCall<C>) => string);
+  /** The business identity of the work, from the input (and the context). Required unless the tool definition suggests one. */
+  readonly key?: (input: I, call: ToolCall<C>) => readonly KeyPart[];
+  /** Who acts, recorded in the audit trail (default: the framework's call id). */
+  readonly actor?: string | ((call: ToolCall<C>) => string);
+  /** What the model sees of a receipt (default: the tool definition's summary, else nothing but the operation id). */
+  readonly summarize?: (receipt: R) => unknown;
+  /** Rewrites the outcome before the model reads it (default: the outcome as it is). */
+  readonly describe?: (outcome: Outcome) => Outcome;
+  /**
+   * How long a second call for the same identity waits for the first to finish before answering
+   * "pending verification": a model often calls the same tool twice in one step. Default 10 s.
+   */
+  readonly waitMs?: number;
+}
+
+/** A guarded tool: the framework calls it with the model's input and the call. */
+export type Guarded<I, C> = (input: I, call: ToolCall<C>) => Promise<Outcome>;
+
+/** Guards an action (whose `input` schema, if any, checks the model's input) or a provider's tool definition. */
+export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C>): Guarded<I, C> {
+  const def = definitionOf(target);
+  const key = options.key ?? def.key;
+  if (!key) throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
+  const summarize = options.summarize ?? def.summarize;
+  const describe = options.describe ?? ((o: Outcome) => o);
+  const waitMs = options.waitMs ?? 10_000;
+  return async (input, call) => {
+    let identity = "this work";
+    try {
+      const tenant = typeof options.tenant === "function" ? options.tenant(call) : options.tenant;
+      // A definition's own schema checks the tool's input first; its output is what the key and
+      // the args are made of (an action's input schema is checked by the ledger itself).
+      const given = def.input ? await parseArgs(def.input, input) : input;
+      const parts = key(given, call);
+      const plain = parts.every((p) => typeof p === "string" || typeof p === "number");
+      identity = `this work (${plain ? parts.join(" ") : JSON.stringify(parts)})`;
+      const actor = typeof options.actor === "function" ? options.actor(call) : (options.actor ?? call.callId);
+      const args = def.args ? def.args(given) : (given as unknown as I);
+      const result = await ledger.run(def.action, {
+        tenant, key: operationKey({ tenant, action: def.action.type, parts }), args, waitMs,
+        ...(actor !== undefined && { actor }), ...(call.signal && { signal: call.signal }),
+      });
+      return describe(outcomeOf(result, summarize));
+    } catch (error) {
+      return describe(outcomeOfError(error, { identity, action: def.name, summarize: summarize as ((r: never) => unknown) | undefined }));
+    }
+  };
+}

@@ -1,0 +1,82 @@
+/**
+ * What the model reads: a short, fixed vocabulary, always a value, never a thrown error. A model
+ * that reads an exception full of hashes, or "please try again", retries; one that reads "already
+ * done earlier" or "pending verification, do not retry" does not. Every outcome says what
+ * happened and, when it is not final, what happens next and how to check.
+ */
+import {
+  ArgsMismatchError, CompletionNotRecordedError, GuardrailError, InvalidValueError, LedgerUnavailableError, PayloadTooLargeError,
+  type RunResult, type Status,
+} from "@idem/core";
+
+export type Outcome =
+  /** The effect happened in this call. `result`: what the tool chose to show of the receipt. */
+  | { readonly status: "done"; readonly message: string; readonly operationId: string; readonly result?: unknown }
+  /** The effect had happened before (an earlier call, a retry): not repeated. */
+  | { readonly status: "already_done"; readonly message: string; readonly operationId: string; readonly result?: unknown }
+  /** The provider said no for good; retrying the same input cannot change it. */
+  | { readonly status: "failed"; readonly message: string; readonly operationId: string; readonly reason: string }
+  /** Not proven either way yet; settled by a worker, the daemon or a person. Never to be retried by the model. */
+  | { readonly status: "pending_verification"; readonly message: string; readonly operationId: string; readonly state: Status }
+  /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
+  | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
+  /** Not attempted: the ledger could not be reached; nothing was sent. */
+  | { readonly status: "not_performed"; readonly message: string };
+
+const NEXT: Record<Status, string> = {
+  running: "another attempt of it is in progress",
+  unknown: "its outcome is being checked with the provider",
+  needs_review: "a person will decide whether it happened",
+  pending: "it will be run again with the same identity, once",
+  succeeded: "",
+  failed: "",
+};
+
+/** A ledger result in the model's words; `summarize` picks what to show of a receipt. */
+export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => unknown): Outcome {
+  const op = `operation ${result.operationId}`;
+  switch (result.status) {
+    case "succeeded": {
+      const shown = summarize ? { result: summarize(result.receipt) } : {};
+      return result.replayed
+        ? { status: "already_done", message: `Already done earlier; not repeated (${op}).`, operationId: result.operationId, ...shown }
+        : { status: "done", message: `Done (${op}).`, operationId: result.operationId, ...shown };
+    }
+    case "failed":
+      return {
+        status: "failed", operationId: result.operationId, reason: result.error.reason,
+        message: `Failed because ${result.error.reason} (${op}).${result.replayed ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
+      };
+    case "pending_verification":
+      return {
+        status: "pending_verification", operationId: result.operationId, state: result.state,
+        message: `Pending verification (${op}): ${NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
+      };
+  }
+}
+
+/**
+ * An error of the call in the model's words. Only what cannot have performed the effect reaches
+ * here (the ledger's own errors are typed); anything else is reported as not performed, without
+ * its text, which is for the developer's logs.
+ */
+export function outcomeOfError(error: unknown, what: { identity: string; action: string; summarize?: ((receipt: never) => unknown) | undefined }): Outcome {
+  if (error instanceof ArgsMismatchError) {
+    return {
+      status: "refused", operationId: error.operationId,
+      message: `Refused: ${what.identity} was already done with different arguments (operation ${error.operationId}). Nothing was repeated; different work needs a different identity.`,
+    };
+  }
+  if (error instanceof GuardrailError) return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
+  if (error instanceof InvalidValueError) return { status: "refused", message: `Refused: invalid input: ${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}.` };
+  if (error instanceof PayloadTooLargeError) return { status: "refused", message: "Refused: the input is too large." };
+  if (error instanceof CompletionNotRecordedError) {
+    const shown = what.summarize ? { result: what.summarize(error.receipt as never) } : {};
+    return { status: "done", operationId: error.operationId, message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`, ...shown };
+  }
+  if (error instanceof LedgerUnavailableError) {
+    return { status: "not_performed", message: "Not performed: the ledger is unavailable right now and nothing was sent. Trying again later with the same input is safe." };
+  }
+  const name = error instanceof Error ? error.name : typeof error;
+  return { status: "not_performed", message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.` };
+}

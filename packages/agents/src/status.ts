@@ -1,0 +1,38 @@
+/**
+ * The status tool: lets the model (or the agent's code) learn what became of an operation it was
+ * told is pending verification, by its id, optionally waiting a little for it to settle.
+ */
+import { InvalidValueError, OperationNotFoundError, type Ledger } from "@idem/core";
+import type { ToolCall } from "./guard.js";
+import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
+
+export interface StatusInput {
+  readonly operationId: string;
+  /** Wait up to this long (at most 60 s) for the operation to settle. Default 0: answer now. */
+  readonly waitMs?: number | null | undefined;
+}
+
+export const STATUS_TOOL = {
+  name: "operation_status",
+  description:
+    "Check what became of an operation you were told is pending verification, by its operation id (op_…). " +
+    "Optionally wait up to waitMs milliseconds (max 60000) for it to settle. Never repeat the original action instead.",
+} as const;
+
+export function statusTool<C = unknown>(ledger: Ledger, options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown }) {
+  return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
+    try {
+      const tenant = typeof options.tenant === "function" ? options.tenant(call) : options.tenant;
+      const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), 60_000);
+      const result = waitMs > 0 ? await ledger.wait(tenant, input.operationId, { timeoutMs: waitMs, ...(call.signal && { signal: call.signal }) }) : await ledger.status(tenant, input.operationId);
+      const outcome = outcomeOf(result, options.summarize);
+      // A status check does not act: a settled operation was done by the call that was told "pending".
+      return outcome.status === "already_done" ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` } : outcome;
+    } catch (error) {
+      if (error instanceof OperationNotFoundError || error instanceof InvalidValueError) {
+        return { status: "refused", message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).` };
+      }
+      return outcomeOfError(error, { identity: "this operation", action: STATUS_TOOL.name });
+    }
+  };
+}

@@ -1,0 +1,41 @@
+/**
+ * A ready tool: the action, the input the model fills in, the suggested business identity and
+ * what the model should read of a receipt. Provider packages ship these (a Stripe charge, an
+ * email, a CRM record), so that a guarded tool is a few lines in any framework.
+ */
+import type { StandardSchemaV1 } from "@standard-schema/spec";
+import type { Action, KeyPart } from "@idem/core";
+
+export interface ToolDefinition<I, A, R> {
+  /** The tool's name as the model sees it (letters, digits, _ and -). */
+  readonly name: string;
+  /** What it does and when to call it, for the model. */
+  readonly description: string;
+  readonly action: Action<A, R, any>;
+  /** The model's input (a Standard Schema: zod, valibot, arktype); without it, the action's `input` schema. */
+  readonly input?: StandardSchemaV1<unknown, I>;
+  /** Maps the checked input to the action's args (default: the input is the args). */
+  readonly args?: (input: I) => A;
+  /** The suggested business identity of the work, from the checked input. */
+  readonly key?: (input: I) => readonly KeyPart[];
+  /** What the model reads of a receipt: ids it may need later, never the provider's raw answer. */
+  readonly summarize?: (receipt: R) => unknown;
+}
+
+/** Declares a tool definition (types only: checked when it is used). */
+export function defineTool<I, A, R>(definition: ToolDefinition<I, A, R>): ToolDefinition<I, A, R> {
+  return definition;
+}
+
+/** A bare action as a tool definition: its type as the name (dots made underscores), its input schema. */
+export function definitionOf<I, A, R>(target: Action<A, R, I> | ToolDefinition<I, A, R>): ToolDefinition<I, A, R> {
+  if ("action" in target) return target;
+  return { name: target.type.replace(/[^A-Za-z0-9_-]/g, "_"), description: target.type, action: target };
+}
+
+/** The schema the model fills in: the definition's, else the action's. */
+export function inputSchemaOf<I, A, R>(def: ToolDefinition<I, A, R>): StandardSchemaV1<unknown, unknown> {
+  const schema = def.input ?? def.action.input;
+  if (!schema) throw new TypeError(`tool ${def.name}: an input schema is needed (the action's \`input\` or the definition's)`);
+  return schema as StandardSchemaV1<unknown, unknown>;
+}

@@ -1,0 +1,111 @@
+/**
+ * The Vercel AI SDK's own `generateText`, driven by its mock language model, calls a guarded
+ * charge tool the way models do: once (Stripe answers too late, so the first attempt times out
+ * after the charge committed), again with the same input, again with another amount, and twice
+ * in parallel in one step. Counted at the target: one PaymentIntent per invoice. The model reads
+ * done / already done / refused, never an exception.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateText, stepCountIs } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { openLedger, type LedgerOptions } from "@idem/core";
+import { StripeSandbox } from "@idem/sandbox";
+import { stripeActions, stripeTools } from "@idem/stripe";
+import { DIALECTS, ledgersFor } from "@idem/testkit";
+import { aiStatusTool, aiTool } from "@idem/agents/ai";
+import type { Outcome } from "@idem/agents";
+
+let sandbox: StripeSandbox;
+let server: { port: number; apiKey: string };
+beforeAll(async () => {
+  sandbox = new StripeSandbox();
+  server = await sandbox.start();
+});
+afterAll(() => sandbox.close());
+
+type Call = { toolName: string; input: unknown };
+/** A model that makes these tool calls, one step per entry (several calls in one step run in parallel), then stops. */
+function scriptedModel(steps: Call[][]) {
+  let step = 0;
+  const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+  return new MockLanguageModelV3({
+    doGenerate: async () => {
+      const calls = steps[step++];
+      if (!calls) return { content: [{ type: "text", text: "finished" }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+      return {
+        content: calls.map((c, i) => ({ type: "tool-call" as const, toolCallId: `call_${step}_${i}_${Math.random().toString(36).slice(2)}`, toolName: c.toolName, input: JSON.stringify(c.input) })),
+        finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [],
+      };
+    },
+  });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`AI SDK tools on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 4 } as LedgerOptions });
+
+    it("a model that retries a charge: one PaymentIntent per invoice, and it reads done, already done, refused", async () => {
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 1_000 });
+      const tenantId = `acme-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: (c) => (c.context as { tenantId: string }).tenantId });
+      const before = sandbox.count("payment_intents");
+      // Stripe commits the first charge but answers after the client gave up: an unknown outcome,
+      // settled by replaying the same key, inside the same tool call.
+      sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 3_000 });
+
+      const inv1 = { invoiceId: `inv-1-${tenantId}`, amount: 500, currency: "eur" };
+      const inv2 = { invoiceId: `inv-2-${tenantId}`, amount: 900, currency: "eur" };
+      const result = await generateText({
+        model: scriptedModel([
+          [{ toolName: "charge", input: inv1 }],
+          [{ toolName: "charge", input: inv1 }], // the model "tries again"
+          [{ toolName: "charge", input: { ...inv1, amount: 700 } }], // and then with another amount
+          [{ toolName: "charge", input: inv2 }, { toolName: "charge", input: inv2 }], // two calls in one step
+        ]),
+        tools: { charge, operation_status: aiStatusTool(ledger, { tenant: (c) => (c.context as { tenantId: string }).tenantId }) },
+        experimental_context: { tenantId },
+        stopWhen: stepCountIs(10),
+        prompt: "charge the invoices",
+      });
+
+      const read = result.steps.map((s) => s.toolResults.map((r) => (r.output as Outcome).status));
+      expect(read.slice(0, 3)).toEqual([["done"], ["already_done"], ["refused"]]);
+      expect(read[3]!.sort()).toEqual(["already_done", "done"]);
+      const refused = result.steps[2]!.toolResults[0]!.output as Outcome;
+      expect(refused.message).toMatch(/^Refused: this work \(charge inv-1-\S+\) was already done with different arguments \(operation op_\w+\)/);
+      const done = result.steps[0]!.toolResults[0]!.output as Outcome & { result: { id: string; status: string } };
+      expect(done.result).toEqual({ id: expect.stringMatching(/^pi_/), status: expect.any(String) }); // the summary, not Stripe's request ids
+      expect(JSON.stringify(result.steps.map((s) => s.toolResults))).not.toMatch(/req_|[0-9a-f]{64}/);
+      expect(result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error")).toEqual([]);
+
+      // The first charge's answer came too late: it was replayed with the same key, not sent anew.
+      const { events } = await ledger.get(tenantId, done.operationId);
+      expect(events.map((e) => e.to)).toEqual(["running", "unknown", "running", "succeeded"]);
+      expect(sandbox.count("payment_intents") - before).toBe(2);
+      const pis = sandbox.objects.all("payment_intents").slice(-2);
+      expect(pis.map((p) => (p.metadata as Record<string, string>).invoice_id).sort()).toEqual([inv1.invoiceId, inv2.invoiceId].sort());
+    });
+
+    it("the status tool tells a model what became of an operation; an unknown id is refused, not thrown", async () => {
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenantId = `acme-s-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const tenant = () => tenantId;
+      const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant });
+      const first = await generateText({
+        model: scriptedModel([[{ toolName: "charge", input: { invoiceId: `inv-s-${tenantId}`, amount: 100, currency: "usd" } }]]),
+        tools: { charge }, prompt: "charge",
+      });
+      const { operationId } = first.steps[0]!.toolResults[0]!.output as { operationId: string };
+      const checked = await generateText({
+        model: scriptedModel([[{ toolName: "operation_status", input: { operationId } }, { toolName: "operation_status", input: { operationId: "op_nope" } }]]),
+        tools: { operation_status: aiStatusTool(ledger, { tenant }) }, prompt: "check",
+      });
+      const [known, unknown] = checked.steps[0]!.toolResults.map((r) => r.output as Outcome);
+      expect(known).toMatchObject({ status: "done", operationId });
+      expect(unknown).toMatchObject({ status: "refused" });
+      expect(unknown!.message).toMatch(/No operation "op_nope"/);
+    });
+  });
+}

@@ -1,0 +1,39 @@
+/**
+ * Ready tool definitions for agents (see @idem/agents): the input a model fills in, the business
+ * identity suggested for the key, and what the model reads of a receipt. Shaped as @idem/agents'
+ * `ToolDefinition`, without depending on it.
+ *
+ * The charge tool's identity is the invoice: one charge per invoice, whatever the model retries.
+ * A second charge for the same invoice with another amount is refused, not performed.
+ */
+import { z } from "zod";
+import type Stripe from "stripe";
+import type { StripeActions } from "./stripe-actions.js";
+import type { StripeReceipt } from "./stripe-receipt.js";
+
+const chargeInput = z.object({
+  invoiceId: z.string().min(1).describe("The invoice this charge pays: one charge per invoice"),
+  amount: z.number().int().positive().describe("Amount in the smallest currency unit (cents for EUR/USD)"),
+  currency: z.string().regex(/^[a-zA-Z]{3}$/).describe("ISO currency code, e.g. eur"),
+  customer: z.string().min(1).nullish().describe("Stripe customer id (cus_…), if known"),
+});
+export type StripeChargeInput = z.output<typeof chargeInput>;
+
+/** What a model needs of a payment intent: its id and state, not Stripe's request ids. */
+const summary = (r: StripeReceipt) => ({ id: r.id, status: r.status });
+
+export function stripeTools(actions: StripeActions) {
+  return {
+    charge: {
+      name: "charge_invoice",
+      description: "Charge a customer for one invoice (creates a Stripe PaymentIntent). Safe to call again for the same invoice: it is never charged twice.",
+      action: actions.paymentIntentsCreate,
+      input: chargeInput,
+      args: (i: StripeChargeInput): Stripe.PaymentIntentCreateParams => ({
+        amount: i.amount, currency: i.currency.toLowerCase(), metadata: { invoice_id: i.invoiceId }, ...(i.customer && { customer: i.customer }),
+      }),
+      key: (i: StripeChargeInput) => ["charge", i.invoiceId],
+      summarize: summary,
+    },
+  } as const;
+}
