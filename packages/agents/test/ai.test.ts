@@ -74,7 +74,7 @@ for (const dialect of DIALECTS) {
       expect(read[3]!.sort()).toEqual(["already_done", "done"]);
       const refused = result.steps[2]!.toolResults[0]!.output as Outcome;
       expect(refused.message).toMatch(/^Refused: this work \(charge inv-1-\S+\) was already done with different arguments \(operation op_\w+\)/);
-      const done = result.steps[0]!.toolResults[0]!.output as Outcome & { result: { id: string; status: string } };
+      const done = result.steps[0]!.toolResults[0]!.output as { operationId: string; result: { id: string; status: string } };
       expect(done.result).toEqual({ id: expect.stringMatching(/^pi_/), status: expect.any(String) }); // the summary, not Stripe's request ids
       expect(JSON.stringify(result.steps.map((s) => s.toolResults))).not.toMatch(/req_|[0-9a-f]{64}/);
       expect(result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error")).toEqual([]);
