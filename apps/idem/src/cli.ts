@@ -15,6 +15,7 @@ import {
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
+import { serveMcp } from "./mcp.js";
 import { printOperation, printOperations, printStats } from "./output.js";
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
@@ -141,6 +142,16 @@ export function program(): Command {
   cmd.command("stats").description("operations by tenant, action and status").option("-t, --tenant <tenant>", "only this tenant")
     .action(async (o: { tenant?: string }) => {
       await withLedger(g(), async (ledger) => printStats(await ledger.stats(o.tenant), g().json === true));
+    });
+
+  cmd.command("mcp").description("serve the config's tools to an MCP client over stdio, each done once per business identity")
+    .addOption(new Option("-t, --tenant <tenant>", "the tenant every call acts for (default: the config's mcp.tenant)").env("IDEM_TENANT"))
+    .action(async (o: { tenant?: string }) => {
+      await withLedger(g(), async (ledger, config) => {
+        const tenant = o.tenant ?? config.mcp?.tenant;
+        if (!tenant) throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
+        await serveMcp(ledger, config, tenant);
+      }, { actions: true });
     });
 
   cmd.command("daemon").description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")

@@ -10,6 +10,7 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import type { Action } from "@idem/core";
+import type { ToolDefinition } from "@idem/agents";
 
 export class ConfigError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -21,11 +22,21 @@ export class ConfigError extends Error {
 /** The name of an environment variable holding a secret; the secret never appears in the file. */
 const envName = z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be the NAME of an environment variable");
 const port = z.number().int().min(0).max(65535);
+const isTool = (v: unknown): v is ToolDefinition<any, any, any> =>
+  typeof v === "object" && v !== null && typeof (v as ToolDefinition<any, any, any>).name === "string" && isAction((v as ToolDefinition<any, any, any>).action);
 const isAction = (v: unknown): v is Action => typeof v === "object" && v !== null && typeof (v as Action).type === "string" && typeof (v as Action).execute === "function";
 
 const schema = z.object({
   ledger: z.string().min(1).default("sqlite:./idem.db"),
   actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
+  /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
+  tools: z.array(z.custom<ToolDefinition<any, any, any>>(isTool, "must be a tool definition ({ name, description, action, input, key })")).default([]),
+  mcp: z.object({
+    /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
+    tenant: z.string().min(1).optional(),
+    /** How long a second call for the same work waits for the first. */
+    waitMs: z.number().int().min(0).optional(),
+  }).strict().optional(),
   providers: z.object({
     stripe: z.object({ apiKeyEnv: envName, host: z.string().optional(), port: port.optional(), protocol: z.enum(["http", "https"]).optional() }).strict().optional(),
     hubspot: z.object({ accessTokenEnv: envName, basePath: z.string().url().optional(), objectTypes: z.array(z.string()).default(["contacts", "companies", "deals", "tickets", "notes"]) }).strict().optional(),
@@ -129,6 +140,21 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       copy: e.copy === "journal" ? { mode: "journal", address: e.journalAddress! } : { mode: e.copy },
       ...(e.settleMs && { settleMs: e.settleMs }),
     }).send);
+  }
+  return out;
+}
+
+/** The tools of the config: given ones, and the ready ones of configured providers (Stripe's charge). */
+export async function toolsOf(config: IdemConfig): Promise<ToolDefinition<any, any, any>[]> {
+  const out = [...config.tools];
+  if (config.providers.stripe) {
+    const { stripeActions, stripeTools } = await import("@idem/stripe");
+    const { host, port: stripePort, protocol } = config.providers.stripe;
+    const s = stripeActions({
+      apiKey: secret(config.providers.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
+      ...(host !== undefined && { host }), ...(stripePort !== undefined && { port: stripePort }), ...(protocol !== undefined && { protocol }),
+    });
+    out.push(stripeTools(s).charge);
   }
   return out;
 }

@@ -1,0 +1,24 @@
+/**
+ * `idem mcp`: the config's tools as an MCP server over stdio, each guarded (once per business
+ * identity, a truthful outcome for the model), plus the status tool. stdout is the protocol
+ * channel: nothing else may be written there.
+ */
+import { hostname } from "node:os";
+import type { Ledger } from "@idem/core";
+import { ConfigError, toolsOf, type IdemConfig } from "./config.js";
+
+export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: string): Promise<void> {
+  const { McpServer } = await import("@modelcontextprotocol/sdk/server/mcp.js");
+  const { StdioServerTransport } = await import("@modelcontextprotocol/sdk/server/stdio.js");
+  const { registerGuardedTool, registerStatusTool } = await import("@idem/agents/mcp");
+  const tools = await toolsOf(config);
+  if (tools.length === 0) throw new ConfigError(`config ${config.source} has no tools to serve (tools: [...], or a provider with ready tools)`);
+  const server = new McpServer({ name: "idem", version: "0.1.0" });
+  const actor = `idem-mcp@${hostname()}`;
+  for (const tool of tools) registerGuardedTool(server, ledger, tool, { tenant, actor, ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }) });
+  registerStatusTool(server, ledger, { tenant });
+  const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
+  await server.connect(new StdioServerTransport());
+  process.stdin.once("end", () => void server.close()); // the client went away
+  await closed;
+}

@@ -1,0 +1,67 @@
+/**
+ * `idem mcp` as a real MCP server over stdio, with the SDK's own client: a tool called twice, in
+ * parallel, and with other arguments does its effect once (counted in a file); every answer is a
+ * truthful result, never a protocol error; the status tool reports the operation.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { DIALECTS, freshDatabase, tempDir } from "@idem/testkit";
+import { lines } from "./fixtures/file-actions.js";
+import { CLI } from "./support.js";
+
+const MCP_CONFIG = fileURLToPath(new URL("./fixtures/mcp.config.ts", import.meta.url));
+type Result = { isError?: boolean; content: { type: string; text?: string }[]; structuredContent?: Record<string, unknown> };
+
+const clients: Client[] = [];
+afterEach(async () => {
+  for (const c of clients.splice(0)) await c.close(); // closes stdin and ends the server process
+});
+
+async function connect(env: Record<string, string>): Promise<Client> {
+  const transport = new StdioClientTransport({
+    command: process.execPath, args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+    env: { ...(process.env as Record<string, string>), ...env }, stderr: "pipe",
+  });
+  const client = new Client({ name: "idem-test", version: "1.0.0" });
+  clients.push(client);
+  await client.connect(transport, { timeout: 120_000 });
+  return client;
+}
+
+for (const dialect of DIALECTS) {
+  describe(`idem mcp on ${dialect}`, () => {
+    it("serves the config's tools: one effect per note, truthful answers, the status tool", async () => {
+      const dir = tempDir();
+      const client = await connect({ LEDGER_URL: await freshDatabase(dialect), EFFECT_DIR: dir, TENANT: "acme" });
+      const { tools } = await client.listTools();
+      expect(tools.map((t) => t.name).sort()).toEqual(["operation_status", "send_note"]);
+      expect(tools.find((t) => t.name === "send_note")!.annotations).toMatchObject({ idempotentHint: true });
+
+      const call = (args: Record<string, unknown>, name = "send_note") => client.callTool({ name, arguments: args }) as Promise<Result>;
+      const first = await call({ noteId: "n1", text: "hello" });
+      const again = await call({ noteId: "n1", text: "hello" });
+      const [p1, p2] = await Promise.all([call({ noteId: "n2", text: "hi" }), call({ noteId: "n2", text: "hi" })]);
+      const other = await call({ noteId: "n1", text: "something else" });
+      const invalid = await call({ noteId: "" , text: "x" });
+
+      expect(first.structuredContent).toMatchObject({ status: "done", result: { id: expect.any(String) } });
+      expect(first.isError).toBe(false);
+      expect(first.content[0]!.text).toMatch(/^Done \(operation op_/);
+      expect(again.structuredContent).toMatchObject({ status: "already_done", operationId: first.structuredContent!.operationId });
+      expect([p1.structuredContent!.status, p2.structuredContent!.status].sort()).toEqual(["already_done", "done"]);
+      expect(other).toMatchObject({ isError: true, structuredContent: { status: "refused" } });
+      expect(other.content[0]!.text).toMatch(/this work \(note n1\) was already done with different arguments/);
+      // Bad input is refused by the SDK's own validation of the tool's schema, before the tool runs.
+      expect(invalid.isError).toBe(true);
+      expect(invalid.content[0]!.text).toMatch(/noteId/);
+
+      const effects = lines(`${dir}/effects`);
+      expect(effects).toHaveLength(2); // n1 once, n2 once
+
+      const status = await call({ operationId: first.structuredContent!.operationId }, "operation_status");
+      expect(status.structuredContent).toMatchObject({ status: "done", operationId: first.structuredContent!.operationId });
+    });
+  });
+}
