@@ -46,8 +46,8 @@ export type Guarded<I, C> = (input: I, call: ToolCall<C>) => Promise<Outcome>;
 /** Guards an action (whose `input` schema, if any, checks the model's input) or a provider's tool definition. */
 export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C>): Guarded<I, C> {
   const def = definitionOf(target);
-  const key = options.key ?? def.key;
-  if (!key) throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
+  const identify = options.key ?? def.key;
+  if (!identify) throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
   const summarize = options.summarize ?? def.summarize;
   const describe = options.describe ?? ((o: Outcome) => o);
   const waitMs = options.waitMs ?? 10_000;
@@ -58,13 +58,13 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
       // A definition's own schema checks the tool's input first; its output is what the key and
       // the args are made of (an action's input schema is checked by the ledger itself).
       const given = def.input ? await parseArgs(def.input, input) : input;
-      const parts = key(given, call);
-      const plain = parts.every((p) => typeof p === "string" || typeof p === "number");
-      identity = `this work (${plain ? parts.join(" ") : JSON.stringify(parts)})`;
+      const parts = identify(given, call);
+      const key = operationKey({ tenant, action: def.action.type, parts });
+      identity = `this work (${readable(key.label)})`;
       const actor = typeof options.actor === "function" ? options.actor(call) : (options.actor ?? call.callId);
       const args = def.args ? def.args(given) : (given as unknown as I);
       const result = await ledger.run(def.action, {
-        tenant, key: operationKey({ tenant, action: def.action.type, parts }), args, waitMs,
+        tenant, key, args, waitMs,
         ...(actor !== undefined && { actor }), ...(call.signal && { signal: call.signal }),
       });
       return describe(outcomeOf(result, summarize));
@@ -72,4 +72,10 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
       return describe(outcomeOfError(error, { identity, action: def.name, summarize: summarize as ((r: never) => unknown) | undefined }));
     }
   };
+}
+
+/** The key's label for a sentence: its parts, hashed (sensitive) ones as "…". */
+function readable(label: string): string {
+  const parts = JSON.parse(label) as unknown[];
+  return parts.map((p) => (typeof p === "string" ? (/^sha256:[0-9a-f]{64}$/.test(p) ? "…" : p) : JSON.stringify(p))).join(" ");
 }

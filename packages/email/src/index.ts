@@ -6,3 +6,5 @@ export { Mailbox, MailboxUnavailableError } from "./email-mailbox.js";
 export { messageIdFor, referenceFor } from "./email-message.js";
 export { EnvelopeRefusedError, SendAbortedError } from "./email-smtp.js";
 export type { EmailReceipt } from "./email-receipt.js";
+export { emailTools } from "./email-tools.js";
+export type { EmailSendInput } from "./email-tools.js";

@@ -4,3 +4,5 @@ export { classifyHubSpotError } from "./hubspot-classify.js";
 export { createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";
+export { hubspotTools } from "./hubspot-tools.js";
+export type { HubSpotContactInput } from "./hubspot-tools.js";

@@ -1,0 +1,34 @@
+/**
+ * A ready tool definition for agents (see @idem/agents), shaped as its `ToolDefinition`.
+ *
+ * The identity of an email is the recipient and the business reference it is about (an order,
+ * an invoice, a ticket): one email per reference and recipient, whatever the model retries or
+ * rewords. The subject and text are what the model writes, so they are never part of the key;
+ * the recipient is hashed in the key.
+ */
+import { z } from "zod";
+import { sensitive } from "@idem/core";
+import type { EmailActions, EmailArgs } from "./email-actions.js";
+import type { EmailReceipt } from "./email-receipt.js";
+
+const sendInput = z.object({
+  to: z.string().email().describe("The recipient's address"),
+  reference: z.string().min(1).describe("What this email is about (an order, invoice or ticket id): one email per reference and recipient"),
+  subject: z.string().min(1),
+  text: z.string().min(1),
+});
+export type EmailSendInput = z.output<typeof sendInput>;
+
+export function emailTools(actions: EmailActions) {
+  return {
+    send: {
+      name: "send_email",
+      description: "Send one email about a reference (order, invoice, ticket) to a recipient. Safe to call again: the same reference and recipient is never emailed twice.",
+      action: actions.send,
+      input: sendInput,
+      args: (i: EmailSendInput): EmailArgs => ({ to: i.to.trim().toLowerCase(), subject: i.subject, text: i.text }),
+      key: (i: EmailSendInput) => ["email", i.reference, sensitive(i.to.trim().toLowerCase())],
+      summarize: (r: EmailReceipt) => ({ messageId: r.messageId }),
+    },
+  } as const;
+}

@@ -1,0 +1,34 @@
+/**
+ * A ready tool definition for agents (see @idem/agents), shaped as its `ToolDefinition`.
+ *
+ * The identity of a contact is its email address, trimmed and lowercased (hashed in the key): one
+ * record per address, whatever the model retries or however it spells the case; the names the
+ * model fills in are not part of the identity (other names for a known address are refused).
+ */
+import { z } from "zod";
+import { sensitive } from "@idem/core";
+import type { HubSpotActions, HubSpotCreateArgs } from "./hubspot-actions.js";
+import type { HubSpotReceipt } from "./hubspot-receipt.js";
+
+const contactInput = z.object({
+  email: z.string().email(),
+  firstname: z.string().min(1).nullish(),
+  lastname: z.string().min(1).nullish(),
+});
+export type HubSpotContactInput = z.output<typeof contactInput>;
+
+export function hubspotTools(actions: HubSpotActions) {
+  return {
+    createContact: {
+      name: "create_contact",
+      description: "Create a CRM contact for an email address. Safe to call again: one contact per address.",
+      action: actions.create("contacts"),
+      input: contactInput,
+      args: (i: HubSpotContactInput): HubSpotCreateArgs => ({
+        properties: { email: i.email.trim().toLowerCase(), ...(i.firstname && { firstname: i.firstname }), ...(i.lastname && { lastname: i.lastname }) },
+      }),
+      key: (i: HubSpotContactInput) => ["contact", sensitive(i.email.trim().toLowerCase())],
+      summarize: (r: HubSpotReceipt) => ({ id: r.id, new: r.new }),
+    },
+  } as const;
+}
