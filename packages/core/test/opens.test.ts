@@ -5,7 +5,9 @@
  * Descriptors are counted in /proc/self/fd: one leaked per failed open keeps a mount busy and,
  * for a process that retries, runs out.
  */
-import { readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -89,5 +91,68 @@ describe("a Postgres that accepts connections and never answers", () => {
   it("refuses timeouts that are not durations", async () => {
     await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger?connect_timeout=soon")).rejects.toThrow(/connect_timeout/);
     await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger", { statementTimeoutMs: -1 })).rejects.toThrow(/statementTimeoutMs/);
+  });
+});
+
+/**
+ * Real read-only and full filesystems (small tmpfs mounts): a failed open must leave the mount
+ * free, i.e. `umount` succeeds. Mounting needs root; elsewhere these tests are skipped, saying why.
+ */
+const mountable = (() => {
+  if (process.getuid?.() !== 0) return "mounting a tmpfs needs root";
+  const probe = mkdtempSync(join(tmpdir(), "idem-mount-probe-"));
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], { stdio: "pipe" });
+    execFileSync("umount", [probe], { stdio: "pipe" });
+    return "";
+  } catch (e) {
+    return `cannot mount a tmpfs here: ${(e as Error).message.split("\n")[0]}`;
+  } finally {
+    rmSync(probe, { recursive: true, force: true });
+  }
+})();
+if (mountable) console.warn(`skipping the read-only and full filesystem tests: ${mountable}`);
+
+describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesystem", () => {
+  const mounts: string[] = [];
+  afterEach(() => {
+    for (const m of mounts.splice(0)) {
+      try { execFileSync("umount", ["-l", m], { stdio: "pipe" }); } catch { /* already unmounted by the test */ }
+      rmSync(m, { recursive: true, force: true });
+    }
+  });
+  function mount(size: string): string {
+    const dir = mkdtempSync(join(tmpdir(), "idem-mount-"));
+    execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir]);
+    mounts.push(dir);
+    return dir;
+  }
+  /** Unmounting fails (EBUSY) while any descriptor on the mount is open. */
+  const unmount = (dir: string) => execFileSync("umount", [dir], { stdio: "pipe" });
+
+  it("read-only: refused with LedgerConfigError, and the mount is free", async () => {
+    const dir = mount("1m");
+    const path = join(dir, "ledger.db");
+    await (await openLedger(`sqlite:${path}`)).close();
+    execFileSync("mount", ["-o", "remount,ro", dir]);
+    for (let i = 0; i < 3; i++) {
+      const { error } = await refusal(openLedger(`sqlite:${path}`));
+      expect(error).toBeInstanceOf(LedgerConfigError);
+    }
+    expect(fdsOn(dir)).toEqual([]);
+    expect(() => unmount(dir)).not.toThrow();
+  });
+
+  it("full: refused with LedgerConfigError, and the mount is free", async () => {
+    const dir = mount("256k");
+    try {
+      execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
+    } catch { /* dd stops with ENOSPC: the disk is full, as wanted */ }
+    for (let i = 0; i < 3; i++) {
+      const { error } = await refusal(openLedger(`sqlite:${join(dir, "ledger.db")}`));
+      expect(error).toBeInstanceOf(LedgerConfigError);
+    }
+    expect(fdsOn(dir)).toEqual([]);
+    expect(() => unmount(dir)).not.toThrow();
   });
 });
