@@ -27,7 +27,11 @@ const r = JSON.parse(readFileSync(report, "utf8"));
 // A file that failed to load or whose hooks failed has no failed test of its own: count it.
 const brokenFiles = r.testResults.filter((f) => f.status === "failed" && !f.assertionResults.some((a) => a.status === "failed")).length;
 const passed = r.numPassedTests;
-const failed = r.numFailedTests + brokenFiles;
+// vitest fails a run on an error outside any test (an unhandled rejection, a socket error no one
+// listened to): the report has no failed test for it, so it is counted here as one.
+const outside = run.status !== 0 && r.numFailedTests + brokenFiles === 0 ? 1 : 0;
+if (outside) console.error("the run failed outside any test (see the errors above)");
+const failed = r.numFailedTests + brokenFiles + outside;
 const skipped = r.numPendingTests + r.numTodoTests;
 console.log(`${passed} passed, ${failed} failed` + (skipped ? `, ${skipped} skipped` : ""));
 process.exit(run.status !== 0 || failed > 0 || passed === 0 ? run.status || 1 : 0);
