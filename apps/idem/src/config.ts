@@ -113,7 +113,8 @@ export function parseConfig(raw: unknown, source = "(inline)", overrides: { ledg
  * environment. Provider SDKs load only when configured, so `idem ls` starts fast.
  */
 export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]> {
-  const out: Action<any, any>[] = [...config.actions];
+  // A tool's action is settled by the daemon like any other (once, by type).
+  const out: Action<any, any>[] = [...config.actions, ...config.tools.map((t) => t.action).filter((a) => !config.actions.some((b) => b.type === a.type))];
   const p = config.providers;
   if (p.stripe) {
     const { stripeActions } = await import("@idem/stripe");

@@ -13,7 +13,9 @@ import type { Outcome } from "./outcome.js";
 import { STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
-const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({ context: o.experimental_context as C, callId: o.toolCallId, signal: o.abortSignal });
+// v6 passes the run context as `experimental_context`; v7 renamed it `context`.
+const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> =>
+  ({ context: (o.experimental_context ?? (o as { context?: unknown }).context) as C, callId: o.toolCallId, signal: o.abortSignal });
 
 /** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */
 export function aiTool<A, R, I, C = unknown>(

@@ -8,7 +8,7 @@
  * model retries. The tenant comes from the run context the application set, never from the
  * model's input.
  */
-import { operationKey, parseArgs, type Action, type KeyPart, type Ledger } from "@idem/core";
+import { operationKey, parseArgs, type Action, type KeyPart, type Ledger, type RunResult } from "@idem/core";
 import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
@@ -49,10 +49,19 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
   const identify = options.key ?? def.key;
   if (!identify) throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
   const summarize = options.summarize ?? def.summarize;
+  /** The summary of a receipt, or none when the summary itself fails (the outcome stays true). */
+  const shown = summarize && ((receipt: R) => {
+    try {
+      return summarize(receipt);
+    } catch {
+      return undefined;
+    }
+  });
   const describe = options.describe ?? ((o: Outcome) => o);
   const waitMs = options.waitMs ?? 10_000;
   return async (input, call) => {
     let identity = "this work";
+    let result: RunResult<R>;
     try {
       const tenant = typeof options.tenant === "function" ? options.tenant(call) : options.tenant;
       // A definition's own schema checks the tool's input first; its output is what the key and
@@ -63,14 +72,15 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
       identity = `this work (${readable(key.label)})`;
       const actor = typeof options.actor === "function" ? options.actor(call) : (options.actor ?? call.callId);
       const args = def.args ? def.args(given) : (given as unknown as I);
-      const result = await ledger.run(def.action, {
+      result = await ledger.run(def.action, {
         tenant, key, args, waitMs,
         ...(actor !== undefined && { actor }), ...(call.signal && { signal: call.signal }),
       });
-      return describe(outcomeOf(result, summarize));
     } catch (error) {
-      return describe(outcomeOfError(error, { identity, action: def.name, summarize: summarize as ((r: never) => unknown) | undefined }));
+      return describe(outcomeOfError(error, { identity, action: def.name, summarize: shown as ((r: never) => unknown) | undefined }));
     }
+    // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
+    return describe(outcomeOf(result, shown));
   };
 }
 

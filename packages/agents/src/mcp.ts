@@ -30,6 +30,8 @@ export interface McpToolOptions<I, R, C> extends GuardOptions<I, R, C> {
   readonly context?: (extra: McpExtra) => C;
   /** The tool's name (default: the definition's). */
   readonly name?: string;
+  /** What the model reads about the tool (default: the definition's). */
+  readonly description?: string;
 }
 
 export function toCallToolResult(outcome: Outcome): CallToolResult {
@@ -43,9 +45,10 @@ const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<
 /** Registers `target` on `server` as a guarded tool. */
 export function registerGuardedTool<A, R, I, C = unknown>(server: McpServer, ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: McpToolOptions<I, R, C>): void {
   const def = definitionOf(target);
-  const run = guard(ledger, target, options);
+  // MCP's request id counts per connection: no actor at all says more in an audit trail.
+  const run = guard(ledger, target, { actor: "mcp", ...options });
   server.registerTool(options.name ?? def.name, {
-    description: def.description,
+    description: options.description ?? def.description,
     inputSchema: inputSchemaOf(def) as unknown as z.ZodObject,
     // Hints only (clients must not trust them): it acts on the world, and a repeat with the same input adds nothing.
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },

@@ -37,7 +37,8 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
   const op = `operation ${result.operationId}`;
   switch (result.status) {
     case "succeeded": {
-      const shown = summarize ? { result: summarize(result.receipt) } : {};
+      const summary = summarize?.(result.receipt);
+      const shown = summary === undefined ? {} : { result: summary };
       return result.replayed
         ? { status: "already_done", message: `Already done earlier; not repeated (${op}).`, operationId: result.operationId, ...shown }
         : { status: "done", message: `Done (${op}).`, operationId: result.operationId, ...shown };
@@ -71,7 +72,8 @@ export function outcomeOfError(error: unknown, what: { identity: string; action:
   if (error instanceof InvalidValueError) return { status: "refused", message: `Refused: invalid input: ${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}.` };
   if (error instanceof PayloadTooLargeError) return { status: "refused", message: "Refused: the input is too large." };
   if (error instanceof CompletionNotRecordedError) {
-    const shown = what.summarize ? { result: what.summarize(error.receipt as never) } : {};
+    const summary = what.summarize?.(error.receipt as never);
+    const shown = summary === undefined ? {} : { result: summary };
     return { status: "done", operationId: error.operationId, message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`, ...shown };
   }
   if (error instanceof LedgerUnavailableError) {
