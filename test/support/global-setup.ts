@@ -34,7 +34,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     user: "postgres",
     password: "postgres",
     persistent: false,
-    createPostgresUser: true,
+    createPostgresUser: process.getuid?.() === 0, // as root it runs the server as a `postgres` user it may create; otherwise as us
     // TCP only: a socket directory may not be writable by the postgres user; enough connections
     // for the 64-process races.
     postgresFlags: ["-c", "unix_socket_directories=", "-c", "max_connections=400", "-c", "listen_addresses=127.0.0.1"],
