@@ -6,6 +6,7 @@
  * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
  * millisecond times and counters). Drivers are loaded only when their URL is used.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import {
   Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type KyselyPlugin, type PluginTransformQueryArgs,
   type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type SqliteDatabase, type UnknownRow,
@@ -69,10 +70,11 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await import("better-sqlite3");
   const { SqliteDialect } = await import("kysely");
+  const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
   let database: import("better-sqlite3").Database | undefined;
   try {
-    database = new Database(path, { timeout: opts.busyTimeoutMs ?? 10_000 });
-    database.pragma("journal_mode = WAL");
+    database = new Database(path, { timeout: busyTimeoutMs });
+    await walMode(database, busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
     database.pragma("foreign_keys = ON");
@@ -99,6 +101,26 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
   };
   return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
+}
+
+/**
+ * Turns the file to WAL, which takes its exclusive lock. SQLite waits on the busy timeout for a
+ * reader, but fails at once (SQLITE_BUSY) while another connection holds the write lock of a file
+ * still in rollback mode: waiting could deadlock, as this one holds a read lock meanwhile. Opens
+ * of a new file meet that while the first one converts it (about once in 4,000 opens by 64
+ * processes at once), so try again until the busy timeout is spent, as any writer would wait.
+ */
+async function walMode(database: import("better-sqlite3").Database, timeoutMs: number): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (let pause = 1; ; pause = Math.min(pause * 2, 50)) {
+    try {
+      database.pragma("journal_mode = WAL");
+      return;
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== "SQLITE_BUSY" || Date.now() >= until) throw error;
+    }
+    await sleep(pause);
+  }
 }
 
 /**
@@ -236,15 +258,53 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
       }
     });
   }
-  return migrateToLatest(db, dialect);
+  return migrateSqlite(db);
 }
 
-async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
+/**
+ * This process's SQLite migrations, one after the other. better-sqlite3 waits for a lock by
+ * blocking the thread, so a second connection of this process waiting for the write lock would
+ * stop the one holding it from ever finishing (until the busy timeout failed it): only processes
+ * may contend for the lock. Migrations are rare and short, so one queue for every file will do.
+ */
+let sqliteMigrations: Promise<unknown> = Promise.resolve();
+
+/**
+ * kysely's Migrator takes no lock on SQLite (it assumes a single connection), so processes opening
+ * a new file together interleaved their CREATE TABLEs. SQLite's write lock is the lock: BEGIN
+ * IMMEDIATE waits for it on the busy timeout like any writer, then the schema is checked again,
+ * since another process may have migrated it meanwhile. The Migrator runs inside that transaction
+ * (it opens none of its own on SQLite; disableTransactions says so), so the pending migrations
+ * also commit as one: a crash or a failed statement leaves none half applied.
+ */
+function migrateSqlite(db: Kysely<IdemDatabase>): Promise<string[]> {
+  const run = sqliteMigrations.then(() =>
+    db.connection().execute(async (conn) => {
+      try {
+        await sql`begin immediate`.execute(conn);
+        const applied = (await isCurrent(conn)) ? [] : await migrateToLatest(conn, "sqlite", { disableTransactions: true });
+        await sql`commit`.execute(conn);
+        return applied;
+      } catch (error) {
+        // The first error is the one to report; if the rollback fails too, closing the connection
+        // (openLedger does on a failed migration) rolls back.
+        await sql`rollback`.execute(conn).catch(() => {});
+        if (error instanceof LedgerConfigError) throw error;
+        throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message}`, { cause: error });
+      }
+    }),
+  );
+  sqliteMigrations = run.catch(() => {}); // a failed open must not fail the opens queued behind it
+  return run;
+}
+
+async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName, opts: { disableTransactions?: boolean } = {}): Promise<string[]> {
   const migrator = new Migrator({
     db,
     provider: migrationProvider(dialect),
     migrationTableName: "idem_migration",
     migrationLockTableName: "idem_migration_lock",
+    ...opts,
   });
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
