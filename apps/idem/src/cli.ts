@@ -22,14 +22,22 @@ const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
 
 interface Globals { config?: string; ledger?: string; json?: boolean }
 
-async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; migrate?: boolean; onResult?: LedgerOptions["onResult"] } = {}): Promise<T> {
+/**
+ * Opens the config's ledger for one command. Only `idem migrate` (and `idem daemon --migrate`)
+ * may create or migrate a ledger: for the others a path with no ledger (a typo) or a ledger that
+ * needs migrations is refused, so an operator's command never writes a schema by accident.
+ */
+async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; schema?: "require" | "create" | "migrate"; onResult?: LedgerOptions["onResult"] } = {}): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
+  const schema = options.schema ?? "require";
   const ledger = await openLedger(config.ledger, {
-    migrate: options.migrate ?? true, leaseMs: config.daemon.leaseMs,
+    migrate: schema === "migrate", create: schema !== "require", leaseMs: config.daemon.leaseMs,
     ...(options.actions && { actions: await actionsOf(config) }),
     ...(options.onResult && { onResult: options.onResult }),
   });
   try {
+    const pending = schema === "require" ? await ledger.pendingMigrations() : [];
+    if (pending.length) throw new ConfigError(`the ledger ${redact(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`);
     return await fn(ledger, config);
   } finally {
     await ledger.close();
@@ -136,7 +144,7 @@ export function program(): Command {
     await withLedger(g(), async (ledger) => {
       const applied = await ledger.migrate();
       console.log(g().json ? JSON.stringify({ applied }) : applied.length ? `applied ${applied.join(", ")}` : "the ledger is up to date");
-    }, { migrate: false });
+    }, { schema: "create" });
   });
 
   cmd.command("stats").description("operations by tenant, action and status").option("-t, --tenant <tenant>", "only this tenant")
@@ -157,7 +165,8 @@ export function program(): Command {
   cmd.command("daemon").description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")
     .option("--name <name>", "this replica's name in logs and audit events", `${hostname()}:${process.pid}`)
     .option("--once", "run one pass and exit")
-    .action(async (o: { name: string; once?: boolean }) => {
+    .option("--migrate", "create and migrate the ledger if needed before starting (otherwise a ledger that needs migrations is refused)")
+    .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
       await withLedger(g(), async (ledger, config) => {
@@ -176,7 +185,7 @@ export function program(): Command {
         await daemon.run();
         await metrics.close();
         log.info("daemon stopped");
-      }, { actions: true, onResult: (r, info) => onResult?.(r, info) });
+      }, { actions: true, schema: o.migrate ? "migrate" : "require", onResult: (r, info) => onResult?.(r, info) });
     });
   return cmd;
 }

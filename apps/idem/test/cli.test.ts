@@ -108,3 +108,39 @@ describe("idem config", { timeout: 120_000 }, () => {
     expect(out.stderr).toMatch(/providers\.stripe\.apiKeyEnv: environment variable IDEM_TEST_NO_SUCH_KEY is not set/);
   });
 });
+
+for (const dialect of DIALECTS) {
+  describe(`idem never creates or migrates a ledger by accident, on ${dialect}`, { timeout: 180_000 }, () => {
+    it("a path with no ledger is refused (sqlite), an unmigrated database is refused; only idem migrate migrates", async () => {
+      if (dialect === "sqlite") {
+        const typo = join(tempDir(), "dmeo.db");
+        const out = await idem(["--ledger", `sqlite:${typo}`, "ls", "--tenant", "acme"]);
+        expect(out.code).toBe(2);
+        expect(out.stderr).toMatch(/no SQLite ledger at .*dmeo\.db: nothing was created/);
+        expect(existsSync(typo)).toBe(false);
+      }
+      const url = dialect === "sqlite" ? `sqlite:${join(tempDir(), "ledger.db")}` : await freshDatabase(dialect);
+      if (dialect === "sqlite") writeFileSync(url.slice("sqlite:".length), ""); // an empty file: a SQLite database with no schema
+      for (const args of [["ls", "--tenant", "acme"], ["stats"], ["daemon", "--once"]]) {
+        const out = await idem(["--ledger", url, ...args]);
+        expect(out.code, args.join(" ")).toBe(2);
+        expect(out.stderr).toMatch(/needs migrations 0001-init, .*run `idem migrate` first/);
+      }
+      const migrated = await idem(["--ledger", url, "--json", "migrate"]);
+      expect(migrated.code, migrated.stderr).toBe(0);
+      expect(JSON.parse(migrated.stdout).applied[0]).toBe("0001-init");
+      expect((await idem(["--ledger", url, "ls", "--tenant", "acme"])).code).toBe(0);
+    });
+
+    it("a ledger migrated by a newer idem is refused with a clear message", async () => {
+      const url = dialect === "sqlite" ? `sqlite:${join(tempDir(), "newer.db")}` : await freshDatabase(dialect);
+      const l = await openLedger(url);
+      await l.db.insertInto("idem_migration" as never).values({ name: "9999-from-the-future", timestamp: new Date().toISOString() } as never).execute();
+      await l.close();
+      const out = await idem(["--ledger", url, "ls", "--tenant", "acme"]);
+      expect(out.code).toBe(2);
+      expect(out.stderr).toMatch(/migrated by a newer idem \(9999-from-the-future\): upgrade/);
+      await expect(openLedger(url)).rejects.toThrow(/newer idem/);
+    });
+  });
+}

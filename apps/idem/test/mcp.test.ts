@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, tempDir } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
 import { CLI } from "./support.js";
@@ -34,7 +35,9 @@ for (const dialect of DIALECTS) {
   describe(`idem mcp on ${dialect}`, () => {
     it("serves the config's tools: one effect per note, truthful answers, the status tool", async () => {
       const dir = tempDir();
-      const client = await connect({ LEDGER_URL: await freshDatabase(dialect), EFFECT_DIR: dir, TENANT: "acme" });
+      const url = await freshDatabase(dialect);
+      await (await openLedger(url)).close(); // migrated: idem mcp, like every command but migrate, never migrates
+      const client = await connect({ LEDGER_URL: url, EFFECT_DIR: dir, TENANT: "acme" });
       const { tools } = await client.listTools();
       expect(tools.map((t) => t.name).sort()).toEqual(["operation_status", "send_note"]);
       expect(tools.find((t) => t.name === "send_note")!.annotations).toMatchObject({ idempotentHint: true });

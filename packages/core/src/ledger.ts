@@ -11,7 +11,7 @@ import { canonicalJson, sha256 } from "./canonical.js";
 import { GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
 import { operationKey, requireName, requireText, type KeyPart, type OperationKey } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
-import { connect, migrate, type ConnectionOptions } from "./open.js";
+import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
 import type { DirectExecutor } from "./query-cache.js";
 import type { RunResult, StoredError } from "./result.js";
@@ -111,6 +111,8 @@ export async function openLedger(target: string | Dialect, options: LedgerOption
   if (options.owner !== undefined) requireName(options.owner, "owner");
   const { db, dialect, direct } = await connect(target, options);
   try {
+    const { unknown } = await schemaStatus(db);
+    if (unknown.length) throw new LedgerConfigError(`this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`);
     if (options.migrate !== false) await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
@@ -337,6 +339,12 @@ export class Ledger {
     this.assertOpen();
     if (tenant !== undefined) requireName(tenant, "tenant");
     return this.store.stats(tenant);
+  }
+
+  /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */
+  async pendingMigrations(): Promise<string[]> {
+    this.assertOpen();
+    return (await schemaStatus(this.db)).pending;
   }
 
   /** Applies pending migrations (`migrate: false` at open leaves them to this). */

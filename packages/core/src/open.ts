@@ -6,6 +6,7 @@
  * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
  * millisecond times and counters). Drivers are loaded only when their URL is used.
  */
+import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type KyselyPlugin, type PluginTransformQueryArgs,
@@ -18,6 +19,11 @@ import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migratio
 import type { IdemDatabase } from "./schema.js";
 
 export interface ConnectionOptions {
+  /**
+   * SQLite: create the file when it does not exist. Default true; false refuses a path with no
+   * ledger (a typo in an operator's command must not create and migrate an empty ledger).
+   */
+  readonly create?: boolean;
   /** SQLite: fsync at every commit (`synchronous=FULL`). Default true; false trades the last commits on power loss for speed. */
   readonly durable?: boolean;
   /** SQLite: how long a writer waits for another process's lock. Default 10 s. */
@@ -71,9 +77,11 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
   const { default: Database } = await import("better-sqlite3");
   const { SqliteDialect } = await import("kysely");
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
+  const mustExist = opts.create === false && path !== ":memory:";
+  if (mustExist && !existsSync(path)) throw new LedgerConfigError(`no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`);
   let database: import("better-sqlite3").Database | undefined;
   try {
-    database = new Database(path, { timeout: busyTimeoutMs });
+    database = new Database(path, { timeout: busyTimeoutMs, fileMustExist: mustExist });
     await walMode(database, busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
@@ -309,6 +317,20 @@ async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName, o
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
   return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
+}
+
+/**
+ * The ledger's schema against this release: migrations it still needs, and migrations it has that
+ * this release does not know (a newer idem migrated it: this one must not write to it).
+ */
+export async function schemaStatus(db: Kysely<IdemDatabase>): Promise<{ pending: string[]; unknown: string[] }> {
+  let applied: string[] = [];
+  try {
+    applied = (await sql<{ name: string }>`select name from idem_migration`.execute(db)).rows.map((r) => r.name);
+  } catch {
+    // no migration table: nothing applied yet
+  }
+  return { pending: MIGRATION_NAMES.filter((n) => !applied.includes(n)), unknown: applied.filter((n) => !MIGRATION_NAMES.includes(n)) };
 }
 
 async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
