@@ -6,8 +6,17 @@ const time = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOStrin
 export function printOperations(ops: Operation[], json: boolean): void {
   if (json) return void console.log(JSON.stringify(ops));
   if (!ops.length) return void console.log("no operations");
-  const rows = ops.map((o) => [o.id, o.status, o.action, String(o.attempt), time(o.createdAt), (o.keyLabel ?? o.key.slice(0, 16)).slice(0, 40)]);
+  const rows = ops.map((o) => [o.id, o.status, o.action, String(o.attempt), time(o.createdAt), keyCell(o)]);
   table(["ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
+}
+
+/**
+ * The identity, short enough for a table. A label cut to fit ends with the start of the key's hash,
+ * so two keys that share a long prefix never look the same.
+ */
+function keyCell(o: Operation): string {
+  if (o.keyLabel === null) return o.key.slice(0, 16);
+  return o.keyLabel.length <= 40 ? o.keyLabel : `${o.keyLabel.slice(0, 28)}… #${o.key.slice(0, 8)}`;
 }
 
 export function printOperation(x: { operation: Operation; events: OperationEvent[] }, json: boolean): void {

@@ -50,6 +50,17 @@ for (const dialect of DIALECTS) {
       expect(again.code).toBe(4);
     });
 
+    it("ls never shows two long keys alike: a cut label ends with the start of the key's hash", async () => {
+      const long = "weekly-report-for-the-customer-with-a-long-name";
+      const sms = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
+      for (const week of ["2026-W01", "2026-W02"]) await ledger.run(sms, { tenant: "keys", key: [long, week], args: { to: "+1" } });
+      const out = await idem(["--ledger", url, "ls", "--tenant", "keys"]);
+      const cells = out.stdout.split("\n").slice(1).filter(Boolean).map((l) => l.slice(l.indexOf("[")));
+      expect(cells).toHaveLength(2);
+      expect(new Set(cells).size).toBe(2);
+      for (const c of cells) expect(c).toMatch(/… #[0-9a-f]{8}$/);
+    });
+
     it("usage errors exit 2", async () => {
       expect((await idem(["--ledger", url, "ls"])).code).toBe(2); // no tenant
       expect((await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--reason", "x"])).code).toBe(2); // neither verdict
