@@ -4,7 +4,8 @@
  * Supported: `sqlite:PATH` / `sqlite::memory:` (better-sqlite3; WAL; durable commits unless told
  * otherwise; a busy timeout so concurrent processes queue instead of failing) and
  * `postgres://…` / `postgresql://…` (a pg Pool; BIGINT read as numbers, which holds for
- * millisecond times and counters). Drivers are loaded only when their URL is used.
+ * millisecond times and counters). Drivers are loaded only when their URL is used: they are
+ * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
 import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -74,7 +75,7 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
 
 async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
-  const { default: Database } = await import("better-sqlite3");
+  const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
   const { SqliteDialect } = await import("kysely");
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
   const mustExist = opts.create === false && path !== ":memory:";
@@ -109,6 +110,21 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
   };
   return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
+}
+
+/**
+ * Loads a database driver. They are optional peer dependencies (a Postgres user need not compile
+ * better-sqlite3), so the one a URL asks for may be missing: say which package to install. A
+ * driver that is there but fails to load (a native build for another Node) keeps its own error.
+ */
+async function driver<M>(name: "better-sqlite3" | "pg", load: () => Promise<M>): Promise<M> {
+  try {
+    return await load();
+  } catch (cause) {
+    const missing = (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" && String((cause as Error).message).includes(`'${name}'`);
+    if (missing) throw new LedgerConfigError(`a ${name === "pg" ? "postgres://" : "sqlite:"} ledger needs the ${name} package, which is not installed: npm install ${name}`, { cause });
+    throw cause;
+  }
 }
 
 /**
@@ -153,7 +169,7 @@ function withStatementCache(database: import("better-sqlite3").Database): Sqlite
 }
 
 async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct?: DirectExecutor }> {
-  const { default: pg } = await import("pg");
+  const { default: pg } = await driver("pg", () => import("pg"));
   const { PostgresDialect } = await import("kysely");
   const t = timeouts(url, opts);
   const pool = new pg.Pool({
