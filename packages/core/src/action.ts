@@ -23,7 +23,7 @@ export interface Capabilities {
 }
 
 /**
- * The five failure classes of DESIGN.md. `classify` maps a thrown error to one of them; an error
+ * The five failure classes of docs/design.md. `classify` maps a thrown error to one of them; an error
  * it does not recognise must be `ambiguous`, because a failure we cannot explain may have
  * committed.
  */

@@ -19,7 +19,7 @@ export type Recovery =
 
 const DEFAULT_DEDUPE_MARGIN_MS = 60 * 60 * 1000;
 
-/** The replay policy table of DESIGN.md, as one function. */
+/** The replay policy table of docs/design.md, as one function. */
 export function recoveryFor(caps: Capabilities, createdAt: number, now: number, last?: { replayable?: boolean | undefined }): Recovery {
   // The provider saved an error under our key: a replay would only repeat it.
   if (caps.dedupe && last?.replayable !== false) {
@@ -66,7 +66,7 @@ export interface Snapshot {
   readonly nextCheckAt: number | null;
   /** Inconclusive checks of an unknown outcome so far. */
   readonly checks: number;
-  /** An attempt may have committed and nothing has proven otherwise yet (sticky, see DESIGN.md). */
+  /** An attempt may have committed and nothing has proven otherwise yet (sticky, see docs/design.md). */
   readonly maybeCommitted: boolean;
   /** The args are stored with the operation (lazy args are stored just before the first execution). */
   readonly hasArgs: boolean;

@@ -1,5 +1,5 @@
 /**
- * `run`: the state machine of DESIGN.md for one call. Claim (one winner), or read one snapshot
+ * `run`: the state machine of docs/design.md for one call. Claim (one winner), or read one snapshot
  * of the row that holds the key and decide on it (policy.ts `decide`): replay what is settled,
  * wait on a live lease, take over what may be taken over, execute under a heartbeat-extended
  * lease with a local deadline, classify failures and retry within the budget. Every write is a
