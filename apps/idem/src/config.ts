@@ -87,9 +87,10 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
   let raw: unknown = {};
   if (file) {
     if (!existsSync(file)) throw new ConfigError(`config file ${file} does not exist`);
+    const tsx = file.endsWith(".ts") ? await importOptional("tsx", `the TypeScript config ${file}`, () => import("tsx/esm/api"), "or write the config as .js, .mjs or .json") : undefined;
     try {
       if (file.endsWith(".json")) raw = JSON.parse(await readFile(file, "utf8"));
-      else if (file.endsWith(".ts")) raw = ((await (await import("tsx/esm/api")).tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
+      else if (tsx) raw = ((await tsx.tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
       else raw = ((await import(pathToFileURL(file).href)) as { default?: unknown }).default;
     } catch (cause) {
       throw new ConfigError(`cannot read config ${file}: ${(cause as Error).message}`, { cause });
@@ -117,7 +118,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
   const out: Action<any, any>[] = [...config.actions, ...config.tools.map((t) => t.action).filter((a) => !config.actions.some((b) => b.type === a.type))];
   const p = config.providers;
   if (p.stripe) {
-    const { stripeActions } = await import("@idem/stripe");
+    const { stripeActions } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
     const { host, port: stripePort, protocol } = p.stripe;
     const s = stripeActions({
       apiKey: secret(p.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
@@ -126,12 +127,12 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
     out.push(s.customersCreate, s.paymentIntentsCreate, s.refundsCreate);
   }
   if (p.hubspot) {
-    const { hubspotActions } = await import("@idem/hubspot");
+    const { hubspotActions } = await importOptional("@idem/hubspot", "providers.hubspot", () => import("@idem/hubspot"));
     const h = hubspotActions({ accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"), ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }) });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }
   if (p.email) {
-    const { emailActions } = await import("@idem/email");
+    const { emailActions } = await importOptional("@idem/email", "providers.email", () => import("@idem/email"));
     const e = p.email;
     const smtpAuth = e.smtp.userEnv && e.smtp.passEnv ? { auth: { user: secret(e.smtp.userEnv, "providers.email.smtp.userEnv"), pass: secret(e.smtp.passEnv, "providers.email.smtp.passEnv") } } : {};
     const imap = { host: e.imap.host, port: e.imap.port, secure: e.imap.secure ?? false, auth: { user: secret(e.imap.userEnv, "providers.email.imap.userEnv"), pass: secret(e.imap.passEnv, "providers.email.imap.passEnv") } };
@@ -149,7 +150,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
 export async function toolsOf(config: IdemConfig): Promise<ToolDefinition<any, any, any>[]> {
   const out = [...config.tools];
   if (config.providers.stripe) {
-    const { stripeActions, stripeTools } = await import("@idem/stripe");
+    const { stripeActions, stripeTools } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
     const { host, port: stripePort, protocol } = config.providers.stripe;
     const s = stripeActions({
       apiKey: secret(config.providers.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
@@ -158,6 +159,22 @@ export async function toolsOf(config: IdemConfig): Promise<ToolDefinition<any, a
     out.push(stripeTools(s).charge);
   }
   return out;
+}
+
+/**
+ * Loads a package the CLI needs only for some configs: the providers, the MCP server's packages and
+ * tsx (for a .ts config) are optional peer dependencies, so a Stripe-only operator does not install
+ * HubSpot's client. A missing one is a ConfigError naming the package to install and the setting
+ * that needs it; a package that is there but fails to load keeps its own error.
+ */
+export async function importOptional<M>(name: string, neededBy: string, load: () => Promise<M>, orElse?: string): Promise<M> {
+  try {
+    return await load();
+  } catch (cause) {
+    const missing = (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" && String((cause as Error).message).includes(`'${name}'`);
+    if (!missing) throw cause;
+    throw new ConfigError(`${neededBy} needs the ${name} package, which is not installed: npm install ${name}${orElse ? `, ${orElse}` : ""}`, { cause });
+  }
 }
 
 function secret(name: string, field: string): string {

@@ -5,12 +5,13 @@
  */
 import { hostname } from "node:os";
 import type { Ledger } from "@idem/core";
-import { ConfigError, toolsOf, type IdemConfig } from "./config.js";
+import { ConfigError, importOptional, toolsOf, type IdemConfig } from "./config.js";
 
 export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: string): Promise<void> {
-  const { McpServer } = await import("@modelcontextprotocol/sdk/server/mcp.js");
-  const { StdioServerTransport } = await import("@modelcontextprotocol/sdk/server/stdio.js");
-  const { registerGuardedTool, registerStatusTool } = await import("@idem/agents/mcp");
+  const sdk = "@modelcontextprotocol/sdk";
+  const { McpServer } = await importOptional(sdk, "idem mcp", () => import("@modelcontextprotocol/sdk/server/mcp.js"));
+  const { StdioServerTransport } = await importOptional(sdk, "idem mcp", () => import("@modelcontextprotocol/sdk/server/stdio.js"));
+  const { registerGuardedTool, registerStatusTool } = await importOptional("@idem/agents", "idem mcp", () => import("@idem/agents/mcp"));
   const tools = await toolsOf(config);
   if (tools.length === 0) throw new ConfigError(`config ${config.source} has no tools to serve (tools: [...], or a provider with ready tools)`);
   const server = new McpServer({ name: "idem", version: "0.1.0" });
