@@ -1,4 +1,8 @@
 import { defineConfig } from "vitest/config";
+import { machineFactor } from "./test/support/machine.js";
+
+// Per-test and hook timeouts are for a quiet 4-core machine; a loaded 2-core one gets more.
+const factor = machineFactor();
 
 export default defineConfig({
   resolve: {
@@ -13,7 +17,7 @@ export default defineConfig({
     // One file at a time: the race, crash and daemon suites spawn dozens of processes each and
     // measure timeouts and leases; two such files side by side on two cores starve each other.
     maxWorkers: 1,
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
+    testTimeout: Math.round(60_000 * factor),
+    hookTimeout: Math.round(60_000 * factor),
   },
 });

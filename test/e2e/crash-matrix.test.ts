@@ -13,7 +13,7 @@ import { pino } from "pino";
 import { openLedger, type Ledger } from "@idem/core";
 import { Daemon, DaemonMetrics, parseConfig } from "@idem/cli";
 import { HubSpotSandbox, JOURNAL, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
-import { DIALECTS, freshDatabase, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, freshDatabase, kill9, scaled, startChild } from "@idem/testkit";
 import { messageIdFor } from "@idem/email";
 import { ADAPTERS, POINTS, actionFor, argsFor, type Adapter, type Ports } from "./adapters.js";
 import { cuttableProxy } from "./proxy.js";
@@ -58,7 +58,7 @@ beforeAll(async () => {
   await (await import("@idem/hubspot")).hubspotActions({ accessToken: h.accessToken, basePath: h.basePath }).ensureSchema(["contacts"]);
   await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
   hookUrl = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/alerts`;
-}, 60_000);
+}, scaled(60_000));
 afterAll(async () => {
   await Promise.all([stripe?.close(), hubspot?.close(), mail?.close(), new Promise((r) => hook.close(r))]);
 });
@@ -139,7 +139,7 @@ for (const dialect of DIALECTS) {
             mail.faults.clear();
             await agent.close();
           }
-        }, 120_000);
+        }, scaled(120_000));
       }
     }
   });
@@ -177,5 +177,5 @@ describe("a database that becomes unreachable right after the effect (Postgres)"
       await proxy.close();
       await direct.close();
     }
-  }, 120_000);
+  }, scaled(120_000));
 });

@@ -5,6 +5,31 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
+import { afterAll, afterEach, beforeEach } from "vitest";
+import { scaled } from "./machine.js";
+
+/**
+ * Every child is killed when the test that started it ends (or, for children started in
+ * beforeAll, when the file ends), passed or failed: a failing test must not leave workers behind.
+ */
+const inFile = new Set<ChildProcess>();
+let inTest: Set<ChildProcess> | undefined;
+const killAll = async (procs: Set<ChildProcess>) => {
+  await Promise.all([...procs].map((p) => {
+    if (p.exitCode !== null || p.signalCode !== null) return undefined;
+    p.kill("SIGKILL");
+    return new Promise((r) => p.once("exit", r));
+  }));
+  procs.clear();
+};
+beforeEach(() => { inTest = new Set(); });
+afterEach(async () => {
+  if (inTest) await killAll(inTest);
+  inTest = undefined;
+});
+afterAll(() => killAll(inFile));
+// A last resort if the worker exits without its hooks (a crash): synchronous, so it runs.
+process.once("exit", () => { for (const p of inFile) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL"); });
 
 export interface Child {
   readonly proc: ChildProcess;
@@ -21,6 +46,8 @@ export function startChild(script: string, args: string[] = [], env: Record<stri
     env: { ...process.env, ...env },
     stdio: ["pipe", "pipe", "pipe"],
   });
+  (inTest ?? inFile).add(proc);
+  if (inTest) inFile.add(proc); // the exit hook sees every child
   const lines: string[] = [];
   const waiters: { pattern: RegExp; resolve: (l: string) => void }[] = [];
   let stderr = "";
@@ -42,7 +69,9 @@ export function startChild(script: string, args: string[] = [], env: Record<stri
     lines,
     exited,
     send: (line) => proc.stdin!.write(line + "\n"),
-    waitFor(pattern, timeoutMs = 30_000) {
+    waitFor(pattern, baseMs = 30_000) {
+      // The timeout is for a quiet 4-core machine; start-up under load takes longer.
+      const timeoutMs = scaled(baseMs);
       const seen = lines.find((l) => pattern.test(l));
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {

@@ -4,3 +4,4 @@ export { kill9, startChild } from "./children.js";
 export type { Child } from "./children.js";
 export { freePort } from "./ports.js";
 export { startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-server.js";
+export { machineFactor, scaled } from "./machine.js";

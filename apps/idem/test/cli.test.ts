@@ -3,13 +3,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
-import { DIALECTS, freshDatabase, tempDir } from "@idem/testkit";
+import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
 import { idem } from "./support.js";
 
 const parked = defineAction({ type: "sms.send", capabilities: {}, execute: async () => { throw new Error("timeout after send"); } });
 
 for (const dialect of DIALECTS) {
-  describe(`idem CLI on ${dialect}`, { timeout: 180_000 }, () => {
+  describe(`idem CLI on ${dialect}`, { timeout: scaled(180_000) }, () => {
     let url = "";
     let ledger: Ledger;
     let reviewId = "";
@@ -68,7 +68,7 @@ for (const dialect of DIALECTS) {
   });
 }
 
-describe("idem flag values", { timeout: 120_000 }, () => {
+describe("idem flag values", { timeout: scaled(120_000) }, () => {
   it("a bad --limit or --older-than is a usage error (exit 2) naming the flag, said once, before any ledger is opened", async () => {
     const db = join(tempDir(), "x.db");
     const bad = [["--limit", "abc"], ["--limit", "0"], ["--limit", "-5"], ["--older-than", "soon"]] as const;
@@ -99,7 +99,7 @@ describe("idem flag values", { timeout: 120_000 }, () => {
   });
 });
 
-describe("idem config", { timeout: 120_000 }, () => {
+describe("idem config", { timeout: scaled(120_000) }, () => {
   it("refuses a malformed config file, naming the bad fields (exit 2)", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", alerts: { webhook: { url: "not a url" } }, daemon: { intervalMs: -5 }, providers: { stripe: { apiKeyEnv: "sk_test_literal_key" } } }));
@@ -121,7 +121,7 @@ describe("idem config", { timeout: 120_000 }, () => {
 });
 
 for (const dialect of DIALECTS) {
-  describe(`idem never creates or migrates a ledger by accident, on ${dialect}`, { timeout: 180_000 }, () => {
+  describe(`idem never creates or migrates a ledger by accident, on ${dialect}`, { timeout: scaled(180_000) }, () => {
     it("a path with no ledger is refused (sqlite), an unmigrated database is refused; only idem migrate migrates", async () => {
       if (dialect === "sqlite") {
         const typo = join(tempDir(), "dmeo.db");

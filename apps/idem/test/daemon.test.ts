@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { openLedger, type Ledger } from "@idem/core";
 import { HubSpotSandbox, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
-import { DIALECTS, freePort, freshDatabase, kill9, startChild, tempDir, type Child } from "@idem/testkit";
+import { DIALECTS, freePort, freshDatabase, kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
 import { emailActions } from "@idem/email";
 import { hubspotActions } from "@idem/hubspot";
 import { stripeActions } from "@idem/stripe";
@@ -63,7 +63,7 @@ for (const dialect of DIALECTS) {
       const { operation, events } = await ledger.get(t, row!.id);
       expect(operation).toMatchObject({ attempt: 2, result: { id: lines(join(dir, "effects"))[0]![1] } });
       expect(events.some((e) => e.actor === "idem-daemon:d1")).toBe(true);
-    }, 240_000);
+    }, scaled(240_000));
 
     it("unknown outcomes at Stripe, HubSpot and the mail server are settled; the unprovable reach review with one alert each", async () => {
       const dir = tempDir();
@@ -124,7 +124,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await Promise.all([stripe.close(), hubspot.close(), mail.close()]);
       }
-    }, 240_000);
+    }, scaled(240_000));
 
     it("SIGTERM during reconciliation: the lookup in flight finishes, nothing is lost, nothing is done twice", async () => {
       const dir = tempDir();
@@ -156,7 +156,7 @@ for (const dialect of DIALECTS) {
       for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
       expect([...perKey.values()]).toEqual([1, 1, 1]);
       expect(lines(join(dir, "effects"))).toHaveLength(3);
-    }, 240_000);
+    }, scaled(240_000));
 
     it("an alert whose webhook delivery may have been sent is in review: the source alert is acked, the failure logged once, not every tick", async () => {
       const dir = tempDir();
@@ -185,7 +185,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await new Promise((r) => resetting.close(r));
       }
-    }, 240_000);
+    }, scaled(240_000));
 
     it("serves /metrics and /healthz", async () => {
       const port = await freePort();
@@ -200,7 +200,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await stopDaemon(daemon);
       }
-    }, 240_000);
+    }, scaled(240_000));
   });
 }
 
@@ -239,5 +239,5 @@ describe("three daemons on one Postgres ledger", () => {
       await ledger.close();
       await hook.close();
     }
-  }, 300_000);
+  }, scaled(300_000));
 });

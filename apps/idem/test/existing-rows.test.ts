@@ -10,7 +10,7 @@ import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { defineAction, openLedger, type Capabilities, type Ledger } from "@idem/core";
-import { DIALECTS, freshDatabase, kill9, startChild, tempDir, type Child } from "@idem/testkit";
+import { DIALECTS, freshDatabase, kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
 import { fileAction, lines, type Kind } from "./fixtures/file-actions.js";
 import { CLI, CONFIG, until, webhookReceiver } from "./support.js";
 
@@ -125,7 +125,7 @@ for (const dialect of DIALECTS) {
             expect(key.result).toEqual({ id: mine[0]![1] });
           }
         }
-      }, 240_000);
+      }, scaled(240_000));
     }
   });
 }

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { openLedger } from "@idem/core";
-import { DIALECTS, freshDatabase, tempDir } from "@idem/testkit";
+import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
 import { CLI } from "./support.js";
 
@@ -27,7 +27,7 @@ async function connect(env: Record<string, string>): Promise<Client> {
   });
   const client = new Client({ name: "idem-test", version: "1.0.0" });
   clients.push(client);
-  await client.connect(transport, { timeout: 120_000 });
+  await client.connect(transport, { timeout: scaled(120_000) });
   return client;
 }
 

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { openLedger } from "@idem/core";
-import { freePort, kill9, startChild, startPgServer, tempDir, whileLocked, type Child, type PgServer } from "@idem/testkit";
+import { freePort, kill9, scaled, startChild, startPgServer, tempDir, whileLocked, type Child, type PgServer } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
 import { CLI, CONFIG, until, webhookReceiver } from "./support.js";
 
@@ -40,12 +40,12 @@ describe("the daemon and agents through Postgres restarts", () => {
     url = await server.database();
     await (await openLedger(url)).close(); // migrated: agents and daemon open without migrating
     hook = await webhookReceiver();
-  }, 180_000);
+  }, scaled(180_000));
   afterAll(async () => {
     for (const c of children) if (c.proc.exitCode === null && c.proc.signalCode === null) await kill9(c);
     await hook?.close();
     await server?.close();
-  }, 120_000);
+  }, scaled(120_000));
 
   it("keeps running, reports the outage on /healthz and resumes; every job is done once", async (ctx) => {
     ctx.onTestFailed(() => {
@@ -119,5 +119,5 @@ describe("the daemon and agents through Postgres restarts", () => {
     daemon.proc.kill("SIGTERM");
     const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
     expect(code, stderr).toBe(0);
-  }, 420_000);
+  }, scaled(420_000));
 });

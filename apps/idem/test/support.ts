@@ -3,6 +3,7 @@ import { createServer, type Server } from "node:http";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import type { AddressInfo } from "node:net";
+import { scaled } from "@idem/testkit";
 
 export const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
 export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", import.meta.url));
@@ -27,8 +28,9 @@ export async function webhookReceiver(): Promise<{ url: string; alerts: Record<s
   };
 }
 
-/** Polls `check` until it returns true. */
-export async function until(check: () => boolean | Promise<boolean>, timeoutMs = 30_000, what = "condition"): Promise<void> {
+/** Polls `check` until it returns true; `baseMs` is for a quiet 4-core machine, scaled to this one. */
+export async function until(check: () => boolean | Promise<boolean>, baseMs = 30_000, what = "condition"): Promise<void> {
+  const timeoutMs = scaled(baseMs);
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);

@@ -10,7 +10,7 @@ import Database from "better-sqlite3";
 import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { LedgerConfigError, openLedger, type Ledger } from "@idem/core";
-import { kill9, startChild, tempDir, type Child } from "@idem/testkit";
+import { kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
 import { MIGRATION_NAMES } from "../src/migrations/index.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -59,7 +59,7 @@ describe("concurrent opens of a new SQLite file", () => {
     const ledger = await openLedger(url, { migrate: false });
     opened.push(ledger);
     await expectMigratedOnce(ledger);
-  }, 120_000);
+  }, scaled(120_000));
 
   /**
    * The first open of a new file converts it to WAL under its write lock; an open meanwhile got

@@ -15,7 +15,7 @@ import { describe, expect, it } from "vitest";
 import { PostgresDialect, SqliteDialect, sql, type DatabaseConnection, type Dialect, type Driver } from "kysely";
 import { setImmediate as yieldToLoop } from "node:timers/promises";
 import { CompletionNotRecordedError, defineAction, openLedger, type Capabilities, type Classification, type Ledger } from "@idem/core";
-import { DIALECTS, type TestDialect } from "@idem/testkit";
+import { DIALECTS, scaled, type TestDialect } from "@idem/testkit";
 import { ledgers } from "./support/ledgers.js";
 
 const SEEDS: Record<TestDialect, number> = { sqlite: 1_000, postgres: 150 };
@@ -182,7 +182,7 @@ function jittered(dialect: Dialect): Dialect {
 async function openJittered(dialect: TestDialect, url: string, options: Parameters<typeof openLedger>[1]): Promise<Ledger> {
   if (dialect === "sqlite") {
     const { default: Database } = await import("better-sqlite3");
-    const database = new Database(url.slice("sqlite:".length), { timeout: 10_000 });
+    const database = new Database(url.slice("sqlite:".length), { timeout: scaled(10_000) });
     database.pragma("journal_mode = WAL");
     database.pragma("synchronous = OFF");
     return openLedger(jittered(new SqliteDialect({ database })), options);
@@ -298,6 +298,6 @@ for (const dialect of DIALECTS) {
       await ledger.close();
       if (failures.length) console.error(failures.slice(0, 20).join("\n"));
       expect(failures, `${failures.length} of ${seeds} seeds broke "once"`).toEqual([]);
-    }, 600_000);
+    }, scaled(600_000));
   });
 }

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionNotRecordedError, LedgerConfigError, LedgerUnavailableError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
-import { startPgServer, type PgServer } from "@idem/testkit";
+import { scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -44,12 +44,12 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
   beforeAll(async () => {
     server = await startPgServer();
     url = await server.database();
-  }, 180_000);
+  }, scaled(180_000));
   afterAll(async () => {
     await server?.thaw().catch(() => {});
     for (const l of opened) await l.close().catch(() => {});
     await server?.close();
-  }, 120_000);
+  }, scaled(120_000));
 
   it("a frozen server at open: LedgerConfigError within the connect timeout", async () => {
     await (await open()).close(); // migrated before the freeze
@@ -96,7 +96,7 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     }
     expect(provider.effects).toHaveLength(11);
     expect(new Set(provider.effects.map((e) => e.key)).size).toBe(11);
-  }, 120_000);
+  }, scaled(120_000));
 
   it("a server frozen while the effect runs: the completion fails typed with the receipt; the row is settled once by lookup after the thaw", async () => {
     const provider = new TestProvider();
@@ -126,7 +126,7 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     const { operation, events } = await ledger.get(tenant, row!.id);
     expect(operation.result).toEqual({ id: provider.effects[0]!.id });
     expect(events.map((e) => e.to)).toContain("succeeded");
-  }, 120_000);
+  }, scaled(120_000));
 
   it("an immediate restart while calls hold connections: the process survives, calls fail typed, then work", async () => {
     const provider = new TestProvider();
@@ -151,5 +151,5 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     expect(provider.effects).toHaveLength(3);
     const after = await ledger.run(mail, { tenant, key: ["after"], args: { to: "a" } });
     expect(after.status).toBe("succeeded");
-  }, 120_000);
+  }, scaled(120_000));
 });

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { DIALECTS, kill9, startChild, tempDir } from "@idem/testkit";
+import { DIALECTS, kill9, scaled, startChild, tempDir } from "@idem/testkit";
 import { operationKey } from "@idem/core";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { effectLines, fileAction, type ProviderKind } from "./support/file-provider.js";
@@ -38,7 +38,7 @@ for (const dialect of DIALECTS) {
       expect(new Set(results.map((r) => r.operationId)).size).toBe(1);
       const [op] = await ledger.list({ tenant });
       expect(op).toMatchObject({ status: "succeeded", attempt: 1 });
-    }, 180_000);
+    }, scaled(180_000));
 
     const expected: Record<ProviderKind, { status: string; effects: number }> = {
       dedupe: { status: "succeeded", effects: 1 }, // replayed with the same key; the provider answered with the first object
@@ -77,7 +77,7 @@ for (const dialect of DIALECTS) {
         }
         expect(events[1]).toMatchObject({ from: "running", to: "running", attempt: 2 });
         expect(events[1]!.reason).toMatch(/lease expired/);
-      }, 60_000);
+      }, scaled(60_000));
     }
   });
 }

@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
-import { DIALECTS, freePort, ledgersFor, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { Mailbox, emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
 
 const WORKER = fileURLToPath(new URL("./children/mail-worker.ts", import.meta.url));
@@ -20,7 +20,7 @@ beforeAll(async () => {
   sandbox = new MailSandbox();
   const s = await sandbox.start();
   ports = { smtp: s.smtp.port, imap: s.imap.port };
-}, 30_000);
+}, scaled(30_000));
 afterAll(() => sandbox?.close());
 
 function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
@@ -123,7 +123,7 @@ for (const dialect of DIALECTS) {
       const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(sandbox.count(messageId)).toBe(1);
-    }, 60_000);
+    }, scaled(60_000));
 
     it("IMAP down during the pre-send check: nothing is sent; a later call sends once", async () => {
       const l = await ledger();

@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
-import { DIALECTS, ledgersFor, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
@@ -93,7 +93,7 @@ for (const dialect of DIALECTS) {
       const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: lead });
       expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: record.id, new: false } });
       expect(recordsWith("contacts", row!.key)).toHaveLength(1);
-    }, 60_000);
+    }, scaled(60_000));
 
     it("a 502 before anything was written: unknown, proven absent by the read, created once", async () => {
       const l = await ledger({ budget: { baseDelayMs: 10 } });

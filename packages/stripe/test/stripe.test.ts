@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
-import { DIALECTS, ledgersFor, kill9, startChild } from "@idem/testkit";
+import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
 
 const WORKER = fileURLToPath(new URL("./children/stripe-worker.ts", import.meta.url));
@@ -235,7 +235,7 @@ for (const dialect of DIALECTS) {
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
       expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: object.id, replayed: true } });
       expect(piCount() - before).toBe(1);
-    }, 60_000);
+    }, scaled(60_000));
   });
 }
 
