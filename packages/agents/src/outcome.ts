@@ -20,7 +20,7 @@ export type Outcome =
   | { readonly status: "pending_verification"; readonly message: string; readonly operationId: string; readonly state: Status }
   /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
-  /** Not attempted: the ledger could not be reached; nothing was sent. */
+  /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
   | { readonly status: "not_performed"; readonly message: string };
 
 const NEXT: Record<Status, string> = {
@@ -77,7 +77,9 @@ export function outcomeOfError(error: unknown, what: { identity: string; action:
     return { status: "done", operationId: error.operationId, message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`, ...shown };
   }
   if (error instanceof LedgerUnavailableError) {
-    return { status: "not_performed", message: "Not performed: the ledger is unavailable right now and nothing was sent. Trying again later with the same input is safe." };
+    // Usually nothing was sent; but the ledger may also have failed while recording an attempt
+    // that reached the provider. Either way a repeat with the same input is never done twice.
+    return { status: "not_performed", message: "Not confirmed: the ledger is unavailable right now, so this was not done or not recorded. Do not tell the user it happened; trying again later with the same input is safe (it is never done twice)." };
   }
   const name = error instanceof Error ? error.name : typeof error;
   return { status: "not_performed", message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.` };

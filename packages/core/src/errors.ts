@@ -110,8 +110,10 @@ export class GuardrailError extends IdemError {
 
 /**
  * The ledger's database could not be read or written (unreachable, full disk, read-only, a
- * failed commit). When thrown by `run` before an attempt executed, nothing was sent: the call can
- * be repeated with the same key.
+ * failed commit). Thrown by `run` before an attempt executed, nothing was sent; thrown while an
+ * attempt's outcome was being recorded, the row stays `running` and is settled by the replay
+ * policy when its lease ends. Either way the call can be repeated with the same key: it is never
+ * performed twice.
  */
 export class LedgerUnavailableError extends IdemError {
   constructor(

@@ -368,10 +368,10 @@ export class Store {
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
   async claimDue(limit: number, claimMs: number): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
     const now = this.now();
-    const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at") => {
+    const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
       // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
       // LIMIT per row and claim them all.
-      let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"])).orderBy(indexOrder).limit(limit);
+      let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"])).orderBy(indexOrder).limit(max);
       if (this.dialect === "postgres") due = due.forUpdate().skipLocked();
       return where(this.db.with("due", () => due).updateTable("idem_operations"))
         .set({ next_check_at: sql<number>`${now} + ${claimMs}` })
@@ -384,7 +384,10 @@ export class Store {
         .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
       "lease_expires_at",
     ));
-    const due = await this.guard(undefined, claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at"));
+    // At most `limit` in all: the second scan gets what the first left.
+    const left = limit - expired.length;
+    if (left <= 0) return expired;
+    const due = await this.guard(undefined, claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at", left));
     return [...expired, ...due];
   }
 
