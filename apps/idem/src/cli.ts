@@ -116,7 +116,7 @@ export function program(): Command {
       if (o.succeeded === o.failed) throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
       await withLedger(g(), async (ledger) => {
         const op = await ledger.resolve(o.tenant, id, { outcome: o.succeeded ? "succeeded" : "failed", reason: o.reason, actor: actorOf(o.actor), ...(o.ref && { reference: o.ref }) });
-        printOperation({ operation: op, events: (await ledger.get(o.tenant, id)).events }, g().json === true);
+        printOperation({ ...(await ledger.get(o.tenant, id)), operation: op }, g().json === true);
       });
     });
 

@@ -19,12 +19,31 @@ function keyCell(o: Operation): string {
   return o.keyLabel.length <= 40 ? o.keyLabel : `${o.keyLabel.slice(0, 28)}… #${o.key.slice(0, 8)}`;
 }
 
-export function printOperation(x: { operation: Operation; events: OperationEvent[] }, json: boolean): void {
-  if (json) return void console.log(JSON.stringify(x));
+/**
+ * Args as an operator needs them to decide a case (recipient, subject, amount), without what they
+ * must not see: fields named like secrets are replaced, attachments shown by name and size, long
+ * texts (bodies) cut.
+ */
+export function redactArgs(value: unknown, key = ""): unknown {
+  if (/pass(word)?|secret|token|authorization|api[-_]?key|card|cvc|cvv|iban|ssn/i.test(key)) return "[redacted]";
+  if (typeof value === "string") return value.length > 200 ? `${value.slice(0, 200)}… (${value.length} characters)` : value;
+  if (Array.isArray(value)) return value.map((v) => redactArgs(v, key));
+  if (value === null || typeof value !== "object") return value;
+  const o = value as Record<string, unknown>;
+  if (/^attachments?$/i.test(key) || (typeof o.filename === "string" && "content" in o)) {
+    return { filename: o.filename, contentType: o.contentType, size: typeof o.content === "string" ? o.content.length : undefined };
+  }
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, redactArgs(v, k)]));
+}
+
+export function printOperation(x: { operation: Operation; events: OperationEvent[]; args?: unknown }, json: boolean): void {
+  const args = x.args === undefined || x.args === null ? null : redactArgs(x.args);
+  if (json) return void console.log(JSON.stringify({ ...x, args }));
   const o = x.operation;
   const lines: [string, string][] = [
     ["id", o.id], ["tenant", o.tenant], ["action", o.action], ["status", o.status], ["attempt", String(o.attempt)],
-    ["key", o.key], ["identity", o.keyLabel ?? "(hashed only)"], ["reason", o.reason ?? "-"], ["provider ref", o.providerReference ?? "-"],
+    ["key", o.key], ["identity", o.keyLabel ?? "(hashed only)"], ["args", args === null ? "(not stored)" : JSON.stringify(args)],
+    ["reason", o.reason ?? "-"], ["provider ref", o.providerReference ?? "-"],
     ["receipt", o.result === null ? "-" : JSON.stringify(o.result)], ["error", o.error === null ? "-" : JSON.stringify(o.error)],
     ["created", time(o.createdAt)], ["updated", time(o.updatedAt)], ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
   ];

@@ -61,6 +61,22 @@ for (const dialect of DIALECTS) {
       for (const c of cells) expect(c).toMatch(/… #[0-9a-f]{8}$/);
     });
 
+    it("show gives an operator the args to decide a case, with secrets, attachments and long texts kept out", async () => {
+      const mail = defineAction({ type: "mail.parked", capabilities: {}, execute: async () => { throw new Error("timeout after DATA"); } });
+      const body = "Dear customer, ".repeat(40);
+      const args = { to: "ada@example.com", subject: "Your invoice", text: body, apiKey: "sk_live_do_not_show", attachments: [{ filename: "inv.pdf", content: "JVBERi0x".repeat(100), contentType: "application/pdf" }] };
+      const id = (await ledger.run(mail, { tenant: "shown", key: ["m"], args })).operationId;
+      const out = await idem(["--ledger", url, "--json", "show", id, "--tenant", "shown"]);
+      expect(out.code, out.stderr).toBe(0);
+      const shown = JSON.parse(out.stdout);
+      expect(shown.args).toMatchObject({ to: "ada@example.com", subject: "Your invoice", apiKey: "[redacted]", attachments: [{ filename: "inv.pdf", contentType: "application/pdf", size: 800 }] });
+      expect(shown.args.text).toMatch(/… \(600 characters\)$/);
+      expect(out.stdout).not.toContain("sk_live_do_not_show");
+      expect(out.stdout).not.toContain("JVBERi0xJVBERi0x");
+      const human = await idem(["--ledger", url, "show", id, "--tenant", "shown"]);
+      expect(human.stdout).toMatch(/^args\s+\{"apiKey":"\[redacted\]",.*"subject":"Your invoice",.*"to":"ada@example.com"\}$/m);
+    });
+
     it("usage errors exit 2", async () => {
       expect((await idem(["--ledger", url, "ls"])).code).toBe(2); // no tenant
       expect((await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--reason", "x"])).code).toBe(2); // neither verdict

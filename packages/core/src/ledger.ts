@@ -223,12 +223,13 @@ export class Ledger {
     }
   }
 
-  /** One operation with its audit events, or `OperationNotFoundError` (also for another tenant's id). */
-  async get(tenant: string, operationId: string): Promise<{ operation: Operation; events: OperationEvent[] }> {
+  /** One operation with its audit events and stored args, or `OperationNotFoundError` (also for another tenant's id). */
+  async get(tenant: string, operationId: string): Promise<{ operation: Operation; events: OperationEvent[]; args: unknown }> {
     this.assertOpen();
     const row = await this.find(tenant, operationId);
     const events = await this.store.events(tenant, operationId);
-    return { operation: toOperation(row), events: events.map(toEvent) };
+    // The stored args (null when the caller kept them out, or lazy args were never generated).
+    return { operation: toOperation(row), events: events.map(toEvent), args: row.args_json === null ? null : JSON.parse(row.args_json) };
   }
 
   /** This tenant's operations, newest first, filtered by status, action and age. */
