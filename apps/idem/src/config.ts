@@ -114,18 +114,12 @@ export function parseConfig(raw: unknown, source = "(inline)", overrides: { ledg
  * environment. Provider SDKs load only when configured, so `idem ls` starts fast.
  */
 export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]> {
-  // A tool's action is settled by the daemon like any other (once, by type).
-  const out: Action<any, any>[] = [...config.actions, ...config.tools.map((t) => t.action).filter((a) => !config.actions.some((b) => b.type === a.type))];
+  // A tool's action is settled by the daemon like any other. The ledger keeps one action per type,
+  // the last given: tools' first, so an action listed in `actions` wins over a tool's.
+  const out: Action<any, any>[] = [...config.tools.map((t) => t.action), ...config.actions];
   const p = config.providers;
-  if (p.stripe) {
-    const { stripeActions } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
-    const { host, port: stripePort, protocol } = p.stripe;
-    const s = stripeActions({
-      apiKey: secret(p.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
-      ...(host !== undefined && { host }), ...(stripePort !== undefined && { port: stripePort }), ...(protocol !== undefined && { protocol }),
-    });
-    out.push(s.customersCreate, s.paymentIntentsCreate, s.refundsCreate);
-  }
+  const stripe = await stripeOf(config);
+  if (stripe) out.push(stripe.actions.customersCreate, stripe.actions.paymentIntentsCreate, stripe.actions.refundsCreate);
   if (p.hubspot) {
     const { hubspotActions } = await importOptional("@idem/hubspot", "providers.hubspot", () => import("@idem/hubspot"));
     const h = hubspotActions({ accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"), ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }) });
@@ -148,17 +142,20 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
 
 /** The tools of the config: given ones, and the ready ones of configured providers (Stripe's charge). */
 export async function toolsOf(config: IdemConfig): Promise<ToolDefinition<any, any, any>[]> {
-  const out = [...config.tools];
-  if (config.providers.stripe) {
-    const { stripeActions, stripeTools } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
-    const { host, port: stripePort, protocol } = config.providers.stripe;
-    const s = stripeActions({
-      apiKey: secret(config.providers.stripe.apiKeyEnv, "providers.stripe.apiKeyEnv"),
-      ...(host !== undefined && { host }), ...(stripePort !== undefined && { port: stripePort }), ...(protocol !== undefined && { protocol }),
-    });
-    out.push(stripeTools(s).charge);
-  }
-  return out;
+  const stripe = await stripeOf(config);
+  return stripe ? [...config.tools, stripe.tools.charge] : [...config.tools];
+}
+
+/** The configured Stripe provider's actions and ready tools, if any (the client only holds settings). */
+async function stripeOf(config: IdemConfig) {
+  const p = config.providers.stripe;
+  if (!p) return undefined;
+  const { stripeActions, stripeTools } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
+  const actions = stripeActions({
+    apiKey: secret(p.apiKeyEnv, "providers.stripe.apiKeyEnv"),
+    ...(p.host !== undefined && { host: p.host }), ...(p.port !== undefined && { port: p.port }), ...(p.protocol !== undefined && { protocol: p.protocol }),
+  });
+  return { actions, tools: stripeTools(actions) };
 }
 
 /**

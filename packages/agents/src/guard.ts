@@ -40,6 +40,11 @@ export interface GuardOptions<I, R, C> {
   readonly waitMs?: number;
 }
 
+/** A setting given as a value, or read from the call (its run context). */
+export function fromCall<T, C>(setting: T | ((call: ToolCall<C>) => T), call: ToolCall<C>): T {
+  return typeof setting === "function" ? (setting as (call: ToolCall<C>) => T)(call) : setting;
+}
+
 /** A guarded tool: the framework calls it with the model's input and the call. */
 export type Guarded<I, C> = (input: I, call: ToolCall<C>) => Promise<Outcome>;
 
@@ -63,14 +68,14 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
     let identity = "this work";
     let result: RunResult<R>;
     try {
-      const tenant = typeof options.tenant === "function" ? options.tenant(call) : options.tenant;
+      const tenant = fromCall(options.tenant, call);
       // A definition's own schema checks the tool's input first; its output is what the key and
       // the args are made of (an action's input schema is checked by the ledger itself).
       const given = def.input ? await parseArgs(def.input, input) : input;
       const parts = identify(given, call);
       const key = operationKey({ tenant, action: def.action.type, parts });
       identity = `this work (${readable(key.label)})`;
-      const actor = typeof options.actor === "function" ? options.actor(call) : (options.actor ?? call.callId);
+      const actor = options.actor === undefined ? call.callId : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
       result = await ledger.run(def.action, {
         tenant, key, args, waitMs,

@@ -3,7 +3,7 @@
  * told is pending verification, by its id, optionally waiting a little for it to settle.
  */
 import { InvalidValueError, OperationNotFoundError, type Ledger } from "@idem/core";
-import type { ToolCall } from "./guard.js";
+import { fromCall, type ToolCall } from "./guard.js";
 import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
 
 export interface StatusInput {
@@ -22,7 +22,7 @@ export const STATUS_TOOL = {
 export function statusTool<C = unknown>(ledger: Ledger, options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown }) {
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
-      const tenant = typeof options.tenant === "function" ? options.tenant(call) : options.tenant;
+      const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), 60_000);
       const result = waitMs > 0 ? await ledger.wait(tenant, input.operationId, { timeoutMs: waitMs, ...(call.signal && { signal: call.signal }) }) : await ledger.status(tenant, input.operationId);
       const outcome = outcomeOf(result, options.summarize);

@@ -15,7 +15,7 @@ import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.j
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
 import type { DirectExecutor } from "./query-cache.js";
 import type { RunResult, StoredError } from "./result.js";
-import { Runner, checkSize, type Call, type Escalation, type RunnerSettings } from "./runner.js";
+import { Runner, checkSize, pending, replayOf, type Call, type Escalation, type RunnerSettings } from "./runner.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Store, type ListFilter, type Row } from "./store.js";
 
@@ -111,9 +111,10 @@ export async function openLedger(target: string | Dialect, options: LedgerOption
   if (options.owner !== undefined) requireName(options.owner, "owner");
   const { db, dialect, direct } = await connect(target, options);
   try {
-    const { unknown } = await schemaStatus(db);
+    // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
+    const { pending, unknown } = await schemaStatus(db);
     if (unknown.length) throw new LedgerConfigError(`this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`);
-    if (options.migrate !== false) await migrate(db, dialect);
+    if (options.migrate !== false && pending.length) await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
     throw error;
@@ -405,12 +406,10 @@ const WAITING_FOR: Record<Exclude<Status, "succeeded" | "failed">, string> = {
 };
 
 function outcomeOf(r: Row): RunResult<unknown> {
-  const at = { operationId: r.id, attempt: r.attempt };
-  if (r.status === "succeeded") return { status: "succeeded", receipt: r.result_json === null ? null : JSON.parse(r.result_json), replayed: true, ...at };
-  if (r.status === "failed") return { status: "failed", error: r.error_json === null ? { kind: "permanent", reason: r.reason ?? "failed" } : (JSON.parse(r.error_json) as StoredError), replayed: true, ...at };
+  if (r.status === "succeeded" || r.status === "failed") return replayOf(r);
   // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
   const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
-  return { status: "pending_verification", state: r.status, reason: WAITING_FOR[r.status] + why, ...at };
+  return pending(r, WAITING_FOR[r.status] + why);
 }
 
 function toOperation(r: Row): Operation {

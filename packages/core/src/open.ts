@@ -265,7 +265,10 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
   } as typeof import("pg").Client;
 }
 
-/** Applies pending migrations; a no-op (one cheap query) when the schema is current. */
+/**
+ * Applies pending migrations; a no-op (one cheap query) when the schema is current. It checks
+ * again itself (under the lock on SQLite): another process may have migrated meanwhile.
+ */
 export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
   if (await isCurrent(db)) return [];
   if (dialect === "postgres") {
@@ -350,13 +353,7 @@ export async function schemaStatus(db: Kysely<IdemDatabase>): Promise<{ pending:
 }
 
 async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
-  try {
-    const rows = await sql<{ name: string }>`select name from idem_migration`.execute(db);
-    const applied = new Set(rows.rows.map((r) => r.name));
-    return MIGRATION_NAMES.every((n) => applied.has(n));
-  } catch {
-    return false; // no migration table yet
-  }
+  return (await schemaStatus(db)).pending.length === 0;
 }
 
 /** The ledger's BIGINT columns, read as numbers whatever the pool's type parsers. */

@@ -131,9 +131,7 @@ export class Runner {
     });
     switch (decision.kind) {
       case "replay_outcome":
-        return snap.status === "succeeded"
-          ? { done: succeeded(snap, JSON.parse(snap.result_json!) as R, true) }
-          : { done: failed(snap, JSON.parse(snap.error_json!) as StoredError, true) };
+        return { done: replayOf<R>(snap) };
       case "answer":
         return { done: pending(snap, snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason) };
       case "wait": {
@@ -469,12 +467,19 @@ export function checkSize(what: "args" | "result", json: string, limit: number, 
 /** The columns the results below are built from. */
 type Settled = Pick<Row, "id" | "attempt" | "status">;
 
+/** A settled row's stored outcome, as every later caller gets it (`ledger.status` too). */
+export function replayOf<R>(row: Settled & Pick<Row, "result_json" | "error_json">): RunResult<R> {
+  return row.status === "succeeded"
+    ? succeeded(row, JSON.parse(row.result_json!) as R, true)
+    : failed(row, JSON.parse(row.error_json!) as StoredError, true);
+}
+
 function succeeded<R>(row: Settled, receipt: R, replayed: boolean): RunResult<R> {
   return { status: "succeeded", receipt, replayed, operationId: row.id, attempt: row.attempt };
 }
 function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResult<R> {
   return { status: "failed", error, replayed, operationId: row.id, attempt: row.attempt };
 }
-function pending<R>(row: Settled, reason: string): RunResult<R> {
+export function pending<R>(row: Settled, reason: string): RunResult<R> {
   return { status: "pending_verification", state: row.status, reason, operationId: row.id, attempt: row.attempt };
 }
