@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { sql } from "kysely";
 import { openLedger, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 
 const BIG = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const SMALL = 1_000;
@@ -19,13 +20,13 @@ const dir = mkdtempSync(join(tmpdir(), "idem-bench-"));
 chmodSync(dir, 0o777);
 
 /** Fills the ledger with `n` succeeded rows and 100 actionable ones, in bulk SQL. */
-async function fill(ledger: Ledger, n: number): Promise<void> {
-  const db = ledger.db;
+async function fill(ledger: Ledger, dialect: "sqlite" | "postgres", n: number): Promise<void> {
+  const db = databaseOf(ledger);
   const now = Date.now();
   const cols = `id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, provider_reference, result_json, error_json, actor, reason, next_check_at, checks, alert_pending, created_at, updated_at, completed_at, expires_at`;
   const done = (i: string) => `'op_' || ${i}, 't' || (${i} % 50), 'k' || ${i}, null, 'bench.noop', 'h', null, 'succeeded', 1, null, null, null, '{}', null, null, 'done', null, 0, 0, ${now - 7_200_000}, ${now - 7_200_000}, ${now - 7_200_000}, ${now + 86_400_000}`;
   // The audit trigger would build a million histories too; the bench measures the operations' scans.
-  if (ledger.dialect === "postgres") {
+  if (dialect === "postgres") {
     await sql.raw(`ALTER TABLE idem_operations DISABLE TRIGGER USER`).execute(db);
     await sql.raw(`INSERT INTO idem_operations (${cols}) SELECT ${done("g")} FROM generate_series(1, ${n}) g`).execute(db);
     await sql.raw(`ALTER TABLE idem_operations ENABLE TRIGGER USER`).execute(db);
@@ -47,9 +48,9 @@ async function scanMs(ledger: Ledger): Promise<number> {
   const times: number[] = [];
   for (let r = 0; r < 15; r++) {
     const t0 = process.hrtime.bigint();
-    await ledger.claimDue(200, 0);
-    await ledger.alertsDue(200);
-    await ledger.stuck(60_000, 200);
+    await ledger.daemon.claimDue({ limit: 200, claimMs: 0 });
+    await ledger.daemon.alertsDue({ limit: 200 });
+    await ledger.daemon.stuck({ olderThanMs: 60_000, limit: 200 });
     times.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
   return times.sort((a, b) => a - b)[7]!;
@@ -93,7 +94,7 @@ try {
         const url = dialect === "sqlite" ? `sqlite:${join(dir, `scan-${n}.db`)}` : await pg.url(`idem_scan_${n}`);
         const ledger = await openLedger(url, { durable: false });
         const t0 = Date.now();
-        await fill(ledger, n);
+        await fill(ledger, dialect, n);
         console.log(`${dialect}: filled ${n} + ${ACTIONABLE} rows in ${Date.now() - t0} ms`);
         result.push(await scanMs(ledger));
         await ledger.close();

@@ -29,11 +29,11 @@ async function measure(url: string, durable: boolean): Promise<{ first: number; 
     const times: number[] = [];
     for (let i = 0; i < SETTLES; i++) {
       const t0 = process.hrtime.bigint();
-      await ledger.settle(tenant, out.operationId, "bench");
+      await ledger.daemon.settle({ tenant, id: out.operationId, actor: "bench" });
       times.push(Number(process.hrtime.bigint() - t0) / 1e6);
     }
     const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
-    const { events } = await ledger.get(tenant, out.operationId);
+    const { events } = await ledger.get({ tenant, id: out.operationId });
     return { first: sum(times.slice(0, WINDOW)) / WINDOW, last: sum(times.slice(-WINDOW)) / WINDOW, events: events.length };
   } finally {
     await ledger.close();

@@ -115,7 +115,7 @@ try {
   report("C1", "a ledger alone, crash between send and record", "2 emails (the problem)", `${emailsWith("[C1]")} emails${emailsWith("[C1]") === 2 ? " (the problem)" : ""}`);
 
   const c2out = await crashedSendThenReplay("C2", "provider-saves");
-  report("C2", "idem, copy in Sent: replay after the crash", "1 email, found by Message-ID", `${emailsWith("[C2]")} email${emailsWith("[C2]") === 1 ? "" : "s"}${c2out.status === "succeeded" && c2out.receipt.foundIn ? ", found by Message-ID" : `, ${c2out.status}`}`);
+  report("C2", "idem, copy in Sent: replay after the crash", "1 email, found by Message-ID", `${emailsWith("[C2]")} email${emailsWith("[C2]") === 1 ? "" : "s"}${c2out.status === "succeeded" && c2out.receipt!.foundIn ? ", found by Message-ID" : `, ${c2out.status}`}`);
 
   const c3out = await crashedSendThenReplay("C3", "append");
   await untilTrue(async () => alerts.some((x) => x.operationId === c3out.operationId), "the needs_review alert");
@@ -129,7 +129,7 @@ try {
   await worker({ DEMO_MODE: "idem-charge", KEY: JSON.stringify(d.key) }, committed());
   await sleep(LEASE_MS + 200);
   const dout = await ledger.run(charges.paymentIntentsCreate, d);
-  report("D", "Stripe with our idempotency key, crash after the charge", "1 charge, replayed by Stripe", `${stripe.count("payment_intents") - pis} charge${dout.status === "succeeded" && dout.receipt.replayed ? ", replayed by Stripe" : ""}`);
+  report("D", "Stripe with our idempotency key, crash after the charge", "1 charge, replayed by Stripe", `${stripe.count("payment_intents") - pis} charge${dout.status === "succeeded" && dout.receipt!.replayed ? ", replayed by Stripe" : ""}`);
 
   // E: key stability.
   const week48 = operationKey({ tenant: "demo", action: "email.send", parts: ["weekly-report", "client-42", "2026-W48"] }).hash;
@@ -142,20 +142,20 @@ try {
   stripe.faults.add({ kind: "drop_after_commit", times: 2 }); // stripe-node retries a closed connection once itself
   const f = { tenant: "demo", key: ["order", "o-1002", "charge"], args: d.args, budget: { attempts: 1 } };
   const fout = await ledger.run(charges.paymentIntentsCreate, f);
-  await untilTrue(async () => (await ledger.get("demo", fout.operationId)).operation.status === "succeeded", "the daemon to reconcile F");
+  await untilTrue(async () => (await ledger.get({ tenant: "demo", id: fout.operationId })).operation.status === "succeeded", "the daemon to reconcile F");
   const fagain = await ledger.run(charges.paymentIntentsCreate, f);
-  report("F", "Stripe answer lost after commit, the daemon reconciles", "unknown, then 1 charge and its id", `${fout.status === "pending_verification" ? fout.state : fout.status}, then ${stripe.count("payment_intents") - pis} charge${fagain.status === "succeeded" && fagain.receipt.id.startsWith("pi_") ? " and its id" : ""}`);
+  report("F", "Stripe answer lost after commit, the daemon reconciles", "unknown, then 1 charge and its id", `${fout.status === "pending_verification" ? fout.state : fout.status}, then ${stripe.count("payment_intents") - pis} charge${fagain.status === "succeeded" && fagain.receipt!.id.startsWith("pi_") ? " and its id" : ""}`);
 
   // G: a worker killed mid-operation leaves a started row; the daemon alerts once and settles it.
   pis = stripe.count("payment_intents");
   const g = { key: ["order", "o-1003", "charge"] };
   stripe.faults.add({ kind: "delay_after_commit", delayMs: 30_000 });
   await worker({ DEMO_MODE: "idem-charge", KEY: JSON.stringify(g.key), LEASE_MS: "4000" }, committed());
-  const [gRow] = (await ledger.list({ tenant: "demo", status: "running" }));
-  await untilTrue(async () => (await ledger.get("demo", gRow!.id)).operation.status === "succeeded", "the daemon to settle G");
+  const [gRow] = (await ledger.admin.list({ tenant: "demo", status: "running" }));
+  await untilTrue(async () => (await ledger.get({ tenant: "demo", id: gRow!.id })).operation.status === "succeeded", "the daemon to settle G");
   for (let i = 0; i < 5; i++) await daemon.tick();
   const gAlerts = alerts.filter((x) => x.operationId === gRow!.id).map((x) => x.kind);
-  report("G", "worker killed mid-operation, the daemon takes over", "1 stuck alert, settled, 1 charge", `${gAlerts.length} ${gAlerts[0] ?? ""} alert${gAlerts.length === 1 ? "" : "s"}, ${(await ledger.get("demo", gRow!.id)).operation.status === "succeeded" ? "settled" : "not settled"}, ${stripe.count("payment_intents") - pis} charge${stripe.count("payment_intents") - pis === 1 ? "" : "s"}`);
+  report("G", "worker killed mid-operation, the daemon takes over", "1 stuck alert, settled, 1 charge", `${gAlerts.length} ${gAlerts[0] ?? ""} alert${gAlerts.length === 1 ? "" : "s"}, ${(await ledger.get({ tenant: "demo", id: gRow!.id })).operation.status === "succeeded" ? "settled" : "not settled"}, ${stripe.count("payment_intents") - pis} charge${stripe.count("payment_intents") - pis === 1 ? "" : "s"}`);
 } finally {
   await ledger.close();
   await Promise.all([mail.close(), stripe.close(), new Promise((r) => hook.close(r))]);

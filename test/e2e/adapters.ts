@@ -2,7 +2,7 @@
  * The adapters of the crash matrix, built the same way in the test and in its worker processes,
  * from the sandboxes' ports (passed in the environment to the workers).
  */
-import { defineAction, type Action } from "@idem/core";
+import { defineAction, type Action, type ActionDefinition, type LookupContract } from "@idem/core";
 import { emailActions } from "@idem/email";
 import { hubspotActions } from "@idem/hubspot";
 import { stripeActions } from "@idem/stripe";
@@ -55,5 +55,6 @@ export function withCrashPoint<A, R>(action: Action<A, R>, point: CrashPoint, on
       if (point === "response") await onPoint();
       return receipt;
     },
-  });
+    // The wrapped action kept its lookup contract; only its execute changes.
+  } as ActionDefinition<A, R> & LookupContract<A, R>);
 }

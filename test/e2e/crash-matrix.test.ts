@@ -110,7 +110,7 @@ for (const dialect of DIALECTS) {
             const child = startChild(WORKER, [], { LEDGER_URL: url, TENANT: tenant, KEY: "job", ADAPTER: adapter, POINT: point, LEASE_MS: String(LEASE_MS), PORTS: JSON.stringify(ports) });
             await (held ?? child.waitFor(/^crash-point$/));
             await kill9(child);
-            const [row] = await agent.list({ tenant });
+            const [row] = await agent.admin.list({ tenant });
             expect(row).toMatchObject({ status: "running", attempt: 1 });
             await sleep(LEASE_MS + 200);
 
@@ -119,14 +119,14 @@ for (const dialect of DIALECTS) {
             const deadline = Date.now() + 30_000;
             for (;;) {
               await daemon.tick();
-              const op = (await agent.get(tenant, row!.id)).operation;
+              const op = (await agent.get({ tenant, id: row!.id })).operation;
               const alerted = alerts.some((a) => a.operationId === row!.id);
               if ((op.status === "succeeded" && !want.alerts) || (op.status === "needs_review" && alerted)) break;
               if (Date.now() > deadline) throw new Error(`cell did not settle: ${op.status} (${op.reason}); replay said ${JSON.stringify(replay)}`);
               await sleep(100);
             }
             for (let i = 0; i < 3; i++) await daemon.tick(); // no late second effect or alert
-            const { operation } = await agent.get(tenant, row!.id);
+            const { operation } = await agent.get({ tenant, id: row!.id });
             expect({
               effects: effects(adapter, row!.key),
               status: operation.status,
@@ -161,12 +161,12 @@ describe("a database that becomes unreachable right after the effect (Postgres)"
       proxy.cut(); // the effect is done; the completion cannot reach the ledger
       const { code } = await child.exited;
       expect(code).not.toBe(0);
-      const [row] = await direct.list({ tenant: "unreachable" });
+      const [row] = await direct.admin.list({ tenant: "unreachable" });
       expect(row).toMatchObject({ status: "running", attempt: 1 });
       const config = parseConfig({ ledger: url, actions: [actionFor("stripe", ports, 5_000)], alerts: { log: false } });
       const daemon = new Daemon(direct, config, pino({ level: "silent" }), new DaemonMetrics(direct, 1_000), "matrix");
       const deadline = Date.now() + 30_000;
-      while ((await direct.get("unreachable", row!.id)).operation.status !== "succeeded") {
+      while ((await direct.get({ tenant: "unreachable", id: row!.id })).operation.status !== "succeeded") {
         if (Date.now() > deadline) throw new Error("not settled");
         await daemon.tick();
         await sleep(100);

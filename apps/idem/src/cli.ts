@@ -1,15 +1,15 @@
-#!/usr/bin/env node
 /**
  * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
  * 1 unexpected failure, 2 bad usage or configuration, 3 no such operation (for this tenant),
  * 4 the operation is not in a status that allows it.
  */
+import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import ms from "ms";
 import { pino } from "pino";
 import {
-  IdemError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, STATUSES, openLedger,
+  IdemError, InvalidTransitionError, InvalidValueError, OperationNotFoundError, STATUSES, openLedger, redactUrl,
   type Ledger, type LedgerOptions, type Status,
 } from "@idem/core";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
@@ -36,8 +36,8 @@ async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: Idem
     ...(options.onResult && { onResult: options.onResult }),
   });
   try {
-    const pending = schema === "require" ? await ledger.pendingMigrations() : [];
-    if (pending.length) throw new ConfigError(`the ledger ${redact(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`);
+    const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
+    if (pending.length) throw new ConfigError(`the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`);
     return await fn(ledger, config);
   } finally {
     await ledger.close();
@@ -69,6 +69,18 @@ function duration(v: string): number {
 /** Commander's error text ("error: …\n") as the rest of idem says it. */
 const usageMessage = (str: string) => str.trimEnd().replace(/^error: /, "");
 const actorOf = (given?: string) => given ?? `${process.env.USER ?? "operator"}@${hostname()}`;
+/** A JSON value given on the command line (`--receipt`). */
+function json(v: string): unknown {
+  try {
+    return JSON.parse(v);
+  } catch {
+    throw new InvalidArgumentError("Expected JSON.");
+  }
+}
+/** This package's version, read from its manifest (one level above src/ and dist/). */
+function version(): string {
+  return (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
+}
 
 export function program(): Command {
   const cmd = new Command("idem")
@@ -76,6 +88,7 @@ export function program(): Command {
     .option("-c, --config <path>", "config file (default: idem.config.ts|js|json in the working directory)")
     .option("--ledger <url>", "ledger URL, overriding the config (sqlite:PATH or postgres://…)")
     .option("--json", "machine-readable output")
+    .version(version(), "-V, --version")
     .exitOverride()
     // Usage errors (set before the subcommands, which inherit it): printed once, here, like the other
     // errors: `idem: …` on stderr, or with --json one JSON line. main() maps them to exit 2.
@@ -85,39 +98,48 @@ export function program(): Command {
   const g = () => cmd.opts<Globals>();
   const tenant = () => new Option("-t, --tenant <tenant>", "the tenant whose operations to act on").env("IDEM_TENANT").makeOptionMandatory();
 
-  cmd.command("ls").description("list operations, newest first")
-    .addOption(tenant())
+  cmd.command("ls").description("list operations, newest first: one tenant's, or with --all-tenants an operator's queue")
+    .addOption(new Option("-t, --tenant <tenant>", "the tenant whose operations to list").env("IDEM_TENANT"))
+    .option("--all-tenants", "every tenant's operations (with --status needs_review: what waits for a person)")
     .addOption(new Option("-s, --status <status...>", "only these statuses").choices([...STATUSES]))
     .option("-a, --action <type>", "only this action type")
     .addOption(new Option("--older-than <duration>", "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h)").argParser(duration))
     .addOption(new Option("-n, --limit <n>", `at most this many, 1 to ${LIMIT_MAX}`).argParser(count).default(50))
-    .action(async (o: { tenant: string; status?: Status[]; action?: string; olderThan?: number; limit: number }) => {
+    .option("--before <id>", "the page after this operation id (the last one of the previous page)")
+    .action(async (o: { tenant?: string; allTenants?: boolean; status?: Status[]; action?: string; olderThan?: number; limit: number; before?: string }, ls: Command) => {
+      // IDEM_TENANT in the environment does not fight --all-tenants; a tenant on the command line does.
+      const given = o.tenant !== undefined && ls.getOptionValueSource("tenant") === "cli";
+      if (o.allTenants && given) throw new InvalidValueError("ls", "give --tenant or --all-tenants, not both");
+      if (!o.allTenants && o.tenant === undefined) throw new InvalidValueError("ls", "say whose operations: --tenant <tenant> (or IDEM_TENANT), or --all-tenants");
       await withLedger(g(), async (ledger) => {
-        const ops = await ledger.list({
-          tenant: o.tenant, limit: o.limit,
+        const ops = await ledger.admin.list({
+          ...(o.allTenants ? { allTenants: true as const } : { tenant: o.tenant! }), limit: o.limit,
           ...(o.status && { status: o.status }), ...(o.action && { action: o.action }),
-          ...(o.olderThan !== undefined && { olderThanMs: o.olderThan }),
+          ...(o.olderThan !== undefined && { olderThanMs: o.olderThan }), ...(o.before !== undefined && { before: o.before }),
         });
-        printOperations(ops, g().json === true);
+        printOperations(ops, g().json === true, { tenants: o.allTenants === true, limit: o.limit });
       });
     });
 
-  cmd.command("show <id>").description("one operation with its audit events").addOption(tenant())
+  cmd.command("show <id>").description("one operation with its args (redacted), receipt, verdict and audit events").addOption(tenant())
     .action(async (id: string, o: { tenant: string }) => {
-      await withLedger(g(), async (ledger) => printOperation(await ledger.get(o.tenant, id), g().json === true));
+      await withLedger(g(), async (ledger) => printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true));
     });
 
   cmd.command("resolve <id>").description("a person's verdict on a needs_review operation").addOption(tenant())
     .option("--succeeded", "the effect happened").option("--failed", "the effect did not happen and must not be retried")
     .requiredOption("-r, --reason <text>", "why (recorded in the audit trail)")
-    .option("--ref <reference>", "the provider's reference you found (object id, Message-ID)")
+    .option("-e, --evidence <text>", "what you checked: the provider's id or link, \"found in Sent\" (kept with your verdict)")
+    .addOption(new Option("--receipt <json>", "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)").argParser(json))
     .option("--actor <name>", "who decides (default: $USER@host)")
-    .action(async (id: string, o: { tenant: string; succeeded?: boolean; failed?: boolean; reason: string; ref?: string; actor?: string }) => {
+    .action(async (id: string, o: { tenant: string; succeeded?: boolean; failed?: boolean; reason: string; evidence?: string; receipt?: unknown; actor?: string }) => {
       if (o.succeeded === o.failed) throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
+      if (o.failed && o.receipt !== undefined) throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
       await withLedger(g(), async (ledger) => {
-        const op = await ledger.resolve(o.tenant, id, { outcome: o.succeeded ? "succeeded" : "failed", reason: o.reason, actor: actorOf(o.actor), ...(o.ref && { reference: o.ref }) });
-        printOperation({ ...(await ledger.get(o.tenant, id)), operation: op }, g().json === true);
-      });
+        const common = { tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor), ...(o.evidence !== undefined && { evidence: o.evidence }) };
+        await ledger.admin.resolve(o.succeeded ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) } : { ...common, outcome: "failed" });
+        printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+      }, { actions: o.receipt !== undefined });
     });
 
   cmd.command("retry <id>").description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key").addOption(tenant())
@@ -126,30 +148,30 @@ export function program(): Command {
     .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
     .action(async (id: string, o: { tenant: string; reason: string; actor?: string; now?: boolean }) => {
       await withLedger(g(), async (ledger) => {
-        await ledger.retry(o.tenant, id, { reason: o.reason, actor: actorOf(o.actor) });
-        if (o.now) await ledger.settle(o.tenant, id, actorOf(o.actor));
-        printOperation(await ledger.get(o.tenant, id), g().json === true);
+        await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor) });
+        if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
+        printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
       }, { actions: o.now === true });
     });
 
   cmd.command("prune").description("delete completed operations past their retention").addOption(tenant())
     .action(async (o: { tenant: string }) => {
       await withLedger(g(), async (ledger) => {
-        const n = await ledger.prune(o.tenant);
+        const n = await ledger.admin.prune({ tenant: o.tenant });
         console.log(g().json ? JSON.stringify({ pruned: n }) : `pruned ${n} operations`);
       });
     });
 
   cmd.command("migrate").description("apply pending ledger migrations").action(async () => {
     await withLedger(g(), async (ledger) => {
-      const applied = await ledger.migrate();
+      const applied = await ledger.admin.migrate();
       console.log(g().json ? JSON.stringify({ applied }) : applied.length ? `applied ${applied.join(", ")}` : "the ledger is up to date");
     }, { schema: "create" });
   });
 
   cmd.command("stats").description("operations by tenant, action and status").option("-t, --tenant <tenant>", "only this tenant")
     .action(async (o: { tenant?: string }) => {
-      await withLedger(g(), async (ledger) => printStats(await ledger.stats(o.tenant), g().json === true));
+      await withLedger(g(), async (ledger) => printStats(await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant }), g().json === true));
     });
 
   cmd.command("mcp").description("serve the config's tools to an MCP client over stdio, each done once per business identity")
@@ -181,17 +203,13 @@ export function program(): Command {
         const stop = () => { log.info("stopping: finishing the work in flight"); daemon.stop(); };
         process.once("SIGTERM", stop);
         process.once("SIGINT", stop);
-        log.info({ ledger: redact(config.ledger), config: config.source }, "daemon started");
+        log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
         await daemon.run();
         await metrics.close();
         log.info("daemon stopped");
       }, { actions: true, schema: o.migrate ? "migrate" : "require", onResult: (r, info) => onResult?.(r, info) });
     });
   return cmd;
-}
-
-function redact(url: string): string {
-  return url.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -201,7 +219,7 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const json = argv.includes("--json");
-    const code = error instanceof ConfigError || error instanceof LedgerConfigError || error instanceof InvalidValueError ? EXIT.usage
+    const code = error instanceof IdemError && (error.code === "CONFIG" || error.code === "LEDGER_CONFIG" || error.code === "INVALID_VALUE") ? EXIT.usage
       : error instanceof OperationNotFoundError ? EXIT.notFound
       : error instanceof InvalidTransitionError ? EXIT.refused
       : EXIT.failure;
@@ -210,8 +228,4 @@ export async function main(argv: string[]): Promise<number> {
     else console.error(`idem: ${message}`);
     return code;
   }
-}
-
-if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
-  process.exitCode = await main(process.argv);
 }

@@ -9,28 +9,37 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import type { Action } from "@idem/core";
-import type { ToolDefinition } from "@idem/agents";
+import { IdemError, type Action } from "@idem/core";
 
-export class ConfigError extends Error {
+/** The config file or the command line cannot be used (code `CONFIG`; the command exits 2). */
+export class ConfigError extends IdemError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = "ConfigError";
+    super("CONFIG", message, options);
   }
 }
 
 /** The name of an environment variable holding a secret; the secret never appears in the file. */
 const envName = z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be the NAME of an environment variable");
 const port = z.number().int().min(0).max(65535);
-const isTool = (v: unknown): v is ToolDefinition<any, any, any> =>
-  typeof v === "object" && v !== null && typeof (v as ToolDefinition<any, any, any>).name === "string" && isAction((v as ToolDefinition<any, any, any>).action);
+/**
+ * A tool for `idem mcp`, as the config holds it: an @idem/agents `ToolDefinition` (`defineTool`,
+ * `stripeTools(...).charge`), named here by the fields the config checks, so that the CLI's
+ * published types need no @idem/agents (an optional peer).
+ */
+export interface ConfigTool {
+  readonly name: string;
+  readonly description: string;
+  readonly action: Action<any, any, any>;
+}
+const isTool = (v: unknown): v is ConfigTool =>
+  typeof v === "object" && v !== null && typeof (v as ConfigTool).name === "string" && isAction((v as ConfigTool).action);
 const isAction = (v: unknown): v is Action => typeof v === "object" && v !== null && typeof (v as Action).type === "string" && typeof (v as Action).execute === "function";
 
 const schema = z.object({
   ledger: z.string().min(1).default("sqlite:./idem.db"),
   actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
   /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
-  tools: z.array(z.custom<ToolDefinition<any, any, any>>(isTool, "must be a tool definition ({ name, description, action, input, key })")).default([]),
+  tools: z.array(z.custom<ConfigTool>(isTool, "must be a tool definition ({ name, description, action, input, key })")).default([]),
   mcp: z.object({
     /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
     tenant: z.string().min(1).optional(),
@@ -141,7 +150,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
 }
 
 /** The tools of the config: given ones, and the ready ones of configured providers (Stripe's charge). */
-export async function toolsOf(config: IdemConfig): Promise<ToolDefinition<any, any, any>[]> {
+export async function toolsOf(config: IdemConfig): Promise<ConfigTool[]> {
   const stripe = await stripeOf(config);
   return stripe ? [...config.tools, stripe.tools.charge] : [...config.tools];
 }

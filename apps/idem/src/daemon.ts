@@ -62,13 +62,13 @@ export class Daemon {
 
   private async settleDue(): Promise<void> {
     const d = this.config.daemon;
-    const due = await this.ledger.claimDue(d.batch, d.claimMs);
+    const due = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
     for (const row of due) {
       if (this.stopping) return; // the rest stay claimed for claimMs, then any daemon takes them
       if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
-        const out = await this.ledger.settle(row.tenant, row.id, this.actor, { escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } });
+        const out = await this.ledger.daemon.settle({ tenant: row.tenant, id: row.id, actor: this.actor, escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } });
         if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED)) this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });
@@ -86,7 +86,7 @@ export class Daemon {
   private async alertStuck(): Promise<void> {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
-    const running = await this.ledger.stuck(least);
+    const running = await this.ledger.daemon.stuck({ olderThanMs: least });
     const stuck = running.filter((op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant);
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
@@ -96,14 +96,14 @@ export class Daemon {
   }
 
   private async alertPending(): Promise<void> {
-    for (const op of await this.ledger.alertsDue(this.config.daemon.batch)) {
+    for (const op of await this.ledger.daemon.alertsDue({ limit: this.config.daemon.batch })) {
       if (this.stopping) return;
       if (op.tenant === this.config.alerts.tenant) {
-        await this.ledger.ackAlert(op); // a delivery in review was logged when it failed
+        await this.ledger.daemon.ackAlert(op); // a delivery in review was logged when it failed
         continue;
       }
       const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent, this.reported)) await this.ledger.ackAlert(op);
+      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent, this.reported)) await this.ledger.daemon.ackAlert(op);
     }
   }
 

@@ -4,6 +4,7 @@
  * channel: nothing else may be written there.
  */
 import { hostname } from "node:os";
+import type { ToolDefinition } from "@idem/agents";
 import type { Ledger } from "@idem/core";
 import { ConfigError, importOptional, toolsOf, type IdemConfig } from "./config.js";
 
@@ -16,7 +17,8 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   if (tools.length === 0) throw new ConfigError(`config ${config.source} has no tools to serve (tools: [...], or a provider with ready tools)`);
   const server = new McpServer({ name: "idem", version: "0.1.0" });
   const actor = `idem-mcp@${hostname()}`;
-  for (const tool of tools) registerGuardedTool(server, ledger, tool, { tenant, actor, ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }) });
+  // The config checked each tool's shape (ConfigTool); they are @idem/agents definitions.
+  for (const tool of tools) registerGuardedTool(server, ledger, tool as ToolDefinition<any, any, any>, { tenant, actor, ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }) });
   registerStatusTool(server, ledger, { tenant });
   const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
   await server.connect(new StdioServerTransport());

@@ -38,12 +38,12 @@ export class DaemonMetrics {
   private server: Server | undefined;
 
   constructor(ledger: Ledger, private readonly intervalMs: number, statsTtlMs = 15_000) {
-    let cache: { at: number; rows: Awaited<ReturnType<Ledger["stats"]>> } | undefined;
+    let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>> } | undefined;
     new Gauge({
       name: "idem_operations", help: "Operations in the ledger by status, action and tenant (unknown and needs_review included)",
       labelNames: ["status", "action", "tenant"], registers: [this.registry],
       async collect() {
-        if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.stats() };
+        if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.admin.stats() };
         this.reset();
         for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
       },

@@ -3,11 +3,13 @@ import type { Operation, OperationEvent } from "@idem/core";
 
 const time = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"));
 
-export function printOperations(ops: Operation[], json: boolean): void {
+/** A page of operations; a full page ends with the command for the next one. With `tenants`, a TENANT column. */
+export function printOperations(ops: Operation[], json: boolean, page: { tenants: boolean; limit: number }): void {
   if (json) return void console.log(JSON.stringify(ops));
   if (!ops.length) return void console.log("no operations");
-  const rows = ops.map((o) => [o.id, o.status, o.action, String(o.attempt), time(o.createdAt), keyCell(o)]);
-  table(["ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
+  const rows = ops.map((o) => [...(page.tenants ? [o.tenant] : []), o.id, o.status, o.action, String(o.attempt), time(o.createdAt), keyCell(o)]);
+  table([...(page.tenants ? ["TENANT"] : []), "ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
+  if (ops.length === page.limit) console.log(`\nmore may follow: add --before ${ops[ops.length - 1]!.id}`);
 }
 
 /**
@@ -45,6 +47,7 @@ export function printOperation(x: { operation: Operation; events: OperationEvent
     ["key", o.key], ["identity", o.keyLabel ?? "(hashed only)"], ["args", args === null ? "(not stored)" : JSON.stringify(args)],
     ["reason", o.reason ?? "-"], ["provider ref", o.providerReference ?? "-"],
     ["receipt", o.result === null ? "-" : JSON.stringify(o.result)], ["error", o.error === null ? "-" : JSON.stringify(o.error)],
+    ["verdict", o.resolution === null ? "-" : `${o.resolution.outcome} by ${o.resolution.actor} at ${time(o.resolution.at)}: ${o.resolution.reason}${o.resolution.evidence === null ? "" : ` (evidence: ${o.resolution.evidence})`}`],
     ["created", time(o.createdAt)], ["updated", time(o.updatedAt)], ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
   ];
   for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${v}`);

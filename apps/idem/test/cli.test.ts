@@ -2,7 +2,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
 import { idem } from "./support.js";
 
@@ -37,15 +39,48 @@ for (const dialect of DIALECTS) {
       const resolve = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "globex", "--succeeded", "--reason", "looks done"]);
       expect(resolve.code).toBe(3);
       expect(resolve.stderr).toMatch(/no operation/);
-      expect((await ledger.get("acme", reviewId)).operation.status).toBe("needs_review");
+      expect((await ledger.get({ tenant: "acme", id: reviewId })).operation.status).toBe("needs_review");
     });
 
-    it("resolve records the verdict with the actor in the audit trail; a second resolve is refused (exit 4)", async () => {
-      const out = await idem(["--ledger", url, "--json", "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found in the SMS console", "--ref", "SM42", "--actor", "ops:alice"]);
+    it("an operator's queue across tenants, paged with --before; --tenant and --all-tenants together are refused", async () => {
+      const other = await ledger.run(parked, { tenant: "globex", key: ["sms", 2], args: { to: "+200" } });
+      const queue = await idem(["--ledger", url, "--json", "ls", "--all-tenants", "--status", "needs_review"]);
+      expect(queue.code, queue.stderr).toBe(0);
+      const rows = JSON.parse(queue.stdout) as { id: string; tenant: string }[];
+      expect(rows.map((r) => [r.tenant, r.id])).toEqual([["globex", other.operationId], ["acme", reviewId]]); // newest first
+      const human = await idem(["--ledger", url, "ls", "--all-tenants", "--status", "needs_review", "--limit", "1"]);
+      expect(human.stdout).toMatch(new RegExp(`^TENANT\\s+ID`, "m"));
+      expect(human.stdout).toMatch(new RegExp(`^globex\\s+${other.operationId}\\s+needs_review`, "m"));
+      expect(human.stdout).toContain(`more may follow: add --before ${other.operationId}`);
+      const next = await idem(["--ledger", url, "--json", "ls", "--all-tenants", "--status", "needs_review", "--limit", "1", "--before", other.operationId]);
+      expect((JSON.parse(next.stdout) as { id: string }[]).map((r) => r.id)).toEqual([reviewId]);
+      const both = await idem(["--ledger", url, "ls", "--all-tenants", "--tenant", "acme"]);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toMatch(/--tenant or --all-tenants, not both/);
+      await ledger.admin.resolve({ tenant: "globex", id: other.operationId, outcome: "failed", reason: "not sent", actor: "test" });
+    });
+
+    it("a receipt given with resolve must be checked by the action's receipt schema: without one it is refused (exit 2), nothing changes", async () => {
+      const out = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found", "--receipt", '{"sid":"SM42"}']);
+      expect(out.code).toBe(2);
+      expect(out.stderr).toMatch(/receipt: action sms\.send .* has no receipt schema registered/);
+      expect((await ledger.get({ tenant: "acme", id: reviewId })).operation.status).toBe("needs_review");
+      expect((await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found", "--receipt", "{nope"])).code).toBe(2);
+    });
+
+    it("resolve records the verdict and evidence apart from the receipt, with the actor in the audit trail; a second resolve is refused (exit 4)", async () => {
+      const out = await idem(["--ledger", url, "--json", "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found in the SMS console", "--evidence", "SM42", "--actor", "ops:alice"]);
       expect(out.code, out.stderr).toBe(0);
-      const { events, operation } = await ledger.get("acme", reviewId);
-      expect(operation).toMatchObject({ status: "succeeded", providerReference: "SM42" });
+      const { events, operation } = await ledger.get({ tenant: "acme", id: reviewId });
+      // The provider reference stays the action's (none here), and no receipt of another shape is made up.
+      expect(operation).toMatchObject({ status: "succeeded", providerReference: null, result: null });
+      expect(operation.resolution).toEqual({ outcome: "succeeded", actor: "ops:alice", reason: "found in the SMS console", evidence: "SM42", at: operation.completedAt });
+      expect(JSON.parse(out.stdout).operation.resolution).toMatchObject({ actor: "ops:alice", evidence: "SM42" });
       expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "ops:alice" });
+      // A later caller gets the verdict, not a receipt it would misread.
+      expect(await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" } })).toMatchObject({ status: "succeeded", receipt: null, replayed: true, resolution: { actor: "ops:alice" } });
+      const shown = await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"]);
+      expect(shown.stdout).toMatch(/^verdict\s+succeeded by ops:alice at .*: found in the SMS console \(evidence: SM42\)$/m);
       const again = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--failed", "--reason", "changed my mind"]);
       expect(again.code).toBe(4);
     });
@@ -75,6 +110,12 @@ for (const dialect of DIALECTS) {
       expect(out.stdout).not.toContain("JVBERi0xJVBERi0x");
       const human = await idem(["--ledger", url, "show", id, "--tenant", "shown"]);
       expect(human.stdout).toMatch(/^args\s+\{"apiKey":"\[redacted\]",.*"subject":"Your invoice",.*"to":"ada@example.com"\}$/m);
+    });
+
+    it("--version prints the package's version", async () => {
+      const out = await idem(["--version"]);
+      expect(out.code).toBe(0);
+      expect(out.stdout.trim()).toBe(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version);
     });
 
     it("usage errors exit 2", async () => {
@@ -162,7 +203,7 @@ for (const dialect of DIALECTS) {
     it("a ledger migrated by a newer idem is refused with a clear message", async () => {
       const url = dialect === "sqlite" ? `sqlite:${join(tempDir(), "newer.db")}` : await freshDatabase(dialect);
       const l = await openLedger(url);
-      await l.db.insertInto("idem_migration" as never).values({ name: "9999-from-the-future", timestamp: new Date().toISOString() } as never).execute();
+      await databaseOf(l).insertInto("idem_migration" as never).values({ name: "9999-from-the-future", timestamp: new Date().toISOString() } as never).execute();
       await l.close();
       const out = await idem(["--ledger", url, "ls", "--tenant", "acme"]);
       expect(out.code).toBe(2);

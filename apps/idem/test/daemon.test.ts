@@ -50,17 +50,17 @@ for (const dialect of DIALECTS) {
       const worker = startChild(WORKER, [], { LEDGER_URL: url, TENANT: t, KEY: "job", EFFECT_DIR: dir, KIND: "dedupe", LEASE_MS: "6000" });
       await worker.waitFor(/^effect-done$/);
       await kill9(worker);
-      const [row] = await ledger.list({ tenant: t });
+      const [row] = await ledger.admin.list({ tenant: t });
       const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, STUCK_MS: "1000" });
       try {
-        await until(async () => (await ledger.get(t, row!.id)).operation.status === "succeeded", 90_000, "the daemon to settle the row");
+        await until(async () => (await ledger.get({ tenant: t, id: row!.id })).operation.status === "succeeded", 90_000, "the daemon to settle the row");
         await new Promise((r) => setTimeout(r, 500)); // a few more ticks: no second alert
       } finally {
         await stopDaemon(daemon);
       }
       expect(alertsFor(row!.id).map((a) => a.kind)).toEqual(["stuck"]);
       expect(lines(join(dir, "effects"))).toHaveLength(1);
-      const { operation, events } = await ledger.get(t, row!.id);
+      const { operation, events } = await ledger.get({ tenant: t, id: row!.id });
       expect(operation).toMatchObject({ attempt: 2, result: { id: lines(join(dir, "effects"))[0]![1] } });
       expect(events.some((e) => e.actor === "idem-daemon:d1")).toBe(true);
     }, scaled(240_000));
@@ -105,10 +105,10 @@ for (const dialect of DIALECTS) {
         });
         try {
           await until(async () => {
-            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get(t, o.operationId)));
+            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })));
             return ops.every((o) => o.operation.status === "succeeded");
           }, 90_000, "Stripe, HubSpot and email operations to succeed").catch(async (e) => {
-            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get(t, o.operationId)));
+            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })));
             throw new Error(`${(e as Error).message}\n${ops.map((o) => `${o.operation.action} ${o.operation.status} ${o.operation.reason}`).join("\n")}\n${daemon.lines.slice(-15).join("\n")}`);
           });
           await until(() => alertsFor(review1.operationId).length > 0 && alertsFor(review2.operationId).length > 0, 60_000, "review alerts");
@@ -143,12 +143,12 @@ for (const dialect of DIALECTS) {
       const first = startDaemon(env);
       await until(() => lines(join(dir, "reconciles")).length >= 1, 90_000, "a reconciliation to start");
       await stopDaemon(first); // returns after the reconcile in flight completed
-      const settledBefore = (await Promise.all(ids.map((id) => ledger.get(t, id)))).filter((o) => o.operation.status === "succeeded").length;
+      const settledBefore = (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).filter((o) => o.operation.status === "succeeded").length;
       expect(settledBefore).toBeGreaterThanOrEqual(1);
-      expect((await ledger.list({ tenant: t, status: "running" }))).toEqual([]); // no half-taken row left behind
+      expect((await ledger.admin.list({ tenant: t, status: "running" }))).toEqual([]); // no half-taken row left behind
       const second = startDaemon(env, "d2");
       try {
-        await until(async () => (await Promise.all(ids.map((id) => ledger.get(t, id)))).every((o) => o.operation.status === "succeeded"), 90_000, "the rest to settle");
+        await until(async () => (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).every((o) => o.operation.status === "succeeded"), 90_000, "the rest to settle");
       } finally {
         await stopDaemon(second);
       }
@@ -174,7 +174,7 @@ for (const dialect of DIALECTS) {
         const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: webhook }, "d-review");
         const failures = () => daemon.lines.filter((l) => l.includes(parked.operationId) && l.includes("did not succeed"));
         try {
-          await until(async () => !(await ledger.alertsDue(1_000)).some((a) => a.id === parked.operationId), 60_000, "the source alert to be acked");
+          await until(async () => !(await ledger.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === parked.operationId), 60_000, "the source alert to be acked");
           await until(() => failures().length >= 1, 30_000, "the failure to be logged");
           await new Promise((r) => setTimeout(r, 1_000)); // ten more ticks
         } finally {
@@ -222,7 +222,7 @@ describe("three daemons on one Postgres ledger", () => {
       const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "300", BATCH: "2" };
       const daemons = ["a", "b", "c"].map((name) => startDaemon(env, name));
       try {
-        await until(async () => (await ledger.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24, 120_000, "all unknowns to be reconciled");
+        await until(async () => (await ledger.admin.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24, 120_000, "all unknowns to be reconciled");
         await until(() => reviews.every((id) => hook.alerts.some((a) => a.operationId === id)), 60_000, "review alerts");
         await new Promise((r) => setTimeout(r, 700));
       } finally {
@@ -233,7 +233,7 @@ describe("three daemons on one Postgres ledger", () => {
       expect(perKey.size).toBe(24);
       expect([...perKey.values()].every((v) => v === 1)).toBe(true);
       for (const id of reviews) expect(hook.alerts.filter((a) => a.operationId === id)).toHaveLength(1);
-      const settledBy = new Set((await Promise.all(unknown.map((id) => ledger.get(t, id)))).flatMap((o) => o.events.map((e) => e.actor)).filter((a) => a?.startsWith("idem-daemon")));
+      const settledBy = new Set((await Promise.all(unknown.map((id) => ledger.get({ tenant: t, id })))).flatMap((o) => o.events.map((e) => e.actor)).filter((a) => a?.startsWith("idem-daemon")));
       expect(settledBy.size).toBeGreaterThan(1); // the work was shared
     } finally {
       await ledger.close();

@@ -31,7 +31,8 @@ function failing(kind: Kind, dir: string, how: "transient" | "ambiguous-after-ef
       throw new Error(how);
     },
     classify: (e) => ((e as Error).message === "transient" ? { kind: "transient", reason: "503 before execution" } : { kind: "ambiguous", reason: "timeout" }),
-    ...(kind === "lookup" && { reconcile: fileAction("lookup", dir).reconcile! }),
+    // The fixtures' lookup; consulted only where the kind declares `lookup`.
+    reconcile: fileAction("lookup", dir).reconcile!,
   });
 }
 
@@ -82,14 +83,14 @@ for (const dialect of DIALECTS) {
           }
           if (state === "retried") {
             const settler = await openLedger(url, { actions: [failing("neither", dir, "ambiguous-no-effect")], poolSize: 1 });
-            for (const op of await ledger.list({ tenant })) {
-              expect((await settler.settle(tenant, op.id, "test")).status).toBe("pending_verification");
-              await ledger.retry(tenant, op.id, { actor: "ops@example.com", reason: "checked the provider: not sent" });
+            for (const op of await ledger.admin.list({ tenant })) {
+              expect((await settler.daemon.settle({ tenant, id: op.id, actor: "test" })).status).toBe("pending_verification");
+              await ledger.admin.retry({ tenant, id: op.id, actor: "ops@example.com", reason: "checked the provider: not sent" });
             }
             await settler.close();
           }
         }
-        const seeded = await ledger.list({ tenant, limit: 1_000 });
+        const seeded = await ledger.admin.list({ tenant, limit: 1_000 });
         // An unknown outcome nothing can check (neither) is handed to a person at once.
         const seededAs = (o: { action: string }) => state === "expired" ? "running" : state === "retried" ? "pending" : state === "unknown" && o.action === "file.neither" ? "needs_review" : state;
         expect(seeded.map((o) => o.status)).toEqual(seeded.map(seededAs));
@@ -103,17 +104,17 @@ for (const dialect of DIALECTS) {
         await Promise.all([...racers.map((r) => r.waitFor(/^ready$/, 90_000)), daemon.waitFor(/daemon started/, 90_000)]);
         for (const r of racers) r.send("go");
         await Promise.all(racers.map((r) => r.waitFor(/^result /, 90_000)));
-        await until(async () => (await ledger.list({ tenant, limit: 1_000 })).every((o) => SETTLED.includes(o.status)), 90_000, "every operation to settle");
+        await until(async () => (await ledger.admin.list({ tenant, limit: 1_000 })).every((o) => SETTLED.includes(o.status)), 90_000, "every operation to settle");
         daemon.proc.kill("SIGTERM");
         const stopped = await daemon.exited;
         expect(stopped.code, stopped.stderr).toBe(0);
 
         const effects = lines(join(dir, "effects"));
-        const ops = await ledger.list({ tenant, limit: 1_000 });
+        const ops = await ledger.admin.list({ tenant, limit: 1_000 });
         for (const k of keys) {
           const key = ops.find((o) => o.keyLabel === JSON.stringify([k.key]))!;
           const mine = effects.filter((e) => e[0] === key.key);
-          const trail = (await ledger.get(tenant, key.id)).events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.actor}`).join(", ");
+          const trail = (await ledger.get({ tenant, id: key.id })).events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.actor}`).join(", ");
           expect(mine.length, `${k.key}: ${trail}`).toBeLessThanOrEqual(1);
           if (k.kind === "neither" && state !== "pending" && state !== "retried") {
             // may have committed and nothing can prove it: a person decides, nothing is resent

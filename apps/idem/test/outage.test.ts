@@ -100,8 +100,8 @@ describe("the daemon and agents through Postgres restarts", () => {
     // The daemon settles what the outages left running or unknown; then each job is done once.
     const ledger = await openLedger(url, { migrate: false, poolSize: 1 });
     try {
-      await until(async () => (await ledger.list({ tenant, limit: 10_000 })).every((op) => op.status === "succeeded"), 90_000, "every operation to be settled");
-      const ops = await ledger.list({ tenant, limit: 10_000 });
+      await until(async () => (await ledger.admin.list({ tenant, limit: 10_000 })).every((op) => op.status === "succeeded"), 90_000, "every operation to be settled");
+      const ops = await ledger.admin.list({ tenant, limit: 10_000 });
       const effects = lines(`${dir}/effects`);
       const perKey = new Map<string, number>();
       for (const [key] of effects) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);

@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { AddressInfo } from "node:net";
 import { scaled } from "@idem/testkit";
 
-export const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
+export const CLI = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
 export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", import.meta.url));
 export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
 

@@ -37,7 +37,11 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
   const op = `operation ${result.operationId}`;
   switch (result.status) {
     case "succeeded": {
-      const summary = summarize?.(result.receipt);
+      if (result.receipt === null && result.resolution) {
+        // A person found the effect but had no receipt to give: say so, without inventing one.
+        return { status: "already_done", message: `Already done earlier, as a person confirmed; not repeated (${op}).`, operationId: result.operationId };
+      }
+      const summary = summarize?.(result.receipt as R);
       const shown = summary === undefined ? {} : { result: summary };
       return result.replayed
         ? { status: "already_done", message: `Already done earlier; not repeated (${op}).`, operationId: result.operationId, ...shown }

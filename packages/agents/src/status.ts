@@ -24,7 +24,7 @@ export function statusTool<C = unknown>(ledger: Ledger, options: { tenant: strin
     try {
       const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), 60_000);
-      const result = waitMs > 0 ? await ledger.wait(tenant, input.operationId, { timeoutMs: waitMs, ...(call.signal && { signal: call.signal }) }) : await ledger.status(tenant, input.operationId);
+      const result = waitMs > 0 ? await ledger.wait({ tenant, id: input.operationId, timeoutMs: waitMs, ...(call.signal && { signal: call.signal }) }) : await ledger.status({ tenant, id: input.operationId });
       const outcome = outcomeOf(result, options.summarize);
       // A status check does not act: a settled operation was done by the call that was told "pending".
       return outcome.status === "already_done" ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` } : outcome;

@@ -80,7 +80,7 @@ for (const dialect of DIALECTS) {
       expect(result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error")).toEqual([]);
 
       // The first charge's answer came too late: it was replayed with the same key, not sent anew.
-      const { events } = await ledger.get(tenantId, done.operationId);
+      const { events } = await ledger.get({ tenant: tenantId, id: done.operationId });
       expect(events.map((e) => e.to)).toEqual(["running", "unknown", "running", "succeeded"]);
       expect(sandbox.count("payment_intents") - before).toBe(2);
       const pis = sandbox.objects.all("payment_intents").slice(-2);

@@ -43,6 +43,13 @@ export type Classification =
    */
   | { readonly kind: "ambiguous"; readonly reason: string; readonly providerRequestId?: string; readonly replayable?: boolean };
 
+/**
+ * Socket error codes of a connection that was never made (refused, unresolvable, unroutable): no
+ * byte of the request left, so nothing can have committed and the class is `transient`. Any
+ * other connection error may have happened after the request was sent.
+ */
+export const NOT_SENT_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
 /** What a lookup proved. */
 export type ReconcileResult<R> =
   /** The effect exists; this is its receipt. */
@@ -93,8 +100,6 @@ export interface ActionDefinition<A, R, I = A> {
   execute(args: A, op: OperationContext): Promise<R>;
   /** Maps an error thrown by `execute` (or `reconcile`) to a failure class. Default: ambiguous. */
   classify?(error: unknown, op: OperationContext): Classification;
-  /** Looks the effect up. Required when `capabilities.lookup` is true. */
-  reconcile?(args: A, op: OperationContext): Promise<ReconcileResult<R>>;
   /**
    * The lookup handle known before the effect (Message-ID, external id), stored on the row before
    * `execute` runs so reconciliation can find the effect after a crash.
@@ -109,14 +114,30 @@ export interface ActionDefinition<A, R, I = A> {
    * naming the field. Agent frameworks use it as the tool's input schema.
    */
   readonly input?: StandardSchemaV1<I, A>;
+  /**
+   * The receipt's schema. A person who resolves a `needs_review` operation as succeeded may give
+   * the receipt they found; it is stored only if this schema accepts it, so every caller replays
+   * a receipt of the action's own shape. Without it a person gives evidence, not a receipt.
+   */
+  readonly receipt?: StandardSchemaV1<unknown, R>;
+  /** Looks the effect up. Given exactly when `capabilities.lookup` is true (see `LookupContract`). */
+  reconcile?(args: A, op: OperationContext): Promise<ReconcileResult<R>>;
 }
+
+/**
+ * What `defineAction` checks at compile time: an action that declares `lookup: true` must give
+ * `reconcile`. (One that gives `reconcile` may compute `lookup`; it is run only when true.)
+ */
+export type LookupContract<A, R> =
+  | { readonly capabilities: { readonly lookup?: false } }
+  | { readonly capabilities: Capabilities; reconcile(args: A, op: OperationContext): Promise<ReconcileResult<R>> };
 
 export interface Action<A = unknown, R = unknown, I = A> extends ActionDefinition<A, R, I> {
   readonly classify: (error: unknown, op: OperationContext) => Classification;
 }
 
 /** Validates and returns an action; every field is checked once here rather than at each run. */
-export function defineAction<A, R, I = A>(definition: ActionDefinition<A, R, I>): Action<A, R, I> {
+export function defineAction<A, R, I = A>(definition: ActionDefinition<A, R, I> & LookupContract<A, R>): Action<A, R, I> {
   requireName(definition.type, "action.type");
   const caps = definition.capabilities ?? {};
   if (caps.lookup && typeof definition.reconcile !== "function") {
@@ -132,13 +153,13 @@ export function defineAction<A, R, I = A>(definition: ActionDefinition<A, R, I>)
   };
 }
 
-/** Validates given args with the action's schema; returns the schema's output. */
-export async function parseArgs<A>(schema: StandardSchemaV1<unknown, A>, value: unknown): Promise<A> {
+/** Validates a value (args by default) with a Standard Schema; returns the schema's output or an `InvalidValueError` naming the field. */
+export async function parseArgs<A>(schema: StandardSchemaV1<unknown, A>, value: unknown, root = "args"): Promise<A> {
   const result = await schema["~standard"].validate(value);
   if (!result.issues) return result.value;
   const [first] = result.issues;
   const path = (first?.path ?? []).map((p) => (typeof p === "object" ? p.key : p));
-  const where = path.reduce<string>((out, p) => out + (typeof p === "number" ? `[${p}]` : `.${String(p)}`), "args");
+  const where = path.reduce<string>((out, p) => out + (typeof p === "number" ? `[${p}]` : `.${String(p)}`), root);
   const more = result.issues.length > 1 ? ` (and ${result.issues.length - 1} more)` : "";
   throw new InvalidValueError(where, `${first?.message ?? "invalid"}${more}`);
 }
@@ -148,6 +169,7 @@ function defaultClassify(error: unknown): Classification {
   return { kind: "ambiguous", reason: `unclassified error: ${describeError(error)}` };
 }
 
+/** An error's name and message, for reasons stored in the ledger (never its stack). */
 export function describeError(error: unknown): string {
   if (error instanceof Error) return `${error.name}: ${error.message}`;
   return String(error);

@@ -4,10 +4,26 @@
  * without reproducing the call. Every error keeps `{ cause }` when it wraps another.
  */
 
+/** Every `code` an `IdemError` can carry: a closed set, so a `switch` over it can be exhaustive. */
+export type IdemErrorCode =
+  | "ARGS_MISMATCH"
+  | "INVALID_VALUE"
+  | "PAYLOAD_TOO_LARGE"
+  | "UNKNOWN_ACTION"
+  | "LEDGER_CONFIG"
+  | "NOT_FOUND"
+  | "INVALID_TRANSITION"
+  | "GUARDRAIL"
+  | "LEDGER_UNAVAILABLE"
+  | "COMPLETION_NOT_RECORDED"
+  | "LEASE_DEADLINE"
+  /** The `idem` command's configuration file or flags (thrown by @idem/cli). */
+  | "CONFIG";
+
 /** Base class: `code` is stable for scripts; `message` is for people. */
 export class IdemError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  readonly code: IdemErrorCode;
+  constructor(code: IdemErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
     this.code = code;
@@ -144,5 +160,18 @@ export class CompletionNotRecordedError extends IdemError {
         `the receipt is on this error and the operation will be settled by reconciliation`,
       options,
     );
+  }
+}
+
+/**
+ * The reason an action's `op.signal` is aborted with when its lease could not be renewed in time:
+ * the attempt must stop before another worker may take the operation over.
+ */
+export class LeaseDeadlineError extends IdemError {
+  constructor(
+    readonly operationId: string,
+    readonly attempt: number,
+  ) {
+    super("LEASE_DEADLINE", `attempt ${attempt} of ${operationId} could not renew its lease in time; stopping before another attempt may take over`);
   }
 }

@@ -1,23 +1,26 @@
 /**
  * The public face of the core: `openLedger(url)` and the `Ledger` it returns. `run` performs an
- * action once per (tenant, key); the rest is what operators, the daemon and the CLI need, every
- * method scoped by tenant.
+ * action once per (tenant, key); `status`, `wait` and `get` read what became of it. What
+ * operators need is on `ledger.admin` and what the daemon needs on `ledger.daemon`, kept apart
+ * as graphile-worker keeps its admin work in `WorkerUtils`. Every method is scoped by tenant
+ * and takes one options object.
  */
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Dialect, Kysely } from "kysely";
+import type { Dialect } from "kysely";
 import { parseArgs, type Action } from "./action.js";
+import { LedgerAdmin } from "./admin.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, UnknownActionError } from "./errors.js";
-import { operationKey, requireName, requireText, type KeyPart, type OperationKey } from "./keys.js";
-import type { DialectName } from "./migrations/index.js";
+import { LedgerContext, toEvent, toOperation, type Operation, type OperationEvent, type OperationRef } from "./context.js";
+import { LedgerDaemon } from "./daemon.js";
+import { GuardrailError, LedgerConfigError } from "./errors.js";
+import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
-import type { DirectExecutor } from "./query-cache.js";
-import type { RunResult, StoredError } from "./result.js";
-import { Runner, checkSize, pending, replayOf, type Call, type Escalation, type RunnerSettings } from "./runner.js";
-import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
-import { Store, type ListFilter, type Row } from "./store.js";
+import type { RunResult } from "./result.js";
+import { checkSize, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
+import type { Status } from "./schema.js";
+import { Store, type Row } from "./store.js";
 
 export interface LedgerOptions extends ConnectionOptions {
   /** Apply pending migrations on open. Default true. */
@@ -43,8 +46,6 @@ export interface LedgerOptions extends ConnectionOptions {
    * guardrail outside the model). Keys are tenants, `"*"` for the rest; absent: every action.
    */
   readonly allowedActions?: Readonly<Record<string, readonly string[]>>;
-  /** Test clock (ms since epoch) replacing the database clock. */
-  readonly clock?: () => number;
   /**
    * Called with every `run` result (for metrics: duplicates answered from the ledger are
    * `succeeded`/`failed` with `replayed: true`). Must not throw; it runs on the caller's path.
@@ -66,49 +67,37 @@ export interface RunInput<A, I = A> {
   readonly storeArgs?: boolean;
   /** Keep the readable key label. Default true; false keeps only the hash. */
   readonly keepKeyLabel?: boolean;
+  /** Overrides the ledger's retry budget for this call. */
   readonly budget?: Partial<RetryBudget>;
+  /**
+   * Gives up on the call: a wait for another worker or a pause between retries ends with the
+   * signal's reason, and a running action sees `op.signal` aborted (pass it to the provider's
+   * client). `op.signal` is also aborted when the attempt's lease could not be renewed in time
+   * (`LeaseDeadlineError`). An effect that may have started is settled by the replay policy.
+   */
   readonly signal?: AbortSignal;
-}
-
-/** An operation as operators see it. */
-export interface Operation {
-  readonly id: string;
-  readonly tenant: string;
-  readonly key: string;
-  readonly keyLabel: string | null;
-  readonly action: string;
-  readonly argsHash: string | null;
-  readonly status: Status;
-  readonly attempt: number;
-  readonly leaseOwner: string | null;
-  readonly leaseExpiresAt: number | null;
-  readonly providerReference: string | null;
-  readonly result: unknown;
-  readonly error: StoredError | null;
-  readonly reason: string | null;
-  readonly checks: number;
-  readonly nextCheckAt: number | null;
-  readonly createdAt: number;
-  readonly updatedAt: number;
-  readonly completedAt: number | null;
-  readonly expiresAt: number | null;
-}
-
-export interface OperationEvent {
-  /** Position in the operation's history, from 1. */
-  readonly id: number;
-  readonly from: Status | null;
-  readonly to: Status;
-  readonly attempt: number;
-  readonly actor: string | null;
-  readonly reason: string | null;
-  readonly providerReference: string | null;
-  readonly at: number;
 }
 
 /** Opens (and by default migrates) a ledger: `sqlite:./idem.db`, `postgres://…`, or a kysely Dialect. */
 export async function openLedger(target: string | Dialect, options: LedgerOptions = {}): Promise<Ledger> {
+  return open(target, options);
+}
+
+/**
+ * `openLedger` with a clock replacing the database's (ms since epoch): for tests only, through
+ * `@idem/core/testing`, which published builds do not contain.
+ */
+export async function open(target: string | Dialect, options: LedgerOptions, clock?: () => number): Promise<Ledger> {
   if (options.owner !== undefined) requireName(options.owner, "owner");
+  const settings: RunnerSettings = {
+    owner: options.owner ?? `${hostname()}:${process.pid}`,
+    leaseMs: positive(options.leaseMs ?? 30_000, "leaseMs"),
+    waitMs: options.waitMs ?? 0,
+    budget: { ...DEFAULT_BUDGET, ...options.budget },
+    maxArgsBytes: options.maxArgsBytes ?? 256 * 1024,
+    maxResultBytes: options.maxResultBytes ?? 64 * 1024,
+    retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
+  };
   const { db, dialect, direct } = await connect(target, options);
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
@@ -119,29 +108,35 @@ export async function openLedger(target: string | Dialect, options: LedgerOption
     await db.destroy();
     throw error;
   }
-  return new Ledger(db, dialect, options, direct);
+  const context = new LedgerContext(db, dialect, new Store(db, dialect, clock, direct), settings, options.actions ?? []);
+  const ledger = new Ledger(context, options);
+  contexts.set(ledger, context);
+  return ledger;
 }
 
-export class Ledger {
-  readonly store: Store;
-  private readonly runner: Runner;
-  private readonly settings: RunnerSettings;
-  private readonly actions = new Map<string, Action<any, any>>();
-  private closed = false;
+/** Each ledger's internals, for `@idem/core/testing` only (the objects themselves keep them private). */
+const contexts = new WeakMap<Ledger, LedgerContext>();
+export function contextOf(ledger: Ledger): LedgerContext {
+  const context = contexts.get(ledger);
+  if (!context) throw new LedgerConfigError("not a ledger opened by openLedger");
+  return context;
+}
 
-  constructor(readonly db: Kysely<IdemDatabase>, readonly dialect: DialectName, private readonly options: LedgerOptions, direct?: DirectExecutor) {
-    this.store = new Store(db, dialect, options.clock, direct);
-    this.runner = new Runner(this.store);
-    this.settings = {
-      owner: options.owner ?? `${hostname()}:${process.pid}`,
-      leaseMs: positive(options.leaseMs ?? 30_000, "leaseMs"),
-      waitMs: options.waitMs ?? 0,
-      budget: { ...DEFAULT_BUDGET, ...options.budget },
-      maxArgsBytes: options.maxArgsBytes ?? 256 * 1024,
-      maxResultBytes: options.maxResultBytes ?? 64 * 1024,
-      retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
-    };
-    for (const a of options.actions ?? []) this.actions.set(a.type, a);
+/** The agents' surface. Opened with `openLedger`; `admin` is the operators', `daemon` the daemon's. */
+export class Ledger {
+  /** Operators' work: list, resolve, retry, prune, stats, migrations. */
+  readonly admin: LedgerAdmin;
+  /** The daemon's work (and `idem retry --now`): claim due operations, settle them, alerts. */
+  readonly daemon: LedgerDaemon;
+  readonly #context: LedgerContext;
+  readonly #options: LedgerOptions;
+
+  /** @internal Use `openLedger`. */
+  constructor(context: LedgerContext, options: LedgerOptions) {
+    this.#context = context;
+    this.#options = options;
+    this.admin = new LedgerAdmin(context);
+    this.daemon = new LedgerDaemon(context);
   }
 
   /**
@@ -150,10 +145,12 @@ export class Ledger {
    * caller bugs: `ArgsMismatchError`, `InvalidValueError`, `PayloadTooLargeError` (nothing written).
    */
   async run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
-    this.assertOpen();
+    const context = this.#context;
+    context.assertOpen();
     requireName(input.tenant, "tenant");
     if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
-    this.checkAllowed(input.tenant, action.type);
+    this.#checkAllowed(input.tenant, action.type);
+    const settings = context.settings;
     const key = isOperationKey(input.key) ? input.key : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
     let args: Call<A, R>["args"];
     if (typeof input.args === "function") {
@@ -161,42 +158,19 @@ export class Ledger {
     } else {
       const value = action.input ? await parseArgs(action.input, input.args) : (input.args as unknown as A);
       const json = canonicalJson(value, "args");
-      checkSize("args", json, this.settings.maxArgsBytes);
+      checkSize("args", json, settings.maxArgsBytes);
       action.validate?.(value);
       args = { kind: "given", value, json, hash: sha256(json) };
     }
-    const result = await this.runner.run({
+    const result = await context.runner.run({
       // The runner sees args after the schema: the input type has done its work here.
       action: action as unknown as Action<A, R>, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
       key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
       storeArgs: input.storeArgs ?? true,
-      settings: { ...this.settings, waitMs: input.waitMs ?? this.settings.waitMs, budget: { ...this.settings.budget, ...input.budget } },
+      settings: { ...settings, waitMs: input.waitMs ?? settings.waitMs, budget: { ...settings.budget, ...input.budget } },
     });
-    this.options.onResult?.(result, { action: action.type, tenant: input.tenant });
+    this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
     return result;
-  }
-
-  /**
-   * Recovers a stored operation without its caller (daemon, `idem retry`): replays, reconciles or
-   * parks it by the replay policy, using the args stored with it. Throws `UnknownActionError` when
-   * its action type was not registered in `options.actions` (the row is untouched). `escalate`: an
-   * unknown outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock,
-   * goes to a person instead of being checked again.
-   */
-  async settle(tenant: string, operationId: string, actor: string | null = null, options: { escalate?: Escalation } = {}): Promise<RunResult<unknown>> {
-    this.assertOpen();
-    if (actor !== null) requireName(actor, "actor");
-    const row = await this.find(tenant, operationId);
-    const action = this.actions.get(row.action);
-    if (!action) throw new UnknownActionError(row.action, row.id);
-    const call: Call<unknown, unknown> = {
-      action, tenant, actor, key: { hash: row.key, label: row.key_label }, storeArgs: true,
-      args: row.args_json !== null && row.args_hash !== null
-        ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
-        : { kind: "stored" },
-      settings: this.settings,
-    };
-    return this.runner.settle(call, row, options.escalate);
   }
 
   /**
@@ -204,9 +178,8 @@ export class Ledger {
    * `succeeded`/`failed` (replayed) once settled, else `pending_verification` with its state.
    * `OperationNotFoundError` for an id of another tenant.
    */
-  async status(tenant: string, operationId: string): Promise<RunResult<unknown>> {
-    this.assertOpen();
-    return outcomeOf(await this.find(tenant, operationId));
+  async status(ref: OperationRef): Promise<RunResult<unknown>> {
+    return outcomeOf(await this.#context.find(ref));
   }
 
   /**
@@ -214,183 +187,39 @@ export class Ledger {
    * (`pending_verification`) when `timeoutMs` (default 30 s) passes or `signal` aborts. It polls,
    * from 50 ms up to every second; what settles it is the worker, the daemon or a person.
    */
-  async wait(tenant: string, operationId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RunResult<unknown>> {
-    const deadline = performance.now() + (options.timeoutMs ?? 30_000);
+  async wait(ref: OperationRef & { readonly timeoutMs?: number; readonly signal?: AbortSignal }): Promise<RunResult<unknown>> {
+    const deadline = performance.now() + (ref.timeoutMs ?? 30_000);
     for (let delay = 50; ; delay = Math.min(delay * 1.5, 1_000)) {
-      const out = await this.status(tenant, operationId);
+      const out = await this.status(ref);
       const left = deadline - performance.now();
-      if (out.status !== "pending_verification" || left <= 0 || options.signal?.aborted) return out;
-      await sleep(Math.min(delay, left), undefined, options.signal ? { signal: options.signal } : {}).catch(() => {});
+      if (out.status !== "pending_verification" || left <= 0 || ref.signal?.aborted) return out;
+      await sleep(Math.min(delay, left), undefined, ref.signal ? { signal: ref.signal } : {}).catch(() => {});
     }
   }
 
   /** One operation with its audit events and stored args, or `OperationNotFoundError` (also for another tenant's id). */
-  async get(tenant: string, operationId: string): Promise<{ operation: Operation; events: OperationEvent[]; args: unknown }> {
-    this.assertOpen();
-    const row = await this.find(tenant, operationId);
-    const events = await this.store.events(tenant, operationId);
+  async get(ref: OperationRef): Promise<{ operation: Operation; events: OperationEvent[]; args: unknown }> {
+    const row = await this.#context.find(ref);
+    const events = await this.#context.store.events(ref.tenant, ref.id);
     // The stored args (null when the caller kept them out, or lazy args were never generated).
     return { operation: toOperation(row), events: events.map(toEvent), args: row.args_json === null ? null : JSON.parse(row.args_json) };
   }
 
-  /** This tenant's operations, newest first, filtered by status, action and age. */
-  async list(filter: ListFilter): Promise<Operation[]> {
-    this.assertOpen();
-    requireName(filter.tenant, "tenant");
-    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0)) throw new InvalidValueError("limit", "must be a positive whole number");
-    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0)) throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
-    return (await this.store.list(filter)).map(toOperation);
-  }
-
-  /**
-   * A person's verdict on a `needs_review` operation: it happened (`succeeded`, with the
-   * reference they found) or it did not and must not be retried (`failed`).
-   */
-  async resolve(tenant: string, operationId: string, verdict: { outcome: "succeeded" | "failed"; reason: string; actor: string; reference?: string; receipt?: unknown }): Promise<Operation> {
-    this.assertOpen();
-    requireVerdict(verdict);
-    if (verdict.reference !== undefined) requireText(verdict.reference, "reference", 1_000);
-    const row = await this.find(tenant, operationId);
-    if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
-    const reason = `resolved by a person: ${verdict.reason}`;
-    const receipt = verdict.outcome === "succeeded" ? (verdict.receipt ?? { resolvedBy: verdict.actor, reference: verdict.reference ?? null }) : undefined;
-    const done = await this.store.transition(row, verdict.outcome, {
-      actor: verdict.actor, reason, completed: true, retentionMs: this.settings.retentionMs, alert: false,
-      ...(verdict.reference !== undefined && { provider_reference: verdict.reference }),
-      ...(receipt !== undefined
-        ? { result_json: canonicalJson(receipt, "receipt") }
-        : { error_json: JSON.stringify({ kind: "permanent", reason } satisfies StoredError) }),
-    });
-    if (!done) throw new InvalidTransitionError(row.id, "changed concurrently", verdict.outcome);
-    return toOperation(done);
-  }
-
-  /**
-   * Marks an operation as known not done so the next call or the daemon runs it again with the
-   * same key: for `needs_review` after a person checked the provider, or `failed` after the cause
-   * was fixed.
-   */
-  async retry(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
-    this.assertOpen();
-    requireVerdict(verdict);
-    const row = await this.find(tenant, operationId);
-    if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
-    // A person's word that it was not done: the checks of the earlier outcome start over.
-    const back = await this.store.transition(row, "pending", { actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, checks: 0, result_json: null, alert: false });
-    if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
-    return toOperation(back);
-  }
-
-  /**
-   * Sends an unknown operation to a person (the daemon, after too many inconclusive lookups or
-   * too long): `needs_review`, with an alert.
-   */
-  async escalate(tenant: string, operationId: string, verdict: { reason: string; actor: string }): Promise<Operation> {
-    this.assertOpen();
-    requireVerdict(verdict);
-    const row = await this.find(tenant, operationId);
-    if (row.status !== "unknown") throw new InvalidTransitionError(row.id, row.status, "needs_review");
-    const parked = await this.store.transition(row, "needs_review", { actor: verdict.actor, reason: verdict.reason, alert: true });
-    if (!parked) throw new InvalidTransitionError(row.id, "changed concurrently", "needs_review");
-    return toOperation(parked);
-  }
-
-  /** Deletes this tenant's completed operations past their retention; returns how many. */
-  async prune(tenant: string, options: { limit?: number } = {}): Promise<number> {
-    this.assertOpen();
-    requireName(tenant, "tenant");
-    return this.store.prune(tenant, options.limit ?? 10_000);
-  }
-
-  // ---- Operator scope: across tenants, for the daemon and `idem stats`. Not for agents. ----
-
-  /**
-   * Claims up to `limit` operations the daemon must settle (running with an expired lease,
-   * unknown or pending and due), hiding each from other daemons for `claimMs`. On Postgres the
-   * scan skips rows another daemon is claiming (FOR UPDATE SKIP LOCKED); settling is fenced by
-   * attempt anyway, so a row is never settled twice.
-   */
-  async claimDue(limit: number, claimMs: number): Promise<{ id: string; tenant: string; status: Status; action: string }[]> {
-    this.assertOpen();
-    return (await this.store.claimDue(limit, claimMs)).map((r) => ({ id: r.id, tenant: r.tenant_id, status: r.status, action: r.action }));
-  }
-
-  /** Operations whose last transition a person must hear about (needs_review, auth/policy failures). */
-  async alertsDue(limit: number): Promise<Operation[]> {
-    this.assertOpen();
-    return (await this.store.alertsDue(limit)).map(toOperation);
-  }
-
-  /** Marks the alert for this transition as delivered (a newer transition keeps its own). */
-  async ackAlert(op: Pick<Operation, "id" | "tenant" | "updatedAt">): Promise<void> {
-    this.assertOpen();
-    await this.store.ackAlert(op.tenant, op.id, op.updatedAt);
-  }
-
-  /**
-   * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
-   * attempt, with how long (`runningForMs`, by the database clock).
-   */
-  async stuck(olderThanMs: number, limit = 1_000): Promise<(Operation & { runningForMs: number })[]> {
-    this.assertOpen();
-    return (await this.store.stuck(olderThanMs, limit)).map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }));
-  }
-
-  /** Counts by status, action and tenant (a GROUP BY over the ledger: cache it). */
-  async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
-    this.assertOpen();
-    if (tenant !== undefined) requireName(tenant, "tenant");
-    return this.store.stats(tenant);
-  }
-
-  /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */
-  async pendingMigrations(): Promise<string[]> {
-    this.assertOpen();
-    return (await schemaStatus(this.db)).pending;
-  }
-
-  /** Applies pending migrations (`migrate: false` at open leaves them to this). */
-  async migrate(): Promise<string[]> {
-    this.assertOpen();
-    return migrate(this.db, this.dialect);
-  }
-
+  /** Closes the connection (pool); every later call throws `LedgerConfigError`. */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.db.destroy();
+    await this.#context.close();
   }
 
-  private checkAllowed(tenant: string, type: string): void {
-    const allowed = this.options.allowedActions;
+  #checkAllowed(tenant: string, type: string): void {
+    const allowed = this.#options.allowedActions;
     if (!allowed) return;
     const list = allowed[tenant] ?? allowed["*"];
     if (!list?.includes(type)) throw new GuardrailError(tenant, type, "the action type is not allowed for this tenant");
-  }
-
-  /** The tenant's operation, or `OperationNotFoundError`; names are checked first so a malformed one cannot match another's. */
-  private async find(tenant: string, operationId: string): Promise<NonNullable<Awaited<ReturnType<Store["findById"]>>>> {
-    requireName(tenant, "tenant");
-    requireName(operationId, "operation id");
-    const row = await this.store.findById(tenant, operationId);
-    if (!row) throw new OperationNotFoundError(tenant, operationId);
-    return row;
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new LedgerConfigError("the ledger is closed");
   }
 }
 
 function isOperationKey(key: unknown): key is OperationKey {
   return !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string";
-}
-
-/** A person's or the daemon's decision: who (a name) and why (text stored in the audit trail). */
-function requireVerdict(verdict: { reason: string; actor: string }): void {
-  requireName(verdict.actor, "actor");
-  if (typeof verdict.reason !== "string" || !verdict.reason.trim()) throw new InvalidValueError("reason", "a decision needs a reason");
-  requireText(verdict.reason, "reason", 2_000);
 }
 
 function positive(n: number, what: string): number {
@@ -410,19 +239,4 @@ function outcomeOf(r: Row): RunResult<unknown> {
   // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
   const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
   return pending(r, WAITING_FOR[r.status] + why);
-}
-
-function toOperation(r: Row): Operation {
-  return {
-    id: r.id, tenant: r.tenant_id, key: r.key, keyLabel: r.key_label, action: r.action, argsHash: r.args_hash,
-    status: r.status, attempt: r.attempt, leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at,
-    providerReference: r.provider_reference, result: r.result_json === null ? null : JSON.parse(r.result_json),
-    error: r.error_json === null ? null : (JSON.parse(r.error_json) as StoredError), reason: r.reason,
-    checks: r.checks, nextCheckAt: r.next_check_at, createdAt: r.created_at, updatedAt: r.updated_at,
-    completedAt: r.completed_at, expiresAt: r.expires_at,
-  };
-}
-
-function toEvent(e: HistoryEvent & { seq: number }): OperationEvent {
-  return { id: e.seq, from: e.from, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, providerReference: e.ref, at: e.at };
 }

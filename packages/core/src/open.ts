@@ -70,7 +70,7 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
   }
   if (target.startsWith("sqlite:")) return { ...(await openSqlite(target.slice("sqlite:".length), opts)), dialect: "sqlite" };
   if (/^postgres(ql)?:\/\//.test(target)) return { ...(await openPostgres(target, opts)), dialect: "postgres" };
-  throw new LedgerConfigError(`unsupported ledger URL "${redact(target)}": use sqlite:PATH or postgres://…`);
+  throw new LedgerConfigError(`unsupported ledger URL "${redactUrl(target)}": use sqlite:PATH or postgres://…`);
 }
 
 async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
@@ -86,7 +86,6 @@ async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: 
     await walMode(database, busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
-    database.pragma("foreign_keys = ON");
   } catch (cause) {
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
@@ -200,7 +199,7 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
   } catch (cause) {
     await db.destroy();
     const why = /timeout/i.test((cause as Error).message) ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)` : (cause as Error).message;
-    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redact(url)}: ${why}`, { cause });
+    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redactUrl(url)}: ${why}`, { cause });
   }
   if (opts.preparedStatements === false) return { db };
   // A name per statement text: pg parses a named statement once per connection, then only binds.
@@ -373,6 +372,6 @@ class TimesAsNumbers implements KyselyPlugin {
 }
 
 /** A URL without its password, for messages and logs. */
-export function redact(url: string): string {
+export function redactUrl(url: string): string {
   return url.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
 }

@@ -4,7 +4,7 @@ import type { Status } from "./schema.js";
 
 /** A stored failure: the class and reason, never a stack or customer content. */
 export interface StoredError {
-  readonly kind: Classification["kind"] | "fenced" | "invalid_result";
+  readonly kind: Classification["kind"] | "invalid_result";
   readonly reason: string;
   readonly alert?: boolean;
   readonly providerRequestId?: string;
@@ -12,11 +12,35 @@ export interface StoredError {
   readonly replayable?: boolean;
 }
 
+/**
+ * A person's verdict on an operation that needed one (`needs_review`): kept apart from the
+ * action's receipt and provider reference, which stay what the provider gave.
+ */
+export interface Resolution {
+  readonly outcome: "succeeded" | "failed";
+  /** Who decided (the operator's name). */
+  readonly actor: string;
+  readonly reason: string;
+  /** What they checked: a dashboard link, the provider's id, "found in Sent". */
+  readonly evidence: string | null;
+  /** When (ms since epoch, database clock). */
+  readonly at: number;
+}
+
 export type RunResult<R> =
-  /** The effect happened. `replayed`: this call was answered from the ledger, nothing was executed. */
-  | { readonly status: "succeeded"; readonly receipt: R; readonly replayed: boolean; readonly operationId: string; readonly attempt: number }
-  /** The provider said no for good; replayed to later callers. No effect. */
-  | { readonly status: "failed"; readonly error: StoredError; readonly replayed: boolean; readonly operationId: string; readonly attempt: number }
+  /**
+   * The effect happened. `replayed`: this call was answered from the ledger, nothing was executed.
+   * `resolution`: a person decided it happened (and gave this receipt, checked by the action's
+   * receipt schema).
+   */
+  | { readonly status: "succeeded"; readonly receipt: R; readonly replayed: boolean; readonly operationId: string; readonly attempt: number; readonly resolution?: Resolution }
+  /**
+   * A person decided the effect happened but had no receipt to give: there is none to replay,
+   * only their verdict. Never a fresh execution, so `replayed` is always true here.
+   */
+  | { readonly status: "succeeded"; readonly receipt: null; readonly replayed: true; readonly operationId: string; readonly attempt: number; readonly resolution: Resolution }
+  /** The provider (or a person: `resolution`) said no for good; replayed to later callers. No effect. */
+  | { readonly status: "failed"; readonly error: StoredError; readonly replayed: boolean; readonly operationId: string; readonly attempt: number; readonly resolution?: Resolution }
   /**
    * Not proven either way yet: another worker holds the lease (`state: "running"`), the outcome
    * is unknown and awaits reconciliation, a person must decide (`needs_review`), or the retry
@@ -28,6 +52,7 @@ export type RunResult<R> =
 export function describeResult(result: RunResult<unknown>): string {
   switch (result.status) {
     case "succeeded":
+      if (result.receipt === null && result.resolution) return `already done earlier, as ${result.resolution.actor} decided: ${result.resolution.reason}`;
       return `${result.replayed ? "already done earlier" : "done"} (receipt ${JSON.stringify(result.receipt)})`;
     case "failed":
       return `failed: ${result.error.reason}`;

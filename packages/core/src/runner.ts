@@ -11,9 +11,9 @@ import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/pr
 import pRetry from "p-retry";
 import { describeError, type Action, type Classification, type OperationContext } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { ArgsMismatchError, CompletionNotRecordedError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
+import { ArgsMismatchError, CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
 import { backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
-import type { RunResult, StoredError } from "./result.js";
+import type { Resolution, RunResult, StoredError } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
 
 export interface RunnerSettings {
@@ -398,14 +398,6 @@ export class Runner {
   }
 }
 
-/** The action's signal reason when the lease could not be renewed in time. */
-export class LeaseDeadlineError extends Error {
-  constructor(readonly operationId: string, readonly attempt: number) {
-    super(`attempt ${attempt} of ${operationId} could not renew its lease in time; stopping before another attempt may take over`);
-    this.name = "LeaseDeadlineError";
-  }
-}
-
 /** This call's lease owner: the worker's identity and a per-call suffix. */
 function ownerOf(settings: RunnerSettings): string {
   return `${settings.owner}/${randomUUID().slice(0, 8)}`;
@@ -468,10 +460,20 @@ export function checkSize(what: "args" | "result", json: string, limit: number, 
 type Settled = Pick<Row, "id" | "attempt" | "status">;
 
 /** A settled row's stored outcome, as every later caller gets it (`ledger.status` too). */
-export function replayOf<R>(row: Settled & Pick<Row, "result_json" | "error_json">): RunResult<R> {
-  return row.status === "succeeded"
-    ? succeeded(row, JSON.parse(row.result_json!) as R, true)
-    : failed(row, JSON.parse(row.error_json!) as StoredError, true);
+export function replayOf<R>(row: Settled & Pick<Row, "result_json" | "error_json" | "resolution_json"> & { completed_at?: number | null }): RunResult<R> {
+  const resolution = resolutionOf(row);
+  const by = resolution === undefined ? {} : { resolution };
+  if (row.status === "failed") return { ...failed<R>(row, JSON.parse(row.error_json!) as StoredError, true), ...by };
+  // A person may have said "it happened" without a receipt: then there is none to replay.
+  if (row.result_json === null && resolution) return { status: "succeeded", receipt: null, replayed: true, operationId: row.id, attempt: row.attempt, resolution };
+  return { ...succeeded(row, JSON.parse(row.result_json!) as R, true), ...by };
+}
+
+/** The stored verdict of a person, if one settled the row; its time is the row's completion. */
+export function resolutionOf(row: Pick<Row, "resolution_json"> & { completed_at?: number | null; updated_at?: number }): Resolution | undefined {
+  if (row.resolution_json === null) return undefined;
+  const stored = JSON.parse(row.resolution_json) as Omit<Resolution, "at">;
+  return { ...stored, evidence: stored.evidence ?? null, at: row.completed_at ?? row.updated_at ?? 0 };
 }
 
 function succeeded<R>(row: Settled, receipt: R, replayed: boolean): RunResult<R> {

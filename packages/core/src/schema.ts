@@ -20,6 +20,8 @@ export interface OperationsTable {
   provider_reference: string | null;
   result_json: string | null;
   error_json: string | null;
+  /** A person's verdict on a needs_review operation (migration 0004): `{ outcome, actor, reason, evidence }`. */
+  resolution_json: string | null;
   /** Who made the last transition and why; the audit trigger copies both into `history`. */
   actor: string | null;
   reason: string | null;

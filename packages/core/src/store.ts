@@ -26,6 +26,8 @@ export interface TransitionPatch {
   result_json?: string | null;
   error_json?: string | null;
   provider_reference?: string | null;
+  /** A person's verdict (JSON), or null to clear it. */
+  resolution_json?: string | null;
   /** When the daemon should look again, in ms from now (database clock); null clears it. */
   checkAfterMs?: number | null;
   checks?: number;
@@ -54,7 +56,7 @@ const PENDING = sql.lit("pending") as unknown as "pending";
 /** Every column but `history`, which grows with the operation and only `events` reads. */
 const ROW_COLUMNS = [
   "id", "tenant_id", "key", "key_label", "action", "args_hash", "args_json", "status", "attempt", "lease_owner",
-  "lease_expires_at", "provider_reference", "result_json", "error_json", "actor", "reason", "next_check_at", "checks",
+  "lease_expires_at", "provider_reference", "result_json", "error_json", "resolution_json", "actor", "reason", "next_check_at", "checks",
   "alert_pending", "maybe_committed", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
 ] as const satisfies readonly (keyof Row)[];
 
@@ -67,8 +69,8 @@ const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "u
  * enough to decide, and a takeover returns them with the row it took.
  */
 const PEEK_COLUMNS = [
-  "id", "status", "attempt", "args_hash", "result_json", "error_json", "reason", "lease_expires_at", "next_check_at", "checks",
-  "maybe_committed", "created_at",
+  "id", "status", "attempt", "args_hash", "result_json", "error_json", "resolution_json", "reason", "lease_expires_at", "next_check_at", "checks",
+  "maybe_committed", "created_at", "completed_at",
 ] as const;
 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
@@ -82,7 +84,7 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
   return {
     id: c.id, tenant_id: c.tenant, key: c.key, key_label: c.keyLabel, action: c.action, args_hash: c.argsHash,
     args_json: c.argsJson, status: "running", attempt: 1, lease_owner: c.owner, provider_reference: null,
-    result_json: null, error_json: null, actor: c.actor, reason: "claimed", next_check_at: null, checks: 0,
+    result_json: null, error_json: null, resolution_json: null, actor: c.actor, reason: "claimed", next_check_at: null, checks: 0,
     // Given args are executed right after the claim; lazy ones only once generated and stored.
     alert_pending: 0, maybe_committed: c.argsHash === null ? 0 : 1, completed_at: null, expires_at: null,
   };
@@ -93,16 +95,17 @@ function newOperationId(): string {
   return `op_${Date.now().toString(36).padStart(9, "0")}${randomUUID().replace(/-/g, "").slice(0, 16)}`;
 }
 
-export interface ListFilter {
-  tenant: string;
-  status?: Status | readonly Status[];
-  action?: string;
+/** Which operations `ledger.admin.list` returns: one tenant's, several tenants' (an operator's allowed set) or every tenant's. */
+export type ListFilter = ({ readonly tenant: string | readonly string[]; readonly allTenants?: never } | { readonly allTenants: true; readonly tenant?: never }) & {
+  readonly status?: Status | readonly Status[];
+  readonly action?: string;
   /** Only rows created at least this long ago. */
-  olderThanMs?: number;
-  limit?: number;
+  readonly olderThanMs?: number;
+  /** At most this many (default 100). */
+  readonly limit?: number;
   /** Rows created before this operation id (keyset pagination, newest first: ids are time-ordered). */
-  before?: string;
-}
+  readonly before?: string;
+};
 
 export class Store {
   private readonly hot: QueryCache<IdemDatabase>;
@@ -292,14 +295,14 @@ export class Store {
       maybe: to === "pending" ? 0 : to === "unknown" ? 1 : undefined,
       id: row.id, tenant: row.tenant_id, key: row.key, from: row.status, attempt: row.attempt, to, actor: patch.actor, reason: patch.reason,
       lease_owner: keepLease ? row.lease_owner : null, lease_expires_at: keepLease ? row.lease_expires_at : null,
-      result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference,
+      result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference, resolution_json: patch.resolution_json,
       checkAfterMs: patch.checkAfterMs == null ? null : Math.round(patch.checkAfterMs), checks: patch.checks, retentionMs: patch.retentionMs,
       alert: patch.alert ? 1 : 0,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
-    const shape = `transition:${["result_json", "error_json", "provider_reference", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
+    const shape = `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
     return this.guard(row.id, this.hot.run(shape + `:${to === "pending" || to === "unknown"}`, (v) => {
       const now = this.now();
@@ -311,6 +314,7 @@ export class Store {
           ...(has("result_json") && { result_json: v("result_json") }),
           ...(has("error_json") && { error_json: v("error_json") }),
           ...(has("provider_reference") && { provider_reference: v("provider_reference") }),
+          ...(has("resolution_json") && { resolution_json: v("resolution_json") }),
           ...(has("checkAfterMs") && { next_check_at: patch.checkAfterMs === null ? null : sql<number>`${now} + ${v("checkAfterMs")}` }),
           ...(has("checks") && { checks: v("checks") }),
           ...(has("alert") && { alert_pending: v("alert") }),
@@ -353,7 +357,9 @@ export class Store {
   }
 
   async list(f: ListFilter): Promise<Row[]> {
-    let q = this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("tenant_id", "=", f.tenant);
+    let q = this.db.selectFrom("idem_operations").select(ROW_COLUMNS);
+    if (typeof f.tenant === "string") q = q.where("tenant_id", "=", f.tenant);
+    else if (f.tenant !== undefined) q = q.where("tenant_id", "in", [...f.tenant]);
     if (f.status !== undefined) {
       const statuses = typeof f.status === "string" ? [f.status] : [...f.status];
       q = q.where("status", "in", statuses);
@@ -361,7 +367,7 @@ export class Store {
     if (f.action !== undefined) q = q.where("action", "=", f.action);
     if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
     if (f.before !== undefined) q = q.where("id", "<", f.before);
-    // (tenant_id, id) is an index: newest first without a sort
+    // (tenant_id, id) is an index: one tenant's newest first without a sort
     return this.guard(undefined, q.orderBy("id", "desc").limit(f.limit ?? 100).execute());
   }
 

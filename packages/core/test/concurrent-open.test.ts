@@ -10,6 +10,7 @@ import Database from "better-sqlite3";
 import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { LedgerConfigError, openLedger, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 import { kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
 import { MIGRATION_NAMES } from "../src/migrations/index.js";
 import { TestProvider } from "./support/provider.js";
@@ -18,7 +19,7 @@ const OPENER = fileURLToPath(new URL("./children/opener.ts", import.meta.url));
 
 /** Each migration listed once, in order, and a guarded run that executes once and replays. */
 async function expectMigratedOnce(ledger: Ledger): Promise<void> {
-  const { rows } = await sql<{ name: string }>`select name from idem_migration order by name`.execute(ledger.db);
+  const { rows } = await sql<{ name: string }>`select name from idem_migration order by name`.execute(databaseOf(ledger));
   expect(rows.map((r) => r.name)).toEqual(MIGRATION_NAMES);
   const p = new TestProvider();
   const send = p.action("mail.send", {});

@@ -8,20 +8,21 @@ import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, defineAction, type Ledger } from "@idem/core";
 import { DIALECTS, type TestDialect } from "@idem/testkit";
+import { databaseOf } from "@idem/core/testing";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
 /** Makes the database refuse some writes, as a failing disk or connection would. */
 async function refuse(ledger: Ledger, dialect: TestDialect, name: string, when: { sqlite: string; postgres: string }, of: string): Promise<() => Promise<void>> {
   if (dialect === "sqlite") {
-    await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations WHEN ${when.sqlite} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`).execute(ledger.db);
-    return async () => void (await sql.raw(`DROP TRIGGER ${name}`).execute(ledger.db));
+    await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations WHEN ${when.sqlite} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`).execute(databaseOf(ledger));
+    return async () => void (await sql.raw(`DROP TRIGGER ${name}`).execute(databaseOf(ledger)));
   }
-  await sql.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error (test)'; END $$`).execute(ledger.db);
-  await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations FOR EACH ROW WHEN (${when.postgres}) EXECUTE FUNCTION ${name}()`).execute(ledger.db);
+  await sql.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error (test)'; END $$`).execute(databaseOf(ledger));
+  await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations FOR EACH ROW WHEN (${when.postgres}) EXECUTE FUNCTION ${name}()`).execute(databaseOf(ledger));
   return async () => {
-    await sql.raw(`DROP TRIGGER ${name} ON idem_operations`).execute(ledger.db);
-    await sql.raw(`DROP FUNCTION ${name}()`).execute(ledger.db);
+    await sql.raw(`DROP TRIGGER ${name} ON idem_operations`).execute(databaseOf(ledger));
+    await sql.raw(`DROP FUNCTION ${name}()`).execute(databaseOf(ledger));
   };
 }
 
@@ -50,7 +51,7 @@ for (const dialect of DIALECTS) {
       await undo();
       expect(err).toBeInstanceOf(CompletionNotRecordedError);
       expect(err).toMatchObject({ receipt: { id: "obj_1" }, attempt: 1 });
-      const [op] = await ledger.list({ tenant });
+      const [op] = await ledger.admin.list({ tenant });
       expect(op).toMatchObject({ status: "running", id: (err as CompletionNotRecordedError).operationId });
       await new Promise((r) => setTimeout(r, 350)); // its lease runs out
       const later = await ledger.run(mail, { tenant, key: ["c1"], args: { to: "x" } });
@@ -88,18 +89,18 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       const mail = p.action("mail", {});
       const ledger = await db.open({ leaseMs: 150, actions: [mail] });
-      const daemon = await db.open({ leaseMs: 150, actions: [mail] });
+      const { daemon } = await db.open({ leaseMs: 150, actions: [mail] });
       const tenant = uniqueTenant();
       let release!: () => void;
       const slowModel = new Promise<void>((r) => (release = r));
       const run = ledger.run(mail, { tenant, key: ["lazy"], args: async () => { await slowModel; return { to: "x" }; } });
       await new Promise((r) => setTimeout(r, 500)); // three leases long
-      const [op] = await ledger.list({ tenant });
-      const meanwhile = await daemon.settle(tenant, op!.id, "daemon");
+      const [op] = await ledger.admin.list({ tenant });
+      const meanwhile = await daemon.settle({ tenant, id: op!.id, actor: "daemon" });
       expect(meanwhile).toMatchObject({ status: "pending_verification", state: "running" }); // its lease is live
       release();
       expect(await run).toMatchObject({ status: "succeeded", replayed: false });
-      const { events } = await ledger.get(tenant, op!.id);
+      const { events } = await ledger.get({ tenant, id: op!.id });
       expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
       expect(p.effects).toHaveLength(1);
     });
@@ -114,13 +115,13 @@ for (const dialect of DIALECTS) {
       await new Promise((r) => setTimeout(r, 30));
       await dying.close(); // the worker is gone: no more heartbeats
       await new Promise((r) => setTimeout(r, 200));
-      const [op] = await ledger.list({ tenant });
-      const settled = await ledger.settle(tenant, op!.id, "daemon");
+      const [op] = await ledger.admin.list({ tenant });
+      const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
       expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
       const out = await ledger.run(mail, { tenant, key: ["gone"], args: () => ({ to: "y" }) });
       expect(out).toMatchObject({ status: "succeeded" });
       expect(p.effects).toHaveLength(1);
-      expect((await ledger.get(tenant, op!.id)).events.some((e) => e.to === "needs_review")).toBe(false);
+      expect((await ledger.get({ tenant, id: op!.id })).events.some((e) => e.to === "needs_review")).toBe(false);
     });
 
     it("a Retry-After longer than the budget is kept on the row, not shortened to maxDelayMs", async () => {
@@ -130,7 +131,7 @@ for (const dialect of DIALECTS) {
       p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "429", retryAfterMs: 60_000 } });
       const out = await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } });
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
-      const [op] = await ledger.list({ tenant });
+      const [op] = await ledger.admin.list({ tenant });
       expect(op!.nextCheckAt! - op!.updatedAt).toBe(60_000);
       // and another caller is held to it too: the provider asked everyone to wait
       expect(await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } })).toMatchObject({ state: "pending" });
@@ -139,11 +140,11 @@ for (const dialect of DIALECTS) {
 
     it("retry after needs_review starts the checks over", async () => {
       const { ledger, tenant, out } = await unknownOutcome();
-      for (let i = 0; i < 3; i++) await ledger.settle(tenant, out.operationId, "daemon");
-      expect((await ledger.get(tenant, out.operationId)).operation.checks).toBe(3);
-      const escalated = await ledger.settle(tenant, out.operationId, "daemon", { escalate: { maxChecks: 3, maxAgeMs: 3_600_000 } });
+      for (let i = 0; i < 3; i++) await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });
+      expect((await ledger.get({ tenant, id: out.operationId })).operation.checks).toBe(3);
+      const escalated = await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon", escalate: { maxChecks: 3, maxAgeMs: 3_600_000 } });
       expect(escalated).toMatchObject({ state: "needs_review", reason: expect.stringMatching(/still unknown after 3/) });
-      const back = await ledger.retry(tenant, out.operationId, { actor: "ops", reason: "not sent" });
+      const back = await ledger.admin.retry({ tenant, id: out.operationId, actor: "ops", reason: "not sent" });
       expect(back).toMatchObject({ status: "pending", checks: 0 });
     });
 
@@ -154,16 +155,16 @@ for (const dialect of DIALECTS) {
       const undo = dialect === "sqlite"
         ? await (async () => {
           // The file may not grow by a page more: the next claim's commit fails with SQLITE_FULL.
-          const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(ledger.db);
-          await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count}`).execute(ledger.db);
-          return async () => void (await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(ledger.db));
+          const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(databaseOf(ledger));
+          await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count}`).execute(databaseOf(ledger));
+          return async () => void (await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(databaseOf(ledger)));
         })()
         : await (async () => {
-          await sql.raw(`CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device (test)'; END $$`).execute(ledger.db);
-          await sql.raw(`CREATE TRIGGER refuse_claim BEFORE INSERT ON idem_operations FOR EACH ROW EXECUTE FUNCTION refuse_claim()`).execute(ledger.db);
+          await sql.raw(`CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device (test)'; END $$`).execute(databaseOf(ledger));
+          await sql.raw(`CREATE TRIGGER refuse_claim BEFORE INSERT ON idem_operations FOR EACH ROW EXECUTE FUNCTION refuse_claim()`).execute(databaseOf(ledger));
           return async () => {
-            await sql.raw(`DROP TRIGGER refuse_claim ON idem_operations`).execute(ledger.db);
-            await sql.raw(`DROP FUNCTION refuse_claim()`).execute(ledger.db);
+            await sql.raw(`DROP TRIGGER refuse_claim ON idem_operations`).execute(databaseOf(ledger));
+            await sql.raw(`DROP FUNCTION refuse_claim()`).execute(databaseOf(ledger));
           };
         })();
       const big = "x".repeat(200_000); // more than the free pages left
@@ -172,13 +173,13 @@ for (const dialect of DIALECTS) {
       await undo();
       for (const e of errors) expect(e).toBeInstanceOf(LedgerUnavailableError);
       expect(p.calls).toBe(0);
-      expect(await ledger.list({ tenant })).toEqual([]);
+      expect(await ledger.admin.list({ tenant })).toEqual([]);
     });
 
     it("the history keeps its first and last events: a transition's cost does not grow with the checks", async () => {
       const { ledger, tenant, out } = await unknownOutcome();
-      for (let i = 0; i < 150; i++) await ledger.settle(tenant, out.operationId, "daemon");
-      const { operation, events } = await ledger.get(tenant, out.operationId);
+      for (let i = 0; i < 150; i++) await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });
+      const { operation, events } = await ledger.get({ tenant, id: out.operationId });
       expect(operation.checks).toBe(150);
       const total = 2 + 150 * 2; // claim, unknown, then running + unknown per check
       expect(events).toHaveLength(100);

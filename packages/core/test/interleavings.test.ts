@@ -14,7 +14,8 @@
 import { describe, expect, it } from "vitest";
 import { PostgresDialect, SqliteDialect, sql, type DatabaseConnection, type Dialect, type Driver } from "kysely";
 import { setImmediate as yieldToLoop } from "node:timers/promises";
-import { CompletionNotRecordedError, defineAction, openLedger, type Capabilities, type Classification, type Ledger } from "@idem/core";
+import { CompletionNotRecordedError, defineAction, type ActionDefinition, type Capabilities, type Classification, type Ledger, type LookupContract } from "@idem/core";
+import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { DIALECTS, scaled, type TestDialect } from "@idem/testkit";
 import { ledgers } from "./support/ledgers.js";
 
@@ -86,7 +87,10 @@ function simAction(kind: Kind) {
     w.effects.set(key, list);
     return { id };
   };
-  return defineAction<{ amount: number }, { id: string }>({
+  type Args = { amount: number };
+  type Receipt = { id: string };
+  // `kind` picks the capabilities at run time; defineAction still checks lookup has its reconcile.
+  return defineAction<Args, Receipt>({
     type: `sim.${kind}`,
     capabilities: CAPS[kind],
     async execute(_args, op) {
@@ -131,7 +135,7 @@ function simAction(kind: Kind) {
         return { found: false, proof: "absent", reason: "not at the provider (a consistent read)" } as const;
       },
     }),
-  });
+  } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);
 }
 
 /**
@@ -179,39 +183,40 @@ function jittered(dialect: Dialect): Dialect {
   };
 }
 
-async function openJittered(dialect: TestDialect, url: string, options: Parameters<typeof openLedger>[1]): Promise<Ledger> {
+async function openJittered(dialect: TestDialect, url: string, options: TestLedgerOptions): Promise<Ledger> {
   if (dialect === "sqlite") {
     const { default: Database } = await import("better-sqlite3");
     const database = new Database(url.slice("sqlite:".length), { timeout: scaled(10_000) });
     database.pragma("journal_mode = WAL");
     database.pragma("synchronous = OFF");
-    return openLedger(jittered(new SqliteDialect({ database })), options);
+    return openTestLedger(jittered(new SqliteDialect({ database })), options);
   }
   const { default: pg } = await import("pg");
-  return openLedger(jittered(new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 8 }) })), options);
+  return openTestLedger(jittered(new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 8 }) })), options);
 }
 
 const ACTIONS = { dedupe: simAction("dedupe"), lookup: simAction("lookup"), both: simAction("both"), neither: simAction("neither") };
 
 async function breaker(ledger: Ledger, dialect: TestDialect): Promise<() => Promise<void>> {
+  const db = databaseOf(ledger);
   // A real failing write, by the database itself: the next completion raises once.
   if (dialect === "sqlite") {
-    await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(ledger.db);
+    await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(db);
     await sql.raw(`CREATE TRIGGER IF NOT EXISTS sim_break BEFORE UPDATE OF status ON idem_operations
       WHEN NEW.status = 'succeeded' AND (SELECT count(*) FROM sim_faults WHERE armed = 1) > 0
-      BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`).execute(ledger.db);
+      BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`).execute(db);
   } else {
-    await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(ledger.db);
+    await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(db);
     await sql.raw(`CREATE OR REPLACE FUNCTION sim_break() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF EXISTS (SELECT 1 FROM sim_faults WHERE armed = 1) THEN RAISE EXCEPTION 'simulated I/O failure'; END IF; RETURN NEW; END $$`).execute(ledger.db);
-    await sql.raw(`DROP TRIGGER IF EXISTS sim_break ON idem_operations`).execute(ledger.db);
+      BEGIN IF EXISTS (SELECT 1 FROM sim_faults WHERE armed = 1) THEN RAISE EXCEPTION 'simulated I/O failure'; END IF; RETURN NEW; END $$`).execute(db);
+    await sql.raw(`DROP TRIGGER IF EXISTS sim_break ON idem_operations`).execute(db);
     await sql.raw(`CREATE TRIGGER sim_break BEFORE UPDATE OF status ON idem_operations FOR EACH ROW
-      WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION sim_break()`).execute(ledger.db);
+      WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION sim_break()`).execute(db);
   }
   return async () => {
-    await sql.raw(`INSERT INTO sim_faults (armed) VALUES (1)`).execute(ledger.db);
+    await sql.raw(`INSERT INTO sim_faults (armed) VALUES (1)`).execute(db);
     // Disarmed shortly after: the first write fails, the runner's retry succeeds.
-    setTimeout(() => void sql.raw(`DELETE FROM sim_faults`).execute(ledger.db).catch(() => {}), 10);
+    setTimeout(() => void sql.raw(`DELETE FROM sim_faults`).execute(db).catch(() => {}), 10);
   };
 }
 
@@ -235,8 +240,8 @@ async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, break
   const daemon = async (rounds: number) => {
     for (let i = 0; i < rounds; i++) {
       await yields(w, 10);
-      const due = (await ledger.claimDue(10, 30_000)).filter((r) => r.tenant === tenant);
-      for (const r of due) await ledger.settle(tenant, r.id, "daemon", { escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
+      const due = (await ledger.daemon.claimDue({ limit: 10, claimMs: 30_000 })).filter((r) => r.tenant === tenant);
+      for (const r of due) await ledger.daemon.settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
     }
   };
   const clock = async () => {
@@ -253,20 +258,20 @@ async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, break
   w.calm = true;
   for (let round = 0; round < 60; round++) {
     w.now += MAX_JUMP_MS;
-    const due = (await ledger.claimDue(50, 30_000)).filter((r) => r.tenant === tenant);
+    const due = (await ledger.daemon.claimDue({ limit: 50, claimMs: 30_000 })).filter((r) => r.tenant === tenant);
     if (due.length === 0) break;
-    for (const r of due) await ledger.settle(tenant, r.id, "daemon", { escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
+    for (const r of due) await ledger.daemon.settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
   }
   for (const [key, list] of w.effects) {
     if (list.length > 1) problems.push(`${kind}: ${list.length} effects for ${key}`);
   }
   if (problems.length && dumped++ < 3) {
-    for (const op of await ledger.list({ tenant })) {
-      const { events } = await ledger.get(tenant, op.id);
+    for (const op of await ledger.admin.list({ tenant })) {
+      const { events } = await ledger.get({ tenant, id: op.id });
       console.error(`seed ${seed}`, op.keyLabel, op.status, events.map((e) => `${e.from}>${e.to}@${e.attempt} [${e.actor}] ${e.reason} t=${e.at}`).join("\n  "));
     }
   }
-  for (const op of await ledger.list({ tenant })) {
+  for (const op of await ledger.admin.list({ tenant })) {
     const key = op.keyLabel ? (JSON.parse(op.keyLabel) as string[])[0]! : "?";
     const hit = [...w.effects.entries()].find(([k]) => k === op.key)?.[1] ?? [];
     if (!["succeeded", "failed", "needs_review"].includes(op.status)) problems.push(`${kind}: ${key} ended ${op.status}`);

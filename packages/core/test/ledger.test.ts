@@ -66,7 +66,7 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
       expect(p.calls).toBe(2);
       expect(p.effects).toHaveLength(1);
-      const { events } = await ledger.get(tenant, out.operationId);
+      const { events } = await ledger.get({ tenant, id: out.operationId });
       expect(events.map((e) => `${e.from}>${e.to}`)).toEqual(["null>running", "running>pending", "pending>running", "running>succeeded"]);
     });
 
@@ -127,7 +127,7 @@ for (const dialect of DIALECTS) {
       const out = await ledger.run(p.action("mail", LOOKUP), { tenant, key: ["m3"], args: { to: "x" } });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       expect(describeResult(out)).toMatch(/pending verification/);
-      const { operation } = await ledger.get(tenant, out.operationId);
+      const { operation } = await ledger.get({ tenant, id: out.operationId });
       expect(operation).toMatchObject({ status: "unknown", checks: 1 });
       expect(operation.nextCheckAt).toBeGreaterThan(operation.updatedAt);
       expect(p.effects).toHaveLength(1);
@@ -205,7 +205,7 @@ for (const dialect of DIALECTS) {
       release();
       const firstOut = await first;
       expect(firstOut).toMatchObject({ status: "succeeded", replayed: true, attempt: 2, receipt: second.status === "succeeded" ? second.receipt : null });
-      const { operation, events } = await stale.get(tenant, second.operationId);
+      const { operation, events } = await stale.get({ tenant, id: second.operationId });
       expect(operation).toMatchObject({ status: "succeeded", attempt: 2 });
       expect(events.some((e) => e.attempt === 1 && /fenced: attempt 1 tried to write succeeded/.test(e.reason ?? ""))).toBe(true);
       expect(p.effects).toHaveLength(1); // the provider deduped attempt 2 onto attempt 1's object
@@ -269,7 +269,7 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       const tenant = uniqueTenant();
       const out = await ledger.run(p.action("mail", NEITHER), { tenant, key: ["audit"], args: { to: "x" }, actor: "agent-7/run-3" });
-      const { events } = await ledger.get(tenant, out.operationId);
+      const { events } = await ledger.get({ tenant, id: out.operationId });
       expect(events.map((e) => [e.from, e.to, e.actor])).toEqual([
         [null, "running", "agent-7/run-3"],
         ["running", "succeeded", "agent-7/run-3"],

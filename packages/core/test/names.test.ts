@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { InvalidValueError, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
@@ -37,7 +38,7 @@ for (const dialect of DIALECTS) {
       const provider = new TestProvider();
       const mail = provider.action("mail", {});
       const ledger = await db.open({ actions: [mail] });
-      const count = async () => Number((await ledger.db.selectFrom("idem_operations").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow()).n);
+      const count = async () => Number((await databaseOf(ledger).selectFrom("idem_operations").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow()).n);
       return { ledger, provider, mail, count };
     }
 
@@ -53,18 +54,18 @@ for (const dialect of DIALECTS) {
 
       for (const tenant of [`${base}-${HIGH}`, `${base}-${LOW_ONLY}`, `${base}-${HIGH}x`, `${base}-\u0000`]) {
         await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a" } }), "tenant");
-        await refusedAs(ledger.get(tenant, id), "tenant");
-        await refusedAs(ledger.list({ tenant }), "tenant");
-        await refusedAs(ledger.resolve(tenant, id, { outcome: "succeeded", reason: "r", actor: "ops" }), "tenant");
-        await refusedAs(ledger.retry(tenant, id, { reason: "r", actor: "ops" }), "tenant");
-        await refusedAs(ledger.prune(tenant), "tenant");
-        await refusedAs(ledger.settle(tenant, id), "tenant");
-        await refusedAs(ledger.stats(tenant), "tenant");
+        await refusedAs(ledger.get({ tenant, id }), "tenant");
+        await refusedAs(ledger.admin.list({ tenant }), "tenant");
+        await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops" }), "tenant");
+        await refusedAs(ledger.admin.retry({ tenant, id, reason: "r", actor: "ops" }), "tenant");
+        await refusedAs(ledger.admin.prune({ tenant }), "tenant");
+        await refusedAs(ledger.daemon.settle({ tenant, id }), "tenant");
+        await refusedAs(ledger.admin.stats({ tenant }), "tenant");
       }
       expect(await count()).toBe(before);
       expect(provider.effects).toHaveLength(1);
       // The well-formed tenant still reads its own operation, emoji and all.
-      expect((await ledger.get(whole, id)).operation.tenant).toBe(whole);
+      expect((await ledger.get({ tenant: whole, id })).operation.tenant).toBe(whole);
     });
 
     it("keeps two tenants apart whose names differ only after a surrogate pair (stored as they are)", async () => {
@@ -74,11 +75,11 @@ for (const dialect of DIALECTS) {
       const b = await ledger.run(mail, { tenant: `${base}-😁`, key: ["k"], args: { to: "a" } });
       expect(a.status === "succeeded" && !a.replayed).toBe(true);
       expect(b.status === "succeeded" && !b.replayed).toBe(true);
-      expect(await ledger.list({ tenant: `${base}-😀` })).toHaveLength(1);
-      expect(await ledger.list({ tenant: `${base}-😁` })).toHaveLength(1);
+      expect(await ledger.admin.list({ tenant: `${base}-😀` })).toHaveLength(1);
+      expect(await ledger.admin.list({ tenant: `${base}-😁` })).toHaveLength(1);
     });
 
-    it("refuses NUL and unpaired surrogates in actors, reasons, references, operation ids, keys and args, with the path", async () => {
+    it("refuses NUL and unpaired surrogates in actors, reasons, evidence, operation ids, keys and args, with the path", async () => {
       const { ledger, provider, mail, count } = await setup();
       const tenant = uniqueTenant();
       const before = await count();
@@ -95,15 +96,15 @@ for (const dialect of DIALECTS) {
       expect(ok.status).toBe("succeeded");
       const id = (ok as { operationId: string }).operationId;
 
-      await refusedAs(ledger.get(tenant, `${id}\u0000`), "operation id");
-      await refusedAs(ledger.get(tenant, `${id}${HIGH}`), "operation id");
-      await refusedAs(ledger.resolve(tenant, id, { outcome: "succeeded", reason: "r", actor: "ops\u0000" }), "actor");
-      await refusedAs(ledger.retry(tenant, id, { reason: "found\u0000nothing", actor: "ops" }), "reason");
-      await refusedAs(ledger.retry(tenant, id, { reason: `cut ${HIGH}`, actor: "ops" }), "reason");
-      await refusedAs(ledger.resolve(tenant, id, { outcome: "succeeded", reason: "seen", actor: "ops", reference: "ch_\u0000" }), "reference");
-      await refusedAs(ledger.settle(tenant, id, "daemon\u0000"), "actor");
+      await refusedAs(ledger.get({ tenant, id: `${id}\u0000` }), "operation id");
+      await refusedAs(ledger.get({ tenant, id: `${id}${HIGH}` }), "operation id");
+      await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops\u0000" }), "actor");
+      await refusedAs(ledger.admin.retry({ tenant, id, reason: "found\u0000nothing", actor: "ops" }), "reason");
+      await refusedAs(ledger.admin.retry({ tenant, id, reason: `cut ${HIGH}`, actor: "ops" }), "reason");
+      await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", evidence: "ch_\u0000" }), "evidence");
+      await refusedAs(ledger.daemon.settle({ tenant, id, actor: "daemon\u0000" }), "actor");
       // Nothing was half-written: the operation is as the run left it, with its two events.
-      const { operation, events } = await ledger.get(tenant, id);
+      const { operation, events } = await ledger.get({ tenant, id });
       expect(operation.status).toBe("succeeded");
       expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
     });

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompletionNotRecordedError, LedgerConfigError, LedgerUnavailableError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 import { scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
@@ -76,7 +77,7 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     try {
       // More calls than the pool has clients: the waiting ones give up after the connect timeout.
       calls = await Promise.all(Array.from({ length: 10 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" } }))));
-      const listed = await timed(ledger.list({ tenant }));
+      const listed = await timed(ledger.admin.list({ tenant }));
       expect(listed.error).toBeInstanceOf(LedgerUnavailableError);
     } finally {
       await server.thaw();
@@ -117,13 +118,13 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     expect(provider.effects).toHaveLength(1);
 
     // The row stays running until its lease ends; then settling finds the effect instead of redoing it.
-    const [row] = await ledger.list({ tenant });
+    const [row] = await ledger.admin.list({ tenant });
     await until(async () => {
-      const out = await ledger.settle(tenant, row!.id, "test");
+      const out = await ledger.daemon.settle({ tenant, id: row!.id, actor: "test" });
       return out.status === "succeeded";
     }, 30_000, "the row to be settled by lookup");
     expect(provider.effects).toHaveLength(1);
-    const { operation, events } = await ledger.get(tenant, row!.id);
+    const { operation, events } = await ledger.get({ tenant, id: row!.id });
     expect(operation.result).toEqual({ id: provider.effects[0]!.id });
     expect(events.map((e) => e.to)).toContain("succeeded");
   }, scaled(120_000));
@@ -138,7 +139,7 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     // Checked-out clients at the moment the server goes: their socket errors must not be uncaught.
     const held = Array.from({ length: 3 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`held-${i}`], args: { to: "a" } })));
     await provider.called(3);
-    const busy = timed(ledger.db.selectFrom("idem_operations").select((eb) => eb.fn<number>("pg_sleep", [eb.val(3)]).as("s")).limit(1).execute());
+    const busy = timed(databaseOf(ledger).selectFrom("idem_operations").select((eb) => eb.fn<number>("pg_sleep", [eb.val(3)]).as("s")).limit(1).execute());
     await server.restart("immediate");
     release();
     const results = await Promise.all(held);

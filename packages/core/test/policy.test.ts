@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_BUDGET, TAKEOVER_FROM, decide, nextDelay, recoveryFor, statusAfter, type Caller, type Snapshot } from "@idem/core";
+import { DEFAULT_BUDGET } from "@idem/core";
+// The policy's pure functions are internal: unit-tested here from the source, as the runner uses them.
+import { TAKEOVER_FROM, decide, nextDelay, recoveryFor, statusAfter, type Caller, type Snapshot } from "../src/policy.js";
 
 const HOUR = 3_600_000;
 

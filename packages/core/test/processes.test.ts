@@ -36,7 +36,7 @@ for (const dialect of DIALECTS) {
       expect(statuses.filter((s) => s === "succeeded:true")).toHaveLength(RACERS - 1);
       expect(new Set(results.map((r) => r.receipt.id))).toEqual(new Set([effects[0]!.id]));
       expect(new Set(results.map((r) => r.operationId)).size).toBe(1);
-      const [op] = await ledger.list({ tenant });
+      const [op] = await ledger.admin.list({ tenant });
       expect(op).toMatchObject({ status: "succeeded", attempt: 1 });
     }, scaled(180_000));
 
@@ -56,7 +56,7 @@ for (const dialect of DIALECTS) {
         await kill9(child);
 
         const key = operationKey({ tenant, action: `file.${kind}`, parts: ["job-1"] }).hash;
-        const [left] = await ledger.list({ tenant });
+        const [left] = await ledger.admin.list({ tenant });
         expect(left).toMatchObject({ status: "running", attempt: 1, key });
         expect(effectLines(file)).toHaveLength(1);
 
@@ -69,7 +69,7 @@ for (const dialect of DIALECTS) {
         const out = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
         expect(out.status).toBe(expected[kind].status);
         expect(effectLines(file)).toHaveLength(expected[kind].effects);
-        const { operation, events } = await ledger.get(tenant, out.operationId);
+        const { operation, events } = await ledger.get({ tenant, id: out.operationId });
         if (kind === "neither") {
           expect(operation.status).toBe("needs_review");
         } else {

@@ -10,7 +10,7 @@ import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
-const count = async (ledger: Ledger, tenant: string) => (await ledger.list({ tenant })).length;
+const count = async (ledger: Ledger, tenant: string) => (await ledger.admin.list({ tenant })).length;
 
 for (const dialect of DIALECTS) {
   describe(`status and wait on ${dialect}`, () => {
@@ -25,12 +25,12 @@ for (const dialect of DIALECTS) {
       p.gate = new Promise<void>((r) => (release = r));
       const call = ledger.run(mail, { tenant, key: ["w"], args: { to: "a" } });
       await p.called(1);
-      const [op] = await ledger.list({ tenant });
-      const running = await ledger.status(tenant, op!.id);
+      const [op] = await ledger.admin.list({ tenant });
+      const running = await ledger.status({ tenant, id: op!.id });
       expect(running).toMatchObject({ status: "pending_verification", state: "running", operationId: op!.id });
       expect((running as { reason: string }).reason).toMatch(/performing it now/);
 
-      const waited = ledger.wait(tenant, op!.id, { timeoutMs: 30_000 });
+      const waited = ledger.wait({ tenant, id: op!.id, timeoutMs: 30_000 });
       release();
       const [direct, later] = await Promise.all([call, waited]);
       expect(direct).toMatchObject({ status: "succeeded", replayed: false });
@@ -46,15 +46,15 @@ for (const dialect of DIALECTS) {
       p.gate = new Promise<void>(() => {}); // never released: the operation stays running
       void ledger.run(mail, { tenant, key: ["stuck"], args: { to: "a" } }).catch(() => {});
       await p.called(1);
-      const [op] = await ledger.list({ tenant });
+      const [op] = await ledger.admin.list({ tenant });
       const t0 = performance.now();
-      expect(await ledger.wait(tenant, op!.id, { timeoutMs: 300 })).toMatchObject({ status: "pending_verification", state: "running" });
+      expect(await ledger.wait({ tenant, id: op!.id, timeoutMs: 300 })).toMatchObject({ status: "pending_verification", state: "running" });
       expect(performance.now() - t0).toBeGreaterThanOrEqual(280);
       const ac = new AbortController();
-      const aborted = ledger.wait(tenant, op!.id, { timeoutMs: 60_000, signal: ac.signal });
+      const aborted = ledger.wait({ tenant, id: op!.id, timeoutMs: 60_000, signal: ac.signal });
       ac.abort();
       expect(await aborted).toMatchObject({ status: "pending_verification" });
-      await expect(ledger.status(uniqueTenant(), op!.id)).rejects.toThrow(/no operation/i);
+      await expect(ledger.status({ tenant: uniqueTenant(), id: op!.id })).rejects.toThrow(/no operation/i);
     });
   });
 

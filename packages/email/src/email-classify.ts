@@ -5,7 +5,7 @@
  * timeout or a closed socket counts as "may have been accepted" unless it happened before the
  * server greeted us.
  */
-import type { Classification } from "@idem/core";
+import { NOT_SENT_CODES, type Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
 import { EnvelopeRefusedError, SendAbortedError } from "./email-smtp.js";
 
@@ -17,9 +17,6 @@ interface NodemailerError {
   timeoutType?: string;
   message?: string;
 }
-
-/** Failures to reach the server at all: no command was sent, nothing can have been accepted. */
-const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
 export function classifyEmailError(error: unknown): Classification {
   if (error instanceof MailboxUnavailableError) {
@@ -47,7 +44,7 @@ export function classifyEmailError(error: unknown): Classification {
   }
   if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
   if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
-  if (NOT_CONNECTED.has(e.originalCode ?? "") || NOT_CONNECTED.has(e.code ?? "")) return { kind: "transient", reason: `not connected: ${what}` };
+  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? "")) return { kind: "transient", reason: `not connected: ${what}` };
   if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT") return { kind: "transient", reason: `no greeting: ${what}` };
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
 }

@@ -8,7 +8,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
-import { Mailbox, emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
+import { emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
+// The adapter's own IMAP client, to look at the mailboxes the way its lookups do (not exported).
+import { Mailbox } from "../src/email-mailbox.js";
 
 const WORKER = fileURLToPath(new URL("./children/mail-worker.ts", import.meta.url));
 type Mode = CopyConfig["mode"];
@@ -42,7 +44,7 @@ for (const dialect of DIALECTS) {
   describe(`email on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
     const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
-    const messageIdOf = async (l: Ledger, t: string, id: string) => (await l.get(t, id)).operation.providerReference!;
+    const messageIdOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.providerReference!;
 
     for (const mode of ["provider-saves", "journal", "append"] as const) {
       it(`${mode}: a duplicate call sends nothing and returns the first receipt`, async () => {
@@ -54,7 +56,7 @@ for (const dialect of DIALECTS) {
         expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: true, accepted: expect.arrayContaining(["client@example.test"]) } });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         const messageId = await messageIdOf(l, t, first.operationId);
-        expect(first.status === "succeeded" && first.receipt.messageId).toBe(messageId);
+        expect(first.status === "succeeded" && first.receipt!.messageId).toBe(messageId);
         expect(sandbox.count(messageId)).toBe(1);
         const got = sandbox.received.find((m) => m.messageId === messageId)!;
         expect(got.subject).toMatch(/^Weekly report \[ref:[A-Z0-9]{8}\]$/);
@@ -73,7 +75,7 @@ for (const dialect of DIALECTS) {
         sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
         const out = await l.run(mail.send, { tenant: t, key: ["held"], args: report });
         expect(out).toMatchObject({ status: "succeeded", receipt: { foundIn: mode === "journal" ? "INBOX" : "Sent" } });
-        const { events, operation } = await l.get(t, out.operationId);
+        const { events, operation } = await l.get({ tenant: t, id: out.operationId });
         expect(events.map((e) => e.to)).toContain("unknown");
         expect(sandbox.count(operation.providerReference!)).toBe(1);
       });
@@ -117,7 +119,7 @@ for (const dialect of DIALECTS) {
       const { messageId } = await accepted;
       await kill9(child);
       const l = await ledger();
-      const [row] = await l.list({ tenant: t });
+      const [row] = await l.admin.list({ tenant: t });
       expect(row).toMatchObject({ status: "running", providerReference: messageId });
       await sleep(leaseMs + 200);
       const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
@@ -144,7 +146,7 @@ for (const dialect of DIALECTS) {
       const mail = emailActions(config("provider-saves"));
       const t = tenant();
       const results = await Promise.all(workers.map((l) => l.run(mail.send, { tenant: t, key: ["race"], args: report })));
-      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt.messageId : r.status)));
+      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.messageId : r.status)));
       expect(ids.size).toBe(1);
       expect(sandbox.count([...ids][0]!)).toBe(1);
     });
@@ -185,7 +187,7 @@ describe("a real mailbox (live, opt-in)", () => {
     const again = await l.run(mail.send, input);
     expect(first.status).toBe("succeeded");
     expect(again).toMatchObject({ status: "succeeded", replayed: true });
-    const op = (await l.get("live", first.operationId)).operation;
+    const op = (await l.get({ tenant: "live", id: first.operationId })).operation;
     expect(await new Mailbox({ host: i.hostname, port: Number(i.port), secure: i.protocol === "imaps:", auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) } }, "\\Sent").find(op.providerReference!)).toBeDefined();
     await l.close();
   });

@@ -3,7 +3,7 @@
  * ApiException (`code` = status, `body` = HubSpot's JSON, `headers`); network errors as fetch
  * errors with a system `code`.
  */
-import type { Classification } from "@idem/core";
+import { NOT_SENT_CODES, type Classification } from "@idem/core";
 
 interface HubSpotError {
   code?: number | string;
@@ -12,8 +12,6 @@ interface HubSpotError {
   message?: string;
 }
 
-const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
-
 export function classifyHubSpotError(error: unknown): Classification {
   const e = (error ?? {}) as HubSpotError;
   const status = typeof e.code === "number" ? e.code : undefined;
@@ -21,7 +19,7 @@ export function classifyHubSpotError(error: unknown): Classification {
   const what = status ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim() : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
   if (status === undefined) {
     // Refused or unresolvable: the request never left.
-    if (typeof e.code === "string" && NOT_SENT.has(e.code)) return { kind: "transient", reason: `not sent: ${what}` };
+    if (typeof e.code === "string" && NOT_SENT_CODES.has(e.code)) return { kind: "transient", reason: `not sent: ${what}` };
     // Reset or timed out after sending: HubSpot may have written the record.
     return { kind: "ambiguous", reason: `no answer from HubSpot: ${what}` };
   }

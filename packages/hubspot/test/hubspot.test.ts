@@ -38,7 +38,7 @@ for (const dialect of DIALECTS) {
   describe(`HubSpot on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
     const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
-    const keyOf = async (l: Ledger, t: string, id: string) => (await l.get(t, id)).operation.key;
+    const keyOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.key;
     const recordsWith = (type: string, key: string) => sandbox.crm.all(type).filter((r) => r.properties.idem_external_id === key);
 
     for (const mode of ["upsert", "create"] as const) {
@@ -63,8 +63,8 @@ for (const dialect of DIALECTS) {
         expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
         const key = await keyOf(l, t, out.operationId);
         expect(recordsWith("deals", key)).toHaveLength(1);
-        expect(out.status === "succeeded" && out.receipt.id).toBe(recordsWith("deals", key)[0]!.id);
-        expect((await l.get(t, out.operationId)).events.map((e) => e.to)).toContain("unknown");
+        expect(out.status === "succeeded" && out.receipt!.id).toBe(recordsWith("deals", key)[0]!.id);
+        expect((await l.get({ tenant: t, id: out.operationId })).events.map((e) => e.to)).toContain("unknown");
       });
     }
 
@@ -73,7 +73,7 @@ for (const dialect of DIALECTS) {
       const action = crm().create("companies");
       const t = tenant();
       const results = await Promise.all(workers.map((l) => l.run(action, { tenant: t, key: ["acme"], args: { properties: { name: "Acme", domain: "acme.example" } } })));
-      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt.id : r.status)));
+      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.id : r.status)));
       expect(ids.size).toBe(1);
       expect(recordsWith("companies", await keyOf(workers[0]!, t, results[0]!.operationId))).toHaveLength(1);
     });
@@ -87,7 +87,7 @@ for (const dialect of DIALECTS) {
       const { record } = await committed;
       await kill9(child);
       const l = await ledger();
-      const [row] = await l.list({ tenant: t });
+      const [row] = await l.admin.list({ tenant: t });
       expect(row).toMatchObject({ status: "running" });
       await sleep(leaseMs + 200);
       const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: lead });

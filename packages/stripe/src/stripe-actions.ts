@@ -37,21 +37,21 @@ export function stripeActions(config: StripeConfig): StripeActions {
   const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
   function action<A extends object>(type: string, send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>, lookup?: Lookup<A>): Action<A, StripeReceipt> {
-    return defineAction<A, StripeReceipt>({
+    const base = {
       type,
-      capabilities: { dedupe: { retentionMs: STRIPE_KEY_RETENTION_MS }, lookup: lookup !== undefined },
-      async execute(args, op) {
+      async execute(args: A, op: OperationContext) {
         const own = (args as { metadata?: Record<string, unknown> }).metadata;
         const params = { ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A;
         const obj = await send(params, op.key);
         return toReceipt(obj, obj.lastResponse?.requestId ?? null, obj.lastResponse?.headers?.["idempotent-replayed"] === "true");
       },
-      classify: (error) => classifyStripeError(error),
-      ...(lookup && {
-        reconcile: (args: A, op: OperationContext) => reconcileByLookup(stripe, lookup, args, op, windows),
-      }),
-      providerReference: (_args, op) => `idempotency-key:${op.key}`,
-    });
+      classify: (error: unknown) => classifyStripeError(error),
+      providerReference: (_args: A, op: { key: string }) => `idempotency-key:${op.key}`,
+    };
+    const dedupe = { retentionMs: STRIPE_KEY_RETENTION_MS };
+    return lookup
+      ? defineAction<A, StripeReceipt>({ ...base, capabilities: { dedupe, lookup: true }, reconcile: (args, op) => reconcileByLookup(stripe, lookup, args, op, windows) })
+      : defineAction<A, StripeReceipt>({ ...base, capabilities: { dedupe } });
   }
 
   return {

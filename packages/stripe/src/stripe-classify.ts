@@ -3,10 +3,7 @@
  * directly against errors from the real SDK (test/stripe-classify.test.ts).
  */
 import Stripe from "stripe";
-import type { Classification } from "@idem/core";
-
-/** Connection failures that happen before a byte of the request left: nothing can have committed. */
-const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+import { NOT_SENT_CODES, type Classification } from "@idem/core";
 
 export function classifyStripeError(error: unknown): Classification {
   if (!(error instanceof Stripe.errors.StripeError)) {
@@ -20,7 +17,7 @@ export function classifyStripeError(error: unknown): Classification {
   if (error.type === "StripeConnectionError") {
     const code = (error.detail as { code?: string } | undefined)?.code;
     // Refused or unresolvable: the request never reached Stripe.
-    if (code && NOT_SENT.has(code)) return { kind: "transient", reason: `not sent (${code})` };
+    if (code && NOT_SENT_CODES.has(code)) return { kind: "transient", reason: `not sent (${code})` };
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }

@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, openLedger, type LedgerOptions } from "@idem/core";
+import { ArgsMismatchError, openLedger } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
@@ -35,8 +36,8 @@ const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
 for (const dialect of DIALECTS) {
   describe(`Stripe on ${dialect}`, () => {
-    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
-    const ledger = (o: LedgerOptions = {}) => db.open({ clock: () => Date.now() + skew, ...o });
+    const db = ledgersFor(dialect, openTestLedger, { defaults: { poolSize: 2 } as TestLedgerOptions, prepare: true });
+    const ledger = (o: TestLedgerOptions = {}) => db.open({ clock: () => Date.now() + skew, ...o });
 
     it("a duplicate call returns the first PaymentIntent and sends nothing", async () => {
       const l = await ledger();
@@ -48,11 +49,11 @@ for (const dialect of DIALECTS) {
       const again = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order-1"], args: CARD });
       expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { object: "payment_intent", status: "succeeded", replayed: false } });
       expect(again).toMatchObject({ status: "succeeded", replayed: true });
-      expect(again.status === "succeeded" && first.status === "succeeded" && again.receipt.id === first.receipt.id).toBe(true);
+      expect(again.status === "succeeded" && first.status === "succeeded" && again.receipt!.id === first.receipt!.id).toBe(true);
       expect(piCount() - before).toBe(1);
       expect(sandbox.requests.length).toBe(sent);
       const pi = sandbox.objects.all("payment_intents").at(-1)!;
-      const op = (await l.get(t, first.operationId)).operation;
+      const op = (await l.get({ tenant: t, id: first.operationId })).operation;
       expect(pi.metadata).toEqual({ idem_operation: op.key });
       expect(requestsFor(op.key)).toHaveLength(1); // our key, not stripe-node's automatic one
     });
@@ -64,7 +65,7 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       const results = await Promise.all(workers.map((l) => l.run(s.paymentIntentsCreate, { tenant: t, key: ["race"], args: CARD })));
       expect(piCount() - before).toBe(1);
-      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt.id : r.status)));
+      const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.id : r.status)));
       expect(ids.size).toBe(1);
       expect([...ids][0]).toMatch(/^pi_/);
     });
@@ -80,11 +81,11 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "succeeded", receipt: { replayed: true } });
       expect(piCount() - before).toBe(1);
       const created = sandbox.objects.all("payment_intents").at(-1)!;
-      expect(out.status === "succeeded" && out.receipt.id).toBe(created.id);
-      const { events } = await l.get(t, out.operationId);
+      expect(out.status === "succeeded" && out.receipt!.id).toBe(created.id);
+      const { events } = await l.get({ tenant: t, id: out.operationId });
       expect(events.map((e) => e.to)).toContain("unknown");
       const later = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["dropped"], args: CARD });
-      expect(later.status === "succeeded" && later.receipt.id).toBe(created.id);
+      expect(later.status === "succeeded" && later.receipt!.id).toBe(created.id);
     });
 
     it("a 500 saved under the key is looked up, and a lagging search is not taken as absence", async () => {
@@ -100,9 +101,9 @@ for (const dialect of DIALECTS) {
         expect(piCount() - before).toBe(1);
         const withActions = await ledger({ actions: [s.paymentIntentsCreate] });
         // Still inside the lag: not found proves nothing
-        expect(await withActions.settle(t, out.operationId)).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(await withActions.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ status: "pending_verification", state: "unknown" });
         advance(61_000);
-        const settled = await withActions.settle(t, out.operationId);
+        const settled = await withActions.daemon.settle({ tenant: t, id: out.operationId });
         expect(settled).toMatchObject({ status: "succeeded", receipt: { id: sandbox.objects.all("payment_intents").at(-1)!.id, requestId: null } });
         expect(piCount() - before).toBe(1);
       } finally {
@@ -120,7 +121,7 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       advance(25 * HOUR); // Stripe has forgotten the key: a replay would create a second intent
       const sent = sandbox.requests.filter((r) => r.method === "POST").length;
-      const settled = await l.settle(t, out.operationId);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
       expect(settled).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent" } });
       expect(piCount() - before).toBe(1);
       expect(sandbox.requests.filter((r) => r.method === "POST").length).toBe(sent);
@@ -137,7 +138,7 @@ for (const dialect of DIALECTS) {
       sandbox.faults.clear();
       const before = piCount();
       advance(25 * HOUR);
-      const settled = await l.settle(t, out.operationId);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
       expect(settled).toMatchObject({ status: "succeeded" });
       expect(piCount() - before).toBe(1);
     });
@@ -162,7 +163,7 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
       expect(out.status === "failed" && out.error.reason).toMatch(/card_declined.*generic_decline/);
       expect(out.status === "failed" && out.error.providerRequestId).toMatch(/^req_/);
-      const key = (await l.get(t, out.operationId)).operation.key;
+      const key = (await l.get({ tenant: t, id: out.operationId })).operation.key;
       expect(requestsFor(key)).toHaveLength(1);
       expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args })).toMatchObject({ status: "failed", replayed: true });
       expect(requestsFor(key)).toHaveLength(1);
@@ -189,7 +190,7 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const t = tenant();
       const pi = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["r-pi"], args: CARD });
-      const piId = pi.status === "succeeded" ? pi.receipt.id : "";
+      const piId = pi.status === "succeeded" ? pi.receipt!.id : "";
       const refunds = sandbox.count("refunds");
       const customers = sandbox.count("customers");
       for (let i = 0; i < 2; i++) {
@@ -207,7 +208,7 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const t = tenant();
       const pi = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["c-pi"], args: CARD });
-      const charge = sandbox.objects.get("payment_intents", pi.status === "succeeded" ? pi.receipt.id : "")!.latest_charge as string;
+      const charge = sandbox.objects.get("payment_intents", pi.status === "succeeded" ? pi.receipt!.id : "")!.latest_charge as string;
       const before = sandbox.count("refunds");
       for (let i = 0; i < 2; i++) {
         expect(await l.run(s.refundsCreate, { tenant: t, key: ["refund", charge], args: { charge, amount: 700 } })).toMatchObject({ status: "succeeded", receipt: { object: "refund" } });
@@ -229,7 +230,7 @@ for (const dialect of DIALECTS) {
       // the database clock, as the killed worker had: earlier tests moved the test clock by days
       const l = await db.open();
       const s = stripe();
-      const [row] = await l.list({ tenant: t });
+      const [row] = await l.admin.list({ tenant: t });
       expect(row).toMatchObject({ status: "running", attempt: 1 });
       await sleep(leaseMs + 200);
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
@@ -251,7 +252,7 @@ describe("Stripe test mode (live, opt-in)", () => {
     const again = await l.run(s.paymentIntentsCreate, input);
     expect(first.status).toBe("succeeded");
     expect(again).toMatchObject({ status: "succeeded", replayed: true });
-    const op = (await l.get("live-test", first.operationId)).operation;
+    const op = (await l.get({ tenant: "live-test", id: first.operationId })).operation;
     const found = await s.client.paymentIntents.list({ limit: 10 });
     expect(found.data.filter((p) => p.metadata.idem_operation === op.key)).toHaveLength(1);
     await l.close();

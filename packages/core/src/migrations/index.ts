@@ -7,6 +7,7 @@ import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely
 import * as m0001 from "./0001-init.js";
 import * as m0002 from "./0002-lean-rows.js";
 import * as m0003 from "./0003-sticky-maybe-committed.js";
+import * as m0004 from "./0004-resolutions.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -14,6 +15,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0001-init": m0001,
   "0002-lean-rows": m0002,
   "0003-sticky-maybe-committed": m0003,
+  "0004-resolutions": m0004,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);

@@ -5,7 +5,7 @@
  * is a plain mailer.
  */
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
-import { defineAction, type Capabilities } from "@idem/core";
+import { defineAction, type ActionDefinition, type Capabilities, type LookupContract } from "@idem/core";
 
 export type ProviderKind = "dedupe" | "lookup" | "neither";
 
@@ -25,7 +25,10 @@ export function effectLines(file: string): { key: string; id: string }[] {
 
 /** The action; `afterEffect` runs once the line is written (a crash point, or a pause). */
 export function fileAction(kind: ProviderKind, file: string, afterEffect: () => Promise<void> = async () => {}) {
-  return defineAction<{ note: string }, { id: string }>({
+  type Args = { note: string };
+  type Receipt = { id: string };
+  // `kind` picks the capabilities at run time; defineAction still checks lookup has its reconcile.
+  return defineAction<Args, Receipt>({
     type: `file.${kind}`,
     capabilities: CAPABILITIES[kind],
     async execute(_args, op) {
@@ -40,5 +43,5 @@ export function fileAction(kind: ProviderKind, file: string, afterEffect: () => 
       const hit = effectLines(file).find((e) => e.key === op.key);
       return hit ? { found: true, receipt: { id: hit.id } } : { found: false, proof: "absent", reason: "no line for the key" };
     },
-  });
+  } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);
 }

@@ -1,9 +1,11 @@
 /** Opens ledgers on a test file's database and closes every one of them after each test. */
-import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import type { Ledger } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { ledgersFor, type TestDialect } from "@idem/testkit";
 
-export function ledgers(dialect: TestDialect): { url(): string; open(options?: LedgerOptions): Promise<Ledger> } {
-  return ledgersFor(dialect, openLedger, { defaults: { poolSize: 4 } });
+/** `open` takes `openLedger`'s options plus the test-only `clock`. */
+export function ledgers(dialect: TestDialect): { url(): string; open(options?: TestLedgerOptions): Promise<Ledger> } {
+  return ledgersFor<Ledger, TestLedgerOptions>(dialect, openTestLedger, { defaults: { poolSize: 4 } });
 }
 
 let n = 0;

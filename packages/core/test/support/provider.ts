@@ -4,7 +4,7 @@
  * scripted per call: throw before the effect (no commit) or after it (commit, then the answer is
  * lost).
  */
-import { defineAction, type Capabilities, type Classification } from "@idem/core";
+import { defineAction, type ActionDefinition, type Capabilities, type Classification, type LookupContract } from "@idem/core";
 
 export class ProviderError extends Error {
   constructor(readonly cls: Classification) {
@@ -37,7 +37,10 @@ export class TestProvider {
   }
 
   action(type: string, capabilities: Capabilities) {
-    return defineAction<{ to: string; n?: number }, { id: string; replayed?: boolean }>({
+    type Args = { to: string; n?: number };
+    type Receipt = { id: string; replayed?: boolean };
+    // `capabilities` is chosen by each test; defineAction still checks lookup has its reconcile.
+    return defineAction<Args, Receipt>({
       type,
       capabilities,
       execute: async (args, op) => {
@@ -66,6 +69,6 @@ export class TestProvider {
           return hit ? { found: true, receipt: { id: hit.id } } : ({ found: false, proof: "absent", reason: "not at the provider" } as const);
         },
       }),
-    });
+    } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);
   }
 }

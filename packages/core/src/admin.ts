@@ -1,0 +1,144 @@
+/**
+ * The operators' surface (`ledger.admin`): list a tenant's operations, decide the ones that need
+ * a person, prune, count, migrate. Every decision is checked against the operation's current
+ * status in the same statement that records it, with the person's name in the audit trail.
+ */
+import { parseArgs } from "./action.js";
+import { canonicalJson } from "./canonical.js";
+import { requireVerdict, toOperation, type LedgerContext, type Operation, type OperationRef, type Verdict } from "./context.js";
+import { InvalidTransitionError, InvalidValueError } from "./errors.js";
+import { requireName, requireText } from "./keys.js";
+import { migrate, schemaStatus } from "./open.js";
+import type { StoredError } from "./result.js";
+import type { Status } from "./schema.js";
+import type { ListFilter } from "./store.js";
+
+/** A person's verdict on a `needs_review` operation. */
+export type Resolve = OperationRef &
+  Verdict &
+  (
+    | {
+        /** It happened: the provider shows the effect. */
+        readonly outcome: "succeeded";
+        /** What the person checked (a dashboard link, the provider's id); stored with the verdict, never as the receipt. */
+        readonly evidence?: string;
+        /**
+         * The receipt they found, stored only when the action (registered with the ledger's
+         * `actions`) declares a `receipt` schema that accepts it. Without it callers replay the
+         * verdict with no receipt.
+         */
+        readonly receipt?: unknown;
+      }
+    | {
+        /** It did not happen and must not be tried again. */
+        readonly outcome: "failed";
+        readonly evidence?: string;
+      }
+  );
+
+export class LedgerAdmin {
+  readonly #context: LedgerContext;
+
+  /** @internal Reached as `ledger.admin`. */
+  constructor(context: LedgerContext) {
+    this.#context = context;
+  }
+
+  /**
+   * Operations newest first, filtered by status, action and age, of one tenant, of the tenants
+   * an operator may see (`tenant: [...]`), or of every tenant (`allTenants: true`: an operator's
+   * queue). Page with `before`: the id of the last operation of the previous page.
+   */
+  async list(filter: ListFilter): Promise<Operation[]> {
+    this.#context.assertOpen();
+    if (filter.allTenants === true) {
+      if (filter.tenant !== undefined) throw new InvalidValueError("tenant", "give a tenant or allTenants, not both");
+    } else if (typeof filter.tenant === "string") requireName(filter.tenant, "tenant");
+    else if (Array.isArray(filter.tenant)) filter.tenant.forEach((t, i) => requireName(t, `tenant[${i}]`));
+    else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
+    if (filter.before !== undefined) requireName(filter.before, "before");
+    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0)) throw new InvalidValueError("limit", "must be a positive whole number");
+    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0)) throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
+    if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
+    return (await this.#context.store.list(filter)).map(toOperation);
+  }
+
+  /**
+   * A person's verdict on a `needs_review` operation: it happened (`succeeded`) or it did not and
+   * must not be retried (`failed`). The verdict (who, why, evidence) is stored apart from the
+   * receipt and the provider reference, which keep what the provider gave.
+   */
+  async resolve(verdict: Resolve): Promise<Operation> {
+    const context = this.#context;
+    requireVerdict(verdict);
+    if (verdict.outcome !== "succeeded" && verdict.outcome !== "failed") throw new InvalidValueError("outcome", "must be succeeded or failed");
+    if (verdict.evidence !== undefined) requireText(verdict.evidence, "evidence", 1_000);
+    const row = await context.find(verdict);
+    if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
+    const receipt = verdict.outcome === "succeeded" && verdict.receipt !== undefined ? await this.#checkedReceipt(row.action, row.id, verdict.receipt) : undefined;
+    const reason = `resolved by a person: ${verdict.reason}`;
+    const resolution = { outcome: verdict.outcome, actor: verdict.actor, reason: verdict.reason, evidence: verdict.evidence ?? null };
+    const done = await context.store.transition(row, verdict.outcome, {
+      actor: verdict.actor, reason, completed: true, retentionMs: context.settings.retentionMs, alert: false,
+      resolution_json: JSON.stringify(resolution),
+      ...(verdict.outcome === "succeeded"
+        ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
+        : { error_json: JSON.stringify({ kind: "permanent", reason } satisfies StoredError) }),
+    });
+    if (!done) throw new InvalidTransitionError(row.id, "changed concurrently", verdict.outcome);
+    return toOperation(done);
+  }
+
+  /**
+   * Marks an operation as known not done so the next call or the daemon runs it again with the
+   * same key: for `needs_review` after a person checked the provider, or `failed` after the cause
+   * was fixed.
+   */
+  async retry(verdict: OperationRef & Verdict): Promise<Operation> {
+    const context = this.#context;
+    requireVerdict(verdict);
+    const row = await context.find(verdict);
+    if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
+    // A person's word that it was not done: the checks of the earlier outcome start over.
+    const back = await context.store.transition(row, "pending", {
+      actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, checks: 0, result_json: null, resolution_json: null, alert: false,
+    });
+    if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
+    return toOperation(back);
+  }
+
+  /** Deletes this tenant's completed operations past their retention; returns how many. */
+  async prune(options: { readonly tenant: string; readonly limit?: number }): Promise<number> {
+    this.#context.assertOpen();
+    requireName(options.tenant, "tenant");
+    return this.#context.store.prune(options.tenant, options.limit ?? 10_000);
+  }
+
+  /** Counts by status, action and tenant, for one tenant or all (a GROUP BY over the ledger: cache it). */
+  async stats(options: { readonly tenant?: string } = {}): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
+    this.#context.assertOpen();
+    if (options.tenant !== undefined) requireName(options.tenant, "tenant");
+    return this.#context.store.stats(options.tenant);
+  }
+
+  /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */
+  async pendingMigrations(): Promise<string[]> {
+    this.#context.assertOpen();
+    return (await schemaStatus(this.#context.db)).pending;
+  }
+
+  /** Applies pending migrations (`migrate: false` at open leaves them to this). */
+  async migrate(): Promise<string[]> {
+    this.#context.assertOpen();
+    return migrate(this.#context.db, this.#context.dialect);
+  }
+
+  /** A receipt a person gave, as the action's receipt schema reads it; refused when nothing can check it. */
+  async #checkedReceipt(type: string, operationId: string, receipt: unknown): Promise<unknown> {
+    const schema = this.#context.actions.get(type)?.receipt;
+    if (!schema) {
+      throw new InvalidValueError("receipt", `action ${type} (operation ${operationId}) has no receipt schema registered with this ledger: give evidence instead, or register the action with a receipt schema`);
+    }
+    return parseArgs(schema, receipt, "receipt");
+  }
+}

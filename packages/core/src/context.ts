@@ -1,0 +1,126 @@
+/**
+ * What the ledger's three surfaces share (the agents' `Ledger`, the operators' `LedgerAdmin`, the
+ * daemon's `LedgerDaemon`): one connection, one store, one runner, the settings and the registered
+ * actions. Internal: none of it is exported from the package.
+ */
+import type { Kysely } from "kysely";
+import type { Action } from "./action.js";
+import { InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
+import { requireName, requireText } from "./keys.js";
+import type { DialectName } from "./migrations/index.js";
+import type { StoredError } from "./result.js";
+import { Runner, resolutionOf, type RunnerSettings } from "./runner.js";
+import type { Resolution } from "./result.js";
+import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
+import type { Row, Store } from "./store.js";
+
+/** An operation as operators see it. */
+export interface Operation {
+  readonly id: string;
+  readonly tenant: string;
+  readonly key: string;
+  readonly keyLabel: string | null;
+  readonly action: string;
+  readonly argsHash: string | null;
+  readonly status: Status;
+  readonly attempt: number;
+  readonly leaseOwner: string | null;
+  readonly leaseExpiresAt: number | null;
+  /** What the provider knows the effect by (Message-ID, external id, PaymentIntent id). */
+  readonly providerReference: string | null;
+  /** The action's receipt (null when none: not done yet, failed, or a person resolved it without one). */
+  readonly result: unknown;
+  readonly error: StoredError | null;
+  /** A person's verdict, when one settled it. */
+  readonly resolution: Resolution | null;
+  readonly reason: string | null;
+  readonly checks: number;
+  readonly nextCheckAt: number | null;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+  readonly completedAt: number | null;
+  readonly expiresAt: number | null;
+}
+
+export interface OperationEvent {
+  /** Position in the operation's history, from 1. */
+  readonly id: number;
+  readonly from: Status | null;
+  readonly to: Status;
+  readonly attempt: number;
+  readonly actor: string | null;
+  readonly reason: string | null;
+  readonly providerReference: string | null;
+  readonly at: number;
+}
+
+/** Names an operation: every call about one stored operation takes these two. */
+export interface OperationRef {
+  readonly tenant: string;
+  /** The operation id (`op_…`). */
+  readonly id: string;
+}
+
+/** A person's or the daemon's decision: who (a name) and why (text stored in the audit trail). */
+export interface Verdict {
+  readonly actor: string;
+  readonly reason: string;
+}
+
+export class LedgerContext {
+  readonly runner: Runner;
+  readonly actions = new Map<string, Action<any, any>>();
+  private closed = false;
+
+  constructor(
+    readonly db: Kysely<IdemDatabase>,
+    readonly dialect: DialectName,
+    readonly store: Store,
+    readonly settings: RunnerSettings,
+    actions: readonly Action<any, any>[],
+  ) {
+    this.runner = new Runner(store);
+    for (const a of actions) this.actions.set(a.type, a);
+  }
+
+  assertOpen(): void {
+    if (this.closed) throw new LedgerConfigError("the ledger is closed");
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.db.destroy();
+  }
+
+  /** The tenant's operation, or `OperationNotFoundError`; names are checked first so a malformed one cannot match another's. */
+  async find(ref: OperationRef): Promise<NonNullable<Awaited<ReturnType<Store["findById"]>>>> {
+    this.assertOpen();
+    requireName(ref.tenant, "tenant");
+    requireName(ref.id, "operation id");
+    const row = await this.store.findById(ref.tenant, ref.id);
+    if (!row) throw new OperationNotFoundError(ref.tenant, ref.id);
+    return row;
+  }
+}
+
+export function requireVerdict(verdict: Verdict): void {
+  requireName(verdict.actor, "actor");
+  if (typeof verdict.reason !== "string" || !verdict.reason.trim()) throw new InvalidValueError("reason", "a decision needs a reason");
+  requireText(verdict.reason, "reason", 2_000);
+}
+
+export function toOperation(r: Row): Operation {
+  return {
+    id: r.id, tenant: r.tenant_id, key: r.key, keyLabel: r.key_label, action: r.action, argsHash: r.args_hash,
+    status: r.status, attempt: r.attempt, leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at,
+    providerReference: r.provider_reference, result: r.result_json === null ? null : JSON.parse(r.result_json),
+    error: r.error_json === null ? null : (JSON.parse(r.error_json) as StoredError), resolution: resolutionOf(r) ?? null,
+    reason: r.reason, checks: r.checks, nextCheckAt: r.next_check_at, createdAt: r.created_at, updatedAt: r.updated_at,
+    completedAt: r.completed_at, expiresAt: r.expires_at,
+  };
+}
+
+export function toEvent(e: HistoryEvent & { seq: number }): OperationEvent {
+  return { id: e.seq, from: e.from, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, providerReference: e.ref, at: e.at };
+}

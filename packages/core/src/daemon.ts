@@ -1,0 +1,92 @@
+/**
+ * The daemon's surface (`ledger.daemon`): across every tenant of the ledger, claim the operations
+ * that need settling, settle them by the replay policy with the args stored with them, and find
+ * what a person must hear about. `idem retry --now` settles through it too.
+ */
+import type { Action } from "./action.js";
+import { toOperation, type LedgerContext, type Operation, type OperationRef } from "./context.js";
+import { InvalidValueError, UnknownActionError } from "./errors.js";
+import { requireName } from "./keys.js";
+import type { RunResult } from "./result.js";
+import type { Call, Escalation } from "./runner.js";
+import type { Status } from "./schema.js";
+
+/** An operation the daemon claimed, to settle next. */
+export interface DueOperation {
+  readonly id: string;
+  readonly tenant: string;
+  readonly status: Status;
+  readonly action: string;
+}
+
+export class LedgerDaemon {
+  readonly #context: LedgerContext;
+
+  /** @internal Reached as `ledger.daemon`. */
+  constructor(context: LedgerContext) {
+    this.#context = context;
+  }
+
+  /**
+   * Claims up to `limit` operations the daemon must settle (running with an expired lease,
+   * unknown or pending and due), hiding each from other daemons for `claimMs`. On Postgres the
+   * scan skips rows another daemon is claiming (FOR UPDATE SKIP LOCKED); settling is fenced by
+   * attempt anyway, so a row is never settled twice.
+   */
+  async claimDue(options: { readonly limit: number; readonly claimMs: number }): Promise<DueOperation[]> {
+    this.#context.assertOpen();
+    whole(options.limit, "limit", 1);
+    whole(options.claimMs, "claimMs", 1);
+    return (await this.#context.store.claimDue(options.limit, options.claimMs)).map((r) => ({ id: r.id, tenant: r.tenant_id, status: r.status, action: r.action }));
+  }
+
+  /**
+   * Recovers a stored operation without its caller: replays, reconciles or parks it by the replay
+   * policy, using the args stored with it. Throws `UnknownActionError` when its action type was
+   * not registered in the ledger's `actions` (the row is untouched). `escalate`: an unknown
+   * outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock, goes to a
+   * person instead of being checked again.
+   */
+  async settle(options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation }): Promise<RunResult<unknown>> {
+    const context = this.#context;
+    if (options.actor !== undefined) requireName(options.actor, "actor");
+    const row = await context.find(options);
+    const action: Action<unknown, unknown> | undefined = context.actions.get(row.action);
+    if (!action) throw new UnknownActionError(row.action, row.id);
+    const call: Call<unknown, unknown> = {
+      action, tenant: options.tenant, actor: options.actor ?? null, key: { hash: row.key, label: row.key_label }, storeArgs: true,
+      args: row.args_json !== null && row.args_hash !== null
+        ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
+        : { kind: "stored" },
+      settings: context.settings,
+    };
+    return context.runner.settle(call, row, options.escalate);
+  }
+
+  /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */
+  async alertsDue(options: { readonly limit: number }): Promise<Operation[]> {
+    this.#context.assertOpen();
+    whole(options.limit, "limit", 1);
+    return (await this.#context.store.alertsDue(options.limit)).map(toOperation);
+  }
+
+  /** Marks the alert for this transition as delivered (a newer transition keeps its own). */
+  async ackAlert(op: Pick<Operation, "id" | "tenant" | "updatedAt">): Promise<void> {
+    this.#context.assertOpen();
+    await this.#context.store.ackAlert(op.tenant, op.id, op.updatedAt);
+  }
+
+  /**
+   * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
+   * attempt, with how long (`runningForMs`, by the database clock).
+   */
+  async stuck(options: { readonly olderThanMs: number; readonly limit?: number }): Promise<(Operation & { runningForMs: number })[]> {
+    this.#context.assertOpen();
+    whole(options.olderThanMs, "olderThanMs", 0);
+    return (await this.#context.store.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }));
+  }
+}
+
+function whole(n: number, name: string, min: number): void {
+  if (!(Number.isInteger(n) && n >= min)) throw new InvalidValueError(name, `must be a whole number ≥ ${min}`);
+}
