@@ -47,7 +47,7 @@ function strip() {
   }
   delete manifest.devDependencies;
   copyFileSync(MANIFEST, KEPT);
-  writeFileSync(`${MANIFEST}.tmp`, JSON.stringify(manifest, null, 2) + "\n");
+  writeFileSync(`${MANIFEST}.tmp`, `${JSON.stringify(manifest, null, 2)}\n`);
   renameSync(`${MANIFEST}.tmp`, MANIFEST);
 }
 

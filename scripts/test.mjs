@@ -33,5 +33,5 @@ const outside = run.status !== 0 && r.numFailedTests + brokenFiles === 0 ? 1 : 0
 if (outside) console.error("the run failed outside any test (see the errors above)");
 const failed = r.numFailedTests + brokenFiles + outside;
 const skipped = r.numPendingTests + r.numTodoTests;
-console.log(`${passed} passed, ${failed} failed` + (skipped ? `, ${skipped} skipped` : ""));
+console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}`);
 process.exit(run.status !== 0 || failed > 0 || passed === 0 ? run.status || 1 : 0);

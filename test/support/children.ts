@@ -68,7 +68,7 @@ export function startChild(script: string, args: string[] = [], env: Record<stri
     proc,
     lines,
     exited,
-    send: (line) => proc.stdin!.write(line + "\n"),
+    send: (line) => proc.stdin!.write(`${line}\n`),
     waitFor(pattern, baseMs = 30_000) {
       // The timeout is for a quiet 4-core machine; start-up under load takes longer.
       const timeoutMs = scaled(baseMs);

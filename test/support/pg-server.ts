@@ -100,7 +100,12 @@ export async function startPgServer(options: { startTimeoutMs?: number } = {}): 
     const pm = postmaster();
     for (const p of [...(pm ? [pm, ...childrenOf(pm.pid)] : []), ...frozen]) signal(p, "SIGKILL");
   };
-  const handle = { killNow: () => (killNow(), rmSync(dir, { recursive: true, force: true })) };
+  const handle = {
+    killNow: () => {
+      killNow();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 
   const thaw = async (): Promise<void> => {
     for (const p of frozen.reverse()) signal(p, "SIGCONT"); // backends first, postmaster last

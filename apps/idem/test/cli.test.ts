@@ -49,7 +49,7 @@ for (const dialect of DIALECTS) {
       const rows = JSON.parse(queue.stdout) as { id: string; tenant: string }[];
       expect(rows.map((r) => [r.tenant, r.id])).toEqual([["globex", other.operationId], ["acme", reviewId]]); // newest first
       const human = await idem(["--ledger", url, "ls", "--all-tenants", "--status", "needs_review", "--limit", "1"]);
-      expect(human.stdout).toMatch(new RegExp(`^TENANT\\s+ID`, "m"));
+      expect(human.stdout).toMatch(/^TENANT\s+ID/m);
       expect(human.stdout).toMatch(new RegExp(`^globex\\s+${other.operationId}\\s+needs_review`, "m"));
       expect(human.stdout).toContain(`more may follow: add --before ${other.operationId}`);
       const next = await idem(["--ledger", url, "--json", "ls", "--all-tenants", "--status", "needs_review", "--limit", "1", "--before", other.operationId]);

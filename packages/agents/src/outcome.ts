@@ -6,7 +6,7 @@
  */
 import {
   ArgsMismatchError, CompletionNotRecordedError, GuardrailError, InvalidValueError, LedgerUnavailableError, PayloadTooLargeError,
-  type RunResult, type Status,
+  type RunResult, type Unsettled,
 } from "@idem/core";
 
 export type Outcome =
@@ -17,19 +17,17 @@ export type Outcome =
   /** The provider said no for good; retrying the same input cannot change it. */
   | { readonly status: "failed"; readonly message: string; readonly operationId: string; readonly reason: string }
   /** Not proven either way yet; settled by a worker, the daemon or a person. Never to be retried by the model. */
-  | { readonly status: "pending_verification"; readonly message: string; readonly operationId: string; readonly state: Status }
+  | { readonly status: "pending_verification"; readonly message: string; readonly operationId: string; readonly state: Unsettled }
   /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
   | { readonly status: "not_performed"; readonly message: string };
 
-const NEXT: Record<Status, string> = {
+const NEXT: Record<Unsettled, string> = {
   running: "another attempt of it is in progress",
   unknown: "its outcome is being checked with the provider",
   needs_review: "a person will decide whether it happened",
   pending: "it will be run again with the same identity, once",
-  succeeded: "",
-  failed: "",
 };
 
 /** A ledger result in the model's words; `summarize` picks what to show of a receipt. */

@@ -54,7 +54,7 @@ export class LedgerAdmin {
     if (filter.allTenants === true) {
       if (filter.tenant !== undefined) throw new InvalidValueError("tenant", "give a tenant or allTenants, not both");
     } else if (typeof filter.tenant === "string") requireName(filter.tenant, "tenant");
-    else if (Array.isArray(filter.tenant)) filter.tenant.forEach((t, i) => requireName(t, `tenant[${i}]`));
+    else if (Array.isArray(filter.tenant)) for (const [i, t] of filter.tenant.entries()) requireName(t, `tenant[${i}]`);
     else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
     if (filter.before !== undefined) requireName(filter.before, "before");
     if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0)) throw new InvalidValueError("limit", "must be a positive whole number");

@@ -64,7 +64,7 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
         out += (i === 0 ? "" : ",") + write(obj[i], path, seen);
         path.pop();
       }
-      return out + "]";
+      return `${out}]`;
     }
     const proto = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
@@ -77,10 +77,10 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
       const k = keys[i]!;
       path.push(k);
       if (LONE_SURROGATE.test(k)) refuse(path, "the field name is not well-formed Unicode (an unpaired surrogate)");
-      out += (i === 0 ? "" : ",") + JSON.stringify(k) + ":" + write((obj as Record<string, unknown>)[k], path, seen);
+      out += `${i === 0 ? "" : ","}${JSON.stringify(k)}:${write((obj as Record<string, unknown>)[k], path, seen)}`;
       path.pop();
     }
-    return out + "}";
+    return `${out}}`;
   } finally {
     seen.delete(obj);
   }

@@ -80,7 +80,7 @@ export class UnknownActionError extends IdemError {
   ) {
     super(
       "UNKNOWN_ACTION",
-      `no action of type "${action}" is registered` + (operationId ? ` (operation ${operationId})` : ""),
+      `no action of type "${action}" is registered${operationId ? ` (operation ${operationId})` : ""}`,
     );
   }
 }

@@ -19,7 +19,7 @@ export type { ConnectionOptions } from "./open.js";
 export { DEFAULT_BUDGET, ESCALATED } from "./policy.js";
 export type { RetryBudget } from "./policy.js";
 export { describeResult } from "./result.js";
-export type { Resolution, RunResult, StoredError } from "./result.js";
+export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 export type { Escalation } from "./runner.js";
 export { STATUSES } from "./schema.js";
 export type { Status } from "./schema.js";

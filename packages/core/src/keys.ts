@@ -20,7 +20,7 @@ export interface SensitivePart {
 
 /** Marks a key part as sensitive: only `sha256:<hex>` of its canonical JSON is kept. */
 export function sensitive(value: unknown): SensitivePart {
-  return { [SENSITIVE]: "sha256:" + sha256(canonicalJson(value, "sensitive part")) };
+  return { [SENSITIVE]: `sha256:${sha256(canonicalJson(value, "sensitive part"))}` };
 }
 
 export type KeyPart = unknown;
@@ -71,6 +71,10 @@ function unwrapSensitive(part: unknown, path: Set<object> = new Set()): unknown 
   }
 }
 
+/** C0 control characters and DEL: never part of a name. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is this check's purpose
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
 /**
  * Tenants, action types and actors are short printable names; an empty one is always a caller bug.
  * They must be well-formed Unicode: an unpaired surrogate (a name cut inside an emoji) has no
@@ -78,7 +82,7 @@ function unwrapSensitive(part: unknown, path: Set<object> = new Set()): unknown 
  * would become one tenant there and two on SQLite.
  */
 export function requireName(value: unknown, what: string): asserts value is string {
-  if (typeof value !== "string" || value.length === 0 || value.length > 200 || /[\u0000-\u001f\u007f]/.test(value)) {
+  if (typeof value !== "string" || value.length === 0 || value.length > 200 || CONTROL.test(value)) {
     throw new InvalidValueError(what, `must be a non-empty printable string of at most 200 characters`);
   }
   requireWellFormed(value, what);

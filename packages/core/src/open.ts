@@ -206,7 +206,10 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
   const names = new Map<string, string>();
   const direct: DirectExecutor = async (text, parameters) => {
     let name = names.get(text);
-    if (name === undefined) names.set(text, (name = `idem_${sha256(text).slice(0, 24)}`));
+    if (name === undefined) {
+      name = `idem_${sha256(text).slice(0, 24)}`;
+      names.set(text, name);
+    }
     const res = await pool.query({ name, text, values: parameters as unknown[] });
     return { rows: res.rows, ...(res.rowCount !== null && { numAffectedRows: BigInt(res.rowCount) }) };
   };

@@ -46,7 +46,10 @@ export type RunResult<R> =
    * is unknown and awaits reconciliation, a person must decide (`needs_review`), or the retry
    * budget ran out with the work known undone (`pending`). Never report this as done.
    */
-  | { readonly status: "pending_verification"; readonly state: Status; readonly reason: string; readonly operationId: string; readonly attempt: number };
+  | { readonly status: "pending_verification"; readonly state: Unsettled; readonly reason: string; readonly operationId: string; readonly attempt: number };
+
+/** The statuses an operation can wait in (`pending_verification.state`): all but the settled two. */
+export type Unsettled = Exclude<Status, "succeeded" | "failed">;
 
 /** The sentence to show a model: never a guessed success. */
 export function describeResult(result: RunResult<unknown>): string {

@@ -9,11 +9,11 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
 import pRetry from "p-retry";
-import { describeError, type Action, type Classification, type OperationContext } from "./action.js";
+import { describeError, type Action, type Classification, type OperationContext, type ReconcileResult } from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { ArgsMismatchError, CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
 import { backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
-import type { Resolution, RunResult, StoredError } from "./result.js";
+import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
 
 export interface RunnerSettings {
@@ -155,19 +155,19 @@ export class Runner {
         const mine = { row, since };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
         if (decision.kind === "execute") return this.perform(call, mine, state, snap.maybe_committed === 1);
-        return this.reconcile(call, mine, snap, decision.reason);
+        return this.reconcile(call, mine, snap);
       }
     }
   }
 
   /** Looks the effect up under our lease: found, proven absent, or still unknown (counted, backed off). */
-  private async reconcile<A, R>(call: Call<A, R>, mine: Held, snap: Peek, why: string): Promise<Step<R>> {
+  private async reconcile<A, R>(call: Call<A, R>, mine: Held, snap: Peek): Promise<Step<R>> {
     const row = mine.row;
     const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
     // No effect is younger than the last execution, or than a dead worker's lease (it may have
     // been executing until then); later inconclusive checks do not restart the window.
     const lastAttemptAt = Math.max(row.last_execution_at ?? row.created_at, snap.status === "running" ? (snap.lease_expires_at ?? 0) : 0);
-    let found;
+    let found: ReconcileResult<R>;
     try {
       found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
     } catch (error) {
@@ -350,8 +350,8 @@ export class Runner {
       });
       if (reopened) return { done: pending(reopened, `outcome unknown: attempt ${mine.attempt} may have committed`) };
     }
-    if (now.status === "succeeded") return { done: succeeded(now, JSON.parse(now.result_json!) as R, true) };
-    if (now.status === "failed") return { done: failed(now, JSON.parse(now.error_json!) as StoredError, true) };
+    // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
+    if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
     return { done: pending(now, `lease lost to attempt ${now.attempt}; the operation is ${now.status}`) };
   }
 
@@ -483,5 +483,6 @@ function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResu
   return { status: "failed", error, replayed, operationId: row.id, attempt: row.attempt };
 }
 export function pending<R>(row: Settled, reason: string): RunResult<R> {
-  return { status: "pending_verification", state: row.status, reason, operationId: row.id, attempt: row.attempt };
+  // Callers pass unsettled rows only: a settled one is replayed (replayOf), never reported pending.
+  return { status: "pending_verification", state: row.status as Unsettled, reason, operationId: row.id, attempt: row.attempt };
 }

@@ -304,7 +304,7 @@ export class Store {
     const withRetention = done && patch.retentionMs != null;
     const shape = `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
-    return this.guard(row.id, this.hot.run(shape + `:${to === "pending" || to === "unknown"}`, (v) => {
+    return this.guard(row.id, this.hot.run(`${shape}:${to === "pending" || to === "unknown"}`, (v) => {
       const now = this.now();
       const q = this.db
         .updateTable("idem_operations")

@@ -11,7 +11,7 @@
  * AbortSignal (stripe/stripe-node#2240 was declined), so a request runs until `timeoutMs`; a lost
  * lease is harmless here because every attempt carries the same key.
  */
-import Stripe from "stripe";
+import type Stripe from "stripe";
 import { defineAction, type Action, type OperationContext } from "@idem/core";
 import { createStripeClient, type StripeConfig } from "./stripe-client.js";
 import { classifyStripeError } from "./stripe-classify.js";

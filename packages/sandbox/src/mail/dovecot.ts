@@ -41,7 +41,7 @@ export class Dovecot {
     this.port = await freeLoopbackPort();
     for (const d of ["run", "state", "mail", "home"]) mkdirSync(join(this.dir, d));
     for (const d of ["mail", "home"]) chownSync(join(this.dir, d), MAIL_UID, MAIL_UID);
-    writeFileSync(join(this.dir, "users"), this.users.map((u) => `${u.user}:{PLAIN}${u.pass}::::::`).join("\n") + "\n");
+    writeFileSync(join(this.dir, "users"), `${this.users.map((u) => `${u.user}:{PLAIN}${u.pass}::::::`).join("\n")}\n`);
     writeFileSync(join(this.dir, "dovecot.conf"), config(this.dir, this.port));
     this.proc = spawn("dovecot", ["-F", "-c", join(this.dir, "dovecot.conf")], { stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";

@@ -69,7 +69,7 @@ export class MailSandbox {
       allowInsecureAuth: true,
       authMethods: ["PLAIN", "LOGIN"],
       logger: false,
-      onAuth: (auth, session, cb) => {
+      onAuth: (auth, _session, cb) => {
         if (this.faults.take("AUTH", "", ["refuse_auth"])) return cb(Object.assign(new Error("Authentication refused"), { responseCode: 535 }));
         const ok = [SENDER, JOURNAL].some((u) => u.user === auth.username && u.pass === auth.password);
         return ok ? cb(null, { user: auth.username }) : cb(Object.assign(new Error("Invalid username or password"), { responseCode: 535 }));
