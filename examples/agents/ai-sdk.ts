@@ -36,14 +36,28 @@ const tools = {
 // ---- a scripted model: one tool call per step, then a final text ----
 const invoice = { invoiceId: "inv-1001", amount: 4200, currency: "eur" };
 const script = [invoice, invoice, { ...invoice, amount: 5000 }];
-const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+const usage = {
+  inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 1, text: 1, reasoning: 0 },
+};
 let step = 0;
 const model = new MockLanguageModelV3({
   doGenerate: async () => {
     const input = script[step++];
-    if (!input) return { content: [{ type: "text", text: "All done." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+    if (!input)
+      return {
+        content: [{ type: "text", text: "All done." }],
+        finishReason: { unified: "stop", raw: "stop" },
+        usage,
+        warnings: [],
+      };
     // A fresh tool-call id each time, as a real model's retry has: it is not the work's identity.
-    const call = { type: "tool-call" as const, toolCallId: `call_${step}_${Date.now()}`, toolName: "charge_invoice", input: JSON.stringify(input) };
+    const call = {
+      type: "tool-call" as const,
+      toolCallId: `call_${step}_${Date.now()}`,
+      toolName: "charge_invoice",
+      input: JSON.stringify(input),
+    };
     return { content: [call], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] };
   },
 });
@@ -51,10 +65,17 @@ const model = new MockLanguageModelV3({
 let ok = false;
 try {
   const result = await generateText({
-    model, tools, experimental_context: { tenantId: "acme" } satisfies Ctx, stopWhen: stepCountIs(10), prompt: "Charge invoice inv-1001.",
+    model,
+    tools,
+    experimental_context: { tenantId: "acme" } satisfies Ctx,
+    stopWhen: stepCountIs(10),
+    prompt: "Charge invoice inv-1001.",
   });
-  const read = result.steps.flatMap((s) => s.toolResults.map((r) => ({ input: r.input, outcome: r.output as Outcome })));
-  for (const { input, outcome } of read) console.log(`  charge ${JSON.stringify(input)}\n    the model read: ${outcome.message}`);
+  const read = result.steps.flatMap((s) =>
+    s.toolResults.map((r) => ({ input: r.input, outcome: r.output as Outcome })),
+  );
+  for (const { input, outcome } of read)
+    console.log(`  charge ${JSON.stringify(input)}\n    the model read: ${outcome.message}`);
   const payments = sandbox.count("payment_intents");
   console.log(`  PaymentIntents at Stripe: ${payments}`);
   ok = payments === 1 && read.map((r) => r.outcome.status).join() === "done,already_done,refused";

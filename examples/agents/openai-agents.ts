@@ -42,8 +42,30 @@ const model: Model = {
   async getResponse(): Promise<ModelResponse> {
     const input = script[turn++];
     const usage = new Usage({ requests: 1, inputTokens: 1, outputTokens: 1, totalTokens: 2 });
-    if (!input) return { usage, output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "All done." }] }] };
-    return { usage, output: [{ type: "function_call", callId: `call_${turn}_${Date.now()}`, name: "charge_invoice", arguments: JSON.stringify(input), status: "completed" }] };
+    if (!input)
+      return {
+        usage,
+        output: [
+          {
+            type: "message",
+            role: "assistant",
+            status: "completed",
+            content: [{ type: "output_text", text: "All done." }],
+          },
+        ],
+      };
+    return {
+      usage,
+      output: [
+        {
+          type: "function_call",
+          callId: `call_${turn}_${Date.now()}`,
+          name: "charge_invoice",
+          arguments: JSON.stringify(input),
+          status: "completed",
+        },
+      ],
+    };
   },
   getStreamedResponse() {
     throw new Error("this example does not stream");
@@ -59,7 +81,8 @@ try {
     const output = item.output; // the Outcome, as the tool returned it (the SDK sends it as JSON)
     return [(typeof output === "string" ? JSON.parse(output) : output) as Outcome];
   });
-  for (const [i, outcome] of read.entries()) console.log(`  charge ${JSON.stringify(script[i])}\n    the model read: ${outcome.message}`);
+  for (const [i, outcome] of read.entries())
+    console.log(`  charge ${JSON.stringify(script[i])}\n    the model read: ${outcome.message}`);
   const payments = sandbox.count("payment_intents");
   console.log(`  PaymentIntents at Stripe: ${payments}`);
   ok = payments === 1 && read.map((o) => o.status).join() === "done,already_done,refused";

@@ -20,7 +20,9 @@ const hang = () => new Promise(() => {});
 
 switch (env.DEMO_MODE) {
   case "naive-send": {
-    await nodemailer.createTransport({ host: "127.0.0.1", port: Number(env.SMTP_PORT), auth }).sendMail({ from: auth.user, ...job });
+    await nodemailer
+      .createTransport({ host: "127.0.0.1", port: Number(env.SMTP_PORT), auth })
+      .sendMail({ from: auth.user, ...job });
     console.log("sent");
     if (env.CRASH === "1") await hang();
     break;
@@ -28,7 +30,9 @@ switch (env.DEMO_MODE) {
   case "naive-ledger-send": {
     const done: string[] = existsSync(env.DONE_FILE!) ? JSON.parse(readFileSync(env.DONE_FILE!, "utf8")) : [];
     if (!done.includes(env.KEY!)) {
-      await nodemailer.createTransport({ host: "127.0.0.1", port: Number(env.SMTP_PORT), auth }).sendMail({ from: auth.user, ...job });
+      await nodemailer
+        .createTransport({ host: "127.0.0.1", port: Number(env.SMTP_PORT), auth })
+        .sendMail({ from: auth.user, ...job });
       console.log("sent");
       if (env.CRASH === "1") await hang(); // the crash: after the send, before the ledger records it
       writeFileSync(env.DONE_FILE!, JSON.stringify([...done, env.KEY!]));
@@ -38,11 +42,31 @@ switch (env.DEMO_MODE) {
   case "idem-send":
   case "idem-charge": {
     const ledger = await openLedger(env.LEDGER_URL!, { migrate: false, poolSize: 1, leaseMs: Number(env.LEASE_MS) });
-    const action = env.DEMO_MODE === "idem-send"
-      ? emailActions({ smtp: { host: "127.0.0.1", port: Number(env.SMTP_PORT), auth, timeoutMs: 120_000 }, imap: { host: "127.0.0.1", port: Number(env.IMAP_PORT), auth }, from: auth.user, copy: { mode: env.COPY_MODE as "append" } }).send
-      : stripeActions({ apiKey: env.STRIPE_KEY!, host: "127.0.0.1", port: Number(env.STRIPE_PORT), protocol: "http", timeoutMs: 120_000 }).paymentIntentsCreate;
-    const args = env.DEMO_MODE === "idem-send" ? job : { amount: 4200, currency: "usd", payment_method: "pm_card_visa", confirm: true };
-    await ledger.run(action as never, { tenant: "demo", key: JSON.parse(env.KEY!), args: args as never, actor: `demo-worker-${process.pid}` });
+    const action =
+      env.DEMO_MODE === "idem-send"
+        ? emailActions({
+            smtp: { host: "127.0.0.1", port: Number(env.SMTP_PORT), auth, timeoutMs: 120_000 },
+            imap: { host: "127.0.0.1", port: Number(env.IMAP_PORT), auth },
+            from: auth.user,
+            copy: { mode: env.COPY_MODE as "append" },
+          }).send
+        : stripeActions({
+            apiKey: env.STRIPE_KEY!,
+            host: "127.0.0.1",
+            port: Number(env.STRIPE_PORT),
+            protocol: "http",
+            timeoutMs: 120_000,
+          }).paymentIntentsCreate;
+    const args =
+      env.DEMO_MODE === "idem-send"
+        ? job
+        : { amount: 4200, currency: "usd", payment_method: "pm_card_visa", confirm: true };
+    await ledger.run(action as never, {
+      tenant: "demo",
+      key: JSON.parse(env.KEY!),
+      args: args as never,
+      actor: `demo-worker-${process.pid}`,
+    });
     await ledger.close();
     break;
   }

@@ -13,22 +13,40 @@ export const POINTS = ["claim", "accepted", "response"] as const;
 export type CrashPoint = (typeof POINTS)[number] | "none";
 
 export interface Ports {
-  stripePort: number; stripeKey: string; smtpPort: number; imapPort: number; hubspotBase: string; hubspotToken: string;
-  mailUser: string; mailPass: string; journalUser: string; journalPass: string;
+  stripePort: number;
+  stripeKey: string;
+  smtpPort: number;
+  imapPort: number;
+  hubspotBase: string;
+  hubspotToken: string;
+  mailUser: string;
+  mailPass: string;
+  journalUser: string;
+  journalPass: string;
 }
 
 export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Action<any, any> {
   switch (adapter) {
     case "stripe":
-      return stripeActions({ apiKey: p.stripeKey, host: "127.0.0.1", port: p.stripePort, protocol: "http", timeoutMs }).paymentIntentsCreate;
+      return stripeActions({ apiKey: p.stripeKey, host: "127.0.0.1", port: p.stripePort, protocol: "http", timeoutMs })
+        .paymentIntentsCreate;
     case "hubspot":
       return hubspotActions({ accessToken: p.hubspotToken, basePath: p.hubspotBase }).create("contacts");
     default: {
       const auth = { user: p.mailUser, pass: p.mailPass };
       const mode = adapter.slice("email-".length) as "provider-saves" | "journal" | "append";
       return emailActions({
-        smtp: { host: "127.0.0.1", port: p.smtpPort, auth, timeoutMs }, imap: { host: "127.0.0.1", port: p.imapPort, auth }, from: auth.user,
-        copy: mode === "journal" ? { mode, address: p.journalUser, imap: { host: "127.0.0.1", port: p.imapPort, auth: { user: p.journalUser, pass: p.journalPass } } } : { mode },
+        smtp: { host: "127.0.0.1", port: p.smtpPort, auth, timeoutMs },
+        imap: { host: "127.0.0.1", port: p.imapPort, auth },
+        from: auth.user,
+        copy:
+          mode === "journal"
+            ? {
+                mode,
+                address: p.journalUser,
+                imap: { host: "127.0.0.1", port: p.imapPort, auth: { user: p.journalUser, pass: p.journalPass } },
+              }
+            : { mode },
         settleMs: 300,
       }).send;
     }
@@ -46,7 +64,11 @@ export function argsFor(adapter: Adapter): unknown {
  * the claim committed (before anything is sent), or after the provider's answer arrived (before
  * the completion commits). The "accepted" point is set at the server, which holds its answer.
  */
-export function withCrashPoint<A, R>(action: Action<A, R>, point: CrashPoint, onPoint: () => Promise<never>): Action<A, R> {
+export function withCrashPoint<A, R>(
+  action: Action<A, R>,
+  point: CrashPoint,
+  onPoint: () => Promise<never>,
+): Action<A, R> {
   return defineAction<A, R>({
     ...action,
     async execute(args, op) {

@@ -12,7 +12,16 @@
  * It needs the npm registry: when it cannot be reached the suite fails saying so, it never skips.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join, relative, sep } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -41,26 +50,55 @@ process.once("exit", () => spawned.forEach(killGroup));
 
 /** The environment of a user's shell: nothing of pnpm's script environment, no repository bins on PATH. */
 const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => {
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(npm_|pnpm_|PNPM_|INIT_CWD$|NODE_OPTIONS$|VITEST|TEST$)/i.test(k)));
-  const path = (process.env.PATH ?? "").split(delimiter).filter((p) => p && !inRepo(p)).join(delimiter);
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^(npm_|pnpm_|PNPM_|INIT_CWD$|NODE_OPTIONS$|VITEST|TEST$)/i.test(k)),
+  );
+  const path = (process.env.PATH ?? "")
+    .split(delimiter)
+    .filter((p) => p && !inRepo(p))
+    .join(delimiter);
   // node-gyp finds Node's headers on this machine instead of downloading them (no network but the registry).
-  return { ...clean, PATH: path, npm_config_nodedir: process.env.npm_config_nodedir ?? "/usr", npm_config_update_notifier: "false", ...extra };
+  return {
+    ...clean,
+    PATH: path,
+    npm_config_nodedir: process.env.npm_config_nodedir ?? "/usr",
+    npm_config_update_notifier: "false",
+    ...extra,
+  };
 };
 const inRepo = (p: string) => !relative(REPO, p).startsWith("..") && !relative(REPO, p).startsWith(sep);
 
-interface Ran { code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** Runs a command to its end (or kills its group after `timeoutMs`); resolves whatever its exit code. */
-function run(cmd: string, args: string[], opts: { cwd: string; env?: Record<string, string>; timeoutMs?: number }): Promise<Ran> {
+function run(
+  cmd: string,
+  args: string[],
+  opts: { cwd: string; env?: Record<string, string>; timeoutMs?: number },
+): Promise<Ran> {
   return new Promise((resolve, reject) => {
-    const p = spawn(cmd, args, { cwd: opts.cwd, env: env(opts.env), stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const p = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: env(opts.env),
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
     spawned.add(p);
     let stdout = "";
     let stderr = "";
     p.stdout!.on("data", (d) => (stdout += String(d)));
     p.stderr!.on("data", (d) => (stderr += String(d)));
     const timer = setTimeout(() => killGroup(p), opts.timeoutMs ?? LONG);
-    p.once("error", (e) => { clearTimeout(timer); spawned.delete(p); reject(e); });
+    p.once("error", (e) => {
+      clearTimeout(timer);
+      spawned.delete(p);
+      reject(e);
+    });
     p.once("close", (code, signal) => {
       clearTimeout(timer);
       spawned.delete(p);
@@ -70,9 +108,16 @@ function run(cmd: string, args: string[], opts: { cwd: string; env?: Record<stri
 }
 
 /** Runs a command that must succeed; its output is in the error otherwise. */
-async function ok(cmd: string, args: string[], opts: { cwd: string; env?: Record<string, string>; timeoutMs?: number }): Promise<string> {
+async function ok(
+  cmd: string,
+  args: string[],
+  opts: { cwd: string; env?: Record<string, string>; timeoutMs?: number },
+): Promise<string> {
   const r = await run(cmd, args, opts);
-  if (r.code !== 0) throw new Error(`${cmd} ${args.join(" ")} (in ${opts.cwd}) ended with ${r.code ?? r.signal}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`);
+  if (r.code !== 0)
+    throw new Error(
+      `${cmd} ${args.join(" ")} (in ${opts.cwd}) ended with ${r.code ?? r.signal}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`,
+    );
   return r.stdout;
 }
 
@@ -84,7 +129,9 @@ function tempDir(prefix: string): string {
 
 /** Moves installed packages away for the duration of `fn`, as if the user had not installed them. */
 async function without<T>(project: string, names: string[], fn: () => Promise<T>): Promise<T> {
-  const moved = names.map((n) => [join(project, "node_modules", n), join(project, "node_modules", `.away-${n.replace("/", "+")}`)] as const);
+  const moved = names.map(
+    (n) => [join(project, "node_modules", n), join(project, "node_modules", `.away-${n.replace("/", "+")}`)] as const,
+  );
   for (const [from, to] of moved) renameSync(from, to);
   try {
     return await fn();
@@ -106,42 +153,70 @@ let postgresUrl = "";
 beforeAll(async () => {
   const started = Date.now();
   // Every package of packages/* and apps/* that is not private is published.
-  packages = ["packages", "apps"].flatMap((group) => readdirSync(join(REPO, group)).map((d) => join(REPO, group, d)))
+  packages = ["packages", "apps"]
+    .flatMap((group) => readdirSync(join(REPO, group)).map((d) => join(REPO, group, d)))
     .filter((dir) => existsSync(join(dir, "package.json")))
-    .map((dir) => ({ dir, manifest: JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { name: string; private?: boolean } }))
+    .map((dir) => ({
+      dir,
+      manifest: JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { name: string; private?: boolean },
+    }))
     .filter(({ manifest }) => manifest.private !== true)
     .map(({ dir, manifest }) => ({ name: manifest.name, dir }));
-  expect(packages.map((p) => p.name).sort()).toEqual(["@idem/agents", "@idem/cli", "@idem/core", "@idem/email", "@idem/hubspot", "@idem/stripe"]);
+  expect(packages.map((p) => p.name).sort()).toEqual([
+    "@idem/agents",
+    "@idem/cli",
+    "@idem/core",
+    "@idem/email",
+    "@idem/hubspot",
+    "@idem/stripe",
+  ]);
 
   const tarballs = tempDir("idem-tarballs-");
   // Two at a time: each pack runs tsc, and the machine may have two cores.
   const queue = [...packages];
-  await Promise.all([0, 1].map(async () => {
-    for (let p = queue.shift(); p; p = queue.shift()) {
-      rmSync(join(p.dir, "dist"), { recursive: true, force: true }); // what ships is what prepack built
-      await ok("pnpm", ["pack", "--pack-destination", tarballs], { cwd: p.dir });
-    }
-  }));
+  await Promise.all(
+    [0, 1].map(async () => {
+      for (let p = queue.shift(); p; p = queue.shift()) {
+        rmSync(join(p.dir, "dist"), { recursive: true, force: true }); // what ships is what prepack built
+        await ok("pnpm", ["pack", "--pack-destination", tarballs], { cwd: p.dir });
+      }
+    }),
+  );
   const packed = Date.now();
-  const files = readdirSync(tarballs).filter((f) => f.endsWith(".tgz")).map((f) => join(tarballs, f));
+  const files = readdirSync(tarballs)
+    .filter((f) => f.endsWith(".tgz"))
+    .map((f) => join(tarballs, f));
   expect(files).toHaveLength(packages.length);
 
   project = tempDir("idem-consumer-");
   expect(inRepo(project), `${project} must be outside the repository`).toBe(false);
-  write(join(project, "package.json"), JSON.stringify({ name: "idem-consumer", version: "1.0.0", private: true, type: "module" }, null, 2));
-  const install = await run("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", ...files, ...EXTRAS], { cwd: project });
+  write(
+    join(project, "package.json"),
+    JSON.stringify({ name: "idem-consumer", version: "1.0.0", private: true, type: "module" }, null, 2),
+  );
+  const install = await run(
+    "npm",
+    ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", ...files, ...EXTRAS],
+    { cwd: project },
+  );
   if (install.code !== 0) {
     // npm's own error, not prebuild-install's warning that it cannot download a binary (it then compiles).
-    const offline = /npm error (code (ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH)|network)/i.test(install.stderr);
+    const offline =
+      /npm error (code (ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH)|network)/i.test(
+        install.stderr,
+      );
     throw new Error(
-      (offline ? "the npm registry cannot be reached: this test installs the packed packages with npm and needs it\n" : "npm install of the packed packages failed\n") +
-        install.stderr.slice(-6000),
+      (offline
+        ? "the npm registry cannot be reached: this test installs the packed packages with npm and needs it\n"
+        : "npm install of the packed packages failed\n") + install.stderr.slice(-6000),
     );
   }
 
   sqliteUrl = `sqlite:${join(project, "ledger.db")}`;
   postgresUrl = await freshDatabase("postgres");
-  console.log(`packed ${packages.length} packages in ${Math.round((packed - started) / 1000)} s, installed them in ${Math.round((Date.now() - packed) / 1000)} s`);
+  console.log(
+    `packed ${packages.length} packages in ${Math.round((packed - started) / 1000)} s, installed them in ${Math.round((Date.now() - packed) / 1000)} s`,
+  );
 }, LONG);
 
 afterAll(async () => {
@@ -149,35 +224,43 @@ afterAll(async () => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-it("installs manifests a registry can take: versions for workspace ranges, engines, repository, exports with types first, README, LICENSE, no tests", () => {
-  for (const { name } of packages) {
-    const dir = join(project, "node_modules", name);
-    const text = readFileSync(join(dir, "package.json"), "utf8");
-    const manifest = JSON.parse(text) as Record<string, any>;
-    expect(text, name).not.toContain("workspace:");
-    expect(manifest.engines?.node, name).toMatch(/^>=20/);
-    expect(manifest.repository?.url, name).toMatch(/^git\+https:/);
-    expect(manifest.license, name).toBe("MIT");
-    expect(manifest.scripts?.prepack, `${name}: publish scripts are stripped`).toBeUndefined();
-    for (const [sub, conditions] of Object.entries(manifest.exports as Record<string, Record<string, string>>)) {
-      const keys = Object.keys(conditions);
-      expect(keys.indexOf("types"), `${name} ${sub}`).toBeGreaterThanOrEqual(0);
-      expect(keys.indexOf("types"), `${name} ${sub}: types before default`).toBeLessThan(keys.indexOf("default"));
-      expect(existsSync(join(dir, conditions.types!)), `${name} ${sub} types`).toBe(true);
-      expect(existsSync(join(dir, conditions.default!)), `${name} ${sub} default`).toBe(true);
+it(
+  "installs manifests a registry can take: versions for workspace ranges, engines, repository, exports with types first, README, LICENSE, no tests",
+  () => {
+    for (const { name } of packages) {
+      const dir = join(project, "node_modules", name);
+      const text = readFileSync(join(dir, "package.json"), "utf8");
+      const manifest = JSON.parse(text) as Record<string, any>;
+      expect(text, name).not.toContain("workspace:");
+      expect(manifest.engines?.node, name).toMatch(/^>=20/);
+      expect(manifest.repository?.url, name).toMatch(/^git\+https:/);
+      expect(manifest.license, name).toBe("MIT");
+      expect(manifest.scripts?.prepack, `${name}: publish scripts are stripped`).toBeUndefined();
+      for (const [sub, conditions] of Object.entries(manifest.exports as Record<string, Record<string, string>>)) {
+        const keys = Object.keys(conditions);
+        expect(keys.indexOf("types"), `${name} ${sub}`).toBeGreaterThanOrEqual(0);
+        expect(keys.indexOf("types"), `${name} ${sub}: types before default`).toBeLessThan(keys.indexOf("default"));
+        expect(existsSync(join(dir, conditions.types!)), `${name} ${sub} types`).toBe(true);
+        expect(existsSync(join(dir, conditions.default!)), `${name} ${sub} default`).toBe(true);
+      }
+      for (const f of ["README.md", "LICENSE"]) expect(existsSync(join(dir, f)), `${name} ${f}`).toBe(true);
+      expect(readFileSync(join(dir, "LICENSE"), "utf8")).toContain("Copyright (c) 2026 the idem authors");
+      expect(existsSync(join(dir, "test")), `${name} ships no tests`).toBe(false);
     }
-    for (const f of ["README.md", "LICENSE"]) expect(existsSync(join(dir, f)), `${name} ${f}`).toBe(true);
-    expect(readFileSync(join(dir, "LICENSE"), "utf8")).toContain("Copyright (c) 2026 the idem authors");
-    expect(existsSync(join(dir, "test")), `${name} ships no tests`).toBe(false);
-  }
-  const core = JSON.parse(readFileSync(join(project, "node_modules/@idem/core/package.json"), "utf8"));
-  expect(core.dependencies).not.toHaveProperty("better-sqlite3");
-  expect(core.dependencies).not.toHaveProperty("pg");
-  expect(core.peerDependenciesMeta).toEqual({ "better-sqlite3": { optional: true }, pg: { optional: true } });
-}, LONG);
+    const core = JSON.parse(readFileSync(join(project, "node_modules/@idem/core/package.json"), "utf8"));
+    expect(core.dependencies).not.toHaveProperty("better-sqlite3");
+    expect(core.dependencies).not.toHaveProperty("pg");
+    expect(core.peerDependenciesMeta).toEqual({ "better-sqlite3": { optional: true }, pg: { optional: true } });
+  },
+  LONG,
+);
 
-it("runs a guarded call on SQLite and on Postgres from an ESM script, and the idem command lists it", async () => {
-  write(join(project, "ledger.mjs"), `
+it(
+  "runs a guarded call on SQLite and on Postgres from an ESM script, and the idem command lists it",
+  async () => {
+    write(
+      join(project, "ledger.mjs"),
+      `
 import { defineAction, describeResult, openLedger } from "@idem/core";
 import { guard } from "@idem/agents";
 
@@ -201,33 +284,61 @@ try {
 } finally {
   await ledger.close();
 }
-`);
-  for (const url of [sqliteUrl, postgresUrl]) {
-    const out = JSON.parse(await ok(process.execPath, ["ledger.mjs", url], { cwd: project, timeoutMs: 120_000 }));
-    expect(out.first, url).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: "inv-1001" } });
-    expect(out.second, url).toMatchObject({ status: "succeeded", replayed: true, receipt: out.first.receipt });
-    expect(out.executions, url).toBe(1);
-    expect(out.described, url).toMatch(/^already done earlier/);
-    expect(out.tool, url).toBe("already_done");
-  }
+`,
+    );
+    for (const url of [sqliteUrl, postgresUrl]) {
+      const out = JSON.parse(await ok(process.execPath, ["ledger.mjs", url], { cwd: project, timeoutMs: 120_000 }));
+      expect(out.first, url).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: "inv-1001" } });
+      expect(out.second, url).toMatchObject({ status: "succeeded", replayed: true, receipt: out.first.receipt });
+      expect(out.executions, url).toBe(1);
+      expect(out.described, url).toMatch(/^already done earlier/);
+      expect(out.tool, url).toBe("already_done");
+    }
 
-  const help = await run("npx", ["--no", "--", "idem", "--help"], { cwd: project, timeoutMs: 120_000 });
-  expect(help.code, help.stderr).toBe(0);
-  expect(help.stdout).toMatch(/Usage: idem/);
-  const listed = JSON.parse(await ok("npx", ["--no", "--", "idem", "--ledger", sqliteUrl, "--json", "ls", "--tenant", "acme"], { cwd: project, timeoutMs: 120_000 }));
-  expect(listed).toMatchObject([{ tenant: "acme", action: "invoice.send", status: "succeeded" }]);
-}, LONG);
+    const help = await run("npx", ["--no", "--", "idem", "--help"], { cwd: project, timeoutMs: 120_000 });
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/Usage: idem/);
+    const listed = JSON.parse(
+      await ok("npx", ["--no", "--", "idem", "--ledger", sqliteUrl, "--json", "ls", "--tenant", "acme"], {
+        cwd: project,
+        timeoutMs: 120_000,
+      }),
+    );
+    expect(listed).toMatchObject([{ tenant: "acme", action: "invoice.send", status: "succeeded" }]);
+  },
+  LONG,
+);
 
-it("typechecks an ESM TypeScript file strictly against the packages' declarations", async () => {
-  write(join(project, "tsconfig.json"), JSON.stringify({
-    compilerOptions: {
-      target: "ES2022", lib: ["ES2023"], module: "nodenext", moduleResolution: "nodenext", types: ["node"], noEmit: true,
-      strict: true, noUncheckedIndexedAccess: true, exactOptionalPropertyTypes: true, verbatimModuleSyntax: true, skipLibCheck: false,
-    },
-    files: ["check.ts"],
-  }, null, 2));
-  // Calls with wrong types must be errors (so the types did not fall back to any).
-  write(join(project, "check.ts"), `
+it(
+  "typechecks an ESM TypeScript file strictly against the packages' declarations",
+  async () => {
+    write(
+      join(project, "tsconfig.json"),
+      JSON.stringify(
+        {
+          compilerOptions: {
+            target: "ES2022",
+            lib: ["ES2023"],
+            module: "nodenext",
+            moduleResolution: "nodenext",
+            types: ["node"],
+            noEmit: true,
+            strict: true,
+            noUncheckedIndexedAccess: true,
+            exactOptionalPropertyTypes: true,
+            verbatimModuleSyntax: true,
+            skipLibCheck: false,
+          },
+          files: ["check.ts"],
+        },
+        null,
+        2,
+      ),
+    );
+    // Calls with wrong types must be errors (so the types did not fall back to any).
+    write(
+      join(project, "check.ts"),
+      `
 import { defineAction, describeResult, LedgerConfigError, openLedger, type Ledger, type RunResult } from "@idem/core";
 import { stripeActions, stripeTools, type StripeReceipt } from "@idem/stripe";
 import { emailActions } from "@idem/email";
@@ -276,21 +387,47 @@ export async function main(url: string): Promise<string> {
   await ledger.close();
   return [receipt, describeResult(charge), typeof mail.send.execute, typeof crm.create, outcome.status, config.ledger].join(" ");
 }
-`);
-  await ok(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], { cwd: project });
-}, LONG);
+`,
+    );
+    await ok(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], { cwd: project });
+  },
+  LONG,
+);
 
-it("typechecks and runs a CommonJS TypeScript project (module node16) that loads the packages with import()", async () => {
-  const cjs = join(project, "cjs");
-  write(join(cjs, "package.json"), JSON.stringify({ name: "idem-consumer-cjs", private: true, type: "commonjs" }, null, 2));
-  write(join(cjs, "tsconfig.json"), JSON.stringify({
-    compilerOptions: {
-      target: "ES2022", lib: ["ES2023"], module: "node16", moduleResolution: "node16", types: ["node"], outDir: "dist", rootDir: ".",
-      strict: true, noUncheckedIndexedAccess: true, exactOptionalPropertyTypes: true, skipLibCheck: false,
-    },
-    files: ["index.ts"],
-  }, null, 2));
-  write(join(cjs, "index.ts"), `
+it(
+  "typechecks and runs a CommonJS TypeScript project (module node16) that loads the packages with import()",
+  async () => {
+    const cjs = join(project, "cjs");
+    write(
+      join(cjs, "package.json"),
+      JSON.stringify({ name: "idem-consumer-cjs", private: true, type: "commonjs" }, null, 2),
+    );
+    write(
+      join(cjs, "tsconfig.json"),
+      JSON.stringify(
+        {
+          compilerOptions: {
+            target: "ES2022",
+            lib: ["ES2023"],
+            module: "node16",
+            moduleResolution: "node16",
+            types: ["node"],
+            outDir: "dist",
+            rootDir: ".",
+            strict: true,
+            noUncheckedIndexedAccess: true,
+            exactOptionalPropertyTypes: true,
+            skipLibCheck: false,
+          },
+          files: ["index.ts"],
+        },
+        null,
+        2,
+      ),
+    );
+    write(
+      join(cjs, "index.ts"),
+      `
 import type { Ledger, RunResult } from "@idem/core" with { "resolution-mode": "import" };
 import type { Outcome } from "@idem/agents" with { "resolution-mode": "import" };
 // @ts-expect-error TS1479: under module node16 a CommonJS file cannot require() an ESM-only package (what the READMEs say)
@@ -320,18 +457,38 @@ main(process.argv[2]!).catch((error: unknown) => {
   console.error(error);
   process.exitCode = 1;
 });
-`);
-  await ok(process.execPath, [join(project, "node_modules/typescript/bin/tsc"), "-p", "."], { cwd: cjs });
-  const out = JSON.parse(await ok(process.execPath, ["dist/index.js", `sqlite:${join(cjs, "ledger.db")}`], { cwd: cjs, timeoutMs: 120_000 }));
-  expect(out).toMatchObject({ out: { status: "succeeded", receipt: { pong: 1 } }, outcome: "already_done", loaded: true });
-  // Node 20.19 and later also require() every package (none has a top-level await; the CLI's is in its bin).
-  const libraries = packages.map((p) => p.name);
-  const required = await ok(process.execPath, ["-e", `for (const p of ${JSON.stringify(libraries)}) console.log(p, typeof require(p))`], { cwd: cjs });
-  for (const name of libraries) expect(required).toContain(`${name} object`);
-}, LONG);
+`,
+    );
+    await ok(process.execPath, [join(project, "node_modules/typescript/bin/tsc"), "-p", "."], { cwd: cjs });
+    const out = JSON.parse(
+      await ok(process.execPath, ["dist/index.js", `sqlite:${join(cjs, "ledger.db")}`], {
+        cwd: cjs,
+        timeoutMs: 120_000,
+      }),
+    );
+    expect(out).toMatchObject({
+      out: { status: "succeeded", receipt: { pong: 1 } },
+      outcome: "already_done",
+      loaded: true,
+    });
+    // Node 20.19 and later also require() every package (none has a top-level await; the CLI's is in its bin).
+    const libraries = packages.map((p) => p.name);
+    const required = await ok(
+      process.execPath,
+      ["-e", `for (const p of ${JSON.stringify(libraries)}) console.log(p, typeof require(p))`],
+      { cwd: cjs },
+    );
+    for (const name of libraries) expect(required).toContain(`${name} object`);
+  },
+  LONG,
+);
 
-it("names the package to install when a driver, a provider, tsx or the MCP SDK is missing", async () => {
-  write(join(project, "nodrivers.mjs"), `
+it(
+  "names the package to install when a driver, a provider, tsx or the MCP SDK is missing",
+  async () => {
+    write(
+      join(project, "nodrivers.mjs"),
+      `
 import { LedgerConfigError, openLedger } from "@idem/core";
 for (const url of process.argv.slice(2)) {
   try {
@@ -341,24 +498,49 @@ for (const url of process.argv.slice(2)) {
     console.log(error instanceof LedgerConfigError ? error.message : "unexpected: " + error);
   }
 }
-`);
-  const drivers = await without(project, ["better-sqlite3", "pg"], () => ok(process.execPath, ["nodrivers.mjs", sqliteUrl, postgresUrl], { cwd: project, timeoutMs: 120_000 }));
-  expect(drivers).toContain("a sqlite: ledger needs the better-sqlite3 package, which is not installed: npm install better-sqlite3");
-  expect(drivers).toContain("a postgres:// ledger needs the pg package, which is not installed: npm install pg");
+`,
+    );
+    const drivers = await without(project, ["better-sqlite3", "pg"], () =>
+      ok(process.execPath, ["nodrivers.mjs", sqliteUrl, postgresUrl], { cwd: project, timeoutMs: 120_000 }),
+    );
+    expect(drivers).toContain(
+      "a sqlite: ledger needs the better-sqlite3 package, which is not installed: npm install better-sqlite3",
+    );
+    expect(drivers).toContain("a postgres:// ledger needs the pg package, which is not installed: npm install pg");
 
-  write(join(project, "stripe.config.json"), JSON.stringify({ ledger: sqliteUrl, providers: { stripe: { apiKeyEnv: "STRIPE_SECRET_KEY" } } }));
-  const provider = await without(project, ["@idem/stripe"], () =>
-    run("npx", ["--no", "--", "idem", "--config", "stripe.config.json", "daemon", "--once"], { cwd: project, env: { STRIPE_SECRET_KEY: "sk_test_x" }, timeoutMs: 120_000 }));
-  expect(provider.code, provider.stderr).toBe(2);
-  expect(provider.stderr).toContain("providers.stripe needs the @idem/stripe package, which is not installed: npm install @idem/stripe");
+    write(
+      join(project, "stripe.config.json"),
+      JSON.stringify({ ledger: sqliteUrl, providers: { stripe: { apiKeyEnv: "STRIPE_SECRET_KEY" } } }),
+    );
+    const provider = await without(project, ["@idem/stripe"], () =>
+      run("npx", ["--no", "--", "idem", "--config", "stripe.config.json", "daemon", "--once"], {
+        cwd: project,
+        env: { STRIPE_SECRET_KEY: "sk_test_x" },
+        timeoutMs: 120_000,
+      }),
+    );
+    expect(provider.code, provider.stderr).toBe(2);
+    expect(provider.stderr).toContain(
+      "providers.stripe needs the @idem/stripe package, which is not installed: npm install @idem/stripe",
+    );
 
-  write(join(project, "idem.config.ts"), `export default { ledger: ${JSON.stringify(sqliteUrl)} };\n`);
-  const ts = await run("npx", ["--no", "--", "idem", "--config", "idem.config.ts", "ls", "--tenant", "acme"], { cwd: project, timeoutMs: 120_000 });
-  expect(ts.code, ts.stderr).toBe(2);
-  expect(ts.stderr).toContain("needs the tsx package, which is not installed: npm install tsx");
+    write(join(project, "idem.config.ts"), `export default { ledger: ${JSON.stringify(sqliteUrl)} };\n`);
+    const ts = await run("npx", ["--no", "--", "idem", "--config", "idem.config.ts", "ls", "--tenant", "acme"], {
+      cwd: project,
+      timeoutMs: 120_000,
+    });
+    expect(ts.code, ts.stderr).toBe(2);
+    expect(ts.stderr).toContain("needs the tsx package, which is not installed: npm install tsx");
 
-  write(join(project, "mcp.config.json"), JSON.stringify({ ledger: sqliteUrl, mcp: { tenant: "acme" } }));
-  const mcp = await run("npx", ["--no", "--", "idem", "--config", "mcp.config.json", "mcp"], { cwd: project, timeoutMs: 120_000 });
-  expect(mcp.code, mcp.stderr).toBe(2);
-  expect(mcp.stderr).toContain("idem mcp needs the @modelcontextprotocol/sdk package, which is not installed: npm install @modelcontextprotocol/sdk");
-}, LONG);
+    write(join(project, "mcp.config.json"), JSON.stringify({ ledger: sqliteUrl, mcp: { tenant: "acme" } }));
+    const mcp = await run("npx", ["--no", "--", "idem", "--config", "mcp.config.json", "mcp"], {
+      cwd: project,
+      timeoutMs: 120_000,
+    });
+    expect(mcp.code, mcp.stderr).toBe(2);
+    expect(mcp.stderr).toContain(
+      "idem mcp needs the @modelcontextprotocol/sdk package, which is not installed: npm install @modelcontextprotocol/sdk",
+    );
+  },
+  LONG,
+);

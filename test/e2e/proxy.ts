@@ -2,7 +2,9 @@
 import { createServer, createConnection, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 
-export async function cuttableProxy(targetPort: number): Promise<{ port: number; cut(): void; close(): Promise<void> }> {
+export async function cuttableProxy(
+  targetPort: number,
+): Promise<{ port: number; cut(): void; close(): Promise<void> }> {
   const sockets = new Set<Socket>();
   let cut = false;
   const server = createServer((client) => {
@@ -25,6 +27,10 @@ export async function cuttableProxy(targetPort: number): Promise<{ port: number;
       cut = true;
       for (const s of sockets) s.destroy();
     },
-    close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }),
+    close: () =>
+      new Promise((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
   };
 }

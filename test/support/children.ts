@@ -15,21 +15,27 @@ import { scaled } from "./machine.js";
 const inFile = new Set<ChildProcess>();
 let inTest: Set<ChildProcess> | undefined;
 const killAll = async (procs: Set<ChildProcess>) => {
-  await Promise.all([...procs].map((p) => {
-    if (p.exitCode !== null || p.signalCode !== null) return undefined;
-    p.kill("SIGKILL");
-    return new Promise((r) => p.once("exit", r));
-  }));
+  await Promise.all(
+    [...procs].map((p) => {
+      if (p.exitCode !== null || p.signalCode !== null) return undefined;
+      p.kill("SIGKILL");
+      return new Promise((r) => p.once("exit", r));
+    }),
+  );
   procs.clear();
 };
-beforeEach(() => { inTest = new Set(); });
+beforeEach(() => {
+  inTest = new Set();
+});
 afterEach(async () => {
   if (inTest) await killAll(inTest);
   inTest = undefined;
 });
 afterAll(() => killAll(inFile));
 // A last resort if the worker exits without its hooks (a crash): synchronous, so it runs.
-process.once("exit", () => { for (const p of inFile) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL"); });
+process.once("exit", () => {
+  for (const p of inFile) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+});
 
 export interface Child {
   readonly proc: ChildProcess;
@@ -75,8 +81,17 @@ export function startChild(script: string, args: string[] = [], env: Record<stri
       const seen = lines.find((l) => pattern.test(l));
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`child did not print ${pattern} in ${timeoutMs} ms; stderr:\n${stderr}`)), timeoutMs);
-        waiters.push({ pattern, resolve: (l) => { clearTimeout(timer); resolve(l); } });
+        const timer = setTimeout(
+          () => reject(new Error(`child did not print ${pattern} in ${timeoutMs} ms; stderr:\n${stderr}`)),
+          timeoutMs,
+        );
+        waiters.push({
+          pattern,
+          resolve: (l) => {
+            clearTimeout(timer);
+            resolve(l);
+          },
+        });
         exited.then(({ code, signal }) => {
           clearTimeout(timer);
           reject(new Error(`child exited (${code ?? signal}) before printing ${pattern}; stderr:\n${stderr}`));

@@ -171,7 +171,9 @@ export async function startPgServer(options: { startTimeoutMs?: number } = {}): 
       await Promise.race([died, connectable(url, deadline)]);
     } catch (cause) {
       await stop("kill", 10_000).catch(() => {});
-      throw new Error(`pg-server: PostgreSQL on port ${port} did not start: ${(cause as Error).message}\n${tail()}`, { cause });
+      throw new Error(`pg-server: PostgreSQL on port ${port} did not start: ${(cause as Error).message}\n${tail()}`, {
+        cause,
+      });
     }
   };
 
@@ -298,7 +300,11 @@ async function connectable(url: string, deadline: number): Promise<void> {
   for (let last: unknown; ; ) {
     const left = deadline - Date.now();
     if (left <= 0) throw new Error(`no successful connection: ${String(last)}`);
-    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: Math.min(2_000, left), query_timeout: 5_000 });
+    const client = new pg.Client({
+      connectionString: url,
+      connectionTimeoutMillis: Math.min(2_000, left),
+      query_timeout: 5_000,
+    });
     client.on("error", () => {});
     try {
       await client.connect();
@@ -398,7 +404,13 @@ function signal(p: Proc, sig: NodeJS.Signals): void {
  * lock (each holding a checked-out connection of its own process), then runs `fn` (for example
  * an immediate stop) while they wait. The lock's own connection may die with the server.
  */
-export async function whileLocked(url: string, table: string, waiting: number, fn: () => Promise<void>, timeoutMs = 60_000): Promise<void> {
+export async function whileLocked(
+  url: string,
+  table: string,
+  waiting: number,
+  fn: () => Promise<void>,
+  timeoutMs = 60_000,
+): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   client.on("error", () => {}); // the server may go away under it: that is the point
   await client.connect();
@@ -407,9 +419,14 @@ export async function whileLocked(url: string, table: string, waiting: number, f
     await client.query(`lock table ${pg.escapeIdentifier(table)} in access exclusive mode`);
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const { rows } = await client.query<{ n: number }>("select count(distinct pid)::int as n from pg_locks where not granted");
+      const { rows } = await client.query<{ n: number }>(
+        "select count(distinct pid)::int as n from pg_locks where not granted",
+      );
       if (rows[0]!.n >= waiting) break;
-      if (Date.now() > deadline) throw new Error(`only ${rows[0]!.n} of ${waiting} statements waited on the lock of ${table} within ${timeoutMs} ms`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `only ${rows[0]!.n} of ${waiting} statements waited on the lock of ${table} within ${timeoutMs} ms`,
+        );
       await new Promise((r) => setTimeout(r, 20));
     }
     await fn();

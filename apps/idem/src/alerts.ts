@@ -27,63 +27,111 @@ export interface Alert {
 }
 
 export function alertOf(kind: AlertKind, op: Operation): Alert {
-  return { kind, operationId: op.id, tenant: op.tenant, action: op.action, status: op.status, attempt: op.attempt, reason: op.reason, since: new Date(op.updatedAt).toISOString() };
+  return {
+    kind,
+    operationId: op.id,
+    tenant: op.tenant,
+    action: op.action,
+    status: op.status,
+    attempt: op.attempt,
+    reason: op.reason,
+    since: new Date(op.updatedAt).toISOString(),
+  };
 }
 
 export function alertText(a: Alert): string {
-  const what = a.kind === "stuck" ? "is stuck in running" : a.kind === "needs_review" ? "needs a person's review" : "failed on authentication or policy";
+  const what =
+    a.kind === "stuck"
+      ? "is stuck in running"
+      : a.kind === "needs_review"
+        ? "needs a person's review"
+        : "failed on authentication or policy";
   return `idem: ${a.action} operation ${a.operationId} (tenant ${a.tenant}) ${what}: ${a.reason ?? "no reason recorded"}. See: idem show ${a.operationId} --tenant ${a.tenant}`;
 }
 
 /** HTTP failures of a sink: 4xx is the receiver's final answer; the rest may have been delivered. */
 function classifyDelivery(error: unknown): Classification {
   const status = (error as { status?: number }).status;
-  if (status !== undefined && status >= 400 && status < 500 && status !== 429) return { kind: "permanent", reason: `receiver answered ${status}` };
+  if (status !== undefined && status >= 400 && status < 500 && status !== 429)
+    return { kind: "permanent", reason: `receiver answered ${status}` };
   if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
   const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
   if (code === "ECONNREFUSED") return { kind: "transient", reason: "receiver refused the connection" };
   return { kind: "ambiguous", reason: `delivery unknown: ${String((error as Error).message ?? error)}` };
 }
 
-export function alertSinks(config: IdemConfig, log: Logger): { name: string; action: Action<Alert, { delivered: true; detail: string }> }[] {
+export function alertSinks(
+  config: IdemConfig,
+  log: Logger,
+): { name: string; action: Action<Alert, { delivered: true; detail: string }> }[] {
   const sinks: { name: string; action: Action<Alert, { delivered: true; detail: string }> }[] = [];
   const a = config.alerts;
   if (a.log) {
-    sinks.push({ name: "log", action: defineAction({
-      type: "idem.alert.log", capabilities: {},
-      execute: async (alert) => {
-        log.warn({ alert }, alertText(alert));
-        return { delivered: true as const, detail: "logged" };
-      },
-    }) });
+    sinks.push({
+      name: "log",
+      action: defineAction({
+        type: "idem.alert.log",
+        capabilities: {},
+        execute: async (alert) => {
+          log.warn({ alert }, alertText(alert));
+          return { delivered: true as const, detail: "logged" };
+        },
+      }),
+    });
   }
   if (a.webhook) {
     const { url, format } = a.webhook;
-    sinks.push({ name: "webhook", action: defineAction({
-      type: "idem.alert.webhook", capabilities: {},
-      execute: async (alert, op) => {
-        const body = format === "slack" ? { text: alertText(alert) } : { ...alert, text: alertText(alert) };
-        const res = await fetch(url, {
-          method: "POST", headers: { "content-type": "application/json", "idempotency-key": op.key }, body: JSON.stringify(body), signal: AbortSignal.any([op.signal, AbortSignal.timeout(10_000)]),
-        });
-        if (!res.ok) throw Object.assign(new Error(`webhook answered ${res.status}`), { status: res.status });
-        return { delivered: true as const, detail: `HTTP ${res.status}` };
-      },
-      classify: classifyDelivery,
-    }) });
+    sinks.push({
+      name: "webhook",
+      action: defineAction({
+        type: "idem.alert.webhook",
+        capabilities: {},
+        execute: async (alert, op) => {
+          const body = format === "slack" ? { text: alertText(alert) } : { ...alert, text: alertText(alert) };
+          const res = await fetch(url, {
+            method: "POST",
+            headers: { "content-type": "application/json", "idempotency-key": op.key },
+            body: JSON.stringify(body),
+            signal: AbortSignal.any([op.signal, AbortSignal.timeout(10_000)]),
+          });
+          if (!res.ok) throw Object.assign(new Error(`webhook answered ${res.status}`), { status: res.status });
+          return { delivered: true as const, detail: `HTTP ${res.status}` };
+        },
+        classify: classifyDelivery,
+      }),
+    });
   }
   if (a.email) {
     const e = a.email;
-    const auth = e.smtp.userEnv && e.smtp.passEnv ? { auth: { user: process.env[e.smtp.userEnv] ?? "", pass: process.env[e.smtp.passEnv] ?? "" } } : {};
-    const transport = nodemailer.createTransport({ host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...auth, socketTimeout: 30_000 });
+    const auth =
+      e.smtp.userEnv && e.smtp.passEnv
+        ? { auth: { user: process.env[e.smtp.userEnv] ?? "", pass: process.env[e.smtp.passEnv] ?? "" } }
+        : {};
+    const transport = nodemailer.createTransport({
+      host: e.smtp.host,
+      port: e.smtp.port,
+      secure: e.smtp.secure ?? false,
+      ...auth,
+      socketTimeout: 30_000,
+    });
     const domain = e.from.split("@")[1]!;
-    sinks.push({ name: "email", action: defineAction({
-      type: "idem.alert.email", capabilities: {},
-      execute: async (alert, op) => {
-        const info = await transport.sendMail({ from: e.from, to: e.to, subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`, text: alertText(alert), messageId: `<alert.${op.key.slice(0, 40)}@${domain}>` });
-        return { delivered: true as const, detail: String(info.response ?? "") };
-      },
-    }) });
+    sinks.push({
+      name: "email",
+      action: defineAction({
+        type: "idem.alert.email",
+        capabilities: {},
+        execute: async (alert, op) => {
+          const info = await transport.sendMail({
+            from: e.from,
+            to: e.to,
+            subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`,
+            text: alertText(alert),
+            messageId: `<alert.${op.key.slice(0, 40)}@${domain}>`,
+          });
+          return { delivered: true as const, detail: String(info.response ?? "") };
+        },
+      }),
+    });
   }
   return sinks;
 }
@@ -94,11 +142,23 @@ export function alertSinks(config: IdemConfig, log: Logger): { name: string; act
  * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
  */
-export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnType<typeof alertSinks>, alert: Alert, discriminator: string | number, log: Logger, onSent: (kind: AlertKind, sink: string) => void, reported: Set<string>): Promise<boolean> {
+export async function deliver(
+  ledger: Ledger,
+  config: IdemConfig,
+  sinks: ReturnType<typeof alertSinks>,
+  alert: Alert,
+  discriminator: string | number,
+  log: Logger,
+  onSent: (kind: AlertKind, sink: string) => void,
+  reported: Set<string>,
+): Promise<boolean> {
   let all = true;
   for (const sink of sinks) {
     const out = await ledger.run(sink.action, {
-      tenant: config.alerts.tenant, key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator], args: alert, actor: "idem-daemon",
+      tenant: config.alerts.tenant,
+      key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
+      args: alert,
+      actor: "idem-daemon",
     });
     if (out.status === "succeeded" && !out.replayed) onSent(alert.kind, sink.name);
     if (out.status !== "succeeded") {
@@ -111,7 +171,10 @@ export async function deliver(ledger: Ledger, config: IdemConfig, sinks: ReturnT
         if (reported.has(out.operationId)) continue;
         reported.add(out.operationId);
       }
-      log.error({ sink: sink.name, operationId: alert.operationId, delivery: out }, `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`);
+      log.error(
+        { sink: sink.name, operationId: alert.operationId, delivery: out },
+        `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`,
+      );
     }
   }
   return all;

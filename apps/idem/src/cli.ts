@@ -9,8 +9,16 @@ import { Command, CommanderError, InvalidArgumentError, Option } from "commander
 import ms from "ms";
 import { pino } from "pino";
 import {
-  IdemError, InvalidTransitionError, InvalidValueError, OperationNotFoundError, STATUSES, openLedger, redactUrl,
-  type Ledger, type LedgerOptions, type Status,
+  IdemError,
+  InvalidTransitionError,
+  InvalidValueError,
+  OperationNotFoundError,
+  STATUSES,
+  openLedger,
+  redactUrl,
+  type Ledger,
+  type LedgerOptions,
+  type Status,
 } from "@idem/core";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
@@ -20,24 +28,37 @@ import { printOperation, printOperations, printStats } from "./output.js";
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
 
-interface Globals { config?: string; ledger?: string; json?: boolean }
+interface Globals {
+  config?: string;
+  ledger?: string;
+  json?: boolean;
+}
 
 /**
  * Opens the config's ledger for one command. Only `idem migrate` (and `idem daemon --migrate`)
  * may create or migrate a ledger: for the others a path with no ledger (a typo) or a ledger that
  * needs migrations is refused, so an operator's command never writes a schema by accident.
  */
-async function withLedger<T>(globals: Globals, fn: (ledger: Ledger, config: IdemConfig) => Promise<T>, options: { actions?: boolean; schema?: "require" | "create" | "migrate"; onResult?: LedgerOptions["onResult"] } = {}): Promise<T> {
+async function withLedger<T>(
+  globals: Globals,
+  fn: (ledger: Ledger, config: IdemConfig) => Promise<T>,
+  options: { actions?: boolean; schema?: "require" | "create" | "migrate"; onResult?: LedgerOptions["onResult"] } = {},
+): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   const schema = options.schema ?? "require";
   const ledger = await openLedger(config.ledger, {
-    migrate: schema === "migrate", create: schema !== "require", leaseMs: config.daemon.leaseMs,
+    migrate: schema === "migrate",
+    create: schema !== "require",
+    leaseMs: config.daemon.leaseMs,
     ...(options.actions && { actions: await actionsOf(config) }),
     ...(options.onResult && { onResult: options.onResult }),
   });
   try {
     const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
-    if (pending.length) throw new ConfigError(`the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`);
+    if (pending.length)
+      throw new ConfigError(
+        `the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`,
+      );
     return await fn(ledger, config);
   } finally {
     await ledger.close();
@@ -63,7 +84,8 @@ function duration(v: string): number {
   } catch {
     n = undefined; // ms throws on an empty string
   }
-  if (typeof n !== "number" || !(n >= 0 && n <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
+  if (typeof n !== "number" || !(n >= 0 && n <= Number.MAX_SAFE_INTEGER))
+    throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
   return Math.round(n); // the ledger compares whole milliseconds (a bigint on Postgres)
 }
 /** Commander's error text ("error: …\n") as the rest of idem says it. */
@@ -93,68 +115,159 @@ export function program(): Command {
     // Usage errors (set before the subcommands, which inherit it): printed once, here, like the other
     // errors: `idem: …` on stderr, or with --json one JSON line. main() maps them to exit 2.
     .configureOutput({
-      outputError: (str, write) => write(g().json === true ? `${JSON.stringify({ error: "USAGE", message: usageMessage(str) })}\n` : `idem: ${usageMessage(str)}\n`),
+      outputError: (str, write) =>
+        write(
+          g().json === true
+            ? `${JSON.stringify({ error: "USAGE", message: usageMessage(str) })}\n`
+            : `idem: ${usageMessage(str)}\n`,
+        ),
     });
   const g = () => cmd.opts<Globals>();
-  const tenant = () => new Option("-t, --tenant <tenant>", "the tenant whose operations to act on").env("IDEM_TENANT").makeOptionMandatory();
+  const tenant = () =>
+    new Option("-t, --tenant <tenant>", "the tenant whose operations to act on")
+      .env("IDEM_TENANT")
+      .makeOptionMandatory();
 
-  cmd.command("ls").description("list operations, newest first: one tenant's, or with --all-tenants an operator's queue")
+  cmd
+    .command("ls")
+    .description("list operations, newest first: one tenant's, or with --all-tenants an operator's queue")
     .addOption(new Option("-t, --tenant <tenant>", "the tenant whose operations to list").env("IDEM_TENANT"))
     .option("--all-tenants", "every tenant's operations (with --status needs_review: what waits for a person)")
     .addOption(new Option("-s, --status <status...>", "only these statuses").choices([...STATUSES]))
     .option("-a, --action <type>", "only this action type")
-    .addOption(new Option("--older-than <duration>", "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h)").argParser(duration))
+    .addOption(
+      new Option(
+        "--older-than <duration>",
+        "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h)",
+      ).argParser(duration),
+    )
     .addOption(new Option("-n, --limit <n>", `at most this many, 1 to ${LIMIT_MAX}`).argParser(count).default(50))
     .option("--before <id>", "the page after this operation id (the last one of the previous page)")
-    .action(async (o: { tenant?: string; allTenants?: boolean; status?: Status[]; action?: string; olderThan?: number; limit: number; before?: string }, ls: Command) => {
-      // IDEM_TENANT in the environment does not fight --all-tenants; a tenant on the command line does.
-      const given = o.tenant !== undefined && ls.getOptionValueSource("tenant") === "cli";
-      if (o.allTenants && given) throw new InvalidValueError("ls", "give --tenant or --all-tenants, not both");
-      if (!o.allTenants && o.tenant === undefined) throw new InvalidValueError("ls", "say whose operations: --tenant <tenant> (or IDEM_TENANT), or --all-tenants");
-      await withLedger(g(), async (ledger) => {
-        const ops = await ledger.admin.list({
-          ...(o.allTenants ? { allTenants: true as const } : { tenant: o.tenant! }), limit: o.limit,
-          ...(o.status && { status: o.status }), ...(o.action && { action: o.action }),
-          ...(o.olderThan !== undefined && { olderThanMs: o.olderThan }), ...(o.before !== undefined && { before: o.before }),
+    .action(
+      async (
+        o: {
+          tenant?: string;
+          allTenants?: boolean;
+          status?: Status[];
+          action?: string;
+          olderThan?: number;
+          limit: number;
+          before?: string;
+        },
+        ls: Command,
+      ) => {
+        // IDEM_TENANT in the environment does not fight --all-tenants; a tenant on the command line does.
+        const given = o.tenant !== undefined && ls.getOptionValueSource("tenant") === "cli";
+        if (o.allTenants && given) throw new InvalidValueError("ls", "give --tenant or --all-tenants, not both");
+        if (!o.allTenants && o.tenant === undefined)
+          throw new InvalidValueError(
+            "ls",
+            "say whose operations: --tenant <tenant> (or IDEM_TENANT), or --all-tenants",
+          );
+        await withLedger(g(), async (ledger) => {
+          const ops = await ledger.admin.list({
+            ...(o.allTenants ? { allTenants: true as const } : { tenant: o.tenant! }),
+            limit: o.limit,
+            ...(o.status && { status: o.status }),
+            ...(o.action && { action: o.action }),
+            ...(o.olderThan !== undefined && { olderThanMs: o.olderThan }),
+            ...(o.before !== undefined && { before: o.before }),
+          });
+          printOperations(ops, g().json === true, { tenants: o.allTenants === true, limit: o.limit });
         });
-        printOperations(ops, g().json === true, { tenants: o.allTenants === true, limit: o.limit });
-      });
-    });
+      },
+    );
 
-  cmd.command("show <id>").description("one operation with its args (redacted), receipt, verdict and audit events").addOption(tenant())
+  cmd
+    .command("show <id>")
+    .description("one operation with its args (redacted), receipt, verdict and audit events")
+    .addOption(tenant())
     .action(async (id: string, o: { tenant: string }) => {
-      await withLedger(g(), async (ledger) => printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true));
+      await withLedger(g(), async (ledger) =>
+        printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true),
+      );
     });
 
-  cmd.command("resolve <id>").description("a person's verdict on a needs_review operation").addOption(tenant())
-    .option("--succeeded", "the effect happened").option("--failed", "the effect did not happen and must not be retried")
+  cmd
+    .command("resolve <id>")
+    .description("a person's verdict on a needs_review operation")
+    .addOption(tenant())
+    .option("--succeeded", "the effect happened")
+    .option("--failed", "the effect did not happen and must not be retried")
     .requiredOption("-r, --reason <text>", "why (recorded in the audit trail)")
-    .option("-e, --evidence <text>", "what you checked: the provider's id or link, \"found in Sent\" (kept with your verdict)")
-    .addOption(new Option("--receipt <json>", "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)").argParser(json))
+    .option(
+      "-e, --evidence <text>",
+      'what you checked: the provider\'s id or link, "found in Sent" (kept with your verdict)',
+    )
+    .addOption(
+      new Option(
+        "--receipt <json>",
+        "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)",
+      ).argParser(json),
+    )
     .option("--actor <name>", "who decides (default: $USER@host)")
-    .action(async (id: string, o: { tenant: string; succeeded?: boolean; failed?: boolean; reason: string; evidence?: string; receipt?: unknown; actor?: string }) => {
-      if (o.succeeded === o.failed) throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
-      if (o.failed && o.receipt !== undefined) throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
-      await withLedger(g(), async (ledger) => {
-        const common = { tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor), ...(o.evidence !== undefined && { evidence: o.evidence }) };
-        await ledger.admin.resolve(o.succeeded ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) } : { ...common, outcome: "failed" });
-        printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
-      }, { actions: o.receipt !== undefined });
-    });
+    .action(
+      async (
+        id: string,
+        o: {
+          tenant: string;
+          succeeded?: boolean;
+          failed?: boolean;
+          reason: string;
+          evidence?: string;
+          receipt?: unknown;
+          actor?: string;
+        },
+      ) => {
+        if (o.succeeded === o.failed)
+          throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
+        if (o.failed && o.receipt !== undefined)
+          throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
+        await withLedger(
+          g(),
+          async (ledger) => {
+            const common = {
+              tenant: o.tenant,
+              id,
+              reason: o.reason,
+              actor: actorOf(o.actor),
+              ...(o.evidence !== undefined && { evidence: o.evidence }),
+            };
+            await ledger.admin.resolve(
+              o.succeeded
+                ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) }
+                : { ...common, outcome: "failed" },
+            );
+            printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+          },
+          { actions: o.receipt !== undefined },
+        );
+      },
+    );
 
-  cmd.command("retry <id>").description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key").addOption(tenant())
+  cmd
+    .command("retry <id>")
+    .description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key")
+    .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")
     .option("--actor <name>", "who decides (default: $USER@host)")
     .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
     .action(async (id: string, o: { tenant: string; reason: string; actor?: string; now?: boolean }) => {
-      await withLedger(g(), async (ledger) => {
-        await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor) });
-        if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
-        printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
-      }, { actions: o.now === true });
+      await withLedger(
+        g(),
+        async (ledger) => {
+          await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor) });
+          if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
+          printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+        },
+        { actions: o.now === true },
+      );
     });
 
-  cmd.command("prune").description("delete completed operations past their retention").addOption(tenant())
+  cmd
+    .command("prune")
+    .description("delete completed operations past their retention")
+    .addOption(tenant())
     .action(async (o: { tenant: string }) => {
       await withLedger(g(), async (ledger) => {
         const n = await ledger.admin.prune({ tenant: o.tenant });
@@ -162,52 +275,93 @@ export function program(): Command {
       });
     });
 
-  cmd.command("migrate").description("apply pending ledger migrations").action(async () => {
-    await withLedger(g(), async (ledger) => {
-      const applied = await ledger.admin.migrate();
-      console.log(g().json ? JSON.stringify({ applied }) : applied.length ? `applied ${applied.join(", ")}` : "the ledger is up to date");
-    }, { schema: "create" });
-  });
-
-  cmd.command("stats").description("operations by tenant, action and status").option("-t, --tenant <tenant>", "only this tenant")
-    .action(async (o: { tenant?: string }) => {
-      await withLedger(g(), async (ledger) => printStats(await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant }), g().json === true));
+  cmd
+    .command("migrate")
+    .description("apply pending ledger migrations")
+    .action(async () => {
+      await withLedger(
+        g(),
+        async (ledger) => {
+          const applied = await ledger.admin.migrate();
+          console.log(
+            g().json
+              ? JSON.stringify({ applied })
+              : applied.length
+                ? `applied ${applied.join(", ")}`
+                : "the ledger is up to date",
+          );
+        },
+        { schema: "create" },
+      );
     });
 
-  cmd.command("mcp").description("serve the config's tools to an MCP client over stdio, each done once per business identity")
-    .addOption(new Option("-t, --tenant <tenant>", "the tenant every call acts for (default: the config's mcp.tenant)").env("IDEM_TENANT"))
+  cmd
+    .command("stats")
+    .description("operations by tenant, action and status")
+    .option("-t, --tenant <tenant>", "only this tenant")
     .action(async (o: { tenant?: string }) => {
-      await withLedger(g(), async (ledger, config) => {
-        const tenant = o.tenant ?? config.mcp?.tenant;
-        if (!tenant) throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
-        await serveMcp(ledger, config, tenant);
-      }, { actions: true });
+      await withLedger(g(), async (ledger) =>
+        printStats(await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant }), g().json === true),
+      );
     });
 
-  cmd.command("daemon").description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")
+  cmd
+    .command("mcp")
+    .description("serve the config's tools to an MCP client over stdio, each done once per business identity")
+    .addOption(
+      new Option("-t, --tenant <tenant>", "the tenant every call acts for (default: the config's mcp.tenant)").env(
+        "IDEM_TENANT",
+      ),
+    )
+    .action(async (o: { tenant?: string }) => {
+      await withLedger(
+        g(),
+        async (ledger, config) => {
+          const tenant = o.tenant ?? config.mcp?.tenant;
+          if (!tenant)
+            throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
+          await serveMcp(ledger, config, tenant);
+        },
+        { actions: true },
+      );
+    });
+
+  cmd
+    .command("daemon")
+    .description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")
     .option("--name <name>", "this replica's name in logs and audit events", `${hostname()}:${process.pid}`)
     .option("--once", "run one pass and exit")
-    .option("--migrate", "create and migrate the ledger if needed before starting (otherwise a ledger that needs migrations is refused)")
+    .option(
+      "--migrate",
+      "create and migrate the ledger if needed before starting (otherwise a ledger that needs migrations is refused)",
+    )
     .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
-      await withLedger(g(), async (ledger, config) => {
-        const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs);
-        onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
-        const daemon = new Daemon(ledger, config, log, metrics, o.name);
-        if (o.once) return daemon.tick();
-        if (config.daemon.metricsPort !== undefined) {
-          const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
-          log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
-        }
-        const stop = () => { log.info("stopping: finishing the work in flight"); daemon.stop(); };
-        process.once("SIGTERM", stop);
-        process.once("SIGINT", stop);
-        log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
-        await daemon.run();
-        await metrics.close();
-        log.info("daemon stopped");
-      }, { actions: true, schema: o.migrate ? "migrate" : "require", onResult: (r, info) => onResult?.(r, info) });
+      await withLedger(
+        g(),
+        async (ledger, config) => {
+          const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs);
+          onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
+          const daemon = new Daemon(ledger, config, log, metrics, o.name);
+          if (o.once) return daemon.tick();
+          if (config.daemon.metricsPort !== undefined) {
+            const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
+            log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
+          }
+          const stop = () => {
+            log.info("stopping: finishing the work in flight");
+            daemon.stop();
+          };
+          process.once("SIGTERM", stop);
+          process.once("SIGINT", stop);
+          log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
+          await daemon.run();
+          await metrics.close();
+          log.info("daemon stopped");
+        },
+        { actions: true, schema: o.migrate ? "migrate" : "require", onResult: (r, info) => onResult?.(r, info) },
+      );
     });
   return cmd;
 }
@@ -219,12 +373,20 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const json = argv.includes("--json");
-    const code = error instanceof IdemError && (error.code === "CONFIG" || error.code === "LEDGER_CONFIG" || error.code === "INVALID_VALUE") ? EXIT.usage
-      : error instanceof OperationNotFoundError ? EXIT.notFound
-      : error instanceof InvalidTransitionError ? EXIT.refused
-      : EXIT.failure;
+    const code =
+      error instanceof IdemError &&
+      (error.code === "CONFIG" || error.code === "LEDGER_CONFIG" || error.code === "INVALID_VALUE")
+        ? EXIT.usage
+        : error instanceof OperationNotFoundError
+          ? EXIT.notFound
+          : error instanceof InvalidTransitionError
+            ? EXIT.refused
+            : EXIT.failure;
     const message = (error as Error).message;
-    if (json) console.error(JSON.stringify({ error: error instanceof IdemError ? error.code : (error as Error).name, message }));
+    if (json)
+      console.error(
+        JSON.stringify({ error: error instanceof IdemError ? error.code : (error as Error).name, message }),
+      );
     else console.error(`idem: ${message}`);
     return code;
   }

@@ -32,59 +32,143 @@ export interface ConfigTool {
   readonly action: Action<any, any, any>;
 }
 const isTool = (v: unknown): v is ConfigTool =>
-  typeof v === "object" && v !== null && typeof (v as ConfigTool).name === "string" && isAction((v as ConfigTool).action);
-const isAction = (v: unknown): v is Action => typeof v === "object" && v !== null && typeof (v as Action).type === "string" && typeof (v as Action).execute === "function";
+  typeof v === "object" &&
+  v !== null &&
+  typeof (v as ConfigTool).name === "string" &&
+  isAction((v as ConfigTool).action);
+const isAction = (v: unknown): v is Action =>
+  typeof v === "object" &&
+  v !== null &&
+  typeof (v as Action).type === "string" &&
+  typeof (v as Action).execute === "function";
 
-const schema = z.object({
-  ledger: z.string().min(1).default("sqlite:./idem.db"),
-  actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
-  /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
-  tools: z.array(z.custom<ConfigTool>(isTool, "must be a tool definition ({ name, description, action, input, key })")).default([]),
-  mcp: z.object({
-    /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
-    tenant: z.string().min(1).optional(),
-    /** How long a second call for the same work waits for the first. */
-    waitMs: z.number().int().min(0).optional(),
-  }).strict().optional(),
-  providers: z.object({
-    stripe: z.object({ apiKeyEnv: envName, host: z.string().optional(), port: port.optional(), protocol: z.enum(["http", "https"]).optional() }).strict().optional(),
-    hubspot: z.object({ accessTokenEnv: envName, basePath: z.string().url().optional(), objectTypes: z.array(z.string()).default(["contacts", "companies", "deals", "tickets", "notes"]) }).strict().optional(),
-    email: z.object({
-      smtp: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName.optional(), passEnv: envName.optional() }).strict(),
-      imap: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName }).strict(),
-      from: z.string().email(),
-      copy: z.enum(["provider-saves", "journal", "append"]),
-      journalAddress: z.string().email().optional(),
-      settleMs: z.number().int().positive().optional(),
-    }).strict().optional(),
-  }).strict().default({}),
-  alerts: z.object({
-    log: z.boolean().default(true),
-    webhook: z.object({ url: z.string().url(), format: z.enum(["json", "slack"]).default("json") }).strict().optional(),
-    email: z.object({ smtp: z.object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName.optional(), passEnv: envName.optional() }).strict(), from: z.string().email(), to: z.array(z.string().email()).min(1) }).strict().optional(),
-    /** The tenant under which alert deliveries are recorded (once each). */
-    tenant: z.string().min(1).default("idem-alerts"),
-  }).strict().default({ log: true, tenant: "idem-alerts" }),
-  thresholds: z.object({
-    /** An operation running longer than this in one attempt is reported as stuck. */
-    stuckAfterMs: z.number().int().positive().default(300_000),
-    perAction: z.record(z.string(), z.number().int().positive()).default({}),
-  }).strict().default({ stuckAfterMs: 300_000, perAction: {} }),
-  daemon: z.object({
-    intervalMs: z.number().int().positive().default(1_000),
-    batch: z.number().int().positive().default(100),
-    /** How long a claimed row is hidden from other daemons. */
-    claimMs: z.number().int().positive().default(60_000),
-    /** Inconclusive lookups before an unknown operation goes to review. */
-    maxChecks: z.number().int().positive().default(20),
-    /** Age after which an unknown operation goes to review. */
-    maxAgeMs: z.number().int().positive().default(24 * 3_600_000),
-    /** Lease of the daemon's own attempts. */
-    leaseMs: z.number().int().positive().default(30_000),
-    metricsPort: port.optional(),
-    metricsHost: z.string().default("127.0.0.1"),
-  }).strict().default({ intervalMs: 1_000, batch: 100, claimMs: 60_000, maxChecks: 20, maxAgeMs: 24 * 3_600_000, leaseMs: 30_000, metricsHost: "127.0.0.1" }),
-}).strict();
+const schema = z
+  .object({
+    ledger: z.string().min(1).default("sqlite:./idem.db"),
+    actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
+    /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
+    tools: z
+      .array(z.custom<ConfigTool>(isTool, "must be a tool definition ({ name, description, action, input, key })"))
+      .default([]),
+    mcp: z
+      .object({
+        /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
+        tenant: z.string().min(1).optional(),
+        /** How long a second call for the same work waits for the first. */
+        waitMs: z.number().int().min(0).optional(),
+      })
+      .strict()
+      .optional(),
+    providers: z
+      .object({
+        stripe: z
+          .object({
+            apiKeyEnv: envName,
+            host: z.string().optional(),
+            port: port.optional(),
+            protocol: z.enum(["http", "https"]).optional(),
+          })
+          .strict()
+          .optional(),
+        hubspot: z
+          .object({
+            accessTokenEnv: envName,
+            basePath: z.string().url().optional(),
+            objectTypes: z.array(z.string()).default(["contacts", "companies", "deals", "tickets", "notes"]),
+          })
+          .strict()
+          .optional(),
+        email: z
+          .object({
+            smtp: z
+              .object({
+                host: z.string(),
+                port,
+                secure: z.boolean().optional(),
+                userEnv: envName.optional(),
+                passEnv: envName.optional(),
+              })
+              .strict(),
+            imap: z
+              .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
+              .strict(),
+            from: z.string().email(),
+            copy: z.enum(["provider-saves", "journal", "append"]),
+            journalAddress: z.string().email().optional(),
+            settleMs: z.number().int().positive().optional(),
+          })
+          .strict()
+          .optional(),
+      })
+      .strict()
+      .default({}),
+    alerts: z
+      .object({
+        log: z.boolean().default(true),
+        webhook: z
+          .object({ url: z.string().url(), format: z.enum(["json", "slack"]).default("json") })
+          .strict()
+          .optional(),
+        email: z
+          .object({
+            smtp: z
+              .object({
+                host: z.string(),
+                port,
+                secure: z.boolean().optional(),
+                userEnv: envName.optional(),
+                passEnv: envName.optional(),
+              })
+              .strict(),
+            from: z.string().email(),
+            to: z.array(z.string().email()).min(1),
+          })
+          .strict()
+          .optional(),
+        /** The tenant under which alert deliveries are recorded (once each). */
+        tenant: z.string().min(1).default("idem-alerts"),
+      })
+      .strict()
+      .default({ log: true, tenant: "idem-alerts" }),
+    thresholds: z
+      .object({
+        /** An operation running longer than this in one attempt is reported as stuck. */
+        stuckAfterMs: z.number().int().positive().default(300_000),
+        perAction: z.record(z.string(), z.number().int().positive()).default({}),
+      })
+      .strict()
+      .default({ stuckAfterMs: 300_000, perAction: {} }),
+    daemon: z
+      .object({
+        intervalMs: z.number().int().positive().default(1_000),
+        batch: z.number().int().positive().default(100),
+        /** How long a claimed row is hidden from other daemons. */
+        claimMs: z.number().int().positive().default(60_000),
+        /** Inconclusive lookups before an unknown operation goes to review. */
+        maxChecks: z.number().int().positive().default(20),
+        /** Age after which an unknown operation goes to review. */
+        maxAgeMs: z
+          .number()
+          .int()
+          .positive()
+          .default(24 * 3_600_000),
+        /** Lease of the daemon's own attempts. */
+        leaseMs: z.number().int().positive().default(30_000),
+        metricsPort: port.optional(),
+        metricsHost: z.string().default("127.0.0.1"),
+      })
+      .strict()
+      .default({
+        intervalMs: 1_000,
+        batch: 100,
+        claimMs: 60_000,
+        maxChecks: 20,
+        maxAgeMs: 24 * 3_600_000,
+        leaseMs: 30_000,
+        metricsHost: "127.0.0.1",
+      }),
+  })
+  .strict();
 
 export type IdemConfig = z.infer<typeof schema> & { readonly source: string };
 
@@ -96,10 +180,18 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
   let raw: unknown = {};
   if (file) {
     if (!existsSync(file)) throw new ConfigError(`config file ${file} does not exist`);
-    const tsx = file.endsWith(".ts") ? await importOptional("tsx", `the TypeScript config ${file}`, () => import("tsx/esm/api"), "or write the config as .js, .mjs or .json") : undefined;
+    const tsx = file.endsWith(".ts")
+      ? await importOptional(
+          "tsx",
+          `the TypeScript config ${file}`,
+          () => import("tsx/esm/api"),
+          "or write the config as .js, .mjs or .json",
+        )
+      : undefined;
     try {
       if (file.endsWith(".json")) raw = JSON.parse(await readFile(file, "utf8"));
-      else if (tsx) raw = ((await tsx.tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
+      else if (tsx)
+        raw = ((await tsx.tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
       else raw = ((await import(pathToFileURL(file).href)) as { default?: unknown }).default;
     } catch (cause) {
       throw new ConfigError(`cannot read config ${file}: ${(cause as Error).message}`, { cause });
@@ -128,23 +220,52 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
   const out: Action<any, any>[] = [...config.tools.map((t) => t.action), ...config.actions];
   const p = config.providers;
   const stripe = await stripeOf(config);
-  if (stripe) out.push(stripe.actions.customersCreate, stripe.actions.paymentIntentsCreate, stripe.actions.refundsCreate);
+  if (stripe)
+    out.push(stripe.actions.customersCreate, stripe.actions.paymentIntentsCreate, stripe.actions.refundsCreate);
   if (p.hubspot) {
-    const { hubspotActions } = await importOptional("@idem/hubspot", "providers.hubspot", () => import("@idem/hubspot"));
-    const h = hubspotActions({ accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"), ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }) });
+    const { hubspotActions } = await importOptional(
+      "@idem/hubspot",
+      "providers.hubspot",
+      () => import("@idem/hubspot"),
+    );
+    const h = hubspotActions({
+      accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"),
+      ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }),
+    });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }
   if (p.email) {
     const { emailActions } = await importOptional("@idem/email", "providers.email", () => import("@idem/email"));
     const e = p.email;
-    const smtpAuth = e.smtp.userEnv && e.smtp.passEnv ? { auth: { user: secret(e.smtp.userEnv, "providers.email.smtp.userEnv"), pass: secret(e.smtp.passEnv, "providers.email.smtp.passEnv") } } : {};
-    const imap = { host: e.imap.host, port: e.imap.port, secure: e.imap.secure ?? false, auth: { user: secret(e.imap.userEnv, "providers.email.imap.userEnv"), pass: secret(e.imap.passEnv, "providers.email.imap.passEnv") } };
-    if (e.copy === "journal" && !e.journalAddress) throw new ConfigError("invalid config: providers.email.journalAddress is required with copy: journal");
-    out.push(emailActions({
-      smtp: { host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...smtpAuth }, imap, from: e.from,
-      copy: e.copy === "journal" ? { mode: "journal", address: e.journalAddress! } : { mode: e.copy },
-      ...(e.settleMs && { settleMs: e.settleMs }),
-    }).send);
+    const smtpAuth =
+      e.smtp.userEnv && e.smtp.passEnv
+        ? {
+            auth: {
+              user: secret(e.smtp.userEnv, "providers.email.smtp.userEnv"),
+              pass: secret(e.smtp.passEnv, "providers.email.smtp.passEnv"),
+            },
+          }
+        : {};
+    const imap = {
+      host: e.imap.host,
+      port: e.imap.port,
+      secure: e.imap.secure ?? false,
+      auth: {
+        user: secret(e.imap.userEnv, "providers.email.imap.userEnv"),
+        pass: secret(e.imap.passEnv, "providers.email.imap.passEnv"),
+      },
+    };
+    if (e.copy === "journal" && !e.journalAddress)
+      throw new ConfigError("invalid config: providers.email.journalAddress is required with copy: journal");
+    out.push(
+      emailActions({
+        smtp: { host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...smtpAuth },
+        imap,
+        from: e.from,
+        copy: e.copy === "journal" ? { mode: "journal", address: e.journalAddress! } : { mode: e.copy },
+        ...(e.settleMs && { settleMs: e.settleMs }),
+      }).send,
+    );
   }
   return out;
 }
@@ -159,10 +280,16 @@ export async function toolsOf(config: IdemConfig): Promise<ConfigTool[]> {
 async function stripeOf(config: IdemConfig) {
   const p = config.providers.stripe;
   if (!p) return undefined;
-  const { stripeActions, stripeTools } = await importOptional("@idem/stripe", "providers.stripe", () => import("@idem/stripe"));
+  const { stripeActions, stripeTools } = await importOptional(
+    "@idem/stripe",
+    "providers.stripe",
+    () => import("@idem/stripe"),
+  );
   const actions = stripeActions({
     apiKey: secret(p.apiKeyEnv, "providers.stripe.apiKeyEnv"),
-    ...(p.host !== undefined && { host: p.host }), ...(p.port !== undefined && { port: p.port }), ...(p.protocol !== undefined && { protocol: p.protocol }),
+    ...(p.host !== undefined && { host: p.host }),
+    ...(p.port !== undefined && { port: p.port }),
+    ...(p.protocol !== undefined && { protocol: p.protocol }),
   });
   return { actions, tools: stripeTools(actions) };
 }
@@ -173,13 +300,23 @@ async function stripeOf(config: IdemConfig) {
  * HubSpot's client. A missing one is a ConfigError naming the package to install and the setting
  * that needs it; a package that is there but fails to load keeps its own error.
  */
-export async function importOptional<M>(name: string, neededBy: string, load: () => Promise<M>, orElse?: string): Promise<M> {
+export async function importOptional<M>(
+  name: string,
+  neededBy: string,
+  load: () => Promise<M>,
+  orElse?: string,
+): Promise<M> {
   try {
     return await load();
   } catch (cause) {
-    const missing = (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" && String((cause as Error).message).includes(`'${name}'`);
+    const missing =
+      (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" &&
+      String((cause as Error).message).includes(`'${name}'`);
     if (!missing) throw cause;
-    throw new ConfigError(`${neededBy} needs the ${name} package, which is not installed: npm install ${name}${orElse ? `, ${orElse}` : ""}`, { cause });
+    throw new ConfigError(
+      `${neededBy} needs the ${name} package, which is not installed: npm install ${name}${orElse ? `, ${orElse}` : ""}`,
+      { cause },
+    );
   }
 }
 

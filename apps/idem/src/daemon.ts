@@ -19,7 +19,13 @@ export class Daemon {
   private readonly sinks;
   private readonly actor: string;
 
-  constructor(private readonly ledger: Ledger, private readonly config: IdemConfig, private readonly log: Logger, private readonly metrics: DaemonMetrics, name: string) {
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly config: IdemConfig,
+    private readonly log: Logger,
+    private readonly metrics: DaemonMetrics,
+    name: string,
+  ) {
     this.sinks = alertSinks(config, log);
     this.actor = `idem-daemon:${name}`;
   }
@@ -33,7 +39,8 @@ export class Daemon {
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
       } catch (error) {
         if (error instanceof LedgerUnavailableError) {
-          if (this.metrics.unavailable(error)) this.log.error({ err: error }, "the ledger database is unavailable; retrying every interval");
+          if (this.metrics.unavailable(error))
+            this.log.error({ err: error }, "the ledger database is unavailable; retrying every interval");
         } else {
           this.metrics.errors.inc();
           this.log.error({ err: error }, "daemon tick failed; retrying next interval");
@@ -42,7 +49,10 @@ export class Daemon {
       if (this.stopping) break;
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, this.config.daemon.intervalMs);
-        this.wake = () => { clearTimeout(t); resolve(); };
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
       });
     }
   }
@@ -68,16 +78,28 @@ export class Daemon {
       if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
-        const out = await this.ledger.daemon.settle({ tenant: row.tenant, id: row.id, actor: this.actor, escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } });
-        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED)) this.metrics.escalations.inc();
+        const out = await this.ledger.daemon.settle({
+          tenant: row.tenant,
+          id: row.id,
+          actor: this.actor,
+          escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
+        });
+        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED))
+          this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });
-        this.log.info({ operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome }, "settled");
+        this.log.info(
+          { operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome },
+          "settled",
+        );
       } catch (error) {
         // The database is gone: end the tick (the rest stay claimed for claimMs) rather than fail each row.
         if (error instanceof LedgerUnavailableError) throw error;
         this.metrics.errors.inc();
-        const msg = error instanceof UnknownActionError ? `no action of type ${row.action} in the daemon's config` : "settling failed";
+        const msg =
+          error instanceof UnknownActionError
+            ? `no action of type ${row.action} in the daemon's config`
+            : "settling failed";
         this.log.error({ err: error, operationId: row.id, tenant: row.tenant, action: row.action }, msg);
       }
     }
@@ -87,11 +109,22 @@ export class Daemon {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.daemon.stuck({ olderThanMs: least });
-    const stuck = running.filter((op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant);
+    const stuck = running.filter(
+      (op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant,
+    );
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
-      await deliver(this.ledger, this.config, this.sinks, alertOf("stuck", op), "stuck", this.log, this.sent, this.reported);
+      await deliver(
+        this.ledger,
+        this.config,
+        this.sinks,
+        alertOf("stuck", op),
+        "stuck",
+        this.log,
+        this.sent,
+        this.reported,
+      );
     }
   }
 
@@ -103,7 +136,19 @@ export class Daemon {
         continue;
       }
       const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      if (await deliver(this.ledger, this.config, this.sinks, alertOf(kind, op), op.updatedAt, this.log, this.sent, this.reported)) await this.ledger.daemon.ackAlert(op);
+      if (
+        await deliver(
+          this.ledger,
+          this.config,
+          this.sinks,
+          alertOf(kind, op),
+          op.updatedAt,
+          this.log,
+          this.sent,
+          this.reported,
+        )
+      )
+        await this.ledger.daemon.ackAlert(op);
     }
   }
 

@@ -11,14 +11,30 @@ import { ConfigError, importOptional, toolsOf, type IdemConfig } from "./config.
 export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: string): Promise<void> {
   const sdk = "@modelcontextprotocol/sdk";
   const { McpServer } = await importOptional(sdk, "idem mcp", () => import("@modelcontextprotocol/sdk/server/mcp.js"));
-  const { StdioServerTransport } = await importOptional(sdk, "idem mcp", () => import("@modelcontextprotocol/sdk/server/stdio.js"));
-  const { registerGuardedTool, registerStatusTool } = await importOptional("@idem/agents", "idem mcp", () => import("@idem/agents/mcp"));
+  const { StdioServerTransport } = await importOptional(
+    sdk,
+    "idem mcp",
+    () => import("@modelcontextprotocol/sdk/server/stdio.js"),
+  );
+  const { registerGuardedTool, registerStatusTool } = await importOptional(
+    "@idem/agents",
+    "idem mcp",
+    () => import("@idem/agents/mcp"),
+  );
   const tools = await toolsOf(config);
-  if (tools.length === 0) throw new ConfigError(`config ${config.source} has no tools to serve (tools: [...], or a provider with ready tools)`);
+  if (tools.length === 0)
+    throw new ConfigError(
+      `config ${config.source} has no tools to serve (tools: [...], or a provider with ready tools)`,
+    );
   const server = new McpServer({ name: "idem", version: "0.1.0" });
   const actor = `idem-mcp@${hostname()}`;
   // The config checked each tool's shape (ConfigTool); they are @idem/agents definitions.
-  for (const tool of tools) registerGuardedTool(server, ledger, tool as ToolDefinition<any, any, any>, { tenant, actor, ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }) });
+  for (const tool of tools)
+    registerGuardedTool(server, ledger, tool as ToolDefinition<any, any, any>, {
+      tenant,
+      actor,
+      ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }),
+    });
   registerStatusTool(server, ledger, { tenant });
   const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
   await server.connect(new StdioServerTransport());

@@ -13,10 +13,23 @@ import type { Ledger, RunResult } from "@idem/core";
  * agent, `idem_duplicates_answered_total` counts the calls the ledger answered without executing.
  */
 export function runResultCounters(registry: Registry) {
-  const runs = new Counter({ name: "idem_runs_total", help: "ledger.run results by action and outcome", labelNames: ["action", "outcome"], registers: [registry] });
-  const duplicates = new Counter({ name: "idem_duplicates_answered_total", help: "Calls answered from the ledger (a stored receipt or failure replayed), by action", labelNames: ["action"], registers: [registry] });
+  const runs = new Counter({
+    name: "idem_runs_total",
+    help: "ledger.run results by action and outcome",
+    labelNames: ["action", "outcome"],
+    registers: [registry],
+  });
+  const duplicates = new Counter({
+    name: "idem_duplicates_answered_total",
+    help: "Calls answered from the ledger (a stored receipt or failure replayed), by action",
+    labelNames: ["action"],
+    registers: [registry],
+  });
   const onResult = (r: RunResult<unknown>, info: { action: string }) => {
-    runs.inc({ action: info.action, outcome: r.status === "pending_verification" ? `pending_verification:${r.state}` : r.status });
+    runs.inc({
+      action: info.action,
+      outcome: r.status === "pending_verification" ? `pending_verification:${r.state}` : r.status,
+    });
     if (r.status !== "pending_verification" && r.replayed) duplicates.inc({ action: info.action });
   };
   return { runs, duplicates, onResult };
@@ -24,24 +37,60 @@ export function runResultCounters(registry: Registry) {
 
 export class DaemonMetrics {
   readonly registry = new Registry();
-  readonly reconciliations = new Counter({ name: "idem_reconciliations_total", help: "Operations the daemon settled, by outcome", labelNames: ["outcome"], registers: [this.registry] });
-  readonly alerts = new Counter({ name: "idem_alerts_sent_total", help: "Alerts delivered, by kind and sink", labelNames: ["kind", "sink"], registers: [this.registry] });
-  readonly escalations = new Counter({ name: "idem_escalations_total", help: "Unknown operations sent to review after too many checks or too long", registers: [this.registry] });
-  readonly stuck = new Gauge({ name: "idem_stuck_operations", help: "Operations running longer than their threshold at the last tick", registers: [this.registry] });
-  readonly ticks = new Counter({ name: "idem_daemon_ticks_total", help: "Daemon loop iterations", registers: [this.registry] });
-  readonly errors = new Counter({ name: "idem_daemon_errors_total", help: "Daemon loop iterations that failed", registers: [this.registry] });
+  readonly reconciliations = new Counter({
+    name: "idem_reconciliations_total",
+    help: "Operations the daemon settled, by outcome",
+    labelNames: ["outcome"],
+    registers: [this.registry],
+  });
+  readonly alerts = new Counter({
+    name: "idem_alerts_sent_total",
+    help: "Alerts delivered, by kind and sink",
+    labelNames: ["kind", "sink"],
+    registers: [this.registry],
+  });
+  readonly escalations = new Counter({
+    name: "idem_escalations_total",
+    help: "Unknown operations sent to review after too many checks or too long",
+    registers: [this.registry],
+  });
+  readonly stuck = new Gauge({
+    name: "idem_stuck_operations",
+    help: "Operations running longer than their threshold at the last tick",
+    registers: [this.registry],
+  });
+  readonly ticks = new Counter({
+    name: "idem_daemon_ticks_total",
+    help: "Daemon loop iterations",
+    registers: [this.registry],
+  });
+  readonly errors = new Counter({
+    name: "idem_daemon_errors_total",
+    help: "Daemon loop iterations that failed",
+    registers: [this.registry],
+  });
   readonly results = runResultCounters(this.registry);
-  readonly ledgerUp = new Gauge({ name: "idem_ledger_up", help: "1 when the daemon's last tick reached the ledger database, 0 while it cannot", registers: [this.registry] });
+  readonly ledgerUp = new Gauge({
+    name: "idem_ledger_up",
+    help: "1 when the daemon's last tick reached the ledger database, 0 while it cannot",
+    registers: [this.registry],
+  });
   private lastTickAt = 0;
   /** Set while ticks fail because the ledger's database cannot be reached: since when, and why. */
   private outage: { since: number; error: string } | undefined;
   private server: Server | undefined;
 
-  constructor(ledger: Ledger, private readonly intervalMs: number, statsTtlMs = 15_000) {
+  constructor(
+    ledger: Ledger,
+    private readonly intervalMs: number,
+    statsTtlMs = 15_000,
+  ) {
     let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>> } | undefined;
     new Gauge({
-      name: "idem_operations", help: "Operations in the ledger by status, action and tenant (unknown and needs_review included)",
-      labelNames: ["status", "action", "tenant"], registers: [this.registry],
+      name: "idem_operations",
+      help: "Operations in the ledger by status, action and tenant (unknown and needs_review included)",
+      labelNames: ["status", "action", "tenant"],
+      registers: [this.registry],
       async collect() {
         if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.admin.stats() };
         this.reset();
@@ -83,7 +132,12 @@ export class DaemonMetrics {
         // running and retrying; the body says since when and why, for the operator and the probe.
         const fresh = Date.now() - this.lastTickAt < Math.max(3 * this.intervalMs, 10_000);
         const ok = fresh && !this.outage;
-        const body = { ok, ledger: this.outage ? "unavailable" : "up", lastTickAt: this.lastTickAt, ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }) };
+        const body = {
+          ok,
+          ledger: this.outage ? "unavailable" : "up",
+          lastTickAt: this.lastTickAt,
+          ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }),
+        };
         res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
       } else {
         res.writeHead(404).end();

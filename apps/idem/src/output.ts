@@ -1,13 +1,27 @@
 /** Human and JSON renderings of operations for the CLI. */
 import type { Operation, OperationEvent } from "@idem/core";
 
-const time = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"));
+const time = (ms: number | null) =>
+  ms === null
+    ? "-"
+    : new Date(ms)
+        .toISOString()
+        .replace("T", " ")
+        .replace(/\.\d+Z$/, "Z");
 
 /** A page of operations; a full page ends with the command for the next one. With `tenants`, a TENANT column. */
 export function printOperations(ops: Operation[], json: boolean, page: { tenants: boolean; limit: number }): void {
   if (json) return void console.log(JSON.stringify(ops));
   if (!ops.length) return void console.log("no operations");
-  const rows = ops.map((o) => [...(page.tenants ? [o.tenant] : []), o.id, o.status, o.action, String(o.attempt), time(o.createdAt), keyCell(o)]);
+  const rows = ops.map((o) => [
+    ...(page.tenants ? [o.tenant] : []),
+    o.id,
+    o.status,
+    o.action,
+    String(o.attempt),
+    time(o.createdAt),
+    keyCell(o),
+  ]);
   table([...(page.tenants ? ["TENANT"] : []), "ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
   if (ops.length === page.limit) console.log(`\nmore may follow: add --before ${ops[ops.length - 1]!.id}`);
 }
@@ -28,39 +42,72 @@ function keyCell(o: Operation): string {
  */
 export function redactArgs(value: unknown, key = ""): unknown {
   if (/pass(word)?|secret|token|authorization|api[-_]?key|card|cvc|cvv|iban|ssn/i.test(key)) return "[redacted]";
-  if (typeof value === "string") return value.length > 200 ? `${value.slice(0, 200)}… (${value.length} characters)` : value;
+  if (typeof value === "string")
+    return value.length > 200 ? `${value.slice(0, 200)}… (${value.length} characters)` : value;
   if (Array.isArray(value)) return value.map((v) => redactArgs(v, key));
   if (value === null || typeof value !== "object") return value;
   const o = value as Record<string, unknown>;
   if (/^attachments?$/i.test(key) || (typeof o.filename === "string" && "content" in o)) {
-    return { filename: o.filename, contentType: o.contentType, size: typeof o.content === "string" ? o.content.length : undefined };
+    return {
+      filename: o.filename,
+      contentType: o.contentType,
+      size: typeof o.content === "string" ? o.content.length : undefined,
+    };
   }
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, redactArgs(v, k)]));
 }
 
-export function printOperation(x: { operation: Operation; events: OperationEvent[]; args?: unknown }, json: boolean): void {
+export function printOperation(
+  x: { operation: Operation; events: OperationEvent[]; args?: unknown },
+  json: boolean,
+): void {
   const args = x.args === undefined || x.args === null ? null : redactArgs(x.args);
   if (json) return void console.log(JSON.stringify({ ...x, args }));
   const o = x.operation;
   const lines: [string, string][] = [
-    ["id", o.id], ["tenant", o.tenant], ["action", o.action], ["status", o.status], ["attempt", String(o.attempt)],
-    ["key", o.key], ["identity", o.keyLabel ?? "(hashed only)"], ["args", args === null ? "(not stored)" : JSON.stringify(args)],
-    ["reason", o.reason ?? "-"], ["provider ref", o.providerReference ?? "-"],
-    ["receipt", o.result === null ? "-" : JSON.stringify(o.result)], ["error", o.error === null ? "-" : JSON.stringify(o.error)],
-    ["verdict", o.resolution === null ? "-" : `${o.resolution.outcome} by ${o.resolution.actor} at ${time(o.resolution.at)}: ${o.resolution.reason}${o.resolution.evidence === null ? "" : ` (evidence: ${o.resolution.evidence})`}`],
-    ["created", time(o.createdAt)], ["updated", time(o.updatedAt)], ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
+    ["id", o.id],
+    ["tenant", o.tenant],
+    ["action", o.action],
+    ["status", o.status],
+    ["attempt", String(o.attempt)],
+    ["key", o.key],
+    ["identity", o.keyLabel ?? "(hashed only)"],
+    ["args", args === null ? "(not stored)" : JSON.stringify(args)],
+    ["reason", o.reason ?? "-"],
+    ["provider ref", o.providerReference ?? "-"],
+    ["receipt", o.result === null ? "-" : JSON.stringify(o.result)],
+    ["error", o.error === null ? "-" : JSON.stringify(o.error)],
+    [
+      "verdict",
+      o.resolution === null
+        ? "-"
+        : `${o.resolution.outcome} by ${o.resolution.actor} at ${time(o.resolution.at)}: ${o.resolution.reason}${o.resolution.evidence === null ? "" : ` (evidence: ${o.resolution.evidence})`}`,
+    ],
+    ["created", time(o.createdAt)],
+    ["updated", time(o.updatedAt)],
+    ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
   ];
   for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${v}`);
   console.log("\nevents:");
-  table(["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"], x.events.map((e) => [time(e.at), e.from ?? "-", e.to, String(e.attempt), e.actor ?? "-", e.reason ?? ""]));
+  table(
+    ["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"],
+    x.events.map((e) => [time(e.at), e.from ?? "-", e.to, String(e.attempt), e.actor ?? "-", e.reason ?? ""]),
+  );
 }
 
-export function printStats(rows: { tenant: string; action: string; status: string; count: number }[], json: boolean): void {
+export function printStats(
+  rows: { tenant: string; action: string; status: string; count: number }[],
+  json: boolean,
+): void {
   if (json) return void console.log(JSON.stringify(rows));
-  table(["TENANT", "ACTION", "STATUS", "COUNT"], rows.map((r) => [r.tenant, r.action, r.status, String(r.count)]));
+  table(
+    ["TENANT", "ACTION", "STATUS", "COUNT"],
+    rows.map((r) => [r.tenant, r.action, r.status, String(r.count)]),
+  );
 }
 
 function table(head: string[], rows: string[][]): void {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  for (const r of [head, ...rows]) console.log(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  "));
+  for (const r of [head, ...rows])
+    console.log(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  "));
 }

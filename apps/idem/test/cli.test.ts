@@ -8,7 +8,13 @@ import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
 import { idem } from "./support.js";
 
-const parked = defineAction({ type: "sms.send", capabilities: {}, execute: async () => { throw new Error("timeout after send"); } });
+const parked = defineAction({
+  type: "sms.send",
+  capabilities: {},
+  execute: async () => {
+    throw new Error("timeout after send");
+  },
+});
 
 for (const dialect of DIALECTS) {
   describe(`idem CLI on ${dialect}`, { timeout: scaled(180_000) }, () => {
@@ -18,7 +24,8 @@ for (const dialect of DIALECTS) {
     beforeAll(async () => {
       url = await freshDatabase(dialect);
       ledger = await openLedger(url);
-      reviewId = (await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" }, actor: "agent-1" })).operationId;
+      reviewId = (await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" }, actor: "agent-1" }))
+        .operationId;
     });
     afterAll(() => ledger.close());
 
@@ -36,7 +43,17 @@ for (const dialect of DIALECTS) {
     it("another tenant's operator cannot see or resolve the operation (exit 3), and nothing changes", async () => {
       const show = await idem(["--ledger", url, "show", reviewId, "--tenant", "globex"]);
       expect(show.code).toBe(3);
-      const resolve = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "globex", "--succeeded", "--reason", "looks done"]);
+      const resolve = await idem([
+        "--ledger",
+        url,
+        "resolve",
+        reviewId,
+        "--tenant",
+        "globex",
+        "--succeeded",
+        "--reason",
+        "looks done",
+      ]);
       expect(resolve.code).toBe(3);
       expect(resolve.stderr).toMatch(/no operation/);
       expect((await ledger.get({ tenant: "acme", id: reviewId })).operation.status).toBe("needs_review");
@@ -47,75 +64,188 @@ for (const dialect of DIALECTS) {
       const queue = await idem(["--ledger", url, "--json", "ls", "--all-tenants", "--status", "needs_review"]);
       expect(queue.code, queue.stderr).toBe(0);
       const rows = JSON.parse(queue.stdout) as { id: string; tenant: string }[];
-      expect(rows.map((r) => [r.tenant, r.id])).toEqual([["globex", other.operationId], ["acme", reviewId]]); // newest first
+      expect(rows.map((r) => [r.tenant, r.id])).toEqual([
+        ["globex", other.operationId],
+        ["acme", reviewId],
+      ]); // newest first
       const human = await idem(["--ledger", url, "ls", "--all-tenants", "--status", "needs_review", "--limit", "1"]);
       expect(human.stdout).toMatch(/^TENANT\s+ID/m);
       expect(human.stdout).toMatch(new RegExp(`^globex\\s+${other.operationId}\\s+needs_review`, "m"));
       expect(human.stdout).toContain(`more may follow: add --before ${other.operationId}`);
-      const next = await idem(["--ledger", url, "--json", "ls", "--all-tenants", "--status", "needs_review", "--limit", "1", "--before", other.operationId]);
+      const next = await idem([
+        "--ledger",
+        url,
+        "--json",
+        "ls",
+        "--all-tenants",
+        "--status",
+        "needs_review",
+        "--limit",
+        "1",
+        "--before",
+        other.operationId,
+      ]);
       expect((JSON.parse(next.stdout) as { id: string }[]).map((r) => r.id)).toEqual([reviewId]);
       const both = await idem(["--ledger", url, "ls", "--all-tenants", "--tenant", "acme"]);
       expect(both.code).toBe(2);
       expect(both.stderr).toMatch(/--tenant or --all-tenants, not both/);
-      await ledger.admin.resolve({ tenant: "globex", id: other.operationId, outcome: "failed", reason: "not sent", actor: "test" });
+      await ledger.admin.resolve({
+        tenant: "globex",
+        id: other.operationId,
+        outcome: "failed",
+        reason: "not sent",
+        actor: "test",
+      });
     });
 
     it("a receipt given with resolve must be checked by the action's receipt schema: without one it is refused (exit 2), nothing changes", async () => {
-      const out = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found", "--receipt", '{"sid":"SM42"}']);
+      const out = await idem([
+        "--ledger",
+        url,
+        "resolve",
+        reviewId,
+        "--tenant",
+        "acme",
+        "--succeeded",
+        "--reason",
+        "found",
+        "--receipt",
+        '{"sid":"SM42"}',
+      ]);
       expect(out.code).toBe(2);
       expect(out.stderr).toMatch(/receipt: action sms\.send .* has no receipt schema registered/);
       expect((await ledger.get({ tenant: "acme", id: reviewId })).operation.status).toBe("needs_review");
-      expect((await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found", "--receipt", "{nope"])).code).toBe(2);
+      expect(
+        (
+          await idem([
+            "--ledger",
+            url,
+            "resolve",
+            reviewId,
+            "--tenant",
+            "acme",
+            "--succeeded",
+            "--reason",
+            "found",
+            "--receipt",
+            "{nope",
+          ])
+        ).code,
+      ).toBe(2);
     });
 
     it("resolve records the verdict and evidence apart from the receipt, with the actor in the audit trail; a second resolve is refused (exit 4)", async () => {
-      const out = await idem(["--ledger", url, "--json", "resolve", reviewId, "--tenant", "acme", "--succeeded", "--reason", "found in the SMS console", "--evidence", "SM42", "--actor", "ops:alice"]);
+      const out = await idem([
+        "--ledger",
+        url,
+        "--json",
+        "resolve",
+        reviewId,
+        "--tenant",
+        "acme",
+        "--succeeded",
+        "--reason",
+        "found in the SMS console",
+        "--evidence",
+        "SM42",
+        "--actor",
+        "ops:alice",
+      ]);
       expect(out.code, out.stderr).toBe(0);
       const { events, operation } = await ledger.get({ tenant: "acme", id: reviewId });
       // The provider reference stays the action's (none here), and no receipt of another shape is made up.
       expect(operation).toMatchObject({ status: "succeeded", providerReference: null, result: null });
-      expect(operation.resolution).toEqual({ outcome: "succeeded", actor: "ops:alice", reason: "found in the SMS console", evidence: "SM42", at: operation.completedAt });
+      expect(operation.resolution).toEqual({
+        outcome: "succeeded",
+        actor: "ops:alice",
+        reason: "found in the SMS console",
+        evidence: "SM42",
+        at: operation.completedAt,
+      });
       expect(JSON.parse(out.stdout).operation.resolution).toMatchObject({ actor: "ops:alice", evidence: "SM42" });
       expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "ops:alice" });
       // A later caller gets the verdict, not a receipt it would misread.
-      expect(await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" } })).toMatchObject({ status: "succeeded", receipt: null, replayed: true, resolution: { actor: "ops:alice" } });
+      expect(await ledger.run(parked, { tenant: "acme", key: ["sms", 1], args: { to: "+100" } })).toMatchObject({
+        status: "succeeded",
+        receipt: null,
+        replayed: true,
+        resolution: { actor: "ops:alice" },
+      });
       const shown = await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"]);
-      expect(shown.stdout).toMatch(/^verdict\s+succeeded by ops:alice at .*: found in the SMS console \(evidence: SM42\)$/m);
-      const again = await idem(["--ledger", url, "resolve", reviewId, "--tenant", "acme", "--failed", "--reason", "changed my mind"]);
+      expect(shown.stdout).toMatch(
+        /^verdict\s+succeeded by ops:alice at .*: found in the SMS console \(evidence: SM42\)$/m,
+      );
+      const again = await idem([
+        "--ledger",
+        url,
+        "resolve",
+        reviewId,
+        "--tenant",
+        "acme",
+        "--failed",
+        "--reason",
+        "changed my mind",
+      ]);
       expect(again.code).toBe(4);
     });
 
     it("ls never shows two long keys alike: a cut label ends with the start of the key's hash", async () => {
       const long = "weekly-report-for-the-customer-with-a-long-name";
       const sms = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
-      for (const week of ["2026-W01", "2026-W02"]) await ledger.run(sms, { tenant: "keys", key: [long, week], args: { to: "+1" } });
+      for (const week of ["2026-W01", "2026-W02"])
+        await ledger.run(sms, { tenant: "keys", key: [long, week], args: { to: "+1" } });
       const out = await idem(["--ledger", url, "ls", "--tenant", "keys"]);
-      const cells = out.stdout.split("\n").slice(1).filter(Boolean).map((l) => l.slice(l.indexOf("[")));
+      const cells = out.stdout
+        .split("\n")
+        .slice(1)
+        .filter(Boolean)
+        .map((l) => l.slice(l.indexOf("[")));
       expect(cells).toHaveLength(2);
       expect(new Set(cells).size).toBe(2);
       for (const c of cells) expect(c).toMatch(/… #[0-9a-f]{8}$/);
     });
 
     it("show gives an operator the args to decide a case, with secrets, attachments and long texts kept out", async () => {
-      const mail = defineAction({ type: "mail.parked", capabilities: {}, execute: async () => { throw new Error("timeout after DATA"); } });
+      const mail = defineAction({
+        type: "mail.parked",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("timeout after DATA");
+        },
+      });
       const body = "Dear customer, ".repeat(40);
-      const args = { to: "ada@example.com", subject: "Your invoice", text: body, apiKey: "sk_live_do_not_show", attachments: [{ filename: "inv.pdf", content: "JVBERi0x".repeat(100), contentType: "application/pdf" }] };
+      const args = {
+        to: "ada@example.com",
+        subject: "Your invoice",
+        text: body,
+        apiKey: "sk_live_do_not_show",
+        attachments: [{ filename: "inv.pdf", content: "JVBERi0x".repeat(100), contentType: "application/pdf" }],
+      };
       const id = (await ledger.run(mail, { tenant: "shown", key: ["m"], args })).operationId;
       const out = await idem(["--ledger", url, "--json", "show", id, "--tenant", "shown"]);
       expect(out.code, out.stderr).toBe(0);
       const shown = JSON.parse(out.stdout);
-      expect(shown.args).toMatchObject({ to: "ada@example.com", subject: "Your invoice", apiKey: "[redacted]", attachments: [{ filename: "inv.pdf", contentType: "application/pdf", size: 800 }] });
+      expect(shown.args).toMatchObject({
+        to: "ada@example.com",
+        subject: "Your invoice",
+        apiKey: "[redacted]",
+        attachments: [{ filename: "inv.pdf", contentType: "application/pdf", size: 800 }],
+      });
       expect(shown.args.text).toMatch(/… \(600 characters\)$/);
       expect(out.stdout).not.toContain("sk_live_do_not_show");
       expect(out.stdout).not.toContain("JVBERi0xJVBERi0x");
       const human = await idem(["--ledger", url, "show", id, "--tenant", "shown"]);
-      expect(human.stdout).toMatch(/^args\s+\{"apiKey":"\[redacted\]",.*"subject":"Your invoice",.*"to":"ada@example.com"\}$/m);
+      expect(human.stdout).toMatch(
+        /^args\s+\{"apiKey":"\[redacted\]",.*"subject":"Your invoice",.*"to":"ada@example.com"\}$/m,
+      );
     });
 
     it("--version prints the package's version", async () => {
       const out = await idem(["--version"]);
       expect(out.code).toBe(0);
-      expect(out.stdout.trim()).toBe(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version);
+      expect(out.stdout.trim()).toBe(
+        JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version,
+      );
     });
 
     it("usage errors exit 2", async () => {
@@ -128,7 +258,12 @@ for (const dialect of DIALECTS) {
 describe("idem flag values", { timeout: scaled(120_000) }, () => {
   it("a bad --limit or --older-than is a usage error (exit 2) naming the flag, said once, before any ledger is opened", async () => {
     const db = join(tempDir(), "x.db");
-    const bad = [["--limit", "abc"], ["--limit", "0"], ["--limit", "-5"], ["--older-than", "soon"]] as const;
+    const bad = [
+      ["--limit", "abc"],
+      ["--limit", "0"],
+      ["--limit", "-5"],
+      ["--older-than", "soon"],
+    ] as const;
     const [json, ...outs] = await Promise.all([
       idem(["--ledger", `sqlite:${db}`, "--json", "ls", "--tenant", "acme", "--limit", "abc"]),
       ...bad.map(([flag, value]) => idem(["--ledger", `sqlite:${db}`, "ls", "--tenant", "acme", flag, value])),
@@ -137,10 +272,15 @@ describe("idem flag values", { timeout: scaled(120_000) }, () => {
       const out = outs[i]!;
       expect(out.code, out.stderr).toBe(2);
       expect(out.stderr).toBe(`${out.stderr.split("\n")[0]}\n`); // one line, not repeated by main()
-      expect(out.stderr).toMatch(new RegExp(`^idem: option '[^']*${flag} <[^']*' argument '${value}' is invalid\\. Expected`));
+      expect(out.stderr).toMatch(
+        new RegExp(`^idem: option '[^']*${flag} <[^']*' argument '${value}' is invalid\\. Expected`),
+      );
     });
     expect(json!.code).toBe(2);
-    expect(JSON.parse(json!.stderr)).toMatchObject({ error: "USAGE", message: expect.stringMatching(/--limit <n>' argument 'abc' is invalid/) });
+    expect(JSON.parse(json!.stderr)).toMatchObject({
+      error: "USAGE",
+      message: expect.stringMatching(/--limit <n>' argument 'abc' is invalid/),
+    });
     expect(existsSync(db)).toBe(false);
   });
 
@@ -159,7 +299,15 @@ describe("idem flag values", { timeout: scaled(120_000) }, () => {
 describe("idem config", { timeout: scaled(120_000) }, () => {
   it("refuses a malformed config file, naming the bad fields (exit 2)", async () => {
     const file = join(tempDir(), "idem.config.json");
-    writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", alerts: { webhook: { url: "not a url" } }, daemon: { intervalMs: -5 }, providers: { stripe: { apiKeyEnv: "sk_test_literal_key" } } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ledger: "sqlite::memory:",
+        alerts: { webhook: { url: "not a url" } },
+        daemon: { intervalMs: -5 },
+        providers: { stripe: { apiKeyEnv: "sk_test_literal_key" } },
+      }),
+    );
     const out = await idem(["--config", file, "stats"]);
     expect(out.code).toBe(2);
     expect(out.stderr).toMatch(/alerts\.webhook\.url/);
@@ -170,7 +318,10 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
 
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
-    writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", providers: { stripe: { apiKeyEnv: "IDEM_TEST_NO_SUCH_KEY" } } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ ledger: "sqlite::memory:", providers: { stripe: { apiKeyEnv: "IDEM_TEST_NO_SUCH_KEY" } } }),
+    );
     const out = await idem(["--config", file, "daemon", "--once"]);
     expect(out.code).toBe(2);
     expect(out.stderr).toMatch(/providers\.stripe\.apiKeyEnv: environment variable IDEM_TEST_NO_SUCH_KEY is not set/);
@@ -203,7 +354,10 @@ for (const dialect of DIALECTS) {
     it("a ledger migrated by a newer idem is refused with a clear message", async () => {
       const url = dialect === "sqlite" ? `sqlite:${join(tempDir(), "newer.db")}` : await freshDatabase(dialect);
       const l = await openLedger(url);
-      await databaseOf(l).insertInto("idem_migration" as never).values({ name: "9999-from-the-future", timestamp: new Date().toISOString() } as never).execute();
+      await databaseOf(l)
+        .insertInto("idem_migration" as never)
+        .values({ name: "9999-from-the-future", timestamp: new Date().toISOString() } as never)
+        .execute();
       await l.close();
       const out = await idem(["--ledger", url, "ls", "--tenant", "acme"]);
       expect(out.code).toBe(2);

@@ -44,200 +44,363 @@ for (const dialect of DIALECTS) {
     });
     const alertsFor = (operationId: string) => hook.alerts.filter((a) => a.operationId === operationId);
 
-    it("a row left running by a SIGKILLed worker: one stuck alert, then replayed with the same key", async () => {
-      const dir = tempDir();
-      const t = tenant();
-      const worker = startChild(WORKER, [], { LEDGER_URL: url, TENANT: t, KEY: "job", EFFECT_DIR: dir, KIND: "dedupe", LEASE_MS: "6000" });
-      await worker.waitFor(/^effect-done$/);
-      await kill9(worker);
-      const [row] = await ledger.admin.list({ tenant: t });
-      const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, STUCK_MS: "1000" });
-      try {
-        await until(async () => (await ledger.get({ tenant: t, id: row!.id })).operation.status === "succeeded", 90_000, "the daemon to settle the row");
-        await new Promise((r) => setTimeout(r, 500)); // a few more ticks: no second alert
-      } finally {
-        await stopDaemon(daemon);
-      }
-      expect(alertsFor(row!.id).map((a) => a.kind)).toEqual(["stuck"]);
-      expect(lines(join(dir, "effects"))).toHaveLength(1);
-      const { operation, events } = await ledger.get({ tenant: t, id: row!.id });
-      expect(operation).toMatchObject({ attempt: 2, result: { id: lines(join(dir, "effects"))[0]![1] } });
-      expect(events.some((e) => e.actor === "idem-daemon:d1")).toBe(true);
-    }, scaled(240_000));
+    it(
+      "a row left running by a SIGKILLed worker: one stuck alert, then replayed with the same key",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const worker = startChild(WORKER, [], {
+          LEDGER_URL: url,
+          TENANT: t,
+          KEY: "job",
+          EFFECT_DIR: dir,
+          KIND: "dedupe",
+          LEASE_MS: "6000",
+        });
+        await worker.waitFor(/^effect-done$/);
+        await kill9(worker);
+        const [row] = await ledger.admin.list({ tenant: t });
+        const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, STUCK_MS: "1000" });
+        try {
+          await until(
+            async () => (await ledger.get({ tenant: t, id: row!.id })).operation.status === "succeeded",
+            90_000,
+            "the daemon to settle the row",
+          );
+          await new Promise((r) => setTimeout(r, 500)); // a few more ticks: no second alert
+        } finally {
+          await stopDaemon(daemon);
+        }
+        expect(alertsFor(row!.id).map((a) => a.kind)).toEqual(["stuck"]);
+        expect(lines(join(dir, "effects"))).toHaveLength(1);
+        const { operation, events } = await ledger.get({ tenant: t, id: row!.id });
+        expect(operation).toMatchObject({ attempt: 2, result: { id: lines(join(dir, "effects"))[0]![1] } });
+        expect(events.some((e) => e.actor === "idem-daemon:d1")).toBe(true);
+      },
+      scaled(240_000),
+    );
 
-    it("unknown outcomes at Stripe, HubSpot and the mail server are settled; the unprovable reach review with one alert each", async () => {
-      const dir = tempDir();
-      const t = tenant();
-      const stripe = new StripeSandbox();
-      const hubspot = new HubSpotSandbox();
-      const mail = new MailSandbox({ copyDelayMs: 1_500 });
-      const [s, h, m] = await Promise.all([stripe.start(), hubspot.start(), mail.start()]);
-      try {
-        const agentLedger = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
-        const crm = hubspotActions({ accessToken: h.accessToken, basePath: h.basePath });
-        await crm.ensureSchema(["contacts"]);
-        stripe.faults.add({ kind: "drop_after_commit", times: 2 });
-        hubspot.faults.add({ kind: "drop_after_commit", match: { method: "POST" } });
-        hubspot.faults.add({ kind: "bad_gateway", match: { method: "GET" } }); // the agent's own read-back fails too
-        mail.faults.add({ kind: "hold_reply", delayMs: 5_000 });
-        const smtpAuth = { user: SENDER.user, pass: SENDER.pass };
-        const mailer = emailActions({ smtp: { host: "127.0.0.1", port: m.smtp.port, auth: smtpAuth, timeoutMs: 1_000 }, imap: { host: "127.0.0.1", port: m.imap.port, auth: smtpAuth }, from: SENDER.user, copy: { mode: "provider-saves" }, settleMs: 60_000 });
-        const neither = fileAction("neither", dir);
-        const outs = {
-          stripe: await agentLedger.run(stripeActions({ apiKey: s.apiKey, host: "127.0.0.1", port: s.port, protocol: "http" }).paymentIntentsCreate, { tenant: t, key: ["pi"], args: { amount: 900, currency: "usd", payment_method: "pm_card_visa", confirm: true } }),
-          hubspot: await agentLedger.run(crm.create("contacts"), { tenant: t, key: ["lead"], args: { properties: { email: "lead@example.test" } } }),
-          email: await agentLedger.run(mailer.send, { tenant: t, key: ["report"], args: { to: "client@example.test", subject: "Report", text: "x" } }),
+    it(
+      "unknown outcomes at Stripe, HubSpot and the mail server are settled; the unprovable reach review with one alert each",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const stripe = new StripeSandbox();
+        const hubspot = new HubSpotSandbox();
+        const mail = new MailSandbox({ copyDelayMs: 1_500 });
+        const [s, h, m] = await Promise.all([stripe.start(), hubspot.start(), mail.start()]);
+        try {
+          const agentLedger = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
+          const crm = hubspotActions({ accessToken: h.accessToken, basePath: h.basePath });
+          await crm.ensureSchema(["contacts"]);
+          stripe.faults.add({ kind: "drop_after_commit", times: 2 });
+          hubspot.faults.add({ kind: "drop_after_commit", match: { method: "POST" } });
+          hubspot.faults.add({ kind: "bad_gateway", match: { method: "GET" } }); // the agent's own read-back fails too
+          mail.faults.add({ kind: "hold_reply", delayMs: 5_000 });
+          const smtpAuth = { user: SENDER.user, pass: SENDER.pass };
+          const mailer = emailActions({
+            smtp: { host: "127.0.0.1", port: m.smtp.port, auth: smtpAuth, timeoutMs: 1_000 },
+            imap: { host: "127.0.0.1", port: m.imap.port, auth: smtpAuth },
+            from: SENDER.user,
+            copy: { mode: "provider-saves" },
+            settleMs: 60_000,
+          });
+          const neither = fileAction("neither", dir);
+          const outs = {
+            stripe: await agentLedger.run(
+              stripeActions({ apiKey: s.apiKey, host: "127.0.0.1", port: s.port, protocol: "http" })
+                .paymentIntentsCreate,
+              {
+                tenant: t,
+                key: ["pi"],
+                args: { amount: 900, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+              },
+            ),
+            hubspot: await agentLedger.run(crm.create("contacts"), {
+              tenant: t,
+              key: ["lead"],
+              args: { properties: { email: "lead@example.test" } },
+            }),
+            email: await agentLedger.run(mailer.send, {
+              tenant: t,
+              key: ["report"],
+              args: { to: "client@example.test", subject: "Report", text: "x" },
+            }),
+          };
+          // an effect nothing can prove: the runner parks it for review at once
+          const failing = {
+            ...neither,
+            type: "file.neither",
+            execute: async () => {
+              throw new Error("socket hang up");
+            },
+          };
+          const review1 = await agentLedger.run(failing, { tenant: t, key: ["r1"], args: { note: "x" } });
+          const review2 = await agentLedger.run(failing, { tenant: t, key: ["r2"], args: { note: "x" } });
+          await agentLedger.close();
+          expect(outs.stripe).toMatchObject({ status: "pending_verification", state: "unknown" });
+          expect(outs.hubspot).toMatchObject({ status: "pending_verification", state: "unknown" });
+          expect(outs.email).toMatchObject({ status: "pending_verification", state: "unknown" });
+          expect(review1).toMatchObject({ state: "needs_review" });
+
+          const daemon = startDaemon({
+            LEDGER_URL: url,
+            EFFECT_DIR: dir,
+            WEBHOOK_URL: hook.url,
+            STRIPE_PORT: String(s.port),
+            STRIPE_KEY: s.apiKey,
+            HUBSPOT_BASE: h.basePath,
+            HUBSPOT_TOKEN: h.accessToken,
+            SMTP_PORT: String(m.smtp.port),
+            IMAP_PORT: String(m.imap.port),
+            MAIL_USER: SENDER.user,
+            MAIL_PASS: SENDER.pass,
+          });
+          try {
+            await until(
+              async () => {
+                const ops = await Promise.all(
+                  Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })),
+                );
+                return ops.every((o) => o.operation.status === "succeeded");
+              },
+              90_000,
+              "Stripe, HubSpot and email operations to succeed",
+            ).catch(async (e) => {
+              const ops = await Promise.all(
+                Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })),
+              );
+              throw new Error(
+                `${(e as Error).message}\n${ops.map((o) => `${o.operation.action} ${o.operation.status} ${o.operation.reason}`).join("\n")}\n${daemon.lines.slice(-15).join("\n")}`,
+              );
+            });
+            await until(
+              () => alertsFor(review1.operationId).length > 0 && alertsFor(review2.operationId).length > 0,
+              60_000,
+              "review alerts",
+            );
+            await new Promise((r) => setTimeout(r, 500));
+          } finally {
+            await stopDaemon(daemon);
+          }
+          expect(stripe.count("payment_intents")).toBe(1);
+          expect(hubspot.count("contacts")).toBe(1);
+          expect(mail.count()).toBe(1);
+          for (const r of [review1, review2])
+            expect(alertsFor(r.operationId).map((a) => a.kind)).toEqual(["needs_review"]);
+          for (const o of Object.values(outs)) expect(alertsFor(o.operationId)).toEqual([]);
+        } finally {
+          await Promise.all([stripe.close(), hubspot.close(), mail.close()]);
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "SIGTERM during reconciliation: the lookup in flight finishes, nothing is lost, nothing is done twice",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const agent = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
+        const lookup = fileAction("lookup", dir);
+        const ids: string[] = [];
+        for (let i = 0; i < 3; i++) {
+          const ambiguous = {
+            ...lookup,
+            execute: async (a: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
+              await lookup.execute(a, op);
+              throw new Error("timeout after send");
+            },
+          };
+          const out = await agent.run(
+            {
+              ...ambiguous,
+              reconcile: async () =>
+                ({ found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 0 }) as const,
+            },
+            { tenant: t, key: [`k${i}`], args: { note: "x" } },
+          );
+          expect(out).toMatchObject({ state: "unknown" });
+          ids.push(out.operationId);
+        }
+        await agent.close();
+        const env = {
+          LEDGER_URL: url,
+          EFFECT_DIR: dir,
+          WEBHOOK_URL: hook.url,
+          RECONCILE_DELAY_MS: "1500",
+          CLAIM_MS: "1000",
         };
-        // an effect nothing can prove: the runner parks it for review at once
-        const failing = { ...neither, type: "file.neither", execute: async () => { throw new Error("socket hang up"); } };
-        const review1 = await agentLedger.run(failing, { tenant: t, key: ["r1"], args: { note: "x" } });
-        const review2 = await agentLedger.run(failing, { tenant: t, key: ["r2"], args: { note: "x" } });
-        await agentLedger.close();
-        expect(outs.stripe).toMatchObject({ status: "pending_verification", state: "unknown" });
-        expect(outs.hubspot).toMatchObject({ status: "pending_verification", state: "unknown" });
-        expect(outs.email).toMatchObject({ status: "pending_verification", state: "unknown" });
-        expect(review1).toMatchObject({ state: "needs_review" });
+        const first = startDaemon(env);
+        await until(() => lines(join(dir, "reconciles")).length >= 1, 90_000, "a reconciliation to start");
+        await stopDaemon(first); // returns after the reconcile in flight completed
+        const settledBefore = (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).filter(
+          (o) => o.operation.status === "succeeded",
+        ).length;
+        expect(settledBefore).toBeGreaterThanOrEqual(1);
+        expect(await ledger.admin.list({ tenant: t, status: "running" })).toEqual([]); // no half-taken row left behind
+        const second = startDaemon(env, "d2");
+        try {
+          await until(
+            async () =>
+              (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).every(
+                (o) => o.operation.status === "succeeded",
+              ),
+            90_000,
+            "the rest to settle",
+          );
+        } finally {
+          await stopDaemon(second);
+        }
+        const perKey = new Map<string, number>();
+        for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
+        expect([...perKey.values()]).toEqual([1, 1, 1]);
+        expect(lines(join(dir, "effects"))).toHaveLength(3);
+      },
+      scaled(240_000),
+    );
 
+    it(
+      "an alert whose webhook delivery may have been sent is in review: the source alert is acked, the failure logged once, not every tick",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        let requests = 0;
+        // Reads the alert, then drops the connection: the delivery may have been received (ambiguous).
+        const resetting = createServer((req, _res) => {
+          requests += 1;
+          req.resume();
+          req.on("end", () => req.socket.destroy());
+        });
+        await new Promise<void>((r) => resetting.listen(0, "127.0.0.1", r));
+        const webhook = `http://127.0.0.1:${(resetting.address() as AddressInfo).port}/hook`;
+        try {
+          const neither = fileAction("neither", dir);
+          const failing = {
+            ...neither,
+            execute: async () => {
+              throw new Error("socket hang up");
+            },
+          };
+          const parked = await ledger.run(failing, { tenant: t, key: ["r"], args: { note: "x" } });
+          expect(parked).toMatchObject({ state: "needs_review" });
+          const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: webhook }, "d-review");
+          const failures = () =>
+            daemon.lines.filter((l) => l.includes(parked.operationId) && l.includes("did not succeed"));
+          try {
+            await until(
+              async () => !(await ledger.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === parked.operationId),
+              60_000,
+              "the source alert to be acked",
+            );
+            await until(() => failures().length >= 1, 30_000, "the failure to be logged");
+            await new Promise((r) => setTimeout(r, 1_000)); // ten more ticks
+          } finally {
+            await stopDaemon(daemon);
+          }
+          expect(failures()).toHaveLength(1);
+          expect(requests).toBe(1);
+        } finally {
+          await new Promise((r) => resetting.close(r));
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "serves /metrics and /healthz",
+      async () => {
+        const port = await freePort();
         const daemon = startDaemon({
-          LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url,
-          STRIPE_PORT: String(s.port), STRIPE_KEY: s.apiKey, HUBSPOT_BASE: h.basePath, HUBSPOT_TOKEN: h.accessToken,
-          SMTP_PORT: String(m.smtp.port), IMAP_PORT: String(m.imap.port), MAIL_USER: SENDER.user, MAIL_PASS: SENDER.pass,
+          LEDGER_URL: url,
+          EFFECT_DIR: tempDir(),
+          WEBHOOK_URL: hook.url,
+          METRICS_PORT: String(port),
         });
         try {
-          await until(async () => {
-            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })));
-            return ops.every((o) => o.operation.status === "succeeded");
-          }, 90_000, "Stripe, HubSpot and email operations to succeed").catch(async (e) => {
-            const ops = await Promise.all(Object.values(outs).map((o) => ledger.get({ tenant: t, id: o.operationId })));
-            throw new Error(`${(e as Error).message}\n${ops.map((o) => `${o.operation.action} ${o.operation.status} ${o.operation.reason}`).join("\n")}\n${daemon.lines.slice(-15).join("\n")}`);
-          });
-          await until(() => alertsFor(review1.operationId).length > 0 && alertsFor(review2.operationId).length > 0, 60_000, "review alerts");
-          await new Promise((r) => setTimeout(r, 500));
+          await until(
+            async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.status === 200,
+            90_000,
+            "/healthz",
+          );
+          const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+          expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+",tenant="[^"]+"\} \d+$/m);
+          expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);
+          expect(text).toContain("idem_alerts_sent_total");
+          expect(text).toContain("idem_duplicates_answered_total");
         } finally {
           await stopDaemon(daemon);
         }
-        expect(stripe.count("payment_intents")).toBe(1);
-        expect(hubspot.count("contacts")).toBe(1);
-        expect(mail.count()).toBe(1);
-        for (const r of [review1, review2]) expect(alertsFor(r.operationId).map((a) => a.kind)).toEqual(["needs_review"]);
-        for (const o of Object.values(outs)) expect(alertsFor(o.operationId)).toEqual([]);
-      } finally {
-        await Promise.all([stripe.close(), hubspot.close(), mail.close()]);
-      }
-    }, scaled(240_000));
-
-    it("SIGTERM during reconciliation: the lookup in flight finishes, nothing is lost, nothing is done twice", async () => {
-      const dir = tempDir();
-      const t = tenant();
-      const agent = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
-      const lookup = fileAction("lookup", dir);
-      const ids: string[] = [];
-      for (let i = 0; i < 3; i++) {
-        const ambiguous = { ...lookup, execute: async (a: { note: string }, op: Parameters<typeof lookup.execute>[1]) => { await lookup.execute(a, op); throw new Error("timeout after send"); } };
-        const out = await agent.run({ ...ambiguous, reconcile: async () => ({ found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 0 }) as const }, { tenant: t, key: [`k${i}`], args: { note: "x" } });
-        expect(out).toMatchObject({ state: "unknown" });
-        ids.push(out.operationId);
-      }
-      await agent.close();
-      const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "1500", CLAIM_MS: "1000" };
-      const first = startDaemon(env);
-      await until(() => lines(join(dir, "reconciles")).length >= 1, 90_000, "a reconciliation to start");
-      await stopDaemon(first); // returns after the reconcile in flight completed
-      const settledBefore = (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).filter((o) => o.operation.status === "succeeded").length;
-      expect(settledBefore).toBeGreaterThanOrEqual(1);
-      expect((await ledger.admin.list({ tenant: t, status: "running" }))).toEqual([]); // no half-taken row left behind
-      const second = startDaemon(env, "d2");
-      try {
-        await until(async () => (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).every((o) => o.operation.status === "succeeded"), 90_000, "the rest to settle");
-      } finally {
-        await stopDaemon(second);
-      }
-      const perKey = new Map<string, number>();
-      for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
-      expect([...perKey.values()]).toEqual([1, 1, 1]);
-      expect(lines(join(dir, "effects"))).toHaveLength(3);
-    }, scaled(240_000));
-
-    it("an alert whose webhook delivery may have been sent is in review: the source alert is acked, the failure logged once, not every tick", async () => {
-      const dir = tempDir();
-      const t = tenant();
-      let requests = 0;
-      // Reads the alert, then drops the connection: the delivery may have been received (ambiguous).
-      const resetting = createServer((req, _res) => { requests += 1; req.resume(); req.on("end", () => req.socket.destroy()); });
-      await new Promise<void>((r) => resetting.listen(0, "127.0.0.1", r));
-      const webhook = `http://127.0.0.1:${(resetting.address() as AddressInfo).port}/hook`;
-      try {
-        const neither = fileAction("neither", dir);
-        const failing = { ...neither, execute: async () => { throw new Error("socket hang up"); } };
-        const parked = await ledger.run(failing, { tenant: t, key: ["r"], args: { note: "x" } });
-        expect(parked).toMatchObject({ state: "needs_review" });
-        const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: webhook }, "d-review");
-        const failures = () => daemon.lines.filter((l) => l.includes(parked.operationId) && l.includes("did not succeed"));
-        try {
-          await until(async () => !(await ledger.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === parked.operationId), 60_000, "the source alert to be acked");
-          await until(() => failures().length >= 1, 30_000, "the failure to be logged");
-          await new Promise((r) => setTimeout(r, 1_000)); // ten more ticks
-        } finally {
-          await stopDaemon(daemon);
-        }
-        expect(failures()).toHaveLength(1);
-        expect(requests).toBe(1);
-      } finally {
-        await new Promise((r) => resetting.close(r));
-      }
-    }, scaled(240_000));
-
-    it("serves /metrics and /healthz", async () => {
-      const port = await freePort();
-      const daemon = startDaemon({ LEDGER_URL: url, EFFECT_DIR: tempDir(), WEBHOOK_URL: hook.url, METRICS_PORT: String(port) });
-      try {
-        await until(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.status === 200, 90_000, "/healthz");
-        const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-        expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+",tenant="[^"]+"\} \d+$/m);
-        expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);
-        expect(text).toContain("idem_alerts_sent_total");
-        expect(text).toContain("idem_duplicates_answered_total");
-      } finally {
-        await stopDaemon(daemon);
-      }
-    }, scaled(240_000));
+      },
+      scaled(240_000),
+    );
   });
 }
 
 describe("three daemons on one Postgres ledger", () => {
-  it("reconcile each operation once and send each alert once", async () => {
-    const url = await freshDatabase("postgres");
-    const ledger = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
-    const hook = await webhookReceiver();
-    const dir = tempDir();
-    const t = tenant();
-    try {
-      const lookup = fileAction("lookup", dir);
-      const ambiguous = { ...lookup, execute: async (a: { note: string }, op: Parameters<typeof lookup.execute>[1]) => { await lookup.execute(a, op); throw new Error("timeout after send"); }, reconcile: async () => ({ found: false, proof: "inconclusive", reason: "lags", retryAfterMs: 0 }) as const };
-      const unknown: string[] = [];
-      for (let i = 0; i < 24; i++) unknown.push((await ledger.run(ambiguous, { tenant: t, key: [`u${i}`], args: { note: "x" } })).operationId);
-      const failing = { ...fileAction("neither", dir), execute: async () => { throw new Error("socket hang up"); } };
-      const reviews: string[] = [];
-      for (let i = 0; i < 6; i++) reviews.push((await ledger.run(failing, { tenant: t, key: [`r${i}`], args: { note: "x" } })).operationId);
-      const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "300", BATCH: "2" };
-      const daemons = ["a", "b", "c"].map((name) => startDaemon(env, name));
+  it(
+    "reconcile each operation once and send each alert once",
+    async () => {
+      const url = await freshDatabase("postgres");
+      const ledger = await openLedger(url, { poolSize: 2, budget: { attempts: 1 } });
+      const hook = await webhookReceiver();
+      const dir = tempDir();
+      const t = tenant();
       try {
-        await until(async () => (await ledger.admin.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24, 120_000, "all unknowns to be reconciled");
-        await until(() => reviews.every((id) => hook.alerts.some((a) => a.operationId === id)), 60_000, "review alerts");
-        await new Promise((r) => setTimeout(r, 700));
+        const lookup = fileAction("lookup", dir);
+        const ambiguous = {
+          ...lookup,
+          execute: async (a: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
+            await lookup.execute(a, op);
+            throw new Error("timeout after send");
+          },
+          reconcile: async () => ({ found: false, proof: "inconclusive", reason: "lags", retryAfterMs: 0 }) as const,
+        };
+        const unknown: string[] = [];
+        for (let i = 0; i < 24; i++)
+          unknown.push((await ledger.run(ambiguous, { tenant: t, key: [`u${i}`], args: { note: "x" } })).operationId);
+        const failing = {
+          ...fileAction("neither", dir),
+          execute: async () => {
+            throw new Error("socket hang up");
+          },
+        };
+        const reviews: string[] = [];
+        for (let i = 0; i < 6; i++)
+          reviews.push((await ledger.run(failing, { tenant: t, key: [`r${i}`], args: { note: "x" } })).operationId);
+        const env = { LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RECONCILE_DELAY_MS: "300", BATCH: "2" };
+        const daemons = ["a", "b", "c"].map((name) => startDaemon(env, name));
+        try {
+          await until(
+            async () => (await ledger.admin.list({ tenant: t, status: "succeeded", limit: 100 })).length === 24,
+            120_000,
+            "all unknowns to be reconciled",
+          );
+          await until(
+            () => reviews.every((id) => hook.alerts.some((a) => a.operationId === id)),
+            60_000,
+            "review alerts",
+          );
+          await new Promise((r) => setTimeout(r, 700));
+        } finally {
+          for (const d of daemons) await stopDaemon(d);
+        }
+        const perKey = new Map<string, number>();
+        for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
+        expect(perKey.size).toBe(24);
+        expect([...perKey.values()].every((v) => v === 1)).toBe(true);
+        for (const id of reviews) expect(hook.alerts.filter((a) => a.operationId === id)).toHaveLength(1);
+        const settledBy = new Set(
+          (await Promise.all(unknown.map((id) => ledger.get({ tenant: t, id }))))
+            .flatMap((o) => o.events.map((e) => e.actor))
+            .filter((a) => a?.startsWith("idem-daemon")),
+        );
+        expect(settledBy.size).toBeGreaterThan(1); // the work was shared
       } finally {
-        for (const d of daemons) await stopDaemon(d);
+        await ledger.close();
+        await hook.close();
       }
-      const perKey = new Map<string, number>();
-      for (const [key] of lines(join(dir, "reconciles"))) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
-      expect(perKey.size).toBe(24);
-      expect([...perKey.values()].every((v) => v === 1)).toBe(true);
-      for (const id of reviews) expect(hook.alerts.filter((a) => a.operationId === id)).toHaveLength(1);
-      const settledBy = new Set((await Promise.all(unknown.map((id) => ledger.get({ tenant: t, id })))).flatMap((o) => o.events.map((e) => e.actor)).filter((a) => a?.startsWith("idem-daemon")));
-      expect(settledBy.size).toBeGreaterThan(1); // the work was shared
-    } finally {
-      await ledger.close();
-      await hook.close();
-    }
-  }, scaled(300_000));
+    },
+    scaled(300_000),
+  );
 });

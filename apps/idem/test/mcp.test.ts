@@ -13,7 +13,11 @@ import { lines } from "./fixtures/file-actions.js";
 import { CLI } from "./support.js";
 
 const MCP_CONFIG = fileURLToPath(new URL("./fixtures/mcp.config.ts", import.meta.url));
-type Result = { isError?: boolean; content: { type: string; text?: string }[]; structuredContent?: Record<string, unknown> };
+type Result = {
+  isError?: boolean;
+  content: { type: string; text?: string }[];
+  structuredContent?: Record<string, unknown>;
+};
 
 const clients: Client[] = [];
 afterEach(async () => {
@@ -22,8 +26,10 @@ afterEach(async () => {
 
 async function connect(env: Record<string, string>): Promise<Client> {
   const transport = new StdioClientTransport({
-    command: process.execPath, args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
-    env: { ...(process.env as Record<string, string>), ...env }, stderr: "pipe",
+    command: process.execPath,
+    args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+    env: { ...(process.env as Record<string, string>), ...env },
+    stderr: "pipe",
   });
   const client = new Client({ name: "idem-test", version: "1.0.0" });
   clients.push(client);
@@ -42,17 +48,21 @@ for (const dialect of DIALECTS) {
       expect(tools.map((t) => t.name).sort()).toEqual(["operation_status", "send_note"]);
       expect(tools.find((t) => t.name === "send_note")!.annotations).toMatchObject({ idempotentHint: true });
 
-      const call = (args: Record<string, unknown>, name = "send_note") => client.callTool({ name, arguments: args }) as Promise<Result>;
+      const call = (args: Record<string, unknown>, name = "send_note") =>
+        client.callTool({ name, arguments: args }) as Promise<Result>;
       const first = await call({ noteId: "n1", text: "hello" });
       const again = await call({ noteId: "n1", text: "hello" });
       const [p1, p2] = await Promise.all([call({ noteId: "n2", text: "hi" }), call({ noteId: "n2", text: "hi" })]);
       const other = await call({ noteId: "n1", text: "something else" });
-      const invalid = await call({ noteId: "" , text: "x" });
+      const invalid = await call({ noteId: "", text: "x" });
 
       expect(first.structuredContent).toMatchObject({ status: "done", result: { id: expect.any(String) } });
       expect(first.isError).toBe(false);
       expect(first.content[0]!.text).toMatch(/^Done \(operation op_/);
-      expect(again.structuredContent).toMatchObject({ status: "already_done", operationId: first.structuredContent!.operationId });
+      expect(again.structuredContent).toMatchObject({
+        status: "already_done",
+        operationId: first.structuredContent!.operationId,
+      });
       expect([p1.structuredContent!.status, p2.structuredContent!.status].sort()).toEqual(["already_done", "done"]);
       expect(other).toMatchObject({ isError: true, structuredContent: { status: "refused" } });
       expect(other.content[0]!.text).toMatch(/this work \(note n1\) was already done with different arguments/);
@@ -64,7 +74,10 @@ for (const dialect of DIALECTS) {
       expect(effects).toHaveLength(2); // n1 once, n2 once
 
       const status = await call({ operationId: first.structuredContent!.operationId }, "operation_status");
-      expect(status.structuredContent).toMatchObject({ status: "done", operationId: first.structuredContent!.operationId });
+      expect(status.structuredContent).toMatchObject({
+        status: "done",
+        operationId: first.structuredContent!.operationId,
+      });
     });
   });
 }

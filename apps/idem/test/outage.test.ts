@@ -7,13 +7,27 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { openLedger } from "@idem/core";
-import { freePort, kill9, scaled, startChild, startPgServer, tempDir, whileLocked, type Child, type PgServer } from "@idem/testkit";
+import {
+  freePort,
+  kill9,
+  scaled,
+  startChild,
+  startPgServer,
+  tempDir,
+  whileLocked,
+  type Child,
+  type PgServer,
+} from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
 import { CLI, CONFIG, until, webhookReceiver } from "./support.js";
 
 const AGENT = fileURLToPath(new URL("./fixtures/agent.ts", import.meta.url));
 
-interface Health { status: number; ok: boolean; ledger: string }
+interface Health {
+  status: number;
+  ok: boolean;
+  ledger: string;
+}
 async function health(port: number): Promise<Health | undefined> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/healthz`);
@@ -26,7 +40,12 @@ async function health(port: number): Promise<Health | undefined> {
 /** Rejects when `p` has not settled in time, naming what was awaited. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    p,
+    new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
 }
 
 describe("the daemon and agents through Postgres restarts", () => {
@@ -47,77 +66,100 @@ describe("the daemon and agents through Postgres restarts", () => {
     await server?.close();
   }, scaled(120_000));
 
-  it("keeps running, reports the outage on /healthz and resumes; every job is done once", async (ctx) => {
-    ctx.onTestFailed(() => {
-      for (const c of children) console.error(`--- pid ${c.proc.pid} last lines:\n${c.lines.slice(-8).join("\n")}`);
-    });
-    const dir = tempDir();
-    const tenant = `outage-${process.pid}`;
-    const metricsPort = await freePort();
-    const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-outage"], {
-      LEDGER_URL: url, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, METRICS_PORT: String(metricsPort),
-    });
-    children.push(daemon);
-    const agents = Array.from({ length: 3 }, () => startChild(AGENT, [], { LEDGER_URL: url, TENANT: tenant, EFFECT_DIR: dir, LEASE_MS: "3000" }));
-    children.push(...agents);
-    await Promise.all(agents.map((a) => a.waitFor(/^ready$/, 60_000)));
-    await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+  it(
+    "keeps running, reports the outage on /healthz and resumes; every job is done once",
+    async (ctx) => {
+      ctx.onTestFailed(() => {
+        for (const c of children) console.error(`--- pid ${c.proc.pid} last lines:\n${c.lines.slice(-8).join("\n")}`);
+      });
+      const dir = tempDir();
+      const tenant = `outage-${process.pid}`;
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-outage"], {
+        LEDGER_URL: url,
+        EFFECT_DIR: dir,
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+      });
+      children.push(daemon);
+      const agents = Array.from({ length: 3 }, () =>
+        startChild(AGENT, [], { LEDGER_URL: url, TENANT: tenant, EFFECT_DIR: dir, LEASE_MS: "3000" }),
+      );
+      children.push(...agents);
+      await Promise.all(agents.map((a) => a.waitFor(/^ready$/, 60_000)));
+      await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
 
-    const done = () => agents.reduce((n, a) => n + a.lines.filter((l) => l.startsWith("done ")).length, 0);
-    const progress = async (more: number, what: string) => {
-      const from = done();
-      await until(() => done() >= from + more, 60_000, what);
-    };
-    const alive = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null;
+      const done = () => agents.reduce((n, a) => n + a.lines.filter((l) => l.startsWith("done ")).length, 0);
+      const progress = async (more: number, what: string) => {
+        const from = done();
+        await until(() => done() >= from + more, 60_000, what);
+      };
+      const alive = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null;
 
-    await progress(20, "the agents to do jobs");
-    // A long outage, while every process holds a connection: the table is locked, so the daemon's
-    // and the agents' statements wait on checked-out clients when the server goes (the socket
-    // error pg emits on such a client was uncaught and took the process down). The daemon
-    // reports the outage while the server is down, and stays up.
-    await whileLocked(url, "idem_operations", 4, () => within(server.stop("immediate"), 60_000, "the server to stop"));
-    await until(async () => {
-      if (!alive(daemon)) throw new Error(`the daemon died: ${(await daemon.exited).stderr.slice(-600)}`);
-      const h = await health(metricsPort);
-      return h?.status === 503 && h.ledger === "unavailable";
-    }, 60_000, "/healthz to report the ledger unavailable");
-    expect(alive(daemon)).toBe(true);
-    await within(server.start(), 90_000, "the server to start");
-    await until(async () => (await health(metricsPort))?.ok === true, 60_000, "/healthz to report the ledger back");
-    await progress(20, "the agents to go on after the first outage");
-    // Two quick immediate restarts, as a failover does.
-    for (let i = 0; i < 2; i++) {
-      await within(server.restart("immediate"), 120_000, "the server to restart");
-      await progress(10, `the agents to go on after restart ${i + 1}`);
-    }
-    await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy again");
+      await progress(20, "the agents to do jobs");
+      // A long outage, while every process holds a connection: the table is locked, so the daemon's
+      // and the agents' statements wait on checked-out clients when the server goes (the socket
+      // error pg emits on such a client was uncaught and took the process down). The daemon
+      // reports the outage while the server is down, and stays up.
+      await whileLocked(url, "idem_operations", 4, () =>
+        within(server.stop("immediate"), 60_000, "the server to stop"),
+      );
+      await until(
+        async () => {
+          if (!alive(daemon)) throw new Error(`the daemon died: ${(await daemon.exited).stderr.slice(-600)}`);
+          const h = await health(metricsPort);
+          return h?.status === 503 && h.ledger === "unavailable";
+        },
+        60_000,
+        "/healthz to report the ledger unavailable",
+      );
+      expect(alive(daemon)).toBe(true);
+      await within(server.start(), 90_000, "the server to start");
+      await until(async () => (await health(metricsPort))?.ok === true, 60_000, "/healthz to report the ledger back");
+      await progress(20, "the agents to go on after the first outage");
+      // Two quick immediate restarts, as a failover does.
+      for (let i = 0; i < 2; i++) {
+        await within(server.restart("immediate"), 120_000, "the server to restart");
+        await progress(10, `the agents to go on after restart ${i + 1}`);
+      }
+      await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy again");
 
-    for (const a of agents) a.send("stop");
-    const exits = await within(Promise.all(agents.map((a) => a.exited)), 60_000, `the agents to stop; last lines: ${agents.map((a) => a.lines.slice(-3).join(" | ")).join(" || ")}`);
-    for (const e of exits) expect(e.code, e.stderr).toBe(0);
-    expect(alive(daemon), daemon.lines.slice(-5).join("\n")).toBe(true);
+      for (const a of agents) a.send("stop");
+      const exits = await within(
+        Promise.all(agents.map((a) => a.exited)),
+        60_000,
+        `the agents to stop; last lines: ${agents.map((a) => a.lines.slice(-3).join(" | ")).join(" || ")}`,
+      );
+      for (const e of exits) expect(e.code, e.stderr).toBe(0);
+      expect(alive(daemon), daemon.lines.slice(-5).join("\n")).toBe(true);
 
-    // The daemon settles what the outages left running or unknown; then each job is done once.
-    const ledger = await openLedger(url, { migrate: false, poolSize: 1 });
-    try {
-      await until(async () => (await ledger.admin.list({ tenant, limit: 10_000 })).every((op) => op.status === "succeeded"), 90_000, "every operation to be settled");
-      const ops = await ledger.admin.list({ tenant, limit: 10_000 });
-      const effects = lines(`${dir}/effects`);
-      const perKey = new Map<string, number>();
-      for (const [key] of effects) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
-      expect(ops.length).toBeGreaterThanOrEqual(50);
-      expect([...perKey.values()].filter((n) => n !== 1)).toEqual([]); // never two effects for one key
-      expect(perKey.size).toBe(ops.length); // and none lost: one effect per operation
-      for (const op of ops) expect(perKey.get(op.key)).toBe(1);
-    } finally {
-      await ledger.close();
-    }
+      // The daemon settles what the outages left running or unknown; then each job is done once.
+      const ledger = await openLedger(url, { migrate: false, poolSize: 1 });
+      try {
+        await until(
+          async () => (await ledger.admin.list({ tenant, limit: 10_000 })).every((op) => op.status === "succeeded"),
+          90_000,
+          "every operation to be settled",
+        );
+        const ops = await ledger.admin.list({ tenant, limit: 10_000 });
+        const effects = lines(`${dir}/effects`);
+        const perKey = new Map<string, number>();
+        for (const [key] of effects) perKey.set(key!, (perKey.get(key!) ?? 0) + 1);
+        expect(ops.length).toBeGreaterThanOrEqual(50);
+        expect([...perKey.values()].filter((n) => n !== 1)).toEqual([]); // never two effects for one key
+        expect(perKey.size).toBe(ops.length); // and none lost: one effect per operation
+        for (const op of ops) expect(perKey.get(op.key)).toBe(1);
+      } finally {
+        await ledger.close();
+      }
 
-    const logs = daemon.lines.join("\n");
-    expect(logs).toMatch(/the ledger database is unavailable; retrying every interval/);
-    expect(logs).toMatch(/the ledger database is reachable again/);
-    daemon.proc.kill("SIGTERM");
-    const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
-    expect(code, stderr).toBe(0);
-  }, scaled(420_000));
+      const logs = daemon.lines.join("\n");
+      expect(logs).toMatch(/the ledger database is unavailable; retrying every interval/);
+      expect(logs).toMatch(/the ledger database is reachable again/);
+      daemon.proc.kill("SIGTERM");
+      const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+      expect(code, stderr).toBe(0);
+    },
+    scaled(420_000),
+  );
 });

@@ -10,7 +10,11 @@ export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", impor
 export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
 
 /** A local webhook receiver that keeps every alert it is sent. */
-export async function webhookReceiver(): Promise<{ url: string; alerts: Record<string, unknown>[]; close(): Promise<void> }> {
+export async function webhookReceiver(): Promise<{
+  url: string;
+  alerts: Record<string, unknown>[];
+  close(): Promise<void>;
+}> {
   const alerts: Record<string, unknown>[] = [];
   const server: Server = createServer((req, res) => {
     let body = "";
@@ -29,7 +33,11 @@ export async function webhookReceiver(): Promise<{ url: string; alerts: Record<s
 }
 
 /** Polls `check` until it returns true; `baseMs` is for a quiet 4-core machine, scaled to this one. */
-export async function until(check: () => boolean | Promise<boolean>, baseMs = 30_000, what = "condition"): Promise<void> {
+export async function until(
+  check: () => boolean | Promise<boolean>,
+  baseMs = 30_000,
+  what = "condition",
+): Promise<void> {
   const timeoutMs = scaled(baseMs);
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -39,9 +47,14 @@ export async function until(check: () => boolean | Promise<boolean>, baseMs = 30
 }
 
 /** Runs `idem …` to completion. */
-export function idem(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function idem(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, ["--conditions=idem-source", "--import", "tsx", CLI, ...args], { env: { ...process.env, ...env } });
+    const p = spawn(process.execPath, ["--conditions=idem-source", "--import", "tsx", CLI, ...args], {
+      env: { ...process.env, ...env },
+    });
     let stdout = "";
     let stderr = "";
     p.stdout.on("data", (d) => (stdout += d));

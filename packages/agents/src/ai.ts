@@ -14,12 +14,17 @@ import { STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 // v6 passes the run context as `experimental_context`; v7 renamed it `context`.
-const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> =>
-  ({ context: (o.experimental_context ?? (o as { context?: unknown }).context) as C, callId: o.toolCallId, signal: o.abortSignal });
+const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({
+  context: (o.experimental_context ?? (o as { context?: unknown }).context) as C,
+  callId: o.toolCallId,
+  signal: o.abortSignal,
+});
 
 /** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */
 export function aiTool<A, R, I, C = unknown>(
-  ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C> & { description?: string },
+  ledger: Ledger,
+  target: Action<A, R, I> | ToolDefinition<I, A, R>,
+  options: GuardOptions<I, R, C> & { description?: string },
 ): Tool<I, Outcome> {
   const def = definitionOf(target);
   const run = guard(ledger, target, options);

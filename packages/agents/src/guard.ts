@@ -49,19 +49,26 @@ export function fromCall<T, C>(setting: T | ((call: ToolCall<C>) => T), call: To
 export type Guarded<I, C> = (input: I, call: ToolCall<C>) => Promise<Outcome>;
 
 /** Guards an action (whose `input` schema, if any, checks the model's input) or a provider's tool definition. */
-export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C>): Guarded<I, C> {
+export function guard<A, R, I, C = unknown>(
+  ledger: Ledger,
+  target: Action<A, R, I> | ToolDefinition<I, A, R>,
+  options: GuardOptions<I, R, C>,
+): Guarded<I, C> {
   const def = definitionOf(target);
   const identify = options.key ?? def.key;
-  if (!identify) throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
+  if (!identify)
+    throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
   const summarize = options.summarize ?? def.summarize;
   /** The summary of a receipt, or none when the summary itself fails (the outcome stays true). */
-  const shown = summarize && ((receipt: R) => {
-    try {
-      return summarize(receipt);
-    } catch {
-      return undefined;
-    }
-  });
+  const shown =
+    summarize &&
+    ((receipt: R) => {
+      try {
+        return summarize(receipt);
+      } catch {
+        return undefined;
+      }
+    });
   const describe = options.describe ?? ((o: Outcome) => o);
   const waitMs = options.waitMs ?? 10_000;
   return async (input, call) => {
@@ -78,11 +85,17 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
       const actor = options.actor === undefined ? call.callId : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
       result = await ledger.run(def.action, {
-        tenant, key, args, waitMs,
-        ...(actor !== undefined && { actor }), ...(call.signal && { signal: call.signal }),
+        tenant,
+        key,
+        args,
+        waitMs,
+        ...(actor !== undefined && { actor }),
+        ...(call.signal && { signal: call.signal }),
       });
     } catch (error) {
-      return describe(outcomeOfError(error, { identity, action: def.name, summarize: shown as ((r: never) => unknown) | undefined }));
+      return describe(
+        outcomeOfError(error, { identity, action: def.name, summarize: shown as ((r: never) => unknown) | undefined }),
+      );
     }
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
     return describe(outcomeOf(result, shown));
@@ -92,5 +105,7 @@ export function guard<A, R, I, C = unknown>(ledger: Ledger, target: Action<A, R,
 /** The key's label for a sentence: its parts, hashed (sensitive) ones as "…". */
 function readable(label: string): string {
   const parts = JSON.parse(label) as unknown[];
-  return parts.map((p) => (typeof p === "string" ? (/^sha256:[0-9a-f]{64}$/.test(p) ? "…" : p) : JSON.stringify(p))).join(" ");
+  return parts
+    .map((p) => (typeof p === "string" ? (/^sha256:[0-9a-f]{64}$/.test(p) ? "…" : p) : JSON.stringify(p)))
+    .join(" ");
 }

@@ -36,31 +36,55 @@ export interface McpToolOptions<I, R, C> extends GuardOptions<I, R, C> {
 
 export function toCallToolResult(outcome: Outcome): CallToolResult {
   const nothingDone = outcome.status === "failed" || outcome.status === "refused" || outcome.status === "not_performed";
-  return { content: [{ type: "text", text: outcome.message }], structuredContent: { ...outcome }, isError: nothingDone };
+  return {
+    content: [{ type: "text", text: outcome.message }],
+    structuredContent: { ...outcome },
+    isError: nothingDone,
+  };
 }
 
-const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<C> =>
-  ({ context: context?.(extra) as C, callId: String(extra.requestId), signal: extra.signal });
+const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<C> => ({
+  context: context?.(extra) as C,
+  callId: String(extra.requestId),
+  signal: extra.signal,
+});
 
 /** Registers `target` on `server` as a guarded tool. */
-export function registerGuardedTool<A, R, I, C = unknown>(server: McpServer, ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: McpToolOptions<I, R, C>): void {
+export function registerGuardedTool<A, R, I, C = unknown>(
+  server: McpServer,
+  ledger: Ledger,
+  target: Action<A, R, I> | ToolDefinition<I, A, R>,
+  options: McpToolOptions<I, R, C>,
+): void {
   const def = definitionOf(target);
   // MCP's request id counts per connection: no actor at all says more in an audit trail.
   const run = guard(ledger, target, { actor: "mcp", ...options });
-  server.registerTool(options.name ?? def.name, {
-    description: options.description ?? def.description,
-    inputSchema: inputSchemaOf(def) as unknown as z.ZodObject,
-    // Hints only (clients must not trust them): it acts on the world, and a repeat with the same input adds nothing.
-    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
-  }, async (args: unknown, extra: McpExtra) => toCallToolResult(await run(args as I, callOf(extra, options.context))));
+  server.registerTool(
+    options.name ?? def.name,
+    {
+      description: options.description ?? def.description,
+      inputSchema: inputSchemaOf(def) as unknown as z.ZodObject,
+      // Hints only (clients must not trust them): it acts on the world, and a repeat with the same input adds nothing.
+      annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
+    },
+    async (args: unknown, extra: McpExtra) => toCallToolResult(await run(args as I, callOf(extra, options.context))),
+  );
 }
 
 /** Registers the status tool (`operation_status`). */
-export function registerStatusTool<C = unknown>(server: McpServer, ledger: Ledger, options: Parameters<typeof statusTool<C>>[1] & { context?: (extra: McpExtra) => C }): void {
+export function registerStatusTool<C = unknown>(
+  server: McpServer,
+  ledger: Ledger,
+  options: Parameters<typeof statusTool<C>>[1] & { context?: (extra: McpExtra) => C },
+): void {
   const check = statusTool<C>(ledger, options);
-  server.registerTool(STATUS_TOOL.name, {
-    description: STATUS_TOOL.description,
-    inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).optional() }),
-    annotations: { readOnlyHint: true, openWorldHint: false },
-  }, async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, options.context))));
+  server.registerTool(
+    STATUS_TOOL.name,
+    {
+      description: STATUS_TOOL.description,
+      inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).optional() }),
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, options.context))),
+  );
 }

@@ -16,18 +16,26 @@ import { STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
-const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details): ToolCall<C> =>
-  ({ context: runContext?.context as C, callId: details?.toolCall?.callId, signal: details?.signal });
+const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details): ToolCall<C> => ({
+  context: runContext?.context as C,
+  callId: details?.toolCall?.callId,
+  signal: details?.signal,
+});
 
 /** What the model reads when the SDK could not run the tool (its arguments did not parse). */
 export function idemErrorFunction(_context: RunContext<unknown>, error: unknown): string {
   const why = error instanceof Error ? error.message.split("\n")[0] : "the tool could not run";
-  return JSON.stringify({ status: "not_performed", message: `Not performed: ${why}. Nothing was done; fix the input before calling again.` });
+  return JSON.stringify({
+    status: "not_performed",
+    message: `Not performed: ${why}. Nothing was done; fix the input before calling again.`,
+  });
 }
 
 /** An OpenAI Agents function tool that performs `target` once per business identity. */
 export function openaiTool<A, R, I, C = unknown>(
-  ledger: Ledger, target: Action<A, R, I> | ToolDefinition<I, A, R>, options: GuardOptions<I, R, C> & { name?: string; description?: string },
+  ledger: Ledger,
+  target: Action<A, R, I> | ToolDefinition<I, A, R>,
+  options: GuardOptions<I, R, C> & { name?: string; description?: string },
 ) {
   const def = definitionOf(target);
   const run = guard(ledger, target, options);
@@ -35,7 +43,8 @@ export function openaiTool<A, R, I, C = unknown>(
     name: options.name ?? def.name,
     description: options.description ?? def.description,
     parameters: inputSchemaOf(def) as unknown as z.ZodObject,
-    execute: (input: unknown, runContext?: RunContext<unknown>, details?: Details) => run(input as I, callOf<C>(runContext, details)),
+    execute: (input: unknown, runContext?: RunContext<unknown>, details?: Details) =>
+      run(input as I, callOf<C>(runContext, details)),
     errorFunction: idemErrorFunction,
   });
 }

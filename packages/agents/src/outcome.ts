@@ -5,19 +5,35 @@
  * happened and, when it is not final, what happens next and how to check.
  */
 import {
-  ArgsMismatchError, CompletionNotRecordedError, GuardrailError, InvalidValueError, LedgerUnavailableError, PayloadTooLargeError,
-  type RunResult, type Unsettled,
+  ArgsMismatchError,
+  CompletionNotRecordedError,
+  GuardrailError,
+  InvalidValueError,
+  LedgerUnavailableError,
+  PayloadTooLargeError,
+  type RunResult,
+  type Unsettled,
 } from "@idem/core";
 
 export type Outcome =
   /** The effect happened in this call. `result`: what the tool chose to show of the receipt. */
   | { readonly status: "done"; readonly message: string; readonly operationId: string; readonly result?: unknown }
   /** The effect had happened before (an earlier call, a retry): not repeated. */
-  | { readonly status: "already_done"; readonly message: string; readonly operationId: string; readonly result?: unknown }
+  | {
+      readonly status: "already_done";
+      readonly message: string;
+      readonly operationId: string;
+      readonly result?: unknown;
+    }
   /** The provider said no for good; retrying the same input cannot change it. */
   | { readonly status: "failed"; readonly message: string; readonly operationId: string; readonly reason: string }
   /** Not proven either way yet; settled by a worker, the daemon or a person. Never to be retried by the model. */
-  | { readonly status: "pending_verification"; readonly message: string; readonly operationId: string; readonly state: Unsettled }
+  | {
+      readonly status: "pending_verification";
+      readonly message: string;
+      readonly operationId: string;
+      readonly state: Unsettled;
+    }
   /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
@@ -37,22 +53,35 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
     case "succeeded": {
       if (result.receipt === null && result.resolution) {
         // A person found the effect but had no receipt to give: say so, without inventing one.
-        return { status: "already_done", message: `Already done earlier, as a person confirmed; not repeated (${op}).`, operationId: result.operationId };
+        return {
+          status: "already_done",
+          message: `Already done earlier, as a person confirmed; not repeated (${op}).`,
+          operationId: result.operationId,
+        };
       }
       const summary = summarize?.(result.receipt as R);
       const shown = summary === undefined ? {} : { result: summary };
       return result.replayed
-        ? { status: "already_done", message: `Already done earlier; not repeated (${op}).`, operationId: result.operationId, ...shown }
+        ? {
+            status: "already_done",
+            message: `Already done earlier; not repeated (${op}).`,
+            operationId: result.operationId,
+            ...shown,
+          }
         : { status: "done", message: `Done (${op}).`, operationId: result.operationId, ...shown };
     }
     case "failed":
       return {
-        status: "failed", operationId: result.operationId, reason: result.error.reason,
+        status: "failed",
+        operationId: result.operationId,
+        reason: result.error.reason,
         message: `Failed because ${result.error.reason} (${op}).${result.replayed ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
       };
     case "pending_verification":
       return {
-        status: "pending_verification", operationId: result.operationId, state: result.state,
+        status: "pending_verification",
+        operationId: result.operationId,
+        state: result.state,
         message: `Pending verification (${op}): ${NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
       };
   }
@@ -63,26 +92,47 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
  * here (the ledger's own errors are typed); anything else is reported as not performed, without
  * its text, which is for the developer's logs.
  */
-export function outcomeOfError(error: unknown, what: { identity: string; action: string; summarize?: ((receipt: never) => unknown) | undefined }): Outcome {
+export function outcomeOfError(
+  error: unknown,
+  what: { identity: string; action: string; summarize?: ((receipt: never) => unknown) | undefined },
+): Outcome {
   if (error instanceof ArgsMismatchError) {
     return {
-      status: "refused", operationId: error.operationId,
+      status: "refused",
+      operationId: error.operationId,
       message: `Refused: ${what.identity} was already done with different arguments (operation ${error.operationId}). Nothing was repeated; different work needs a different identity.`,
     };
   }
-  if (error instanceof GuardrailError) return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
-  if (error instanceof InvalidValueError) return { status: "refused", message: `Refused: invalid input: ${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}.` };
+  if (error instanceof GuardrailError)
+    return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
+  if (error instanceof InvalidValueError)
+    return {
+      status: "refused",
+      message: `Refused: invalid input: ${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}.`,
+    };
   if (error instanceof PayloadTooLargeError) return { status: "refused", message: "Refused: the input is too large." };
   if (error instanceof CompletionNotRecordedError) {
     const summary = what.summarize?.(error.receipt as never);
     const shown = summary === undefined ? {} : { result: summary };
-    return { status: "done", operationId: error.operationId, message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`, ...shown };
+    return {
+      status: "done",
+      operationId: error.operationId,
+      message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`,
+      ...shown,
+    };
   }
   if (error instanceof LedgerUnavailableError) {
     // Usually nothing was sent; but the ledger may also have failed while recording an attempt
     // that reached the provider. Either way a repeat with the same input is never done twice.
-    return { status: "not_performed", message: "Not confirmed: the ledger is unavailable right now, so this was not done or not recorded. Do not tell the user it happened; trying again later with the same input is safe (it is never done twice)." };
+    return {
+      status: "not_performed",
+      message:
+        "Not confirmed: the ledger is unavailable right now, so this was not done or not recorded. Do not tell the user it happened; trying again later with the same input is safe (it is never done twice).",
+    };
   }
   const name = error instanceof Error ? error.name : typeof error;
-  return { status: "not_performed", message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.` };
+  return {
+    status: "not_performed",
+    message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.`,
+  };
 }

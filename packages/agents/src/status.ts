@@ -19,18 +19,34 @@ export const STATUS_TOOL = {
     "Optionally wait up to waitMs milliseconds (max 60000) for it to settle. Never repeat the original action instead.",
 } as const;
 
-export function statusTool<C = unknown>(ledger: Ledger, options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown }) {
+export function statusTool<C = unknown>(
+  ledger: Ledger,
+  options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown },
+) {
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
       const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), 60_000);
-      const result = waitMs > 0 ? await ledger.wait({ tenant, id: input.operationId, timeoutMs: waitMs, ...(call.signal && { signal: call.signal }) }) : await ledger.status({ tenant, id: input.operationId });
+      const result =
+        waitMs > 0
+          ? await ledger.wait({
+              tenant,
+              id: input.operationId,
+              timeoutMs: waitMs,
+              ...(call.signal && { signal: call.signal }),
+            })
+          : await ledger.status({ tenant, id: input.operationId });
       const outcome = outcomeOf(result, options.summarize);
       // A status check does not act: a settled operation was done by the call that was told "pending".
-      return outcome.status === "already_done" ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` } : outcome;
+      return outcome.status === "already_done"
+        ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` }
+        : outcome;
     } catch (error) {
       if (error instanceof OperationNotFoundError || error instanceof InvalidValueError) {
-        return { status: "refused", message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).` };
+        return {
+          status: "refused",
+          message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).`,
+        };
       }
       return outcomeOfError(error, { identity: "this operation", action: STATUS_TOOL.name });
     }

@@ -36,6 +36,7 @@ export function definitionOf<I, A, R>(target: Action<A, R, I> | ToolDefinition<I
 /** The schema the model fills in: the definition's, else the action's. */
 export function inputSchemaOf<I, A, R>(def: ToolDefinition<I, A, R>): StandardSchemaV1<unknown, unknown> {
   const schema = def.input ?? def.action.input;
-  if (!schema) throw new TypeError(`tool ${def.name}: an input schema is needed (the action's \`input\` or the definition's)`);
+  if (!schema)
+    throw new TypeError(`tool ${def.name}: an input schema is needed (the action's \`input\` or the definition's)`);
   return schema as StandardSchemaV1<unknown, unknown>;
 }

@@ -27,14 +27,30 @@ type Call = { toolName: string; input: unknown };
 /** A model that makes these tool calls, one step per entry (several calls in one step run in parallel), then stops. */
 function scriptedModel(steps: Call[][]) {
   let step = 0;
-  const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+  const usage = {
+    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+    outputTokens: { total: 1, text: 1, reasoning: 0 },
+  };
   return new MockLanguageModelV3({
     doGenerate: async () => {
       const calls = steps[step++];
-      if (!calls) return { content: [{ type: "text", text: "finished" }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+      if (!calls)
+        return {
+          content: [{ type: "text", text: "finished" }],
+          finishReason: { unified: "stop", raw: "stop" },
+          usage,
+          warnings: [],
+        };
       return {
-        content: calls.map((c, i) => ({ type: "tool-call" as const, toolCallId: `call_${step}_${i}_${Math.random().toString(36).slice(2)}`, toolName: c.toolName, input: JSON.stringify(c.input) })),
-        finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [],
+        content: calls.map((c, i) => ({
+          type: "tool-call" as const,
+          toolCallId: `call_${step}_${i}_${Math.random().toString(36).slice(2)}`,
+          toolName: c.toolName,
+          input: JSON.stringify(c.input),
+        })),
+        finishReason: { unified: "tool-calls", raw: "tool_calls" },
+        usage,
+        warnings: [],
       };
     },
   });
@@ -46,9 +62,17 @@ for (const dialect of DIALECTS) {
 
     it("a model that retries a charge: one PaymentIntent per invoice, and it reads done, already done, refused", async () => {
       const ledger = await db.open();
-      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 1_000 });
+      const stripe = stripeActions({
+        apiKey: server.apiKey,
+        host: "127.0.0.1",
+        port: server.port,
+        protocol: "http",
+        timeoutMs: 1_000,
+      });
       const tenantId = `acme-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
-      const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: (c) => (c.context as { tenantId: string }).tenantId });
+      const charge = aiTool(ledger, stripeTools(stripe).charge, {
+        tenant: (c) => (c.context as { tenantId: string }).tenantId,
+      });
       const before = sandbox.count("payment_intents");
       // Stripe commits the first charge but answers after the client gave up: an unknown outcome,
       // settled by replaying the same key, inside the same tool call.
@@ -61,9 +85,15 @@ for (const dialect of DIALECTS) {
           [{ toolName: "charge", input: inv1 }],
           [{ toolName: "charge", input: inv1 }], // the model "tries again"
           [{ toolName: "charge", input: { ...inv1, amount: 700 } }], // and then with another amount
-          [{ toolName: "charge", input: inv2 }, { toolName: "charge", input: inv2 }], // two calls in one step
+          [
+            { toolName: "charge", input: inv2 },
+            { toolName: "charge", input: inv2 },
+          ], // two calls in one step
         ]),
-        tools: { charge, operation_status: aiStatusTool(ledger, { tenant: (c) => (c.context as { tenantId: string }).tenantId }) },
+        tools: {
+          charge,
+          operation_status: aiStatusTool(ledger, { tenant: (c) => (c.context as { tenantId: string }).tenantId }),
+        },
         experimental_context: { tenantId },
         stopWhen: stepCountIs(10),
         prompt: "charge the invoices",
@@ -73,8 +103,13 @@ for (const dialect of DIALECTS) {
       expect(read.slice(0, 3)).toEqual([["done"], ["already_done"], ["refused"]]);
       expect(read[3]!.sort()).toEqual(["already_done", "done"]);
       const refused = result.steps[2]!.toolResults[0]!.output as Outcome;
-      expect(refused.message).toMatch(/^Refused: this work \(charge inv-1-\S+\) was already done with different arguments \(operation op_\w+\)/);
-      const done = result.steps[0]!.toolResults[0]!.output as { operationId: string; result: { id: string; status: string } };
+      expect(refused.message).toMatch(
+        /^Refused: this work \(charge inv-1-\S+\) was already done with different arguments \(operation op_\w+\)/,
+      );
+      const done = result.steps[0]!.toolResults[0]!.output as {
+        operationId: string;
+        result: { id: string; status: string };
+      };
       expect(done.result).toEqual({ id: expect.stringMatching(/^pi_/), status: expect.any(String) }); // the summary, not Stripe's request ids
       expect(JSON.stringify(result.steps.map((s) => s.toolResults))).not.toMatch(/req_|[0-9a-f]{64}/);
       expect(result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error")).toEqual([]);
@@ -84,7 +119,9 @@ for (const dialect of DIALECTS) {
       expect(events.map((e) => e.to)).toEqual(["running", "unknown", "running", "succeeded"]);
       expect(sandbox.count("payment_intents") - before).toBe(2);
       const pis = sandbox.objects.all("payment_intents").slice(-2);
-      expect(pis.map((p) => (p.metadata as Record<string, string>).invoice_id).sort()).toEqual([inv1.invoiceId, inv2.invoiceId].sort());
+      expect(pis.map((p) => (p.metadata as Record<string, string>).invoice_id).sort()).toEqual(
+        [inv1.invoiceId, inv2.invoiceId].sort(),
+      );
     });
 
     it("the status tool tells a model what became of an operation; an unknown id is refused, not thrown", async () => {
@@ -94,13 +131,22 @@ for (const dialect of DIALECTS) {
       const tenant = () => tenantId;
       const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant });
       const first = await generateText({
-        model: scriptedModel([[{ toolName: "charge", input: { invoiceId: `inv-s-${tenantId}`, amount: 100, currency: "usd" } }]]),
-        tools: { charge }, prompt: "charge",
+        model: scriptedModel([
+          [{ toolName: "charge", input: { invoiceId: `inv-s-${tenantId}`, amount: 100, currency: "usd" } }],
+        ]),
+        tools: { charge },
+        prompt: "charge",
       });
       const { operationId } = first.steps[0]!.toolResults[0]!.output as { operationId: string };
       const checked = await generateText({
-        model: scriptedModel([[{ toolName: "operation_status", input: { operationId } }, { toolName: "operation_status", input: { operationId: "op_nope" } }]]),
-        tools: { operation_status: aiStatusTool(ledger, { tenant }) }, prompt: "check",
+        model: scriptedModel([
+          [
+            { toolName: "operation_status", input: { operationId } },
+            { toolName: "operation_status", input: { operationId: "op_nope" } },
+          ],
+        ]),
+        tools: { operation_status: aiStatusTool(ledger, { tenant }) },
+        prompt: "check",
       });
       const [known, unknown] = checked.steps[0]!.toolResults.map((r) => r.output as Outcome);
       expect(known).toMatchObject({ status: "done", operationId });

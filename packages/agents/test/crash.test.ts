@@ -29,7 +29,14 @@ for (const dialect of DIALECTS) {
       const url = await freshDatabase(dialect);
       await (await openLedger(url)).close(); // migrated for the agents, which open without migrating
       const invoice = `inv-crash-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
-      const env = { LEDGER_URL: url, STRIPE_PORT: String(server.port), STRIPE_KEY: server.apiKey, TENANT: "acme", INVOICE: invoice, LEASE_MS: "2000" };
+      const env = {
+        LEDGER_URL: url,
+        STRIPE_PORT: String(server.port),
+        STRIPE_KEY: server.apiKey,
+        TENANT: "acme",
+        INVOICE: invoice,
+        LEASE_MS: "2000",
+      };
       const before = sandbox.count("payment_intents");
 
       // Stripe commits the charge and holds its answer: the agent is inside the tool call when it dies.

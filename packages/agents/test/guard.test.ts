@@ -33,7 +33,12 @@ for (const dialect of DIALECTS) {
 
     it("a summary that throws after the effect: the model still reads done, without the summary", async () => {
       const ledger = await db.open();
-      const tool = guard(ledger, note, { tenant: (c) => (c.context as { tenantId: string }).tenantId, summarize: () => { throw new Error("bad summary"); } });
+      const tool = guard(ledger, note, {
+        tenant: (c) => (c.context as { tenantId: string }).tenantId,
+        summarize: () => {
+          throw new Error("bad summary");
+        },
+      });
       const before = sent.length;
       const out = await tool({ noteId: `s-${dialect}`, text: "hi" }, call);
       expect(out).toMatchObject({ status: "done" });
@@ -45,7 +50,10 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const before = sent.length;
       const tool = guard(ledger, note, { tenant: "acme" });
-      expect(await tool({ noteId: "", text: "x" }, call)).toMatchObject({ status: "refused", message: expect.stringMatching(/^Refused: invalid input: noteId/) });
+      expect(await tool({ noteId: "", text: "x" }, call)).toMatchObject({
+        status: "refused",
+        message: expect.stringMatching(/^Refused: invalid input: noteId/),
+      });
       const badKey = guard(ledger, note, { tenant: "acme", key: () => [new Date()] });
       expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({ status: "refused" });
       await ledger.close();

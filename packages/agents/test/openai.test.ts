@@ -4,7 +4,15 @@
  * Stripe sandbox: one PaymentIntent per invoice; the model reads done / already done / refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Agent, Usage, run, setTracingDisabled, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
+import {
+  Agent,
+  Usage,
+  run,
+  setTracingDisabled,
+  type Model,
+  type ModelRequest,
+  type ModelResponse,
+} from "@openai/agents";
 import { openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
 import { stripeActions, stripeTools } from "@idem/stripe";
@@ -29,8 +37,21 @@ function scriptedModel(turns: Call[][]): Model {
     async getResponse(_request: ModelRequest): Promise<ModelResponse> {
       const calls = turns[turn++];
       const output = calls
-        ? calls.map((c, i) => ({ type: "function_call" as const, callId: `call_${turn}_${i}_${Math.random().toString(36).slice(2)}`, name: c.name, arguments: JSON.stringify(c.input), status: "completed" as const }))
-        : [{ type: "message" as const, role: "assistant" as const, status: "completed" as const, content: [{ type: "output_text" as const, text: "finished" }] }];
+        ? calls.map((c, i) => ({
+            type: "function_call" as const,
+            callId: `call_${turn}_${i}_${Math.random().toString(36).slice(2)}`,
+            name: c.name,
+            arguments: JSON.stringify(c.input),
+            status: "completed" as const,
+          }))
+        : [
+            {
+              type: "message" as const,
+              role: "assistant" as const,
+              status: "completed" as const,
+              content: [{ type: "output_text" as const, text: "finished" }],
+            },
+          ];
       return { usage: new Usage({ requests: 1, inputTokens: 1, outputTokens: 1, totalTokens: 2 }), output };
     },
     getStreamedResponse(): AsyncIterable<never> {
@@ -58,7 +79,10 @@ for (const dialect of DIALECTS) {
           [{ name: "charge_invoice", input: inv1 }],
           [{ name: "charge_invoice", input: inv1 }],
           [{ name: "charge_invoice", input: { ...inv1, amount: 700 } }],
-          [{ name: "charge_invoice", input: inv2 }, { name: "charge_invoice", input: inv2 }],
+          [
+            { name: "charge_invoice", input: inv2 },
+            { name: "charge_invoice", input: inv2 },
+          ],
         ]),
         tools: [openaiTool(ledger, stripeTools(stripe).charge, { tenant }), openaiStatusTool(ledger, { tenant })],
       });
@@ -71,7 +95,12 @@ for (const dialect of DIALECTS) {
           return (typeof out === "string" ? JSON.parse(out) : out) as { status: string; message: string };
         });
       expect(outputs.map((o) => o.status).slice(0, 3)).toEqual(["done", "already_done", "refused"]);
-      expect(outputs.map((o) => o.status).slice(3).sort()).toEqual(["already_done", "done"]);
+      expect(
+        outputs
+          .map((o) => o.status)
+          .slice(3)
+          .sort(),
+      ).toEqual(["already_done", "done"]);
       expect(outputs[2]!.message).toMatch(/already done with different arguments/);
       expect(result.finalOutput).toBe("finished");
       expect(sandbox.count("payment_intents") - before).toBe(2);

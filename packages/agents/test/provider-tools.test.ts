@@ -32,10 +32,19 @@ for (const dialect of DIALECTS) {
       const call = { context: undefined, callId: "c1" };
       const before = sandbox.count("contacts");
       const first = await tool({ email, firstname: "Ada", lastname: null }, call);
-      const again = await tool({ email: email.toUpperCase(), firstname: "Ada", lastname: null }, { ...call, callId: "c2" });
+      const again = await tool(
+        { email: email.toUpperCase(), firstname: "Ada", lastname: null },
+        { ...call, callId: "c2" },
+      );
       const renamed = await tool({ email, firstname: "Augusta", lastname: null }, { ...call, callId: "c3" });
-      expect(first, JSON.stringify(first)).toMatchObject({ status: "done", result: { id: expect.any(String), new: true } });
-      expect(again).toMatchObject({ status: "already_done", operationId: (first as { operationId: string }).operationId }); // the address's case is not another contact
+      expect(first, JSON.stringify(first)).toMatchObject({
+        status: "done",
+        result: { id: expect.any(String), new: true },
+      });
+      expect(again).toMatchObject({
+        status: "already_done",
+        operationId: (first as { operationId: string }).operationId,
+      }); // the address's case is not another contact
       expect(renamed.status).toBe("refused");
       expect(renamed.message).toMatch(/^Refused: this work \(contact …\) was already done with different arguments/);
       expect(JSON.stringify([first, again, renamed])).not.toContain(email); // the address stays out of what the key shows

@@ -31,24 +31,50 @@ export type Classification =
   /** Caught before anything left the process (invalid input). `failed`, no retry. */
   | { readonly kind: "rejected"; readonly reason: string }
   /** The provider said no for good (validation, auth, policy). `failed`; `alert` for auth/policy. */
-  | { readonly kind: "permanent"; readonly reason: string; readonly alert?: boolean; readonly providerRequestId?: string }
+  | {
+      readonly kind: "permanent";
+      readonly reason: string;
+      readonly alert?: boolean;
+      readonly providerRequestId?: string;
+    }
   /** Rate limited: wait `retryAfterMs` (the provider's signal), then retry the same operation. */
-  | { readonly kind: "rate_limited"; readonly reason: string; readonly retryAfterMs: number; readonly providerRequestId?: string }
+  | {
+      readonly kind: "rate_limited";
+      readonly reason: string;
+      readonly retryAfterMs: number;
+      readonly providerRequestId?: string;
+    }
   /** Known not to have committed (503 before execution, connection refused): retry with the same key. */
-  | { readonly kind: "transient"; readonly reason: string; readonly retryAfterMs?: number; readonly providerRequestId?: string }
+  | {
+      readonly kind: "transient";
+      readonly reason: string;
+      readonly retryAfterMs?: number;
+      readonly providerRequestId?: string;
+    }
   /**
    * May have committed (timeout or socket closed after the request left): `unknown`, reconcile.
    * `replayable: false` when a replay with the same key can only return this same answer (the
    * provider saved an error under the key): recovery then looks the effect up instead.
    */
-  | { readonly kind: "ambiguous"; readonly reason: string; readonly providerRequestId?: string; readonly replayable?: boolean };
+  | {
+      readonly kind: "ambiguous";
+      readonly reason: string;
+      readonly providerRequestId?: string;
+      readonly replayable?: boolean;
+    };
 
 /**
  * Socket error codes of a connection that was never made (refused, unresolvable, unroutable): no
  * byte of the request left, so nothing can have committed and the class is `transient`. Any
  * other connection error may have happened after the request was sent.
  */
-export const NOT_SENT_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+export const NOT_SENT_CODES: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+]);
 
 /** What a lookup proved. */
 export type ReconcileResult<R> =
@@ -137,7 +163,9 @@ export interface Action<A = unknown, R = unknown, I = A> extends ActionDefinitio
 }
 
 /** Validates and returns an action; every field is checked once here rather than at each run. */
-export function defineAction<A, R, I = A>(definition: ActionDefinition<A, R, I> & LookupContract<A, R>): Action<A, R, I> {
+export function defineAction<A, R, I = A>(
+  definition: ActionDefinition<A, R, I> & LookupContract<A, R>,
+): Action<A, R, I> {
   requireName(definition.type, "action.type");
   const caps = definition.capabilities ?? {};
   if (caps.lookup && typeof definition.reconcile !== "function") {

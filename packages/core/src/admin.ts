@@ -5,7 +5,14 @@
  */
 import { parseArgs } from "./action.js";
 import { canonicalJson } from "./canonical.js";
-import { requireVerdict, toOperation, type LedgerContext, type Operation, type OperationRef, type Verdict } from "./context.js";
+import {
+  requireVerdict,
+  toOperation,
+  type LedgerContext,
+  type Operation,
+  type OperationRef,
+  type Verdict,
+} from "./context.js";
 import { InvalidTransitionError, InvalidValueError } from "./errors.js";
 import { requireName, requireText } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
@@ -57,8 +64,10 @@ export class LedgerAdmin {
     else if (Array.isArray(filter.tenant)) for (const [i, t] of filter.tenant.entries()) requireName(t, `tenant[${i}]`);
     else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
     if (filter.before !== undefined) requireName(filter.before, "before");
-    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0)) throw new InvalidValueError("limit", "must be a positive whole number");
-    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0)) throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
+    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0))
+      throw new InvalidValueError("limit", "must be a positive whole number");
+    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0))
+      throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
     return (await this.#context.store.list(filter)).map(toOperation);
   }
@@ -71,15 +80,28 @@ export class LedgerAdmin {
   async resolve(verdict: Resolve): Promise<Operation> {
     const context = this.#context;
     requireVerdict(verdict);
-    if (verdict.outcome !== "succeeded" && verdict.outcome !== "failed") throw new InvalidValueError("outcome", "must be succeeded or failed");
+    if (verdict.outcome !== "succeeded" && verdict.outcome !== "failed")
+      throw new InvalidValueError("outcome", "must be succeeded or failed");
     if (verdict.evidence !== undefined) requireText(verdict.evidence, "evidence", 1_000);
     const row = await context.find(verdict);
     if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
-    const receipt = verdict.outcome === "succeeded" && verdict.receipt !== undefined ? await this.#checkedReceipt(row.action, row.id, verdict.receipt) : undefined;
+    const receipt =
+      verdict.outcome === "succeeded" && verdict.receipt !== undefined
+        ? await this.#checkedReceipt(row.action, row.id, verdict.receipt)
+        : undefined;
     const reason = `resolved by a person: ${verdict.reason}`;
-    const resolution = { outcome: verdict.outcome, actor: verdict.actor, reason: verdict.reason, evidence: verdict.evidence ?? null };
+    const resolution = {
+      outcome: verdict.outcome,
+      actor: verdict.actor,
+      reason: verdict.reason,
+      evidence: verdict.evidence ?? null,
+    };
     const done = await context.store.transition(row, verdict.outcome, {
-      actor: verdict.actor, reason, completed: true, retentionMs: context.settings.retentionMs, alert: false,
+      actor: verdict.actor,
+      reason,
+      completed: true,
+      retentionMs: context.settings.retentionMs,
+      alert: false,
       resolution_json: JSON.stringify(resolution),
       ...(verdict.outcome === "succeeded"
         ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
@@ -98,10 +120,17 @@ export class LedgerAdmin {
     const context = this.#context;
     requireVerdict(verdict);
     const row = await context.find(verdict);
-    if (!["needs_review", "failed", "unknown"].includes(row.status)) throw new InvalidTransitionError(row.id, row.status, "pending");
+    if (!["needs_review", "failed", "unknown"].includes(row.status))
+      throw new InvalidTransitionError(row.id, row.status, "pending");
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await context.store.transition(row, "pending", {
-      actor: verdict.actor, reason: `retry asked: ${verdict.reason}`, checkAfterMs: 0, checks: 0, result_json: null, resolution_json: null, alert: false,
+      actor: verdict.actor,
+      reason: `retry asked: ${verdict.reason}`,
+      checkAfterMs: 0,
+      checks: 0,
+      result_json: null,
+      resolution_json: null,
+      alert: false,
     });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);
@@ -115,7 +144,9 @@ export class LedgerAdmin {
   }
 
   /** Counts by status, action and tenant, for one tenant or all (a GROUP BY over the ledger: cache it). */
-  async stats(options: { readonly tenant?: string } = {}): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
+  async stats(
+    options: { readonly tenant?: string } = {},
+  ): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
     this.#context.assertOpen();
     if (options.tenant !== undefined) requireName(options.tenant, "tenant");
     return this.#context.store.stats(options.tenant);
@@ -137,7 +168,10 @@ export class LedgerAdmin {
   async #checkedReceipt(type: string, operationId: string, receipt: unknown): Promise<unknown> {
     const schema = this.#context.actions.get(type)?.receipt;
     if (!schema) {
-      throw new InvalidValueError("receipt", `action ${type} (operation ${operationId}) has no receipt schema registered with this ledger: give evidence instead, or register the action with a receipt schema`);
+      throw new InvalidValueError(
+        "receipt",
+        `action ${type} (operation ${operationId}) has no receipt schema registered with this ledger: give evidence instead, or register the action with a receipt schema`,
+      );
     }
     return parseArgs(schema, receipt, "receipt");
   }

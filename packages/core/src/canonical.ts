@@ -27,7 +27,8 @@ export function canonicalJson(value: unknown, root = "value"): string {
 
 /** The path of the value being written, joined only when it is reported (every call hashes). */
 type Path = (string | number)[];
-const pathText = (path: Path) => path.map((p, i) => (i === 0 ? p : typeof p === "number" ? `[${p}]` : `.${p}`)).join("");
+const pathText = (path: Path) =>
+  path.map((p, i) => (i === 0 ? p : typeof p === "number" ? `[${p}]` : `.${p}`)).join("");
 const refuse = (path: Path, reason: string): never => {
   throw new InvalidValueError(pathText(path), reason);
 };
@@ -35,7 +36,8 @@ const refuse = (path: Path, reason: string): never => {
 function write(value: unknown, path: Path, seen: Set<object>): string {
   switch (typeof value) {
     case "string":
-      if (LONE_SURROGATE.test(value)) refuse(path, "is not well-formed Unicode (an unpaired surrogate: a string cut inside a character?)");
+      if (LONE_SURROGATE.test(value))
+        refuse(path, "is not well-formed Unicode (an unpaired surrogate: a string cut inside a character?)");
       return JSON.stringify(value);
     case "boolean":
       return JSON.stringify(value);
@@ -68,10 +70,16 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
     }
     const proto = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
-      refuse(path, `a ${obj.constructor?.name ?? "object"} instance has no stable JSON form; pass plain data (e.g. an ISO string)`);
+      refuse(
+        path,
+        `a ${obj.constructor?.name ?? "object"} instance has no stable JSON form; pass plain data (e.g. an ISO string)`,
+      );
     }
-    if (Object.getOwnPropertySymbols(obj).length > 0) refuse(path, "symbol-keyed properties cannot be stored or hashed");
-    const keys = Object.keys(obj).filter((k) => (obj as Record<string, unknown>)[k] !== undefined).sort();
+    if (Object.getOwnPropertySymbols(obj).length > 0)
+      refuse(path, "symbol-keyed properties cannot be stored or hashed");
+    const keys = Object.keys(obj)
+      .filter((k) => (obj as Record<string, unknown>)[k] !== undefined)
+      .sort();
     let out = "{";
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i]!;
@@ -89,5 +97,7 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
 /** Hex SHA-256 of a string. */
 export function sha256(text: string): string {
   // crypto.hash (Node >= 20.12) skips the Hash object: a third of the cost for short inputs.
-  return typeof crypto.hash === "function" ? crypto.hash("sha256", text, "hex") : crypto.createHash("sha256").update(text).digest("hex");
+  return typeof crypto.hash === "function"
+    ? crypto.hash("sha256", text, "hex")
+    : crypto.createHash("sha256").update(text).digest("hex");
 }

@@ -106,21 +106,46 @@ export class LedgerContext {
 
 export function requireVerdict(verdict: Verdict): void {
   requireName(verdict.actor, "actor");
-  if (typeof verdict.reason !== "string" || !verdict.reason.trim()) throw new InvalidValueError("reason", "a decision needs a reason");
+  if (typeof verdict.reason !== "string" || !verdict.reason.trim())
+    throw new InvalidValueError("reason", "a decision needs a reason");
   requireText(verdict.reason, "reason", 2_000);
 }
 
 export function toOperation(r: Row): Operation {
   return {
-    id: r.id, tenant: r.tenant_id, key: r.key, keyLabel: r.key_label, action: r.action, argsHash: r.args_hash,
-    status: r.status, attempt: r.attempt, leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at,
-    providerReference: r.provider_reference, result: r.result_json === null ? null : JSON.parse(r.result_json),
-    error: r.error_json === null ? null : (JSON.parse(r.error_json) as StoredError), resolution: resolutionOf(r) ?? null,
-    reason: r.reason, checks: r.checks, nextCheckAt: r.next_check_at, createdAt: r.created_at, updatedAt: r.updated_at,
-    completedAt: r.completed_at, expiresAt: r.expires_at,
+    id: r.id,
+    tenant: r.tenant_id,
+    key: r.key,
+    keyLabel: r.key_label,
+    action: r.action,
+    argsHash: r.args_hash,
+    status: r.status,
+    attempt: r.attempt,
+    leaseOwner: r.lease_owner,
+    leaseExpiresAt: r.lease_expires_at,
+    providerReference: r.provider_reference,
+    result: r.result_json === null ? null : JSON.parse(r.result_json),
+    error: r.error_json === null ? null : (JSON.parse(r.error_json) as StoredError),
+    resolution: resolutionOf(r) ?? null,
+    reason: r.reason,
+    checks: r.checks,
+    nextCheckAt: r.next_check_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    completedAt: r.completed_at,
+    expiresAt: r.expires_at,
   };
 }
 
 export function toEvent(e: HistoryEvent & { seq: number }): OperationEvent {
-  return { id: e.seq, from: e.from, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, providerReference: e.ref, at: e.at };
+  return {
+    id: e.seq,
+    from: e.from,
+    to: e.to,
+    attempt: e.attempt,
+    actor: e.actor,
+    reason: e.reason,
+    providerReference: e.ref,
+    at: e.at,
+  };
 }

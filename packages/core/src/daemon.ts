@@ -37,7 +37,12 @@ export class LedgerDaemon {
     this.#context.assertOpen();
     whole(options.limit, "limit", 1);
     whole(options.claimMs, "claimMs", 1);
-    return (await this.#context.store.claimDue(options.limit, options.claimMs)).map((r) => ({ id: r.id, tenant: r.tenant_id, status: r.status, action: r.action }));
+    return (await this.#context.store.claimDue(options.limit, options.claimMs)).map((r) => ({
+      id: r.id,
+      tenant: r.tenant_id,
+      status: r.status,
+      action: r.action,
+    }));
   }
 
   /**
@@ -47,17 +52,24 @@ export class LedgerDaemon {
    * outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock, goes to a
    * person instead of being checked again.
    */
-  async settle(options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation }): Promise<RunResult<unknown>> {
+  async settle(
+    options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation },
+  ): Promise<RunResult<unknown>> {
     const context = this.#context;
     if (options.actor !== undefined) requireName(options.actor, "actor");
     const row = await context.find(options);
     const action: Action<unknown, unknown> | undefined = context.actions.get(row.action);
     if (!action) throw new UnknownActionError(row.action, row.id);
     const call: Call<unknown, unknown> = {
-      action, tenant: options.tenant, actor: options.actor ?? null, key: { hash: row.key, label: row.key_label }, storeArgs: true,
-      args: row.args_json !== null && row.args_hash !== null
-        ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
-        : { kind: "stored" },
+      action,
+      tenant: options.tenant,
+      actor: options.actor ?? null,
+      key: { hash: row.key, label: row.key_label },
+      storeArgs: true,
+      args:
+        row.args_json !== null && row.args_hash !== null
+          ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
+          : { kind: "stored" },
       settings: context.settings,
     };
     return context.runner.settle(call, row, options.escalate);
@@ -80,10 +92,16 @@ export class LedgerDaemon {
    * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
    * attempt, with how long (`runningForMs`, by the database clock).
    */
-  async stuck(options: { readonly olderThanMs: number; readonly limit?: number }): Promise<(Operation & { runningForMs: number })[]> {
+  async stuck(options: {
+    readonly olderThanMs: number;
+    readonly limit?: number;
+  }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
     whole(options.olderThanMs, "olderThanMs", 0);
-    return (await this.#context.store.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }));
+    return (await this.#context.store.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({
+      ...toOperation(r),
+      runningForMs: r.age_ms,
+    }));
   }
 }
 

@@ -66,8 +66,7 @@ export class PayloadTooLargeError extends IdemError {
   ) {
     super(
       "PAYLOAD_TOO_LARGE",
-      `${what} is ${bytes} bytes, over the limit of ${limit}` +
-        (operationId ? ` (operation ${operationId})` : ""),
+      `${what} is ${bytes} bytes, over the limit of ${limit}` + (operationId ? ` (operation ${operationId})` : ""),
     );
   }
 }
@@ -172,6 +171,9 @@ export class LeaseDeadlineError extends IdemError {
     readonly operationId: string,
     readonly attempt: number,
   ) {
-    super("LEASE_DEADLINE", `attempt ${attempt} of ${operationId} could not renew its lease in time; stopping before another attempt may take over`);
+    super(
+      "LEASE_DEADLINE",
+      `attempt ${attempt} of ${operationId} could not renew its lease in time; stopping before another attempt may take over`,
+    );
   }
 }

@@ -1,13 +1,31 @@
 export { NOT_SENT_CODES, defineAction, parseArgs } from "./action.js";
-export type { Action, ActionDefinition, Capabilities, Classification, LookupContract, OperationContext, ReconcileResult } from "./action.js";
+export type {
+  Action,
+  ActionDefinition,
+  Capabilities,
+  Classification,
+  LookupContract,
+  OperationContext,
+  ReconcileResult,
+} from "./action.js";
 export type { LedgerAdmin, Resolve } from "./admin.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
 export type { Operation, OperationEvent, OperationRef, Verdict } from "./context.js";
 export type { DueOperation, LedgerDaemon } from "./daemon.js";
 export {
-  ArgsMismatchError, CompletionNotRecordedError, GuardrailError, IdemError, InvalidTransitionError, InvalidValueError, LeaseDeadlineError,
-  LedgerConfigError, LedgerUnavailableError, OperationNotFoundError, PayloadTooLargeError, UnknownActionError,
+  ArgsMismatchError,
+  CompletionNotRecordedError,
+  GuardrailError,
+  IdemError,
+  InvalidTransitionError,
+  InvalidValueError,
+  LeaseDeadlineError,
+  LedgerConfigError,
+  LedgerUnavailableError,
+  OperationNotFoundError,
+  PayloadTooLargeError,
+  UnknownActionError,
 } from "./errors.js";
 export type { IdemErrorCode } from "./errors.js";
 export { operationKey, sensitive } from "./keys.js";

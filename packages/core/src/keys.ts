@@ -49,7 +49,9 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   const label = canonicalJson(parts, "key");
   // = canonicalJson([KEY_VERSION, tenant, action, parts]): strings are written by JSON.stringify
   // and arrays joined by commas, so the label is reused instead of canonicalising the parts twice.
-  const hash = sha256(`[${JSON.stringify(KEY_VERSION)},${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`);
+  const hash = sha256(
+    `[${JSON.stringify(KEY_VERSION)},${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`,
+  );
   return { hash, label };
 }
 
@@ -90,13 +92,19 @@ export function requireName(value: unknown, what: string): asserts value is stri
 
 /** Free text stored as it is (reasons, references): any length up to `max`, but storable the same on both databases. */
 export function requireText(value: unknown, what: string, max = 10_000): asserts value is string {
-  if (typeof value !== "string" || value.length > max) throw new InvalidValueError(what, `must be a string of at most ${max} characters`);
-  if (value.includes("\u0000")) throw new InvalidValueError(what, "must not contain NUL (U+0000): Postgres cannot store it");
+  if (typeof value !== "string" || value.length > max)
+    throw new InvalidValueError(what, `must be a string of at most ${max} characters`);
+  if (value.includes("\u0000"))
+    throw new InvalidValueError(what, "must not contain NUL (U+0000): Postgres cannot store it");
   requireWellFormed(value, what);
 }
 
 /** Refuses unpaired UTF-16 surrogates (in `u` mode a surrogate pair is one code point, so only lone halves match). */
 export function requireWellFormed(value: string, what: string): void {
   const lone = /\p{Cs}/u.exec(value);
-  if (lone) throw new InvalidValueError(what, `is not well-formed Unicode: an unpaired surrogate at index ${lone.index} (a string cut inside a character?)`);
+  if (lone)
+    throw new InvalidValueError(
+      what,
+      `is not well-formed Unicode: an unpaired surrogate at index ${lone.index} (a string cut inside a character?)`,
+    );
 }

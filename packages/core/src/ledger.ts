@@ -11,7 +11,14 @@ import type { Dialect } from "kysely";
 import { parseArgs, type Action } from "./action.js";
 import { LedgerAdmin } from "./admin.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { LedgerContext, toEvent, toOperation, type Operation, type OperationEvent, type OperationRef } from "./context.js";
+import {
+  LedgerContext,
+  toEvent,
+  toOperation,
+  type Operation,
+  type OperationEvent,
+  type OperationRef,
+} from "./context.js";
 import { LedgerDaemon } from "./daemon.js";
 import { GuardrailError, LedgerConfigError } from "./errors.js";
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
@@ -102,13 +109,22 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
     const { pending, unknown } = await schemaStatus(db);
-    if (unknown.length) throw new LedgerConfigError(`this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`);
+    if (unknown.length)
+      throw new LedgerConfigError(
+        `this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`,
+      );
     if (options.migrate !== false && pending.length) await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
     throw error;
   }
-  const context = new LedgerContext(db, dialect, new Store(db, dialect, clock, direct), settings, options.actions ?? []);
+  const context = new LedgerContext(
+    db,
+    dialect,
+    new Store(db, dialect, clock, direct),
+    settings,
+    options.actions ?? [],
+  );
   const ledger = new Ledger(context, options);
   contexts.set(ledger, context);
   return ledger;
@@ -151,7 +167,9 @@ export class Ledger {
     if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
     this.#checkAllowed(input.tenant, action.type);
     const settings = context.settings;
-    const key = isOperationKey(input.key) ? input.key : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
+    const key = isOperationKey(input.key)
+      ? input.key
+      : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
     let args: Call<A, R>["args"];
     if (typeof input.args === "function") {
       args = { kind: "lazy", make: input.args as () => A | Promise<A> };
@@ -164,10 +182,18 @@ export class Ledger {
     }
     const result = await context.runner.run({
       // The runner sees args after the schema: the input type has done its work here.
-      action: action as unknown as Action<A, R>, tenant: input.tenant, args, actor: input.actor ?? null, signal: input.signal,
+      action: action as unknown as Action<A, R>,
+      tenant: input.tenant,
+      args,
+      actor: input.actor ?? null,
+      signal: input.signal,
       key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
       storeArgs: input.storeArgs ?? true,
-      settings: { ...settings, waitMs: input.waitMs ?? settings.waitMs, budget: { ...settings.budget, ...input.budget } },
+      settings: {
+        ...settings,
+        waitMs: input.waitMs ?? settings.waitMs,
+        budget: { ...settings.budget, ...input.budget },
+      },
     });
     this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
     return result;
@@ -187,7 +213,9 @@ export class Ledger {
    * (`pending_verification`) when `timeoutMs` (default 30 s) passes or `signal` aborts. It polls,
    * from 50 ms up to every second; what settles it is the worker, the daemon or a person.
    */
-  async wait(ref: OperationRef & { readonly timeoutMs?: number; readonly signal?: AbortSignal }): Promise<RunResult<unknown>> {
+  async wait(
+    ref: OperationRef & { readonly timeoutMs?: number; readonly signal?: AbortSignal },
+  ): Promise<RunResult<unknown>> {
     const deadline = performance.now() + (ref.timeoutMs ?? 30_000);
     for (let delay = 50; ; delay = Math.min(delay * 1.5, 1_000)) {
       const out = await this.status(ref);
@@ -202,7 +230,11 @@ export class Ledger {
     const row = await this.#context.find(ref);
     const events = await this.#context.store.events(ref.tenant, ref.id);
     // The stored args (null when the caller kept them out, or lazy args were never generated).
-    return { operation: toOperation(row), events: events.map(toEvent), args: row.args_json === null ? null : JSON.parse(row.args_json) };
+    return {
+      operation: toOperation(row),
+      events: events.map(toEvent),
+      args: row.args_json === null ? null : JSON.parse(row.args_json),
+    };
   }
 
   /** Closes the connection (pool); every later call throws `LedgerConfigError`. */
@@ -219,7 +251,9 @@ export class Ledger {
 }
 
 function isOperationKey(key: unknown): key is OperationKey {
-  return !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string";
+  return (
+    !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string"
+  );
 }
 
 function positive(n: number, what: string): number {

@@ -10,8 +10,19 @@
 import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
-  Kysely, Migrator, PostgresAdapter, SqliteAdapter, sql, type Dialect, type KyselyPlugin, type PluginTransformQueryArgs,
-  type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type SqliteDatabase, type UnknownRow,
+  Kysely,
+  Migrator,
+  PostgresAdapter,
+  SqliteAdapter,
+  sql,
+  type Dialect,
+  type KyselyPlugin,
+  type PluginTransformQueryArgs,
+  type PluginTransformResultArgs,
+  type QueryResult,
+  type RootOperationNode,
+  type SqliteDatabase,
+  type UnknownRow,
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
@@ -66,20 +77,30 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
       adapter instanceof PostgresAdapter ? "postgres" : adapter instanceof SqliteAdapter ? "sqlite" : undefined;
     if (!dialect) throw new LedgerConfigError("only SQLite and Postgres kysely dialects are supported");
     // A pool we did not configure reads BIGINT (times in ms) as strings: make them numbers.
-    return { db: new Kysely<IdemDatabase>({ dialect: target, plugins: dialect === "postgres" ? [new TimesAsNumbers()] : [] }), dialect };
+    return {
+      db: new Kysely<IdemDatabase>({ dialect: target, plugins: dialect === "postgres" ? [new TimesAsNumbers()] : [] }),
+      dialect,
+    };
   }
-  if (target.startsWith("sqlite:")) return { ...(await openSqlite(target.slice("sqlite:".length), opts)), dialect: "sqlite" };
+  if (target.startsWith("sqlite:"))
+    return { ...(await openSqlite(target.slice("sqlite:".length), opts)), dialect: "sqlite" };
   if (/^postgres(ql)?:\/\//.test(target)) return { ...(await openPostgres(target, opts)), dialect: "postgres" };
   throw new LedgerConfigError(`unsupported ledger URL "${redactUrl(target)}": use sqlite:PATH or postgres://…`);
 }
 
-async function openSqlite(path: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
+async function openSqlite(
+  path: string,
+  opts: ConnectionOptions,
+): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
   const { SqliteDialect } = await import("kysely");
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
   const mustExist = opts.create === false && path !== ":memory:";
-  if (mustExist && !existsSync(path)) throw new LedgerConfigError(`no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`);
+  if (mustExist && !existsSync(path))
+    throw new LedgerConfigError(
+      `no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`,
+    );
   let database: import("better-sqlite3").Database | undefined;
   try {
     database = new Database(path, { timeout: busyTimeoutMs, fileMustExist: mustExist });
@@ -120,8 +141,14 @@ async function driver<M>(name: "better-sqlite3" | "pg", load: () => Promise<M>):
   try {
     return await load();
   } catch (cause) {
-    const missing = (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" && String((cause as Error).message).includes(`'${name}'`);
-    if (missing) throw new LedgerConfigError(`a ${name === "pg" ? "postgres://" : "sqlite:"} ledger needs the ${name} package, which is not installed: npm install ${name}`, { cause });
+    const missing =
+      (cause as { code?: unknown }).code === "ERR_MODULE_NOT_FOUND" &&
+      String((cause as Error).message).includes(`'${name}'`);
+    if (missing)
+      throw new LedgerConfigError(
+        `a ${name === "pg" ? "postgres://" : "sqlite:"} ledger needs the ${name} package, which is not installed: npm install ${name}`,
+        { cause },
+      );
     throw cause;
   }
 }
@@ -167,7 +194,10 @@ function withStatementCache(database: import("better-sqlite3").Database): Sqlite
   };
 }
 
-async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db: Kysely<IdemDatabase>; direct?: DirectExecutor }> {
+async function openPostgres(
+  url: string,
+  opts: ConnectionOptions,
+): Promise<{ db: Kysely<IdemDatabase>; direct?: DirectExecutor }> {
   const { default: pg } = await driver("pg", () => import("pg"));
   const { PostgresDialect } = await import("kysely");
   const t = timeouts(url, opts);
@@ -188,7 +218,9 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
     types: {
       // INT8 (times in ms, counters) as numbers rather than strings; safe below 2^53.
       getTypeParser: ((oid: number, format?: string) =>
-        oid === 20 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
+        oid === 20
+          ? (v: string) => Number(v)
+          : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
     },
   });
   // An idle client that errors (server restart) must not crash the process; the next query reconnects.
@@ -198,7 +230,9 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
     await sql`select 1`.execute(db);
   } catch (cause) {
     await db.destroy();
-    const why = /timeout/i.test((cause as Error).message) ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)` : (cause as Error).message;
+    const why = /timeout/i.test((cause as Error).message)
+      ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)`
+      : (cause as Error).message;
     throw new LedgerConfigError(`cannot connect to Postgres ledger ${redactUrl(url)}: ${why}`, { cause });
   }
   if (opts.preparedStatements === false) return { db };
@@ -219,15 +253,41 @@ async function openPostgres(url: string, opts: ConnectionOptions): Promise<{ db:
 /** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */
 function timeouts(url: string, opts: ConnectionOptions): { connectMs: number; statementMs: number; lockMs: number } {
   const params = urlParams(url);
-  const pick = (given: number | undefined, param: string | undefined, scale: number, fallback: number, what: string): number => {
+  const pick = (
+    given: number | undefined,
+    param: string | undefined,
+    scale: number,
+    fallback: number,
+    what: string,
+  ): number => {
     const n = given ?? (param === undefined ? fallback : Number(param) * scale);
-    if (!Number.isFinite(n) || n < 0) throw new LedgerConfigError(`${what} must be a number of ms ≥ 0 (got ${given ?? param})`);
+    if (!Number.isFinite(n) || n < 0)
+      throw new LedgerConfigError(`${what} must be a number of ms ≥ 0 (got ${given ?? param})`);
     return Math.round(n);
   };
   return {
-    connectMs: pick(opts.connectTimeoutMs, params.get("connect_timeout") ?? undefined, 1000, 10_000, "connectTimeoutMs / connect_timeout") || 10_000,
-    statementMs: pick(opts.statementTimeoutMs, params.get("statement_timeout") ?? undefined, 1, 30_000, "statementTimeoutMs / statement_timeout"),
-    lockMs: pick(opts.lockTimeoutMs, params.get("lock_timeout") ?? undefined, 1, 10_000, "lockTimeoutMs / lock_timeout"),
+    connectMs:
+      pick(
+        opts.connectTimeoutMs,
+        params.get("connect_timeout") ?? undefined,
+        1000,
+        10_000,
+        "connectTimeoutMs / connect_timeout",
+      ) || 10_000,
+    statementMs: pick(
+      opts.statementTimeoutMs,
+      params.get("statement_timeout") ?? undefined,
+      1,
+      30_000,
+      "statementTimeoutMs / statement_timeout",
+    ),
+    lockMs: pick(
+      opts.lockTimeoutMs,
+      params.get("lock_timeout") ?? undefined,
+      1,
+      10_000,
+      "lockTimeoutMs / lock_timeout",
+    ),
   };
 }
 
@@ -253,16 +313,25 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
 
     override query(...args: unknown[]): any {
       const drop = (err: unknown) => {
-        if ((err as Error | undefined)?.message === "Query read timeout") (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        if ((err as Error | undefined)?.message === "Query read timeout")
+          (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
       };
       const last = args.length - 1;
       const callback = args[last];
       if (typeof callback === "function") {
-        args[last] = (err: unknown, res: unknown) => { drop(err); callback(err, res); };
+        args[last] = (err: unknown, res: unknown) => {
+          drop(err);
+          callback(err, res);
+        };
         return (Base.prototype.query as (...a: unknown[]) => unknown).apply(this, args);
       }
       const result = (Base.prototype.query as (...a: unknown[]) => unknown).apply(this, args);
-      return result instanceof Promise ? result.catch((err: unknown) => { drop(err); throw err; }) : result;
+      return result instanceof Promise
+        ? result.catch((err: unknown) => {
+            drop(err);
+            throw err;
+          })
+        : result;
     }
   } as typeof import("pg").Client;
 }
@@ -311,7 +380,9 @@ function migrateSqlite(db: Kysely<IdemDatabase>): Promise<string[]> {
     db.connection().execute(async (conn) => {
       try {
         await sql`begin immediate`.execute(conn);
-        const applied = (await isCurrent(conn)) ? [] : await migrateToLatest(conn, "sqlite", { disableTransactions: true });
+        const applied = (await isCurrent(conn))
+          ? []
+          : await migrateToLatest(conn, "sqlite", { disableTransactions: true });
         await sql`commit`.execute(conn);
         return applied;
       } catch (error) {
@@ -327,7 +398,11 @@ function migrateSqlite(db: Kysely<IdemDatabase>): Promise<string[]> {
   return run;
 }
 
-async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName, opts: { disableTransactions?: boolean } = {}): Promise<string[]> {
+async function migrateToLatest(
+  db: Kysely<IdemDatabase>,
+  dialect: DialectName,
+  opts: { disableTransactions?: boolean } = {},
+): Promise<string[]> {
   const migrator = new Migrator({
     db,
     provider: migrationProvider(dialect),
@@ -336,7 +411,8 @@ async function migrateToLatest(db: Kysely<IdemDatabase>, dialect: DialectName, o
     ...opts,
   });
   const { error, results } = await migrator.migrateToLatest();
-  if (error) throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
+  if (error)
+    throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
   return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
 }
 
@@ -351,7 +427,10 @@ export async function schemaStatus(db: Kysely<IdemDatabase>): Promise<{ pending:
   } catch {
     // no migration table: nothing applied yet
   }
-  return { pending: MIGRATION_NAMES.filter((n) => !applied.includes(n)), unknown: applied.filter((n) => !MIGRATION_NAMES.includes(n)) };
+  return {
+    pending: MIGRATION_NAMES.filter((n) => !applied.includes(n)),
+    unknown: applied.filter((n) => !MIGRATION_NAMES.includes(n)),
+  };
 }
 
 async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
@@ -360,7 +439,16 @@ async function isCurrent(db: Kysely<IdemDatabase>): Promise<boolean> {
 
 /** The ledger's BIGINT columns, read as numbers whatever the pool's type parsers. */
 class TimesAsNumbers implements KyselyPlugin {
-  private static readonly COLUMNS = new Set(["lease_expires_at", "next_check_at", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at", "db_now"]);
+  private static readonly COLUMNS = new Set([
+    "lease_expires_at",
+    "next_check_at",
+    "last_execution_at",
+    "created_at",
+    "updated_at",
+    "completed_at",
+    "expires_at",
+    "db_now",
+  ]);
 
   transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
     return args.node;
@@ -368,7 +456,8 @@ class TimesAsNumbers implements KyselyPlugin {
 
   async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
     for (const row of args.result.rows) {
-      for (const k of Object.keys(row)) if (TimesAsNumbers.COLUMNS.has(k) && typeof row[k] === "string") row[k] = Number(row[k]);
+      for (const k of Object.keys(row))
+        if (TimesAsNumbers.COLUMNS.has(k) && typeof row[k] === "string") row[k] = Number(row[k]);
     }
     return args.result;
   }

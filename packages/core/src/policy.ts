@@ -20,19 +20,35 @@ export type Recovery =
 const DEFAULT_DEDUPE_MARGIN_MS = 60 * 60 * 1000;
 
 /** The replay policy table of docs/design.md, as one function. */
-export function recoveryFor(caps: Capabilities, createdAt: number, now: number, last?: { replayable?: boolean | undefined }): Recovery {
+export function recoveryFor(
+  caps: Capabilities,
+  createdAt: number,
+  now: number,
+  last?: { replayable?: boolean | undefined },
+): Recovery {
   // The provider saved an error under our key: a replay would only repeat it.
   if (caps.dedupe && last?.replayable !== false) {
     const usable = caps.dedupe.retentionMs - (caps.dedupe.marginMs ?? DEFAULT_DEDUPE_MARGIN_MS);
     // The provider still remembers our key: it answers a replay with the first result.
-    if (now - createdAt < usable) return { kind: "replay", reason: "provider dedupes on the key and it is still retained", until: createdAt + usable };
+    if (now - createdAt < usable)
+      return {
+        kind: "replay",
+        reason: "provider dedupes on the key and it is still retained",
+        until: createdAt + usable,
+      };
   }
   // A lookup can find the effect (or prove its absence) whatever its age.
-  if (caps.lookup) return { kind: "reconcile", reason: caps.dedupe ? "key retention passed; looking the effect up" : "looking the effect up" };
+  if (caps.lookup)
+    return {
+      kind: "reconcile",
+      reason: caps.dedupe ? "key retention passed; looking the effect up" : "looking the effect up",
+    };
   // Neither: replaying could duplicate, assuming absence could lose the effect.
   return {
     kind: "review",
-    reason: caps.dedupe ? "key retention passed and the provider cannot be queried" : "the provider neither dedupes nor can be queried",
+    reason: caps.dedupe
+      ? "key retention passed and the provider cannot be queried"
+      : "the provider neither dedupes nor can be queried",
   };
 }
 
@@ -41,7 +57,10 @@ export function recoveryFor(caps: Capabilities, createdAt: number, now: number, 
  * committed (this one was a replay of an unknown outcome). A transient answer then proves
  * nothing about that earlier attempt, so the operation stays `unknown`: only a proof clears it.
  */
-export function statusAfter(cls: Classification, maybeCommitted = false): Extract<Status, "failed" | "pending" | "unknown"> {
+export function statusAfter(
+  cls: Classification,
+  maybeCommitted = false,
+): Extract<Status, "failed" | "pending" | "unknown"> {
   switch (cls.kind) {
     case "rejected":
     case "permanent":
@@ -139,7 +158,11 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       const leaseLeft = (s.leaseExpiresAt ?? 0) - s.now;
       if (leaseLeft > 0) {
         // A live lease: the winner may be performing the effect right now.
-        if (c.mayWaitMs <= 0) return { kind: "answer", reason: `in progress: attempt ${s.attempt} holds the lease for ${leaseLeft} ms more` };
+        if (c.mayWaitMs <= 0)
+          return {
+            kind: "answer",
+            reason: `in progress: attempt ${s.attempt} holds the lease for ${leaseLeft} ms more`,
+          };
         return { kind: "wait", ms: Math.min(c.mayWaitMs, leaseLeft + 5) };
       }
       const why = `attempt ${s.attempt}'s lease expired`;
@@ -160,14 +183,17 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (r.kind === "review") return { kind: "review", reason: `outcome unknown: ${r.reason}` };
       const dueIn = c.dueNow ? 0 : (s.nextCheckAt ?? 0) - s.now;
       if (dueIn > 0) {
-        if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `outcome unknown, verification continues; next check in ${dueIn} ms` };
+        if (c.mayWaitMs < dueIn)
+          return { kind: "answer", reason: `outcome unknown, verification continues; next check in ${dueIn} ms` };
         return { kind: "wait", ms: dueIn };
       }
       return recover(s, caps, c, "outcome unknown");
     }
     case "pending": {
-      if (!s.hasArgs && !c.hasArgs) return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
-      if (!c.mayExecute) return { kind: "answer", reason: "known not done; retry budget spent, the daemon or a later call retries" };
+      if (!s.hasArgs && !c.hasArgs)
+        return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
+      if (!c.mayExecute)
+        return { kind: "answer", reason: "known not done; retry budget spent, the daemon or a later call retries" };
       const bound = !c.dueNow && (c.retrying === true || s.rateLimited === true);
       const dueIn = bound ? (s.nextCheckAt ?? 0) - s.now : 0;
       if (dueIn > 0) {
@@ -185,11 +211,13 @@ function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decis
   const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
   if (r.kind === "replay") {
     if (!c.mayExecute) return { kind: "answer", reason: `${why}; retry budget spent before the replay` };
-    if (!s.hasArgs && !c.hasArgs) return { kind: "review", reason: `${why}: the args are not stored, so the request cannot be replayed` };
+    if (!s.hasArgs && !c.hasArgs)
+      return { kind: "review", reason: `${why}: the args are not stored, so the request cannot be replayed` };
     return { kind: "execute", reason: `${why}: ${r.reason}`, replayUntil: r.until };
   }
   if (r.kind === "reconcile") {
-    if (!s.hasArgs && !c.hasArgs) return { kind: "review", reason: `${why}: the args are not stored, so the effect cannot be looked up` };
+    if (!s.hasArgs && !c.hasArgs)
+      return { kind: "review", reason: `${why}: the args are not stored, so the effect cannot be looked up` };
     return { kind: "reconcile", reason: `${why}: ${r.reason}` };
   }
   return { kind: "review", reason: `${why}: ${r.reason}` };
@@ -218,7 +246,12 @@ export const DEFAULT_BUDGET: RetryBudget = { attempts: 3, elapsedMs: 30_000, bas
  * The wait before execution number `executed + 1`, or null when the budget is spent. A provider's
  * own signal (Retry-After) wins over our backoff but is never shortened.
  */
-export function nextDelay(budget: RetryBudget, executed: number, elapsedMs: number, providerWaitMs?: number): number | null {
+export function nextDelay(
+  budget: RetryBudget,
+  executed: number,
+  elapsedMs: number,
+  providerWaitMs?: number,
+): number | null {
   if (executed >= budget.attempts) return null;
   const wait = providerWaitMs ?? backoff(budget, executed);
   if (elapsedMs + wait > budget.elapsedMs) return null;

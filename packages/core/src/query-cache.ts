@@ -15,20 +15,36 @@ const SLOT = "\u0000idem-slot:";
  * Runs a compiled hot query on the driver itself (see open.ts), skipping kysely's per-query
  * connection and plugin plumbing; returns undefined where it cannot, and kysely runs it.
  */
-export type DirectExecutor = (sql: string, parameters: readonly unknown[]) => QueryResult<any> | Promise<QueryResult<any>> | undefined;
+export type DirectExecutor = (
+  sql: string,
+  parameters: readonly unknown[],
+) => QueryResult<any> | Promise<QueryResult<any>> | undefined;
 
 export class QueryCache<DB> {
-  private readonly cache = new Map<string, { sql: string; parameters: readonly unknown[]; slots: (string | undefined)[] }>();
+  private readonly cache = new Map<
+    string,
+    { sql: string; parameters: readonly unknown[]; slots: (string | undefined)[] }
+  >();
 
   /** `enabled: false` builds every time (used when a test clock inlines the time into the SQL). */
-  constructor(private readonly db: Kysely<DB>, private readonly enabled: boolean, private readonly direct?: DirectExecutor) {}
+  constructor(
+    private readonly db: Kysely<DB>,
+    private readonly enabled: boolean,
+    private readonly direct?: DirectExecutor,
+  ) {}
 
-  async run<R>(shape: string, build: (slot: (name: string) => any) => Compilable<R>, values: Record<string, unknown>): Promise<QueryResult<R>> {
+  async run<R>(
+    shape: string,
+    build: (slot: (name: string) => any) => Compilable<R>,
+    values: Record<string, unknown>,
+  ): Promise<QueryResult<R>> {
     if (!this.enabled) return this.db.executeQuery(build((name) => values[name]));
     let entry = this.cache.get(shape);
     if (!entry) {
       const compiled = build((name) => SLOT + name).compile();
-      const slots = compiled.parameters.map((p) => (typeof p === "string" && p.startsWith(SLOT) ? p.slice(SLOT.length) : undefined));
+      const slots = compiled.parameters.map((p) =>
+        typeof p === "string" && p.startsWith(SLOT) ? p.slice(SLOT.length) : undefined,
+      );
       entry = { sql: compiled.sql, parameters: compiled.parameters, slots };
       this.cache.set(shape, entry);
     }
@@ -37,6 +53,9 @@ export class QueryCache<DB> {
       const name = slots[i];
       return name === undefined ? p : values[name];
     });
-    return (this.direct?.(entry.sql, parameters) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ?? this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
+    return (
+      (this.direct?.(entry.sql, parameters) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ??
+      this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters))
+    );
   }
 }

@@ -33,20 +33,47 @@ export type RunResult<R> =
    * `resolution`: a person decided it happened (and gave this receipt, checked by the action's
    * receipt schema).
    */
-  | { readonly status: "succeeded"; readonly receipt: R; readonly replayed: boolean; readonly operationId: string; readonly attempt: number; readonly resolution?: Resolution }
+  | {
+      readonly status: "succeeded";
+      readonly receipt: R;
+      readonly replayed: boolean;
+      readonly operationId: string;
+      readonly attempt: number;
+      readonly resolution?: Resolution;
+    }
   /**
    * A person decided the effect happened but had no receipt to give: there is none to replay,
    * only their verdict. Never a fresh execution, so `replayed` is always true here.
    */
-  | { readonly status: "succeeded"; readonly receipt: null; readonly replayed: true; readonly operationId: string; readonly attempt: number; readonly resolution: Resolution }
+  | {
+      readonly status: "succeeded";
+      readonly receipt: null;
+      readonly replayed: true;
+      readonly operationId: string;
+      readonly attempt: number;
+      readonly resolution: Resolution;
+    }
   /** The provider (or a person: `resolution`) said no for good; replayed to later callers. No effect. */
-  | { readonly status: "failed"; readonly error: StoredError; readonly replayed: boolean; readonly operationId: string; readonly attempt: number; readonly resolution?: Resolution }
+  | {
+      readonly status: "failed";
+      readonly error: StoredError;
+      readonly replayed: boolean;
+      readonly operationId: string;
+      readonly attempt: number;
+      readonly resolution?: Resolution;
+    }
   /**
    * Not proven either way yet: another worker holds the lease (`state: "running"`), the outcome
    * is unknown and awaits reconciliation, a person must decide (`needs_review`), or the retry
    * budget ran out with the work known undone (`pending`). Never report this as done.
    */
-  | { readonly status: "pending_verification"; readonly state: Unsettled; readonly reason: string; readonly operationId: string; readonly attempt: number };
+  | {
+      readonly status: "pending_verification";
+      readonly state: Unsettled;
+      readonly reason: string;
+      readonly operationId: string;
+      readonly attempt: number;
+    };
 
 /** The statuses an operation can wait in (`pending_verification.state`): all but the settled two. */
 export type Unsettled = Exclude<Status, "succeeded" | "failed">;
@@ -55,7 +82,8 @@ export type Unsettled = Exclude<Status, "succeeded" | "failed">;
 export function describeResult(result: RunResult<unknown>): string {
   switch (result.status) {
     case "succeeded":
-      if (result.receipt === null && result.resolution) return `already done earlier, as ${result.resolution.actor} decided: ${result.resolution.reason}`;
+      if (result.receipt === null && result.resolution)
+        return `already done earlier, as ${result.resolution.actor} decided: ${result.resolution.reason}`;
       return `${result.replayed ? "already done earlier" : "done"} (receipt ${JSON.stringify(result.receipt)})`;
     case "failed":
       return `failed: ${result.error.reason}`;

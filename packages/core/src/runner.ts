@@ -9,10 +9,31 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
 import pRetry from "p-retry";
-import { describeError, type Action, type Classification, type OperationContext, type ReconcileResult } from "./action.js";
+import {
+  describeError,
+  type Action,
+  type Classification,
+  type OperationContext,
+  type ReconcileResult,
+} from "./action.js";
 import { canonicalJson, sha256 } from "./canonical.js";
-import { ArgsMismatchError, CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
-import { backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter, type RetryBudget, type Snapshot } from "./policy.js";
+import {
+  ArgsMismatchError,
+  CompletionNotRecordedError,
+  LeaseDeadlineError,
+  LedgerUnavailableError,
+  PayloadTooLargeError,
+} from "./errors.js";
+import {
+  backoff,
+  checkDelay,
+  decide,
+  nextDelay,
+  recoveryFor,
+  statusAfter,
+  type RetryBudget,
+  type Snapshot,
+} from "./policy.js";
 import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
 
@@ -44,12 +65,18 @@ export interface Call<A, R> {
 }
 
 /** The daemon's limits: an unknown outcome checked this often, or this old, goes to a person. */
-export interface Escalation { readonly maxChecks: number; readonly maxAgeMs: number }
+export interface Escalation {
+  readonly maxChecks: number;
+  readonly maxAgeMs: number;
+}
 
 type Step<R> = { done: RunResult<R> } | { again: number };
 
 /** A row our attempt holds, with the local time the statement that gave us the lease was sent. */
-interface Held { readonly row: Row & { db_now: number }; readonly since: number }
+interface Held {
+  readonly row: Row & { db_now: number };
+  readonly since: number;
+}
 
 interface CallState {
   executed: number;
@@ -64,7 +91,13 @@ export class Runner {
   constructor(private readonly store: Store) {}
 
   async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
-    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call.settings), settling: false };
+    const state: CallState = {
+      executed: 0,
+      waited: 0,
+      started: Date.now(),
+      owner: ownerOf(call.settings),
+      settling: false,
+    };
     for (;;) {
       call.signal?.throwIfAborted();
       const step = await this.step(call, state);
@@ -78,7 +111,13 @@ export class Runner {
    * then on fresh snapshots while its own steps ask to look again.
    */
   async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
-    const state: CallState = { executed: 0, waited: 0, started: Date.now(), owner: ownerOf(call.settings), settling: true };
+    const state: CallState = {
+      executed: 0,
+      waited: 0,
+      started: Date.now(),
+      owner: ownerOf(call.settings),
+      settling: true,
+    };
     const at = { tenant: call.tenant, key: call.key.hash, id: row.id };
     let snap: Peek | undefined = { ...row, has_args: row.args_json === null ? 0 : 1 };
     for (;;) {
@@ -106,9 +145,15 @@ export class Runner {
     const given = call.args.kind === "given" ? call.args : undefined;
     const since = performance.now();
     const claim = await this.store.claim({
-      tenant: call.tenant, key: call.key.hash, keyLabel: call.key.label, action: call.action.type,
-      argsHash: given?.hash ?? null, argsJson: given && call.storeArgs ? given.json : null,
-      owner: state.owner, leaseMs: s.leaseMs, actor: call.actor,
+      tenant: call.tenant,
+      key: call.key.hash,
+      keyLabel: call.key.label,
+      action: call.action.type,
+      argsHash: given?.hash ?? null,
+      argsJson: given && call.storeArgs ? given.json : null,
+      owner: state.owner,
+      leaseMs: s.leaseMs,
+      actor: call.actor,
     });
     if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
     if (claim.fresh) return this.perform(call, { row: claim.row, since }, state, false);
@@ -116,7 +161,13 @@ export class Runner {
   }
 
   /** Decides on one snapshot of an existing row; every write that follows is conditioned on it. */
-  private async onSnapshot<A, R>(call: Call<A, R>, state: CallState, at: Address, snap: Peek, escalate?: Escalation): Promise<Step<R>> {
+  private async onSnapshot<A, R>(
+    call: Call<A, R>,
+    state: CallState,
+    at: Address,
+    snap: Peek,
+    escalate?: Escalation,
+  ): Promise<Step<R>> {
     const s = call.settings;
     if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) {
       const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
@@ -126,14 +177,20 @@ export class Runner {
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
     const mayWaitMs = state.settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
-      mayWaitMs, mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null, hasArgs: call.args.kind !== "stored", escalate,
-      dueNow: state.settling && state.executed === 0, retrying: state.executed > 0,
+      mayWaitMs,
+      mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null,
+      hasArgs: call.args.kind !== "stored",
+      escalate,
+      dueNow: state.settling && state.executed === 0,
+      retrying: state.executed > 0,
     });
     switch (decision.kind) {
       case "replay_outcome":
         return { done: replayOf<R>(snap) };
       case "answer":
-        return { done: pending(snap, snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason) };
+        return {
+          done: pending(snap, snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason),
+        };
       case "wait": {
         // Poll gently: often at first (the winner is usually quick), less as the wait grows.
         const ms = Math.max(1, Math.min(decision.ms, 20 + Math.floor(state.waited / 4)));
@@ -148,7 +205,11 @@ export class Runner {
       case "review": {
         const since = performance.now();
         const row = await this.store.takeOver(at, snap, {
-          owner: state.owner, leaseMs: s.leaseMs, actor: call.actor, reason: decision.reason, execute: decision.kind === "execute",
+          owner: state.owner,
+          leaseMs: s.leaseMs,
+          actor: call.actor,
+          reason: decision.reason,
+          execute: decision.kind === "execute",
           before: decision.kind === "execute" ? decision.replayUntil : undefined,
         });
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
@@ -166,65 +227,104 @@ export class Runner {
     const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
     // No effect is younger than the last execution, or than a dead worker's lease (it may have
     // been executing until then); later inconclusive checks do not restart the window.
-    const lastAttemptAt = Math.max(row.last_execution_at ?? row.created_at, snap.status === "running" ? (snap.lease_expires_at ?? 0) : 0);
+    const lastAttemptAt = Math.max(
+      row.last_execution_at ?? row.created_at,
+      snap.status === "running" ? (snap.lease_expires_at ?? 0) : 0,
+    );
     let found: ReconcileResult<R>;
     try {
       found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
     } catch (error) {
-      found = { found: false as const, proof: "inconclusive" as const, reason: `lookup failed: ${describeError(error)}` };
+      found = {
+        found: false as const,
+        proof: "inconclusive" as const,
+        reason: `lookup failed: ${describeError(error)}`,
+      };
     }
     if (found.found) return this.complete(call, row, found.receipt, "reconciled: the effect was found");
     if (found.proof === "absent") {
-      const back = await this.store.move(row, "pending", { actor: call.actor, reason: `reconciled: ${found.reason}`, checkAfterMs: 0, checks: 0 });
+      const back = await this.store.move(row, "pending", {
+        actor: call.actor,
+        reason: `reconciled: ${found.reason}`,
+        checkAfterMs: 0,
+        checks: 0,
+      });
       return back ? { again: 0 } : this.fenced(call, row, "pending", found.reason);
     }
     if (found.proof === "never") return this.toReview(call, row, found.reason);
     const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
-    const still = await this.store.move(row, "unknown", { actor: call.actor, reason: `inconclusive: ${found.reason}`, checkAfterMs, checks: row.checks + 1 });
-    return still ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) } : this.fenced(call, row, "unknown", found.reason);
+    const still = await this.store.move(row, "unknown", {
+      actor: call.actor,
+      reason: `inconclusive: ${found.reason}`,
+      checkAfterMs,
+      checks: row.checks + 1,
+    });
+    return still
+      ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) }
+      : this.fenced(call, row, "unknown", found.reason);
   }
 
   /**
    * Executes the effect under our lease and records what happened. `maybeCommitted`: an earlier
    * attempt may have committed, so this one is a replay and a transient answer proves nothing.
    */
-  private async perform<A, R>(call: Call<A, R>, mine: Held, state: CallState, maybeCommitted: boolean): Promise<Step<R>> {
+  private async perform<A, R>(
+    call: Call<A, R>,
+    mine: Held,
+    state: CallState,
+    maybeCommitted: boolean,
+  ): Promise<Step<R>> {
     state.executed += 1;
-    const ran = await this.withLease(call, mine, async (ctx): Promise<{ step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row }> => {
-      let row: Row = mine.row;
-      let args = this.argsFor(call, row);
-      if (args === undefined) {
-        // Lazy args never stored: no attempt got as far as executing. Generate them now, once,
-        // under the lease (a slow model call keeps it), and store them before anything is sent.
-        const made = await this.generate(call, row);
-        if (!("args" in made)) return { step: made };
-        args = made.args;
-      }
-      if (call.action.providerReference && row.provider_reference === null) {
-        const ref = call.action.providerReference(args, ctx);
-        if (!(await this.store.patchRunning(row, { provider_reference: ref }))) return { step: await this.fenced(call, row, "running", "reference") };
-        row = { ...row, provider_reference: ref };
-      }
-      try {
-        return { ok: true, receipt: await call.action.execute(args, { ...ctx, providerReference: row.provider_reference }) };
-      } catch (error) {
-        return { ok: false, cls: safeClassify(call.action, error, ctx), row };
-      }
-    });
+    const ran = await this.withLease(
+      call,
+      mine,
+      async (
+        ctx,
+      ): Promise<{ step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row }> => {
+        let row: Row = mine.row;
+        let args = this.argsFor(call, row);
+        if (args === undefined) {
+          // Lazy args never stored: no attempt got as far as executing. Generate them now, once,
+          // under the lease (a slow model call keeps it), and store them before anything is sent.
+          const made = await this.generate(call, row);
+          if (!("args" in made)) return { step: made };
+          args = made.args;
+        }
+        if (call.action.providerReference && row.provider_reference === null) {
+          const ref = call.action.providerReference(args, ctx);
+          if (!(await this.store.patchRunning(row, { provider_reference: ref })))
+            return { step: await this.fenced(call, row, "running", "reference") };
+          row = { ...row, provider_reference: ref };
+        }
+        try {
+          return {
+            ok: true,
+            receipt: await call.action.execute(args, { ...ctx, providerReference: row.provider_reference }),
+          };
+        } catch (error) {
+          return { ok: false, cls: safeClassify(call.action, error, ctx), row };
+        }
+      },
+    );
     if ("step" in ran) return ran.step;
     if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened");
 
     const { cls, row } = ran;
     const to = statusAfter(cls, maybeCommitted);
     const error: StoredError = {
-      kind: cls.kind, reason: cls.reason,
+      kind: cls.kind,
+      reason: cls.reason,
       ...(cls.kind === "permanent" && cls.alert && { alert: true }),
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     if (to === "failed") {
       const done = await this.store.move(row, "failed", {
-        actor: call.actor, reason: cls.reason, error_json: JSON.stringify(error), completed: true, retentionMs: call.settings.retentionMs,
+        actor: call.actor,
+        reason: cls.reason,
+        error_json: JSON.stringify(error),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
         ...(error.alert && { alert: true }),
       });
       return done ? { done: failed(done, error, false) } : this.fenced(call, row, "failed", cls.reason);
@@ -232,20 +332,31 @@ export class Runner {
     const b = call.settings.budget;
     const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
     // The row keeps the longer of the provider's signal and our backoff, even past our budget.
-    const checkAfterMs = to === "pending"
-      ? Math.max(providerWait ?? 0, backoff(b, state.executed))
-      : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
+    const checkAfterMs =
+      to === "pending"
+        ? Math.max(providerWait ?? 0, backoff(b, state.executed))
+        : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
     const moved = await this.store.move(row, to, {
-      actor: call.actor, reason: `${cls.kind}: ${cls.reason}`, error_json: JSON.stringify(error), checkAfterMs,
+      actor: call.actor,
+      reason: `${cls.kind}: ${cls.reason}`,
+      error_json: JSON.stringify(error),
+      checkAfterMs,
       // A replay of an unknown outcome that proved nothing is one more check.
       ...(to === "unknown" && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
     });
     if (!moved) return this.fenced(call, row, to, cls.reason);
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
-    if (to === "unknown" && recoveryFor(call.action.capabilities, row.created_at, mine.row.db_now, error).kind === "review") return { again: 0 };
+    if (
+      to === "unknown" &&
+      recoveryFor(call.action.capabilities, row.created_at, mine.row.db_now, error).kind === "review"
+    )
+      return { again: 0 };
     const wait = nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
     if (wait === null) {
-      const why = to === "pending" ? `${cls.kind}: ${cls.reason}; retry budget spent` : `outcome unknown (${cls.kind}: ${cls.reason}); verification continues`;
+      const why =
+        to === "pending"
+          ? `${cls.kind}: ${cls.reason}; retry budget spent`
+          : `outcome unknown (${cls.kind}: ${cls.reason}); verification continues`;
       return { done: pending(moved, why) };
     }
     // pending: run again with the same key; unknown: recover by the replay policy once due.
@@ -258,7 +369,8 @@ export class Runner {
    * rejection: the operation fails with no effect.
    */
   private async generate<A, R>(call: Call<A, R>, row: Row): Promise<{ args: A } | Step<R>> {
-    if (call.args.kind !== "lazy") return this.toReview(call, row, "the args were not stored and this caller gave none");
+    if (call.args.kind !== "lazy")
+      return this.toReview(call, row, "the args were not stored and this caller gave none");
     let made: A;
     let json: string;
     try {
@@ -269,12 +381,17 @@ export class Runner {
     } catch (error) {
       const err: StoredError = { kind: "rejected", reason: describeError(error) };
       const done = await this.store.move(row, "failed", {
-        actor: call.actor, reason: `rejected before send: ${err.reason}`, error_json: JSON.stringify(err), completed: true, retentionMs: call.settings.retentionMs,
+        actor: call.actor,
+        reason: `rejected before send: ${err.reason}`,
+        error_json: JSON.stringify(err),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
       });
       if (!done) return this.fenced(call, row, "failed", err.reason);
       return { done: failed(done, err, false) };
     }
-    if (!(await this.store.patchRunning(row, { args_hash: sha256(json), args_json: json }))) return this.fenced(call, row, "running", "args");
+    if (!(await this.store.patchRunning(row, { args_hash: sha256(json), args_json: json })))
+      return this.fenced(call, row, "running", "args");
     return { args: made };
   }
 
@@ -290,7 +407,9 @@ export class Runner {
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
       await this.store.move(row, "needs_review", {
-        actor: call.actor, reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`, alert: true,
+        actor: call.actor,
+        reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`,
+        alert: true,
         error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
       });
       throw error;
@@ -305,9 +424,21 @@ export class Runner {
   private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, receipt: R, reason: string) {
     try {
       return await pRetry(
-        () => this.store.move(row, "succeeded", { actor: call.actor, reason, result_json: json, error_json: null, completed: true, retentionMs: call.settings.retentionMs, alert: false }),
+        () =>
+          this.store.move(row, "succeeded", {
+            actor: call.actor,
+            reason,
+            result_json: json,
+            error_json: null,
+            completed: true,
+            retentionMs: call.settings.retentionMs,
+            alert: false,
+          }),
         {
-          retries: 8, minTimeout: 50, maxTimeout: 2_000, maxRetryTime: call.settings.leaseMs,
+          retries: 8,
+          minTimeout: 50,
+          maxTimeout: 2_000,
+          maxRetryTime: call.settings.leaseMs,
           shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
         },
       );
@@ -327,26 +458,48 @@ export class Runner {
    * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
    * settles a row that is not yet proven (unknown, pending, needs_review).
    */
-  private async fenced<A, R>(call: Call<A, R>, mine: Row, wanted: string, detail: string, receipt?: R): Promise<Step<R>> {
+  private async fenced<A, R>(
+    call: Call<A, R>,
+    mine: Row,
+    wanted: string,
+    detail: string,
+    receipt?: R,
+  ): Promise<Step<R>> {
     const now = await this.store.findById(call.tenant, mine.id);
     if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
-      const cause = new LedgerUnavailableError(`attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`, mine.id);
+      const cause = new LedgerUnavailableError(
+        `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
+        mine.id,
+      );
       if (receipt !== undefined) throw new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
       throw cause;
     }
     await this.store.recordEvent(now, {
-      attempt: mine.attempt, actor: call.actor, to: now.status,
+      attempt: mine.attempt,
+      actor: call.actor,
+      to: now.status,
       reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
     });
-    if (receipt !== undefined && (now.status === "unknown" || now.status === "pending" || now.status === "needs_review")) {
-      const proven = await this.recordReceipt(call, now, canonicalJson(receipt, "result"), receipt, `attempt ${mine.attempt}'s receipt proves the effect happened`);
+    if (
+      receipt !== undefined &&
+      (now.status === "unknown" || now.status === "pending" || now.status === "needs_review")
+    ) {
+      const proven = await this.recordReceipt(
+        call,
+        now,
+        canonicalJson(receipt, "result"),
+        receipt,
+        `attempt ${mine.attempt}'s receipt proves the effect happened`,
+      );
       if (proven) return { done: succeeded(proven, receipt, false) };
     }
     if (wanted === "unknown" && now.status === "pending") {
       // A lookup proved absence while this attempt was still in flight: its ambiguous end voids that proof.
       const reopened = await this.store.move(now, "unknown", {
-        actor: call.actor, reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
-        checkAfterMs: call.settings.budget.baseDelayMs, executionEnded: true,
+        actor: call.actor,
+        reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
+        checkAfterMs: call.settings.budget.baseDelayMs,
+        executionEnded: true,
       });
       if (reopened) return { done: pending(reopened, `outcome unknown: attempt ${mine.attempt} may have committed`) };
     }
@@ -360,7 +513,12 @@ export class Runner {
    * when the caller gives up, or locally when no heartbeat succeeded for most of a lease (the
    * database is unreachable: another worker may take over once the lease runs out).
    */
-  private async withLease<A, R, T>(call: Call<A, R>, mine: Held, fn: (ctx: OperationContext) => Promise<T>, lastAttemptAt?: number): Promise<T> {
+  private async withLease<A, R, T>(
+    call: Call<A, R>,
+    mine: Held,
+    fn: (ctx: OperationContext) => Promise<T>,
+    lastAttemptAt?: number,
+  ): Promise<T> {
     const { row } = mine;
     const leaseMs = call.settings.leaseMs;
     const controller = new LazyAbort();
@@ -371,16 +529,22 @@ export class Runner {
     let deadline: NodeJS.Timeout | undefined;
     const armDeadline = (from: number) => {
       clearTimeout(deadline);
-      deadline = setTimeout(() => controller.abort(new LeaseDeadlineError(row.id, row.attempt)), Math.max(0, from + leaseMs - margin - performance.now()));
+      deadline = setTimeout(
+        () => controller.abort(new LeaseDeadlineError(row.id, row.attempt)),
+        Math.max(0, from + leaseMs - margin - performance.now()),
+      );
     };
     armDeadline(mine.since);
-    const timer = setInterval(() => {
-      const asked = performance.now();
-      this.store.heartbeat(row, leaseMs).then(
-        (kept) => (kept ? armDeadline(asked) : controller.abort(new Error(`lease of attempt ${row.attempt} lost`))),
-        () => {}, // unreachable for now: the deadline above stops the action if it lasts
-      );
-    }, Math.max(10, Math.floor(leaseMs / 3)));
+    const timer = setInterval(
+      () => {
+        const asked = performance.now();
+        this.store.heartbeat(row, leaseMs).then(
+          (kept) => (kept ? armDeadline(asked) : controller.abort(new Error(`lease of attempt ${row.attempt} lost`))),
+          () => {}, // unreachable for now: the deadline above stops the action if it lasts
+        );
+      },
+      Math.max(10, Math.floor(leaseMs / 3)),
+    );
     try {
       return await fn(context(row, controller, lastAttemptAt));
     } finally {
@@ -406,9 +570,17 @@ function ownerOf(settings: RunnerSettings): string {
 function snapshotOf(p: Peek): Snapshot {
   const error = p.error_json === null ? undefined : (JSON.parse(p.error_json) as StoredError);
   return {
-    status: p.status, attempt: p.attempt, leaseExpiresAt: p.lease_expires_at, nextCheckAt: p.next_check_at, checks: p.checks,
-    maybeCommitted: p.maybe_committed === 1, hasArgs: p.has_args === 1, createdAt: p.created_at, now: p.db_now,
-    replayable: error?.replayable, rateLimited: error?.kind === "rate_limited",
+    status: p.status,
+    attempt: p.attempt,
+    leaseExpiresAt: p.lease_expires_at,
+    nextCheckAt: p.next_check_at,
+    checks: p.checks,
+    maybeCommitted: p.maybe_committed === 1,
+    hasArgs: p.has_args === 1,
+    createdAt: p.created_at,
+    now: p.db_now,
+    replayable: error?.replayable,
+    rateLimited: error?.kind === "rate_limited",
   };
 }
 
@@ -436,9 +608,18 @@ class LazyAbort {
 
 function context(row: Row & { db_now: number }, abort: LazyAbort, lastAttemptAt = row.updated_at): OperationContext {
   return {
-    id: row.id, tenant: row.tenant_id, key: row.key, keyLabel: row.key_label, attempt: row.attempt,
-    createdAt: row.created_at, lastAttemptAt, now: row.db_now, providerReference: row.provider_reference,
-    get signal() { return abort.signal; },
+    id: row.id,
+    tenant: row.tenant_id,
+    key: row.key,
+    keyLabel: row.key_label,
+    attempt: row.attempt,
+    createdAt: row.created_at,
+    lastAttemptAt,
+    now: row.db_now,
+    providerReference: row.provider_reference,
+    get signal() {
+      return abort.signal;
+    },
   };
 }
 
@@ -460,17 +641,29 @@ export function checkSize(what: "args" | "result", json: string, limit: number, 
 type Settled = Pick<Row, "id" | "attempt" | "status">;
 
 /** A settled row's stored outcome, as every later caller gets it (`ledger.status` too). */
-export function replayOf<R>(row: Settled & Pick<Row, "result_json" | "error_json" | "resolution_json"> & { completed_at?: number | null }): RunResult<R> {
+export function replayOf<R>(
+  row: Settled & Pick<Row, "result_json" | "error_json" | "resolution_json"> & { completed_at?: number | null },
+): RunResult<R> {
   const resolution = resolutionOf(row);
   const by = resolution === undefined ? {} : { resolution };
   if (row.status === "failed") return { ...failed<R>(row, JSON.parse(row.error_json!) as StoredError, true), ...by };
   // A person may have said "it happened" without a receipt: then there is none to replay.
-  if (row.result_json === null && resolution) return { status: "succeeded", receipt: null, replayed: true, operationId: row.id, attempt: row.attempt, resolution };
+  if (row.result_json === null && resolution)
+    return {
+      status: "succeeded",
+      receipt: null,
+      replayed: true,
+      operationId: row.id,
+      attempt: row.attempt,
+      resolution,
+    };
   return { ...succeeded(row, JSON.parse(row.result_json!) as R, true), ...by };
 }
 
 /** The stored verdict of a person, if one settled the row; its time is the row's completion. */
-export function resolutionOf(row: Pick<Row, "resolution_json"> & { completed_at?: number | null; updated_at?: number }): Resolution | undefined {
+export function resolutionOf(
+  row: Pick<Row, "resolution_json"> & { completed_at?: number | null; updated_at?: number },
+): Resolution | undefined {
   if (row.resolution_json === null) return undefined;
   const stored = JSON.parse(row.resolution_json) as Omit<Resolution, "at">;
   return { ...stored, evidence: stored.evidence ?? null, at: row.completed_at ?? row.updated_at ?? 0 };
@@ -484,5 +677,11 @@ function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResu
 }
 export function pending<R>(row: Settled, reason: string): RunResult<R> {
   // Callers pass unsettled rows only: a settled one is replayed (replayOf), never reported pending.
-  return { status: "pending_verification", state: row.status as Unsettled, reason, operationId: row.id, attempt: row.attempt };
+  return {
+    status: "pending_verification",
+    state: row.status as Unsettled,
+    reason,
+    operationId: row.id,
+    attempt: row.attempt,
+  };
 }

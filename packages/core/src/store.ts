@@ -41,8 +41,16 @@ export interface TransitionPatch {
 }
 
 export interface NewClaim {
-  id: string; tenant: string; key: string; keyLabel: string | null; action: string;
-  argsHash: string | null; argsJson: string | null; owner: string; leaseMs: number; actor: string | null;
+  id: string;
+  tenant: string;
+  key: string;
+  keyLabel: string | null;
+  action: string;
+  argsHash: string | null;
+  argsJson: string | null;
+  owner: string;
+  leaseMs: number;
+  actor: string | null;
 }
 
 /**
@@ -55,9 +63,32 @@ const PENDING = sql.lit("pending") as unknown as "pending";
 
 /** Every column but `history`, which grows with the operation and only `events` reads. */
 const ROW_COLUMNS = [
-  "id", "tenant_id", "key", "key_label", "action", "args_hash", "args_json", "status", "attempt", "lease_owner",
-  "lease_expires_at", "provider_reference", "result_json", "error_json", "resolution_json", "actor", "reason", "next_check_at", "checks",
-  "alert_pending", "maybe_committed", "last_execution_at", "created_at", "updated_at", "completed_at", "expires_at",
+  "id",
+  "tenant_id",
+  "key",
+  "key_label",
+  "action",
+  "args_hash",
+  "args_json",
+  "status",
+  "attempt",
+  "lease_owner",
+  "lease_expires_at",
+  "provider_reference",
+  "result_json",
+  "error_json",
+  "resolution_json",
+  "actor",
+  "reason",
+  "next_check_at",
+  "checks",
+  "alert_pending",
+  "maybe_committed",
+  "last_execution_at",
+  "created_at",
+  "updated_at",
+  "completed_at",
+  "expires_at",
 ] as const satisfies readonly (keyof Row)[];
 
 /** The columns of a claimed row that the database fills in (from its clock). */
@@ -69,24 +100,58 @@ const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "u
  * enough to decide, and a takeover returns them with the row it took.
  */
 const PEEK_COLUMNS = [
-  "id", "status", "attempt", "args_hash", "result_json", "error_json", "resolution_json", "reason", "lease_expires_at", "next_check_at", "checks",
-  "maybe_committed", "created_at", "completed_at",
+  "id",
+  "status",
+  "attempt",
+  "args_hash",
+  "result_json",
+  "error_json",
+  "resolution_json",
+  "reason",
+  "lease_expires_at",
+  "next_check_at",
+  "checks",
+  "maybe_committed",
+  "created_at",
+  "completed_at",
 ] as const;
 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
 export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { has_args: number; db_now: number };
 
 /** Where an operation is: every write names all three (tenant scope, the unique key, the id). */
-export interface Address { readonly tenant: string; readonly key: string; readonly id: string }
+export interface Address {
+  readonly tenant: string;
+  readonly key: string;
+  readonly id: string;
+}
 
 /** A fresh claim's row but for the columns the database's clock fills in (CLOCK_COLUMNS). */
 function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
   return {
-    id: c.id, tenant_id: c.tenant, key: c.key, key_label: c.keyLabel, action: c.action, args_hash: c.argsHash,
-    args_json: c.argsJson, status: "running", attempt: 1, lease_owner: c.owner, provider_reference: null,
-    result_json: null, error_json: null, resolution_json: null, actor: c.actor, reason: "claimed", next_check_at: null, checks: 0,
+    id: c.id,
+    tenant_id: c.tenant,
+    key: c.key,
+    key_label: c.keyLabel,
+    action: c.action,
+    args_hash: c.argsHash,
+    args_json: c.argsJson,
+    status: "running",
+    attempt: 1,
+    lease_owner: c.owner,
+    provider_reference: null,
+    result_json: null,
+    error_json: null,
+    resolution_json: null,
+    actor: c.actor,
+    reason: "claimed",
+    next_check_at: null,
+    checks: 0,
     // Given args are executed right after the claim; lazy ones only once generated and stored.
-    alert_pending: 0, maybe_committed: c.argsHash === null ? 0 : 1, completed_at: null, expires_at: null,
+    alert_pending: 0,
+    maybe_committed: c.argsHash === null ? 0 : 1,
+    completed_at: null,
+    expires_at: null,
   };
 }
 
@@ -96,7 +161,10 @@ function newOperationId(): string {
 }
 
 /** Which operations `ledger.admin.list` returns: one tenant's, several tenants' (an operator's allowed set) or every tenant's. */
-export type ListFilter = ({ readonly tenant: string | readonly string[]; readonly allTenants?: never } | { readonly allTenants: true; readonly tenant?: never }) & {
+export type ListFilter = (
+  | { readonly tenant: string | readonly string[]; readonly allTenants?: never }
+  | { readonly allTenants: true; readonly tenant?: never }
+) & {
   readonly status?: Status | readonly Status[];
   readonly action?: string;
   /** Only rows created at least this long ago. */
@@ -133,15 +201,25 @@ export class Store {
    * costs microseconds, the read comes first so a duplicate never takes the write lock; on
    * Postgres the insert comes first, so a fresh key costs one round trip.
    */
-  async claim(row: Omit<NewClaim, "id">): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+  async claim(
+    row: Omit<NewClaim, "id">,
+  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
     if (this.dialect === "sqlite") {
       const existing = await this.peek(row.tenant, row.key);
       if (existing) return { fresh: false, row: existing };
     }
     const claim: NewClaim = { ...row, id: newOperationId() };
-    const slotted = (v: (name: string) => any) => Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
+    const slotted = (v: (name: string) => any) =>
+      Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
     // Only what the database computed comes back (its clock); the rest is what we inserted.
-    const { rows } = await this.guard(undefined, this.hot.run("claim", (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")), claim as unknown as Record<string, unknown>));
+    const { rows } = await this.guard(
+      undefined,
+      this.hot.run(
+        "claim",
+        (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")),
+        claim as unknown as Record<string, unknown>,
+      ),
+    );
     const inserted = rows[0];
     if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
     const existing = await this.peek(row.tenant, row.key);
@@ -156,7 +234,10 @@ export class Store {
         ...runningRow(row),
         // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
         maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
-        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`, last_execution_at: now, created_at: now, updated_at: now,
+        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
+        last_execution_at: now,
+        created_at: now,
+        updated_at: now,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
   }
@@ -166,25 +247,36 @@ export class Store {
    * judge its lease. Only these columns: materialising the whole row costs three times the read.
    */
   async peek(tenant: string, key: string): Promise<Peek | undefined> {
-    const { rows } = await this.guard(undefined, this.hot.run(
-      "peek",
-      (v) => this.db.selectFrom("idem_operations").select(PEEK_COLUMNS)
-        .select(sql<number>`(case when args_json is null then 0 else 1 end)`.as("has_args")).select(this.now().as("db_now"))
-        .where("tenant_id", "=", v("tenant")).where("key", "=", v("key")),
-      { tenant, key },
-    ));
+    const { rows } = await this.guard(
+      undefined,
+      this.hot.run(
+        "peek",
+        (v) =>
+          this.db
+            .selectFrom("idem_operations")
+            .select(PEEK_COLUMNS)
+            .select(sql<number>`(case when args_json is null then 0 else 1 end)`.as("has_args"))
+            .select(this.now().as("db_now"))
+            .where("tenant_id", "=", v("tenant"))
+            .where("key", "=", v("key")),
+        { tenant, key },
+      ),
+    );
     const row = rows[0];
     return row && { ...row, has_args: Number(row.has_args), db_now: Number(row.db_now) };
   }
 
   async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
-    const row = await this.guard(id, this.db
-      .selectFrom("idem_operations")
-      .select(ROW_COLUMNS)
-      .select(this.now().as("db_now"))
-      .where("tenant_id", "=", tenant)
-      .where("id", "=", id)
-      .executeTakeFirst());
+    const row = await this.guard(
+      id,
+      this.db
+        .selectFrom("idem_operations")
+        .select(ROW_COLUMNS)
+        .select(this.now().as("db_now"))
+        .where("tenant_id", "=", tenant)
+        .where("id", "=", id)
+        .executeTakeFirst(),
+    );
     return row && { ...row, db_now: Number(row.db_now) };
   }
 
@@ -196,18 +288,34 @@ export class Store {
    * send the request, so from now on it may have committed.
    */
   async takeOver(
-    at: Address, from: Pick<Row, "status" | "attempt">,
-    to: { owner: string; leaseMs: number; actor: string | null; reason: string; execute: boolean; before?: number | undefined },
+    at: Address,
+    from: Pick<Row, "status" | "attempt">,
+    to: {
+      owner: string;
+      leaseMs: number;
+      actor: string | null;
+      reason: string;
+      execute: boolean;
+      before?: number | undefined;
+    },
   ): Promise<(Row & { db_now: number }) | undefined> {
     const now = this.now();
     let q = this.db
       .updateTable("idem_operations")
       .set({
-        status: "running", attempt: from.attempt + 1, lease_owner: to.owner,
-        lease_expires_at: sql<number>`${now} + ${to.leaseMs}`, actor: to.actor, reason: to.reason,
-        next_check_at: null, updated_at: now,
+        status: "running",
+        attempt: from.attempt + 1,
+        lease_owner: to.owner,
+        lease_expires_at: sql<number>`${now} + ${to.leaseMs}`,
+        actor: to.actor,
+        reason: to.reason,
+        next_check_at: null,
+        updated_at: now,
         // Lazy args not generated yet (no args hash): nothing can be sent until they are stored.
-        ...(to.execute && { last_execution_at: now, maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end` }),
+        ...(to.execute && {
+          last_execution_at: now,
+          maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end`,
+        }),
       })
       .where("tenant_id", "=", at.tenant)
       .where("key", "=", at.key)
@@ -228,47 +336,67 @@ export class Store {
    */
   async release(at: Address, from: Pick<Row, "attempt">, actor: string | null, reason: string): Promise<boolean> {
     const now = this.now();
-    const res = await this.guard(at.id, this.db
-      .updateTable("idem_operations")
-      .set({ status: "pending", lease_owner: null, lease_expires_at: null, next_check_at: null, actor, reason, updated_at: now })
-      .where("tenant_id", "=", at.tenant)
-      .where("key", "=", at.key)
-      .where("id", "=", at.id)
-      .where("status", "=", "running")
-      .where("attempt", "=", from.attempt)
-      .where("maybe_committed", "=", 0)
-      .where("lease_expires_at", "<=", now)
-      .executeTakeFirst());
+    const res = await this.guard(
+      at.id,
+      this.db
+        .updateTable("idem_operations")
+        .set({
+          status: "pending",
+          lease_owner: null,
+          lease_expires_at: null,
+          next_check_at: null,
+          actor,
+          reason,
+          updated_at: now,
+        })
+        .where("tenant_id", "=", at.tenant)
+        .where("key", "=", at.key)
+        .where("id", "=", at.id)
+        .where("status", "=", "running")
+        .where("attempt", "=", from.attempt)
+        .where("maybe_committed", "=", 0)
+        .where("lease_expires_at", "<=", now)
+        .executeTakeFirst(),
+    );
     return Number(res.numUpdatedRows) === 1;
   }
 
   /** Extends the lease; false when the lease was lost (another attempt took over). */
   async heartbeat(row: Row, leaseMs: number): Promise<boolean> {
     const now = this.now();
-    const res = await this.guard(row.id, this.db
-      .updateTable("idem_operations")
-      .set({ lease_expires_at: sql<number>`${now} + ${leaseMs}` })
-      .where("tenant_id", "=", row.tenant_id)
-      .where("key", "=", row.key)
-      .where("id", "=", row.id)
-      .where("status", "=", "running")
-      .where("attempt", "=", row.attempt)
-      .executeTakeFirst());
+    const res = await this.guard(
+      row.id,
+      this.db
+        .updateTable("idem_operations")
+        .set({ lease_expires_at: sql<number>`${now} + ${leaseMs}` })
+        .where("tenant_id", "=", row.tenant_id)
+        .where("key", "=", row.key)
+        .where("id", "=", row.id)
+        .where("status", "=", "running")
+        .where("attempt", "=", row.attempt)
+        .executeTakeFirst(),
+    );
     return Number(res.numUpdatedRows) === 1;
   }
 
   /** Sets fields on our running attempt without a transition (args, provider reference). */
-  async patchRunning(row: Row, patch: Partial<Pick<Row, "args_hash" | "args_json" | "provider_reference">>): Promise<boolean> {
-    const res = await this.guard(row.id, this.db
-      .updateTable("idem_operations")
-      // Args are stored right before the first execution: from here on it may have committed.
-      .set({ ...patch, ...(patch.args_json !== undefined && { maybe_committed: 1 }), updated_at: this.now() })
-      .where("tenant_id", "=", row.tenant_id)
-      .where("key", "=", row.key)
-      .where("id", "=", row.id)
-      .where("status", "=", "running")
-      .where("attempt", "=", row.attempt)
-      .executeTakeFirst());
+  async patchRunning(
+    row: Row,
+    patch: Partial<Pick<Row, "args_hash" | "args_json" | "provider_reference">>,
+  ): Promise<boolean> {
+    const res = await this.guard(
+      row.id,
+      this.db
+        .updateTable("idem_operations")
+        // Args are stored right before the first execution: from here on it may have committed.
+        .set({ ...patch, ...(patch.args_json !== undefined && { maybe_committed: 1 }), updated_at: this.now() })
+        .where("tenant_id", "=", row.tenant_id)
+        .where("key", "=", row.key)
+        .where("id", "=", row.id)
+        .where("status", "=", "running")
+        .where("attempt", "=", row.attempt)
+        .executeTakeFirst(),
+    );
     return Number(res.numUpdatedRows) === 1;
   }
 
@@ -281,7 +409,11 @@ export class Store {
   }
 
   /** `transition` for the runner, which needs to know only that it won: nothing read back. */
-  async move(row: Row, to: Status, patch: TransitionPatch): Promise<Pick<Row, "id" | "attempt" | "status"> | undefined> {
+  async move(
+    row: Row,
+    to: Status,
+    patch: TransitionPatch,
+  ): Promise<Pick<Row, "id" | "attempt" | "status"> | undefined> {
     const res = await this.update(row, to, patch, false);
     return Number(res.numAffectedRows) === 1 ? { id: row.id, attempt: row.attempt, status: to } : undefined;
   }
@@ -293,63 +425,118 @@ export class Store {
       // pending is "known not done" (the database refuses maybe_committed = 1 there); unknown is
       // "may have committed": the store sets the flag so no caller can forget it.
       maybe: to === "pending" ? 0 : to === "unknown" ? 1 : undefined,
-      id: row.id, tenant: row.tenant_id, key: row.key, from: row.status, attempt: row.attempt, to, actor: patch.actor, reason: patch.reason,
-      lease_owner: keepLease ? row.lease_owner : null, lease_expires_at: keepLease ? row.lease_expires_at : null,
-      result_json: patch.result_json, error_json: patch.error_json, provider_reference: patch.provider_reference, resolution_json: patch.resolution_json,
-      checkAfterMs: patch.checkAfterMs == null ? null : Math.round(patch.checkAfterMs), checks: patch.checks, retentionMs: patch.retentionMs,
+      id: row.id,
+      tenant: row.tenant_id,
+      key: row.key,
+      from: row.status,
+      attempt: row.attempt,
+      to,
+      actor: patch.actor,
+      reason: patch.reason,
+      lease_owner: keepLease ? row.lease_owner : null,
+      lease_expires_at: keepLease ? row.lease_expires_at : null,
+      result_json: patch.result_json,
+      error_json: patch.error_json,
+      provider_reference: patch.provider_reference,
+      resolution_json: patch.resolution_json,
+      checkAfterMs: patch.checkAfterMs == null ? null : Math.round(patch.checkAfterMs),
+      checks: patch.checks,
+      retentionMs: patch.retentionMs,
       alert: patch.alert ? 1 : 0,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
-    const shape = `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
+    const shape =
+      `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
-    return this.guard(row.id, this.hot.run(`${shape}:${to === "pending" || to === "unknown"}`, (v) => {
-      const now = this.now();
-      const q = this.db
-        .updateTable("idem_operations")
-        .set({
-          status: v("to"), actor: v("actor"), reason: v("reason"), updated_at: now,
-          lease_owner: v("lease_owner"), lease_expires_at: v("lease_expires_at"),
-          ...(has("result_json") && { result_json: v("result_json") }),
-          ...(has("error_json") && { error_json: v("error_json") }),
-          ...(has("provider_reference") && { provider_reference: v("provider_reference") }),
-          ...(has("resolution_json") && { resolution_json: v("resolution_json") }),
-          ...(has("checkAfterMs") && { next_check_at: patch.checkAfterMs === null ? null : sql<number>`${now} + ${v("checkAfterMs")}` }),
-          ...(has("checks") && { checks: v("checks") }),
-          ...(has("alert") && { alert_pending: v("alert") }),
-          ...(done && { completed_at: now }),
-          ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
-          ...(patch.executionEnded && { last_execution_at: now }),
-          ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
-        })
-        .where("tenant_id", "=", v("tenant"))
-        .where("key", "=", v("key"))
-        .where("id", "=", v("id"))
-        .where("status", "=", v("from"))
-        .where("attempt", "=", v("attempt"));
-      return returning ? q.returning(ROW_COLUMNS) : q;
-    }, values));
+    return this.guard(
+      row.id,
+      this.hot.run(
+        `${shape}:${to === "pending" || to === "unknown"}`,
+        (v) => {
+          const now = this.now();
+          const q = this.db
+            .updateTable("idem_operations")
+            .set({
+              status: v("to"),
+              actor: v("actor"),
+              reason: v("reason"),
+              updated_at: now,
+              lease_owner: v("lease_owner"),
+              lease_expires_at: v("lease_expires_at"),
+              ...(has("result_json") && { result_json: v("result_json") }),
+              ...(has("error_json") && { error_json: v("error_json") }),
+              ...(has("provider_reference") && { provider_reference: v("provider_reference") }),
+              ...(has("resolution_json") && { resolution_json: v("resolution_json") }),
+              ...(has("checkAfterMs") && {
+                next_check_at: patch.checkAfterMs === null ? null : sql<number>`${now} + ${v("checkAfterMs")}`,
+              }),
+              ...(has("checks") && { checks: v("checks") }),
+              ...(has("alert") && { alert_pending: v("alert") }),
+              ...(done && { completed_at: now }),
+              ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
+              ...(patch.executionEnded && { last_execution_at: now }),
+              ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
+            })
+            .where("tenant_id", "=", v("tenant"))
+            .where("key", "=", v("key"))
+            .where("id", "=", v("id"))
+            .where("status", "=", v("from"))
+            .where("attempt", "=", v("attempt"));
+          return returning ? q.returning(ROW_COLUMNS) : q;
+        },
+        values,
+      ),
+    );
   }
 
   /** Appends an event that did not change the row (a fenced-off completion) to its history. */
   async recordEvent(row: Row, e: { attempt: number; actor: string | null; reason: string; to: Status }): Promise<void> {
     // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
-    const json = JSON.stringify({ from: row.status, to: e.to, attempt: e.attempt, actor: e.actor, reason: e.reason, ref: row.provider_reference });
+    const json = JSON.stringify({
+      from: row.status,
+      to: e.to,
+      attempt: e.attempt,
+      actor: e.actor,
+      reason: e.reason,
+      ref: row.provider_reference,
+    });
     // Capped like the trigger's appends (migration 0003): the first events stay, the middle ones are counted.
-    const full = this.dialect === "postgres" ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}` : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
-    const history = this.dialect === "postgres"
-      ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
-      : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
-    await this.guard(row.id, this.db.updateTable("idem_operations")
-      .set({ history: history as any, history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any })
-      .where("tenant_id", "=", row.tenant_id).where("key", "=", row.key).where("id", "=", row.id).execute());
+    const full =
+      this.dialect === "postgres"
+        ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}`
+        : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
+    const history =
+      this.dialect === "postgres"
+        ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
+        : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
+    await this.guard(
+      row.id,
+      this.db
+        .updateTable("idem_operations")
+        .set({
+          history: history as any,
+          history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,
+        })
+        .where("tenant_id", "=", row.tenant_id)
+        .where("key", "=", row.key)
+        .where("id", "=", row.id)
+        .execute(),
+    );
   }
 
   /** The operation's audit events, oldest first (`seq` from 1, counting the events elided from the middle). */
   async events(tenant: string, operationId: string): Promise<(HistoryEvent & { seq: number })[]> {
-    const row = await this.guard(operationId, this.db.selectFrom("idem_operations").select(["history", "history_elided"])
-      .where("tenant_id", "=", tenant).where("id", "=", operationId).executeTakeFirst());
+    const row = await this.guard(
+      operationId,
+      this.db
+        .selectFrom("idem_operations")
+        .select(["history", "history_elided"])
+        .where("tenant_id", "=", tenant)
+        .where("id", "=", operationId)
+        .executeTakeFirst(),
+    );
     if (!row) return [];
     const history = typeof row.history === "string" ? (JSON.parse(row.history) as HistoryEvent[]) : row.history;
     const elided = Number(row.history_elided);
@@ -368,7 +555,13 @@ export class Store {
     if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
     if (f.before !== undefined) q = q.where("id", "<", f.before);
     // (tenant_id, id) is an index: one tenant's newest first without a sort
-    return this.guard(undefined, q.orderBy("id", "desc").limit(f.limit ?? 100).execute());
+    return this.guard(
+      undefined,
+      q
+        .orderBy("id", "desc")
+        .limit(f.limit ?? 100)
+        .execute(),
+    );
   }
 
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
@@ -377,45 +570,89 @@ export class Store {
     const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
       // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
       // LIMIT per row and claim them all.
-      let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"])).orderBy(indexOrder).limit(max);
+      let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"]))
+        .orderBy(indexOrder)
+        .limit(max);
       if (this.dialect === "postgres") due = due.forUpdate().skipLocked();
       return where(this.db.with("due", () => due).updateTable("idem_operations"))
         .set({ next_check_at: sql<number>`${now} + ${claimMs}` })
-        .where((eb: any) => eb(eb.refTuple("tenant_id", "key"), "in", eb.selectFrom("due").select(["tenant_id", "key"])))
+        .where((eb: any) =>
+          eb(eb.refTuple("tenant_id", "key"), "in", eb.selectFrom("due").select(["tenant_id", "key"])),
+        )
         .returning(["id", "tenant_id", "status", "action"])
         .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
     };
-    const expired = await this.guard(undefined, claim(
-      (q) => q.where("status", "=", RUNNING).where("lease_expires_at", "<=", now)
-        .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
-      "lease_expires_at",
-    ));
+    const expired = await this.guard(
+      undefined,
+      claim(
+        (q) =>
+          q
+            .where("status", "=", RUNNING)
+            .where("lease_expires_at", "<=", now)
+            .where((eb: any) => eb.or([eb("next_check_at", "is", null), eb("next_check_at", "<=", now)])),
+        "lease_expires_at",
+      ),
+    );
     // At most `limit` in all: the second scan gets what the first left.
     const left = limit - expired.length;
     if (left <= 0) return expired;
-    const due = await this.guard(undefined, claim((q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now), "next_check_at", left));
+    const due = await this.guard(
+      undefined,
+      claim(
+        (q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now),
+        "next_check_at",
+        left,
+      ),
+    );
     return [...expired, ...due];
   }
 
   async alertsDue(limit: number): Promise<Row[]> {
-    return this.guard(undefined, this.db.selectFrom("idem_operations").select(ROW_COLUMNS).where("alert_pending", "=", sql.lit(1)).orderBy("updated_at").limit(limit).execute());
+    return this.guard(
+      undefined,
+      this.db
+        .selectFrom("idem_operations")
+        .select(ROW_COLUMNS)
+        .where("alert_pending", "=", sql.lit(1))
+        .orderBy("updated_at")
+        .limit(limit)
+        .execute(),
+    );
   }
 
   async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {
-    await this.guard(id, this.db.updateTable("idem_operations").set({ alert_pending: 0 })
-      .where("id", "=", id).where("tenant_id", "=", tenant).where("updated_at", "=", updatedAt).execute());
+    await this.guard(
+      id,
+      this.db
+        .updateTable("idem_operations")
+        .set({ alert_pending: 0 })
+        .where("id", "=", id)
+        .where("tenant_id", "=", tenant)
+        .where("updated_at", "=", updatedAt)
+        .execute(),
+    );
   }
 
   /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
   async stuck(olderThanMs: number, limit: number): Promise<(Row & { age_ms: number })[]> {
-    const rows = await this.guard(undefined, this.db.selectFrom("idem_operations").select(ROW_COLUMNS).select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
-      .where("status", "=", RUNNING)
-      .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`).orderBy("updated_at").limit(limit).execute());
+    const rows = await this.guard(
+      undefined,
+      this.db
+        .selectFrom("idem_operations")
+        .select(ROW_COLUMNS)
+        .select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
+        .where("status", "=", RUNNING)
+        .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`)
+        .orderBy("updated_at")
+        .limit(limit)
+        .execute(),
+    );
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 
   async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
-    let q = this.db.selectFrom("idem_operations")
+    let q = this.db
+      .selectFrom("idem_operations")
       .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
       .groupBy(["tenant_id", "action", "status"]);
     if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
@@ -431,7 +668,11 @@ export class Store {
       return await work;
     } catch (cause) {
       if (cause instanceof IdemError) throw cause;
-      throw new LedgerUnavailableError(`the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`, operationId, { cause });
+      throw new LedgerUnavailableError(
+        `the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`,
+        operationId,
+        { cause },
+      );
     }
   }
 
@@ -444,7 +685,14 @@ export class Store {
       .where("expires_at", "<=", this.now())
       .where("status", "in", ["succeeded", "failed"])
       .limit(limit);
-    const res = await this.guard(undefined, this.db.deleteFrom("idem_operations").where("id", "in", doomed).where("tenant_id", "=", tenant).executeTakeFirst());
+    const res = await this.guard(
+      undefined,
+      this.db
+        .deleteFrom("idem_operations")
+        .where("id", "in", doomed)
+        .where("tenant_id", "=", tenant)
+        .executeTakeFirst(),
+    );
     return Number(res.numDeletedRows);
   }
 }

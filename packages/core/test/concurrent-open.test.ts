@@ -19,7 +19,9 @@ const OPENER = fileURLToPath(new URL("./children/opener.ts", import.meta.url));
 
 /** Each migration listed once, in order, and a guarded run that executes once and replays. */
 async function expectMigratedOnce(ledger: Ledger): Promise<void> {
-  const { rows } = await sql<{ name: string }>`select name from idem_migration order by name`.execute(databaseOf(ledger));
+  const { rows } = await sql<{ name: string }>`select name from idem_migration order by name`.execute(
+    databaseOf(ledger),
+  );
   expect(rows.map((r) => r.name)).toEqual(MIGRATION_NAMES);
   const p = new TestProvider();
   const send = p.action("mail.send", {});
@@ -33,7 +35,9 @@ describe("concurrent opens of a new SQLite file", () => {
   const opened: Ledger[] = [];
   const children: Child[] = [];
   afterEach(async () => {
-    await Promise.all(children.splice(0).map((c) => (c.proc.exitCode === null && c.proc.signalCode === null ? kill9(c) : undefined)));
+    await Promise.all(
+      children.splice(0).map((c) => (c.proc.exitCode === null && c.proc.signalCode === null ? kill9(c) : undefined)),
+    );
     for (const l of opened.splice(0)) await l.close();
   });
 
@@ -42,25 +46,35 @@ describe("concurrent opens of a new SQLite file", () => {
       const url = `sqlite:${join(tempDir(), "ledger.db")}`;
       const outcomes = await Promise.allSettled(Array.from({ length: 8 }, () => openLedger(url)));
       for (const o of outcomes) if (o.status === "fulfilled") opened.push(o.value);
-      expect(outcomes.filter((o) => o.status === "rejected").map((o) => String((o as PromiseRejectedResult).reason))).toEqual([]);
+      expect(
+        outcomes.filter((o) => o.status === "rejected").map((o) => String((o as PromiseRejectedResult).reason)),
+      ).toEqual([]);
       await expectMigratedOnce(opened.at(-1)!);
       for (const l of opened.splice(0)) await l.close();
     }
   });
 
-  it("across processes: 16 agents open one new file at once, all exit 0 and it is migrated once", async () => {
-    const url = `sqlite:${join(tempDir(), "ledger.db")}`;
-    children.push(...Array.from({ length: 16 }, () => startChild(OPENER, [], { LEDGER_URL: url })));
-    await Promise.all(children.map((c) => c.waitFor(/^ready$/, 90_000)));
-    for (const c of children) c.send("go");
-    const exits = await Promise.all(children.map((c) => c.exited));
-    const failed = exits.filter((e) => e.code !== 0).map((e) => `exit ${e.code ?? e.signal}: ${e.stderr.split("\n").find((l) => /^\w*Error\b/.test(l)) ?? e.stderr}`);
-    expect(failed).toEqual([]);
-    expect(children.every((c) => c.lines.includes("opened"))).toBe(true);
-    const ledger = await openLedger(url, { migrate: false });
-    opened.push(ledger);
-    await expectMigratedOnce(ledger);
-  }, scaled(120_000));
+  it(
+    "across processes: 16 agents open one new file at once, all exit 0 and it is migrated once",
+    async () => {
+      const url = `sqlite:${join(tempDir(), "ledger.db")}`;
+      children.push(...Array.from({ length: 16 }, () => startChild(OPENER, [], { LEDGER_URL: url })));
+      await Promise.all(children.map((c) => c.waitFor(/^ready$/, 90_000)));
+      for (const c of children) c.send("go");
+      const exits = await Promise.all(children.map((c) => c.exited));
+      const failed = exits
+        .filter((e) => e.code !== 0)
+        .map(
+          (e) => `exit ${e.code ?? e.signal}: ${e.stderr.split("\n").find((l) => /^\w*Error\b/.test(l)) ?? e.stderr}`,
+        );
+      expect(failed).toEqual([]);
+      expect(children.every((c) => c.lines.includes("opened"))).toBe(true);
+      const ledger = await openLedger(url, { migrate: false });
+      opened.push(ledger);
+      await expectMigratedOnce(ledger);
+    },
+    scaled(120_000),
+  );
 
   /**
    * The first open of a new file converts it to WAL under its write lock; an open meanwhile got

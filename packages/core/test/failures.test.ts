@@ -6,20 +6,44 @@
  */
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
-import { CompletionNotRecordedError, LeaseDeadlineError, LedgerUnavailableError, defineAction, type Ledger } from "@idem/core";
+import {
+  CompletionNotRecordedError,
+  LeaseDeadlineError,
+  LedgerUnavailableError,
+  defineAction,
+  type Ledger,
+} from "@idem/core";
 import { DIALECTS, type TestDialect } from "@idem/testkit";
 import { databaseOf } from "@idem/core/testing";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
 /** Makes the database refuse some writes, as a failing disk or connection would. */
-async function refuse(ledger: Ledger, dialect: TestDialect, name: string, when: { sqlite: string; postgres: string }, of: string): Promise<() => Promise<void>> {
+async function refuse(
+  ledger: Ledger,
+  dialect: TestDialect,
+  name: string,
+  when: { sqlite: string; postgres: string },
+  of: string,
+): Promise<() => Promise<void>> {
   if (dialect === "sqlite") {
-    await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations WHEN ${when.sqlite} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`).execute(databaseOf(ledger));
+    await sql
+      .raw(
+        `CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations WHEN ${when.sqlite} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`,
+      )
+      .execute(databaseOf(ledger));
     return async () => void (await sql.raw(`DROP TRIGGER ${name}`).execute(databaseOf(ledger)));
   }
-  await sql.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error (test)'; END $$`).execute(databaseOf(ledger));
-  await sql.raw(`CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations FOR EACH ROW WHEN (${when.postgres}) EXECUTE FUNCTION ${name}()`).execute(databaseOf(ledger));
+  await sql
+    .raw(
+      `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error (test)'; END $$`,
+    )
+    .execute(databaseOf(ledger));
+  await sql
+    .raw(
+      `CREATE TRIGGER ${name} BEFORE UPDATE OF ${of} ON idem_operations FOR EACH ROW WHEN (${when.postgres}) EXECUTE FUNCTION ${name}()`,
+    )
+    .execute(databaseOf(ledger));
   return async () => {
     await sql.raw(`DROP TRIGGER ${name} ON idem_operations`).execute(databaseOf(ledger));
     await sql.raw(`DROP FUNCTION ${name}()`).execute(databaseOf(ledger));
@@ -46,7 +70,13 @@ for (const dialect of DIALECTS) {
       const mail = p.action("mail", { lookup: true });
       const ledger = await db.open({ leaseMs: 300, actions: [mail] });
       const tenant = uniqueTenant();
-      const undo = await refuse(ledger, dialect, "refuse_success", { sqlite: "NEW.status = 'succeeded'", postgres: "NEW.status = 'succeeded'" }, "status");
+      const undo = await refuse(
+        ledger,
+        dialect,
+        "refuse_success",
+        { sqlite: "NEW.status = 'succeeded'", postgres: "NEW.status = 'succeeded'" },
+        "status",
+      );
       const err = await ledger.run(mail, { tenant, key: ["c1"], args: { to: "x" } }).catch((e: unknown) => e);
       await undo();
       expect(err).toBeInstanceOf(CompletionNotRecordedError);
@@ -62,14 +92,21 @@ for (const dialect of DIALECTS) {
     it("heartbeats that fail: the action's signal aborts before the lease can pass to another worker", async () => {
       const ledger = await db.open({ leaseMs: 400 });
       const tenant = uniqueTenant();
-      const undo = await refuse(ledger, dialect, "refuse_beat", {
-        sqlite: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
-        postgres: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
-      }, "lease_expires_at");
+      const undo = await refuse(
+        ledger,
+        dialect,
+        "refuse_beat",
+        {
+          sqlite: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
+          postgres: "NEW.status = 'running' AND OLD.status = 'running' AND NEW.attempt = OLD.attempt",
+        },
+        "lease_expires_at",
+      );
       const started = performance.now();
       let reason: unknown;
       const slow = defineAction({
-        type: "slow", capabilities: {},
+        type: "slow",
+        capabilities: {},
         execute: async (_a: { n: number }, op) => {
           await new Promise((resolve) => op.signal.addEventListener("abort", resolve, { once: true }));
           reason = op.signal.reason;
@@ -93,7 +130,14 @@ for (const dialect of DIALECTS) {
       const tenant = uniqueTenant();
       let release!: () => void;
       const slowModel = new Promise<void>((r) => (release = r));
-      const run = ledger.run(mail, { tenant, key: ["lazy"], args: async () => { await slowModel; return { to: "x" }; } });
+      const run = ledger.run(mail, {
+        tenant,
+        key: ["lazy"],
+        args: async () => {
+          await slowModel;
+          return { to: "x" };
+        },
+      });
       await new Promise((r) => setTimeout(r, 500)); // three leases long
       const [op] = await ledger.admin.list({ tenant });
       const meanwhile = await daemon.settle({ tenant, id: op!.id, actor: "daemon" });
@@ -111,7 +155,9 @@ for (const dialect of DIALECTS) {
       const dying = await db.open({ leaseMs: 100 });
       const ledger = await db.open({ leaseMs: 100, actions: [mail] });
       const tenant = uniqueTenant();
-      void dying.run(mail, { tenant, key: ["gone"], args: () => new Promise<{ to: string }>(() => {}) }).catch(() => {});
+      void dying
+        .run(mail, { tenant, key: ["gone"], args: () => new Promise<{ to: string }>(() => {}) })
+        .catch(() => {});
       await new Promise((r) => setTimeout(r, 30));
       await dying.close(); // the worker is gone: no more heartbeats
       await new Promise((r) => setTimeout(r, 200));
@@ -134,7 +180,9 @@ for (const dialect of DIALECTS) {
       const [op] = await ledger.admin.list({ tenant });
       expect(op!.nextCheckAt! - op!.updatedAt).toBe(60_000);
       // and another caller is held to it too: the provider asked everyone to wait
-      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } })).toMatchObject({ state: "pending" });
+      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["r"], args: { to: "x" } })).toMatchObject({
+        state: "pending",
+      });
       expect(p.effects).toHaveLength(0);
     });
 
@@ -142,8 +190,16 @@ for (const dialect of DIALECTS) {
       const { ledger, tenant, out } = await unknownOutcome();
       for (let i = 0; i < 3; i++) await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });
       expect((await ledger.get({ tenant, id: out.operationId })).operation.checks).toBe(3);
-      const escalated = await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon", escalate: { maxChecks: 3, maxAgeMs: 3_600_000 } });
-      expect(escalated).toMatchObject({ state: "needs_review", reason: expect.stringMatching(/still unknown after 3/) });
+      const escalated = await ledger.daemon.settle({
+        tenant,
+        id: out.operationId,
+        actor: "daemon",
+        escalate: { maxChecks: 3, maxAgeMs: 3_600_000 },
+      });
+      expect(escalated).toMatchObject({
+        state: "needs_review",
+        reason: expect.stringMatching(/still unknown after 3/),
+      });
       const back = await ledger.admin.retry({ tenant, id: out.operationId, actor: "ops", reason: "not sent" });
       expect(back).toMatchObject({ status: "pending", checks: 0 });
     });
@@ -152,24 +208,38 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       const ledger = await db.open();
       const tenant = uniqueTenant();
-      const undo = dialect === "sqlite"
-        ? await (async () => {
-          // The file may not grow by a page more: the next claim's commit fails with SQLITE_FULL.
-          const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(databaseOf(ledger));
-          await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count}`).execute(databaseOf(ledger));
-          return async () => void (await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(databaseOf(ledger)));
-        })()
-        : await (async () => {
-          await sql.raw(`CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device (test)'; END $$`).execute(databaseOf(ledger));
-          await sql.raw(`CREATE TRIGGER refuse_claim BEFORE INSERT ON idem_operations FOR EACH ROW EXECUTE FUNCTION refuse_claim()`).execute(databaseOf(ledger));
-          return async () => {
-            await sql.raw(`DROP TRIGGER refuse_claim ON idem_operations`).execute(databaseOf(ledger));
-            await sql.raw(`DROP FUNCTION refuse_claim()`).execute(databaseOf(ledger));
-          };
-        })();
+      const undo =
+        dialect === "sqlite"
+          ? await (async () => {
+              // The file may not grow by a page more: the next claim's commit fails with SQLITE_FULL.
+              const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(databaseOf(ledger));
+              await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count}`).execute(databaseOf(ledger));
+              return async () => void (await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(databaseOf(ledger)));
+            })()
+          : await (async () => {
+              await sql
+                .raw(
+                  `CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device (test)'; END $$`,
+                )
+                .execute(databaseOf(ledger));
+              await sql
+                .raw(
+                  `CREATE TRIGGER refuse_claim BEFORE INSERT ON idem_operations FOR EACH ROW EXECUTE FUNCTION refuse_claim()`,
+                )
+                .execute(databaseOf(ledger));
+              return async () => {
+                await sql.raw(`DROP TRIGGER refuse_claim ON idem_operations`).execute(databaseOf(ledger));
+                await sql.raw(`DROP FUNCTION refuse_claim()`).execute(databaseOf(ledger));
+              };
+            })();
       const big = "x".repeat(200_000); // more than the free pages left
       const errors: unknown[] = [];
-      for (let i = 0; i < 5; i++) errors.push(await ledger.run(p.action("mail", {}), { tenant, key: [`full-${i}`], args: { to: big } }).catch((e: unknown) => e));
+      for (let i = 0; i < 5; i++)
+        errors.push(
+          await ledger
+            .run(p.action("mail", {}), { tenant, key: [`full-${i}`], args: { to: big } })
+            .catch((e: unknown) => e),
+        );
       await undo();
       for (const e of errors) expect(e).toBeInstanceOf(LedgerUnavailableError);
       expect(p.calls).toBe(0);
@@ -183,7 +253,11 @@ for (const dialect of DIALECTS) {
       expect(operation.checks).toBe(150);
       const total = 2 + 150 * 2; // claim, unknown, then running + unknown per check
       expect(events).toHaveLength(100);
-      expect(events.slice(0, 3).map((e) => [e.id, e.from, e.to])).toEqual([[1, null, "running"], [2, "running", "unknown"], [3, "unknown", "running"]]);
+      expect(events.slice(0, 3).map((e) => [e.id, e.from, e.to])).toEqual([
+        [1, null, "running"],
+        [2, "running", "unknown"],
+        [3, "unknown", "running"],
+      ]);
       expect(events.at(-1)!.id).toBe(total);
       expect(events.slice(10).map((e) => e.id)).toEqual(Array.from({ length: 90 }, (_, i) => total - 89 + i));
     });
@@ -192,7 +266,11 @@ for (const dialect of DIALECTS) {
       let seen: { now: number; createdAt: number } | undefined;
       const at = 1_900_000_000_000;
       const ledger = await db.open({ clock: () => at });
-      const probe = defineAction({ type: "probe", capabilities: {}, execute: async (_a: { n: number }, op) => (seen = { now: op.now, createdAt: op.createdAt }) });
+      const probe = defineAction({
+        type: "probe",
+        capabilities: {},
+        execute: async (_a: { n: number }, op) => (seen = { now: op.now, createdAt: op.createdAt }),
+      });
       await ledger.run(probe, { tenant: uniqueTenant(), key: ["t"], args: { n: 1 } });
       expect(seen).toEqual({ now: at, createdAt: at });
     });

@@ -14,7 +14,15 @@
 import { describe, expect, it } from "vitest";
 import { PostgresDialect, SqliteDialect, sql, type DatabaseConnection, type Dialect, type Driver } from "kysely";
 import { setImmediate as yieldToLoop } from "node:timers/promises";
-import { CompletionNotRecordedError, defineAction, type ActionDefinition, type Capabilities, type Classification, type Ledger, type LookupContract } from "@idem/core";
+import {
+  CompletionNotRecordedError,
+  defineAction,
+  type ActionDefinition,
+  type Capabilities,
+  type Classification,
+  type Ledger,
+  type LookupContract,
+} from "@idem/core";
 import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { DIALECTS, scaled, type TestDialect } from "@idem/testkit";
 import { ledgers } from "./support/ledgers.js";
@@ -163,7 +171,13 @@ function jittered(dialect: Dialect): Dialect {
               // (no I/O between them in the runner): no time is inserted there. A process that
               // stalls right there for a whole lease is a zombie no ledger can fence without the
               // provider's help (a deduping key does; a lookup cannot).
-              granting.set(wrapper, /^insert into "idem_operations"/.test(q.sql) || (/^update "idem_operations" set "status" = /.test(q.sql) && q.parameters[0] === "running" && /"attempt" = /.test(q.sql)));
+              granting.set(
+                wrapper,
+                /^insert into "idem_operations"/.test(q.sql) ||
+                  (/^update "idem_operations" set "status" = /.test(q.sql) &&
+                    q.parameters[0] === "running" &&
+                    /"attempt" = /.test(q.sql)),
+              );
               return c.executeQuery(q);
             },
             streamQuery: (q, chunkSize) => c.streamQuery(q, chunkSize),
@@ -192,37 +206,70 @@ async function openJittered(dialect: TestDialect, url: string, options: TestLedg
     return openTestLedger(jittered(new SqliteDialect({ database })), options);
   }
   const { default: pg } = await import("pg");
-  return openTestLedger(jittered(new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 8 }) })), options);
+  return openTestLedger(
+    jittered(new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 8 }) })),
+    options,
+  );
 }
 
-const ACTIONS = { dedupe: simAction("dedupe"), lookup: simAction("lookup"), both: simAction("both"), neither: simAction("neither") };
+const ACTIONS = {
+  dedupe: simAction("dedupe"),
+  lookup: simAction("lookup"),
+  both: simAction("both"),
+  neither: simAction("neither"),
+};
 
 async function breaker(ledger: Ledger, dialect: TestDialect): Promise<() => Promise<void>> {
   const db = databaseOf(ledger);
   // A real failing write, by the database itself: the next completion raises once.
   if (dialect === "sqlite") {
     await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(db);
-    await sql.raw(`CREATE TRIGGER IF NOT EXISTS sim_break BEFORE UPDATE OF status ON idem_operations
+    await sql
+      .raw(`CREATE TRIGGER IF NOT EXISTS sim_break BEFORE UPDATE OF status ON idem_operations
       WHEN NEW.status = 'succeeded' AND (SELECT count(*) FROM sim_faults WHERE armed = 1) > 0
-      BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`).execute(db);
+      BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`)
+      .execute(db);
   } else {
     await sql.raw(`CREATE TABLE IF NOT EXISTS sim_faults (armed INTEGER NOT NULL)`).execute(db);
-    await sql.raw(`CREATE OR REPLACE FUNCTION sim_break() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF EXISTS (SELECT 1 FROM sim_faults WHERE armed = 1) THEN RAISE EXCEPTION 'simulated I/O failure'; END IF; RETURN NEW; END $$`).execute(db);
+    await sql
+      .raw(`CREATE OR REPLACE FUNCTION sim_break() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF EXISTS (SELECT 1 FROM sim_faults WHERE armed = 1) THEN RAISE EXCEPTION 'simulated I/O failure'; END IF; RETURN NEW; END $$`)
+      .execute(db);
     await sql.raw(`DROP TRIGGER IF EXISTS sim_break ON idem_operations`).execute(db);
-    await sql.raw(`CREATE TRIGGER sim_break BEFORE UPDATE OF status ON idem_operations FOR EACH ROW
-      WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION sim_break()`).execute(db);
+    await sql
+      .raw(`CREATE TRIGGER sim_break BEFORE UPDATE OF status ON idem_operations FOR EACH ROW
+      WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION sim_break()`)
+      .execute(db);
   }
   return async () => {
     await sql.raw(`INSERT INTO sim_faults (armed) VALUES (1)`).execute(db);
     // Disarmed shortly after: the first write fails, the runner's retry succeeds.
-    setTimeout(() => void sql.raw(`DELETE FROM sim_faults`).execute(db).catch(() => {}), 10);
+    setTimeout(
+      () =>
+        void sql
+          .raw(`DELETE FROM sim_faults`)
+          .execute(db)
+          .catch(() => {}),
+      10,
+    );
   };
 }
 
-async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, breakNext: () => Promise<void>): Promise<string[]> {
+async function runSeed(
+  ledger: Ledger,
+  seed: number,
+  dialect: TestDialect,
+  breakNext: () => Promise<void>,
+): Promise<string[]> {
   const random = rng(seed);
-  const w: World = { now: 1_700_000_000_000 + seed * 10_000_000, random, effects: new Map(), breakNextCompletion: breakNext, calm: false, n: 0 };
+  const w: World = {
+    now: 1_700_000_000_000 + seed * 10_000_000,
+    random,
+    effects: new Map(),
+    breakNextCompletion: breakNext,
+    calm: false,
+    n: 0,
+  };
   world = w;
   const kind = (["dedupe", "lookup", "both", "neither"] as const)[Math.floor(random() * 4)]!;
   const action = ACTIONS[kind];
@@ -232,16 +279,25 @@ async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, break
   const call = async (key: string) => {
     await yields(w, 20);
     try {
-      await ledger.run(action, { tenant, key: [key], args: { amount: 100 }, budget: { attempts: 1 + Math.floor(random() * 3) } });
+      await ledger.run(action, {
+        tenant,
+        key: [key],
+        args: { amount: 100 },
+        budget: { attempts: 1 + Math.floor(random() * 3) },
+      });
     } catch (e) {
-      if (!(CompletionNotRecordedError && e instanceof CompletionNotRecordedError)) problems.push(`run threw ${String(e)}`);
+      if (!(CompletionNotRecordedError && e instanceof CompletionNotRecordedError))
+        problems.push(`run threw ${String(e)}`);
     }
   };
   const daemon = async (rounds: number) => {
     for (let i = 0; i < rounds; i++) {
       await yields(w, 10);
       const due = (await ledger.daemon.claimDue({ limit: 10, claimMs: 30_000 })).filter((r) => r.tenant === tenant);
-      for (const r of due) await ledger.daemon.settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
+      for (const r of due)
+        await ledger.daemon
+          .settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } })
+          .catch((e) => problems.push(`settle threw ${String(e)}`));
     }
   };
   const clock = async () => {
@@ -260,7 +316,10 @@ async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, break
     w.now += MAX_JUMP_MS;
     const due = (await ledger.daemon.claimDue({ limit: 50, claimMs: 30_000 })).filter((r) => r.tenant === tenant);
     if (due.length === 0) break;
-    for (const r of due) await ledger.daemon.settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } }).catch((e) => problems.push(`settle threw ${String(e)}`));
+    for (const r of due)
+      await ledger.daemon
+        .settle({ tenant, id: r.id, actor: "daemon", escalate: { maxChecks: 8, maxAgeMs: 3_600_000 } })
+        .catch((e) => problems.push(`settle threw ${String(e)}`));
   }
   for (const [key, list] of w.effects) {
     if (list.length > 1) problems.push(`${kind}: ${list.length} effects for ${key}`);
@@ -268,15 +327,23 @@ async function runSeed(ledger: Ledger, seed: number, dialect: TestDialect, break
   if (problems.length && dumped++ < 3) {
     for (const op of await ledger.admin.list({ tenant })) {
       const { events } = await ledger.get({ tenant, id: op.id });
-      console.error(`seed ${seed}`, op.keyLabel, op.status, events.map((e) => `${e.from}>${e.to}@${e.attempt} [${e.actor}] ${e.reason} t=${e.at}`).join("\n  "));
+      console.error(
+        `seed ${seed}`,
+        op.keyLabel,
+        op.status,
+        events.map((e) => `${e.from}>${e.to}@${e.attempt} [${e.actor}] ${e.reason} t=${e.at}`).join("\n  "),
+      );
     }
   }
   for (const op of await ledger.admin.list({ tenant })) {
     const key = op.keyLabel ? (JSON.parse(op.keyLabel) as string[])[0]! : "?";
     const hit = [...w.effects.entries()].find(([k]) => k === op.key)?.[1] ?? [];
-    if (!["succeeded", "failed", "needs_review"].includes(op.status)) problems.push(`${kind}: ${key} ended ${op.status}`);
+    if (!["succeeded", "failed", "needs_review"].includes(op.status))
+      problems.push(`${kind}: ${key} ended ${op.status}`);
     if (op.status === "succeeded" && (hit.length !== 1 || (op.result as { id: string }).id !== hit[0]!.id)) {
-      problems.push(`${kind}: ${key} succeeded with ${JSON.stringify(op.result)} but the target has ${JSON.stringify(hit)}`);
+      problems.push(
+        `${kind}: ${key} succeeded with ${JSON.stringify(op.result)} but the target has ${JSON.stringify(hit)}`,
+      );
     }
   }
   return problems;
@@ -288,21 +355,28 @@ for (const dialect of DIALECTS) {
     const only = process.env.SIM_SEED === undefined ? undefined : Number(process.env.SIM_SEED);
     const seeds = only === undefined ? SEEDS[dialect] : 1;
 
-    it(`${seeds} seeded schedules: never a second effect, every operation settled`, async () => {
-      await db.open(); // migrates the file's database
-      const ledger = await openJittered(dialect, db.url(), {
-        clock: () => world?.now ?? Date.now(), leaseMs: LEASE_MS, budget: { baseDelayMs: 1, maxDelayMs: 4, elapsedMs: 5_000 }, actions: Object.values(ACTIONS),
-      });
-      const breakNext = await breaker(ledger, dialect);
-      const failures: string[] = [];
-      for (let i = 0; i < seeds; i++) {
-        const seed = only ?? i + 1;
-        const problems = await runSeed(ledger, seed, dialect, breakNext);
-        if (problems.length) failures.push(`seed ${seed} (SIM_SEED=${seed}): ${problems.slice(0, 4).join("; ")}`);
-      }
-      await ledger.close();
-      if (failures.length) console.error(failures.slice(0, 20).join("\n"));
-      expect(failures, `${failures.length} of ${seeds} seeds broke "once"`).toEqual([]);
-    }, scaled(600_000));
+    it(
+      `${seeds} seeded schedules: never a second effect, every operation settled`,
+      async () => {
+        await db.open(); // migrates the file's database
+        const ledger = await openJittered(dialect, db.url(), {
+          clock: () => world?.now ?? Date.now(),
+          leaseMs: LEASE_MS,
+          budget: { baseDelayMs: 1, maxDelayMs: 4, elapsedMs: 5_000 },
+          actions: Object.values(ACTIONS),
+        });
+        const breakNext = await breaker(ledger, dialect);
+        const failures: string[] = [];
+        for (let i = 0; i < seeds; i++) {
+          const seed = only ?? i + 1;
+          const problems = await runSeed(ledger, seed, dialect, breakNext);
+          if (problems.length) failures.push(`seed ${seed} (SIM_SEED=${seed}): ${problems.slice(0, 4).join("; ")}`);
+        }
+        await ledger.close();
+        if (failures.length) console.error(failures.slice(0, 20).join("\n"));
+        expect(failures, `${failures.length} of ${seeds} seeds broke "once"`).toEqual([]);
+      },
+      scaled(600_000),
+    );
   });
 }

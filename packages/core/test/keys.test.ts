@@ -11,7 +11,11 @@ describe("operationKey", () => {
       '["weekly-report","client-42","2026-W48"]',
     ],
     [
-      { tenant: "acme", action: "stripe.paymentIntents.create", parts: [{ order: "o_1", b: 2, a: [1, "x", null, true] }] },
+      {
+        tenant: "acme",
+        action: "stripe.paymentIntents.create",
+        parts: [{ order: "o_1", b: 2, a: [1, "x", null, true] }],
+      },
       "ceeeb82baec5788830fba1e6dbd76931b01558f772a87b4666a54f8c1b6d564d",
       '[{"a":[1,"x",null,true],"b":2,"order":"o_1"}]',
     ],
@@ -43,7 +47,9 @@ describe("operationKey", () => {
   });
 
   it("treats -0 and 0 as one value", () => {
-    expect(operationKey({ tenant: "t", action: "x", parts: [-0] })).toEqual(operationKey({ tenant: "t", action: "x", parts: [0] }));
+    expect(operationKey({ tenant: "t", action: "x", parts: [-0] })).toEqual(
+      operationKey({ tenant: "t", action: "x", parts: [0] }),
+    );
   });
 
   it("never stores a sensitive value, at any depth", () => {
@@ -80,10 +86,14 @@ describe("operationKey", () => {
 
 describe("canonicalJson", () => {
   it("is stable text with sorted keys and no whitespace", () => {
-    expect(canonicalJson({ z: 1, a: [true, null, "é"], m: { y: 1.5, b: -2 } })).toBe('{"a":[true,null,"é"],"m":{"b":-2,"y":1.5},"z":1}');
+    expect(canonicalJson({ z: 1, a: [true, null, "é"], m: { y: 1.5, b: -2 } })).toBe(
+      '{"a":[true,null,"é"],"m":{"b":-2,"y":1.5},"z":1}',
+    );
   });
   it("leaves out fields whose value is undefined (an unset optional field), as JSON.stringify does", () => {
-    expect(canonicalJson({ to: "a", note: undefined, nested: { x: undefined, y: 1 } })).toBe(canonicalJson({ to: "a", nested: { y: 1 } }));
+    expect(canonicalJson({ to: "a", note: undefined, nested: { x: undefined, y: 1 } })).toBe(
+      canonicalJson({ to: "a", nested: { y: 1 } }),
+    );
     expect(canonicalJson({ a: [{ b: undefined }] })).toBe('{"a":[{}]}');
   });
   it("allows the same object twice when it is not a cycle", () => {

@@ -22,7 +22,12 @@ for (const dialect of DIALECTS) {
       const first = await ledger.run(send, input);
       const second = await ledger.run(send, input);
       expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { id: "obj_1" } });
-      expect(second).toMatchObject({ status: "succeeded", replayed: true, receipt: { id: "obj_1" }, operationId: first.operationId });
+      expect(second).toMatchObject({
+        status: "succeeded",
+        replayed: true,
+        receipt: { id: "obj_1" },
+        operationId: first.operationId,
+      });
       expect(p.effects).toHaveLength(1);
       expect(describeResult(second)).toMatch(/^already done earlier/);
     });
@@ -33,7 +38,9 @@ for (const dialect of DIALECTS) {
       const send = p.action("mail.send", NEITHER);
       const tenant = uniqueTenant();
       const first = await ledger.run(send, { tenant, key: ["k"], args: { to: "a@example.com" } });
-      const err = await ledger.run(send, { tenant, key: ["k"], args: { to: "b@example.com" } }).catch((e: unknown) => e);
+      const err = await ledger
+        .run(send, { tenant, key: ["k"], args: { to: "b@example.com" } })
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ArgsMismatchError);
       const mismatch = err as ArgsMismatchError;
       expect(mismatch.operationId).toBe(first.operationId);
@@ -45,12 +52,19 @@ for (const dialect of DIALECTS) {
     it("stores a permanent failure and replays it without calling the provider again", async () => {
       const ledger = await db.open();
       const p = new TestProvider();
-      p.faults.push({ when: "before", cls: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" } });
+      p.faults.push({
+        when: "before",
+        cls: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" },
+      });
       const charge = p.action("charge", DEDUPE);
       const input = { tenant: uniqueTenant(), key: ["order-1"], args: { to: "x" } };
       const first = await ledger.run(charge, input);
       const again = await ledger.run(charge, input);
-      expect(first).toMatchObject({ status: "failed", replayed: false, error: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" } });
+      expect(first).toMatchObject({
+        status: "failed",
+        replayed: false,
+        error: { kind: "permanent", reason: "card declined", providerRequestId: "req_1" },
+      });
       expect(again).toMatchObject({ status: "failed", replayed: true });
       expect(p.calls).toBe(1);
       expect(p.effects).toHaveLength(0);
@@ -67,14 +81,24 @@ for (const dialect of DIALECTS) {
       expect(p.calls).toBe(2);
       expect(p.effects).toHaveLength(1);
       const { events } = await ledger.get({ tenant, id: out.operationId });
-      expect(events.map((e) => `${e.from}>${e.to}`)).toEqual(["null>running", "running>pending", "pending>running", "running>succeeded"]);
+      expect(events.map((e) => `${e.from}>${e.to}`)).toEqual([
+        "null>running",
+        "running>pending",
+        "pending>running",
+        "running>succeeded",
+      ]);
     });
 
     it("stops at the attempts budget and leaves the work pending, not failed", async () => {
       const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 5 } });
       const p = new TestProvider();
-      for (let i = 0; i < 3; i++) p.faults.push({ when: "before", cls: { kind: "transient", reason: "connection refused" } });
-      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o3"], args: { to: "x" } });
+      for (let i = 0; i < 3; i++)
+        p.faults.push({ when: "before", cls: { kind: "transient", reason: "connection refused" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), {
+        tenant: uniqueTenant(),
+        key: ["o3"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
       expect(p.calls).toBe(2);
     });
@@ -84,7 +108,11 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "429", retryAfterMs: 300 } });
       const started = Date.now();
-      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o4"], args: { to: "x" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), {
+        tenant: uniqueTenant(),
+        key: ["o4"],
+        args: { to: "x" },
+      });
       expect(out.status).toBe("succeeded");
       expect(Date.now() - started).toBeGreaterThanOrEqual(300);
     });
@@ -93,7 +121,11 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "socket closed after send" } });
-      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["o5"], args: { to: "x" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), {
+        tenant: uniqueTenant(),
+        key: ["o5"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1", replayed: true } });
       expect(p.effects).toHaveLength(1);
     });
@@ -102,7 +134,11 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after DATA" } });
-      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m1"], args: { to: "x" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), {
+        tenant: uniqueTenant(),
+        key: ["m1"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
       expect(p.calls).toBe(1);
       expect(p.effects).toHaveLength(1);
@@ -112,7 +148,11 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout, nothing committed in fact" } });
-      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m2"], args: { to: "x" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), {
+        tenant: uniqueTenant(),
+        key: ["m2"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
       expect(p.calls).toBe(2);
       expect(p.effects).toHaveLength(1);
@@ -137,7 +177,11 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
-      const out = await ledger.run(p.action("sms", NEITHER), { tenant: uniqueTenant(), key: ["s1"], args: { to: "x" } });
+      const out = await ledger.run(p.action("sms", NEITHER), {
+        tenant: uniqueTenant(),
+        key: ["s1"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(p.calls).toBe(1);
     });
@@ -147,7 +191,11 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       p.lookupAnswer = "never";
       p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
-      const out = await ledger.run(p.action("mail", LOOKUP), { tenant: uniqueTenant(), key: ["m4"], args: { to: "x" } });
+      const out = await ledger.run(p.action("mail", LOOKUP), {
+        tenant: uniqueTenant(),
+        key: ["m4"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(p.calls).toBe(1);
     });
@@ -204,10 +252,17 @@ for (const dialect of DIALECTS) {
       expect(second).toMatchObject({ status: "succeeded", attempt: 2 });
       release();
       const firstOut = await first;
-      expect(firstOut).toMatchObject({ status: "succeeded", replayed: true, attempt: 2, receipt: second.status === "succeeded" ? second.receipt : null });
+      expect(firstOut).toMatchObject({
+        status: "succeeded",
+        replayed: true,
+        attempt: 2,
+        receipt: second.status === "succeeded" ? second.receipt : null,
+      });
       const { operation, events } = await stale.get({ tenant, id: second.operationId });
       expect(operation).toMatchObject({ status: "succeeded", attempt: 2 });
-      expect(events.some((e) => e.attempt === 1 && /fenced: attempt 1 tried to write succeeded/.test(e.reason ?? ""))).toBe(true);
+      expect(
+        events.some((e) => e.attempt === 1 && /fenced: attempt 1 tried to write succeeded/.test(e.reason ?? "")),
+      ).toBe(true);
       expect(p.effects).toHaveLength(1); // the provider deduped attempt 2 onto attempt 1's object
     });
 
@@ -217,7 +272,8 @@ for (const dialect of DIALECTS) {
       let entered!: () => void;
       // Waits for its signal, as an action passing it to fetch would, and reports why it stopped.
       const waiting = defineAction({
-        type: "slow", capabilities: DEDUPE,
+        type: "slow",
+        capabilities: DEDUPE,
         execute: async (_args: { n: number }, op) => {
           entered();
           await new Promise((resolve) => op.signal.addEventListener("abort", resolve, { once: true }));
@@ -268,7 +324,12 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       const tenant = uniqueTenant();
-      const out = await ledger.run(p.action("mail", NEITHER), { tenant, key: ["audit"], args: { to: "x" }, actor: "agent-7/run-3" });
+      const out = await ledger.run(p.action("mail", NEITHER), {
+        tenant,
+        key: ["audit"],
+        args: { to: "x" },
+        actor: "agent-7/run-3",
+      });
       const { events } = await ledger.get({ tenant, id: out.operationId });
       expect(events.map((e) => [e.from, e.to, e.actor])).toEqual([
         [null, "running", "agent-7/run-3"],
@@ -281,14 +342,25 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const p = new TestProvider();
       p.faults.push({ when: "before", cls: { kind: "permanent", reason: "401 invalid api key", alert: true } });
-      const out = await ledger.run(p.action("charge", DEDUPE), { tenant: uniqueTenant(), key: ["auth"], args: { to: "x" } });
+      const out = await ledger.run(p.action("charge", DEDUPE), {
+        tenant: uniqueTenant(),
+        key: ["auth"],
+        args: { to: "x" },
+      });
       expect(out).toMatchObject({ status: "failed", error: { alert: true } });
     });
 
     it("treats an action without classify as ambiguous, never as a clean failure", async () => {
       const ledger = await db.open();
       let calls = 0;
-      const raw = defineAction({ type: "raw", capabilities: {}, execute: async () => { calls++; throw new Error("ECONNRESET"); } });
+      const raw = defineAction({
+        type: "raw",
+        capabilities: {},
+        execute: async () => {
+          calls++;
+          throw new Error("ECONNRESET");
+        },
+      });
       const out = await ledger.run(raw, { tenant: uniqueTenant(), key: ["x"], args: {} });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(calls).toBe(1);

@@ -34,11 +34,24 @@ for (const dialect of DIALECTS) {
   describe(`names on ${dialect}`, () => {
     const db = ledgers(dialect);
 
-    async function setup(): Promise<{ ledger: Ledger; provider: TestProvider; mail: ReturnType<TestProvider["action"]>; count: () => Promise<number> }> {
+    async function setup(): Promise<{
+      ledger: Ledger;
+      provider: TestProvider;
+      mail: ReturnType<TestProvider["action"]>;
+      count: () => Promise<number>;
+    }> {
       const provider = new TestProvider();
       const mail = provider.action("mail", {});
       const ledger = await db.open({ actions: [mail] });
-      const count = async () => Number((await databaseOf(ledger).selectFrom("idem_operations").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow()).n);
+      const count = async () =>
+        Number(
+          (
+            await databaseOf(ledger)
+              .selectFrom("idem_operations")
+              .select((eb) => eb.fn.countAll().as("n"))
+              .executeTakeFirstOrThrow()
+          ).n,
+        );
       return { ledger, provider, mail, count };
     }
 
@@ -56,7 +69,10 @@ for (const dialect of DIALECTS) {
         await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a" } }), "tenant");
         await refusedAs(ledger.get({ tenant, id }), "tenant");
         await refusedAs(ledger.admin.list({ tenant }), "tenant");
-        await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops" }), "tenant");
+        await refusedAs(
+          ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops" }),
+          "tenant",
+        );
         await refusedAs(ledger.admin.retry({ tenant, id, reason: "r", actor: "ops" }), "tenant");
         await refusedAs(ledger.admin.prune({ tenant }), "tenant");
         await refusedAs(ledger.daemon.settle({ tenant, id }), "tenant");
@@ -87,7 +103,10 @@ for (const dialect of DIALECTS) {
       await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a" }, actor: `agent${HIGH}` }), "actor");
       await refusedAs(ledger.run(mail, { tenant, key: [`cut${HIGH}`], args: { to: "a" } }), "key[0]");
       await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: `a${LOW_ONLY}` } }), "args.to");
-      await refusedAs(ledger.run(mail, { tenant, key: ["k"], args: { to: "a", [`f${HIGH}`]: 1 } as { to: string } }), `args.f${HIGH}`);
+      await refusedAs(
+        ledger.run(mail, { tenant, key: ["k"], args: { to: "a", [`f${HIGH}`]: 1 } as { to: string } }),
+        `args.f${HIGH}`,
+      );
       expect(await count()).toBe(before);
       expect(provider.effects).toHaveLength(0);
 
@@ -98,10 +117,16 @@ for (const dialect of DIALECTS) {
 
       await refusedAs(ledger.get({ tenant, id: `${id}\u0000` }), "operation id");
       await refusedAs(ledger.get({ tenant, id: `${id}${HIGH}` }), "operation id");
-      await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops\u0000" }), "actor");
+      await refusedAs(
+        ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "r", actor: "ops\u0000" }),
+        "actor",
+      );
       await refusedAs(ledger.admin.retry({ tenant, id, reason: "found\u0000nothing", actor: "ops" }), "reason");
       await refusedAs(ledger.admin.retry({ tenant, id, reason: `cut ${HIGH}`, actor: "ops" }), "reason");
-      await refusedAs(ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", evidence: "ch_\u0000" }), "evidence");
+      await refusedAs(
+        ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", evidence: "ch_\u0000" }),
+        "evidence",
+      );
       await refusedAs(ledger.daemon.settle({ tenant, id, actor: "daemon\u0000" }), "actor");
       // Nothing was half-written: the operation is as the run left it, with its two events.
       const { operation, events } = await ledger.get({ tenant, id });

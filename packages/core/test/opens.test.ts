@@ -15,7 +15,14 @@ import { LedgerConfigError, openLedger } from "@idem/core";
 import { tempDir } from "@idem/testkit";
 
 const fds = () => readdirSync("/proc/self/fd");
-const fdsOn = (path: string) => fds().filter((fd) => { try { return readlinkSync(`/proc/self/fd/${fd}`).startsWith(path); } catch { return false; } });
+const fdsOn = (path: string) =>
+  fds().filter((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`).startsWith(path);
+    } catch {
+      return false;
+    }
+  });
 
 async function refusal(p: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
   const started = performance.now();
@@ -59,7 +66,9 @@ describe("a Postgres that accepts connections and never answers", () => {
 
   it("gives up after connectTimeoutMs, with the password masked", async () => {
     const port = await silent();
-    const { error, ms } = await refusal(openLedger(`postgres://idem:s3cret@127.0.0.1:${port}/ledger`, { connectTimeoutMs: 500 }));
+    const { error, ms } = await refusal(
+      openLedger(`postgres://idem:s3cret@127.0.0.1:${port}/ledger`, { connectTimeoutMs: 500 }),
+    );
     expect(error).toBeInstanceOf(LedgerConfigError);
     expect((error as Error).message).toMatch(/no answer within 500 ms/);
     expect((error as Error).message).not.toMatch(/s3cret/);
@@ -80,7 +89,8 @@ describe("a Postgres that accepts connections and never answers", () => {
   it("leaves no socket behind after failed opens", async () => {
     const port = await silent();
     const before = fds().length;
-    for (let i = 0; i < 5; i++) await refusal(openLedger(`postgres://idem:pw@127.0.0.1:${port}/ledger`, { connectTimeoutMs: 200 }));
+    for (let i = 0; i < 5; i++)
+      await refusal(openLedger(`postgres://idem:pw@127.0.0.1:${port}/ledger`, { connectTimeoutMs: 200 }));
     await close(); // the listener's own ends of the connections
     // The client ends close as the sockets are destroyed; give the event loop a turn to reap them.
     const deadline = Date.now() + 5_000;
@@ -89,8 +99,12 @@ describe("a Postgres that accepts connections and never answers", () => {
   });
 
   it("refuses timeouts that are not durations", async () => {
-    await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger?connect_timeout=soon")).rejects.toThrow(/connect_timeout/);
-    await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger", { statementTimeoutMs: -1 })).rejects.toThrow(/statementTimeoutMs/);
+    await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger?connect_timeout=soon")).rejects.toThrow(
+      /connect_timeout/,
+    );
+    await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger", { statementTimeoutMs: -1 })).rejects.toThrow(
+      /statementTimeoutMs/,
+    );
   });
 });
 
@@ -117,7 +131,11 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
   const mounts: string[] = [];
   afterEach(() => {
     for (const m of mounts.splice(0)) {
-      try { execFileSync("umount", ["-l", m], { stdio: "pipe" }); } catch { /* already unmounted by the test */ }
+      try {
+        execFileSync("umount", ["-l", m], { stdio: "pipe" });
+      } catch {
+        /* already unmounted by the test */
+      }
       rmSync(m, { recursive: true, force: true });
     }
   });
@@ -147,7 +165,9 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
     const dir = mount("256k");
     try {
       execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
-    } catch { /* dd stops with ENOSPC: the disk is full, as wanted */ }
+    } catch {
+      /* dd stops with ENOSPC: the disk is full, as wanted */
+    }
     for (let i = 0; i < 3; i++) {
       const { error } = await refusal(openLedger(`sqlite:${join(dir, "ledger.db")}`));
       expect(error).toBeInstanceOf(LedgerConfigError);

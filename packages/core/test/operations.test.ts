@@ -2,8 +2,17 @@ import { describe, expect, it } from "vitest";
 import { Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
 import { z } from "zod";
 import {
-  ArgsMismatchError, GuardrailError, InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError, PayloadTooLargeError,
-  UnknownActionError, defineAction, openLedger, type Ledger,
+  ArgsMismatchError,
+  GuardrailError,
+  InvalidTransitionError,
+  InvalidValueError,
+  LedgerConfigError,
+  OperationNotFoundError,
+  PayloadTooLargeError,
+  UnknownActionError,
+  defineAction,
+  openLedger,
+  type Ledger,
 } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, type TestDialect } from "@idem/testkit";
@@ -13,9 +22,18 @@ import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
 /** Rows and audit events (kept in each row's history) stored for the tenant, counted in SQL. */
-async function countRows(ledger: Ledger, dialect: TestDialect, tenant: string): Promise<{ ops: number; events: number }> {
+async function countRows(
+  ledger: Ledger,
+  dialect: TestDialect,
+  tenant: string,
+): Promise<{ ops: number; events: number }> {
   const length = dialect === "postgres" ? sql`jsonb_array_length(history)` : sql`json_array_length(history)`;
-  const { rows } = await sql<{ ops: number; events: number | null }>`select count(*) as ops, sum(${length}) as events from idem_operations where tenant_id = ${tenant}`.execute(databaseOf(ledger));
+  const { rows } = await sql<{
+    ops: number;
+    events: number | null;
+  }>`select count(*) as ops, sum(${length}) as events from idem_operations where tenant_id = ${tenant}`.execute(
+    databaseOf(ledger),
+  );
   return { ops: Number(rows[0]!.ops), events: Number(rows[0]!.events ?? 0) };
 }
 
@@ -57,11 +75,19 @@ for (const dialect of DIALECTS) {
       const a = uniqueTenant();
       const b = uniqueTenant();
       const { id } = await parked(ledger, a, "k");
-      const done = await ledger.run(new TestProvider().action("mail", {}), { tenant: a, key: ["done"], args: { to: "x" } });
+      const done = await ledger.run(new TestProvider().action("mail", {}), {
+        tenant: a,
+        key: ["done"],
+        args: { to: "x" },
+      });
       await expect(ledger.get({ tenant: b, id })).rejects.toBeInstanceOf(OperationNotFoundError);
       expect(await ledger.admin.list({ tenant: b })).toEqual([]);
-      await expect(ledger.admin.resolve({ tenant: b, id, outcome: "succeeded", reason: "seen in provider", actor: "ops-b" })).rejects.toBeInstanceOf(OperationNotFoundError);
-      await expect(ledger.admin.retry({ tenant: b, id, reason: "x", actor: "ops-b" })).rejects.toBeInstanceOf(OperationNotFoundError);
+      await expect(
+        ledger.admin.resolve({ tenant: b, id, outcome: "succeeded", reason: "seen in provider", actor: "ops-b" }),
+      ).rejects.toBeInstanceOf(OperationNotFoundError);
+      await expect(ledger.admin.retry({ tenant: b, id, reason: "x", actor: "ops-b" })).rejects.toBeInstanceOf(
+        OperationNotFoundError,
+      );
       expect(await ledger.admin.prune({ tenant: b })).toBe(0);
       expect((await ledger.get({ tenant: a, id })).operation.status).toBe("needs_review");
       expect((await ledger.get({ tenant: a, id: done.operationId })).operation.status).toBe("succeeded");
@@ -75,14 +101,32 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const tenant = uniqueTenant();
       const { id, provider } = await parked(ledger, tenant, "r1");
-      const op = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "found in the SMS console", actor: "ops:alice" });
-      expect(op).toMatchObject({ status: "succeeded", result: null, error: null, resolution: { outcome: "succeeded", actor: "ops:alice", reason: "found in the SMS console", evidence: null } });
+      const op = await ledger.admin.resolve({
+        tenant,
+        id,
+        outcome: "succeeded",
+        reason: "found in the SMS console",
+        actor: "ops:alice",
+      });
+      expect(op).toMatchObject({
+        status: "succeeded",
+        result: null,
+        error: null,
+        resolution: { outcome: "succeeded", actor: "ops:alice", reason: "found in the SMS console", evidence: null },
+      });
       const { events } = await ledger.get({ tenant, id });
       expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "ops:alice" });
       expect(events.at(-1)!.reason).toMatch(/found in the SMS console/);
       // a later call gets the resolution, and nothing is sent again
       const again = await ledger.run(provider.action("sms", {}), { tenant, key: ["r1"], args: { to: "x" } });
-      expect(again).toEqual({ status: "succeeded", receipt: null, replayed: true, operationId: id, attempt: op.attempt, resolution: op.resolution });
+      expect(again).toEqual({
+        status: "succeeded",
+        receipt: null,
+        replayed: true,
+        operationId: id,
+        attempt: op.attempt,
+        resolution: op.resolution,
+      });
       expect(provider.effects).toHaveLength(1);
     });
 
@@ -97,15 +141,46 @@ for (const dialect of DIALECTS) {
       const reference = (await ledger.get({ tenant, id })).operation.providerReference;
       expect(reference).toMatch(/^SM-/);
 
-      const op = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "delivered per the console", actor: "ops:alice", evidence: "SM9f2 in the SMS console" });
-      const resolution = { outcome: "succeeded", actor: "ops:alice", reason: "delivered per the console", evidence: "SM9f2 in the SMS console", at: op.completedAt };
-      expect(op).toMatchObject({ status: "succeeded", providerReference: reference, result: null, error: null, resolution });
+      const op = await ledger.admin.resolve({
+        tenant,
+        id,
+        outcome: "succeeded",
+        reason: "delivered per the console",
+        actor: "ops:alice",
+        evidence: "SM9f2 in the SMS console",
+      });
+      const resolution = {
+        outcome: "succeeded",
+        actor: "ops:alice",
+        reason: "delivered per the console",
+        evidence: "SM9f2 in the SMS console",
+        at: op.completedAt,
+      };
+      expect(op).toMatchObject({
+        status: "succeeded",
+        providerReference: reference,
+        result: null,
+        error: null,
+        resolution,
+      });
       expect(op.completedAt).toEqual(expect.any(Number));
       const { operation, events } = await ledger.get({ tenant, id });
       expect(operation).toEqual(op);
-      expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "ops:alice", providerReference: reference });
+      expect(events.at(-1)).toMatchObject({
+        from: "needs_review",
+        to: "succeeded",
+        actor: "ops:alice",
+        providerReference: reference,
+      });
 
-      const replay = { status: "succeeded", receipt: null, replayed: true, operationId: id, attempt: op.attempt, resolution };
+      const replay = {
+        status: "succeeded",
+        receipt: null,
+        replayed: true,
+        operationId: id,
+        attempt: op.attempt,
+        resolution,
+      };
       expect(await ledger.run(sms, { tenant, key: ["e1"], args: { to: "x" } })).toEqual(replay);
       expect(await ledger.status({ tenant, id })).toEqual(replay);
       expect(sent).toHaveLength(1);
@@ -117,10 +192,29 @@ for (const dialect of DIALECTS) {
       const sent: string[] = [];
       const sms = lostSms(sent);
       const { operationId: id } = await ledger.run(sms, { tenant, key: ["f1"], args: { to: "x" } });
-      const op = await ledger.admin.resolve({ tenant, id, outcome: "failed", reason: "not in the console", actor: "ops:bob", evidence: "console search, 0 hits" });
-      const resolution = { outcome: "failed", actor: "ops:bob", reason: "not in the console", evidence: "console search, 0 hits", at: op.completedAt };
+      const op = await ledger.admin.resolve({
+        tenant,
+        id,
+        outcome: "failed",
+        reason: "not in the console",
+        actor: "ops:bob",
+        evidence: "console search, 0 hits",
+      });
+      const resolution = {
+        outcome: "failed",
+        actor: "ops:bob",
+        reason: "not in the console",
+        evidence: "console search, 0 hits",
+        at: op.completedAt,
+      };
       expect(op).toMatchObject({ status: "failed", result: null, error: { kind: "permanent" }, resolution });
-      expect(await ledger.run(sms, { tenant, key: ["f1"], args: { to: "x" } })).toMatchObject({ status: "failed", replayed: true, operationId: id, error: { kind: "permanent" }, resolution });
+      expect(await ledger.run(sms, { tenant, key: ["f1"], args: { to: "x" } })).toMatchObject({
+        status: "failed",
+        replayed: true,
+        operationId: id,
+        error: { kind: "permanent" },
+        resolution,
+      });
       expect(sent).toHaveLength(1);
     });
 
@@ -134,20 +228,50 @@ for (const dialect of DIALECTS) {
 
       // a receipt the schema refuses: a typed error naming the field, and nothing written
       const before = await ledger.get({ tenant, id });
-      const refused = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: 42 } }).catch((e: unknown) => e);
+      const refused = await ledger.admin
+        .resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: 42 } })
+        .catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(InvalidValueError);
       expect((refused as InvalidValueError).path).toMatch(/^receipt/);
-      const wrongShape = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: "ch_1" } }).catch((e: unknown) => e);
+      const wrongShape = await ledger.admin
+        .resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: "ch_1" } })
+        .catch((e: unknown) => e);
       expect(wrongShape).toBeInstanceOf(InvalidValueError);
       expect((wrongShape as InvalidValueError).path).toBe("receipt.id");
       expect(await ledger.get({ tenant, id })).toEqual(before);
       expect(before.operation.status).toBe("needs_review");
 
-      const op = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "found it", actor: "ops:alice", evidence: "console", receipt: { id: "SM77", extra: "dropped by the schema" } });
-      const resolution = { outcome: "succeeded", actor: "ops:alice", reason: "found it", evidence: "console", at: op.completedAt };
-      expect(op).toMatchObject({ status: "succeeded", providerReference: reference, result: { id: "SM77" }, resolution });
+      const op = await ledger.admin.resolve({
+        tenant,
+        id,
+        outcome: "succeeded",
+        reason: "found it",
+        actor: "ops:alice",
+        evidence: "console",
+        receipt: { id: "SM77", extra: "dropped by the schema" },
+      });
+      const resolution = {
+        outcome: "succeeded",
+        actor: "ops:alice",
+        reason: "found it",
+        evidence: "console",
+        at: op.completedAt,
+      };
+      expect(op).toMatchObject({
+        status: "succeeded",
+        providerReference: reference,
+        result: { id: "SM77" },
+        resolution,
+      });
       const again = await ledger.run(sms, { tenant, key: ["s1"], args: { to: "x" } });
-      expect(again).toEqual({ status: "succeeded", receipt: { id: "SM77" }, replayed: true, operationId: id, attempt: op.attempt, resolution });
+      expect(again).toEqual({
+        status: "succeeded",
+        receipt: { id: "SM77" },
+        replayed: true,
+        operationId: id,
+        attempt: op.attempt,
+        resolution,
+      });
       expect(again.status === "succeeded" && again.receipt!.id).toBe("SM77");
       expect(sent).toHaveLength(1);
     });
@@ -157,9 +281,15 @@ for (const dialect of DIALECTS) {
       const sent: string[] = [];
       for (const ledger of [await db.open(), await db.open({ actions: [lostSms(sent)] })]) {
         // unregistered, then registered without a receipt schema: nothing can check the receipt
-        const { operationId: id } = await ledger.run(lostSms(sent, SmsReceipt), { tenant, key: ["n", sent.length], args: { to: "x" } });
+        const { operationId: id } = await ledger.run(lostSms(sent, SmsReceipt), {
+          tenant,
+          key: ["n", sent.length],
+          args: { to: "x" },
+        });
         const before = await ledger.get({ tenant, id });
-        const err = await ledger.admin.resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: "SM1" } }).catch((e: unknown) => e);
+        const err = await ledger.admin
+          .resolve({ tenant, id, outcome: "succeeded", reason: "seen", actor: "ops", receipt: { id: "SM1" } })
+          .catch((e: unknown) => e);
         expect(err).toBeInstanceOf(InvalidValueError);
         expect((err as InvalidValueError).path).toBe("receipt");
         expect(await ledger.get({ tenant, id })).toEqual(before);
@@ -171,9 +301,13 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const tenant = uniqueTenant();
       const out = await ledger.run(new TestProvider().action("mail", {}), { tenant, key: ["ok"], args: { to: "x" } });
-      await expect(ledger.admin.resolve({ tenant, id: out.operationId, outcome: "failed", reason: "no", actor: "ops" })).rejects.toBeInstanceOf(InvalidTransitionError);
+      await expect(
+        ledger.admin.resolve({ tenant, id: out.operationId, outcome: "failed", reason: "no", actor: "ops" }),
+      ).rejects.toBeInstanceOf(InvalidTransitionError);
       const { id } = await parked(ledger, tenant, "r2");
-      await expect(ledger.admin.resolve({ tenant, id, outcome: "failed", reason: " ", actor: "ops" })).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(
+        ledger.admin.resolve({ tenant, id, outcome: "failed", reason: " ", actor: "ops" }),
+      ).rejects.toBeInstanceOf(InvalidValueError);
       expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
     });
 
@@ -196,8 +330,11 @@ for (const dialect of DIALECTS) {
       await ledger.run(p.action("charge", {}), { tenant, key: ["l2"], args: { to: "x" } });
       await parked(ledger, tenant, "l3");
       expect((await ledger.admin.list({ tenant })).map((o) => o.action)).toEqual(["sms", "charge", "mail"]);
-      expect((await ledger.admin.list({ tenant, status: "succeeded" })).map((o) => o.action)).toEqual(["charge", "mail"]);
-      expect((await ledger.admin.list({ tenant, status: ["needs_review"], action: "sms" }))).toHaveLength(1);
+      expect((await ledger.admin.list({ tenant, status: "succeeded" })).map((o) => o.action)).toEqual([
+        "charge",
+        "mail",
+      ]);
+      expect(await ledger.admin.list({ tenant, status: ["needs_review"], action: "sms" })).toHaveLength(1);
       expect(await ledger.admin.list({ tenant, olderThanMs: 3_600_000 })).toEqual([]);
       expect(await ledger.admin.list({ tenant, limit: 1 })).toHaveLength(1);
     });
@@ -207,8 +344,15 @@ for (const dialect of DIALECTS) {
       const [a, b, c] = [uniqueTenant(), uniqueTenant(), uniqueTenant()];
       const p = new TestProvider();
       const made: Record<string, string[]> = { [a]: [], [b]: [], [c]: [] };
-      for (const [tenant, n] of [[a, 2], [b, 2], [c, 1]] as const) {
-        for (let i = 0; i < n; i++) made[tenant]!.push((await ledger.run(p.action("mail", {}), { tenant, key: [`m${i}`], args: { to: "x" } })).operationId);
+      for (const [tenant, n] of [
+        [a, 2],
+        [b, 2],
+        [c, 1],
+      ] as const) {
+        for (let i = 0; i < n; i++)
+          made[tenant]!.push(
+            (await ledger.run(p.action("mail", {}), { tenant, key: [`m${i}`], args: { to: "x" } })).operationId,
+          );
       }
       const newestFirst = (ids: string[]) => [...ids].sort().reverse(); // ids are time-ordered
       const ids = (ops: { id: string }[]) => ops.map((o) => o.id);
@@ -229,7 +373,11 @@ for (const dialect of DIALECTS) {
       expect(ids(all)).toEqual(newestFirst(ids(all)));
       expect(all.length).toBeGreaterThan(ours.size);
       const paged: string[] = [];
-      for (let page = await ledger.admin.list({ allTenants: true, limit: 2 }); page.length > 0; page = await ledger.admin.list({ allTenants: true, limit: 2, before: page.at(-1)!.id })) {
+      for (
+        let page = await ledger.admin.list({ allTenants: true, limit: 2 });
+        page.length > 0;
+        page = await ledger.admin.list({ allTenants: true, limit: 2, before: page.at(-1)!.id })
+      ) {
         expect(page.length).toBeLessThanOrEqual(2);
         paged.push(...ids(page));
       }
@@ -242,7 +390,10 @@ for (const dialect of DIALECTS) {
       await ledger.run(new TestProvider().action("mail", {}), { tenant, key: ["p1"], args: { to: "x" } });
       const { id } = await parked(ledger, tenant, "p2");
       expect(await ledger.admin.prune({ tenant })).toBe(1);
-      expect(await countRows(ledger, dialect, tenant)).toEqual({ ops: 1, events: (await ledger.get({ tenant, id })).events.length });
+      expect(await countRows(ledger, dialect, tenant)).toEqual({
+        ops: 1,
+        events: (await ledger.get({ tenant, id })).events.length,
+      });
       const keep = await db.open(); // default retention: 30 days
       await keep.run(new TestProvider().action("mail", {}), { tenant, key: ["p3"], args: { to: "x" } });
       expect(await keep.admin.prune({ tenant })).toBe(0);
@@ -252,9 +403,15 @@ for (const dialect of DIALECTS) {
       const tenant = uniqueTenant();
       const ledger = await db.open({ allowedActions: { [tenant]: ["mail"], "*": [] } });
       const p = new TestProvider();
-      await expect(ledger.run(p.action("charge", {}), { tenant, key: ["g"], args: { to: "x" } })).rejects.toBeInstanceOf(GuardrailError);
-      await expect(ledger.run(p.action("mail", {}), { tenant: uniqueTenant(), key: ["g"], args: { to: "x" } })).rejects.toBeInstanceOf(GuardrailError);
-      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["g"], args: { to: "x" } })).toMatchObject({ status: "succeeded" });
+      await expect(
+        ledger.run(p.action("charge", {}), { tenant, key: ["g"], args: { to: "x" } }),
+      ).rejects.toBeInstanceOf(GuardrailError);
+      await expect(
+        ledger.run(p.action("mail", {}), { tenant: uniqueTenant(), key: ["g"], args: { to: "x" } }),
+      ).rejects.toBeInstanceOf(GuardrailError);
+      expect(await ledger.run(p.action("mail", {}), { tenant, key: ["g"], args: { to: "x" } })).toMatchObject({
+        status: "succeeded",
+      });
       expect(p.calls).toBe(1);
       expect(await countRows(ledger, dialect, tenant)).toEqual({ ops: 1, events: 2 });
     });
@@ -265,16 +422,24 @@ for (const dialect of DIALECTS) {
       const send = new TestProvider().action("mail", {});
       const cyclic: Record<string, unknown> = { to: "x" };
       cyclic.self = cyclic;
-      await expect(ledger.run(send, { tenant, key: ["b1"], args: { to: "x", n: 10n } as never })).rejects.toThrow(/args\.n: BigInt/);
-      await expect(ledger.run(send, { tenant, key: ["b2"], args: cyclic as never })).rejects.toBeInstanceOf(InvalidValueError);
-      await expect(ledger.run(send, { tenant, key: [new Date()], args: { to: "x" } })).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(ledger.run(send, { tenant, key: ["b1"], args: { to: "x", n: 10n } as never })).rejects.toThrow(
+        /args\.n: BigInt/,
+      );
+      await expect(ledger.run(send, { tenant, key: ["b2"], args: cyclic as never })).rejects.toBeInstanceOf(
+        InvalidValueError,
+      );
+      await expect(ledger.run(send, { tenant, key: [new Date()], args: { to: "x" } })).rejects.toBeInstanceOf(
+        InvalidValueError,
+      );
       expect(await countRows(ledger, dialect, tenant)).toEqual({ ops: 0, events: 0 });
     });
 
     it("refuses args over the configured size before writing anything", async () => {
       const ledger = await db.open({ maxArgsBytes: 1_000 });
       const tenant = uniqueTenant();
-      const err = await ledger.run(new TestProvider().action("mail", {}), { tenant, key: ["big"], args: { to: "x".repeat(2_000) } }).catch((e: unknown) => e);
+      const err = await ledger
+        .run(new TestProvider().action("mail", {}), { tenant, key: ["big"], args: { to: "x".repeat(2_000) } })
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(PayloadTooLargeError);
       expect(err).toMatchObject({ what: "args", limit: 1_000 });
       expect(await countRows(ledger, dialect, tenant)).toEqual({ ops: 0, events: 0 });
@@ -285,7 +450,14 @@ for (const dialect of DIALECTS) {
       const tenant = uniqueTenant();
       const { defineAction } = await import("@idem/core");
       let effects = 0;
-      const bloated = defineAction({ type: "bloated", capabilities: {}, execute: async () => { effects++; return { blob: "y".repeat(500) }; } });
+      const bloated = defineAction({
+        type: "bloated",
+        capabilities: {},
+        execute: async () => {
+          effects++;
+          return { blob: "y".repeat(500) };
+        },
+      });
       const err = await ledger.run(bloated, { tenant, key: ["r"], args: {} }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(PayloadTooLargeError);
       const [op] = await ledger.admin.list({ tenant });
@@ -329,9 +501,15 @@ for (const dialect of DIALECTS) {
       const seen: number[] = [];
       const { defineAction } = await import("@idem/core");
       const mail = defineAction({
-        type: "mail.window", capabilities: { lookup: true },
-        execute: async () => { throw new Error("timeout after DATA"); },
-        reconcile: async (_a: unknown, op) => { seen.push(op.lastAttemptAt); return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const; },
+        type: "mail.window",
+        capabilities: { lookup: true },
+        execute: async () => {
+          throw new Error("timeout after DATA");
+        },
+        reconcile: async (_a: unknown, op) => {
+          seen.push(op.lastAttemptAt);
+          return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const;
+        },
       });
       const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
       const tenant = uniqueTenant();
@@ -368,25 +546,64 @@ for (const dialect of DIALECTS) {
       const bare = await openLedger(url, { migrate: false });
       // The ledger as 0001 left it, written by 0001's own SQL and triggers.
       await new Migrator({
-        db: databaseOf(bare), migrationTableName: "idem_migration", migrationLockTableName: "idem_migration_lock",
-        provider: { getMigrations: async () => ({ "0001-init": { up: async (k) => { for (const q of m0001[dialect]) await sql.raw(q).execute(k); } } }) },
+        db: databaseOf(bare),
+        migrationTableName: "idem_migration",
+        migrationLockTableName: "idem_migration_lock",
+        provider: {
+          getMigrations: async () => ({
+            "0001-init": {
+              up: async (k) => {
+                for (const q of m0001[dialect]) await sql.raw(q).execute(k);
+              },
+            },
+          }),
+        },
       }).migrateToLatest();
       const insert = `INSERT INTO idem_operations (id, tenant_id, key, key_label, action, args_hash, args_json, status, attempt, lease_owner, lease_expires_at, actor, reason, checks, created_at, updated_at, last_execution_at)
         VALUES ('op_old1', 'acme', 'k1', '["a"]', 'mail', 'h1', '{"to":"x"}', 'running', 1, 'w', 100, 'agent', 'claimed', 0, 10, 10, 10)`;
       await sql.raw(insert).execute(databaseOf(bare));
-      await sql.raw(`UPDATE idem_operations SET status = 'unknown', reason = 'timeout', updated_at = 20 WHERE id = 'op_old1'`).execute(databaseOf(bare));
-      await sql.raw(`INSERT INTO idem_events (operation_id, tenant_id, from_status, to_status, attempt, actor, reason, at) VALUES ('op_old1', 'acme', 'unknown', 'unknown', 1, 'w2', 'fenced: a note', 25)`).execute(databaseOf(bare));
-      await sql.raw(`UPDATE idem_operations SET status = 'succeeded', result_json = '{"id":"m1"}', reason = 'reconciled', updated_at = 30, completed_at = 30 WHERE id = 'op_old1'`).execute(databaseOf(bare));
+      await sql
+        .raw(`UPDATE idem_operations SET status = 'unknown', reason = 'timeout', updated_at = 20 WHERE id = 'op_old1'`)
+        .execute(databaseOf(bare));
+      await sql
+        .raw(
+          `INSERT INTO idem_events (operation_id, tenant_id, from_status, to_status, attempt, actor, reason, at) VALUES ('op_old1', 'acme', 'unknown', 'unknown', 1, 'w2', 'fenced: a note', 25)`,
+        )
+        .execute(databaseOf(bare));
+      await sql
+        .raw(
+          `UPDATE idem_operations SET status = 'succeeded', result_json = '{"id":"m1"}', reason = 'reconciled', updated_at = 30, completed_at = 30 WHERE id = 'op_old1'`,
+        )
+        .execute(databaseOf(bare));
       expect(await bare.admin.migrate()).toEqual(["0002-lean-rows", "0003-sticky-maybe-committed", "0004-resolutions"]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
-      expect(operation).toMatchObject({ id: "op_old1", key: "k1", keyLabel: '["a"]', status: "succeeded", result: { id: "m1" }, argsHash: "h1", createdAt: 10, completedAt: 30 });
+      expect(operation).toMatchObject({
+        id: "op_old1",
+        key: "k1",
+        keyLabel: '["a"]',
+        status: "succeeded",
+        result: { id: "m1" },
+        argsHash: "h1",
+        createdAt: 10,
+        completedAt: 30,
+      });
       expect(events.map((e) => [e.id, e.from, e.to, e.reason, e.at])).toEqual([
-        [1, null, "running", "claimed", 10], [2, "running", "unknown", "timeout", 20], [3, "unknown", "unknown", "fenced: a note", 25], [4, "unknown", "succeeded", "reconciled", 30],
+        [1, null, "running", "claimed", 10],
+        [2, "running", "unknown", "timeout", 20],
+        [3, "unknown", "unknown", "fenced: a note", 25],
+        [4, "unknown", "succeeded", "reconciled", 30],
       ]);
       await expect(bare.get({ tenant: "other", id: "op_old1" })).rejects.toBeInstanceOf(OperationNotFoundError);
       // and the new triggers keep appending
-      const resolved = await bare.run(new TestProvider().action("mail", {}), { tenant: "acme", key: ["fresh"], args: { to: "x" } });
-      expect((await bare.get({ tenant: "acme", id: resolved.operationId })).events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+      const resolved = await bare.run(new TestProvider().action("mail", {}), {
+        tenant: "acme",
+        key: ["fresh"],
+        args: { to: "x" },
+      });
+      expect((await bare.get({ tenant: "acme", id: resolved.operationId })).events.map((e) => e.to)).toEqual([
+        "running",
+        "succeeded",
+      ]);
       await bare.close();
     });
 
@@ -395,28 +612,57 @@ for (const dialect of DIALECTS) {
       const bare = await openLedger(url, { migrate: false });
       // The ledger as 0003 left it, with rows as resolve and the runner wrote them then.
       await new Migrator({
-        db: databaseOf(bare), migrationTableName: "idem_migration", migrationLockTableName: "idem_migration_lock", provider: migrationProvider(dialect),
+        db: databaseOf(bare),
+        migrationTableName: "idem_migration",
+        migrationLockTableName: "idem_migration_lock",
+        provider: migrationProvider(dialect),
       }).migrateTo("0003-sticky-maybe-committed");
       expect(await bare.admin.pendingMigrations()).toEqual(["0004-resolutions"]);
-      const columns = "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
-      await sql.raw(`INSERT INTO idem_operations (${columns}) VALUES
+      const columns =
+        "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
+      await sql
+        .raw(`INSERT INTO idem_operations (${columns}) VALUES
         ('op_res1', 'acme', 'k1', 'charge', 'succeeded', 1, 'ch_1', '{"reference":"ch_1","resolvedBy":"ann"}', NULL, 'ann', 'resolved by a person: checked', 10, 40, 40),
         ('op_res2', 'acme', 'k2', 'charge', 'failed', 1, NULL, NULL, '{"kind":"permanent","reason":"resolved by a person: never sent"}', 'bob', 'resolved by a person: never sent', 10, 50, 50),
-        ('op_run1', 'acme', 'k3', 'charge', 'succeeded', 1, 'ch_3', '{"id":"ch_3"}', NULL, 'agent', 'reconciled', 10, 60, 60)`).execute(databaseOf(bare));
+        ('op_run1', 'acme', 'k3', 'charge', 'succeeded', 1, 'ch_3', '{"id":"ch_3"}', NULL, 'agent', 'reconciled', 10, 60, 60)`)
+        .execute(databaseOf(bare));
       await bare.close();
 
       const ledger = await openLedger(url); // migrates on open
       expect(await ledger.admin.pendingMigrations()).toEqual([]);
       const { operation } = await ledger.get({ tenant: "acme", id: "op_res1" });
-      expect(operation).toMatchObject({ status: "succeeded", providerReference: "ch_1", result: null, completedAt: 40 });
-      expect(operation.resolution).toEqual({ outcome: "succeeded", actor: "ann", reason: "checked", evidence: "ch_1", at: operation.completedAt });
+      expect(operation).toMatchObject({
+        status: "succeeded",
+        providerReference: "ch_1",
+        result: null,
+        completedAt: 40,
+      });
+      expect(operation.resolution).toEqual({
+        outcome: "succeeded",
+        actor: "ann",
+        reason: "checked",
+        evidence: "ch_1",
+        at: operation.completedAt,
+      });
       expect(await ledger.status({ tenant: "acme", id: "op_res1" })).toEqual({
-        status: "succeeded", receipt: null, replayed: true, operationId: "op_res1", attempt: 1, resolution: operation.resolution,
+        status: "succeeded",
+        receipt: null,
+        replayed: true,
+        operationId: "op_res1",
+        attempt: 1,
+        resolution: operation.resolution,
       });
       const failed = (await ledger.get({ tenant: "acme", id: "op_res2" })).operation;
-      expect(failed).toMatchObject({ status: "failed", error: { kind: "permanent" }, resolution: { outcome: "failed", actor: "bob", reason: "never sent", evidence: null, at: 50 } });
+      expect(failed).toMatchObject({
+        status: "failed",
+        error: { kind: "permanent" },
+        resolution: { outcome: "failed", actor: "bob", reason: "never sent", evidence: null, at: 50 },
+      });
       // a row no person decided keeps its receipt and has no resolution
-      expect((await ledger.get({ tenant: "acme", id: "op_run1" })).operation).toMatchObject({ result: { id: "ch_3" }, resolution: null });
+      expect((await ledger.get({ tenant: "acme", id: "op_run1" })).operation).toMatchObject({
+        result: { id: "ch_3" },
+        resolution: null,
+      });
       await ledger.close();
     });
 
@@ -440,7 +686,9 @@ for (const dialect of DIALECTS) {
           expect(first).toMatchObject({ status: "succeeded", replayed: false });
           expect(again).toMatchObject({ status: "succeeded", replayed: true, operationId: first.operationId });
           expect(p.calls).toBe(1);
-          await expect(ledger.run(p.action("mail", {}), { tenant, key: ["d", n], args: { to: "y" } })).rejects.toBeInstanceOf(ArgsMismatchError);
+          await expect(
+            ledger.run(p.action("mail", {}), { tenant, key: ["d", n], args: { to: "y" } }),
+          ).rejects.toBeInstanceOf(ArgsMismatchError);
           const { operation, events } = await ledger.get({ tenant, id: first.operationId });
           expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
           expect(operation.completedAt).toBeGreaterThanOrEqual(operation.createdAt);
@@ -455,7 +703,12 @@ for (const dialect of DIALECTS) {
       const bare = await openLedger(fresh, { migrate: false });
       if (dialect === "sqlite") {
         await expect(bare.admin.list({ tenant: "t" })).rejects.toThrow(/no such table/);
-        expect(await bare.admin.migrate()).toEqual(["0001-init", "0002-lean-rows", "0003-sticky-maybe-committed", "0004-resolutions"]);
+        expect(await bare.admin.migrate()).toEqual([
+          "0001-init",
+          "0002-lean-rows",
+          "0003-sticky-maybe-committed",
+          "0004-resolutions",
+        ]);
       } else {
         await bare.admin.migrate();
       }

@@ -5,7 +5,14 @@
  * the process never dies of a socket error, and the ledger works again once the server is back.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CompletionNotRecordedError, LedgerConfigError, LedgerUnavailableError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import {
+  CompletionNotRecordedError,
+  LedgerConfigError,
+  LedgerUnavailableError,
+  openLedger,
+  type Ledger,
+  type LedgerOptions,
+} from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
@@ -65,92 +72,120 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     }
   });
 
-  it("a server frozen between calls: each call, and a crowd of them, fails typed and bounded; nothing sent; works after the thaw", async () => {
-    const provider = new TestProvider();
-    const mail = provider.action("mail", { lookup: true });
-    const ledger = await open({ actions: [mail], leaseMs: 3_000 });
-    const tenant = uniqueTenant();
-    expect((await ledger.run(mail, { tenant, key: ["warm"], args: { to: "a" } })).status).toBe("succeeded");
+  it(
+    "a server frozen between calls: each call, and a crowd of them, fails typed and bounded; nothing sent; works after the thaw",
+    async () => {
+      const provider = new TestProvider();
+      const mail = provider.action("mail", { lookup: true });
+      const ledger = await open({ actions: [mail], leaseMs: 3_000 });
+      const tenant = uniqueTenant();
+      expect((await ledger.run(mail, { tenant, key: ["warm"], args: { to: "a" } })).status).toBe("succeeded");
 
-    await server.freeze();
-    let calls: Awaited<ReturnType<typeof timed>>[];
-    try {
-      // More calls than the pool has clients: the waiting ones give up after the connect timeout.
-      calls = await Promise.all(Array.from({ length: 10 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" } }))));
-      const listed = await timed(ledger.admin.list({ tenant }));
-      expect(listed.error).toBeInstanceOf(LedgerUnavailableError);
-    } finally {
+      await server.freeze();
+      let calls: Awaited<ReturnType<typeof timed>>[];
+      try {
+        // More calls than the pool has clients: the waiting ones give up after the connect timeout.
+        calls = await Promise.all(
+          Array.from({ length: 10 }, (_, i) =>
+            timed(ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" } })),
+          ),
+        );
+        const listed = await timed(ledger.admin.list({ tenant }));
+        expect(listed.error).toBeInstanceOf(LedgerUnavailableError);
+      } finally {
+        await server.thaw();
+      }
+      for (const c of calls) {
+        expect(c.error, String(c.value && JSON.stringify(c.value))).toBeInstanceOf(LedgerUnavailableError);
+        expect(c.ms).toBeLessThan(BOUND_MS);
+      }
+      expect(provider.effects.map((e) => e.key)).toHaveLength(1); // only the warm-up
+
+      // The same keys again after the thaw: each performed exactly once. A claim the frozen backend
+      // ran after the thaw is a running row whose caller had given up: it is taken over once its
+      // lease ends (waitMs covers it), not executed a second time alongside.
+      for (let i = 0; i < 10; i++) {
+        const out = await ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" }, waitMs: 30_000 });
+        expect(out.status).toBe("succeeded");
+      }
+      expect(provider.effects).toHaveLength(11);
+      expect(new Set(provider.effects.map((e) => e.key)).size).toBe(11);
+    },
+    scaled(120_000),
+  );
+
+  it(
+    "a server frozen while the effect runs: the completion fails typed with the receipt; the row is settled once by lookup after the thaw",
+    async () => {
+      const provider = new TestProvider();
+      const mail = provider.action("mail", { lookup: true });
+      const ledger = await open({ actions: [mail], leaseMs: 4_000 });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      provider.gate = new Promise<void>((r) => (release = r));
+      const call = timed(ledger.run(mail, { tenant, key: ["mid"], args: { to: "a" } }));
+      await provider.called(1);
+      await server.freeze();
+      release(); // the effect happens now; recording it cannot
+      const { error, ms } = await call;
       await server.thaw();
-    }
-    for (const c of calls) {
-      expect(c.error, String(c.value && JSON.stringify(c.value))).toBeInstanceOf(LedgerUnavailableError);
-      expect(c.ms).toBeLessThan(BOUND_MS);
-    }
-    expect(provider.effects.map((e) => e.key)).toHaveLength(1); // only the warm-up
+      expect(error).toBeInstanceOf(CompletionNotRecordedError);
+      expect((error as CompletionNotRecordedError).receipt).toEqual({ id: provider.effects[0]!.id });
+      expect(ms).toBeLessThan(BOUND_MS + 4_000);
+      expect(provider.effects).toHaveLength(1);
 
-    // The same keys again after the thaw: each performed exactly once. A claim the frozen backend
-    // ran after the thaw is a running row whose caller had given up: it is taken over once its
-    // lease ends (waitMs covers it), not executed a second time alongside.
-    for (let i = 0; i < 10; i++) {
-      const out = await ledger.run(mail, { tenant, key: [`frozen-${i}`], args: { to: "a" }, waitMs: 30_000 });
-      expect(out.status).toBe("succeeded");
-    }
-    expect(provider.effects).toHaveLength(11);
-    expect(new Set(provider.effects.map((e) => e.key)).size).toBe(11);
-  }, scaled(120_000));
+      // The row stays running until its lease ends; then settling finds the effect instead of redoing it.
+      const [row] = await ledger.admin.list({ tenant });
+      await until(
+        async () => {
+          const out = await ledger.daemon.settle({ tenant, id: row!.id, actor: "test" });
+          return out.status === "succeeded";
+        },
+        30_000,
+        "the row to be settled by lookup",
+      );
+      expect(provider.effects).toHaveLength(1);
+      const { operation, events } = await ledger.get({ tenant, id: row!.id });
+      expect(operation.result).toEqual({ id: provider.effects[0]!.id });
+      expect(events.map((e) => e.to)).toContain("succeeded");
+    },
+    scaled(120_000),
+  );
 
-  it("a server frozen while the effect runs: the completion fails typed with the receipt; the row is settled once by lookup after the thaw", async () => {
-    const provider = new TestProvider();
-    const mail = provider.action("mail", { lookup: true });
-    const ledger = await open({ actions: [mail], leaseMs: 4_000 });
-    const tenant = uniqueTenant();
-    let release!: () => void;
-    provider.gate = new Promise<void>((r) => (release = r));
-    const call = timed(ledger.run(mail, { tenant, key: ["mid"], args: { to: "a" } }));
-    await provider.called(1);
-    await server.freeze();
-    release(); // the effect happens now; recording it cannot
-    const { error, ms } = await call;
-    await server.thaw();
-    expect(error).toBeInstanceOf(CompletionNotRecordedError);
-    expect((error as CompletionNotRecordedError).receipt).toEqual({ id: provider.effects[0]!.id });
-    expect(ms).toBeLessThan(BOUND_MS + 4_000);
-    expect(provider.effects).toHaveLength(1);
-
-    // The row stays running until its lease ends; then settling finds the effect instead of redoing it.
-    const [row] = await ledger.admin.list({ tenant });
-    await until(async () => {
-      const out = await ledger.daemon.settle({ tenant, id: row!.id, actor: "test" });
-      return out.status === "succeeded";
-    }, 30_000, "the row to be settled by lookup");
-    expect(provider.effects).toHaveLength(1);
-    const { operation, events } = await ledger.get({ tenant, id: row!.id });
-    expect(operation.result).toEqual({ id: provider.effects[0]!.id });
-    expect(events.map((e) => e.to)).toContain("succeeded");
-  }, scaled(120_000));
-
-  it("an immediate restart while calls hold connections: the process survives, calls fail typed, then work", async () => {
-    const provider = new TestProvider();
-    const mail = provider.action("mail", { lookup: true });
-    const ledger = await open({ actions: [mail], leaseMs: 4_000 });
-    const tenant = uniqueTenant();
-    let release!: () => void;
-    provider.gate = new Promise<void>((r) => (release = r));
-    // Checked-out clients at the moment the server goes: their socket errors must not be uncaught.
-    const held = Array.from({ length: 3 }, (_, i) => timed(ledger.run(mail, { tenant, key: [`held-${i}`], args: { to: "a" } })));
-    await provider.called(3);
-    const busy = timed(databaseOf(ledger).selectFrom("idem_operations").select((eb) => eb.fn<number>("pg_sleep", [eb.val(3)]).as("s")).limit(1).execute());
-    await server.restart("immediate");
-    release();
-    const results = await Promise.all(held);
-    expect((await busy).error).toBeDefined();
-    // Each held call either recorded its effect (the pool reconnected) or says it could not.
-    for (const r of results) {
-      if (r.error) expect(r.error).toBeInstanceOf(CompletionNotRecordedError);
-      else expect((r.value as { status: string }).status).toBe("succeeded");
-    }
-    expect(provider.effects).toHaveLength(3);
-    const after = await ledger.run(mail, { tenant, key: ["after"], args: { to: "a" } });
-    expect(after.status).toBe("succeeded");
-  }, scaled(120_000));
+  it(
+    "an immediate restart while calls hold connections: the process survives, calls fail typed, then work",
+    async () => {
+      const provider = new TestProvider();
+      const mail = provider.action("mail", { lookup: true });
+      const ledger = await open({ actions: [mail], leaseMs: 4_000 });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      provider.gate = new Promise<void>((r) => (release = r));
+      // Checked-out clients at the moment the server goes: their socket errors must not be uncaught.
+      const held = Array.from({ length: 3 }, (_, i) =>
+        timed(ledger.run(mail, { tenant, key: [`held-${i}`], args: { to: "a" } })),
+      );
+      await provider.called(3);
+      const busy = timed(
+        databaseOf(ledger)
+          .selectFrom("idem_operations")
+          .select((eb) => eb.fn<number>("pg_sleep", [eb.val(3)]).as("s"))
+          .limit(1)
+          .execute(),
+      );
+      await server.restart("immediate");
+      release();
+      const results = await Promise.all(held);
+      expect((await busy).error).toBeDefined();
+      // Each held call either recorded its effect (the pool reconnected) or says it could not.
+      for (const r of results) {
+        if (r.error) expect(r.error).toBeInstanceOf(CompletionNotRecordedError);
+        else expect((r.value as { status: string }).status).toBe("succeeded");
+      }
+      expect(provider.effects).toHaveLength(3);
+      const after = await ledger.run(mail, { tenant, key: ["after"], args: { to: "a" } });
+      expect(after.status).toBe("succeeded");
+    },
+    scaled(120_000),
+  );
 });

@@ -1,7 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { DEFAULT_BUDGET } from "@idem/core";
 // The policy's pure functions are internal: unit-tested here from the source, as the runner uses them.
-import { TAKEOVER_FROM, decide, nextDelay, recoveryFor, statusAfter, type Caller, type Snapshot } from "../src/policy.js";
+import {
+  TAKEOVER_FROM,
+  decide,
+  nextDelay,
+  recoveryFor,
+  statusAfter,
+  type Caller,
+  type Snapshot,
+} from "../src/policy.js";
 
 const HOUR = 3_600_000;
 
@@ -72,7 +80,17 @@ describe("statusAfter once an earlier attempt may have committed", () => {
 });
 
 describe("decide (one snapshot, one decision)", () => {
-  const base: Snapshot = { status: "pending", attempt: 2, leaseExpiresAt: null, nextCheckAt: null, checks: 0, maybeCommitted: false, hasArgs: true, createdAt: 0, now: 1_000 };
+  const base: Snapshot = {
+    status: "pending",
+    attempt: 2,
+    leaseExpiresAt: null,
+    nextCheckAt: null,
+    checks: 0,
+    maybeCommitted: false,
+    hasArgs: true,
+    createdAt: 0,
+    now: 1_000,
+  };
   const caller: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: true };
   const dedupe = { dedupe: { retentionMs: 24 * HOUR } };
 
@@ -86,7 +104,10 @@ describe("decide (one snapshot, one decision)", () => {
   });
   it("waits on a live lease or answers in progress; recovers an expired one by the policy", () => {
     const live = { ...base, status: "running" as const, maybeCommitted: true, leaseExpiresAt: 5_000 };
-    expect(decide(live, dedupe, caller)).toMatchObject({ kind: "answer", reason: expect.stringMatching(/in progress/) });
+    expect(decide(live, dedupe, caller)).toMatchObject({
+      kind: "answer",
+      reason: expect.stringMatching(/in progress/),
+    });
     expect(decide(live, dedupe, { ...caller, mayWaitMs: 10_000 })).toEqual({ kind: "wait", ms: 4_005 });
     const expired = { ...live, leaseExpiresAt: 900 };
     expect(decide(expired, dedupe, caller)).toMatchObject({ kind: "execute", replayUntil: 23 * HOUR });
@@ -103,8 +124,14 @@ describe("decide (one snapshot, one decision)", () => {
     const unknown = { ...base, status: "unknown" as const, maybeCommitted: true, nextCheckAt: 3_000 };
     expect(decide(unknown, { lookup: true }, caller).kind).toBe("answer");
     expect(decide(unknown, { lookup: true }, { ...caller, dueNow: true }).kind).toBe("reconcile");
-    expect(decide({ ...unknown, checks: 5 }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } }).kind).toBe("review");
-    expect(decide({ ...unknown, now: 2 * HOUR }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } }).kind).toBe("review");
+    expect(
+      decide({ ...unknown, checks: 5 }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } })
+        .kind,
+    ).toBe("review");
+    expect(
+      decide({ ...unknown, now: 2 * HOUR }, { lookup: true }, { ...caller, escalate: { maxChecks: 5, maxAgeMs: HOUR } })
+        .kind,
+    ).toBe("review");
     expect(decide(unknown, {}, caller).kind).toBe("review");
     // past the key window a deduping provider without lookup cannot be replayed
     expect(decide({ ...unknown, nextCheckAt: null, now: 30 * HOUR }, dedupe, caller).kind).toBe("review");

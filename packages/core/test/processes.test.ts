@@ -18,27 +18,41 @@ for (const dialect of DIALECTS) {
   describe(`separate processes on ${dialect}`, () => {
     const db = ledgers(dialect);
 
-    it(`${RACERS} workers racing one key: one effect, one receipt for all`, async () => {
-      const ledger = await db.open(); // migrates before the workers start
-      const tenant = uniqueTenant();
-      const file = join(tempDir(), "effects");
-      const env = { LEDGER_URL: db.url(), TENANT: tenant, KEY: "race", EFFECT_FILE: file, KIND: "neither", LEASE_MS: "10000", MODE: "race" };
-      const children = Array.from({ length: RACERS }, () => startChild(WORKER, [], env));
-      await Promise.all(children.map((c) => c.waitFor(/^ready$/, 90_000)));
-      for (const c of children) c.send("go");
-      const results = await Promise.all(children.map(async (c) => JSON.parse((await c.waitFor(/^result /, 90_000)).slice(7))));
-      await Promise.all(children.map((c) => c.exited));
+    it(
+      `${RACERS} workers racing one key: one effect, one receipt for all`,
+      async () => {
+        const ledger = await db.open(); // migrates before the workers start
+        const tenant = uniqueTenant();
+        const file = join(tempDir(), "effects");
+        const env = {
+          LEDGER_URL: db.url(),
+          TENANT: tenant,
+          KEY: "race",
+          EFFECT_FILE: file,
+          KIND: "neither",
+          LEASE_MS: "10000",
+          MODE: "race",
+        };
+        const children = Array.from({ length: RACERS }, () => startChild(WORKER, [], env));
+        await Promise.all(children.map((c) => c.waitFor(/^ready$/, 90_000)));
+        for (const c of children) c.send("go");
+        const results = await Promise.all(
+          children.map(async (c) => JSON.parse((await c.waitFor(/^result /, 90_000)).slice(7))),
+        );
+        await Promise.all(children.map((c) => c.exited));
 
-      const effects = effectLines(file);
-      expect(effects).toHaveLength(1);
-      const statuses = results.map((r) => `${r.status}:${r.replayed}`);
-      expect(statuses.filter((s) => s === "succeeded:false")).toHaveLength(1);
-      expect(statuses.filter((s) => s === "succeeded:true")).toHaveLength(RACERS - 1);
-      expect(new Set(results.map((r) => r.receipt.id))).toEqual(new Set([effects[0]!.id]));
-      expect(new Set(results.map((r) => r.operationId)).size).toBe(1);
-      const [op] = await ledger.admin.list({ tenant });
-      expect(op).toMatchObject({ status: "succeeded", attempt: 1 });
-    }, scaled(180_000));
+        const effects = effectLines(file);
+        expect(effects).toHaveLength(1);
+        const statuses = results.map((r) => `${r.status}:${r.replayed}`);
+        expect(statuses.filter((s) => s === "succeeded:false")).toHaveLength(1);
+        expect(statuses.filter((s) => s === "succeeded:true")).toHaveLength(RACERS - 1);
+        expect(new Set(results.map((r) => r.receipt.id))).toEqual(new Set([effects[0]!.id]));
+        expect(new Set(results.map((r) => r.operationId)).size).toBe(1);
+        const [op] = await ledger.admin.list({ tenant });
+        expect(op).toMatchObject({ status: "succeeded", attempt: 1 });
+      },
+      scaled(180_000),
+    );
 
     const expected: Record<ProviderKind, { status: string; effects: number }> = {
       dedupe: { status: "succeeded", effects: 1 }, // replayed with the same key; the provider answered with the first object
@@ -46,38 +60,54 @@ for (const dialect of DIALECTS) {
       neither: { status: "pending_verification", effects: 1 }, // needs_review, never a second effect
     };
     for (const kind of ["dedupe", "lookup", "neither"] as const) {
-      it(`SIGKILL after the effect, provider that can ${kind === "neither" ? "neither dedupe nor be queried" : kind}: ${expected[kind].status}, ${expected[kind].effects} effect`, async () => {
-        const ledger = await db.open();
-        const tenant = uniqueTenant();
-        const file = join(tempDir(), "effects");
-        const leaseMs = 2_000; // long enough that the checks below run inside the dead worker's lease, even under load
-        const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: tenant, KEY: "job-1", EFFECT_FILE: file, KIND: kind, LEASE_MS: String(leaseMs), MODE: "crash" });
-        await child.waitFor(/^effect-done$/);
-        await kill9(child);
+      it(
+        `SIGKILL after the effect, provider that can ${kind === "neither" ? "neither dedupe nor be queried" : kind}: ${expected[kind].status}, ${expected[kind].effects} effect`,
+        async () => {
+          const ledger = await db.open();
+          const tenant = uniqueTenant();
+          const file = join(tempDir(), "effects");
+          const leaseMs = 2_000; // long enough that the checks below run inside the dead worker's lease, even under load
+          const child = startChild(WORKER, [], {
+            LEDGER_URL: db.url(),
+            TENANT: tenant,
+            KEY: "job-1",
+            EFFECT_FILE: file,
+            KIND: kind,
+            LEASE_MS: String(leaseMs),
+            MODE: "crash",
+          });
+          await child.waitFor(/^effect-done$/);
+          await kill9(child);
 
-        const key = operationKey({ tenant, action: `file.${kind}`, parts: ["job-1"] }).hash;
-        const [left] = await ledger.admin.list({ tenant });
-        expect(left).toMatchObject({ status: "running", attempt: 1, key });
-        expect(effectLines(file)).toHaveLength(1);
+          const key = operationKey({ tenant, action: `file.${kind}`, parts: ["job-1"] }).hash;
+          const [left] = await ledger.admin.list({ tenant });
+          expect(left).toMatchObject({ status: "running", attempt: 1, key });
+          expect(effectLines(file)).toHaveLength(1);
 
-        // While the dead worker's lease is live, a caller is told "in progress", nothing more.
-        const action = fileAction(kind, file);
-        const early = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
-        expect(early).toMatchObject({ status: "pending_verification", state: "running" });
+          // While the dead worker's lease is live, a caller is told "in progress", nothing more.
+          const action = fileAction(kind, file);
+          const early = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
+          expect(early).toMatchObject({ status: "pending_verification", state: "running" });
 
-        await sleep(leaseMs + 200);
-        const out = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
-        expect(out.status).toBe(expected[kind].status);
-        expect(effectLines(file)).toHaveLength(expected[kind].effects);
-        const { operation, events } = await ledger.get({ tenant, id: out.operationId });
-        if (kind === "neither") {
-          expect(operation.status).toBe("needs_review");
-        } else {
-          expect(operation).toMatchObject({ status: "succeeded", attempt: 2, result: { id: effectLines(file)[0]!.id } });
-        }
-        expect(events[1]).toMatchObject({ from: "running", to: "running", attempt: 2 });
-        expect(events[1]!.reason).toMatch(/lease expired/);
-      }, scaled(60_000));
+          await sleep(leaseMs + 200);
+          const out = await ledger.run(action, { tenant, key: ["job-1"], args: { note: "x" } });
+          expect(out.status).toBe(expected[kind].status);
+          expect(effectLines(file)).toHaveLength(expected[kind].effects);
+          const { operation, events } = await ledger.get({ tenant, id: out.operationId });
+          if (kind === "neither") {
+            expect(operation.status).toBe("needs_review");
+          } else {
+            expect(operation).toMatchObject({
+              status: "succeeded",
+              attempt: 2,
+              result: { id: effectLines(file)[0]!.id },
+            });
+          }
+          expect(events[1]).toMatchObject({ from: "running", to: "running", attempt: 2 });
+          expect(events[1]!.reason).toMatch(/lease expired/);
+        },
+        scaled(60_000),
+      );
     }
   });
 }

@@ -34,7 +34,12 @@ for (const dialect of DIALECTS) {
       release();
       const [direct, later] = await Promise.all([call, waited]);
       expect(direct).toMatchObject({ status: "succeeded", replayed: false });
-      expect(later).toMatchObject({ status: "succeeded", replayed: true, operationId: op!.id, receipt: { id: p.effects[0]!.id } });
+      expect(later).toMatchObject({
+        status: "succeeded",
+        replayed: true,
+        operationId: op!.id,
+        receipt: { id: p.effects[0]!.id },
+      });
       expect(p.effects).toHaveLength(1);
     });
 
@@ -48,7 +53,10 @@ for (const dialect of DIALECTS) {
       await p.called(1);
       const [op] = await ledger.admin.list({ tenant });
       const t0 = performance.now();
-      expect(await ledger.wait({ tenant, id: op!.id, timeoutMs: 300 })).toMatchObject({ status: "pending_verification", state: "running" });
+      expect(await ledger.wait({ tenant, id: op!.id, timeoutMs: 300 })).toMatchObject({
+        status: "pending_verification",
+        state: "running",
+      });
       expect(performance.now() - t0).toBeGreaterThanOrEqual(280);
       const ac = new AbortController();
       const aborted = ledger.wait({ tenant, id: op!.id, timeoutMs: 60_000, signal: ac.signal });
@@ -64,7 +72,12 @@ for (const dialect of DIALECTS) {
     const charge = defineAction({
       type: "test.charge",
       capabilities: {},
-      input: z.object({ invoice: z.string().min(1), amount: z.number().int().positive(), currency: z.string().default("eur"), memo: z.string().optional() }),
+      input: z.object({
+        invoice: z.string().min(1),
+        amount: z.number().int().positive(),
+        currency: z.string().default("eur"),
+        memo: z.string().optional(),
+      }),
       async execute(args) {
         charges.push(args);
         return { ok: true };
@@ -74,7 +87,9 @@ for (const dialect of DIALECTS) {
     it("refuses bad input before anything is claimed, naming the field", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();
-      const e = await ledger.run(charge, { tenant, key: ["inv-1"], args: { invoice: "inv-1", amount: -5 } }).catch((x: unknown) => x);
+      const e = await ledger
+        .run(charge, { tenant, key: ["inv-1"], args: { invoice: "inv-1", amount: -5 } })
+        .catch((x: unknown) => x);
       expect(e).toBeInstanceOf(InvalidValueError);
       expect((e as InvalidValueError).path).toBe("args.amount");
       expect(await count(ledger, tenant)).toBe(0);
@@ -84,12 +99,22 @@ for (const dialect of DIALECTS) {
     it("hashes and executes the schema's output: defaults applied, an unset optional field the same as an absent one", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();
-      const first = await ledger.run(charge, { tenant, key: ["inv-2"], args: { invoice: "inv-2", amount: 100, memo: undefined } });
-      const again = await ledger.run(charge, { tenant, key: ["inv-2"], args: { invoice: "inv-2", amount: 100, currency: "eur" } });
+      const first = await ledger.run(charge, {
+        tenant,
+        key: ["inv-2"],
+        args: { invoice: "inv-2", amount: 100, memo: undefined },
+      });
+      const again = await ledger.run(charge, {
+        tenant,
+        key: ["inv-2"],
+        args: { invoice: "inv-2", amount: 100, currency: "eur" },
+      });
       expect(first).toMatchObject({ status: "succeeded", replayed: false });
       expect(again).toMatchObject({ status: "succeeded", replayed: true });
       expect(charges.at(-1)).toEqual({ invoice: "inv-2", amount: 100, currency: "eur" });
-      const other = await ledger.run(charge, { tenant, key: ["inv-2"], args: { invoice: "inv-2", amount: 200 } }).catch((x: unknown) => x);
+      const other = await ledger
+        .run(charge, { tenant, key: ["inv-2"], args: { invoice: "inv-2", amount: 200 } })
+        .catch((x: unknown) => x);
       expect((other as Error).name).toBe("ArgsMismatchError");
     });
   });

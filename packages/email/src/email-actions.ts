@@ -25,7 +25,12 @@ export interface EmailArgs {
   readonly text?: string;
   readonly html?: string;
   /** Inline content only (strings, base64 with `encoding`): file and URL access are disabled. */
-  readonly attachments?: readonly { filename: string; content: string; encoding?: "base64" | "utf8"; contentType?: string }[];
+  readonly attachments?: readonly {
+    filename: string;
+    content: string;
+    encoding?: "base64" | "utf8";
+    contentType?: string;
+  }[];
   readonly headers?: Readonly<Record<string, string>>;
 }
 
@@ -37,11 +42,18 @@ export function emailActions(config: EmailConfig): EmailActions {
   const domain = config.messageIdDomain ?? domainOf(config.from);
   const withRef = config.subjectWithRef ?? ((subject: string, ref: string) => `${subject} [ref:${ref}]`);
   const copy = config.copy;
-  const lookIn = copy.mode === "journal"
-    ? new Mailbox(copy.imap ?? config.imap, copy.mailbox ?? "INBOX")
-    : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
+  const lookIn =
+    copy.mode === "journal"
+      ? new Mailbox(copy.imap ?? config.imap, copy.mailbox ?? "INBOX")
+      : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
-  const render = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: "windows", disableFileAccess: true, disableUrlAccess: true });
+  const render = nodemailer.createTransport({
+    streamTransport: true,
+    buffer: true,
+    newline: "windows",
+    disableFileAccess: true,
+    disableUrlAccess: true,
+  });
 
   const send = defineAction<EmailArgs, EmailReceipt>({
     type: "email.send",
@@ -56,12 +68,17 @@ export function emailActions(config: EmailConfig): EmailActions {
       const ref = referenceFor(op.key);
       // An earlier attempt's copy means it was sent: nothing more to do.
       const earlier = await lookIn.find(messageId);
-      if (earlier) return { messageId, ref, sent: false, response: null, accepted: [], rejected: [], foundIn: earlier.mailbox };
+      if (earlier)
+        return { messageId, ref, sent: false, response: null, accepted: [], rejected: [], foundIn: earlier.mailbox };
 
       const journal = copy.mode === "journal" ? [copy.address] : [];
       const message = {
-        from: config.from, to: list(args.to), cc: list(args.cc), bcc: [...list(args.bcc), ...journal],
-        subject: withRef(args.subject, ref), messageId,
+        from: config.from,
+        to: list(args.to),
+        cc: list(args.cc),
+        bcc: [...list(args.bcc), ...journal],
+        subject: withRef(args.subject, ref),
+        messageId,
         ...(args.text !== undefined && { text: args.text }),
         ...(args.html !== undefined && { html: args.html }),
         ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
@@ -76,11 +93,17 @@ export function emailActions(config: EmailConfig): EmailActions {
         await sent.append(raw).catch(() => undefined);
       }
       return {
-        messageId, ref, sent: true, response: info.response, accepted: [...info.accepted], rejected: [...info.rejected],
+        messageId,
+        ref,
+        sent: true,
+        response: info.response,
+        accepted: [...info.accepted],
+        rejected: [...info.rejected],
       };
     },
     classify: (error) => classifyEmailError(error),
-    reconcile: (_args, op) => reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, config.settleMs ?? 60_000),
+    reconcile: (_args, op) =>
+      reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, config.settleMs ?? 60_000),
   });
   return { send };
 }

@@ -44,7 +44,9 @@ export function classifyEmailError(error: unknown): Classification {
   }
   if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
   if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
-  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? "")) return { kind: "transient", reason: `not connected: ${what}` };
-  if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT") return { kind: "transient", reason: `no greeting: ${what}` };
+  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? ""))
+    return { kind: "transient", reason: `not connected: ${what}` };
+  if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")
+    return { kind: "transient", reason: `no greeting: ${what}` };
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
 }

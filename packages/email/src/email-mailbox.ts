@@ -21,7 +21,10 @@ export interface FoundMessage {
 
 export class Mailbox {
   /** `path`: a mailbox path, or "\\Sent" to find the Sent folder. */
-  constructor(private readonly imap: ImapConfig, private readonly path: string) {}
+  constructor(
+    private readonly imap: ImapConfig,
+    private readonly path: string,
+  ) {}
 
   async find(messageId: string): Promise<FoundMessage | undefined> {
     return this.session(async (client, mailbox) => {
@@ -44,15 +47,23 @@ export class Mailbox {
 
   private async session<T>(fn: (client: ImapFlow, mailbox: string) => Promise<T>): Promise<T> {
     const client = new ImapFlow({
-      host: this.imap.host, port: this.imap.port, secure: this.imap.secure ?? false,
+      host: this.imap.host,
+      port: this.imap.port,
+      secure: this.imap.secure ?? false,
       auth: { user: this.imap.auth.user, pass: this.imap.auth.pass },
-      logger: false, connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000,
+      logger: false,
+      connectionTimeout: 10_000,
+      greetingTimeout: 10_000,
+      socketTimeout: 30_000,
     });
     client.on("error", () => {}); // reported through the failing call below
     try {
       await client.connect();
     } catch (cause) {
-      throw new MailboxUnavailableError(`IMAP ${this.imap.host}:${this.imap.port} unreachable: ${(cause as Error).message}`, { cause });
+      throw new MailboxUnavailableError(
+        `IMAP ${this.imap.host}:${this.imap.port} unreachable: ${(cause as Error).message}`,
+        { cause },
+      );
     }
     try {
       return await fn(client, await this.resolve(client));
@@ -68,7 +79,8 @@ export class Mailbox {
     if (this.path !== "\\Sent") return this.path;
     const boxes = await client.list();
     const sent = boxes.find((b) => b.specialUse === "\\Sent") ?? boxes.find((b) => b.name.toLowerCase() === "sent");
-    if (!sent) throw new MailboxUnavailableError("no Sent folder (no SPECIAL-USE \\Sent, none named Sent): set sentMailbox");
+    if (!sent)
+      throw new MailboxUnavailableError("no Sent folder (no SPECIAL-USE \\Sent, none named Sent): set sentMailbox");
     return sent.path;
   }
 }

@@ -19,7 +19,10 @@ export function referenceFor(key: string): string {
 
 export function domainOf(address: string): string {
   const at = address.lastIndexOf("@");
-  const domain = address.slice(at + 1).replace(/>.*$/, "").trim();
+  const domain = address
+    .slice(at + 1)
+    .replace(/>.*$/, "")
+    .trim();
   if (at < 0 || !domain) throw new Error(`cannot take a Message-ID domain from "${address}"; set messageIdDomain`);
   return domain;
 }

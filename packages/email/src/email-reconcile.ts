@@ -10,20 +10,45 @@ import type { CopyConfig } from "./email-config.js";
 import type { Mailbox } from "./email-mailbox.js";
 import type { EmailReceipt } from "./email-receipt.js";
 
-export async function reconcileByCopy(mailbox: Mailbox, copy: CopyConfig, messageId: string, ref: string, op: OperationContext, settleMs: number): Promise<ReconcileResult<EmailReceipt>> {
+export async function reconcileByCopy(
+  mailbox: Mailbox,
+  copy: CopyConfig,
+  messageId: string,
+  ref: string,
+  op: OperationContext,
+  settleMs: number,
+): Promise<ReconcileResult<EmailReceipt>> {
   const found = await mailbox.find(messageId); // unreachable IMAP throws: inconclusive, try later
-  if (found) return { found: true, receipt: { messageId, ref, sent: true, response: null, accepted: [], rejected: [], foundIn: found.mailbox } };
+  if (found)
+    return {
+      found: true,
+      receipt: { messageId, ref, sent: true, response: null, accepted: [], rejected: [], foundIn: found.mailbox },
+    };
   if (copy.mode === "append") {
-    return { found: false, proof: "never", reason: `no copy of ${messageId} in Sent, but copies are appended by the client after sending: it may have been sent` };
+    return {
+      found: false,
+      proof: "never",
+      reason: `no copy of ${messageId} in Sent, but copies are appended by the client after sending: it may have been sent`,
+    };
   }
   // Without the database's time the window cannot be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).
-  if (!Number.isFinite(op.now)) return { found: false, proof: "inconclusive", reason: "no database time (op.now) to judge the settle window" };
+  if (!Number.isFinite(op.now))
+    return { found: false, proof: "inconclusive", reason: "no database time (op.now) to judge the settle window" };
   const waited = op.now - op.lastAttemptAt;
   if (waited < settleMs) {
     // Look again well before the window ends: most copies appear in seconds.
     const retryAfterMs = Math.min(settleMs - waited, Math.max(1_000, Math.round(settleMs / 10)));
-    return { found: false, proof: "inconclusive", reason: `no copy of ${messageId} yet; copies may take ${settleMs} ms to appear`, retryAfterMs };
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: `no copy of ${messageId} yet; copies may take ${settleMs} ms to appear`,
+      retryAfterMs,
+    };
   }
-  return { found: false, proof: "absent", reason: `no copy of ${messageId} ${copy.mode === "journal" ? "in the journal" : "in Sent"} after the settle window` };
+  return {
+    found: false,
+    proof: "absent",
+    reason: `no copy of ${messageId} ${copy.mode === "journal" ? "in the journal" : "in Sent"} after the settle window`,
+  };
 }

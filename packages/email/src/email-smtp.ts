@@ -42,8 +42,16 @@ export class EnvelopeRefusedError extends Error {
 
 /** The operation's signal aborted the send; `bodySent` says whether the message may have gone out. */
 export class SendAbortedError extends Error {
-  constructor(readonly bodySent: boolean, options: { cause: unknown }) {
-    super(bodySent ? "send aborted after the message was handed to the server: it may have been accepted" : "send aborted before the message was sent: nothing was sent", options);
+  constructor(
+    readonly bodySent: boolean,
+    options: { cause: unknown },
+  ) {
+    super(
+      bodySent
+        ? "send aborted after the message was handed to the server: it may have been accepted"
+        : "send aborted before the message was sent: nothing was sent",
+      options,
+    );
     this.name = "SendAbortedError";
   }
 }
@@ -60,8 +68,13 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
   if (signal.aborted) return Promise.reject(new SendAbortedError(false, { cause: signal.reason }));
   const timeout = config.timeoutMs ?? 30_000;
   const conn = new SMTPConnection({
-    host: config.host, port: config.port, secure: config.secure ?? false, logger: false,
-    connectionTimeout: timeout, greetingTimeout: timeout, socketTimeout: timeout,
+    host: config.host,
+    port: config.port,
+    secure: config.secure ?? false,
+    logger: false,
+    connectionTimeout: timeout,
+    greetingTimeout: timeout,
+    socketTimeout: timeout,
   });
   const envelope: TrackedEnvelope = { from: out.from, to: [...out.to] };
   let bodySent = false;
@@ -85,7 +98,11 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
     conn.on("error", (e: unknown) => finish(e)); // `on`: a second error after the first must not go unhandled
     // A net under the callbacks, deferred: on a 421 nodemailer closes first, then fails the send
     // with the server's reply, which must win (421 is "not accepted", a bare close is ambiguous).
-    conn.once("end", () => setImmediate(() => finish(Object.assign(new Error("Connection closed unexpectedly"), { code: "ECONNECTION", command: "CONN" }))));
+    conn.once("end", () =>
+      setImmediate(() =>
+        finish(Object.assign(new Error("Connection closed unexpectedly"), { code: "ECONNECTION", command: "CONN" })),
+      ),
+    );
 
     const body = new Readable({
       read() {
@@ -102,12 +119,18 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
     });
     conn.connect((error) => {
       if (error) return finish(error);
-      const send = () => conn.send(envelope, body, (e, info) => {
-        if (e || !info) return finish(e ?? new Error("SMTP send gave no answer"));
-        return finish(null, { response: String(info.response ?? ""), accepted: info.accepted.map(String), rejected: info.rejected.map(String) });
-      });
+      const send = () =>
+        conn.send(envelope, body, (e, info) => {
+          if (e || !info) return finish(e ?? new Error("SMTP send gave no answer"));
+          return finish(null, {
+            response: String(info.response ?? ""),
+            accepted: info.accepted.map(String),
+            rejected: info.rejected.map(String),
+          });
+        });
       // As nodemailer's transport does: log in when the server offers AUTH.
-      if (config.auth && conn.allowsAuth) conn.login({ user: config.auth.user, pass: config.auth.pass }, (e) => (e ? finish(e) : send()));
+      if (config.auth && conn.allowsAuth)
+        conn.login({ user: config.auth.user, pass: config.auth.pass }, (e) => (e ? finish(e) : send()));
       else send();
     });
   });
@@ -128,13 +151,21 @@ interface TrackedEnvelope {
 /** Why the body must not go out, judged on the server's RCPT answers; undefined when it may. */
 function refusal(envelope: TrackedEnvelope, journal: string): EnvelopeRefusedError | undefined {
   if (!Array.isArray(envelope.accepted)) {
-    return new EnvelopeRefusedError("cannot see which recipients the server accepted, so not sending without a known journal copy", undefined, true);
+    return new EnvelopeRefusedError(
+      "cannot see which recipients the server accepted, so not sending without a known journal copy",
+      undefined,
+      true,
+    );
   }
   const j = journal.toLowerCase();
   const refused = envelope.rejectedErrors ?? [];
   if (!envelope.accepted.some((a) => a.toLowerCase() === j)) {
     const code = refused.find((e) => e.recipient?.toLowerCase() === j)?.responseCode;
-    return new EnvelopeRefusedError(`the server refused the journal address ${journal} (${code ?? "no code"}): not sent, since no journal copy could prove it later`, code, true);
+    return new EnvelopeRefusedError(
+      `the server refused the journal address ${journal} (${code ?? "no code"}): not sent, since no journal copy could prove it later`,
+      code,
+      true,
+    );
   }
   if (!envelope.accepted.some((a) => a.toLowerCase() !== j)) {
     // Without the journal nodemailer fails this as "all recipients were rejected" (a 4xx, if any, decides).

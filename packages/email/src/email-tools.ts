@@ -13,7 +13,10 @@ import type { EmailReceipt } from "./email-receipt.js";
 
 const sendInput = z.object({
   to: z.string().email().describe("The recipient's address"),
-  reference: z.string().min(1).describe("What this email is about (an order, invoice or ticket id): one email per reference and recipient"),
+  reference: z
+    .string()
+    .min(1)
+    .describe("What this email is about (an order, invoice or ticket id): one email per reference and recipient"),
   subject: z.string().min(1),
   text: z.string().min(1),
 });
@@ -23,7 +26,8 @@ export function emailTools(actions: EmailActions) {
   return {
     send: {
       name: "send_email",
-      description: "Send one email about a reference (order, invoice, ticket) to a recipient. Safe to call again: the same reference and recipient is never emailed twice.",
+      description:
+        "Send one email about a reference (order, invoice, ticket) to a recipient. Safe to call again: the same reference and recipient is never emailed twice.",
       action: actions.send,
       input: sendInput,
       args: (i: EmailSendInput): EmailArgs => ({ to: i.to.trim().toLowerCase(), subject: i.subject, text: i.text }),

@@ -15,7 +15,11 @@ describe("classifyEmailError", () => {
     ["an invalid address refused locally", err({ code: "EENVELOPE", command: "API" }), "permanent"],
     ["connection refused", err({ code: "ESOCKET", originalCode: "ECONNREFUSED", command: "CONN" }), "transient"],
     ["no greeting", err({ code: "ETIMEDOUT", timeoutType: "GREETING_TIMEOUT", command: "CONN" }), "transient"],
-    ["a socket timeout, stage unknown", err({ code: "ETIMEDOUT", timeoutType: "SOCKET_TIMEOUT", command: "CONN" }), "ambiguous"],
+    [
+      "a socket timeout, stage unknown",
+      err({ code: "ETIMEDOUT", timeoutType: "SOCKET_TIMEOUT", command: "CONN" }),
+      "ambiguous",
+    ],
     ["the connection closed unexpectedly", err({ code: "ECONNECTION", command: "CONN" }), "ambiguous"],
     ["anything else", new Error("weird"), "ambiguous"],
     ["journal refused for now (450), body held back", new EnvelopeRefusedError("m", 450, true), "transient"],

@@ -19,18 +19,31 @@ beforeAll(async () => {
 afterAll(() => sandbox?.close());
 afterEach(() => sandbox.faults.clear()); // a fault the test did not reach must not leak into the next
 
-const journal = () => emailActions({
-  smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-  imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
-  from: SENDER.user, settleMs: 60_000,
-  copy: { mode: "journal", address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } },
-});
+const journal = () =>
+  emailActions({
+    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
+    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+    from: SENDER.user,
+    settleMs: 60_000,
+    copy: { mode: "journal", address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } },
+  });
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
 /** An operation as the runner hands it over; `now` is the database's time, not ours. */
 function op(t: { lastAttemptAt: number; now: number }, signal = new AbortController().signal): OperationContext {
   const key = randomBytes(32).toString("hex");
-  return { id: `op_${key.slice(0, 8)}`, tenant: "t", key, keyLabel: null, attempt: 1, createdAt: t.lastAttemptAt, lastAttemptAt: t.lastAttemptAt, now: t.now, providerReference: null, signal };
+  return {
+    id: `op_${key.slice(0, 8)}`,
+    tenant: "t",
+    key,
+    keyLabel: null,
+    attempt: 1,
+    createdAt: t.lastAttemptAt,
+    lastAttemptAt: t.lastAttemptAt,
+    now: t.now,
+    providerReference: null,
+    signal,
+  };
 }
 const fresh = (signal?: AbortSignal) => op({ lastAttemptAt: Date.now(), now: Date.now() }, signal);
 const messageIdOf = (o: OperationContext) => messageIdFor(o.key, "idem.test");
@@ -39,7 +52,9 @@ describe("the journal gate", () => {
   it("a refused journal address holds the body back: nothing is sent, failed and alerted", async () => {
     const o = fresh();
     sandbox.faults.add({ kind: "reject_rcpt", match: { path: JOURNAL.user } });
-    const error = await journal().send.execute(report, o).catch((e: unknown) => e);
+    const error = await journal()
+      .send.execute(report, o)
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(EnvelopeRefusedError);
     expect(error).toMatchObject({ responseCode: 550, journalRefused: true });
     expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
@@ -49,7 +64,9 @@ describe("the journal gate", () => {
   it("every other recipient refused: not sent to the journal alone", async () => {
     const o = fresh();
     sandbox.faults.add({ kind: "reject_rcpt", match: { path: "client@example.test" } });
-    const error = await journal().send.execute(report, o).catch((e: unknown) => e);
+    const error = await journal()
+      .send.execute(report, o)
+      .catch((e: unknown) => e);
     expect(error).toMatchObject({ name: "EnvelopeRefusedError", journalRefused: false });
     expect(classifyEmailError(error)).toMatchObject({ kind: "permanent" });
     expect(sandbox.count(messageIdOf(o))).toBe(0);
@@ -59,7 +76,11 @@ describe("the journal gate", () => {
     const o = fresh();
     sandbox.faults.add({ kind: "reject_rcpt", match: { path: "gone@example.test" } });
     const receipt = await journal().send.execute({ ...report, to: ["client@example.test", "gone@example.test"] }, o);
-    expect(receipt).toMatchObject({ sent: true, rejected: ["gone@example.test"], accepted: expect.arrayContaining(["client@example.test", JOURNAL.user]) });
+    expect(receipt).toMatchObject({
+      sent: true,
+      rejected: ["gone@example.test"],
+      accepted: expect.arrayContaining(["client@example.test", JOURNAL.user]),
+    });
     expect(sandbox.count(messageIdOf(o))).toBe(1);
   });
 });
@@ -71,7 +92,9 @@ describe("cancellation on op.signal", () => {
     sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
     sandbox.events.once("accepted", () => abort.abort(new Error("lease lost")));
     const started = Date.now();
-    const error = await journal().send.execute(report, o).catch((e: unknown) => e);
+    const error = await journal()
+      .send.execute(report, o)
+      .catch((e: unknown) => e);
     expect(Date.now() - started).toBeLessThan(2_000); // not the 2.5 s socket timeout
     expect(error).toBeInstanceOf(SendAbortedError);
     expect(error).toMatchObject({ bodySent: true });
@@ -84,7 +107,9 @@ describe("cancellation on op.signal", () => {
     abort.abort(new Error("caller gave up"));
     const o = fresh(abort.signal);
     const before = sandbox.count();
-    const error = await journal().send.execute(report, o).catch((e: unknown) => e);
+    const error = await journal()
+      .send.execute(report, o)
+      .catch((e: unknown) => e);
     expect(error).toMatchObject({ name: "SendAbortedError", bodySent: false });
     expect(classifyEmailError(error)).toMatchObject({ kind: "transient" });
     expect(sandbox.count()).toBe(before);
@@ -94,12 +119,18 @@ describe("cancellation on op.signal", () => {
 describe("the settle window uses op.now", () => {
   it("inside the window by the database clock: inconclusive, however late the process clock says it is", async () => {
     const long = Date.now() - 3_600_000;
-    expect(await journal().send.reconcile!(report, op({ lastAttemptAt: long, now: long + 1_000 }))).toMatchObject({ found: false, proof: "inconclusive" });
+    expect(await journal().send.reconcile!(report, op({ lastAttemptAt: long, now: long + 1_000 }))).toMatchObject({
+      found: false,
+      proof: "inconclusive",
+    });
   });
 
   it("past the window by the database clock: absent, however early the process clock says it is", async () => {
     const now = Date.now();
-    expect(await journal().send.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 }))).toMatchObject({ found: false, proof: "absent" });
+    expect(await journal().send.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 }))).toMatchObject({
+      found: false,
+      proof: "absent",
+    });
   });
 
   it("without a database time it proves nothing", async () => {

@@ -27,13 +27,17 @@ afterAll(() => sandbox?.close());
 
 function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
   sandbox.mode = SERVER_MODE[mode];
-  const copy: CopyConfig = mode === "journal"
-    ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }
-    : { mode };
+  const copy: CopyConfig =
+    mode === "journal"
+      ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }
+      : { mode };
   return {
     smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
     imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
-    from: SENDER.user, copy, settleMs: 300, ...extra,
+    from: SENDER.user,
+    copy,
+    settleMs: 300,
+    ...extra,
   };
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
@@ -44,7 +48,8 @@ for (const dialect of DIALECTS) {
   describe(`email on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
     const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
-    const messageIdOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.providerReference!;
+    const messageIdOf = async (l: Ledger, t: string, id: string) =>
+      (await l.get({ tenant: t, id })).operation.providerReference!;
 
     for (const mode of ["provider-saves", "journal", "append"] as const) {
       it(`${mode}: a duplicate call sends nothing and returns the first receipt`, async () => {
@@ -53,7 +58,11 @@ for (const dialect of DIALECTS) {
         const t = tenant();
         const first = await l.run(mail.send, { tenant: t, key: ["weekly", "c1", "W48"], args: report });
         const again = await l.run(mail.send, { tenant: t, key: ["weekly", "c1", "W48"], args: report });
-        expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: true, accepted: expect.arrayContaining(["client@example.test"]) } });
+        expect(first).toMatchObject({
+          status: "succeeded",
+          replayed: false,
+          receipt: { sent: true, accepted: expect.arrayContaining(["client@example.test"]) },
+        });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         const messageId = await messageIdOf(l, t, first.operationId);
         expect(first.status === "succeeded" && first.receipt!.messageId).toBe(messageId);
@@ -62,7 +71,10 @@ for (const dialect of DIALECTS) {
         expect(got.subject).toMatch(/^Weekly report \[ref:[A-Z0-9]{8}\]$/);
         expect(got.raw.toString()).toMatch(/X-Idem-Key:\s+[0-9a-f]{64}/); // folded or not
         // the copy is where this mode says it is
-        const where = mode === "journal" ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL }, "INBOX") : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER }, "\\Sent");
+        const where =
+          mode === "journal"
+            ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL }, "INBOX")
+            : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER }, "\\Sent");
         expect(await where.find(messageId)).toMatchObject({ mailbox: mode === "journal" ? "INBOX" : "Sent" });
       });
     }
@@ -106,26 +118,36 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
     });
 
-    it("append: SIGKILL between send and APPEND: after the lease, needs_review and one message", async () => {
-      const t = tenant();
-      sandbox.mode = "none";
-      sandbox.faults.add({ kind: "hold_reply", delayMs: 60_000 });
-      const accepted = new Promise<{ messageId: string }>((resolve) => sandbox.events.once("accepted", resolve));
-      const leaseMs = 1_500;
-      const child = startChild(WORKER, [], {
-        LEDGER_URL: db.url(), TENANT: t, KEY: "killed", SMTP_PORT: String(ports.smtp), IMAP_PORT: String(ports.imap),
-        USER: SENDER.user, PASS: SENDER.pass, LEASE_MS: String(leaseMs),
-      });
-      const { messageId } = await accepted;
-      await kill9(child);
-      const l = await ledger();
-      const [row] = await l.admin.list({ tenant: t });
-      expect(row).toMatchObject({ status: "running", providerReference: messageId });
-      await sleep(leaseMs + 200);
-      const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
-      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
-      expect(sandbox.count(messageId)).toBe(1);
-    }, scaled(60_000));
+    it(
+      "append: SIGKILL between send and APPEND: after the lease, needs_review and one message",
+      async () => {
+        const t = tenant();
+        sandbox.mode = "none";
+        sandbox.faults.add({ kind: "hold_reply", delayMs: 60_000 });
+        const accepted = new Promise<{ messageId: string }>((resolve) => sandbox.events.once("accepted", resolve));
+        const leaseMs = 1_500;
+        const child = startChild(WORKER, [], {
+          LEDGER_URL: db.url(),
+          TENANT: t,
+          KEY: "killed",
+          SMTP_PORT: String(ports.smtp),
+          IMAP_PORT: String(ports.imap),
+          USER: SENDER.user,
+          PASS: SENDER.pass,
+          LEASE_MS: String(leaseMs),
+        });
+        const { messageId } = await accepted;
+        await kill9(child);
+        const l = await ledger();
+        const [row] = await l.admin.list({ tenant: t });
+        expect(row).toMatchObject({ status: "running", providerReference: messageId });
+        await sleep(leaseMs + 200);
+        const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
+        expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        expect(sandbox.count(messageId)).toBe(1);
+      },
+      scaled(60_000),
+    );
 
     it("IMAP down during the pre-send check: nothing is sent; a later call sends once", async () => {
       const l = await ledger();
@@ -136,7 +158,11 @@ for (const dialect of DIALECTS) {
       const out = await l.run(down.send, { tenant: t, key: ["imap-down"], args: report, budget: { attempts: 1 } });
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
       expect(sandbox.count()).toBe(before);
-      const up = await l.run(emailActions(config("provider-saves")).send, { tenant: t, key: ["imap-down"], args: report });
+      const up = await l.run(emailActions(config("provider-saves")).send, {
+        tenant: t,
+        key: ["imap-down"],
+        args: report,
+      });
       expect(up).toMatchObject({ status: "succeeded", receipt: { sent: true } });
       expect(sandbox.count()).toBe(before + 1);
     });
@@ -145,7 +171,9 @@ for (const dialect of DIALECTS) {
       const workers = await Promise.all(Array.from({ length: 16 }, () => ledger({ waitMs: 20_000 })));
       const mail = emailActions(config("provider-saves"));
       const t = tenant();
-      const results = await Promise.all(workers.map((l) => l.run(mail.send, { tenant: t, key: ["race"], args: report })));
+      const results = await Promise.all(
+        workers.map((l) => l.run(mail.send, { tenant: t, key: ["race"], args: report })),
+      );
       const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.messageId : r.status)));
       expect(ids.size).toBe(1);
       expect(sandbox.count([...ids][0]!)).toBe(1);
@@ -170,26 +198,53 @@ for (const dialect of DIALECTS) {
 describe("a real mailbox (live, opt-in)", () => {
   const smtpUrl = process.env.IDEM_SMTP_URL;
   const imapUrl = process.env.IDEM_IMAP_URL;
-  const reason = !smtpUrl || !imapUrl ? "IDEM_SMTP_URL and IDEM_IMAP_URL are not both set (smtp[s]://user:pass@host:port, imap[s]://user:pass@host:port)" : "";
+  const reason =
+    !smtpUrl || !imapUrl
+      ? "IDEM_SMTP_URL and IDEM_IMAP_URL are not both set (smtp[s]://user:pass@host:port, imap[s]://user:pass@host:port)"
+      : "";
   if (reason) console.log(`[skipped] live email test: ${reason}`);
   it.skipIf(reason !== "")("sends once and finds the copy in Sent", async () => {
     const s = new URL(smtpUrl!);
     const i = new URL(imapUrl!);
     const user = decodeURIComponent(s.username);
     const mail = emailActions({
-      smtp: { host: s.hostname, port: Number(s.port), secure: s.protocol === "smtps:", auth: { user, pass: decodeURIComponent(s.password) } },
-      imap: { host: i.hostname, port: Number(i.port), secure: i.protocol === "imaps:", auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) } },
-      from: process.env.IDEM_MAIL_FROM ?? user, copy: { mode: "append" },
+      smtp: {
+        host: s.hostname,
+        port: Number(s.port),
+        secure: s.protocol === "smtps:",
+        auth: { user, pass: decodeURIComponent(s.password) },
+      },
+      imap: {
+        host: i.hostname,
+        port: Number(i.port),
+        secure: i.protocol === "imaps:",
+        auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) },
+      },
+      from: process.env.IDEM_MAIL_FROM ?? user,
+      copy: { mode: "append" },
     });
     const l = await openLedger("sqlite::memory:");
-    const input = { tenant: "live", key: ["idem-live", Date.now()], args: { to: process.env.IDEM_MAIL_TO ?? user, subject: "idem live test", text: "one copy" } };
+    const input = {
+      tenant: "live",
+      key: ["idem-live", Date.now()],
+      args: { to: process.env.IDEM_MAIL_TO ?? user, subject: "idem live test", text: "one copy" },
+    };
     const first = await l.run(mail.send, input);
     const again = await l.run(mail.send, input);
     expect(first.status).toBe("succeeded");
     expect(again).toMatchObject({ status: "succeeded", replayed: true });
     const op = (await l.get({ tenant: "live", id: first.operationId })).operation;
-    expect(await new Mailbox({ host: i.hostname, port: Number(i.port), secure: i.protocol === "imaps:", auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) } }, "\\Sent").find(op.providerReference!)).toBeDefined();
+    expect(
+      await new Mailbox(
+        {
+          host: i.hostname,
+          port: Number(i.port),
+          secure: i.protocol === "imaps:",
+          auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) },
+        },
+        "\\Sent",
+      ).find(op.providerReference!),
+    ).toBeDefined();
     await l.close();
   });
 });
-

@@ -37,17 +37,23 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       capabilities: { lookup: true },
       providerReference: (_args, op) => `${unique}:${op.key}`,
       validate(args) {
-        if (args.properties?.[unique] !== undefined) throw new Error(`${unique} is set by idem from the operation key; do not pass it`);
+        if (args.properties?.[unique] !== undefined)
+          throw new Error(`${unique} is set by idem from the operation key; do not pass it`);
       },
       async execute(args, op) {
         if (mode === "upsert") {
-          const out = await api.objects.batchApi.upsert(objectType, { inputs: [{ idProperty: unique, id: op.key, properties: { ...args.properties } }] });
+          const out = await api.objects.batchApi.upsert(objectType, {
+            inputs: [{ idProperty: unique, id: op.key, properties: { ...args.properties } }],
+          });
           const r = out.results[0];
           if (!r) throw new Error("HubSpot answered the upsert with no result");
           return { objectType, id: r.id, new: r._new, externalId: op.key };
         }
         try {
-          const r = await api.objects.basicApi.create(objectType, { properties: { ...args.properties, [unique]: op.key }, associations: [] });
+          const r = await api.objects.basicApi.create(objectType, {
+            properties: { ...args.properties, [unique]: op.key },
+            associations: [],
+          });
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
           if ((e as { code?: unknown }).code !== 409) throw e;
@@ -66,7 +72,13 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
 
   async function ensureSchema(objectTypes: readonly string[]) {
     const out: Record<string, "created" | "present"> = {};
-    for (const t of objectTypes) out[t] = await ensureUniqueProperty(api, t, unique, config.groupNames?.[t] ?? `${t.replace(/ies$/, "y").replace(/s$/, "")}information`);
+    for (const t of objectTypes)
+      out[t] = await ensureUniqueProperty(
+        api,
+        t,
+        unique,
+        config.groupNames?.[t] ?? `${t.replace(/ies$/, "y").replace(/s$/, "")}information`,
+      );
     return out;
   }
 

@@ -16,14 +16,23 @@ export function classifyHubSpotError(error: unknown): Classification {
   const e = (error ?? {}) as HubSpotError;
   const status = typeof e.code === "number" ? e.code : undefined;
   const ids = e.body?.correlationId ? { providerRequestId: e.body.correlationId } : {};
-  const what = status ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim() : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
+  const what = status
+    ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
+    : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
   if (status === undefined) {
     // Refused or unresolvable: the request never left.
-    if (typeof e.code === "string" && NOT_SENT_CODES.has(e.code)) return { kind: "transient", reason: `not sent: ${what}` };
+    if (typeof e.code === "string" && NOT_SENT_CODES.has(e.code))
+      return { kind: "transient", reason: `not sent: ${what}` };
     // Reset or timed out after sending: HubSpot may have written the record.
     return { kind: "ambiguous", reason: `no answer from HubSpot: ${what}` };
   }
-  if (status === 429) return { kind: "rate_limited", reason: `${what} (policy ${e.body?.policyName ?? "unknown"})`, retryAfterMs: rateLimitWaitMs(e), ...ids };
+  if (status === 429)
+    return {
+      kind: "rate_limited",
+      reason: `${what} (policy ${e.body?.policyName ?? "unknown"})`,
+      retryAfterMs: rateLimitWaitMs(e),
+      ...ids,
+    };
   // Bad token or missing scope: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
   // Validation (unknown property, bad value) and missing objects: HubSpot's final answer.

@@ -9,9 +9,22 @@ import type { HubSpotReceipt } from "./hubspot-receipt.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
-export async function readByExternalId(api: Api, objectType: string, uniqueProperty: string, externalId: string): Promise<{ id: string } | undefined> {
+export async function readByExternalId(
+  api: Api,
+  objectType: string,
+  uniqueProperty: string,
+  externalId: string,
+): Promise<{ id: string } | undefined> {
   try {
-    const r = await api.objects.basicApi.getById(objectType, externalId, [uniqueProperty], undefined, undefined, false, uniqueProperty);
+    const r = await api.objects.basicApi.getById(
+      objectType,
+      externalId,
+      [uniqueProperty],
+      undefined,
+      undefined,
+      false,
+      uniqueProperty,
+    );
     return { id: r.id };
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
@@ -19,8 +32,17 @@ export async function readByExternalId(api: Api, objectType: string, uniquePrope
   }
 }
 
-export async function reconcileByRead(api: Api, objectType: string, uniqueProperty: string, externalId: string): Promise<ReconcileResult<HubSpotReceipt>> {
+export async function reconcileByRead(
+  api: Api,
+  objectType: string,
+  uniqueProperty: string,
+  externalId: string,
+): Promise<ReconcileResult<HubSpotReceipt>> {
   const found = await readByExternalId(api, objectType, uniqueProperty, externalId);
   if (found) return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
-  return { found: false, proof: "absent", reason: `no ${objectType} with ${uniqueProperty} = the key (consistent read)` };
+  return {
+    found: false,
+    proof: "absent",
+    reason: `no ${objectType} with ${uniqueProperty} = the key (consistent read)`,
+  };
 }

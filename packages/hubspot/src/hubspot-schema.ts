@@ -6,16 +6,27 @@ import type { createHubSpotClient } from "./hubspot-client.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
-export async function ensureUniqueProperty(api: Api, objectType: string, name: string, groupName: string): Promise<"created" | "present"> {
+export async function ensureUniqueProperty(
+  api: Api,
+  objectType: string,
+  name: string,
+  groupName: string,
+): Promise<"created" | "present"> {
   const existing = await getProperty(api, objectType, name);
   if (existing) {
-    if (!existing.hasUniqueValue) throw new Error(`${objectType}.${name} exists but is not a unique-value property; idem needs one`);
+    if (!existing.hasUniqueValue)
+      throw new Error(`${objectType}.${name} exists but is not a unique-value property; idem needs one`);
     return "present";
   }
   try {
     await api.properties.coreApi.create(objectType, {
-      name, label: "idem external id", description: "Operation key written by idem; makes creates idempotent",
-      type: "string" as never, fieldType: "text" as never, groupName, hasUniqueValue: true,
+      name,
+      label: "idem external id",
+      description: "Operation key written by idem; makes creates idempotent",
+      type: "string" as never,
+      fieldType: "text" as never,
+      groupName,
+      hasUniqueValue: true,
     });
     return "created";
   } catch (e) {

@@ -25,7 +25,11 @@ export function hubspotTools(actions: HubSpotActions) {
       action: actions.create("contacts"),
       input: contactInput,
       args: (i: HubSpotContactInput): HubSpotCreateArgs => ({
-        properties: { email: i.email.trim().toLowerCase(), ...(i.firstname && { firstname: i.firstname }), ...(i.lastname && { lastname: i.lastname }) },
+        properties: {
+          email: i.email.trim().toLowerCase(),
+          ...(i.firstname && { firstname: i.firstname }),
+          ...(i.lastname && { lastname: i.lastname }),
+        },
       }),
       key: (i: HubSpotContactInput) => ["contact", sensitive(i.email.trim().toLowerCase())],
       summarize: (r: HubSpotReceipt) => ({ id: r.id, new: r.new }),

@@ -2,13 +2,22 @@
 import { describe, expect, it } from "vitest";
 import { classifyHubSpotError } from "@idem/hubspot";
 
-const api = (code: number, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) => Object.assign(new Error("HTTP-Code"), { code, body, headers });
+const api = (code: number, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) =>
+  Object.assign(new Error("HTTP-Code"), { code, body, headers });
 const net = (code: string) => Object.assign(new Error(code), { code, type: "system" });
 
 describe("classifyHubSpotError", () => {
   it.each([
-    ["secondly 429 with its interval header", api(429, { policyName: "SECONDLY" }, { "x-hubspot-ratelimit-interval-milliseconds": "2000" }), { kind: "rate_limited", retryAfterMs: 2000 }],
-    ["ten-secondly 429 without headers", api(429, { policyName: "TEN_SECONDLY_ROLLING" }), { kind: "rate_limited", retryAfterMs: 10_000 }],
+    [
+      "secondly 429 with its interval header",
+      api(429, { policyName: "SECONDLY" }, { "x-hubspot-ratelimit-interval-milliseconds": "2000" }),
+      { kind: "rate_limited", retryAfterMs: 2000 },
+    ],
+    [
+      "ten-secondly 429 without headers",
+      api(429, { policyName: "TEN_SECONDLY_ROLLING" }),
+      { kind: "rate_limited", retryAfterMs: 10_000 },
+    ],
     ["daily 429", api(429, { policyName: "DAILY" }), { kind: "rate_limited", retryAfterMs: 3_600_000 }],
     ["401", api(401, { category: "INVALID_AUTHENTICATION" }), { kind: "permanent", alert: true }],
     ["403 missing scope", api(403, { category: "MISSING_SCOPES" }), { kind: "permanent", alert: true }],

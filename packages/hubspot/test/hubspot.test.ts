@@ -22,7 +22,8 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) => hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
+const crm = (extra: Partial<HubSpotConfig> = {}) =>
+  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
 let n = 0;
 const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
@@ -39,7 +40,8 @@ for (const dialect of DIALECTS) {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
     const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
     const keyOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.key;
-    const recordsWith = (type: string, key: string) => sandbox.crm.all(type).filter((r) => r.properties.idem_external_id === key);
+    const recordsWith = (type: string, key: string) =>
+      sandbox.crm.all(type).filter((r) => r.properties.idem_external_id === key);
 
     for (const mode of ["upsert", "create"] as const) {
       it(`${mode}: a duplicate call creates nothing and returns the first record`, async () => {
@@ -49,7 +51,11 @@ for (const dialect of DIALECTS) {
         const first = await l.run(action, { tenant: t, key: ["lead", "ada"], args: lead });
         const sent = sandbox.requests.length;
         const again = await l.run(action, { tenant: t, key: ["lead", "ada"], args: lead });
-        expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { objectType: "contacts", new: true } });
+        expect(first).toMatchObject({
+          status: "succeeded",
+          replayed: false,
+          receipt: { objectType: "contacts", new: true },
+        });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         expect(recordsWith("contacts", await keyOf(l, t, first.operationId))).toHaveLength(1);
         expect(sandbox.requests.length).toBe(sent);
@@ -59,7 +65,11 @@ for (const dialect of DIALECTS) {
         const l = await ledger();
         const t = tenant();
         sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
-        const out = await l.run(crm({ mode }).create("deals"), { tenant: t, key: ["deal", "d1"], args: { properties: { dealname: "Renewal", amount: "1200" } } });
+        const out = await l.run(crm({ mode }).create("deals"), {
+          tenant: t,
+          key: ["deal", "d1"],
+          args: { properties: { dealname: "Renewal", amount: "1200" } },
+        });
         expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
         const key = await keyOf(l, t, out.operationId);
         expect(recordsWith("deals", key)).toHaveLength(1);
@@ -72,34 +82,57 @@ for (const dialect of DIALECTS) {
       const workers = await Promise.all(Array.from({ length: 32 }, () => ledger({ waitMs: 20_000, poolSize: 1 })));
       const action = crm().create("companies");
       const t = tenant();
-      const results = await Promise.all(workers.map((l) => l.run(action, { tenant: t, key: ["acme"], args: { properties: { name: "Acme", domain: "acme.example" } } })));
+      const results = await Promise.all(
+        workers.map((l) =>
+          l.run(action, { tenant: t, key: ["acme"], args: { properties: { name: "Acme", domain: "acme.example" } } }),
+        ),
+      );
       const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.id : r.status)));
       expect(ids.size).toBe(1);
       expect(recordsWith("companies", await keyOf(workers[0]!, t, results[0]!.operationId))).toHaveLength(1);
     });
 
-    it("SIGKILL after the request reached HubSpot: after the lease, one record and a succeeded operation", async () => {
-      const t = tenant();
-      sandbox.faults.add({ kind: "delay_after_commit", match: { method: "POST", path: "/crm/v3/objects/contacts" }, delayMs: 60_000 });
-      const committed = new Promise<{ record: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
-      const leaseMs = 1_500;
-      const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: t, KEY: "killed", BASE_PATH: server.basePath, TOKEN: server.accessToken, LEASE_MS: String(leaseMs) });
-      const { record } = await committed;
-      await kill9(child);
-      const l = await ledger();
-      const [row] = await l.admin.list({ tenant: t });
-      expect(row).toMatchObject({ status: "running" });
-      await sleep(leaseMs + 200);
-      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: lead });
-      expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: record.id, new: false } });
-      expect(recordsWith("contacts", row!.key)).toHaveLength(1);
-    }, scaled(60_000));
+    it(
+      "SIGKILL after the request reached HubSpot: after the lease, one record and a succeeded operation",
+      async () => {
+        const t = tenant();
+        sandbox.faults.add({
+          kind: "delay_after_commit",
+          match: { method: "POST", path: "/crm/v3/objects/contacts" },
+          delayMs: 60_000,
+        });
+        const committed = new Promise<{ record: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
+        const leaseMs = 1_500;
+        const child = startChild(WORKER, [], {
+          LEDGER_URL: db.url(),
+          TENANT: t,
+          KEY: "killed",
+          BASE_PATH: server.basePath,
+          TOKEN: server.accessToken,
+          LEASE_MS: String(leaseMs),
+        });
+        const { record } = await committed;
+        await kill9(child);
+        const l = await ledger();
+        const [row] = await l.admin.list({ tenant: t });
+        expect(row).toMatchObject({ status: "running" });
+        await sleep(leaseMs + 200);
+        const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: lead });
+        expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: record.id, new: false } });
+        expect(recordsWith("contacts", row!.key)).toHaveLength(1);
+      },
+      scaled(60_000),
+    );
 
     it("a 502 before anything was written: unknown, proven absent by the read, created once", async () => {
       const l = await ledger({ budget: { baseDelayMs: 10 } });
       const t = tenant();
       sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/contacts" } });
-      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["gw"], args: { properties: { email: "gw@example.test" } } });
+      const out = await l.run(crm().create("contacts"), {
+        tenant: t,
+        key: ["gw"],
+        args: { properties: { email: "gw@example.test" } },
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
     });
@@ -127,9 +160,17 @@ for (const dialect of DIALECTS) {
 
     it("an auth failure fails and alerts; a validation error fails", async () => {
       const l = await ledger();
-      const denied = await l.run(crm({ accessToken: "pat-wrong" }).create("contacts"), { tenant: tenant(), key: ["x"], args: lead });
+      const denied = await l.run(crm({ accessToken: "pat-wrong" }).create("contacts"), {
+        tenant: tenant(),
+        key: ["x"],
+        args: lead,
+      });
       expect(denied).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
-      const invalid = await l.run(crm().create("contacts"), { tenant: tenant(), key: ["y"], args: { properties: { no_such_property: "1" } } });
+      const invalid = await l.run(crm().create("contacts"), {
+        tenant: tenant(),
+        key: ["y"],
+        args: { properties: { no_such_property: "1" } },
+      });
       expect(invalid).toMatchObject({ status: "failed", error: { kind: "permanent" } });
       expect(invalid.status === "failed" && invalid.error.reason).toMatch(/no_such_property/);
     });
@@ -139,7 +180,13 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       await l.run(crm().create("contacts"), { tenant: t, key: ["re"], args: lead });
       const sent = sandbox.requests.length;
-      await expect(l.run(crm().create("contacts"), { tenant: t, key: ["re"], args: { properties: { email: "other@example.test" } } })).rejects.toBeInstanceOf(ArgsMismatchError);
+      await expect(
+        l.run(crm().create("contacts"), {
+          tenant: t,
+          key: ["re"],
+          args: { properties: { email: "other@example.test" } },
+        }),
+      ).rejects.toBeInstanceOf(ArgsMismatchError);
       expect(sandbox.requests.length).toBe(sent);
     });
   });
@@ -147,9 +194,26 @@ for (const dialect of DIALECTS) {
 
 describe("HubSpot sandbox properties", () => {
   it("allows at most 10 unique-value properties per object type", async () => {
-    for (let i = 0; i < 9; i++) sandbox.crm.createProperty("notes", { name: `u${i}`, label: "u", type: "string", fieldType: "text", groupName: "g", hasUniqueValue: true });
+    for (let i = 0; i < 9; i++)
+      sandbox.crm.createProperty("notes", {
+        name: `u${i}`,
+        label: "u",
+        type: "string",
+        fieldType: "text",
+        groupName: "g",
+        hasUniqueValue: true,
+      });
     expect(await crm().ensureSchema(["notes"])).toEqual({ notes: "created" });
-    expect(() => sandbox.crm.createProperty("notes", { name: "u10", label: "u", type: "string", fieldType: "text", groupName: "g", hasUniqueValue: true })).toThrow();
+    expect(() =>
+      sandbox.crm.createProperty("notes", {
+        name: "u10",
+        label: "u",
+        type: "string",
+        fieldType: "text",
+        groupName: "g",
+        hasUniqueValue: true,
+      }),
+    ).toThrow();
   });
 });
 
@@ -161,7 +225,11 @@ describe("HubSpot (live, opt-in)", () => {
     const live = hubspotActions({ accessToken: token! });
     await live.ensureSchema(["contacts"]);
     const l = await openLedger("sqlite::memory:");
-    const input = { tenant: "live", key: ["idem-live", Date.now()], args: { properties: { email: `idem-live-${Date.now()}@example.com` } } };
+    const input = {
+      tenant: "live",
+      key: ["idem-live", Date.now()],
+      args: { properties: { email: `idem-live-${Date.now()}@example.com` } },
+    };
     const first = await l.run(live.create("contacts"), input);
     const again = await l.run(live.create("contacts"), input);
     expect(first).toMatchObject({ status: "succeeded", receipt: { new: true } });

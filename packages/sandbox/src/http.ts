@@ -3,7 +3,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 
 /** A loopback HTTP server with a handler; `port` 0 lets the OS choose. */
-export async function listen(handler: (req: IncomingMessage, res: ServerResponse) => Promise<void>, port: number): Promise<{ server: Server; port: number }> {
+export async function listen(
+  handler: (req: IncomingMessage, res: ServerResponse) => Promise<void>,
+  port: number,
+): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => void handler(req, res));
   await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
   return { server, port: (server.address() as AddressInfo).port };

@@ -13,7 +13,13 @@ beforeAll(async () => {
   sandbox = new StripeSandbox();
   const started = await sandbox.start();
   port = started.port;
-  client = new Stripe(started.apiKey, { host: "127.0.0.1", port, protocol: "http", maxNetworkRetries: 0, timeout: 3_000 });
+  client = new Stripe(started.apiKey, {
+    host: "127.0.0.1",
+    port,
+    protocol: "http",
+    maxNetworkRetries: 0,
+    timeout: 3_000,
+  });
 });
 afterAll(() => sandbox.close());
 
@@ -45,7 +51,9 @@ describe("Stripe sandbox idempotency", () => {
     sandbox.faults.add({ kind: "delay_before_commit", match: { path: "/v1/customers" }, delayMs: 300 });
     const first = client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
     await new Promise((r) => setTimeout(r, 100));
-    const second = await client.customers.create({ email: "slow@example.com" }, { idempotencyKey }).catch((e: unknown) => e);
+    const second = await client.customers
+      .create({ email: "slow@example.com" }, { idempotencyKey })
+      .catch((e: unknown) => e);
     expect(second).toMatchObject({ statusCode: 409, code: "idempotency_key_in_use" });
     const created = await first;
     const third = await client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
@@ -67,7 +75,9 @@ describe("Stripe sandbox idempotency", () => {
     const limited = await client.paymentIntents.create(card, { idempotencyKey }).catch((e: unknown) => e);
     expect(limited).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
     expect((limited as Stripe.errors.StripeError).headers?.["retry-after"]).toBe("2");
-    const invalid = await client.paymentIntents.create({ ...card, amount: 10 }, { idempotencyKey }).catch((e: unknown) => e);
+    const invalid = await client.paymentIntents
+      .create({ ...card, amount: 10 }, { idempotencyKey })
+      .catch((e: unknown) => e);
     expect(invalid).toMatchObject({ statusCode: 400, code: "amount_too_small" });
     const ok = await client.paymentIntents.create(card, { idempotencyKey }); // the same key, now executing for real
     expect(ok.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
@@ -75,8 +85,12 @@ describe("Stripe sandbox idempotency", () => {
 
   it("saves a decline (the endpoint executed) and a 500 after commit", async () => {
     const declineKey = key();
-    const e1 = await client.paymentIntents.create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey }).catch((e: unknown) => e);
-    const e2 = await client.paymentIntents.create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey }).catch((e: unknown) => e);
+    const e1 = await client.paymentIntents
+      .create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey })
+      .catch((e: unknown) => e);
+    const e2 = await client.paymentIntents
+      .create({ ...card, payment_method: "pm_card_chargeDeclined" }, { idempotencyKey: declineKey })
+      .catch((e: unknown) => e);
     expect(e1).toMatchObject({ statusCode: 402, code: "card_declined", decline_code: "generic_decline" });
     expect(e2).toMatchObject({ statusCode: 402 });
     expect((e2 as Stripe.errors.StripeError).headers?.["idempotent-replayed"]).toBe("true");
@@ -94,7 +108,10 @@ describe("Stripe sandbox idempotency", () => {
   it("searches metadata, and hides objects younger than the search lag", async () => {
     sandbox.searchLagMs = 60_000;
     try {
-      const c = await client.customers.create({ email: "s@example.com", metadata: { idem_operation: "abc" } }, { idempotencyKey: key() });
+      const c = await client.customers.create(
+        { email: "s@example.com", metadata: { idem_operation: "abc" } },
+        { idempotencyKey: key() },
+      );
       expect((await client.customers.search({ query: "metadata['idem_operation']:'abc'" })).data).toHaveLength(0);
       sandbox.advance(61_000);
       const found = await client.customers.search({ query: "metadata['idem_operation']:'abc'" });
@@ -106,7 +123,9 @@ describe("Stripe sandbox idempotency", () => {
 
   it("rejects a wrong API key with 401", async () => {
     const other = new Stripe("sk_test_wrong", { host: "127.0.0.1", port, protocol: "http", maxNetworkRetries: 0 });
-    await expect(other.customers.create({ email: "x@example.com" })).rejects.toBeInstanceOf(Stripe.errors.StripeAuthenticationError);
+    await expect(other.customers.create({ email: "x@example.com" })).rejects.toBeInstanceOf(
+      Stripe.errors.StripeAuthenticationError,
+    );
   });
 });
 
@@ -130,14 +149,21 @@ describe("Stripe sandbox lists and refunds", () => {
     const ids = [byIntent.id, byCharge.id]; // newest first
     expect((await client.refunds.list({ charge })).data.map((r) => r.id)).toEqual(ids);
     expect((await client.refunds.list({ payment_intent: pi.id })).data.map((r) => r.id)).toEqual(ids);
-    await expect(client.refunds.create({ charge: "ch_missing", amount: 1 })).rejects.toMatchObject({ statusCode: 400, code: "resource_missing" });
-    await expect(client.refunds.create({ amount: 1 })).rejects.toMatchObject({ statusCode: 400, code: "parameter_missing" });
+    await expect(client.refunds.create({ charge: "ch_missing", amount: 1 })).rejects.toMatchObject({
+      statusCode: 400,
+      code: "resource_missing",
+    });
+    await expect(client.refunds.create({ amount: 1 })).rejects.toMatchObject({
+      statusCode: 400,
+      code: "parameter_missing",
+    });
   });
 
   it("pages newest first with limit, starting_after, ending_before and has_more", async () => {
     const pi = await paid();
     const made: string[] = [];
-    for (let i = 0; i < 5; i++) made.push((await client.refunds.create({ payment_intent: pi.id, amount: 10 }, { idempotencyKey: key() })).id);
+    for (let i = 0; i < 5; i++)
+      made.push((await client.refunds.create({ payment_intent: pi.id, amount: 10 }, { idempotencyKey: key() })).id);
     const newest = [...made].reverse();
     const first = await client.refunds.list({ payment_intent: pi.id, limit: 2 });
     expect(first.data.map((r) => r.id)).toEqual(newest.slice(0, 2));
@@ -149,10 +175,17 @@ describe("Stripe sandbox lists and refunds", () => {
     const back = await client.refunds.list({ payment_intent: pi.id, limit: 2, ending_before: newest[3]! });
     expect(back.data.map((r) => r.id)).toEqual(newest.slice(1, 3));
     expect(back.has_more).toBe(true);
-    expect(await client.refunds.list({ payment_intent: pi.id, limit: 2 }).autoPagingToArray({ limit: 100 })).toHaveLength(5);
+    expect(
+      await client.refunds.list({ payment_intent: pi.id, limit: 2 }).autoPagingToArray({ limit: 100 }),
+    ).toHaveLength(5);
     expect((await client.refunds.list({ payment_intent: pi.id })).data).toHaveLength(5); // default limit 10
     await expect(client.refunds.list({ limit: 101 })).rejects.toMatchObject({ statusCode: 400 });
-    await expect(client.refunds.list({ starting_after: "re_missing" })).rejects.toMatchObject({ statusCode: 400, code: "resource_missing" });
-    await expect(client.refunds.list({ starting_after: newest[0]!, ending_before: newest[1]! })).rejects.toMatchObject({ statusCode: 400 });
+    await expect(client.refunds.list({ starting_after: "re_missing" })).rejects.toMatchObject({
+      statusCode: 400,
+      code: "resource_missing",
+    });
+    await expect(client.refunds.list({ starting_after: newest[0]!, ending_before: newest[1]! })).rejects.toMatchObject({
+      statusCode: 400,
+    });
   });
 });

@@ -15,7 +15,13 @@ import type Stripe from "stripe";
 import { defineAction, type Action, type OperationContext } from "@idem/core";
 import { createStripeClient, type StripeConfig } from "./stripe-client.js";
 import { classifyStripeError } from "./stripe-classify.js";
-import { listRefunds, reconcileByLookup, searchCustomers, searchPaymentIntents, type Lookup } from "./stripe-reconcile.js";
+import {
+  listRefunds,
+  reconcileByLookup,
+  searchCustomers,
+  searchPaymentIntents,
+  type Lookup,
+} from "./stripe-reconcile.js";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
 /** Stripe keeps idempotency keys for at least 24 hours. */
@@ -36,29 +42,54 @@ export function stripeActions(config: StripeConfig): StripeActions {
   const stripe = createStripeClient(config);
   const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
-  function action<A extends object>(type: string, send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>, lookup?: Lookup<A>): Action<A, StripeReceipt> {
+  function action<A extends object>(
+    type: string,
+    send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>,
+    lookup?: Lookup<A>,
+  ): Action<A, StripeReceipt> {
     const base = {
       type,
       async execute(args: A, op: OperationContext) {
         const own = (args as { metadata?: Record<string, unknown> }).metadata;
         const params = { ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A;
         const obj = await send(params, op.key);
-        return toReceipt(obj, obj.lastResponse?.requestId ?? null, obj.lastResponse?.headers?.["idempotent-replayed"] === "true");
+        return toReceipt(
+          obj,
+          obj.lastResponse?.requestId ?? null,
+          obj.lastResponse?.headers?.["idempotent-replayed"] === "true",
+        );
       },
       classify: (error: unknown) => classifyStripeError(error),
       providerReference: (_args: A, op: { key: string }) => `idempotency-key:${op.key}`,
     };
     const dedupe = { retentionMs: STRIPE_KEY_RETENTION_MS };
     return lookup
-      ? defineAction<A, StripeReceipt>({ ...base, capabilities: { dedupe, lookup: true }, reconcile: (args, op) => reconcileByLookup(stripe, lookup, args, op, windows) })
+      ? defineAction<A, StripeReceipt>({
+          ...base,
+          capabilities: { dedupe, lookup: true },
+          reconcile: (args, op) => reconcileByLookup(stripe, lookup, args, op, windows),
+        })
       : defineAction<A, StripeReceipt>({ ...base, capabilities: { dedupe } });
   }
 
   return {
     client: stripe,
-    customersCreate: action<Stripe.CustomerCreateParams>("stripe.customers.create", (p, key) => stripe.customers.create(p, { idempotencyKey: key }), searchCustomers),
-    paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>("stripe.paymentIntents.create", (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }), searchPaymentIntents),
-    refundsCreate: action<Stripe.RefundCreateParams>("stripe.refunds.create", (p, key) => stripe.refunds.create(p, { idempotencyKey: key }), listRefunds),
-    post: (path) => action<Params>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
+    customersCreate: action<Stripe.CustomerCreateParams>(
+      "stripe.customers.create",
+      (p, key) => stripe.customers.create(p, { idempotencyKey: key }),
+      searchCustomers,
+    ),
+    paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>(
+      "stripe.paymentIntents.create",
+      (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }),
+      searchPaymentIntents,
+    ),
+    refundsCreate: action<Stripe.RefundCreateParams>(
+      "stripe.refunds.create",
+      (p, key) => stripe.refunds.create(p, { idempotencyKey: key }),
+      listRefunds,
+    ),
+    post: (path) =>
+      action<Params>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
   };
 }

@@ -23,19 +23,32 @@ export function classifyStripeError(error: unknown): Classification {
   }
   // Same key, other parameters: a caller bug (the ledger's args hash should have caught it first).
   if (error.type === "StripeIdempotencyError" && status === 400) {
-    return { kind: "permanent", reason: `idempotency key reused with other parameters: ${error.message}`, alert: true, ...ids };
+    return {
+      kind: "permanent",
+      reason: `idempotency key reused with other parameters: ${error.message}`,
+      alert: true,
+      ...ids,
+    };
   }
   // 409 idempotency_key_in_use: a request with our key is still executing at Stripe (our earlier
   // attempt). That proves nothing about its outcome, so not transient: unknown, and a replay with
   // the key once Stripe finished returns what it saved. Stripe documents no other 409; any other
   // conflict is read the same way, since it too says nothing of our request.
   if (status === 409) {
-    const why = error.code === "idempotency_key_in_use" ? "an earlier request with our key is still executing" : "conflict with another request";
+    const why =
+      error.code === "idempotency_key_in_use"
+        ? "an earlier request with our key is still executing"
+        : "conflict with another request";
     return { kind: "ambiguous", reason: `${why}: ${what}`, ...ids };
   }
   if (status === 429) {
     const seconds = Number(error.headers?.["retry-after"]);
-    return { kind: "rate_limited", reason: what, retryAfterMs: Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1_000, ...ids };
+    return {
+      kind: "rate_limited",
+      reason: what,
+      retryAfterMs: Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1_000,
+      ...ids,
+    };
   }
   // Unavailable before execution: nothing was saved under the key.
   if (status === 503) return { kind: "transient", reason: what, ...ids };

@@ -13,6 +13,16 @@ export interface StripeReceipt {
   readonly replayed: boolean;
 }
 
-export function toReceipt(obj: { id: string; object: string; status?: string | null }, requestId: string | null, replayed: boolean): StripeReceipt {
-  return { id: obj.id, object: obj.object, status: typeof obj.status === "string" ? obj.status : null, requestId, replayed };
+export function toReceipt(
+  obj: { id: string; object: string; status?: string | null },
+  requestId: string | null,
+  replayed: boolean,
+): StripeReceipt {
+  return {
+    id: obj.id,
+    object: obj.object,
+    status: typeof obj.status === "string" ? obj.status : null,
+    requestId,
+    replayed,
+  };
 }

@@ -22,12 +22,14 @@ export interface Lookup<A> {
 }
 
 export const searchPaymentIntents: Lookup<unknown> = {
-  find: async (stripe, _args, key) => (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
+  find: async (stripe, _args, key) =>
+    (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
   lags: true,
 };
 
 export const searchCustomers: Lookup<unknown> = {
-  find: async (stripe, _args, key) => (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
+  find: async (stripe, _args, key) =>
+    (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
   lags: true,
 };
 
@@ -43,7 +45,10 @@ export const listRefunds: Lookup<RefundTarget> = {
     return undefined;
   },
   lags: false,
-  blindSpot: (args) => (args.charge || args.payment_intent ? undefined : "the refund names neither a charge nor a payment_intent, so there is no list to look in: absence cannot be proven"),
+  blindSpot: (args) =>
+    args.charge || args.payment_intent
+      ? undefined
+      : "the refund names neither a charge nor a payment_intent, so there is no list to look in: absence cannot be proven",
 };
 
 export interface ReconcileWindows {
@@ -53,24 +58,49 @@ export interface ReconcileWindows {
   readonly keyRetentionMs: number;
 }
 
-export async function reconcileByLookup<A>(stripe: Stripe, lookup: Lookup<A>, args: A, op: OperationContext, w: ReconcileWindows): Promise<ReconcileResult<StripeReceipt>> {
+export async function reconcileByLookup<A>(
+  stripe: Stripe,
+  lookup: Lookup<A>,
+  args: A,
+  op: OperationContext,
+  w: ReconcileWindows,
+): Promise<ReconcileResult<StripeReceipt>> {
   const blind = lookup.blindSpot?.(args);
   if (blind) return { found: false, proof: "never", reason: blind };
   const found = await lookup.find(stripe, args, op.key);
   if (found) return { found: true, receipt: toReceipt(found, null, false) };
   // Without the database's time no window can be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).
-  if (!Number.isFinite(op.now)) return { found: false, proof: "inconclusive", reason: "no database time (op.now) to judge the search-lag and key windows" };
+  if (!Number.isFinite(op.now))
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: "no database time (op.now) to judge the search-lag and key windows",
+    };
   const sinceAttempt = op.now - op.lastAttemptAt;
   if (lookup.lags && sinceAttempt < w.lagMs) {
     // Look again before the window ends: the index usually catches up sooner.
     const retryAfterMs = Math.min(w.lagMs - sinceAttempt, Math.max(1_000, Math.round(w.lagMs / 6)));
-    return { found: false, proof: "inconclusive", reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`, retryAfterMs };
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: `not in Stripe Search yet; it may lag ${w.lagMs} ms`,
+      retryAfterMs,
+    };
   }
   if (op.now - op.createdAt < w.keyRetentionMs) {
     // We only look up inside the retention window when Stripe saved an error under our key: the
     // object is absent, but a retry with this key can only replay that error until Stripe forgets it.
-    return { found: false, proof: "never", reason: "absent at Stripe, but Stripe saved an error under this key: retrying it repeats the error; a person must resolve it or retry with a new revision" };
+    return {
+      found: false,
+      proof: "never",
+      reason:
+        "absent at Stripe, but Stripe saved an error under this key: retrying it repeats the error; a person must resolve it or retry with a new revision",
+    };
   }
-  return { found: false, proof: "absent", reason: lookup.lags ? "not in Stripe Search after the lag window" : "not in any page of the list" };
+  return {
+    found: false,
+    proof: "absent",
+    reason: lookup.lags ? "not in Stripe Search after the lag window" : "not in any page of the list",
+  };
 }

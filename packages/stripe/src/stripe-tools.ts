@@ -14,7 +14,10 @@ import type { StripeReceipt } from "./stripe-receipt.js";
 const chargeInput = z.object({
   invoiceId: z.string().min(1).describe("The invoice this charge pays: one charge per invoice"),
   amount: z.number().int().positive().describe("Amount in the smallest currency unit (cents for EUR/USD)"),
-  currency: z.string().regex(/^[a-zA-Z]{3}$/).describe("ISO currency code, e.g. eur"),
+  currency: z
+    .string()
+    .regex(/^[a-zA-Z]{3}$/)
+    .describe("ISO currency code, e.g. eur"),
   customer: z.string().min(1).nullish().describe("Stripe customer id (cus_…), if known"),
 });
 export type StripeChargeInput = z.output<typeof chargeInput>;
@@ -26,11 +29,15 @@ export function stripeTools(actions: StripeActions) {
   return {
     charge: {
       name: "charge_invoice",
-      description: "Charge a customer for one invoice (creates a Stripe PaymentIntent). Safe to call again for the same invoice: it is never charged twice.",
+      description:
+        "Charge a customer for one invoice (creates a Stripe PaymentIntent). Safe to call again for the same invoice: it is never charged twice.",
       action: actions.paymentIntentsCreate,
       input: chargeInput,
       args: (i: StripeChargeInput): Stripe.PaymentIntentCreateParams => ({
-        amount: i.amount, currency: i.currency.toLowerCase(), metadata: { invoice_id: i.invoiceId }, ...(i.customer && { customer: i.customer }),
+        amount: i.amount,
+        currency: i.currency.toLowerCase(),
+        metadata: { invoice_id: i.invoiceId },
+        ...(i.customer && { customer: i.customer }),
       }),
       key: (i: StripeChargeInput) => ["charge", i.invoiceId],
       summarize: summary,

@@ -4,40 +4,85 @@ import Stripe from "stripe";
 import { classifyStripeError } from "@idem/stripe";
 
 const E = Stripe.errors;
-const raw = (statusCode: number, extra: Record<string, unknown> = {}) => ({ statusCode, requestId: "req_123", message: "m", headers: {}, ...extra });
+const raw = (statusCode: number, extra: Record<string, unknown> = {}) => ({
+  statusCode,
+  requestId: "req_123",
+  message: "m",
+  headers: {},
+  ...extra,
+});
 
 describe("classifyStripeError", () => {
   it.each([
-    ["a card decline", new E.StripeCardError(raw(402, { code: "card_declined", decline_code: "insufficient_funds" })), { kind: "permanent", providerRequestId: "req_123" }],
-    ["a validation error", new E.StripeInvalidRequestError(raw(400, { code: "parameter_missing" })), { kind: "permanent" }],
+    [
+      "a card decline",
+      new E.StripeCardError(raw(402, { code: "card_declined", decline_code: "insufficient_funds" })),
+      { kind: "permanent", providerRequestId: "req_123" },
+    ],
+    [
+      "a validation error",
+      new E.StripeInvalidRequestError(raw(400, { code: "parameter_missing" })),
+      { kind: "permanent" },
+    ],
     ["a missing resource", new E.StripeInvalidRequestError(raw(404)), { kind: "permanent" }],
     ["a bad API key", new E.StripeAuthenticationError(raw(401)), { kind: "permanent", alert: true }],
     ["a permission denial", new E.StripePermissionError(raw(403)), { kind: "permanent", alert: true }],
-    ["the key reused with other parameters", new E.StripeIdempotencyError(raw(400, { type: "idempotency_error" })), { kind: "permanent", alert: true }],
+    [
+      "the key reused with other parameters",
+      new E.StripeIdempotencyError(raw(400, { type: "idempotency_error" })),
+      { kind: "permanent", alert: true },
+    ],
     // proves nothing about the earlier request with our key: unknown, replayed later (never "nothing happened")
-    ["our key still in flight at Stripe", new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })), { kind: "ambiguous" }],
+    [
+      "our key still in flight at Stripe",
+      new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),
+      { kind: "ambiguous" },
+    ],
     ["another 409 conflict", new E.StripeAPIError(raw(409, { code: "some_conflict" })), { kind: "ambiguous" }],
-    ["a rate limit with Retry-After", new E.StripeRateLimitError(raw(429, { headers: { "retry-after": "3" } })), { kind: "rate_limited", retryAfterMs: 3000 }],
+    [
+      "a rate limit with Retry-After",
+      new E.StripeRateLimitError(raw(429, { headers: { "retry-after": "3" } })),
+      { kind: "rate_limited", retryAfterMs: 3000 },
+    ],
     ["a rate limit without it", new E.StripeRateLimitError(raw(429)), { kind: "rate_limited", retryAfterMs: 1000 }],
     ["503 before execution", new E.StripeAPIError(raw(503)), { kind: "transient" }],
     ["a 500 saved under the key", new E.StripeAPIError(raw(500)), { kind: "ambiguous", replayable: false }],
-    ["a refused connection", new E.StripeConnectionError({ message: "m", detail: { code: "ECONNREFUSED" } }), { kind: "transient" }],
-    ["a timeout after sending", new E.StripeConnectionError({ message: "Request aborted due to timeout being reached (5000ms)", detail: { code: "ETIMEDOUT" } }), { kind: "ambiguous" }],
-    ["a reset after sending", new E.StripeConnectionError({ message: "m", detail: { code: "ECONNRESET" } }), { kind: "ambiguous" }],
+    [
+      "a refused connection",
+      new E.StripeConnectionError({ message: "m", detail: { code: "ECONNREFUSED" } }),
+      { kind: "transient" },
+    ],
+    [
+      "a timeout after sending",
+      new E.StripeConnectionError({
+        message: "Request aborted due to timeout being reached (5000ms)",
+        detail: { code: "ETIMEDOUT" },
+      }),
+      { kind: "ambiguous" },
+    ],
+    [
+      "a reset after sending",
+      new E.StripeConnectionError({ message: "m", detail: { code: "ECONNRESET" } }),
+      { kind: "ambiguous" },
+    ],
     ["something that is not a Stripe error", new TypeError("boom"), { kind: "ambiguous" }],
   ])("%s", (_what, error, expected) => {
     expect(classifyStripeError(error)).toMatchObject(expected);
   });
 
   it("leaves a 409 replayable: a later replay with the key returns what Stripe saved", () => {
-    const cls = classifyStripeError(new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })));
+    const cls = classifyStripeError(
+      new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),
+    );
     expect(cls).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
     expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
     expect(cls.reason).toMatch(/still executing/);
   });
 
   it("keeps the decline code in the reason", () => {
-    const cls = classifyStripeError(new E.StripeCardError(raw(402, { code: "card_declined", decline_code: "insufficient_funds" })));
+    const cls = classifyStripeError(
+      new E.StripeCardError(raw(402, { code: "card_declined", decline_code: "insufficient_funds" })),
+    );
     expect(cls.reason).toMatch(/card_declined.*insufficient_funds/);
   });
 });

@@ -17,33 +17,58 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.close());
 
-const stripe = () => stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000, searchLagMs: 60_000 });
+const stripe = () =>
+  stripeActions({
+    apiKey: server.apiKey,
+    host: "127.0.0.1",
+    port: server.port,
+    protocol: "http",
+    timeoutMs: 5_000,
+    searchLagMs: 60_000,
+  });
 let n = 0;
 const newKey = () => `key-${++n}-${Math.random().toString(36).slice(2)}`;
 
 /** An operation as the runner hands it over; `now` is the database's time, not ours. */
 function op(key: string, t: { createdAt: number; lastAttemptAt?: number; now: number }): OperationContext {
   return {
-    id: `op_${key}`, tenant: "t", key, keyLabel: null, attempt: 2, createdAt: t.createdAt, lastAttemptAt: t.lastAttemptAt ?? t.createdAt,
-    now: t.now, providerReference: null, signal: new AbortController().signal,
+    id: `op_${key}`,
+    tenant: "t",
+    key,
+    keyLabel: null,
+    attempt: 2,
+    createdAt: t.createdAt,
+    lastAttemptAt: t.lastAttemptAt ?? t.createdAt,
+    now: t.now,
+    providerReference: null,
+    signal: new AbortController().signal,
   };
 }
 
 describe("Stripe reconcile windows use op.now", () => {
   it("inside the search lag by the database clock: inconclusive, however late the process clock says it is", async () => {
     const long = Date.now() - 48 * HOUR;
-    const out = await stripe().customersCreate.reconcile!({ email: "a@example.com" }, op(newKey(), { createdAt: long, now: long + 1_000 }));
+    const out = await stripe().customersCreate.reconcile!(
+      { email: "a@example.com" },
+      op(newKey(), { createdAt: long, now: long + 1_000 }),
+    );
     expect(out).toMatchObject({ found: false, proof: "inconclusive" });
   });
 
   it("past the key window by the database clock: absent, however early the process clock says it is", async () => {
     const now = Date.now();
-    const out = await stripe().paymentIntentsCreate.reconcile!({ amount: 2000, currency: "usd" }, op(newKey(), { createdAt: now, now: now + 25 * HOUR }));
+    const out = await stripe().paymentIntentsCreate.reconcile!(
+      { amount: 2000, currency: "usd" },
+      op(newKey(), { createdAt: now, now: now + 25 * HOUR }),
+    );
     expect(out).toMatchObject({ found: false, proof: "absent" });
   });
 
   it("without a database time it proves nothing", async () => {
-    const out = await stripe().customersCreate.reconcile!({}, { ...op(newKey(), { createdAt: 0, now: 0 }), now: undefined as unknown as number });
+    const out = await stripe().customersCreate.reconcile!(
+      {},
+      { ...op(newKey(), { createdAt: 0, now: 0 }), now: undefined as unknown as number },
+    );
     expect(out).toMatchObject({ found: false, proof: "inconclusive" });
   });
 });
@@ -52,7 +77,12 @@ describe("Stripe refund lookup", () => {
   const past = () => ({ createdAt: Date.now() - 25 * HOUR, now: Date.now() }); // Stripe forgot the key
   let pi: Stripe.PaymentIntent;
   beforeAll(async () => {
-    pi = await stripe().client.paymentIntents.create({ amount: 50_000, currency: "usd", payment_method: "pm_card_visa", confirm: true });
+    pi = await stripe().client.paymentIntents.create({
+      amount: 50_000,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+    });
   });
 
   it("reads every page: the refund past the first 100 of its payment intent is found", async () => {
@@ -62,7 +92,10 @@ describe("Stripe refund lookup", () => {
     for (let i = 0; i < 110; i++) await s.client.refunds.create({ payment_intent: pi.id, amount: 1 }); // newer, listed first
     const out = await s.refundsCreate.reconcile!({ payment_intent: pi.id, amount: 1 }, op(key, past()));
     expect(out).toMatchObject({ found: true, receipt: { id: ours.id, object: "refund" } });
-    expect(await s.refundsCreate.reconcile!({ payment_intent: pi.id, amount: 1 }, op(newKey(), past()))).toMatchObject({ found: false, proof: "absent" });
+    expect(await s.refundsCreate.reconcile!({ payment_intent: pi.id, amount: 1 }, op(newKey(), past()))).toMatchObject({
+      found: false,
+      proof: "absent",
+    });
   });
 
   it("finds a refund made by charge", async () => {
@@ -77,7 +110,11 @@ describe("Stripe refund lookup", () => {
   it("with neither charge nor payment_intent, absence can never be proven", async () => {
     const sent = sandbox.requests.length;
     const out = await stripe().refundsCreate.reconcile!({ amount: 5 }, op(newKey(), past()));
-    expect(out).toMatchObject({ found: false, proof: "never", reason: expect.stringMatching(/neither a charge nor a payment_intent/) });
+    expect(out).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(/neither a charge nor a payment_intent/),
+    });
     expect(sandbox.requests.length).toBe(sent);
   });
 });

@@ -18,7 +18,10 @@ const CARD = { amount: 2000, currency: "usd", payment_method: "pm_card_visa", co
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
 let skew = 0; // how far the ledger's clock (op.now for the adapter) is moved forward, with the sandbox's
-const advance = (ms: number) => { skew += ms; sandbox.advance(ms); };
+const advance = (ms: number) => {
+  skew += ms;
+  sandbox.advance(ms);
+};
 
 beforeAll(async () => {
   sandbox = new StripeSandbox();
@@ -27,7 +30,14 @@ beforeAll(async () => {
 afterAll(() => sandbox.close());
 
 function stripe(extra: Partial<StripeConfig> = {}) {
-  return stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000, ...extra });
+  return stripeActions({
+    apiKey: server.apiKey,
+    host: "127.0.0.1",
+    port: server.port,
+    protocol: "http",
+    timeoutMs: 5_000,
+    ...extra,
+  });
 }
 const piCount = () => sandbox.count("payment_intents");
 const requestsFor = (key: string) => sandbox.requests.filter((r) => r.idempotencyKey === key);
@@ -47,9 +57,15 @@ for (const dialect of DIALECTS) {
       const first = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order-1"], args: CARD });
       const sent = sandbox.requests.length;
       const again = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order-1"], args: CARD });
-      expect(first).toMatchObject({ status: "succeeded", replayed: false, receipt: { object: "payment_intent", status: "succeeded", replayed: false } });
+      expect(first).toMatchObject({
+        status: "succeeded",
+        replayed: false,
+        receipt: { object: "payment_intent", status: "succeeded", replayed: false },
+      });
       expect(again).toMatchObject({ status: "succeeded", replayed: true });
-      expect(again.status === "succeeded" && first.status === "succeeded" && again.receipt!.id === first.receipt!.id).toBe(true);
+      expect(
+        again.status === "succeeded" && first.status === "succeeded" && again.receipt!.id === first.receipt!.id,
+      ).toBe(true);
       expect(piCount() - before).toBe(1);
       expect(sandbox.requests.length).toBe(sent);
       const pi = sandbox.objects.all("payment_intents").at(-1)!;
@@ -63,7 +79,9 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const before = piCount();
       const t = tenant();
-      const results = await Promise.all(workers.map((l) => l.run(s.paymentIntentsCreate, { tenant: t, key: ["race"], args: CARD })));
+      const results = await Promise.all(
+        workers.map((l) => l.run(s.paymentIntentsCreate, { tenant: t, key: ["race"], args: CARD })),
+      );
       expect(piCount() - before).toBe(1);
       const ids = new Set(results.map((r) => (r.status === "succeeded" ? r.receipt!.id : r.status)));
       expect(ids.size).toBe(1);
@@ -101,10 +119,16 @@ for (const dialect of DIALECTS) {
         expect(piCount() - before).toBe(1);
         const withActions = await ledger({ actions: [s.paymentIntentsCreate] });
         // Still inside the lag: not found proves nothing
-        expect(await withActions.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(await withActions.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+          status: "pending_verification",
+          state: "unknown",
+        });
         advance(61_000);
         const settled = await withActions.daemon.settle({ tenant: t, id: out.operationId });
-        expect(settled).toMatchObject({ status: "succeeded", receipt: { id: sandbox.objects.all("payment_intents").at(-1)!.id, requestId: null } });
+        expect(settled).toMatchObject({
+          status: "succeeded",
+          receipt: { id: sandbox.objects.all("payment_intents").at(-1)!.id, requestId: null },
+        });
         expect(piCount() - before).toBe(1);
       } finally {
         sandbox.searchLagMs = 0;
@@ -133,7 +157,12 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       // a worker claimed and died before sending (its lease long expired 25 h later)
       sandbox.faults.add({ kind: "unavailable", match: { path: "/v1/payment_intents" }, times: 3 });
-      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["never-sent"], args: CARD, budget: { attempts: 1 } });
+      const out = await l.run(s.paymentIntentsCreate, {
+        tenant: t,
+        key: ["never-sent"],
+        args: CARD,
+        budget: { attempts: 1 },
+      });
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
       sandbox.faults.clear();
       const before = piCount();
@@ -165,7 +194,10 @@ for (const dialect of DIALECTS) {
       expect(out.status === "failed" && out.error.providerRequestId).toMatch(/^req_/);
       const key = (await l.get({ tenant: t, id: out.operationId })).operation.key;
       expect(requestsFor(key)).toHaveLength(1);
-      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args })).toMatchObject({ status: "failed", replayed: true });
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args })).toMatchObject({
+        status: "failed",
+        replayed: true,
+      });
       expect(requestsFor(key)).toHaveLength(1);
     });
 
@@ -175,13 +207,19 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       await l.run(s.paymentIntentsCreate, { tenant: t, key: ["o-9"], args: CARD });
       const sent = sandbox.requests.length;
-      await expect(l.run(s.paymentIntentsCreate, { tenant: t, key: ["o-9"], args: { ...CARD, amount: 9_999 } })).rejects.toBeInstanceOf(ArgsMismatchError);
+      await expect(
+        l.run(s.paymentIntentsCreate, { tenant: t, key: ["o-9"], args: { ...CARD, amount: 9_999 } }),
+      ).rejects.toBeInstanceOf(ArgsMismatchError);
       expect(sandbox.requests.length).toBe(sent);
     });
 
     it("a wrong API key fails permanently and is flagged for an alert", async () => {
       const l = await ledger();
-      const out = await l.run(stripe({ apiKey: "sk_test_wrong" }).customersCreate, { tenant: tenant(), key: ["c"], args: { email: "a@example.com" } });
+      const out = await l.run(stripe({ apiKey: "sk_test_wrong" }).customersCreate, {
+        tenant: tenant(),
+        key: ["c"],
+        args: { email: "a@example.com" },
+      });
       expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
     });
 
@@ -194,9 +232,19 @@ for (const dialect of DIALECTS) {
       const refunds = sandbox.count("refunds");
       const customers = sandbox.count("customers");
       for (let i = 0; i < 2; i++) {
-        expect(await l.run(s.refundsCreate, { tenant: t, key: ["refund", piId], args: { payment_intent: piId, amount: 500 } })).toMatchObject({ status: "succeeded" });
-        expect(await l.run(s.customersCreate, { tenant: t, key: ["cust", "ada"], args: { email: "ada@example.com" } })).toMatchObject({ status: "succeeded" });
-        expect(await l.run(s.post("/v1/products"), { tenant: t, key: ["prod", "x"], args: { name: "X" } })).toMatchObject({ status: "succeeded" });
+        expect(
+          await l.run(s.refundsCreate, {
+            tenant: t,
+            key: ["refund", piId],
+            args: { payment_intent: piId, amount: 500 },
+          }),
+        ).toMatchObject({ status: "succeeded" });
+        expect(
+          await l.run(s.customersCreate, { tenant: t, key: ["cust", "ada"], args: { email: "ada@example.com" } }),
+        ).toMatchObject({ status: "succeeded" });
+        expect(
+          await l.run(s.post("/v1/products"), { tenant: t, key: ["prod", "x"], args: { name: "X" } }),
+        ).toMatchObject({ status: "succeeded" });
       }
       expect(sandbox.count("refunds") - refunds).toBe(1);
       expect(sandbox.count("customers") - customers).toBe(1);
@@ -208,41 +256,63 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const t = tenant();
       const pi = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["c-pi"], args: CARD });
-      const charge = sandbox.objects.get("payment_intents", pi.status === "succeeded" ? pi.receipt!.id : "")!.latest_charge as string;
+      const charge = sandbox.objects.get("payment_intents", pi.status === "succeeded" ? pi.receipt!.id : "")!
+        .latest_charge as string;
       const before = sandbox.count("refunds");
       for (let i = 0; i < 2; i++) {
-        expect(await l.run(s.refundsCreate, { tenant: t, key: ["refund", charge], args: { charge, amount: 700 } })).toMatchObject({ status: "succeeded", receipt: { object: "refund" } });
+        expect(
+          await l.run(s.refundsCreate, { tenant: t, key: ["refund", charge], args: { charge, amount: 700 } }),
+        ).toMatchObject({ status: "succeeded", receipt: { object: "refund" } });
       }
       expect(sandbox.count("refunds") - before).toBe(1);
-      expect(sandbox.objects.all("refunds").at(-1)).toMatchObject({ charge, amount: 700, metadata: { idem_operation: expect.any(String) } });
+      expect(sandbox.objects.all("refunds").at(-1)).toMatchObject({
+        charge,
+        amount: 700,
+        metadata: { idem_operation: expect.any(String) },
+      });
     });
 
-    it("SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent", async () => {
-      const t = tenant();
-      const before = piCount();
-      sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 60_000 });
-      const committed = new Promise<{ object: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
-      const leaseMs = 1_500;
-      const child = startChild(WORKER, [], { LEDGER_URL: db.url(), TENANT: t, KEY: "killed", STRIPE_PORT: String(server.port), STRIPE_KEY: server.apiKey, LEASE_MS: String(leaseMs) });
-      const { object } = await committed;
-      await kill9(child);
-      expect(piCount() - before).toBe(1);
-      // the database clock, as the killed worker had: earlier tests moved the test clock by days
-      const l = await db.open();
-      const s = stripe();
-      const [row] = await l.admin.list({ tenant: t });
-      expect(row).toMatchObject({ status: "running", attempt: 1 });
-      await sleep(leaseMs + 200);
-      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
-      expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: object.id, replayed: true } });
-      expect(piCount() - before).toBe(1);
-    }, scaled(60_000));
+    it(
+      "SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent",
+      async () => {
+        const t = tenant();
+        const before = piCount();
+        sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 60_000 });
+        const committed = new Promise<{ object: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
+        const leaseMs = 1_500;
+        const child = startChild(WORKER, [], {
+          LEDGER_URL: db.url(),
+          TENANT: t,
+          KEY: "killed",
+          STRIPE_PORT: String(server.port),
+          STRIPE_KEY: server.apiKey,
+          LEASE_MS: String(leaseMs),
+        });
+        const { object } = await committed;
+        await kill9(child);
+        expect(piCount() - before).toBe(1);
+        // the database clock, as the killed worker had: earlier tests moved the test clock by days
+        const l = await db.open();
+        const s = stripe();
+        const [row] = await l.admin.list({ tenant: t });
+        expect(row).toMatchObject({ status: "running", attempt: 1 });
+        await sleep(leaseMs + 200);
+        const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
+        expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: object.id, replayed: true } });
+        expect(piCount() - before).toBe(1);
+      },
+      scaled(60_000),
+    );
   });
 }
 
 describe("Stripe test mode (live, opt-in)", () => {
   const key = process.env.STRIPE_SECRET_KEY;
-  const reason = !key ? "STRIPE_SECRET_KEY is not set" : !key.startsWith("sk_test_") ? "STRIPE_SECRET_KEY is not a test-mode key (sk_test_…)" : "";
+  const reason = !key
+    ? "STRIPE_SECRET_KEY is not set"
+    : !key.startsWith("sk_test_")
+      ? "STRIPE_SECRET_KEY is not a test-mode key (sk_test_…)"
+      : "";
   if (reason) console.log(`[skipped] live Stripe test: ${reason}`);
   it.skipIf(reason !== "")("creates one PaymentIntent for a duplicated call against real Stripe", async () => {
     const l = await openLedger(`sqlite::memory:`);

@@ -11,15 +11,42 @@ import { aiTool } from "@idem/agents/ai";
 
 const env = process.env;
 const ledger = await openLedger(env.LEDGER_URL!, { migrate: false, poolSize: 2, leaseMs: Number(env.LEASE_MS) });
-const stripe = stripeActions({ apiKey: env.STRIPE_KEY!, host: "127.0.0.1", port: Number(env.STRIPE_PORT), protocol: "http", timeoutMs: 60_000 });
+const stripe = stripeActions({
+  apiKey: env.STRIPE_KEY!,
+  host: "127.0.0.1",
+  port: Number(env.STRIPE_PORT),
+  protocol: "http",
+  timeoutMs: 60_000,
+});
 // A re-run waits for a dead attempt's lease to end, then takes the work over with the same key.
 const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: env.TENANT!, waitMs: 60_000 });
-const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+const usage = {
+  inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 1, text: 1, reasoning: 0 },
+};
 let step = 0;
 const model = new MockLanguageModelV3({
-  doGenerate: async () => step++ === 0
-    ? { content: [{ type: "tool-call", toolCallId: `call_${process.pid}`, toolName: "charge", input: JSON.stringify({ invoiceId: env.INVOICE, amount: 1200, currency: "eur" }) }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] }
-    : { content: [{ type: "text", text: "ok" }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] },
+  doGenerate: async () =>
+    step++ === 0
+      ? {
+          content: [
+            {
+              type: "tool-call",
+              toolCallId: `call_${process.pid}`,
+              toolName: "charge",
+              input: JSON.stringify({ invoiceId: env.INVOICE, amount: 1200, currency: "eur" }),
+            },
+          ],
+          finishReason: { unified: "tool-calls", raw: "tool_calls" },
+          usage,
+          warnings: [],
+        }
+      : {
+          content: [{ type: "text", text: "ok" }],
+          finishReason: { unified: "stop", raw: "stop" },
+          usage,
+          warnings: [],
+        },
 });
 const result = await generateText({ model, tools: { charge }, stopWhen: stepCountIs(3), prompt: "charge the invoice" });
 console.log(`outcome ${JSON.stringify(result.steps[0]!.toolResults[0]!.output)}`);

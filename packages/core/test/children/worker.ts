@@ -16,7 +16,12 @@ const env = (name: string): string => {
   return v;
 };
 const mode = env("MODE");
-const ledger = await openLedger(env("LEDGER_URL"), { migrate: false, poolSize: 1, leaseMs: Number(env("LEASE_MS")), waitMs: 60_000 });
+const ledger = await openLedger(env("LEDGER_URL"), {
+  migrate: false,
+  poolSize: 1,
+  leaseMs: Number(env("LEASE_MS")),
+  waitMs: 60_000,
+});
 const action = fileAction(env("KIND") as ProviderKind, env("EFFECT_FILE"), async () => {
   if (mode === "crash") {
     console.log("effect-done");
@@ -31,6 +36,11 @@ if (mode === "race") {
   for await (const line of lines) if (line === "go") break;
   lines.close();
 }
-const out = await ledger.run(action, { tenant: env("TENANT"), key: [env("KEY")], args: { note: "x" }, actor: `worker-${process.pid}` });
+const out = await ledger.run(action, {
+  tenant: env("TENANT"),
+  key: [env("KEY")],
+  args: { note: "x" },
+  actor: `worker-${process.pid}`,
+});
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();

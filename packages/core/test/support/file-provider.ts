@@ -17,10 +17,13 @@ export const CAPABILITIES: Record<ProviderKind, Capabilities> = {
 
 export function effectLines(file: string): { key: string; id: string }[] {
   if (!existsSync(file)) return [];
-  return readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => {
-    const [key, id] = l.split(" ");
-    return { key: key!, id: id! };
-  });
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => {
+      const [key, id] = l.split(" ");
+      return { key: key!, id: id! };
+    });
 }
 
 /** The action; `afterEffect` runs once the line is written (a crash point, or a pause). */
@@ -41,7 +44,9 @@ export function fileAction(kind: ProviderKind, file: string, afterEffect: () => 
     },
     async reconcile(_args, op) {
       const hit = effectLines(file).find((e) => e.key === op.key);
-      return hit ? { found: true, receipt: { id: hit.id } } : { found: false, proof: "absent", reason: "no line for the key" };
+      return hit
+        ? { found: true, receipt: { id: hit.id } }
+        : { found: false, proof: "absent", reason: "no line for the key" };
     },
   } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);
 }

@@ -4,7 +4,13 @@
  * scripted per call: throw before the effect (no commit) or after it (commit, then the answer is
  * lost).
  */
-import { defineAction, type ActionDefinition, type Capabilities, type Classification, type LookupContract } from "@idem/core";
+import {
+  defineAction,
+  type ActionDefinition,
+  type Capabilities,
+  type Classification,
+  type LookupContract,
+} from "@idem/core";
 
 export class ProviderError extends Error {
   constructor(readonly cls: Classification) {
@@ -27,7 +33,8 @@ export class TestProvider {
   async called(n = 1, timeoutMs = 20_000): Promise<void> {
     const until = Date.now() + timeoutMs;
     while (this.calls < n) {
-      if (Date.now() > until) throw new Error(`execute was called ${this.calls} times, not ${n}, within ${timeoutMs} ms`);
+      if (Date.now() > until)
+        throw new Error(`execute was called ${this.calls} times, not ${n}, within ${timeoutMs} ms`);
       await new Promise((r) => setTimeout(r, 5));
     }
   }
@@ -63,10 +70,14 @@ export class TestProvider {
       classify: (error) => (error instanceof ProviderError ? error.cls : { kind: "ambiguous", reason: String(error) }),
       ...(capabilities.lookup && {
         reconcile: async (_args, op) => {
-          if (this.lookupAnswer === "inconclusive") return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
-          if (this.lookupAnswer === "never") return { found: false, proof: "never", reason: "copies are appended by the client" } as const;
+          if (this.lookupAnswer === "inconclusive")
+            return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
+          if (this.lookupAnswer === "never")
+            return { found: false, proof: "never", reason: "copies are appended by the client" } as const;
           const hit = this.effectsFor(op.key)[0];
-          return hit ? { found: true, receipt: { id: hit.id } } : ({ found: false, proof: "absent", reason: "not at the provider" } as const);
+          return hit
+            ? { found: true, receipt: { id: hit.id } }
+            : ({ found: false, proof: "absent", reason: "not at the provider" } as const);
         },
       }),
     } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);

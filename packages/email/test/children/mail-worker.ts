@@ -6,7 +6,11 @@
 import { openLedger } from "@idem/core";
 import { emailActions } from "@idem/email";
 
-const env = (n: string) => process.env[n] ?? (() => { throw new Error(`${n} is required`); })();
+const env = (n: string) =>
+  process.env[n] ??
+  (() => {
+    throw new Error(`${n} is required`);
+  })();
 const auth = { user: env("USER"), pass: env("PASS") };
 const ledger = await openLedger(env("LEDGER_URL"), { migrate: false, poolSize: 1, leaseMs: Number(env("LEASE_MS")) });
 const mail = emailActions({
@@ -15,6 +19,10 @@ const mail = emailActions({
   from: auth.user,
   copy: { mode: "append" },
 });
-const out = await ledger.run(mail.send, { tenant: env("TENANT"), key: [env("KEY")], args: { to: "client@example.test", subject: "Weekly report", text: "Numbers." } });
+const out = await ledger.run(mail.send, {
+  tenant: env("TENANT"),
+  key: [env("KEY")],
+  args: { to: "client@example.test", subject: "Weekly report", text: "Numbers." },
+});
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();

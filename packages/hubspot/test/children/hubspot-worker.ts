@@ -5,9 +5,17 @@
 import { openLedger } from "@idem/core";
 import { hubspotActions } from "@idem/hubspot";
 
-const env = (n: string) => process.env[n] ?? (() => { throw new Error(`${n} is required`); })();
+const env = (n: string) =>
+  process.env[n] ??
+  (() => {
+    throw new Error(`${n} is required`);
+  })();
 const ledger = await openLedger(env("LEDGER_URL"), { migrate: false, poolSize: 1, leaseMs: Number(env("LEASE_MS")) });
 const crm = hubspotActions({ accessToken: env("TOKEN"), basePath: env("BASE_PATH") });
-const out = await ledger.run(crm.create("contacts"), { tenant: env("TENANT"), key: [env("KEY")], args: { properties: { email: "lead@example.test", firstname: "Ada" } } });
+const out = await ledger.run(crm.create("contacts"), {
+  tenant: env("TENANT"),
+  key: [env("KEY")],
+  args: { properties: { email: "lead@example.test", firstname: "Ada" } },
+});
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();

@@ -24,7 +24,11 @@ export interface PropertyDef {
 }
 
 export class HubSpotFailure {
-  constructor(readonly status: number, readonly body: Record<string, unknown>, readonly beforeCommit = true) {}
+  constructor(
+    readonly status: number,
+    readonly body: Record<string, unknown>,
+    readonly beforeCommit = true,
+  ) {}
 }
 
 const BUILT_IN: Record<string, string[]> = {
@@ -41,7 +45,10 @@ export class CrmStore {
   private readonly properties = new Map<string, Map<string, PropertyDef>>();
   private nextId = 1001;
 
-  constructor(private readonly now: () => number, private readonly indexLagMs: () => number) {}
+  constructor(
+    private readonly now: () => number,
+    private readonly indexLagMs: () => number,
+  ) {}
 
   count(objectType: string): number {
     return this.records.get(objectType)?.length ?? 0;
@@ -60,13 +67,25 @@ export class CrmStore {
   }
 
   createProperty(objectType: string, p: Partial<PropertyDef>): PropertyDef {
-    if (!p.name || !p.label || !p.type || !p.fieldType || !p.groupName) throw validation("name, label, type, fieldType and groupName are required");
+    if (!p.name || !p.label || !p.type || !p.fieldType || !p.groupName)
+      throw validation("name, label, type, fieldType and groupName are required");
     const props = this.props(objectType);
-    if (props.has(p.name)) throw new HubSpotFailure(409, error(`Property named '${p.name}' already exists.`, "OBJECT_ALREADY_EXISTS", "CONFLICT"));
+    if (props.has(p.name))
+      throw new HubSpotFailure(
+        409,
+        error(`Property named '${p.name}' already exists.`, "OBJECT_ALREADY_EXISTS", "CONFLICT"),
+      );
     if (p.hasUniqueValue && [...props.values()].filter((x) => x.hasUniqueValue).length >= UNIQUE_LIMIT) {
       throw validation(`An object type may have at most ${UNIQUE_LIMIT} unique value properties.`);
     }
-    const def: PropertyDef = { name: p.name, label: p.label, type: p.type, fieldType: p.fieldType, groupName: p.groupName, hasUniqueValue: p.hasUniqueValue === true };
+    const def: PropertyDef = {
+      name: p.name,
+      label: p.label,
+      type: p.type,
+      fieldType: p.fieldType,
+      groupName: p.groupName,
+      hasUniqueValue: p.hasUniqueValue === true,
+    };
     props.set(def.name, def);
     return def;
   }
@@ -74,12 +93,28 @@ export class CrmStore {
   create(objectType: string, properties: Record<string, unknown>): CrmRecord {
     const values = this.checkProperties(objectType, properties);
     const clash = this.uniqueClash(objectType, values);
-    if (clash) throw new HubSpotFailure(409, error(`A ${objectType.replace(/s$/, "")} with this unique value already exists. Existing ID: ${clash.id}`, "CONFLICT", "CONFLICT"));
+    if (clash)
+      throw new HubSpotFailure(
+        409,
+        error(
+          `A ${objectType.replace(/s$/, "")} with this unique value already exists. Existing ID: ${clash.id}`,
+          "CONFLICT",
+          "CONFLICT",
+        ),
+      );
     return this.insert(objectType, values);
   }
 
-  upsert(objectType: string, idProperty: string, id: string, properties: Record<string, unknown>): { record: CrmRecord; isNew: boolean } {
-    if (!this.props(objectType).get(idProperty)?.hasUniqueValue && !(objectType === "contacts" && idProperty === "email")) {
+  upsert(
+    objectType: string,
+    idProperty: string,
+    id: string,
+    properties: Record<string, unknown>,
+  ): { record: CrmRecord; isNew: boolean } {
+    if (
+      !this.props(objectType).get(idProperty)?.hasUniqueValue &&
+      !(objectType === "contacts" && idProperty === "email")
+    ) {
       throw validation(`idProperty '${idProperty}' must be a unique value property`);
     }
     const values = this.checkProperties(objectType, properties);
@@ -101,13 +136,24 @@ export class CrmStore {
   /** Search as HubSpot's index sees it: recent writes are not there yet. */
   search(objectType: string, filters: { propertyName: string; operator: string; value?: string }[]): CrmRecord[] {
     const indexedBefore = this.now() - this.indexLagMs();
-    return this.all(objectType).filter((r) => r.writtenAtMs <= indexedBefore && filters.every((f) => f.operator === "EQ" && r.properties[f.propertyName] === f.value));
+    return this.all(objectType).filter(
+      (r) =>
+        r.writtenAtMs <= indexedBefore &&
+        filters.every((f) => f.operator === "EQ" && r.properties[f.propertyName] === f.value),
+    );
   }
 
   private insert(objectType: string, values: Record<string, string>): CrmRecord {
     const at = new Date(this.now()).toISOString();
     const id = String(this.nextId++);
-    const record: CrmRecord = { id, properties: { ...values, hs_object_id: id, createdate: at, lastmodifieddate: at }, createdAt: at, updatedAt: at, archived: false, writtenAtMs: this.now() };
+    const record: CrmRecord = {
+      id,
+      properties: { ...values, hs_object_id: id, createdate: at, lastmodifieddate: at },
+      createdAt: at,
+      updatedAt: at,
+      archived: false,
+      writtenAtMs: this.now(),
+    };
     const list = this.records.get(objectType) ?? [];
     list.push(record);
     this.records.set(objectType, list);
@@ -132,14 +178,30 @@ export class CrmStore {
   private checkProperties(objectType: string, properties: Record<string, unknown>): Record<string, string> {
     const known = this.props(objectType);
     const unknown = Object.keys(properties ?? {}).filter((k) => !known.has(k));
-    if (unknown.length) throw validation(`Property values were not valid: properties ${unknown.map((u) => `'${u}'`).join(", ")} do not exist`, "PROPERTY_DOESNT_EXIST");
+    if (unknown.length)
+      throw validation(
+        `Property values were not valid: properties ${unknown.map((u) => `'${u}'`).join(", ")} do not exist`,
+        "PROPERTY_DOESNT_EXIST",
+      );
     return Object.fromEntries(Object.entries(properties ?? {}).map(([k, v]) => [k, String(v)]));
   }
 
   private props(objectType: string): Map<string, PropertyDef> {
     let p = this.properties.get(objectType);
     if (!p) {
-      p = new Map((BUILT_IN[objectType] ?? ["name"]).map((name) => [name, { name, label: name, type: "string", fieldType: "text", groupName: `${objectType}information`, hasUniqueValue: false }]));
+      p = new Map(
+        (BUILT_IN[objectType] ?? ["name"]).map((name) => [
+          name,
+          {
+            name,
+            label: name,
+            type: "string",
+            fieldType: "text",
+            groupName: `${objectType}information`,
+            hasUniqueValue: false,
+          },
+        ]),
+      );
       this.properties.set(objectType, p);
     }
     return p;

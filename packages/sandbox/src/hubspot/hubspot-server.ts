@@ -34,7 +34,10 @@ export class HubSpotSandbox {
   constructor(options: HubSpotSandboxOptions = {}) {
     this.token = options.accessToken ?? "pat-sandbox-idem";
     this.indexLagMs = options.indexLagMs ?? 0;
-    this.crm = new CrmStore(() => Date.now(), () => this.indexLagMs);
+    this.crm = new CrmStore(
+      () => Date.now(),
+      () => this.indexLagMs,
+    );
   }
 
   /** Records of an object type: the effect count at the target. */
@@ -66,19 +69,44 @@ export class HubSpotSandbox {
       record(400);
       return send(res, 400, error("Invalid input JSON", "INVALID_JSON"));
     }
-    if (path === "/_sandbox/counts") return send(res, 200, Object.fromEntries(["contacts", "companies", "deals", "tickets", "notes"].map((t) => [t, this.crm.count(t)])));
+    if (path === "/_sandbox/counts")
+      return send(
+        res,
+        200,
+        Object.fromEntries(["contacts", "companies", "deals", "tickets", "notes"].map((t) => [t, this.crm.count(t)])),
+      );
     if (req.headers.authorization !== `Bearer ${this.token}`) {
       record(401);
-      return send(res, 401, error("Authentication credentials not found. This API supports OAuth 2.0 authentication.", "INVALID_AUTHENTICATION", "INVALID_AUTHENTICATION"));
+      return send(
+        res,
+        401,
+        error(
+          "Authentication credentials not found. This API supports OAuth 2.0 authentication.",
+          "INVALID_AUTHENTICATION",
+          "INVALID_AUTHENTICATION",
+        ),
+      );
     }
     const before = this.faults.take(method, path, ["rate_limit", "bad_gateway"]);
     if (before?.kind === "rate_limit") {
       record(429);
       const intervalMs = String((before.retryAfterSec ?? 1) * 1000);
-      return send(res, 429, { ...error("You have reached your secondly limit.", "RATE_LIMIT", "RATE_LIMITS"), errorType: "RATE_LIMIT", policyName: "SECONDLY" }, {
-        "x-hubspot-ratelimit-max": "10", "x-hubspot-ratelimit-remaining": "0", "x-hubspot-ratelimit-interval-milliseconds": intervalMs,
-        "x-hubspot-ratelimit-secondly": "10", "x-hubspot-ratelimit-secondly-remaining": "0",
-      });
+      return send(
+        res,
+        429,
+        {
+          ...error("You have reached your secondly limit.", "RATE_LIMIT", "RATE_LIMITS"),
+          errorType: "RATE_LIMIT",
+          policyName: "SECONDLY",
+        },
+        {
+          "x-hubspot-ratelimit-max": "10",
+          "x-hubspot-ratelimit-remaining": "0",
+          "x-hubspot-ratelimit-interval-milliseconds": intervalMs,
+          "x-hubspot-ratelimit-secondly": "10",
+          "x-hubspot-ratelimit-secondly-remaining": "0",
+        },
+      );
     }
     if (before?.kind === "bad_gateway") {
       record(502);
@@ -107,7 +135,12 @@ export class HubSpotSandbox {
     if (!res.destroyed && !req.socket.destroyed) send(res, status, out);
   }
 
-  private route(method: string, path: string, q: URLSearchParams, body: Record<string, unknown>): [number, unknown, { objectType: string; record: CrmRecord }?] {
+  private route(
+    method: string,
+    path: string,
+    q: URLSearchParams,
+    body: Record<string, unknown>,
+  ): [number, unknown, { objectType: string; record: CrmRecord }?] {
     const m = /^\/crm\/v3\/(objects|properties)\/([^/]+)(?:\/([^/]+))?(?:\/([^/]+))?$/.exec(path);
     if (!m) throw new HubSpotFailure(404, error(`No route for ${method} ${path}`, "NOT_FOUND", "OBJECT_NOT_FOUND"));
     const [, api, objectType, a, b] = m as unknown as [string, string, string, string | undefined, string | undefined];
@@ -116,7 +149,11 @@ export class HubSpotSandbox {
       if (method === "GET" && !a) return [200, { results: this.crm.listProperties(objectType) }];
       if (method === "GET" && a) {
         const p = this.crm.getProperty(objectType, a);
-        if (!p) throw new HubSpotFailure(404, error(`Unable to find property ${a}`, "PROPERTY_NOT_FOUND", "OBJECT_NOT_FOUND"));
+        if (!p)
+          throw new HubSpotFailure(
+            404,
+            error(`Unable to find property ${a}`, "PROPERTY_NOT_FOUND", "OBJECT_NOT_FOUND"),
+          );
         return [200, p];
       }
     }
@@ -126,21 +163,41 @@ export class HubSpotSandbox {
         return [201, view(record), { objectType, record }];
       }
       if (method === "POST" && a === "batch" && b === "upsert") {
-        const inputs = (body.inputs ?? []) as { idProperty?: string; id: string; properties: Record<string, unknown> }[];
-        if (inputs.length !== 1) throw new HubSpotFailure(400, error("The sandbox upserts one input per batch", "INVALID_INPUT"));
+        const inputs = (body.inputs ?? []) as {
+          idProperty?: string;
+          id: string;
+          properties: Record<string, unknown>;
+        }[];
+        if (inputs.length !== 1)
+          throw new HubSpotFailure(400, error("The sandbox upserts one input per batch", "INVALID_INPUT"));
         const input = inputs[0]!;
-        const { record, isNew } = this.crm.upsert(objectType, input.idProperty ?? "hs_object_id", input.id, input.properties ?? {});
+        const { record, isNew } = this.crm.upsert(
+          objectType,
+          input.idProperty ?? "hs_object_id",
+          input.id,
+          input.properties ?? {},
+        );
         const now = new Date().toISOString();
-        return [200, { status: "COMPLETE", results: [{ ...view(record), new: isNew }], startedAt: now, completedAt: now }, { objectType, record }];
+        return [
+          200,
+          { status: "COMPLETE", results: [{ ...view(record), new: isNew }], startedAt: now, completedAt: now },
+          { objectType, record },
+        ];
       }
       if (method === "POST" && a === "search") {
-        const groups = (body.filterGroups ?? []) as { filters: { propertyName: string; operator: string; value?: string }[] }[];
+        const groups = (body.filterGroups ?? []) as {
+          filters: { propertyName: string; operator: string; value?: string }[];
+        }[];
         const results = groups.flatMap((g) => this.crm.search(objectType, g.filters)).map(view);
         return [200, { total: results.length, results }];
       }
       if (method === "GET" && a) {
         const record = this.crm.get(objectType, a, q.get("idProperty") ?? undefined);
-        if (!record) throw new HubSpotFailure(404, error(`Object not found.  objectId are usually numeric.`, "OBJECT_NOT_FOUND", "OBJECT_NOT_FOUND"));
+        if (!record)
+          throw new HubSpotFailure(
+            404,
+            error(`Object not found.  objectId are usually numeric.`, "OBJECT_NOT_FOUND", "OBJECT_NOT_FOUND"),
+          );
         return [200, view(record)];
       }
     }

@@ -35,7 +35,8 @@ export class Dovecot {
   }
 
   async start(): Promise<{ host: string; port: number }> {
-    if (!Dovecot.installed()) throw new Error("dovecot is not installed: apt-get install dovecot-imapd (pnpm test installs it where missing)");
+    if (!Dovecot.installed())
+      throw new Error("dovecot is not installed: apt-get install dovecot-imapd (pnpm test installs it where missing)");
     this.dir = mkdtempSync(join(tmpdir(), "idem-dovecot-"));
     chmodSync(this.dir, 0o755);
     this.port = await freeLoopbackPort();
@@ -125,7 +126,10 @@ namespace inbox {
 function listening(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = createConnection({ host: "127.0.0.1", port });
-    s.once("connect", () => { s.destroy(); resolve(true); });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
     s.once("error", () => resolve(false));
   });
 }

@@ -58,10 +58,17 @@ export class MailSandbox {
 
   /** Messages received with this Message-ID: the effect count at the target. */
   count(messageId?: string): number {
-    return messageId === undefined ? this.received.length : this.received.filter((m) => m.messageId === messageId).length;
+    return messageId === undefined
+      ? this.received.length
+      : this.received.filter((m) => m.messageId === messageId).length;
   }
 
-  async start(): Promise<{ smtp: { host: string; port: number }; imap: { host: string; port: number }; sender: MailUser; journal: MailUser }> {
+  async start(): Promise<{
+    smtp: { host: string; port: number };
+    imap: { host: string; port: number };
+    sender: MailUser;
+    journal: MailUser;
+  }> {
     this.imapPort = (await this.dovecot.start()).port;
     this.smtp = new SMTPServer({
       secure: false,
@@ -70,23 +77,37 @@ export class MailSandbox {
       authMethods: ["PLAIN", "LOGIN"],
       logger: false,
       onAuth: (auth, _session, cb) => {
-        if (this.faults.take("AUTH", "", ["refuse_auth"])) return cb(Object.assign(new Error("Authentication refused"), { responseCode: 535 }));
+        if (this.faults.take("AUTH", "", ["refuse_auth"]))
+          return cb(Object.assign(new Error("Authentication refused"), { responseCode: 535 }));
         const ok = [SENDER, JOURNAL].some((u) => u.user === auth.username && u.pass === auth.password);
-        return ok ? cb(null, { user: auth.username }) : cb(Object.assign(new Error("Invalid username or password"), { responseCode: 535 }));
+        return ok
+          ? cb(null, { user: auth.username })
+          : cb(Object.assign(new Error("Invalid username or password"), { responseCode: 535 }));
       },
       onMailFrom: (_address, _session, cb) => {
-        if (this.faults.take("MAIL", "", ["reject_421"])) return cb(Object.assign(new Error("Service not available, try again later"), { responseCode: 421 }));
+        if (this.faults.take("MAIL", "", ["reject_421"]))
+          return cb(Object.assign(new Error("Service not available, try again later"), { responseCode: 421 }));
         return cb();
       },
       onRcptTo: (address, _session, cb) => {
-        if (this.faults.take("RCPT", address.address, ["reject_rcpt"])) return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
+        if (this.faults.take("RCPT", address.address, ["reject_rcpt"]))
+          return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
         return cb();
       },
-      onData: (stream, session, cb) => void this.accept(stream, session).then(() => this.reply(cb), (e: Error) => cb(e)),
+      onData: (stream, session, cb) =>
+        void this.accept(stream, session).then(
+          () => this.reply(cb),
+          (e: Error) => cb(e),
+        ),
     });
     await new Promise<void>((resolve) => this.smtp!.listen(0, "127.0.0.1", resolve));
     this.smtpPort = (this.smtp.server.address() as AddressInfo).port;
-    return { smtp: { host: "127.0.0.1", port: this.smtpPort }, imap: { host: "127.0.0.1", port: this.imapPort }, sender: SENDER, journal: JOURNAL };
+    return {
+      smtp: { host: "127.0.0.1", port: this.smtpPort },
+      imap: { host: "127.0.0.1", port: this.imapPort },
+      sender: SENDER,
+      journal: JOURNAL,
+    };
   }
 
   async close(): Promise<void> {
@@ -97,7 +118,13 @@ export class MailSandbox {
 
   /** Opens an IMAP session as one of the sandbox users (for tests that look into mailboxes). */
   imap(user: MailUser): ImapFlow {
-    return new ImapFlow({ host: "127.0.0.1", port: this.imapPort, secure: false, auth: { user: user.user, pass: user.pass }, logger: false });
+    return new ImapFlow({
+      host: "127.0.0.1",
+      port: this.imapPort,
+      secure: false,
+      auth: { user: user.user, pass: user.pass },
+      logger: false,
+    });
   }
 
   private async accept(stream: SMTPServerDataStream, session: SMTPServerSession): Promise<void> {
@@ -121,7 +148,8 @@ export class MailSandbox {
   private reply(cb: (err?: Error | null) => void): void {
     const hold = this.faults.take("DATA", "", ["hold_reply"]);
     // "accepted, but the client timed out": the message is stored and filed; the 250 comes too late.
-    if (hold) setTimeout(() => cb(), hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
+    if (hold)
+      setTimeout(() => cb(), hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
     else cb();
   }
 

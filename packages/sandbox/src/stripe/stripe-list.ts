@@ -10,7 +10,11 @@ import { StripeFailure, type StripeObject } from "./stripe-objects.js";
 export const PAGE_PARAMS = new Set(["limit", "starting_after", "ending_before", "expand"]);
 
 /** `newestFirst` is the filtered list, newest first. */
-export function page(newestFirst: readonly StripeObject[], params: Record<string, unknown>, what: string): { data: StripeObject[]; has_more: boolean } {
+export function page(
+  newestFirst: readonly StripeObject[],
+  params: Record<string, unknown>,
+  what: string,
+): { data: StripeObject[]; has_more: boolean } {
   const limit = params.limit === undefined ? 10 : Number(params.limit);
   if (!Number.isInteger(limit) || limit < 1 || limit > 100) {
     throw invalid("limit", `Invalid integer: ${String(params.limit)}; must be between 1 and 100.`);
@@ -18,11 +22,19 @@ export function page(newestFirst: readonly StripeObject[], params: Record<string
   const after = params.starting_after;
   const before = params.ending_before;
   if (after !== undefined && before !== undefined) {
-    throw invalid("starting_after", "Received both starting_after and ending_before parameters. Please pass in only one.");
+    throw invalid(
+      "starting_after",
+      "Received both starting_after and ending_before parameters. Please pass in only one.",
+    );
   }
   const at = (id: unknown, param: string) => {
     const i = newestFirst.findIndex((o) => o.id === id);
-    if (i < 0) throw new StripeFailure(400, { type: "invalid_request_error", code: "resource_missing", param, message: `No such ${what}: '${String(id)}'` }, true);
+    if (i < 0)
+      throw new StripeFailure(
+        400,
+        { type: "invalid_request_error", code: "resource_missing", param, message: `No such ${what}: '${String(id)}'` },
+        true,
+      );
     return i;
   };
   if (before !== undefined) {

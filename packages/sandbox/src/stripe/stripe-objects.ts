@@ -9,13 +9,26 @@
  */
 import { randomBytes } from "node:crypto";
 
-export type StripeObject = { id: string; object: string; created: number; metadata: Record<string, string>; [k: string]: unknown };
+export type StripeObject = {
+  id: string;
+  object: string;
+  created: number;
+  metadata: Record<string, string>;
+  [k: string]: unknown;
+};
 
 /** A Stripe error body and status. */
 export class StripeFailure {
   constructor(
     readonly status: number,
-    readonly error: { type: string; code?: string; message: string; param?: string; decline_code?: string; payment_intent?: unknown },
+    readonly error: {
+      type: string;
+      code?: string;
+      message: string;
+      param?: string;
+      decline_code?: string;
+      payment_intent?: unknown;
+    },
     /** Validation failures happen before execution: Stripe saves no idempotent result for them. */
     readonly beforeExecution = false,
   ) {}
@@ -27,7 +40,10 @@ export class StripeObjects {
   private readonly byResource = new Map<string, StripeObject[]>();
   private readonly createdAtMs = new Map<string, number>();
 
-  constructor(private readonly now: () => number, private readonly searchLagMs: () => number) {}
+  constructor(
+    private readonly now: () => number,
+    private readonly searchLagMs: () => number,
+  ) {}
 
   count(resource: string): number {
     return this.byResource.get(resource)?.length ?? 0;
@@ -41,7 +57,13 @@ export class StripeObjects {
     const base = { metadata: metadataOf(params), created: Math.floor(this.now() / 1000) };
     switch (resource) {
       case "customers":
-        return this.store(resource, { ...base, object: "customer", email: params.email ?? null, name: params.name ?? null, description: params.description ?? null });
+        return this.store(resource, {
+          ...base,
+          object: "customer",
+          email: params.email ?? null,
+          name: params.name ?? null,
+          description: params.description ?? null,
+        });
       case "payment_intents":
         return this.paymentIntent(base, params);
       case "refunds":
@@ -57,7 +79,9 @@ export class StripeObjects {
 
   /** Objects whose fields equal every filter, newest first (paginate with `page`). */
   list(resource: string, filter: Record<string, unknown>): StripeObject[] {
-    return this.all(resource).filter((o) => Object.entries(filter).every(([k, v]) => o[k] === v)).reverse();
+    return this.all(resource)
+      .filter((o) => Object.entries(filter).every(([k, v]) => o[k] === v))
+      .reverse();
   }
 
   /** Search as Stripe's index sees it: objects younger than the lag are not there yet. */
@@ -65,58 +89,126 @@ export class StripeObjects {
     const clauses = parseQuery(query);
     const visibleBefore = this.now() - this.searchLagMs();
     return this.all(resource).filter(
-      (o) => this.createdAtMs.get(o.id)! <= visibleBefore && clauses.every((c) => (c.metadata ? o.metadata[c.field] : String(o[c.field])) === c.value),
+      (o) =>
+        this.createdAtMs.get(o.id)! <= visibleBefore &&
+        clauses.every((c) => (c.metadata ? o.metadata[c.field] : String(o[c.field])) === c.value),
     );
   }
 
-  private paymentIntent(base: { metadata: Record<string, string>; created: number }, p: Record<string, unknown>): StripeObject {
+  private paymentIntent(
+    base: { metadata: Record<string, string>; created: number },
+    p: Record<string, unknown>,
+  ): StripeObject {
     const amount = Number(p.amount);
     if (!Number.isInteger(amount)) throw invalid("amount", "parameter_missing", "Missing required param: amount.");
     if (amount < 50) throw invalid("amount", "amount_too_small", "Amount must be at least 50 cents.");
-    if (typeof p.currency !== "string" || !/^[a-z]{3}$/.test(p.currency)) throw invalid("currency", "parameter_missing", "Missing required param: currency.");
+    if (typeof p.currency !== "string" || !/^[a-z]{3}$/.test(p.currency))
+      throw invalid("currency", "parameter_missing", "Missing required param: currency.");
     const confirm = p.confirm === "true" || p.confirm === true;
     const pm = typeof p.payment_method === "string" ? p.payment_method : null;
     const declined = confirm && pm === "pm_card_chargeDeclined";
-    const status = !pm ? "requires_payment_method" : !confirm ? "requires_confirmation" : declined ? "requires_payment_method" : "succeeded";
+    const status = !pm
+      ? "requires_payment_method"
+      : !confirm
+        ? "requires_confirmation"
+        : declined
+          ? "requires_payment_method"
+          : "succeeded";
     const pi = this.store("payment_intents", {
-      ...base, object: "payment_intent", amount, currency: p.currency, customer: p.customer ?? null, payment_method: declined ? null : pm,
-      status, amount_received: status === "succeeded" ? amount : 0, amount_refunded: 0, description: p.description ?? null, latest_charge: null,
+      ...base,
+      object: "payment_intent",
+      amount,
+      currency: p.currency,
+      customer: p.customer ?? null,
+      payment_method: declined ? null : pm,
+      status,
+      amount_received: status === "succeeded" ? amount : 0,
+      amount_refunded: 0,
+      description: p.description ?? null,
+      latest_charge: null,
     });
     if (status === "succeeded") {
-      const charge = this.store("charges", { metadata: {}, created: base.created, object: "charge", amount, currency: p.currency, payment_intent: pi.id, status: "succeeded", amount_refunded: 0 });
+      const charge = this.store("charges", {
+        metadata: {},
+        created: base.created,
+        object: "charge",
+        amount,
+        currency: p.currency,
+        payment_intent: pi.id,
+        status: "succeeded",
+        amount_refunded: 0,
+      });
       pi.latest_charge = charge.id;
     }
     if (declined) {
       // Stripe creates the intent and reports the decline with it; the result is saved under the key.
-      throw new StripeFailure(402, { type: "card_error", code: "card_declined", decline_code: "generic_decline", message: "Your card was declined.", payment_intent: pi });
+      throw new StripeFailure(402, {
+        type: "card_error",
+        code: "card_declined",
+        decline_code: "generic_decline",
+        message: "Your card was declined.",
+        payment_intent: pi,
+      });
     }
     return pi;
   }
 
   /** A refund names the payment intent or its charge; it is recorded with both, as Stripe does. */
-  private refund(base: { metadata: Record<string, string>; created: number }, p: Record<string, unknown>): StripeObject {
-    if (p.charge === undefined && p.payment_intent === undefined) throw invalid("charge", "parameter_missing", "One of `charge` or `payment_intent` is required.");
+  private refund(
+    base: { metadata: Record<string, string>; created: number },
+    p: Record<string, unknown>,
+  ): StripeObject {
+    if (p.charge === undefined && p.payment_intent === undefined)
+      throw invalid("charge", "parameter_missing", "One of `charge` or `payment_intent` is required.");
     const charge = p.charge === undefined ? undefined : this.get("charges", String(p.charge));
-    if (p.charge !== undefined && !charge) throw invalid("charge", "resource_missing", `No such charge: '${String(p.charge)}'`);
+    if (p.charge !== undefined && !charge)
+      throw invalid("charge", "resource_missing", `No such charge: '${String(p.charge)}'`);
     const pi = this.get("payment_intents", String(charge ? charge.payment_intent : p.payment_intent));
-    if (!pi) throw invalid("payment_intent", "resource_missing", `No such payment_intent: '${String(p.payment_intent)}'`);
+    if (!pi)
+      throw invalid("payment_intent", "resource_missing", `No such payment_intent: '${String(p.payment_intent)}'`);
     if (charge && p.payment_intent !== undefined && p.payment_intent !== pi.id) {
-      throw invalid("payment_intent", "parameter_invalid", `Charge ${charge.id} does not belong to payment_intent '${String(p.payment_intent)}'.`);
+      throw invalid(
+        "payment_intent",
+        "parameter_invalid",
+        `Charge ${charge.id} does not belong to payment_intent '${String(p.payment_intent)}'.`,
+      );
     }
-    if (pi.status !== "succeeded") throw invalid("payment_intent", "charge_not_refundable", "This PaymentIntent has no successful charge to refund.");
+    if (pi.status !== "succeeded")
+      throw invalid(
+        "payment_intent",
+        "charge_not_refundable",
+        "This PaymentIntent has no successful charge to refund.",
+      );
     const left = Number(pi.amount_received) - Number(pi.amount_refunded);
     const amount = p.amount === undefined ? left : Number(p.amount);
     if (!Number.isInteger(amount) || amount <= 0 || amount > left) {
-      throw invalid("amount", "amount_too_large", `Refund amount (${amount}) is greater than unrefunded amount on charge (${left}).`);
+      throw invalid(
+        "amount",
+        "amount_too_large",
+        `Refund amount (${amount}) is greater than unrefunded amount on charge (${left}).`,
+      );
     }
     pi.amount_refunded = Number(pi.amount_refunded) + amount;
     const paid = this.get("charges", String(pi.latest_charge))!;
     paid.amount_refunded = pi.amount_refunded;
-    return this.store("refunds", { ...base, object: "refund", amount, currency: pi.currency, payment_intent: pi.id, charge: paid.id, status: "succeeded", reason: p.reason ?? null });
+    return this.store("refunds", {
+      ...base,
+      object: "refund",
+      amount,
+      currency: pi.currency,
+      payment_intent: pi.id,
+      charge: paid.id,
+      status: "succeeded",
+      reason: p.reason ?? null,
+    });
   }
 
   private store(resource: string, fields: Omit<StripeObject, "id">): StripeObject {
-    const obj = { id: `${PREFIX[resource] ?? resource.slice(0, 4)}_${randomBytes(12).toString("hex")}`, livemode: false, ...fields } as unknown as StripeObject;
+    const obj = {
+      id: `${PREFIX[resource] ?? resource.slice(0, 4)}_${randomBytes(12).toString("hex")}`,
+      livemode: false,
+      ...fields,
+    } as unknown as StripeObject;
     const list = this.byResource.get(resource) ?? [];
     list.push(obj);
     this.byResource.set(resource, list);
@@ -132,7 +224,8 @@ function invalid(param: string, code: string, message: string): StripeFailure {
 function metadataOf(p: Record<string, unknown>): Record<string, string> {
   const m = p.metadata;
   if (m === undefined || m === "") return {};
-  if (typeof m !== "object" || m === null) throw invalid("metadata", "parameter_invalid_empty", "Invalid metadata: must be a hash.");
+  if (typeof m !== "object" || m === null)
+    throw invalid("metadata", "parameter_invalid_empty", "Invalid metadata: must be a hash.");
   return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, String(v)]));
 }
 
@@ -140,7 +233,17 @@ function metadataOf(p: Record<string, unknown>): Record<string, string> {
 function parseQuery(query: string): { metadata: boolean; field: string; value: string }[] {
   return query.split(/\s+AND\s+/i).map((clause) => {
     const m = /^\s*(?:metadata\[['"]([^'"]+)['"]\]|(\w+)):['"]([^'"]*)['"]\s*$/.exec(clause);
-    if (!m) throw new StripeFailure(400, { type: "invalid_request_error", code: "parameter_invalid", param: "query", message: `Unsupported search query: ${clause}` }, true);
+    if (!m)
+      throw new StripeFailure(
+        400,
+        {
+          type: "invalid_request_error",
+          code: "parameter_invalid",
+          param: "query",
+          message: `Unsupported search query: ${clause}`,
+        },
+        true,
+      );
     return { metadata: m[1] !== undefined, field: (m[1] ?? m[2])!, value: m[3]! };
   });
 }

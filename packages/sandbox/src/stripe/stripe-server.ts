@@ -22,7 +22,13 @@ import { closeHard, listen, readBody } from "../http.js";
 import { PAGE_PARAMS, page } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
-export type StripeFaultKind = "rate_limit" | "unavailable" | "delay_before_commit" | "error_after_commit" | "drop_after_commit" | "delay_after_commit";
+export type StripeFaultKind =
+  | "rate_limit"
+  | "unavailable"
+  | "delay_before_commit"
+  | "error_after_commit"
+  | "drop_after_commit"
+  | "delay_after_commit";
 
 export interface StripeSandboxOptions {
   /** The secret key requests must carry. Default "sk_test_idem_sandbox". */
@@ -31,7 +37,14 @@ export interface StripeSandboxOptions {
   readonly searchLagMs?: number;
 }
 
-interface Saved { fingerprint: string; at: number; state: "in_flight" | "done"; status?: number; body?: string; requestId?: string }
+interface Saved {
+  fingerprint: string;
+  at: number;
+  state: "in_flight" | "done";
+  status?: number;
+  body?: string;
+  requestId?: string;
+}
 
 export interface StripeRequestRecord {
   readonly method: string;
@@ -58,7 +71,10 @@ export class StripeSandbox {
   constructor(options: StripeSandboxOptions = {}) {
     this.apiKey = options.apiKey ?? "sk_test_idem_sandbox";
     this.searchLagMs = options.searchLagMs ?? 0;
-    this.objects = new StripeObjects(() => this.now(), () => this.searchLagMs);
+    this.objects = new StripeObjects(
+      () => this.now(),
+      () => this.searchLagMs,
+    );
   }
 
   /** The sandbox's clock: real time plus whatever `advance` added. */
@@ -92,9 +108,13 @@ export class StripeSandbox {
     const method = req.method ?? "GET";
     const path = url.pathname;
     const body = await readBody(req);
-    const params = method === "POST" ? (qs.parse(body, { depth: 5, arrayLimit: 100 }) as Record<string, unknown>) : (qs.parse(url.search.slice(1)) as Record<string, unknown>);
+    const params =
+      method === "POST"
+        ? (qs.parse(body, { depth: 5, arrayLimit: 100 }) as Record<string, unknown>)
+        : (qs.parse(url.search.slice(1)) as Record<string, unknown>);
     const idemKey = header(req, "idempotency-key");
-    const record = (status: number | "dropped", replayed = false) => this.requests.push({ method, path, idempotencyKey: idemKey, status, replayed });
+    const record = (status: number | "dropped", replayed = false) =>
+      this.requests.push({ method, path, idempotencyKey: idemKey, status, replayed });
 
     if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
     if (header(req, "authorization") !== `Bearer ${this.apiKey}`) {
@@ -104,11 +124,19 @@ export class StripeSandbox {
     const before = this.faults.take(method, path, ["rate_limit", "unavailable"]);
     if (before?.kind === "rate_limit") {
       record(429);
-      return sendError(res, 429, { type: "invalid_request_error", code: "rate_limit", message: "Too many requests hit the API too quickly." }, { "retry-after": String(before.retryAfterSec ?? 1) });
+      return sendError(
+        res,
+        429,
+        { type: "invalid_request_error", code: "rate_limit", message: "Too many requests hit the API too quickly." },
+        { "retry-after": String(before.retryAfterSec ?? 1) },
+      );
     }
     if (before?.kind === "unavailable") {
       record(503);
-      return sendError(res, 503, { type: "api_error", message: "The service is temporarily unavailable. Nothing was done." });
+      return sendError(res, 503, {
+        type: "api_error",
+        message: "The service is temporarily unavailable. Nothing was done.",
+      });
     }
 
     const slot = method === "POST" && idemKey ? `${this.apiKey}:${idemKey}` : undefined;
@@ -127,10 +155,23 @@ export class StripeSandbox {
     }
     if (saved?.state === "in_flight") {
       record(409);
-      return sendError(res, 409, { type: "idempotency_error", code: "idempotency_key_in_use", message: "There is currently another in-progress request using this Idempotent Key. Please try again later." });
+      return sendError(res, 409, {
+        type: "idempotency_error",
+        code: "idempotency_key_in_use",
+        message: "There is currently another in-progress request using this Idempotent Key. Please try again later.",
+      });
     }
     if (saved?.state === "done") {
-      return this.answer(req, res, method, path, saved.status!, saved.body!, { "idempotent-replayed": "true", "original-request": saved.requestId! }, record);
+      return this.answer(
+        req,
+        res,
+        method,
+        path,
+        saved.status!,
+        saved.body!,
+        { "idempotent-replayed": "true", "original-request": saved.requestId! },
+        record,
+      );
     }
 
     if (slot) this.saved.set(slot, { fingerprint, at: this.now(), state: "in_flight" });
@@ -158,13 +199,23 @@ export class StripeSandbox {
       [status, out] = [500, JSON.stringify({ error: { type: "api_error", message: "An unknown error occurred." } })];
     }
     const requestId = `req_${randomBytes(7).toString("hex")}`;
-    if (slot) this.saved.set(slot, { fingerprint, at: this.saved.get(slot)!.at, state: "done", status, body: out, requestId });
+    if (slot)
+      this.saved.set(slot, { fingerprint, at: this.saved.get(slot)!.at, state: "done", status, body: out, requestId });
     if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed });
     return this.answer(req, res, method, path, status, out, { "request-id": requestId }, record);
   }
 
   /** Sends a response, unless a fault drops or delays it. */
-  private async answer(req: IncomingMessage, res: ServerResponse, method: string, path: string, status: number, body: string, headers: Record<string, string>, record: (s: number | "dropped", r?: boolean) => void): Promise<void> {
+  private async answer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    method: string,
+    path: string,
+    status: number,
+    body: string,
+    headers: Record<string, string>,
+    record: (s: number | "dropped", r?: boolean) => void,
+  ): Promise<void> {
     const replayed = headers["idempotent-replayed"] === "true";
     const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit"]);
     if (after?.kind === "drop_after_commit") {
@@ -176,12 +227,21 @@ export class StripeSandbox {
     record(status, replayed);
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
-    send(res, status, body, { ...headers, ...(idemKey && { "idempotency-key": idemKey }), "request-id": headers["request-id"] ?? `req_${randomBytes(7).toString("hex")}` });
+    send(res, status, body, {
+      ...headers,
+      ...(idemKey && { "idempotency-key": idemKey }),
+      "request-id": headers["request-id"] ?? `req_${randomBytes(7).toString("hex")}`,
+    });
   }
 
   private execute(method: string, path: string, params: Record<string, unknown>): unknown {
     const parts = path.split("/").filter(Boolean); // ["v1", resource, id?]
-    if (parts[0] !== "v1" || !parts[1]) throw new StripeFailure(404, { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` }, true);
+    if (parts[0] !== "v1" || !parts[1])
+      throw new StripeFailure(
+        404,
+        { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` },
+        true,
+      );
     const resource = parts[1];
     const id = parts[2];
     if (method === "POST" && !id) return this.objects.create(resource, params);
@@ -191,18 +251,38 @@ export class StripeSandbox {
     }
     if (method === "GET" && id) {
       const obj = this.objects.get(resource, id);
-      if (!obj) throw new StripeFailure(404, { type: "invalid_request_error", code: "resource_missing", param: "id", message: `No such ${resource.replace(/s$/, "")}: '${id}'` }, true);
+      if (!obj)
+        throw new StripeFailure(
+          404,
+          {
+            type: "invalid_request_error",
+            code: "resource_missing",
+            param: "id",
+            message: `No such ${resource.replace(/s$/, "")}: '${id}'`,
+          },
+          true,
+        );
       return obj;
     }
     if (method === "GET") {
       const filter = Object.fromEntries(Object.entries(params).filter(([k]) => !PAGE_PARAMS.has(k)));
-      return { object: "list", url: path, ...page(this.objects.list(resource, filter), params, resource.replace(/s$/, "")) };
+      return {
+        object: "list",
+        url: path,
+        ...page(this.objects.list(resource, filter), params, resource.replace(/s$/, "")),
+      };
     }
-    throw new StripeFailure(404, { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` }, true);
+    throw new StripeFailure(
+      404,
+      { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` },
+      true,
+    );
   }
 
   private counts(): Record<string, number> {
-    return Object.fromEntries(["customers", "payment_intents", "charges", "refunds"].map((r) => [r, this.objects.count(r)]));
+    return Object.fromEntries(
+      ["customers", "payment_intents", "charges", "refunds"].map((r) => [r, this.objects.count(r)]),
+    );
   }
 }
 
@@ -214,7 +294,11 @@ function header(req: IncomingMessage, name: string): string | undefined {
 /** Parameter order must not matter to the idempotency fingerprint. */
 function canonicalParams(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonicalParams).join(",")}]`;
-  if (v && typeof v === "object") return `{${Object.keys(v).sort().map((k) => `${k}:${canonicalParams((v as Record<string, unknown>)[k])}`).join(",")}}`;
+  if (v && typeof v === "object")
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${k}:${canonicalParams((v as Record<string, unknown>)[k])}`)
+      .join(",")}}`;
   return JSON.stringify(v ?? null);
 }
 

@@ -6,12 +6,24 @@
 import { openLedger } from "@idem/core";
 import { stripeActions } from "@idem/stripe";
 
-const env = (n: string) => process.env[n] ?? (() => { throw new Error(`${n} is required`); })();
+const env = (n: string) =>
+  process.env[n] ??
+  (() => {
+    throw new Error(`${n} is required`);
+  })();
 const ledger = await openLedger(env("LEDGER_URL"), { migrate: false, poolSize: 1, leaseMs: Number(env("LEASE_MS")) });
-const stripe = stripeActions({ apiKey: env("STRIPE_KEY"), host: "127.0.0.1", port: Number(env("STRIPE_PORT")), protocol: "http", timeoutMs: 120_000 });
+const stripe = stripeActions({
+  apiKey: env("STRIPE_KEY"),
+  host: "127.0.0.1",
+  port: Number(env("STRIPE_PORT")),
+  protocol: "http",
+  timeoutMs: 120_000,
+});
 console.log("sending");
 const out = await ledger.run(stripe.paymentIntentsCreate, {
-  tenant: env("TENANT"), key: [env("KEY")], args: { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+  tenant: env("TENANT"),
+  key: [env("KEY")],
+  args: { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true },
 });
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();
