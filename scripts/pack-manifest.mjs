@@ -17,7 +17,9 @@
 // resolving `workspace:` ranges) sees one whole manifest or the other. A pack that failed between
 // the two leaves package.json.prepack behind (and package.json stripped): `strip` then stops and
 // says so rather than guess which of the two holds later edits; `restore` puts it back.
-// `strip` also refuses a manifest whose remaining dependencies name a private workspace package.
+// `strip` also refuses a manifest whose remaining dependencies name a private workspace package, and
+// drops the export subpaths that exist only under the workspace's `idem-source` condition (test
+// internals such as `@idem/core/testing`): a registry's user could not resolve them.
 import { copyFileSync, existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 
 const MANIFEST = "package.json";
@@ -53,6 +55,13 @@ function strip() {
     }
   }
   delete manifest.devDependencies;
+  if (manifest.exports && typeof manifest.exports === "object") {
+    for (const [sub, conditions] of Object.entries(manifest.exports)) {
+      if (conditions && typeof conditions === "object" && Object.keys(conditions).every((c) => c === "idem-source")) {
+        delete manifest.exports[sub];
+      }
+    }
+  }
   copyFileSync(MANIFEST, KEPT);
   writeFileSync(`${MANIFEST}.tmp`, `${JSON.stringify(manifest, null, 2)}\n`);
   renameSync(`${MANIFEST}.tmp`, MANIFEST);

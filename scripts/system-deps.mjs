@@ -1,11 +1,17 @@
 // System packages the demo and the suites need, installed with apt where missing (as root):
-// Dovecot, a real IMAP server for the mail sandbox.
+// Dovecot, a real IMAP server for the mail sandbox; Chromium, the browser the console's tests drive.
 import { spawnSync } from "node:child_process";
 
-const SYSTEM_PACKAGES = [{ command: "dovecot", apt: "dovecot-imapd" }];
+const SYSTEM_PACKAGES = [
+  { command: "dovecot", apt: "dovecot-imapd" },
+  { command: "chromium", apt: "chromium" },
+];
 
-export function ensureSystemPackages() {
-  const missing = SYSTEM_PACKAGES.filter((p) => spawnSync("sh", ["-c", `command -v ${p.command}`]).status !== 0);
+/** Installs the missing ones of `commands` (default: all of them). */
+export function ensureSystemPackages(commands = SYSTEM_PACKAGES.map((p) => p.command)) {
+  const missing = SYSTEM_PACKAGES.filter(
+    (p) => commands.includes(p.command) && spawnSync("sh", ["-c", `command -v ${p.command}`]).status !== 0,
+  );
   if (!missing.length) return;
   const names = missing.map((p) => p.apt).join(" ");
   if (process.getuid?.() !== 0) {
@@ -23,4 +29,7 @@ export function ensureSystemPackages() {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) ensureSystemPackages();
+// `node scripts/system-deps.mjs [command…]`: the demo needs only dovecot.
+if (import.meta.url === `file://${process.argv[1]}`) {
+  ensureSystemPackages(process.argv.length > 2 ? process.argv.slice(2) : undefined);
+}

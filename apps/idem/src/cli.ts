@@ -23,6 +23,7 @@ import {
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
+import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
 import { printOperation, printOperations, printStats } from "./output.js";
 
@@ -87,6 +88,12 @@ function duration(v: string): number {
   if (typeof n !== "number" || !(n >= 0 && n <= Number.MAX_SAFE_INTEGER))
     throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
   return Math.round(n); // the ledger compares whole milliseconds (a bigint on Postgres)
+}
+/** A TCP port for `--port`: 0 to 65535. */
+function portNumber(v: string): number {
+  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 0 && n <= 65535)) throw new InvalidArgumentError("Expected a port number from 0 to 65535.");
+  return n;
 }
 /** Commander's error text ("error: …\n") as the rest of idem says it. */
 const usageMessage = (str: string) => str.trimEnd().replace(/^error: /, "");
@@ -327,6 +334,36 @@ export function program(): Command {
     });
 
   cmd
+    .command("console")
+    .description("serve the operators' web console (the config's console section: port, operators and their tenants)")
+    .addOption(
+      new Option("-p, --port <port>", "listen on this port instead of console.port (0: any free port)").argParser(
+        portNumber,
+      ),
+    )
+    .action(async (o: { port?: number }) => {
+      const log = pino({ base: { console: hostname() } });
+      await withLedger(
+        g(),
+        async (ledger, config) => {
+          const web = await serveConsole(
+            ledger,
+            o.port === undefined ? config : { ...config, console: { ...config.console, port: o.port } },
+            log,
+          );
+          // The one line a script (or a test) waits for: where the console listens.
+          log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
+          await new Promise<void>((resolve) => {
+            process.once("SIGTERM", resolve);
+            process.once("SIGINT", resolve);
+          });
+          await web.close();
+        },
+        {},
+      );
+    });
+
+  cmd
     .command("daemon")
     .description("settle unknown and abandoned operations, alert, serve /metrics and /healthz")
     .option("--name <name>", "this replica's name in logs and audit events", `${hostname()}:${process.pid}`)
@@ -349,6 +386,8 @@ export function program(): Command {
             const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
             log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
           }
+          const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
+          if (web) log.info({ port: web.port }, `serving the console on ${web.url}`);
           const stop = () => {
             log.info("stopping: finishing the work in flight");
             daemon.stop();
@@ -357,6 +396,7 @@ export function program(): Command {
           process.once("SIGINT", stop);
           log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
           await daemon.run();
+          await web?.close();
           await metrics.close();
           log.info("daemon stopped");
         },

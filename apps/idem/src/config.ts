@@ -156,6 +156,8 @@ const schema = z
         leaseMs: z.number().int().positive().default(30_000),
         metricsPort: port.optional(),
         metricsHost: z.string().default("127.0.0.1"),
+        /** Also serve the operators' console (the `console` section) while the daemon runs. */
+        console: z.boolean().default(false),
       })
       .strict()
       .default({
@@ -166,7 +168,39 @@ const schema = z
         maxAgeMs: 24 * 3_600_000,
         leaseMs: 30_000,
         metricsHost: "127.0.0.1",
+        console: false,
       }),
+    /** The operators' web console (`idem console`, or the daemon with `daemon.console`). */
+    console: z
+      .object({
+        port: port.default(9470),
+        /** Loopback by default: put it behind your reverse proxy (TLS, SSO) to reach it from elsewhere. */
+        host: z.string().default("127.0.0.1"),
+        /**
+         * Who may sign in, each with the tenants they may see and decide ("*": every tenant). A
+         * token (named by `tokenEnv`, never written here) signs in; in `proxyHeader` mode the proxy
+         * names the operator and no token is needed.
+         */
+        operators: z
+          .array(
+            z
+              .object({
+                name: z.string().min(1).max(200),
+                tokenEnv: envName.optional(),
+                tenants: z.union([z.literal("*"), z.array(z.string().min(1)).min(1)]),
+              })
+              .strict(),
+          )
+          .default([]),
+        /** Trust this header (set by an authenticating reverse proxy) to name the operator. */
+        proxyHeader: z.string().min(1).optional(),
+        /** The key that signs sessions (an environment variable); default: a random one per process. */
+        sessionSecretEnv: envName.optional(),
+        /** No sign-in at all, every tenant, operator "local": only on a loopback address, for local use. */
+        insecureNoAuth: z.boolean().default(false),
+      })
+      .strict()
+      .default({ port: 9470, host: "127.0.0.1", operators: [], insecureNoAuth: false }),
   })
   .strict();
 
@@ -320,7 +354,7 @@ export async function importOptional<M>(
   }
 }
 
-function secret(name: string, field: string): string {
+export function secret(name: string, field: string): string {
   const v = process.env[name];
   if (!v) throw new ConfigError(`invalid config: ${field}: environment variable ${name} is not set`);
   return v;

@@ -297,6 +297,30 @@ describe("idem flag values", { timeout: scaled(120_000) }, () => {
 });
 
 describe("idem config", { timeout: scaled(120_000) }, () => {
+  it("refuses to serve a console nobody signs in to, and an unauthenticated one off loopback (exit 2)", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${join(dir, "l.db")}`;
+    expect((await idem(["--ledger", ledger, "migrate"])).code).toBe(0);
+    const cases = [
+      [{}, /the console needs operators with a tokenEnv, a proxyHeader, or insecureNoAuth/],
+      [
+        { insecureNoAuth: true, host: "0.0.0.0" },
+        /insecureNoAuth serves without sign-in: only on a loopback host, not 0\.0\.0\.0/,
+      ],
+      [
+        { operators: [{ name: "alice", tokenEnv: "NO_SUCH_TOKEN_VAR", tenants: "*" }] },
+        /environment variable NO_SUCH_TOKEN_VAR is not set/,
+      ],
+    ] as const;
+    for (const [i, [console, message]] of cases.entries()) {
+      const file = join(dir, `console-${i}.json`);
+      writeFileSync(file, JSON.stringify({ ledger, console: { port: 0, ...console } }));
+      const out = await idem(["--config", file, "console"]);
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr).toMatch(message);
+    }
+  });
+
   it("refuses a malformed config file, naming the bad fields (exit 2)", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

@@ -84,6 +84,7 @@ export class LedgerAdmin {
       throw new InvalidValueError("outcome", "must be succeeded or failed");
     if (verdict.evidence !== undefined) requireText(verdict.evidence, "evidence", 1_000);
     const row = await context.find(verdict);
+    context.checkSeen(row, verdict, verdict.outcome);
     if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
     const receipt =
       verdict.outcome === "succeeded" && verdict.receipt !== undefined
@@ -102,6 +103,7 @@ export class LedgerAdmin {
       completed: true,
       retentionMs: context.settings.retentionMs,
       alert: false,
+      ...(verdict.ifUpdatedAt !== undefined && { ifUpdatedAt: verdict.ifUpdatedAt }),
       resolution_json: JSON.stringify(resolution),
       ...(verdict.outcome === "succeeded"
         ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
@@ -120,6 +122,7 @@ export class LedgerAdmin {
     const context = this.#context;
     requireVerdict(verdict);
     const row = await context.find(verdict);
+    context.checkSeen(row, verdict, "pending");
     if (!["needs_review", "failed", "unknown"].includes(row.status))
       throw new InvalidTransitionError(row.id, row.status, "pending");
     // A person's word that it was not done: the checks of the earlier outcome start over.
@@ -131,6 +134,7 @@ export class LedgerAdmin {
       result_json: null,
       resolution_json: null,
       alert: false,
+      ...(verdict.ifUpdatedAt !== undefined && { ifUpdatedAt: verdict.ifUpdatedAt }),
     });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);
@@ -150,6 +154,32 @@ export class LedgerAdmin {
     this.#context.assertOpen();
     if (options.tenant !== undefined) requireName(options.tenant, "tenant");
     return this.#context.store.stats(options.tenant);
+  }
+
+  /**
+   * Operations created per `bucketMs` (default 1 h) over the last `sinceMs` (default 24 h, by the
+   * database clock), by status: one tenant's, several tenants' or, without `tenant`, all. For
+   * charts of what came in and how it ended.
+   */
+  async activity(
+    options: {
+      readonly tenant?: string | readonly string[];
+      readonly sinceMs?: number;
+      readonly bucketMs?: number;
+    } = {},
+  ): Promise<{ at: number; status: Status; count: number }[]> {
+    this.#context.assertOpen();
+    const tenants = options.tenant;
+    if (typeof tenants === "string") requireName(tenants, "tenant");
+    else if (tenants !== undefined) for (const [i, t] of tenants.entries()) requireName(t, `tenant[${i}]`);
+    if (Array.isArray(tenants) && tenants.length === 0) return [];
+    const sinceMs = options.sinceMs ?? 24 * 3_600_000;
+    const bucketMs = options.bucketMs ?? 3_600_000;
+    if (!(Number.isInteger(sinceMs) && sinceMs > 0))
+      throw new InvalidValueError("sinceMs", "must be a positive whole number of ms");
+    if (!(Number.isInteger(bucketMs) && bucketMs > 0))
+      throw new InvalidValueError("bucketMs", "must be a positive whole number of ms");
+    return this.#context.store.activity(tenants, sinceMs, bucketMs);
   }
 
   /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */

@@ -5,7 +5,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Action } from "./action.js";
-import { InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
+import { InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
 import { requireName, requireText } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
 import type { StoredError } from "./result.js";
@@ -65,6 +65,11 @@ export interface OperationRef {
 export interface Verdict {
   readonly actor: string;
   readonly reason: string;
+  /**
+   * The operation's `updatedAt` as the person saw it: the decision is refused
+   * (`InvalidTransitionError`) if the operation changed since, so a stale page cannot decide it.
+   */
+  readonly ifUpdatedAt?: number;
 }
 
 export class LedgerContext {
@@ -102,10 +107,19 @@ export class LedgerContext {
     if (!row) throw new OperationNotFoundError(ref.tenant, ref.id);
     return row;
   }
+
+  /** Refuses a person's decision taken on an older view of the row (see `Verdict.ifUpdatedAt`). */
+  checkSeen(row: Row, verdict: Verdict, to: string): void {
+    if (verdict.ifUpdatedAt !== undefined && row.updated_at !== verdict.ifUpdatedAt) {
+      throw new InvalidTransitionError(row.id, `${row.status} and changed since it was shown`, to);
+    }
+  }
 }
 
 export function requireVerdict(verdict: Verdict): void {
   requireName(verdict.actor, "actor");
+  if (verdict.ifUpdatedAt !== undefined && !Number.isInteger(verdict.ifUpdatedAt))
+    throw new InvalidValueError("ifUpdatedAt", "must be the operation's updatedAt (ms)");
   if (typeof verdict.reason !== "string" || !verdict.reason.trim())
     throw new InvalidValueError("reason", "a decision needs a reason");
   requireText(verdict.reason, "reason", 2_000);

@@ -38,6 +38,8 @@ export interface TransitionPatch {
   executionEnded?: boolean;
   /** Retention after completion, ms. */
   retentionMs?: number | null;
+  /** Only if the row was last changed at this time (a person's decision on the row as they saw it). */
+  ifUpdatedAt?: number;
 }
 
 export interface NewClaim {
@@ -443,13 +445,14 @@ export class Store {
       checks: patch.checks,
       retentionMs: patch.retentionMs,
       alert: patch.alert ? 1 : 0,
+      ifUpdatedAt: patch.ifUpdatedAt,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}`;
+      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("ifUpdatedAt")}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -484,7 +487,8 @@ export class Store {
             .where("id", "=", v("id"))
             .where("status", "=", v("from"))
             .where("attempt", "=", v("attempt"));
-          return returning ? q.returning(ROW_COLUMNS) : q;
+          const fenced = has("ifUpdatedAt") ? q.where("updated_at", "=", v("ifUpdatedAt")) : q;
+          return returning ? fenced.returning(ROW_COLUMNS) : fenced;
         },
         values,
       ),
@@ -657,6 +661,28 @@ export class Store {
       .groupBy(["tenant_id", "action", "status"]);
     if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
     return (await this.guard(undefined, q.execute())).map((r) => ({ ...r, count: Number(r.count) }));
+  }
+
+  /** Operations created per time bucket and status since `sinceMs` ago (database clock), for one tenant, several or all. */
+  async activity(
+    tenant: string | readonly string[] | undefined,
+    sinceMs: number,
+    bucketMs: number,
+  ): Promise<{ at: number; status: Status; count: number }[]> {
+    const bucket = sql<number>`(created_at / ${sql.lit(bucketMs)}) * ${sql.lit(bucketMs)}`;
+    let q = this.db
+      .selectFrom("idem_operations")
+      .select([bucket.as("at"), "status", (eb) => eb.fn.countAll<number>().as("count")])
+      .where("created_at", ">=", sql<number>`${this.now()} - ${sinceMs}`)
+      .groupBy([bucket, "status"])
+      .orderBy(bucket);
+    if (typeof tenant === "string") q = q.where("tenant_id", "=", tenant);
+    else if (tenant !== undefined) q = q.where("tenant_id", "in", [...tenant]);
+    return (await this.guard(undefined, q.execute())).map((r) => ({
+      at: Number(r.at),
+      status: r.status,
+      count: Number(r.count),
+    }));
   }
 
   /**

@@ -311,6 +311,48 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
     });
 
+    it("a decision taken on an older view of the operation (ifUpdatedAt) is refused, even where its new status allows it", async () => {
+      const ledger = await db.open();
+      const t = uniqueTenant();
+      const { id } = await parked(ledger, t, "seen");
+      const shown = (await ledger.get({ tenant: t, id })).operation;
+      // Someone else decides first: failed, from which a retry would be allowed.
+      await ledger.admin.resolve({ tenant: t, id, outcome: "failed", reason: "checked: not sent", actor: "carol" });
+      const stale = ledger.admin.retry({
+        tenant: t,
+        id,
+        reason: "not sent",
+        actor: "dave",
+        ifUpdatedAt: shown.updatedAt,
+      });
+      await expect(stale).rejects.toThrow(InvalidTransitionError);
+      await expect(stale).rejects.toThrow(/changed since it was shown/);
+      expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({
+        status: "failed",
+        resolution: { actor: "carol" },
+      });
+      // The view as it is now decides.
+      const current = (await ledger.get({ tenant: t, id })).operation;
+      await ledger.admin.retry({ tenant: t, id, reason: "not sent", actor: "dave", ifUpdatedAt: current.updatedAt });
+      expect((await ledger.get({ tenant: t, id })).operation.status).toBe("pending");
+    });
+
+    it("counts what came in per time bucket and status, for one tenant, several, or all", async () => {
+      const ledger = await db.open();
+      const [a, b] = [uniqueTenant(), uniqueTenant()];
+      await parked(ledger, a, "x");
+      const ok = new TestProvider().action("mail", {});
+      for (const k of ["1", "2"]) await ledger.run(ok, { tenant: b, key: [k], args: { to: "y" } });
+      const sum = (rows: { status: string; count: number }[], status: string) =>
+        rows.filter((r) => r.status === status).reduce((n, r) => n + r.count, 0);
+      const both = await ledger.admin.activity({ tenant: [a, b] });
+      expect([sum(both, "needs_review"), sum(both, "succeeded")]).toEqual([1, 2]);
+      expect(sum(await ledger.admin.activity({ tenant: b }), "needs_review")).toBe(0);
+      expect(sum(await ledger.admin.activity(), "succeeded")).toBeGreaterThanOrEqual(2);
+      for (const r of both) expect(r.at % 3_600_000).toBe(0);
+      expect(await ledger.admin.activity({ tenant: [] })).toEqual([]);
+    });
+
     it("retry sends a reviewed operation back to pending; the next call runs it with the same key", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();

@@ -1,0 +1,278 @@
+/**
+ * The console's routes (Hono). Every page and action is scoped to the operator's tenants: another
+ * tenant's operation is "not found", as in the CLI. Decisions go through `ledger.admin` with the
+ * operator's name as the actor and the page's `updatedAt`, so a stale page cannot decide an
+ * operation that changed; the result is shown, never a raw exception.
+ */
+import { IdemError, InvalidTransitionError, OperationNotFoundError, type Ledger, type Operation } from "@idem/core";
+import { Hono, type Context } from "hono";
+import { csrf } from "hono/csrf";
+import { HTTPException } from "hono/http-exception";
+import { streamSSE } from "hono/streaming";
+import ms from "ms";
+import type { Logger } from "pino";
+import type { IdemConfig } from "../config.js";
+import { allows, type Access, type Operator } from "./auth.js";
+import { flashNote, layout, loginPage, operationPage, queuePage, statsPage, type QueueRow } from "./pages.js";
+
+type Env = { Variables: { operator: Operator } };
+type Outcome = "succeeded" | "failed" | "retry";
+
+export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, log: Logger): Hono<Env> {
+  const app = new Hono<Env>();
+  // State-changing requests must come from the console's own pages (Origin checked), besides the form token.
+  app.use(csrf());
+  app.onError((error, c) => {
+    if (error instanceof HTTPException) return error.getResponse(); // the CSRF check's 403
+    log.error({ err: error }, "console request failed");
+    const text = error instanceof IdemError ? error.message : "the console could not complete this request";
+    return c.html(
+      layout("Error", undefined, undefined, flashNote("error", text)),
+      error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE" ? 503 : 500,
+    );
+  });
+
+  app.get("/login", (c) =>
+    access.byToken ? c.html(layout("Sign in", undefined, undefined, loginPage())) : c.redirect("/"),
+  );
+  app.post("/login", async (c) => {
+    const form = await c.req.parseBody();
+    const operator = typeof form.token === "string" ? await access.signIn(c, form.token) : undefined;
+    if (!operator) {
+      log.warn({ ip: c.req.header("x-forwarded-for") }, "console sign-in refused");
+      return c.html(
+        layout("Sign in", undefined, undefined, loginPage("That token does not belong to an operator.")),
+        401,
+      );
+    }
+    log.info({ operator: operator.name }, "console sign-in");
+    return c.redirect("/", 303);
+  });
+
+  // Everything below needs an operator.
+  app.use(async (c, next) => {
+    const operator = await access.operatorOf(c);
+    if (!operator) {
+      if (access.byToken && c.req.method === "GET") return c.redirect("/login");
+      return c.text("not signed in", 401);
+    }
+    if (c.req.method === "POST" && !access.checkFormToken(operator, (await c.req.parseBody()).csrf)) {
+      return c.text("this form is out of date or not from the console: reload the page", 403);
+    }
+    c.set("operator", operator);
+    await next();
+    return undefined;
+  });
+
+  const page = (
+    c: Context<Env>,
+    title: string,
+    body: Parameters<typeof layout>[3],
+    status: 200 | 403 | 404 | 409 = 200,
+  ) => c.html(layout(title, c.var.operator, access.formToken(c.var.operator), body), status);
+
+  app.post("/logout", (c) => {
+    access.signOut(c);
+    return c.redirect(access.byToken ? "/login" : "/", 303);
+  });
+
+  app.get("/", async (c) => {
+    const operator = c.var.operator;
+    const f = {
+      tenant: c.req.query("tenant") || undefined,
+      action: c.req.query("action") || undefined,
+      status: c.req.query("status") || undefined,
+      olderThan: c.req.query("olderThan") || undefined,
+    };
+    const olderThanMs = f.olderThan ? ms(f.olderThan as ms.StringValue) : undefined;
+    const rows = await queue(ledger, config, operator, {
+      ...f,
+      olderThanMs: typeof olderThanMs === "number" ? olderThanMs : undefined,
+    });
+    const flash = c.req.query("done") ? flashNote("done", c.req.query("done")!) : undefined;
+    return page(c, "Queue", queuePage(rows, f, access.formToken(operator), Date.now(), flash));
+  });
+
+  app.get("/stats", async (c) => {
+    const operator = c.var.operator;
+    const tenants = operator.tenants === "*" ? undefined : operator.tenants;
+    const rows = (await ledger.admin.stats()).filter((r) => allows(operator, r.tenant));
+    const activity = await ledger.admin.activity(tenants === undefined ? {} : { tenant: tenants });
+    return page(c, "Stats", statsPage(rows, activity, Date.now()));
+  });
+
+  app.get("/op/:tenant/:id", async (c) => {
+    const found = await visible(c);
+    if (!found) return page(c, "Not found", flashNote("error", "No such operation for the tenants you may see."), 404);
+    const flash = c.req.query("done") ? flashNote("done", c.req.query("done")!) : undefined;
+    return page(c, found.operation.id, operationPage(found, access.formToken(c.var.operator), flash));
+  });
+
+  app.get("/op/:tenant/:id/live", async (c) => {
+    if (!(await visible(c))) return c.text("not found", 404);
+    const ref = { tenant: c.req.param("tenant"), id: c.req.param("id") };
+    return streamSSE(c, async (stream) => {
+      let last = "";
+      while (!stream.aborted) {
+        const now = await ledger.get(ref).catch(() => undefined); // an outage: say nothing, try again
+        const state = now && JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
+        if (state && state !== last) await stream.writeSSE({ data: state });
+        last = state ?? last;
+        await stream.sleep(1_000);
+      }
+    });
+  });
+
+  app.post("/op/:tenant/:id/decide", async (c) => {
+    const found = await visible(c);
+    if (!found) return page(c, "Not found", flashNote("error", "No such operation for the tenants you may see."), 404);
+    const form = await c.req.parseBody();
+    const result = await decide(c.var.operator, found.operation, form);
+    if (!result.ok)
+      return page(
+        c,
+        found.operation.id,
+        operationPage(
+          await ledger.get(found.operation),
+          access.formToken(c.var.operator),
+          flashNote("error", result.message),
+        ),
+        result.status,
+      );
+    return c.redirect(
+      `/op/${encodeURIComponent(found.operation.tenant)}/${found.operation.id}?done=${encodeURIComponent(result.message)}`,
+      303,
+    );
+  });
+
+  app.post("/bulk", async (c) => {
+    const form = await c.req.parseBody({ all: true });
+    const picked = ([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string");
+    if (picked.length === 0) return c.redirect(`/?done=${encodeURIComponent("Nothing was selected.")}`, 303);
+    const lines: string[] = [];
+    for (const item of picked) {
+      const [tenant, id, seen] = item.split("/");
+      if (!tenant || !id || !allows(c.var.operator, tenant)) continue;
+      const op = await ledger
+        .get({ tenant, id })
+        .catch((e: unknown) => (e instanceof OperationNotFoundError ? undefined : Promise.reject(e)));
+      if (!op) {
+        lines.push(`${id}: not found`);
+        continue;
+      }
+      const result = await decide(c.var.operator, op.operation, { ...form, ifUpdatedAt: seen });
+      lines.push(`${id}: ${result.message}`);
+    }
+    return c.redirect(`/?done=${encodeURIComponent(lines.join(" · "))}`, 303);
+  });
+
+  /** The operation named by the URL, if the operator may see its tenant. */
+  async function visible(c: Context<Env>) {
+    const tenant = c.req.param("tenant") ?? "";
+    const id = c.req.param("id") ?? "";
+    if (!allows(c.var.operator, tenant)) return undefined;
+    return ledger.get({ tenant, id }).catch((e: unknown) => {
+      if (e instanceof OperationNotFoundError || (e instanceof IdemError && e.code === "INVALID_VALUE"))
+        return undefined;
+      throw e;
+    });
+  }
+
+  /** One decision on one operation, as seen at `ifUpdatedAt`; a refusal is a message, not an exception. */
+  async function decide(
+    operator: Operator,
+    op: Operation,
+    form: Record<string, unknown>,
+  ): Promise<{ ok: true; message: string } | { ok: false; status: 403 | 409; message: string }> {
+    const outcome = form.outcome as Outcome;
+    const reason = typeof form.reason === "string" ? form.reason.trim() : "";
+    const evidence = typeof form.evidence === "string" && form.evidence.trim() ? form.evidence.trim() : undefined;
+    const seen = Number(form.ifUpdatedAt);
+    if (!["succeeded", "failed", "retry"].includes(outcome))
+      return { ok: false, status: 409, message: "Choose a decision." };
+    if (!reason) return { ok: false, status: 409, message: "A decision needs a reason." };
+    const common = {
+      tenant: op.tenant,
+      id: op.id,
+      actor: operator.name,
+      reason,
+      ...(Number.isInteger(seen) && { ifUpdatedAt: seen }),
+    };
+    try {
+      if (outcome === "retry") await ledger.admin.retry(common);
+      else await ledger.admin.resolve({ ...common, outcome, ...(evidence !== undefined && { evidence }) });
+    } catch (error) {
+      if (error instanceof InvalidTransitionError) {
+        return {
+          ok: false,
+          status: 409,
+          message: `Refused: the operation is ${error.from}; reload it and decide again if it still needs you.`,
+        };
+      }
+      if (error instanceof IdemError && error.code === "INVALID_VALUE")
+        return { ok: false, status: 409, message: `Refused: ${error.message}` };
+      throw error;
+    }
+    log.info({ operator: operator.name, tenant: op.tenant, operationId: op.id, outcome }, "console decision");
+    return {
+      ok: true,
+      message:
+        outcome === "retry" ? "Marked not done: it will run again with the same key." : `Resolved as ${outcome}.`,
+    };
+  }
+
+  return app;
+}
+
+/** What needs a person, for this operator's tenants: needs_review, unknown outcomes already checked, stuck runs. */
+async function queue(
+  ledger: Ledger,
+  config: IdemConfig,
+  operator: Operator,
+  f: {
+    tenant?: string | undefined;
+    action?: string | undefined;
+    status?: string | undefined;
+    olderThanMs?: number | undefined;
+  },
+): Promise<QueueRow[]> {
+  if (f.tenant !== undefined && !allows(operator, f.tenant)) return [];
+  const scope =
+    f.tenant !== undefined
+      ? { tenant: f.tenant }
+      : operator.tenants === "*"
+        ? { allTenants: true as const }
+        : { tenant: operator.tenants };
+  const filters = {
+    ...(f.action && { action: f.action }),
+    ...(f.olderThanMs !== undefined && { olderThanMs: f.olderThanMs }),
+    limit: 500,
+  };
+  const rows: QueueRow[] = [];
+  if (!f.status || f.status === "needs_review") {
+    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "needs_review" }))
+      rows.push({ ...o, why: o.reason ?? "a person must decide" });
+  }
+  if (!f.status || f.status === "unknown") {
+    // Past its checks: at least one lookup or replay could not settle it.
+    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "unknown" })) {
+      if (o.checks > 0) rows.push({ ...o, why: `outcome unknown after ${o.checks} check${o.checks === 1 ? "" : "s"}` });
+    }
+  }
+  if (!f.status || f.status === "running") {
+    const t = config.thresholds;
+    for (const o of await ledger.daemon.stuck({
+      olderThanMs: Math.min(t.stuckAfterMs, ...Object.values(t.perAction)),
+    })) {
+      if (
+        !allows(operator, o.tenant) ||
+        (f.tenant !== undefined && o.tenant !== f.tenant) ||
+        (f.action && o.action !== f.action)
+      )
+        continue;
+      if (o.runningForMs < (t.perAction[o.action] ?? t.stuckAfterMs)) continue;
+      rows.push({ ...o, why: `running for ${ms(o.runningForMs)}` });
+    }
+  }
+  return rows.sort((a, b) => (a.id < b.id ? 1 : -1));
+}

@@ -1,0 +1,118 @@
+/**
+ * Who is looking at the console, and what they may see. Three modes, from the config's `console`
+ * section: a token per operator (signed in once, then a signed session cookie), a header set by
+ * an authenticating reverse proxy, or, only on a loopback address and only when asked for, no
+ * sign-in at all. Every state-changing form carries a token derived from the operator's identity
+ * and the session key (checked with the request's Origin), so another site cannot post for them.
+ */
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { isIP } from "node:net";
+import type { Context } from "hono";
+import { deleteCookie, getSignedCookie, setSignedCookie } from "hono/cookie";
+import { ConfigError, secret, type IdemConfig } from "../config.js";
+
+export interface Operator {
+  readonly name: string;
+  /** The tenants this operator may see and decide; "*" for every tenant. */
+  readonly tenants: "*" | readonly string[];
+}
+
+const COOKIE = "idem_console";
+const SESSION_MS = 12 * 3_600_000;
+
+export class Access {
+  readonly #key: Buffer;
+  readonly #tokens: { operator: Operator; digest: Buffer }[];
+  readonly #byName: Map<string, Operator>;
+
+  constructor(private readonly settings: IdemConfig["console"]) {
+    const s = settings;
+    this.#key = s.sessionSecretEnv
+      ? Buffer.from(secret(s.sessionSecretEnv, "console.sessionSecretEnv"))
+      : randomBytes(32);
+    this.#byName = new Map(s.operators.map((o) => [o.name, { name: o.name, tenants: o.tenants }]));
+    this.#tokens = s.operators
+      .filter((o) => o.tokenEnv !== undefined)
+      .map((o) => ({
+        operator: { name: o.name, tenants: o.tenants },
+        digest: digest(secret(o.tokenEnv!, `console.operators[${o.name}].tokenEnv`)),
+      }));
+    if (s.insecureNoAuth) {
+      if (!isLoopback(s.host))
+        throw new ConfigError(`console.insecureNoAuth serves without sign-in: only on a loopback host, not ${s.host}`);
+    } else if (!s.proxyHeader && this.#tokens.length === 0) {
+      throw new ConfigError(
+        "the console needs operators with a tokenEnv, a proxyHeader, or insecureNoAuth for local use",
+      );
+    }
+  }
+
+  /** The operator of a request, or undefined (not signed in). */
+  async operatorOf(c: Context): Promise<Operator | undefined> {
+    if (this.settings.insecureNoAuth) return { name: "local", tenants: "*" };
+    if (this.settings.proxyHeader) {
+      const name = c.req.header(this.settings.proxyHeader);
+      return name === undefined ? undefined : this.#byName.get(name);
+    }
+    const value = await getSignedCookie(c, this.#key.toString("base64"), COOKIE);
+    if (typeof value !== "string") return undefined;
+    const [name, until] = JSON.parse(value) as [string, number];
+    return Date.now() < until ? this.#tokens.find((t) => t.operator.name === name)?.operator : undefined;
+  }
+
+  /** Signs in with a token: the operator it belongs to gets a session cookie. */
+  async signIn(c: Context, token: string): Promise<Operator | undefined> {
+    const given = digest(token);
+    const match = this.#tokens.find((t) => timingSafeEqual(t.digest, given));
+    if (!match) return undefined;
+    await setSignedCookie(
+      c,
+      COOKIE,
+      JSON.stringify([match.operator.name, Date.now() + SESSION_MS]),
+      this.#key.toString("base64"),
+      {
+        httpOnly: true,
+        sameSite: "Strict",
+        path: "/",
+        maxAge: SESSION_MS / 1000,
+        secure: c.req.url.startsWith("https:"),
+      },
+    );
+    return match.operator;
+  }
+
+  signOut(c: Context): void {
+    deleteCookie(c, COOKIE, { path: "/" });
+  }
+
+  /** Whether sign-in is by token (a login page), rather than by the proxy or not at all. */
+  get byToken(): boolean {
+    return !this.settings.insecureNoAuth && !this.settings.proxyHeader;
+  }
+
+  /** The anti-forgery token of this operator's forms. */
+  formToken(operator: Operator): string {
+    return createHmac("sha256", this.#key).update(`form:${operator.name}`).digest("base64url");
+  }
+
+  checkFormToken(operator: Operator, given: unknown): boolean {
+    if (typeof given !== "string") return false;
+    const want = Buffer.from(this.formToken(operator));
+    const got = Buffer.from(given);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+}
+
+export function allows(operator: Operator, tenant: string): boolean {
+  return operator.tenants === "*" || operator.tenants.includes(tenant);
+}
+
+function digest(token: string): Buffer {
+  return createHash("sha256").update(token).digest();
+}
+
+function isLoopback(host: string): boolean {
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
+}

@@ -1,0 +1,260 @@
+/**
+ * The console's pages, rendered on the server with hono/html (every interpolation escaped; no
+ * front-end build). Plain forms and links, so every action works from the keyboard; a few lines
+ * of script only for live updates and "select all".
+ */
+import type { Operation, OperationEvent, Status } from "@idem/core";
+import { html, raw } from "hono/html";
+import type { HtmlEscapedString } from "hono/utils/html";
+import { redactArgs } from "../output.js";
+import type { Operator } from "./auth.js";
+import { providerLink } from "./links.js";
+
+type Html = HtmlEscapedString | Promise<HtmlEscapedString>;
+
+const STYLE = `
+:root { color-scheme: light dark; --muted: #667; --line: #ccd; --warn: #b45309; --bad: #b91c1c; --ok: #15803d; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0; }
+header { display: flex; gap: 1.5rem; align-items: center; padding: .6rem 1.5rem; border-bottom: 1px solid var(--line); }
+header nav a { margin-right: 1rem; }
+header .who { margin-left: auto; color: var(--muted); }
+main { max-width: 78rem; padding: 1rem 1.5rem 3rem; }
+a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #2563eb; outline-offset: 2px; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { font-weight: 600; }
+code, pre { font: 13px/1.4 ui-monospace, monospace; }
+pre { white-space: pre-wrap; word-break: break-all; margin: 0; }
+dl { display: grid; grid-template-columns: 11rem 1fr; gap: .3rem 1rem; }
+dt { color: var(--muted); }
+dd { margin: 0; }
+.status { font-weight: 600; }
+.status-needs_review, .status-unknown { color: var(--warn); }
+.status-failed { color: var(--bad); }
+.status-succeeded { color: var(--ok); }
+.note { padding: .6rem .9rem; border-left: 4px solid var(--warn); background: color-mix(in srgb, var(--warn) 10%, transparent); margin: 1rem 0; }
+.error { border-color: var(--bad); }
+.done { border-color: var(--ok); }
+form.filters { display: flex; gap: .8rem; flex-wrap: wrap; align-items: end; margin-bottom: 1rem; }
+label { display: block; font-size: 13px; color: var(--muted); }
+fieldset { border: 1px solid var(--line); margin: 1rem 0; }
+textarea { width: 100%; max-width: 40rem; }
+.decide { display: grid; gap: .6rem; max-width: 42rem; }
+ol.timeline { list-style: none; padding: 0; border-left: 2px solid var(--line); }
+ol.timeline li { padding: .2rem 0 .6rem 1rem; }
+.skip { position: absolute; left: -999px; } .skip:focus { left: 1rem; top: .5rem; background: Canvas; }
+`;
+
+export function layout(title: string, operator: Operator | undefined, formToken: string | undefined, body: Html): Html {
+  return html`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title} · idem console</title><style>${raw(STYLE)}</style></head>
+<body><a class="skip" href="#main">Skip to content</a>
+<header><strong>idem</strong>${
+    operator
+      ? html`<nav aria-label="Pages"><a href="/">Queue</a><a href="/stats">Stats</a></nav>
+<span class="who">Signed in as <strong data-testid="operator">${operator.name}</strong></span>
+<form method="post" action="/logout"><input type="hidden" name="csrf" value="${formToken ?? ""}"><button>Sign out</button></form>`
+      : ""
+  }</header>
+<main id="main">${body}</main></body></html>`;
+}
+
+export function loginPage(error?: string): Html {
+  return html`<h1>Sign in</h1>
+${error ? html`<p class="note error" role="alert">${error}</p>` : ""}
+<form method="post" action="/login" class="decide">
+<label for="token">Operator token</label><input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button>Sign in</button></form>`;
+}
+
+export interface QueueFilters {
+  readonly tenant?: string | undefined;
+  readonly action?: string | undefined;
+  readonly status?: string | undefined;
+  readonly olderThan?: string | undefined;
+}
+
+export interface QueueRow extends Operation {
+  /** Why it is in the queue, in a few words. */
+  readonly why: string;
+}
+
+export function queuePage(
+  rows: readonly QueueRow[],
+  f: QueueFilters,
+  formToken: string,
+  now: number,
+  flash?: Html,
+): Html {
+  return html`<h1>Needs a person</h1>
+<p>Operations a person must decide (needs_review), unknown outcomes the checks have not settled, and operations running past the stuck threshold.</p>
+${flash ?? ""}
+<form class="filters" method="get" action="/" aria-label="Filter the queue">
+<div><label for="f-tenant">Tenant</label><input id="f-tenant" name="tenant" value="${f.tenant ?? ""}"></div>
+<div><label for="f-action">Action</label><input id="f-action" name="action" value="${f.action ?? ""}"></div>
+<div><label for="f-status">Status</label><select id="f-status" name="status">
+${["", "needs_review", "unknown", "running"].map((s) => html`<option value="${s}" ${s === (f.status ?? "") ? "selected" : ""}>${s || "any"}</option>`)}
+</select></div>
+<div><label for="f-age">Older than</label><input id="f-age" name="olderThan" placeholder="10m, 2h" size="8" value="${f.olderThan ?? ""}"></div>
+<button>Filter</button></form>
+${
+  rows.length === 0
+    ? html`<p data-testid="empty">Nothing needs a person.</p>`
+    : html`<form method="post" action="/bulk" aria-label="Decide the selected operations">
+<input type="hidden" name="csrf" value="${formToken}">
+<table data-testid="queue"><thead><tr><th><input type="checkbox" aria-label="Select all" id="all"></th><th>Tenant</th><th>Operation</th><th>Status</th><th>Action</th><th>Age</th><th>Why</th></tr></thead><tbody>
+${rows.map(
+  (o) => html`<tr data-operation="${o.id}">
+<td><input type="checkbox" name="ops" value="${o.tenant}/${o.id}/${o.updatedAt}" aria-label="Select ${o.id}"></td>
+<td>${o.tenant}</td><td><a href="/op/${encodeURIComponent(o.tenant)}/${o.id}">${o.id}</a><br><small>${o.keyLabel ?? "(hashed key)"}</small></td>
+<td class="status status-${o.status}">${o.status}</td><td>${o.action}</td><td>${age(now - o.createdAt)}</td><td>${o.why}</td></tr>`,
+)}
+</tbody></table>
+${decideFields("bulk")}
+</form>
+<script>document.getElementById("all").addEventListener("change", (e) => { for (const c of document.querySelectorAll('input[name="ops"]')) c.checked = e.target.checked; });</script>`
+}`;
+}
+
+/** The decision fields: outcome, the required reason, evidence. */
+function decideFields(
+  id: string,
+  allowed: readonly ("succeeded" | "failed" | "retry")[] = ["succeeded", "failed", "retry"],
+): Html {
+  const labels = {
+    succeeded: "It happened: resolve as succeeded",
+    failed: "It did not happen and must not be tried again: resolve as failed",
+    retry: "It did not happen: run it again with the same key",
+  };
+  return html`<fieldset class="decide"><legend>Decision</legend>
+${allowed.map(
+  (o, i) =>
+    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" ${i === 0 ? "checked" : ""}> <label style="display:inline" for="${id}-${o}">${labels[o]}</label></div>`,
+)}
+<label for="${id}-reason">Reason (recorded with your name)</label><textarea id="${id}-reason" name="reason" rows="2" required></textarea>
+<label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence">
+<button>Record the decision</button></fieldset>`;
+}
+
+export function operationPage(
+  x: { operation: Operation; events: OperationEvent[]; args: unknown },
+  formToken: string,
+  flash?: Html,
+): Html {
+  const o = x.operation;
+  const link = providerLink(o);
+  const decidable: ("succeeded" | "failed" | "retry")[] =
+    o.status === "needs_review"
+      ? ["succeeded", "failed", "retry"]
+      : o.status === "unknown" || o.status === "failed"
+        ? ["retry"]
+        : [];
+  return html`<h1>Operation <code>${o.id}</code></h1>
+${flash ?? ""}
+<p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
+<dl data-testid="operation">
+<dt>Status</dt><dd><span class="status status-${o.status}" id="status" data-updated="${o.updatedAt}">${o.status}</span> (attempt ${o.attempt})</dd>
+<dt>Tenant</dt><dd>${o.tenant}</dd><dt>Action</dt><dd>${o.action}</dd>
+<dt>Identity</dt><dd>${o.keyLabel ?? "(hashed only)"}</dd>
+<dt>Why</dt><dd>${o.reason ?? "-"}</dd>
+<dt>Args</dt><dd><pre data-testid="args">${x.args === null ? "(not stored)" : JSON.stringify(redactArgs(x.args), null, 2)}</pre></dd>
+<dt>Receipt</dt><dd><pre>${o.result === null ? "-" : JSON.stringify(o.result, null, 2)}</pre></dd>
+<dt>Provider reference</dt><dd><code>${o.providerReference ?? "-"}</code>${link ? html` · <a href="${link.url}" rel="noreferrer">${link.label}</a>` : ""}</dd>
+<dt>Error</dt><dd>${o.error ? html`${o.error.kind}: ${o.error.reason}` : "-"}</dd>
+<dt>Verdict</dt><dd data-testid="verdict">${
+    o.resolution
+      ? html`${o.resolution.outcome} by <strong>${o.resolution.actor}</strong>: ${o.resolution.reason}${o.resolution.evidence ? html` (evidence: ${o.resolution.evidence})` : ""}`
+      : "-"
+  }</dd>
+<dt>Created</dt><dd>${when(o.createdAt)}</dd><dt>Updated</dt><dd>${when(o.updatedAt)}</dd>
+</dl>
+${
+  decidable.length
+    ? html`<form method="post" action="/op/${encodeURIComponent(o.tenant)}/${o.id}/decide" id="decide">
+<input type="hidden" name="csrf" value="${formToken}"><input type="hidden" name="ifUpdatedAt" value="${o.updatedAt}">
+${decideFields("one", decidable)}</form>`
+    : ""
+}
+<h2>History</h2>
+<ol class="timeline" data-testid="history">${x.events.map(
+    (e) =>
+      html`<li><time>${when(e.at)}</time> · <span class="status status-${e.to}">${e.from ?? "new"} → ${e.to}</span> · attempt ${e.attempt} · <strong>${e.actor ?? "-"}</strong><br><small>${e.reason ?? ""}</small></li>`,
+  )}</ol>
+<script>
+const status = document.getElementById("status");
+const live = new EventSource(location.pathname + "/live");
+live.onmessage = (m) => {
+  const now = JSON.parse(m.data);
+  if (String(now.updatedAt) === status.dataset.updated) return;
+  status.textContent = now.status; status.className = "status status-" + now.status;
+  document.getElementById("changed").hidden = false;
+  const form = document.getElementById("decide");
+  if (form) for (const b of form.querySelectorAll("button")) b.disabled = true;
+};
+</script>`;
+}
+
+export interface StatsRow {
+  readonly tenant: string;
+  readonly action: string;
+  readonly status: Status;
+  readonly count: number;
+}
+
+export function statsPage(
+  rows: readonly StatsRow[],
+  activity: readonly { at: number; status: Status; count: number }[],
+  now: number,
+): Html {
+  return html`<h1>Operations</h1>
+<h2>Created per hour, last 24 hours</h2>
+${chart(activity, now)}
+<h2>By tenant and action</h2>
+<table data-testid="stats"><thead><tr><th>Tenant</th><th>Action</th><th>Status</th><th>Count</th></tr></thead><tbody>
+${rows.map((r) => html`<tr><td>${r.tenant}</td><td>${r.action}</td><td class="status status-${r.status}">${r.status}</td><td>${r.count}</td></tr>`)}
+</tbody></table>`;
+}
+
+/** A small SVG bar chart: one bar per hour, the part that needs a person (or failed) drawn apart. */
+function chart(activity: readonly { at: number; status: Status; count: number }[], now: number): Html {
+  const hour = 3_600_000;
+  const first = Math.floor(now / hour) * hour - 23 * hour;
+  const bars = Array.from({ length: 24 }, (_, i) => ({ at: first + i * hour, settled: 0, open: 0 }));
+  for (const a of activity) {
+    const bar = bars[Math.floor((a.at - first) / hour)];
+    if (!bar) continue;
+    if (a.status === "succeeded") bar.settled += a.count;
+    else bar.open += a.count;
+  }
+  const max = Math.max(1, ...bars.map((b) => b.settled + b.open));
+  const w = 20;
+  const h = 120;
+  const total = bars.reduce((n, b) => n + b.settled + b.open, 0);
+  return html`<figure><svg role="img" aria-label="${total} operations created in the last 24 hours" width="${24 * w}" height="${h + 20}" viewBox="0 0 ${24 * w} ${h + 20}">
+${bars.map((b, i) => {
+  const hs = (b.settled / max) * h;
+  const ho = (b.open / max) * h;
+  return html`<g><title>${new Date(b.at).toISOString().slice(11, 16)}Z: ${b.settled} succeeded, ${b.open} other</title>
+<rect x="${i * w + 2}" y="${h - hs}" width="${w - 4}" height="${hs}" fill="#15803d"></rect>
+<rect x="${i * w + 2}" y="${h - hs - ho}" width="${w - 4}" height="${ho}" fill="#b45309"></rect></g>`;
+})}
+<text x="0" y="${h + 15}" font-size="11" fill="currentColor">24 h ago</text><text x="${24 * w}" y="${h + 15}" font-size="11" text-anchor="end" fill="currentColor">now</text>
+</svg><figcaption>Green: succeeded. Amber: failed, waiting or needing a person.</figcaption></figure>`;
+}
+
+export function flashNote(kind: "done" | "error", text: string): Html {
+  return html`<p class="note ${kind}" role="${kind === "error" ? "alert" : "status"}" data-testid="flash">${text}</p>`;
+}
+
+function when(ms: number): string {
+  return new Date(ms)
+    .toISOString()
+    .replace("T", " ")
+    .replace(/\.\d+Z$/, "Z");
+}
+
+function age(ms: number): string {
+  const m = Math.max(0, Math.round(ms / 60_000));
+  return m < 60 ? `${m} min` : m < 2_880 ? `${Math.round(m / 60)} h` : `${Math.round(m / 1_440)} d`;
+}

@@ -1,0 +1,272 @@
+/**
+ * The operators' console in a real browser (Playwright driving Debian's Chromium), on SQLite and
+ * Postgres. A worker sending an email in append mode is SIGKILLed after the SMTP server accepted
+ * the message and before its APPEND to Sent: nothing can prove it either way, so it waits for a
+ * person. The operator signs in, finds it in the queue, reads the recipient and subject, resolves
+ * it with a reason; the ledger's audit trail names them. A second operator without that tenant
+ * cannot see it, a stale page cannot decide it, and a form from elsewhere is refused.
+ */
+import { existsSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { emailActions } from "@idem/email";
+import { MailSandbox, SENDER } from "@idem/sandbox";
+import { type Child, DIALECTS, freshDatabase, kill9, scaled, startChild, tempDir } from "@idem/testkit";
+import { type Browser, chromium } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI, until } from "./support.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const MAIL_WORKER = fileURLToPath(new URL("../../../packages/email/test/children/mail-worker.ts", import.meta.url));
+const SCREENSHOTS = fileURLToPath(new URL("../../../docs/images/", import.meta.url));
+const TOKENS = { alice: "alice-token-7f3a9c", bob: "bob-token-51e0d2" };
+const LEASE_MS = 1_500;
+
+let browser: Browser;
+let sandbox: MailSandbox;
+let mail: { smtp: number; imap: number };
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`${CHROMIUM} is missing: apt-get install chromium (pnpm test installs it)`);
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+  sandbox = new MailSandbox();
+  const s = await sandbox.start();
+  mail = { smtp: s.smtp.port, imap: s.imap.port };
+}, scaled(60_000));
+afterAll(async () => {
+  await browser?.close();
+  await sandbox?.close();
+});
+
+for (const dialect of DIALECTS) {
+  describe(`the console on ${dialect}`, { timeout: scaled(180_000) }, () => {
+    let url = "";
+    let ledger: Ledger;
+    let web: Child;
+    let base = "";
+    const tenant = `acme-${dialect}`;
+    let opId = "";
+
+    beforeAll(async () => {
+      url = await freshDatabase(dialect);
+      const send = emailActions({
+        smtp: { host: "127.0.0.1", port: mail.smtp, auth: SENDER, timeoutMs: 2_500 },
+        imap: { host: "127.0.0.1", port: mail.imap, auth: SENDER },
+        from: SENDER.user,
+        copy: { mode: "append" },
+      }).send;
+      ledger = await openLedger(url, { actions: [send], leaseMs: LEASE_MS });
+      // The send, killed between the server's acceptance and the client's APPEND.
+      sandbox.mode = "none";
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 60_000 });
+      const accepted = new Promise<{ messageId: string }>((resolve) => sandbox.events.once("accepted", resolve));
+      const worker = startChild(MAIL_WORKER, [], {
+        LEDGER_URL: url,
+        TENANT: tenant,
+        KEY: "weekly-report",
+        SMTP_PORT: String(mail.smtp),
+        IMAP_PORT: String(mail.imap),
+        USER: SENDER.user,
+        PASS: SENDER.pass,
+        LEASE_MS: String(LEASE_MS),
+      });
+      const { messageId } = await accepted;
+      await kill9(worker);
+      // After its lease, settling it finds nothing can prove the effect: a person decides.
+      const [row] = await ledger.admin.list({ tenant });
+      opId = row!.id;
+      await until(
+        async () => {
+          const out = await ledger.daemon.settle({ tenant, id: opId, actor: "test-daemon" });
+          return out.status === "pending_verification" && out.state === "needs_review";
+        },
+        30_000,
+        "the killed send to reach needs_review",
+      );
+      expect(sandbox.count(messageId)).toBe(1);
+
+      const dir = tempDir();
+      const config = `${dir}/idem.config.json`;
+      writeFileSync(
+        config,
+        JSON.stringify({
+          ledger: url,
+          console: {
+            port: 0,
+            sessionSecretEnv: "CONSOLE_SECRET",
+            operators: [
+              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant] },
+              { name: "bob", tokenEnv: "BOB_TOKEN", tenants: ["globex"] },
+            ],
+          },
+        }),
+      );
+      web = startChild(CLI, ["--config", config, "console"], {
+        ALICE_TOKEN: TOKENS.alice,
+        BOB_TOKEN: TOKENS.bob,
+        CONSOLE_SECRET: "s3cret-for-tests",
+      });
+      base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
+    });
+    afterAll(async () => {
+      if (web) await kill9(web);
+      await ledger?.close();
+    });
+
+    async function signIn(who: keyof typeof TOKENS) {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+      const page = await context.newPage();
+      await page.goto(`${base}/`);
+      expect(new URL(page.url()).pathname).toBe("/login"); // nothing is served before sign-in
+      await page.getByLabel("Operator token").fill(TOKENS[who]);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await expect.poll(() => page.getByTestId("operator").textContent()).toBe(who);
+      return { context, page };
+    }
+
+    it("an operator finds the killed send in the queue, reads its recipient and subject, and resolves it; the audit trail names them", async () => {
+      const { context, page } = await signIn("alice");
+      try {
+        // The queue as loaded now; it will be stale by the end of this test.
+        const stale = await context.newPage();
+        await stale.goto(`${base}/`);
+
+        const row = page.locator(`tr[data-operation="${opId}"]`);
+        await expect.poll(() => row.count()).toBe(1);
+        expect(await row.textContent()).toContain("needs_review");
+        if (dialect === "sqlite") await page.screenshot({ path: `${SCREENSHOTS}console-queue.png`, fullPage: true });
+        await page.getByRole("link", { name: opId }).click();
+        const args = await page.getByTestId("args").textContent();
+        expect(args).toContain('"to": "client@example.test"');
+        expect(args).toContain('"subject": "Weekly report"');
+        expect(await page.locator("#status").textContent()).toBe("needs_review");
+
+        // A second tab on the same operation sees the decision live, without reloading.
+        const watcher = await context.newPage();
+        await watcher.goto(page.url());
+        if (dialect === "sqlite")
+          await page.screenshot({ path: `${SCREENSHOTS}console-operation.png`, fullPage: true });
+
+        await page.getByLabel("It happened: resolve as succeeded").check();
+        await page.getByLabel("Reason (recorded with your name)").fill("found in the client's inbox by hand");
+        await page
+          .getByLabel("Evidence (what you checked: the provider's id or link)")
+          .fill("inbox search: Weekly report");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await expect.poll(() => page.getByTestId("flash").textContent()).toContain("Resolved as succeeded");
+        expect(await page.getByTestId("verdict").textContent()).toContain(
+          "succeeded by alice: found in the client's inbox by hand",
+        );
+
+        const { operation, events } = await ledger.get({ tenant, id: opId });
+        expect(operation).toMatchObject({
+          status: "succeeded",
+          result: null,
+          resolution: { actor: "alice", evidence: "inbox search: Weekly report" },
+        });
+        expect(events.at(-1)).toMatchObject({ from: "needs_review", to: "succeeded", actor: "alice" });
+
+        await expect
+          .poll(() => watcher.locator("#status").textContent(), { timeout: scaled(15_000) })
+          .toBe("succeeded");
+        expect(await watcher.locator("#changed").isVisible()).toBe(true);
+
+        // The stale queue still offers it; deciding from it is refused, and nothing changes.
+        await stale.locator(`input[name="ops"][value^="${tenant}/${opId}/"]`).check();
+        await stale.getByLabel("It did not happen: run it again with the same key").check();
+        await stale.locator("#bulk-reason").fill("not sent, run it again");
+        await stale.getByRole("button", { name: "Record the decision" }).click();
+        await expect
+          .poll(() => stale.getByTestId("flash").textContent())
+          .toContain(`${opId}: Refused: the operation is succeeded`);
+        expect((await ledger.get({ tenant, id: opId })).operation.status).toBe("succeeded");
+
+        // A form posted from another site is refused (its Origin), and so is one without the form's token.
+        const forged = await page.request.post(`${base}/op/${tenant}/${opId}/decide`, {
+          form: { outcome: "retry", reason: "forged" },
+        });
+        expect(forged.status()).toBe(403);
+        const tokenless = await page.request.post(`${base}/op/${tenant}/${opId}/decide`, {
+          form: { outcome: "retry", reason: "forged" },
+          headers: { Origin: base },
+        });
+        expect(tokenless.status()).toBe(403);
+        expect(await tokenless.text()).toMatch(/out of date or not from the console/);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("a page shown before the operation changed cannot decide it, even where the new status would allow the decision", async () => {
+      // A second case for a person: an effect that nothing can check goes to review at once.
+      const parked = defineAction({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket hang up after send");
+        },
+      });
+      const second = await ledger.run(parked, { tenant, key: ["sms", 1], args: { to: "+100" } });
+      expect(second).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const { context, page } = await signIn("alice");
+      try {
+        await page.goto(`${base}/op/${tenant}/${second.operationId}`);
+        const shownAt = Number(await page.locator("#status").getAttribute("data-updated"));
+        // Meanwhile another operator decides it did not happen: failed, from which a retry is allowed.
+        await ledger.admin.resolve({
+          tenant,
+          id: second.operationId,
+          outcome: "failed",
+          reason: "checked: not sent",
+          actor: "carol",
+        });
+        // This page, as shown before, asks for a retry (submitted as a page whose live update had not arrived).
+        await page.getByLabel("It did not happen: run it again with the same key").check();
+        await page.locator("#one-reason").fill("not sent");
+        await page
+          .locator("#decide")
+          .evaluate((form) => (form as unknown as { requestSubmit(): void }).requestSubmit());
+        await expect
+          .poll(() => page.getByTestId("flash").textContent())
+          .toContain("Refused: the operation is failed and changed since it was shown");
+        const now = (await ledger.get({ tenant, id: second.operationId })).operation;
+        expect(now).toMatchObject({ status: "failed", resolution: { actor: "carol" } });
+        expect(now.updatedAt).not.toBe(shownAt);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("an operator without the tenant sees nothing of it, not even by its address", async () => {
+      const { context, page } = await signIn("bob");
+      try {
+        expect(await page.locator(`tr[data-operation="${opId}"]`).count()).toBe(0);
+        const direct = await page.goto(`${base}/op/${tenant}/${opId}`);
+        expect(direct?.status()).toBe(404);
+        expect(await page.content()).not.toContain("client@example.test");
+        const live = await page.request.get(`${base}/op/${tenant}/${opId}/live`);
+        expect(live.status()).toBe(404);
+        await page.goto(`${base}/?tenant=${tenant}`);
+        expect(await page.getByTestId("empty").isVisible()).toBe(true);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("a wrong token signs nobody in", async () => {
+      const context = await browser.newContext();
+      try {
+        const page = await context.newPage();
+        await page.goto(`${base}/login`);
+        await page.getByLabel("Operator token").fill("not-a-token");
+        await page.getByRole("button", { name: "Sign in" }).click();
+        expect(await page.getByRole("alert").textContent()).toContain("does not belong to an operator");
+        const home = await page.goto(`${base}/`);
+        expect(new URL(page.url()).pathname).toBe("/login");
+        expect(home?.ok()).toBe(true);
+      } finally {
+        await context.close();
+      }
+    });
+  });
+}
