@@ -1,5 +1,5 @@
 export { stripeActions, STRIPE_KEY_RETENTION_MS } from "./stripe-actions.js";
-export type { StripeActions } from "./stripe-actions.js";
+export type { StripeActions, StripeParams } from "./stripe-actions.js";
 export { classifyStripeError } from "./stripe-classify.js";
 export { createStripeClient } from "./stripe-client.js";
 export type { StripeConfig } from "./stripe-client.js";

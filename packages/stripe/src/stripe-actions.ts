@@ -27,7 +27,8 @@ import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js
 /** Stripe keeps idempotency keys for at least 24 hours. */
 export const STRIPE_KEY_RETENTION_MS = 24 * 3_600_000;
 
-type Params = Record<string, unknown>;
+/** Any other POST resource's parameters, as Stripe's API takes them. */
+export type StripeParams = Record<string, unknown>;
 
 export interface StripeActions {
   readonly client: Stripe;
@@ -35,7 +36,7 @@ export interface StripeActions {
   readonly paymentIntentsCreate: Action<Stripe.PaymentIntentCreateParams, StripeReceipt>;
   readonly refundsCreate: Action<Stripe.RefundCreateParams, StripeReceipt>;
   /** Any other POST resource, e.g. `post("/v1/products")`; type `stripe.post:/v1/products`. */
-  post(path: string): Action<Params, StripeReceipt>;
+  post(path: string): Action<StripeParams, StripeReceipt>;
 }
 
 export function stripeActions(config: StripeConfig): StripeActions {
@@ -90,6 +91,6 @@ export function stripeActions(config: StripeConfig): StripeActions {
       listRefunds,
     ),
     post: (path) =>
-      action<Params>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
+      action<StripeParams>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
   };
 }
