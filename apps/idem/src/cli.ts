@@ -387,7 +387,7 @@ export function program(): Command {
             log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
           }
           const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
-          if (web) log.info({ port: web.port }, `serving the console on ${web.url}`);
+          if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
           const stop = () => {
             log.info("stopping: finishing the work in flight");
             daemon.stop();

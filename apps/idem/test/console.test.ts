@@ -270,3 +270,63 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+describe("the console behind an authenticating proxy, and beside the daemon", { timeout: scaled(120_000) }, () => {
+  it("proxyHeader: the proxy's header names the operator; without it, or with a stranger's name, nothing is served", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${dir}/l.db`;
+    const config = `${dir}/idem.config.json`;
+    writeFileSync(
+      config,
+      JSON.stringify({
+        ledger,
+        console: { port: 0, proxyHeader: "X-Forwarded-User", operators: [{ name: "carol", tenants: ["acme"] }] },
+      }),
+    );
+    const l = await openLedger(ledger);
+    await l.close();
+    const web = startChild(CLI, ["--config", config, "console"]);
+    try {
+      const base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
+      const as = (user?: string) =>
+        fetch(`${base}/`, { headers: user ? { "X-Forwarded-User": user } : {}, redirect: "manual" });
+      const carol = await as("carol");
+      expect(carol.status).toBe(200);
+      expect(await carol.text()).toContain('<strong data-testid="operator">carol</strong>');
+      expect((await as()).status).toBe(401);
+      expect((await as("mallory")).status).toBe(401);
+      expect((await fetch(`${base}/login`, { redirect: "manual" })).status).toBe(302); // no token sign-in in this mode
+    } finally {
+      await kill9(web);
+    }
+  });
+
+  it("the daemon with daemon.console serves it too, and stops it on SIGTERM", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${dir}/l.db`;
+    const config = `${dir}/idem.config.json`;
+    writeFileSync(
+      config,
+      JSON.stringify({
+        ledger,
+        daemon: { console: true, intervalMs: 200 },
+        console: { port: 0, insecureNoAuth: true },
+      }),
+    );
+    const l = await openLedger(ledger);
+    await l.close();
+    const daemon = startChild(CLI, ["--config", config, "daemon", "--name", "d-console"]);
+    try {
+      const base = /"url":"([^"]+)"/.exec(await daemon.waitFor(/serving the console/))![1]!;
+      const home = await fetch(`${base}/`);
+      expect(home.status).toBe(200);
+      expect(await home.text()).toContain("Needs a person");
+      daemon.proc.kill("SIGTERM");
+      const { code } = await daemon.exited;
+      expect(code).toBe(0);
+      await expect(fetch(`${base}/`)).rejects.toThrow();
+    } finally {
+      if (daemon.proc.exitCode === null) await kill9(daemon);
+    }
+  });
+});
