@@ -91,6 +91,8 @@ export function stripeActions(config: StripeConfig): StripeActions {
       listRefunds,
     ),
     post: (path) =>
-      action<StripeParams>(`stripe.post:${path}`, (p, key) => stripe.rawRequest("POST", path, p, { idempotencyKey: key })),
+      action<StripeParams>(`stripe.post:${path}`, (p, key) =>
+        stripe.rawRequest("POST", path, p, { idempotencyKey: key }),
+      ),
   };
 }
