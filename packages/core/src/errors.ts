@@ -66,7 +66,7 @@ export class PayloadTooLargeError extends IdemError {
   ) {
     super(
       "PAYLOAD_TOO_LARGE",
-      `${what} is ${bytes} bytes, over the limit of ${limit}` + (operationId ? ` (operation ${operationId})` : ""),
+      `${what} is ${bytes} bytes, over the limit of ${limit}${operationId ? ` (operation ${operationId})` : ""}`,
     );
   }
 }
