@@ -223,9 +223,30 @@ function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decis
   return { kind: "review", reason: `${why}: ${r.reason}` };
 }
 
-/** Backoff between checks of an unknown outcome: doubles per check, capped at an hour. */
-export function checkDelay(baseDelayMs: number, checks: number, providerWaitMs?: number): number {
-  return Math.max(providerWaitMs ?? 0, Math.min(baseDelayMs * 2 ** Math.min(checks, 20), 3_600_000));
+/**
+ * Backoff between checks of an unknown outcome: doubles per check, capped at an hour, spread (see
+ * `spread`) so that operations that failed together are not checked together; never sooner than
+ * the provider asked.
+ */
+export function checkDelay(baseDelayMs: number, checks: number, providerWaitMs?: number, random = Math.random): number {
+  const ours = spread(Math.min(baseDelayMs * 2 ** Math.min(checks, 20), 3_600_000), random);
+  return Math.max(providerWaitMs === undefined ? 0 : afterProvider(providerWaitMs, random), ours);
+}
+
+/**
+ * A wait spread over [ms/2, ms] ("equal jitter"): callers that failed at the same moment (a burst
+ * of 503s) come back at different moments instead of in step, and none comes back at once.
+ */
+export function spread(ms: number, random = Math.random): number {
+  return Math.round(ms / 2 + (random() * ms) / 2);
+}
+
+/**
+ * A provider's wait (Retry-After) plus up to a tenth more (at most a second): never shorter than
+ * the provider asked, and the callers it held back together do not all return on the same tick.
+ */
+export function afterProvider(ms: number, random = Math.random): number {
+  return Math.round(ms + random() * Math.min(ms / 10, 1_000));
 }
 
 /** Retry budget of one `run` call: attempts and elapsed time, outside the model. */
@@ -251,14 +272,15 @@ export function nextDelay(
   executed: number,
   elapsedMs: number,
   providerWaitMs?: number,
+  random = Math.random,
 ): number | null {
   if (executed >= budget.attempts) return null;
-  const wait = providerWaitMs ?? backoff(budget, executed);
+  const wait = providerWaitMs ?? backoff(budget, executed, random);
   if (elapsedMs + wait > budget.elapsedMs) return null;
   return wait;
 }
 
-/** Our own wait before execution number `executed + 1`: doubles from `baseDelayMs`, capped by `maxDelayMs`. */
-export function backoff(budget: RetryBudget, executed: number): number {
-  return Math.min(budget.maxDelayMs, budget.baseDelayMs * 2 ** Math.max(0, executed - 1));
+/** Our own wait before execution number `executed + 1`: doubles from `baseDelayMs`, capped by `maxDelayMs`, spread. */
+export function backoff(budget: RetryBudget, executed: number, random = Math.random): number {
+  return spread(Math.min(budget.maxDelayMs, budget.baseDelayMs * 2 ** Math.max(0, executed - 1)), random);
 }

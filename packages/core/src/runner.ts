@@ -25,6 +25,7 @@ import {
   PayloadTooLargeError,
 } from "./errors.js";
 import {
+  afterProvider,
   backoff,
   checkDelay,
   decide,
@@ -334,7 +335,7 @@ export class Runner {
     // The row keeps the longer of the provider's signal and our backoff, even past our budget.
     const checkAfterMs =
       to === "pending"
-        ? Math.max(providerWait ?? 0, backoff(b, state.executed))
+        ? Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed))
         : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
     const moved = await this.store.move(row, to, {
       actor: call.actor,

@@ -4,6 +4,7 @@ import { DEFAULT_BUDGET } from "@idem/core";
 import {
   TAKEOVER_FROM,
   decide,
+  checkDelay,
   nextDelay,
   recoveryFor,
   statusAfter,
@@ -56,8 +57,21 @@ describe("statusAfter (failure classes)", () => {
 
 describe("nextDelay (retry budget)", () => {
   const budget = { ...DEFAULT_BUDGET, attempts: 4, elapsedMs: 1_000, baseDelayMs: 100, maxDelayMs: 300 };
-  it("backs off exponentially, capped", () => {
-    expect([1, 2, 3].map((n) => nextDelay(budget, n, 0))).toEqual([100, 200, 300]);
+  it("backs off exponentially, capped, each wait spread over its upper half", () => {
+    expect([1, 2, 3].map((n) => nextDelay(budget, n, 0, undefined, () => 1))).toEqual([100, 200, 300]);
+    expect([1, 2, 3].map((n) => nextDelay(budget, n, 0, undefined, () => 0))).toEqual([50, 100, 150]);
+  });
+  it("spreads the waits of callers that failed together (a burst of 503s does not retry in step)", () => {
+    const waits = Array.from({ length: 200 }, () => nextDelay(budget, 2, 0)!);
+    for (const w of waits) expect(w >= 100 && w <= 200, String(w)).toBe(true);
+    expect(new Set(waits).size).toBeGreaterThan(20);
+  });
+  it("never checks an unknown outcome sooner than the provider asked, and spreads those it held back together", () => {
+    const waits = Array.from({ length: 200 }, () => checkDelay(100, 0, 5_000));
+    for (const w of waits) expect(w >= 5_000 && w <= 5_500, String(w)).toBe(true);
+    expect(new Set(waits).size).toBeGreaterThan(20);
+    expect(checkDelay(100, 3, undefined, () => 1)).toBe(800);
+    expect(checkDelay(100, 3, undefined, () => 0)).toBe(400);
   });
   it("stops after the attempts", () => {
     expect(nextDelay(budget, 4, 0)).toBeNull();
