@@ -378,7 +378,9 @@ export function program(): Command {
       await withLedger(
         g(),
         async (ledger, config) => {
-          const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs);
+          const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs, {
+            perTenant: config.daemon.metricsPerTenant,
+          });
           onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
           const daemon = new Daemon(ledger, config, log, metrics, o.name);
           if (o.once) return daemon.tick();

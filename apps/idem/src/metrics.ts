@@ -1,11 +1,12 @@
 /**
  * Prometheus metrics and health for the daemon (prom-client). Counters are the daemon's own;
- * operation counts by status, action and tenant come from one GROUP BY over the ledger, cached
- * for `statsTtlMs` so scrapes do not scan a large ledger each time.
+ * operation counts by status and action (and tenant, when asked: one series per tenant can be
+ * millions) come from one GROUP BY over the ledger, cached for `statsTtlMs` so scrapes do not
+ * scan a large ledger each time; the process's own metrics (CPU, memory, event loop lag, GC) too.
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { Counter, Gauge, Registry } from "prom-client";
+import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 import type { Ledger, RunResult } from "@idem/core";
 
 /**
@@ -83,18 +84,25 @@ export class DaemonMetrics {
   constructor(
     ledger: Ledger,
     private readonly intervalMs: number,
-    statsTtlMs = 15_000,
+    options: { statsTtlMs?: number; perTenant?: boolean } = {},
   ) {
+    const statsTtlMs = options.statsTtlMs ?? 15_000;
+    const perTenant = options.perTenant === true;
+    collectDefaultMetrics({ register: this.registry });
     let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>> } | undefined;
     new Gauge({
       name: "idem_operations",
-      help: "Operations in the ledger by status, action and tenant (unknown and needs_review included)",
-      labelNames: ["status", "action", "tenant"],
+      help: `Operations in the ledger by status and action${perTenant ? " and tenant" : ""} (unknown and needs_review included)`,
+      labelNames: perTenant ? ["status", "action", "tenant"] : ["status", "action"],
       registers: [this.registry],
       async collect() {
         if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.admin.stats() };
         this.reset();
-        for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
+        if (perTenant) {
+          for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
+          return;
+        }
+        for (const r of cache.rows) this.inc({ status: r.status, action: r.action }, r.count);
       },
     });
   }

@@ -324,7 +324,11 @@ for (const dialect of DIALECTS) {
             "/healthz",
           );
           const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-          expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+",tenant="[^"]+"\} \d+$/m);
+          // By status and action only (a tenant label is opt-in), and the process's own metrics.
+          expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+"\} \d+$/m);
+          expect(text).not.toMatch(/^idem_operations\{.*tenant=/m);
+          expect(text).toMatch(/^process_cpu_user_seconds_total \d/m);
+          expect(text).toMatch(/^nodejs_eventloop_lag_seconds \d/m);
           expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);
           expect(text).toContain("idem_alerts_sent_total");
           expect(text).toContain("idem_duplicates_answered_total");

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { defineAction, openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase } from "@idem/testkit";
-import { runResultCounters } from "@idem/cli";
+import { DaemonMetrics, runResultCounters } from "@idem/cli";
 
 for (const dialect of DIALECTS) {
   describe(`run-result metrics on ${dialect}`, () => {
@@ -19,6 +19,23 @@ for (const dialect of DIALECTS) {
       expect(executed).toBe(1);
       expect(text).toMatch(/^idem_duplicates_answered_total\{action="sms.send"\} 2$/m);
       expect(text).toMatch(/^idem_runs_total\{action="sms.send",outcome="succeeded"\} 3$/m);
+    });
+
+    it("counts operations by status and action, summed over tenants unless a tenant label is asked for", async () => {
+      const ledger = await openLedger(await freshDatabase(dialect));
+      const send = defineAction({ type: "sms.send", capabilities: {}, execute: async () => ({ ok: true }) });
+      for (const tenant of ["a", "b", "c"]) await ledger.run(send, { tenant, key: ["k"], args: {} });
+      const bounded = await new DaemonMetrics(ledger, 1_000).registry.metrics();
+      expect(bounded).toMatch(/^idem_operations\{status="succeeded",action="sms.send"\} 3$/m);
+      expect(bounded).not.toMatch(/^idem_operations\{.*tenant=/m);
+      expect(bounded).toMatch(/^process_resident_memory_bytes \d+/m);
+      const labelled = await new DaemonMetrics(ledger, 1_000, { perTenant: true }).registry.metrics();
+      for (const tenant of ["a", "b", "c"]) {
+        expect(labelled).toMatch(
+          new RegExp(`^idem_operations\\{status="succeeded",action="sms.send",tenant="${tenant}"\\} 1$`, "m"),
+        );
+      }
+      await ledger.close();
     });
   });
 }

@@ -13,6 +13,7 @@ import { Runner, resolutionOf, type RunnerSettings } from "./runner.js";
 import type { Resolution } from "./result.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import type { Row, Store } from "./store.js";
+import type { Tracing } from "./tracing.js";
 
 /** An operation as operators see it. */
 export interface Operation {
@@ -83,8 +84,9 @@ export class LedgerContext {
     readonly store: Store,
     readonly settings: RunnerSettings,
     actions: readonly Action<any, any>[],
+    readonly tracing: Tracing,
   ) {
-    this.runner = new Runner(store);
+    this.runner = new Runner(store, tracing);
     for (const a of actions) this.actions.set(a.type, a);
   }
 

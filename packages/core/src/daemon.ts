@@ -10,6 +10,7 @@ import { requireName } from "./keys.js";
 import type { RunResult } from "./result.js";
 import type { Call, Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
+import { resultAttributes } from "./tracing.js";
 
 /** An operation the daemon claimed, to settle next. */
 export interface DueOperation {
@@ -72,7 +73,17 @@ export class LedgerDaemon {
           : { kind: "stored" },
       settings: context.settings,
     };
-    return context.runner.settle(call, row, options.escalate);
+    const attributes = {
+      "idem.action": row.action,
+      "idem.tenant": options.tenant,
+      "idem.operation.id": row.id,
+      "idem.from": row.status,
+    };
+    return context.tracing.span("idem.settle", attributes, async (span) => {
+      const out = await context.runner.settle(call, row, options.escalate);
+      span?.setAttributes(resultAttributes(out));
+      return out;
+    });
   }
 
   /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */

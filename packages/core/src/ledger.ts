@@ -28,6 +28,7 @@ import type { RunResult } from "./result.js";
 import { checkSize, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
 import type { Status } from "./schema.js";
 import { Store, type Row } from "./store.js";
+import { resultAttributes, tracing } from "./tracing.js";
 
 export interface LedgerOptions extends ConnectionOptions {
   /** Apply pending migrations on open. Default true. */
@@ -124,6 +125,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     new Store(db, dialect, clock, direct),
     settings,
     options.actions ?? [],
+    await tracing(),
   );
   const ledger = new Ledger(context, options);
   contexts.set(ledger, context);
@@ -180,20 +182,25 @@ export class Ledger {
       action.validate?.(value);
       args = { kind: "given", value, json, hash: sha256(json) };
     }
-    const result = await context.runner.run({
-      // The runner sees args after the schema: the input type has done its work here.
-      action: action as unknown as Action<A, R>,
-      tenant: input.tenant,
-      args,
-      actor: input.actor ?? null,
-      signal: input.signal,
-      key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
-      storeArgs: input.storeArgs ?? true,
-      settings: {
-        ...settings,
-        waitMs: input.waitMs ?? settings.waitMs,
-        budget: { ...settings.budget, ...input.budget },
-      },
+    const attributes = { "idem.action": action.type, "idem.tenant": input.tenant };
+    const result = await context.tracing.span("idem.run", attributes, async (span) => {
+      const out = await context.runner.run({
+        // The runner sees args after the schema: the input type has done its work here.
+        action: action as unknown as Action<A, R>,
+        tenant: input.tenant,
+        args,
+        actor: input.actor ?? null,
+        signal: input.signal,
+        key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
+        storeArgs: input.storeArgs ?? true,
+        settings: {
+          ...settings,
+          waitMs: input.waitMs ?? settings.waitMs,
+          budget: { ...settings.budget, ...input.budget },
+        },
+      });
+      span?.setAttributes(resultAttributes(out));
+      return out;
     });
     this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
     return result;

@@ -37,6 +37,7 @@ import {
 } from "./policy.js";
 import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 import type { Address, Peek, Row, Store } from "./store.js";
+import type { Tracing } from "./tracing.js";
 
 export interface RunnerSettings {
   readonly owner: string;
@@ -89,7 +90,10 @@ interface CallState {
 }
 
 export class Runner {
-  constructor(private readonly store: Store) {}
+  constructor(
+    private readonly store: Store,
+    private readonly tracing: Tracing,
+  ) {}
 
   async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
     const state: CallState = {
@@ -145,16 +149,20 @@ export class Runner {
     const s = call.settings;
     const given = call.args.kind === "given" ? call.args : undefined;
     const since = performance.now();
-    const claim = await this.store.claim({
-      tenant: call.tenant,
-      key: call.key.hash,
-      keyLabel: call.key.label,
-      action: call.action.type,
-      argsHash: given?.hash ?? null,
-      argsJson: given && call.storeArgs ? given.json : null,
-      owner: state.owner,
-      leaseMs: s.leaseMs,
-      actor: call.actor,
+    const claim = await this.tracing.span("idem.claim", {}, async (span) => {
+      const out = await this.store.claim({
+        tenant: call.tenant,
+        key: call.key.hash,
+        keyLabel: call.key.label,
+        action: call.action.type,
+        argsHash: given?.hash ?? null,
+        argsJson: given && call.storeArgs ? given.json : null,
+        owner: state.owner,
+        leaseMs: s.leaseMs,
+        actor: call.actor,
+      });
+      span?.setAttributes({ "idem.claim.fresh": out?.fresh === true, ...(out && { "idem.operation.id": out.row.id }) });
+      return out;
     });
     if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
     if (claim.fresh) return this.perform(call, { row: claim.row, since }, state, false);
@@ -298,9 +306,16 @@ export class Runner {
           row = { ...row, provider_reference: ref };
         }
         try {
+          const a = args;
+          const op = { ...ctx, providerReference: row.provider_reference };
+          const attributes = {
+            "idem.operation.id": row.id,
+            "idem.attempt": row.attempt,
+            "idem.action": call.action.type,
+          };
           return {
             ok: true,
-            receipt: await call.action.execute(args, { ...ctx, providerReference: row.provider_reference }),
+            receipt: await this.tracing.span("idem.execute", attributes, () => call.action.execute(a, op)),
           };
         } catch (error) {
           return { ok: false, cls: safeClassify(call.action, error, ctx), row };
@@ -424,24 +439,29 @@ export class Runner {
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
   private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, receipt: R, reason: string) {
     try {
-      return await pRetry(
+      return await this.tracing.span(
+        "idem.complete",
+        { "idem.operation.id": row.id, "idem.attempt": row.attempt },
         () =>
-          this.store.move(row, "succeeded", {
-            actor: call.actor,
-            reason,
-            result_json: json,
-            error_json: null,
-            completed: true,
-            retentionMs: call.settings.retentionMs,
-            alert: false,
-          }),
-        {
-          retries: 8,
-          minTimeout: 50,
-          maxTimeout: 2_000,
-          maxRetryTime: call.settings.leaseMs,
-          shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
-        },
+          pRetry(
+            () =>
+              this.store.move(row, "succeeded", {
+                actor: call.actor,
+                reason,
+                result_json: json,
+                error_json: null,
+                completed: true,
+                retentionMs: call.settings.retentionMs,
+                alert: false,
+              }),
+            {
+              retries: 8,
+              minTimeout: 50,
+              maxTimeout: 2_000,
+              maxRetryTime: call.settings.leaseMs,
+              shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
+            },
+          ),
       );
     } catch (cause) {
       throw new CompletionNotRecordedError(row.id, row.attempt, receipt, { cause });

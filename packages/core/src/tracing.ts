@@ -1,0 +1,75 @@
+/**
+ * OpenTelemetry traces, when the application has `@opentelemetry/api` (an optional peer): a span
+ * per guarded call (`idem.run`) and per settlement (`idem.settle`), with child spans for the
+ * claim, the provider call and the completion. Without the package, or without an SDK
+ * registered, every span is a no-op. Attributes name the operation, never its args or receipt.
+ */
+
+/** Span attributes, as OpenTelemetry's `Attributes` (named here so our published types need no @opentelemetry/api). */
+export type Attributes = Record<string, string | number | boolean>;
+
+/** What we do with a span: OpenTelemetry's `Span`, the few methods used. */
+export interface Span {
+  setAttributes(attributes: Attributes): unknown;
+}
+
+interface OtelSpan extends Span {
+  recordException(exception: Error | string): void;
+  setStatus(status: { code: number; message?: string }): unknown;
+  end(): void;
+}
+
+interface OtelTracer {
+  startActiveSpan<T>(name: string, options: { attributes: Attributes }, fn: (span: OtelSpan) => T): T;
+}
+
+export interface Tracing {
+  /** Runs `fn` in a span (the active one for spans opened inside it); an error ends the span as an error. */
+  span<T>(name: string, attributes: Attributes, fn: (span: Span | undefined) => Promise<T>): Promise<T>;
+}
+
+const NONE: Tracing = { span: (_name, _attributes, fn) => fn(undefined) };
+
+let loaded: Promise<Tracing> | undefined;
+
+/** The process's tracing, loaded once: `@opentelemetry/api` if installed, else no-ops. */
+export function tracing(): Promise<Tracing> {
+  loaded ??= import("@opentelemetry/api").then(
+    (api) => withTracer(api.trace.getTracer("@idem/core"), api.SpanStatusCode.ERROR),
+    () => NONE,
+  );
+  return loaded;
+}
+
+function withTracer(tracer: OtelTracer, error: number): Tracing {
+  return {
+    span: (name, attributes, fn) =>
+      tracer.startActiveSpan(name, { attributes }, async (span) => {
+        try {
+          return await fn(span);
+        } catch (e) {
+          span.recordException(e instanceof Error ? e : String(e));
+          span.setStatus({ code: error, message: e instanceof Error ? e.message : String(e) });
+          throw e;
+        } finally {
+          span.end();
+        }
+      }),
+  };
+}
+
+/** What a result says about the call, as span attributes. */
+export function resultAttributes(result: {
+  status: string;
+  operationId: string;
+  attempt: number;
+  replayed?: boolean;
+  state?: string;
+}): Attributes {
+  return {
+    "idem.operation.id": result.operationId,
+    "idem.status": result.status === "pending_verification" ? `pending_verification:${result.state}` : result.status,
+    "idem.attempt": result.attempt,
+    "idem.replayed": result.replayed === true,
+  };
+}
