@@ -172,7 +172,7 @@ for (const dialect of DIALECTS) {
         expect(await watcher.locator("#changed").isVisible()).toBe(true);
 
         // The stale queue still offers it; deciding from it is refused, and nothing changes.
-        await stale.locator(`input[name="ops"][value^="${tenant}/${opId}/"]`).check();
+        await stale.locator(`tr[data-operation="${opId}"] input[name="ops"]`).check();
         await stale.getByLabel("It did not happen: run it again with the same key").check();
         await stale.locator("#bulk-reason").fill("not sent, run it again");
         await stale.getByRole("button", { name: "Record the decision" }).click();

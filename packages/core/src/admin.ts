@@ -103,7 +103,7 @@ export class LedgerAdmin {
       completed: true,
       retentionMs: context.settings.retentionMs,
       alert: false,
-      ...(verdict.ifUpdatedAt !== undefined && { ifUpdatedAt: verdict.ifUpdatedAt }),
+      ...(verdict.seen && { unchangedSince: { updatedAt: verdict.seen.updatedAt, checks: verdict.seen.checks } }),
       resolution_json: JSON.stringify(resolution),
       ...(verdict.outcome === "succeeded"
         ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
@@ -134,7 +134,7 @@ export class LedgerAdmin {
       result_json: null,
       resolution_json: null,
       alert: false,
-      ...(verdict.ifUpdatedAt !== undefined && { ifUpdatedAt: verdict.ifUpdatedAt }),
+      ...(verdict.seen && { unchangedSince: { updatedAt: verdict.seen.updatedAt, checks: verdict.seen.checks } }),
     });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);

@@ -67,11 +67,15 @@ export interface Verdict {
   readonly actor: string;
   readonly reason: string;
   /**
-   * The operation's `updatedAt` as the person saw it: the decision is refused
+   * The operation as the person saw it (from `get` or `list`): the decision is refused
    * (`InvalidTransitionError`) if the operation changed since, so a stale page cannot decide it.
+   * Status, attempt and checks tell apart changes made within the same millisecond.
    */
-  readonly ifUpdatedAt?: number;
+  readonly seen?: Seen;
 }
+
+/** What identifies one state of an operation: any transition or check changes one of these. */
+export type Seen = Pick<Operation, "status" | "attempt" | "checks" | "updatedAt">;
 
 export class LedgerContext {
   readonly runner: Runner;
@@ -110,9 +114,16 @@ export class LedgerContext {
     return row;
   }
 
-  /** Refuses a person's decision taken on an older view of the row (see `Verdict.ifUpdatedAt`). */
+  /** Refuses a person's decision taken on an older view of the row (see `Verdict.seen`). */
   checkSeen(row: Row, verdict: Verdict, to: string): void {
-    if (verdict.ifUpdatedAt !== undefined && row.updated_at !== verdict.ifUpdatedAt) {
+    const s = verdict.seen;
+    if (!s) return;
+    if (
+      s.status !== row.status ||
+      s.attempt !== row.attempt ||
+      s.checks !== row.checks ||
+      s.updatedAt !== row.updated_at
+    ) {
       throw new InvalidTransitionError(row.id, `${row.status} and changed since it was shown`, to);
     }
   }
@@ -120,8 +131,9 @@ export class LedgerContext {
 
 export function requireVerdict(verdict: Verdict): void {
   requireName(verdict.actor, "actor");
-  if (verdict.ifUpdatedAt !== undefined && !Number.isInteger(verdict.ifUpdatedAt))
-    throw new InvalidValueError("ifUpdatedAt", "must be the operation's updatedAt (ms)");
+  const s = verdict.seen;
+  if (s !== undefined && !(typeof s.status === "string" && [s.attempt, s.checks, s.updatedAt].every(Number.isInteger)))
+    throw new InvalidValueError("seen", "must be the operation's status, attempt, checks and updatedAt as shown");
   if (typeof verdict.reason !== "string" || !verdict.reason.trim())
     throw new InvalidValueError("reason", "a decision needs a reason");
   requireText(verdict.reason, "reason", 2_000);

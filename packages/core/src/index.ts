@@ -11,7 +11,7 @@ export type {
 export type { LedgerAdmin, Resolve } from "./admin.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
-export type { Operation, OperationEvent, OperationRef, Verdict } from "./context.js";
+export type { Operation, OperationEvent, OperationRef, Seen, Verdict } from "./context.js";
 export type { DueOperation, LedgerDaemon } from "./daemon.js";
 export {
   ArgsMismatchError,

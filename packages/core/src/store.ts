@@ -38,8 +38,11 @@ export interface TransitionPatch {
   executionEnded?: boolean;
   /** Retention after completion, ms. */
   retentionMs?: number | null;
-  /** Only if the row was last changed at this time (a person's decision on the row as they saw it). */
-  ifUpdatedAt?: number;
+  /**
+   * Only if the row is still as a person saw it (besides the status and attempt every transition
+   * is conditioned on): last changed at this time, after this many checks.
+   */
+  unchangedSince?: { updatedAt: number; checks: number };
 }
 
 export interface NewClaim {
@@ -157,9 +160,24 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
   };
 }
 
-/** Time-ordered ids: listing by id follows creation order. */
+/** The named fields of `o`. */
+function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
+  return Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
+}
+
+/**
+ * Time-ordered ids: listing by id follows creation order. Within one process they strictly
+ * increase, also within a millisecond (a sequence number follows the time); across processes
+ * they are ordered to the millisecond, then by chance.
+ */
+let lastMs = 0;
+let seq = 0;
 function newOperationId(): string {
-  return `op_${Date.now().toString(36).padStart(9, "0")}${randomUUID().replace(/-/g, "").slice(0, 16)}`;
+  const now = Date.now();
+  seq = now > lastMs ? 0 : seq + 1;
+  lastMs = Math.max(now, lastMs);
+  const time = lastMs.toString(36).padStart(9, "0");
+  return `op_${time}${seq.toString(36).padStart(4, "0")}${randomUUID().replace(/-/g, "").slice(0, 12)}`;
 }
 
 /** Which operations `ledger.admin.list` returns: one tenant's, several tenants' (an operator's allowed set) or every tenant's. */
@@ -213,6 +231,7 @@ export class Store {
     const claim: NewClaim = { ...row, id: newOperationId() };
     const slotted = (v: (name: string) => any) =>
       Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
+    if (this.dialect === "postgres") return this.claimOrPeek(claim, slotted);
     // Only what the database computed comes back (its clock); the rest is what we inserted.
     const { rows } = await this.guard(
       undefined,
@@ -225,6 +244,60 @@ export class Store {
     const inserted = rows[0];
     if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
     const existing = await this.peek(row.tenant, row.key);
+    return existing && { fresh: false, row: existing };
+  }
+
+  /**
+   * Postgres: the claim and, when the key is taken, the peek at its row in one round trip (a
+   * duplicate, the common case of a retrying agent, costs one statement, not two). The peek
+   * reads the statement's snapshot: a row committed by a racer after it began is not in it, and
+   * then (rarely) the peek is read again on its own.
+   */
+  private async claimOrPeek(
+    claim: NewClaim,
+    slotted: (v: (name: string) => any) => NewClaim,
+  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+    type Out = Peek & Pick<Row, "last_execution_at" | "updated_at"> & { fresh: number };
+    const { rows } = await this.guard(
+      undefined,
+      this.hot.run<Out>(
+        "claim-or-peek",
+        (v) => {
+          const now = this.now();
+          const columns = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
+          const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
+          const inserted = this.insertRunning(slotted(v))
+            .returning(columns)
+            .returning([hasArgs.as("has_args"), now.as("db_now")]);
+          return this.db
+            .with("ins", () => inserted)
+            .selectFrom("ins")
+            .select([
+              sql<number>`1`.as("fresh"),
+              ...columns.map((c) => `ins.${c}` as const),
+              "ins.has_args",
+              "ins.db_now",
+            ])
+            .unionAll(
+              this.db
+                .selectFrom("idem_operations")
+                .select([sql<number>`0`.as("fresh"), ...columns, hasArgs.as("has_args"), now.as("db_now")])
+                .where("tenant_id", "=", v("tenant"))
+                .where("key", "=", v("key"))
+                .where(sql<boolean>`not exists (select 1 from ins)`) as any,
+            ) as any;
+        },
+        claim as unknown as Record<string, unknown>,
+      ),
+    );
+    const out = rows[0];
+    const dbNow = Number(out?.db_now);
+    // Only what the database computed comes back for a fresh claim (its clock); the rest is what we inserted.
+    if (out?.fresh === 1)
+      return { fresh: true, row: { ...runningRow(claim), ...pick(out, CLOCK_COLUMNS), db_now: dbNow } };
+    if (out)
+      return { fresh: false, row: { ...pick(out, PEEK_COLUMNS), has_args: Number(out.has_args), db_now: dbNow } };
+    const existing = await this.peek(claim.tenant, claim.key);
     return existing && { fresh: false, row: existing };
   }
 
@@ -445,14 +518,15 @@ export class Store {
       checks: patch.checks,
       retentionMs: patch.retentionMs,
       alert: patch.alert ? 1 : 0,
-      ifUpdatedAt: patch.ifUpdatedAt,
+      seenUpdatedAt: patch.unchangedSince?.updatedAt,
+      seenChecks: patch.unchangedSince?.checks,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const withRetention = done && patch.retentionMs != null;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("ifUpdatedAt")}`;
+      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -487,7 +561,9 @@ export class Store {
             .where("id", "=", v("id"))
             .where("status", "=", v("from"))
             .where("attempt", "=", v("attempt"));
-          const fenced = has("ifUpdatedAt") ? q.where("updated_at", "=", v("ifUpdatedAt")) : q;
+          const fenced = has("unchangedSince")
+            ? q.where("updated_at", "=", v("seenUpdatedAt")).where("checks", "=", v("seenChecks"))
+            : q;
           return returning ? fenced.returning(ROW_COLUMNS) : fenced;
         },
         values,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, defineAction, describeResult } from "@idem/core";
-import { DIALECTS } from "@idem/testkit";
+import { DIALECTS, scaled } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -285,7 +285,8 @@ for (const dialect of DIALECTS) {
 
       // Lease lost: another worker, whose clock says the lease expired, takes the operation over;
       // the first worker's next heartbeat finds attempt 2 and aborts attempt 1's signal.
-      const stale = await db.open({ leaseMs: 150 });
+      // Scaled: on a loaded machine a 150 ms lease may end by its own deadline before the heartbeat sees the takeover.
+      const stale = await db.open({ leaseMs: scaled(150) });
       const later = await db.open({ clock: () => Date.now() + 3_600_000 });
       let inside = new Promise<void>((r) => (entered = r));
       const first = stale.run(waiting, { tenant, key: ["lost"], args: { n: 1 } });

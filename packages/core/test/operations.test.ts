@@ -14,7 +14,7 @@ import {
   openLedger,
   type Ledger,
 } from "@idem/core";
-import { databaseOf } from "@idem/core/testing";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, type TestDialect } from "@idem/testkit";
 import * as m0001 from "../src/migrations/0001-init.js";
 import { migrationProvider } from "../src/migrations/index.js";
@@ -311,7 +311,7 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
     });
 
-    it("a decision taken on an older view of the operation (ifUpdatedAt) is refused, even where its new status allows it", async () => {
+    it("a decision taken on an older view of the operation (seen) is refused, even where its new status allows it", async () => {
       const ledger = await db.open();
       const t = uniqueTenant();
       const { id } = await parked(ledger, t, "seen");
@@ -323,7 +323,7 @@ for (const dialect of DIALECTS) {
         id,
         reason: "not sent",
         actor: "dave",
-        ifUpdatedAt: shown.updatedAt,
+        seen: shown,
       });
       await expect(stale).rejects.toThrow(InvalidTransitionError);
       await expect(stale).rejects.toThrow(/changed since it was shown/);
@@ -333,7 +333,7 @@ for (const dialect of DIALECTS) {
       });
       // The view as it is now decides.
       const current = (await ledger.get({ tenant: t, id })).operation;
-      await ledger.admin.retry({ tenant: t, id, reason: "not sent", actor: "dave", ifUpdatedAt: current.updatedAt });
+      await ledger.admin.retry({ tenant: t, id, reason: "not sent", actor: "dave", seen: current });
       expect((await ledger.get({ tenant: t, id })).operation.status).toBe("pending");
     });
 
@@ -522,18 +522,22 @@ for (const dialect of DIALECTS) {
     });
 
     it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
+      // A database of its own: claimDue works across tenants, so other tests' due rows would take the batch.
+      const url = await freshDatabase(dialect);
       const tenant = uniqueTenant();
-      const a = await db.open({ budget: { attempts: 1, baseDelayMs: 20 } });
-      const b = await db.open();
+      const agent = await openTestLedger(url, { budget: { attempts: 1, baseDelayMs: 20 } });
       const p = new TestProvider();
       p.lookupAnswer = "inconclusive";
       for (let i = 0; i < 6; i++) {
         p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
-        await a.run(p.action("mail", { lookup: true }), { tenant, key: [`c${i}`], args: { to: "x" } });
+        await agent.run(p.action("mail", { lookup: true }), { tenant, key: [`c${i}`], args: { to: "x" } });
       }
-      await new Promise((r) => setTimeout(r, 60)); // the lookups asked to be retried after 50 ms
-      const mine = (await a.daemon.claimDue({ limit: 2, claimMs: 60_000 })).filter((r) => r.tenant === tenant);
-      const theirs = (await b.daemon.claimDue({ limit: 2, claimMs: 60_000 })).filter((r) => r.tenant === tenant);
+      // Two daemons whose database clock reads an hour later: every check is due.
+      const later = () => openTestLedger(url, { clock: () => Date.now() + 3_600_000 });
+      const [a, b] = [await later(), await later()];
+      const mine = await a.daemon.claimDue({ limit: 2, claimMs: 60_000 });
+      const theirs = await b.daemon.claimDue({ limit: 2, claimMs: 60_000 });
+      await Promise.all([agent.close(), a.close(), b.close()]);
       expect(mine).toHaveLength(2);
       expect(theirs).toHaveLength(2);
       expect(new Set([...mine, ...theirs].map((r) => r.id)).size).toBe(4);

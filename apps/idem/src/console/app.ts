@@ -4,7 +4,14 @@
  * operator's name as the actor and the page's `updatedAt`, so a stale page cannot decide an
  * operation that changed; the result is shown, never a raw exception.
  */
-import { IdemError, InvalidTransitionError, OperationNotFoundError, type Ledger, type Operation } from "@idem/core";
+import {
+  IdemError,
+  InvalidTransitionError,
+  OperationNotFoundError,
+  type Ledger,
+  type Operation,
+  type Seen,
+} from "@idem/core";
 import { Hono, type Context } from "hono";
 import { csrf } from "hono/csrf";
 import { HTTPException } from "hono/http-exception";
@@ -151,7 +158,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     if (picked.length === 0) return c.redirect(`/?done=${encodeURIComponent("Nothing was selected.")}`, 303);
     const lines: string[] = [];
     for (const item of picked) {
-      const [tenant, id, seen] = item.split("/");
+      const { tenant, id, seen } = pickedOf(item);
       if (!tenant || !id || !allows(c.var.operator, tenant)) continue;
       const op = await ledger
         .get({ tenant, id })
@@ -160,7 +167,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         lines.push(`${id}: not found`);
         continue;
       }
-      const result = await decide(c.var.operator, op.operation, { ...form, ifUpdatedAt: seen });
+      const result = await decide(c.var.operator, op.operation, { ...form, seen });
       lines.push(`${id}: ${result.message}`);
     }
     return c.redirect(`/?done=${encodeURIComponent(lines.join(" · "))}`, 303);
@@ -178,7 +185,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     });
   }
 
-  /** One decision on one operation, as seen at `ifUpdatedAt`; a refusal is a message, not an exception. */
+  /** One decision on one operation, as its page showed it (`seen`); a refusal is a message, not an exception. */
   async function decide(
     operator: Operator,
     op: Operation,
@@ -187,7 +194,9 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const outcome = form.outcome as Outcome;
     const reason = typeof form.reason === "string" ? form.reason.trim() : "";
     const evidence = typeof form.evidence === "string" && form.evidence.trim() ? form.evidence.trim() : undefined;
-    const seen = Number(form.ifUpdatedAt);
+    const seen = seenOf(form.seen);
+    // Every decision is checked against the operation as the person saw it; a form without that view is refused.
+    if (!seen) return { ok: false, status: 409, message: "Refused: reload the page and decide again." };
     if (!["succeeded", "failed", "retry"].includes(outcome))
       return { ok: false, status: 409, message: "Choose a decision." };
     if (!reason) return { ok: false, status: 409, message: "A decision needs a reason." };
@@ -196,7 +205,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       id: op.id,
       actor: operator.name,
       reason,
-      ...(Number.isInteger(seen) && { ifUpdatedAt: seen }),
+      seen,
     };
     try {
       if (outcome === "retry") await ledger.admin.retry(common);
@@ -222,6 +231,34 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   }
 
   return app;
+}
+
+/** The operation as a page showed it: JSON in a hidden field (or a queue checkbox), checked before use. */
+function seenOf(value: unknown): Seen | undefined {
+  let s: Partial<Record<keyof Seen, unknown>>;
+  try {
+    s = typeof value === "string" ? JSON.parse(value) : value;
+  } catch {
+    return undefined;
+  }
+  if (typeof s !== "object" || s === null || typeof s.status !== "string") return undefined;
+  if (![s.attempt, s.checks, s.updatedAt].every(Number.isInteger)) return undefined;
+  return {
+    status: s.status as Seen["status"],
+    attempt: s.attempt as number,
+    checks: s.checks as number,
+    updatedAt: s.updatedAt as number,
+  };
+}
+
+/** A queue checkbox's value: the operation and how the queue showed it. */
+function pickedOf(value: string): { tenant?: string; id?: string; seen?: unknown } {
+  try {
+    const v = JSON.parse(value) as { tenant?: unknown; id?: unknown; seen?: unknown };
+    return typeof v.tenant === "string" && typeof v.id === "string" ? { tenant: v.tenant, id: v.id, seen: v.seen } : {};
+  } catch {
+    return {};
+  }
 }
 
 /** What needs a person, for this operator's tenants: needs_review, unknown outcomes already checked, stuck runs. */

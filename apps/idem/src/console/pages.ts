@@ -106,7 +106,7 @@ ${
 <table data-testid="queue"><thead><tr><th><input type="checkbox" aria-label="Select all" id="all"></th><th>Tenant</th><th>Operation</th><th>Status</th><th>Action</th><th>Age</th><th>Why</th></tr></thead><tbody>
 ${rows.map(
   (o) => html`<tr data-operation="${o.id}">
-<td><input type="checkbox" name="ops" value="${o.tenant}/${o.id}/${o.updatedAt}" aria-label="Select ${o.id}"></td>
+<td><input type="checkbox" name="ops" value="${JSON.stringify({ tenant: o.tenant, id: o.id, seen: seenOf(o) })}" aria-label="Select ${o.id}"></td>
 <td>${o.tenant}</td><td><a href="/op/${encodeURIComponent(o.tenant)}/${o.id}">${o.id}</a><br><small>${o.keyLabel ?? "(hashed key)"}</small></td>
 <td class="status status-${o.status}">${o.status}</td><td>${o.action}</td><td>${age(now - o.createdAt)}</td><td>${o.why}</td></tr>`,
 )}
@@ -172,7 +172,7 @@ ${flash ?? ""}
 ${
   decidable.length
     ? html`<form method="post" action="/op/${encodeURIComponent(o.tenant)}/${o.id}/decide" id="decide">
-<input type="hidden" name="csrf" value="${formToken}"><input type="hidden" name="ifUpdatedAt" value="${o.updatedAt}">
+<input type="hidden" name="csrf" value="${formToken}"><input type="hidden" name="seen" value="${JSON.stringify(seenOf(o))}">
 ${decideFields("one", decidable)}</form>`
     : ""
 }
@@ -241,6 +241,11 @@ ${bars.map((b, i) => {
 })}
 <text x="0" y="${h + 15}" font-size="11" fill="currentColor">24 h ago</text><text x="${24 * w}" y="${h + 15}" font-size="11" text-anchor="end" fill="currentColor">now</text>
 </svg><figcaption>Green: succeeded. Amber: failed, waiting or needing a person.</figcaption></figure>`;
+}
+
+/** The operation as this page shows it, sent back with a decision (see `Verdict.seen`). */
+function seenOf(o: Operation) {
+  return { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
 }
 
 export function flashNote(kind: "done" | "error", text: string): Html {
