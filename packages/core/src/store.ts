@@ -160,6 +160,11 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
   };
 }
 
+/** A value that is already SQL (an expression), not one to bind. */
+function isSql(value: unknown): value is RawBuilder<unknown> {
+  return typeof value === "object" && value !== null && "toOperationNode" in value;
+}
+
 /** The named fields of `o`. */
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
   return Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
@@ -248,10 +253,11 @@ export class Store {
   }
 
   /**
-   * Postgres: the claim and, when the key is taken, the peek at its row in one round trip (a
-   * duplicate, the common case of a retrying agent, costs one statement, not two). The peek
-   * reads the statement's snapshot: a row committed by a racer after it began is not in it, and
-   * then (rarely) the peek is read again on its own.
+   * Postgres: the peek at the row holding the key and, only when there is none, the claim, in one
+   * round trip. A duplicate call (the common case of a retrying agent) costs one indexed read:
+   * the insert is given no row, so it neither probes the unique index nor fires a trigger. A fresh
+   * key costs the insert. A racer that inserts the key after this statement's snapshot makes the
+   * insert do nothing and the peek see nothing: then the peek is read again on its own.
    */
   private async claimOrPeek(
     claim: NewClaim,
@@ -264,27 +270,39 @@ export class Store {
         "claim-or-peek",
         (v) => {
           const now = this.now();
+          const row = slotted(v);
           const columns = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
           const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
-          const inserted = this.insertRunning(slotted(v))
-            .returning(columns)
-            .returning([hasArgs.as("has_args"), now.as("db_now")]);
+          const existing = this.db
+            .selectFrom("idem_operations")
+            .select([...columns, hasArgs.as("has_args"), now.as("db_now")])
+            .where("tenant_id", "=", row.tenant)
+            .where("key", "=", row.key);
+          const values = Object.entries(this.runningValues(row));
+          const inserted = this.db
+            .insertInto("idem_operations")
+            .columns(values.map(([c]) => c) as any)
+            .expression(
+              this.db
+                .selectNoFrom(values.map(([c, value]) => (isSql(value) ? value : sql`${value}`).as(c)) as any)
+                .where(sql<boolean>`not exists (select 1 from "existing")`) as any,
+            )
+            .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing())
+            .returning([...columns, hasArgs.as("has_args"), now.as("db_now")]);
           return this.db
+            .with("existing", () => existing)
             .with("ins", () => inserted)
-            .selectFrom("ins")
+            .selectFrom("existing")
             .select([
-              sql<number>`1`.as("fresh"),
-              ...columns.map((c) => `ins.${c}` as const),
-              "ins.has_args",
-              "ins.db_now",
+              sql<number>`0`.as("fresh"),
+              ...columns.map((c) => `existing.${c}` as const),
+              "existing.has_args",
+              "existing.db_now",
             ])
             .unionAll(
               this.db
-                .selectFrom("idem_operations")
-                .select([sql<number>`0`.as("fresh"), ...columns, hasArgs.as("has_args"), now.as("db_now")])
-                .where("tenant_id", "=", v("tenant"))
-                .where("key", "=", v("key"))
-                .where(sql<boolean>`not exists (select 1 from ins)`) as any,
+                .selectFrom("ins" as any)
+                .select([sql<number>`1`.as("fresh"), ...columns, "has_args", "db_now"] as any) as any,
             ) as any;
         },
         claim as unknown as Record<string, unknown>,
@@ -302,19 +320,33 @@ export class Store {
   }
 
   private insertRunning(row: NewClaim) {
-    const now = this.now();
     return this.db
       .insertInto("idem_operations")
-      .values({
-        ...runningRow(row),
-        // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
-        maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
-        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
-        last_execution_at: now,
-        created_at: now,
-        updated_at: now,
-      })
+      .values(this.runningValues(row))
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
+  }
+
+  /** A new claim's columns: the running row, with the times and the first event from the database. */
+  private runningValues(row: NewClaim) {
+    const now = this.now();
+    return {
+      ...runningRow(row),
+      // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
+      maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
+      lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
+      last_execution_at: now,
+      created_at: now,
+      updated_at: now,
+      // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
+      history: this.firstEvent(row.actor, now) as any,
+    };
+  }
+
+  /** The history of a new claim: its one event, shaped as the trigger shapes the others (0003). */
+  private firstEvent(actor: string | null, now: RawBuilder<number>) {
+    return this.dialect === "postgres"
+      ? sql`jsonb_build_array(jsonb_build_object('from', null, 'to', 'running', 'attempt', 1, 'actor', cast(${actor} as text), 'reason', 'claimed', 'ref', null, 'at', ${now}))`
+      : sql`json_array(json_object('from', null, 'to', 'running', 'attempt', 1, 'actor', ${actor}, 'reason', 'claimed', 'ref', null, 'at', ${now}))`;
   }
 
   /**

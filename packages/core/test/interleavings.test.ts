@@ -173,8 +173,8 @@ function jittered(dialect: Dialect): Dialect {
               // provider's help (a deduping key does; a lookup cannot).
               granting.set(
                 wrapper,
-                // The claim: an insert, or on Postgres the insert-or-peek statement (with "ins" as (insert …)).
-                /^(with "ins" as \()?insert into "idem_operations"/.test(q.sql) ||
+                // The claim: an insert, or on Postgres the peek-or-insert statement (with … "ins" as (insert …)).
+                /insert into "idem_operations"/.test(q.sql) ||
                   (/^update "idem_operations" set "status" = /.test(q.sql) &&
                     q.parameters[0] === "running" &&
                     /"attempt" = /.test(q.sql)),

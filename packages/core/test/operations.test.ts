@@ -621,7 +621,12 @@ for (const dialect of DIALECTS) {
           `UPDATE idem_operations SET status = 'succeeded', result_json = '{"id":"m1"}', reason = 'reconciled', updated_at = 30, completed_at = 30 WHERE id = 'op_old1'`,
         )
         .execute(databaseOf(bare));
-      expect(await bare.admin.migrate()).toEqual(["0002-lean-rows", "0003-sticky-maybe-committed", "0004-resolutions"]);
+      expect(await bare.admin.migrate()).toEqual([
+        "0002-lean-rows",
+        "0003-sticky-maybe-committed",
+        "0004-resolutions",
+        "0005-claim-writes-its-event",
+      ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
         id: "op_old1",
@@ -663,7 +668,7 @@ for (const dialect of DIALECTS) {
         migrationLockTableName: "idem_migration_lock",
         provider: migrationProvider(dialect),
       }).migrateTo("0003-sticky-maybe-committed");
-      expect(await bare.admin.pendingMigrations()).toEqual(["0004-resolutions"]);
+      expect(await bare.admin.pendingMigrations()).toEqual(["0004-resolutions", "0005-claim-writes-its-event"]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
       await sql
@@ -754,6 +759,7 @@ for (const dialect of DIALECTS) {
           "0002-lean-rows",
           "0003-sticky-maybe-committed",
           "0004-resolutions",
+          "0005-claim-writes-its-event",
         ]);
       } else {
         await bare.admin.migrate();
