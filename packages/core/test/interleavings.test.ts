@@ -173,7 +173,7 @@ function jittered(dialect: Dialect): Dialect {
               // provider's help (a deduping key does; a lookup cannot).
               granting.set(
                 wrapper,
-                // The claim: an insert, or on Postgres the peek-or-insert statement (with … "ins" as (insert …)).
+                // The claim: an insert, or on Postgres the claim-or-peek statement (with "ins" as (insert …)).
                 /insert into "idem_operations"/.test(q.sql) ||
                   (/^update "idem_operations" set "status" = /.test(q.sql) &&
                     q.parameters[0] === "running" &&
