@@ -171,6 +171,15 @@ for (const dialect of DIALECTS) {
           .toBe("succeeded");
         expect(await watcher.locator("#changed").isVisible()).toBe(true);
 
+        // Stats for the tenant: the resolved send, and the hourly chart that counts it.
+        await page.goto(`${base}/stats?tenant=${tenant}`);
+        expect(await page.getByTestId("stats").textContent()).toMatch(
+          new RegExp(`${tenant}\\s*email\\.send\\s*succeeded\\s*1`),
+        );
+        expect(await page.getByRole("img").getAttribute("aria-label")).toMatch(
+          /^[1-9]\d* operations created in the last 24 hours$/,
+        );
+
         // The stale queue still offers it; deciding from it is refused, and nothing changes.
         await stale.locator(`tr[data-operation="${opId}"] input[name="ops"]`).check();
         await stale.getByLabel("It did not happen: run it again with the same key").check();
@@ -248,6 +257,8 @@ for (const dialect of DIALECTS) {
         expect(live.status()).toBe(404);
         await page.goto(`${base}/?tenant=${tenant}`);
         expect(await page.getByTestId("empty").isVisible()).toBe(true);
+        await page.goto(`${base}/stats?tenant=${tenant}`);
+        expect(await page.getByTestId("stats").textContent()).not.toContain(tenant);
       } finally {
         await context.close();
       }

@@ -102,10 +102,21 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
 
   app.get("/stats", async (c) => {
     const operator = c.var.operator;
-    const tenants = operator.tenants === "*" ? undefined : operator.tenants;
-    const rows = (await ledger.admin.stats()).filter((r) => allows(operator, r.tenant));
-    const activity = await ledger.admin.activity(tenants === undefined ? {} : { tenant: tenants });
-    return page(c, "Stats", statsPage(rows, activity, Date.now()));
+    // One tenant (if the operator may see it), or all of the operator's.
+    const asked = c.req.query("tenant") || undefined;
+    const tenant =
+      asked !== undefined
+        ? allows(operator, asked)
+          ? asked
+          : []
+        : operator.tenants === "*"
+          ? undefined
+          : operator.tenants;
+    const rows = (await ledger.admin.stats(typeof tenant === "string" ? { tenant } : {})).filter(
+      (r) => allows(operator, r.tenant) && (asked === undefined || r.tenant === asked),
+    );
+    const activity = await ledger.admin.activity(tenant === undefined ? {} : { tenant });
+    return page(c, "Stats", statsPage(rows, activity, Date.now(), asked));
   });
 
   app.get("/op/:tenant/:id", async (c) => {

@@ -206,8 +206,11 @@ export function statsPage(
   rows: readonly StatsRow[],
   activity: readonly { at: number; status: Status; count: number }[],
   now: number,
+  tenant?: string,
 ): Html {
-  return html`<h1>Operations</h1>
+  return html`<h1>Operations${tenant ? html` of ${tenant}` : ""}</h1>
+<form class="filters" method="get" action="/stats" aria-label="Filter the stats">
+<div><label for="s-tenant">Tenant</label><input id="s-tenant" name="tenant" value="${tenant ?? ""}"></div><button>Show</button></form>
 <h2>Created per hour, last 24 hours</h2>
 ${chart(activity, now)}
 <h2>By tenant and action</h2>
