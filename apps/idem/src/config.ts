@@ -197,13 +197,28 @@ const schema = z
           .default([]),
         /** Trust this header (set by an authenticating reverse proxy) to name the operator. */
         proxyHeader: z.string().min(1).optional(),
+        /** The addresses the proxy connects from, whose `proxyHeader` is trusted. Default: loopback only. */
+        trustedProxies: z.array(z.string().min(1)).default(["127.0.0.1", "::1", "::ffff:127.0.0.1"]),
+        /**
+         * Host names the console answers to (the name in your proxy's URL), besides its own address
+         * and localhost: a request for any other Host is refused, so a page whose name was
+         * re-pointed at this address (DNS rebinding) cannot use it.
+         */
+        allowedHosts: z.array(z.string().min(1)).default([]),
         /** The key that signs sessions (an environment variable); default: a random one per process. */
         sessionSecretEnv: envName.optional(),
         /** No sign-in at all, every tenant, operator "local": only on a loopback address, for local use. */
         insecureNoAuth: z.boolean().default(false),
       })
       .strict()
-      .default({ port: 9470, host: "127.0.0.1", operators: [], insecureNoAuth: false }),
+      .default({
+        port: 9470,
+        host: "127.0.0.1",
+        operators: [],
+        trustedProxies: ["127.0.0.1", "::1", "::ffff:127.0.0.1"],
+        allowedHosts: [],
+        insecureNoAuth: false,
+      }),
   })
   .strict();
 

@@ -7,6 +7,7 @@
  * cannot see it, a stale page cannot decide it, and a form from elsewhere is refused.
  */
 import { existsSync, writeFileSync } from "node:fs";
+import { request } from "node:http";
 import { fileURLToPath } from "node:url";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { emailActions } from "@idem/email";
@@ -17,6 +18,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, until } from "./support.js";
 
 const CHROMIUM = "/usr/bin/chromium";
+
+/** The status of a GET with these headers (node:http: fetch may not set Host). */
+function statusFor(url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    request(url, { headers }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    })
+      .on("error", reject)
+      .end();
+  });
+}
 const MAIL_WORKER = fileURLToPath(new URL("../../../packages/email/test/children/mail-worker.ts", import.meta.url));
 const SCREENSHOTS = fileURLToPath(new URL("../../../docs/images/", import.meta.url));
 const TOKENS = { alice: "alice-token-7f3a9c", bob: "bob-token-51e0d2" };
@@ -307,6 +320,33 @@ describe("the console behind an authenticating proxy, and beside the daemon", { 
       expect((await as()).status).toBe(401);
       expect((await as("mallory")).status).toBe(401);
       expect((await fetch(`${base}/login`, { redirect: "manual" })).status).toBe(302); // no token sign-in in this mode
+      // A page whose name was re-pointed at the console (DNS rebinding) sends its own Host: refused.
+      expect(await statusFor(`${base}/`, { Host: "attacker.example", "X-Forwarded-User": "carol" })).toBe(421);
+      expect(await statusFor(`${base}/`, { Host: "localhost", "X-Forwarded-User": "carol" })).toBe(200);
+    } finally {
+      await kill9(web);
+    }
+  });
+
+  it("proxyHeader: the header is believed only from a trusted proxy's address", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${dir}/l.db`;
+    const config = `${dir}/idem.config.json`;
+    const operators = [{ name: "carol", tenants: ["acme"] }];
+    writeFileSync(
+      config,
+      JSON.stringify({
+        ledger,
+        console: { port: 0, proxyHeader: "X-Forwarded-User", trustedProxies: ["10.9.8.7"], operators },
+      }),
+    );
+    const l = await openLedger(ledger);
+    await l.close();
+    const web = startChild(CLI, ["--config", config, "console"]);
+    try {
+      const base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
+      // This test connects from 127.0.0.1, which is not the proxy: whoever sends the header is not believed.
+      expect(await statusFor(`${base}/`, { "X-Forwarded-User": "carol" })).toBe(401);
     } finally {
       await kill9(web);
     }

@@ -514,6 +514,32 @@ export class Runner {
       );
       if (proven) return { done: succeeded(proven, receipt, false) };
     }
+    if (
+      receipt !== undefined &&
+      now.resolution_json !== null &&
+      (now.status === "failed" || now.result_json === null)
+    ) {
+      // A person decided without this receipt: "failed" (nothing found yet), or "succeeded" with no
+      // receipt to give. The receipt proves the effect and is the action's own: it replaces the
+      // verdict it contradicts, or fills the receipt the verdict lacked. Else a later retry of a
+      // "failed" would do the effect twice.
+      const json = canonicalJson(receipt, "result");
+      checkSize("result", json, call.settings.maxResultBytes, now.id);
+      const overruled = now.status === "failed";
+      const proven = await this.store.move(now, "succeeded", {
+        actor: call.actor,
+        reason: overruled
+          ? `attempt ${mine.attempt}'s receipt proves the effect happened, after a person resolved it as failed`
+          : `attempt ${mine.attempt}'s receipt, after a person resolved it as succeeded without one`,
+        result_json: json,
+        error_json: null,
+        ...(overruled && { resolution_json: null }),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
+        alert: false,
+      });
+      if (proven) return { done: succeeded(proven, receipt, false) };
+    }
     if (wanted === "unknown" && now.status === "pending") {
       // A lookup proved absence while this attempt was still in flight: its ambiguous end voids that proof.
       const reopened = await this.store.move(now, "unknown", {

@@ -34,7 +34,8 @@ let loaded: Promise<Tracing> | undefined;
 
 /** The process's tracing, loaded once: `@opentelemetry/api` if installed, else no-ops. */
 export function tracing(): Promise<Tracing> {
-  loaded ??= import("@opentelemetry/api").then(
+  // webpackIgnore: a bundler must not try to resolve an optional peer that may be absent.
+  loaded ??= import(/* webpackIgnore: true */ "@opentelemetry/api").then(
     (api) => withTracer(api.trace.getTracer("@idem/core"), api.SpanStatusCode.ERROR),
     () => NONE,
   );

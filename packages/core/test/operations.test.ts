@@ -353,6 +353,45 @@ for (const dialect of DIALECTS) {
       expect(await ledger.admin.activity({ tenant: [] })).toEqual([]);
     });
 
+    for (const verdict of ["failed", "succeeded"] as const) {
+      it(`a receipt that arrives after a person resolved the operation as ${verdict} without one is kept: it proves the effect`, async () => {
+        const p = new TestProvider();
+        let release!: () => void;
+        p.gate = new Promise<void>((r) => (release = r));
+        const action = p.action("sms", {}); // nothing can check it: an expired lease goes to a person
+        const tenant = uniqueTenant();
+        const worker = await db.open();
+        const later = await db.open({ clock: () => Date.now() + 3_600_000, actions: [action] });
+        const first = worker.run(action, { tenant, key: ["late"], args: { to: "x" } });
+        await p.called(1);
+        const [row] = await later.admin.list({ tenant });
+        expect(await later.daemon.settle({ tenant, id: row!.id, actor: "daemon" })).toMatchObject({
+          state: "needs_review",
+        });
+        await later.admin.resolve({
+          tenant,
+          id: row!.id,
+          outcome: verdict,
+          reason: "checked: nothing there yet",
+          actor: "ann",
+        });
+        release(); // the first attempt's answer arrives, late
+        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+        const { operation, events } = await later.get({ tenant, id: row!.id });
+        expect(operation).toMatchObject({ status: "succeeded", result: { id: "obj_1" }, error: null });
+        expect(operation.resolution === null).toBe(verdict === "failed"); // a contradicted verdict is gone; the history keeps it
+        expect(events.map((e) => e.reason).join(" | ")).toMatch(
+          /resolved by a person: checked: nothing there yet.*fenced: attempt 1/,
+        );
+        // Every later caller replays the receipt: a retry would have done it twice.
+        expect(await later.run(action, { tenant, key: ["late"], args: { to: "x" } })).toMatchObject({
+          receipt: { id: "obj_1" },
+          replayed: true,
+        });
+        expect(p.effects).toHaveLength(1);
+      });
+    }
+
     it("retry sends a reviewed operation back to pending; the next call runs it with the same key", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();
@@ -675,7 +714,9 @@ for (const dialect of DIALECTS) {
         .raw(`INSERT INTO idem_operations (${columns}) VALUES
         ('op_res1', 'acme', 'k1', 'charge', 'succeeded', 1, 'ch_1', '{"reference":"ch_1","resolvedBy":"ann"}', NULL, 'ann', 'resolved by a person: checked', 10, 40, 40),
         ('op_res2', 'acme', 'k2', 'charge', 'failed', 1, NULL, NULL, '{"kind":"permanent","reason":"resolved by a person: never sent"}', 'bob', 'resolved by a person: never sent', 10, 50, 50),
-        ('op_run1', 'acme', 'k3', 'charge', 'succeeded', 1, 'ch_3', '{"id":"ch_3"}', NULL, 'agent', 'reconciled', 10, 60, 60)`)
+        ('op_run1', 'acme', 'k3', 'charge', 'succeeded', 1, 'ch_3', '{"id":"ch_3"}', NULL, 'agent', 'reconciled', 10, 60, 60),
+        ('op_res3', 'acme', 'k4', 'charge', 'succeeded', 1, NULL, '{"reference":"r","resolvedBy":"ann","total":5}', NULL, 'ann', 'resolved by a person: gave the receipt', 10, 70, 70),
+        ('op_res4', 'acme', 'k5', 'charge', 'succeeded', 1, NULL, '["a","b"]', NULL, 'ann', 'resolved by a person: gave a list', 10, 80, 80)`)
         .execute(databaseOf(bare));
       await bare.close();
 
@@ -708,6 +749,15 @@ for (const dialect of DIALECTS) {
         status: "failed",
         error: { kind: "permanent" },
         resolution: { outcome: "failed", actor: "bob", reason: "never sent", evidence: null, at: 50 },
+      });
+      // receipts a person gave that only look like the old verdict, or are not objects, are kept as they are
+      expect((await ledger.get({ tenant: "acme", id: "op_res3" })).operation).toMatchObject({
+        result: { reference: "r", resolvedBy: "ann", total: 5 },
+        resolution: { outcome: "succeeded", actor: "ann", reason: "gave the receipt", evidence: null },
+      });
+      expect((await ledger.get({ tenant: "acme", id: "op_res4" })).operation).toMatchObject({
+        result: ["a", "b"],
+        resolution: { outcome: "succeeded", reason: "gave a list" },
       });
       // a row no person decided keeps its receipt and has no resolution
       expect((await ledger.get({ tenant: "acme", id: "op_run1" })).operation).toMatchObject({

@@ -13,8 +13,10 @@ import {
   type Seen,
 } from "@idem/core";
 import { Hono, type Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { csrf } from "hono/csrf";
 import { HTTPException } from "hono/http-exception";
+import { getConnInfo } from "@hono/node-server/conninfo";
 import { streamSSE } from "hono/streaming";
 import ms from "ms";
 import type { Logger } from "pino";
@@ -27,7 +29,14 @@ type Outcome = "succeeded" | "failed" | "retry";
 
 export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, log: Logger): Hono<Env> {
   const app = new Hono<Env>();
-  // State-changing requests must come from the console's own pages (Origin checked), besides the form token.
+  // Only for the console's own names (no DNS rebinding), small bodies, and state-changing requests
+  // from its own pages (Origin checked), besides the form token.
+  app.use(async (c, next) => {
+    if (!access.allowsHost(c)) return c.text("unknown host: add it to console.allowedHosts", 421);
+    await next();
+    return undefined;
+  });
+  app.use(bodyLimit({ maxSize: 256 * 1024 }));
   app.use(csrf());
   app.onError((error, c) => {
     if (error instanceof HTTPException) return error.getResponse(); // the CSRF check's 403
@@ -46,7 +55,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const form = await c.req.parseBody();
     const operator = typeof form.token === "string" ? await access.signIn(c, form.token) : undefined;
     if (!operator) {
-      log.warn({ ip: c.req.header("x-forwarded-for") }, "console sign-in refused");
+      log.warn({ peer: getConnInfo(c).remote.address }, "console sign-in refused");
       return c.html(
         layout("Sign in", undefined, undefined, loginPage("That token does not belong to an operator.")),
         401,

@@ -7,6 +7,7 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
+import { getConnInfo } from "@hono/node-server/conninfo";
 import type { Context } from "hono";
 import { deleteCookie, getSignedCookie, setSignedCookie } from "hono/cookie";
 import { ConfigError, secret, type IdemConfig } from "../config.js";
@@ -51,6 +52,9 @@ export class Access {
   async operatorOf(c: Context): Promise<Operator | undefined> {
     if (this.settings.insecureNoAuth) return { name: "local", tenants: "*" };
     if (this.settings.proxyHeader) {
+      // Only the proxy may name the operator: anyone else could send the header too.
+      const peer = getConnInfo(c).remote.address;
+      if (peer === undefined || !this.settings.trustedProxies.includes(peer)) return undefined;
       const name = c.req.header(this.settings.proxyHeader);
       return name === undefined ? undefined : this.#byName.get(name);
     }
@@ -75,7 +79,8 @@ export class Access {
         sameSite: "Strict",
         path: "/",
         maxAge: SESSION_MS / 1000,
-        secure: c.req.url.startsWith("https:"),
+        // Behind a TLS-terminating proxy the request reaches us as http: its X-Forwarded-Proto says https.
+        secure: c.req.url.startsWith("https:") || c.req.header("x-forwarded-proto") === "https",
       },
     );
     return match.operator;
@@ -83,6 +88,19 @@ export class Access {
 
   signOut(c: Context): void {
     deleteCookie(c, COOKIE, { path: "/" });
+  }
+
+  /**
+   * Whether the request names a host the console answers to: its own address, localhost, or one
+   * of `allowedHosts`. Anything else is refused, so a hostile page whose name was re-pointed at
+   * this address (DNS rebinding) cannot read pages or post decisions as the operator.
+   */
+  allowsHost(c: Context): boolean {
+    const host = c.req.header("host");
+    if (host === undefined) return false;
+    const name = host.startsWith("[") ? host.slice(1, host.indexOf("]")) : host.replace(/:\d+$/, "");
+    const known = new Set(["localhost", "127.0.0.1", "::1", this.settings.host, ...this.settings.allowedHosts]);
+    return known.has(name.toLowerCase());
   }
 
   /** Whether sign-in is by token (a login page), rather than by the proxy or not at all. */
