@@ -250,7 +250,11 @@ it(
     const core = JSON.parse(readFileSync(join(project, "node_modules/@idem/core/package.json"), "utf8"));
     expect(core.dependencies).not.toHaveProperty("better-sqlite3");
     expect(core.dependencies).not.toHaveProperty("pg");
-    expect(core.peerDependenciesMeta).toEqual({ "better-sqlite3": { optional: true }, pg: { optional: true } });
+    expect(core.peerDependenciesMeta).toEqual({
+      "better-sqlite3": { optional: true },
+      pg: { optional: true },
+      "@opentelemetry/api": { optional: true },
+    });
   },
   LONG,
 );
