@@ -133,6 +133,7 @@ export class LedgerAdmin {
       checks: 0,
       result_json: null,
       resolution_json: null,
+      reopened: true,
       alert: false,
       ...(verdict.seen && { unchangedSince: { updatedAt: verdict.seen.updatedAt, checks: verdict.seen.checks } }),
     });

@@ -32,6 +32,8 @@ export interface TransitionPatch {
   checkAfterMs?: number | null;
   checks?: number;
   completed?: boolean;
+  /** A settled operation runs again (a person's retry): it is no longer completed, nor due for pruning. */
+  reopened?: boolean;
   /** A person must hear of this transition (needs_review, auth/policy failure): the daemon alerts. */
   alert?: boolean;
   /** This transition ends an execution without an answer: it may have taken effect until now. */
@@ -543,7 +545,7 @@ export class Store {
     const withRetention = done && patch.retentionMs != null;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}`;
+      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -569,6 +571,7 @@ export class Store {
               ...(has("checks") && { checks: v("checks") }),
               ...(has("alert") && { alert_pending: v("alert") }),
               ...(done && { completed_at: now }),
+              ...(patch.reopened && { completed_at: null, expires_at: null }),
               ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
               ...(patch.executionEnded && { last_execution_at: now }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),

@@ -392,6 +392,18 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    it("a retry of a settled operation reopens it: no completion time, not due for pruning", async () => {
+      const ledger = await db.open({ retentionMs: 0 });
+      const t = uniqueTenant();
+      const { id } = await parked(ledger, t, "reopen");
+      const failed = await ledger.admin.resolve({ tenant: t, id, outcome: "failed", reason: "not sent", actor: "ann" });
+      expect(failed.completedAt).not.toBeNull();
+      expect(failed.expiresAt).not.toBeNull();
+      const back = await ledger.admin.retry({ tenant: t, id, reason: "the cause is fixed", actor: "ann" });
+      expect(back).toMatchObject({ status: "pending", completedAt: null, expiresAt: null, resolution: null });
+      expect(await ledger.admin.prune({ tenant: t })).toBe(0);
+    });
+
     it("retry sends a reviewed operation back to pending; the next call runs it with the same key", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();
