@@ -42,6 +42,17 @@ const isAction = (v: unknown): v is Action =>
   typeof (v as Action).type === "string" &&
   typeof (v as Action).execute === "function";
 
+/** An SMTP server (the email provider's and the email alert sink's): login names from the environment. */
+const smtpServer = z
+  .object({
+    host: z.string(),
+    port,
+    secure: z.boolean().optional(),
+    userEnv: envName.optional(),
+    passEnv: envName.optional(),
+  })
+  .strict();
+
 const schema = z
   .object({
     ledger: z.string().min(1).default("sqlite:./idem.db"),
@@ -80,15 +91,7 @@ const schema = z
           .optional(),
         email: z
           .object({
-            smtp: z
-              .object({
-                host: z.string(),
-                port,
-                secure: z.boolean().optional(),
-                userEnv: envName.optional(),
-                passEnv: envName.optional(),
-              })
-              .strict(),
+            smtp: smtpServer,
             imap: z
               .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
               .strict(),
@@ -111,15 +114,7 @@ const schema = z
           .optional(),
         email: z
           .object({
-            smtp: z
-              .object({
-                host: z.string(),
-                port,
-                secure: z.boolean().optional(),
-                userEnv: envName.optional(),
-                passEnv: envName.optional(),
-              })
-              .strict(),
+            smtp: smtpServer,
             from: z.string().email(),
             to: z.array(z.string().email()).min(1),
           })

@@ -19,6 +19,26 @@ import { CLI, until } from "./support.js";
 
 const CHROMIUM = "/usr/bin/chromium";
 
+/** Writes `config`, runs `idem --config … <command>` and waits for the line saying where the console listens. */
+async function serving(
+  config: object,
+  command: string[] = ["console"],
+  env: Record<string, string> = {},
+): Promise<{ child: Child; base: string }> {
+  const file = `${tempDir()}/idem.config.json`;
+  writeFileSync(file, JSON.stringify(config));
+  const child = startChild(CLI, ["--config", file, ...command], env);
+  const base = /"url":"([^"]+)"/.exec(await child.waitFor(/serving the console/))![1]!;
+  return { child, base };
+}
+
+/** A migrated SQLite ledger of its own. */
+async function sqliteLedger(): Promise<string> {
+  const url = `sqlite:${tempDir()}/l.db`;
+  await (await openLedger(url)).close();
+  return url;
+}
+
 /** The status of a GET with these headers (node:http: fetch may not set Host). */
 function statusFor(url: string, headers: Record<string, string>): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -98,11 +118,8 @@ for (const dialect of DIALECTS) {
       );
       expect(sandbox.count(messageId)).toBe(1);
 
-      const dir = tempDir();
-      const config = `${dir}/idem.config.json`;
-      writeFileSync(
-        config,
-        JSON.stringify({
+      ({ child: web, base } = await serving(
+        {
           ledger: url,
           console: {
             port: 0,
@@ -112,14 +129,10 @@ for (const dialect of DIALECTS) {
               { name: "bob", tokenEnv: "BOB_TOKEN", tenants: ["globex"] },
             ],
           },
-        }),
-      );
-      web = startChild(CLI, ["--config", config, "console"], {
-        ALICE_TOKEN: TOKENS.alice,
-        BOB_TOKEN: TOKENS.bob,
-        CONSOLE_SECRET: "s3cret-for-tests",
-      });
-      base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
+        },
+        ["console"],
+        { ALICE_TOKEN: TOKENS.alice, BOB_TOKEN: TOKENS.bob, CONSOLE_SECRET: "s3cret-for-tests" },
+      ));
     });
     afterAll(async () => {
       if (web) await kill9(web);
@@ -297,21 +310,11 @@ for (const dialect of DIALECTS) {
 
 describe("the console behind an authenticating proxy, and beside the daemon", { timeout: scaled(120_000) }, () => {
   it("proxyHeader: the proxy's header names the operator; without it, or with a stranger's name, nothing is served", async () => {
-    const dir = tempDir();
-    const ledger = `sqlite:${dir}/l.db`;
-    const config = `${dir}/idem.config.json`;
-    writeFileSync(
-      config,
-      JSON.stringify({
-        ledger,
-        console: { port: 0, proxyHeader: "X-Forwarded-User", operators: [{ name: "carol", tenants: ["acme"] }] },
-      }),
-    );
-    const l = await openLedger(ledger);
-    await l.close();
-    const web = startChild(CLI, ["--config", config, "console"]);
+    const { child: web, base } = await serving({
+      ledger: await sqliteLedger(),
+      console: { port: 0, proxyHeader: "X-Forwarded-User", operators: [{ name: "carol", tenants: ["acme"] }] },
+    });
     try {
-      const base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
       const as = (user?: string) =>
         fetch(`${base}/`, { headers: user ? { "X-Forwarded-User": user } : {}, redirect: "manual" });
       const carol = await as("carol");
@@ -329,22 +332,12 @@ describe("the console behind an authenticating proxy, and beside the daemon", { 
   });
 
   it("proxyHeader: the header is believed only from a trusted proxy's address", async () => {
-    const dir = tempDir();
-    const ledger = `sqlite:${dir}/l.db`;
-    const config = `${dir}/idem.config.json`;
     const operators = [{ name: "carol", tenants: ["acme"] }];
-    writeFileSync(
-      config,
-      JSON.stringify({
-        ledger,
-        console: { port: 0, proxyHeader: "X-Forwarded-User", trustedProxies: ["10.9.8.7"], operators },
-      }),
-    );
-    const l = await openLedger(ledger);
-    await l.close();
-    const web = startChild(CLI, ["--config", config, "console"]);
+    const { child: web, base } = await serving({
+      ledger: await sqliteLedger(),
+      console: { port: 0, proxyHeader: "X-Forwarded-User", trustedProxies: ["10.9.8.7"], operators },
+    });
     try {
-      const base = /"url":"([^"]+)"/.exec(await web.waitFor(/serving the console/))![1]!;
       // This test connects from 127.0.0.1, which is not the proxy: whoever sends the header is not believed.
       expect(await statusFor(`${base}/`, { "X-Forwarded-User": "carol" })).toBe(401);
     } finally {
@@ -353,22 +346,15 @@ describe("the console behind an authenticating proxy, and beside the daemon", { 
   });
 
   it("the daemon with daemon.console serves it too, and stops it on SIGTERM", async () => {
-    const dir = tempDir();
-    const ledger = `sqlite:${dir}/l.db`;
-    const config = `${dir}/idem.config.json`;
-    writeFileSync(
-      config,
-      JSON.stringify({
-        ledger,
+    const { child: daemon, base } = await serving(
+      {
+        ledger: await sqliteLedger(),
         daemon: { console: true, intervalMs: 200 },
         console: { port: 0, insecureNoAuth: true },
-      }),
+      },
+      ["daemon", "--name", "d-console"],
     );
-    const l = await openLedger(ledger);
-    await l.close();
-    const daemon = startChild(CLI, ["--config", config, "daemon", "--name", "d-console"]);
     try {
-      const base = /"url":"([^"]+)"/.exec(await daemon.waitFor(/serving the console/))![1]!;
       const home = await fetch(`${base}/`);
       expect(home.status).toBe(200);
       expect(await home.text()).toContain("Needs a person");

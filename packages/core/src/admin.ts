@@ -14,7 +14,7 @@ import {
   type Verdict,
 } from "./context.js";
 import { InvalidTransitionError, InvalidValueError } from "./errors.js";
-import { requireName, requireText } from "./keys.js";
+import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
 import type { Status } from "./schema.js";
@@ -60,14 +60,11 @@ export class LedgerAdmin {
     this.#context.assertOpen();
     if (filter.allTenants === true) {
       if (filter.tenant !== undefined) throw new InvalidValueError("tenant", "give a tenant or allTenants, not both");
-    } else if (typeof filter.tenant === "string") requireName(filter.tenant, "tenant");
-    else if (Array.isArray(filter.tenant)) for (const [i, t] of filter.tenant.entries()) requireName(t, `tenant[${i}]`);
+    } else if (filter.tenant !== undefined) requireTenants(filter.tenant);
     else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
     if (filter.before !== undefined) requireName(filter.before, "before");
-    if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit > 0))
-      throw new InvalidValueError("limit", "must be a positive whole number");
-    if (filter.olderThanMs !== undefined && !(Number.isInteger(filter.olderThanMs) && filter.olderThanMs >= 0))
-      throw new InvalidValueError("olderThanMs", "must be a whole number of ms ≥ 0");
+    if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
+    if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
     return (await this.#context.store.list(filter)).map(toOperation);
   }
@@ -171,15 +168,12 @@ export class LedgerAdmin {
   ): Promise<{ at: number; status: Status; count: number }[]> {
     this.#context.assertOpen();
     const tenants = options.tenant;
-    if (typeof tenants === "string") requireName(tenants, "tenant");
-    else if (tenants !== undefined) for (const [i, t] of tenants.entries()) requireName(t, `tenant[${i}]`);
+    if (tenants !== undefined) requireTenants(tenants);
     if (Array.isArray(tenants) && tenants.length === 0) return [];
     const sinceMs = options.sinceMs ?? 24 * 3_600_000;
     const bucketMs = options.bucketMs ?? 3_600_000;
-    if (!(Number.isInteger(sinceMs) && sinceMs > 0))
-      throw new InvalidValueError("sinceMs", "must be a positive whole number of ms");
-    if (!(Number.isInteger(bucketMs) && bucketMs > 0))
-      throw new InvalidValueError("bucketMs", "must be a positive whole number of ms");
+    requireWhole(sinceMs, "sinceMs", 1);
+    requireWhole(bucketMs, "bucketMs", 1);
     return this.#context.store.activity(tenants, sinceMs, bucketMs);
   }
 

@@ -5,8 +5,8 @@
  */
 import type { Action } from "./action.js";
 import { toOperation, type LedgerContext, type Operation, type OperationRef } from "./context.js";
-import { InvalidValueError, UnknownActionError } from "./errors.js";
-import { requireName } from "./keys.js";
+import { UnknownActionError } from "./errors.js";
+import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
 import type { Call, Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
@@ -36,8 +36,8 @@ export class LedgerDaemon {
    */
   async claimDue(options: { readonly limit: number; readonly claimMs: number }): Promise<DueOperation[]> {
     this.#context.assertOpen();
-    whole(options.limit, "limit", 1);
-    whole(options.claimMs, "claimMs", 1);
+    requireWhole(options.limit, "limit", 1);
+    requireWhole(options.claimMs, "claimMs", 1);
     return (await this.#context.store.claimDue(options.limit, options.claimMs)).map((r) => ({
       id: r.id,
       tenant: r.tenant_id,
@@ -89,7 +89,7 @@ export class LedgerDaemon {
   /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */
   async alertsDue(options: { readonly limit: number }): Promise<Operation[]> {
     this.#context.assertOpen();
-    whole(options.limit, "limit", 1);
+    requireWhole(options.limit, "limit", 1);
     return (await this.#context.store.alertsDue(options.limit)).map(toOperation);
   }
 
@@ -108,14 +108,10 @@ export class LedgerDaemon {
     readonly limit?: number;
   }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
-    whole(options.olderThanMs, "olderThanMs", 0);
+    requireWhole(options.olderThanMs, "olderThanMs", 0);
     return (await this.#context.store.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({
       ...toOperation(r),
       runningForMs: r.age_ms,
     }));
   }
-}
-
-function whole(n: number, name: string, min: number): void {
-  if (!(Number.isInteger(n) && n >= min)) throw new InvalidValueError(name, `must be a whole number ≥ ${min}`);
 }

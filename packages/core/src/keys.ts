@@ -108,3 +108,15 @@ export function requireWellFormed(value: string, what: string): void {
       `is not well-formed Unicode: an unpaired surrogate at index ${lone.index} (a string cut inside a character?)`,
     );
 }
+
+/** A count or a duration in ms given to an operator's or the daemon's call: a whole number ≥ `min`. */
+export function requireWhole(n: unknown, what: string, min: number): asserts n is number {
+  if (!(Number.isInteger(n) && (n as number) >= min))
+    throw new InvalidValueError(what, `must be a whole number ≥ ${min}`);
+}
+
+/** One tenant's name, or a list of them (an operator's tenants), each checked as `requireName` does. */
+export function requireTenants(tenant: string | readonly string[], what = "tenant"): void {
+  if (typeof tenant === "string") requireName(tenant, what);
+  else for (const [i, t] of tenant.entries()) requireName(t, `${what}[${i}]`);
+}

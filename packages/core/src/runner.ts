@@ -437,7 +437,14 @@ export class Runner {
   }
 
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
-  private async recordReceipt<A, R>(call: Call<A, R>, row: Row, json: string, receipt: R, reason: string) {
+  private async recordReceipt<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    json: string,
+    receipt: R,
+    reason: string,
+    extra: { resolution_json?: null } = {},
+  ) {
     try {
       return await this.tracing.span(
         "idem.complete",
@@ -450,6 +457,7 @@ export class Runner {
                 reason,
                 result_json: json,
                 error_json: null,
+                ...extra,
                 completed: true,
                 retentionMs: call.settings.retentionMs,
                 alert: false,
@@ -501,43 +509,26 @@ export class Runner {
       to: now.status,
       reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
     });
-    if (
-      receipt !== undefined &&
-      (now.status === "unknown" || now.status === "pending" || now.status === "needs_review")
-    ) {
+    // A receipt we hold proves the effect. It settles a row not yet proven, and outranks a person's
+    // verdict given without it: "failed" (nothing found yet; kept, a retry would do it twice) is
+    // replaced, "succeeded" with no receipt to give gets this one.
+    const unproven = now.status === "unknown" || now.status === "pending" || now.status === "needs_review";
+    const verdictWithout = now.resolution_json !== null && (now.status === "failed" || now.result_json === null);
+    if (receipt !== undefined && (unproven || verdictWithout)) {
+      const overruled = now.status === "failed";
+      const after = overruled
+        ? ", after a person resolved it as failed"
+        : unproven
+          ? ""
+          : ", after a person resolved it as succeeded without one";
       const proven = await this.recordReceipt(
         call,
         now,
         canonicalJson(receipt, "result"),
         receipt,
-        `attempt ${mine.attempt}'s receipt proves the effect happened`,
+        `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+        overruled ? { resolution_json: null } : {},
       );
-      if (proven) return { done: succeeded(proven, receipt, false) };
-    }
-    if (
-      receipt !== undefined &&
-      now.resolution_json !== null &&
-      (now.status === "failed" || now.result_json === null)
-    ) {
-      // A person decided without this receipt: "failed" (nothing found yet), or "succeeded" with no
-      // receipt to give. The receipt proves the effect and is the action's own: it replaces the
-      // verdict it contradicts, or fills the receipt the verdict lacked. Else a later retry of a
-      // "failed" would do the effect twice.
-      const json = canonicalJson(receipt, "result");
-      checkSize("result", json, call.settings.maxResultBytes, now.id);
-      const overruled = now.status === "failed";
-      const proven = await this.store.move(now, "succeeded", {
-        actor: call.actor,
-        reason: overruled
-          ? `attempt ${mine.attempt}'s receipt proves the effect happened, after a person resolved it as failed`
-          : `attempt ${mine.attempt}'s receipt, after a person resolved it as succeeded without one`,
-        result_json: json,
-        error_json: null,
-        ...(overruled && { resolution_json: null }),
-        completed: true,
-        retentionMs: call.settings.retentionMs,
-        alert: false,
-      });
       if (proven) return { done: succeeded(proven, receipt, false) };
     }
     if (wanted === "unknown" && now.status === "pending") {

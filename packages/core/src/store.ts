@@ -307,26 +307,21 @@ export class Store {
   }
 
   private insertRunning(row: NewClaim) {
+    const now = this.now();
     return this.db
       .insertInto("idem_operations")
-      .values(this.runningValues(row))
+      .values({
+        ...runningRow(row),
+        // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
+        maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
+        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
+        last_execution_at: now,
+        created_at: now,
+        updated_at: now,
+        // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
+        history: this.firstEvent(row.actor, now) as any,
+      })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
-  }
-
-  /** A new claim's columns: the running row, with the times and the first event from the database. */
-  private runningValues(row: NewClaim) {
-    const now = this.now();
-    return {
-      ...runningRow(row),
-      // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
-      maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
-      lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
-      last_execution_at: now,
-      created_at: now,
-      updated_at: now,
-      // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
-      history: this.firstEvent(row.actor, now) as any,
-    };
   }
 
   /** The history of a new claim: its one event, shaped as the trigger shapes the others (0003). */

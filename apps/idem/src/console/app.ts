@@ -180,9 +180,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     for (const item of picked) {
       const { tenant, id, seen } = pickedOf(item);
       if (!tenant || !id || !allows(c.var.operator, tenant)) continue;
-      const op = await ledger
-        .get({ tenant, id })
-        .catch((e: unknown) => (e instanceof OperationNotFoundError ? undefined : Promise.reject(e)));
+      const op = await find(c.var.operator, tenant, id);
       if (!op) {
         lines.push(`${id}: not found`);
         continue;
@@ -194,10 +192,13 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   });
 
   /** The operation named by the URL, if the operator may see its tenant. */
-  async function visible(c: Context<Env>) {
-    const tenant = c.req.param("tenant") ?? "";
-    const id = c.req.param("id") ?? "";
-    if (!allows(c.var.operator, tenant)) return undefined;
+  function visible(c: Context<Env>) {
+    return find(c.var.operator, c.req.param("tenant") ?? "", c.req.param("id") ?? "");
+  }
+
+  /** An operation of a tenant the operator may see, or undefined (another tenant's is "not found" too). */
+  async function find(operator: Operator, tenant: string, id: string) {
+    if (!allows(operator, tenant)) return undefined;
     return ledger.get({ tenant, id }).catch((e: unknown) => {
       if (e instanceof OperationNotFoundError || (e instanceof IdemError && e.code === "INVALID_VALUE"))
         return undefined;
