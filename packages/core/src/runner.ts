@@ -6,7 +6,6 @@
  * single statement in store.ts conditioned on the status and attempt the decision was made on.
  */
 import { randomUUID } from "node:crypto";
-import { performance } from "node:perf_hooks";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
 import pRetry from "p-retry";
 import {
@@ -148,7 +147,7 @@ export class Runner {
   private async step<A, R>(call: Call<A, R>, state: CallState): Promise<Step<R>> {
     const s = call.settings;
     const given = call.args.kind === "given" ? call.args : undefined;
-    const since = performance.now();
+    const since = this.store.local();
     const claim = await this.tracing.span("idem.claim", {}, async (span) => {
       const out = await this.store.claim({
         tenant: call.tenant,
@@ -212,7 +211,7 @@ export class Runner {
       case "execute":
       case "reconcile":
       case "review": {
-        const since = performance.now();
+        const since = this.store.local();
         const row = await this.store.takeOver(at, snap, {
           owner: state.owner,
           leaseMs: s.leaseMs,
@@ -289,6 +288,7 @@ export class Runner {
       mine,
       async (
         ctx,
+        held,
       ): Promise<{ step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row }> => {
         let row: Row = mine.row;
         let args = this.argsFor(call, row);
@@ -305,6 +305,18 @@ export class Runner {
             return { step: await this.fenced(call, row, "running", "reference") };
           row = { ...row, provider_reference: ref };
         }
+        // Nothing is sent once our lease may have passed to another worker: the statement that
+        // granted it (or a write since) answered too late, and the other may have looked the
+        // effect up, found nothing and done it. Not sent, so a transient failure of this attempt.
+        if (!held())
+          return {
+            ok: false,
+            cls: {
+              kind: "transient",
+              reason: `the lease of attempt ${row.attempt} ran out before its request was sent`,
+            },
+            row,
+          };
         try {
           const a = args;
           const op = { ...ctx, providerReference: row.provider_reference };
@@ -554,7 +566,7 @@ export class Runner {
   private async withLease<A, R, T>(
     call: Call<A, R>,
     mine: Held,
-    fn: (ctx: OperationContext) => Promise<T>,
+    fn: (ctx: OperationContext, held: () => boolean) => Promise<T>,
     lastAttemptAt?: number,
   ): Promise<T> {
     const { row } = mine;
@@ -564,27 +576,41 @@ export class Runner {
     call.signal?.addEventListener("abort", onAbort, { once: true });
     // The lease counts from when the statement that granted or extended it was SENT: a conservative end.
     const margin = Math.min(Math.floor(leaseMs / 5), 2_000);
+    const clock = this.store.local;
+    let until = 0;
+    let lost = false;
     let deadline: NodeJS.Timeout | undefined;
     const armDeadline = (from: number) => {
+      until = from + leaseMs - margin;
       clearTimeout(deadline);
       deadline = setTimeout(
-        () => controller.abort(new LeaseDeadlineError(row.id, row.attempt)),
-        Math.max(0, from + leaseMs - margin - performance.now()),
+        () => {
+          lost = true;
+          controller.abort(new LeaseDeadlineError(row.id, row.attempt));
+        },
+        Math.max(0, until - clock()),
       );
     };
     armDeadline(mine.since);
     const timer = setInterval(
       () => {
-        const asked = performance.now();
+        const asked = clock();
         this.store.heartbeat(row, leaseMs).then(
-          (kept) => (kept ? armDeadline(asked) : controller.abort(new Error(`lease of attempt ${row.attempt} lost`))),
+          (kept) => {
+            if (kept) return armDeadline(asked);
+            lost = true;
+            controller.abort(new Error(`lease of attempt ${row.attempt} lost`));
+          },
           () => {}, // unreachable for now: the deadline above stops the action if it lasts
         );
       },
       Math.max(10, Math.floor(leaseMs / 3)),
     );
+    // Read synchronously, before a request is sent: the deadline's timer may not have fired yet
+    // when the answer that granted the lease arrived late.
+    const held = () => !lost && clock() < until;
     try {
-      return await fn(context(row, controller, lastAttemptAt));
+      return await fn(context(row, controller, lastAttemptAt), held);
     } finally {
       clearInterval(timer);
       clearTimeout(deadline);

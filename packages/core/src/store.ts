@@ -8,6 +8,7 @@
  * `unixepoch('subsec')`), so workers on several machines agree. Every tenant-facing query is
  * scoped by `tenant_id`.
  */
+import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import { IdemError, LedgerUnavailableError } from "./errors.js";
@@ -207,7 +208,14 @@ export class Store {
     direct?: DirectExecutor,
   ) {
     this.hot = new QueryCache(db, clock === undefined, direct);
+    this.local = clock ?? (() => performance.now());
   }
+
+  /**
+   * The local clock that lease deadlines are measured on: monotonic, or the test clock, so a test
+   * that moves the database's time moves the deadlines with it.
+   */
+  readonly local: () => number;
 
   /** The database's clock as an SQL expression (or the injected test clock). */
   now(): RawBuilder<number> {

@@ -14,7 +14,8 @@ import {
   type Ledger,
 } from "@idem/core";
 import { DIALECTS, type TestDialect } from "@idem/testkit";
-import { databaseOf } from "@idem/core/testing";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
+import { dialectFor, hooked, isClaim } from "./support/dialects.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -275,6 +276,44 @@ for (const dialect of DIALECTS) {
       });
       await ledger.run(probe, { tenant: uniqueTenant(), key: ["t"], args: { n: 1 } });
       expect(seen).toEqual({ now: at, createdAt: at });
+    });
+
+    it("a claim answered after its lease ran out is not sent: the worker that took over did it, once", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const other = await db.open({ leaseMs: 200, waitMs: 10_000, actions: [mail] });
+      const tenant = uniqueTenant();
+      // The claim commits, then its answer is held (a slow network) until another worker has
+      // waited the lease out, looked the effect up (absent: nothing was sent) and done it.
+      let claimed!: () => void;
+      const committed = new Promise<void>((r) => (claimed = r));
+      let answer!: () => void;
+      const held = new Promise<void>((r) => (answer = r));
+      const slow = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          const out = await run();
+          if (isClaim(q) && q.parameters.includes(tenant)) {
+            claimed();
+            await held;
+          }
+          return out;
+        },
+      });
+      const late = await openTestLedger(slow, { leaseMs: 200, actions: [mail] });
+      const first = late.run(mail, { tenant, key: ["z"], args: { to: "x" } });
+      try {
+        await committed;
+        const meanwhile = await other.run(mail, { tenant, key: ["z"], args: { to: "x" } });
+        expect(meanwhile).toMatchObject({ status: "succeeded", replayed: false }); // looked up (absent), then sent
+        answer();
+        // The late worker's lease is gone: it must not send, and gets the outcome of the other.
+        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: true });
+        expect(p.effects).toHaveLength(1);
+      } finally {
+        answer();
+        await first.catch(() => {});
+        await late.close();
+      }
     });
   });
 }
