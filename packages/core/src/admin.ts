@@ -18,7 +18,7 @@ import { requireName, requireTenants, requireText, requireWhole } from "./keys.j
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
 import type { Status } from "./schema.js";
-import type { ListFilter } from "./store.js";
+import type { ListFilter } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
 export type Resolve = OperationRef &
@@ -66,7 +66,7 @@ export class LedgerAdmin {
     if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
     if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
-    return (await this.#context.store.list(filter)).map(toOperation);
+    return (await this.#context.reports.list(filter)).map(toOperation);
   }
 
   /**
@@ -142,7 +142,7 @@ export class LedgerAdmin {
   async prune(options: { readonly tenant: string; readonly limit?: number }): Promise<number> {
     this.#context.assertOpen();
     requireName(options.tenant, "tenant");
-    return this.#context.store.prune(options.tenant, options.limit ?? 10_000);
+    return this.#context.reports.prune(options.tenant, options.limit ?? 10_000);
   }
 
   /** Counts by status, action and tenant, for one tenant or all (a GROUP BY over the ledger: cache it). */
@@ -151,7 +151,7 @@ export class LedgerAdmin {
   ): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
     this.#context.assertOpen();
     if (options.tenant !== undefined) requireName(options.tenant, "tenant");
-    return this.#context.store.stats(options.tenant);
+    return this.#context.reports.stats(options.tenant);
   }
 
   /**
@@ -174,7 +174,7 @@ export class LedgerAdmin {
     const bucketMs = options.bucketMs ?? 3_600_000;
     requireWhole(sinceMs, "sinceMs", 1);
     requireWhole(bucketMs, "bucketMs", 1);
-    return this.#context.store.activity(tenants, sinceMs, bucketMs);
+    return this.#context.reports.activity(tenants, sinceMs, bucketMs);
   }
 
   /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */

@@ -12,6 +12,7 @@ import type { StoredError } from "./result.js";
 import { Runner, resolutionOf, type RunnerSettings } from "./runner.js";
 import type { Resolution } from "./result.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
+import { Reports } from "./reports.js";
 import type { Row, Store } from "./store.js";
 import type { Tracing } from "./tracing.js";
 
@@ -79,6 +80,7 @@ export type Seen = Pick<Operation, "status" | "attempt" | "checks" | "updatedAt"
 
 export class LedgerContext {
   readonly runner: Runner;
+  readonly reports: Reports;
   readonly actions = new Map<string, Action<any, any>>();
   private closed = false;
 
@@ -91,6 +93,7 @@ export class LedgerContext {
     readonly tracing: Tracing,
   ) {
     this.runner = new Runner(store, tracing);
+    this.reports = new Reports(store);
     for (const a of actions) this.actions.set(a.type, a);
   }
 

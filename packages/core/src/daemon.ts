@@ -109,7 +109,7 @@ export class LedgerDaemon {
   }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
     requireWhole(options.olderThanMs, "olderThanMs", 0);
-    return (await this.#context.store.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({
+    return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({
       ...toOperation(r),
       runningForMs: r.age_ms,
     }));

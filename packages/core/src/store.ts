@@ -65,12 +65,12 @@ export interface NewClaim {
  * Literal statuses for the daemon's scans: SQLite uses a partial index only when the query's
  * WHERE repeats the index's condition literally, which a bound parameter does not.
  */
-const RUNNING = sql.lit("running") as unknown as "running";
+export const RUNNING = sql.lit("running") as unknown as "running";
 const UNKNOWN = sql.lit("unknown") as unknown as "unknown";
 const PENDING = sql.lit("pending") as unknown as "pending";
 
 /** Every column but `history`, which grows with the operation and only `events` reads. */
-const ROW_COLUMNS = [
+export const ROW_COLUMNS = [
   "id",
   "tenant_id",
   "key",
@@ -182,21 +182,6 @@ function newOperationId(): string {
   const time = lastMs.toString(36).padStart(9, "0");
   return `op_${time}${seq.toString(36).padStart(4, "0")}${randomUUID().replace(/-/g, "").slice(0, 12)}`;
 }
-
-/** Which operations `ledger.admin.list` returns: one tenant's, several tenants' (an operator's allowed set) or every tenant's. */
-export type ListFilter = (
-  | { readonly tenant: string | readonly string[]; readonly allTenants?: never }
-  | { readonly allTenants: true; readonly tenant?: never }
-) & {
-  readonly status?: Status | readonly Status[];
-  readonly action?: string;
-  /** Only rows created at least this long ago. */
-  readonly olderThanMs?: number;
-  /** At most this many (default 100). */
-  readonly limit?: number;
-  /** Rows created before this operation id (keyset pagination, newest first: ids are time-ordered). */
-  readonly before?: string;
-};
 
 export class Store {
   private readonly hot: QueryCache<IdemDatabase>;
@@ -646,27 +631,6 @@ export class Store {
     return history.map((e, i) => ({ ...e, seq: i < HISTORY.head ? i + 1 : i + 1 + elided }));
   }
 
-  async list(f: ListFilter): Promise<Row[]> {
-    let q = this.db.selectFrom("idem_operations").select(ROW_COLUMNS);
-    if (typeof f.tenant === "string") q = q.where("tenant_id", "=", f.tenant);
-    else if (f.tenant !== undefined) q = q.where("tenant_id", "in", [...f.tenant]);
-    if (f.status !== undefined) {
-      const statuses = typeof f.status === "string" ? [f.status] : [...f.status];
-      q = q.where("status", "in", statuses);
-    }
-    if (f.action !== undefined) q = q.where("action", "=", f.action);
-    if (f.olderThanMs !== undefined) q = q.where("created_at", "<=", sql<number>`${this.now()} - ${f.olderThanMs}`);
-    if (f.before !== undefined) q = q.where("id", "<", f.before);
-    // (tenant_id, id) is an index: one tenant's newest first without a sort
-    return this.guard(
-      undefined,
-      q
-        .orderBy("id", "desc")
-        .limit(f.limit ?? 100)
-        .execute(),
-    );
-  }
-
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
   async claimDue(limit: number, claimMs: number): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
     const now = this.now();
@@ -736,59 +700,11 @@ export class Store {
     );
   }
 
-  /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
-  async stuck(olderThanMs: number, limit: number): Promise<(Row & { age_ms: number })[]> {
-    const rows = await this.guard(
-      undefined,
-      this.db
-        .selectFrom("idem_operations")
-        .select(ROW_COLUMNS)
-        .select(sql<number>`${this.now()} - updated_at`.as("age_ms"))
-        .where("status", "=", RUNNING)
-        .where("updated_at", "<=", sql<number>`${this.now()} - ${olderThanMs}`)
-        .orderBy("updated_at")
-        .limit(limit)
-        .execute(),
-    );
-    return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
-  }
-
-  async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
-    let q = this.db
-      .selectFrom("idem_operations")
-      .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
-      .groupBy(["tenant_id", "action", "status"]);
-    if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
-    return (await this.guard(undefined, q.execute())).map((r) => ({ ...r, count: Number(r.count) }));
-  }
-
-  /** Operations created per time bucket and status since `sinceMs` ago (database clock), for one tenant, several or all. */
-  async activity(
-    tenant: string | readonly string[] | undefined,
-    sinceMs: number,
-    bucketMs: number,
-  ): Promise<{ at: number; status: Status; count: number }[]> {
-    const bucket = sql<number>`(created_at / ${sql.lit(bucketMs)}) * ${sql.lit(bucketMs)}`;
-    let q = this.db
-      .selectFrom("idem_operations")
-      .select([bucket.as("at"), "status", (eb) => eb.fn.countAll<number>().as("count")])
-      .where("created_at", ">=", sql<number>`${this.now()} - ${sinceMs}`)
-      .groupBy([bucket, "status"])
-      .orderBy(bucket);
-    if (typeof tenant === "string") q = q.where("tenant_id", "=", tenant);
-    else if (tenant !== undefined) q = q.where("tenant_id", "in", [...tenant]);
-    return (await this.guard(undefined, q.execute())).map((r) => ({
-      at: Number(r.at),
-      status: r.status,
-      count: Number(r.count),
-    }));
-  }
-
   /**
    * Every read and write goes through here: a driver's error (unreachable,
    * full disk, a failed commit) becomes a typed `LedgerUnavailableError`, never a raw exception.
    */
-  private async guard<T>(operationId: string | undefined, work: Promise<T>): Promise<T> {
+  async guard<T>(operationId: string | undefined, work: Promise<T>): Promise<T> {
     try {
       return await work;
     } catch (cause) {
@@ -799,25 +715,5 @@ export class Store {
         { cause },
       );
     }
-  }
-
-  /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
-  async prune(tenant: string, limit: number): Promise<number> {
-    const doomed = this.db
-      .selectFrom("idem_operations")
-      .select("id")
-      .where("tenant_id", "=", tenant)
-      .where("expires_at", "<=", this.now())
-      .where("status", "in", ["succeeded", "failed"])
-      .limit(limit);
-    const res = await this.guard(
-      undefined,
-      this.db
-        .deleteFrom("idem_operations")
-        .where("id", "in", doomed)
-        .where("tenant_id", "=", tenant)
-        .executeTakeFirst(),
-    );
-    return Number(res.numDeletedRows);
   }
 }
