@@ -304,12 +304,15 @@ export function program(): Command {
 
   cmd
     .command("stats")
-    .description("operations by tenant, action and status")
+    .description("operations not settled yet (running, unknown, pending, needs_review) by tenant, action and status")
     .option("-t, --tenant <tenant>", "only this tenant")
     .action(async (o: { tenant?: string }) => {
-      await withLedger(g(), async (ledger) =>
-        printStats(await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant }), g().json === true),
-      );
+      await withLedger(g(), async (ledger) => {
+        const stats = await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant });
+        // --json: the object as the API returns it ({ unsettled: [...] }), so a field added later is not a new shape.
+        if (g().json === true) console.log(JSON.stringify(stats));
+        else printStats([...stats.unsettled], false);
+      });
     });
 
   cmd

@@ -1,8 +1,10 @@
 /**
  * Prometheus metrics and health for the daemon (prom-client). Counters are the daemon's own;
- * operation counts by status and action (and tenant, when asked: one series per tenant can be
- * millions) come from one GROUP BY over the ledger, cached for `statsTtlMs` so scrapes do not
- * scan a large ledger each time; the process's own metrics (CPU, memory, event loop lag, GC) too.
+ * the operations not settled yet, by status and action (and tenant, when asked: one series per
+ * tenant can be millions), come from `ledger.admin.stats()`, which reads only those rows through
+ * their indexes (its cost follows the work waiting, not the ledger's size), cached for
+ * `statsTtlMs`; the process's own metrics (CPU, memory, event loop lag, GC) too. Settled
+ * operations are counted where they settle: `idem_runs_total` in the agents (`onResult`).
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -89,14 +91,15 @@ export class DaemonMetrics {
     const statsTtlMs = options.statsTtlMs ?? 15_000;
     const perTenant = options.perTenant === true;
     collectDefaultMetrics({ register: this.registry });
-    let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>> } | undefined;
+    let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>>["unsettled"] } | undefined;
     new Gauge({
-      name: "idem_operations",
-      help: `Operations in the ledger by status and action${perTenant ? " and tenant" : ""} (unknown and needs_review included)`,
+      name: "idem_unsettled_operations",
+      help: `Operations not settled yet (running, unknown, pending, needs_review) by status and action${perTenant ? " and tenant" : ""}`,
       labelNames: perTenant ? ["status", "action", "tenant"] : ["status", "action"],
       registers: [this.registry],
       async collect() {
-        if (!cache || Date.now() - cache.at > statsTtlMs) cache = { at: Date.now(), rows: await ledger.admin.stats() };
+        if (!cache || Date.now() - cache.at > statsTtlMs)
+          cache = { at: Date.now(), rows: (await ledger.admin.stats()).unsettled };
         this.reset();
         if (perTenant) {
           for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);

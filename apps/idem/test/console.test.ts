@@ -156,6 +156,12 @@ for (const dialect of DIALECTS) {
         // The queue as loaded now; it will be stale by the end of this test.
         const stale = await context.newPage();
         await stale.goto(`${base}/`);
+        // Stats for the tenant: the killed send waits for a person.
+        const stats = await context.newPage();
+        await stats.goto(`${base}/stats?tenant=${tenant}`);
+        expect(await stats.getByTestId("stats").textContent()).toMatch(
+          new RegExp(`${tenant}\\s*email\\.send\\s*needs_review\\s*1`),
+        );
 
         const row = page.locator(`tr[data-operation="${opId}"]`);
         await expect.poll(() => row.count()).toBe(1);
@@ -197,10 +203,10 @@ for (const dialect of DIALECTS) {
           .toBe("succeeded");
         expect(await watcher.locator("#changed").isVisible()).toBe(true);
 
-        // Stats for the tenant: the resolved send, and the hourly chart that counts it.
+        // Stats for the tenant: the resolved send no longer waits, and the hourly chart counts it.
         await page.goto(`${base}/stats?tenant=${tenant}`);
-        expect(await page.getByTestId("stats").textContent()).toMatch(
-          new RegExp(`${tenant}\\s*email\\.send\\s*succeeded\\s*1`),
+        expect(await page.getByTestId("stats").textContent()).not.toMatch(
+          new RegExp(`${tenant}\\s*email\\.send\\s*needs_review`),
         );
         expect(await page.getByRole("img").getAttribute("aria-label")).toMatch(
           /^[1-9]\d* operations created in the last 24 hours$/,

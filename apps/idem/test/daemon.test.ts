@@ -324,9 +324,9 @@ for (const dialect of DIALECTS) {
             "/healthz",
           );
           const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-          // By status and action only (a tenant label is opt-in), and the process's own metrics.
-          expect(text).toMatch(/^idem_operations\{status="succeeded",action="[^"]+"\} \d+$/m);
-          expect(text).not.toMatch(/^idem_operations\{.*tenant=/m);
+          // Unsettled operations by status and action only (a tenant label is opt-in), and the process's own metrics.
+          expect(text).toMatch(/^# TYPE idem_unsettled_operations gauge$/m);
+          expect(text).not.toMatch(/^idem_unsettled_operations\{.*tenant=/m);
           expect(text).toMatch(/^process_cpu_user_seconds_total \d/m);
           expect(text).toMatch(/^nodejs_eventloop_lag_seconds \d/m);
           expect(text).toMatch(/^idem_daemon_ticks_total \d+$/m);

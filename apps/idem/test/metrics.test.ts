@@ -21,18 +21,33 @@ for (const dialect of DIALECTS) {
       expect(text).toMatch(/^idem_runs_total\{action="sms.send",outcome="succeeded"\} 3$/m);
     });
 
-    it("counts operations by status and action, summed over tenants unless a tenant label is asked for", async () => {
+    it("counts the operations not settled yet by status and action, summed over tenants unless a tenant label is asked for", async () => {
       const ledger = await openLedger(await freshDatabase(dialect));
       const send = defineAction({ type: "sms.send", capabilities: {}, execute: async () => ({ ok: true }) });
-      for (const tenant of ["a", "b", "c"]) await ledger.run(send, { tenant, key: ["k"], args: {} });
+      // An answer lost after the request left, with no way to look it up: a person must decide.
+      const lost = defineAction({
+        type: "sms.lost",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket closed after the request was sent");
+        },
+      });
+      for (const tenant of ["a", "b", "c"]) {
+        await ledger.run(send, { tenant, key: ["k"], args: {} });
+        await ledger.run(lost, { tenant, key: ["k"], args: {} });
+      }
       const bounded = await new DaemonMetrics(ledger, 1_000).registry.metrics();
-      expect(bounded).toMatch(/^idem_operations\{status="succeeded",action="sms.send"\} 3$/m);
-      expect(bounded).not.toMatch(/^idem_operations\{.*tenant=/m);
+      expect(bounded).toMatch(/^idem_unsettled_operations\{status="needs_review",action="sms.lost"\} 3$/m);
+      expect(bounded).not.toMatch(/^idem_unsettled_operations\{status="succeeded"/m); // settled: idem_runs_total counts them
+      expect(bounded).not.toMatch(/^idem_unsettled_operations\{.*tenant=/m);
       expect(bounded).toMatch(/^process_resident_memory_bytes \d+/m);
       const labelled = await new DaemonMetrics(ledger, 1_000, { perTenant: true }).registry.metrics();
       for (const tenant of ["a", "b", "c"]) {
         expect(labelled).toMatch(
-          new RegExp(`^idem_operations\\{status="succeeded",action="sms.send",tenant="${tenant}"\\} 1$`, "m"),
+          new RegExp(
+            `^idem_unsettled_operations\\{status="needs_review",action="sms.lost",tenant="${tenant}"\\} 1$`,
+            "m",
+          ),
         );
       }
       await ledger.close();

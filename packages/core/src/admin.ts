@@ -18,7 +18,7 @@ import { requireName, requireTenants, requireText, requireWhole } from "./keys.j
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
 import type { Status } from "./schema.js";
-import type { ListFilter } from "./reports.js";
+import type { LedgerStats, ListFilter } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
 export type Resolve = OperationRef &
@@ -145,10 +145,13 @@ export class LedgerAdmin {
     return this.#context.reports.prune(options.tenant, options.limit ?? 10_000);
   }
 
-  /** Counts by status, action and tenant, for one tenant or all (a GROUP BY over the ledger: cache it). */
-  async stats(
-    options: { readonly tenant?: string } = {},
-  ): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
+  /**
+   * Exact counts of the operations not settled yet (running, unknown, pending, needs_review) by
+   * tenant, action and status, for one tenant or all: read from the partial indexes that hold
+   * only those rows, so the cost follows the work waiting, not the ledger's size. Settled
+   * operations are not counted (that would read every one); see `LedgerStats`.
+   */
+  async stats(options: { readonly tenant?: string } = {}): Promise<LedgerStats> {
     this.#context.assertOpen();
     if (options.tenant !== undefined) requireName(options.tenant, "tenant");
     return this.#context.reports.stats(options.tenant);

@@ -41,4 +41,4 @@ export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js"
 export type { Escalation } from "./runner.js";
 export { STATUSES } from "./schema.js";
 export type { Status } from "./schema.js";
-export type { ListFilter } from "./reports.js";
+export type { LedgerStats, ListFilter, StatsRow, UnsettledStatus } from "./reports.js";

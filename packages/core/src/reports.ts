@@ -1,10 +1,70 @@
 /**
  * The operators' and the daemon's reads over many operations (list, stuck, stats, activity) and
  * retention (prune): kept apart from store.ts, whose statements touch one operation each.
+ *
+ * Each read goes through an index that holds the rows it answers with, so it costs the same in a
+ * ledger of a thousand operations and of a million (test/reports.test.ts checks the plans,
+ * `pnpm bench:operators` the times): the unsettled and failed rows through the partial indexes
+ * of migrations 0001 and 0006, a tenant's rows through (tenant_id, id), prune through
+ * (tenant_id, expires_at). Not bounded so: a list filtered by action or age alone walks the
+ * tenant's rows newest first; a list of every tenant's operations, without a status or of
+ * succeeded ones, reads them all to sort by id (of failed ones: every failed row); the activity
+ * chart counts the rows of its window.
  */
-import { sql } from "kysely";
+import { sql, type Expression, type SqlBool } from "kysely";
 import type { Status } from "./schema.js";
 import { ROW_COLUMNS, RUNNING, type Row, type Store } from "./store.js";
+
+/** An operation not settled yet: what `admin.stats` counts. */
+export type UnsettledStatus = "running" | "unknown" | "pending" | "needs_review";
+
+/** One line of `admin.stats`: how many operations of this tenant and action are in this status now. */
+export interface StatsRow {
+  readonly tenant: string;
+  readonly action: string;
+  readonly status: UnsettledStatus;
+  readonly count: number;
+}
+
+/** What `ledger.admin.stats` returns. */
+export interface LedgerStats {
+  /**
+   * Exact counts of the operations not settled yet (running, unknown, pending, needs_review), by
+   * tenant, action and status; a status with none has no line. Settled operations (succeeded,
+   * failed) are not counted: counting them reads every one of them. Their rate is
+   * `idem_runs_total` (the agents' `onResult` counters) and the console's activity chart.
+   */
+  readonly unsettled: readonly StatsRow[];
+}
+
+/** The statuses of `idem_operations_status` (migration 0006), in its order. */
+const INDEXED = ["failed", "unknown", "pending", "needs_review"] as const satisfies readonly Status[];
+/**
+ * That index's condition, word for word: SQLite uses a partial index only when the query's WHERE
+ * repeats it (a bound parameter, or `status = 'failed'` alone, does not count).
+ */
+const IN_STATUS_INDEX = sql<SqlBool>`status in (${sql.join(INDEXED.map((s) => sql.lit(s)))})`;
+
+/**
+ * The condition on status that reads its rows through an index: running rows through
+ * `idem_operations_running`, failed, unknown, pending and needs_review through
+ * `idem_operations_status`; succeeded (nearly every row) through none, since a tenant's newest
+ * rows, read through (tenant_id, id), are nearly all succeeded.
+ */
+function statusIs(status: Status): Expression<SqlBool> {
+  if (status === "running") return sql<SqlBool>`status = ${RUNNING}`;
+  if ((INDEXED as readonly Status[]).includes(status))
+    return sql<SqlBool>`status in (${sql.lit(status)}) and ${IN_STATUS_INDEX}`;
+  return sql<SqlBool>`status = ${status}`;
+}
+
+/**
+ * The tenant as a value rather than the column (`tenant_id || ''`), where no index on tenant_id
+ * may serve: running rows are few (those in flight) and read through `idem_operations_running`,
+ * while a tenant's rows through (tenant_id, …) are many. Without it SQLite, which keeps no
+ * statistics here, walks the tenant's rows in id order to spare a sort of the running ones.
+ */
+const TENANT_VALUE = sql<string>`tenant_id || ''`;
 
 /** Which operations `ledger.admin.list` returns: one tenant's, several tenants' (an operator's allowed set) or every tenant's. */
 export type ListFilter = (
@@ -25,25 +85,34 @@ export class Reports {
   constructor(private readonly store: Store) {}
 
   async list(f: ListFilter): Promise<Row[]> {
+    const limit = f.limit ?? 100;
+    const statuses = f.status === undefined ? [] : [...new Set(typeof f.status === "string" ? [f.status] : f.status)];
+    if (statuses.length <= 1) return this.store.guard(undefined, this.#listed(f, statuses[0], limit).execute());
+    // One statement per status, each reading its own index range newest first, merged here: one
+    // statement over several statuses sorts all of their rows, or walks the tenant's rows in id
+    // order to skip the sort (SQLite's choice).
+    const each = await this.store.guard(
+      undefined,
+      Promise.all(statuses.map((status) => this.#listed(f, status, limit).execute())),
+    );
+    return each
+      .flat()
+      .sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
+      .slice(0, limit);
+  }
+
+  #listed(f: ListFilter, status: Status | undefined, limit: number) {
     let q = this.store.db.selectFrom("idem_operations").select(ROW_COLUMNS);
-    if (typeof f.tenant === "string") q = q.where("tenant_id", "=", f.tenant);
-    else if (f.tenant !== undefined) q = q.where("tenant_id", "in", [...f.tenant]);
-    if (f.status !== undefined) {
-      const statuses = typeof f.status === "string" ? [f.status] : [...f.status];
-      q = q.where("status", "in", statuses);
-    }
+    const tenant = status === "running" ? TENANT_VALUE : "tenant_id";
+    if (typeof f.tenant === "string") q = q.where(tenant, "=", f.tenant);
+    else if (f.tenant !== undefined) q = q.where(tenant, "in", [...f.tenant]);
+    if (status !== undefined) q = q.where(statusIs(status));
     if (f.action !== undefined) q = q.where("action", "=", f.action);
     if (f.olderThanMs !== undefined)
       q = q.where("created_at", "<=", sql<number>`${this.store.now()} - ${f.olderThanMs}`);
     if (f.before !== undefined) q = q.where("id", "<", f.before);
-    // (tenant_id, id) is an index: one tenant's newest first without a sort
-    return this.store.guard(
-      undefined,
-      q
-        .orderBy("id", "desc")
-        .limit(f.limit ?? 100)
-        .execute(),
-    );
+    // (tenant_id, id) and (status, tenant_id, id) are indexes: one tenant's newest first without a sort
+    return q.orderBy("id", "desc").limit(limit);
   }
 
   /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
@@ -63,13 +132,34 @@ export class Reports {
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 
-  async stats(tenant?: string): Promise<{ tenant: string; action: string; status: Status; count: number }[]> {
-    let q = this.store.db
-      .selectFrom("idem_operations")
-      .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
-      .groupBy(["tenant_id", "action", "status"]);
-    if (tenant !== undefined) q = q.where("tenant_id", "=", tenant);
-    return (await this.store.guard(undefined, q.execute())).map((r) => ({ ...r, count: Number(r.count) }));
+  /**
+   * The unsettled operations counted by tenant, action and status, in one statement (one
+   * snapshot): running rows through `idem_operations_running`, the others through
+   * `idem_operations_status`, each arm with its index's condition written out.
+   */
+  async stats(tenant?: string): Promise<LedgerStats> {
+    const count = (status: Expression<SqlBool>, byTenant: typeof TENANT_VALUE | "tenant_id") => {
+      let q = this.store.db
+        .selectFrom("idem_operations")
+        .select(["tenant_id as tenant", "action", "status", (eb) => eb.fn.countAll<number>().as("count")])
+        .where(status)
+        .groupBy(["tenant_id", "action", "status"]);
+      if (tenant !== undefined) q = q.where(byTenant, "=", tenant);
+      return q;
+    };
+    const waiting = sql<SqlBool>`status in (${sql.join(["unknown", "pending", "needs_review"].map((s) => sql.lit(s)))}) and ${IN_STATUS_INDEX}`;
+    const rows = await this.store.guard(
+      undefined,
+      count(statusIs("running"), TENANT_VALUE).unionAll(count(waiting, "tenant_id")).execute(),
+    );
+    return {
+      unsettled: rows.map((r) => ({
+        tenant: r.tenant,
+        action: r.action,
+        status: r.status as UnsettledStatus,
+        count: Number(r.count),
+      })),
+    };
   }
 
   /** Operations created per time bucket and status since `sinceMs` ago (database clock), for one tenant, several or all. */
@@ -94,13 +184,17 @@ export class Reports {
     }));
   }
 
-  /** Deletes this tenant's completed operations (their history with them) whose retention passed. */
+  /**
+   * Deletes this tenant's completed operations (their history with them) whose retention passed:
+   * found through (tenant_id, expires_at), so the cost is the rows deleted, not the ledger.
+   */
   async prune(tenant: string, limit: number): Promise<number> {
     const doomed = this.store.db
       .selectFrom("idem_operations")
       .select("id")
       .where("tenant_id", "=", tenant)
       .where("expires_at", "<=", this.store.now())
+      .orderBy("expires_at")
       .where("status", "in", ["succeeded", "failed"])
       .limit(limit);
     const res = await this.store.guard(

@@ -677,6 +677,7 @@ for (const dialect of DIALECTS) {
         "0003-sticky-maybe-committed",
         "0004-resolutions",
         "0005-claim-writes-its-event",
+        "0006-operator-indexes",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -719,7 +720,11 @@ for (const dialect of DIALECTS) {
         migrationLockTableName: "idem_migration_lock",
         provider: migrationProvider(dialect),
       }).migrateTo("0003-sticky-maybe-committed");
-      expect(await bare.admin.pendingMigrations()).toEqual(["0004-resolutions", "0005-claim-writes-its-event"]);
+      expect(await bare.admin.pendingMigrations()).toEqual([
+        "0004-resolutions",
+        "0005-claim-writes-its-event",
+        "0006-operator-indexes",
+      ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
       await sql
@@ -822,6 +827,7 @@ for (const dialect of DIALECTS) {
           "0003-sticky-maybe-committed",
           "0004-resolutions",
           "0005-claim-writes-its-event",
+          "0006-operator-indexes",
         ]);
       } else {
         await bare.admin.migrate();

@@ -121,7 +121,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         : operator.tenants === "*"
           ? undefined
           : operator.tenants;
-    const rows = (await ledger.admin.stats(typeof tenant === "string" ? { tenant } : {})).filter(
+    const rows = (await ledger.admin.stats(typeof tenant === "string" ? { tenant } : {})).unsettled.filter(
       (r) => allows(operator, r.tenant) && (asked === undefined || r.tenant === asked),
     );
     const activity = await ledger.admin.activity(tenant === undefined ? {} : { tenant });

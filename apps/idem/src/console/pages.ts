@@ -213,7 +213,8 @@ export function statsPage(
 <div><label for="s-tenant">Tenant</label><input id="s-tenant" name="tenant" value="${tenant ?? ""}"></div><button>Show</button></form>
 <h2>Created per hour, last 24 hours</h2>
 ${chart(activity, now)}
-<h2>By tenant and action</h2>
+<h2>Not settled yet, by tenant and action</h2>
+<p>Running, unknown, pending and needs_review operations, counted now. Settled ones are in the chart above.</p>
 <table data-testid="stats"><thead><tr><th>Tenant</th><th>Action</th><th>Status</th><th>Count</th></tr></thead><tbody>
 ${rows.map((r) => html`<tr><td>${r.tenant}</td><td>${r.action}</td><td class="status status-${r.status}">${r.status}</td><td>${r.count}</td></tr>`)}
 </tbody></table>`;

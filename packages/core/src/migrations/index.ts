@@ -9,6 +9,7 @@ import * as m0002 from "./0002-lean-rows.js";
 import * as m0003 from "./0003-sticky-maybe-committed.js";
 import * as m0004 from "./0004-resolutions.js";
 import * as m0005 from "./0005-claim-writes-its-event.js";
+import * as m0006 from "./0006-operator-indexes.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -18,6 +19,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0003-sticky-maybe-committed": m0003,
   "0004-resolutions": m0004,
   "0005-claim-writes-its-event": m0005,
+  "0006-operator-indexes": m0006,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
