@@ -61,6 +61,14 @@ export interface ConnectionOptions {
   readonly statementTimeoutMs?: number;
   /** Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the URL's `lock_timeout` (ms). */
   readonly lockTimeoutMs?: number;
+  /**
+   * Postgres: how long a pooled connection lives before it is replaced (when next idle). Default
+   * 60 s; 0 keeps connections for ever. A connection plans each prepared statement once: one
+   * planned while the ledger was small (a new ledger, before its table was analyzed) may read a
+   * tenant's rows, or the whole table, to find one key, and would go on doing so as the ledger
+   * grows. A new connection plans them again, with the table's current statistics.
+   */
+  readonly connectionLifetimeMs?: number;
 }
 
 export interface Connection {
@@ -214,6 +222,8 @@ async function openPostgres(
     ...(t.statementMs > 0 && { query_timeout: t.statementMs + 5_000 }),
     // A failover without a RST: the kernel probes the idle connection and fails it.
     keepAlive: true,
+    // Statements planned on a small table must not be kept as the table grows (connectionLifetimeMs).
+    maxLifetimeSeconds: (opts.connectionLifetimeMs ?? 60_000) / 1000,
     keepAliveInitialDelayMillis: 10_000,
     types: {
       // INT8 (times in ms, counters) as numbers rather than strings; safe below 2^53.
