@@ -289,7 +289,9 @@ export class Runner {
       async (
         ctx,
         held,
-      ): Promise<{ step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row }> => {
+      ): Promise<
+        { step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row; sent: boolean }
+      > => {
         let row: Row = mine.row;
         let args = this.argsFor(call, row);
         if (args === undefined) {
@@ -316,6 +318,7 @@ export class Runner {
               reason: `the lease of attempt ${row.attempt} ran out before its request was sent`,
             },
             row,
+            sent: false,
           };
         try {
           const a = args;
@@ -330,14 +333,14 @@ export class Runner {
             receipt: await this.tracing.span("idem.execute", attributes, () => call.action.execute(a, op)),
           };
         } catch (error) {
-          return { ok: false, cls: safeClassify(call.action, error, ctx), row };
+          return { ok: false, cls: safeClassify(call.action, error, ctx), row, sent: true };
         }
       },
     );
     if ("step" in ran) return ran.step;
     if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened");
 
-    const { cls, row } = ran;
+    const { cls, row, sent } = ran;
     const to = statusAfter(cls, maybeCommitted);
     const error: StoredError = {
       kind: cls.kind,
@@ -369,10 +372,10 @@ export class Runner {
       reason: `${cls.kind}: ${cls.reason}`,
       error_json: JSON.stringify(error),
       checkAfterMs,
-      // A replay of an unknown outcome that proved nothing is one more check.
-      ...(to === "unknown" && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
+      // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
+      ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
     });
-    if (!moved) return this.fenced(call, row, to, cls.reason);
+    if (!moved) return this.fenced(call, row, to, cls.reason, undefined, sent);
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
     if (
       to === "unknown" &&
@@ -505,6 +508,7 @@ export class Runner {
     wanted: string,
     detail: string,
     receipt?: R,
+    sent = true,
   ): Promise<Step<R>> {
     const now = await this.store.findById(call.tenant, mine.id);
     if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
@@ -543,7 +547,7 @@ export class Runner {
       );
       if (proven) return { done: succeeded(proven, receipt, false) };
     }
-    if (wanted === "unknown" && now.status === "pending") {
+    if (wanted === "unknown" && sent && now.status === "pending") {
       // A lookup proved absence while this attempt was still in flight: its ambiguous end voids that proof.
       const reopened = await this.store.move(now, "unknown", {
         actor: call.actor,

@@ -5,6 +5,7 @@
  * history's cost, and the database time handed to actions.
  */
 import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
 import { sql } from "kysely";
 import {
   CompletionNotRecordedError,
@@ -313,6 +314,45 @@ for (const dialect of DIALECTS) {
         answer();
         await first.catch(() => {});
         await late.close();
+      }
+    });
+
+    it("a replay whose takeover answered after its lease sends nothing: the unknown row keeps its checks", async () => {
+      const p = new TestProvider();
+      const pay = p.action("pay", { dedupe: { retentionMs: 3_600_000, marginMs: 60_000 } });
+      const tenant = uniqueTenant();
+      const first = await db.open({ leaseMs: 200, actions: [pay], budget: { attempts: 1, baseDelayMs: 1 } });
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+      expect(await first.run(pay, { tenant, key: ["u"], args: { to: "x" } })).toMatchObject({ state: "unknown" });
+      // A later caller replays it with the same key; the statement taking the row over answers late
+      // (a slow network): the lease it granted has run out on the way back.
+      let late = true;
+      const slow = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          const out = await run();
+          if (late && q.sql.startsWith('update "idem_operations"') && q.parameters.includes(tenant)) {
+            late = false;
+            await sleep(300); // the injected fault: an answer 300 ms late, past the 200 ms lease
+          }
+          return out;
+        },
+      });
+      const caller = await openTestLedger(slow, {
+        leaseMs: 200,
+        waitMs: 5_000,
+        actions: [pay],
+        budget: { attempts: 1 },
+      });
+      try {
+        const out = await caller.run(pay, { tenant, key: ["u"], args: { to: "x" } });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(p.calls).toBe(1); // nothing was sent by the late attempt
+        const { operation, events } = await caller.get({ tenant, id: out.operationId });
+        // Not an execution that ended unanswered: no check counted, nothing for the replay window.
+        expect(operation).toMatchObject({ status: "unknown", attempt: 2, checks: 0 });
+        expect(events.at(-1)!.reason).toMatch(/ran out before its request was sent/);
+      } finally {
+        await caller.close();
       }
     });
   });
