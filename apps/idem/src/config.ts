@@ -151,7 +151,7 @@ const schema = z
         leaseMs: z.number().int().positive().default(30_000),
         metricsPort: port.optional(),
         metricsHost: z.string().default("127.0.0.1"),
-        /** Label `idem_operations` by tenant too: one series per tenant, status and action (opt-in: tenants can be many). */
+        /** Label `idem_unsettled_operations` by tenant too: one series per tenant, status and action (opt-in: tenants can be many). */
         metricsPerTenant: z.boolean().default(false),
         /** Also serve the operators' console (the `console` section) while the daemon runs. */
         console: z.boolean().default(false),

@@ -87,6 +87,7 @@ export class Reports {
   async list(f: ListFilter): Promise<Row[]> {
     const limit = f.limit ?? 100;
     const statuses = f.status === undefined ? [] : [...new Set(typeof f.status === "string" ? [f.status] : f.status)];
+    if (f.status !== undefined && statuses.length === 0) return []; // no status asked for: none matches
     if (statuses.length <= 1) return this.store.guard(undefined, this.#listed(f, statuses[0], limit).execute());
     // One statement per status, each reading its own index range newest first, merged here: one
     // statement over several statuses sorts all of their rows, or walks the tenant's rows in id
@@ -95,10 +96,10 @@ export class Reports {
       undefined,
       Promise.all(statuses.map((status) => this.#listed(f, status, limit).execute())),
     );
-    return each
-      .flat()
-      .sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
-      .slice(0, limit);
+    // The statements read one after another: a row that changed status between them may be in
+    // two of them. It is listed once.
+    const byId = new Map(each.flat().map((row) => [row.id, row]));
+    return [...byId.values()].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, limit);
   }
 
   #listed(f: ListFilter, status: Status | undefined, limit: number) {

@@ -206,6 +206,9 @@ for (const dialect of DIALECTS) {
       const running = await plans(() => ledger.admin.list({ tenant: subject, status: "running" }));
       expect(ids(running.out)).toEqual(["op_06", "op_02"]);
       expect(running.indexes).toEqual([["idem_operations_running"]]);
+
+      // No status asked for: nothing, not every status.
+      expect(await ledger.admin.list({ tenant: subject, status: [] })).toEqual([]);
     });
 
     it("lists the needs_review operations of several tenants or of all of them (an operator's queue)", async () => {
