@@ -122,7 +122,7 @@ async function openSqlite(
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
   const cached = withStatementCache(database);
-  const direct: DirectExecutor = (text, parameters) => {
+  const direct: DirectExecutor = (text, parameters, asArrays) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
     const stmt = cached.prepare(text) as unknown as import("better-sqlite3").Statement;
@@ -132,12 +132,25 @@ async function openSqlite(
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader) {
       if (!stmt.readonly) return { rows: stmt.all(parameters) };
-      const row = stmt.get(parameters);
+      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
       return { rows: row === undefined ? [] : [row] };
     }
     return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
   };
   return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
+}
+
+/**
+ * One row as an array. The statement is shared (kysely may run it too, in a migration's
+ * transaction), so it answers arrays for this call only.
+ */
+function rawRow(stmt: import("better-sqlite3").Statement, parameters: readonly unknown[]): unknown {
+  stmt.raw(true);
+  try {
+    return stmt.get(parameters);
+  } finally {
+    stmt.raw(false);
+  }
 }
 
 /**
@@ -248,13 +261,18 @@ async function openPostgres(
   if (opts.preparedStatements === false) return { db };
   // A name per statement text: pg parses a named statement once per connection, then only binds.
   const names = new Map<string, string>();
-  const direct: DirectExecutor = async (text, parameters) => {
+  const direct: DirectExecutor = async (text, parameters, asArrays) => {
     let name = names.get(text);
     if (name === undefined) {
       name = `idem_${sha256(text).slice(0, 24)}`;
       names.set(text, name);
     }
-    const res = await pool.query({ name, text, values: parameters as unknown[] });
+    const res = await pool.query({
+      name,
+      text,
+      values: parameters as unknown[],
+      ...(asArrays && { rowMode: "array" as const }),
+    });
     return { rows: res.rows, ...(res.rowCount !== null && { numAffectedRows: BigInt(res.rowCount) }) };
   };
   return { db, direct };

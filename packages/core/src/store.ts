@@ -12,7 +12,7 @@ import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
 import { isExpression, sql, type Kysely, type RawBuilder } from "kysely";
 import { IdemError, LedgerUnavailableError } from "./errors.js";
-import { QueryCache, type DirectExecutor } from "./query-cache.js";
+import { QueryCache, rowObject, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
 import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
 import { TAKEOVER_FROM } from "./policy.js";
@@ -123,6 +123,13 @@ const PEEK_COLUMNS = [
   "created_at",
   "completed_at",
 ] as const;
+
+/** The peek's select list, in order (its rows may come back as arrays). */
+const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "db_now"] as const;
+
+/** Postgres claim-or-peek: the row's columns it returns, and its whole select list in order. */
+const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
+const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "db_now"] as const;
 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
 export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { has_args: number; db_now: number };
@@ -268,7 +275,7 @@ export class Store {
         "claim-or-peek",
         (v) => {
           const now = this.now();
-          const columns = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
+          const columns = CLAIMED_COLUMNS;
           const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
           const values = this.claimValues(slotted(v));
           const names = Object.keys(values) as (keyof typeof values)[];
@@ -311,9 +318,10 @@ export class Store {
             ) as any;
         },
         claim as unknown as Record<string, unknown>,
+        true,
       ),
     );
-    const out = rows[0];
+    const out = rows[0] === undefined ? undefined : rowObject<Out>(CLAIM_OR_PEEK_NAMES, rows[0]);
     const dbNow = Number(out?.db_now);
     // Only what the database computed comes back for a fresh claim (its clock); the rest is what we inserted.
     if (out?.fresh === 1)
@@ -388,10 +396,12 @@ export class Store {
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key")),
         { tenant, key },
+        true,
       ),
     );
-    const row = rows[0];
-    return row && { ...row, has_args: Number(row.has_args), db_now: Number(row.db_now) };
+    if (rows[0] === undefined) return undefined;
+    const row = rowObject<Peek>(PEEK_NAMES, rows[0]);
+    return { ...row, has_args: Number(row.has_args), db_now: Number(row.db_now) };
   }
 
   async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
