@@ -10,7 +10,7 @@
  */
 import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
-import { isExpression, sql, type Kysely, type RawBuilder } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import { IdemError, LedgerUnavailableError } from "./errors.js";
 import { QueryCache, rowObject, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
@@ -170,11 +170,6 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
   };
 }
 
-/** A value for a select list: an SQL expression as it is, anything else as a bound parameter. */
-function toExpression(value: unknown): RawBuilder<unknown> {
-  return isExpression(value) ? (value as RawBuilder<unknown>) : sql.val(value);
-}
-
 /** The named fields of `o`. */
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
   return Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
@@ -256,13 +251,16 @@ export class Store {
 
   /**
    * Postgres: the claim and, when the key is taken, the peek at its row in one round trip (a
-   * duplicate, the common case of a retrying agent, costs one statement, not two). The row is read
-   * first, in a CTE, and the insert runs only when there is none: a duplicate costs an indexed
-   * read and an insert of no rows (measured 15-30% less than letting the insert find the conflict,
-   * with fresh claims unchanged; peeking in a statement of its own cost fresh claims a round trip).
-   * The read sees the statement's snapshot: a row a racer committed after it began is not in it,
-   * the insert then finds the conflict and returns nothing, and (rarely) the peek is read again on
-   * its own.
+   * duplicate, the common case of a retrying agent, costs one statement, not two). Since migration
+   * 0005 no trigger runs for the insert that finds the key taken, so that is one unique-index
+   * probe. The peek reads the statement's snapshot: a row a racer committed after it began is not
+   * in it, and then (rarely) the peek is read again on its own.
+   *
+   * Measured and dropped: peeking first, in a statement of its own (fresh claims paid the extra
+   * round trip, 10-30%), and reading the row first in a CTE, inserting only when absent (replays
+   * 0.25x to 0.31-0.38x of a raw SELECT, but fresh claims 30-60% slower with commits not
+   * waiting for fsync: every claim then reads the key, and a connection that planned that read
+   * on a new, empty table walks the tenant's rows through (tenant_id, id); see plans.test.ts).
    */
   private async claimOrPeek(
     claim: NewClaim,
@@ -277,26 +275,10 @@ export class Store {
           const now = this.now();
           const columns = CLAIMED_COLUMNS;
           const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
-          const values = this.claimValues(slotted(v));
-          const names = Object.keys(values) as (keyof typeof values)[];
-          const found = this.db
-            .selectFrom("idem_operations")
-            .select([...columns, hasArgs.as("has_args"), now.as("db_now")])
-            .where("tenant_id", "=", v("tenant"))
-            .where("key", "=", v("key"));
-          const inserted = this.db
-            .insertInto("idem_operations")
-            .columns(names)
-            .expression(
-              this.db
-                .selectNoFrom(names.map((n) => toExpression(values[n]).as(n)))
-                .where(sql<boolean>`not exists (select 1 from found)`) as any,
-            )
-            .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing())
+          const inserted = this.insertRunning(slotted(v))
             .returning(columns)
             .returning([hasArgs.as("has_args"), now.as("db_now")]);
           return this.db
-            .with("found", () => found)
             .with("ins", () => inserted)
             .selectFrom("ins")
             .select([
@@ -306,15 +288,12 @@ export class Store {
               "ins.db_now",
             ])
             .unionAll(
-              // "found" is the CTE above, which the untyped builder here does not know.
-              (this.db as Kysely<any>)
-                .selectFrom("found")
-                .select([
-                  sql<number>`0`.as("fresh"),
-                  ...columns.map((c) => `found.${c}` as const),
-                  "found.has_args",
-                  "found.db_now",
-                ]) as any,
+              this.db
+                .selectFrom("idem_operations")
+                .select([sql<number>`0`.as("fresh"), ...columns, hasArgs.as("has_args"), now.as("db_now")])
+                .where("tenant_id", "=", v("tenant"))
+                .where("key", "=", v("key"))
+                .where(sql<boolean>`not exists (select 1 from ins)`) as any,
             ) as any;
         },
         claim as unknown as Record<string, unknown>,

@@ -21,7 +21,7 @@ async function claimScan(ledger: Ledger, tenant: string, key: string): Promise<s
   const db = databaseOf(ledger);
   const { rows } = await sql<{ name: string; statement: string; types: string[] }>`
     select name, statement, parameter_types::text[] as types from pg_prepared_statements
-    where statement like 'with "found" as%'`.execute(db);
+    where statement like 'with "ins" as (insert into "idem_operations"%'`.execute(db);
   const prepared = rows[0];
   if (!prepared) return undefined;
   const t = Number(/"tenant_id" = \$(\d+)/.exec(prepared.statement)![1]);
@@ -32,7 +32,7 @@ async function claimScan(ledger: Ledger, tenant: string, key: string): Promise<s
   const plan = await sql
     .raw<{ "QUERY PLAN": string }>(`explain execute ${prepared.name}(${args.join(", ")})`)
     .execute(db);
-  // The found CTE's read: the first scan of idem_operations in the plan (the insert's arbiter index is not a read).
+  // The peek's read: the first scan of idem_operations in the plan (the insert's arbiter index is not a read).
   return plan.rows
     .map((r) => r["QUERY PLAN"])
     .find((line) => /Scan.* on idem_operations\b/.test(line))
