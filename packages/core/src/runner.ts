@@ -375,7 +375,7 @@ export class Runner {
       // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
       ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
     });
-    if (!moved) return this.fenced(call, row, to, cls.reason, undefined, sent);
+    if (!moved) return this.fenced(call, row, to, cls.reason, { sent });
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
     if (
       to === "unknown" &&
@@ -448,7 +448,9 @@ export class Runner {
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
     const done = await this.recordReceipt(call, row, json, stored, reason);
-    return done ? { done: succeeded(done, stored, false) } : this.fenced(call, row, "succeeded", json, stored);
+    return done
+      ? { done: succeeded(done, stored, false) }
+      : this.fenced(call, row, "succeeded", json, { receipt: stored });
   }
 
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
@@ -507,8 +509,7 @@ export class Runner {
     mine: Row,
     wanted: string,
     detail: string,
-    receipt?: R,
-    sent = true,
+    { receipt, sent = true }: { receipt?: R; sent?: boolean } = {},
   ): Promise<Step<R>> {
     const now = await this.store.findById(call.tenant, mine.id);
     if (!now || (now.status === "running" && now.attempt === mine.attempt)) {

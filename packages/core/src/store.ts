@@ -273,24 +273,23 @@ export class Store {
         "claim-or-peek",
         (v) => {
           const now = this.now();
-          const columns = CLAIMED_COLUMNS;
           const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
           const inserted = this.insertRunning(slotted(v))
-            .returning(columns)
+            .returning(CLAIMED_COLUMNS)
             .returning([hasArgs.as("has_args"), now.as("db_now")]);
           return this.db
             .with("ins", () => inserted)
             .selectFrom("ins")
             .select([
               sql<number>`1`.as("fresh"),
-              ...columns.map((c) => `ins.${c}` as const),
+              ...CLAIMED_COLUMNS.map((c) => `ins.${c}` as const),
               "ins.has_args",
               "ins.db_now",
             ])
             .unionAll(
               this.db
                 .selectFrom("idem_operations")
-                .select([sql<number>`0`.as("fresh"), ...columns, hasArgs.as("has_args"), now.as("db_now")])
+                .select([sql<number>`0`.as("fresh"), ...CLAIMED_COLUMNS, hasArgs.as("has_args"), now.as("db_now")])
                 .where("tenant_id", "=", v("tenant"))
                 .where("key", "=", v("key"))
                 .where(sql<boolean>`not exists (select 1 from ins)`) as any,
@@ -311,43 +310,37 @@ export class Store {
     return existing && { fresh: false, row: existing };
   }
 
+  /** The claim's insert. What is the same for every claim is written as literals: the statement
+   * is sent for every call, duplicates included, and binds only what varies. */
   private insertRunning(row: NewClaim) {
-    return this.db
-      .insertInto("idem_operations")
-      .values(this.claimValues(row))
-      .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
-  }
-
-  /**
-   * A new claim's values. What is the same for every claim is written as literals: the statement
-   * is sent for every call, duplicates included, and binds only what varies.
-   */
-  private claimValues(row: NewClaim) {
     const now = this.now();
     const NULL = sql.lit(null);
-    return {
-      ...runningRow(row),
-      status: RUNNING,
-      attempt: sql.lit(1),
-      provider_reference: NULL,
-      result_json: NULL,
-      error_json: NULL,
-      resolution_json: NULL,
-      reason: sql.lit("claimed"),
-      next_check_at: NULL,
-      checks: sql.lit(0),
-      alert_pending: sql.lit(0),
-      completed_at: NULL,
-      expires_at: NULL,
-      // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
-      maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
-      lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
-      last_execution_at: now,
-      created_at: now,
-      updated_at: now,
-      // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
-      history: this.firstEvent(row.actor, now) as any,
-    };
+    return this.db
+      .insertInto("idem_operations")
+      .values({
+        ...runningRow(row),
+        status: RUNNING,
+        attempt: sql.lit(1),
+        provider_reference: NULL,
+        result_json: NULL,
+        error_json: NULL,
+        resolution_json: NULL,
+        reason: sql.lit("claimed"),
+        next_check_at: NULL,
+        checks: sql.lit(0),
+        alert_pending: sql.lit(0),
+        completed_at: NULL,
+        expires_at: NULL,
+        // From the bound args hash, not from runningRow: this statement is compiled once with slots for its values.
+        maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
+        lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
+        last_execution_at: now,
+        created_at: now,
+        updated_at: now,
+        // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
+        history: this.firstEvent(row.actor, now) as any,
+      })
+      .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
   }
 
   /** The history of a new claim: its one event, shaped as the trigger shapes the others (0003). */
