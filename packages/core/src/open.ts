@@ -26,6 +26,7 @@ import {
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
+import { GroupCommit } from "./group-commit.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -38,6 +39,12 @@ export interface ConnectionOptions {
   readonly create?: boolean;
   /** SQLite: fsync at every commit (`synchronous=FULL`). Default true; false trades the last commits on power loss for speed. */
   readonly durable?: boolean;
+  /**
+   * SQLite: the writes of concurrent callers in this process that are ready in the same turn of
+   * the event loop share one commit (one fsync), acknowledged only once it returned. Default true;
+   * false commits each write on its own.
+   */
+  readonly groupCommit?: boolean;
   /** SQLite: how long a writer waits for another process's lock. Default 10 s. */
   readonly busyTimeoutMs?: number;
   /** Postgres: pool size. Default 10. */
@@ -121,7 +128,8 @@ async function openSqlite(
     database?.close();
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
-  const cached = withStatementCache(database);
+  const group = opts.groupCommit === false ? undefined : new GroupCommit(database);
+  const cached = withStatementCache(database, group);
   const direct: DirectExecutor = (text, parameters, asArrays) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
@@ -130,12 +138,15 @@ async function openSqlite(
     // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
     // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
-    if (stmt.reader) {
-      if (!stmt.readonly) return { rows: stmt.all(parameters) };
+    if (stmt.reader && stmt.readonly) {
       const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
       return { rows: row === undefined ? [] : [row] };
     }
-    return { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
+    const write = (): QueryResult<unknown> =>
+      stmt.reader
+        ? { rows: stmt.all(parameters) }
+        : { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
+    return group ? group.write(write) : write();
   };
   return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
 }
@@ -199,10 +210,13 @@ async function walMode(database: import("better-sqlite3").Database, timeoutMs: n
  * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
  * kysely runs one query at a time on this connection, so a cached statement is never in use twice.
  */
-function withStatementCache(database: import("better-sqlite3").Database): SqliteDatabase {
+function withStatementCache(database: import("better-sqlite3").Database, group?: GroupCommit): SqliteDatabase {
   const cache = new Map<string, ReturnType<SqliteDatabase["prepare"]>>();
   return {
-    close: () => database.close(),
+    close: () => {
+      group?.flush(); // writes still waiting for their commit get it, not an error
+      database.close();
+    },
     prepare(text: string) {
       let stmt = cache.get(text);
       if (!stmt) {
