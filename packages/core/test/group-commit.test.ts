@@ -1,0 +1,134 @@
+/**
+ * SQLite group commit (src/group-commit.ts): concurrent callers' claims and completions share
+ * commits, and a write that fails in a shared commit fails alone. Commits are counted in the
+ * file itself: the commit frames of the write-ahead log (checkpoints held off meanwhile), so the
+ * count does not come from the code under test.
+ */
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { sql } from "kysely";
+import { LedgerUnavailableError, type Ledger } from "@idem/core";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
+import { TestProvider } from "./support/provider.js";
+
+const dir = mkdtempSync(join(tmpdir(), "idem-group-"));
+const opened: Ledger[] = [];
+afterEach(async () => {
+  for (const l of opened.splice(0)) await l.close();
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let files = 0;
+/** A ledger on a file of its own, whose log is never checkpointed (so its frames stay countable). */
+async function open(options: { groupCommit?: boolean } = {}): Promise<{ ledger: Ledger; commits: () => number }> {
+  files += 1;
+  const path = join(dir, `ledger-${files}.db`);
+  const ledger = await openTestLedger(`sqlite:${path}`, options);
+  opened.push(ledger);
+  await sql`PRAGMA wal_autocheckpoint = 0`.execute(databaseOf(ledger));
+  return { ledger, commits: () => commitFrames(`${path}-wal`) };
+}
+
+/** Commits in a write-ahead log: frames whose header carries the database size (sqlite.org/fileformat2.html#walformat). */
+function commitFrames(wal: string): number {
+  const log = readFileSync(wal);
+  if (log.length < 32) return 0;
+  const pageSize = log.readUInt32BE(8);
+  const salts = [log.readUInt32BE(16), log.readUInt32BE(20)];
+  let commits = 0;
+  for (let at = 32; at + 24 + pageSize <= log.length; at += 24 + pageSize) {
+    // Frames left from before the log restarted carry other salts.
+    if (log.readUInt32BE(at + 8) !== salts[0] || log.readUInt32BE(at + 12) !== salts[1]) break;
+    if (log.readUInt32BE(at + 4) !== 0) commits += 1;
+  }
+  return commits;
+}
+
+describe("SQLite group commit", () => {
+  it("concurrent callers share commits; with groupCommit: false each write commits alone", async () => {
+    const CALLERS = 32;
+    for (const groupCommit of [true, false]) {
+      const p = new TestProvider();
+      const { ledger, commits } = await open({ groupCommit });
+      const before = commits();
+      const out = await Promise.all(
+        Array.from({ length: CALLERS }, (_, i) =>
+          ledger.run(p.action("mail", {}), { tenant: "t", key: [`k${i}`], args: { to: `a${i}` } }),
+        ),
+      );
+      const made = commits() - before;
+      expect(out.map((o) => o.status)).toEqual(Array(CALLERS).fill("succeeded"));
+      expect(p.effects).toHaveLength(CALLERS);
+      // Each call writes twice: its claim and its completion.
+      if (groupCommit) expect(made).toBeLessThanOrEqual((2 * CALLERS) / 4);
+      else expect(made).toBeGreaterThanOrEqual(2 * CALLERS);
+      // What was answered is what the file holds.
+      const rows = await ledger.admin.list({ tenant: "t" });
+      expect(rows.map((r) => r.status)).toEqual(Array(CALLERS).fill("succeeded"));
+    }
+  });
+
+  for (const how of ["ABORT", "ROLLBACK"] as const)
+    it(`a claim refused inside a shared commit fails alone (RAISE(${how})): the others are claimed, done and answered`, async () => {
+      const p = new TestProvider();
+      const { ledger, commits } = await open();
+      // ABORT: SQLite undoes the statement and keeps the transaction. ROLLBACK: it rolls the
+      // whole transaction back, the claims before this one in the batch included.
+      await sql
+        .raw(
+          `CREATE TRIGGER refuse_one BEFORE INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN SELECT RAISE(${how}, 'disk I/O error (test)'); END`,
+        )
+        .execute(databaseOf(ledger));
+      const before = commits();
+      const out = await Promise.all(
+        Array.from({ length: 12 }, (_, i) =>
+          ledger
+            .run(p.action("mail", {}), { tenant: "t", key: [`k${i}`], args: { to: i === 5 ? "refuse-me" : `a${i}` } })
+            .catch((e: unknown) => e),
+        ),
+      );
+      expect(commits() - before).toBeLessThan(24);
+      expect(out[5]).toBeInstanceOf(LedgerUnavailableError);
+      const others = out.filter((_, i) => i !== 5) as { status: string }[];
+      expect(others.map((o) => o.status)).toEqual(Array(11).fill("succeeded"));
+      expect(p.effects.map((e) => (e.args as { to: string }).to)).not.toContain("refuse-me");
+      expect(p.effects).toHaveLength(11);
+      const rows = await ledger.admin.list({ tenant: "t" });
+      expect(rows.map((r) => r.status)).toEqual(Array(11).fill("succeeded"));
+    });
+
+  it("a claim the file has no room for fails alone: the others in its commit are claimed and done", async () => {
+    const p = new TestProvider();
+    const { ledger, commits } = await open();
+    const db = databaseOf(ledger);
+    const { rows } = await sql<{ page_count: number }>`PRAGMA page_count`.execute(db);
+    // Room for the small claims, not for 200 KB of args: that claim's statement fails with
+    // SQLITE_FULL (SQLite may then roll back the whole transaction; the others run again).
+    await sql.raw(`PRAGMA max_page_count = ${rows[0]!.page_count + 24}`).execute(db);
+    const before = commits();
+    const out = await Promise.all(
+      Array.from({ length: 9 }, (_, i) =>
+        ledger
+          .run(p.action("mail", {}), {
+            tenant: "t",
+            key: [`k${i}`],
+            args: { to: i === 4 ? "x".repeat(200_000) : `a${i}` },
+          })
+          .catch((e: unknown) => e),
+      ),
+    );
+    const made = commits() - before;
+    await sql.raw(`PRAGMA max_page_count = 1073741823`).execute(db);
+    expect(out[4]).toBeInstanceOf(LedgerUnavailableError);
+    const others = out.filter((_, i) => i !== 4) as { status: string }[];
+    expect(others.map((o) => o.status)).toEqual(Array(8).fill("succeeded"));
+    expect(p.effects.map((e) => (e.args as { to: string }).to).sort()).toEqual(
+      ["a0", "a1", "a2", "a3", "a5", "a6", "a7", "a8"].sort(),
+    );
+    expect(made).toBeLessThan(16);
+    const listed = await ledger.admin.list({ tenant: "t" });
+    expect(listed.map((r) => r.status)).toEqual(Array(8).fill("succeeded"));
+  });
+});
