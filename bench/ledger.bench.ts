@@ -7,6 +7,8 @@
  *  3. Postgres, one call at a time: a replay vs one indexed SELECT (one round trip each), and a
  *     guarded call vs INSERT + UPDATE in two commits, prepared statements on both sides.
  *  4. Postgres, 16 concurrent workers on distinct keys: guarded calls vs raw INSERT + UPDATE.
+ *  5. SQLite group commit: 64 guarded calls in flight on one durable file vs the raw write pairs
+ *     one at a time (at least 3x); and, without a target, the same with `groupCommit: false`.
  *
  * Targets (issue 16) are throughput ratios, ledger / raw: a guarded call at least 0.8x of the
  * raw two-commit floor (0.75x at 16 in flight on Postgres), a replay at least 0.8x of a raw
@@ -128,6 +130,29 @@ async function sqliteBenches() {
       }),
     (r) => rate(N, (i) => ledger.run(noop, { tenant: "t", key: [r, i], args: {} })),
   );
+  // Group commit (the moonshot): 64 callers in flight in this process on one durable file share
+  // commits, against the raw floor's write pairs one at a time, each commit its own fsync.
+  const FLIGHT = 64;
+  const floorPairs = (tenant: string) => (r: number) =>
+    rate(N, (i) => {
+      ins.run(tenant, `k${r}-${i}`);
+      upd.run('{"ok":true}', tenant, `k${r}-${i}`);
+    });
+  await sideBySide(
+    `SQLite group commit: ${FLIGHT} in flight vs INSERT+UPDATE one at a time (durable)`,
+    { kind: "throughput", limit: 3 },
+    floorPairs("g"),
+    (r) => concurrentRate(FLIGHT, N / 40, (w, i) => ledger.run(noop, { tenant: "g", key: [r, w, i], args: {} })),
+  );
+  // Diagnostic, no target: the same with each write committed on its own.
+  const single = await openLedger(`sqlite:${join(dir, "single.db")}`, { groupCommit: false });
+  await sideBySide(
+    `diagnostic: SQLite groupCommit false: ${FLIGHT} in flight vs INSERT+UPDATE one at a time (durable)`,
+    { kind: "throughput", limit: -Infinity },
+    floorPairs("s"),
+    (r) => concurrentRate(FLIGHT, N / 40, (w, i) => single.run(noop, { tenant: "s", key: [r, w, i], args: {} })),
+  );
+  await single.close();
   // Diagnostic, no target: the same two writes by hand on the ledger's own table (its schema as
   // migrated, indexes and audit trigger; key and args as 64-hex hashes), same driver: how much of
   // the gap is the ledger's storage and how much its code.

@@ -7,6 +7,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
+import { performance } from "node:perf_hooks";
 import pRetry from "p-retry";
 import {
   describeError,
@@ -466,27 +467,40 @@ export class Runner {
       return await this.tracing.span(
         "idem.complete",
         { "idem.operation.id": row.id, "idem.attempt": row.attempt },
-        () =>
-          pRetry(
-            () =>
-              this.store.move(row, "succeeded", {
-                actor: call.actor,
-                reason,
-                result_json: json,
-                error_json: null,
-                ...extra,
-                completed: true,
-                retentionMs: call.settings.retentionMs,
-                alert: false,
-              }),
-            {
+        () => {
+          const write = () =>
+            this.store.move(row, "succeeded", {
+              actor: call.actor,
+              reason,
+              result_json: json,
+              error_json: null,
+              ...extra,
+              completed: true,
+              retentionMs: call.settings.retentionMs,
+              alert: false,
+            });
+          const started = performance.now();
+          // The first attempt outside p-retry: setting it up (options, an abort signal) cost about
+          // 5 % of a call's CPU, for a write that nearly always succeeds at once.
+          return write().catch((error: unknown) => {
+            if (!(error instanceof LedgerUnavailableError)) throw error;
+            // p-retry's first attempt is the one that just failed: it waits before the second.
+            let retrying = false;
+            const again = () => {
+              if (retrying) return write();
+              retrying = true;
+              throw error;
+            };
+            return pRetry(again, {
               retries: 8,
               minTimeout: 50,
               maxTimeout: 2_000,
-              maxRetryTime: call.settings.leaseMs,
+              randomize: true, // workers that failed together do not retry together
+              maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
               shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
-            },
-          ),
+            });
+          });
+        },
       );
     } catch (cause) {
       throw new CompletionNotRecordedError(row.id, row.attempt, receipt, { cause });
