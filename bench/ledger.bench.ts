@@ -24,39 +24,13 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { concurrentRate, median, rate } from "./peers/harness.js";
 import { benchPostgres } from "./postgres.js";
 
 const ROUNDS = 5;
 const noop = defineAction({ type: "bench.noop", capabilities: {}, execute: async () => ({ ok: true }) });
 const dir = mkdtempSync(join(tmpdir(), "idem-bench-"));
 chmodSync(dir, 0o777);
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
-
-/** Ops per second of `body` run `n` times (awaited one after another). */
-async function rate(n: number, body: (i: number) => unknown): Promise<number> {
-  const t0 = process.hrtime.bigint();
-  for (let i = 0; i < n; i++) await body(i);
-  return n / (Number(process.hrtime.bigint() - t0) / 1e9);
-}
-
-/** Ops per second of `workers` loops of `n` calls each, concurrently. */
-async function concurrentRate(
-  workers: number,
-  n: number,
-  body: (w: number, i: number) => Promise<unknown>,
-): Promise<number> {
-  const t0 = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: workers }, async (_, w) => {
-      for (let i = 0; i < n; i++) await body(w, i);
-    }),
-  );
-  return (workers * n) / (Number(process.hrtime.bigint() - t0) / 1e9);
-}
 
 /** The ledger's writes by hand, for the diagnostic rows (values as the runner writes them). */
 const SQLITE_NOW = "cast(unixepoch('subsec') * 1000 as integer)";

@@ -17,7 +17,7 @@ import { InvalidTransitionError, InvalidValueError } from "./errors.js";
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
-import type { Status } from "./schema.js";
+import { STATUSES, type Status } from "./schema.js";
 import type { LedgerStats, ListFilter } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
@@ -65,6 +65,17 @@ export class LedgerAdmin {
     if (filter.before !== undefined) requireName(filter.before, "before");
     if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
     if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
+    // A misspelt status would list nothing, which reads as "none of those": say it instead.
+    for (const status of filter.status === undefined
+      ? []
+      : typeof filter.status === "string"
+        ? [filter.status]
+        : filter.status)
+      if (!(STATUSES as readonly unknown[]).includes(status))
+        throw new InvalidValueError(
+          "status",
+          `${JSON.stringify(status)} is not a status: one of ${STATUSES.join(", ")}`,
+        );
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
     return (await this.#context.reports.list(filter)).map(toOperation);
   }

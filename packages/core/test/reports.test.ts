@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CompiledQuery, sql, type Kysely } from "kysely";
-import type { Ledger } from "@idem/core";
+import { InvalidValueError, type Ledger, type Status } from "@idem/core";
 import { databaseOf, openTestLedger } from "@idem/core/testing";
 import { DIALECTS, type TestDialect } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -209,6 +209,14 @@ for (const dialect of DIALECTS) {
 
       // No status asked for: nothing, not every status.
       expect(await ledger.admin.list({ tenant: subject, status: [] })).toEqual([]);
+      // A misspelt status is refused, not answered with nothing.
+      const misspelt = await ledger.admin
+        .list({ tenant: subject, status: ["failed", "needs-review" as Status] })
+        .catch((e: unknown) => e);
+      expect(misspelt).toBeInstanceOf(InvalidValueError);
+      expect((misspelt as InvalidValueError).message).toMatch(
+        /"needs-review" is not a status: one of running, .*needs_review/,
+      );
     });
 
     it("lists the needs_review operations of several tenants or of all of them (an operator's queue)", async () => {
