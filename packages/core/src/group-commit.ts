@@ -26,19 +26,22 @@ interface Waiting {
 export class GroupCommit {
   private queue: Waiting[] = [];
   private scheduled = false;
+  /** The last commit carried several writes: under load even a turn's first write waits for the next. */
+  private busy = false;
 
   constructor(private readonly database: Database) {}
 
   /**
-   * Runs the write `run` and answers once its commit has returned. The first write of a turn of
-   * the event loop commits at once (a caller alone waits for nothing); those that follow it in
-   * the same turn wait for the next one, after this turn's microtasks, and share one commit.
+   * Runs the write `run` and answers once its commit has returned. Writes wait for the next turn
+   * of the event loop, after this turn's microtasks, and share one commit; but when the last
+   * commit was a lone write, the first write of a turn commits at once (a caller alone waits for
+   * nothing).
    */
   write<T>(run: () => T): T | Promise<T> {
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
-      return run();
+      if (!this.busy) return run();
     }
     return new Promise<T>((resolve, reject) => this.queue.push({ run, resolve, reject }));
   }
@@ -54,6 +57,7 @@ export class GroupCommit {
     }
     let batch = this.queue;
     this.queue = [];
+    this.busy = batch.length > 1;
     while (batch.length > 0) batch = this.commit(batch);
   }
 
