@@ -54,6 +54,56 @@ for (const dialect of DIALECTS) {
       scaled(180_000),
     );
 
+    it(
+      "64 callers in one process SIGKILLed mid-flight: every effect has its claim in the ledger, and each key ends with one effect",
+      async () => {
+        const ledger = await db.open();
+        const tenant = uniqueTenant();
+        const file = join(tempDir(), "effects");
+        const leaseMs = 1_500;
+        const child = startChild(WORKER, [], {
+          LEDGER_URL: db.url(),
+          TENANT: tenant,
+          KEY: "job",
+          EFFECT_FILE: file,
+          KIND: "lookup",
+          LEASE_MS: String(leaseMs),
+          MODE: "flight",
+        });
+        await child.waitFor(/^flying$/, 90_000);
+        await kill9(child); // wherever it is: inside a shared commit, between a claim and its effect, …
+
+        const rows = await ledger.admin.list({ tenant, limit: 100_000 });
+        const byKey = new Map(rows.map((r) => [r.key, r]));
+        const effects = effectLines(file);
+        expect(effects.length).toBeGreaterThanOrEqual(200);
+        // An effect is done only after its claim was answered, which is only after its commit.
+        const orphans = effects.filter((e) => !byKey.has(e.key));
+        expect(orphans).toEqual([]);
+        expect(new Set(effects.map((e) => e.key)).size).toBe(effects.length);
+        for (const r of rows) if (r.status === "succeeded") expect(effects.some((e) => e.key === r.key)).toBe(true);
+
+        // Once the dead worker's leases have run out, every key it claimed is called again.
+        await sleep(leaseMs + 200);
+        const action = fileAction("lookup", file);
+        const keys = await Promise.all(
+          rows.map(async (r) => {
+            const out = await ledger.run(action, {
+              tenant,
+              key: JSON.parse(r.keyLabel!) as string[],
+              args: { note: "x" },
+            });
+            expect(out.status).toBe("succeeded");
+            return r.key;
+          }),
+        );
+        const after = effectLines(file);
+        for (const key of keys) expect(after.filter((e) => e.key === key)).toHaveLength(1);
+        expect(after.length).toBe(keys.length);
+      },
+      scaled(120_000),
+    );
+
     const expected: Record<ProviderKind, { status: string; effects: number }> = {
       dedupe: { status: "succeeded", effects: 1 }, // replayed with the same key; the provider answered with the first object
       lookup: { status: "succeeded", effects: 1 }, // reconciled: found by key

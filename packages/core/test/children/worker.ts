@@ -4,6 +4,9 @@
  *  race: prints "ready", waits for "go" on stdin, runs the action (the effect takes 100 ms),
  *        prints "result <json>" and exits.
  *  crash: runs the action, prints "effect-done" after the effect and hangs there until killed.
+ *  flight: 64 callers in this process call the action on keys KEY-<caller>-<n> without end
+ *        (their claims and completions share commits on SQLite); prints "flying" after the
+ *        200th effect and goes on until killed.
  */
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -29,6 +32,20 @@ const action = fileAction(env("KIND") as ProviderKind, env("EFFECT_FILE"), async
   }
   await sleep(100);
 });
+
+if (mode === "flight") {
+  let effects = 0;
+  const flying = fileAction(env("KIND") as ProviderKind, env("EFFECT_FILE"), async () => {
+    effects += 1;
+    if (effects === 200) console.log("flying");
+  });
+  await Promise.all(
+    Array.from({ length: 64 }, async (_, caller) => {
+      for (let n = 0; ; n++)
+        await ledger.run(flying, { tenant: env("TENANT"), key: [`${env("KEY")}-${caller}-${n}`], args: { note: "x" } });
+    }),
+  );
+}
 
 if (mode === "race") {
   console.log("ready");
