@@ -65,17 +65,7 @@ export class LedgerAdmin {
     if (filter.before !== undefined) requireName(filter.before, "before");
     if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
     if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
-    // A misspelt status would list nothing, which reads as "none of those": say it instead.
-    for (const status of filter.status === undefined
-      ? []
-      : typeof filter.status === "string"
-        ? [filter.status]
-        : filter.status)
-      if (!(STATUSES as readonly unknown[]).includes(status))
-        throw new InvalidValueError(
-          "status",
-          `${JSON.stringify(status)} is not a status: one of ${STATUSES.join(", ")}`,
-        );
+    if (filter.status !== undefined) requireStatuses(filter.status);
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
     return (await this.#context.reports.list(filter)).map(toOperation);
   }
@@ -214,4 +204,12 @@ export class LedgerAdmin {
     }
     return parseArgs(schema, receipt, "receipt");
   }
+}
+
+/** A misspelt status would list nothing, which reads as "none of those": say it instead. */
+function requireStatuses(status: unknown): void {
+  const given = typeof status === "string" ? [status] : Array.isArray(status) ? status : [status];
+  for (const s of given)
+    if (!(STATUSES as readonly unknown[]).includes(s))
+      throw new InvalidValueError("status", `${JSON.stringify(s)} is not a status: one of ${STATUSES.join(", ")}`);
 }

@@ -7,13 +7,14 @@
  *
  * better-sqlite3 is synchronous, so a batch runs from BEGIN to COMMIT without yielding: nothing
  * else on this connection can run inside it, and no caller hears of its write before the COMMIT
- * returned (durable). A read that runs while writes wait sees the state before them, as if it had
+ * returned (durable with `synchronous=FULL`, the default). A read that runs while writes wait sees the state before them, as if it had
  * run first; no write has been acknowledged, so that order is a true one.
  *
  * A statement that fails inside a batch fails alone. SQLite undoes that statement and keeps the
- * transaction (constraint errors, most SQLITE_FULL), or it rolls the whole transaction back: then
- * the failing statement is refused, and the others, none of them acknowledged, run again in a
- * new transaction. A failed COMMIT fails every write in it: none was acknowledged, none is kept.
+ * transaction (constraint errors, RAISE(ABORT), SQLITE_FULL raised by the statement), or it rolls
+ * the whole transaction back: then the failing statement is refused, and the others, none of
+ * them acknowledged, run again in a new transaction. When the COMMIT fails, each write runs again
+ * alone, in a commit of its own.
  */
 import type { Database } from "better-sqlite3";
 
@@ -98,7 +99,7 @@ export class GroupCommit {
     }
     try {
       this.database.exec("COMMIT");
-    } catch (error) {
+    } catch {
       if (this.database.inTransaction) {
         try {
           this.database.exec("ROLLBACK");
@@ -106,7 +107,10 @@ export class GroupCommit {
           // the connection is gone: nothing was committed either way
         }
       }
-      for (const w of batch) w.reject(error);
+      // Which write the commit could not take is not known (a full disk shows at COMMIT in WAL
+      // mode, as does a deferred constraint): none was acknowledged, so each runs again alone.
+      for (const f of failed) f.w.reject(f.error);
+      for (const d of done) this.commit([d.w]);
       return [];
     }
     for (const d of done) d.w.resolve(d.value);

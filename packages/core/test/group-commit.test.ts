@@ -22,7 +22,9 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 let files = 0;
 /** A ledger on a file of its own, whose log is never checkpointed (so its frames stay countable). */
-async function open(options: { groupCommit?: boolean } = {}): Promise<{ ledger: Ledger; commits: () => number }> {
+async function open(
+  options: { groupCommit?: boolean; waitMs?: number } = {},
+): Promise<{ ledger: Ledger; commits: () => number }> {
   files += 1;
   const path = join(dir, `ledger-${files}.db`);
   const ledger = await openTestLedger(`sqlite:${path}`, options);
@@ -70,17 +72,28 @@ describe("SQLite group commit", () => {
     }
   });
 
-  for (const how of ["ABORT", "ROLLBACK"] as const)
-    it(`a claim refused inside a shared commit fails alone (RAISE(${how})): the others are claimed, done and answered`, async () => {
+  // ABORT: SQLite undoes the statement and keeps the transaction. ROLLBACK: it rolls the whole
+  // transaction back, the claims before this one in the batch included. COMMIT: the statement
+  // passes and the COMMIT fails (a deferred constraint here; in WAL mode a full disk shows there).
+  const REFUSALS = {
+    ABORT: [
+      `CREATE TRIGGER refuse_one BEFORE INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`,
+    ],
+    ROLLBACK: [
+      `CREATE TRIGGER refuse_one BEFORE INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN SELECT RAISE(ROLLBACK, 'disk I/O error (test)'); END`,
+    ],
+    COMMIT: [
+      "PRAGMA foreign_keys = ON",
+      "CREATE TABLE refuse_parent (id TEXT PRIMARY KEY)",
+      "CREATE TABLE refuse_child (ref TEXT REFERENCES refuse_parent (id) DEFERRABLE INITIALLY DEFERRED)",
+      `CREATE TRIGGER refuse_one AFTER INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN INSERT INTO refuse_child VALUES ('none'); END`,
+    ],
+  };
+  for (const [how, statements] of Object.entries(REFUSALS))
+    it(`a claim refused inside a shared commit fails alone (at ${how}): the others are claimed, done and answered`, async () => {
       const p = new TestProvider();
       const { ledger, commits } = await open();
-      // ABORT: SQLite undoes the statement and keeps the transaction. ROLLBACK: it rolls the
-      // whole transaction back, the claims before this one in the batch included.
-      await sql
-        .raw(
-          `CREATE TRIGGER refuse_one BEFORE INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN SELECT RAISE(${how}, 'disk I/O error (test)'); END`,
-        )
-        .execute(databaseOf(ledger));
+      for (const statement of statements) await sql.raw(statement).execute(databaseOf(ledger));
       const before = commits();
       const out = await Promise.all(
         Array.from({ length: 12 }, (_, i) =>
@@ -98,6 +111,23 @@ describe("SQLite group commit", () => {
       const rows = await ledger.admin.list({ tenant: "t" });
       expect(rows.map((r) => r.status)).toEqual(Array(11).fill("succeeded"));
     });
+
+  it("callers racing one key inside shared commits: one effect, one receipt for all", async () => {
+    const p = new TestProvider();
+    const { ledger, commits } = await open({ waitMs: 10_000 });
+    const before = commits();
+    const out = await Promise.all(
+      Array.from({ length: 24 }, () =>
+        ledger.run(p.action("mail", {}), { tenant: "t", key: ["one"], args: { to: "a" } }),
+      ),
+    );
+    expect(p.effects).toHaveLength(1);
+    expect(out.map((o) => o.status)).toEqual(Array(24).fill("succeeded"));
+    expect(new Set(out.map((o) => JSON.stringify(o.status === "succeeded" && o.receipt)))).toEqual(
+      new Set([JSON.stringify({ id: p.effects[0]!.id })]),
+    );
+    expect(commits() - before).toBeLessThanOrEqual(4);
+  });
 
   it("a claim the file has no room for fails alone: the others in its commit are claimed and done", async () => {
     const p = new TestProvider();

@@ -3,6 +3,7 @@
  * action after its effect. Effects are counted at the target (a file), not in the ledger.
  */
 import { describe, expect, it } from "vitest";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -55,7 +56,7 @@ for (const dialect of DIALECTS) {
     );
 
     it(
-      "64 callers in one process SIGKILLed mid-flight: every effect has its claim in the ledger, and each key ends with one effect",
+      "64 callers in one process SIGKILLed mid-flight: every effect has its claim in the ledger, every answer its commit, and each key ends with one effect",
       async () => {
         const ledger = await db.open();
         const tenant = uniqueTenant();
@@ -82,6 +83,15 @@ for (const dialect of DIALECTS) {
         expect(orphans).toEqual([]);
         expect(new Set(effects.map((e) => e.key)).size).toBe(effects.length);
         for (const r of rows) if (r.status === "succeeded") expect(effects.some((e) => e.key === r.key)).toBe(true);
+        // A caller told "succeeded" was told so only once the completion was committed.
+        const answered = readFileSync(`${file}.answered`, "utf8").split("\n").filter(Boolean);
+        expect(answered.length).toBeGreaterThan(0);
+        const byId = new Map(rows.map((r) => [r.id, r]));
+        for (const line of answered) {
+          const [id, status] = line.split(" ");
+          expect(status).toBe("succeeded");
+          expect(byId.get(id!)?.status).toBe("succeeded");
+        }
 
         // Once the dead worker's leases have run out, every key it claimed is called again.
         await sleep(leaseMs + 200);

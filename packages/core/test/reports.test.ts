@@ -217,6 +217,10 @@ for (const dialect of DIALECTS) {
       expect((misspelt as InvalidValueError).message).toMatch(
         /"needs-review" is not a status: one of running, .*needs_review/,
       );
+      const none = await ledger.admin
+        .list({ tenant: subject, status: null as unknown as Status })
+        .catch((e: unknown) => e);
+      expect(none).toBeInstanceOf(InvalidValueError);
     });
 
     it("lists the needs_review operations of several tenants or of all of them (an operator's queue)", async () => {

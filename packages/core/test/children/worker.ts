@@ -6,8 +6,9 @@
  *  crash: runs the action, prints "effect-done" after the effect and hangs there until killed.
  *  flight: 64 callers in this process call the action on keys KEY-<caller>-<n> without end
  *        (their claims and completions share commits on SQLite); prints "flying" after the
- *        200th effect and goes on until killed.
+ *        200th effect and goes on until killed; each answer is a line in EFFECT_FILE.answered.
  */
+import { appendFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger } from "@idem/core";
@@ -41,8 +42,15 @@ if (mode === "flight") {
   });
   await Promise.all(
     Array.from({ length: 64 }, async (_, caller) => {
-      for (let n = 0; ; n++)
-        await ledger.run(flying, { tenant: env("TENANT"), key: [`${env("KEY")}-${caller}-${n}`], args: { note: "x" } });
+      for (let n = 0; ; n++) {
+        const out = await ledger.run(flying, {
+          tenant: env("TENANT"),
+          key: [`${env("KEY")}-${caller}-${n}`],
+          args: { note: "x" },
+        });
+        // What the caller was told, where the parent can read it after the kill.
+        appendFileSync(`${env("EFFECT_FILE")}.answered`, `${out.operationId} ${out.status}\n`);
+      }
     }),
   );
 }
