@@ -91,6 +91,46 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
+    it("a completion the database keeps refusing is retried with waits for at most a lease; an error of ours is not retried", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const tenant = uniqueTenant();
+      let attempts = 0;
+      let refusal: () => Error = () => new Error("connection reset (test)");
+      const refusing = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          const completion = q.sql.startsWith('update "idem_operations"') && q.parameters.includes("succeeded");
+          if (completion && q.parameters.includes(tenant)) {
+            attempts += 1;
+            throw refusal();
+          }
+          return run();
+        },
+      });
+      const leaseMs = 1_000;
+      const ledger = await openTestLedger(refusing, { leaseMs });
+      try {
+        const started = performance.now();
+        const err = await ledger.run(mail, { tenant, key: ["r1"], args: { to: "x" } }).catch((e: unknown) => e);
+        const took = performance.now() - started;
+        expect(err).toBeInstanceOf(CompletionNotRecordedError);
+        // Waits of 50 ms and more, doubling: a few attempts fit in the lease, never the nine allowed.
+        expect(attempts).toBeGreaterThanOrEqual(3);
+        expect(attempts).toBeLessThan(9);
+        expect(took).toBeGreaterThanOrEqual(50 + 100);
+        expect(took).toBeLessThan(leaseMs + 2_000 + 2_000); // the last wait may start just inside the lease
+
+        // Not the database failing but the ledger refusing (an IdemError): answered at once.
+        attempts = 0;
+        refusal = () => new LeaseDeadlineError("op_x", 1);
+        const refused = await ledger.run(mail, { tenant, key: ["r2"], args: { to: "x" } }).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(CompletionNotRecordedError);
+        expect(attempts).toBe(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+
     it("heartbeats that fail: the action's signal aborts before the lease can pass to another worker", async () => {
       const ledger = await db.open({ leaseMs: 400 });
       const tenant = uniqueTenant();
