@@ -1,14 +1,15 @@
 /**
  * Group commit on SQLite. With `synchronous=FULL` every commit waits for an fsync, and one
  * connection commits one statement at a time, so concurrent callers in one process queue behind
- * each other's fsyncs. Here the ledger's hot writes (claims and completions) issued in the same
- * turn of the event loop wait for the next one and then run together in one transaction: one
- * fsync for all of them.
+ * each other's fsyncs. Here the ledger's hot writes (claims and transitions: completions,
+ * failures, operators' decisions) issued in the same turn of the event loop wait for the next one
+ * and then run together in one transaction: one fsync for all of them.
  *
  * better-sqlite3 is synchronous, so a batch runs from BEGIN to COMMIT without yielding: nothing
  * else on this connection can run inside it, and no caller hears of its write before the COMMIT
- * returned (durable with `synchronous=FULL`, the default). A read that runs while writes wait sees the state before them, as if it had
- * run first; no write has been acknowledged, so that order is a true one.
+ * returned (durable with `synchronous=FULL`, the default). A read that runs while writes wait
+ * sees the state before them, as if it had run first; no write has been acknowledged, so that
+ * order is a true one.
  *
  * A statement that fails inside a batch fails alone. SQLite undoes that statement and keeps the
  * transaction (constraint errors, RAISE(ABORT), SQLITE_FULL raised by the statement), or it rolls
