@@ -21,12 +21,12 @@ import {
   type PluginTransformResultArgs,
   type QueryResult,
   type RootOperationNode,
-  type SqliteDatabase,
   type UnknownRow,
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
 import { GroupCommit } from "./group-commit.js";
+import { runWrite, sqliteDialect, type Prepare } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -109,7 +109,6 @@ async function openSqlite(
 ): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
-  const { SqliteDialect } = await import("kysely");
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
   const mustExist = opts.create === false && path !== ":memory:";
   if (mustExist && !existsSync(path))
@@ -128,27 +127,8 @@ async function openSqlite(
     database?.close();
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
-  const group = opts.groupCommit === false ? undefined : new GroupCommit(database);
-  const cached = withStatementCache(database, group);
-  const direct: DirectExecutor = (text, parameters, asArrays) => {
-    // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
-    if (database.inTransaction) return undefined;
-    const stmt = cached.prepare(text) as unknown as import("better-sqlite3").Statement;
-    // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
-    // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
-    // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
-    // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
-    if (stmt.reader && stmt.readonly) {
-      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
-      return { rows: row === undefined ? [] : [row] };
-    }
-    const write = (): QueryResult<unknown> =>
-      stmt.reader
-        ? { rows: stmt.all(parameters) }
-        : { rows: [], numAffectedRows: BigInt(stmt.run(parameters).changes) };
-    return group ? group.write(write) : write();
-  };
-  return { db: new Kysely<IdemDatabase>({ dialect: new SqliteDialect({ database: cached }) }), direct };
+  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false);
+  return { db: new Kysely<IdemDatabase>({ dialect }), direct };
 }
 
 /**
@@ -208,25 +188,47 @@ async function walMode(database: import("better-sqlite3").Database, timeoutMs: n
 /**
  * kysely prepares every query anew; preparing an INSERT that fires the audit trigger costs more
  * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
- * kysely runs one query at a time on this connection, so a cached statement is never in use twice.
+ * Every statement runs to its end synchronously (nothing is streamed), so a cached statement is
+ * never in use twice.
  */
-function withStatementCache(database: import("better-sqlite3").Database, group?: GroupCommit): SqliteDatabase {
-  const cache = new Map<string, ReturnType<SqliteDatabase["prepare"]>>();
-  return {
-    close: () => {
-      group?.flush(); // writes still waiting for their commit get it, not an error
-      database.close();
-    },
-    prepare(text: string) {
-      let stmt = cache.get(text);
-      if (!stmt) {
-        stmt = database.prepare(text) as unknown as ReturnType<SqliteDatabase["prepare"]>;
-        if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
-        cache.set(text, stmt);
-      }
-      return stmt;
-    },
+function statementCache(database: import("better-sqlite3").Database): Prepare {
+  const cache = new Map<string, import("better-sqlite3").Statement>();
+  return (text) => {
+    let stmt = cache.get(text);
+    if (!stmt) {
+      stmt = database.prepare(text);
+      if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
+      cache.set(text, stmt);
+    }
+    return stmt;
   };
+}
+
+/**
+ * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
+ * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
+ */
+export function sqliteConnection(
+  database: import("better-sqlite3").Database,
+  groupCommit = true,
+): { dialect: Dialect; direct: DirectExecutor } {
+  const group = groupCommit ? new GroupCommit(database) : undefined;
+  const prepare = statementCache(database);
+  const direct: DirectExecutor = (text, parameters, asArrays) => {
+    // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
+    if (database.inTransaction) return undefined;
+    const stmt = prepare(text);
+    // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
+    // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
+    // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
+    // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
+    if (stmt.reader && stmt.readonly) {
+      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
+      return { rows: row === undefined ? [] : [row] };
+    }
+    return group ? group.write(() => runWrite(stmt, parameters)) : runWrite(stmt, parameters);
+  };
+  return { dialect: sqliteDialect(database, prepare, group), direct };
 }
 
 async function openPostgres(

@@ -5,6 +5,7 @@
 import type { Dialect, Kysely } from "kysely";
 import { contextOf, open, type Ledger, type LedgerOptions } from "./ledger.js";
 import type { IdemDatabase } from "./schema.js";
+import { sqliteConnection } from "./open.js";
 
 export interface TestLedgerOptions extends LedgerOptions {
   /** A clock (ms since epoch) replacing the database's, so a test can move time (leases, windows). */
@@ -20,4 +21,12 @@ export function openTestLedger(target: string | Dialect, options: TestLedgerOpti
 /** The ledger's own kysely instance (its connection: SQLite pragmas, triggers for fault tests). */
 export function databaseOf(ledger: Ledger): Kysely<IdemDatabase> {
   return contextOf(ledger).db;
+}
+
+/**
+ * A kysely dialect on a better-sqlite3 database as the ledger opens its own (statement cache,
+ * group commit), for tests that put hooks around a ledger's statements.
+ */
+export function sqliteLedgerDialect(database: import("better-sqlite3").Database, groupCommit = true): Dialect {
+  return sqliteConnection(database, groupCommit).dialect;
 }

@@ -5,13 +5,13 @@
  */
 import {
   PostgresDialect,
-  SqliteDialect,
   type CompiledQuery,
   type DatabaseConnection,
   type Dialect,
   type Driver,
   type QueryResult,
 } from "kysely";
+import { sqliteLedgerDialect } from "@idem/core/testing";
 import { scaled, type TestDialect } from "@idem/testkit";
 
 export interface Hooks {
@@ -21,7 +21,7 @@ export interface Hooks {
   released?(last: CompiledQuery | undefined): Promise<void>;
 }
 
-/** The test database's dialect (SQLite: WAL, `synchronous` as given; Postgres: a pool of `max`). */
+/** The test database's dialect (SQLite: the ledger's own driver, WAL, `synchronous` as given; Postgres: a pool of `max`). */
 export async function dialectFor(
   dialect: TestDialect,
   url: string,
@@ -32,7 +32,7 @@ export async function dialectFor(
     const database = new Database(url.slice("sqlite:".length), { timeout: scaled(10_000) });
     database.pragma("journal_mode = WAL");
     database.pragma(`synchronous = ${synchronous}`);
-    return new SqliteDialect({ database });
+    return sqliteLedgerDialect(database); // as the ledger opens its own: group commit included
   }
   const { default: pg } = await import("pg");
   return new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) });

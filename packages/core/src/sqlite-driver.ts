@@ -1,0 +1,119 @@
+/**
+ * The kysely driver of a SQLite ledger: better-sqlite3, with the writes of concurrent callers in
+ * group commits (group-commit.ts). kysely's own SQLite driver runs one query at a time behind a
+ * mutex, so two callers' writes could never share a commit; here a query waits only while
+ * another connection of this driver holds a transaction (a migration), since on one SQLite
+ * connection a transaction is everyone's.
+ */
+import {
+  CompiledQuery,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+  type DatabaseConnection,
+  type Dialect,
+  type Driver,
+  type QueryResult,
+} from "kysely";
+import type { Database, Statement } from "better-sqlite3";
+import type { GroupCommit } from "./group-commit.js";
+
+/** Prepares a statement (the ledger keeps them prepared: see open.ts). */
+export type Prepare = (text: string) => Statement;
+
+export function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): Dialect {
+  return {
+    createAdapter: () => new SqliteAdapter(),
+    createDriver: () => new GroupedSqliteDriver(database, prepare, group),
+    createIntrospector: (db) => new SqliteIntrospector(db),
+    createQueryCompiler: () => new SqliteQueryCompiler(),
+  };
+}
+
+/** Runs a write as better-sqlite3 answers it; `all()` for one with RETURNING (see open.ts). */
+export function runWrite(stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
+  if (stmt.reader) return { rows: stmt.all(parameters) };
+  const { changes, lastInsertRowid } = stmt.run(parameters);
+  return { rows: [], numAffectedRows: BigInt(changes), insertId: BigInt(lastInsertRowid) };
+}
+
+const TRANSACTION_CONTROL = /^\s*(begin|commit|end|rollback|savepoint|release)\b/i;
+
+class GroupedSqliteDriver implements Driver {
+  /** The connection whose transaction is open, and when it ends. */
+  private owner: DatabaseConnection | undefined;
+  private ended: Promise<void> = Promise.resolve();
+  private end: () => void = () => {};
+
+  constructor(
+    private readonly database: Database,
+    private readonly prepare: Prepare,
+    private readonly group: GroupCommit | undefined,
+  ) {}
+
+  async init(): Promise<void> {}
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    const connection: DatabaseConnection = {
+      executeQuery: async <R>(query: CompiledQuery) => {
+        while (this.owner !== undefined && this.owner !== connection) await this.ended;
+        return this.execute(connection, query) as QueryResult<R> | Promise<QueryResult<R>>;
+      },
+      // biome-ignore lint/correctness/useYield: the ledger streams nothing; say so instead of half-doing it
+      streamQuery: async function* () {
+        throw new Error("the SQLite ledger driver does not stream queries");
+      },
+    };
+    return connection;
+  }
+
+  private execute(
+    connection: DatabaseConnection,
+    query: CompiledQuery,
+  ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
+    const stmt = this.prepare(query.sql);
+    if (stmt.reader && stmt.readonly) return { rows: stmt.all(query.parameters) };
+    // Inside a transaction every statement is that transaction's, and transaction control is
+    // not a write to share a commit with (BEGIN IMMEDIATE is not "readonly" to SQLite).
+    if (stmt.readonly || this.owner === connection || !this.group || TRANSACTION_CONTROL.test(query.sql)) {
+      try {
+        return runWrite(stmt, query.parameters);
+      } finally {
+        this.track(connection);
+      }
+    }
+    return this.group.write(() => runWrite(stmt, query.parameters));
+  }
+
+  /** After a statement of `connection`: did it open or end the transaction? */
+  private track(connection: DatabaseConnection): void {
+    if (this.database.inTransaction && this.owner === undefined) {
+      this.owner = connection;
+      this.ended = new Promise((resolve) => (this.end = resolve));
+    } else if (!this.database.inTransaction && this.owner === connection) {
+      this.owner = undefined;
+      this.end();
+    }
+  }
+
+  async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("begin"));
+  }
+
+  async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("commit"));
+  }
+
+  async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("rollback"));
+  }
+
+  async releaseConnection(connection: DatabaseConnection): Promise<void> {
+    this.track(connection); // given back with its transaction over, however it ended
+  }
+
+  async destroy(): Promise<void> {
+    this.group?.flush(); // writes still waiting for their commit get it, not an error
+    this.database.close();
+  }
+}
