@@ -109,7 +109,11 @@ class GroupedSqliteDriver implements Driver {
   }
 
   async releaseConnection(connection: DatabaseConnection): Promise<void> {
-    this.track(connection); // given back with its transaction over, however it ended
+    // Given back with its transaction over, however it ended: the others may go on.
+    if (this.owner === connection && !this.database.inTransaction) {
+      this.owner = undefined;
+      this.end();
+    }
   }
 
   async destroy(): Promise<void> {
