@@ -1,9 +1,9 @@
 /**
  * Group commit on SQLite. With `synchronous=FULL` every commit waits for an fsync, and one
  * connection commits one statement at a time, so concurrent callers in one process queue behind
- * each other's fsyncs. Here the ledger's hot writes (claims and transitions: completions,
- * failures, operators' decisions) issued in the same turn of the event loop wait for the next one
- * and then run together in one transaction: one fsync for all of them.
+ * each other's fsyncs. Here the ledger's writes (from the direct executor and from its kysely
+ * driver, sqlite-driver.ts) issued in the same turn of the event loop wait for the next one and
+ * then run together in one transaction: one fsync for all of them.
  *
  * better-sqlite3 is synchronous, so a batch runs from BEGIN to COMMIT without yielding: nothing
  * else on this connection can run inside it, and no caller hears of its write before the COMMIT

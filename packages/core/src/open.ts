@@ -25,8 +25,7 @@ import {
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
-import { GroupCommit } from "./group-commit.js";
-import { runWrite, sqliteDialect, type Prepare } from "./sqlite-driver.js";
+import { sqliteConnection } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -132,19 +131,6 @@ async function openSqlite(
 }
 
 /**
- * One row as an array. The statement is shared (kysely may run it too, in a migration's
- * transaction), so it answers arrays for this call only.
- */
-function rawRow(stmt: import("better-sqlite3").Statement, parameters: readonly unknown[]): unknown {
-  stmt.raw(true);
-  try {
-    return stmt.get(parameters);
-  } finally {
-    stmt.raw(false);
-  }
-}
-
-/**
  * Loads a database driver. They are optional peer dependencies (a Postgres user need not compile
  * better-sqlite3), so the one a URL asks for may be missing: say which package to install. A
  * driver that is there but fails to load (a native build for another Node) keeps its own error.
@@ -183,52 +169,6 @@ async function walMode(database: import("better-sqlite3").Database, timeoutMs: n
     }
     await sleep(pause);
   }
-}
-
-/**
- * kysely prepares every query anew; preparing an INSERT that fires the audit trigger costs more
- * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
- * Every statement runs to its end synchronously (nothing is streamed), so a cached statement is
- * never in use twice.
- */
-function statementCache(database: import("better-sqlite3").Database): Prepare {
-  const cache = new Map<string, import("better-sqlite3").Statement>();
-  return (text) => {
-    let stmt = cache.get(text);
-    if (!stmt) {
-      stmt = database.prepare(text);
-      if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
-      cache.set(text, stmt);
-    }
-    return stmt;
-  };
-}
-
-/**
- * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
- * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
- */
-export function sqliteConnection(
-  database: import("better-sqlite3").Database,
-  groupCommit = true,
-): { dialect: Dialect; direct: DirectExecutor } {
-  const group = groupCommit ? new GroupCommit(database) : undefined;
-  const prepare = statementCache(database);
-  const direct: DirectExecutor = (text, parameters, asArrays) => {
-    // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
-    if (database.inTransaction) return undefined;
-    const stmt = prepare(text);
-    // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
-    // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
-    // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
-    // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
-    if (stmt.reader && stmt.readonly) {
-      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
-      return { rows: row === undefined ? [] : [row] };
-    }
-    return group ? group.write(() => runWrite(stmt, parameters)) : runWrite(stmt, parameters);
-  };
-  return { dialect: sqliteDialect(database, prepare, group), direct };
 }
 
 async function openPostgres(

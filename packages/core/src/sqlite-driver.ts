@@ -16,7 +16,8 @@ import {
   type QueryResult,
 } from "kysely";
 import type { Database, Statement } from "better-sqlite3";
-import type { GroupCommit } from "./group-commit.js";
+import { GroupCommit } from "./group-commit.js";
+import type { DirectExecutor } from "./query-cache.js";
 
 /** Prepares a statement (the ledger keeps them prepared: see open.ts). */
 export type Prepare = (text: string) => Statement;
@@ -119,5 +120,61 @@ class GroupedSqliteDriver implements Driver {
   async destroy(): Promise<void> {
     this.group?.flush(); // writes still waiting for their commit get it, not an error
     this.database.close();
+  }
+}
+
+/**
+ * kysely prepares every query anew; preparing an INSERT that fires the audit trigger costs more
+ * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
+ * Every statement runs to its end synchronously (nothing is streamed), so a cached statement is
+ * never in use twice.
+ */
+function statementCache(database: Database): Prepare {
+  const cache = new Map<string, Statement>();
+  return (text) => {
+    let stmt = cache.get(text);
+    if (!stmt) {
+      stmt = database.prepare(text);
+      if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
+      cache.set(text, stmt);
+    }
+    return stmt;
+  };
+}
+
+/**
+ * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
+ * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
+ */
+export function sqliteConnection(database: Database, groupCommit = true): { dialect: Dialect; direct: DirectExecutor } {
+  const group = groupCommit ? new GroupCommit(database) : undefined;
+  const prepare = statementCache(database);
+  const direct: DirectExecutor = (text, parameters, asArrays) => {
+    // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
+    if (database.inTransaction) return undefined;
+    const stmt = prepare(text);
+    // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
+    // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
+    // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
+    // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
+    if (stmt.reader && stmt.readonly) {
+      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
+      return { rows: row === undefined ? [] : [row] };
+    }
+    return group ? group.write(() => runWrite(stmt, parameters)) : runWrite(stmt, parameters);
+  };
+  return { dialect: sqliteDialect(database, prepare, group), direct };
+}
+
+/**
+ * One row as an array. The statement is shared (kysely may run it too, in a migration's
+ * transaction), so it answers arrays for this call only.
+ */
+function rawRow(stmt: Statement, parameters: readonly unknown[]): unknown {
+  stmt.raw(true);
+  try {
+    return stmt.get(parameters);
+  } finally {
+    stmt.raw(false);
   }
 }

@@ -5,7 +5,7 @@
 import type { Dialect, Kysely } from "kysely";
 import { contextOf, open, type Ledger, type LedgerOptions } from "./ledger.js";
 import type { IdemDatabase } from "./schema.js";
-import { sqliteConnection } from "./open.js";
+import { sqliteConnection } from "./sqlite-driver.js";
 
 export interface TestLedgerOptions extends LedgerOptions {
   /** A clock (ms since epoch) replacing the database's, so a test can move time (leases, windows). */
