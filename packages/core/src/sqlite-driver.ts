@@ -19,10 +19,10 @@ import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
 import type { DirectExecutor } from "./query-cache.js";
 
-/** Prepares a statement (the ledger keeps them prepared: see open.ts). */
-export type Prepare = (text: string) => Statement;
+/** Prepares a statement (kept prepared: see statementCache). */
+type Prepare = (text: string) => Statement;
 
-export function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): Dialect {
+function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): Dialect {
   return {
     createAdapter: () => new SqliteAdapter(),
     createDriver: () => new GroupedSqliteDriver(database, prepare, group),
@@ -31,8 +31,8 @@ export function sqliteDialect(database: Database, prepare: Prepare, group: Group
   };
 }
 
-/** Runs a write as better-sqlite3 answers it; `all()` for one with RETURNING (see open.ts). */
-export function runWrite(stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
+/** Runs a write as better-sqlite3 answers it; `all()` for one with RETURNING (see sqliteConnection). */
+function runWrite(stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
   if (stmt.reader) return { rows: stmt.all(parameters) };
   const { changes, lastInsertRowid } = stmt.run(parameters);
   return { rows: [], numAffectedRows: BigInt(changes), insertId: BigInt(lastInsertRowid) };
