@@ -94,24 +94,22 @@ async function sqliteBenches() {
   const sel = raw.prepare("SELECT status, result FROM ops WHERE tenant = ? AND key = ?");
   const N = 400;
 
-  await sideBySide(
-    "SQLite guarded call vs INSERT+UPDATE (durable)",
-    { kind: "throughput", limit: 0.8 },
-    (r) =>
-      rate(N, (i) => {
-        ins.run("t", `k${r}-${i}`);
-        upd.run('{"ok":true}', "t", `k${r}-${i}`);
-      }),
-    (r) => rate(N, (i) => ledger.run(noop, { tenant: "t", key: [r, i], args: {} })),
-  );
-  // Group commit (the moonshot): 64 callers in flight in this process on one durable file share
-  // commits, against the raw floor's write pairs one at a time, each commit its own fsync.
-  const FLIGHT = 64;
+  // The raw floor: one INSERT and one UPDATE, each its own durable commit, one pair at a time.
   const floorPairs = (tenant: string) => (r: number) =>
     rate(N, (i) => {
       ins.run(tenant, `k${r}-${i}`);
       upd.run('{"ok":true}', tenant, `k${r}-${i}`);
     });
+
+  await sideBySide(
+    "SQLite guarded call vs INSERT+UPDATE (durable)",
+    { kind: "throughput", limit: 0.8 },
+    floorPairs("t"),
+    (r) => rate(N, (i) => ledger.run(noop, { tenant: "t", key: [r, i], args: {} })),
+  );
+  // Group commit (the moonshot): 64 callers in flight in this process on one durable file share
+  // commits, against the raw floor's write pairs one at a time, each commit its own fsync.
+  const FLIGHT = 64;
   await sideBySide(
     `SQLite group commit: ${FLIGHT} in flight vs INSERT+UPDATE one at a time (durable)`,
     { kind: "throughput", limit: 3 },

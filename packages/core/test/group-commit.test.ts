@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { LedgerUnavailableError, type Ledger } from "@idem/core";
-import { databaseOf, openTestLedger } from "@idem/core/testing";
+import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { TestProvider } from "./support/provider.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idem-group-"));
@@ -22,9 +22,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 let files = 0;
 /** A ledger on a file of its own, whose log is never checkpointed (so its frames stay countable). */
-async function open(
-  options: { groupCommit?: boolean; waitMs?: number } = {},
-): Promise<{ ledger: Ledger; commits: () => number }> {
+async function open(options: TestLedgerOptions = {}): Promise<{ ledger: Ledger; commits: () => number }> {
   files += 1;
   const path = join(dir, `ledger-${files}.db`);
   const ledger = await openTestLedger(`sqlite:${path}`, options);
