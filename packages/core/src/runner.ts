@@ -323,7 +323,11 @@ export class Runner {
           };
         try {
           const a = args;
-          const op = { ...ctx, providerReference: row.provider_reference };
+          // Spread only when the reference changed: a spread reads the lazy signal (an AbortController).
+          const op =
+            row.provider_reference === ctx.providerReference
+              ? ctx
+              : { ...ctx, providerReference: row.provider_reference };
           const attributes = {
             "idem.operation.id": row.id,
             "idem.attempt": row.attempt,

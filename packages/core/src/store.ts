@@ -187,7 +187,8 @@ function newOperationId(): string {
   seq = now > lastMs ? 0 : seq + 1;
   lastMs = Math.max(now, lastMs);
   const time = lastMs.toString(36).padStart(9, "0");
-  return `op_${time}${seq.toString(36).padStart(4, "0")}${randomUUID().replace(/-/g, "").slice(0, 12)}`;
+  const random = randomUUID(); // 12 hex digits of it: the 8 before its first dash and the 4 after
+  return `op_${time}${seq.toString(36).padStart(4, "0")}${random.slice(0, 8)}${random.slice(9, 13)}`;
 }
 
 export class Store {

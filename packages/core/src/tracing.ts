@@ -23,11 +23,14 @@ interface OtelTracer {
   startActiveSpan<T>(name: string, options: { attributes: Attributes }, fn: (span: OtelSpan) => T): T;
 }
 
+type Api = typeof import("@opentelemetry/api");
+
 export interface Tracing {
   /** Runs `fn` in a span (the active one for spans opened inside it); an error ends the span as an error. */
   span<T>(name: string, attributes: Attributes, fn: (span: Span | undefined) => Promise<T>): Promise<T>;
 }
 
+const NAME = "@idem/core";
 const NONE: Tracing = { span: (_name, _attributes, fn) => fn(undefined) };
 
 let loaded: Promise<Tracing> | undefined;
@@ -35,17 +38,17 @@ let loaded: Promise<Tracing> | undefined;
 /** The process's tracing, loaded once: `@opentelemetry/api` if installed, else no-ops. */
 export function tracing(): Promise<Tracing> {
   // webpackIgnore: a bundler must not try to resolve an optional peer that may be absent.
-  loaded ??= import(/* webpackIgnore: true */ "@opentelemetry/api").then(
-    (api) => withTracer(api.trace.getTracer("@idem/core"), api.SpanStatusCode.ERROR),
-    () => NONE,
-  );
+  loaded ??= import(/* webpackIgnore: true */ "@opentelemetry/api").then(withApi, () => NONE);
   return loaded;
 }
 
-function withTracer(tracer: OtelTracer, error: number): Tracing {
+function withApi(api: Api): Tracing {
+  const error = api.SpanStatusCode.ERROR;
   return {
-    span: (name, attributes, fn) =>
-      tracer.startActiveSpan(name, { attributes }, async (span) => {
+    span: (name, attributes, fn) => {
+      const tracer = activeTracer(api);
+      if (!tracer) return fn(undefined);
+      return tracer.startActiveSpan(name, { attributes }, async (span) => {
         try {
           return await fn(span);
         } catch (e) {
@@ -55,8 +58,20 @@ function withTracer(tracer: OtelTracer, error: number): Tracing {
         } finally {
           span.end();
         }
-      }),
+      });
+    },
   };
+}
+
+/**
+ * The registered SDK's tracer, looked up at each span (an SDK may be registered, or replaced,
+ * after the ledger opened), or none: without an SDK every span is a no-op, and making no-op spans
+ * and their contexts cost 1-2 µs each, about a seventh of a replay.
+ */
+function activeTracer(api: Api): OtelTracer | undefined {
+  const provider = api.trace.getTracerProvider();
+  if (provider instanceof api.ProxyTracerProvider) return provider.getDelegateTracer(NAME);
+  return provider.getTracer(NAME); // a provider registered by another copy of the API
 }
 
 /** What a result says about the call, as span attributes. */

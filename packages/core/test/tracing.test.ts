@@ -94,5 +94,44 @@ for (const dialect of DIALECTS) {
       expect(named("idem.execute")).toHaveLength(0);
       expect(parentOf(named("idem.complete")[0]!)).toBe(settle!.spanContext().spanId);
     });
+
+    it("follows the SDK registered now: none (no spans, the app's span still active in execute), then a new one", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      let seen: string | undefined;
+      const action = new TestProvider().action("mail.send", {});
+      const probe = {
+        ...action,
+        execute: async (a: unknown, ctx: Parameters<typeof action.execute>[1]) => {
+          seen = trace.getActiveSpan()?.spanContext().spanId;
+          return action.execute(a as never, ctx);
+        },
+      } as typeof action;
+      await ledger.run(probe, { tenant, key: ["before"], args: { to: "a" } }); // the SDK of beforeAll
+      expect(named("idem.run")).toHaveLength(1);
+      exporter.reset();
+      trace.disable(); // no SDK: the spans are skipped, the caller's context is kept
+      const outer = trace.wrapSpanContext({ traceId: "1".repeat(32), spanId: "2".repeat(16), traceFlags: 1 });
+      await context.with(trace.setSpan(context.active(), outer), () =>
+        ledger.run(probe, { tenant, key: ["none"], args: { to: "a" } }),
+      );
+      expect(seen).toBe("2".repeat(16));
+      expect(exporter.getFinishedSpans()).toHaveLength(0);
+      const later = new InMemorySpanExporter(); // an SDK registered after the ledger opened
+      trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(later)] }));
+      try {
+        await ledger.run(probe, { tenant, key: ["after"], args: { to: "a" } });
+        expect(
+          later
+            .getFinishedSpans()
+            .map((s) => s.name)
+            .sort(),
+        ).toEqual(["idem.claim", "idem.complete", "idem.execute", "idem.run"]);
+        expect(exporter.getFinishedSpans()).toHaveLength(0);
+      } finally {
+        trace.disable();
+        trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
+      }
+    });
   });
 }
