@@ -99,9 +99,11 @@ export function requireText(value: unknown, what: string, max = 10_000): asserts
   requireWellFormed(value, what);
 }
 
+const LONE_SURROGATE = /\p{Cs}/u; // not global: exec keeps no state between calls
+
 /** Refuses unpaired UTF-16 surrogates (in `u` mode a surrogate pair is one code point, so only lone halves match). */
 export function requireWellFormed(value: string, what: string): void {
-  const lone = /\p{Cs}/u.exec(value);
+  const lone = LONE_SURROGATE.exec(value);
   if (lone)
     throw new InvalidValueError(
       what,

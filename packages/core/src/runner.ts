@@ -649,9 +649,17 @@ export class Runner {
   }
 }
 
-/** This call's lease owner: the worker's identity and a per-call suffix. */
+/** Tells this process's calls apart from another's under the same owner (a restarted worker). */
+const PROCESS_TAG = randomUUID().slice(0, 8);
+let calls = 0;
+
+/**
+ * This call's lease owner, for operators to tell calls apart: the worker's identity, the process's
+ * tag and a count. Nothing compares owners (attempts fence), so it need not be random per call.
+ */
 function ownerOf(settings: RunnerSettings): string {
-  return `${settings.owner}/${randomUUID().slice(0, 8)}`;
+  calls += 1;
+  return `${settings.owner}/${PROCESS_TAG}.${calls.toString(36)}`;
 }
 
 function snapshotOf(p: Peek): Snapshot {
