@@ -218,16 +218,34 @@ export class Store {
       : sql<number>`cast(unixepoch('subsec') * 1000 as integer)`;
   }
 
+  /** This store's claims in flight (see `claim`). */
+  private claiming = 0;
+
   /**
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
-   * row that already holds it, with the database time to judge its lease. On SQLite, where a read
-   * costs microseconds, the read comes first so a duplicate never takes the write lock; on
-   * Postgres the insert comes first, so a fresh key costs one round trip.
+   * row that already holds it, with the database time to judge its lease. On Postgres the insert
+   * comes first, so a fresh key costs one round trip. On SQLite, where a read costs microseconds,
+   * a claim alone reads first, so a duplicate never takes the write lock; but while other claims
+   * are in flight the insert goes first: it joins their group commit, which holds the write lock
+   * anyway, and a fresh key (the common case under load) saves the read (64 in flight: 3-18 %
+   * more calls per second). A duplicate among them reads the row after its insert did nothing.
    */
   async claim(
     row: Omit<NewClaim, "id">,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
-    if (this.dialect === "sqlite") {
+    this.claiming += 1;
+    try {
+      return await this.claimKey(row, this.claiming > 1);
+    } finally {
+      this.claiming -= 1;
+    }
+  }
+
+  private async claimKey(
+    row: Omit<NewClaim, "id">,
+    concurrent: boolean,
+  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+    if (this.dialect === "sqlite" && !concurrent) {
       const existing = await this.peek(row.tenant, row.key);
       if (existing) return { fresh: false, row: existing };
     }

@@ -11,6 +11,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { LedgerUnavailableError, type Ledger } from "@idem/core";
 import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idem-group-"));
@@ -158,5 +159,38 @@ describe("SQLite group commit", () => {
     expect(made).toBeLessThan(16);
     const listed = await ledger.admin.list({ tenant: "t" });
     expect(listed.map((r) => r.status)).toEqual(Array(8).fill("succeeded"));
+  });
+  it("claims in flight together insert without reading first; a claim alone reads first, and a duplicate alone writes nothing", async () => {
+    files += 1;
+    const seen = { peeks: 0, inserts: 0 };
+    const dialect = hooked(await dialectFor("sqlite", `sqlite:${join(dir, `ledger-${files}.db`)}`), {
+      query(q, run) {
+        if (/^insert into "idem_operations"/.test(q.sql)) seen.inserts += 1;
+        if (/^select .* from "idem_operations" where "tenant_id" = \? and "key" = \?$/.test(q.sql)) seen.peeks += 1;
+        return run();
+      },
+    });
+    const ledger = await openTestLedger(dialect);
+    opened.push(ledger);
+    const p = new TestProvider();
+    const call = (k: string) => ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: k } });
+    const fresh = await Promise.all(Array.from({ length: 32 }, (_, i) => call(`k${i}`)));
+    expect(fresh.map((o) => o.status)).toEqual(Array(32).fill("succeeded"));
+    // Only the first, alone when it began, read its key before inserting.
+    expect(seen).toEqual({ peeks: 1, inserts: 32 });
+
+    Object.assign(seen, { peeks: 0, inserts: 0 });
+    const again = await call("k3"); // alone: read, replayed, no write lock taken
+    expect(again).toMatchObject({ status: "succeeded", replayed: true });
+    expect(seen).toEqual({ peeks: 1, inserts: 0 });
+
+    // Duplicates in flight together: each insert does nothing, each then reads the stored outcome.
+    Object.assign(seen, { peeks: 0, inserts: 0 });
+    const dups = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`)));
+    expect(dups.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(
+      fresh.slice(0, 8).map((o) => o.status === "succeeded" && o.receipt),
+    );
+    expect(seen).toEqual({ peeks: 8, inserts: 7 });
+    expect(p.effects).toHaveLength(32);
   });
 });
