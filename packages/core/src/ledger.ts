@@ -106,7 +106,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     maxResultBytes: options.maxResultBytes ?? 64 * 1024,
     retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
   };
-  const { db, dialect, direct } = await connect(target, options);
+  const { db, dialect, direct, groupsCommits } = await connect(target, options);
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
     const { pending, unknown } = await schemaStatus(db);
@@ -122,7 +122,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
   const context = new LedgerContext(
     db,
     dialect,
-    new Store(db, dialect, clock, direct),
+    new Store(db, dialect, clock, direct, groupsCommits),
     settings,
     options.actions ?? [],
     await tracing(),

@@ -25,7 +25,7 @@ import {
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
-import { sqliteConnection } from "./sqlite-driver.js";
+import { sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -82,6 +82,8 @@ export interface Connection {
   readonly dialect: DialectName;
   /** The driver itself, for the hot statements; absent when opened from a kysely Dialect. */
   readonly direct?: DirectExecutor;
+  /** SQLite writes wait for shared commits (group commit: sqlite-driver.ts). */
+  readonly groupsCommits?: boolean;
 }
 
 export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<Connection> {
@@ -94,6 +96,7 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
     return {
       db: new Kysely<IdemDatabase>({ dialect: target, plugins: dialect === "postgres" ? [new TimesAsNumbers()] : [] }),
       dialect,
+      groupsCommits: (target as Partial<LedgerSqliteDialect>).groupsCommits === true,
     };
   }
   if (target.startsWith("sqlite:"))
@@ -105,7 +108,7 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
 async function openSqlite(
   path: string,
   opts: ConnectionOptions,
-): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor }> {
+): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor; groupsCommits: boolean }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
@@ -127,7 +130,7 @@ async function openSqlite(
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
   const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false);
-  return { db: new Kysely<IdemDatabase>({ dialect }), direct };
+  return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
 }
 
 /**

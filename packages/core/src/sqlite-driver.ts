@@ -22,12 +22,21 @@ import type { DirectExecutor } from "./query-cache.js";
 /** Prepares a statement (kept prepared: see statementCache). */
 type Prepare = (text: string) => Statement;
 
-function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): Dialect {
+/**
+ * The ledger's own SQLite dialect says whether it groups commits, so that a ledger opened on it
+ * (the tests open theirs so) claims as on a connection it opened itself (Store.claim).
+ */
+export interface LedgerSqliteDialect extends Dialect {
+  readonly groupsCommits: boolean;
+}
+
+function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): LedgerSqliteDialect {
   return {
     createAdapter: () => new SqliteAdapter(),
     createDriver: () => new GroupedSqliteDriver(database, prepare, group),
     createIntrospector: (db) => new SqliteIntrospector(db),
     createQueryCompiler: () => new SqliteQueryCompiler(),
+    groupsCommits: group !== undefined,
   };
 }
 
@@ -146,7 +155,10 @@ function statementCache(database: Database): Prepare {
  * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
  * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
  */
-export function sqliteConnection(database: Database, groupCommit = true): { dialect: Dialect; direct: DirectExecutor } {
+export function sqliteConnection(
+  database: Database,
+  groupCommit = true,
+): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
   const group = groupCommit ? new GroupCommit(database) : undefined;
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays) => {

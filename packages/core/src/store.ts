@@ -194,11 +194,16 @@ function newOperationId(): string {
 export class Store {
   private readonly hot: QueryCache<IdemDatabase>;
 
+  /**
+   * `groupsCommits`: the connection is the ledger's own SQLite connection with group commit
+   * (sqlite-driver.ts), whose writes wait for shared commits (see `claim`).
+   */
   constructor(
     readonly db: Kysely<IdemDatabase>,
     readonly dialect: DialectName,
     private readonly clock?: () => number,
     direct?: DirectExecutor,
+    private readonly groupsCommits = false,
   ) {
     this.hot = new QueryCache(db, clock === undefined, direct);
     this.local = clock ?? (() => performance.now());
@@ -225,47 +230,50 @@ export class Store {
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
    * row that already holds it, with the database time to judge its lease. On Postgres the insert
    * comes first, so a fresh key costs one round trip. On SQLite, where a read costs microseconds,
-   * a claim alone reads first, so a duplicate never takes the write lock; but while other claims
-   * are in flight the insert goes first: it joins their group commit, which holds the write lock
-   * anyway, and a fresh key (the common case under load) saves the read (64 in flight: 3-18 %
-   * more calls per second). A duplicate among them reads the row after its insert did nothing.
+   * a claim reads first, so a duplicate alone never takes the write lock. But with group commit,
+   * while other claims are in flight, the insert goes first: it waits for the next shared commit
+   * like theirs, and a fresh key (the common case under load) saves the read (64 in flight: 3-18 %
+   * more calls per second). A duplicate among them reads the row once its insert did nothing, or
+   * failed: a write lock held elsewhere past the busy timeout must not fail a call a read answers.
    */
   async claim(
     row: Omit<NewClaim, "id">,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+    const insertFirst = this.dialect === "postgres" || (this.groupsCommits && this.claiming > 0);
     this.claiming += 1;
     try {
-      return await this.claimKey(row, this.claiming > 1);
+      if (!insertFirst) {
+        const existing = await this.peek(row.tenant, row.key);
+        if (existing) return { fresh: false, row: existing };
+      }
+      const claim: NewClaim = { ...row, id: newOperationId() };
+      const slotted = (v: (name: string) => any) =>
+        Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
+      if (this.dialect === "postgres") return await this.claimOrPeek(claim, slotted);
+      let inserted: (Pick<Row, (typeof CLOCK_COLUMNS)[number]> & { db_now: number }) | undefined;
+      try {
+        // Only what the database computed comes back (its clock); the rest is what we inserted.
+        const { rows } = await this.guard(
+          undefined,
+          this.hot.run(
+            "claim",
+            (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")),
+            claim as unknown as Record<string, unknown>,
+          ),
+        );
+        inserted = rows[0];
+      } catch (error) {
+        // Not granted (nothing of ours was committed): a duplicate is still answered by its row.
+        const existing = insertFirst ? await this.peek(row.tenant, row.key) : undefined;
+        if (existing) return { fresh: false, row: existing };
+        throw error;
+      }
+      if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
+      const existing = await this.peek(row.tenant, row.key);
+      return existing && { fresh: false, row: existing };
     } finally {
       this.claiming -= 1;
     }
-  }
-
-  private async claimKey(
-    row: Omit<NewClaim, "id">,
-    concurrent: boolean,
-  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
-    if (this.dialect === "sqlite" && !concurrent) {
-      const existing = await this.peek(row.tenant, row.key);
-      if (existing) return { fresh: false, row: existing };
-    }
-    const claim: NewClaim = { ...row, id: newOperationId() };
-    const slotted = (v: (name: string) => any) =>
-      Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
-    if (this.dialect === "postgres") return this.claimOrPeek(claim, slotted);
-    // Only what the database computed comes back (its clock); the rest is what we inserted.
-    const { rows } = await this.guard(
-      undefined,
-      this.hot.run(
-        "claim",
-        (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")),
-        claim as unknown as Record<string, unknown>,
-      ),
-    );
-    const inserted = rows[0];
-    if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
-    const existing = await this.peek(row.tenant, row.key);
-    return existing && { fresh: false, row: existing };
   }
 
   /**

@@ -2,7 +2,8 @@
  * OpenTelemetry traces, when the application has `@opentelemetry/api` (an optional peer): a span
  * per guarded call (`idem.run`) and per settlement (`idem.settle`), with child spans for the
  * claim, the provider call and the completion. Without the package, or without an SDK
- * registered, every span is a no-op. Attributes name the operation, never its args or receipt.
+ * registered, no span is made (the caller's context is the one `execute` runs in). Attributes
+ * name the operation, never its args or receipt.
  */
 
 /** Span attributes, as OpenTelemetry's `Attributes` (named here so our published types need no @opentelemetry/api). */
@@ -69,9 +70,11 @@ function withApi(api: Api): Tracing {
  * and their contexts cost 1-2 µs each, about a seventh of a replay.
  */
 function activeTracer(api: Api): OtelTracer | undefined {
-  const provider = api.trace.getTracerProvider();
-  if (provider instanceof api.ProxyTracerProvider) return provider.getDelegateTracer(NAME);
-  return provider.getTracer(NAME); // a provider registered by another copy of the API
+  const provider: { getTracer(name: string): OtelTracer; getDelegateTracer?(name: string): OtelTracer | undefined } =
+    api.trace.getTracerProvider();
+  // The API's proxy, whichever copy of the API (its CommonJS or ESM build) registered it.
+  if (typeof provider.getDelegateTracer === "function") return provider.getDelegateTracer(NAME);
+  return provider.getTracer(NAME);
 }
 
 /** What a result says about the call, as span attributes. */

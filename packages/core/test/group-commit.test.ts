@@ -10,8 +10,9 @@ import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { LedgerUnavailableError, type Ledger } from "@idem/core";
-import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { dialectFor, hooked } from "./support/dialects.js";
+import Database from "better-sqlite3";
+import { databaseOf, openTestLedger, sqliteLedgerDialect, type TestLedgerOptions } from "@idem/core/testing";
+import { hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idem-group-"));
@@ -160,12 +161,19 @@ describe("SQLite group commit", () => {
     const listed = await ledger.admin.list({ tenant: "t" });
     expect(listed.map((r) => r.status)).toEqual(Array(8).fill("succeeded"));
   });
-  it("claims in flight together insert without reading first; a claim alone reads first, and a duplicate alone writes nothing", async () => {
+  /** A ledger on a new file whose claims' inserts and key reads are counted; `boom` is refused. */
+  async function counted(groupCommit: boolean) {
     files += 1;
+    const path = join(dir, `ledger-${files}.db`);
     const seen = { peeks: 0, inserts: 0 };
-    const dialect = hooked(await dialectFor("sqlite", `sqlite:${join(dir, `ledger-${files}.db`)}`), {
+    const database = new Database(path);
+    database.pragma("journal_mode = WAL");
+    const dialect = hooked(sqliteLedgerDialect(database, groupCommit), {
       query(q, run) {
-        if (/^insert into "idem_operations"/.test(q.sql)) seen.inserts += 1;
+        if (/^insert into "idem_operations"/.test(q.sql)) {
+          seen.inserts += 1;
+          if (q.parameters.includes('["boom"]')) throw new Error("refused by the test");
+        }
         if (/^select .* from "idem_operations" where "tenant_id" = \? and "key" = \?$/.test(q.sql)) seen.peeks += 1;
         return run();
       },
@@ -174,23 +182,64 @@ describe("SQLite group commit", () => {
     opened.push(ledger);
     const p = new TestProvider();
     const call = (k: string) => ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: k } });
+    const reset = () => Object.assign(seen, { peeks: 0, inserts: 0 });
+    return { seen, reset, call, p };
+  }
+
+  it("claims in flight together insert without reading first; a claim alone reads first, and a duplicate alone writes nothing", async () => {
+    const { seen, reset, call, p } = await counted(true);
     const fresh = await Promise.all(Array.from({ length: 32 }, (_, i) => call(`k${i}`)));
     expect(fresh.map((o) => o.status)).toEqual(Array(32).fill("succeeded"));
     // Only the first, alone when it began, read its key before inserting.
     expect(seen).toEqual({ peeks: 1, inserts: 32 });
 
-    Object.assign(seen, { peeks: 0, inserts: 0 });
+    reset();
     const again = await call("k3"); // alone: read, replayed, no write lock taken
     expect(again).toMatchObject({ status: "succeeded", replayed: true });
     expect(seen).toEqual({ peeks: 1, inserts: 0 });
 
     // Duplicates in flight together: each insert does nothing, each then reads the stored outcome.
-    Object.assign(seen, { peeks: 0, inserts: 0 });
+    reset();
     const dups = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`)));
     expect(dups.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(
       fresh.slice(0, 8).map((o) => o.status === "succeeded" && o.receipt),
     );
     expect(seen).toEqual({ peeks: 8, inserts: 7 });
     expect(p.effects).toHaveLength(32);
+
+    // A claim that fails among others (its insert refused, no row to read) fails alone, and
+    // leaves no claim counted in flight: a duplicate alone afterwards reads first again.
+    const mixed = await Promise.all(["m1", "boom", "m2"].map((k) => call(k).catch((e: unknown) => e)));
+    expect(mixed[1]).toBeInstanceOf(LedgerUnavailableError);
+    expect(mixed.filter((o) => (o as { status?: string }).status === "succeeded")).toHaveLength(2);
+    reset();
+    expect(await call("m2")).toMatchObject({ status: "succeeded", replayed: true });
+    expect(seen).toEqual({ peeks: 1, inserts: 0 });
+  });
+
+  it("with groupCommit: false every claim reads first (a duplicate would wait for the write lock alone)", async () => {
+    const { seen, call } = await counted(false);
+    const fresh = await Promise.all(Array.from({ length: 16 }, (_, i) => call(`k${i}`)));
+    expect(fresh.map((o) => o.status)).toEqual(Array(16).fill("succeeded"));
+    expect(seen).toEqual({ peeks: 16, inserts: 16 });
+  });
+
+  it("duplicates in flight are answered from a read while another connection holds the write lock", async () => {
+    const { ledger } = await open({ busyTimeoutMs: 200 });
+    const p = new TestProvider();
+    const call = (k: string) => ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: k } });
+    const first = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`)));
+    const other = new Database(join(dir, `ledger-${files}.db`), { timeout: 0 });
+    other.exec("BEGIN IMMEDIATE");
+    try {
+      const out = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`).catch((e: unknown) => e)));
+      expect(
+        out.map((o) => (o as { status?: string }).status === "succeeded" && (o as { receipt: unknown }).receipt),
+      ).toEqual(first.map((o) => o.status === "succeeded" && o.receipt));
+    } finally {
+      other.exec("ROLLBACK");
+      other.close();
+    }
+    expect(p.effects).toHaveLength(8);
   });
 });

@@ -89,6 +89,29 @@ for (const dialect of DIALECTS) {
       ]);
     });
 
+    it("execute gets the provider reference recorded before it, on the first attempt and on the retry", async () => {
+      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const inner = p.action("charge", DEDUPE);
+      const given: (string | null)[] = [];
+      let made = 0;
+      const charge = defineAction({
+        ...inner,
+        providerReference: (_args, op) => `ch-${op.key.slice(0, 8)}-${++made}`,
+        execute: (args, op) => {
+          given.push(op.providerReference);
+          return inner.execute(args, op);
+        },
+      });
+      const tenant = uniqueTenant();
+      const out = await ledger.run(charge, { tenant, key: ["ref"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
+      const stored = (await ledger.get({ tenant, id: out.operationId })).operation.providerReference;
+      expect(stored).toMatch(/^ch-[0-9a-f]{8}-1$/);
+      expect(given).toEqual([stored, stored]); // made once, before the first send
+    });
+
     it("stops at the attempts budget and leaves the work pending, not failed", async () => {
       const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 5 } });
       const p = new TestProvider();

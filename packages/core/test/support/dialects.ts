@@ -43,6 +43,8 @@ export function hooked(dialect: Dialect, hooks: Hooks): Dialect {
   const inner = new WeakMap<DatabaseConnection, DatabaseConnection>();
   const last = new WeakMap<DatabaseConnection, CompiledQuery>();
   return {
+    // The ledger's own SQLite dialect says whether it groups commits (Store.claim reads it).
+    ...("groupsCommits" in dialect && { groupsCommits: dialect.groupsCommits }),
     createAdapter: () => dialect.createAdapter(),
     createIntrospector: (db) => dialect.createIntrospector(db),
     createQueryCompiler: () => dialect.createQueryCompiler(),
