@@ -97,9 +97,11 @@ for (const dialect of DIALECTS) {
       const given: (string | null)[] = [];
       let made = 0;
       const charge = defineAction({
-        ...inner,
+        type: inner.type,
+        capabilities: DEDUPE,
+        classify: inner.classify,
         providerReference: (_args, op) => `ch-${op.key.slice(0, 8)}-${++made}`,
-        execute: (args, op) => {
+        execute: (args: { to: string }, op) => {
           given.push(op.providerReference);
           return inner.execute(args, op);
         },
