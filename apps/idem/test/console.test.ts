@@ -152,6 +152,11 @@ for (const dialect of DIALECTS) {
 
     it("an operator finds the killed send in the queue, reads its recipient and subject, and resolves it; the audit trail names them", async () => {
       const { context, page } = await signIn("alice");
+      // What the Content-Security-Policy blocked of the console's own pages (their style and script).
+      const blocked: string[] = [];
+      context.on("console", (m) => {
+        if (/Content Security Policy/i.test(m.text())) blocked.push(m.text());
+      });
       try {
         // The queue as loaded now; it will be stale by the end of this test.
         const stale = await context.newPage();
@@ -213,7 +218,11 @@ for (const dialect of DIALECTS) {
         );
 
         // The stale queue still offers it; deciding from it is refused, and nothing changes.
-        await stale.locator(`tr[data-operation="${opId}"] input[name="ops"]`).check();
+        const box = stale.locator(`tr[data-operation="${opId}"] input[name="ops"]`);
+        await stale.getByLabel("Select all").check(); // the page's script, served as a file
+        expect(await box.isChecked()).toBe(true);
+        await stale.getByLabel("Select all").uncheck();
+        await box.check();
         await stale.getByLabel("It did not happen: run it again with the same key").check();
         await stale.locator("#bulk-reason").fill("not sent, run it again");
         await stale.getByRole("button", { name: "Record the decision" }).click();
@@ -233,6 +242,14 @@ for (const dialect of DIALECTS) {
         });
         expect(tokenless.status()).toBe(403);
         expect(await tokenless.text()).toMatch(/out of date or not from the console/);
+
+        // No inline script runs: the policy allows the console's own files only, and the pages use no other.
+        const policy = (await page.request.get(`${base}/`)).headers()["content-security-policy"];
+        expect(policy).toContain("script-src 'self'");
+        expect(policy).toContain("frame-ancestors 'none'");
+        expect(policy).not.toContain("unsafe-inline");
+        expect(await page.locator("script:not([src]), [style]").count()).toBe(0);
+        expect(blocked).toEqual([]);
       } finally {
         await context.close();
       }

@@ -1,54 +1,23 @@
 /**
  * The console's pages, rendered on the server with hono/html (every interpolation escaped; no
  * front-end build). Plain forms and links, so every action works from the keyboard; a few lines
- * of script only for live updates and "select all".
+ * of script (assets.ts, served as a file: the Content-Security-Policy allows no inline script)
+ * only for live updates and "select all".
  */
 import type { Operation, OperationEvent, Status } from "@idem/core";
-import { html, raw } from "hono/html";
+import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
 import { redactArgs } from "../output.js";
+import { ASSETS } from "./assets.js";
 import type { Operator } from "./auth.js";
 import { providerLink } from "./links.js";
 
 type Html = HtmlEscapedString | Promise<HtmlEscapedString>;
 
-const STYLE = `
-:root { color-scheme: light dark; --muted: #667; --line: #ccd; --warn: #b45309; --bad: #b91c1c; --ok: #15803d; }
-body { font: 15px/1.45 system-ui, sans-serif; margin: 0; }
-header { display: flex; gap: 1.5rem; align-items: center; padding: .6rem 1.5rem; border-bottom: 1px solid var(--line); }
-header nav a { margin-right: 1rem; }
-header .who { margin-left: auto; color: var(--muted); }
-main { max-width: 78rem; padding: 1rem 1.5rem 3rem; }
-a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #2563eb; outline-offset: 2px; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { font-weight: 600; }
-code, pre { font: 13px/1.4 ui-monospace, monospace; }
-pre { white-space: pre-wrap; word-break: break-all; margin: 0; }
-dl { display: grid; grid-template-columns: 11rem 1fr; gap: .3rem 1rem; }
-dt { color: var(--muted); }
-dd { margin: 0; }
-.status { font-weight: 600; }
-.status-needs_review, .status-unknown { color: var(--warn); }
-.status-failed { color: var(--bad); }
-.status-succeeded { color: var(--ok); }
-.note { padding: .6rem .9rem; border-left: 4px solid var(--warn); background: color-mix(in srgb, var(--warn) 10%, transparent); margin: 1rem 0; }
-.error { border-color: var(--bad); }
-.done { border-color: var(--ok); }
-form.filters { display: flex; gap: .8rem; flex-wrap: wrap; align-items: end; margin-bottom: 1rem; }
-label { display: block; font-size: 13px; color: var(--muted); }
-fieldset { border: 1px solid var(--line); margin: 1rem 0; }
-textarea { width: 100%; max-width: 40rem; }
-.decide { display: grid; gap: .6rem; max-width: 42rem; }
-ol.timeline { list-style: none; padding: 0; border-left: 2px solid var(--line); }
-ol.timeline li { padding: .2rem 0 .6rem 1rem; }
-.skip { position: absolute; left: -999px; } .skip:focus { left: 1rem; top: .5rem; background: Canvas; }
-`;
-
 export function layout(title: string, operator: Operator | undefined, formToken: string | undefined, body: Html): Html {
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title} · idem console</title><style>${raw(STYLE)}</style></head>
+<title>${title} · idem console</title><link rel="stylesheet" href="${ASSETS.css}"><script src="${ASSETS.js}" defer></script></head>
 <body><a class="skip" href="#main">Skip to content</a>
 <header><strong>idem</strong>${
     operator
@@ -112,8 +81,7 @@ ${rows.map(
 )}
 </tbody></table>
 ${decideFields("bulk")}
-</form>
-<script>document.getElementById("all").addEventListener("change", (e) => { for (const c of document.querySelectorAll('input[name="ops"]')) c.checked = e.target.checked; });</script>`
+</form>`
 }`;
 }
 
@@ -130,7 +98,7 @@ function decideFields(
   return html`<fieldset class="decide"><legend>Decision</legend>
 ${allowed.map(
   (o, i) =>
-    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" ${i === 0 ? "checked" : ""}> <label style="display:inline" for="${id}-${o}">${labels[o]}</label></div>`,
+    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" ${i === 0 ? "checked" : ""}> <label class="inline" for="${id}-${o}">${labels[o]}</label></div>`,
 )}
 <label for="${id}-reason">Reason (recorded with your name)</label><textarea id="${id}-reason" name="reason" rows="2" required></textarea>
 <label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence">
@@ -180,19 +148,7 @@ ${decideFields("one", decidable)}</form>`
 <ol class="timeline" data-testid="history">${x.events.map(
     (e) =>
       html`<li><time>${when(e.at)}</time> · <span class="status status-${e.to}">${e.from ?? "new"} → ${e.to}</span> · attempt ${e.attempt} · <strong>${e.actor ?? "-"}</strong><br><small>${e.reason ?? ""}</small></li>`,
-  )}</ol>
-<script>
-const status = document.getElementById("status");
-const live = new EventSource(location.pathname + "/live");
-live.onmessage = (m) => {
-  const now = JSON.parse(m.data);
-  if (String(now.updatedAt) === status.dataset.updated) return;
-  status.textContent = now.status; status.className = "status status-" + now.status;
-  document.getElementById("changed").hidden = false;
-  const form = document.getElementById("decide");
-  if (form) for (const b of form.querySelectorAll("button")) b.disabled = true;
-};
-</script>`;
+  )}</ol>`;
 }
 
 export interface StatsRow {

@@ -1,0 +1,71 @@
+/**
+ * The console's style and script, served as files: its Content-Security-Policy (app.ts) allows
+ * scripts and styles from the console itself only, so an injected inline script or handler would
+ * not run even if some text escaped the pages' escaping. Their names carry a hash of their content,
+ * so a browser may keep them and still gets a new one after an upgrade.
+ */
+import { createHash } from "node:crypto";
+
+const STYLE = `
+:root { color-scheme: light dark; --muted: #667; --line: #ccd; --warn: #b45309; --bad: #b91c1c; --ok: #15803d; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0; }
+header { display: flex; gap: 1.5rem; align-items: center; padding: .6rem 1.5rem; border-bottom: 1px solid var(--line); }
+header nav a { margin-right: 1rem; }
+header .who { margin-left: auto; color: var(--muted); }
+main { max-width: 78rem; padding: 1rem 1.5rem 3rem; }
+a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #2563eb; outline-offset: 2px; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { font-weight: 600; }
+code, pre { font: 13px/1.4 ui-monospace, monospace; }
+pre { white-space: pre-wrap; word-break: break-all; margin: 0; }
+dl { display: grid; grid-template-columns: 11rem 1fr; gap: .3rem 1rem; }
+dt { color: var(--muted); }
+dd { margin: 0; }
+.status { font-weight: 600; }
+.status-needs_review, .status-unknown { color: var(--warn); }
+.status-failed { color: var(--bad); }
+.status-succeeded { color: var(--ok); }
+.note { padding: .6rem .9rem; border-left: 4px solid var(--warn); background: color-mix(in srgb, var(--warn) 10%, transparent); margin: 1rem 0; }
+.error { border-color: var(--bad); }
+.done { border-color: var(--ok); }
+form.filters { display: flex; gap: .8rem; flex-wrap: wrap; align-items: end; margin-bottom: 1rem; }
+label { display: block; font-size: 13px; color: var(--muted); }
+fieldset { border: 1px solid var(--line); margin: 1rem 0; }
+textarea { width: 100%; max-width: 40rem; }
+.decide { display: grid; gap: .6rem; max-width: 42rem; }
+ol.timeline { list-style: none; padding: 0; border-left: 2px solid var(--line); }
+ol.timeline li { padding: .2rem 0 .6rem 1rem; }
+.skip { position: absolute; left: -999px; } .skip:focus { left: 1rem; top: .5rem; background: Canvas; }
+label.inline { display: inline; }
+`;
+
+/** "Select all" on the queue; on an operation's page, live updates: a change disables the decision. */
+const SCRIPT = `
+const all = document.getElementById("all");
+if (all) all.addEventListener("change", (e) => {
+  for (const c of document.querySelectorAll('input[name="ops"]')) c.checked = e.target.checked;
+});
+const status = document.getElementById("status");
+if (status) {
+  const live = new EventSource(location.pathname + "/live");
+  live.onmessage = (m) => {
+    const now = JSON.parse(m.data);
+    if (String(now.updatedAt) === status.dataset.updated) return;
+    status.textContent = now.status; status.className = "status status-" + now.status;
+    document.getElementById("changed").hidden = false;
+    const form = document.getElementById("decide");
+    if (form) for (const b of form.querySelectorAll("button")) b.disabled = true;
+  };
+}
+`;
+
+const named = (text: string, ext: string) =>
+  `/assets/console-${createHash("sha256").update(text).digest("hex").slice(0, 12)}.${ext}`;
+
+/** Where the pages link them, and what is served there. */
+export const ASSETS = { css: named(STYLE, "css"), js: named(SCRIPT, "js") } as const;
+export const ASSET_FILES: ReadonlyMap<string, { type: string; body: string }> = new Map([
+  [ASSETS.css, { type: "text/css; charset=utf-8", body: STYLE }],
+  [ASSETS.js, { type: "text/javascript; charset=utf-8", body: SCRIPT }],
+]);
