@@ -208,8 +208,7 @@ export class LedgerAdmin {
 
 /** A misspelt status would list nothing, which reads as "none of those": say it instead. */
 function requireStatuses(status: unknown): void {
-  const given = typeof status === "string" ? [status] : Array.isArray(status) ? status : [status];
-  for (const s of given)
+  for (const s of Array.isArray(status) ? status : [status])
     if (!(STATUSES as readonly unknown[]).includes(s))
       throw new InvalidValueError("status", `${JSON.stringify(s)} is not a status: one of ${STATUSES.join(", ")}`);
 }

@@ -11,8 +11,8 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { LedgerUnavailableError, type Ledger } from "@idem/core";
 import Database from "better-sqlite3";
-import { databaseOf, openTestLedger, sqliteLedgerDialect, type TestLedgerOptions } from "@idem/core/testing";
-import { hooked } from "./support/dialects.js";
+import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idem-group-"));
@@ -23,14 +23,15 @@ afterEach(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 let files = 0;
+const newFile = () => join(dir, `ledger-${++files}.db`);
+
 /** A ledger on a file of its own, whose log is never checkpointed (so its frames stay countable). */
-async function open(options: TestLedgerOptions = {}): Promise<{ ledger: Ledger; commits: () => number }> {
-  files += 1;
-  const path = join(dir, `ledger-${files}.db`);
+async function open(options: TestLedgerOptions = {}): Promise<{ ledger: Ledger; commits: () => number; path: string }> {
+  const path = newFile();
   const ledger = await openTestLedger(`sqlite:${path}`, options);
   opened.push(ledger);
   await sql`PRAGMA wal_autocheckpoint = 0`.execute(databaseOf(ledger));
-  return { ledger, commits: () => commitFrames(`${path}-wal`) };
+  return { ledger, commits: () => commitFrames(`${path}-wal`), path };
 }
 
 /** Commits in a write-ahead log: frames whose header carries the database size (sqlite.org/fileformat2.html#walformat). */
@@ -163,12 +164,8 @@ describe("SQLite group commit", () => {
   });
   /** A ledger on a new file whose claims' inserts and key reads are counted; `boom` is refused. */
   async function counted(groupCommit: boolean) {
-    files += 1;
-    const path = join(dir, `ledger-${files}.db`);
     const seen = { peeks: 0, inserts: 0 };
-    const database = new Database(path);
-    database.pragma("journal_mode = WAL");
-    const dialect = hooked(sqliteLedgerDialect(database, groupCommit), {
+    const dialect = hooked(await dialectFor("sqlite", `sqlite:${newFile()}`, { groupCommit }), {
       query(q, run) {
         if (/^insert into "idem_operations"/.test(q.sql)) {
           seen.inserts += 1;
@@ -225,11 +222,11 @@ describe("SQLite group commit", () => {
   });
 
   it("duplicates in flight are answered from a read while another connection holds the write lock", async () => {
-    const { ledger } = await open({ busyTimeoutMs: 200 });
+    const { ledger, path } = await open({ busyTimeoutMs: 200 });
     const p = new TestProvider();
     const call = (k: string) => ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: k } });
     const first = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`)));
-    const other = new Database(join(dir, `ledger-${files}.db`), { timeout: 0 });
+    const other = new Database(path, { timeout: 0 });
     other.exec("BEGIN IMMEDIATE");
     try {
       const out = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`).catch((e: unknown) => e)));

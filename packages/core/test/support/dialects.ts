@@ -21,18 +21,22 @@ export interface Hooks {
   released?(last: CompiledQuery | undefined): Promise<void>;
 }
 
-/** The test database's dialect (SQLite: the ledger's own driver, WAL, `synchronous` as given; Postgres: a pool of `max`). */
+/** The test database's dialect (SQLite: the ledger's own driver, WAL, `synchronous` and `groupCommit` as given; Postgres: a pool of `max`). */
 export async function dialectFor(
   dialect: TestDialect,
   url: string,
-  { synchronous = "FULL", max = 8 }: { synchronous?: "OFF" | "FULL"; max?: number } = {},
+  {
+    synchronous = "FULL",
+    max = 8,
+    groupCommit = true,
+  }: { synchronous?: "OFF" | "FULL"; max?: number; groupCommit?: boolean } = {},
 ): Promise<Dialect> {
   if (dialect === "sqlite") {
     const { default: Database } = await import("better-sqlite3");
     const database = new Database(url.slice("sqlite:".length), { timeout: scaled(10_000) });
     database.pragma("journal_mode = WAL");
     database.pragma(`synchronous = ${synchronous}`);
-    return sqliteLedgerDialect(database); // as the ledger opens its own: group commit included
+    return sqliteLedgerDialect(database, groupCommit); // as the ledger opens its own: group commit included
   }
   const { default: pg } = await import("pg");
   return new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) });
