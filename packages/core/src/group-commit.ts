@@ -16,13 +16,20 @@
  * the whole transaction back: then the failing statement is refused, and the others, none of
  * them acknowledged, run again in a new transaction. When the COMMIT fails, each write runs again
  * alone, in a commit of its own.
+ *
+ * While another connection holds the write lock, the writes wait for it without blocking the
+ * process (sqlite-busy.ts): the queue is tried again after a pause, each write until it has waited
+ * the busy timeout.
  */
 import type { Database } from "better-sqlite3";
+import { isBusy, LOCK_PAUSE } from "./sqlite-busy.js";
 
 interface Waiting {
   readonly run: () => unknown;
   readonly resolve: (value: any) => void;
   readonly reject: (error: unknown) => void;
+  /** When it first found the write lock held by another connection (performance.now()). */
+  since?: number;
 }
 
 export class GroupCommit {
@@ -30,8 +37,13 @@ export class GroupCommit {
   private scheduled = false;
   /** The last commit carried several writes: under load even a turn's first write waits for the next. */
   private busy = false;
+  /** The pause before the queue is tried again while another connection holds the write lock (ms). */
+  private pause = 0;
 
-  constructor(private readonly database: Database) {}
+  constructor(
+    private readonly database: Database,
+    private readonly busyTimeoutMs: number,
+  ) {}
 
   /**
    * Runs the write `run` and answers once its commit has returned. Writes wait for the next turn
@@ -43,7 +55,13 @@ export class GroupCommit {
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
-      if (!this.busy) return run();
+      if (!this.busy) {
+        try {
+          return run();
+        } catch (error) {
+          if (!isBusy(error)) throw error; // else it waits in the queue for the lock
+        }
+      }
     }
     return new Promise<T>((resolve, reject) => this.queue.push({ run, resolve, reject }));
   }
@@ -70,15 +88,19 @@ export class GroupCommit {
       const [only] = batch as [Waiting];
       try {
         only.resolve(only.run());
+        this.pause = 0;
       } catch (error) {
-        only.reject(error);
+        if (isBusy(error)) this.wait(batch, error);
+        else only.reject(error);
       }
       return [];
     }
     try {
       this.database.exec("BEGIN IMMEDIATE");
+      this.pause = 0;
     } catch (error) {
-      for (const w of batch) w.reject(error);
+      if (isBusy(error)) this.wait(batch, error);
+      else for (const w of batch) w.reject(error);
       return [];
     }
     const done: { w: Waiting; value: unknown }[] = [];
@@ -117,5 +139,27 @@ export class GroupCommit {
     for (const d of done) d.w.resolve(d.value);
     for (const f of failed) f.w.reject(f.error);
     return [];
+  }
+
+  /**
+   * Another connection holds the write lock (none of `batch` ran): the writes wait for it, ahead
+   * of those queued since, and the queue is tried again after a pause (doubling up to 50 ms, with
+   * jitter so that processes waiting for one lock do not try in step). A write that has waited
+   * its busy timeout fails with the lock's error.
+   */
+  private wait(batch: Waiting[], error: unknown): void {
+    const now = performance.now();
+    const waiting = batch.filter((w) => {
+      w.since ??= now;
+      if (now - w.since < this.busyTimeoutMs) return true;
+      w.reject(error);
+      return false;
+    });
+    this.queue = [...waiting, ...this.queue];
+    this.pause = Math.min(Math.max(this.pause * 2, LOCK_PAUSE.minTimeout), LOCK_PAUSE.maxTimeout);
+    if (this.queue.length > 0 && !this.scheduled) {
+      this.scheduled = true;
+      setTimeout(() => this.flush(), this.pause * (1 + Math.random()));
+    }
   }
 }

@@ -8,7 +8,6 @@
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
 import { existsSync } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
 import {
   Kysely,
   Migrator,
@@ -25,6 +24,7 @@ import {
 } from "kysely";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
+import { patiently } from "./sqlite-busy.js";
 import { sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
@@ -44,7 +44,10 @@ export interface ConnectionOptions {
    * false commits each write on its own.
    */
   readonly groupCommit?: boolean;
-  /** SQLite: how long a writer waits for another process's lock. Default 10 s. */
+  /**
+   * SQLite: how long a statement waits for another connection's lock (without blocking the
+   * process: it tries again after pauses of up to 50 ms). Default 10 s.
+   */
   readonly busyTimeoutMs?: number;
   /** Postgres: pool size. Default 10. */
   readonly poolSize?: number;
@@ -119,8 +122,11 @@ async function openSqlite(
     );
   let database: import("better-sqlite3").Database | undefined;
   try {
-    database = new Database(path, { timeout: busyTimeoutMs, fileMustExist: mustExist });
-    await walMode(database, busyTimeoutMs);
+    // No busy handler: SQLite's blocks the thread; locks are waited for as sqlite-busy.ts says.
+    database = new Database(path, { timeout: 0, fileMustExist: mustExist });
+    // Turning the file to WAL takes its exclusive lock: it waits for readers, and for another
+    // process converting a new file (about once in 4,000 opens by 64 processes at once).
+    await patiently(() => database!.pragma("journal_mode = WAL"), busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
   } catch (cause) {
@@ -129,7 +135,7 @@ async function openSqlite(
     database?.close();
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
   }
-  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false);
+  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs);
   return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
 }
 
@@ -151,26 +157,6 @@ async function driver<M>(name: "better-sqlite3" | "pg", load: () => Promise<M>):
         { cause },
       );
     throw cause;
-  }
-}
-
-/**
- * Turns the file to WAL, which takes its exclusive lock. SQLite waits on the busy timeout for a
- * reader, but fails at once (SQLITE_BUSY) while another connection holds the write lock of a file
- * still in rollback mode: waiting could deadlock, as this one holds a read lock meanwhile. Opens
- * of a new file meet that while the first one converts it (about once in 4,000 opens by 64
- * processes at once), so try again until the busy timeout is spent, as any writer would wait.
- */
-async function walMode(database: import("better-sqlite3").Database, timeoutMs: number): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  for (let pause = 1; ; pause = Math.min(pause * 2, 50)) {
-    try {
-      database.pragma("journal_mode = WAL");
-      return;
-    } catch (error) {
-      if ((error as { code?: unknown }).code !== "SQLITE_BUSY" || Date.now() >= until) throw error;
-    }
-    await sleep(pause);
   }
 }
 
@@ -347,42 +333,31 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
 }
 
 /**
- * This process's SQLite migrations, one after the other. better-sqlite3 waits for a lock by
- * blocking the thread, so a second connection of this process waiting for the write lock would
- * stop the one holding it from ever finishing (until the busy timeout failed it): only processes
- * may contend for the lock. Migrations are rare and short, so one queue for every file will do.
- */
-let sqliteMigrations: Promise<unknown> = Promise.resolve();
-
-/**
  * kysely's Migrator takes no lock on SQLite (it assumes a single connection), so processes opening
  * a new file together interleaved their CREATE TABLEs. SQLite's write lock is the lock: BEGIN
- * IMMEDIATE waits for it on the busy timeout like any writer, then the schema is checked again,
+ * IMMEDIATE waits for it on the busy timeout like any writer (without blocking the process, so
+ * two ledgers of one process may open one file together), then the schema is checked again,
  * since another process may have migrated it meanwhile. The Migrator runs inside that transaction
  * (it opens none of its own on SQLite; disableTransactions says so), so the pending migrations
  * also commit as one: a crash or a failed statement leaves none half applied.
  */
 function migrateSqlite(db: Kysely<IdemDatabase>): Promise<string[]> {
-  const run = sqliteMigrations.then(() =>
-    db.connection().execute(async (conn) => {
-      try {
-        await sql`begin immediate`.execute(conn);
-        const applied = (await isCurrent(conn))
-          ? []
-          : await migrateToLatest(conn, "sqlite", { disableTransactions: true });
-        await sql`commit`.execute(conn);
-        return applied;
-      } catch (error) {
-        // The first error is the one to report; if the rollback fails too, closing the connection
-        // (openLedger does on a failed migration) rolls back.
-        await sql`rollback`.execute(conn).catch(() => {});
-        if (error instanceof LedgerConfigError) throw error;
-        throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message}`, { cause: error });
-      }
-    }),
-  );
-  sqliteMigrations = run.catch(() => {}); // a failed open must not fail the opens queued behind it
-  return run;
+  return db.connection().execute(async (conn) => {
+    try {
+      await sql`begin immediate`.execute(conn);
+      const applied = (await isCurrent(conn))
+        ? []
+        : await migrateToLatest(conn, "sqlite", { disableTransactions: true });
+      await sql`commit`.execute(conn);
+      return applied;
+    } catch (error) {
+      // The first error is the one to report; if the rollback fails too, closing the connection
+      // (openLedger does on a failed migration) rolls back.
+      await sql`rollback`.execute(conn).catch(() => {});
+      if (error instanceof LedgerConfigError) throw error;
+      throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message}`, { cause: error });
+    }
+  });
 }
 
 async function migrateToLatest(

@@ -3,7 +3,8 @@
  * group commits (group-commit.ts). kysely's own SQLite driver runs one query at a time behind a
  * mutex, so two callers' writes could never share a commit; here a query waits only while
  * another connection of this driver holds a transaction (a migration), since on one SQLite
- * connection a transaction is everyone's.
+ * connection a transaction is everyone's. Locks held by other connections are waited for without
+ * blocking the process (sqlite-busy.ts).
  */
 import {
   CompiledQuery,
@@ -17,6 +18,7 @@ import {
 } from "kysely";
 import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
+import { patiently } from "./sqlite-busy.js";
 import type { DirectExecutor } from "./query-cache.js";
 
 /** Prepares a statement (kept prepared: see statementCache). */
@@ -30,10 +32,15 @@ export interface LedgerSqliteDialect extends Dialect {
   readonly groupsCommits: boolean;
 }
 
-function sqliteDialect(database: Database, prepare: Prepare, group: GroupCommit | undefined): LedgerSqliteDialect {
+function sqliteDialect(
+  database: Database,
+  prepare: Prepare,
+  group: GroupCommit | undefined,
+  busyTimeoutMs: number,
+): LedgerSqliteDialect {
   return {
     createAdapter: () => new SqliteAdapter(),
-    createDriver: () => new GroupedSqliteDriver(database, prepare, group),
+    createDriver: () => new GroupedSqliteDriver(database, prepare, group, busyTimeoutMs),
     createIntrospector: (db) => new SqliteIntrospector(db),
     createQueryCompiler: () => new SqliteQueryCompiler(),
     groupsCommits: group !== undefined,
@@ -59,6 +66,7 @@ class GroupedSqliteDriver implements Driver {
     private readonly database: Database,
     private readonly prepare: Prepare,
     private readonly group: GroupCommit | undefined,
+    private readonly busyTimeoutMs: number,
   ) {}
 
   async init(): Promise<void> {}
@@ -82,15 +90,21 @@ class GroupedSqliteDriver implements Driver {
     query: CompiledQuery,
   ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
     const stmt = this.prepare(query.sql);
-    if (stmt.reader && stmt.readonly) return { rows: stmt.all(query.parameters) };
+    if (stmt.reader && stmt.readonly)
+      return patiently(() => ({ rows: stmt.all(query.parameters) }), this.busyTimeoutMs);
     // Inside a transaction every statement is that transaction's, and transaction control is
     // not a write to share a commit with (BEGIN IMMEDIATE is not "readonly" to SQLite).
     if (stmt.readonly || this.owner === connection || !this.group || TRANSACTION_CONTROL.test(query.sql)) {
-      try {
-        return runWrite(stmt, query.parameters);
-      } finally {
-        this.track(connection);
-      }
+      const run = () => {
+        try {
+          return runWrite(stmt, query.parameters);
+        } finally {
+          this.track(connection);
+        }
+      };
+      // A statement inside a transaction that meets a lock cannot simply run again: the
+      // transaction fails (the ledger's own, migrations, begin immediate: they hold the lock).
+      return this.database.inTransaction ? run() : patiently(run, this.busyTimeoutMs);
     }
     return this.group.write(() => runWrite(stmt, query.parameters));
   }
@@ -154,12 +168,16 @@ function statementCache(database: Database): Prepare {
 /**
  * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
  * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
+ * The connection's busy timeout (by default the one it was opened with) becomes the driver's:
+ * SQLite's own waits block the thread (sqlite-busy.ts).
  */
 export function sqliteConnection(
   database: Database,
   groupCommit = true,
+  busyTimeoutMs = database.pragma("busy_timeout", { simple: true }) as number,
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
-  const group = groupCommit ? new GroupCommit(database) : undefined;
+  database.pragma("busy_timeout = 0");
+  const group = groupCommit ? new GroupCommit(database, busyTimeoutMs) : undefined;
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
@@ -170,12 +188,15 @@ export function sqliteConnection(
     // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader && stmt.readonly) {
-      const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
-      return { rows: row === undefined ? [] : [row] };
+      return patiently(() => {
+        const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
+        return { rows: row === undefined ? [] : [row] };
+      }, busyTimeoutMs);
     }
-    return group ? group.write(() => runWrite(stmt, parameters)) : runWrite(stmt, parameters);
+    const write = () => runWrite(stmt, parameters);
+    return group ? group.write(write) : patiently(write, busyTimeoutMs);
   };
-  return { dialect: sqliteDialect(database, prepare, group), direct };
+  return { dialect: sqliteDialect(database, prepare, group, busyTimeoutMs), direct };
 }
 
 /**
