@@ -188,15 +188,19 @@ export class Reports {
   /**
    * Deletes this tenant's completed operations (their history with them) whose retention passed:
    * found through (tenant_id, expires_at), so the cost is the rows deleted, not the ledger.
+   * The DELETE repeats the conditions: on Postgres a row changed while the statement waited for
+   * its lock is checked again against the DELETE's own WHERE only, and a failed operation that an
+   * operator sent back to pending meanwhile would otherwise be deleted, and so run again as new.
    */
   async prune(tenant: string, limit: number): Promise<number> {
+    const completed = ["succeeded", "failed"] as const;
     const doomed = this.store.db
       .selectFrom("idem_operations")
       .select("id")
       .where("tenant_id", "=", tenant)
       .where("expires_at", "<=", this.store.now())
       .orderBy("expires_at")
-      .where("status", "in", ["succeeded", "failed"])
+      .where("status", "in", completed)
       .limit(limit);
     const res = await this.store.guard(
       undefined,
@@ -204,6 +208,8 @@ export class Reports {
         .deleteFrom("idem_operations")
         .where("id", "in", doomed)
         .where("tenant_id", "=", tenant)
+        .where("expires_at", "<=", this.store.now())
+        .where("status", "in", completed)
         .executeTakeFirst(),
     );
     return Number(res.numDeletedRows);

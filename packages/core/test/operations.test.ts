@@ -492,6 +492,44 @@ for (const dialect of DIALECTS) {
       expect(await keep.admin.prune({ tenant })).toBe(0);
     });
 
+    // Postgres only (not defined on SQLite, where a statement runs alone on the file and no row
+    // changes under it).
+    if (dialect === "postgres")
+      it("prune leaves a row an operator sent back to pending while the prune waited for its lock", async () => {
+        const ledger = await db.open({ retentionMs: 0 });
+        const tenant = uniqueTenant();
+        const p = new TestProvider();
+        p.faults.push({ when: "before", cls: { kind: "permanent", reason: "declined" } });
+        const out = await ledger.run(p.action("charge", {}), { tenant, key: ["k"], args: { to: "x" } });
+        expect(out.status).toBe("failed");
+        const { default: pg } = await import("pg");
+        const other = new pg.Client({ connectionString: db.url() });
+        await other.connect();
+        try {
+          // What admin.retry writes (failed to pending), uncommitted while the prune starts.
+          await other.query("begin");
+          await other.query(
+            "update idem_operations set status = 'pending', maybe_committed = 0, expires_at = null, completed_at = null where tenant_id = $1 and id = $2",
+            [tenant, out.operationId],
+          );
+          const pruning = ledger.admin.prune({ tenant });
+          const deadline = Date.now() + 30_000;
+          for (;;) {
+            const { rows } = await other.query<{ n: number }>(
+              "select count(*)::int as n from pg_locks where not granted",
+            );
+            if (rows[0]!.n > 0) break; // the prune's DELETE waits for the row
+            if (Date.now() > deadline) throw new Error("the prune never waited for the row's lock");
+            await new Promise((r) => setTimeout(r, 20));
+          }
+          await other.query("commit");
+          expect(await pruning).toBe(0);
+        } finally {
+          await other.end();
+        }
+        expect((await ledger.get({ tenant, id: out.operationId })).operation.status).toBe("pending");
+      });
+
     it("refuses an action type the tenant may not run, before anything is written", async () => {
       const tenant = uniqueTenant();
       const ledger = await db.open({ allowedActions: { [tenant]: ["mail"], "*": [] } });
