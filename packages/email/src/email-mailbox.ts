@@ -31,7 +31,11 @@ export class Mailbox {
       const lock = await client.getMailboxLock(mailbox);
       try {
         const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
-        const uid = Array.isArray(uids) ? uids[0] : undefined;
+        // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
+        // with false: that is not "no such message", and taken as one it would send again.
+        if (!Array.isArray(uids))
+          throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
+        const uid = uids[0];
         return uid === undefined ? undefined : { mailbox, uid };
       } finally {
         lock.release();

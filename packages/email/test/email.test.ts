@@ -93,6 +93,33 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    it("provider-saves: accepted, then the client timed out, and IMAP refuses the searches: still unknown, never a 2nd send", async () => {
+      const mail = emailActions(config("provider-saves"));
+      const l = await ledger({ actions: [mail.send] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+      // The pre-send check's search passes; every later one is answered NO [UNAVAILABLE].
+      sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 });
+      try {
+        const out = await l.run(mail.send, { tenant: t, key: ["search-refused"], args: report });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        const messageId = await messageIdOf(l, t, out.operationId);
+        // Past the settle window (300 ms), where "not found" would count as proof of absence.
+        await new Promise((resolve) => setTimeout(resolve, 600));
+        const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+        expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(sandbox.count(messageId)).toBe(1);
+        sandbox.faults.clear();
+        expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+          status: "succeeded",
+          receipt: { foundIn: "Sent" },
+        });
+        expect(sandbox.count(messageId)).toBe(1);
+      } finally {
+        sandbox.faults.clear();
+      }
+    });
+
     it("journal: the server refuses the journal address: nothing is sent, so no later 'absent' can send it twice", async () => {
       const l = await ledger({ budget: { baseDelayMs: 10 } });
       const mail = emailActions(config("journal"));

@@ -8,7 +8,8 @@
  *
  * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
  * `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
- * the fault's `match.path` matches; the others are still accepted) and `refuse_auth` (535).
+ * the fault's `match.path` matches; the others are still accepted), `refuse_auth` (535) and, on
+ * the IMAP side, `refuse_search` (a SEARCH answered NO [UNAVAILABLE]; imap-proxy.ts).
  */
 import { EventEmitter } from "node:events";
 import type { AddressInfo } from "node:net";
@@ -16,10 +17,11 @@ import { ImapFlow } from "imapflow";
 import { simpleParser } from "mailparser";
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server";
 import { FaultPlan } from "../faults.js";
+import { imapProxy, type ImapProxy } from "./imap-proxy.js";
 import { Dovecot, type MailUser } from "./dovecot.js";
 
 export type CopyMode = "provider-saves" | "journal" | "none";
-export type MailFaultKind = "hold_reply" | "reject_421" | "reject_rcpt" | "refuse_auth";
+export type MailFaultKind = "hold_reply" | "reject_421" | "reject_rcpt" | "refuse_auth" | "refuse_search";
 
 export interface ReceivedMessage {
   readonly messageId: string | undefined;
@@ -48,6 +50,7 @@ export class MailSandbox {
   readonly received: ReceivedMessage[] = [];
   readonly dovecot = new Dovecot([SENDER, JOURNAL]);
   private smtp: SMTPServer | undefined;
+  private proxy: ImapProxy | undefined;
   smtpPort = 0;
   imapPort = 0;
 
@@ -69,7 +72,9 @@ export class MailSandbox {
     sender: MailUser;
     journal: MailUser;
   }> {
-    this.imapPort = (await this.dovecot.start()).port;
+    const dovecot = (await this.dovecot.start()).port;
+    this.proxy = await imapProxy(dovecot, () => this.faults.take("SEARCH", "", ["refuse_search"]) !== undefined);
+    this.imapPort = this.proxy.port;
     this.smtp = new SMTPServer({
       secure: false,
       disabledCommands: ["STARTTLS"],
@@ -113,6 +118,8 @@ export class MailSandbox {
   async close(): Promise<void> {
     if (this.smtp) await new Promise<void>((r) => this.smtp!.close(() => r()));
     this.smtp = undefined;
+    await this.proxy?.close();
+    this.proxy = undefined;
     await this.dovecot.stop();
   }
 
