@@ -39,6 +39,10 @@ export class GroupCommit {
   private busy = false;
   /** The pause before the queue is tried again while another connection holds the write lock (ms). */
   private pause = 0;
+  /** How many writes at the queue's head this flush put back to wait for the lock (they keep their order). */
+  private ahead = 0;
+  /** Who waits for the queue to be empty (`drain`). */
+  private drained: (() => void)[] = [];
 
   constructor(
     private readonly database: Database,
@@ -77,8 +81,16 @@ export class GroupCommit {
     }
     let batch = this.queue;
     this.queue = [];
+    this.ahead = 0;
     this.busy = batch.length > 1;
     while (batch.length > 0) batch = this.commit(batch);
+    if (this.queue.length === 0) for (const resolve of this.drained.splice(0)) resolve();
+  }
+
+  /** Resolves once no write waits: each committed, or failed (at the latest at its busy timeout). */
+  async drain(): Promise<void> {
+    this.flush();
+    while (this.queue.length > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
   }
 
   /** Commits what it can of `batch`; returns the writes that must run again in a new transaction. */
@@ -133,7 +145,16 @@ export class GroupCommit {
       // Which write the commit could not take is not known (a full disk shows at COMMIT in WAL
       // mode, as does a deferred constraint): none was acknowledged, so each runs again alone.
       for (const f of failed) f.w.reject(f.error);
-      for (const d of done) this.commit([d.w]);
+      const alone = done.map((d) => d.w);
+      for (let i = 0; i < alone.length; i++) {
+        // Once one waits for the lock, the rest wait behind it, in their order.
+        if (this.ahead > 0) {
+          this.queue.splice(this.ahead, 0, ...alone.slice(i));
+          this.ahead += alone.length - i;
+          break;
+        }
+        this.commit([alone[i]!]);
+      }
       return [];
     }
     for (const d of done) d.w.resolve(d.value);
@@ -143,9 +164,9 @@ export class GroupCommit {
 
   /**
    * Another connection holds the write lock (none of `batch` ran): the writes wait for it, ahead
-   * of those queued since, and the queue is tried again after a pause (doubling up to 50 ms, with
-   * jitter so that processes waiting for one lock do not try in step). A write that has waited
-   * its busy timeout fails with the lock's error.
+   * of those queued since and in their order, and the queue is tried again after a pause
+   * (doubling up to 50 ms, with jitter so that processes waiting for one lock do not try in
+   * step). A write that has waited its busy timeout fails with the lock's error.
    */
   private wait(batch: Waiting[], error: unknown): void {
     const now = performance.now();
@@ -155,11 +176,12 @@ export class GroupCommit {
       w.reject(error);
       return false;
     });
-    this.queue = [...waiting, ...this.queue];
+    this.queue.splice(this.ahead, 0, ...waiting);
+    this.ahead += waiting.length;
     this.pause = Math.min(Math.max(this.pause * 2, LOCK_PAUSE.minTimeout), LOCK_PAUSE.maxTimeout);
     if (this.queue.length > 0 && !this.scheduled) {
       this.scheduled = true;
-      setTimeout(() => this.flush(), this.pause * (1 + Math.random()));
+      setTimeout(() => this.flush(), Math.min(this.pause * (1 + Math.random()), LOCK_PAUSE.maxTimeout));
     }
   }
 }

@@ -115,6 +115,8 @@ async function openSqlite(
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
+  if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0)
+    throw new LedgerConfigError(`busyTimeoutMs must be a whole number of ms ≥ 0 (got ${String(opts.busyTimeoutMs)})`);
   const mustExist = opts.create === false && path !== ":memory:";
   if (mustExist && !existsSync(path))
     throw new LedgerConfigError(

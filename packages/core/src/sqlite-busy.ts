@@ -6,6 +6,7 @@
  * connections have no busy handler (`busy_timeout = 0`): a statement that meets a lock fails at
  * once, having done nothing, and is run again after a pause, the event loop free meanwhile.
  */
+import type { Database } from "better-sqlite3";
 import pRetry from "p-retry";
 
 /** The pauses between tries (ms): short at first, since most locks are a commit's fsync. */
@@ -44,4 +45,42 @@ export function patiently<T>(run: () => T, timeoutMs: number): T | Promise<T> {
       shouldRetry: ({ error }) => isBusy(error),
     });
   }
+}
+
+/**
+ * The waits of one connection. A statement tried again must not run inside a transaction this
+ * process opened meanwhile on the same connection (a migration): it would be that transaction's,
+ * acknowledged, then rolled back with it. So each try finds the connection free of transactions,
+ * or waits as for a lock. And the connection closes only once every wait has ended.
+ */
+export class LockWaits {
+  private readonly waiting = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly database: Database,
+    readonly timeoutMs: number,
+  ) {}
+
+  /** Runs `run` (outside a transaction), waiting for a lock as `patiently` does. */
+  run<T>(run: () => T): T | Promise<T> {
+    const out = patiently(() => {
+      if (this.database.inTransaction) throw inTransaction();
+      return run();
+    }, this.timeoutMs);
+    if (!(out instanceof Promise)) return out;
+    this.waiting.add(out);
+    const done = () => this.waiting.delete(out);
+    out.then(done, done);
+    return out;
+  }
+
+  /** Resolves once no statement waits (each ran, or failed at its busy timeout). */
+  async drain(): Promise<void> {
+    while (this.waiting.size > 0) await Promise.allSettled([...this.waiting]);
+  }
+}
+
+/** A transaction of this process holds the connection: wait for it as for another's lock. */
+function inTransaction(): Error {
+  return Object.assign(new Error("database is locked (by a transaction of this process)"), { code: "SQLITE_BUSY" });
 }

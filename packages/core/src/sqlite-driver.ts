@@ -18,7 +18,7 @@ import {
 } from "kysely";
 import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
-import { patiently } from "./sqlite-busy.js";
+import { isBusy, LockWaits } from "./sqlite-busy.js";
 import type { DirectExecutor } from "./query-cache.js";
 
 /** Prepares a statement (kept prepared: see statementCache). */
@@ -36,11 +36,11 @@ function sqliteDialect(
   database: Database,
   prepare: Prepare,
   group: GroupCommit | undefined,
-  busyTimeoutMs: number,
+  waits: LockWaits,
 ): LedgerSqliteDialect {
   return {
     createAdapter: () => new SqliteAdapter(),
-    createDriver: () => new GroupedSqliteDriver(database, prepare, group, busyTimeoutMs),
+    createDriver: () => new GroupedSqliteDriver(database, prepare, group, waits),
     createIntrospector: (db) => new SqliteIntrospector(db),
     createQueryCompiler: () => new SqliteQueryCompiler(),
     groupsCommits: group !== undefined,
@@ -66,7 +66,7 @@ class GroupedSqliteDriver implements Driver {
     private readonly database: Database,
     private readonly prepare: Prepare,
     private readonly group: GroupCommit | undefined,
-    private readonly busyTimeoutMs: number,
+    private readonly waits: LockWaits,
   ) {}
 
   async init(): Promise<void> {}
@@ -89,24 +89,36 @@ class GroupedSqliteDriver implements Driver {
     connection: DatabaseConnection,
     query: CompiledQuery,
   ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
-    const stmt = this.prepare(query.sql);
-    if (stmt.reader && stmt.readonly)
-      return patiently(() => ({ rows: stmt.all(query.parameters) }), this.busyTimeoutMs);
-    // Inside a transaction every statement is that transaction's, and transaction control is
-    // not a write to share a commit with (BEGIN IMMEDIATE is not "readonly" to SQLite).
-    if (stmt.readonly || this.owner === connection || !this.group || TRANSACTION_CONTROL.test(query.sql)) {
-      const run = () => {
-        try {
-          return runWrite(stmt, query.parameters);
-        } finally {
-          this.track(connection);
-        }
-      };
-      // A statement inside a transaction that meets a lock cannot simply run again: the
-      // transaction fails (the ledger's own, migrations, begin immediate: they hold the lock).
-      return this.database.inTransaction ? run() : patiently(run, this.busyTimeoutMs);
+    // Inside its transaction a statement runs at once: it holds the lock (BEGIN IMMEDIATE), and
+    // one that met a lock could not simply run again, the transaction would fail.
+    if (this.owner === connection) return this.run(connection, this.prepare(query.sql), query.parameters);
+    // Preparing may meet a lock too (the schema read while another connection recovers the log).
+    const stmt = this.waits.run(() => this.prepare(query.sql));
+    return stmt instanceof Promise
+      ? stmt.then((s) => this.outside(connection, s, query.parameters))
+      : this.outside(connection, stmt, query.parameters);
+  }
+
+  /** A statement outside any transaction: reads and writes wait for locks, writes share commits. */
+  private outside(
+    connection: DatabaseConnection,
+    stmt: Statement,
+    parameters: readonly unknown[],
+  ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
+    if (stmt.reader && stmt.readonly) return this.waits.run(() => ({ rows: stmt.all(parameters) }));
+    // Transaction control is not a write to share a commit with (BEGIN IMMEDIATE is not
+    // "readonly" to SQLite); a BEGIN waits for the lock like any write.
+    if (stmt.readonly || !this.group || TRANSACTION_CONTROL.test(stmt.source))
+      return this.waits.run(() => this.run(connection, stmt, parameters));
+    return this.group.write(() => runWrite(stmt, parameters));
+  }
+
+  private run(connection: DatabaseConnection, stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
+    try {
+      return stmt.reader && stmt.readonly ? { rows: stmt.all(parameters) } : runWrite(stmt, parameters);
+    } finally {
+      this.track(connection);
     }
-    return this.group.write(() => runWrite(stmt, query.parameters));
   }
 
   /** After a statement of `connection`: did it open or end the transaction? */
@@ -120,8 +132,9 @@ class GroupedSqliteDriver implements Driver {
     }
   }
 
+  /** Immediate: the transaction waits for the write lock at its BEGIN, where waiting is safe. */
   async beginTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw("begin"));
+    await connection.executeQuery(CompiledQuery.raw("begin immediate"));
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
@@ -141,7 +154,9 @@ class GroupedSqliteDriver implements Driver {
   }
 
   async destroy(): Promise<void> {
-    this.group?.flush(); // writes still waiting for their commit get it, not an error
+    // Statements still waiting for their commit or for a lock get their answer, not a closed
+    // connection (each within its busy timeout).
+    await Promise.all([this.group?.drain(), this.waits.drain()]);
     this.database.close();
   }
 }
@@ -177,26 +192,33 @@ export function sqliteConnection(
   busyTimeoutMs = database.pragma("busy_timeout", { simple: true }) as number,
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
   database.pragma("busy_timeout = 0");
+  const waits = new LockWaits(database, busyTimeoutMs);
   const group = groupCommit ? new GroupCommit(database, busyTimeoutMs) : undefined;
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
-    const stmt = prepare(text);
+    let stmt: Statement;
+    try {
+      stmt = prepare(text);
+    } catch (error) {
+      if (isBusy(error)) return undefined; // kysely's way waits for the lock
+      throw error;
+    }
     // Hot statements address one row by a unique key (see QueryCache): get() skips the array.
     // Only for reads: get() stops at the first row, and for a write with RETURNING the commit
     // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader && stmt.readonly) {
-      return patiently(() => {
+      return waits.run(() => {
         const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
         return { rows: row === undefined ? [] : [row] };
-      }, busyTimeoutMs);
+      });
     }
     const write = () => runWrite(stmt, parameters);
-    return group ? group.write(write) : patiently(write, busyTimeoutMs);
+    return group ? group.write(write) : waits.run(write);
   };
-  return { dialect: sqliteDialect(database, prepare, group, busyTimeoutMs), direct };
+  return { dialect: sqliteDialect(database, prepare, group, waits), direct };
 }
 
 /**

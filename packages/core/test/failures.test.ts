@@ -167,8 +167,10 @@ for (const dialect of DIALECTS) {
     it("lazy args slower than the lease: the lease is kept while they are generated; never sent to review", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", {});
-      const ledger = await db.open({ leaseMs: 150, actions: [mail] });
-      const { daemon } = await db.open({ leaseMs: 150, actions: [mail] });
+      // Long enough that a loaded machine's late heartbeat does not lose it (150 ms did, once).
+      const leaseMs = 600;
+      const ledger = await db.open({ leaseMs, actions: [mail] });
+      const { daemon } = await db.open({ leaseMs, actions: [mail] });
       const tenant = uniqueTenant();
       let release!: () => void;
       const slowModel = new Promise<void>((r) => (release = r));
@@ -180,7 +182,7 @@ for (const dialect of DIALECTS) {
           return { to: "x" };
         },
       });
-      await new Promise((r) => setTimeout(r, 500)); // three leases long
+      await new Promise((r) => setTimeout(r, 3 * leaseMs)); // three leases long
       const [op] = await ledger.admin.list({ tenant });
       const meanwhile = await daemon.settle({ tenant, id: op!.id, actor: "daemon" });
       expect(meanwhile).toMatchObject({ status: "pending_verification", state: "running" }); // its lease is live

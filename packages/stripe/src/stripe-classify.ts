@@ -21,12 +21,15 @@ export function classifyStripeError(error: unknown): Classification {
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }
-  // Same key, other parameters: a caller bug (the ledger's args hash should have caught it first).
+  // Same key, other parameters: a request with our key already ran at Stripe (the ledger's args
+  // hash kept the arguments; an SDK or API-version change may encode them differently). Whatever
+  // it did stands, so never "failed, nothing happened": unknown, looked up, not replayed (a replay
+  // with the key only repeats this answer); no lookup, a person.
   if (error.type === "StripeIdempotencyError" && status === 400) {
     return {
-      kind: "permanent",
-      reason: `idempotency key reused with other parameters: ${error.message}`,
-      alert: true,
+      kind: "ambiguous",
+      reason: `a request with our idempotency key already ran at Stripe with other parameters: ${error.message}`,
+      replayable: false,
       ...ids,
     };
   }

@@ -27,10 +27,11 @@ describe("classifyStripeError", () => {
     ["a missing resource", new E.StripeInvalidRequestError(raw(404)), { kind: "permanent" }],
     ["a bad API key", new E.StripeAuthenticationError(raw(401)), { kind: "permanent", alert: true }],
     ["a permission denial", new E.StripePermissionError(raw(403)), { kind: "permanent", alert: true }],
+    // a request with our key already ran: its effect stands, never "failed"; looked up, not replayed
     [
       "the key reused with other parameters",
       new E.StripeIdempotencyError(raw(400, { type: "idempotency_error" })),
-      { kind: "permanent", alert: true },
+      { kind: "ambiguous", replayable: false },
     ],
     // proves nothing about the earlier request with our key: unknown, replayed later (never "nothing happened")
     [
