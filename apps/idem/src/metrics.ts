@@ -10,6 +10,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 import type { Ledger, RunResult } from "@idem/core";
+import { ConfigError } from "./config.js";
 
 /**
  * Counters of `ledger.run` results, for any process: pass `onResult` to `openLedger`. In an
@@ -154,7 +155,14 @@ export class DaemonMetrics {
         res.writeHead(404).end();
       }
     });
-    await new Promise<void>((r) => this.server!.listen(port, host, r));
+    // A port in use (or not ours to bind) is a configuration problem to report, not an
+    // unhandled 'error' event that takes the daemon down with a stack trace.
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once("error", (cause: Error) =>
+        reject(new ConfigError(`cannot serve /metrics on ${host}:${port}: ${cause.message}`, { cause })),
+      );
+      this.server!.listen(port, host, resolve);
+    });
     return (this.server.address() as AddressInfo).port;
   }
 

@@ -3,7 +3,26 @@ import { describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { defineAction, openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase } from "@idem/testkit";
-import { DaemonMetrics, runResultCounters } from "@idem/cli";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { ConfigError, DaemonMetrics, runResultCounters } from "@idem/cli";
+
+describe("the metrics port", () => {
+  it("in use: a ConfigError naming it, not an unhandled error event", async () => {
+    const taken: Server = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+    const { port } = taken.address() as AddressInfo;
+    const ledger = await openLedger("sqlite::memory:");
+    const metrics = new DaemonMetrics(ledger, 1_000);
+    try {
+      await expect(metrics.listen(port, "127.0.0.1")).rejects.toThrow(ConfigError);
+      await expect(metrics.listen(port, "127.0.0.1")).rejects.toThrow(`127.0.0.1:${port}`);
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+      await ledger.close();
+    }
+  });
+});
 
 for (const dialect of DIALECTS) {
   describe(`run-result metrics on ${dialect}`, () => {
