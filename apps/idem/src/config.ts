@@ -189,6 +189,10 @@ const schema = z
               })
               .strict(),
           )
+          // A session names its operator: two of one name would share each other's tenants.
+          .refine((ops) => new Set(ops.map((o) => o.name)).size === ops.length, {
+            message: "operator names must be unique",
+          })
           .default([]),
         /** Trust this header (set by an authenticating reverse proxy) to name the operator. */
         proxyHeader: z.string().min(1).optional(),

@@ -311,6 +311,15 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
         { operators: [{ name: "alice", tokenEnv: "NO_SUCH_TOKEN_VAR", tenants: "*" }] },
         /environment variable NO_SUCH_TOKEN_VAR is not set/,
       ],
+      [
+        {
+          operators: [
+            { name: "alice", tokenEnv: "NO_SUCH_TOKEN_VAR", tenants: ["acme"] },
+            { name: "alice", tokenEnv: "NO_SUCH_TOKEN_VAR_2", tenants: "*" },
+          ],
+        },
+        /console\.operators.*operator names must be unique/,
+      ],
     ] as const;
     for (const [i, [console, message]] of cases.entries()) {
       const file = join(dir, `console-${i}.json`);
