@@ -1,15 +1,17 @@
 /**
  * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
- * 1 unexpected failure, 2 bad usage or configuration, 3 no such operation (for this tenant),
- * 4 the operation is not in a status that allows it.
+ * 1 failure (the ledger's database unreachable included), 2 bad usage or configuration, 3 no such
+ * operation (for this tenant), 4 the operation is not in a status that allows it.
  */
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import ms from "ms";
-import { pino } from "pino";
+import pRetry from "p-retry";
+import { pino, type Logger } from "pino";
 import {
   IdemError,
+  LedgerConfigError,
   InvalidTransitionError,
   InvalidValueError,
   OperationNotFoundError,
@@ -43,17 +45,25 @@ interface Globals {
 async function withLedger<T>(
   globals: Globals,
   fn: (ledger: Ledger, config: IdemConfig) => Promise<T>,
-  options: { actions?: boolean; schema?: "require" | "create" | "migrate"; onResult?: LedgerOptions["onResult"] } = {},
+  options: {
+    actions?: boolean;
+    schema?: "require" | "create" | "migrate";
+    onResult?: LedgerOptions["onResult"];
+    /** Wait for an unreachable database (the daemon), saying so here, until `signal` aborts. */
+    waitForDatabase?: { log: Logger; signal: AbortSignal };
+  } = {},
 ): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   const schema = options.schema ?? "require";
-  const ledger = await openLedger(config.ledger, {
-    migrate: schema === "migrate",
-    create: schema !== "require",
-    leaseMs: config.daemon.leaseMs,
-    ...(options.actions && { actions: await actionsOf(config) }),
-    ...(options.onResult && { onResult: options.onResult }),
-  });
+  const open = async () =>
+    openLedger(config.ledger, {
+      migrate: schema === "migrate",
+      create: schema !== "require",
+      leaseMs: config.daemon.leaseMs,
+      ...(options.actions && { actions: await actionsOf(config) }),
+      ...(options.onResult && { onResult: options.onResult }),
+    });
+  const ledger = options.waitForDatabase ? await openWaiting(open, options.waitForDatabase) : await open();
   try {
     const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
     if (pending.length)
@@ -64,6 +74,33 @@ async function withLedger<T>(
   } finally {
     await ledger.close();
   }
+}
+
+/**
+ * Opens the ledger, waiting while its database does not answer (a restart, a failover, a
+ * database started after the daemon), with backoff and jitter so replicas do not knock in step.
+ * It says so once; anything else (a wrong password, no such database) fails at once.
+ */
+async function openWaiting(
+  open: () => Promise<Ledger>,
+  { log, signal }: { log: Logger; signal: AbortSignal },
+): Promise<Ledger> {
+  let said = false;
+  const ledger = await pRetry(open, {
+    retries: Number.POSITIVE_INFINITY,
+    minTimeout: 500,
+    maxTimeout: 15_000,
+    randomize: true,
+    signal,
+    shouldRetry: ({ error }) => error instanceof LedgerConfigError && error.unreachable,
+    onFailedAttempt: ({ error }) => {
+      if (said || !(error instanceof LedgerConfigError && error.unreachable)) return;
+      said = true;
+      log.error({ err: error }, "the ledger database is unreachable; waiting for it");
+    },
+  });
+  if (said) log.info("the ledger database is reachable");
+  return ledger;
 }
 
 /*
@@ -378,9 +415,18 @@ export function program(): Command {
     .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
-      await withLedger(
+      // A daemon started while its database is down (or restarting) waits for it; a stop meanwhile ends it.
+      const waiting = new AbortController();
+      const stopWaiting = () => waiting.abort(new Error("stopped while waiting for the ledger database"));
+      if (!o.once) {
+        process.once("SIGTERM", stopWaiting);
+        process.once("SIGINT", stopWaiting);
+      }
+      const opened = withLedger(
         g(),
         async (ledger, config) => {
+          process.off("SIGTERM", stopWaiting);
+          process.off("SIGINT", stopWaiting);
           const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs, {
             perTenant: config.daemon.metricsPerTenant,
           });
@@ -405,8 +451,19 @@ export function program(): Command {
           await metrics.close();
           log.info("daemon stopped");
         },
-        { actions: true, schema: o.migrate ? "migrate" : "require", onResult: (r, info) => onResult?.(r, info) },
+        {
+          actions: true,
+          schema: o.migrate ? "migrate" : "require",
+          onResult: (r, info) => onResult?.(r, info),
+          ...(!o.once && { waitForDatabase: { log, signal: waiting.signal } }),
+        },
       );
+      try {
+        await opened;
+      } catch (error) {
+        if (!waiting.signal.aborted) throw error;
+        log.info("daemon stopped before its database was reachable");
+      }
     });
   return cmd;
 }
@@ -419,14 +476,16 @@ export async function main(argv: string[]): Promise<number> {
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const json = argv.includes("--json");
     const code =
-      error instanceof IdemError &&
-      (error.code === "CONFIG" || error.code === "LEDGER_CONFIG" || error.code === "INVALID_VALUE")
-        ? EXIT.usage
-        : error instanceof OperationNotFoundError
-          ? EXIT.notFound
-          : error instanceof InvalidTransitionError
-            ? EXIT.refused
-            : EXIT.failure;
+      error instanceof LedgerConfigError && error.unreachable
+        ? EXIT.failure // not the config's fault, as far as anyone can tell: try again later
+        : error instanceof IdemError &&
+            (error.code === "CONFIG" || error.code === "LEDGER_CONFIG" || error.code === "INVALID_VALUE")
+          ? EXIT.usage
+          : error instanceof OperationNotFoundError
+            ? EXIT.notFound
+            : error instanceof InvalidTransitionError
+              ? EXIT.refused
+              : EXIT.failure;
     const message = (error as Error).message;
     if (json)
       console.error(

@@ -19,7 +19,7 @@ import {
   type PgServer,
 } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
-import { CLI, CONFIG, until, webhookReceiver } from "./support.js";
+import { CLI, CONFIG, idem, until, webhookReceiver } from "./support.js";
 
 const AGENT = fileURLToPath(new URL("./fixtures/agent.ts", import.meta.url));
 
@@ -161,5 +161,47 @@ describe("the daemon and agents through Postgres restarts", () => {
       expect(code, stderr).toBe(0);
     },
     scaled(420_000),
+  );
+
+  it(
+    "started while the database is down: waits for it (a stop meanwhile ends it, exit 0), starts once it is up; `idem ls` meanwhile exits 1",
+    async (ctx) => {
+      const env = (metricsPort: number) => ({
+        LEDGER_URL: url,
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+      });
+      ctx.onTestFailed(() => {
+        for (const c of children) console.error(`--- pid ${c.proc.pid} last lines:\n${c.lines.slice(-8).join("\n")}`);
+      });
+      await within(server.stop("fast"), 60_000, "the server to stop");
+      const waiting = /the ledger database is unreachable; waiting for it/;
+
+      // Stopped while it waits: a clean exit, not a failure.
+      const stopped = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-early-stop"], env(await freePort()));
+      children.push(stopped);
+      await stopped.waitFor(waiting, 60_000);
+      stopped.proc.kill("SIGTERM");
+      const early = await within(stopped.exited, 60_000, "the waiting daemon to stop");
+      expect(early.code, early.stderr).toBe(0);
+
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-late-db"], env(metricsPort));
+      children.push(daemon);
+      await daemon.waitFor(waiting, 60_000);
+      // An operator's command meanwhile: the database is unreachable, not the config wrong (2).
+      const ls = await idem(["--config", CONFIG, "ls", "--tenant", "t"], env(await freePort()));
+      expect(ls.code, ls.stderr).toBe(1);
+      expect(ls.stderr).toMatch(/cannot connect to Postgres ledger/);
+
+      await within(server.start(), 90_000, "the server to start");
+      await until(async () => (await health(metricsPort))?.ok === true, 90_000, "the late daemon to be healthy");
+      expect(daemon.lines.join("\n")).toMatch(/the ledger database is reachable/);
+      daemon.proc.kill("SIGTERM");
+      const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+      expect(code, stderr).toBe(0);
+    },
+    scaled(300_000),
   );
 });

@@ -84,10 +84,16 @@ export class UnknownActionError extends IdemError {
   }
 }
 
-/** The ledger URL or options cannot be used. */
+/**
+ * The ledger URL or options cannot be used. `unreachable`: the database did not answer (down,
+ * restarting, or a wrong address: from here the two look alike), so trying again later may work.
+ */
 export class LedgerConfigError extends IdemError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  readonly unreachable: boolean;
+
+  constructor(message: string, options?: { cause?: unknown; unreachable?: boolean }) {
     super("LEDGER_CONFIG", message, options);
+    this.unreachable = options?.unreachable ?? false;
   }
 }
 

@@ -22,6 +22,7 @@ import {
   type RootOperationNode,
   type UnknownRow,
 } from "kysely";
+import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
@@ -203,7 +204,10 @@ async function openPostgres(
     const why = /timeout/i.test((cause as Error).message)
       ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)`
       : (cause as Error).message;
-    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redactUrl(url)}: ${why}`, { cause });
+    throw new LedgerConfigError(`cannot connect to Postgres ledger ${redactUrl(url)}: ${why}`, {
+      cause,
+      unreachable: isUnreachable(cause),
+    });
   }
   if (opts.preparedStatements === false) return { db };
   // A name per statement text: pg parses a named statement once per connection, then only binds.
@@ -223,6 +227,18 @@ async function openPostgres(
     return { rows: res.rows, ...(res.rowCount !== null && { numAffectedRows: BigInt(res.rowCount) }) };
   };
   return { db, direct };
+}
+
+/**
+ * Whether a failed connect means the server did not answer, or not yet (refused, unresolvable,
+ * timed out, starting up or shutting down), rather than that it answered no (a wrong password, no
+ * such database): the first may pass, the second is configuration.
+ */
+const NOT_ANSWERING = new Set(["ECONNRESET", "ETIMEDOUT", "57P01", "57P02", "57P03"]);
+function isUnreachable(cause: unknown): boolean {
+  const code = (cause as { code?: unknown } | null | undefined)?.code;
+  if (typeof code === "string") return NOT_SENT_CODES.has(code) || NOT_ANSWERING.has(code);
+  return /timeout|Connection terminated/i.test(String((cause as Error | undefined)?.message));
 }
 
 /** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */

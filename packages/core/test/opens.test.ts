@@ -12,7 +12,7 @@ import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { LedgerConfigError, openLedger } from "@idem/core";
-import { tempDir } from "@idem/testkit";
+import { freshDatabase, tempDir } from "@idem/testkit";
 
 const fds = () => readdirSync("/proc/self/fd");
 const fdsOn = (path: string) =>
@@ -70,6 +70,7 @@ describe("a Postgres that accepts connections and never answers", () => {
       openLedger(`postgres://idem:s3cret@127.0.0.1:${port}/ledger`, { connectTimeoutMs: 500 }),
     );
     expect(error).toBeInstanceOf(LedgerConfigError);
+    expect((error as LedgerConfigError).unreachable).toBe(true); // worth trying again later
     expect((error as Error).message).toMatch(/no answer within 500 ms/);
     expect((error as Error).message).not.toMatch(/s3cret/);
     expect(held.length).toBeGreaterThan(0); // it did connect, and waited for an answer
@@ -84,6 +85,16 @@ describe("a Postgres that accepts connections and never answers", () => {
     expect((error as Error).message).toMatch(/no answer within 1000 ms/);
     expect(ms).toBeGreaterThanOrEqual(900);
     expect(ms).toBeLessThan(10_000);
+  });
+
+  it("says whether the server answered: refused is unreachable, no such database is not", async () => {
+    const refused = await refusal(openLedger("postgres://idem:pw@127.0.0.1:1/ledger", { connectTimeoutMs: 2_000 }));
+    expect(refused.error).toMatchObject({ unreachable: true });
+    const url = new URL(await freshDatabase("postgres"));
+    url.pathname = "/no_such_database_here";
+    const answered = await refusal(openLedger(url.toString(), { connectTimeoutMs: 5_000 }));
+    expect(answered.error).toBeInstanceOf(LedgerConfigError);
+    expect(answered.error).toMatchObject({ unreachable: false });
   });
 
   it("leaves no socket behind after failed opens", async () => {
