@@ -141,6 +141,9 @@ export function alertSinks(
  * True when no sink needs another try: delivered, refused for good, or in a person's hands (a
  * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
+ * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, timing
+ * out). They are not tried again until the next tick: each try waits out its retries, and a dead
+ * receiver tried for every alert held the daemon's settling back for as long.
  */
 export async function deliver(
   ledger: Ledger,
@@ -151,9 +154,14 @@ export async function deliver(
   log: Logger,
   onSent: (kind: AlertKind, sink: string) => void,
   reported: Set<string>,
+  down: Set<string>,
 ): Promise<boolean> {
   let all = true;
   for (const sink of sinks) {
+    if (down.has(sink.name)) {
+      all = false; // tried again next tick
+      continue;
+    }
     const out = await ledger.run(sink.action, {
       tenant: config.alerts.tenant,
       key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
@@ -168,9 +176,12 @@ export async function deliver(
       // another replica is delivering this very alert right now: nothing is wrong
       if (out.status === "pending_verification" && out.state === "running") continue;
       if (inReview) {
-        if (reported.has(out.operationId)) continue;
+        if (reported.has(out.operationId)) continue; // an earlier tick's: the sink was not tried now
         reported.add(out.operationId);
       }
+      // Not taken (unreachable, rate limiting, no answer): not tried again this tick. A refusal
+      // (failed) was a quick, final answer for this alert alone.
+      if (out.status === "pending_verification") down.add(sink.name);
       log.error(
         { sink: sink.name, operationId: alert.operationId, delivery: out },
         `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`,

@@ -64,10 +64,12 @@ export class Daemon {
 
   /** One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`. */
   async tick(): Promise<void> {
+    // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
+    const down = new Set<string>();
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
-    await this.alertStuck();
+    await this.alertStuck(down);
     await this.settleDue();
-    await this.alertPending();
+    await this.alertPending(down);
   }
 
   private async settleDue(): Promise<void> {
@@ -105,7 +107,7 @@ export class Daemon {
     }
   }
 
-  private async alertStuck(): Promise<void> {
+  private async alertStuck(down: Set<string>): Promise<void> {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.daemon.stuck({ olderThanMs: least });
@@ -124,11 +126,12 @@ export class Daemon {
         this.log,
         this.sent,
         this.reported,
+        down,
       );
     }
   }
 
-  private async alertPending(): Promise<void> {
+  private async alertPending(down: Set<string>): Promise<void> {
     for (const op of await this.ledger.daemon.alertsDue({ limit: this.config.daemon.batch })) {
       if (this.stopping) return;
       if (op.tenant === this.config.alerts.tenant) {
@@ -146,6 +149,7 @@ export class Daemon {
           this.log,
           this.sent,
           this.reported,
+          down,
         )
       )
         await this.ledger.daemon.ackAlert(op);

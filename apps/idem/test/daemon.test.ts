@@ -8,6 +8,8 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { openLedger, type Ledger } from "@idem/core";
+import { Daemon, DaemonMetrics, parseConfig } from "@idem/cli";
+import { pino } from "pino";
 import { HubSpotSandbox, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, freePort, freshDatabase, kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
 import { emailActions } from "@idem/email";
@@ -302,6 +304,79 @@ for (const dialect of DIALECTS) {
           expect(requests).toBe(1);
         } finally {
           await new Promise((r) => resetting.close(r));
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "a webhook that refuses connections is tried once a tick, not once an alert, and settling goes on",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const alerts = `alerts-${t}`;
+        const neither = fileAction("neither", dir);
+        const failing = {
+          ...neither,
+          execute: async () => {
+            throw new Error("socket hang up");
+          },
+        };
+        const parked = [];
+        for (const k of ["a", "b", "c", "d"])
+          parked.push(await ledger.run(failing, { tenant: t, key: [k], args: { note: k } }));
+        expect(parked.map((p) => p.status === "pending_verification" && p.state)).toEqual(
+          Array(4).fill("needs_review"),
+        );
+        // Work that is due: a dedupe-capable row left pending, which the same tick settles.
+        const dedupe = fileAction("dedupe", dir);
+        const left = await ledger.run(
+          {
+            ...dedupe,
+            execute: async () => {
+              throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
+            },
+          },
+          { tenant: t, key: ["due"], args: { note: "due" }, budget: { attempts: 1 } },
+        );
+        expect(left).toMatchObject({ status: "pending_verification" }); // unknown: the daemon replays it, due shortly
+        const config = parseConfig({
+          ledger: url,
+          actions: [dedupe],
+          alerts: { log: false, tenant: alerts, webhook: { url: `http://127.0.0.1:${await freePort()}/hook` } },
+          thresholds: { stuckAfterMs: 3_600_000 },
+          daemon: { batch: 1_000 },
+        });
+        const fast = await openLedger(url, { poolSize: 2, actions: [dedupe], budget: { baseDelayMs: 10 } });
+        try {
+          const daemon = new Daemon(
+            fast,
+            config,
+            pino({ level: "silent" }),
+            new DaemonMetrics(fast, 1_000),
+            "d-breaker",
+          );
+          const tried = async () =>
+            (await fast.admin.list({ tenant: alerts })).filter((op) => op.action === "idem.alert.webhook").length;
+          await daemon.tick();
+          expect(await tried()).toBe(1); // one delivery tried; the other alerts wait for the next tick
+          // Tick by tick the due row is settled, while the webhook is tried once a tick: the same
+          // delivery again, never the ones behind it.
+          const settled = async () =>
+            (await fast.get({ tenant: t, id: left.operationId })).operation.status === "succeeded";
+          await until(
+            async () => {
+              await daemon.tick();
+              return settled();
+            },
+            60_000,
+            "the due row to be settled",
+          );
+          expect(await tried()).toBe(1);
+          const due = (await fast.daemon.alertsDue({ limit: 1_000 })).map((a) => a.id);
+          for (const p of parked) expect(due).toContain(p.operationId); // none acked: the webhook has them all to take
+        } finally {
+          await fast.close();
         }
       },
       scaled(240_000),
