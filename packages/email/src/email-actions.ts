@@ -64,7 +64,7 @@ export function emailActions(config: EmailConfig): EmailActions {
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
     },
     async execute(args, op) {
-      const messageId = messageIdFor(op.key, domain);
+      const messageId = messageIdOf(op);
       const ref = referenceFor(op.key);
       // An earlier attempt's copy means it was sent: nothing more to do.
       const earlier = await lookIn.find(messageId);
@@ -103,9 +103,18 @@ export function emailActions(config: EmailConfig): EmailActions {
     },
     classify: (error) => classifyEmailError(error),
     reconcile: (_args, op) =>
-      reconcileByCopy(lookIn, copy, messageIdFor(op.key, domain), referenceFor(op.key), op, config.settleMs ?? 60_000),
+      reconcileByCopy(lookIn, copy, messageIdOf(op), referenceFor(op.key), op, config.settleMs ?? 60_000),
   });
   return { send };
+
+  /**
+   * The Message-ID recorded for the operation before its first send, not one computed again from
+   * today's config: with another `from` or `messageIdDomain` since, the copy of the first send
+   * would be looked for under a name it never had, "proven absent", and sent again.
+   */
+  function messageIdOf(op: { readonly key: string; readonly providerReference: string | null }): string {
+    return op.providerReference ?? messageIdFor(op.key, domain);
+  }
 }
 
 function list(v: string | readonly string[] | undefined): string[] {

@@ -120,6 +120,34 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("provider-saves: the Message-ID's domain changed while a send was unknown: found under the one it was sent with", async () => {
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+      sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 }); // unknown, for now
+      const before = sandbox.count();
+      try {
+        const out = await l.run(emailActions(config("provider-saves")).send, {
+          tenant: t,
+          key: ["renamed"],
+          args: report,
+        });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        sandbox.faults.clear();
+        // A deploy since: another Message-ID domain. The daemon settles with the new config.
+        const renamed = emailActions(config("provider-saves", { messageIdDomain: "renamed.example" }));
+        const daemon = await ledger({ actions: [renamed.send] });
+        await new Promise((resolve) => setTimeout(resolve, 600)); // past the settle window (300 ms)
+        expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+          status: "succeeded",
+          receipt: { foundIn: "Sent" },
+        });
+        expect(sandbox.count()).toBe(before + 1);
+      } finally {
+        sandbox.faults.clear();
+      }
+    });
+
     it("journal: the server refuses the journal address: nothing is sent, so no later 'absent' can send it twice", async () => {
       const l = await ledger({ budget: { baseDelayMs: 10 } });
       const mail = emailActions(config("journal"));

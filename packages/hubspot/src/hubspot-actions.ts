@@ -41,9 +41,10 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
           throw new Error(`${unique} is set by idem from the operation key; do not pass it`);
       },
       async execute(args, op) {
+        const idProperty = idPropertyOf(op);
         if (mode === "upsert") {
           const out = await api.objects.batchApi.upsert(objectType, {
-            inputs: [{ idProperty: unique, id: op.key, properties: { ...args.properties } }],
+            inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
           });
           const r = out.results[0];
           if (!r) throw new Error("HubSpot answered the upsert with no result");
@@ -51,23 +52,34 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         }
         try {
           const r = await api.objects.basicApi.create(objectType, {
-            properties: { ...args.properties, [unique]: op.key },
+            properties: { ...args.properties, [idProperty]: op.key },
             associations: [],
           });
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
           if ((e as { code?: unknown }).code !== 409) throw e;
           // The CRM refused a second record with our key: the first one is the effect.
-          const existing = await readByExternalId(api, objectType, unique, op.key);
+          const existing = await readByExternalId(api, objectType, idProperty, op.key);
           if (!existing) throw e; // a conflict on another unique property: the caller's data
           return { objectType, id: existing.id, new: false, externalId: op.key };
         }
       },
       classify: (error) => classifyHubSpotError(error),
-      reconcile: (_args, op) => reconcileByRead(api, objectType, unique, op.key),
+      reconcile: (_args, op) => reconcileByRead(api, objectType, idPropertyOf(op), op.key),
     });
     cache.set(objectType, action);
     return action;
+  }
+
+  /**
+   * The unique property recorded for the operation before its first request (its provider
+   * reference, `property:key`), not the one configured today: with another `uniqueProperty` since,
+   * the record would be read by a property it never had, "proven absent", and created again.
+   */
+  function idPropertyOf(op: { readonly providerReference: string | null }): string {
+    const ref = op.providerReference;
+    const colon = ref?.lastIndexOf(":") ?? -1;
+    return ref && colon > 0 ? ref.slice(0, colon) : unique;
   }
 
   async function ensureSchema(objectTypes: readonly string[]) {

@@ -78,6 +78,34 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    it("the unique property renamed while a create was unknown: read back by the one it was made with, one record", async () => {
+      const l = await ledger({ budget: { attempts: 1 } });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+      sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/objects/deals" }, times: 100 });
+      const before = sandbox.crm.all("deals").length;
+      try {
+        const out = await l.run(crm().create("deals"), {
+          tenant: t,
+          key: ["renamed"],
+          args: { properties: { dealname: "Renamed" } },
+        });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        sandbox.faults.clear();
+        // A deploy since: another unique property. The daemon settles with the new config.
+        const renamed = crm({ uniqueProperty: "idem_external_id_v2" });
+        await renamed.ensureSchema(["deals"]);
+        const daemon = await ledger({ actions: [renamed.create("deals")] });
+        expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+          status: "succeeded",
+          receipt: { new: false },
+        });
+        expect(sandbox.crm.all("deals").length).toBe(before + 1);
+      } finally {
+        sandbox.faults.clear();
+      }
+    });
+
     it("32 concurrent workers on one key: one record", async () => {
       const workers = await Promise.all(Array.from({ length: 32 }, () => ledger({ waitMs: 20_000, poolSize: 1 })));
       const action = crm().create("companies");
