@@ -36,6 +36,9 @@ export function classifyEmailError(error: unknown): Classification {
   }
   const e = (error ?? {}) as NodemailerError;
   const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;
+  // A 454 is a temporary authentication failure (RFC 4954: the server's auth backend is down): it
+  // may pass. Any other refused sign-in is a credential a person must fix.
+  if (e.code === "EAUTH" && e.responseCode === 454) return { kind: "transient", reason: what };
   if (e.code === "EAUTH" || e.code === "ENOAUTH") return { kind: "permanent", reason: what, alert: true };
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.

@@ -8,6 +8,11 @@ describe("classifyEmailError", () => {
   it.each([
     ["the pre-send IMAP check failed", new MailboxUnavailableError("down"), "transient"],
     ["authentication refused", err({ code: "EAUTH", responseCode: 535, command: "AUTH PLAIN" }), "permanent"],
+    [
+      "authentication temporarily failing (454)",
+      err({ code: "EAUTH", responseCode: 454, command: "AUTH PLAIN" }),
+      "transient",
+    ],
     ["421 at MAIL FROM", err({ code: "EENVELOPE", responseCode: 421, command: "MAIL FROM" }), "transient"],
     ["450 at RCPT TO", err({ code: "EENVELOPE", responseCode: 450, command: "RCPT TO" }), "transient"],
     ["550 at RCPT TO", err({ code: "EENVELOPE", responseCode: 550, command: "RCPT TO" }), "permanent"],
