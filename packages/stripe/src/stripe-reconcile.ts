@@ -2,7 +2,8 @@
  * Looking a Stripe effect up by our key, for the cases a replay cannot settle: after Stripe's
  * 24 h key retention, or when Stripe saved a 500 under the key. Customers and payment intents
  * are found through Search on `metadata['idem_operation']`, which lags writes by about a minute:
- * "not found" is inconclusive until the lag has passed. Refunds have no Search: every page of the
+ * "not found" is inconclusive until the lag has passed, and absence is then proven by a consistent
+ * list of the objects created while our requests could have run. Refunds have no Search: every page of the
  * refunds of the payment intent or charge the args name is read (a consistent list) and matched
  * on the same metadata. Every window is measured on the database clock (`op.now`), never ours.
  */
@@ -12,25 +13,66 @@ import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js
 
 type Found = { id: string; object: string; status?: string | null } | undefined;
 
+/** When the operation's requests could have created an object: from its claim to its last attempt (ms, database clock). */
+export interface AttemptWindow {
+  readonly from: number;
+  readonly to: number;
+}
+
 /** How an effect is looked up. */
 export interface Lookup<A> {
   find(stripe: Stripe, args: A, key: string): Promise<Found>;
   /** Whether `find` reads an index that lags (Search) or a consistent list. */
   readonly lags: boolean;
+  /**
+   * For a lagging `find`: the consistent read that proves absence. Search is usually a minute
+   * behind but, by Stripe's word, up to an hour during an incident; "not in Search" after the
+   * lag window would then charge again. A list of the objects created while our requests could
+   * have run is not behind.
+   */
+  confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
 }
 
-export const searchPaymentIntents: Lookup<unknown> = {
+/**
+ * Stripe's `created` filter (seconds) for an attempt window, with slack for the clocks' skew and
+ * a request still running at Stripe after our last attempt timed out.
+ */
+function createdWithin(w: AttemptWindow): { gte: number; lte: number } {
+  return { gte: Math.floor(w.from / 1000) - 300, lte: Math.ceil(w.to / 1000) + 600 };
+}
+
+/** Reads every page (auto-pagination: the match may be past the first 100) for our key. */
+async function firstWithKey<T extends { metadata?: Stripe.Metadata | null }>(
+  pages: AsyncIterable<T>,
+  key: string,
+): Promise<T | undefined> {
+  for await (const o of pages) if (o.metadata?.[METADATA_KEY] === key) return o;
+  return undefined;
+}
+
+export const searchPaymentIntents: Lookup<{ customer?: string | undefined }> = {
   find: async (stripe, _args, key) =>
     (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
   lags: true,
+  confirm: (stripe, args, key, w) =>
+    firstWithKey(
+      stripe.paymentIntents.list({
+        created: createdWithin(w),
+        ...(typeof args?.customer === "string" && { customer: args.customer }),
+        limit: 100,
+      }),
+      key,
+    ),
 };
 
 export const searchCustomers: Lookup<unknown> = {
   find: async (stripe, _args, key) =>
     (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
   lags: true,
+  confirm: (stripe, _args, key, w) =>
+    firstWithKey(stripe.customers.list({ created: createdWithin(w), limit: 100 }), key),
 };
 
 type RefundTarget = { payment_intent?: string | undefined; charge?: string | undefined };
@@ -96,6 +138,15 @@ export async function reconcileByLookup<A>(
       proof: "never",
       reason:
         "absent at Stripe, but Stripe saved an error under this key: retrying it repeats the error; a person must resolve it or retry with a new revision",
+    };
+  }
+  if (lookup.confirm) {
+    const listed = await lookup.confirm(stripe, args, op.key, { from: op.createdAt, to: op.lastAttemptAt });
+    if (listed) return { found: true, receipt: toReceipt(listed, null, false) };
+    return {
+      found: false,
+      proof: "absent",
+      reason: "not in Stripe Search, nor in the list of the objects created while our requests could have run",
     };
   }
   return {

@@ -151,6 +151,28 @@ for (const dialect of DIALECTS) {
       expect(sandbox.requests.filter((r) => r.method === "POST").length).toBe(sent);
     });
 
+    it("past the 24 h window, with Search behind (an incident): found in the list, not charged again", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["incident"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR); // Stripe has forgotten the key: a replay would create a second intent
+      sandbox.searchLagMs = 26 * HOUR; // nothing of the last day is in Search yet
+      try {
+        const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+        expect(settled).toMatchObject({
+          status: "succeeded",
+          receipt: { id: sandbox.objects.all("payment_intents").at(-1)!.id },
+        });
+        expect(piCount() - before).toBe(1);
+      } finally {
+        sandbox.searchLagMs = 0;
+      }
+    });
+
     it("past the 24 h window, an intent proven absent is created once with the same key", async () => {
       const s = stripe();
       const l = await ledger({ actions: [s.paymentIntentsCreate] });

@@ -80,7 +80,7 @@ export class StripeObjects {
   /** Objects whose fields equal every filter, newest first (paginate with `page`). */
   list(resource: string, filter: Record<string, unknown>): StripeObject[] {
     return this.all(resource)
-      .filter((o) => Object.entries(filter).every(([k, v]) => o[k] === v))
+      .filter((o) => Object.entries(filter).every(([k, v]) => matches(o[k], v)))
       .reverse();
   }
 
@@ -246,4 +246,17 @@ function parseQuery(query: string): { metadata: boolean; field: string; value: s
       );
     return { metadata: m[1] !== undefined, field: (m[1] ?? m[2])!, value: m[3]! };
   });
+}
+
+/** A list filter: a value, or a range as Stripe's `created[gte]=…` (gt, gte, lt, lte). */
+function matches(value: unknown, want: unknown): boolean {
+  if (want === null || typeof want !== "object") return value === want;
+  const n = Number(value);
+  const r = want as Record<string, unknown>;
+  return (
+    (r.gt === undefined || n > Number(r.gt)) &&
+    (r.gte === undefined || n >= Number(r.gte)) &&
+    (r.lt === undefined || n < Number(r.lt)) &&
+    (r.lte === undefined || n <= Number(r.lte))
+  );
 }
