@@ -17,14 +17,17 @@ import { bodyLimit } from "hono/body-limit";
 import { csrf } from "hono/csrf";
 import { HTTPException } from "hono/http-exception";
 import { secureHeaders } from "hono/secure-headers";
-import { getConnInfo } from "@hono/node-server/conninfo";
 import { streamSSE } from "hono/streaming";
 import ms from "ms";
 import type { Logger } from "pino";
+import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import { flashNote, layout, loginPage, operationPage, queuePage, statsPage, type QueueRow } from "./pages.js";
+
+/** Failed sign-ins an address may make in a quarter of an hour. */
+const SIGN_IN_FAILURES = 10;
 
 type Env = { Variables: { operator: Operator } };
 type Outcome = "succeeded" | "failed" | "retry";
@@ -76,16 +79,35 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   app.get("/login", (c) =>
     access.byToken ? c.html(layout("Sign in", undefined, undefined, loginPage())) : c.redirect("/"),
   );
+  // Failed sign-ins per address: guessing tokens gets SIGN_IN_FAILURES tries a quarter of an hour.
+  const failures = new RateLimiterMemory({ points: SIGN_IN_FAILURES, duration: 15 * 60 });
   app.post("/login", async (c) => {
+    const peer = access.clientAddress(c);
+    const seen = await failures.get(peer);
+    if (seen && seen.consumedPoints >= SIGN_IN_FAILURES) {
+      const wait = Math.ceil(seen.msBeforeNext / 1000);
+      c.header("Retry-After", String(wait));
+      return c.html(
+        layout(
+          "Sign in",
+          undefined,
+          undefined,
+          loginPage(`Too many failed sign-ins: try again in ${ms(wait * 1000)}.`),
+        ),
+        429,
+      );
+    }
     const form = await c.req.parseBody();
     const operator = typeof form.token === "string" ? await access.signIn(c, form.token) : undefined;
     if (!operator) {
-      log.warn({ peer: getConnInfo(c).remote.address }, "console sign-in refused");
+      await failures.consume(peer).catch(() => undefined); // over the limit: the next try is refused
+      log.warn({ peer }, "console sign-in refused");
       return c.html(
         layout("Sign in", undefined, undefined, loginPage("That token does not belong to an operator.")),
         401,
       );
     }
+    await failures.delete(peer);
     log.info({ operator: operator.name }, "console sign-in");
     return c.redirect("/", 303);
   });

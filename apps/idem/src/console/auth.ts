@@ -19,6 +19,7 @@ export interface Operator {
 }
 
 const COOKIE = "idem_console";
+const MIN_TOKEN_LENGTH = 16;
 const SESSION_MS = 12 * 3_600_000;
 
 export class Access {
@@ -34,10 +35,16 @@ export class Access {
     this.#byName = new Map(s.operators.map((o) => [o.name, { name: o.name, tenants: o.tenants }]));
     this.#tokens = s.operators
       .filter((o) => o.tokenEnv !== undefined)
-      .map((o) => ({
-        operator: { name: o.name, tenants: o.tenants },
-        digest: digest(secret(o.tokenEnv!, `console.operators[${o.name}].tokenEnv`)),
-      }));
+      .map((o) => {
+        const field = `console.operators[${o.name}].tokenEnv`;
+        const token = secret(o.tokenEnv!, field);
+        // A token is the operator's only credential: one a person could guess is refused.
+        if (token.length < MIN_TOKEN_LENGTH)
+          throw new ConfigError(
+            `invalid config: ${field}: the token in ${o.tokenEnv} is ${token.length} characters; use at least ${MIN_TOKEN_LENGTH} random ones (e.g. openssl rand -hex 32)`,
+          );
+        return { operator: { name: o.name, tenants: o.tenants }, digest: digest(token) };
+      });
     if (s.insecureNoAuth) {
       if (!isLoopback(s.host))
         throw new ConfigError(`console.insecureNoAuth serves without sign-in: only on a loopback host, not ${s.host}`);
@@ -101,6 +108,16 @@ export class Access {
     const name = host.startsWith("[") ? host.slice(1, host.indexOf("]")) : host.replace(/:\d+$/, "");
     const known = new Set(["localhost", "127.0.0.1", "::1", this.settings.host, ...this.settings.allowedHosts]);
     return known.has(name.toLowerCase());
+  }
+
+  /**
+   * Who is signing in, for counting failed sign-ins: the peer's address, or, from a trusted
+   * proxy, the first address of its X-Forwarded-For (else everyone behind it would share one count).
+   */
+  clientAddress(c: Context): string {
+    const peer = getConnInfo(c).remote.address ?? "unknown";
+    if (!this.settings.trustedProxies.includes(peer)) return peer;
+    return c.req.header("x-forwarded-for")?.split(",")[0]?.trim() || peer;
   }
 
   /** Whether sign-in is by token (a login page), rather than by the proxy or not at all. */

@@ -1,0 +1,67 @@
+/**
+ * Signing in to the console by token, over HTTP (the browser test, console.test.ts, covers the
+ * pages): guessing is limited per address, and a token a person could guess is refused at start.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
+import { openLedger, type Ledger } from "@idem/core";
+import { ConfigError, parseConfig } from "@idem/cli";
+import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+
+const TOKEN = "alice-token-3b8e1d0c";
+const config = (tokenEnv: string) =>
+  parseConfig({
+    ledger: "sqlite::memory:",
+    console: { port: 0, operators: [{ name: "alice", tokenEnv, tenants: "*" }] },
+  });
+
+describe("console sign-in", () => {
+  let ledger: Ledger;
+  let web: ConsoleServer;
+  beforeAll(async () => {
+    process.env.IDEM_TEST_ALICE_TOKEN = TOKEN;
+    process.env.IDEM_TEST_SHORT_TOKEN = "admin";
+    ledger = await openLedger("sqlite::memory:");
+    web = await serveConsole(ledger, config("IDEM_TEST_ALICE_TOKEN"), pino({ level: "silent" }));
+  });
+  afterAll(async () => {
+    await web?.close();
+    await ledger?.close();
+  });
+
+  /** A sign-in from `client` (the console's proxy, loopback, names it in X-Forwarded-For). */
+  const signIn = (token: string, client: string) =>
+    fetch(`${web.url}/login`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { origin: web.url, "x-forwarded-for": client, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token }),
+    });
+
+  it("ten failed sign-ins from one address, then that address waits; another signs in", async () => {
+    for (let i = 0; i < 10; i++) expect((await signIn(`guess-${i}`, "203.0.113.7")).status).toBe(401);
+    const refused = await signIn(TOKEN, "203.0.113.7"); // even the right token, until the wait is over
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(await refused.text()).toMatch(/Too many failed sign-ins/);
+    const other = await signIn(TOKEN, "198.51.100.2");
+    expect(other.status).toBe(303);
+    expect(other.headers.get("set-cookie")).toMatch(/^idem_console=/);
+  });
+
+  it("a successful sign-in clears the address's failures", async () => {
+    for (let i = 0; i < 9; i++) expect((await signIn(`guess-${i}`, "192.0.2.5")).status).toBe(401);
+    expect((await signIn(TOKEN, "192.0.2.5")).status).toBe(303);
+    for (let i = 0; i < 9; i++) expect((await signIn(`guess-${i}`, "192.0.2.5")).status).toBe(401);
+    expect((await signIn(TOKEN, "192.0.2.5")).status).toBe(303);
+  });
+
+  it("refuses, at start, a token a person could guess", async () => {
+    await expect(serveConsole(ledger, config("IDEM_TEST_SHORT_TOKEN"), pino({ level: "silent" }))).rejects.toThrow(
+      ConfigError,
+    );
+    await expect(serveConsole(ledger, config("IDEM_TEST_SHORT_TOKEN"), pino({ level: "silent" }))).rejects.toThrow(
+      /IDEM_TEST_SHORT_TOKEN is 5 characters; use at least 16/,
+    );
+  });
+});
