@@ -74,9 +74,12 @@ export class Daemon {
 
   private async settleDue(): Promise<void> {
     const d = this.config.daemon;
+    // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
+    // take them): stop a little before. The rest stay claimed until then, then any daemon takes them.
+    const until = performance.now() + d.claimMs * 0.9;
     const due = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
     for (const row of due) {
-      if (this.stopping) return; // the rest stay claimed for claimMs, then any daemon takes them
+      if (this.stopping || performance.now() >= until) return;
       if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.

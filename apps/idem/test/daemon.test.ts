@@ -383,6 +383,80 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "a tick stops settling once its claim on the rows is about to end, and leaves the rest to the next",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const lookup = fileAction("lookup", dir, { reconcileDelayMs: 300 });
+        // The effect happens, then the answer is lost: unknown, settled by looking it up.
+        const lost = {
+          ...lookup,
+          execute: async (args: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
+            await lookup.execute(args, op);
+            throw new Error("socket hang up");
+          },
+        };
+        const ids: string[] = [];
+        for (const k of ["a", "b", "c", "d"]) {
+          const out = await ledger.run(lost, { tenant: t, key: [k], args: { note: k }, budget: { attempts: 1 } });
+          if (out.status === "pending_verification" && out.state === "unknown") ids.push(out.operationId);
+        }
+        expect(ids).toHaveLength(4);
+        const config = parseConfig({
+          ledger: url,
+          actions: [lookup],
+          alerts: { log: false, tenant: `alerts-${t}` },
+          thresholds: { stuckAfterMs: 3_600_000 },
+          daemon: { claimMs: 700, maxChecks: 100 },
+        });
+        const withActions = await openLedger(url, { poolSize: 2, actions: [lookup] });
+        const daemon = new Daemon(
+          withActions,
+          config,
+          pino({ level: "silent" }),
+          new DaemonMetrics(withActions, 1_000),
+          "d-claim",
+        );
+        const reconciled = () => lines(join(dir, "reconciles")).length;
+        const before = reconciled();
+        const succeeded = async () =>
+          (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).filter(
+            (o) => o.operation.status === "succeeded",
+          ).length;
+        // All four due (their first check comes shortly), so that one tick claims them all.
+        await until(
+          async () =>
+            (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id })))).every(
+              (o) => o.operation.nextCheckAt !== null && o.operation.nextCheckAt < Date.now() - 50,
+            ),
+          30_000,
+          "the rows to be due",
+        );
+        await until(
+          async () => {
+            await daemon.tick();
+            return reconciled() > before;
+          },
+          30_000,
+          "a tick to settle something",
+        );
+        // 300 ms a lookup, a claim of 700 ms: the tick stopped before the fourth (it did all four).
+        expect(reconciled() - before).toBeLessThan(4);
+        await until(
+          async () => {
+            await daemon.tick();
+            return (await succeeded()) === 4;
+          },
+          60_000,
+          "every row to be settled",
+        );
+        expect(reconciled() - before).toBe(4); // once each
+        await withActions.close();
+      },
+      scaled(240_000),
+    );
+
+    it(
       "serves /metrics and /healthz",
       async () => {
         const port = await freePort();
