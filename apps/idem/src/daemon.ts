@@ -93,6 +93,7 @@ export class Daemon {
           this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });
+        this.metrics.progress();
         this.log.info(
           { operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome },
           "settled",
@@ -131,6 +132,7 @@ export class Daemon {
         this.reported,
         down,
       );
+      this.metrics.progress();
     }
   }
 
@@ -156,6 +158,7 @@ export class Daemon {
         )
       )
         await this.ledger.daemon.ackAlert(op);
+      this.metrics.progress();
     }
   }
 

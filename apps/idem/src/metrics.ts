@@ -80,6 +80,7 @@ export class DaemonMetrics {
     registers: [this.registry],
   });
   private lastTickAt = 0;
+  private lastProgressAt = 0;
   /** Set while ticks fail because the ledger's database cannot be reached: since when, and why. */
   private outage: { since: number; error: string } | undefined;
   private server: Server | undefined;
@@ -121,6 +122,14 @@ export class DaemonMetrics {
     return down;
   }
 
+  /**
+   * A step of a tick reached the ledger (a row settled, an alert delivered): a long tick that is
+   * making progress is healthy, not stuck.
+   */
+  progress(): void {
+    this.lastProgressAt = Date.now();
+  }
+
   /** A tick failed because the ledger is unavailable; returns true for the first failure of an outage. */
   unavailable(error: Error): boolean {
     this.errors.inc();
@@ -142,12 +151,14 @@ export class DaemonMetrics {
       } else if (req.url === "/healthz") {
         // Healthy: the last tick reached the ledger, recently. During an outage the daemon keeps
         // running and retrying; the body says since when and why, for the operator and the probe.
-        const fresh = Date.now() - this.lastTickAt < Math.max(3 * this.intervalMs, 10_000);
+        const last = Math.max(this.lastTickAt, this.lastProgressAt);
+        const fresh = Date.now() - last < Math.max(3 * this.intervalMs, 10_000);
         const ok = fresh && !this.outage;
         const body = {
           ok,
           ledger: this.outage ? "unavailable" : "up",
           lastTickAt: this.lastTickAt,
+          lastProgressAt: this.lastProgressAt,
           ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }),
         };
         res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));

@@ -7,6 +7,23 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { ConfigError, DaemonMetrics, runResultCounters } from "@idem/cli";
 
+describe("/healthz", () => {
+  it("healthy while a long tick makes progress, not only when ticks end", async () => {
+    const ledger = await openLedger("sqlite::memory:");
+    const metrics = new DaemonMetrics(ledger, 1_000);
+    try {
+      const port = await metrics.listen(0, "127.0.0.1");
+      const health = async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).status;
+      expect(await health()).toBe(503); // no tick has reached the ledger yet
+      metrics.progress(); // a row settled, in a tick still running
+      expect(await health()).toBe(200);
+    } finally {
+      await metrics.close();
+      await ledger.close();
+    }
+  });
+});
+
 describe("the metrics port", () => {
   it("in use: a ConfigError naming it, not an unhandled error event", async () => {
     const taken: Server = createServer();
