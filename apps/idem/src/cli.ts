@@ -55,12 +55,13 @@ async function withLedger<T>(
 ): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   const schema = options.schema ?? "require";
-  const open = async () =>
+  const actions = options.actions ? await actionsOf(config) : undefined; // built once, not per try
+  const open = () =>
     openLedger(config.ledger, {
       migrate: schema === "migrate",
       create: schema !== "require",
       leaseMs: config.daemon.leaseMs,
-      ...(options.actions && { actions: await actionsOf(config) }),
+      ...(actions && { actions }),
       ...(options.onResult && { onResult: options.onResult }),
     });
   const ledger = options.waitForDatabase ? await openWaiting(open, options.waitForDatabase) : await open();
@@ -86,7 +87,13 @@ async function openWaiting(
   { log, signal }: { log: Logger; signal: AbortSignal },
 ): Promise<Ledger> {
   let said = false;
-  const ledger = await pRetry(open, {
+  let opened: Ledger | undefined;
+  const tryOpen = async () => {
+    opened = await open();
+    return opened;
+  };
+  // A stop that comes as the open succeeds (p-retry checks the signal after it) closes what was opened.
+  const ledger = await pRetry(tryOpen, {
     retries: Number.POSITIVE_INFINITY,
     minTimeout: 500,
     maxTimeout: 15_000,
@@ -98,6 +105,9 @@ async function openWaiting(
       said = true;
       log.error({ err: error }, "the ledger database is unreachable; waiting for it");
     },
+  }).catch(async (error: unknown) => {
+    await opened?.close();
+    throw error;
   });
   if (said) log.info("the ledger database is reachable");
   return ledger;
@@ -427,6 +437,7 @@ export function program(): Command {
         async (ledger, config) => {
           process.off("SIGTERM", stopWaiting);
           process.off("SIGINT", stopWaiting);
+          if (waiting.signal.aborted) return; // stopped as the database came back
           const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs, {
             perTenant: config.daemon.metricsPerTenant,
           });
@@ -463,6 +474,9 @@ export function program(): Command {
       } catch (error) {
         if (!waiting.signal.aborted) throw error;
         log.info("daemon stopped before its database was reachable");
+      } finally {
+        process.off("SIGTERM", stopWaiting);
+        process.off("SIGINT", stopWaiting);
       }
     });
   return cmd;

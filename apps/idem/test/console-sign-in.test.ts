@@ -49,11 +49,26 @@ describe("console sign-in", () => {
     expect(other.headers.get("set-cookie")).toMatch(/^idem_console=/);
   });
 
+  it("counts the address the proxy saw, not what the client wrote before it in X-Forwarded-For", async () => {
+    // The proxy (loopback: trusted) appends the address it saw; the client makes up the rest.
+    for (let i = 0; i < 10; i++) expect((await signIn(`guess-${i}`, `10.9.8.${i}, 203.0.113.9`)).status).toBe(401);
+    expect((await signIn(TOKEN, "10.9.8.200, 203.0.113.9")).status).toBe(429);
+  });
+
   it("a successful sign-in clears the address's failures", async () => {
     for (let i = 0; i < 9; i++) expect((await signIn(`guess-${i}`, "192.0.2.5")).status).toBe(401);
     expect((await signIn(TOKEN, "192.0.2.5")).status).toBe(303);
     for (let i = 0; i < 9; i++) expect((await signIn(`guess-${i}`, "192.0.2.5")).status).toBe(401);
     expect((await signIn(TOKEN, "192.0.2.5")).status).toBe(303);
+  });
+
+  it("past 100 failed sign-ins from all addresses together, every address waits", async () => {
+    // Made-up addresses (through a tunnel the header is all the client's) meet the backstop.
+    let refused = 0;
+    for (let i = 0; i < 120; i++)
+      if ((await signIn(`guess-${i}`, `10.0.${i >> 8}.${i & 255}`)).status === 429) refused++;
+    expect(refused).toBeGreaterThan(0);
+    expect((await signIn(TOKEN, "198.51.100.77")).status).toBe(429);
   });
 
   it("refuses, at start, a token a person could guess", async () => {

@@ -167,8 +167,9 @@ for (const dialect of DIALECTS) {
     it("lazy args slower than the lease: the lease is kept while they are generated; never sent to review", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", {});
-      // Long enough that a loaded machine's late heartbeat does not lose it (150 ms did, once).
-      const leaseMs = 600;
+      // Long enough that a loaded machine's late heartbeats do not lose it (150 ms did, and 600 ms,
+      // once each in CI: a heartbeat is a durable commit, slow when fsyncs queue).
+      const leaseMs = 2_000;
       const ledger = await db.open({ leaseMs, actions: [mail] });
       const { daemon } = await db.open({ leaseMs, actions: [mail] });
       const tenant = uniqueTenant();

@@ -30,7 +30,7 @@ export interface Lookup<A> {
    * lag window would then charge again. A list of the objects created while our requests could
    * have run is not behind.
    */
-  confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found>;
+  confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
 }
@@ -43,12 +43,20 @@ function createdWithin(w: AttemptWindow): { gte: number; lte: number } {
   return { gte: Math.floor(w.from / 1000) - 300, lte: Math.ceil(w.to / 1000) + 600 };
 }
 
-/** Reads every page (auto-pagination: the match may be past the first 100) for our key. */
+/** More objects in the window than one lookup reads: absence is not proven this way (a person decides). */
+export const TOO_MANY = Symbol("too many objects to read");
+const MAX_LISTED = 2_000;
+
+/** Reads the pages (auto-pagination: the match may be past the first 100) for our key, up to MAX_LISTED objects. */
 async function firstWithKey<T extends { metadata?: Stripe.Metadata | null }>(
   pages: AsyncIterable<T>,
   key: string,
-): Promise<T | undefined> {
-  for await (const o of pages) if (o.metadata?.[METADATA_KEY] === key) return o;
+): Promise<T | undefined | typeof TOO_MANY> {
+  let read = 0;
+  for await (const o of pages) {
+    if (o.metadata?.[METADATA_KEY] === key) return o;
+    if (++read >= MAX_LISTED) return TOO_MANY;
+  }
   return undefined;
 }
 
@@ -142,6 +150,12 @@ export async function reconcileByLookup<A>(
   }
   if (lookup.confirm) {
     const listed = await lookup.confirm(stripe, args, op.key, { from: op.createdAt, to: op.lastAttemptAt });
+    if (listed === TOO_MANY)
+      return {
+        found: false,
+        proof: "never",
+        reason: `not in Stripe Search, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
+      };
     if (listed) return { found: true, receipt: toReceipt(listed, null, false) };
     return {
       found: false,

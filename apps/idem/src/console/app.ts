@@ -28,6 +28,8 @@ import { flashNote, layout, loginPage, operationPage, queuePage, statsPage, type
 
 /** Failed sign-ins an address may make in a quarter of an hour. */
 const SIGN_IN_FAILURES = 10;
+/** And every address together: addresses behind a proxy can be made up. */
+const SIGN_IN_FAILURES_ALL = 100;
 
 type Env = { Variables: { operator: Operator } };
 type Outcome = "succeeded" | "failed" | "retry";
@@ -79,14 +81,20 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   app.get("/login", (c) =>
     access.byToken ? c.html(layout("Sign in", undefined, undefined, loginPage())) : c.redirect("/"),
   );
-  // Failed sign-ins per address: guessing tokens gets SIGN_IN_FAILURES tries a quarter of an hour.
-  const failures = new RateLimiterMemory({ points: SIGN_IN_FAILURES, duration: 15 * 60 });
+  // Sign-ins per address, and for the whole console as a backstop: guessing tokens gets
+  // SIGN_IN_FAILURES tries an address a quarter of an hour. A try is counted before the token is
+  // checked (so that requests sent together cannot all pass the check) and given back if it signed in.
+  const perAddress = new RateLimiterMemory({ points: SIGN_IN_FAILURES, duration: 15 * 60 });
+  const everyone = new RateLimiterMemory({ points: SIGN_IN_FAILURES_ALL, duration: 15 * 60 });
   app.post("/login", async (c) => {
     const peer = access.clientAddress(c);
-    const seen = await failures.get(peer);
-    if (seen && seen.consumedPoints >= SIGN_IN_FAILURES) {
-      const wait = Math.ceil(seen.msBeforeNext / 1000);
+    try {
+      await perAddress.consume(peer);
+      await everyone.consume("all");
+    } catch (refused) {
+      const wait = Math.max(1, Math.ceil(((refused as { msBeforeNext?: number }).msBeforeNext ?? 60_000) / 1000));
       c.header("Retry-After", String(wait));
+      log.warn({ peer }, "console sign-in refused: too many failed sign-ins");
       return c.html(
         layout(
           "Sign in",
@@ -100,14 +108,13 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const form = await c.req.parseBody();
     const operator = typeof form.token === "string" ? await access.signIn(c, form.token) : undefined;
     if (!operator) {
-      await failures.consume(peer).catch(() => undefined); // over the limit: the next try is refused
       log.warn({ peer }, "console sign-in refused");
       return c.html(
         layout("Sign in", undefined, undefined, loginPage("That token does not belong to an operator.")),
         401,
       );
     }
-    await failures.delete(peer);
+    await Promise.all([perAddress.delete(peer), everyone.reward("all")]);
     log.info({ operator: operator.name }, "console sign-in");
     return c.redirect("/", 303);
   });

@@ -111,13 +111,16 @@ export class Access {
   }
 
   /**
-   * Who is signing in, for counting failed sign-ins: the peer's address, or, from a trusted
-   * proxy, the first address of its X-Forwarded-For (else everyone behind it would share one count).
+   * Who is signing in, for counting failed sign-ins: the peer's address or, from a trusted proxy,
+   * the nearest address of its X-Forwarded-For that is not a trusted proxy too. Read from the
+   * right: proxies append the address they saw, and what is left of it the client wrote itself.
    */
   clientAddress(c: Context): string {
-    const peer = getConnInfo(c).remote.address ?? "unknown";
-    if (!this.settings.trustedProxies.includes(peer)) return peer;
-    return c.req.header("x-forwarded-for")?.split(",")[0]?.trim() || peer;
+    const trusted = this.settings.trustedProxies;
+    let address = getConnInfo(c).remote.address ?? "unknown";
+    const forwarded = (c.req.header("x-forwarded-for") ?? "").split(",").map((a) => a.trim());
+    while (trusted.includes(address) && forwarded.length > 0) address = forwarded.pop() || address;
+    return address;
   }
 
   /** Whether sign-in is by token (a login page), rather than by the proxy or not at all. */
