@@ -132,7 +132,10 @@ for (const dialect of DIALECTS) {
     });
 
     it("heartbeats that fail: the action's signal aborts before the lease can pass to another worker", async () => {
-      const ledger = await db.open({ leaseMs: 400 });
+      // 2 s: the abort comes 1.6 s after the claim (the lease less its margin), which leaves a
+      // loaded machine's late timer 400 ms before the lease could pass.
+      const leaseMs = 2_000;
+      const ledger = await db.open({ leaseMs });
       const tenant = uniqueTenant();
       const undo = await refuse(
         ledger,
@@ -146,21 +149,23 @@ for (const dialect of DIALECTS) {
       );
       const started = performance.now();
       let reason: unknown;
+      let abortedAt = Number.POSITIVE_INFINITY;
       const slow = defineAction({
         type: "slow",
         capabilities: {},
         execute: async (_a: { n: number }, op) => {
           await new Promise((resolve) => op.signal.addEventListener("abort", resolve, { once: true }));
+          abortedAt = performance.now();
           reason = op.signal.reason;
           throw reason;
         },
         classify: () => ({ kind: "transient", reason: "stopped before sending" }),
       });
       const out = await ledger.run(slow, { tenant, key: ["h"], args: { n: 1 }, budget: { attempts: 1 } });
-      const took = performance.now() - started;
       await undo();
       expect(reason).toBeInstanceOf(LeaseDeadlineError);
-      expect(took).toBeLessThan(400); // before the lease (400 ms from the claim) could be taken over
+      // Aborted before the lease (2 s from the claim, which came after `started`) could be taken over.
+      expect(abortedAt - started).toBeLessThan(leaseMs);
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
     });
 
