@@ -2,18 +2,32 @@
 // The test command of the README and of CI: runs every test with vitest and ends with the line
 // "N passed, N failed[, N skipped]" computed from vitest's JSON report (vitest's own summary is
 // not a format CI reads). Exits non-zero when anything failed or no test ran.
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+//
+// A watchdog stands over the run: when no test or hook has started or ended for a long time (a
+// hang no test timeout caught), or the run outlives its deadline, it names what was running, kills
+// vitest with every process of its group, and counts the stuck tests as failed, so a hang ends
+// in a failure that says where instead of a CI timeout that says nothing.
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 
 import { ensureSystemPackages } from "./system-deps.mjs";
 
 ensureSystemPackages();
 
+const minutes = (name, fallback) => Number(process.env[name] ?? fallback) * 60_000;
+/** Longer than any test's own timeout on a quiet machine (420 s for the longest). */
+const STALL_MS = minutes("IDEM_TEST_STALL_MINUTES", 20);
+/** The whole run; CI allows 90 minutes for install, build and tests together. */
+const DEADLINE_MS = minutes("IDEM_TEST_DEADLINE_MINUTES", 70);
+
 const report = "test-results/vitest.json";
+const progress = "test-results/progress.json";
 rmSync(report, { force: true });
+rmSync(progress, { force: true });
 mkdirSync("test-results", { recursive: true });
 
-const run = spawnSync(
+// Its own process group, so that the watchdog can kill vitest, its workers and what they spawned.
+const vitest = spawn(
   process.execPath,
   [
     "node_modules/vitest/vitest.mjs",
@@ -21,14 +35,68 @@ const run = spawnSync(
     "--reporter=default",
     "--reporter=json",
     `--outputFile.json=${report}`,
+    "--reporter=./scripts/progress-reporter.mjs",
     ...process.argv.slice(2),
   ],
-  { stdio: "inherit" },
+  { stdio: "inherit", detached: true },
 );
+const group = vitest.pid;
+const killGroup = (signal) => {
+  try {
+    process.kill(-group, signal);
+  } catch {
+    // the group is gone already
+  }
+};
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, () => {
+    killGroup(signal);
+    process.exit(130);
+  });
+}
 
+const started = Date.now();
+let stuck; // why the watchdog stopped the run, and what was running then
+const readProgress = () => {
+  try {
+    return JSON.parse(readFileSync(progress, "utf8"));
+  } catch {
+    return undefined; // not written yet
+  }
+};
+const watchdog = setInterval(() => {
+  const p = readProgress();
+  const now = Date.now();
+  const quiet = now - (p?.at ?? started);
+  const why =
+    quiet > STALL_MS
+      ? `nothing started or ended for ${Math.round(quiet / 1000)} s`
+      : now - started > DEADLINE_MS
+        ? `the run passed its deadline of ${DEADLINE_MS / 60_000} minutes`
+        : undefined;
+  if (!why) return;
+  stuck = { why, progress: p };
+  console.error(`\n[test watchdog] ${why}; running then:`);
+  for (const r of p?.running ?? [])
+    console.error(`  ${r.file} > ${r.what} (for ${Math.round((now - r.since) / 1000)} s)`);
+  console.error("[test watchdog] killing vitest and every process of its group");
+  killGroup("SIGKILL");
+}, 10_000);
+
+const code = await new Promise((resolve) => vitest.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
+clearInterval(watchdog);
+reapLeftovers();
+
+if (stuck) {
+  // vitest wrote no report: count from the progress file, every test that was running as failed.
+  const p = stuck.progress ?? { passed: 0, failed: 0, skipped: 0, running: [] };
+  const hung = Math.max(1, p.running.filter((r) => r.kind === "test").length);
+  console.log(`${p.passed} passed, ${p.failed + hung} failed${p.skipped ? `, ${p.skipped} skipped` : ""}`);
+  process.exit(1);
+}
 if (!existsSync(report)) {
-  console.error(`vitest wrote no report (exit ${run.status ?? run.signal})`);
-  process.exit(run.status || 1);
+  console.error(`vitest wrote no report (exit ${code})`);
+  process.exit(code || 1);
 }
 const r = JSON.parse(readFileSync(report, "utf8"));
 // A file that failed to load or whose hooks failed has no failed test of its own: count it.
@@ -38,9 +106,35 @@ const brokenFiles = r.testResults.filter(
 const passed = r.numPassedTests;
 // vitest fails a run on an error outside any test (an unhandled rejection, a socket error no one
 // listened to): the report has no failed test for it, so it is counted here as one.
-const outside = run.status !== 0 && r.numFailedTests + brokenFiles === 0 ? 1 : 0;
+const outside = code !== 0 && r.numFailedTests + brokenFiles === 0 ? 1 : 0;
 if (outside) console.error("the run failed outside any test (see the errors above)");
 const failed = r.numFailedTests + brokenFiles + outside;
 const skipped = r.numPendingTests + r.numTodoTests;
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}`);
-process.exit(run.status !== 0 || failed > 0 || passed === 0 ? run.status || 1 : 0);
+process.exit(code !== 0 || failed > 0 || passed === 0 ? code || 1 : 0);
+
+/**
+ * Processes of vitest's group still alive after it exited were left behind by a test (each test
+ * must kill what it spawned): named here, then killed, so that none outlives the run holding a
+ * port, a database or CI's output open. Linux only (/proc); elsewhere the group is just killed.
+ */
+function reapLeftovers() {
+  const left = [];
+  try {
+    for (const e of readdirSync("/proc")) {
+      if (!/^\d+$/.test(e)) continue;
+      try {
+        const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        if (Number(fields[2]) === group && fields[0] !== "Z")
+          left.push(`${e} ${readFileSync(`/proc/${e}/cmdline`, "utf8").replaceAll("\0", " ").slice(0, 160)}`);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  if (left.length) console.error(`[test watchdog] left running by the tests, now killed:\n  ${left.join("\n  ")}`);
+  killGroup("SIGKILL");
+}
