@@ -99,9 +99,9 @@ async function openWaiting(
     maxTimeout: 15_000,
     randomize: true,
     signal,
-    shouldRetry: ({ error }) => error instanceof LedgerConfigError && error.unreachable,
+    shouldRetry: ({ error }) => unreachable(error),
     onFailedAttempt: ({ error }) => {
-      if (said || !(error instanceof LedgerConfigError && error.unreachable)) return;
+      if (said || !unreachable(error)) return;
       said = true;
       log.error({ err: error }, "the ledger database is unreachable; waiting for it");
     },
@@ -112,6 +112,8 @@ async function openWaiting(
   if (said) log.info("the ledger database is reachable");
   return ledger;
 }
+
+const unreachable = (e: unknown) => e instanceof LedgerConfigError && e.unreachable;
 
 /*
  * Flag values are parsed by commander as it reads the command line, so a bad one is a usage error

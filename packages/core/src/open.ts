@@ -230,14 +230,15 @@ async function openPostgres(
 }
 
 /**
- * Whether a failed connect means the server did not answer, or not yet (refused, unresolvable,
- * timed out, starting up or shutting down), rather than that it answered no (a wrong password, no
- * such database): the first may pass, the second is configuration.
+ * Whether a failed connect means the server did not answer, or could not take us now (refused,
+ * unresolvable, timed out, starting up or shutting down; out of connections, memory or disk:
+ * class 53), rather than that it answered no (a wrong password, no such database): the first may
+ * pass, the second is configuration.
  */
 const NOT_ANSWERING = new Set(["ECONNRESET", "ETIMEDOUT", "57P01", "57P02", "57P03"]);
 function isUnreachable(cause: unknown): boolean {
   const code = (cause as { code?: unknown } | null | undefined)?.code;
-  if (typeof code === "string") return NOT_SENT_CODES.has(code) || NOT_ANSWERING.has(code);
+  if (typeof code === "string") return NOT_SENT_CODES.has(code) || NOT_ANSWERING.has(code) || code.startsWith("53");
   return /timeout|Connection terminated/i.test(String((cause as Error | undefined)?.message));
 }
 

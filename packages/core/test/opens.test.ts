@@ -24,6 +24,13 @@ const fdsOn = (path: string) =>
     }
   });
 
+function withUser(url: URL, user: string): string {
+  const u = new URL(url);
+  u.username = user;
+  u.password = "pw";
+  return u.toString();
+}
+
 async function refusal(p: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
   const started = performance.now();
   try {
@@ -95,6 +102,27 @@ describe("a Postgres that accepts connections and never answers", () => {
     const answered = await refusal(openLedger(url.toString(), { connectTimeoutMs: 5_000 }));
     expect(answered.error).toBeInstanceOf(LedgerConfigError);
     expect(answered.error).toMatchObject({ unreachable: false });
+  });
+
+  it("a server out of connections (53300) is unreachable for now, not a wrong config", async () => {
+    const { default: pg } = await import("pg");
+    const url = new URL(await freshDatabase("postgres"));
+    const admin = new pg.Client({ connectionString: url.toString() });
+    await admin.connect();
+    const role = `idem_one_${process.pid}`;
+    const holder = new pg.Client({ connectionString: withUser(url, role) });
+    try {
+      await admin.query(`create role ${role} login password 'pw' connection limit 1`);
+      await holder.connect(); // the role's one connection, held
+      const full = await refusal(openLedger(withUser(url, role), { connectTimeoutMs: 5_000 }));
+      expect(full.error).toBeInstanceOf(LedgerConfigError);
+      expect((full.error as Error).message).toMatch(/too many connections/);
+      expect(full.error).toMatchObject({ unreachable: true }); // worth trying again once one is free
+    } finally {
+      await holder.end().catch(() => {});
+      await admin.query(`drop role if exists ${role}`).catch(() => {});
+      await admin.end();
+    }
   });
 
   it("leaves no socket behind after failed opens", async () => {

@@ -42,15 +42,15 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       },
       async execute(args, op) {
         const idProperty = idPropertyOf(op);
-        if (mode === "upsert") {
-          const out = await api.objects.batchApi.upsert(objectType, {
-            inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
-          });
-          const r = out.results[0];
-          if (!r) throw new Error("HubSpot answered the upsert with no result");
-          return { objectType, id: r.id, new: r._new, externalId: op.key };
-        }
         try {
+          if (mode === "upsert") {
+            const out = await api.objects.batchApi.upsert(objectType, {
+              inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
+            });
+            const r = out.results[0];
+            if (!r) throw new Error("HubSpot answered the upsert with no result");
+            return { objectType, id: r.id, new: r._new, externalId: op.key };
+          }
           const r = await api.objects.basicApi.create(objectType, {
             properties: { ...args.properties, [idProperty]: op.key },
             associations: [],
@@ -58,7 +58,8 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
           if ((e as { code?: unknown }).code !== 409) throw e;
-          // The CRM refused a second record with our key: the first one is the effect.
+          // The CRM refused a second record with our key (a create after one that went through; an
+          // upsert that lost a race with another attempt's): the first one is the effect.
           const existing = await readByExternalId(api, objectType, idProperty, op.key);
           if (!existing) throw e; // a conflict on another unique property: the caller's data
           return { objectType, id: existing.id, new: false, externalId: op.key };

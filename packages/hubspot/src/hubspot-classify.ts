@@ -33,6 +33,10 @@ export function classifyHubSpotError(error: unknown): Classification {
       retryAfterMs: rateLimitWaitMs(e),
       ...ids,
     };
+  // Documented refusals before any write: a 423 while a lock from a burst of writes lasts (2 s),
+  // a 477 while the account migrates between data centres (Retry-After, up to a day).
+  if (status === 423) return { kind: "rate_limited", reason: what, retryAfterMs: 2_000, ...ids };
+  if (status === 477) return { kind: "rate_limited", reason: what, retryAfterMs: retryAfterMs(e) ?? 3_600_000, ...ids };
   // Bad token or missing scope: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
   // Validation (unknown property, bad value) and missing objects: HubSpot's final answer.
@@ -47,11 +51,20 @@ export function classifyHubSpotError(error: unknown): Classification {
  * their window in X-HubSpot-RateLimit-Interval-Milliseconds.
  */
 function rateLimitWaitMs(e: HubSpotError): number {
-  const h = Object.fromEntries(Object.entries(e.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]));
   if (e.body?.policyName === "DAILY") return 3_600_000;
-  const retryAfter = Number(h["retry-after"]);
-  if (Number.isFinite(retryAfter) && retryAfter > 0) return retryAfter * 1000;
-  const interval = Number(h["x-hubspot-ratelimit-interval-milliseconds"]);
+  const retryAfter = retryAfterMs(e);
+  if (retryAfter !== undefined) return retryAfter;
+  const interval = Number(header(e, "x-hubspot-ratelimit-interval-milliseconds"));
   if (Number.isFinite(interval) && interval > 0) return interval;
   return e.body?.policyName === "TEN_SECONDLY_ROLLING" ? 10_000 : 1_000;
+}
+
+/** Retry-After in seconds, as ms; undefined when absent or not a positive number. */
+function retryAfterMs(e: HubSpotError): number | undefined {
+  const sec = Number(header(e, "retry-after"));
+  return Number.isFinite(sec) && sec > 0 ? sec * 1000 : undefined;
+}
+
+function header(e: HubSpotError, name: string): string | undefined {
+  return Object.entries(e.headers ?? {}).find(([k]) => k.toLowerCase() === name)?.[1];
 }

@@ -22,6 +22,14 @@ describe("classifyHubSpotError", () => {
     ["401", api(401, { category: "INVALID_AUTHENTICATION" }), { kind: "permanent", alert: true }],
     ["403 missing scope", api(403, { category: "MISSING_SCOPES" }), { kind: "permanent", alert: true }],
     ["400 validation", api(400, { category: "VALIDATION_ERROR" }), { kind: "permanent" }],
+    // Documented: a 423 while a lock from many writes lasts (2 s), and nothing was written.
+    ["423 locked", api(423, { category: "LOCKED" }), { kind: "rate_limited", retryAfterMs: 2000 }],
+    [
+      "477 migration in progress, with Retry-After",
+      api(477, {}, { "Retry-After": "30" }),
+      { kind: "rate_limited", retryAfterMs: 30_000 },
+    ],
+    ["477 without Retry-After", api(477), { kind: "rate_limited", retryAfterMs: 3_600_000 }],
     ["502 from the gateway", api(502), { kind: "ambiguous" }],
     ["500", api(500), { kind: "ambiguous" }],
     ["connection refused", net("ECONNREFUSED"), { kind: "transient" }],

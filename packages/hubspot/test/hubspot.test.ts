@@ -186,6 +186,31 @@ for (const dialect of DIALECTS) {
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
     });
 
+    it("423 Locked and 477 Migration in Progress are waited out, as HubSpot documents them, then one record", async () => {
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({ kind: "locked", match: { method: "POST", path: "/crm/v3/objects/contacts" } });
+      sandbox.faults.add({
+        kind: "migrating",
+        match: { method: "POST", path: "/crm/v3/objects/contacts" },
+        retryAfterSec: 1,
+      });
+      const started = Date.now();
+      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["locked"], args: lead });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(3_000); // 2 s for the lock, 1 s as announced
+      expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
+    });
+
+    it("upsert: a 409 from a racing upsert (the record written meanwhile) is read back: succeeded, one record", async () => {
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({ kind: "conflict_after_commit", match: { method: "POST", path: "/batch/upsert" } });
+      const out = await l.run(crm({ mode: "upsert" }).create("contacts"), { tenant: t, key: ["race"], args: lead });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
+      expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
+    });
+
     it("an auth failure fails and alerts; a validation error fails", async () => {
       const l = await ledger();
       const denied = await l.run(crm({ accessToken: "pat-wrong" }).create("contacts"), {

@@ -4,8 +4,11 @@
  * properties API with unique-value properties. Errors carry HubSpot's JSON (`status`, `message`,
  * `category`, `correlationId`); 429s carry `policyName` and the X-HubSpot-RateLimit headers.
  *
- * Faults: `rate_limit` (429) and `bad_gateway` (502) before anything is written;
- * `drop_after_commit` (the connection closes with no answer) and `delay_after_commit` after.
+ * Faults: `rate_limit` (429), `locked` (423: HubSpot's lock while many writes sync, 2 s),
+ * `migrating` (477 with Retry-After: the account moves between data centres) and `bad_gateway`
+ * (502) before anything is written; after the write, `drop_after_commit` (the connection closes
+ * with no answer), `delay_after_commit`, and `conflict_after_commit` (a 409 CONFLICT, as the loser
+ * of two racing writes of one unique value gets: the record exists, written by the other).
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
@@ -13,7 +16,14 @@ import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
 import { CrmStore, HubSpotFailure, error, type CrmRecord } from "./hubspot-records.js";
 
-export type HubSpotFaultKind = "rate_limit" | "bad_gateway" | "drop_after_commit" | "delay_after_commit";
+export type HubSpotFaultKind =
+  | "rate_limit"
+  | "locked"
+  | "migrating"
+  | "bad_gateway"
+  | "drop_after_commit"
+  | "delay_after_commit"
+  | "conflict_after_commit";
 
 export interface HubSpotSandboxOptions {
   readonly accessToken?: string;
@@ -87,7 +97,7 @@ export class HubSpotSandbox {
         ),
       );
     }
-    const before = this.faults.take(method, path, ["rate_limit", "bad_gateway"]);
+    const before = this.faults.take(method, path, ["rate_limit", "locked", "migrating", "bad_gateway"]);
     if (before?.kind === "rate_limit") {
       record(429);
       const intervalMs = String((before.retryAfterSec ?? 1) * 1000);
@@ -108,6 +118,16 @@ export class HubSpotSandbox {
         },
       );
     }
+    if (before?.kind === "locked") {
+      record(423);
+      return send(res, 423, error("The resource is locked; retry in 2 seconds", "LOCKED", "LOCKED"));
+    }
+    if (before?.kind === "migrating") {
+      record(477);
+      return send(res, 477, error("This account is being migrated", "MIGRATION_IN_PROGRESS", "MIGRATION"), {
+        "retry-after": String(before.retryAfterSec ?? 60),
+      });
+    }
     if (before?.kind === "bad_gateway") {
       record(502);
       return send(res, 502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
@@ -124,7 +144,19 @@ export class HubSpotSandbox {
       return send(res, e.status, e.body);
     }
     if (committed) this.events.emit("commit", committed);
-    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit"]);
+    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit", "conflict_after_commit"]);
+    if (after?.kind === "conflict_after_commit") {
+      record(409);
+      return send(
+        res,
+        409,
+        error(
+          `A record with this unique value already exists. Existing ID: ${committed?.record.id}`,
+          "CONFLICT",
+          "CONFLICT",
+        ),
+      );
+    }
     if (after?.kind === "drop_after_commit") {
       record("dropped");
       req.socket.destroy();
