@@ -6,7 +6,7 @@
  * is read back as the existing record. Unknown outcomes are settled by a consistent read.
  */
 import { defineAction, type Action } from "@idem/core";
-import { createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
+import { CONFIGURED, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
@@ -44,17 +44,25 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         const idProperty = idPropertyOf(op);
         try {
           if (mode === "upsert") {
-            const out = await api.objects.batchApi.upsert(objectType, {
-              inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
-            });
+            const out = await api.objects.batchApi.upsert(
+              objectType,
+              {
+                inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
+              },
+              CONFIGURED,
+            );
             const r = out.results[0];
             if (!r) throw new Error("HubSpot answered the upsert with no result");
             return { objectType, id: r.id, new: r._new, externalId: op.key };
           }
-          const r = await api.objects.basicApi.create(objectType, {
-            properties: { ...args.properties, [idProperty]: op.key },
-            associations: [],
-          });
+          const r = await api.objects.basicApi.create(
+            objectType,
+            {
+              properties: { ...args.properties, [idProperty]: op.key },
+              associations: [],
+            },
+            CONFIGURED,
+          );
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
           if ((e as { code?: unknown }).code !== 409) throw e;

@@ -9,7 +9,15 @@
  * client), one ledger execution may make up to n requests; that is safe for upserts (the same
  * external id) and for creates (a repeated create meets the unique value and is read back), and
  * the ledger's attempts then multiply: at most attempts × n requests per call.
+ *
+ * A request that gets no byte for `timeoutMs` is cut (its socket destroyed, ETIMEDOUT): the client
+ * has no timeout of its own, and a heartbeat keeps the lease of a call that waits forever. Not
+ * supported: cancelling a request on `op.signal` (the client's fetch takes no AbortSignal); a lost
+ * lease is harmless here, since the CRM refuses a second record with the same key.
  */
+import http from "node:http";
+import https from "node:https";
+import type { Duplex } from "node:stream";
 import { Client } from "@hubspot/api-client";
 
 export interface HubSpotConfig {
@@ -25,14 +33,43 @@ export interface HubSpotConfig {
   readonly clientRetries?: number;
   /** Property group per object type for `ensureSchema`. Default `<type singular>information`. */
   readonly groupNames?: Readonly<Record<string, string>>;
+  /** Longest wait for a byte of an answer. Default 20 s; a timeout after the request left is ambiguous. */
+  readonly timeoutMs?: number;
 }
+
+/**
+ * The options every call passes last. @hubspot/api-client 13's generated methods apply the
+ * configured middleware (its User-Agent header, our timeout agent) only when the call passes
+ * middleware of its own: "append" to none keeps the configured ones. Without it, neither applies.
+ */
+export const CONFIGURED = { middleware: [] as never[], middlewareMergeStrategy: "append" as const };
 
 export function createHubSpotClient(config: HubSpotConfig) {
   const client = new Client({
     accessToken: config.accessToken,
     ...(config.basePath !== undefined && { basePath: config.basePath }),
     numberOfApiCallRetries: config.clientRetries ?? 0,
+    httpAgent: timeoutAgent(config.basePath ?? "https://api.hubapi.com", config.timeoutMs ?? 20_000),
   });
   // Bind now, with the decorators this constructor just set (see above).
   return { objects: client.crm.objects, properties: client.crm.properties };
+}
+
+/**
+ * An agent whose sockets are destroyed after `ms` without a byte, in a request or idle in the
+ * pool: node's own socket timeout only emits an event, which the client's fetch does not listen to.
+ */
+function timeoutAgent(basePath: string, ms: number): http.Agent {
+  if (!(Number.isFinite(ms) && ms > 0)) throw new Error(`timeoutMs must be a number of ms > 0 (got ${ms})`);
+  const Base = basePath.startsWith("http:") ? http.Agent : https.Agent;
+  class TimeoutAgent extends Base {
+    override createConnection(...args: Parameters<http.Agent["createConnection"]>): Duplex {
+      const socket = super.createConnection(...args) as Duplex & { setTimeout(ms: number, cb: () => void): void };
+      socket.setTimeout(ms, () =>
+        socket.destroy(Object.assign(new Error(`no answer from HubSpot within ${ms} ms`), { code: "ETIMEDOUT" })),
+      );
+      return socket;
+    }
+  }
+  return new TimeoutAgent({ keepAlive: true, timeout: ms });
 }

@@ -4,7 +4,7 @@
  * absence, so the create can run again with the same external id.
  */
 import type { ReconcileResult } from "@idem/core";
-import type { createHubSpotClient } from "./hubspot-client.js";
+import { CONFIGURED, type createHubSpotClient } from "./hubspot-client.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
@@ -24,6 +24,7 @@ export async function readByExternalId(
       undefined,
       false,
       uniqueProperty,
+      CONFIGURED,
     );
     return { id: r.id };
   } catch (e) {

@@ -2,7 +2,7 @@
  * Creates the unique-value property that carries operation keys on the object types in use, when
  * it is missing; safe to run again and by several processes at once (a 409 means another created it).
  */
-import type { createHubSpotClient } from "./hubspot-client.js";
+import { CONFIGURED, type createHubSpotClient } from "./hubspot-client.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -19,15 +19,19 @@ export async function ensureUniqueProperty(
     return "present";
   }
   try {
-    await api.properties.coreApi.create(objectType, {
-      name,
-      label: "idem external id",
-      description: "Operation key written by idem; makes creates idempotent",
-      type: "string" as never,
-      fieldType: "text" as never,
-      groupName,
-      hasUniqueValue: true,
-    });
+    await api.properties.coreApi.create(
+      objectType,
+      {
+        name,
+        label: "idem external id",
+        description: "Operation key written by idem; makes creates idempotent",
+        type: "string" as never,
+        fieldType: "text" as never,
+        groupName,
+        hasUniqueValue: true,
+      },
+      CONFIGURED,
+    );
     return "created";
   } catch (e) {
     if ((e as { code?: unknown }).code === 409) return "present"; // created concurrently
@@ -37,7 +41,7 @@ export async function ensureUniqueProperty(
 
 async function getProperty(api: Api, objectType: string, name: string) {
   try {
-    return await api.properties.coreApi.getByName(objectType, name);
+    return await api.properties.coreApi.getByName(objectType, name, undefined, undefined, CONFIGURED);
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
     throw e;

@@ -78,6 +78,26 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    it("an answer that does not come within timeoutMs: unknown, read back, one record, and the call returns", async () => {
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({
+        kind: "delay_after_commit",
+        match: { method: "POST", path: "/crm/v3/objects/companies" },
+        delayMs: 60_000,
+      });
+      const started = Date.now();
+      const out = await l.run(crm({ timeoutMs: 300 }).create("companies"), {
+        tenant: t,
+        key: ["slow"],
+        args: { properties: { name: "Slow Ltd" } },
+      });
+      expect(Date.now() - started).toBeLessThan(scaled(10_000)); // not the 60 s the answer takes
+      expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
+      expect(recordsWith("companies", await keyOf(l, t, out.operationId))).toHaveLength(1);
+      expect((await l.get({ tenant: t, id: out.operationId })).events.map((e) => e.to)).toContain("unknown");
+    });
+
     it("the unique property renamed while a create was unknown: read back by the one it was made with, one record", async () => {
       const l = await ledger({ budget: { attempts: 1 } });
       const t = tenant();
