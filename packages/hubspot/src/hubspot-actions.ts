@@ -6,7 +6,7 @@
  * is read back as the existing record. Unknown outcomes are settled by a consistent read.
  */
 import { defineAction, type Action } from "@idem/core";
-import { CONFIGURED, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
+import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
@@ -49,7 +49,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
               {
                 inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
               },
-              CONFIGURED,
+              HUBSPOT_CALL_OPTIONS,
             );
             const r = out.results[0];
             if (!r) throw new Error("HubSpot answered the upsert with no result");
@@ -61,7 +61,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
               properties: { ...args.properties, [idProperty]: op.key },
               associations: [],
             },
-            CONFIGURED,
+            HUBSPOT_CALL_OPTIONS,
           );
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {

@@ -42,7 +42,7 @@ export interface HubSpotConfig {
  * configured middleware (its User-Agent header, our timeout agent) only when the call passes
  * middleware of its own: "append" to none keeps the configured ones. Without it, neither applies.
  */
-export const CONFIGURED = { middleware: [] as never[], middlewareMergeStrategy: "append" as const };
+export const HUBSPOT_CALL_OPTIONS = { middleware: [] as never[], middlewareMergeStrategy: "append" as const };
 
 export function createHubSpotClient(config: HubSpotConfig) {
   const client = new Client({

@@ -4,7 +4,7 @@
  * absence, so the create can run again with the same external id.
  */
 import type { ReconcileResult } from "@idem/core";
-import { CONFIGURED, type createHubSpotClient } from "./hubspot-client.js";
+import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
@@ -24,7 +24,7 @@ export async function readByExternalId(
       undefined,
       false,
       uniqueProperty,
-      CONFIGURED,
+      HUBSPOT_CALL_OPTIONS,
     );
     return { id: r.id };
   } catch (e) {

@@ -2,7 +2,7 @@
  * Creates the unique-value property that carries operation keys on the object types in use, when
  * it is missing; safe to run again and by several processes at once (a 409 means another created it).
  */
-import { CONFIGURED, type createHubSpotClient } from "./hubspot-client.js";
+import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -30,7 +30,7 @@ export async function ensureUniqueProperty(
         groupName,
         hasUniqueValue: true,
       },
-      CONFIGURED,
+      HUBSPOT_CALL_OPTIONS,
     );
     return "created";
   } catch (e) {
@@ -41,7 +41,7 @@ export async function ensureUniqueProperty(
 
 async function getProperty(api: Api, objectType: string, name: string) {
   try {
-    return await api.properties.coreApi.getByName(objectType, name, undefined, undefined, CONFIGURED);
+    return await api.properties.coreApi.getByName(objectType, name, undefined, undefined, HUBSPOT_CALL_OPTIONS);
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
     throw e;

@@ -1,7 +1,7 @@
 export { hubspotActions } from "./hubspot-actions.js";
 export type { HubSpotActions, HubSpotCreateArgs } from "./hubspot-actions.js";
 export { classifyHubSpotError } from "./hubspot-classify.js";
-export { createHubSpotClient } from "./hubspot-client.js";
+export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";
 export { hubspotTools } from "./hubspot-tools.js";
