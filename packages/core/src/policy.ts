@@ -253,7 +253,10 @@ export function afterProvider(ms: number, random = Math.random): number {
 export interface RetryBudget {
   /** Executions of the action within one call, first included. Default 3. */
   readonly attempts: number;
-  /** Stop retrying once this much time passed since the call began. Default 30 s. */
+  /**
+   * Stop retrying once this much time passed since the call began. Default 30 s. Also the longest
+   * a lookup may take: one that has not answered by then proves nothing (still unknown, checked again).
+   */
   readonly elapsedMs: number;
   /** First backoff for transient failures; doubles each time, capped by `maxDelayMs`. Default 100 ms. */
   readonly baseDelayMs: number;

@@ -242,7 +242,15 @@ export class Runner {
     );
     let found: ReconcileResult<R>;
     try {
-      found = await this.withLease(call, mine, (ctx) => call.action.reconcile!(args, ctx), lastAttemptAt);
+      // A lookup has no effect to lose: one that outlasts the call's time budget (a client with no
+      // timeout, a signal ignored) is given up; its heartbeat would otherwise hold the lease forever.
+      const ms = call.settings.budget.elapsedMs;
+      found = await this.withLease(
+        call,
+        mine,
+        (ctx) => givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms),
+        lastAttemptAt,
+      );
     } catch (error) {
       found = {
         found: false as const,
@@ -647,6 +655,26 @@ export class Runner {
     if (call.args.kind === "given") return call.args.value;
     return undefined;
   }
+}
+
+/** `lookup`, or a rejection once `signal` aborts or `ms` pass, whichever comes first. */
+function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = () => settle(() => reject(signal.reason ?? new Error("aborted")));
+    const settle = (then: () => void) => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
+      then();
+    };
+    if (signal.aborted) return onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    timer = setTimeout(() => settle(() => reject(new Error(`no answer within ${ms} ms (budget.elapsedMs)`))), ms);
+    lookup.then(
+      (v) => settle(() => resolve(v)),
+      (e) => settle(() => reject(e)),
+    );
+  });
 }
 
 /** Tells this process's calls apart from another's under the same owner (a restarted worker). */

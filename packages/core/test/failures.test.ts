@@ -238,6 +238,30 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(0);
     });
 
+    it("a lookup that never answers and ignores op.signal is given up after budget.elapsedMs: still unknown, one check more", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1, elapsedMs: 400 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await ledger.run(mail, { tenant, key: ["h"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      p.lookupAnswer = "hang";
+      const started = performance.now();
+      const settled = await Promise.race([
+        ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" }),
+        sleep(10_000).then(() => "no answer in 10 s"),
+      ]);
+      expect(settled).toMatchObject({
+        status: "pending_verification",
+        state: "unknown",
+        reason: expect.stringMatching(/no answer within 400 ms/),
+      });
+      expect(performance.now() - started).toBeLessThan(5_000);
+      expect((await ledger.get({ tenant, id: out.operationId })).operation.checks).toBe(1);
+      expect(p.effects).toHaveLength(0);
+    });
+
     it("retry after needs_review starts the checks over", async () => {
       const { ledger, tenant, out } = await unknownOutcome();
       for (let i = 0; i < 3; i++) await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });

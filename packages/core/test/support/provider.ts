@@ -27,7 +27,8 @@ export class TestProvider {
   calls = 0;
   /** Resolves each execute only when released (to hold a lease open). */
   gate: Promise<void> | undefined;
-  lookupAnswer: "real" | "inconclusive" | "never" = "real";
+  /** "hang": the lookup never answers, and ignores op.signal (a client with no timeout). */
+  lookupAnswer: "real" | "inconclusive" | "never" | "hang" = "real";
 
   /** Resolves once `execute` has been entered `n` times (the worker holds its claim by then). */
   async called(n = 1, timeoutMs = 20_000): Promise<void> {
@@ -72,6 +73,7 @@ export class TestProvider {
         reconcile: async (_args, op) => {
           if (this.lookupAnswer === "inconclusive")
             return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
+          if (this.lookupAnswer === "hang") return new Promise<never>(() => {});
           if (this.lookupAnswer === "never")
             return { found: false, proof: "never", reason: "copies are appended by the client" } as const;
           const hit = this.effectsFor(op.key)[0];
