@@ -62,6 +62,34 @@ describe("console sign-in", () => {
     expect((await signIn(TOKEN, "192.0.2.5")).status).toBe(303);
   });
 
+  /** The session cookie a sign-in set (name=value), from an address no other test uses. */
+  const session = async (client: string) => {
+    const res = await signIn(TOKEN, client);
+    expect(res.status).toBe(303);
+    return res.headers.get("set-cookie")!.split(";")[0]!;
+  };
+  const home = (cookie: string, url = web.url) => fetch(`${url}/`, { redirect: "manual", headers: { cookie } });
+
+  it("a session signed out is refused if its cookie is sent again; another session of the operator goes on", async () => {
+    const cookie = await session("192.0.2.40");
+    const other = await session("192.0.2.41");
+    const page = await home(cookie);
+    expect(page.status).toBe(200);
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1]!;
+    const out = await fetch(`${web.url}/logout`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ csrf }),
+    });
+    expect(out.status).toBe(303);
+    expect(out.headers.get("set-cookie")).toMatch(/^idem_console=;/); // deleted in the browser
+    const replayed = await home(cookie); // a copy kept elsewhere
+    expect(replayed.status).toBe(302);
+    expect(replayed.headers.get("location")).toBe("/login");
+    expect((await home(other)).status).toBe(200);
+  });
+
   it("past 100 failed sign-ins from all addresses together, every address waits", async () => {
     // Made-up addresses (through a tunnel the header is all the client's) meet the backstop.
     let refused = 0;
@@ -69,6 +97,36 @@ describe("console sign-in", () => {
       if ((await signIn(`guess-${i}`, `10.0.${i >> 8}.${i & 255}`)).status === 429) refused++;
     expect(refused).toBeGreaterThan(0);
     expect((await signIn(TOKEN, "198.51.100.77")).status).toBe(429);
+  });
+
+  it("a token replaced in the config ends the sessions it opened (same session secret)", async () => {
+    process.env.IDEM_TEST_SESSION_SECRET = "a-session-secret-shared-by-replicas";
+    process.env.IDEM_TEST_ALICE_NEW_TOKEN = "alice-new-token-7f2c9a41";
+    const withSecret = (tokenEnv: string) =>
+      parseConfig({
+        ledger: "sqlite::memory:",
+        console: {
+          port: 0,
+          sessionSecretEnv: "IDEM_TEST_SESSION_SECRET",
+          operators: [{ name: "alice", tokenEnv, tenants: "*" }],
+        },
+      });
+    const before = await serveConsole(ledger, withSecret("IDEM_TEST_ALICE_TOKEN"), pino({ level: "silent" }));
+    const after = await serveConsole(ledger, withSecret("IDEM_TEST_ALICE_NEW_TOKEN"), pino({ level: "silent" }));
+    const again = await serveConsole(ledger, withSecret("IDEM_TEST_ALICE_TOKEN"), pino({ level: "silent" }));
+    try {
+      const res = await fetch(`${before.url}/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin: before.url, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token: TOKEN }),
+      });
+      const cookie = res.headers.get("set-cookie")!.split(";")[0]!;
+      expect((await home(cookie, again.url)).status).toBe(200); // the same token: a replica accepts it
+      expect((await home(cookie, after.url)).status).toBe(302); // the token was replaced
+    } finally {
+      await Promise.all([before.close(), after.close(), again.close()]);
+    }
   });
 
   it("refuses, at start, a token a person could guess", async () => {

@@ -141,8 +141,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     status: 200 | 403 | 404 | 409 = 200,
   ) => c.html(layout(title, c.var.operator, access.formToken(c.var.operator), body), status);
 
-  app.post("/logout", (c) => {
-    access.signOut(c);
+  app.post("/logout", async (c) => {
+    await access.signOut(c);
     return c.redirect(access.byToken ? "/login" : "/", 303);
   });
 

@@ -26,6 +26,11 @@ export class Access {
   readonly #key: Buffer;
   readonly #tokens: { operator: Operator; digest: Buffer }[];
   readonly #byName: Map<string, Operator>;
+  /**
+   * Sessions signed out, by id, until they would have expired: a copy of the cookie is refused
+   * after sign-out. Kept by this process (another console replica does not hear of it).
+   */
+  readonly #signedOut = new Map<string, number>();
 
   constructor(private readonly settings: IdemConfig["console"]) {
     const s = settings;
@@ -65,10 +70,25 @@ export class Access {
       const name = c.req.header(this.settings.proxyHeader);
       return name === undefined ? undefined : this.#byName.get(name);
     }
+    return (await this.#session(c))?.operator;
+  }
+
+  /**
+   * The signed session of a request, if it still holds: not expired, not signed out, and made with
+   * the operator's current token (a token replaced in the config ends the sessions it opened).
+   */
+  async #session(c: Context): Promise<{ operator: Operator; id: string; until: number } | undefined> {
     const value = await getSignedCookie(c, this.#key.toString("base64"), COOKIE);
     if (typeof value !== "string") return undefined;
-    const [name, until] = JSON.parse(value) as [string, number];
-    return Date.now() < until ? this.#tokens.find((t) => t.operator.name === name)?.operator : undefined;
+    const [name, until, id, tag] = JSON.parse(value) as [string, number, string?, string?];
+    if (!(Date.now() < until) || id === undefined || this.#signedOut.has(id)) return undefined;
+    const entry = this.#tokens.find((t) => t.operator.name === name);
+    return entry && tag === this.#tagOf(entry.digest) ? { operator: entry.operator, id, until } : undefined;
+  }
+
+  /** Names the token a session was opened with, without revealing anything of it. */
+  #tagOf(digest: Buffer): string {
+    return createHmac("sha256", this.#key).update("session:").update(digest).digest("base64url").slice(0, 22);
   }
 
   /** Signs in with a token: the operator it belongs to gets a session cookie. */
@@ -79,7 +99,12 @@ export class Access {
     await setSignedCookie(
       c,
       COOKIE,
-      JSON.stringify([match.operator.name, Date.now() + SESSION_MS]),
+      JSON.stringify([
+        match.operator.name,
+        Date.now() + SESSION_MS,
+        randomBytes(16).toString("base64url"),
+        this.#tagOf(match.digest),
+      ]),
       this.#key.toString("base64"),
       {
         httpOnly: true,
@@ -93,7 +118,14 @@ export class Access {
     return match.operator;
   }
 
-  signOut(c: Context): void {
+  /** Ends the request's session: its cookie is deleted, and refused from now on if sent again. */
+  async signOut(c: Context): Promise<void> {
+    const session = await this.#session(c);
+    if (session) {
+      const now = Date.now();
+      for (const [id, until] of this.#signedOut) if (until <= now) this.#signedOut.delete(id);
+      this.#signedOut.set(session.id, session.until);
+    }
     deleteCookie(c, COOKIE, { path: "/" });
   }
 
