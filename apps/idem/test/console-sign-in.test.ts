@@ -4,7 +4,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pino } from "pino";
-import { openLedger, type Ledger } from "@idem/core";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { setTimeout as sleep } from "node:timers/promises";
 import { ConfigError, parseConfig } from "@idem/cli";
 import { serveConsole, type ConsoleServer } from "../src/console/server.js";
 
@@ -88,6 +89,39 @@ describe("console sign-in", () => {
     expect(replayed.status).toBe(302);
     expect(replayed.headers.get("location")).toBe("/login");
     expect((await home(other)).status).toBe(200);
+  });
+
+  it("an operator holds at most 16 live pages at once; one closed frees its place", async () => {
+    const sms = defineAction({ type: "sms.live", capabilities: {}, execute: async () => ({ ok: true }) });
+    const op = await ledger.run(sms, { tenant: "t-live", key: ["k"], args: {} });
+    const cookie = await session("192.0.2.42");
+    const open = async () => {
+      const stop = new AbortController();
+      const res = await fetch(`${web.url}/op/t-live/${op.operationId}/live`, {
+        headers: { cookie },
+        signal: stop.signal,
+      });
+      return { res, stop };
+    };
+    const streams = [];
+    try {
+      for (let i = 0; i < 16; i++) streams.push(await open());
+      expect(streams.map((s) => s.res.status)).toEqual(Array(16).fill(200));
+      const refused = await open();
+      expect(refused.res.status).toBe(429);
+      expect(await refused.res.text()).toMatch(/16 live pages are open/);
+      streams.pop()!.stop.abort();
+      // The server hears of the closed stream at its next write or poll: within a second or two.
+      let again = await open();
+      for (let i = 0; again.res.status === 429 && i < 50; i++) {
+        await sleep(100);
+        again = await open();
+      }
+      streams.push(again);
+      expect(again.res.status).toBe(200);
+    } finally {
+      for (const s of streams) s.stop.abort();
+    }
   });
 
   it("past 100 failed sign-ins from all addresses together, every address waits", async () => {

@@ -31,6 +31,14 @@ const SIGN_IN_FAILURES = 10;
 /** And every address together: addresses behind a proxy can be made up. */
 const SIGN_IN_FAILURES_ALL = 100;
 
+/**
+ * Live pages an operator may hold open at once, and how long one lasts: each polls the ledger
+ * every second. A browser's EventSource reconnects by itself when a stream ends (checking the
+ * session again).
+ */
+const LIVE_STREAMS = 16;
+const LIVE_STREAM_MS = 10 * 60_000;
+
 type Env = { Variables: { operator: Operator } };
 type Outcome = "succeeded" | "failed" | "retry";
 
@@ -189,17 +197,29 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     return page(c, found.operation.id, operationPage(found, access.formToken(c.var.operator), flash));
   });
 
+  const live = new Map<string, number>(); // open live streams, by operator
   app.get("/op/:tenant/:id/live", async (c) => {
     if (!(await visible(c))) return c.text("not found", 404);
+    const who = c.var.operator.name;
+    if ((live.get(who) ?? 0) >= LIVE_STREAMS)
+      return c.text(`${LIVE_STREAMS} live pages are open already: close some`, 429);
+    live.set(who, (live.get(who) ?? 0) + 1);
     const ref = { tenant: c.req.param("tenant"), id: c.req.param("id") };
+    const ends = Date.now() + LIVE_STREAM_MS;
     return streamSSE(c, async (stream) => {
-      let last = "";
-      while (!stream.aborted) {
-        const now = await ledger.get(ref).catch(() => undefined); // an outage: say nothing, try again
-        const state = now && JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
-        if (state && state !== last) await stream.writeSSE({ data: state });
-        last = state ?? last;
-        await stream.sleep(1_000);
+      try {
+        let last = "";
+        while (!stream.aborted && Date.now() < ends) {
+          const now = await ledger.get(ref).catch(() => undefined); // an outage: say nothing, try again
+          const state = now && JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
+          if (state && state !== last) await stream.writeSSE({ data: state });
+          last = state ?? last;
+          await stream.sleep(1_000);
+        }
+      } finally {
+        const n = (live.get(who) ?? 1) - 1;
+        if (n > 0) live.set(who, n);
+        else live.delete(who);
       }
     });
   });
