@@ -91,6 +91,27 @@ describe("console sign-in", () => {
     expect((await home(other)).status).toBe(200);
   });
 
+  it("a note in the URL shows only when the console sealed it: a link from elsewhere cannot put words in the page", async () => {
+    const cookie = await session("192.0.2.43");
+    const forged = await fetch(`${web.url}/?done=${encodeURIComponent("Refund approved by finance")}`, {
+      headers: { cookie },
+    });
+    expect(forged.status).toBe(200);
+    expect(await forged.text()).not.toMatch(/Refund approved by finance/);
+    // The console's own redirect after a bulk decision with nothing picked: its note shows.
+    const page = await home(cookie);
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1]!;
+    const bulk = await fetch(`${web.url}/bulk`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ csrf }),
+    });
+    expect(bulk.status).toBe(303);
+    const shown = await fetch(new URL(bulk.headers.get("location")!, web.url), { headers: { cookie } });
+    expect(await shown.text()).toMatch(/Nothing was selected\./);
+  });
+
   it("an operator holds at most 16 live pages at once; one closed frees its place", async () => {
     const sms = defineAction({ type: "sms.live", capabilities: {}, execute: async () => ({ ok: true }) });
     const op = await ledger.run(sms, { tenant: "t-live", key: ["k"], args: {} });

@@ -167,7 +167,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       ...f,
       olderThanMs: typeof olderThanMs === "number" ? olderThanMs : undefined,
     });
-    const flash = c.req.query("done") ? flashNote("done", c.req.query("done")!) : undefined;
+    const flash = flashOf(c);
     return page(c, "Queue", queuePage(rows, f, access.formToken(operator), Date.now(), flash));
   });
 
@@ -193,7 +193,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   app.get("/op/:tenant/:id", async (c) => {
     const found = await visible(c);
     if (!found) return page(c, "Not found", flashNote("error", "No such operation for the tenants you may see."), 404);
-    const flash = c.req.query("done") ? flashNote("done", c.req.query("done")!) : undefined;
+    const flash = flashOf(c);
     return page(c, found.operation.id, operationPage(found, access.formToken(c.var.operator), flash));
   });
 
@@ -241,7 +241,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         result.status,
       );
     return c.redirect(
-      `/op/${encodeURIComponent(found.operation.tenant)}/${found.operation.id}?done=${encodeURIComponent(result.message)}`,
+      `/op/${encodeURIComponent(found.operation.tenant)}/${found.operation.id}?${access.flashQuery(c.var.operator, result.message)}`,
       303,
     );
   });
@@ -249,7 +249,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   app.post("/bulk", async (c) => {
     const form = await c.req.parseBody({ all: true });
     const picked = ([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string");
-    if (picked.length === 0) return c.redirect(`/?done=${encodeURIComponent("Nothing was selected.")}`, 303);
+    if (picked.length === 0) return c.redirect(`/?${access.flashQuery(c.var.operator, "Nothing was selected.")}`, 303);
     const lines: string[] = [];
     for (const item of picked) {
       const { tenant, id, seen } = pickedOf(item);
@@ -262,8 +262,14 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       const result = await decide(c.var.operator, op.operation, { ...form, seen });
       lines.push(`${id}: ${result.message}`);
     }
-    return c.redirect(`/?done=${encodeURIComponent(lines.join(" · "))}`, 303);
+    return c.redirect(`/?${access.flashQuery(c.var.operator, lines.join(" · "))}`, 303);
   });
+
+  /** The note a redirect after a decision asked for, if the console sealed it for this operator. */
+  function flashOf(c: Context<Env>) {
+    const done = access.flashOf(c.var.operator, c.req.query("done"), c.req.query("seal"));
+    return done === undefined ? undefined : flashNote("done", done);
+  }
 
   /** The operation named by the URL, if the operator may see its tenant. */
   function visible(c: Context<Env>) {

@@ -165,6 +165,26 @@ export class Access {
     return createHmac("sha256", this.#key).update(`form:${operator.name}`).digest("base64url");
   }
 
+  /**
+   * The query that shows `message` once after a redirect (`?done=…&seal=…`). Sealed for this
+   * operator, so that a link made elsewhere cannot put its own words in the console's pages.
+   */
+  flashQuery(operator: Operator, message: string): string {
+    return new URLSearchParams({ done: message, seal: this.#seal(operator, message) }).toString();
+  }
+
+  /** The message of a redirect's query, when the console sealed it for this operator. */
+  flashOf(operator: Operator, done: string | undefined, seal: string | undefined): string | undefined {
+    if (!done || !seal) return undefined;
+    const want = Buffer.from(this.#seal(operator, done));
+    const got = Buffer.from(seal);
+    return want.length === got.length && timingSafeEqual(want, got) ? done : undefined;
+  }
+
+  #seal(operator: Operator, message: string): string {
+    return createHmac("sha256", this.#key).update(`flash:${operator.name}\n${message}`).digest("base64url");
+  }
+
   checkFormToken(operator: Operator, given: unknown): boolean {
     if (typeof given !== "string") return false;
     const want = Buffer.from(this.formToken(operator));
