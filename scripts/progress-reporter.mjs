@@ -16,6 +16,10 @@ export default class ProgressReporter {
   onTestRunStart() {
     this.write();
   }
+  onTestModuleQueued(module) {
+    this.running.set(module.id, { kind: "file", file: this.name(module), what: "(loading)", since: Date.now() });
+    this.write();
+  }
   onTestModuleStart(module) {
     this.running.set(module.id, { kind: "file", file: this.name(module), what: "(the file)", since: Date.now() });
     this.write();

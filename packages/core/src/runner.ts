@@ -658,7 +658,11 @@ export class Runner {
 }
 
 /** `lookup`, or a rejection once `signal` aborts or `ms` pass, whichever comes first. */
-function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, ms: number): Promise<T> {
+function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, elapsedMs: number): Promise<T> {
+  // A timer takes 1 ms to 2^31-1 ms (about 24 days); outside, node fires it at once.
+  const ms = Math.min(Math.max(1, elapsedMs), 2 ** 31 - 1);
+  const answer = Promise.resolve(lookup); // a plain value from a JavaScript reconcile too
+  answer.catch(() => {}); // observed even when given up before it settles
   return new Promise<T>((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
     const onAbort = () => settle(() => reject(signal.reason ?? new Error("aborted")));
@@ -670,7 +674,7 @@ function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, ms: number): Promis
     if (signal.aborted) return onAbort();
     signal.addEventListener("abort", onAbort, { once: true });
     timer = setTimeout(() => settle(() => reject(new Error(`no answer within ${ms} ms (budget.elapsedMs)`))), ms);
-    lookup.then(
+    answer.then(
       (v) => settle(() => resolve(v)),
       (e) => settle(() => reject(e)),
     );

@@ -208,10 +208,13 @@ for (const dialect of DIALECTS) {
       void dying
         .run(mail, { tenant, key: ["gone"], args: () => new Promise<{ to: string }>(() => {}) })
         .catch(() => {});
-      await new Promise((r) => setTimeout(r, 30));
-      await dying.close(); // the worker is gone: no more heartbeats
-      await new Promise((r) => setTimeout(r, 200));
+      // Its claim is committed (polled: a loaded machine may take longer than any fixed wait)...
+      const deadline = Date.now() + 20_000;
+      while ((await ledger.admin.list({ tenant })).length === 0 && Date.now() < deadline) await sleep(5);
+      await dying.close(); // ...then the worker is gone: no more heartbeats
+      await sleep(200); // its last lease (100 ms) runs out
       const [op] = await ledger.admin.list({ tenant });
+      expect(op).toBeDefined();
       const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
       expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
       const out = await ledger.run(mail, { tenant, key: ["gone"], args: () => ({ to: "y" }) });

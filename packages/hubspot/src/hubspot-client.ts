@@ -70,6 +70,12 @@ function timeoutAgent(basePath: string, ms: number): http.Agent {
       );
       return socket;
     }
+    // Back in the pool, node set the socket's timeout to the agent's, or shorter when the server's
+    // Keep-Alive hint is: a reused socket must give its next request the whole of `ms` again.
+    override reuseSocket(...args: Parameters<http.Agent["reuseSocket"]>): void {
+      super.reuseSocket(...args);
+      (args[0] as import("node:net").Socket).setTimeout(ms);
+    }
   }
   return new TimeoutAgent({ keepAlive: true, timeout: ms });
 }

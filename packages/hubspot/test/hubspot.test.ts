@@ -8,7 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
-import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
 const lead = { properties: { email: "lead@example.test", firstname: "Ada" } };
@@ -264,6 +264,42 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+describe("HubSpot requests on a kept-alive connection", () => {
+  it(
+    "a reused connection gives its request the whole of timeoutMs, not what the server's Keep-Alive hint left",
+    async () => {
+      // The sandbox (node's http server) announces Keep-Alive: timeout=5; node's agent then gives a
+      // pooled socket 4 s. A create answered after 6 s, on the socket of an earlier request, with 10 s allowed.
+      const api = createHubSpotClient({
+        accessToken: server.accessToken,
+        basePath: server.basePath,
+        timeoutMs: 10_000,
+      });
+      await api.properties.coreApi.getByName(
+        "contacts",
+        "idem_external_id",
+        undefined,
+        undefined,
+        HUBSPOT_CALL_OPTIONS,
+      );
+      sandbox.faults.add({
+        kind: "delay_after_commit",
+        match: { method: "POST", path: "/crm/v3/objects/companies" },
+        delayMs: 6_000,
+      });
+      const started = Date.now();
+      const created = await api.objects.basicApi.create(
+        "companies",
+        { properties: { name: "Kept alive" }, associations: [] },
+        HUBSPOT_CALL_OPTIONS,
+      );
+      expect(created.id).toBeTruthy();
+      expect(Date.now() - started).toBeGreaterThanOrEqual(6_000);
+    },
+    scaled(30_000),
+  );
+});
 
 describe("HubSpot sandbox properties", () => {
   it("allows at most 10 unique-value properties per object type", async () => {
