@@ -36,9 +36,12 @@ export function classifyEmailError(error: unknown): Classification {
   }
   const e = (error ?? {}) as NodemailerError;
   const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;
-  // A 454 is a temporary authentication failure (RFC 4954: the server's auth backend is down): it
-  // may pass. Any other refused sign-in is a credential a person must fix.
-  if (e.code === "EAUTH" && e.responseCode === 454) return { kind: "transient", reason: what };
+  // A 4xx at AUTH is the server's "not now" (454: its auth backend is down, RFC 4954; 421: it is
+  // shutting down; 451: a local error): it may pass. But a 432 (a password transition is needed)
+  // and any 5xx refused sign-in are credentials a person must fix.
+  const code = e.responseCode;
+  if (e.code === "EAUTH" && code !== undefined && code >= 400 && code < 500 && code !== 432)
+    return { kind: "transient", reason: what };
   if (e.code === "EAUTH" || e.code === "ENOAUTH") return { kind: "permanent", reason: what, alert: true };
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.

@@ -13,6 +13,11 @@ describe("classifyEmailError", () => {
       err({ code: "EAUTH", responseCode: 454, command: "AUTH PLAIN" }),
       "transient",
     ],
+    // Any other 4xx at AUTH is the server's "not now" too: shutting down (421), a local error (451).
+    ["421 at AUTH", err({ code: "EAUTH", responseCode: 421, command: "AUTH PLAIN" }), "transient"],
+    ["451 at AUTH", err({ code: "EAUTH", responseCode: 451, command: "AUTH PLAIN" }), "transient"],
+    // But a password that must be changed first (RFC 4954) waits for a person.
+    ["432 password transition needed", err({ code: "EAUTH", responseCode: 432, command: "AUTH PLAIN" }), "permanent"],
     ["421 at MAIL FROM", err({ code: "EENVELOPE", responseCode: 421, command: "MAIL FROM" }), "transient"],
     ["450 at RCPT TO", err({ code: "EENVELOPE", responseCode: 450, command: "RCPT TO" }), "transient"],
     ["550 at RCPT TO", err({ code: "EENVELOPE", responseCode: 550, command: "RCPT TO" }), "permanent"],
