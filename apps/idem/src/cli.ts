@@ -49,11 +49,17 @@ async function withLedger<T>(
     actions?: boolean;
     schema?: "require" | "create" | "migrate";
     onResult?: LedgerOptions["onResult"];
-    /** Wait for an unreachable database (the daemon), saying so here, until `signal` aborts. */
-    waitForDatabase?: { log: Logger; signal: AbortSignal };
+    /**
+     * Wait for an unreachable database (the daemon), saying so here, until `signal` aborts;
+     * `unreachable` hears of each try that failed.
+     */
+    waitForDatabase?: { log: Logger; signal: AbortSignal; unreachable?: (error: Error) => void };
+    /** Runs with the config before the ledger is opened (the daemon serves /healthz meanwhile). */
+    beforeOpen?: (config: IdemConfig) => Promise<void>;
   } = {},
 ): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
+  await options.beforeOpen?.(config);
   const schema = options.schema ?? "require";
   const actions = options.actions ? await actionsOf(config) : undefined; // built once, not per try
   const open = () =>
@@ -84,7 +90,7 @@ async function withLedger<T>(
  */
 async function openWaiting(
   open: () => Promise<Ledger>,
-  { log, signal }: { log: Logger; signal: AbortSignal },
+  { log, signal, unreachable: heard }: { log: Logger; signal: AbortSignal; unreachable?: (error: Error) => void },
 ): Promise<Ledger> {
   let said = false;
   let opened: Ledger | undefined;
@@ -101,7 +107,9 @@ async function openWaiting(
     signal,
     shouldRetry: ({ error }) => unreachable(error),
     onFailedAttempt: ({ error }) => {
-      if (said || !unreachable(error)) return;
+      if (!unreachable(error)) return;
+      heard?.(error);
+      if (said) return;
       said = true;
       log.error({ err: error }, "the ledger database is unreachable; waiting for it");
     },
@@ -434,22 +442,16 @@ export function program(): Command {
         process.once("SIGTERM", stopWaiting);
         process.once("SIGINT", stopWaiting);
       }
+      let metrics: DaemonMetrics | undefined;
       const opened = withLedger(
         g(),
         async (ledger, config) => {
           process.off("SIGTERM", stopWaiting);
           process.off("SIGINT", stopWaiting);
           if (waiting.signal.aborted) return; // stopped as the database came back
-          const metrics = new DaemonMetrics(ledger, config.daemon.intervalMs, {
-            perTenant: config.daemon.metricsPerTenant,
-          });
-          onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
-          const daemon = new Daemon(ledger, config, log, metrics, o.name);
+          metrics!.attach(ledger);
+          const daemon = new Daemon(ledger, config, log, metrics!, o.name);
           if (o.once) return daemon.tick();
-          if (config.daemon.metricsPort !== undefined) {
-            const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
-            log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
-          }
           const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
           if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
           const stop = () => {
@@ -461,14 +463,25 @@ export function program(): Command {
           log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
           await daemon.run();
           await web?.close();
-          await metrics.close();
           log.info("daemon stopped");
         },
         {
           actions: true,
           schema: o.migrate ? "migrate" : "require",
           onResult: (r, info) => onResult?.(r, info),
-          ...(!o.once && { waitForDatabase: { log, signal: waiting.signal } }),
+          // /healthz and /metrics are served from the start: while the database is awaited, /healthz says so.
+          beforeOpen: async (config) => {
+            metrics = new DaemonMetrics(undefined, config.daemon.intervalMs, {
+              perTenant: config.daemon.metricsPerTenant,
+            });
+            onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
+            if (o.once || config.daemon.metricsPort === undefined) return;
+            const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
+            log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
+          },
+          ...(!o.once && {
+            waitForDatabase: { log, signal: waiting.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
+          }),
         },
       );
       try {
@@ -479,6 +492,7 @@ export function program(): Command {
       } finally {
         process.off("SIGTERM", stopWaiting);
         process.off("SIGINT", stopWaiting);
+        await metrics?.close();
       }
     });
   return cmd;

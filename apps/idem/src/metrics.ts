@@ -84,12 +84,16 @@ export class DaemonMetrics {
   /** Set while ticks fail because the ledger's database cannot be reached: since when, and why. */
   private outage: { since: number; error: string } | undefined;
   private server: Server | undefined;
+  private ledger: Ledger | undefined;
 
+  /** `ledger`: undefined while the daemon waits for its database (see `attach`). */
   constructor(
-    ledger: Ledger,
+    ledger: Ledger | undefined,
     private readonly intervalMs: number,
     options: { statsTtlMs?: number; perTenant?: boolean } = {},
   ) {
+    this.ledger = ledger;
+    const metrics = this;
     const statsTtlMs = options.statsTtlMs ?? 15_000;
     const perTenant = options.perTenant === true;
     collectDefaultMetrics({ register: this.registry });
@@ -100,9 +104,11 @@ export class DaemonMetrics {
       labelNames: perTenant ? ["status", "action", "tenant"] : ["status", "action"],
       registers: [this.registry],
       async collect() {
+        this.reset();
+        const ledger = metrics.ledger;
+        if (!ledger) return; // not open yet: no rows to count
         if (!cache || Date.now() - cache.at > statsTtlMs)
           cache = { at: Date.now(), rows: (await ledger.admin.stats()).unsettled };
-        this.reset();
         if (perTenant) {
           for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
           return;
@@ -110,6 +116,11 @@ export class DaemonMetrics {
         for (const r of cache.rows) this.inc({ status: r.status, action: r.action }, r.count);
       },
     });
+  }
+
+  /** The ledger, once opened after a wait for its database. */
+  attach(ledger: Ledger): void {
+    this.ledger = ledger;
   }
 
   /** A tick completed; returns how long the ledger had been unavailable before it, if it had. */

@@ -190,6 +190,9 @@ describe("the daemon and agents through Postgres restarts", () => {
       const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-late-db"], env(metricsPort));
       children.push(daemon);
       await daemon.waitFor(waiting, 60_000);
+      // A probe meanwhile hears that the daemon is up and waiting, not nothing at all.
+      const meanwhile = await health(metricsPort);
+      expect(meanwhile).toMatchObject({ status: 503, ok: false, ledger: "unavailable" });
       // An operator's command meanwhile: the database is unreachable, not the config wrong (2).
       const ls = await idem(["--config", CONFIG, "ls", "--tenant", "t"], env(await freePort()));
       expect(ls.code, ls.stderr).toBe(1);
