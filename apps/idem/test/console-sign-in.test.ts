@@ -70,19 +70,22 @@ describe("console sign-in", () => {
     return res.headers.get("set-cookie")!.split(";")[0]!;
   };
   const home = (cookie: string, url = web.url) => fetch(`${url}/`, { redirect: "manual", headers: { cookie } });
-
-  it("a session signed out is refused if its cookie is sent again; another session of the operator goes on", async () => {
-    const cookie = await session("192.0.2.40");
-    const other = await session("192.0.2.41");
-    const page = await home(cookie);
-    expect(page.status).toBe(200);
-    const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1]!;
-    const out = await fetch(`${web.url}/logout`, {
+  /** A form of the console posted as its page would: with the page's form token and Origin. */
+  const postForm = async (cookie: string, path: string) => {
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await (await home(cookie)).text())![1]!;
+    return fetch(`${web.url}${path}`, {
       method: "POST",
       redirect: "manual",
       headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
       body: new URLSearchParams({ csrf }),
     });
+  };
+
+  it("a session signed out is refused if its cookie is sent again; another session of the operator goes on", async () => {
+    const cookie = await session("192.0.2.40");
+    const other = await session("192.0.2.41");
+    expect((await home(cookie)).status).toBe(200);
+    const out = await postForm(cookie, "/logout");
     expect(out.status).toBe(303);
     expect(out.headers.get("set-cookie")).toMatch(/^idem_console=;/); // deleted in the browser
     const replayed = await home(cookie); // a copy kept elsewhere
@@ -99,14 +102,7 @@ describe("console sign-in", () => {
     expect(forged.status).toBe(200);
     expect(await forged.text()).not.toMatch(/Refund approved by finance/);
     // The console's own redirect after a bulk decision with nothing picked: its note shows.
-    const page = await home(cookie);
-    const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1]!;
-    const bulk = await fetch(`${web.url}/bulk`, {
-      method: "POST",
-      redirect: "manual",
-      headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ csrf }),
-    });
+    const bulk = await postForm(cookie, "/bulk");
     expect(bulk.status).toBe(303);
     const shown = await fetch(new URL(bulk.headers.get("location")!, web.url), { headers: { cookie } });
     expect(await shown.text()).toMatch(/Nothing was selected\./);
