@@ -60,19 +60,17 @@ for (const [signal, code] of [
 ]) {
   process.on(signal, () => {
     killGroup(signal);
-    setTimeout(() => {
+    const end = () => {
       killGroup("SIGKILL");
       process.exit(code);
-    }, 5_000);
-    vitest.once("exit", () => {
-      killGroup("SIGKILL");
-      process.exit(code);
-    });
+    };
+    setTimeout(end, 5_000);
+    vitest.once("exit", end);
   });
 }
 
 const started = Date.now();
-let stuck; // why the watchdog stopped the run, and what was running then
+let stuck; // the progress when the watchdog stopped the run
 const readProgress = () => {
   try {
     return JSON.parse(readFileSync(progress, "utf8"));
@@ -92,7 +90,7 @@ const watchdog = setInterval(() => {
         ? `the run passed its deadline of ${DEADLINE_MS / 60_000} minutes`
         : undefined;
   if (!why) return;
-  stuck = { why, progress: p };
+  stuck = p ?? { passed: 0, failed: 0, skipped: 0, running: [] };
   console.error(`\n[test watchdog] ${why}; running then:`);
   for (const r of p?.running ?? [])
     console.error(`  ${r.file} > ${r.what} (for ${Math.round((now - r.since) / 1000)} s)`);
@@ -106,9 +104,9 @@ reapLeftovers();
 
 if (stuck && !existsSync(report)) {
   // vitest wrote no report: count from the progress file, every test that was running as failed.
-  const p = stuck.progress ?? { passed: 0, failed: 0, skipped: 0, running: [] };
-  const hung = Math.max(1, p.running.filter((r) => r.kind === "test").length);
-  console.log(`${p.passed} passed, ${p.failed + hung} failed${p.skipped ? `, ${p.skipped} skipped` : ""}`);
+  const { passed, failed, skipped, running } = stuck;
+  const hung = Math.max(1, running.filter((r) => r.kind === "test").length);
+  console.log(`${passed} passed, ${failed + hung} failed${skipped ? `, ${skipped} skipped` : ""}`);
   process.exit(1);
 }
 if (!existsSync(report)) {

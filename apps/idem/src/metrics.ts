@@ -84,15 +84,13 @@ export class DaemonMetrics {
   /** Set while ticks fail because the ledger's database cannot be reached: since when, and why. */
   private outage: { since: number; error: string } | undefined;
   private server: Server | undefined;
-  private ledger: Ledger | undefined;
 
   /** `ledger`: undefined while the daemon waits for its database (see `attach`). */
   constructor(
-    ledger: Ledger | undefined,
+    private ledger: Ledger | undefined,
     private readonly intervalMs: number,
     options: { statsTtlMs?: number; perTenant?: boolean } = {},
   ) {
-    this.ledger = ledger;
     const metrics = this;
     const statsTtlMs = options.statsTtlMs ?? 15_000;
     const perTenant = options.perTenant === true;

@@ -657,7 +657,7 @@ export class Runner {
   }
 }
 
-/** `lookup`, or a rejection once `signal` aborts or `ms` pass, whichever comes first. */
+/** `lookup`, or a rejection once `signal` aborts or `elapsedMs` pass, whichever comes first. */
 function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, elapsedMs: number): Promise<T> {
   // A timer takes 1 ms to 2^31-1 ms (about 24 days); outside, node fires it at once.
   const ms = Math.min(Math.max(1, elapsedMs), 2 ** 31 - 1);

@@ -17,7 +17,7 @@
  */
 import http from "node:http";
 import https from "node:https";
-import type { Duplex } from "node:stream";
+import type { Socket } from "node:net";
 import { Client } from "@hubspot/api-client";
 
 export interface HubSpotConfig {
@@ -63,8 +63,8 @@ function timeoutAgent(basePath: string, ms: number): http.Agent {
   if (!(Number.isFinite(ms) && ms > 0)) throw new Error(`timeoutMs must be a number of ms > 0 (got ${ms})`);
   const Base = basePath.startsWith("http:") ? http.Agent : https.Agent;
   class TimeoutAgent extends Base {
-    override createConnection(...args: Parameters<http.Agent["createConnection"]>): Duplex {
-      const socket = super.createConnection(...args) as Duplex & { setTimeout(ms: number, cb: () => void): void };
+    override createConnection(...args: Parameters<http.Agent["createConnection"]>): Socket {
+      const socket = super.createConnection(...args) as Socket;
       socket.setTimeout(ms, () =>
         socket.destroy(Object.assign(new Error(`no answer from HubSpot within ${ms} ms`), { code: "ETIMEDOUT" })),
       );
@@ -74,7 +74,7 @@ function timeoutAgent(basePath: string, ms: number): http.Agent {
     // Keep-Alive hint is: a reused socket must give its next request the whole of `ms` again.
     override reuseSocket(...args: Parameters<http.Agent["reuseSocket"]>): void {
       super.reuseSocket(...args);
-      (args[0] as import("node:net").Socket).setTimeout(ms);
+      (args[0] as Socket).setTimeout(ms);
     }
   }
   return new TimeoutAgent({ keepAlive: true, timeout: ms });
