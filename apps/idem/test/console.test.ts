@@ -295,6 +295,27 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a page whose live updates are refused says so, instead of showing a status that may be old", async () => {
+      const { context, page } = await signIn("alice");
+      const cookie = (await context.cookies()).map((c) => `${c.name}=${c.value}`).join("; ");
+      const streams: AbortController[] = [];
+      try {
+        // alice's other tabs hold every live stream an operator may have.
+        for (let i = 0; i < 16; i++) {
+          const stop = new AbortController();
+          streams.push(stop);
+          const res = await fetch(`${base}/op/${tenant}/${opId}/live`, { headers: { cookie }, signal: stop.signal });
+          expect(res.status).toBe(200);
+        }
+        await page.goto(`${base}/op/${tenant}/${opId}`);
+        await expect.poll(() => page.locator("#live-stopped").isVisible()).toBe(true);
+        expect(await page.locator("#live-stopped").textContent()).toMatch(/Live updates stopped/);
+      } finally {
+        for (const s of streams) s.abort();
+        await context.close();
+      }
+    });
+
     it("an operator without the tenant sees nothing of it, not even by its address", async () => {
       const { context, page } = await signIn("bob");
       try {

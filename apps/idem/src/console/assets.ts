@@ -40,7 +40,7 @@ ol.timeline li { padding: .2rem 0 .6rem 1rem; }
 label.inline { display: inline; }
 `;
 
-/** "Select all" on the queue; on an operation's page, live updates: a change disables the decision. */
+/** "Select all" on the queue; on an operation's page, live updates: a change disables the decision, and an end of them is shown. */
 const SCRIPT = `
 const all = document.getElementById("all");
 if (all) all.addEventListener("change", (e) => {
@@ -56,6 +56,11 @@ if (status) {
     document.getElementById("changed").hidden = false;
     const form = document.getElementById("decide");
     if (form) for (const b of form.querySelectorAll("button")) b.disabled = true;
+  };
+  // Refused (too many live pages, a session that ended) or not a stream: the browser gives up
+  // for good (a dropped connection is retried instead). Say so: the status shown may grow old.
+  live.onerror = () => {
+    if (live.readyState === EventSource.CLOSED) document.getElementById("live-stopped").hidden = false;
   };
 }
 `;

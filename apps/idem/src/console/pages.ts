@@ -121,6 +121,7 @@ export function operationPage(
   return html`<h1>Operation <code>${o.id}</code></h1>
 ${flash ?? ""}
 <p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
+<p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, or signed out): <a href="">reload this page</a> before deciding.</p>
 <dl data-testid="operation">
 <dt>Status</dt><dd><span class="status status-${o.status}" id="status" data-updated="${o.updatedAt}">${o.status}</span> (attempt ${o.attempt})</dd>
 <dt>Tenant</dt><dd>${o.tenant}</dd><dt>Action</dt><dd>${o.action}</dd>
