@@ -186,7 +186,9 @@ async function postgresBench() {
   const ledger: Ledger = await openLedger(url, { poolSize: WORKERS });
   const prepared = (name: string, text: string, values: unknown[]) => pool.query({ name, text, values });
   // One call at a time, the usual case of an agent. A replay of a settled operation is one round
-  // trip (the claim finds the key and reads its row in the same statement), as the raw SELECT.
+  // trip, as the raw SELECT: a plain read of its row, since this worker has seen the key held (a
+  // retry in the same process); for a key it has not seen, the claim statement finds the key and
+  // reads its row in one statement (the diagnostic row below).
   const REPLAYS = 200;
   await pool.query(
     `INSERT INTO bench_raw (tenant, key, status, result, updated_at) SELECT 't', 'r' || g, 'succeeded', '{}', 1 FROM generate_series(0, ${REPLAYS - 1}) g`,
@@ -206,6 +208,25 @@ async function postgresBench() {
         ]),
       ),
     (_r) => rate(REPLAYS * 5, (i) => ledger.run(noop, { tenant: "replay", key: [i % REPLAYS], args: {} })),
+  );
+  // Diagnostic, no target: the first replay of each key in a worker that has not seen it (another
+  // process's retry, a redelivered job): the claim statement. Each round on a ledger just opened.
+  await sideBySide(
+    "diagnostic: Postgres replay of a key this worker has not seen vs indexed SELECT",
+    { kind: "throughput", limit: -Infinity },
+    (_r) =>
+      rate(REPLAYS, (i) =>
+        prepared("raw_sel", "SELECT status, result FROM bench_raw WHERE tenant = 't' AND key = $1", [`r${i}`]),
+      ),
+    async (_r) => {
+      const other = await openLedger(url, { poolSize: 1 });
+      try {
+        await other.run(noop, { tenant: "warm-up", key: [0], args: {} }); // its connection open, statements prepared
+        return await rate(REPLAYS, (i) => other.run(noop, { tenant: "replay", key: [i], args: {} }));
+      } finally {
+        await other.close();
+      }
+    },
   );
   await sideBySide(
     "Postgres guarded call vs INSERT+UPDATE (one at a time, two commits)",

@@ -193,11 +193,14 @@ export class Ledger {
         signal: input.signal,
         key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
         storeArgs: input.storeArgs ?? true,
-        settings: {
-          ...settings,
-          waitMs: input.waitMs ?? settings.waitMs,
-          budget: { ...settings.budget, ...input.budget },
-        },
+        settings:
+          input.waitMs === undefined && input.budget === undefined
+            ? settings
+            : {
+                ...settings,
+                waitMs: input.waitMs ?? settings.waitMs,
+                budget: { ...settings.budget, ...input.budget },
+              },
       });
       span?.setAttributes(resultAttributes(out));
       return out;

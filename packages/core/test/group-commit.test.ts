@@ -163,9 +163,10 @@ describe("SQLite group commit", () => {
     expect(listed.map((r) => r.status)).toEqual(Array(8).fill("succeeded"));
   });
   /** A ledger on a new file whose claims' inserts and key reads are counted; `boom` is refused. */
-  async function counted(groupCommit: boolean) {
+  /** A ledger counting its claims' reads and inserts; `path`: on another ledger's file (as another worker). */
+  async function counted(groupCommit: boolean, path = newFile()) {
     const seen = { peeks: 0, inserts: 0 };
-    const dialect = hooked(await dialectFor("sqlite", `sqlite:${newFile()}`, { groupCommit }), {
+    const dialect = hooked(await dialectFor("sqlite", `sqlite:${path}`, { groupCommit }), {
       query(q, run) {
         if (/^insert into "idem_operations"/.test(q.sql)) {
           seen.inserts += 1;
@@ -180,11 +181,11 @@ describe("SQLite group commit", () => {
     const p = new TestProvider();
     const call = (k: string) => ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: k } });
     const reset = () => Object.assign(seen, { peeks: 0, inserts: 0 });
-    return { seen, reset, call, p };
+    return { seen, reset, call, p, path };
   }
 
   it("claims in flight together insert without reading first; a claim alone reads first, and a duplicate alone writes nothing", async () => {
-    const { seen, reset, call, p } = await counted(true);
+    const { seen, reset, call, p, path } = await counted(true);
     const fresh = await Promise.all(Array.from({ length: 32 }, (_, i) => call(`k${i}`)));
     expect(fresh.map((o) => o.status)).toEqual(Array(32).fill("succeeded"));
     // Only the first, alone when it began, read its key before inserting.
@@ -195,23 +196,30 @@ describe("SQLite group commit", () => {
     expect(again).toMatchObject({ status: "succeeded", replayed: true });
     expect(seen).toEqual({ peeks: 1, inserts: 0 });
 
-    // Duplicates in flight together: each insert does nothing, each then reads the stored outcome.
+    // Duplicates in flight together of keys this ledger has seen held: each reads first, and none
+    // waits for a shared commit.
     reset();
     const dups = await Promise.all(Array.from({ length: 8 }, (_, i) => call(`k${i}`)));
-    expect(dups.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(
-      fresh.slice(0, 8).map((o) => o.status === "succeeded" && o.receipt),
-    );
-    expect(seen).toEqual({ peeks: 8, inserts: 7 });
+    const receipts = fresh.slice(0, 8).map((o) => o.status === "succeeded" && o.receipt);
+    expect(dups.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(receipts);
+    expect(seen).toEqual({ peeks: 8, inserts: 0 });
+    // The same from another worker, which has not seen them: each insert does nothing, each then
+    // reads the stored outcome.
+    const other = await counted(true, path);
+    const theirs = await Promise.all(Array.from({ length: 8 }, (_, i) => other.call(`k${i}`)));
+    expect(theirs.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(receipts);
+    expect(other.seen).toEqual({ peeks: 8, inserts: 7 });
     expect(p.effects).toHaveLength(32);
+    expect(other.p.effects).toHaveLength(0);
 
     // A claim that fails among others (its insert refused, no row to read) fails alone, and
-    // leaves no claim counted in flight: a duplicate alone afterwards reads first again.
+    // leaves no claim counted in flight: a new key alone afterwards reads first again.
     const mixed = await Promise.all(["m1", "boom", "m2"].map((k) => call(k).catch((e: unknown) => e)));
     expect(mixed[1]).toBeInstanceOf(LedgerUnavailableError);
     expect(mixed.filter((o) => (o as { status?: string }).status === "succeeded")).toHaveLength(2);
     reset();
-    expect(await call("m2")).toMatchObject({ status: "succeeded", replayed: true });
-    expect(seen).toEqual({ peeks: 1, inserts: 0 });
+    expect(await call("m3")).toMatchObject({ status: "succeeded", replayed: false });
+    expect(seen).toEqual({ peeks: 1, inserts: 1 });
   });
 
   it("with groupCommit: false every claim reads first (a duplicate would wait for the write lock alone)", async () => {
