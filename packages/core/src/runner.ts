@@ -225,21 +225,18 @@ export class Runner {
         const mine = { row, since };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
         if (decision.kind === "execute") return this.perform(call, mine, state, snap.maybe_committed === 1);
-        return this.reconcile(call, mine, snap);
+        return this.reconcile(call, mine);
       }
     }
   }
 
   /** Looks the effect up under our lease: found, proven absent, or still unknown (counted, backed off). */
-  private async reconcile<A, R>(call: Call<A, R>, mine: Held, snap: Peek): Promise<Step<R>> {
+  private async reconcile<A, R>(call: Call<A, R>, mine: Held): Promise<Step<R>> {
     const row = mine.row;
     const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
-    // No effect is younger than the last execution, or than a dead worker's lease (it may have
-    // been executing until then); later inconclusive checks do not restart the window.
-    const lastAttemptAt = Math.max(
-      row.last_execution_at ?? row.created_at,
-      snap.status === "running" ? (snap.lease_expires_at ?? 0) : 0,
-    );
+    // No effect is younger than the last execution, or than a dead worker's lease (our takeover
+    // of its row recorded that end as the last execution); inconclusive checks do not restart it.
+    const lastAttemptAt = row.last_execution_at ?? row.created_at;
     let found: ReconcileResult<R>;
     try {
       // A lookup has no effect to lose: one that outlasts the call's time budget (a client with no

@@ -658,6 +658,40 @@ for (const dialect of DIALECTS) {
       expect(new Set(seen).size).toBe(1);
     });
 
+    it("keeps a dead worker's lease end as the settle window's start through later checks (it may have sent until then)", async () => {
+      const seen: number[] = [];
+      const { defineAction } = await import("@idem/core");
+      const mail = defineAction({
+        type: "mail.dead-window",
+        capabilities: { lookup: true },
+        execute: async () => {
+          throw new Error("timeout after DATA");
+        },
+        reconcile: async (_a: unknown, op) => {
+          seen.push(op.lastAttemptAt);
+          return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const;
+        },
+      });
+      const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const out = await ledger.run(mail, { tenant, key: ["d"], args: {} });
+      seen.length = 0;
+      // As a worker leaves it that began sending 100 s ago, kept its lease by heartbeats for 70 s
+      // while the send hung, and died: running, its lease ended 30 s ago.
+      const began = Date.now() - 100_000;
+      const leaseEnd = began + 70_000;
+      await databaseOf(ledger)
+        .updateTable("idem_operations")
+        .set({ status: "running", lease_expires_at: leaseEnd, last_execution_at: began, created_at: began })
+        .where("tenant_id", "=", tenant)
+        .where("id", "=", out.operationId)
+        .execute();
+      for (let i = 0; i < 3; i++) await ledger.daemon.settle({ tenant, id: out.operationId });
+      // Each check counts from the lease's end, not only the first: the second counted from when
+      // the send began, 70 s earlier, so an absence it could not yet prove looked proven.
+      expect(seen).toEqual([leaseEnd, leaseEnd, leaseEnd]);
+    });
+
     it("settles a stored unknown operation with its stored args (the daemon's path)", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });
