@@ -41,6 +41,8 @@ export interface StripeActions {
 
 export function stripeActions(config: StripeConfig): StripeActions {
   const stripe = createStripeClient(config);
+  /** Errors that answered a request stripe-node had sent more than once (see execute). */
+  const resent = new WeakSet<object>();
   const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
   function action<A extends object>(
@@ -53,14 +55,28 @@ export function stripeActions(config: StripeConfig): StripeActions {
       async execute(args: A, op: OperationContext) {
         const own = (args as { metadata?: Record<string, unknown> }).metadata;
         const params = { ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A;
-        const obj = await send(params, op.key);
-        return toReceipt(
-          obj,
-          obj.lastResponse?.requestId ?? null,
-          obj.lastResponse?.headers?.["idempotent-replayed"] === "true",
-        );
+        // stripe-node sends a request again by itself after a closed connection, even with
+        // retries off, though the first may have committed: its last answer alone would hide that.
+        let sends = 0;
+        const counted = (request: { idempotency_key?: string }) => {
+          if (request.idempotency_key === op.key) sends += 1;
+        };
+        stripe.on("request", counted);
+        try {
+          const obj = await send(params, op.key);
+          return toReceipt(
+            obj,
+            obj.lastResponse?.requestId ?? null,
+            obj.lastResponse?.headers?.["idempotent-replayed"] === "true",
+          );
+        } catch (error) {
+          if (sends > 1 && typeof error === "object" && error !== null) resent.add(error);
+          throw error;
+        } finally {
+          stripe.off("request", counted);
+        }
       },
-      classify: (error: unknown) => classifyStripeError(error),
+      classify: (error: unknown) => classifyStripeError(error, resent.has(error as object)),
       providerReference: (_args: A, op: { key: string }) => `idempotency-key:${op.key}`,
     };
     const dedupe = { retentionMs: STRIPE_KEY_RETENTION_MS };

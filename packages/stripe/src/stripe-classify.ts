@@ -5,7 +5,21 @@
 import Stripe from "stripe";
 import { NOT_SENT_CODES, type Classification } from "@idem/core";
 
-export function classifyStripeError(error: unknown): Classification {
+/**
+ * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
+ * itself); an answer that says nothing was done speaks only for the last send, so it is ambiguous.
+ */
+export function classifyStripeError(error: unknown, resent = false): Classification {
+  const cls = classifyAnswer(error);
+  if (!resent || (cls.kind !== "transient" && cls.kind !== "rate_limited")) return cls;
+  return {
+    kind: "ambiguous",
+    reason: `stripe-node sent the request again after its connection closed, and an earlier send may have run: ${cls.reason}`,
+    ...(cls.providerRequestId !== undefined && { providerRequestId: cls.providerRequestId }),
+  };
+}
+
+function classifyAnswer(error: unknown): Classification {
   if (!(error instanceof Stripe.errors.StripeError)) {
     return { kind: "ambiguous", reason: `not a Stripe error: ${String(error)}` };
   }

@@ -2,7 +2,8 @@
  * Configuration of the Stripe client, as stripe-node takes it (api key, apiVersion, and
  * host/port/protocol for a local server). stripe-node's own retries are off by default: the
  * ledger owns the retry budget, and a retry that stripe-node makes still carries our key (it
- * retries once on a closed connection even then; that is safe for the same reason).
+ * retries once on a closed connection even then, though the first send may have run: an answer to
+ * such a retry that says nothing was done is read as unknown, see stripe-actions.ts).
  */
 import Stripe from "stripe";
 

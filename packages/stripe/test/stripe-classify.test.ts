@@ -86,4 +86,15 @@ describe("classifyStripeError", () => {
     );
     expect(cls.reason).toMatch(/card_declined.*insufficient_funds/);
   });
+
+  it("reads an answer that says nothing was done as unknown when stripe-node had sent the request more than once", () => {
+    const unavailable = new E.StripeAPIError(raw(503));
+    const limited = new E.StripeRateLimitError(raw(429));
+    const declined = new E.StripeCardError(raw(402, { code: "card_declined" }));
+    expect(classifyStripeError(unavailable)).toMatchObject({ kind: "transient" });
+    expect(classifyStripeError(unavailable, true)).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
+    expect(classifyStripeError(limited, true)).toMatchObject({ kind: "ambiguous" });
+    // Stripe's answer for the key (saved under it): the same whichever send it answered.
+    expect(classifyStripeError(declined, true)).toMatchObject({ kind: "permanent" });
+  });
 });

@@ -151,6 +151,24 @@ for (const dialect of DIALECTS) {
       expect(sandbox.requests.filter((r) => r.method === "POST").length).toBe(sent);
     });
 
+    it("a reset after commit that stripe-node retries into a 503 stays unknown: not charged again past the key window", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      // The charge commits and its connection resets; stripe-node's own retry (with our key) meets a 503.
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" } });
+      sandbox.faults.add({ kind: "unavailable", match: { path: "/v1/payment_intents" }, skip: 1 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["retried-503"], args: CARD });
+      // The 503 says nothing of the first request: unknown, not "pending, nothing was done".
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      expect(piCount() - before).toBe(1);
+      advance(25 * HOUR); // Stripe has forgotten the key: a replay would create a second intent
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent" } });
+      expect(piCount() - before).toBe(1);
+    });
+
     it("past the 24 h window, with Search behind (an incident): found in the list, not charged again", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
