@@ -3,9 +3,9 @@
  * Message-ID, an `X-Idem-Key` header and a reference in the subject, and before sending we look
  * for the copy an earlier attempt left (Sent folder or journal, over IMAP): found means done.
  *
- * The message is rendered once by nodemailer and the same bytes are sent over SMTP (email-smtp.ts:
- * cancelled on `op.signal`; in journal mode, only if the server accepted the journal address) and,
- * in append mode, APPENDed to Sent. Windows are measured on the database clock (`op.now`).
+ * The message is rendered by nodemailer without its Bcc header and those bytes are sent over SMTP
+ * (email-smtp.ts: cancelled on `op.signal`; in journal mode, only if the server accepted the
+ * journal address); in append mode the same message with its Bcc is APPENDed to Sent. Windows are measured on the database clock (`op.now`).
  */
 import nodemailer from "nodemailer";
 import { defineAction, type Action } from "@idem/core";
@@ -83,14 +83,19 @@ export function emailActions(config: EmailConfig): EmailActions {
         ...(args.html !== undefined && { html: args.html }),
         ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
         headers: { ...args.headers, "X-Idem-Key": op.key },
+        date: new Date(),
       };
-      const rendered = await render.sendMail(message);
-      const raw = rendered.message as Buffer;
+      const rendered = async (m: typeof message) => (await render.sendMail(m)).message as Buffer;
+      // What every recipient gets has no Bcc header (nodemailer's stream transport keeps it), or
+      // each would read who else had a blind copy, the journal among them: those are envelope only.
+      const raw = await rendered({ ...message, bcc: [] });
       const to = [...message.to, ...message.cc, ...message.bcc];
       const info = await sendRaw(config.smtp, { from: config.from, to, raw, journal: journal[0] }, op.signal);
       if (copy.mode === "append") {
-        // Sent already; a failed APPEND only loses the copy, not the effect.
-        await sent.append(raw).catch(() => undefined);
+        // Sent already; a failed APPEND only loses the copy, not the effect. The sender's own
+        // copy keeps its Bcc, as a mail client's does (the same message: its Message-ID and date).
+        const own = message.bcc.length > 0 ? await rendered(message) : raw;
+        await sent.append(own).catch(() => undefined);
       }
       return {
         messageId,

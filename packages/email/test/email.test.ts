@@ -9,6 +9,7 @@ import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
+import { ImapFlow } from "imapflow";
 // The adapter's own IMAP client, to look at the mailboxes the way its lookups do (not exported).
 import { Mailbox } from "../src/email-mailbox.js";
 
@@ -76,6 +77,44 @@ for (const dialect of DIALECTS) {
             ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL }, "INBOX")
             : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER }, "\\Sent");
         expect(await where.find(messageId)).toMatchObject({ mailbox: mode === "journal" ? "INBOX" : "Sent" });
+      });
+    }
+
+    for (const mode of ["journal", "append"] as const) {
+      it(`${mode}: no recipient reads the Bcc list (the journal's address among it); the sender's Sent copy keeps it`, async () => {
+        const l = await ledger();
+        const mail = emailActions(config(mode));
+        const t = tenant();
+        const args = { ...report, bcc: "auditor@example.test" };
+        const out = await l.run(mail.send, { tenant: t, key: ["bcc", mode], args });
+        expect(out).toMatchObject({ status: "succeeded" });
+        const messageId = await messageIdOf(l, t, out.operationId);
+        const got = sandbox.received.find((m) => m.messageId === messageId)!;
+        expect(got.to).toEqual(expect.arrayContaining(["client@example.test", "auditor@example.test"]));
+        expect(got.raw.toString()).not.toMatch(/^bcc:/im);
+        expect(got.raw.toString()).not.toMatch(/auditor@example\.test|journal/i);
+        if (mode === "append") {
+          const client = new ImapFlow({
+            host: "127.0.0.1",
+            port: ports.imap,
+            secure: false,
+            auth: SENDER,
+            logger: false,
+          });
+          await client.connect();
+          try {
+            const lock = await client.getMailboxLock("Sent");
+            try {
+              const [uid] = (await client.search({ header: { "message-id": messageId } }, { uid: true })) || [];
+              const copy = await client.fetchOne(String(uid), { source: true }, { uid: true });
+              expect(copy ? copy.source?.toString() : undefined).toMatch(/^Bcc: auditor@example\.test/im);
+            } finally {
+              lock.release();
+            }
+          } finally {
+            await client.logout();
+          }
+        }
       });
     }
 
