@@ -10,7 +10,15 @@
  */
 import nodemailer from "nodemailer";
 import type { Logger } from "pino";
-import { defineAction, type Action, type Classification, type Ledger, type Operation } from "@idem/core";
+import {
+  defineAction,
+  LedgerUnavailableError,
+  type Action,
+  type Classification,
+  type Ledger,
+  type Operation,
+  type RunResult,
+} from "@idem/core";
 import type { IdemConfig } from "./config.js";
 
 export type AlertKind = "needs_review" | "auth_failure" | "stuck";
@@ -162,12 +170,25 @@ export async function deliver(
       all = false; // tried again next tick
       continue;
     }
-    const out = await ledger.run(sink.action, {
-      tenant: config.alerts.tenant,
-      key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
-      args: alert,
-      actor: "idem-daemon",
-    });
+    let out: RunResult<{ delivered: true; detail: string }>;
+    try {
+      out = await ledger.run(sink.action, {
+        tenant: config.alerts.tenant,
+        key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
+        args: alert,
+        actor: "idem-daemon",
+      });
+    } catch (error) {
+      // The database is gone: the tick ends. Anything else (a bug: this key held other args) must
+      // not stop the daemon's settling behind it: said loudly, and tried again next tick.
+      if (error instanceof LedgerUnavailableError) throw error;
+      all = false;
+      log.error(
+        { err: error, sink: sink.name, operationId: alert.operationId },
+        `alert delivery to ${sink.name} failed`,
+      );
+      continue;
+    }
     if (out.status === "succeeded" && !out.replayed) onSent(alert.kind, sink.name);
     if (out.status !== "succeeded") {
       const inReview = out.status === "pending_verification" && out.state === "needs_review";

@@ -126,7 +126,9 @@ export class Daemon {
         this.config,
         this.sinks,
         alertOf("stuck", op),
-        "stuck",
+        // Once per attempt, and again if the row changed within it (its args or reference stored):
+        // the alert says since when, so one key must not be asked to carry two versions of it.
+        op.updatedAt,
         this.log,
         this.sent,
         this.reported,

@@ -457,6 +457,85 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "a stuck row that changes within its attempt gets its alert again, and no alert can stop the tick's settling",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const lookup = fileAction("lookup", dir);
+        // A row due for settling: its effect happened, the answer was lost.
+        const lost = {
+          ...lookup,
+          execute: async (args: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
+            await lookup.execute(args, op);
+            throw new Error("socket hang up");
+          },
+        };
+        const due = await ledger.run(lost, { tenant: t, key: ["due"], args: { note: "due" }, budget: { attempts: 1 } });
+        expect(due).toMatchObject({ status: "pending_verification", state: "unknown" });
+        // A worker whose lazy args take long, then whose send hangs: running, and changed in between.
+        let release: (args: { note: string }) => void = () => {};
+        const made = new Promise<{ note: string }>((r) => (release = r));
+        const stop = new AbortController();
+        const hang = {
+          ...lookup,
+          type: "hang.lazy",
+          execute: (_args: { note: string }, op: { signal: AbortSignal }) =>
+            new Promise<never>((_, reject) => op.signal.addEventListener("abort", () => reject(new Error("stopped")))),
+        };
+        const running = ledger.run(hang, { tenant: t, key: ["hang"], args: () => made, signal: stop.signal });
+        running.catch(() => {});
+        const config = parseConfig({
+          ledger: url,
+          actions: [lookup],
+          alerts: { log: true, tenant: `alerts-${t}` },
+          thresholds: { stuckAfterMs: 3_600_000, perAction: { "hang.lazy": 1 } },
+          daemon: { maxChecks: 100 },
+        });
+        const withActions = await openLedger(url, { poolSize: 2, actions: [lookup] });
+        const daemon = new Daemon(
+          withActions,
+          config,
+          pino({ level: "silent" }),
+          new DaemonMetrics(withActions, 1_000),
+          "d-stuck",
+        );
+        const stuckAlerts = async () =>
+          (await withActions.admin.list({ tenant: `alerts-${t}` })).filter((o) => o.keyLabel?.includes('"stuck"'))
+            .length;
+        try {
+          await until(
+            async () => (await ledger.admin.list({ tenant: t, status: "running" })).length === 1,
+            10_000,
+            "the hanging worker to claim",
+          );
+          await daemon.tick();
+          expect(await stuckAlerts()).toBe(1);
+          // Its args are stored (the row changes, its attempt does not), and the send hangs.
+          release({ note: "hang" });
+          await until(
+            async () => (await ledger.admin.list({ tenant: t, status: "running" }))[0]?.argsHash !== null,
+            10_000,
+            "the lazy args to be stored",
+          );
+          await until(
+            async () => {
+              await daemon.tick(); // never throws for an alert
+              return (await ledger.get({ tenant: t, id: due.operationId })).operation.status === "succeeded";
+            },
+            30_000,
+            "the due row to be settled",
+          );
+          expect(await stuckAlerts()).toBe(2);
+        } finally {
+          stop.abort();
+          await running.catch(() => {});
+          await withActions.close();
+        }
+      },
+      scaled(120_000),
+    );
+
+    it(
       "serves /metrics and /healthz",
       async () => {
         const port = await freePort();
