@@ -534,21 +534,30 @@ export class Runner {
     detail: string,
     { receipt, sent = true }: { receipt?: R; sent?: boolean } = {},
   ): Promise<Step<R>> {
-    const now = await this.store.findById(call.tenant, mine.id);
+    // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
+    const unrecorded = (cause: unknown) =>
+      receipt === undefined ? cause : new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
+    const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
+      throw unrecorded(error);
+    });
     if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
       const cause = new LedgerUnavailableError(
         `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
         mine.id,
       );
-      if (receipt !== undefined) throw new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
-      throw cause;
+      throw unrecorded(cause);
     }
-    await this.store.recordEvent(now, {
-      attempt: mine.attempt,
-      actor: call.actor,
-      to: now.status,
-      reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
-    });
+    // Evidence of the refused write; a receipt must not be lost to it, so with one it is best effort.
+    await this.store
+      .recordEvent(now, {
+        attempt: mine.attempt,
+        actor: call.actor,
+        to: now.status,
+        reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
+      })
+      .catch((error: unknown) => {
+        if (receipt === undefined) throw error;
+      });
     // A receipt we hold proves the effect. It settles a row not yet proven, and outranks a person's
     // verdict given without it: "failed" (nothing found yet; kept, a retry would do it twice) is
     // replaced, "succeeded" with no receipt to give gets this one.

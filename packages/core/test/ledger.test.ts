@@ -2,6 +2,8 @@ import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, defineAction, describeResult } from "@idem/core";
 import { DIALECTS, scaled } from "@idem/testkit";
+import { openTestLedger } from "@idem/core/testing";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -289,6 +291,38 @@ for (const dialect of DIALECTS) {
         events.some((e) => e.attempt === 1 && /fenced: attempt 1 tried to write succeeded/.test(e.reason ?? "")),
       ).toBe(true);
       expect(p.effects).toHaveLength(1); // the provider deduped attempt 2 onto attempt 1's object
+    });
+
+    it("a fenced worker's receipt settles the row even when its audit event cannot be written", async () => {
+      const failing = { on: false };
+      const failingDialect = hooked(await dialectFor(dialect, db.url()), {
+        query(q, run) {
+          // The fence's audit event (an UPDATE of the history alone) meets a full disk.
+          if (failing.on && /^update "idem_operations" set "history"/.test(q.sql))
+            throw new Error("disk full (injected)");
+          return run();
+        },
+      });
+      const stale = await openTestLedger(failingDialect);
+      const p = new TestProvider();
+      const charge = p.action("charge", LOOKUP);
+      const later = await db.open({ clock: () => Date.now() + 3_600_000, actions: [charge] }); // sees the lease expired
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const tenant = uniqueTenant();
+      const first = stale.run(charge, { tenant, key: ["fence-event"], args: { to: "x" } });
+      await p.called(1); // attempt 1 is inside execute
+      p.gate = undefined;
+      // Its lease runs out; a daemon's lookup finds nothing yet: attempt 2 leaves it unknown.
+      p.lookupAnswer = "inconclusive";
+      const [op] = await later.admin.list({ tenant });
+      expect(await later.daemon.settle({ tenant, id: op!.id })).toMatchObject({ state: "unknown", attempt: 2 });
+      failing.on = true;
+      release();
+      // Attempt 1's effect happened and its receipt proves it: the row is settled with it.
+      expect(await first).toMatchObject({ status: "succeeded", replayed: false, attempt: 2 });
+      expect((await later.get({ tenant, id: op!.id })).operation.status).toBe("succeeded");
+      await stale.close();
     });
 
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
