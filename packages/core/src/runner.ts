@@ -308,7 +308,14 @@ export class Runner {
           args = made.args;
         }
         if (call.action.providerReference && row.provider_reference === null) {
-          const ref = call.action.providerReference(args, ctx);
+          let ref: string;
+          try {
+            ref = call.action.providerReference(args, ctx);
+          } catch (error) {
+            // A bug of the action, before anything was sent, that every attempt would meet again.
+            const reason = `providerReference threw: ${describeError(error)}`;
+            return { ok: false, cls: { kind: "permanent", reason, alert: true }, row, sent: false };
+          }
           if (!(await this.store.patchRunning(row, { provider_reference: ref })))
             return { step: await this.fenced(call, row, "running", "reference") };
           row = { ...row, provider_reference: ref };

@@ -325,6 +325,26 @@ for (const dialect of DIALECTS) {
       await stale.close();
     });
 
+    it("an action whose providerReference throws fails before sending, with the reason; the caller gets a result, not the exception", async () => {
+      const ledger = await db.open();
+      let sent = 0;
+      const broken = defineAction({
+        type: "broken.reference",
+        capabilities: DEDUPE,
+        providerReference: () => {
+          throw new TypeError("Cannot read properties of undefined (reading 'id')");
+        },
+        execute: async () => {
+          sent += 1;
+          return { ok: true };
+        },
+      });
+      const out = await ledger.run(broken, { tenant: uniqueTenant(), key: ["ref"], args: {} });
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+      expect(out.status === "failed" && out.error.reason).toMatch(/providerReference threw: .*reading 'id'/);
+      expect(sent).toBe(0);
+    });
+
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
       const tenant = uniqueTenant();
       const seen: unknown[] = [];
