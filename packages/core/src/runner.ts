@@ -333,6 +333,14 @@ export class Runner {
             row,
             sent: false,
           };
+        // The caller gave up before the request was sent: known not done, and nothing is sent.
+        if (call.signal?.aborted)
+          return {
+            ok: false,
+            cls: { kind: "transient", reason: `the caller gave up before attempt ${row.attempt}'s request was sent` },
+            row,
+            sent: false,
+          };
         try {
           const a = args;
           // Spread only when the reference changed: a spread reads the lazy signal (an AbortController).
@@ -618,6 +626,8 @@ export class Runner {
     const controller = new LazyAbort();
     const onAbort = () => controller.abort(call.signal?.reason);
     call.signal?.addEventListener("abort", onAbort, { once: true });
+    if (call.signal?.aborted) onAbort(); // given up while the lease was being granted: no event comes
+    let finished = false;
     // The lease counts from when the statement that granted or extended it was SENT: a conservative end.
     const margin = Math.min(Math.floor(leaseMs / 5), 2_000);
     const clock = this.store.local;
@@ -641,6 +651,7 @@ export class Runner {
         const asked = clock();
         this.store.heartbeat(row, leaseMs).then(
           (kept) => {
+            if (finished) return; // answered after the call ended: nothing to keep, no deadline to arm
             if (kept) return armDeadline(asked);
             lost = true;
             controller.abort(new Error(`lease of attempt ${row.attempt} lost`));
@@ -656,6 +667,7 @@ export class Runner {
     try {
       return await fn(context(row, controller, lastAttemptAt), held);
     } finally {
+      finished = true;
       clearInterval(timer);
       clearTimeout(deadline);
       call.signal?.removeEventListener("abort", onAbort);

@@ -345,6 +345,66 @@ for (const dialect of DIALECTS) {
       expect(sent).toBe(0);
     });
 
+    it("a caller that gives up while its claim is in flight sends nothing: the row is left pending, and run rejects with its reason", async () => {
+      const caller = new AbortController();
+      const failingDialect = hooked(await dialectFor(dialect, db.url()), {
+        query(q, run) {
+          // The claim (on Postgres, inside the statement that also reads the key).
+          if (/^(with "ins" as \()?insert into "idem_operations"/.test(q.sql))
+            caller.abort(new Error("the agent gave up"));
+          return run();
+        },
+      });
+      const ledger = await openTestLedger(failingDialect);
+      const p = new TestProvider();
+      const tenant = uniqueTenant();
+      const out = ledger.run(p.action("mail", DEDUPE), {
+        tenant,
+        key: ["gave-up"],
+        args: { to: "x" },
+        signal: caller.signal,
+      });
+      await expect(out).rejects.toThrow(/the agent gave up/);
+      expect(p.effects).toHaveLength(0);
+      expect(p.calls).toBe(0);
+      const [op] = await ledger.admin.list({ tenant });
+      expect(op).toMatchObject({ status: "pending" });
+      await ledger.close();
+    });
+
+    it("a heartbeat still in flight when the call ends does not abort its signal afterwards", async () => {
+      let beating!: () => void;
+      const beat = new Promise<void>((r) => (beating = r));
+      const slowBeat = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          // A heartbeat (the lease alone) that answers late, after the action has returned.
+          if (/^update "idem_operations" set "lease_expires_at"/.test(q.sql)) {
+            beating();
+            await sleep(scaled(400));
+          }
+          return run();
+        },
+      });
+      const leaseMs = scaled(300);
+      const ledger = await openTestLedger(slowBeat, { leaseMs });
+      let signal: AbortSignal | undefined;
+      const act = defineAction({
+        type: "beat",
+        capabilities: DEDUPE,
+        execute: async (_a: { n: number }, op) => {
+          signal = op.signal;
+          await beat; // returns while a heartbeat is in flight
+          return { ok: true };
+        },
+      });
+      expect(await ledger.run(act, { tenant: uniqueTenant(), key: ["beat"], args: { n: 1 } })).toMatchObject({
+        status: "succeeded",
+      });
+      await sleep(scaled(400) + leaseMs * 2); // the late answer, then longer than a lease
+      expect(signal?.aborted).toBe(false);
+      await ledger.close();
+    });
+
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
       const tenant = uniqueTenant();
       const seen: unknown[] = [];
