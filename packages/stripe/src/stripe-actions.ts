@@ -1,7 +1,8 @@
 /**
  * Stripe writes as idem actions, through the real stripe SDK. Every request carries OUR
- * `Idempotency-Key` (the operation key, never stripe-node's automatic one) and
- * `metadata.idem_operation` = the key, so the object can be found again.
+ * `Idempotency-Key` (the operation key, never stripe-node's automatic one); the typed creates also
+ * carry `metadata.idem_operation` = the key, so the object can be found again (a generic POST
+ * does not: it has no lookup, and one that updates an object would overwrite its creator's marker).
  *
  * Capabilities: Stripe dedupes on the key for 24 h (replayed with a 1 h margin), and customers,
  * payment intents and refunds can be looked up after that. A generic POST (`stripePost`) has no
@@ -53,8 +54,10 @@ export function stripeActions(config: StripeConfig): StripeActions {
     const base = {
       type,
       async execute(args: A, op: OperationContext) {
+        // The marker a lookup finds the object by. Only where there is a lookup: a generic POST
+        // may update an object, and would overwrite the marker of the operation that created it.
         const own = (args as { metadata?: Record<string, unknown> }).metadata;
-        const params = { ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A;
+        const params = lookup ? ({ ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A) : args;
         // stripe-node sends a request again by itself after a closed connection, even with
         // retries off, though the first may have committed: its last answer alone would hide that.
         let sends = 0;

@@ -291,6 +291,25 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count("products")).toBeGreaterThanOrEqual(1);
     });
 
+    it("a generic POST that updates an object leaves the marker its creating operation looks it up by", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const created = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["pi-updated"], args: CARD });
+      const id = created.status === "succeeded" ? created.receipt!.id : "";
+      const key = (await l.get({ tenant: t, id: created.operationId })).operation.key;
+      const updated = await l.run(s.post(`/v1/payment_intents/${id}`), {
+        tenant: t,
+        key: ["pi-described", id],
+        args: { description: "order 1234" },
+      });
+      expect(updated).toMatchObject({ status: "succeeded", receipt: { id } });
+      expect(sandbox.objects.get("payment_intents", id)).toMatchObject({
+        description: "order 1234",
+        metadata: { idem_operation: key },
+      });
+    });
+
     it("a refund by charge is created once, with our key in its metadata", async () => {
       const l = await ledger();
       const s = stripe();

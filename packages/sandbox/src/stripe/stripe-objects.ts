@@ -77,6 +77,15 @@ export class StripeObjects {
     return this.all(resource).find((o) => o.id === id);
   }
 
+  /** Stripe's update (POST to the object): fields replaced, metadata merged key by key. */
+  update(resource: string, id: string, params: Record<string, unknown>): StripeObject | undefined {
+    const obj = this.get(resource, id);
+    if (!obj) return undefined;
+    const { metadata: _, ...fields } = params;
+    Object.assign(obj, fields, { metadata: { ...(obj.metadata as Record<string, string>), ...metadataOf(params) } });
+    return obj;
+  }
+
   /** Objects whose fields equal every filter, newest first (paginate with `page`). */
   list(resource: string, filter: Record<string, unknown>): StripeObject[] {
     return this.all(resource)

@@ -245,6 +245,10 @@ export class StripeSandbox {
     const resource = parts[1];
     const id = parts[2];
     if (method === "POST" && !id) return this.objects.create(resource, params);
+    if (method === "POST" && parts.length === 3) {
+      const updated = this.objects.update(resource, id!, params);
+      if (updated) return updated;
+    }
     if (method === "GET" && id === "search") {
       const data = this.objects.search(resource, String(params.query ?? ""));
       return { object: "search_result", url: path, has_more: false, next_page: null, data };
