@@ -131,7 +131,7 @@ export interface ActionDefinition<A, R, I = A> {
    * `execute` runs so reconciliation can find the effect after a crash.
    */
   providerReference?(args: A, op: Omit<OperationContext, "providerReference" | "signal">): string;
-  /** Checks args before anything is claimed; throw to refuse (the call rejects, nothing is written). */
+  /** Checks args before anything is claimed; throw to refuse: the call rejects with `InvalidValueError` and the message, nothing is written. */
   validate?(args: A): void;
   /**
    * The args' schema (any Standard Schema: zod, valibot, arktype). Given args are validated with

@@ -20,7 +20,7 @@ import {
   type OperationRef,
 } from "./context.js";
 import { LedgerDaemon } from "./daemon.js";
-import { GuardrailError, LedgerConfigError } from "./errors.js";
+import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError } from "./errors.js";
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
@@ -179,7 +179,13 @@ export class Ledger {
       const value = action.input ? await parseArgs(action.input, input.args) : (input.args as unknown as A);
       const json = canonicalJson(value, "args");
       checkSize("args", json, settings.maxArgsBytes);
-      action.validate?.(value);
+      try {
+        action.validate?.(value);
+      } catch (error) {
+        // The action's refusal, with its reason, as the typed error of a caller's bad input.
+        if (error instanceof IdemError) throw error;
+        throw new InvalidValueError("args", error instanceof Error ? error.message : String(error));
+      }
       args = { kind: "given", value, json, hash: sha256(json) };
     }
     const attributes = { "idem.action": action.type, "idem.tenant": input.tenant };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, defineAction, describeResult } from "@idem/core";
+import { ArgsMismatchError, defineAction, describeResult, InvalidValueError } from "@idem/core";
 import { DIALECTS, scaled } from "@idem/testkit";
 import { openTestLedger } from "@idem/core/testing";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -403,6 +403,23 @@ for (const dialect of DIALECTS) {
       await sleep(scaled(400) + leaseMs * 2); // the late answer, then longer than a lease
       expect(signal?.aborted).toBe(false);
       await ledger.close();
+    });
+
+    it("args an action's validate refuses reject the call as InvalidValueError with its reason; nothing is written", async () => {
+      const ledger = await db.open();
+      const mail = defineAction({
+        type: "mail.validated",
+        capabilities: DEDUPE,
+        validate: (args: { subject: string }) => {
+          if (!args.subject.trim()) throw new Error("email.send needs a subject");
+        },
+        execute: async () => ({ ok: true }),
+      });
+      const tenant = uniqueTenant();
+      const out = ledger.run(mail, { tenant, key: ["v"], args: { subject: " " } });
+      await expect(out).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(out).rejects.toThrow(/args: email.send needs a subject/);
+      expect(await ledger.admin.list({ tenant })).toEqual([]);
     });
 
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
