@@ -53,6 +53,11 @@ const smtpServer = z
   })
   .strict();
 
+/** An IMAP account (the sender's, a journal's): its login from the environment. */
+const imapServer = z
+  .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
+  .strict();
+
 const schema = z
   .object({
     ledger: z.string().min(1).default("sqlite:./idem.db"),
@@ -92,12 +97,12 @@ const schema = z
         email: z
           .object({
             smtp: smtpServer,
-            imap: z
-              .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
-              .strict(),
+            imap: imapServer,
             from: z.string().email(),
             copy: z.enum(["provider-saves", "journal", "append"]),
             journalAddress: z.string().email().optional(),
+            // The account the journal address delivers to, where its copies are searched.
+            journalImap: imapServer.optional(),
             settleMs: z.number().int().positive().optional(),
           })
           .strict()
@@ -297,23 +302,30 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
             },
           }
         : {};
-    const imap = {
-      host: e.imap.host,
-      port: e.imap.port,
-      secure: e.imap.secure ?? false,
-      auth: {
-        user: secret(e.imap.userEnv, "providers.email.imap.userEnv"),
-        pass: secret(e.imap.passEnv, "providers.email.imap.passEnv"),
-      },
-    };
-    if (e.copy === "journal" && !e.journalAddress)
-      throw new ConfigError("invalid config: providers.email.journalAddress is required with copy: journal");
+    const imapOf = (i: NonNullable<typeof e.journalImap>, at: string) => ({
+      host: i.host,
+      port: i.port,
+      secure: i.secure ?? false,
+      auth: { user: secret(i.userEnv, `${at}.userEnv`), pass: secret(i.passEnv, `${at}.passEnv`) },
+    });
+    const imap = imapOf(e.imap, "providers.email.imap");
+    if (e.copy === "journal" && (!e.journalAddress || !e.journalImap))
+      throw new ConfigError(
+        "invalid config: providers.email.journalAddress and providers.email.journalImap (the account it delivers to) are required with copy: journal",
+      );
     out.push(
       emailActions({
         smtp: { host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...smtpAuth },
         imap,
         from: e.from,
-        copy: e.copy === "journal" ? { mode: "journal", address: e.journalAddress! } : { mode: e.copy },
+        copy:
+          e.copy === "journal"
+            ? {
+                mode: "journal",
+                address: e.journalAddress!,
+                imap: imapOf(e.journalImap!, "providers.email.journalImap"),
+              }
+            : { mode: e.copy },
         ...(e.settleMs && { settleMs: e.settleMs }),
       }).send,
     );

@@ -349,6 +349,22 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(out.stderr).not.toContain("sk_test_literal_key");
   });
 
+  it("refuses email in journal mode without the account the journal address delivers to (exit 2)", async () => {
+    const file = join(tempDir(), "idem.config.json");
+    const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
+    const email = { smtp: { host: "127.0.0.1", port: 25 }, imap, from: "agent@example.test", copy: "journal" };
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ledger: "sqlite::memory:",
+        providers: { email: { ...email, journalAddress: "journal@example.test" } },
+      }),
+    );
+    const out = await idem(["--config", file, "daemon", "--once"]);
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/providers\.email\.journalImap \(the account it delivers to\) are required/);
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

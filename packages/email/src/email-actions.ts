@@ -42,9 +42,13 @@ export function emailActions(config: EmailConfig): EmailActions {
   const domain = config.messageIdDomain ?? domainOf(config.from);
   const withRef = config.subjectWithRef ?? ((subject: string, ref: string) => `${subject} [ref:${ref}]`);
   const copy = config.copy;
+  if (copy.mode === "journal" && !copy.imap?.host)
+    throw new TypeError(
+      "email: copy.imap is required in journal mode: the IMAP account the journal address delivers to",
+    );
   const lookIn =
     copy.mode === "journal"
-      ? new Mailbox(copy.imap ?? config.imap, copy.mailbox ?? "INBOX")
+      ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX")
       : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const render = nodemailer.createTransport({

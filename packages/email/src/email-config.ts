@@ -22,14 +22,16 @@ export interface SmtpConfig {
  *  - provider-saves: the provider files SMTP-sent mail in Sent itself (Gmail, Office 365);
  *    absence is proof once the settle window passed.
  *  - journal: a Bcc to `address`, delivered by the server once it accepted the message, is
- *    searched in that account (`imap`, default the sender's) in `mailbox` (default INBOX). A
- *    message is not sent unless the server accepts that address (see email-smtp.ts).
+ *    searched in the account that address delivers to (`imap`, required: searched in an account
+ *    it does not deliver to, every copy is missing, every unknown outcome looks absent and is
+ *    sent again), in `mailbox` (default INBOX). A message is not sent unless the server accepts
+ *    that address (see email-smtp.ts).
  *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
  *    proves nothing and an unknown outcome goes to review.
  */
 export type CopyConfig =
   | { readonly mode: "provider-saves" }
-  | { readonly mode: "journal"; readonly address: string; readonly imap?: ImapConfig; readonly mailbox?: string }
+  | { readonly mode: "journal"; readonly address: string; readonly imap: ImapConfig; readonly mailbox?: string }
   | { readonly mode: "append" };
 
 export interface EmailConfig {

@@ -49,6 +49,18 @@ const fresh = (signal?: AbortSignal) => op({ lastAttemptAt: Date.now(), now: Dat
 const messageIdOf = (o: OperationContext) => messageIdFor(o.key, "idem.test");
 
 describe("the journal gate", () => {
+  it("journal mode needs the IMAP account the journal address delivers to (else every copy is missing)", () => {
+    const without = {
+      smtp: { host: "127.0.0.1", port: ports.smtp },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+      from: SENDER.user,
+      copy: { mode: "journal", address: JOURNAL.user },
+    };
+    expect(() => emailActions(without as unknown as Parameters<typeof emailActions>[0])).toThrow(
+      /copy.imap is required in journal mode/,
+    );
+  });
+
   it("a refused journal address holds the body back: nothing is sent, failed and alerted", async () => {
     const o = fresh();
     sandbox.faults.add({ kind: "reject_rcpt", match: { path: JOURNAL.user } });
