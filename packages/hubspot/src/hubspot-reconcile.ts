@@ -5,6 +5,7 @@
  */
 import type { ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
+import { classifyHubSpotError } from "./hubspot-classify.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
@@ -39,7 +40,14 @@ export async function reconcileByRead(
   uniqueProperty: string,
   externalId: string,
 ): Promise<ReconcileResult<HubSpotReceipt>> {
-  const found = await readByExternalId(api, objectType, uniqueProperty, externalId);
+  let found: { id: string } | undefined;
+  try {
+    found = await readByExternalId(api, objectType, uniqueProperty, externalId);
+  } catch (e) {
+    // Kept in the ledger as the check's reason: the status and HubSpot's words, not the client's
+    // whole dump of the answer (its body and headers).
+    throw new Error(`HubSpot read by ${uniqueProperty} failed: ${classifyHubSpotError(e).reason}`, { cause: e });
+  }
   if (found) return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
   return {
     found: false,

@@ -111,6 +111,12 @@ for (const dialect of DIALECTS) {
           args: { properties: { dealname: "Renamed" } },
         });
         expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        // A check while reads fail: recorded by the status and HubSpot's words, not its whole answer (headers, body).
+        const checker = await ledger({ actions: [crm().create("deals")] });
+        expect(await checker.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ state: "unknown" });
+        const { reason } = (await l.get({ tenant: t, id: out.operationId })).operation;
+        expect(reason).toMatch(/lookup failed: .*502 SERVICE_UNAVAILABLE: Bad gateway/);
+        expect(reason).not.toMatch(/headers|content-type|correlationId|\{/i);
         sandbox.faults.clear();
         // A deploy since: another unique property. The daemon settles with the new config.
         const renamed = crm({ uniqueProperty: "idem_external_id_v2" });
