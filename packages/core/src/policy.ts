@@ -54,8 +54,9 @@ export function recoveryFor(
 
 /**
  * Where a failure class leaves the operation. `maybeCommitted`: an EARLIER attempt may have
- * committed (this one was a replay of an unknown outcome). A transient answer then proves
- * nothing about that earlier attempt, so the operation stays `unknown`: only a proof clears it.
+ * committed (this one was a replay of an unknown outcome). A transient answer, or a refusal of
+ * our credentials, then proves nothing about that earlier attempt, so the operation stays
+ * `unknown`: only a proof clears it.
  */
 export function statusAfter(
   cls: Classification,
@@ -63,8 +64,12 @@ export function statusAfter(
 ): Extract<Status, "failed" | "pending" | "unknown"> {
   switch (cls.kind) {
     case "rejected":
+      return "failed";
     case "permanent":
-      return "failed"; // a permanent answer: replayed to later callers, no effect
+      // A permanent answer: replayed to later callers, no effect. But an auth or policy refusal
+      // (alert) of a replay is no answer about the earlier attempt: a validation error or a
+      // decline saved under the key is, a revoked token is not.
+      return maybeCommitted && cls.alert ? "unknown" : "failed";
     case "rate_limited":
     case "transient":
       // this attempt did not commit; an earlier one still may have

@@ -399,6 +399,8 @@ export class Runner {
       checkAfterMs,
       // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
       ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
+      // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
+      ...(error.alert && { alert: true }),
     });
     if (!moved) return this.fenced(call, row, to, cls.reason, { sent });
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.

@@ -422,6 +422,25 @@ for (const dialect of DIALECTS) {
       expect(await ledger.admin.list({ tenant })).toEqual([]);
     });
 
+    it("a replay refused for auth (a token rotated) after an attempt that may have committed stays unknown, with an alert", async () => {
+      const p = new TestProvider();
+      const charge = p.action("charge", DEDUPE);
+      const ledger = await db.open({ budget: { attempts: 1 }, actions: [charge] });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after sending" } });
+      const first = await ledger.run(charge, { tenant, key: ["rotated"], args: { to: "x" } });
+      expect(first).toMatchObject({ state: "unknown" });
+      // The daemon's replay (same key) meets a revoked token: that is no answer about the first attempt.
+      p.faults.push({ when: "before", cls: { kind: "permanent", reason: "401 invalid token", alert: true } });
+      const again = await ledger.daemon.settle({ tenant, id: first.operationId });
+      expect(again).toMatchObject({ status: "pending_verification", state: "unknown", attempt: 2 });
+      expect(p.calls).toBe(2);
+      expect(p.effects).toHaveLength(1);
+      // Every ledger's alerts (other tests' too): this one among them.
+      const alerts = await ledger.daemon.alertsDue({ limit: 100_000 });
+      expect(alerts.filter((a) => a.tenant === tenant)).toMatchObject([{ status: "unknown" }]);
+    });
+
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
       const tenant = uniqueTenant();
       const seen: unknown[] = [];

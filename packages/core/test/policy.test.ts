@@ -91,6 +91,10 @@ describe("statusAfter once an earlier attempt may have committed", () => {
     expect(statusAfter({ kind: "rate_limited", reason: "429", retryAfterMs: 1 }, true)).toBe("unknown");
     expect(statusAfter({ kind: "permanent", reason: "400" }, true)).toBe("failed");
   });
+  it("an auth or policy refusal of a replay says nothing of the earlier attempt: unknown, not failed", () => {
+    expect(statusAfter({ kind: "permanent", reason: "401", alert: true }, true)).toBe("unknown");
+    expect(statusAfter({ kind: "permanent", reason: "401", alert: true })).toBe("failed");
+  });
 });
 
 describe("decide (one snapshot, one decision)", () => {
