@@ -73,6 +73,7 @@ export function guard<A, R, I, C = unknown>(
   const waitMs = options.waitMs ?? 10_000;
   return async (input, call) => {
     let identity = "this work";
+    let started = false;
     let result: RunResult<R>;
     try {
       const tenant = fromCall(options.tenant, call);
@@ -84,6 +85,7 @@ export function guard<A, R, I, C = unknown>(
       identity = `this work (${readable(key.label)})`;
       const actor = options.actor === undefined ? call.callId : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
+      started = true;
       result = await ledger.run(def.action, {
         tenant,
         key,
@@ -94,7 +96,12 @@ export function guard<A, R, I, C = unknown>(
       });
     } catch (error) {
       return describe(
-        outcomeOfError(error, { identity, action: def.name, summarize: shown as ((r: never) => unknown) | undefined }),
+        outcomeOfError(error, {
+          identity,
+          action: def.name,
+          summarize: shown as ((r: never) => unknown) | undefined,
+          started,
+        }),
       );
     }
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".

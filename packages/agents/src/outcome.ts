@@ -12,6 +12,7 @@ import {
   LedgerUnavailableError,
   PayloadTooLargeError,
   type RunResult,
+  type Status,
   type Unsettled,
 } from "@idem/core";
 
@@ -36,7 +37,10 @@ export type Outcome =
     }
   /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
-  /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
+  /**
+   * Not done, or not known to be: the ledger could not be reached, or the call stopped before its
+   * outcome was known (the message says which). A repeat with the same input is safe either way.
+   */
   | { readonly status: "not_performed"; readonly message: string };
 
 const NEXT: Record<Unsettled, string> = {
@@ -87,22 +91,50 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
   }
 }
 
+/** What an operation made with other arguments is, for a model told it cannot redo it with these. */
+const MADE_WITH_OTHER_ARGS: Record<Status, string> = {
+  succeeded: "was already done with different arguments",
+  failed: "was already tried with different arguments, and failed",
+  running: "is already under way with different arguments",
+  unknown: "was already attempted with different arguments, and its outcome is being checked",
+  pending: "was already attempted with different arguments, and will be run again with those",
+  needs_review: "was already attempted with different arguments, and a person will decide whether it happened",
+};
+
 /**
- * An error of the call in the model's words. Only what cannot have performed the effect reaches
- * here (the ledger's own errors are typed); anything else is reported as not performed, without
- * its text, which is for the developer's logs.
+ * An error of the call in the model's words. The ledger's own errors are typed; anything else
+ * is reported without its text, which is for the developer's logs. `started`: the ledger had
+ * the call (its key was built), so an untyped error (an abort, a framework's timeout) may have
+ * come after an attempt reached the provider, and is not reported as "nothing was done".
  */
 export function outcomeOfError(
   error: unknown,
-  what: { identity: string; action: string; summarize?: ((receipt: never) => unknown) | undefined },
+  what: {
+    identity: string;
+    action: string;
+    summarize?: ((receipt: never) => unknown) | undefined;
+    started?: boolean;
+  },
 ): Outcome {
   if (error instanceof ArgsMismatchError) {
+    const made = MADE_WITH_OTHER_ARGS[error.status ?? "succeeded"];
     return {
       status: "refused",
       operationId: error.operationId,
-      message: `Refused: ${what.identity} was already done with different arguments (operation ${error.operationId}). Nothing was repeated; different work needs a different identity.`,
+      message: `Refused: ${what.identity} ${made} (operation ${error.operationId}). Nothing was repeated. Tell the user; do not try it again with other input.`,
     };
   }
+  // The effect happened, but its receipt could not be kept: a person checks it.
+  const unkept =
+    (error instanceof PayloadTooLargeError && error.what !== "args") ||
+    (error instanceof InvalidValueError && error.operationId !== undefined);
+  if (unkept && error.operationId !== undefined)
+    return {
+      status: "pending_verification",
+      operationId: error.operationId,
+      state: "needs_review",
+      message: `Pending verification (operation ${error.operationId}): it was performed, but its result could not be recorded; ${NEXT.needs_review}. Do not retry it; check later with the status tool and this operation id.`,
+    };
   if (error instanceof GuardrailError)
     return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
   if (error instanceof InvalidValueError)
@@ -131,6 +163,11 @@ export function outcomeOfError(
     };
   }
   const name = error instanceof Error ? error.name : typeof error;
+  if (what.started)
+    return {
+      status: "not_performed",
+      message: `Not confirmed: the call stopped before its outcome was known (${name}); it may or may not have happened. Do not tell the user either way; calling this tool again with the same input is safe (it is never done twice) and says what happened.`,
+    };
   return {
     status: "not_performed",
     message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.`,

@@ -63,6 +63,89 @@ for (const dialect of DIALECTS) {
       expect(sent.length).toBe(before);
     });
 
+    it("a receipt too large to keep: pending verification with the operation, not 'refused, the input is too large'", async () => {
+      const ledger = await db.open({ maxResultBytes: 100 });
+      let performed = 0;
+      const bloated = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string; blob: string }>({
+          type: "test.bloated",
+          capabilities: {},
+          async execute() {
+            performed += 1;
+            return { id: "n1", blob: "y".repeat(500) };
+          },
+        }),
+      };
+      const out = await guard(ledger, bloated, { tenant: "acme" })({ noteId: `big-${dialect}`, text: "x" }, call);
+      expect(out).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        operationId: expect.any(String),
+      });
+      expect(out.message).toMatch(/it was performed, but its result could not be recorded/);
+      expect(performed).toBe(1);
+    });
+
+    it("other arguments for work that failed, or is still being checked: not called 'already done'", async () => {
+      const ledger = await db.open({ budget: { attempts: 1 } });
+      let answer: "declined" | "timeout" = "declined";
+      const charge = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.charge",
+          capabilities: {},
+          async execute() {
+            throw new Error(answer);
+          },
+          classify: (e) =>
+            (e as Error).message === "declined"
+              ? { kind: "permanent", reason: "card declined" }
+              : { kind: "ambiguous", reason: "timeout after sending" },
+        }),
+      };
+      const tool = guard(ledger, charge, { tenant: "acme" });
+      expect(await tool({ noteId: `f-${dialect}`, text: "a" }, call)).toMatchObject({ status: "failed" });
+      const refused = await tool({ noteId: `f-${dialect}`, text: "b" }, call);
+      expect(refused).toMatchObject({ status: "refused" });
+      expect(refused.message).toMatch(/was already tried with different arguments, and failed/);
+      expect(refused.message).not.toMatch(/already done|different identity/);
+      answer = "timeout"; // nothing can check it: a person decides
+      expect(await tool({ noteId: `u-${dialect}`, text: "a" }, call)).toMatchObject({ status: "pending_verification" });
+      const checking = await tool({ noteId: `u-${dialect}`, text: "b" }, call);
+      expect(checking.message).toMatch(
+        /already attempted with different arguments, and a person will decide whether it happened/,
+      );
+    });
+
+    it("a call stopped after its attempt may have reached the provider: not 'failed before doing anything'", async () => {
+      const ledger = await db.open({ budget: { attempts: 3, baseDelayMs: 60_000 } });
+      const stop = new AbortController();
+      let attempts = 0;
+      const flaky = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.flaky",
+          capabilities: { dedupe: { retentionMs: 3_600_000 } },
+          async execute() {
+            attempts += 1;
+            // The answer is lost after sending; the framework gives up while the retry waits.
+            queueMicrotask(() => stop.abort(new DOMException("The operation was aborted.", "AbortError")));
+            throw new Error("socket hang up");
+          },
+        }),
+      };
+      const out = await guard(ledger, flaky, { tenant: "acme" })(
+        { noteId: `a-${dialect}`, text: "x" },
+        { ...call, signal: stop.signal },
+      );
+      expect(attempts).toBe(1);
+      expect(out.status).toBe("not_performed");
+      expect(out.message).toMatch(
+        /^Not confirmed: the call stopped before its outcome was known \(AbortError\); it may or may not have happened/,
+      );
+    });
+
     it("refuses to build a tool without a business identity", async () => {
       const ledger = await db.open();
       expect(() => guard(ledger, note.action, { tenant: "acme" })).toThrow(/give a key/);

@@ -3,6 +3,7 @@
  * for caller bugs and broken configuration, and each carries its evidence so an operator can act
  * without reproducing the call. Every error keeps `{ cause }` when it wraps another.
  */
+import type { Status } from "./schema.js";
 
 /** Every `code` an `IdemError` can carry: a closed set, so a `switch` over it can be exhaustive. */
 export type IdemErrorCode =
@@ -37,6 +38,8 @@ export class ArgsMismatchError extends IdemError {
     readonly storedArgsHash: string,
     readonly givenArgsHash: string,
     readonly action: string,
+    /** Where the operation made with the stored args is: done, failed, or not settled yet. */
+    readonly status?: Status,
   ) {
     super(
       "ARGS_MISMATCH",
@@ -51,6 +54,8 @@ export class InvalidValueError extends IdemError {
   constructor(
     readonly path: string,
     readonly reason: string,
+    /** The operation, when the value is an effect's receipt that cannot be kept (the effect happened). */
+    readonly operationId?: string,
   ) {
     super("INVALID_VALUE", `${path}: ${reason}`);
   }

@@ -20,6 +20,7 @@ import { canonicalJson, sha256 } from "./canonical.js";
 import {
   ArgsMismatchError,
   CompletionNotRecordedError,
+  InvalidValueError,
   LeaseDeadlineError,
   LedgerUnavailableError,
   PayloadTooLargeError,
@@ -180,7 +181,7 @@ export class Runner {
     const s = call.settings;
     if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) {
       const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
-      throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action);
+      throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action, snap.status);
     }
     const elapsed = Date.now() - state.started;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
@@ -470,7 +471,8 @@ export class Runner {
         alert: true,
         error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
       });
-      throw error;
+      // Named by its operation, as the too large one is: the effect happened, the caller must know which.
+      throw error instanceof InvalidValueError ? new InvalidValueError(error.path, error.reason, row.id) : error;
     }
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
