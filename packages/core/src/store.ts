@@ -256,12 +256,13 @@ export class Store {
     row: Omit<NewClaim, "id">,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
     const seen = `${row.tenant}\u0000${row.key}`; // a tenant holds no control character (requireName)
-    const known = this.known.delete(seen); // added back below as the most recently seen
+    const known = this.known.has(seen); // kept while in flight: duplicates of it at once read first too
     const insertFirst = !known && (this.dialect === "postgres" || (this.groupsCommits && this.claiming > 0));
     this.claiming += 1;
     try {
       const out = await this.claimRow(row, insertFirst);
       if (out) {
+        this.known.delete(seen); // the most recently seen
         this.known.add(seen);
         if (this.known.size > KNOWN_KEYS) this.known.delete(this.known.values().next().value!);
       }

@@ -203,6 +203,11 @@ describe("SQLite group commit", () => {
     const receipts = fresh.slice(0, 8).map((o) => o.status === "succeeded" && o.receipt);
     expect(dups.map((o) => o.status === "succeeded" && o.replayed && o.receipt)).toEqual(receipts);
     expect(seen).toEqual({ peeks: 8, inserts: 0 });
+    // Several retries of one of them at once: each reads first too.
+    reset();
+    const same = await Promise.all(Array.from({ length: 4 }, () => call("k5")));
+    expect(same.map((o) => o.status === "succeeded" && o.replayed)).toEqual([true, true, true, true]);
+    expect(seen).toEqual({ peeks: 4, inserts: 0 });
     // The same from another worker, which has not seen them: each insert does nothing, each then
     // reads the stored outcome.
     const other = await counted(true, path);

@@ -42,7 +42,16 @@ export interface StripeActions {
 
 export function stripeActions(config: StripeConfig): StripeActions {
   const stripe = createStripeClient(config);
-  /** Errors that answered a request stripe-node had sent more than once (see execute). */
+  /**
+   * Requests sent so far by each execute in flight, by our key (an attempt that lost its lease may
+   * still run beside the next), counted by one listener on the client (one each would pass Node's
+   * 10-listener warning at 11 calls in flight); and the errors that answered a request stripe-node
+   * had sent more than once (see execute).
+   */
+  const sends = new Map<string, { sent: number }[]>();
+  stripe.on("request", (request: { idempotency_key?: string }) => {
+    for (const c of sends.get(request.idempotency_key ?? "") ?? []) c.sent += 1;
+  });
   const resent = new WeakSet<object>();
   const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
@@ -60,11 +69,8 @@ export function stripeActions(config: StripeConfig): StripeActions {
         const params = lookup ? ({ ...args, metadata: { ...own, [METADATA_KEY]: op.key } } as A) : args;
         // stripe-node sends a request again by itself after a closed connection, even with
         // retries off, though the first may have committed: its last answer alone would hide that.
-        let sends = 0;
-        const counted = (request: { idempotency_key?: string }) => {
-          if (request.idempotency_key === op.key) sends += 1;
-        };
-        stripe.on("request", counted);
+        const mine = { sent: 0 };
+        sends.set(op.key, [...(sends.get(op.key) ?? []), mine]);
         try {
           const obj = await send(params, op.key);
           return toReceipt(
@@ -73,10 +79,12 @@ export function stripeActions(config: StripeConfig): StripeActions {
             obj.lastResponse?.headers?.["idempotent-replayed"] === "true",
           );
         } catch (error) {
-          if (sends > 1 && typeof error === "object" && error !== null) resent.add(error);
+          if (mine.sent > 1 && typeof error === "object" && error !== null) resent.add(error);
           throw error;
         } finally {
-          stripe.off("request", counted);
+          const left = (sends.get(op.key) ?? []).filter((c) => c !== mine);
+          if (left.length > 0) sends.set(op.key, left);
+          else sends.delete(op.key);
         }
       },
       classify: (error: unknown) => classifyStripeError(error, resent.has(error as object)),

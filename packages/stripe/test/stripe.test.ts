@@ -291,6 +291,29 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count("products")).toBeGreaterThanOrEqual(1);
     });
 
+    it("12 calls in flight on one client: each once, and no listener-leak warning", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const warnings: string[] = [];
+      const onWarning = (w: Error) => warnings.push(w.name);
+      process.on("warning", onWarning);
+      try {
+        const before = piCount();
+        const outs = await Promise.all(
+          Array.from({ length: 12 }, (_, i) =>
+            l.run(s.paymentIntentsCreate, { tenant: t, key: ["many", i], args: CARD }),
+          ),
+        );
+        expect(outs.map((o) => o.status)).toEqual(Array(12).fill("succeeded"));
+        expect(piCount() - before).toBe(12);
+        await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+        expect(warnings).not.toContain("MaxListenersExceededWarning");
+      } finally {
+        process.off("warning", onWarning);
+      }
+    });
+
     it("a generic POST that updates an object leaves the marker its creating operation looks it up by", async () => {
       const l = await ledger();
       const s = stripe();
