@@ -250,6 +250,17 @@ export class Runner {
         lastAttemptAt,
       );
     } catch (error) {
+      if (call.signal?.aborted) {
+        // The caller gave up: no check was made. Back to unknown, due at once, and the caller
+        // hears its own reason (a fenced move changes nothing of that).
+        await this.store.move(row, "unknown", {
+          actor: call.actor,
+          reason: "the caller gave up during the lookup",
+          checkAfterMs: 0,
+          checks: row.checks,
+        });
+        call.signal.throwIfAborted();
+      }
       found = {
         found: false as const,
         proof: "inconclusive" as const,
@@ -313,8 +324,10 @@ export class Runner {
           try {
             ref = call.action.providerReference(args, ctx);
           } catch (error) {
-            // A bug of the action, before anything was sent, that every attempt would meet again.
+            // A bug of the action, before this attempt sent anything, that every attempt would meet
+            // again. An earlier attempt may have sent without it: then a person decides.
             const reason = `providerReference threw: ${describeError(error)}`;
+            if (maybeCommitted) return { step: await this.toReview(call, row, reason) };
             return { ok: false, cls: { kind: "permanent", reason, alert: true }, row, sent: false };
           }
           if (!(await this.store.patchRunning(row, { provider_reference: ref })))

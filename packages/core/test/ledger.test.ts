@@ -441,6 +441,37 @@ for (const dialect of DIALECTS) {
       expect(alerts.filter((a) => a.tenant === tenant)).toMatchObject([{ status: "unknown" }]);
     });
 
+    it("a caller that gives up during a lookup: run rejects with its reason, and the row keeps its count of checks", async () => {
+      let looking!: () => void;
+      const lookupStarted = new Promise<void>((r) => (looking = r));
+      const mail = defineAction({
+        type: "mail.lookup-abort",
+        capabilities: LOOKUP,
+        execute: async (): Promise<{ ok: boolean }> => {
+          throw new Error("timeout after DATA");
+        },
+        reconcile: async () => {
+          looking();
+          return new Promise<never>(() => {}); // a search that never answers
+        },
+      });
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["abort-lookup"], args: {} };
+      const ledger = await db.open({ budget: { attempts: 1 } });
+      const first = await ledger.run(mail, input);
+      expect(first).toMatchObject({ state: "unknown" });
+      const checksBefore = (await ledger.get({ tenant, id: first.operationId })).operation.checks;
+      // A caller whose clock sees the check due looks it up, then gives up.
+      const later = await db.open({ clock: () => Date.now() + 3_600_000 });
+      const caller = new AbortController();
+      const second = later.run(mail, { ...input, signal: caller.signal });
+      await lookupStarted;
+      caller.abort(new Error("the agent gave up"));
+      await expect(second).rejects.toThrow(/the agent gave up/);
+      const { operation } = await ledger.get({ tenant, id: first.operationId });
+      expect(operation).toMatchObject({ status: "unknown", checks: checksBefore });
+    });
+
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {
       const tenant = uniqueTenant();
       const seen: unknown[] = [];

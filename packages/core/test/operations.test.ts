@@ -692,6 +692,36 @@ for (const dialect of DIALECTS) {
       expect(seen).toEqual([leaseEnd, leaseEnd, leaseEnd]);
     });
 
+    it("a replay whose providerReference throws, after an attempt that may have sent: a person decides, once", async () => {
+      const { defineAction } = await import("@idem/core");
+      let sends = 0;
+      const charge = defineAction({
+        type: "charge.no-ref",
+        capabilities: { dedupe: { retentionMs: 24 * 3_600_000 } },
+        providerReference: () => {
+          throw new TypeError("reference unavailable");
+        },
+        execute: async () => {
+          sends += 1;
+          return { ok: true };
+        },
+      });
+      const ledger = await db.open({ actions: [charge] });
+      const tenant = uniqueTenant();
+      const first = await ledger.run(charge, { tenant, key: ["no-ref"], args: {} });
+      expect(first).toMatchObject({ status: "failed" });
+      // As a dead worker of an older version leaves it: sent without a reference, outcome unknown.
+      await databaseOf(ledger)
+        .updateTable("idem_operations")
+        .set({ status: "unknown", maybe_committed: 1, completed_at: null, expires_at: null, error_json: null })
+        .where("tenant_id", "=", tenant)
+        .where("id", "=", first.operationId)
+        .execute();
+      const settled = await ledger.daemon.settle({ tenant, id: first.operationId });
+      expect(settled).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(sends).toBe(0);
+    });
+
     it("settles a stored unknown operation with its stored args (the daemon's path)", async () => {
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });
