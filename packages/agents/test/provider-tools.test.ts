@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type LedgerOptions } from "@idem/core";
 import { emailTools, type EmailActions } from "@idem/email";
 import { hubspotActions, hubspotTools } from "@idem/hubspot";
+import { stripeTools, type StripeActions } from "@idem/stripe";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { guard } from "@idem/agents";
@@ -63,5 +64,32 @@ describe("send_email's identity", () => {
     expect(key(a).label).not.toMatch(/bob/i);
     expect(key({ ...a, reference: "order-43" }).hash).not.toBe(key(a).hash);
     expect(def.args(a)).toEqual({ to: "bob@example.com", subject: a.subject, text: a.text });
+  });
+
+  it("a reference is an id, compared without surrounding spaces; free text is refused", () => {
+    const def = emailTools({ send: { type: "email.send" } } as unknown as EmailActions).send;
+    const base = { to: "bob@example.com", subject: "Your order", text: "Shipped." };
+    const key = (reference: string) =>
+      operationKey({ tenant: "t", action: "email.send", parts: def.key(def.input.parse({ ...base, reference })) }).hash;
+    expect(key(" ord-42 ")).toBe(key("ord-42"));
+    expect(def.input.safeParse({ ...base, reference: "the order from Monday" }).success).toBe(false);
+    expect(def.input.safeParse({ ...base, reference: "  " }).success).toBe(false);
+  });
+});
+
+describe("charge_invoice's identity", () => {
+  it("is the invoice id without surrounding spaces, its case kept", () => {
+    const def = stripeTools({
+      paymentIntentsCreate: { type: "stripe.paymentIntents.create" },
+    } as unknown as StripeActions).charge;
+    const key = (invoiceId: string) =>
+      operationKey({
+        tenant: "t",
+        action: "stripe.paymentIntents.create",
+        parts: def.key(def.input.parse({ invoiceId, amount: 100, currency: "eur" })),
+      }).hash;
+    expect(key(" in_1Ab ")).toBe(key("in_1Ab"));
+    expect(key("in_1ab")).not.toBe(key("in_1Ab"));
+    expect(def.input.safeParse({ invoiceId: "invoice of May", amount: 100, currency: "eur" }).success).toBe(false);
   });
 });

@@ -13,9 +13,13 @@ import type { EmailReceipt } from "./email-receipt.js";
 
 const sendInput = z.object({
   to: z.string().email().describe("The recipient's address"),
+  // An id, compared without surrounding spaces: a retry's " ord-42" is "ord-42". Free text ("the
+  // order from Monday") is refused. Case is kept: folding it would change the keys of emails
+  // already sent, and a retry across an upgrade would send again.
   reference: z
     .string()
-    .min(1)
+    .trim()
+    .regex(/^\S+$/, "must be the id of what the email is about (an order, invoice or ticket), without spaces")
     .describe("What this email is about (an order, invoice or ticket id): one email per reference and recipient"),
   subject: z.string().min(1),
   text: z.string().min(1),

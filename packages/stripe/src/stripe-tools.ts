@@ -12,7 +12,12 @@ import type { StripeActions } from "./stripe-actions.js";
 import type { StripeReceipt } from "./stripe-receipt.js";
 
 const chargeInput = z.object({
-  invoiceId: z.string().min(1).describe("The invoice this charge pays: one charge per invoice"),
+  // Compared without surrounding spaces (a retry's " in_1" is "in_1"); case is kept: ids may differ by case.
+  invoiceId: z
+    .string()
+    .trim()
+    .regex(/^\S+$/, "must be the invoice's id, without spaces")
+    .describe("The invoice this charge pays: one charge per invoice"),
   amount: z.number().int().positive().describe("Amount in the smallest currency unit (cents for EUR/USD)"),
   currency: z
     .string()
