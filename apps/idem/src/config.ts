@@ -70,8 +70,8 @@ const schema = z
       .object({
         /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
         tenant: z.string().min(1).optional(),
-        /** How long a second call for the same work waits for the first. */
-        waitMs: z.number().int().min(0).optional(),
+        /** How long a second call for the same work waits for the first: below an MCP client's usual 60 s timeout. */
+        waitMs: z.number().int().min(0).max(50_000).optional(),
       })
       .strict()
       .optional(),

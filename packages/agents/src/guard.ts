@@ -69,7 +69,14 @@ export function guard<A, R, I, C = unknown>(
         return undefined;
       }
     });
-  const describe = options.describe ?? ((o: Outcome) => o);
+  /** The application's rewording, or the outcome as it is when the rewording fails: the tool never throws. */
+  const describe = (o: Outcome): Outcome => {
+    try {
+      return options.describe ? options.describe(o) : o;
+    } catch {
+      return o;
+    }
+  };
   const waitMs = options.waitMs ?? 10_000;
   return async (input, call) => {
     let identity = "this work";

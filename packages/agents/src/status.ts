@@ -4,7 +4,7 @@
  */
 import { InvalidValueError, OperationNotFoundError, type Ledger } from "@idem/core";
 import { fromCall, type ToolCall } from "./guard.js";
-import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
+import { outcomeOf, type Outcome } from "./outcome.js";
 
 export interface StatusInput {
   readonly operationId: string;
@@ -23,6 +23,16 @@ export function statusTool<C = unknown>(
   ledger: Ledger,
   options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown },
 ) {
+  /** The summary of a receipt, or none when the summary itself fails (the outcome stays true). */
+  const summarize =
+    options.summarize &&
+    ((receipt: unknown) => {
+      try {
+        return options.summarize!(receipt);
+      } catch {
+        return undefined;
+      }
+    });
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
       const tenant = fromCall(options.tenant, call);
@@ -36,7 +46,7 @@ export function statusTool<C = unknown>(
               ...(call.signal && { signal: call.signal }),
             })
           : await ledger.status({ tenant, id: input.operationId });
-      const outcome = outcomeOf(result, options.summarize);
+      const outcome = outcomeOf(result, summarize);
       // A status check does not act: a settled operation was done by the call that was told "pending".
       return outcome.status === "already_done"
         ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` }
@@ -48,7 +58,13 @@ export function statusTool<C = unknown>(
           message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).`,
         };
       }
-      return outcomeOfError(error, { identity: "this operation", action: STATUS_TOOL.name });
+      // The check failed (the ledger unreachable or closed, the call stopped): nothing is known
+      // of the operation either way, and nothing was done by this check.
+      const name = error instanceof Error ? error.name : typeof error;
+      return {
+        status: "not_performed",
+        message: `Could not check operation ${JSON.stringify(input.operationId)} now (${name}): it may or may not have happened. Check again later with this tool; do not repeat the original action.`,
+      };
     }
   };
 }

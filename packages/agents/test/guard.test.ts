@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { guard } from "@idem/agents";
+import { guard, statusTool } from "@idem/agents";
 
 const sent: string[] = [];
 const note = {
@@ -43,6 +43,15 @@ for (const dialect of DIALECTS) {
       const out = await tool({ noteId: `s-${dialect}`, text: "hi" }, call);
       expect(out).toMatchObject({ status: "done" });
       expect(out).not.toHaveProperty("result");
+      expect(sent.length - before).toBe(1);
+      // An application's rewording that throws: the outcome as it is, not an exception.
+      const reworded = guard(ledger, note, {
+        tenant: "acme",
+        describe: () => {
+          throw new Error("bad rewording");
+        },
+      });
+      expect(await reworded({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({ status: "already_done" });
       expect(sent.length - before).toBe(1);
     });
 
@@ -144,6 +153,27 @@ for (const dialect of DIALECTS) {
       expect(out.message).toMatch(
         /^Not confirmed: the call stopped before its outcome was known \(AbortError\); it may or may not have happened/,
       );
+    });
+
+    it("the status tool: a summary that throws still reads done; a ledger it cannot read says it could not check", async () => {
+      const ledger = await db.open();
+      const tool = guard(ledger, note, { tenant: "acme" });
+      const done = await tool({ noteId: `st-${dialect}`, text: "hi" }, call);
+      const id = (done as { operationId: string }).operationId;
+      const status = statusTool(ledger, {
+        tenant: "acme",
+        summarize: () => {
+          throw new Error("bad summary");
+        },
+      });
+      expect(await status({ operationId: id }, call)).toMatchObject({ status: "done", operationId: id });
+      await ledger.close();
+      const closed = await status({ operationId: id }, call);
+      expect(closed.status).toBe("not_performed");
+      expect(closed.message).toMatch(
+        /^Could not check operation "op_\w+" now \(\w+\): it may or may not have happened/,
+      );
+      expect(closed.message).not.toMatch(/failed before doing anything/);
     });
 
     it("refuses to build a tool without a business identity", async () => {
