@@ -30,6 +30,22 @@ async function stopDaemon(d: Child): Promise<void> {
   expect(code, stderr).toBe(0);
 }
 
+/** A daemon in this process, on `ledger`, logging nothing. */
+function inProcess(ledger: Ledger, config: ReturnType<typeof parseConfig>, name: string): Daemon {
+  return new Daemon(ledger, config, pino({ level: "silent" }), new DaemonMetrics(ledger, 1_000), name);
+}
+
+/** `lookup`'s effect happens, then its answer is lost: unknown, settled by looking it up. */
+function answerLost(lookup: ReturnType<typeof fileAction>): ReturnType<typeof fileAction> {
+  return {
+    ...lookup,
+    execute: async (args, op) => {
+      await lookup.execute(args, op);
+      throw new Error("socket hang up");
+    },
+  };
+}
+
 for (const dialect of DIALECTS) {
   describe(`idem daemon on ${dialect}`, () => {
     let url = "";
@@ -349,13 +365,7 @@ for (const dialect of DIALECTS) {
         });
         const fast = await openLedger(url, { poolSize: 2, actions: [dedupe], budget: { baseDelayMs: 10 } });
         try {
-          const daemon = new Daemon(
-            fast,
-            config,
-            pino({ level: "silent" }),
-            new DaemonMetrics(fast, 1_000),
-            "d-breaker",
-          );
+          const daemon = inProcess(fast, config, "d-breaker");
           const tried = async () =>
             (await fast.admin.list({ tenant: alerts })).filter((op) => op.action === "idem.alert.webhook").length;
           await daemon.tick();
@@ -388,14 +398,7 @@ for (const dialect of DIALECTS) {
         const dir = tempDir();
         const t = tenant();
         const lookup = fileAction("lookup", dir, { reconcileDelayMs: 300 });
-        // The effect happens, then the answer is lost: unknown, settled by looking it up.
-        const lost = {
-          ...lookup,
-          execute: async (args: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
-            await lookup.execute(args, op);
-            throw new Error("socket hang up");
-          },
-        };
+        const lost = answerLost(lookup);
         const ids: string[] = [];
         for (const k of ["a", "b", "c", "d"]) {
           const out = await ledger.run(lost, { tenant: t, key: [k], args: { note: k }, budget: { attempts: 1 } });
@@ -410,13 +413,7 @@ for (const dialect of DIALECTS) {
           daemon: { claimMs: 700, maxChecks: 100 },
         });
         const withActions = await openLedger(url, { poolSize: 2, actions: [lookup] });
-        const daemon = new Daemon(
-          withActions,
-          config,
-          pino({ level: "silent" }),
-          new DaemonMetrics(withActions, 1_000),
-          "d-claim",
-        );
+        const daemon = inProcess(withActions, config, "d-claim");
         const reconciled = () => lines(join(dir, "reconciles")).length;
         const before = reconciled();
         const succeeded = async () =>
@@ -463,13 +460,7 @@ for (const dialect of DIALECTS) {
         const t = tenant();
         const lookup = fileAction("lookup", dir);
         // A row due for settling: its effect happened, the answer was lost.
-        const lost = {
-          ...lookup,
-          execute: async (args: { note: string }, op: Parameters<typeof lookup.execute>[1]) => {
-            await lookup.execute(args, op);
-            throw new Error("socket hang up");
-          },
-        };
+        const lost = answerLost(lookup);
         const due = await ledger.run(lost, { tenant: t, key: ["due"], args: { note: "due" }, budget: { attempts: 1 } });
         expect(due).toMatchObject({ status: "pending_verification", state: "unknown" });
         // A worker whose lazy args take long, then whose send hangs: running, and changed in between.
@@ -492,13 +483,7 @@ for (const dialect of DIALECTS) {
           daemon: { maxChecks: 100 },
         });
         const withActions = await openLedger(url, { poolSize: 2, actions: [lookup] });
-        const daemon = new Daemon(
-          withActions,
-          config,
-          pino({ level: "silent" }),
-          new DaemonMetrics(withActions, 1_000),
-          "d-stuck",
-        );
+        const daemon = inProcess(withActions, config, "d-stuck");
         const stuckAlerts = async () =>
           (await withActions.admin.list({ tenant: `alerts-${t}` })).filter((o) => o.keyLabel?.includes('"stuck"'))
             .length;

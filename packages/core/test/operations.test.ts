@@ -58,6 +58,24 @@ function lostSms(sent: string[], receipt?: typeof SmsReceipt) {
   });
 }
 
+/**
+ * A send whose answer is lost after DATA, and whose lookups find nothing yet: each lookup's
+ * settle-window start (`op.lastAttemptAt`) goes to `seen`.
+ */
+function windowAction(type: string, seen: number[]) {
+  return defineAction({
+    type,
+    capabilities: { lookup: true },
+    execute: async () => {
+      throw new Error("timeout after DATA");
+    },
+    reconcile: async (_a: unknown, op) => {
+      seen.push(op.lastAttemptAt);
+      return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const;
+    },
+  });
+}
+
 for (const dialect of DIALECTS) {
   describe(`operators' view on ${dialect}`, () => {
     const db = ledgers(dialect);
@@ -634,18 +652,7 @@ for (const dialect of DIALECTS) {
 
     it("counts a lookup's settle window from the last execution, not from the last inconclusive check", async () => {
       const seen: number[] = [];
-      const { defineAction } = await import("@idem/core");
-      const mail = defineAction({
-        type: "mail.window",
-        capabilities: { lookup: true },
-        execute: async () => {
-          throw new Error("timeout after DATA");
-        },
-        reconcile: async (_a: unknown, op) => {
-          seen.push(op.lastAttemptAt);
-          return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const;
-        },
-      });
+      const mail = windowAction("mail.window", seen);
       const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
       const tenant = uniqueTenant();
       const out = await ledger.run(mail, { tenant, key: ["w"], args: {} });
@@ -660,18 +667,7 @@ for (const dialect of DIALECTS) {
 
     it("keeps a dead worker's lease end as the settle window's start through later checks (it may have sent until then)", async () => {
       const seen: number[] = [];
-      const { defineAction } = await import("@idem/core");
-      const mail = defineAction({
-        type: "mail.dead-window",
-        capabilities: { lookup: true },
-        execute: async () => {
-          throw new Error("timeout after DATA");
-        },
-        reconcile: async (_a: unknown, op) => {
-          seen.push(op.lastAttemptAt);
-          return { found: false, proof: "inconclusive", reason: "not yet", retryAfterMs: 0 } as const;
-        },
-      });
+      const mail = windowAction("mail.dead-window", seen);
       const ledger = await db.open({ actions: [mail], budget: { attempts: 1 } });
       const tenant = uniqueTenant();
       const out = await ledger.run(mail, { tenant, key: ["d"], args: {} });
