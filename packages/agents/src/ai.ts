@@ -10,7 +10,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 // v6 passes the run context as `experimental_context`; v7 renamed it `context`.
@@ -40,7 +40,7 @@ export function aiStatusTool<C = unknown>(ledger: Ledger, options: Parameters<ty
   const check = statusTool<C>(ledger, options);
   return tool({
     description: STATUS_TOOL.description,
-    inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).optional() }),
+    inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
     execute: (input, o) => check(input, callOf<C>(o)),
   });
 }

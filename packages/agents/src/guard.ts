@@ -92,6 +92,7 @@ export function guard<A, R, I, C = unknown>(
       identity = `this work (${readable(key.label)})`;
       const actor = options.actor === undefined ? call.callId : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
+      call.signal?.throwIfAborted(); // given up before the ledger had it: nothing was done
       started = true;
       result = await ledger.run(def.action, {
         tenant,

@@ -6,7 +6,7 @@
  *
  * Every outcome is a result, not a protocol error: `content` says it in words, `structuredContent`
  * is the `Outcome`; `isError` is set when nothing was done (failed, refused, not performed), not
- * for a pending verification, which a client must not retry.
+ * for a pending verification, which a client must not retry, nor for an unconfirmed one.
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -14,7 +14,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
@@ -82,7 +82,7 @@ export function registerStatusTool<C = unknown>(
     STATUS_TOOL.name,
     {
       description: STATUS_TOOL.description,
-      inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).optional() }),
+      inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
     async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, options.context))),

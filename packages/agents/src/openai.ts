@@ -12,7 +12,7 @@ import { tool, type RunContext } from "@openai/agents";
 import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
-import { STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
@@ -55,7 +55,7 @@ export function openaiStatusTool<C = unknown>(ledger: Ledger, options: Parameter
   return tool({
     name: STATUS_TOOL.name,
     description: STATUS_TOOL.description,
-    parameters: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(60_000).nullable() }),
+    parameters: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).nullable() }),
     execute: (input, runContext, details) => check(input, callOf<C>(runContext, details as Details)),
     errorFunction: idemErrorFunction,
   });

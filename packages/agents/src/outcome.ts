@@ -9,6 +9,7 @@ import {
   CompletionNotRecordedError,
   GuardrailError,
   InvalidValueError,
+  LedgerConfigError,
   LedgerUnavailableError,
   PayloadTooLargeError,
   type RunResult,
@@ -37,11 +38,14 @@ export type Outcome =
     }
   /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
+  /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
+  | { readonly status: "not_performed"; readonly message: string }
   /**
-   * Not done, or not known to be: the ledger could not be reached, or the call stopped before its
-   * outcome was known (the message says which). A repeat with the same input is safe either way.
+   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, or a
+   * status check could not read the ledger. It may have happened; the same input again is safe
+   * and says what happened.
    */
-  | { readonly status: "not_performed"; readonly message: string };
+  | { readonly status: "unconfirmed"; readonly message: string };
 
 const NEXT: Record<Unsettled, string> = {
   running: "another attempt of it is in progress",
@@ -117,7 +121,11 @@ export function outcomeOfError(
   },
 ): Outcome {
   if (error instanceof ArgsMismatchError) {
-    const made = MADE_WITH_OTHER_ARGS[error.status ?? "succeeded"];
+    // An error made without the stored status (an older core) says only that the work exists.
+    const made =
+      error.status === undefined
+        ? "already exists with different arguments; check it with the status tool"
+        : MADE_WITH_OTHER_ARGS[error.status];
     return {
       status: "refused",
       operationId: error.operationId,
@@ -133,7 +141,7 @@ export function outcomeOfError(
       status: "pending_verification",
       operationId: error.operationId,
       state: "needs_review",
-      message: `Pending verification (operation ${error.operationId}): it was performed, but its result could not be recorded; ${NEXT.needs_review}. Do not retry it; check later with the status tool and this operation id.`,
+      message: `Pending verification (operation ${error.operationId}): it was performed, but its result could not be recorded; a person will review it. Do not retry it; check later with the status tool and this operation id.`,
     };
   if (error instanceof GuardrailError)
     return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
@@ -153,6 +161,12 @@ export function outcomeOfError(
       ...shown,
     };
   }
+  // A closed or misconfigured ledger refuses every call before touching anything.
+  if (error instanceof LedgerConfigError)
+    return {
+      status: "not_performed",
+      message: "Not performed: the tool is not available right now. Tell the user; do not assume it happened.",
+    };
   if (error instanceof LedgerUnavailableError) {
     // Usually nothing was sent; but the ledger may also have failed while recording an attempt
     // that reached the provider. Either way a repeat with the same input is never done twice.
@@ -165,7 +179,7 @@ export function outcomeOfError(
   const name = error instanceof Error ? error.name : typeof error;
   if (what.started)
     return {
-      status: "not_performed",
+      status: "unconfirmed",
       message: `Not confirmed: the call stopped before its outcome was known (${name}); it may or may not have happened. Do not tell the user either way; calling this tool again with the same input is safe (it is never done twice) and says what happened.`,
     };
   return {

@@ -8,15 +8,18 @@ import { outcomeOf, type Outcome } from "./outcome.js";
 
 export interface StatusInput {
   readonly operationId: string;
-  /** Wait up to this long (at most 60 s) for the operation to settle. Default 0: answer now. */
+  /** Wait up to this long (at most 50 s) for the operation to settle. Default 0: answer now. */
   readonly waitMs?: number | null | undefined;
 }
+
+/** The longest wait a status check takes: below an MCP client's usual 60 s request timeout. */
+export const MAX_WAIT_MS = 50_000;
 
 export const STATUS_TOOL = {
   name: "operation_status",
   description:
     "Check what became of an operation you were told is pending verification, by its operation id (op_…). " +
-    "Optionally wait up to waitMs milliseconds (max 60000) for it to settle. Never repeat the original action instead.",
+    "Optionally wait up to waitMs milliseconds (max 50000) for it to settle. Never repeat the original action instead.",
 } as const;
 
 export function statusTool<C = unknown>(
@@ -36,7 +39,7 @@ export function statusTool<C = unknown>(
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
       const tenant = fromCall(options.tenant, call);
-      const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), 60_000);
+      const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);
       const result =
         waitMs > 0
           ? await ledger.wait({
@@ -62,7 +65,7 @@ export function statusTool<C = unknown>(
       // of the operation either way, and nothing was done by this check.
       const name = error instanceof Error ? error.name : typeof error;
       return {
-        status: "not_performed",
+        status: "unconfirmed",
         message: `Could not check operation ${JSON.stringify(input.operationId)} now (${name}): it may or may not have happened. Check again later with this tool; do not repeat the original action.`,
       };
     }

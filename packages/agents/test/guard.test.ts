@@ -68,7 +68,16 @@ for (const dialect of DIALECTS) {
       await ledger.close();
       const closed = await tool({ noteId: "c", text: "x" }, call);
       expect(closed.status).toBe("not_performed");
-      expect(closed.message).not.toMatch(/closed/); // the developer's error message stays out of the model's words
+      expect(closed.message).toMatch(/^Not performed: the tool is not available right now/);
+      expect(closed.message).not.toMatch(/may or may not|closed/); // the developer's error text stays out
+      // Given up before the ledger had it: nothing was done, and it says so.
+      const stopped = new AbortController();
+      stopped.abort();
+      const early = await guard(await db.open(), note, { tenant: "acme" })(
+        { noteId: "e", text: "x" },
+        { ...call, signal: stopped.signal },
+      );
+      expect(early.message).toMatch(/^Not performed: the tool failed before doing anything \(AbortError\)/);
       expect(sent.length).toBe(before);
     });
 
@@ -149,7 +158,7 @@ for (const dialect of DIALECTS) {
         { ...call, signal: stop.signal },
       );
       expect(attempts).toBe(1);
-      expect(out.status).toBe("not_performed");
+      expect(out.status).toBe("unconfirmed");
       expect(out.message).toMatch(
         /^Not confirmed: the call stopped before its outcome was known \(AbortError\); it may or may not have happened/,
       );
@@ -169,7 +178,7 @@ for (const dialect of DIALECTS) {
       expect(await status({ operationId: id }, call)).toMatchObject({ status: "done", operationId: id });
       await ledger.close();
       const closed = await status({ operationId: id }, call);
-      expect(closed.status).toBe("not_performed");
+      expect(closed.status).toBe("unconfirmed");
       expect(closed.message).toMatch(
         /^Could not check operation "op_\w+" now \(\w+\): it may or may not have happened/,
       );

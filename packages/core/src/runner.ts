@@ -485,7 +485,10 @@ export class Runner {
         error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
       });
       // Named by its operation, as the too large one is: the effect happened, the caller must know which.
-      throw error instanceof InvalidValueError ? new InvalidValueError(error.path, error.reason, row.id) : error;
+      if (error instanceof PayloadTooLargeError) throw error;
+      throw error instanceof InvalidValueError
+        ? new InvalidValueError(error.path, error.reason, row.id)
+        : new InvalidValueError("result", describeError(error), row.id);
     }
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
