@@ -252,13 +252,16 @@ export class Runner {
     } catch (error) {
       if (call.signal?.aborted) {
         // The caller gave up: no check was made. Back to unknown, due at once, and the caller
-        // hears its own reason (a fenced move changes nothing of that).
-        await this.store.move(row, "unknown", {
-          actor: call.actor,
-          reason: "the caller gave up during the lookup",
-          checkAfterMs: 0,
-          checks: row.checks,
-        });
+        // hears its own reason, whatever the move did (fenced, or failed: our lease then expires
+        // and the daemon takes the row).
+        await this.store
+          .move(row, "unknown", {
+            actor: call.actor,
+            reason: "the caller gave up during the lookup",
+            checkAfterMs: 0,
+            checks: row.checks,
+          })
+          .catch(() => undefined);
         call.signal.throwIfAborted();
       }
       found = {
