@@ -108,6 +108,20 @@ describe("console sign-in", () => {
     expect(await shown.text()).toMatch(/Nothing was selected\./);
   });
 
+  it("a filter the ledger refuses is the operator's input: 400 with its reason, not a 500", async () => {
+    const cookie = await session("192.0.2.61");
+    const get = (query: string) => fetch(`${web.url}/${query}`, { redirect: "manual", headers: { cookie } });
+    const negative = await get("?olderThan=-1h");
+    expect(negative.status).toBe(400);
+    expect(await negative.text()).toMatch(/olderThan: must be a duration/);
+    expect((await get("?olderThan=soon")).status).toBe(400); // not silently unfiltered
+    expect((await get("?olderThan=0.0001s")).status).toBe(200); // whole milliseconds
+    const control = await get(`?tenant=${encodeURIComponent("a\u0001b")}`);
+    expect(control.status).toBe(400);
+    expect(await control.text()).toMatch(/tenant/);
+    expect((await get(`stats?tenant=${encodeURIComponent("a\u0001b")}`)).status).toBe(400);
+  });
+
   it("an operator holds at most 16 live pages at once; one closed frees its place", async () => {
     const sms = defineAction({ type: "sms.live", capabilities: {}, execute: async () => ({ ok: true }) });
     const op = await ledger.run(sms, { tenant: "t-live", key: ["k"], args: {} });

@@ -7,6 +7,7 @@
 import {
   IdemError,
   InvalidTransitionError,
+  InvalidValueError,
   OperationNotFoundError,
   type Ledger,
   type Operation,
@@ -78,11 +79,13 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   });
   app.onError((error, c) => {
     if (error instanceof HTTPException) return error.getResponse(); // the CSRF check's 403
-    log.error({ err: error }, "console request failed");
+    // A filter the ledger refuses (a tenant name, a duration): the operator's input, said as such.
+    const refused = error instanceof IdemError && error.code === "INVALID_VALUE";
+    if (!refused) log.error({ err: error }, "console request failed");
     const text = error instanceof IdemError ? error.message : "the console could not complete this request";
     return c.html(
       layout("Error", undefined, undefined, flashNote("error", text)),
-      error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE" ? 503 : 500,
+      refused ? 400 : error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE" ? 503 : 500,
     );
   });
 
@@ -162,10 +165,13 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       status: c.req.query("status") || undefined,
       olderThan: c.req.query("olderThan") || undefined,
     };
-    const olderThanMs = f.olderThan ? ms(f.olderThan as ms.StringValue) : undefined;
+    const parsed = f.olderThan ? ms(f.olderThan as ms.StringValue) : undefined;
+    // Whole milliseconds, as the ledger takes them; a duration that is none (or negative) is refused, not ignored.
+    if (f.olderThan && !(typeof parsed === "number" && parsed >= 0))
+      throw new InvalidValueError("olderThan", "must be a duration such as 30m or 2h");
     const rows = await queue(ledger, config, operator, {
       ...f,
-      olderThanMs: typeof olderThanMs === "number" ? olderThanMs : undefined,
+      olderThanMs: typeof parsed === "number" ? Math.round(parsed) : undefined,
     });
     const flash = flashOf(c);
     return page(c, "Queue", queuePage(rows, f, access.formToken(operator), Date.now(), flash));
