@@ -9,7 +9,7 @@
  * model's input.
  */
 import { operationKey, parseArgs, type Action, type KeyPart, type Ledger, type RunResult } from "@idem/core";
-import { outcomeOf, outcomeOfError, type Outcome } from "./outcome.js";
+import { outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
 /** What a framework hands a tool besides its input, in one shape. */
@@ -58,17 +58,7 @@ export function guard<A, R, I, C = unknown>(
   const identify = options.key ?? def.key;
   if (!identify)
     throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
-  const summarize = options.summarize ?? def.summarize;
-  /** The summary of a receipt, or none when the summary itself fails (the outcome stays true). */
-  const shown =
-    summarize &&
-    ((receipt: R) => {
-      try {
-        return summarize(receipt);
-      } catch {
-        return undefined;
-      }
-    });
+  const shown = safeSummary(options.summarize ?? def.summarize);
   /** The application's rewording, or the outcome as it is when the rewording fails: the tool never throws. */
   const describe = (o: Outcome): Outcome => {
     try {

@@ -54,6 +54,22 @@ const NEXT: Record<Unsettled, string> = {
   pending: "it will be run again with the same identity, once",
 };
 
+/** `summarize`, answering nothing when it throws: a failing summary must not change an outcome. */
+export function safeSummary<R>(
+  summarize: ((receipt: R) => unknown) | undefined,
+): ((receipt: R) => unknown) | undefined {
+  return (
+    summarize &&
+    ((receipt: R) => {
+      try {
+        return summarize(receipt);
+      } catch {
+        return undefined;
+      }
+    })
+  );
+}
+
 /** A ledger result in the model's words; `summarize` picks what to show of a receipt. */
 export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => unknown): Outcome {
   const op = `operation ${result.operationId}`;

@@ -4,7 +4,7 @@
  */
 import { InvalidValueError, OperationNotFoundError, type Ledger } from "@idem/core";
 import { fromCall, type ToolCall } from "./guard.js";
-import { outcomeOf, type Outcome } from "./outcome.js";
+import { outcomeOf, safeSummary, type Outcome } from "./outcome.js";
 
 export interface StatusInput {
   readonly operationId: string;
@@ -26,16 +26,7 @@ export function statusTool<C = unknown>(
   ledger: Ledger,
   options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown },
 ) {
-  /** The summary of a receipt, or none when the summary itself fails (the outcome stays true). */
-  const summarize =
-    options.summarize &&
-    ((receipt: unknown) => {
-      try {
-        return options.summarize!(receipt);
-      } catch {
-        return undefined;
-      }
-    });
+  const summarize = safeSummary(options.summarize);
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
       const tenant = fromCall(options.tenant, call);

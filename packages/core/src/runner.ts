@@ -337,27 +337,16 @@ export class Runner {
             return { step: await this.fenced(call, row, "running", "reference") };
           row = { ...row, provider_reference: ref };
         }
-        // Nothing is sent once our lease may have passed to another worker: the statement that
-        // granted it (or a write since) answered too late, and the other may have looked the
-        // effect up, found nothing and done it. Not sent, so a transient failure of this attempt.
-        if (!held())
-          return {
-            ok: false,
-            cls: {
-              kind: "transient",
-              reason: `the lease of attempt ${row.attempt} ran out before its request was sent`,
-            },
-            row,
-            sent: false,
-          };
-        // The caller gave up before the request was sent: known not done, and nothing is sent.
-        if (call.signal?.aborted)
-          return {
-            ok: false,
-            cls: { kind: "transient", reason: `the caller gave up before attempt ${row.attempt}'s request was sent` },
-            row,
-            sent: false,
-          };
+        // Nothing is sent once our lease may have passed to another worker (the statement that
+        // granted it, or a write since, answered too late, and the other may have looked the
+        // effect up, found nothing and done it), nor once the caller gave up. Not sent, so a
+        // transient failure of this attempt.
+        const unsent = !held()
+          ? `the lease of attempt ${row.attempt} ran out before its request was sent`
+          : call.signal?.aborted
+            ? `the caller gave up before attempt ${row.attempt}'s request was sent`
+            : undefined;
+        if (unsent !== undefined) return { ok: false, cls: { kind: "transient", reason: unsent }, row, sent: false };
         try {
           const a = args;
           // Spread only when the reference changed: a spread reads the lazy signal (an AbortController).

@@ -5,7 +5,8 @@
  *
  * The message is rendered by nodemailer without its Bcc header and those bytes are sent over SMTP
  * (email-smtp.ts: cancelled on `op.signal`; in journal mode, only if the server accepted the
- * journal address); in append mode the same message with its Bcc is APPENDed to Sent. Windows are measured on the database clock (`op.now`).
+ * journal address); in append mode the same message with its Bcc is APPENDed to Sent. Windows
+ * are measured on the database clock (`op.now`).
  */
 import nodemailer from "nodemailer";
 import { defineAction, type Action } from "@idem/core";
