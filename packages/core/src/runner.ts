@@ -189,7 +189,9 @@ export class Runner {
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs,
       mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null,
-      hasArgs: call.args.kind !== "stored",
+      // Lazy args count only where none were fixed: a row holding an args hash was (maybe) sent
+      // with args it did not store, and a generator would make other ones under the same key.
+      hasArgs: call.args.kind === "given" || (call.args.kind === "lazy" && snap.args_hash === null),
       escalate,
       dueNow: state.settling && state.executed === 0,
       retrying: state.executed > 0,
@@ -321,6 +323,15 @@ export class Runner {
           const made = await this.generate(call, row);
           if (!("args" in made)) return { step: made };
           args = made.args;
+        } else if (row.args_hash === null && call.args.kind === "given") {
+          // A row whose lazy args were never stored, taken over by a caller that gives them: they
+          // are recorded before anything is sent, as generated ones are, so that a crash from here
+          // on leaves an outcome that may have committed, not one known not done.
+          const given = call.args;
+          const patch = { args_hash: given.hash, args_json: call.storeArgs ? given.json : null };
+          if (!(await this.store.patchRunning(row, patch)))
+            return { step: await this.fenced(call, row, "running", "args") };
+          row = { ...row, ...patch };
         }
         if (call.action.providerReference && row.provider_reference === null) {
           let ref: string;
@@ -435,6 +446,10 @@ export class Runner {
   private async generate<A, R>(call: Call<A, R>, row: Row): Promise<{ args: A } | Step<R>> {
     if (call.args.kind !== "lazy")
       return this.toReview(call, row, "the args were not stored and this caller gave none");
+    // Never reached (decide() counts lazy args only for a row without an args hash); a generator
+    // must not replace args an earlier attempt may have sent.
+    if (row.args_hash !== null)
+      return this.toReview(call, row, "the args an earlier attempt may have sent were not stored");
     let made: A;
     let json: string;
     try {
@@ -567,6 +582,16 @@ export class Runner {
     const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
       throw unrecorded(error);
     });
+    // Our own completion committed and only its answer was lost (the retry then matched no row):
+    // nothing fenced it, and the caller that performed the effect is not told it was a replay.
+    if (
+      receipt !== undefined &&
+      wanted === "succeeded" &&
+      now?.status === "succeeded" &&
+      now.attempt === mine.attempt &&
+      now.result_json === detail
+    )
+      return { done: succeeded(now, receipt, false) };
     if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
       const cause = new LedgerUnavailableError(
         `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,

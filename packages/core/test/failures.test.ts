@@ -131,6 +131,32 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a completion that committed but whose answer was lost is the caller's own: not a replay, no fenced event", async () => {
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const tenant = uniqueTenant();
+      let lost = 0;
+      const lossy = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          const out = await run();
+          const completion = q.sql.startsWith('update "idem_operations"') && q.parameters.includes("succeeded");
+          if (completion && q.parameters.includes(tenant) && lost++ === 0) throw new Error("connection reset (test)");
+          return out;
+        },
+      });
+      const ledger = await openTestLedger(lossy, {});
+      try {
+        const out = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } });
+        // Before: replayed true ("already done earlier") and a "fenced" event in the history.
+        expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+        const { events } = await ledger.get({ tenant, id: out.operationId });
+        expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+        expect(p.effects).toHaveLength(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+
     it("heartbeats that fail: the action's signal aborts before the lease can pass to another worker", async () => {
       // 2 s: the abort comes 1.6 s after the claim (the lease less its margin), which leaves a
       // loaded machine's late timer 400 ms before the lease could pass.
@@ -221,6 +247,77 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "succeeded" });
       expect(p.effects).toHaveLength(1);
       expect((await ledger.get({ tenant, id: op!.id })).events.some((e) => e.to === "needs_review")).toBe(false);
+    });
+
+    it("a caller with args that takes over a row whose lazy args were never stored records them before sending: its crash leaves an unknown outcome, not known not done", async () => {
+      // A provider without our key (no dedupe), looked up by it: what it received is counted here.
+      const sent: { to: string }[] = [];
+      let hang = true;
+      const mail = defineAction<{ to: string }, { id: string }>({
+        type: "mail",
+        capabilities: { lookup: true },
+        execute: async (args) => {
+          sent.push(args);
+          if (hang) await new Promise(() => {}); // the worker dies before the answer
+          return { id: `m${sent.length}` };
+        },
+        reconcile: async () =>
+          sent.length > 0 ? { found: true, receipt: { id: "m1" } } : { found: false, proof: "absent", reason: "none" },
+      });
+      let at = 1_900_000_000_000;
+      const clock = () => at;
+      const tenant = uniqueTenant();
+      const polled = async (ok: () => boolean | Promise<boolean>) => {
+        const deadline = Date.now() + 20_000;
+        while (!(await ok()) && Date.now() < deadline) await sleep(5);
+      };
+      // A claims with a generator and dies before it answers: nothing stored, nothing sent.
+      const a = await db.open({ clock, leaseMs: 1_000 });
+      const ledger = await db.open({ clock, leaseMs: 1_000, actions: [mail] });
+      void a.run(mail, { tenant, key: ["k"], args: () => new Promise<{ to: string }>(() => {}) }).catch(() => {});
+      await polled(async () => (await ledger.admin.list({ tenant })).length === 1);
+      await a.close();
+      at += 2_000;
+      // B gives the args, takes the row over, sends, and dies before the answer.
+      const b = await db.open({ clock, leaseMs: 1_000, actions: [mail] });
+      void b.run(mail, { tenant, key: ["k"], args: { to: "x" } }).catch(() => {});
+      await polled(() => sent.length === 1);
+      await b.close();
+      at += 2_000;
+      hang = false;
+      const [op] = await ledger.admin.list({ tenant });
+      const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+      // Before: "known not done" (pending), and the next caller sent a second email.
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "m1" } });
+      expect(await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({ status: "succeeded" });
+      expect(sent).toHaveLength(1);
+    });
+
+    it("a generator does not replace args an earlier caller sent without storing them: one request under the key", async () => {
+      const received: { to: string }[] = [];
+      const mail = defineAction<{ to: string }, { id: string }>({
+        type: "mail",
+        capabilities: { dedupe: { retentionMs: 86_400_000 } },
+        execute: async (args) => {
+          received.push(args);
+          if (received.length === 1) throw new Error("socket hang up"); // sent, answer lost
+          return { id: "m1" };
+        },
+        classify: () => ({ kind: "ambiguous", reason: "no answer" }),
+      });
+      let at = 1_900_000_000_000;
+      const ledger = await db.open({ clock: () => at, budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const first = await ledger.run(mail, { tenant, key: ["k"], args: { to: "v1" }, storeArgs: false });
+      expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const hash = (await ledger.get({ tenant, id: first.operationId })).operation.argsHash;
+      at += 3_600_000; // its check is due: a replay of the same request would be safe
+      const out = await ledger.run(mail, { tenant, key: ["k"], args: () => ({ to: "v2 (generated again)" }) });
+      // Before: v2 was sent under v1's key and its hash replaced v1's. A generator cannot give
+      // the args that were sent: as for the daemon, which has none either, a person decides.
+      expect(received).toEqual([{ to: "v1" }]);
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect((await ledger.get({ tenant, id: first.operationId })).operation.argsHash).toBe(hash);
     });
 
     it("a Retry-After longer than the budget is kept on the row, not shortened to maxDelayMs", async () => {
