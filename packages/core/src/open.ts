@@ -136,7 +136,10 @@ async function openSqlite(
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
     database?.close();
-    throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, { cause });
+    throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, {
+      cause,
+      unreachable: isUnreachable(cause),
+    });
   }
   const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs);
   return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
@@ -170,17 +173,14 @@ async function openPostgres(
   const { default: pg } = await driver("pg", () => import("pg"));
   const { PostgresDialect } = await import("kysely");
   const t = timeouts(url, opts);
-  const pool = new pg.Pool({
+  const config = {
     connectionString: url,
-    max: opts.poolSize ?? 10,
     Client: ledgerClient(pg.Client),
     // Waiting for a free client and opening a new one are both bounded by it (pg-pool).
     connectionTimeoutMillis: t.connectMs,
     // Server side: a statement or a lock wait past its time fails with a clear error.
     statement_timeout: t.statementMs,
     lock_timeout: t.lockMs,
-    // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.
-    ...(t.statementMs > 0 && { query_timeout: t.statementMs + 5_000 }),
     // A failover without a RST: the kernel probes the idle connection and fails it.
     keepAlive: true,
     // Statements planned on a small table must not be kept as the table grows (connectionLifetimeMs).
@@ -193,10 +193,22 @@ async function openPostgres(
           ? (v: string) => Number(v)
           : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
     },
+  };
+  const pool = new pg.Pool({
+    ...config,
+    max: opts.poolSize ?? 10,
+    // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.
+    ...(t.statementMs > 0 && { query_timeout: t.statementMs + 5_000 }),
   });
   // An idle client that errors (server restart) must not crash the process; the next query reconnects.
   pool.on("error", () => {});
   const db = new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool }) });
+  // Migrations run on a connection of their own with no client-side read timeout (see migrate).
+  migrationConnections.set(db, () => {
+    const one = new pg.Pool({ ...config, max: 1 });
+    one.on("error", () => {});
+    return new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool: one }) });
+  });
   try {
     await sql`select 1`.execute(db);
   } catch (cause) {
@@ -235,12 +247,19 @@ async function openPostgres(
  * class 53), rather than that it answered no (a wrong password, no such database): the first may
  * pass, the second is configuration.
  */
-const NOT_ANSWERING = new Set(["ECONNRESET", "ETIMEDOUT", "57P01", "57P02", "57P03"]);
+const NOT_ANSWERING = new Set([
+  ...["ECONNRESET", "ETIMEDOUT", "57P01", "57P02", "57P03"],
+  ...["55P03", "57014"], // a lock or statement timeout: busy now, not misconfigured
+]);
 function isUnreachable(cause: unknown): boolean {
   const code = (cause as { code?: unknown } | null | undefined)?.code;
+  if (typeof code === "string" && SQLITE_PASSING.test(code)) return true;
   if (typeof code === "string") return NOT_SENT_CODES.has(code) || NOT_ANSWERING.has(code) || code.startsWith("53");
-  return /timeout|Connection terminated/i.test(String((cause as Error | undefined)?.message));
+  return /timeout|Connection terminated|not queryable/i.test(String((cause as Error | undefined)?.message));
 }
+
+/** SQLite's answers that may pass: a full disk, an I/O error, a lock held elsewhere. */
+const SQLITE_PASSING = /^SQLITE_(FULL|IOERR|BUSY|LOCKED)/;
 
 /** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */
 function timeouts(url: string, opts: ConnectionOptions): { connectMs: number; statementMs: number; lockMs: number } {
@@ -336,19 +355,40 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
   if (await isCurrent(db)) return [];
   if (dialect === "postgres") {
     // A migration may rewrite a large table, and a second process waits on the migration lock
-    // while the first migrates: neither is a stuck statement. One connection, without the timeouts.
-    return db.connection().execute(async (conn) => {
-      await sql`set statement_timeout = 0`.execute(conn);
-      await sql`set lock_timeout = 0`.execute(conn);
-      try {
-        return await migrateToLatest(conn, dialect);
-      } finally {
-        await sql`reset statement_timeout`.execute(conn);
-        await sql`reset lock_timeout`.execute(conn);
-      }
-    });
+    // while the first migrates: neither is a stuck statement. One connection, without the server's
+    // timeouts, nor the client's read timeout where the ledger opened the pool (a connection of its own).
+    const own = migrationConnections.get(db)?.();
+    try {
+      return await (own ?? db).connection().execute(async (conn) => {
+        await sql`set statement_timeout = 0`.execute(conn);
+        await sql`set lock_timeout = 0`.execute(conn);
+        try {
+          return await migrateToLatest(conn, dialect);
+        } finally {
+          // Best effort: on a connection that broke, the first error is the one to report.
+          await sql`reset statement_timeout`.execute(conn).catch(() => {});
+          await sql`reset lock_timeout`.execute(conn).catch(() => {});
+        }
+      });
+    } catch (error) {
+      throw schemaError("ledger migration failed", error);
+    } finally {
+      await own?.destroy();
+    }
   }
   return migrateSqlite(db);
+}
+
+/** Kysely instances on a connection of their own for migrations, for pools this module opened. */
+const migrationConnections = new WeakMap<Kysely<IdemDatabase>, () => Kysely<IdemDatabase>>();
+
+/** A failure to read or change the schema, typed: `unreachable` when it may pass (a restart, a lock, a full disk). */
+function schemaError(what: string, error: unknown): LedgerConfigError {
+  if (error instanceof LedgerConfigError) return error;
+  return new LedgerConfigError(`${what}: ${(error as Error)?.message ?? String(error)}`, {
+    cause: error,
+    unreachable: isUnreachable(error),
+  });
 }
 
 /**
@@ -373,8 +413,7 @@ function migrateSqlite(db: Kysely<IdemDatabase>): Promise<string[]> {
       // The first error is the one to report; if the rollback fails too, closing the connection
       // (openLedger does on a failed migration) rolls back.
       await sql`rollback`.execute(conn).catch(() => {});
-      if (error instanceof LedgerConfigError) throw error;
-      throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message}`, { cause: error });
+      throw schemaError("ledger migration failed", error);
     }
   });
 }
@@ -392,8 +431,7 @@ async function migrateToLatest(
     ...opts,
   });
   const { error, results } = await migrator.migrateToLatest();
-  if (error)
-    throw new LedgerConfigError(`ledger migration failed: ${(error as Error).message ?? error}`, { cause: error });
+  if (error) throw schemaError("ledger migration failed", error);
   return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
 }
 
@@ -405,8 +443,12 @@ export async function schemaStatus(db: Kysely<IdemDatabase>): Promise<{ pending:
   let applied: string[] = [];
   try {
     applied = (await sql<{ name: string }>`select name from idem_migration`.execute(db)).rows.map((r) => r.name);
-  } catch {
-    // no migration table: nothing applied yet
+  } catch (error) {
+    // No migration table: nothing applied yet. Any other failure (a lock, a restart, a damaged
+    // file) says nothing about the schema, and must not read as "run the migrations".
+    const e = error as { code?: unknown; message?: unknown };
+    const noTable = e?.code === "42P01" || /no such table: idem_migration/.test(String(e?.message));
+    if (!noTable) throw schemaError("cannot read the ledger's schema version", error);
   }
   return {
     pending: MIGRATION_NAMES.filter((n) => !applied.includes(n)),

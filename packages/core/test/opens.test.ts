@@ -147,6 +147,82 @@ describe("a Postgres that accepts connections and never answers", () => {
   });
 });
 
+describe("a Postgres ledger whose schema another process holds", () => {
+  /** kysely's migration lock on Postgres (a session advisory lock; kysely's PostgresAdapter). */
+  const MIGRATION_LOCK = "3853314791062309107";
+
+  it("a migration waiting on another's lock past the client's read timeout opens once it is free", async () => {
+    const { default: pg } = await import("pg");
+    const url = await freshDatabase("postgres");
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
+      // Held past statementTimeoutMs + 5 s, the client's read timeout on the ledger's pool.
+      const release = setTimeout(() => void holder.query(`select pg_advisory_unlock(${MIGRATION_LOCK})`), 6_500);
+      try {
+        // Before: "Client has encountered a connection error and is not queryable", after 5.5 s.
+        const ledger = await openLedger(url, { statementTimeoutMs: 500 });
+        expect(await ledger.admin.pendingMigrations()).toEqual([]);
+        await ledger.close();
+      } finally {
+        clearTimeout(release);
+      }
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it("a migration whose connection is cut fails typed and unreachable (worth waiting for), not with pg's error", async () => {
+    const { default: pg } = await import("pg");
+    const url = await freshDatabase("postgres");
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
+      const opening = refusal(openLedger(url));
+      // The migrating session waits for the lock: cut it, as a restart would.
+      const db = new URL(url).pathname.slice(1);
+      const deadline = Date.now() + 20_000;
+      let cut = 0;
+      while (cut === 0 && Date.now() < deadline) {
+        const { rowCount } = await holder.query(
+          "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid() and query like '%pg_advisory_lock%'",
+          [db],
+        );
+        cut = rowCount ?? 0;
+        if (cut === 0) await new Promise((r) => setTimeout(r, 20));
+      }
+      const { error } = await opening;
+      expect(error).toBeInstanceOf(LedgerConfigError);
+      expect(error).toMatchObject({ unreachable: true });
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it("a schema that cannot be read now (its table locked) is an error that may pass, not every migration pending", async () => {
+    const { default: pg } = await import("pg");
+    const url = await freshDatabase("postgres");
+    const ledger = await openLedger(url, { lockTimeoutMs: 300 });
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query("begin");
+      await holder.query("lock table idem_migration in access exclusive mode");
+      // Before: resolved with all six migrations, and the CLI said "run idem migrate first" (exit 2).
+      const error = await ledger.admin.pendingMigrations().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LedgerConfigError);
+      expect(error).toMatchObject({ unreachable: true });
+      await holder.query("rollback");
+      expect(await ledger.admin.pendingMigrations()).toEqual([]);
+    } finally {
+      await holder.end();
+      await ledger.close();
+    }
+  });
+});
+
 /**
  * Real read-only and full filesystems (small tmpfs mounts): a failed open must leave the mount
  * free, i.e. `umount` succeeds. Mounting needs root; elsewhere these tests are skipped, saying why.
@@ -213,5 +289,21 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
     }
     expect(fdsOn(dir)).toEqual([]);
     expect(() => unmount(dir)).not.toThrow();
+  });
+
+  it("full, with a ledger on it: refused as unreachable (a daemon waits for space), not as a wrong config", async () => {
+    const dir = mount("2m");
+    const path = join(dir, "ledger.db");
+    await (await openLedger(`sqlite:${path}`)).close();
+    try {
+      execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
+    } catch {
+      /* dd stops with ENOSPC: the disk is full, as wanted */
+    }
+    const { error } = await refusal(openLedger(`sqlite:${path}`));
+    expect(error).toBeInstanceOf(LedgerConfigError);
+    // Before: unreachable false, and `idem daemon` exited 2.
+    expect(error).toMatchObject({ unreachable: true });
+    expect(fdsOn(dir)).toEqual([]);
   });
 });
