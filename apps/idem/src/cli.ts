@@ -20,6 +20,7 @@ import {
   redactUrl,
   type Ledger,
   type LedgerOptions,
+  type OperationRef,
   type Status,
 } from "@idem/core";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
@@ -163,6 +164,38 @@ function json(v: string): unknown {
     throw new InvalidArgumentError("Expected JSON.");
   }
 }
+/** An attempt number as `idem show` prints it. */
+function attemptNumber(v: string): number {
+  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && Number.isSafeInteger(n))) throw new InvalidArgumentError("Expected an attempt number (1 or more).");
+  return n;
+}
+const attemptOption = () =>
+  new Option(
+    "-a, --attempt <n>",
+    "the attempt you checked, as idem show printed it: refused (exit 4) if the operation moved on since",
+  ).argParser(attemptNumber);
+
+/**
+ * Binds an operator's decision to the attempt they checked. The daemon keeps working on an unknown
+ * operation (it may prove it absent and send it again): a decision taken on what it was before
+ * would apply to an attempt nobody checked. So retrying an unknown one needs --attempt.
+ */
+async function seenAt(ledger: Ledger, ref: OperationRef, attempt: number | undefined, to: string) {
+  const { operation: op } = await ledger.get(ref);
+  if (attempt === undefined) {
+    if (op.status === "unknown" && to === "pending")
+      throw new InvalidValueError(
+        "attempt",
+        `operation ${op.id} is unknown and the daemon may still send it again: give --attempt ${op.attempt}, the attempt you checked, as idem show prints it`,
+      );
+    return undefined;
+  }
+  if (op.attempt !== attempt)
+    throw new InvalidTransitionError(op.id, `at attempt ${op.attempt} (${op.status}), not ${attempt} as checked`, to);
+  return { status: op.status, attempt: op.attempt, checks: op.checks, updatedAt: op.updatedAt };
+}
+
 /** This package's version, read from its manifest (one level above src/ and dist/). */
 function version(): string {
   return (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
@@ -269,6 +302,7 @@ export function program(): Command {
         "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)",
       ).argParser(json),
     )
+    .addOption(attemptOption())
     .option("--actor <name>", "who decides (default: $USER@host)")
     .action(
       async (
@@ -280,6 +314,7 @@ export function program(): Command {
           reason: string;
           evidence?: string;
           receipt?: unknown;
+          attempt?: number;
           actor?: string;
         },
       ) => {
@@ -290,12 +325,19 @@ export function program(): Command {
         await withLedger(
           g(),
           async (ledger) => {
+            const seen = await seenAt(
+              ledger,
+              { tenant: o.tenant, id },
+              o.attempt,
+              o.succeeded ? "succeeded" : "failed",
+            );
             const common = {
               tenant: o.tenant,
               id,
               reason: o.reason,
               actor: actorOf(o.actor),
               ...(o.evidence !== undefined && { evidence: o.evidence }),
+              ...(seen && { seen }),
             };
             await ledger.admin.resolve(
               o.succeeded
@@ -314,19 +356,29 @@ export function program(): Command {
     .description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key")
     .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")
+    .addOption(attemptOption())
     .option("--actor <name>", "who decides (default: $USER@host)")
     .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
-    .action(async (id: string, o: { tenant: string; reason: string; actor?: string; now?: boolean }) => {
-      await withLedger(
-        g(),
-        async (ledger) => {
-          await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor) });
-          if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
-          printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
-        },
-        { actions: o.now === true },
-      );
-    });
+    .action(
+      async (id: string, o: { tenant: string; reason: string; attempt?: number; actor?: string; now?: boolean }) => {
+        await withLedger(
+          g(),
+          async (ledger) => {
+            const seen = await seenAt(ledger, { tenant: o.tenant, id }, o.attempt, "pending");
+            await ledger.admin.retry({
+              tenant: o.tenant,
+              id,
+              reason: o.reason,
+              actor: actorOf(o.actor),
+              ...(seen && { seen }),
+            });
+            if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
+            printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+          },
+          { actions: o.now === true },
+        );
+      },
+    );
 
   cmd
     .command("prune")

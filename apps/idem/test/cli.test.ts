@@ -189,6 +189,35 @@ for (const dialect of DIALECTS) {
       expect(again.code).toBe(4);
     });
 
+    it("retry of an unknown operation is bound to the attempt the operator checked: without --attempt refused (exit 2), another attempt refused (exit 4)", async () => {
+      // An unknown outcome the daemon keeps checking: a provider that dedupes on our key, whose answer was lost.
+      const charge = defineAction({
+        type: "charge.lost",
+        capabilities: { dedupe: { retentionMs: 86_400_000 } },
+        execute: async () => {
+          throw new Error("socket hang up");
+        },
+        classify: () => ({ kind: "ambiguous", reason: "no answer" }),
+      });
+      const once = await openLedger(url, { budget: { attempts: 1 } });
+      const { operationId: id } = await once.run(charge, { tenant: "acme", key: ["charge", 1], args: { cents: 100 } });
+      await once.close();
+      expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "unknown", attempt: 1 });
+      const retry = (...more: string[]) =>
+        idem(["--ledger", url, "retry", id, "--tenant", "acme", "--reason", "not in the dashboard", ...more]);
+      // Before: done (exit 0), whatever attempt the daemon had reached since the operator looked.
+      const bare = await retry();
+      expect(bare.code).toBe(2);
+      expect(bare.stderr).toMatch(/give --attempt 1/);
+      const stale = await retry("--attempt", "2");
+      expect(stale.code).toBe(4);
+      expect(stale.stderr).toMatch(/at attempt 1 \(unknown\), not 2 as checked/);
+      expect((await ledger.get({ tenant: "acme", id })).operation.status).toBe("unknown"); // nothing changed
+      const ok = await retry("--attempt", "1");
+      expect(ok.code, ok.stderr).toBe(0);
+      expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 1 });
+    });
+
     it("ls never shows two long keys alike: a cut label ends with the start of the key's hash", async () => {
       const long = "weekly-report-for-the-customer-with-a-long-name";
       const sms = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
