@@ -13,13 +13,14 @@ import type { Logger } from "pino";
 import {
   defineAction,
   LedgerUnavailableError,
+  NOT_SENT_CODES,
   type Action,
   type Classification,
   type Ledger,
   type Operation,
   type RunResult,
 } from "@idem/core";
-import type { IdemConfig } from "./config.js";
+import { secret, type IdemConfig } from "./config.js";
 
 export type AlertKind = "needs_review" | "auth_failure" | "stuck";
 
@@ -64,8 +65,33 @@ function classifyDelivery(error: unknown): Classification {
     return { kind: "permanent", reason: `receiver answered ${status}` };
   if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
   const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
-  if (code === "ECONNREFUSED") return { kind: "transient", reason: "receiver refused the connection" };
+  if (code !== undefined && NOT_SENT_CODES.has(code))
+    return { kind: "transient", reason: `receiver not reached (${code}): nothing sent` };
   return { kind: "ambiguous", reason: `delivery unknown: ${String((error as Error).message ?? error)}` };
+}
+
+/**
+ * SMTP failures of the email sink, as the email provider reads them (@idem/email, an optional
+ * peer: not imported here): a server that was not reached, or answered 4xx, took nothing and is
+ * tried again next tick; 5xx refused this alert for good; only a lost answer is ambiguous. A
+ * refused sign-in is a configuration a person fixes: the alert stays due until then, and each tick
+ * says why, rather than counting it delivered.
+ */
+function classifyEmailDelivery(error: unknown): Classification {
+  const e = (error ?? {}) as { code?: string; originalCode?: string; responseCode?: number; timeoutType?: string };
+  const what = `${e.code ?? "error"}: ${String((error as Error | undefined)?.message ?? error)}`;
+  if (e.code === "EAUTH" || e.code === "ENOAUTH")
+    return { kind: "transient", reason: `SMTP sign-in refused, nothing sent (fix the credentials): ${what}` };
+  if (typeof e.responseCode === "number" && e.responseCode >= 400 && e.responseCode < 500)
+    return { kind: "transient", reason: `SMTP server answered ${e.responseCode}, nothing accepted: ${what}` };
+  if (typeof e.responseCode === "number" && e.responseCode >= 500)
+    return { kind: "permanent", reason: `SMTP server refused the alert: ${what}` };
+  if (e.code === "EENVELOPE") return { kind: "permanent", reason: `addresses refused: ${what}` };
+  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? ""))
+    return { kind: "transient", reason: `SMTP server not reached, nothing sent: ${what}` };
+  if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")
+    return { kind: "transient", reason: `no greeting from the SMTP server, nothing sent: ${what}` };
+  return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
 }
 
 export function alertSinks(
@@ -113,7 +139,12 @@ export function alertSinks(
     const e = a.email;
     const auth =
       e.smtp.userEnv && e.smtp.passEnv
-        ? { auth: { user: process.env[e.smtp.userEnv] ?? "", pass: process.env[e.smtp.passEnv] ?? "" } }
+        ? {
+            auth: {
+              user: secret(e.smtp.userEnv, "alerts.email.smtp.userEnv"),
+              pass: secret(e.smtp.passEnv, "alerts.email.smtp.passEnv"),
+            },
+          }
         : {};
     const transport = nodemailer.createTransport({
       host: e.smtp.host,
@@ -138,6 +169,7 @@ export function alertSinks(
           });
           return { delivered: true as const, detail: String(info.response ?? "") };
         },
+        classify: classifyEmailDelivery,
       }),
     });
   }

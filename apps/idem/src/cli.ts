@@ -503,7 +503,12 @@ export function program(): Command {
           if (waiting.signal.aborted) return; // stopped as the database came back
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
-          if (o.once) return daemon.tick();
+          if (o.once) {
+            const { failed } = await daemon.tick();
+            // A cron job hears of it: exit 1, the rows named in the log above.
+            if (failed) throw new Error(`${failed} due operation(s) could not be settled; see the log`);
+            return;
+          }
           const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
           if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
           const stop = () => {

@@ -51,7 +51,11 @@ const smtpServer = z
     userEnv: envName.optional(),
     passEnv: envName.optional(),
   })
-  .strict();
+  .strict()
+  // One without the other turned sign-in off without a word.
+  .refine((s) => (s.userEnv === undefined) === (s.passEnv === undefined), {
+    message: "give both userEnv and passEnv (signing in), or neither",
+  });
 
 /** An IMAP account (the sender's, a journal's): its login from the environment. */
 const imapServer = z
@@ -252,6 +256,10 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
     } catch (cause) {
       throw new ConfigError(`cannot read config ${file}: ${(cause as Error).message}`, { cause });
     }
+    // A module without a default export is a mistake, not a wish for the defaults (a daemon on
+    // ./idem.db, settling nothing, while it looks healthy).
+    if (raw === undefined)
+      throw new ConfigError(`invalid config ${file}: it has no default export (export default { ledger: … })`);
   }
   return parseConfig(raw ?? {}, file ?? "(defaults)", overrides);
 }

@@ -8,10 +8,13 @@
  * and says when it is back.
  */
 import type { Logger } from "pino";
-import { ESCALATED, LedgerUnavailableError, UnknownActionError, type Ledger } from "@idem/core";
+import { ESCALATED, LedgerUnavailableError, UnknownActionError, type Ledger, type Operation } from "@idem/core";
 import { alertOf, alertSinks, deliver, type AlertKind } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
+
+/** Pages of due alerts one tick goes through (daemon.batch each). */
+const ALERT_PAGES = 10;
 
 export class Daemon {
   private stopping = false;
@@ -62,24 +65,29 @@ export class Daemon {
     this.wake?.();
   }
 
-  /** One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`. */
-  async tick(): Promise<void> {
+  /**
+   * One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`.
+   * `failed`: due operations it could not settle (each logged), for a run once to exit non-zero.
+   */
+  async tick(): Promise<{ failed: number }> {
     // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
     const down = new Set<string>();
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
     await this.alertStuck(down);
-    await this.settleDue();
+    const failed = await this.settleDue();
     await this.alertPending(down);
+    return { failed };
   }
 
-  private async settleDue(): Promise<void> {
+  private async settleDue(): Promise<number> {
+    let failed = 0;
     const d = this.config.daemon;
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
     // take them): stop a little before. The rest stay claimed until then, then any daemon takes them.
     const until = performance.now() + d.claimMs * 0.9;
     const due = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
     for (const row of due) {
-      if (this.stopping || performance.now() >= until) return;
+      if (this.stopping || performance.now() >= until) break;
       if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
@@ -102,6 +110,7 @@ export class Daemon {
         // The database is gone: end the tick (the rest stay claimed for claimMs) rather than fail each row.
         if (error instanceof LedgerUnavailableError) throw error;
         this.metrics.errors.inc();
+        failed += 1;
         const msg =
           error instanceof UnknownActionError
             ? `no action of type ${row.action} in the daemon's config`
@@ -109,6 +118,7 @@ export class Daemon {
         this.log.error({ err: error, operationId: row.id, tenant: row.tenant, action: row.action }, msg);
       }
     }
+    return failed;
   }
 
   private async alertStuck(down: Set<string>): Promise<void> {
@@ -138,8 +148,24 @@ export class Daemon {
     }
   }
 
+  /**
+   * Alerts due, oldest first, a page at a time: alerts a sink that is down left undelivered stay
+   * due, and must not keep the newer ones from the sinks that work (at most ALERT_PAGES a tick).
+   */
   private async alertPending(down: Set<string>): Promise<void> {
-    for (const op of await this.ledger.daemon.alertsDue({ limit: this.config.daemon.batch })) {
+    const limit = this.config.daemon.batch;
+    let after: { updatedAt: number; id: string } | undefined;
+    for (let page = 0; page < ALERT_PAGES && !this.stopping; page++) {
+      const due = await this.ledger.daemon.alertsDue({ limit, ...(after && { after }) });
+      await this.alertPage(due, down);
+      if (due.length < limit) return;
+      const last = due[due.length - 1]!;
+      after = { updatedAt: last.updatedAt, id: last.id };
+    }
+  }
+
+  private async alertPage(due: Operation[], down: Set<string>): Promise<void> {
+    for (const op of due) {
       if (this.stopping) return;
       if (op.tenant === this.config.alerts.tenant) {
         await this.ledger.daemon.ackAlert(op); // a delivery in review was logged when it failed

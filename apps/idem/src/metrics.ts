@@ -39,6 +39,22 @@ export function runResultCounters(registry: Registry) {
   return { runs, duplicates, onResult };
 }
 
+/** How long a scrape waits for the ledger's counts (Prometheus gives a scrape 10 s by default). */
+const STATS_WAIT_MS = 5_000;
+
+/** The promise's value, or undefined if it failed or took longer than `ms`. */
+async function answerWithin<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([p.catch(() => undefined), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export class DaemonMetrics {
   readonly registry = new Registry();
   readonly reconciliations = new Counter({
@@ -95,7 +111,9 @@ export class DaemonMetrics {
     const statsTtlMs = options.statsTtlMs ?? 15_000;
     const perTenant = options.perTenant === true;
     collectDefaultMetrics({ register: this.registry });
-    let cache: { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>>["unsettled"] } | undefined;
+    type Counted = { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>>["unsettled"] };
+    let cache: Counted | undefined;
+    let counting: Promise<Counted> | undefined; // one count at a time, shared by overlapping scrapes
     new Gauge({
       name: "idem_unsettled_operations",
       help: `Operations not settled yet (running, unknown, pending, needs_review) by status and action${perTenant ? " and tenant" : ""}`,
@@ -105,8 +123,17 @@ export class DaemonMetrics {
         this.reset();
         const ledger = metrics.ledger;
         if (!ledger) return; // not open yet: no rows to count
-        if (!cache || Date.now() - cache.at > statsTtlMs)
-          cache = { at: Date.now(), rows: (await ledger.admin.stats()).unsettled };
+        if (!cache || Date.now() - cache.at > statsTtlMs) {
+          // A ledger that does not answer (down, frozen) leaves the gauge out of this scrape: the
+          // rest, idem_ledger_up 0 first, is what the scraper needs then, within its timeout.
+          counting ??= ledger.admin
+            .stats()
+            .then((s) => ({ at: Date.now(), rows: s.unsettled }))
+            .finally(() => (counting = undefined));
+          const counted = await answerWithin(counting, STATS_WAIT_MS);
+          if (!counted) return;
+          cache = counted;
+        }
         if (perTenant) {
           for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
           return;

@@ -394,6 +394,54 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(out.stderr).toMatch(/providers\.email\.journalImap \(the account it delivers to\) are required/);
   });
 
+  it("refuses a config module without a default export instead of running on the defaults (exit 2)", async () => {
+    const file = join(tempDir(), "idem.config.mjs");
+    writeFileSync(file, `export const config = { ledger: "sqlite::memory:" };\n`);
+    const out = await idem(["--config", file, "stats"]);
+    // Before: the defaults (sqlite:./idem.db), and `idem daemon --migrate` created and watched that.
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/has no default export/);
+  });
+
+  it("refuses an SMTP sign-in with a user and no password, or the reverse (exit 2), instead of turning it off", async () => {
+    const file = join(tempDir(), "idem.config.json");
+    const smtp = { host: "127.0.0.1", port: 25, userEnv: "HOME" };
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ledger: "sqlite::memory:",
+        alerts: { email: { smtp, from: "a@example.test", to: ["b@example.test"] } },
+      }),
+    );
+    const out = await idem(["--config", file, "stats"]);
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/alerts\.email\.smtp: give both userEnv and passEnv/);
+  });
+
+  it("daemon --once exits 1 when due operations could not be settled (a cron job hears of it)", async () => {
+    const url = `sqlite:${join(tempDir(), "once.db")}`;
+    const l = await openLedger(url, { budget: { attempts: 1, baseDelayMs: 1 } });
+    const busy = defineAction({
+      type: "sms.busy",
+      capabilities: {},
+      execute: async () => {
+        throw new Error("busy");
+      },
+      classify: () => ({ kind: "transient", reason: "try later" }),
+    });
+    const out = await l.run(busy, { tenant: "acme", key: ["once"], args: { to: "+1" } });
+    expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+    const due = async () =>
+      ((await l.get({ tenant: "acme", id: out.operationId })).operation.nextCheckAt ?? 0) < Date.now();
+    const deadline = Date.now() + 20_000;
+    while (!(await due()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await l.close();
+    // sms.busy is in no config: the row cannot be settled. Before: exit 0.
+    const once = await idem(["--ledger", url, "daemon", "--once"]);
+    expect(once.code, once.stderr).toBe(1);
+    expect(once.stderr).toMatch(/1 due operation\(s\) could not be settled/);
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

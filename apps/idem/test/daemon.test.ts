@@ -454,6 +454,92 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "a sink that is down does not keep newer alerts from the sinks that work: due alerts are read a page at a time",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const alerts = `alerts-${t}`;
+        const failing = {
+          ...fileAction("neither", dir),
+          execute: async () => {
+            throw new Error("socket hang up");
+          },
+        };
+        const ids: string[] = [];
+        for (const k of ["a", "b", "c", "d", "e"])
+          ids.push((await ledger.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
+        const config = parseConfig({
+          ledger: url,
+          alerts: { log: true, tenant: alerts, webhook: { url: `http://127.0.0.1:${await freePort()}/hook` } },
+          thresholds: { stuckAfterMs: 3_600_000 },
+          daemon: { batch: 2 },
+        });
+        const fast = await openLedger(url, { poolSize: 2, budget: { baseDelayMs: 10 } });
+        try {
+          const daemon = inProcess(fast, config, "d-pages");
+          const logged = async () =>
+            (await fast.admin.list({ tenant: alerts })).filter(
+              (d) =>
+                d.action === "idem.alert.log" && d.status === "succeeded" && ids.some((id) => d.keyLabel?.includes(id)),
+            ).length;
+          // Before: the oldest two alerts (the webhook never takes them) came back every tick, and
+          // the log sink never heard of the other three.
+          await until(
+            async () => {
+              await daemon.tick();
+              return (await logged()) === ids.length;
+            },
+            60_000,
+            "every alert to reach the log sink",
+          );
+          const due = (await fast.daemon.alertsDue({ limit: 10_000 })).map((a) => a.id);
+          for (const id of ids) expect(due).toContain(id); // the webhook still has them all to take
+        } finally {
+          await fast.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "an email alert sink that cannot be reached keeps the alert due: its delivery is pending, not in review",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        const alerts = `alerts-${t}`;
+        const failing = {
+          ...fileAction("neither", dir),
+          execute: async () => {
+            throw new Error("socket hang up");
+          },
+        };
+        const { operationId } = await ledger.run(failing, { tenant: t, key: ["m"], args: { note: "m" } });
+        const smtp = { host: "127.0.0.1", port: await freePort() }; // nothing listens: refused
+        const config = parseConfig({
+          ledger: url,
+          alerts: { log: false, tenant: alerts, email: { smtp, from: "idem@example.test", to: ["ops@example.test"] } },
+          thresholds: { stuckAfterMs: 3_600_000 },
+          daemon: { batch: 1_000 },
+        });
+        const fast = await openLedger(url, { poolSize: 2, budget: { baseDelayMs: 10 } });
+        try {
+          const due = async () => (await fast.daemon.alertsDue({ limit: 10_000 })).map((a) => a.id);
+          const before = await due();
+          expect(before).toContain(operationId);
+          await inProcess(fast, config, "d-mail").tick();
+          // One try (then the sink counts as down for this tick). Before: an unclassified error,
+          // so "may have been sent": the delivery went to review, which counted as handled, and
+          // its alert was acknowledged, never sent.
+          expect((await fast.admin.list({ tenant: alerts })).map((d) => d.status)).toEqual(["pending"]);
+          expect(await due()).toEqual(before);
+        } finally {
+          await fast.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
       "a stuck row that changes within its attempt gets its alert again, and no alert can stop the tick's settling",
       async () => {
         const dir = tempDir();

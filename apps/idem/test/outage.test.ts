@@ -114,6 +114,10 @@ describe("the daemon and agents through Postgres restarts", () => {
         "/healthz to report the ledger unavailable",
       );
       expect(alive(daemon)).toBe(true);
+      // The scrape still answers, saying the ledger is down (before: 500, with the gauge's error).
+      const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      expect(scrape.status).toBe(200);
+      expect(await scrape.text()).toMatch(/^idem_ledger_up 0$/m);
       await within(server.start(), 90_000, "the server to start");
       await until(async () => (await health(metricsPort))?.ok === true, 60_000, "/healthz to report the ledger back");
       await progress(20, "the agents to go on after the first outage");

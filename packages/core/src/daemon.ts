@@ -5,7 +5,7 @@
  */
 import type { Action } from "./action.js";
 import { toOperation, type LedgerContext, type Operation, type OperationRef } from "./context.js";
-import { UnknownActionError } from "./errors.js";
+import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
 import type { Call, Escalation } from "./runner.js";
@@ -87,10 +87,19 @@ export class LedgerDaemon {
   }
 
   /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */
-  async alertsDue(options: { readonly limit: number }): Promise<Operation[]> {
+  async alertsDue(options: {
+    readonly limit: number;
+    /** The last of the previous page: the rows after it (a page left undelivered must not hide the next). */
+    readonly after?: Pick<Operation, "updatedAt" | "id">;
+  }): Promise<Operation[]> {
     this.#context.assertOpen();
     requireWhole(options.limit, "limit", 1);
-    return (await this.#context.store.alertsDue(options.limit)).map(toOperation);
+    const a = options.after;
+    if (a !== undefined) {
+      requireWhole(a.updatedAt, "after.updatedAt", 0);
+      if (typeof a.id !== "string") throw new InvalidValueError("after.id", "must be an operation id");
+    }
+    return (await this.#context.store.alertsDue(options.limit, a)).map(toOperation);
   }
 
   /** Marks the alert for this transition as delivered (a newer transition keeps its own). */

@@ -488,5 +488,16 @@ class TimesAsNumbers implements KyselyPlugin {
 
 /** A URL without its password, for messages and logs. */
 export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
+  if (!/^postgres(ql)?:\/\//.test(url)) return url;
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return url.replace(/\/\/[^/]*@/, "//***@"); // not a URL we can read: the whole user part goes
+  }
+  // The password in the user part (up to its last @), and in the parameters pg and libpq read.
+  if (u.password) u.password = "***";
+  for (const name of [...u.searchParams.keys()])
+    if (/pass|secret|token|key/i.test(name)) u.searchParams.set(name, "***");
+  return u.toString();
 }

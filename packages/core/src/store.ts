@@ -769,17 +769,22 @@ export class Store {
     return [...expired, ...due];
   }
 
-  async alertsDue(limit: number): Promise<Row[]> {
-    return this.guard(
-      undefined,
-      this.db
-        .selectFrom("idem_operations")
-        .select(ROW_COLUMNS)
-        .where("alert_pending", "=", sql.lit(1))
-        .orderBy("updated_at")
-        .limit(limit)
-        .execute(),
-    );
+  async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<Row[]> {
+    let q = this.db
+      .selectFrom("idem_operations")
+      .select(ROW_COLUMNS)
+      .where("alert_pending", "=", sql.lit(1))
+      .orderBy("updated_at")
+      .orderBy("id")
+      .limit(limit);
+    if (after)
+      q = q.where((eb) =>
+        eb.or([
+          eb("updated_at", ">", after.updatedAt),
+          eb.and([eb("updated_at", "=", after.updatedAt), eb("id", ">", after.id)]),
+        ]),
+      );
+    return this.guard(undefined, q.execute());
   }
 
   async ackAlert(tenant: string, id: string, updatedAt: number): Promise<void> {

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { LedgerConfigError, openLedger } from "@idem/core";
+import { LedgerConfigError, openLedger, redactUrl } from "@idem/core";
 import { freshDatabase, tempDir } from "@idem/testkit";
 
 const fds = () => readdirSync("/proc/self/fd");
@@ -123,6 +123,17 @@ describe("a Postgres that accepts connections and never answers", () => {
       await admin.query(`drop role if exists ${role}`).catch(() => {});
       await admin.end();
     }
+  });
+
+  it("masks every form of the password in the URL it prints", () => {
+    expect(redactUrl("postgres://u:s3cret@db:5432/idem")).not.toContain("s3cret");
+    // The parameters pg and libpq read, and a password holding an @ (the user part ends at the last @).
+    expect(redactUrl("postgres://u@db/idem?password=s3cret&sslmode=require")).toBe(
+      "postgres://u@db/idem?password=***&sslmode=require",
+    );
+    expect(redactUrl("postgresql://u:p@ss@db/idem")).not.toMatch(/ss@db|p@/);
+    expect(redactUrl("postgres://u@db/idem?sslpassword=k3y")).not.toContain("k3y");
+    expect(redactUrl("sqlite:./idem.db")).toBe("sqlite:./idem.db");
   });
 
   it("leaves no socket behind after failed opens", async () => {
