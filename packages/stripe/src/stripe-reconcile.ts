@@ -138,16 +138,8 @@ export async function reconcileByLookup<A>(
       retryAfterMs,
     };
   }
-  if (op.now - op.createdAt < w.keyRetentionMs) {
-    // We only look up inside the retention window when Stripe saved an error under our key: the
-    // object is absent, but a retry with this key can only replay that error until Stripe forgets it.
-    return {
-      found: false,
-      proof: "never",
-      reason:
-        "absent at Stripe, but Stripe saved an error under this key: retrying it repeats the error; a person must resolve it or retry with a new revision",
-    };
-  }
+  // Search may be far behind during an incident: its "not found" is checked against the
+  // consistent list of the objects created while our requests could have run, in any window.
   if (lookup.confirm) {
     const listed = await lookup.confirm(stripe, args, op.key, { from: op.createdAt, to: op.lastAttemptAt });
     if (listed === TOO_MANY)
@@ -157,12 +149,24 @@ export async function reconcileByLookup<A>(
         reason: `not in Stripe Search, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
       };
     if (listed) return { found: true, receipt: toReceipt(listed, null, false) };
+  }
+  const keptMs = op.createdAt + w.keyRetentionMs - op.now;
+  if (keptMs > 0) {
+    // Absent, but Stripe still holds our key (with an error it saved under it, or past the
+    // replay's margin): a retry now could only replay that. Looked up again once Stripe forgot it.
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: `absent at Stripe, which holds our key ${Math.ceil(keptMs / 60_000)} min more: looked up again then`,
+      retryAfterMs: keptMs,
+    };
+  }
+  if (lookup.confirm)
     return {
       found: false,
       proof: "absent",
       reason: "not in Stripe Search, nor in the list of the objects created while our requests could have run",
     };
-  }
   return {
     found: false,
     proof: "absent",

@@ -73,6 +73,46 @@ describe("Stripe reconcile windows use op.now", () => {
   });
 });
 
+describe("Stripe lookups inside the key window, with Search far behind (an incident)", () => {
+  const lagging = async <T>(fn: () => Promise<T>): Promise<T> => {
+    const was = sandbox.searchLagMs;
+    sandbox.searchLagMs = 10 * 60_000; // Search ten minutes behind
+    try {
+      return await fn();
+    } finally {
+      sandbox.searchLagMs = was;
+    }
+  };
+
+  for (const age of [1, 23.5])
+    it(`a payment intent created ${age} h ago that Search does not show yet is found by the list, not declared absent`, async () => {
+      const s = stripe();
+      const key = newKey();
+      const now = Date.now();
+      // Our request created it (our marker on it); its answer was lost.
+      await s.client.paymentIntents.create({ amount: 700, currency: "usd", metadata: { idem_operation: key } });
+      const out = await lagging(() =>
+        s.paymentIntentsCreate.reconcile!(
+          { amount: 700, currency: "usd" },
+          op(key, { createdAt: now - age * HOUR, lastAttemptAt: now - 2 * 60_000, now }),
+        ),
+      );
+      // Before: "absent at Stripe, but Stripe saved an error …: retry with a new revision" (a second charge).
+      expect(out).toMatchObject({ found: true, receipt: { object: "payment_intent" } });
+    });
+
+  it("absent inside the key window: looked up again once Stripe forgot the key, not sent to a person as absent", async () => {
+    const now = Date.now();
+    const out = await lagging(() =>
+      stripe().paymentIntentsCreate.reconcile!(
+        { amount: 700, currency: "usd" },
+        op(newKey(), { createdAt: now - 23.5 * HOUR, lastAttemptAt: now - 2 * 60_000, now }),
+      ),
+    );
+    expect(out).toMatchObject({ found: false, proof: "inconclusive", retryAfterMs: 0.5 * HOUR });
+  });
+});
+
 describe("Stripe refund lookup", () => {
   const past = () => ({ createdAt: Date.now() - 25 * HOUR, now: Date.now() }); // Stripe forgot the key
   let pi: Stripe.PaymentIntent;
