@@ -65,9 +65,12 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
           );
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
-          if ((e as { code?: unknown }).code !== 409) throw e;
+          const code = (e as { code?: unknown }).code;
+          if (code !== 409 && code !== 400) throw e;
           // The CRM refused a second record with our key (a create after one that went through; an
-          // upsert that lost a race with another attempt's): the first one is the effect.
+          // upsert that lost a race with another attempt's): the first one is the effect. HubSpot
+          // answers 409 for a contact's email, but a 400 validation error has been reported for a
+          // custom unique property: either is read back before it is taken as the caller's data.
           const existing = await readByExternalId(api, objectType, idProperty, op.key);
           if (!existing) throw e; // a conflict on another unique property: the caller's data
           return { objectType, id: existing.id, new: false, externalId: op.key };

@@ -201,6 +201,26 @@ for (const dialect of DIALECTS) {
       expect(recordsWith("contacts", key)).toHaveLength(1);
     });
 
+    it("create mode: a record that already carries the key, refused with a 400 validation error, is read back too", async () => {
+      const l = await ledger();
+      const t = tenant();
+      const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["pre400"] }).hash;
+      sandbox.crm.create("contacts", { email: "pre400@example.test", idem_external_id: key });
+      sandbox.crm.duplicateValueStatus = 400;
+      try {
+        const out = await l.run(crm({ mode: "create" }).create("contacts"), {
+          tenant: t,
+          key: ["pre400"],
+          args: lead,
+        });
+        // Before: "failed, nothing done" (a permanent 400) while the record exists.
+        expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
+        expect(recordsWith("contacts", key)).toHaveLength(1);
+      } finally {
+        sandbox.crm.duplicateValueStatus = 409;
+      }
+    });
+
     it("429 is honoured as HubSpot announces it, then one record", async () => {
       const l = await ledger();
       const t = tenant();

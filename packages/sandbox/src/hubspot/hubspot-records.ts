@@ -44,6 +44,12 @@ export class CrmStore {
   private readonly records = new Map<string, CrmRecord[]>();
   private readonly properties = new Map<string, Map<string, PropertyDef>>();
   private nextId = 1001;
+  /**
+   * How a create that repeats a unique value is refused: 409 CONFLICT, as HubSpot answers for a
+   * contact's email; public integrations report a 400 validation error for custom unique
+   * properties. Tests set 400 to hold the adapter to both.
+   */
+  duplicateValueStatus: 400 | 409 = 409;
 
   constructor(
     private readonly now: () => number,
@@ -93,6 +99,14 @@ export class CrmStore {
   create(objectType: string, properties: Record<string, unknown>): CrmRecord {
     const values = this.checkProperties(objectType, properties);
     const clash = this.uniqueClash(objectType, values);
+    if (clash && this.duplicateValueStatus === 400)
+      throw new HubSpotFailure(
+        400,
+        error(
+          `Property values were not valid: a ${objectType.replace(/s$/, "")} already has that value`,
+          "INVALID_PROPERTY_VALUE",
+        ),
+      );
     if (clash)
       throw new HubSpotFailure(
         409,
