@@ -24,6 +24,39 @@ describe("/healthz", () => {
   });
 });
 
+describe("/metrics while the ledger cannot count", () => {
+  it("answers 200 with idem_ledger_up, leaving the unsettled gauge out", async () => {
+    const ledger = await openLedger("sqlite::memory:");
+    const metrics = new DaemonMetrics(ledger, 1_000, { statsTtlMs: 0 });
+    try {
+      const port = await metrics.listen(0, "127.0.0.1");
+      const scrape = async () => {
+        const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+        return { status: res.status, text: await res.text() };
+      };
+      const parked = defineAction({
+        type: "sms.parked",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("timeout after send");
+        },
+      });
+      await ledger.run(parked, { tenant: "t", key: ["p"], args: {} }); // needs_review: unsettled
+      expect((await scrape()).text).toMatch(
+        /^idem_unsettled_operations\{status="needs_review",action="sms.parked"\} 1$/m,
+      );
+      await ledger.close(); // every count fails from here, as on a database that is down
+      // Before: 500 with the count's error, and no idem_ledger_up for the scraper.
+      const down = await scrape();
+      expect(down.status).toBe(200);
+      expect(down.text).toMatch(/^idem_ledger_up /m);
+      expect(down.text).not.toMatch(/^idem_unsettled_operations\{/m);
+    } finally {
+      await metrics.close();
+    }
+  });
+});
+
 describe("the metrics port", () => {
   it("in use: a ConfigError naming it, not an unhandled error event", async () => {
     const taken: Server = createServer();

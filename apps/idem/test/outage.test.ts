@@ -114,7 +114,7 @@ describe("the daemon and agents through Postgres restarts", () => {
         "/healthz to report the ledger unavailable",
       );
       expect(alive(daemon)).toBe(true);
-      // The scrape still answers, saying the ledger is down (before: 500, with the gauge's error).
+      // The scrape still answers, saying the ledger is down.
       const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       expect(scrape.status).toBe(200);
       expect(await scrape.text()).toMatch(/^idem_ledger_up 0$/m);
