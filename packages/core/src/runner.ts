@@ -248,7 +248,7 @@ export class Runner {
       found = await this.withLease(
         call,
         mine,
-        (ctx) => givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms),
+        (ctx) => givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms).then(verdictOf),
         lastAttemptAt,
       );
     } catch (error) {
@@ -716,6 +716,25 @@ export class Runner {
     if (row.args_json !== null) return JSON.parse(row.args_json) as A;
     if (call.args.kind === "given") return call.args.value;
     return undefined;
+  }
+}
+
+/**
+ * A lookup's answer, checked: a JavaScript reconcile may resolve to anything, and what is not a
+ * verdict fails the lookup (inconclusive) instead of the call (a TypeError reading `found`).
+ */
+function verdictOf<R>(answer: ReconcileResult<R>): ReconcileResult<R> {
+  const a = answer as unknown as { found?: unknown } | null | undefined;
+  if (typeof a !== "object" || a === null || typeof a.found !== "boolean")
+    throw new Error(`the lookup answered no verdict (${describeValue(answer)}): expected { found: true | false, … }`);
+  return answer;
+}
+
+function describeValue(v: unknown): string {
+  try {
+    return (JSON.stringify(v) ?? String(v)).slice(0, 100);
+  } catch {
+    return typeof v;
   }
 }
 

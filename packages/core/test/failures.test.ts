@@ -320,6 +320,29 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant, id: first.operationId })).operation.argsHash).toBe(hash);
     });
 
+    it("a lookup that answers no verdict (a JavaScript reconcile resolving to undefined) is inconclusive, not a TypeError", async () => {
+      const looked = defineAction<{ to: string }, { id: string }>({
+        type: "mail",
+        capabilities: { lookup: true },
+        execute: async () => {
+          throw new Error("socket hang up");
+        },
+        classify: () => ({ kind: "ambiguous", reason: "no answer" }),
+        reconcile: (async () => undefined) as never,
+      });
+      const ledger = await db.open({ actions: [looked], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const out = await ledger.run(looked, { tenant, key: ["v"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      // Before: a raw TypeError ("Cannot read properties of undefined") out of settle, the row left running.
+      const settled = await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });
+      expect(settled).toMatchObject({
+        status: "pending_verification",
+        state: "unknown",
+        reason: expect.stringMatching(/answered no verdict \(undefined\)/),
+      });
+    });
+
     it("a Retry-After longer than the budget is kept on the row, not shortened to maxDelayMs", async () => {
       const p = new TestProvider();
       const ledger = await db.open({ budget: { maxDelayMs: 1_000, elapsedMs: 2_000 } });
