@@ -80,8 +80,13 @@ function classifyDelivery(error: unknown): Classification {
 function classifyEmailDelivery(error: unknown): Classification {
   const e = (error ?? {}) as { code?: string; originalCode?: string; responseCode?: number; timeoutType?: string };
   const what = `${e.code ?? "error"}: ${String((error as Error | undefined)?.message ?? error)}`;
+  // Held back for minutes, for every tick: failed sign-ins in a loop get an account locked out.
   if (e.code === "EAUTH" || e.code === "ENOAUTH")
-    return { kind: "transient", reason: `SMTP sign-in refused, nothing sent (fix the credentials): ${what}` };
+    return {
+      kind: "rate_limited",
+      reason: `SMTP sign-in refused, nothing sent (fix the credentials): ${what}`,
+      retryAfterMs: 10 * 60_000,
+    };
   if (typeof e.responseCode === "number" && e.responseCode >= 400 && e.responseCode < 500)
     return { kind: "transient", reason: `SMTP server answered ${e.responseCode}, nothing accepted: ${what}` };
   if (typeof e.responseCode === "number" && e.responseCode >= 500)

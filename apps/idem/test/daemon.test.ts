@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { openLedger, type Ledger } from "@idem/core";
 import { Daemon, DaemonMetrics, parseConfig } from "@idem/cli";
@@ -462,16 +462,17 @@ for (const dialect of DIALECTS) {
             throw new Error("socket hang up");
           },
         };
+        // A database of its own: other tests' alerts would be pages ahead of these.
+        const fast = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
         const ids: string[] = [];
         for (const k of ["a", "b", "c", "d", "e"])
-          ids.push((await ledger.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
+          ids.push((await fast.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
         const config = parseConfig({
-          ledger: url,
+          ledger: "sqlite::memory:", // unused: the daemon runs on `fast`
           alerts: { log: true, tenant: alerts, webhook: { url: `http://127.0.0.1:${await freePort()}/hook` } },
           thresholds: { stuckAfterMs: 3_600_000 },
           daemon: { batch: 2 },
         });
-        const fast = await openLedger(url, { poolSize: 2, budget: { baseDelayMs: 10 } });
         try {
           const daemon = inProcess(fast, config, "d-pages");
           const logged = async () =>
@@ -555,6 +556,68 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "an email alert sink whose sign-in is refused is held back for minutes, not tried again every tick (no account lockout)",
+      async () => {
+        const own = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        // An SMTP server that refuses every sign-in (535), counting the tries.
+        let signIns = 0;
+        const smtp = createNetServer((socket) => {
+          socket.write("220 test ESMTP\r\n");
+          socket.on("data", (d) => {
+            for (const line of d.toString().split("\r\n").filter(Boolean)) {
+              if (/^EHLO/i.test(line)) socket.write("250-test\r\n250 AUTH PLAIN LOGIN\r\n");
+              else if (/^AUTH/i.test(line)) {
+                signIns += 1;
+                socket.write("535 5.7.8 Authentication failed\r\n");
+              } else if (/^QUIT/i.test(line)) socket.end("221 bye\r\n");
+              else socket.write("250 ok\r\n");
+            }
+          });
+        });
+        await new Promise<void>((r) => smtp.listen(0, "127.0.0.1", r));
+        process.env.IDEM_TEST_SMTP_USER = "alerts";
+        process.env.IDEM_TEST_SMTP_PASS = "wrong";
+        try {
+          const dir = tempDir();
+          const t = tenant();
+          const failing = {
+            ...fileAction("neither", dir),
+            execute: async () => {
+              throw new Error("socket hang up");
+            },
+          };
+          await own.run(failing, { tenant: t, key: ["a"], args: { note: "a" } });
+          const port = (smtp.address() as AddressInfo).port;
+          const config = parseConfig({
+            ledger: "sqlite::memory:", // unused: the daemon runs on `own`
+            alerts: {
+              log: false,
+              tenant: `alerts-${t}`,
+              email: {
+                smtp: { host: "127.0.0.1", port, userEnv: "IDEM_TEST_SMTP_USER", passEnv: "IDEM_TEST_SMTP_PASS" },
+                from: "idem@example.test",
+                to: ["ops@example.test"],
+              },
+            },
+            thresholds: { stuckAfterMs: 3_600_000 },
+          });
+          const daemon = inProcess(own, config, "d-signin");
+          for (let i = 0; i < 3; i++) await daemon.tick();
+          // Before: the default budget's three tries a tick (nine sign-ins in three ticks), for ever.
+          expect(signIns).toBe(1);
+          const [delivery] = await own.admin.list({ tenant: `alerts-${t}` });
+          expect(delivery).toMatchObject({ status: "pending", reason: expect.stringMatching(/sign-in refused/) });
+        } finally {
+          delete process.env.IDEM_TEST_SMTP_USER;
+          delete process.env.IDEM_TEST_SMTP_PASS;
+          await new Promise((r) => smtp.close(r));
+          await own.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
       "an email alert sink that cannot be reached keeps the alert due: its delivery is pending, not in review",
       async () => {
         const dir = tempDir();
@@ -566,15 +629,16 @@ for (const dialect of DIALECTS) {
             throw new Error("socket hang up");
           },
         };
-        const { operationId } = await ledger.run(failing, { tenant: t, key: ["m"], args: { note: "m" } });
+        // A database of its own: the daemon would try other tests' alerts first.
+        const fast = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        const { operationId } = await fast.run(failing, { tenant: t, key: ["m"], args: { note: "m" } });
         const smtp = { host: "127.0.0.1", port: await freePort() }; // nothing listens: refused
         const config = parseConfig({
-          ledger: url,
+          ledger: "sqlite::memory:", // unused: the daemon runs on `fast`
           alerts: { log: false, tenant: alerts, email: { smtp, from: "idem@example.test", to: ["ops@example.test"] } },
           thresholds: { stuckAfterMs: 3_600_000 },
           daemon: { batch: 1_000 },
         });
-        const fast = await openLedger(url, { poolSize: 2, budget: { baseDelayMs: 10 } });
         try {
           const due = async () => (await fast.daemon.alertsDue({ limit: 10_000 })).map((a) => a.id);
           const before = await due();

@@ -488,16 +488,9 @@ class TimesAsNumbers implements KyselyPlugin {
 
 /** A URL without its password, for messages and logs. */
 export function redactUrl(url: string): string {
-  if (!/^postgres(ql)?:\/\//.test(url)) return url;
-  let u: URL;
-  try {
-    u = new URL(url);
-  } catch {
-    return url.replace(/\/\/[^/]*@/, "//***@"); // not a URL we can read: the whole user part goes
-  }
-  // The password in the user part (up to its last @), and in the parameters pg and libpq read.
-  if (u.password) u.password = "***";
-  for (const name of [...u.searchParams.keys()])
-    if (/pass|secret|token|key/i.test(name)) u.searchParams.set(name, "***");
-  return u.toString();
+  // Any scheme, and a password holding "/" or "@" that no URL parser reads as one: everything
+  // from the user's ":" to the last "@" before the query goes; then the parameters named like secrets.
+  return url
+    .replace(/^([a-z][\w+.-]*:\/\/[^:/?#@]*):[^?#]*@/i, "$1:***@")
+    .replace(/([?&][^=&#]*(?:pass|secret|token|key)[^=&#]*=)[^&#]*/gi, "$1***");
 }

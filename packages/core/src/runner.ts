@@ -332,6 +332,17 @@ export class Runner {
           if (!(await this.store.patchRunning(row, patch)))
             return { step: await this.fenced(call, row, "running", "args") };
           row = { ...row, ...patch };
+        } else if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
+          // Other args were fixed after our snapshot (a holder whose lease had run out wrote them
+          // late): ours must not go out under this key. What that holder sent is not known.
+          const moved = await this.store.move(row, "unknown", {
+            actor: call.actor,
+            reason: `attempt ${row.attempt - 1} stored other args after this caller read the operation; its outcome is unknown`,
+            checkAfterMs: 0,
+            checks: row.checks,
+          });
+          if (!moved) return { step: await this.fenced(call, row, "unknown", "args") };
+          throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, call.action.type, "unknown");
         }
         if (call.action.providerReference && row.provider_reference === null) {
           let ref: string;
@@ -446,8 +457,9 @@ export class Runner {
   private async generate<A, R>(call: Call<A, R>, row: Row): Promise<{ args: A } | Step<R>> {
     if (call.args.kind !== "lazy")
       return this.toReview(call, row, "the args were not stored and this caller gave none");
-    // Never reached (decide() counts lazy args only for a row without an args hash); a generator
-    // must not replace args an earlier attempt may have sent.
+    // A generator must not replace args an earlier attempt may have sent. decide() counts lazy
+    // args only for a row without an args hash, but a holder whose lease had run out may have
+    // stored its hash after our snapshot.
     if (row.args_hash !== null)
       return this.toReview(call, row, "the args an earlier attempt may have sent were not stored");
     let made: A;

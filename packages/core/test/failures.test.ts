@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { sql } from "kysely";
 import {
+  ArgsMismatchError,
   CompletionNotRecordedError,
   LeaseDeadlineError,
   LedgerUnavailableError,
@@ -291,6 +292,89 @@ for (const dialect of DIALECTS) {
       expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "m1" } });
       expect(await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({ status: "succeeded" });
       expect(sent).toHaveLength(1);
+    });
+
+    it("a caller whose snapshot missed args an expired holder stored late sends nothing under their key: ArgsMismatchError, the row unknown", async () => {
+      const sent: { to: string }[] = [];
+      const mail = defineAction<{ to: string }, { id: string }>({
+        type: "mail",
+        capabilities: { lookup: true },
+        execute: async (args) => {
+          sent.push(args);
+          return { id: `m${sent.length}` };
+        },
+        reconcile: async () => ({ found: false, proof: "inconclusive", reason: "not yet" }),
+      });
+      let at = 1_900_000_000_000;
+      const clock = () => at;
+      const tenant = uniqueTenant();
+      const deadline = Date.now() + 20_000;
+      // A claims with a generator and dies: nothing stored, nothing sent.
+      const a = await db.open({ clock, leaseMs: 1_000 });
+      void a.run(mail, { tenant, key: ["k"], args: () => new Promise<{ to: string }>(() => {}) }).catch(() => {});
+      const watcher = await db.open({ clock });
+      while ((await watcher.admin.list({ tenant })).length === 0 && Date.now() < deadline) await sleep(5);
+      await a.close();
+      at += 2_000;
+      // B takes the row over with args it does not store; its write of their hash is slow.
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      let writing!: () => void;
+      const isWriting = new Promise<void>((r) => (writing = r));
+      let wrote!: () => void;
+      const written = new Promise<void>((r) => (wrote = r));
+      let cDone!: () => void;
+      const cDecided = new Promise<void>((r) => (cDone = r));
+      const slowB = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          if (
+            q.sql.startsWith('update "idem_operations"') &&
+            q.sql.includes('"args_hash" =') &&
+            q.parameters.includes(tenant)
+          ) {
+            writing();
+            await released;
+            const out = await run();
+            wrote();
+            await cDecided; // B hears back only once C is done: C's takeover comes first
+            return out;
+          }
+          return run();
+        },
+      });
+      const b = await openTestLedger(slowB, { clock, leaseMs: 1_000, actions: [mail] });
+      const bOut = b.run(mail, { tenant, key: ["k"], args: { to: "x" }, storeArgs: false }).catch((e: unknown) => e);
+      await isWriting;
+      at += 2_000; // B's lease runs out while its write is on its way
+      // C reads the row (B's attempt, no args, lease run out); B's write lands before C takes over.
+      let peeked = false;
+      const c = await openTestLedger(
+        hooked(await dialectFor(dialect, db.url()), {
+          async query(q, run) {
+            if (peeked || !q.parameters.includes(tenant)) return run();
+            peeked = true;
+            const out = await run();
+            release();
+            await written;
+            return out;
+          },
+        }),
+        { clock, leaseMs: 1_000, actions: [mail] },
+      );
+      try {
+        const err = await c.run(mail, { tenant, key: ["k"], args: { to: "y" } }).catch((e: unknown) => e);
+        cDone();
+        // Before: y was sent under the key whose args hash is x's.
+        expect(err).toBeInstanceOf(ArgsMismatchError);
+        expect(sent).toEqual([]);
+        const [op] = await c.admin.list({ tenant });
+        expect(op).toMatchObject({ status: "unknown" });
+        await bOut;
+        expect(sent).toEqual([]); // B, its lease gone, did not send either
+      } finally {
+        cDone();
+        await Promise.all([b.close(), c.close()]);
+      }
     });
 
     it("a generator does not replace args an earlier caller sent without storing them: one request under the key", async () => {

@@ -153,12 +153,15 @@ export async function reconcileByLookup<A>(
   const keptMs = op.createdAt + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
     // Absent, but Stripe still holds our key (with an error it saved under it, or past the
-    // replay's margin): a retry now could only replay that. Looked up again once Stripe forgot it.
+    // replay's margin): a retry with it now could only replay that. A person decides at once
+    // (waiting for Stripe to forget the key would outlast the daemon's maxAgeMs anyway).
+    const where = lookup.confirm
+      ? "neither in Search nor in the list of the objects created while our requests could have run"
+      : "in no page of the list";
     return {
       found: false,
-      proof: "inconclusive",
-      reason: `absent at Stripe, which holds our key ${Math.ceil(keptMs / 60_000)} min more: looked up again then`,
-      retryAfterMs: keptMs,
+      proof: "never",
+      reason: `absent at Stripe (${where}), but Stripe holds our key ${Math.ceil(keptMs / 60_000)} min more: a retry with it now could only replay what Stripe saved; retry once it is forgotten, or with a new revision`,
     };
   }
   if (lookup.confirm)

@@ -101,7 +101,7 @@ describe("Stripe lookups inside the key window, with Search far behind (an incid
       expect(out).toMatchObject({ found: true, receipt: { object: "payment_intent" } });
     });
 
-  it("absent inside the key window: looked up again once Stripe forgot the key, not sent to a person as absent", async () => {
+  it("absent by the list too, inside the key window: a person decides, told what was read and when the key is forgotten", async () => {
     const now = Date.now();
     const out = await lagging(() =>
       stripe().paymentIntentsCreate.reconcile!(
@@ -109,7 +109,11 @@ describe("Stripe lookups inside the key window, with Search far behind (an incid
         op(newKey(), { createdAt: now - 23.5 * HOUR, lastAttemptAt: now - 2 * 60_000, now }),
       ),
     );
-    expect(out).toMatchObject({ found: false, proof: "inconclusive", retryAfterMs: 0.5 * HOUR });
+    expect(out).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(/nor in the list .* holds our key 30 min more/),
+    });
   });
 });
 
