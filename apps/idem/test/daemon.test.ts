@@ -35,6 +35,21 @@ function inProcess(ledger: Ledger, config: ReturnType<typeof parseConfig>, name:
   return new Daemon(ledger, config, pino({ level: "silent" }), new DaemonMetrics(ledger, 1_000), name);
 }
 
+/** An action whose answer is always lost and that nothing can look up: each run of it ends in review, alerted. */
+function lostAnswer(dir: string): ReturnType<typeof fileAction> {
+  return {
+    ...fileAction("neither", dir),
+    execute: async () => {
+      throw new Error("socket hang up");
+    },
+  };
+}
+
+/** A ledger on a database of its own, for a test that reads every due alert. */
+async function ledgerOfItsOwn(dialect: (typeof DIALECTS)[number]): Promise<Ledger> {
+  return openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+}
+
 /** `lookup`'s effect happens, then its answer is lost: unknown, settled by looking it up. */
 function answerLost(lookup: ReturnType<typeof fileAction>): ReturnType<typeof fileAction> {
   return {
@@ -456,14 +471,8 @@ for (const dialect of DIALECTS) {
         const dir = tempDir();
         const t = tenant();
         const alerts = `alerts-${t}`;
-        const failing = {
-          ...fileAction("neither", dir),
-          execute: async () => {
-            throw new Error("socket hang up");
-          },
-        };
-        // A database of its own: other tests' alerts would be pages ahead of these.
-        const fast = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        const failing = lostAnswer(dir);
+        const fast = await ledgerOfItsOwn(dialect); // other tests' alerts would be pages ahead of these
         const ids: string[] = [];
         for (const k of ["a", "b", "c", "d", "e"])
           ids.push((await fast.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
@@ -502,7 +511,7 @@ for (const dialect of DIALECTS) {
     it(
       "an alert whose delivery may have been made stays due while a person decides; retried, it is delivered once",
       async () => {
-        const own = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        const own = await ledgerOfItsOwn(dialect);
         let answer = 500; // the receiver fails after reading the alert: it may have it
         const got: { operationId?: string }[] = [];
         const receiver = createServer((req, res) => {
@@ -518,12 +527,7 @@ for (const dialect of DIALECTS) {
           const dir = tempDir();
           const t = tenant();
           const alerts = `alerts-${t}`;
-          const failing = {
-            ...fileAction("neither", dir),
-            execute: async () => {
-              throw new Error("socket hang up");
-            },
-          };
+          const failing = lostAnswer(dir);
           const { operationId } = await own.run(failing, { tenant: t, key: ["r"], args: { note: "r" } });
           const port = (receiver.address() as AddressInfo).port;
           const config = parseConfig({
@@ -558,7 +562,7 @@ for (const dialect of DIALECTS) {
     it(
       "an email alert sink whose sign-in is refused is held back for minutes, not tried again every tick (no account lockout)",
       async () => {
-        const own = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        const own = await ledgerOfItsOwn(dialect);
         // An SMTP server that refuses every sign-in (535), counting the tries.
         let signIns = 0;
         const smtp = createNetServer((socket) => {
@@ -580,12 +584,7 @@ for (const dialect of DIALECTS) {
         try {
           const dir = tempDir();
           const t = tenant();
-          const failing = {
-            ...fileAction("neither", dir),
-            execute: async () => {
-              throw new Error("socket hang up");
-            },
-          };
+          const failing = lostAnswer(dir);
           await own.run(failing, { tenant: t, key: ["a"], args: { note: "a" } });
           const port = (smtp.address() as AddressInfo).port;
           const config = parseConfig({
@@ -623,14 +622,8 @@ for (const dialect of DIALECTS) {
         const dir = tempDir();
         const t = tenant();
         const alerts = `alerts-${t}`;
-        const failing = {
-          ...fileAction("neither", dir),
-          execute: async () => {
-            throw new Error("socket hang up");
-          },
-        };
-        // A database of its own: the daemon would try other tests' alerts first.
-        const fast = await openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+        const failing = lostAnswer(dir);
+        const fast = await ledgerOfItsOwn(dialect); // the daemon would try other tests' alerts first
         const { operationId } = await fast.run(failing, { tenant: t, key: ["m"], args: { note: "m" } });
         const smtp = { host: "127.0.0.1", port: await freePort() }; // nothing listens: refused
         const config = parseConfig({
@@ -779,12 +772,7 @@ describe("three daemons on one Postgres ledger", () => {
         const unknown: string[] = [];
         for (let i = 0; i < 24; i++)
           unknown.push((await ledger.run(ambiguous, { tenant: t, key: [`u${i}`], args: { note: "x" } })).operationId);
-        const failing = {
-          ...fileAction("neither", dir),
-          execute: async () => {
-            throw new Error("socket hang up");
-          },
-        };
+        const failing = lostAnswer(dir);
         const reviews: string[] = [];
         for (let i = 0; i < 6; i++)
           reviews.push((await ledger.run(failing, { tenant: t, key: [`r${i}`], args: { note: "x" } })).operationId);

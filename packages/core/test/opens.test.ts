@@ -167,14 +167,19 @@ describe("a Postgres that accepts connections and never answers", () => {
 describe("a Postgres ledger whose schema another process holds", () => {
   /** kysely's migration lock on Postgres (a session advisory lock; kysely's PostgresAdapter). */
   const MIGRATION_LOCK = "3853314791062309107";
-
-  it("a migration waiting on another's lock past the client's read timeout opens once it is free", async () => {
+  /** A new database whose migration lock another session holds. */
+  async function migrationLockHeld() {
     const { default: pg } = await import("pg");
     const url = await freshDatabase("postgres");
     const holder = new pg.Client({ connectionString: url });
     await holder.connect();
+    await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
+    return { url, holder };
+  }
+
+  it("a migration waiting on another's lock past the client's read timeout opens once it is free", async () => {
+    const { url, holder } = await migrationLockHeld();
     try {
-      await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
       // Held well past statementTimeoutMs + 5 s, the client's read timeout on the ledger's pool,
       // however long the open takes to reach the lock on a loaded machine.
       const release = setTimeout(() => void holder.query(`select pg_advisory_unlock(${MIGRATION_LOCK})`), 12_000);
@@ -192,12 +197,8 @@ describe("a Postgres ledger whose schema another process holds", () => {
   });
 
   it("a migration whose connection is cut fails typed and unreachable (worth waiting for), not with pg's error", async () => {
-    const { default: pg } = await import("pg");
-    const url = await freshDatabase("postgres");
-    const holder = new pg.Client({ connectionString: url });
-    await holder.connect();
+    const { url, holder } = await migrationLockHeld();
     try {
-      await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
       const opening = refusal(openLedger(url));
       // The migrating session waits for the lock: cut it, as a restart would.
       const db = new URL(url).pathname.slice(1);
