@@ -71,6 +71,10 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
           // upsert that lost a race with another attempt's): the first one is the effect. HubSpot
           // answers 409 for a contact's email, but a 400 validation error has been reported for a
           // custom unique property: either is read back before it is taken as the caller's data.
+          // Live records only: a deleted record does not hold its unique values (HubSpot restores a
+          // deleted contact only while no active one has its email), so it cannot be why this create
+          // was refused. An earlier attempt's record deleted since is the lookup's to find (reconcile
+          // reads archived records too), before any create is sent again.
           const existing = await readByExternalId(api, objectType, idProperty, op.key);
           if (!existing) throw e; // a conflict on another unique property: the caller's data
           return { objectType, id: existing.id, new: false, externalId: op.key };

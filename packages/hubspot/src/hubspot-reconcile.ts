@@ -1,7 +1,10 @@
 /**
  * Settling an unknown create by a consistent read of the unique-value property (GET by
- * idProperty), not through Search, whose index lags writes: a 404 from the read is proof of
- * absence, so the create can run again with the same external id.
+ * idProperty), not through Search, whose index lags writes. HubSpot's `archived` on that read means
+ * "only archived", so a live record and one deleted since (in the recycling bin) take two reads; a
+ * 404 from both is proof of absence, and the create can run again with the same external id.
+ * Not covered: a record purged since (90 days after its deletion, or at once by a GDPR delete)
+ * reads as absent, and is created again.
  */
 import type { ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
@@ -10,11 +13,17 @@ import type { HubSpotReceipt } from "./hubspot-receipt.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
+/**
+ * The record carrying `externalId` in `uniqueProperty`: live ones only, or (`archived: true`)
+ * archived ones only, as HubSpot's `archived` parameter reads. Undefined on a 404; throws when the
+ * read proves nothing (unreachable, refused).
+ */
 export async function readByExternalId(
   api: Api,
   objectType: string,
   uniqueProperty: string,
   externalId: string,
+  archived = false,
 ): Promise<{ id: string } | undefined> {
   try {
     const r = await api.objects.basicApi.getById(
@@ -23,7 +32,7 @@ export async function readByExternalId(
       [uniqueProperty],
       undefined,
       undefined,
-      false,
+      archived,
       uniqueProperty,
       HUBSPOT_CALL_OPTIONS,
     );
@@ -42,7 +51,11 @@ export async function reconcileByRead(
 ): Promise<ReconcileResult<HubSpotReceipt>> {
   let found: { id: string } | undefined;
   try {
-    found = await readByExternalId(api, objectType, uniqueProperty, externalId);
+    // A record deleted since our attempt made it is still the effect that happened: without the
+    // second read it was "proven absent" and created again.
+    found =
+      (await readByExternalId(api, objectType, uniqueProperty, externalId)) ??
+      (await readByExternalId(api, objectType, uniqueProperty, externalId, true));
   } catch (e) {
     // Kept in the ledger as the check's reason: the status and HubSpot's words, not the client's
     // whole dump of the answer (its body and headers).
@@ -52,6 +65,6 @@ export async function reconcileByRead(
   return {
     found: false,
     proof: "absent",
-    reason: `no ${objectType} with ${uniqueProperty} = the key (consistent read)`,
+    reason: `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`,
   };
 }

@@ -76,6 +76,40 @@ for (const dialect of DIALECTS) {
         expect(out.status === "succeeded" && out.receipt!.id).toBe(recordsWith("deals", key)[0]!.id);
         expect((await l.get({ tenant: t, id: out.operationId })).events.map((e) => e.to)).toContain("unknown");
       });
+
+      it(`${mode}: a record created by an unknown create and archived since is the effect: settled to it, not created again`, async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        // The answer is lost after the record was written, and the caller's own read-back fails: unknown.
+        sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        sandbox.faults.add({
+          kind: "bad_gateway",
+          match: { method: "GET", path: "/crm/v3/objects/deals" },
+          times: 100,
+        });
+        try {
+          const out = await l.run(crm({ mode }).create("deals"), {
+            tenant: t,
+            key: ["archived"],
+            args: { properties: { dealname: "Archived since" } },
+          });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        } finally {
+          sandbox.faults.clear();
+        }
+        const [row] = await l.admin.list({ tenant: t });
+        const [record] = recordsWith("deals", row!.key);
+        // Someone deletes it in HubSpot (the recycling bin) before the daemon settles the operation.
+        await createHubSpotClient(server).objects.basicApi.archive("deals", record!.id, HUBSPOT_CALL_OPTIONS);
+        expect(record).toMatchObject({ archived: true });
+        const daemon = await ledger({ actions: [crm({ mode }).create("deals")] });
+        // Before: proven absent by the live-only read, and created again (a second deal).
+        expect(await daemon.daemon.settle({ tenant: t, id: row!.id })).toMatchObject({
+          status: "succeeded",
+          receipt: { id: record!.id, new: false },
+        });
+        expect(recordsWith("deals", row!.key)).toHaveLength(1);
+      });
     }
 
     it("an answer that does not come within timeoutMs: unknown, read back, one record, and the call returns", async () => {
@@ -349,6 +383,51 @@ describe("HubSpot sandbox properties", () => {
         hasUniqueValue: true,
       }),
     ).toThrow();
+  });
+});
+
+describe("HubSpot sandbox archiving", () => {
+  it("DELETE archives: read only with archived=true, out of search, its unique value free, still counted as an effect", async () => {
+    const api = createHubSpotClient(server);
+    const key = `archived-${Math.random().toString(36).slice(2)}`;
+    const created = await api.objects.basicApi.create(
+      "companies",
+      { properties: { name: "Gone Ltd", idem_external_id: key }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    const count = sandbox.count("companies");
+    const live = sandbox.crm.live("companies").length;
+    await api.objects.basicApi.archive("companies", created.id, HUBSPOT_CALL_OPTIONS);
+    const byKey = (archived: boolean) =>
+      api.objects.basicApi.getById(
+        "companies",
+        key,
+        undefined,
+        undefined,
+        undefined,
+        archived,
+        "idem_external_id",
+        HUBSPOT_CALL_OPTIONS,
+      );
+    await expect(byKey(false)).rejects.toMatchObject({ code: 404 });
+    expect(await byKey(true)).toMatchObject({ id: created.id, archived: true });
+    const search = await fetch(`${server.basePath}/crm/v3/objects/companies/search`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${server.accessToken}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        filterGroups: [{ filters: [{ propertyName: "idem_external_id", operator: "EQ", value: key }] }],
+      }),
+    });
+    expect(await search.json()).toMatchObject({ total: 0 });
+    expect(sandbox.count("companies")).toBe(count);
+    expect(sandbox.crm.live("companies")).toHaveLength(live - 1);
+    // As HubSpot's knowledge base has it: a deleted record does not hold its unique values.
+    const again = await api.objects.basicApi.create(
+      "companies",
+      { properties: { name: "Gone Ltd", idem_external_id: key }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    expect(again.id).not.toBe(created.id);
   });
 });
 

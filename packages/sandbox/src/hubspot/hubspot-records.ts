@@ -3,7 +3,10 @@
  * records per object type with string properties; properties per type, of which at most 10 may
  * be unique-value; a create that repeats a unique value is refused (409, "Existing ID: …");
  * batch upsert by a unique `idProperty`; reads by id or by idProperty (consistent); search sees
- * a record only `indexLagMs` after it was written.
+ * a record only `indexLagMs` after it was written. Archiving (HubSpot's DELETE, the recycling bin)
+ * keeps the record, readable only with `archived=true`; it leaves search, and its unique values
+ * are free again (HubSpot's knowledge base: a deleted contact cannot be restored while an active
+ * one has its email). Records are never purged (HubSpot does after 90 days, or at once for GDPR).
  */
 export interface CrmRecord {
   id: string;
@@ -11,6 +14,8 @@ export interface CrmRecord {
   createdAt: string;
   updatedAt: string;
   archived: boolean;
+  /** When it was archived; absent while live. */
+  archivedAt?: string;
   writtenAtMs: number;
 }
 
@@ -56,12 +61,19 @@ export class CrmStore {
     private readonly indexLagMs: () => number,
   ) {}
 
+  /** Every record ever created, archived ones too: an archived record is an effect that happened. */
   count(objectType: string): number {
     return this.records.get(objectType)?.length ?? 0;
   }
 
+  /** Every record ever created, archived ones too. */
   all(objectType: string): readonly CrmRecord[] {
     return this.records.get(objectType) ?? [];
+  }
+
+  /** The records not archived: what HubSpot's reads, search and unique values see by default. */
+  live(objectType: string): readonly CrmRecord[] {
+    return this.all(objectType).filter((r) => !r.archived);
   }
 
   getProperty(objectType: string, name: string): PropertyDef | undefined {
@@ -142,15 +154,33 @@ export class CrmStore {
     return { record: this.insert(objectType, { ...values, [idProperty]: id }), isNew: true };
   }
 
-  /** A consistent read, by record id or by a unique property. */
-  get(objectType: string, id: string, idProperty?: string): CrmRecord | undefined {
-    return idProperty ? this.findBy(objectType, idProperty, id) : this.all(objectType).find((r) => r.id === id);
+  /**
+   * A consistent read, by record id or by a unique property. HubSpot's `archived` means "only
+   * archived": the default reads live records only, `archived: true` archived ones only.
+   */
+  get(objectType: string, id: string, idProperty?: string, archived = false): CrmRecord | undefined {
+    return this.all(objectType).find(
+      (r) => r.archived === archived && (idProperty ? r.properties[idProperty] === id : r.id === id),
+    );
+  }
+
+  /**
+   * Moves a record to the recycling bin (one already there stays as it was). The record, or
+   * undefined when no record ever had that id.
+   */
+  archive(objectType: string, id: string): CrmRecord | undefined {
+    const record = this.all(objectType).find((r) => r.id === id);
+    if (record && !record.archived) {
+      record.archived = true;
+      record.archivedAt = new Date(this.now()).toISOString();
+    }
+    return record;
   }
 
   /** Search as HubSpot's index sees it: recent writes are not there yet. */
   search(objectType: string, filters: { propertyName: string; operator: string; value?: string }[]): CrmRecord[] {
     const indexedBefore = this.now() - this.indexLagMs();
-    return this.all(objectType).filter(
+    return this.live(objectType).filter(
       (r) =>
         r.writtenAtMs <= indexedBefore &&
         filters.every((f) => f.operator === "EQ" && r.properties[f.propertyName] === f.value),
@@ -174,8 +204,9 @@ export class CrmStore {
     return record;
   }
 
+  /** Live records only: an archived record's unique values are free again. */
   private findBy(objectType: string, property: string, value: string): CrmRecord | undefined {
-    return this.all(objectType).find((r) => r.properties[property] === value);
+    return this.live(objectType).find((r) => r.properties[property] === value);
   }
 
   private uniqueClash(objectType: string, values: Record<string, string>): CrmRecord | undefined {

@@ -1,8 +1,9 @@
 /**
  * A local HubSpot for the CRM v3 subset idem uses, spoken to through the real
- * @hubspot/api-client: objects create / get (with idProperty) / batch upsert / search, and the
- * properties API with unique-value properties. Errors carry HubSpot's JSON (`status`, `message`,
- * `category`, `correlationId`); 429s carry `policyName` and the X-HubSpot-RateLimit headers.
+ * @hubspot/api-client: objects create / get (with idProperty and `archived`) / archive (DELETE,
+ * 204) / batch upsert / search, and the properties API with unique-value properties. Errors carry
+ * HubSpot's JSON (`status`, `message`, `category`, `correlationId`); 429s carry `policyName` and
+ * the X-HubSpot-RateLimit headers.
  *
  * Faults: `rate_limit` (429), `locked` (423: HubSpot's lock while many writes sync, 2 s),
  * `migrating` (477 with Retry-After: the account moves between data centres) and `bad_gateway`
@@ -33,7 +34,10 @@ export interface HubSpotSandboxOptions {
 
 export class HubSpotSandbox {
   readonly faults = new FaultPlan<HubSpotFaultKind>();
-  /** Emits "commit" ({ objectType, record }) when a write has taken effect, before the answer. */
+  /**
+   * Emits "commit" ({ objectType, record }) when a write (a create, upsert or archive) has taken
+   * effect, before the answer.
+   */
   readonly events = new EventEmitter();
   readonly requests: { method: string; path: string; status: number | "dropped" }[] = [];
   readonly crm: CrmStore;
@@ -50,7 +54,10 @@ export class HubSpotSandbox {
     );
   }
 
-  /** Records of an object type: the effect count at the target. */
+  /**
+   * Records of an object type ever created, archived ones too: the effect count at the target (a
+   * record someone deleted since is still an effect that happened). Live ones: `crm.live(type)`.
+   */
   count(objectType: string): number {
     return this.crm.count(objectType);
   }
@@ -223,8 +230,17 @@ export class HubSpotSandbox {
         const results = groups.flatMap((g) => this.crm.search(objectType, g.filters)).map(view);
         return [200, { total: results.length, results }];
       }
+      if (method === "DELETE" && a && !b) {
+        const record = this.crm.archive(objectType, a);
+        if (!record)
+          throw new HubSpotFailure(
+            404,
+            error(`Object not found.  objectId are usually numeric.`, "OBJECT_NOT_FOUND", "OBJECT_NOT_FOUND"),
+          );
+        return [204, undefined, { objectType, record }];
+      }
       if (method === "GET" && a) {
-        const record = this.crm.get(objectType, a, q.get("idProperty") ?? undefined);
+        const record = this.crm.get(objectType, a, q.get("idProperty") ?? undefined, q.get("archived") === "true");
         if (!record)
           throw new HubSpotFailure(
             404,
@@ -238,10 +254,16 @@ export class HubSpotSandbox {
 }
 
 function view(r: CrmRecord) {
-  return { id: r.id, properties: r.properties, createdAt: r.createdAt, updatedAt: r.updatedAt, archived: r.archived };
+  const { id, properties, createdAt, updatedAt, archived, archivedAt } = r;
+  return { id, properties, createdAt, updatedAt, archived, ...(archivedAt ? { archivedAt } : {}) };
 }
 
 function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (status === 204) {
+    res.writeHead(204, headers);
+    res.end();
+    return;
+  }
   res.writeHead(status, { "content-type": "application/json;charset=utf-8", ...headers });
   res.end(JSON.stringify(body));
 }
