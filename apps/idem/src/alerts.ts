@@ -183,10 +183,8 @@ export function alertSinks(
 
 /**
  * Delivers one alert to every sink, once each (a replay answers an alert already delivered).
- * True when no sink needs another try: delivered or refused for good. A delivery that may have
- * been sent is in needs_review until a person settles it, and its alert stays due meanwhile: once
- * they retry it, the next tick delivers it (before, the alert was acknowledged and nothing ran the
- * retried delivery again).
+ * True when no sink needs another try: delivered, refused for good, or in a person's hands (a
+ * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
  * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, timing
  * out). They are not tried again until the next tick: each try waits out its retries, and a dead
@@ -231,8 +229,8 @@ export async function deliver(
     if (out.status === "succeeded" && !out.replayed) onSent(alert.kind, sink.name);
     if (out.status !== "succeeded") {
       const inReview = out.status === "pending_verification" && out.state === "needs_review";
-      // failed: the receiver refused for good; otherwise (a person deciding included) try again later
-      if (out.status === "pending_verification") all = false;
+      // failed: the receiver refused for good; in review: a person decides; otherwise try again later
+      if (out.status === "pending_verification" && !inReview) all = false;
       // another replica is delivering this very alert right now: nothing is wrong
       if (out.status === "pending_verification" && out.state === "running") continue;
       if (inReview) {
