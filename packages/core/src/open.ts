@@ -488,9 +488,12 @@ class TimesAsNumbers implements KyselyPlugin {
 
 /** A URL without its password, for messages and logs. */
 export function redactUrl(url: string): string {
-  // Any scheme, and a password holding "/" or "@" that no URL parser reads as one: everything
-  // from the user's ":" to the last "@" before the query goes; then the parameters named like secrets.
+  // Any scheme, and a password holding "/", "@", "?" or "#" that no URL parser reads as one:
+  // everything from the user's ":" to the last "@" before the query goes (or, when the password
+  // itself holds "?" or "#", to the last "@" at all: masking too much is the safe mistake); then
+  // the parameters named like secrets.
+  const user = /^([a-z][\w+.-]*:\/\/[^:/?#@]*):[^?#]*@/i;
   return url
-    .replace(/^([a-z][\w+.-]*:\/\/[^:/?#@]*):[^?#]*@/i, "$1:***@")
+    .replace(user.test(url) ? user : /^([a-z][\w+.-]*:\/\/[^:/?#@]*):.*@/i, "$1:***@")
     .replace(/([?&][^=&#]*(?:pass|secret|token|key)[^=&#]*=)[^&#]*/gi, "$1***");
 }

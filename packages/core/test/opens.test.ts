@@ -136,9 +136,10 @@ describe("a Postgres that accepts connections and never answers", () => {
     expect(redactUrl("postgres://u@db/idem?sslpassword=k3y")).not.toContain("k3y");
     // A scheme the ledger refuses is printed in the refusal: masked too.
     expect(redactUrl("mysql://root:s3cret@db/x")).toBe("mysql://root:***@db/x");
-    expect(redactUrl("postgres://db:5432/idem?application_name=a@b")).toBe(
-      "postgres://db:5432/idem?application_name=a@b",
-    );
+    expect(redactUrl("postgres://u:p#ss@db/idem")).toBe("postgres://u:***@db/idem");
+    expect(redactUrl("postgres://u:p?ss@db/idem")).toBe("postgres://u:***@db/idem");
+    // An @ in the query of a URL with no password: nothing to mask, nothing masked.
+    expect(redactUrl("postgres://u@db/idem?application_name=a@b")).toBe("postgres://u@db/idem?application_name=a@b");
     expect(redactUrl("sqlite:./idem.db")).toBe("sqlite:./idem.db");
   });
 
