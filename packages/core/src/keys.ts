@@ -30,6 +30,13 @@ export interface OperationKey {
   readonly hash: string;
   /** The canonical identity, readable by an operator; sensitive parts appear only hashed. */
   readonly label: string;
+  /**
+   * The tenant and action type it was derived for (set by `operationKey`). `run` refuses the key
+   * for another: its hash names another operation, whose receipt would be replayed to the wrong
+   * action. A key made by hand without them is taken as it is.
+   */
+  readonly tenant?: string;
+  readonly action?: string;
 }
 
 /** Version tag inside every hashed identity, so a future derivation cannot collide with this one. */
@@ -52,7 +59,7 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   const hash = sha256(
     `[${JSON.stringify(KEY_VERSION)},${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`,
   );
-  return { hash, label };
+  return { hash, label, tenant: input.tenant, action: input.action };
 }
 
 /**

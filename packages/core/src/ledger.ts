@@ -170,7 +170,7 @@ export class Ledger {
     this.#checkAllowed(input.tenant, action.type);
     const settings = context.settings;
     const key = isOperationKey(input.key)
-      ? input.key
+      ? keyFor(input.key, input.tenant, action.type)
       : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
     let args: Call<A, R>["args"];
     if (typeof input.args === "function") {
@@ -270,6 +270,18 @@ function isOperationKey(key: unknown): key is OperationKey {
   return (
     !Array.isArray(key) && typeof key === "object" && key !== null && typeof (key as OperationKey).hash === "string"
   );
+}
+
+/** A key from `operationKey`, refused where it was derived for another tenant or action. */
+function keyFor(key: OperationKey, tenant: string, action: string): OperationKey {
+  const other =
+    (key.tenant !== undefined && key.tenant !== tenant) || (key.action !== undefined && key.action !== action);
+  if (other)
+    throw new InvalidValueError(
+      "key",
+      `was built for tenant "${key.tenant}" and action "${key.action}" (operationKey) but passed to run for tenant "${tenant}" and action "${action}": it names another operation; build the key with this call's tenant and action, or pass its parts`,
+    );
+  return key;
 }
 
 function positive(n: number, what: string): number {

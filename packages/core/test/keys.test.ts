@@ -25,7 +25,7 @@ describe("operationKey", () => {
       '["lead","sha256:c525d356ee379bcf0bc280eab6d3a94fb85f7905b5b8e6419f7549379eb64413"]',
     ],
   ])("pins vector %#", (input, hash, label) => {
-    expect(operationKey(input)).toEqual({ hash, label });
+    expect(operationKey(input)).toEqual({ hash, label, tenant: input.tenant, action: input.action });
   });
 
   it("sorts object keys, so field order does not change the key", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, defineAction, describeResult, InvalidValueError } from "@idem/core";
+import { ArgsMismatchError, defineAction, describeResult, InvalidValueError, operationKey } from "@idem/core";
 import { DIALECTS, scaled } from "@idem/testkit";
 import { openTestLedger } from "@idem/core/testing";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -49,6 +49,34 @@ for (const dialect of DIALECTS) {
       expect(mismatch.storedArgsHash).toMatch(/^[0-9a-f]{64}$/);
       expect(mismatch.givenArgsHash).not.toBe(mismatch.storedArgsHash);
       expect(p.calls).toBe(1);
+    });
+
+    it("refuses a key from operationKey built for another action or tenant, running and writing nothing", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const charge = p.action("charge", NEITHER);
+      const [tenant, other] = [uniqueTenant(), uniqueTenant()];
+      const sendKey = operationKey({ tenant, action: "mail.send", parts: ["k"] });
+      const first = await ledger.run(send, { tenant, key: sendKey, args: { to: "a@example.com" } });
+      expect(first).toMatchObject({ status: "succeeded", replayed: false });
+      // Its hash names the email's operation: run with it, the charge would be answered the
+      // email's receipt (or, another tenant's, run under a key derived for someone else).
+      for (const [action, t] of [
+        [charge, tenant],
+        [send, other],
+      ] as const) {
+        const err = await ledger
+          .run(action, { tenant: t, key: sendKey, args: { to: "a@example.com" } })
+          .catch((e) => e);
+        expect(err).toBeInstanceOf(InvalidValueError);
+        expect((err as Error).message).toContain(`built for tenant "${tenant}" and action "mail.send"`);
+      }
+      expect(p.calls).toBe(1);
+      expect(await ledger.admin.list({ tenant: other })).toHaveLength(0);
+      // A key built for this action and tenant is the key run would derive from the parts itself.
+      const again = await ledger.run(send, { tenant, key: ["k"], args: { to: "a@example.com" } });
+      expect(again).toMatchObject({ replayed: true, operationId: first.operationId });
     });
 
     it("stores a permanent failure and replays it without calling the provider again", async () => {
