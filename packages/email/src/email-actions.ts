@@ -7,6 +7,10 @@
  * (email-smtp.ts: cancelled on `op.signal`; in journal mode, only if the server accepted the
  * journal address); in append mode the same message with its Bcc is APPENDed to Sent. Windows
  * are measured on the database clock (`op.now`).
+ *
+ * How the copy is made is recorded with the Message-ID before the first send (email-reference.ts),
+ * and every later check, lookup and send of the operation goes by that record, not by a copy
+ * config deployed since.
  */
 import nodemailer from "nodemailer";
 import { defineAction, type Action } from "@idem/core";
@@ -14,8 +18,9 @@ import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import type { EmailReceipt } from "./email-receipt.js";
-import { reconcileByCopy } from "./email-reconcile.js";
+import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
+import { reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
+import { CopyChangedError, copyTerms, formatReference, parseEmailReference, recordedMode } from "./email-reference.js";
 import { sendRaw } from "./email-smtp.js";
 
 export interface EmailArgs {
@@ -41,17 +46,19 @@ export interface EmailActions {
 
 export function emailActions(config: EmailConfig): EmailActions {
   const domain = config.messageIdDomain ?? domainOf(config.from);
+  // The Message-ID is the reference's first token, up to a space.
+  if (/[\s<>]/.test(domain))
+    throw new TypeError(`email: the Message-ID domain "${domain}" holds a space or an angle bracket`);
   const withRef = config.subjectWithRef ?? ((subject: string, ref: string) => `${subject} [ref:${ref}]`);
   const copy = config.copy;
   if (copy.mode === "journal" && !copy.imap?.host)
     throw new TypeError(
       "email: copy.imap is required in journal mode: the IMAP account the journal address delivers to",
     );
-  const lookIn =
-    copy.mode === "journal"
-      ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX")
-      : new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
+  /** How today's config makes copies, as a reference records it. */
+  const today = copyTerms(copy);
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
+  const journal = copy.mode === "journal" ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX") : undefined;
   const render = nodemailer.createTransport({
     streamTransport: true,
     buffer: true,
@@ -63,25 +70,33 @@ export function emailActions(config: EmailConfig): EmailActions {
   const send = defineAction<EmailArgs, EmailReceipt>({
     type: "email.send",
     capabilities: { lookup: true },
-    providerReference: (_args, op) => messageIdFor(op.key, domain),
+    providerReference: (_args, op) => formatReference(messageIdFor(op.key, domain), copy),
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
     },
     async execute(args, op) {
-      const messageId = messageIdOf(op);
+      const { messageId, recorded } = referenceOf(op);
       const ref = referenceFor(op.key);
+      const place = placeOf(messageId, recorded);
       // An earlier attempt's copy means it was sent: nothing more to do.
-      const earlier = await lookIn.find(messageId);
-      if (earlier)
-        return { messageId, ref, sent: false, response: null, accepted: [], rejected: [], foundIn: earlier.mailbox };
+      const earlier = await place.mailbox?.find(messageId);
+      if (earlier) return foundReceipt(messageId, ref, false, earlier.mailbox);
+      // The operation was first tried under another copy config (then proven not sent, or refused
+      // before sending) and the config changed since. The reference keeps the first attempt's
+      // record for good (the ledger writes it once), so a send now would leave its copy where the
+      // operation's lookups do not look: a crash after it would be "proven absent" there (or never
+      // settled), and a later config change would hide it again. Looking in both places would
+      // only hold until that next change. So nothing is sent; a person restores the config or
+      // sends it under a new key (classified permanent, with an alert).
+      if (recorded !== today) throw new CopyChangedError(messageId, recorded, today);
 
-      const journal = copy.mode === "journal" ? [copy.address] : [];
+      const bcc = copy.mode === "journal" ? [copy.address] : [];
       const message = {
         from: config.from,
         to: list(args.to),
         cc: list(args.cc),
-        bcc: [...list(args.bcc), ...journal],
+        bcc: [...list(args.bcc), ...bcc],
         subject: withRef(args.subject, ref),
         messageId,
         ...(args.text !== undefined && { text: args.text }),
@@ -95,7 +110,7 @@ export function emailActions(config: EmailConfig): EmailActions {
       // each would read who else had a blind copy, the journal among them: those are envelope only.
       const raw = await rendered({ ...message, bcc: [] });
       const to = [...message.to, ...message.cc, ...message.bcc];
-      const info = await sendRaw(config.smtp, { from: config.from, to, raw, journal: journal[0] }, op.signal);
+      const info = await sendRaw(config.smtp, { from: config.from, to, raw, journal: bcc[0] }, op.signal);
       if (copy.mode === "append") {
         // Sent already; a failed APPEND only loses the copy, not the effect. The sender's own
         // copy keeps its Bcc, as a mail client's does (the same message: its Message-ID and date).
@@ -112,18 +127,57 @@ export function emailActions(config: EmailConfig): EmailActions {
       };
     },
     classify: (error) => classifyEmailError(error),
-    reconcile: (_args, op) =>
-      reconcileByCopy(lookIn, copy, messageIdOf(op), referenceFor(op.key), op, config.settleMs ?? 60_000),
+    reconcile: (_args, op) => {
+      const { messageId, recorded } = referenceOf(op);
+      return reconcileByCopy(
+        placeOf(messageId, recorded),
+        messageId,
+        referenceFor(op.key),
+        op,
+        config.settleMs ?? 60_000,
+      );
+    },
   });
   return { send };
 
   /**
-   * The Message-ID recorded for the operation before its first send, not one computed again from
-   * today's config: with another `from` or `messageIdDomain` since, the copy of the first send
-   * would be looked for under a name it never had, "proven absent", and sent again.
+   * The Message-ID and copy terms recorded for the operation before its first send, not ones
+   * computed again from today's config: with another `from` or `messageIdDomain` since, the copy
+   * of the first send would be looked for under a name it never had; with another copy mode, in
+   * a place it never was, or with the proof of a mode it was not made with. Either way "proven
+   * absent", and sent again.
    */
-  function messageIdOf(op: { readonly key: string; readonly providerReference: string | null }): string {
-    return op.providerReference ?? messageIdFor(op.key, domain);
+  function referenceOf(op: { readonly key: string; readonly providerReference: string | null }): {
+    messageId: string;
+    recorded: string;
+  } {
+    // No reference: the action called without a ledger, or a row from before references existed.
+    if (op.providerReference === null) return { messageId: messageIdFor(op.key, domain), recorded: today };
+    const { messageId, copy: recorded } = parseEmailReference(op.providerReference);
+    // A bare Message-ID was written by a version that did not record the copy mode: today's config
+    // is all that is known of how its copy was made, as that version assumed. So an outcome such a
+    // version left unknown is judged by a copy mode changed since: settle those before changing it.
+    return { messageId, recorded: recorded ?? today };
+  }
+
+  /**
+   * Where the copy of the operation's send is, and what its absence proves, by how its first send
+   * made it. Sent is the sender's account of today's config (the reference names no account for
+   * it); a journal only when today's config has that very journal (address, account and mailbox):
+   * its password is there, and a search of another mailbox finds nothing whatever was sent.
+   */
+  function placeOf(messageId: string, recorded: string): CopyPlace {
+    const note =
+      recorded === today ? "" : ` (copy recorded at its first send: ${recorded}; the config now says ${today})`;
+    const mode = recordedMode(recorded);
+    if (mode === "append") return { mailbox: sent, name: "Sent", absence: "never", note };
+    if (mode === "provider-saves") return { mailbox: sent, name: "Sent", absence: "settles", note };
+    if (mode === "journal" && recorded === today && journal)
+      return { mailbox: journal, name: "the journal", absence: "settles", note };
+    return {
+      mailbox: undefined,
+      reason: `cannot look for ${messageId}: its first send made its copy with ${recorded}, and the config now says ${today}; that copy cannot be searched, so its absence proves nothing`,
+    };
   }
 }
 

@@ -7,6 +7,7 @@
  */
 import { NOT_SENT_CODES, type Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
+import { CopyChangedError } from "./email-reference.js";
 import { EnvelopeRefusedError, SendAbortedError } from "./email-smtp.js";
 
 interface NodemailerError {
@@ -22,6 +23,11 @@ export function classifyEmailError(error: unknown): Classification {
   if (error instanceof MailboxUnavailableError) {
     // The check before sending failed, so nothing was sent: retry later with the same Message-ID.
     return { kind: "transient", reason: `pre-send check failed, nothing sent: ${error.message}`, retryAfterMs: 5_000 };
+  }
+  if (error instanceof CopyChangedError) {
+    // Refused before sending: the copy config changed since the operation's first attempt. It
+    // stays refused until a person restores that config or sends it under a new key.
+    return { kind: "permanent", reason: error.message, alert: true };
   }
   if (error instanceof EnvelopeRefusedError) {
     // We held the body back, so nothing was sent. A 4xx may pass; otherwise the journal (or every

@@ -1,14 +1,41 @@
 /** What the ledger keeps of a send: the identifiers and the server's answer, not the content. */
-export interface EmailReceipt {
+export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
+
+/** This attempt sent the message: the server's answer. */
+export interface SentEmailReceipt {
   readonly messageId: string;
   /** The short reference in the subject. */
   readonly ref: string;
-  /** False when the pre-send check found the copy of an earlier attempt and nothing was sent now. */
-  readonly sent: boolean;
-  /** The server's final reply (with its queue id), when this attempt sent. */
-  readonly response: string | null;
+  readonly sent: true;
+  /** The server's final reply (with its queue id). */
+  readonly response: string;
+  /** The envelope recipients the server accepted (the journal address among them in journal mode). */
   readonly accepted: readonly string[];
   readonly rejected: readonly string[];
-  /** The mailbox where the copy was found, when the receipt comes from a lookup. */
-  readonly foundIn?: string;
+  readonly foundIn?: undefined;
+}
+
+/**
+ * The copy of an earlier attempt's send was found: the message went out, but a copy does not say
+ * which recipients the server accepted, so `accepted` and `rejected` are null (not known), never
+ * an empty list (accepted by nobody). Receipts stored by earlier versions hold empty lists.
+ */
+export interface FoundEmailReceipt {
+  readonly messageId: string;
+  /** The short reference in the subject. */
+  readonly ref: string;
+  /**
+   * False when the check before sending found the copy (this attempt sent nothing); true when a
+   * lookup settled an unknown outcome.
+   */
+  readonly sent: boolean;
+  readonly response: null;
+  readonly accepted: null;
+  readonly rejected: null;
+  /** The mailbox where the copy was found. */
+  readonly foundIn: string;
+}
+
+export function foundReceipt(messageId: string, ref: string, sent: boolean, foundIn: string): FoundEmailReceipt {
+  return { messageId, ref, sent, response: null, accepted: null, rejected: null, foundIn };
 }

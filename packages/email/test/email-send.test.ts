@@ -7,7 +7,16 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import type { OperationContext } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
-import { EnvelopeRefusedError, SendAbortedError, classifyEmailError, emailActions, messageIdFor } from "@idem/email";
+import {
+  CopyChangedError,
+  EnvelopeRefusedError,
+  SendAbortedError,
+  classifyEmailError,
+  emailActions,
+  messageIdFor,
+  type CopyConfig,
+  type EmailActions,
+} from "@idem/email";
 
 let sandbox: MailSandbox;
 let ports: { smtp: number; imap: number };
@@ -19,14 +28,20 @@ beforeAll(async () => {
 afterAll(() => sandbox?.close());
 afterEach(() => sandbox.faults.clear()); // a fault the test did not reach must not leak into the next
 
-const journal = () =>
+const withCopy = (copy: CopyConfig) =>
   emailActions({
     smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
     imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
     from: SENDER.user,
     settleMs: 60_000,
-    copy: { mode: "journal", address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } },
+    copy,
   });
+const journalCopy = (): Extract<CopyConfig, { mode: "journal" }> => ({
+  mode: "journal",
+  address: JOURNAL.user,
+  imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL },
+});
+const journal = () => withCopy(journalCopy());
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
 /** An operation as the runner hands it over; `now` is the database's time, not ours. */
@@ -47,6 +62,12 @@ function op(t: { lastAttemptAt: number; now: number }, signal = new AbortControl
 }
 const fresh = (signal?: AbortSignal) => op({ lastAttemptAt: Date.now(), now: Date.now() }, signal);
 const messageIdOf = (o: OperationContext) => messageIdFor(o.key, "idem.test");
+/** The operation as later attempts and lookups get it: with the reference its first attempt recorded under `first`. */
+const recordedBy = (first: EmailActions, o: OperationContext): OperationContext => ({
+  ...o,
+  providerReference: first.send.providerReference!(report, o),
+});
+const pastTheWindow = () => op({ lastAttemptAt: Date.now(), now: Date.now() + 3_600_000 });
 
 describe("the journal gate", () => {
   it("journal mode needs the IMAP account the journal address delivers to (else every copy is missing)", () => {
@@ -148,5 +169,110 @@ describe("the settle window uses op.now", () => {
   it("without a database time it proves nothing", async () => {
     const o = { ...fresh(), now: undefined as unknown as number };
     expect(await journal().send.reconcile!(report, o)).toMatchObject({ found: false, proof: "inconclusive" });
+  });
+});
+
+describe("a receipt from a found copy", () => {
+  it("says the recipients are not known (null), not that the server accepted nobody", async () => {
+    const o = fresh();
+    const mail = journal();
+    expect(await mail.send.execute(report, o)).toMatchObject({
+      sent: true,
+      accepted: expect.arrayContaining([JOURNAL.user]),
+    });
+    // Another attempt finds the copy before sending; a lookup settling an unknown outcome finds it too.
+    const found = { messageId: messageIdOf(o), foundIn: "INBOX", response: null, accepted: null, rejected: null };
+    expect(await mail.send.execute(report, o)).toEqual({ ...found, ref: expect.any(String), sent: false });
+    expect(await mail.send.reconcile!(report, o)).toEqual({
+      found: true,
+      receipt: { ...found, ref: expect.any(String), sent: true },
+    });
+    expect(sandbox.count(messageIdOf(o))).toBe(1);
+  });
+});
+
+describe("the copy recorded at the first send decides, not today's config", () => {
+  it("a journal today's config does not have (another mailbox or account, or none): never proven absent, the reason names both", async () => {
+    const o = recordedBy(journal(), pastTheWindow());
+    for (const today of [
+      withCopy({ ...journalCopy(), mailbox: "Journal" }),
+      withCopy({ ...journalCopy(), imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } }),
+      withCopy({ ...journalCopy(), address: "audit@idem.test" }),
+      withCopy({ mode: "provider-saves" }),
+      withCopy({ mode: "append" }),
+    ]) {
+      expect(await today.send.reconcile!(report, o)).toEqual({
+        found: false,
+        proof: "never",
+        reason: expect.stringContaining(
+          `with copy=journal bcc=journal@idem.test in=imap://journal%40idem.test@127.0.0.1:${ports.imap}/INBOX, and the config now says copy=`,
+        ),
+      });
+    }
+    // The same journal: searched, and absent past the window, as before.
+    expect(await journal().send.reconcile!(report, o)).toMatchObject({ found: false, proof: "absent" });
+  });
+
+  it("recorded append, the config now journal: not found in Sent proves nothing", async () => {
+    const o = recordedBy(withCopy({ mode: "append" }), pastTheWindow());
+    expect(await journal().send.reconcile!(report, o)).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(/appended by the client.*copy=append; the config now says copy=journal/),
+    });
+  });
+
+  it("recorded provider-saves, the config now journal: looked for in Sent, where the provider filed it", async () => {
+    const saves = withCopy({ mode: "provider-saves" });
+    const o = recordedBy(saves, fresh());
+    sandbox.mode = "provider-saves";
+    try {
+      expect(await saves.send.execute(report, o)).toMatchObject({ sent: true });
+    } finally {
+      sandbox.mode = "journal";
+    }
+    expect(await journal().send.reconcile!(report, o)).toMatchObject({ found: true, receipt: { foundIn: "Sent" } });
+    const absent = recordedBy(saves, pastTheWindow());
+    expect(await journal().send.reconcile!(report, absent)).toMatchObject({ found: false, proof: "absent" });
+  });
+
+  it("a later attempt under another copy mode than the recorded one sends nothing: refused, alerted", async () => {
+    const o = recordedBy(withCopy({ mode: "append" }), fresh());
+    const before = sandbox.count();
+    const error = await journal()
+      .send.execute(report, o)
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CopyChangedError);
+    expect(error).toMatchObject({ messageId: messageIdOf(o), recorded: "copy=append" });
+    expect((error as CopyChangedError).configured).toMatch(/^copy=journal bcc=journal@idem\.test in=imap:/);
+    expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
+    expect(sandbox.count()).toBe(before);
+  });
+
+  it("a copy mode this version does not know: never proven absent, and not sent", async () => {
+    const o = pastTheWindow();
+    const unknown = { ...o, providerReference: `${messageIdOf(o)} copy=carrier-pigeon` };
+    expect(await journal().send.reconcile!(report, unknown)).toMatchObject({ found: false, proof: "never" });
+    const error = await journal()
+      .send.execute(report, unknown)
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: "CopyChangedError", recorded: "copy=carrier-pigeon" });
+    expect(sandbox.count(messageIdOf(o))).toBe(0);
+  });
+
+  it("a reference from before the copy was recorded (a bare Message-ID) is read with today's config, as before", async () => {
+    const old = (o: OperationContext) => ({ ...o, providerReference: messageIdOf(o) });
+    expect(await journal().send.reconcile!(report, old(pastTheWindow()))).toMatchObject({
+      found: false,
+      proof: "absent",
+    });
+    expect(await withCopy({ mode: "append" }).send.reconcile!(report, old(pastTheWindow()))).toMatchObject({
+      found: false,
+      proof: "never",
+    });
+    const o = old(fresh());
+    expect(await journal().send.execute(report, o)).toMatchObject({ sent: true, messageId: messageIdOf(o) });
+    expect(await journal().send.reconcile!(report, o)).toMatchObject({ found: true, receipt: { foundIn: "INBOX" } });
+    expect(sandbox.count(messageIdOf(o))).toBe(1);
   });
 });

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
-import { emailActions, type CopyConfig, type EmailConfig } from "@idem/email";
+import { emailActions, parseEmailReference, type CopyConfig, type EmailConfig } from "@idem/email";
 import { ImapFlow } from "imapflow";
 // The adapter's own IMAP client, to look at the mailboxes the way its lookups do (not exported).
 import { Mailbox } from "../src/email-mailbox.js";
@@ -49,8 +49,9 @@ for (const dialect of DIALECTS) {
   describe(`email on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
     const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
+    // The reference starts with the Message-ID (then how the copy is made: email-reference.ts).
     const messageIdOf = async (l: Ledger, t: string, id: string) =>
-      (await l.get({ tenant: t, id })).operation.providerReference!;
+      (await l.get({ tenant: t, id })).operation.providerReference!.split(" ")[0]!;
 
     for (const mode of ["provider-saves", "journal", "append"] as const) {
       it(`${mode}: a duplicate call sends nothing and returns the first receipt`, async () => {
@@ -67,6 +68,11 @@ for (const dialect of DIALECTS) {
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         const messageId = await messageIdOf(l, t, first.operationId);
         expect(first.status === "succeeded" && first.receipt!.messageId).toBe(messageId);
+        // The reference records how the copy is made, after the Message-ID; never a password.
+        const journal = `copy=journal bcc=journal@idem.test in=imap://journal%40idem.test@127.0.0.1:${ports.imap}/INBOX`;
+        expect((await l.get({ tenant: t, id: first.operationId })).operation.providerReference).toBe(
+          `${messageId} ${mode === "journal" ? journal : `copy=${mode}`}`,
+        );
         expect(sandbox.count(messageId)).toBe(1);
         const got = sandbox.received.find((m) => m.messageId === messageId)!;
         expect(got.subject).toMatch(/^Weekly report \[ref:[A-Z0-9]{8}\]$/);
@@ -125,10 +131,14 @@ for (const dialect of DIALECTS) {
         const t = tenant();
         sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
         const out = await l.run(mail.send, { tenant: t, key: ["held"], args: report });
-        expect(out).toMatchObject({ status: "succeeded", receipt: { foundIn: mode === "journal" ? "INBOX" : "Sent" } });
-        const { events, operation } = await l.get({ tenant: t, id: out.operationId });
+        // Found by its copy: which recipients the server accepted is not known (null), not "none".
+        expect(out).toMatchObject({
+          status: "succeeded",
+          receipt: { sent: true, foundIn: mode === "journal" ? "INBOX" : "Sent", accepted: null, rejected: null },
+        });
+        const { events } = await l.get({ tenant: t, id: out.operationId });
         expect(events.map((e) => e.to)).toContain("unknown");
-        expect(sandbox.count(operation.providerReference!)).toBe(1);
+        expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
       });
     }
 
@@ -187,6 +197,114 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    // The copy mode in force at the first send is recorded with its Message-ID: what "not found"
+    // proves is judged on it, not on a config deployed since.
+    for (const to of ["provider-saves", "journal"] as const) {
+      it(`append, then the config changed to ${to}: a send lost before its APPEND goes to a person, never a second send`, async () => {
+        const l = await ledger();
+        const t = tenant();
+        const key = ["append-then", to];
+        sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+        sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 }); // unknown, for now
+        try {
+          const out = await l.run(emailActions(config("append")).send, { tenant: t, key, args: report });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const messageId = await messageIdOf(l, t, out.operationId);
+          expect(sandbox.count(messageId)).toBe(1);
+          sandbox.faults.clear();
+          // A deploy since: copies are now made another way. The daemon settles with the new config.
+          const changed = emailActions(config(to));
+          const daemon = await ledger({ actions: [changed.send] });
+          await sleep(600); // past the settle window (300 ms)
+          const settled = await daemon.daemon.settle({ tenant: t, id: out.operationId });
+          expect(sandbox.count(messageId)).toBe(1); // not looked for where it was made: "absent", sent again
+          expect(settled).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+            reason: expect.stringMatching(/copy=append.*config now says copy=/),
+          });
+          expect(await daemon.run(changed.send, { tenant: t, key, args: report })).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+          });
+          expect(sandbox.count(messageId)).toBe(1);
+        } finally {
+          sandbox.faults.clear();
+        }
+      });
+    }
+
+    const journalWith = (change: Partial<Extract<CopyConfig, { mode: "journal" }>>): EmailConfig => {
+      const c = config("journal");
+      return { ...c, copy: { ...(c.copy as Extract<CopyConfig, { mode: "journal" }>), ...change } };
+    };
+    for (const [what, changed] of [
+      ["another journal mailbox", () => journalWith({ mailbox: "Journal" })],
+      ["another journal account", () => journalWith({ imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } })],
+      ["provider-saves", () => config("provider-saves")],
+    ] as const) {
+      it(`journal, then the config changed to ${what}: the recorded journal cannot be searched, so a person decides, never a second send`, async () => {
+        const l = await ledger();
+        const t = tenant();
+        const key = ["journal-then", what];
+        sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+        sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 }); // unknown, for now
+        try {
+          const out = await l.run(emailActions(config("journal")).send, { tenant: t, key, args: report });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const messageId = await messageIdOf(l, t, out.operationId);
+          sandbox.faults.clear();
+          const mail = emailActions(changed());
+          const daemon = await ledger({ actions: [mail.send] });
+          await sleep(600); // past the settle window (300 ms)
+          const settled = await daemon.daemon.settle({ tenant: t, id: out.operationId });
+          expect(sandbox.count(messageId)).toBe(1); // not looked for where it was made: "absent", sent again
+          expect(settled).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+            reason: expect.stringMatching(
+              /copy=journal bcc=journal@idem\.test in=imap:\/\/journal%40idem\.test@127\.0\.0\.1:\d+\/INBOX.*config now says copy=/,
+            ),
+          });
+          expect(await daemon.run(mail.send, { tenant: t, key, args: report })).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+          });
+          expect(sandbox.count(messageId)).toBe(1);
+        } finally {
+          sandbox.faults.clear();
+        }
+      });
+    }
+
+    it("nothing sent (a 421), then the copy mode changed: the next attempt is refused and alerted, not sent under a mode its reference does not record", async () => {
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({ kind: "reject_421" });
+      const first = await l.run(emailActions(config("append")).send, {
+        tenant: t,
+        key: ["421-then-changed"],
+        args: report,
+        budget: { attempts: 1 },
+      });
+      expect(first).toMatchObject({ status: "pending_verification", state: "pending" });
+      const messageId = await messageIdOf(l, t, first.operationId);
+      const out = await l.run(emailActions(config("provider-saves")).send, {
+        tenant: t,
+        key: ["421-then-changed"],
+        args: report,
+      });
+      expect(out).toMatchObject({
+        status: "failed",
+        error: {
+          kind: "permanent",
+          alert: true,
+          reason: expect.stringMatching(/copy=append.*config now says copy=provider-saves/),
+        },
+      });
+      expect(sandbox.count(messageId)).toBe(0);
+    });
+
     it("journal: the server refuses the journal address: nothing is sent, so no later 'absent' can send it twice", async () => {
       const l = await ledger({ budget: { baseDelayMs: 10 } });
       const mail = emailActions(config("journal"));
@@ -234,7 +352,7 @@ for (const dialect of DIALECTS) {
         await kill9(child);
         const l = await ledger();
         const [row] = await l.admin.list({ tenant: t });
-        expect(row).toMatchObject({ status: "running", providerReference: messageId });
+        expect(row).toMatchObject({ status: "running", providerReference: `${messageId} copy=append` });
         await sleep(leaseMs + 200);
         const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
         expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
@@ -337,7 +455,7 @@ describe("a real mailbox (live, opt-in)", () => {
           auth: { user: decodeURIComponent(i.username), pass: decodeURIComponent(i.password) },
         },
         "\\Sent",
-      ).find(op.providerReference!),
+      ).find(parseEmailReference(op.providerReference!).messageId),
     ).toBeDefined();
     await l.close();
   });

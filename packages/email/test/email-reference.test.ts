@@ -1,0 +1,52 @@
+/** The provider reference of an email operation: its format, read by operators and older rows. */
+import { describe, expect, it } from "vitest";
+import { parseEmailReference } from "@idem/email";
+import { copyTerms, formatReference, recordedMode } from "../src/email-reference.js";
+
+const MID = "<idem.0123456789abcdef0123456789abcdef01234567@idem.test>";
+const imap = {
+  host: "IMAP.Example.com",
+  port: 993,
+  secure: true,
+  auth: { user: "journal@example.com", pass: "s3cret pass" },
+};
+
+describe("the email provider reference", () => {
+  it("starts with the Message-ID, then how the copy is made", () => {
+    expect(formatReference(MID, { mode: "provider-saves" })).toBe(`${MID} copy=provider-saves`);
+    expect(formatReference(MID, { mode: "append" })).toBe(`${MID} copy=append`);
+    expect(formatReference(MID, { mode: "journal", address: "Journal@Example.com", imap })).toBe(
+      `${MID} copy=journal bcc=journal@example.com in=imap://journal%40example.com@imap.example.com:993/INBOX`,
+    );
+  });
+
+  it("never holds a password, and each term stays one token", () => {
+    const terms = copyTerms({
+      mode: "journal",
+      address: "journal@example.com",
+      imap: { ...imap, host: "::1", auth: { user: "ops team", pass: "s3cret pass" } },
+      mailbox: "Archive/Sent Items",
+    });
+    expect(terms).toBe("copy=journal bcc=journal@example.com in=imap://ops%20team@[::1]:993/Archive/Sent%20Items");
+    expect(terms).not.toMatch(/s3cret/);
+    expect(parseEmailReference(`${MID} ${terms}`)).toEqual({ messageId: MID, copy: terms });
+  });
+
+  it("the same journal config gives the same terms (they are compared as text)", () => {
+    const a = copyTerms({ mode: "journal", address: "journal@example.com", imap, mailbox: "INBOX" });
+    const b = copyTerms({ mode: "journal", address: "JOURNAL@example.com", imap: { ...imap, secure: false } });
+    expect(a).toBe(b);
+  });
+
+  it("a bare Message-ID (written before the copy was recorded) has no copy terms", () => {
+    expect(parseEmailReference(MID)).toEqual({ messageId: MID, copy: undefined });
+  });
+
+  it("reads the recorded mode, and knows when it does not know it", () => {
+    expect(recordedMode("copy=append")).toBe("append");
+    expect(recordedMode("copy=journal bcc=a@b in=imap://a%40b@h:143/INBOX")).toBe("journal");
+    expect(recordedMode("copy=provider-saves")).toBe("provider-saves");
+    expect(recordedMode("copy=carrier-pigeon")).toBeUndefined();
+    expect(recordedMode("mode=append")).toBeUndefined();
+  });
+});
