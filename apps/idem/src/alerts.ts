@@ -6,7 +6,9 @@
  * reason, never the operation's args or receipt.
  *
  * A webhook or email whose delivery is ambiguous (timeout after sending) is not retried blindly:
- * like any effect that cannot be proven, it goes to needs_review, and the log line says so.
+ * like any effect that cannot be proven, it goes to needs_review, and the log line says so. A
+ * delivery a person then retries (`idem retry`) is settled by the daemon's pass like any due
+ * operation, with the alert as it was stored: the daemon's ledger is opened with `alertActions`.
  */
 import nodemailer from "nodemailer";
 import type { Logger } from "pino";
@@ -99,17 +101,63 @@ function classifyEmailDelivery(error: unknown): Classification {
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
 }
 
-export function alertSinks(
-  config: IdemConfig,
-  log: Logger,
-): { name: string; action: Action<Alert, { delivered: true; detail: string }> }[] {
-  const sinks: { name: string; action: Action<Alert, { delivered: true; detail: string }> }[] = [];
+/** The sinks, as the config names them; a delivery to one is an operation of type `idem.alert.<name>`. */
+const SINK_NAMES = ["log", "webhook", "email"] as const;
+export type SinkName = (typeof SINK_NAMES)[number];
+const typeOf = (sink: SinkName) => `idem.alert.${sink}`;
+
+/** The sink an operation of this action type delivers to; undefined for an action of another kind. */
+export function sinkOf(actionType: string): SinkName | undefined {
+  return SINK_NAMES.find((sink) => typeOf(sink) === actionType);
+}
+
+/** What a sink answers for an alert it took. */
+export interface Delivered {
+  readonly delivered: true;
+  readonly detail: string;
+}
+
+export interface AlertSink {
+  readonly name: SinkName;
+  readonly action: Action<Alert, Delivered>;
+}
+
+/**
+ * The actions the daemon's ledger is opened with (`openLedger`'s `actions`, besides the config's)
+ * so that its pass settles alert deliveries like any due operation: one a person retried is
+ * pending, and no due alert will run it again. One action per configured sink; for a sink this
+ * config does not have (removed since the delivery was recorded, or left out of this replica's
+ * config), one that sends nothing: the delivery fails saying so, and a person retries it once the
+ * sink is configured again. A delivery that may have been sent goes to review before any of
+ * these would run it.
+ */
+export function alertActions(config: IdemConfig, log: Logger): Action<Alert, Delivered>[] {
+  const sinks = alertSinks(config, log);
+  const missing = SINK_NAMES.filter((name) => !sinks.some((s) => s.name === name));
+  return [...sinks.map((s) => s.action), ...missing.map(unconfigured)];
+}
+
+function unconfigured(sink: SinkName): Action<Alert, Delivered> {
+  const reason = `no ${sink} alert sink in this daemon's config: nothing was sent; configure it, then idem retry this delivery`;
+  return defineAction({
+    type: typeOf(sink),
+    capabilities: {},
+    execute: async () => {
+      throw new Error(reason);
+    },
+    // Nothing left the process: failed, not unknown, and never tried again by itself.
+    classify: () => ({ kind: "rejected", reason }),
+  });
+}
+
+export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
+  const sinks: AlertSink[] = [];
   const a = config.alerts;
   if (a.log) {
     sinks.push({
       name: "log",
       action: defineAction({
-        type: "idem.alert.log",
+        type: typeOf("log"),
         capabilities: {},
         execute: async (alert) => {
           log.warn({ alert }, alertText(alert));
@@ -123,7 +171,7 @@ export function alertSinks(
     sinks.push({
       name: "webhook",
       action: defineAction({
-        type: "idem.alert.webhook",
+        type: typeOf("webhook"),
         capabilities: {},
         execute: async (alert, op) => {
           const body = format === "slack" ? { text: alertText(alert) } : { ...alert, text: alertText(alert) };
@@ -162,7 +210,7 @@ export function alertSinks(
     sinks.push({
       name: "email",
       action: defineAction({
-        type: "idem.alert.email",
+        type: typeOf("email"),
         capabilities: {},
         execute: async (alert, op) => {
           const info = await transport.sendMail({
@@ -193,7 +241,7 @@ export function alertSinks(
 export async function deliver(
   ledger: Ledger,
   config: IdemConfig,
-  sinks: ReturnType<typeof alertSinks>,
+  sinks: readonly AlertSink[],
   alert: Alert,
   discriminator: string | number,
   log: Logger,
@@ -207,7 +255,7 @@ export async function deliver(
       all = false; // tried again next tick
       continue;
     }
-    let out: RunResult<{ delivered: true; detail: string }>;
+    let out: RunResult<Delivered>;
     try {
       out = await ledger.run(sink.action, {
         tenant: config.alerts.tenant,

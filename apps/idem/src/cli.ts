@@ -18,11 +18,13 @@ import {
   STATUSES,
   openLedger,
   redactUrl,
+  type Action,
   type Ledger,
   type LedgerOptions,
   type OperationRef,
   type Status,
 } from "@idem/core";
+import { alertActions } from "./alerts.js";
 import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
@@ -47,7 +49,8 @@ async function withLedger<T>(
   globals: Globals,
   fn: (ledger: Ledger, config: IdemConfig) => Promise<T>,
   options: {
-    actions?: boolean;
+    /** Open the ledger with the config's actions (to settle stored operations), and these besides. */
+    actions?: boolean | { also: (config: IdemConfig) => readonly Action<any, any>[] };
     schema?: "require" | "create" | "migrate";
     onResult?: LedgerOptions["onResult"];
     /**
@@ -62,7 +65,10 @@ async function withLedger<T>(
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   await options.beforeOpen?.(config);
   const schema = options.schema ?? "require";
-  const actions = options.actions ? await actionsOf(config) : undefined; // built once, not per try
+  // Built once, not per try. The ledger keeps one action per type, the last given.
+  const actions = options.actions
+    ? [...(await actionsOf(config)), ...(options.actions === true ? [] : options.actions.also(config))]
+    : undefined;
   const open = () =>
     openLedger(config.ledger, {
       migrate: schema === "migrate",
@@ -375,7 +381,13 @@ export function program(): Command {
             if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
             printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
           },
-          { actions: o.now === true },
+          {
+            // An alert delivery is settled with its sink, as the daemon would (the log sink's line on stderr).
+            actions: o.now === true && {
+              also: (config) =>
+                o.tenant === config.alerts.tenant ? alertActions(config, pino(pino.destination(2))) : [],
+            },
+          },
         );
       },
     );
@@ -523,7 +535,8 @@ export function program(): Command {
           log.info("daemon stopped");
         },
         {
-          actions: true,
+          // Its own alert deliveries too: one a person retried is settled by the daemon's pass.
+          actions: { also: (config) => alertActions(config, log) },
           schema: o.migrate ? "migrate" : "require",
           onResult: (r, info) => onResult?.(r, info),
           // /healthz and /metrics are served from the start: while the database is awaited, /healthz says so.

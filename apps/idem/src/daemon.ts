@@ -1,15 +1,25 @@
 /**
  * `idem daemon`: loops until stopped. Each tick it claims due operations (a dead worker's expired
  * lease, an unknown outcome or known-undone work whose time came) and settles each by the replay
- * policy; escalates unknowns that stayed inconclusive too long; alerts once on new needs_review,
- * on auth/policy failures and on operations running longer than their threshold. SIGTERM
+ * policy (its own alert deliveries too: one a person retried is settled with its sink's action,
+ * which the ledger must hold: `alertActions`); escalates unknowns that stayed inconclusive too
+ * long; alerts once on new needs_review, on auth/policy failures and on operations running
+ * longer than their threshold. SIGTERM
  * finishes the tick in flight, then exits. While the ledger's database is unreachable (a restart,
  * a failover) it keeps running: it says so once, reports it on /healthz, retries every interval
  * and says when it is back.
  */
 import type { Logger } from "pino";
-import { ESCALATED, LedgerUnavailableError, UnknownActionError, type Ledger, type Operation } from "@idem/core";
-import { alertOf, alertSinks, deliver, type AlertKind } from "./alerts.js";
+import {
+  ESCALATED,
+  LedgerUnavailableError,
+  UnknownActionError,
+  type DueOperation,
+  type Ledger,
+  type Operation,
+  type RunResult,
+} from "@idem/core";
+import { alertOf, alertSinks, deliver, sinkOf, type Alert, type AlertKind, type SinkName } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
 
@@ -74,21 +84,29 @@ export class Daemon {
     const down = new Set<string>();
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
     await this.alertStuck(down);
-    const failed = await this.settleDue();
+    const failed = await this.settleDue(down);
     await this.alertPending(down);
     return { failed };
   }
 
-  private async settleDue(): Promise<number> {
+  /**
+   * Settles what is due, alert deliveries last (a slow sink must not hold back the rest within
+   * the claim). A delivery due is one a person retried, or one left pending whose alert is still
+   * due (then this is the delivery's try for the tick): it is settled with its sink's action, and
+   * counts for the sink as a delivery of the tick does (alerts.ts `deliver`).
+   */
+  private async settleDue(down: Set<string>): Promise<number> {
     let failed = 0;
     const d = this.config.daemon;
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
     // take them): stop a little before. The rest stay claimed until then, then any daemon takes them.
     const until = performance.now() + d.claimMs * 0.9;
-    const due = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
+    const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
+    const due = [...claimed.filter((row) => !this.sinkOf(row)), ...claimed.filter((row) => this.sinkOf(row))];
     for (const row of due) {
       if (this.stopping || performance.now() >= until) break;
-      if (row.tenant === this.config.alerts.tenant) continue; // alert deliveries settle through their own retries
+      const sink = this.sinkOf(row);
+      if (sink && down.has(sink)) continue; // not tried again this tick; due again once the claim ends
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
         const out = await this.ledger.daemon.settle({
@@ -106,19 +124,47 @@ export class Daemon {
           { operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome },
           "settled",
         );
+        if (sink) await this.delivered(row, sink, out, down);
       } catch (error) {
         // The database is gone: end the tick (the rest stay claimed for claimMs) rather than fail each row.
         if (error instanceof LedgerUnavailableError) throw error;
         this.metrics.errors.inc();
         failed += 1;
-        const msg =
-          error instanceof UnknownActionError
-            ? `no action of type ${row.action} in the daemon's config`
-            : "settling failed";
+        const msg = !(error instanceof UnknownActionError)
+          ? "settling failed"
+          : sink
+            ? `no action of type ${row.action} in the daemon's ledger: open it with alertActions(config, log) among its actions`
+            : `no action of type ${row.action} in the daemon's config`;
         this.log.error({ err: error, operationId: row.id, tenant: row.tenant, action: row.action }, msg);
       }
     }
     return failed;
+  }
+
+  /** The sink of one of this daemon's alert deliveries; undefined for any other operation. */
+  private sinkOf(row: DueOperation): SinkName | undefined {
+    return row.tenant === this.config.alerts.tenant ? sinkOf(row.action) : undefined;
+  }
+
+  /** What a settled alert delivery tells: sent (counted), or not, said once; its sink not taking it, for the tick. */
+  private async delivered(row: DueOperation, sink: SinkName, out: RunResult<unknown>, down: Set<string>) {
+    if (out.status === "pending_verification" && out.state === "running") return; // another replica has it now
+    const alert = (await this.ledger.get({ tenant: row.tenant, id: row.id })).args as Alert | null;
+    if (out.status === "succeeded") {
+      if (!out.replayed && alert) this.sent(alert.kind, sink);
+      return;
+    }
+    if (out.status === "pending_verification") {
+      // Not taken (unreachable, rate limiting, no answer), as deliver() counts it. Only a pending
+      // delivery was sent to the sink here: an unknown one, or one whose daemon died sending it, goes
+      // to review without the sink being asked, and tells nothing about it now.
+      if (row.status === "pending") down.add(sink);
+      if (out.state === "needs_review") this.reported.add(out.operationId); // said here, not again by deliver()
+    }
+    this.log.error(
+      { sink, operationId: alert?.operationId, delivery: out },
+      `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
+    );
   }
 
   private async alertStuck(down: Set<string>): Promise<void> {

@@ -6,9 +6,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer } from "node:http";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { openLedger, type Ledger } from "@idem/core";
-import { Daemon, DaemonMetrics, parseConfig } from "@idem/cli";
+import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
 import { HubSpotSandbox, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, freePort, freshDatabase, kill9, scaled, startChild, tempDir, type Child } from "@idem/testkit";
@@ -16,7 +17,7 @@ import { emailActions } from "@idem/email";
 import { hubspotActions } from "@idem/hubspot";
 import { stripeActions } from "@idem/stripe";
 import { fileAction, lines } from "./fixtures/file-actions.js";
-import { CLI, CONFIG, WORKER, until, webhookReceiver } from "./support.js";
+import { CLI, CONFIG, WORKER, idem, until, webhookReceiver } from "./support.js";
 
 let n = 0;
 const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
@@ -46,8 +47,11 @@ function lostAnswer(dir: string): ReturnType<typeof fileAction> {
 }
 
 /** A ledger on a database of its own, for a test that reads every due alert. */
-async function ledgerOfItsOwn(dialect: (typeof DIALECTS)[number]): Promise<Ledger> {
-  return openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 } });
+async function ledgerOfItsOwn(
+  dialect: (typeof DIALECTS)[number],
+  actions: LedgerOptions["actions"] = [],
+): Promise<Ledger> {
+  return openLedger(await freshDatabase(dialect), { poolSize: 2, budget: { baseDelayMs: 10 }, actions });
 }
 
 /** `lookup`'s effect happens, then its answer is lost: unknown, settled by looking it up. */
@@ -340,6 +344,152 @@ for (const dialect of DIALECTS) {
       scaled(240_000),
     );
 
+    /**
+     * A needs_review alert whose webhook delivery went to review (the receiver read it, then the
+     * connection dropped), after one `idem daemon --once` pass on a database of its own; the
+     * receiver answers every later request. `pass` runs `idem daemon --once` again.
+     */
+    async function deliveryInReview() {
+      const own = await freshDatabase(dialect); // each pass reads every due alert: none of the other tests'
+      const ownLedger = await openLedger(own, { poolSize: 2 });
+      const dir = tempDir();
+      let requests = 0;
+      const received: Record<string, unknown>[] = [];
+      const receiver = createServer((req, res) => {
+        const first = ++requests === 1;
+        let body = "";
+        req.on("data", (c) => (body += c));
+        req.on("end", () => {
+          if (first) return void req.socket.destroy();
+          received.push(JSON.parse(body) as Record<string, unknown>);
+          res.writeHead(200).end("ok");
+        });
+      });
+      await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
+      const env = {
+        LEDGER_URL: own,
+        EFFECT_DIR: dir,
+        WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`,
+      };
+      const pass = async (config = CONFIG) => {
+        const out = await idem(["--config", config, "daemon", "--once", "--name", "d-pass"], env);
+        expect(out.code, out.stderr + out.stdout).toBe(0);
+        return out;
+      };
+      const parked = await ownLedger.run(lostAnswer(dir), { tenant: tenant(), key: ["r"], args: { note: "x" } });
+      expect(parked).toMatchObject({ state: "needs_review" });
+      await pass();
+      const [delivery, ...more] = (await ownLedger.admin.list({ tenant: "idem-alerts" })).filter(
+        (d) => d.action === "idem.alert.webhook",
+      );
+      expect(more).toEqual([]);
+      expect(delivery).toMatchObject({ status: "needs_review" });
+      expect(requests).toBe(1);
+      return {
+        own,
+        ledger: ownLedger,
+        delivery: delivery!,
+        parked,
+        pass,
+        requests: () => requests,
+        received,
+        /** `idem retry` of the delivery, as a person types it. */
+        retry: async (...flags: string[]) => {
+          const out = await idem(
+            [
+              "--config",
+              CONFIG,
+              "retry",
+              delivery!.id,
+              "--tenant",
+              "idem-alerts",
+              "--reason",
+              "the channel shows no such alert",
+              ...flags,
+            ],
+            env,
+          );
+          expect(out.code, out.stderr).toBe(0);
+          return out;
+        },
+        close: async () => {
+          await ownLedger.close();
+          await new Promise((r) => receiver.close(r));
+        },
+      };
+    }
+
+    it(
+      "an alert delivery in review that a person retries (idem retry) is sent by the daemon's next pass, once",
+      async () => {
+        const s = await deliveryInReview();
+        try {
+          await s.retry();
+          await s.pass();
+          // Before: the delivery stayed pending for ever; no pass asked the receiver again.
+          expect(s.requests()).toBe(2);
+          expect(s.received).toEqual([
+            expect.objectContaining({ operationId: s.parked.operationId, kind: "needs_review" }),
+          ]);
+          const { operation, events } = await s.ledger.get({ tenant: "idem-alerts", id: s.delivery.id });
+          expect(operation.status).toBe("succeeded");
+          expect(events.at(-1)?.actor).toBe("idem-daemon:d-pass");
+          await s.pass();
+          expect(s.requests()).toBe(2); // once
+        } finally {
+          await s.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "idem retry --now of an alert delivery sends it at once, with its sink",
+      async () => {
+        const s = await deliveryInReview();
+        try {
+          // Before: the retry was recorded, then `no action of type "idem.alert.webhook" is registered`, exit 1.
+          const out = await s.retry("--now");
+          expect(out.stdout).toMatch(/succeeded/);
+          expect(s.requests()).toBe(2);
+          await s.pass();
+          expect(s.requests()).toBe(2);
+        } finally {
+          await s.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "a retried alert delivery whose sink left the config is failed saying so, sends nothing, and can be retried once the sink is back",
+      async () => {
+        const s = await deliveryInReview();
+        try {
+          await s.retry();
+          const noWebhook = join(tempDir(), "idem.config.json");
+          writeFileSync(noWebhook, JSON.stringify({ ledger: s.own, alerts: { log: true } }));
+          await s.pass(noWebhook); // exit 0: settled, not an error of the pass
+          // Before: pending for ever, with nothing to say why.
+          const { operation } = await s.ledger.get({ tenant: "idem-alerts", id: s.delivery.id });
+          expect(operation).toMatchObject({
+            status: "failed",
+            reason: expect.stringMatching(/no webhook alert sink.*nothing (was )?sent/),
+          });
+          expect(s.requests()).toBe(1);
+          // The sink is configured again: a person's retry sends it, once.
+          await s.retry();
+          await s.pass();
+          await s.pass();
+          expect(s.requests()).toBe(2);
+          expect(s.received).toEqual([expect.objectContaining({ operationId: s.parked.operationId })]);
+        } finally {
+          await s.close();
+        }
+      },
+      scaled(240_000),
+    );
+
     it(
       "a webhook that refuses connections is tried once a tick, not once an alert, and settling goes on",
       async () => {
@@ -378,7 +528,13 @@ for (const dialect of DIALECTS) {
           thresholds: { stuckAfterMs: 3_600_000 },
           daemon: { batch: 1_000 },
         });
-        const fast = await openLedger(url, { poolSize: 2, actions: [dedupe], budget: { baseDelayMs: 10 } });
+        // As `idem daemon` opens it: with its alert deliveries' actions, so that its settling takes
+        // a pending delivery too (and must count it as the webhook's try of the tick).
+        const fast = await openLedger(url, {
+          poolSize: 2,
+          actions: [dedupe, ...alertActions(config, pino({ level: "silent" }))],
+          budget: { baseDelayMs: 10 },
+        });
         try {
           const daemon = inProcess(fast, config, "d-breaker");
           const tried = async () =>
@@ -389,15 +545,28 @@ for (const dialect of DIALECTS) {
           // delivery again, never the ones behind it.
           const settled = async () =>
             (await fast.get({ tenant: t, id: left.operationId })).operation.status === "succeeded";
+          let ticks = 1;
           await until(
             async () => {
               await daemon.tick();
+              ticks += 1;
               return settled();
             },
             60_000,
             "the due row to be settled",
           );
+          // A few more, each once the delivery fell due again: the tick's settling tries it then.
+          for (let i = 0; i < 3; i++) {
+            await new Promise((r) => setTimeout(r, 300));
+            await daemon.tick();
+            ticks += 1;
+          }
           expect(await tried()).toBe(1);
+          const [delivery] = (await fast.admin.list({ tenant: alerts })).filter(
+            (op) => op.action === "idem.alert.webhook",
+          );
+          // A try is the retry budget's three executions (one attempt each): one try a tick.
+          expect(delivery!.attempt).toBeLessThanOrEqual(3 * ticks);
           const due = (await fast.daemon.alertsDue({ limit: 1_000 })).map((a) => a.id);
           for (const p of parked) expect(due).toContain(p.operationId); // none acked: the webhook has them all to take
         } finally {
@@ -475,16 +644,17 @@ for (const dialect of DIALECTS) {
         const t = tenant();
         const alerts = `alerts-${t}`;
         const failing = lostAnswer(dir);
-        const fast = await ledgerOfItsOwn(dialect); // other tests' alerts would be pages ahead of these
-        const ids: string[] = [];
-        for (const k of ["a", "b", "c", "d", "e"])
-          ids.push((await fast.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
         const config = parseConfig({
           ledger: "sqlite::memory:", // unused: the daemon runs on `fast`
           alerts: { log: true, tenant: alerts, webhook: { url: `http://127.0.0.1:${await freePort()}/hook` } },
           thresholds: { stuckAfterMs: 3_600_000 },
           daemon: { batch: 2 },
         });
+        // Other tests' alerts would be pages ahead of these. Opened as `idem daemon` opens its ledger.
+        const fast = await ledgerOfItsOwn(dialect, alertActions(config, pino({ level: "silent" })));
+        const ids: string[] = [];
+        for (const k of ["a", "b", "c", "d", "e"])
+          ids.push((await fast.run(failing, { tenant: t, key: [k], args: { note: k } })).operationId);
         try {
           const daemon = inProcess(fast, config, "d-pages");
           const logged = async () =>
