@@ -37,7 +37,7 @@ import {
   type Snapshot,
 } from "./policy.js";
 import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
-import type { Address, Peek, Row, Store } from "./store.js";
+import type { Address, Outcome, Peek, Row, Store } from "./store.js";
 import type { Tracing } from "./tracing.js";
 
 export interface RunnerSettings {
@@ -175,7 +175,7 @@ export class Runner {
     call: Call<A, R>,
     state: CallState,
     at: Address,
-    snap: Peek,
+    snap: Peek | Outcome,
     escalate?: Escalation,
   ): Promise<Step<R>> {
     const s = call.settings;
@@ -183,6 +183,8 @@ export class Runner {
       const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
       throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action, snap.status);
     }
+    // Settled: its outcome, to every caller (decide's first rule; an Outcome holds nothing else).
+    if (isSettled(snap)) return { done: replayOf<R>(snap) };
     const elapsed = Date.now() - state.started;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
     const mayWaitMs = state.settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
@@ -785,6 +787,11 @@ let calls = 0;
 function ownerOf(settings: RunnerSettings): string {
   calls += 1;
   return `${settings.owner}/${PROCESS_TAG}.${calls.toString(36)}`;
+}
+
+/** Settled, whether read as an Outcome or peeked at whole. */
+function isSettled(snap: Peek | Outcome): snap is Outcome {
+  return snap.status === "succeeded" || snap.status === "failed";
 }
 
 function snapshotOf(p: Peek): Snapshot {

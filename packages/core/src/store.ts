@@ -133,6 +133,26 @@ const PEEK_COLUMNS = [
 /** The peek's select list, in order (its rows may come back as arrays). */
 const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "db_now"] as const;
 
+/**
+ * What answers a duplicate of a settled operation (`replayOf`), and the args hash it is checked
+ * against: half the peek's columns. A claim that reads first asks for these, and for the peek
+ * only when the row is not settled (measured by hand on Postgres: 90 µs against 98-144 µs for
+ * the peek, most of it pg reading each column of the answer).
+ */
+const OUTCOME_COLUMNS = [
+  "id",
+  "status",
+  "attempt",
+  "args_hash",
+  "result_json",
+  "error_json",
+  "resolution_json",
+  "completed_at",
+] as const;
+
+/** A settled operation as a duplicate reads it (see OUTCOME_COLUMNS). */
+export type Outcome = Pick<Row, (typeof OUTCOME_COLUMNS)[number]> & { status: "succeeded" | "failed" };
+
 /** Postgres claim-or-peek: the row's columns it returns, and its whole select list in order. */
 const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
 const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "db_now"] as const;
@@ -254,7 +274,7 @@ export class Store {
    */
   async claim(
     row: Omit<NewClaim, "id">,
-  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek | Outcome } | undefined> {
     const seen = `${row.tenant}\u0000${row.key}`; // a tenant holds no control character (requireName)
     const known = this.known.has(seen); // kept while in flight: duplicates of it at once read first too
     const insertFirst = !known && (this.dialect === "postgres" || (this.groupsCommits && this.claiming > 0));
@@ -275,9 +295,9 @@ export class Store {
   private async claimRow(
     row: Omit<NewClaim, "id">,
     insertFirst: boolean,
-  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
+  ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek | Outcome } | undefined> {
     if (!insertFirst) {
-      const existing = await this.peek(row.tenant, row.key);
+      const existing = await this.outcomeOrPeek(row.tenant, row.key);
       if (existing) return { fresh: false, row: existing };
     }
     const claim: NewClaim = { ...row, id: newOperationId() };
@@ -435,6 +455,28 @@ export class Store {
     row.has_args = Number(row.has_args);
     row.db_now = Number(row.db_now);
     return row;
+  }
+
+  /** A settled operation's outcome, or the peek at an unsettled one (two reads, then), or nothing. */
+  private async outcomeOrPeek(tenant: string, key: string): Promise<Peek | Outcome | undefined> {
+    const { rows } = await this.guard(
+      undefined,
+      this.hot.run(
+        "outcome",
+        (v) =>
+          this.db
+            .selectFrom("idem_operations")
+            .select(OUTCOME_COLUMNS)
+            .where("tenant_id", "=", v("tenant"))
+            .where("key", "=", v("key")),
+        { tenant, key },
+        true,
+      ),
+    );
+    if (rows[0] === undefined) return undefined;
+    const row = rowObject<Pick<Row, (typeof OUTCOME_COLUMNS)[number]>>(OUTCOME_COLUMNS, rows[0]);
+    if (row.status === "succeeded" || row.status === "failed") return row as Outcome;
+    return this.peek(tenant, key); // not settled: everything a decision needs, read again
   }
 
   async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
