@@ -125,29 +125,19 @@ export interface AlertSink {
 /**
  * The actions the daemon's ledger is opened with (`openLedger`'s `actions`, besides the config's)
  * so that its pass settles alert deliveries like any due operation: one a person retried is
- * pending, and no due alert will run it again. One action per configured sink; for a sink this
- * config does not have (removed since the delivery was recorded, or left out of this replica's
- * config), one that sends nothing: the delivery fails saying so, and a person retries it once the
- * sink is configured again. A delivery that may have been sent goes to review before any of
- * these would run it.
+ * pending, and no due alert will run it again. One action per configured sink. A delivery to a
+ * sink this config does not have (left out of this replica's config, or removed since) is left
+ * to a daemon that has it (`unconfiguredSinks`): failing it here would tell the replica with the
+ * sink that the alert was answered for good, and it would never be sent.
  */
 export function alertActions(config: IdemConfig, log: Logger): Action<Alert, Delivered>[] {
-  const sinks = alertSinks(config, log);
-  const missing = SINK_NAMES.filter((name) => !sinks.some((s) => s.name === name));
-  return [...sinks.map((s) => s.action), ...missing.map(unconfigured)];
+  return alertSinks(config, log).map((s) => s.action);
 }
 
-function unconfigured(sink: SinkName): Action<Alert, Delivered> {
-  const reason = `no ${sink} alert sink in this daemon's config: nothing was sent; configure it, then idem retry this delivery`;
-  return defineAction({
-    type: typeOf(sink),
-    capabilities: {},
-    execute: async () => {
-      throw new Error(reason);
-    },
-    // Nothing left the process: failed, not unknown, and never tried again by itself.
-    classify: () => ({ kind: "rejected", reason }),
-  });
+/** The action types of the sinks the config does not have: their deliveries are not this daemon's to settle. */
+export function unconfiguredSinks(sinks: readonly AlertSink[]): { names: SinkName[]; types: string[] } {
+  const names = SINK_NAMES.filter((name) => !sinks.some((s) => s.name === name));
+  return { names, types: names.map(typeOf) };
 }
 
 export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {

@@ -19,7 +19,16 @@ import {
   type Operation,
   type RunResult,
 } from "@idem/core";
-import { alertOf, alertSinks, deliver, sinkOf, type Alert, type AlertKind, type SinkName } from "./alerts.js";
+import {
+  alertOf,
+  alertSinks,
+  deliver,
+  sinkOf,
+  unconfiguredSinks,
+  type Alert,
+  type AlertKind,
+  type SinkName,
+} from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
 
@@ -30,6 +39,7 @@ export class Daemon {
   private stopping = false;
   private wake: (() => void) | undefined;
   private readonly sinks;
+  private readonly unconfigured: { names: SinkName[]; types: string[] };
   private readonly actor: string;
 
   constructor(
@@ -40,7 +50,13 @@ export class Daemon {
     name: string,
   ) {
     this.sinks = alertSinks(config, log);
+    this.unconfigured = unconfiguredSinks(this.sinks);
     this.actor = `idem-daemon:${name}`;
+    if (this.unconfigured.names.length > 0)
+      log.info(
+        { sinks: this.sinks.map((s) => s.name), unconfigured: this.unconfigured.names },
+        `alert deliveries to ${this.unconfigured.names.join(", ")} (a person's retry of one) are left to a daemon whose config has that sink`,
+      );
   }
 
   /** Runs until `stop()`; resolves after the last tick finished. */
@@ -101,7 +117,10 @@ export class Daemon {
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
     // take them): stop a little before. The rest stay claimed until then, then any daemon takes them.
     const until = performance.now() + d.claimMs * 0.9;
-    const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs });
+    // A delivery to a sink this config lacks is not claimed: another replica's, or a person's to
+    // configure (failed here, the replica with the sink would read the alert as answered).
+    const except = { tenant: this.config.alerts.tenant, actions: this.unconfigured.types };
+    const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs, except });
     const due = [...claimed.filter((row) => !this.sinkOf(row)), ...claimed.filter((row) => this.sinkOf(row))];
     for (const row of due) {
       if (this.stopping || performance.now() >= until) break;

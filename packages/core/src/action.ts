@@ -128,7 +128,10 @@ export interface ActionDefinition<A, R, I = A> {
   classify?(error: unknown, op: OperationContext): Classification;
   /**
    * The lookup handle known before the effect (Message-ID, external id), stored on the row before
-   * `execute` runs so reconciliation can find the effect after a crash.
+   * `execute` runs so reconciliation can find the effect after a crash. Kept for good once an
+   * attempt may have performed the effect (every later attempt and lookup gets that one); an
+   * attempt on an operation known not performed (pending, or never tried) makes and stores its
+   * own, so a config corrected since applies.
    */
   providerReference?(args: A, op: Omit<OperationContext, "providerReference" | "signal">): string;
   /** Checks args before anything is claimed; throw to refuse: the call rejects with `InvalidValueError` and the message, nothing is written. */

@@ -32,13 +32,25 @@ export class LedgerDaemon {
    * Claims up to `limit` operations the daemon must settle (running with an expired lease,
    * unknown or pending and due), hiding each from other daemons for `claimMs`. On Postgres the
    * scan skips rows another daemon is claiming (FOR UPDATE SKIP LOCKED); settling is fenced by
-   * attempt anyway, so a row is never settled twice.
+   * attempt anyway, so a row is never settled twice. `except`: a tenant's operations of these
+   * action types are neither claimed nor hidden, left to a daemon that can settle them (one whose
+   * config has an alert sink this one lacks).
    */
-  async claimDue(options: { readonly limit: number; readonly claimMs: number }): Promise<DueOperation[]> {
+  async claimDue(options: {
+    readonly limit: number;
+    readonly claimMs: number;
+    readonly except?: { readonly tenant: string; readonly actions: readonly string[] };
+  }): Promise<DueOperation[]> {
     this.#context.assertOpen();
     requireWhole(options.limit, "limit", 1);
     requireWhole(options.claimMs, "claimMs", 1);
-    return (await this.#context.store.claimDue(options.limit, options.claimMs)).map((r) => ({
+    const except = options.except;
+    if (except) {
+      requireName(except.tenant, "except.tenant");
+      for (const a of except.actions) requireName(a, "except.actions");
+    }
+    const skip = except && except.actions.length > 0 ? except : undefined;
+    return (await this.#context.store.claimDue(options.limit, options.claimMs, skip)).map((r) => ({
       id: r.id,
       tenant: r.tenant_id,
       status: r.status,

@@ -346,7 +346,11 @@ export class Runner {
           if (!moved) return { step: await this.fenced(call, row, "unknown", "args") };
           throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, call.action.type, "unknown");
         }
-        if (call.action.providerReference && row.provider_reference === null) {
+        // The reference is made before the first send and kept once an attempt may have sent. An
+        // operation no attempt may have performed yet (known not sent: pending, or never tried)
+        // gets the reference of this attempt's config: the earlier one describes no effect, and
+        // kept it would tie the operation for good to a config corrected since (a wrong journal).
+        if (call.action.providerReference && (row.provider_reference === null || !maybeCommitted)) {
           let ref: string;
           try {
             ref = call.action.providerReference(args, ctx);
@@ -357,9 +361,11 @@ export class Runner {
             if (maybeCommitted) return { step: await this.toReview(call, row, reason) };
             return { ok: false, cls: { kind: "permanent", reason, alert: true }, row, sent: false };
           }
-          if (!(await this.store.patchRunning(row, { provider_reference: ref })))
-            return { step: await this.fenced(call, row, "running", "reference") };
-          row = { ...row, provider_reference: ref };
+          if (ref !== row.provider_reference) {
+            if (!(await this.store.patchRunning(row, { provider_reference: ref })))
+              return { step: await this.fenced(call, row, "running", "reference") };
+            row = { ...row, provider_reference: ref };
+          }
         }
         // Nothing is sent once our lease may have passed to another worker (the statement that
         // granted it, or a write since, answered too late, and the other may have looked the

@@ -769,9 +769,19 @@ export class Store {
   }
 
   /** See Ledger.claimDue. Two statements, one per partial index, so each scan stays on its index. */
-  async claimDue(limit: number, claimMs: number): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
+  async claimDue(
+    limit: number,
+    claimMs: number,
+    except?: { readonly tenant: string; readonly actions: readonly string[] },
+  ): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
     const now = this.now();
-    const claim = async (where: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
+    const claim = async (scan: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
+      const where = except
+        ? (q: any) =>
+            scan(q).where((eb: any) =>
+              eb.not(eb.and([eb("tenant_id", "=", except.tenant), eb("action", "in", except.actions)])),
+            )
+        : scan;
       // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
       // LIMIT per row and claim them all.
       let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"]))

@@ -82,13 +82,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       // An earlier attempt's copy means it was sent: nothing more to do.
       const earlier = await place.mailbox?.find(messageId);
       if (earlier) return foundReceipt(messageId, ref, false, earlier.mailbox);
-      // The operation was first tried under another copy config (then proven not sent, or refused
-      // before sending) and the config changed since. The reference keeps the first attempt's
-      // record for good (the ledger writes it once), so a send now would leave its copy where the
-      // operation's lookups do not look: a crash after it would be "proven absent" there (or never
-      // settled), and a later config change would hide it again. Looking in both places would
-      // only hold until that next change. So nothing is sent; a person restores the config or
-      // sends it under a new key (classified permanent, with an alert).
+      // An earlier attempt may have sent under another copy config, and the config changed since
+      // (an operation known not sent gets a reference of today's config from the ledger). The
+      // reference keeps that attempt's record for good, so a send now would leave its copy where
+      // the operation's lookups do not look: a crash after it would be "proven absent" there (or
+      // never settled), and a later config change would hide it again. Looking in both places
+      // would only hold until that next change. So nothing is sent; a person restores the config
+      // or sends it under a new key (classified permanent, with an alert).
       if (recorded !== today) throw new CopyChangedError(messageId, recorded, today);
 
       const bcc = copy.mode === "journal" ? [copy.address] : [];

@@ -1,6 +1,6 @@
 /**
- * The provider reference of an email operation, recorded once before its first send (the ledger
- * keeps an operation's first reference and hands it to every later attempt and lookup): the
+ * The provider reference of an email operation, recorded before a send (the ledger keeps it from
+ * the first attempt that may have sent, and hands it to every later attempt and lookup): the
  * Message-ID, then how that send's copy was to be made.
  *
  *   <idem.{40 hex}@{domain}> copy=provider-saves
@@ -59,7 +59,7 @@ export function recordedMode(terms: string): CopyConfig["mode"] | undefined {
 /**
  * A send refused before anything went out: the config no longer makes copies the way the
  * operation's reference records, so the copy of a send now would not be where every later
- * lookup of the operation looks (the reference is recorded once, at the first send).
+ * lookup of the operation looks (the reference is kept once an attempt may have sent).
  */
 export class CopyChangedError extends Error {
   constructor(

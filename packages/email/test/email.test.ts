@@ -277,7 +277,9 @@ for (const dialect of DIALECTS) {
       });
     }
 
-    it("nothing sent (a 421), then the copy mode changed: the next attempt is refused and alerted, not sent under a mode its reference does not record", async () => {
+    it("nothing sent (a 421), then the copy mode changed: the next attempt records today's mode and sends once", async () => {
+      // Known not sent, so the first attempt's record describes nothing: before, it was kept for
+      // good and every later attempt was refused (failed, alerted) until the old config came back.
       const l = await ledger();
       const t = tenant();
       sandbox.faults.add({ kind: "reject_421" });
@@ -294,15 +296,33 @@ for (const dialect of DIALECTS) {
         key: ["421-then-changed"],
         args: report,
       });
-      expect(out).toMatchObject({
-        status: "failed",
-        error: {
-          kind: "permanent",
-          alert: true,
-          reason: expect.stringMatching(/copy=append.*config now says copy=provider-saves/),
-        },
-      });
-      expect(sandbox.count(messageId)).toBe(0);
+      expect(out).toMatchObject({ status: "succeeded", replayed: false });
+      expect((await l.get({ tenant: t, id: first.operationId })).operation.providerReference).toBe(
+        `${messageId} copy=provider-saves`,
+      );
+      expect(sandbox.count(messageId)).toBe(1);
+    });
+
+    it("journal on a wrong port (nothing sent: its check could not run), then corrected: sent once, its copy found where it is recorded", async () => {
+      const l = await ledger();
+      const t = tenant();
+      const key = ["journal-port-fixed"];
+      const wrong = journalWith({ imap: { host: "127.0.0.1", port: await freePort(), auth: JOURNAL } });
+      const first = await l.run(emailActions(wrong).send, { tenant: t, key, args: report, budget: { attempts: 1 } });
+      expect(first).toMatchObject({ status: "pending_verification", state: "pending" });
+      const messageId = await messageIdOf(l, t, first.operationId);
+      const right = emailActions(config("journal"));
+      const daemon = await ledger({ actions: [right.send] });
+      const settled = await daemon.daemon.settle({ tenant: t, id: first.operationId });
+      expect(settled).toMatchObject({ status: "succeeded" });
+      expect(sandbox.count(messageId)).toBe(1);
+      const reference = (await l.get({ tenant: t, id: first.operationId })).operation.providerReference!;
+      expect(reference).toMatch(
+        new RegExp(`^${messageId.replace(/[.]/g, "\\.")} copy=journal .*:${ports.imap}/INBOX$`),
+      );
+      // A duplicate finds it by that record.
+      expect(await l.run(right.send, { tenant: t, key, args: report })).toMatchObject({ replayed: true });
+      expect(sandbox.count(messageId)).toBe(1);
     });
 
     it("journal: the server refuses the journal address: nothing is sent, so no later 'absent' can send it twice", async () => {
