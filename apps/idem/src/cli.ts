@@ -1,7 +1,8 @@
 /**
  * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
  * 1 failure (the ledger's database unreachable included), 2 bad usage or configuration, 3 no such
- * operation (for this tenant), 4 the operation is not in a status that allows it.
+ * operation (for this tenant), 4 the operation is not in a status that allows it, 5 `idem prune`
+ * stopped at its `--max` with more possibly left (run it again).
  */
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -25,14 +26,17 @@ import {
   type Status,
 } from "@idem/core";
 import { alertActions } from "./alerts.js";
-import { ConfigError, actionsOf, loadConfig, type IdemConfig } from "./config.js";
+import { ConfigError, actionsOf, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
 import { printOperation, printOperations, printStats } from "./output.js";
 
-const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const;
+const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5 } as const;
+
+/** The exit code a program's command chose when it did its work but not all of it (printed already); else 0. */
+const finishedWith = new WeakMap<Command, number>();
 
 interface Globals {
   config?: string;
@@ -47,7 +51,8 @@ interface Globals {
  */
 async function withLedger<T>(
   globals: Globals,
-  fn: (ledger: Ledger, config: IdemConfig) => Promise<T>,
+  /** `configured`: the config's own actions (`actionsOf`), when opened with `actions`; else none. */
+  fn: (ledger: Ledger, config: IdemConfig, configured: readonly Action<any, any>[]) => Promise<T>,
   options: {
     /** Open the ledger with the config's actions (to settle stored operations), and these besides. */
     actions?: boolean | { also: (config: IdemConfig) => readonly Action<any, any>[] };
@@ -66,8 +71,9 @@ async function withLedger<T>(
   await options.beforeOpen?.(config);
   const schema = options.schema ?? "require";
   // Built once, not per try. The ledger keeps one action per type, the last given.
+  const configured = options.actions ? await actionsOf(config) : [];
   const actions = options.actions
-    ? [...(await actionsOf(config)), ...(options.actions === true ? [] : options.actions.also(config))]
+    ? [...configured, ...(options.actions === true ? [] : options.actions.also(config))]
     : undefined;
   const open = () =>
     openLedger(config.ledger, {
@@ -84,7 +90,7 @@ async function withLedger<T>(
       throw new ConfigError(
         `the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`,
       );
-    return await fn(ledger, config);
+    return await fn(ledger, config, configured);
   } finally {
     await ledger.close();
   }
@@ -139,6 +145,12 @@ const LIMIT_MAX = 10_000;
 function count(v: string): number {
   const n = /^\d+$/.test(v) ? Number(v) : NaN;
   if (!(n >= 1 && n <= LIMIT_MAX)) throw new InvalidArgumentError(`Expected a whole number from 1 to ${LIMIT_MAX}.`);
+  return n;
+}
+/** A bound for `--max`: a whole number, 1 or more. */
+function atLeastOne(v: string): number {
+  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && Number.isSafeInteger(n))) throw new InvalidArgumentError("Expected a whole number, 1 or more.");
   return n;
 }
 /** A duration in whole milliseconds: plain milliseconds, or an `ms` string (90s, 10m, 2h); never negative. */
@@ -200,6 +212,31 @@ async function seenAt(ledger: Ledger, ref: OperationRef, attempt: number | undef
   if (op.attempt !== attempt)
     throw new InvalidTransitionError(op.id, `at attempt ${op.attempt} (${op.status}), not ${attempt} as checked`, to);
   return { status: op.status, attempt: op.attempt, checks: op.checks, updatedAt: op.updatedAt };
+}
+
+/**
+ * Deletes a tenant's operations past retention a batch at a time, each batch one statement (its
+ * own transaction, as `admin.prune` does it), so no lock is held for the whole backlog, until a
+ * batch deletes none or `max` are deleted. It goes on to an empty batch rather than stopping at a
+ * short one: on Postgres a batch deletes fewer than it found when rows changed meanwhile (they are
+ * checked again), which does not mean none are left. `more`: it stopped at `max`, so some may be
+ * left (or none, when exactly `max` were due: nothing cheaper tells without deleting).
+ * `progress` hears the total after each batch, so a failure can say what was done before it.
+ */
+async function pruneExpired(
+  ledger: Ledger,
+  o: { tenant: string; batch: number; max?: number },
+  progress: (pruned: number) => void,
+): Promise<{ pruned: number; more: boolean }> {
+  const max = o.max ?? Number.POSITIVE_INFINITY;
+  let pruned = 0;
+  while (pruned < max) {
+    const n = await ledger.admin.prune({ tenant: o.tenant, limit: Math.min(o.batch, max - pruned) });
+    if (n === 0) return { pruned, more: false };
+    pruned += n;
+    progress(pruned);
+  }
+  return { pruned, more: true };
 }
 
 /** This package's version, read from its manifest (one level above src/ and dist/). */
@@ -394,12 +431,38 @@ export function program(): Command {
 
   cmd
     .command("prune")
-    .description("delete completed operations past their retention")
+    .description(
+      "delete the tenant's completed operations past their retention, all of them (a batch per statement) or up to --max",
+    )
     .addOption(tenant())
-    .action(async (o: { tenant: string }) => {
+    .addOption(
+      new Option(
+        "--max <n>",
+        "delete at most this many in this run: when it stops there, more may remain (exit 5, `more: true`)",
+      ).argParser(atLeastOne),
+    )
+    .addOption(
+      new Option(
+        "--batch <n>",
+        `how many one statement deletes, 1 to ${LIMIT_MAX} (each its own transaction: smaller holds its locks for less)`,
+      )
+        .argParser(count)
+        .default(LIMIT_MAX),
+    )
+    .action(async (o: { tenant: string; batch: number; max?: number }) => {
+      const say = (pruned: number, more: boolean, why: string) =>
+        console.log(
+          g().json ? JSON.stringify({ pruned, more }) : `pruned ${pruned} operations${more ? `; ${why}` : ""}`,
+        );
       await withLedger(g(), async (ledger) => {
-        const n = await ledger.admin.prune({ tenant: o.tenant });
-        console.log(g().json ? JSON.stringify({ pruned: n }) : `pruned ${n} operations`);
+        let done = 0;
+        const { pruned, more } = await pruneExpired(ledger, o, (n) => (done = n)).catch((error: unknown) => {
+          // The batches before the failure are deleted: say how many (main() says the error, exit 1).
+          if (done > 0) say(done, true, "then it failed: more may remain");
+          throw error;
+        });
+        say(pruned, more, `stopped at --max ${o.max}: more may remain, run idem prune again`);
+        if (more) finishedWith.set(cmd, EXIT.more);
       });
     });
 
@@ -509,10 +572,11 @@ export function program(): Command {
       let metrics: DaemonMetrics | undefined;
       const opened = withLedger(
         g(),
-        async (ledger, config) => {
+        async (ledger, config, configured) => {
           process.off("SIGTERM", stopWaiting);
           process.off("SIGINT", stopWaiting);
           if (waiting.signal.aborted) return; // stopped as the database came back
+          warnOfUnmatchedThresholds(config, configured, log);
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
           if (o.once) {
@@ -568,10 +632,26 @@ export function program(): Command {
   return cmd;
 }
 
+/**
+ * Says which `thresholds.perAction` keys name no action of the config, once at the daemon's start:
+ * a warning, not a refusal, since such a key may name an action only agents run (see
+ * `unmatchedThresholds`). The alert sinks' own `idem.alert.*` actions are left out of the known
+ * ones: the daemon never reports its own deliveries as stuck, so a threshold for them does nothing.
+ */
+function warnOfUnmatchedThresholds(config: IdemConfig, configured: readonly Action<any, any>[], log: Logger): void {
+  const known = [...new Set(configured.map((a) => a.type))].sort();
+  for (const { key, near } of unmatchedThresholds(config, known))
+    log.warn(
+      { key, known },
+      `thresholds.perAction[${JSON.stringify(key)}] names no action of this config${near ? ` (did you mean ${near}?)` : ""}: it applies only if agents run actions of that type; the config's are ${known.join(", ") || "none"}`,
+    );
+}
+
 export async function main(argv: string[]): Promise<number> {
   try {
-    await program().parseAsync(argv);
-    return EXIT.ok;
+    const cmd = program();
+    await cmd.parseAsync(argv);
+    return finishedWith.get(cmd) ?? EXIT.ok;
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const json = argv.includes("--json");

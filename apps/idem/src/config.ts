@@ -107,6 +107,11 @@ const schema = z
             journalAddress: z.string().email().optional(),
             // The account the journal address delivers to, where its copies are searched.
             journalImap: imapServer.optional(),
+            // As the agents' config has them: their references record the journal mailbox and the
+            // Message-ID, and the daemon's lookups must search the Sent folder theirs file into.
+            journalMailbox: z.string().min(1).optional(),
+            sentMailbox: z.string().min(1).optional(),
+            messageIdDomain: z.string().min(1).optional(),
             settleMs: z.number().int().positive().optional(),
           })
           .strict()
@@ -138,6 +143,11 @@ const schema = z
       .object({
         /** An operation running longer than this in one attempt is reported as stuck. */
         stuckAfterMs: z.number().int().positive().default(300_000),
+        /**
+         * Per action type, instead of `stuckAfterMs`. A key may name an action only agents run (the
+         * daemon reports any running operation stuck), so one that matches none of the config's
+         * actions is not refused: the daemon warns of it at start (`unmatchedThresholds`).
+         */
         perAction: z.record(z.string(), z.number().int().positive()).default({}),
       })
       .strict()
@@ -332,13 +342,60 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
                 mode: "journal",
                 address: e.journalAddress!,
                 imap: imapOf(e.journalImap!, "providers.email.journalImap"),
+                ...(e.journalMailbox && { mailbox: e.journalMailbox }),
               }
             : { mode: e.copy },
+        ...(e.sentMailbox && { sentMailbox: e.sentMailbox }),
+        ...(e.messageIdDomain && { messageIdDomain: e.messageIdDomain }),
         ...(e.settleMs && { settleMs: e.settleMs }),
       }).send,
     );
   }
   return out;
+}
+
+/**
+ * The `thresholds.perAction` keys that name none of `known` (the types of the config's actions,
+ * `actionsOf`), each with the known type it most likely misspells, if one is near.
+ *
+ * Why the daemon warns and does not refuse: stuck operations are found across the ledger, of any
+ * action type, so a threshold for an action that only agents run (registered in their process,
+ * not in the daemon's config: a JSON config cannot even hold custom actions) is used, and such a
+ * config is legitimate. What tells it from a typo is not in the config, so the warning names the
+ * key, the near known type and the known ones, and the operator decides.
+ */
+export function unmatchedThresholds(
+  config: IdemConfig,
+  known: readonly string[],
+): { key: string; near: string | undefined }[] {
+  return Object.keys(config.thresholds.perAction)
+    .filter((key) => !known.includes(key))
+    .map((key) => ({ key, near: nearest(key, known) }));
+}
+
+/**
+ * The one of `types` that `key` most likely misspells: the same but for case, or at most two
+ * letters added, dropped or changed (`stripe.paymentIntent.create` for `stripe.paymentIntents.create`).
+ */
+function nearest(key: string, types: readonly string[]): string | undefined {
+  let best: { type: string; distance: number } | undefined;
+  for (const type of types) {
+    const distance = type.toLowerCase() === key.toLowerCase() ? 0 : editDistance(key, type);
+    if (distance <= 2 && (!best || distance < best.distance)) best = { type, distance };
+  }
+  return best?.type;
+}
+
+/** Levenshtein's distance: the fewest letters added, dropped or changed to make `a` into `b`. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++)
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    previous = row;
+  }
+  return previous[b.length]!;
 }
 
 /** The tools of the config: given ones, and the ready ones of configured providers (Stripe's charge). */

@@ -6,6 +6,8 @@ import { readFileSync } from "node:fs";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
+import { emailActions } from "@idem/email";
+import { actionsOf, parseConfig } from "../src/config.js";
 import { idem } from "./support.js";
 
 const parked = defineAction({
@@ -269,6 +271,33 @@ for (const dialect of DIALECTS) {
       );
     });
 
+    it("prune deletes every expired operation of the tenant, a batch per statement; --max bounds a run and says more may remain (exit 5)", async () => {
+      const done = defineAction({ type: "sms.done", capabilities: {}, execute: async () => ({ ok: true }) });
+      const expiring = await openLedger(url, { retentionMs: 0 }); // completed rows are past retention at once
+      for (let i = 0; i < 25; i++) await expiring.run(done, { tenant: "pruned", key: ["p", i], args: {} });
+      await expiring.run(done, { tenant: "pruned-next-door", key: ["p"], args: {} });
+      await expiring.run(parked, { tenant: "pruned", key: ["parked"], args: { to: "+1" } }); // needs_review: kept
+      await expiring.close();
+      const left = async (tenant: string) => (await ledger.admin.list({ tenant, limit: 100 })).length;
+      const prune = (...more: string[]) => idem(["--ledger", url, ...more]);
+      // Before: at most one batch (10,000) a run, `pruned 10000 operations` and exit 0 with more left.
+      const bounded = await prune("prune", "--tenant", "pruned", "--batch", "10", "--max", "5");
+      expect(bounded.code, bounded.stderr).toBe(5);
+      expect(bounded.stdout).toBe("pruned 5 operations; stopped at --max 5: more may remain, run idem prune again\n");
+      expect(await left("pruned")).toBe(21);
+      const batches = await prune("--json", "prune", "--tenant", "pruned", "--batch", "5", "--max", "12");
+      expect(batches.code, batches.stderr).toBe(5);
+      expect(JSON.parse(batches.stdout)).toEqual({ pruned: 12, more: true });
+      expect(await left("pruned")).toBe(9);
+      const rest = await prune("--json", "prune", "--tenant", "pruned", "--batch", "3");
+      expect(rest.code, rest.stderr).toBe(0);
+      expect(JSON.parse(rest.stdout)).toEqual({ pruned: 8, more: false });
+      expect(await left("pruned")).toBe(1); // the operation a person must decide
+      expect(await left("pruned-next-door")).toBe(1); // another tenant's
+      const none = await prune("prune", "--tenant", "pruned");
+      expect([none.code, none.stdout]).toEqual([0, "pruned 0 operations\n"]);
+    });
+
     it("--version prints the package's version", async () => {
       const out = await idem(["--version"]);
       expect(out.code).toBe(0);
@@ -440,6 +469,93 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     const once = await idem(["--ledger", url, "daemon", "--once"]);
     expect(once.code, once.stderr).toBe(1);
     expect(once.stderr).toMatch(/1 due operation\(s\) could not be settled/);
+  });
+
+  it("daemon warns of thresholds.perAction keys that name no action of its config (an agents' action, or a typo), suggesting the near one", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${join(dir, "l.db")}`;
+    expect((await idem(["--ledger", ledger, "migrate"])).code).toBe(0);
+    const file = join(dir, "idem.config.json");
+    const perAction = { "stripe.paymentIntent.create": 60_000, "stripe.refunds.create": 60_000, "sms.send": 60_000 };
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ledger,
+        providers: { stripe: { apiKeyEnv: "IDEM_TEST_STRIPE_KEY" } },
+        thresholds: { perAction },
+      }),
+    );
+    const out = await idem(["--config", file, "daemon", "--once"], { IDEM_TEST_STRIPE_KEY: "sk_test_unused" });
+    // Not refused: a daemon may watch actions only agents run (it still reports them stuck).
+    expect(out.code, out.stderr).toBe(0);
+    const warnings = out.stdout
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { level: number; msg: string; key?: string; known?: string[] })
+      .filter((l) => l.level === 40);
+    // Before: no warning, and the typo's threshold never applied.
+    expect(warnings.map((w) => w.key)).toEqual(["stripe.paymentIntent.create", "sms.send"]);
+    expect(warnings[0]!.msg).toMatch(
+      /^thresholds\.perAction\["stripe\.paymentIntent\.create"\] names no action of this config \(did you mean stripe\.paymentIntents\.create\?\)/,
+    );
+    expect(warnings[1]!.msg).not.toMatch(/did you mean/);
+    expect(warnings[1]!.known).toEqual([
+      "stripe.customers.create",
+      "stripe.paymentIntents.create",
+      "stripe.refunds.create",
+    ]);
+  });
+
+  it("the daemon's email config can say what an agent's can (journal mailbox, Sent folder, Message-ID domain): the same reference", async () => {
+    // Before: no journalMailbox (always INBOX), so every pending email of an agent whose journal
+    // is another mailbox was refused by the daemon's retry; no sentMailbox, so its lookups
+    // searched another Sent folder than the agent's copies are in.
+    const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
+    const config = parseConfig({
+      ledger: "sqlite::memory:",
+      providers: {
+        email: {
+          smtp: { host: "127.0.0.1", port: 25 },
+          imap,
+          from: "agent@example.test",
+          copy: "journal",
+          journalAddress: "journal@example.test",
+          journalImap: { ...imap, host: "imap.example.test" },
+          journalMailbox: "Journal/2026",
+          sentMailbox: "Sent Items",
+          messageIdDomain: "mail.example.test",
+        },
+      },
+    });
+    const [send] = await actionsOf(config);
+    const auth = { user: process.env.HOME!, pass: process.env.HOME! };
+    const agents = emailActions({
+      smtp: { host: "127.0.0.1", port: 25 },
+      imap: { host: "127.0.0.1", port: 143, auth },
+      from: "agent@example.test",
+      copy: {
+        mode: "journal",
+        address: "journal@example.test",
+        imap: { host: "imap.example.test", port: 143, auth },
+        mailbox: "Journal/2026",
+      },
+      sentMailbox: "Sent Items",
+      messageIdDomain: "mail.example.test",
+    }).send;
+    const op = {
+      id: "op_1",
+      tenant: "t",
+      key: "ab".repeat(32),
+      keyLabel: null,
+      attempt: 1,
+      createdAt: 0,
+      now: 0,
+      lastAttemptAt: 0,
+    };
+    const args = { to: "client@example.test", subject: "Report" };
+    const reference = send!.providerReference!(args, op);
+    expect(reference).toMatch(/^<idem\.[0-9a-f]{40}@mail\.example\.test> copy=journal .*\/Journal\/2026$/);
+    expect(reference).toBe(agents.providerReference!(args, op));
   });
 
   it("names the missing environment variable of a provider's secret", async () => {
