@@ -17,6 +17,7 @@ import {
   InvalidValueError,
   OperationNotFoundError,
   STATUSES,
+  UnknownActionError,
   openLedger,
   redactUrl,
   type Action,
@@ -415,7 +416,14 @@ export function program(): Command {
               actor: actorOf(o.actor),
               ...(seen && { seen }),
             });
-            if (o.now) await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) });
+            if (o.now)
+              await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) }).catch((error: unknown) => {
+                if (!(error instanceof UnknownActionError)) throw error;
+                // The retry stands (a daemon whose config has the action runs it): say so, not only the error.
+                throw new ConfigError(
+                  `retried: ${id} is pending; not run now: this config has no action of type ${error.action} (a daemon whose config has it runs it)`,
+                );
+              });
             printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
           },
           {

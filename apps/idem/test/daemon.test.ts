@@ -393,6 +393,8 @@ for (const dialect of DIALECTS) {
         pass,
         requests: () => requests,
         received,
+        /** `idem` with this ledger's environment. */
+        idem: (args: string[]) => idem(args, env),
         /** `idem retry` of the delivery, as a person types it. */
         retry: async (...flags: string[]) => {
           const out = await idem(
@@ -462,13 +464,29 @@ for (const dialect of DIALECTS) {
     );
 
     it(
-      "a retried alert delivery is left to a daemon with its sink: one without it (another replica's config) neither fails nor hides it, and says so",
+      "a retried alert delivery is left to a daemon with its sink: one without it neither fails nor hides it, and says so (retry --now too)",
       async () => {
         const s = await deliveryInReview();
         try {
-          await s.retry();
           const noWebhook = join(tempDir(), "idem.config.json");
           writeFileSync(noWebhook, JSON.stringify({ ledger: s.own, alerts: { log: true } }));
+          // --now with a config that cannot run it: the retry is recorded, and it says so.
+          const now = await s.idem([
+            "--config",
+            noWebhook,
+            "retry",
+            s.delivery.id,
+            "--tenant",
+            "idem-alerts",
+            "--reason",
+            "the channel shows no such alert",
+            "--now",
+          ]);
+          // Before: `no action of type "idem.alert.webhook" is registered`, exit 1, silent on the retry.
+          expect(now.code, now.stderr).toBe(2);
+          expect(now.stderr).toMatch(
+            /retried: .* is pending; not run now: this config has no action of type idem\.alert\.webhook/,
+          );
           const without = await s.pass(noWebhook);
           // Before: failed ("no webhook alert sink"), and the replica with the sink read that as
           // the final answer for the alert: never sent.

@@ -33,7 +33,8 @@ export interface OperationKey {
   /**
    * The tenant and action type it was derived for (set by `operationKey`). `run` refuses the key
    * for another: its hash names another operation, whose receipt would be replayed to the wrong
-   * action. A key made by hand without them is taken as it is.
+   * action. A key made by hand without them is checked once its row is read: an operation of
+   * another action is refused too.
    */
   readonly tenant?: string;
   readonly action?: string;

@@ -179,6 +179,13 @@ export class Runner {
     escalate?: Escalation,
   ): Promise<Step<R>> {
     const s = call.settings;
+    // A key made by hand (not by operationKey, which carries its action) may name another
+    // action's operation: its receipt is not this call's answer, nor its row this call's to run.
+    if (snap.action !== call.action.type)
+      throw new InvalidValueError(
+        "key",
+        `names operation ${snap.id}, of action "${snap.action}", not "${call.action.type}": build the key from this action's own parts (operationKey with its action, or key parts)`,
+      );
     if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) {
       const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
       throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action, snap.status);

@@ -115,6 +115,7 @@ const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "u
  */
 const PEEK_COLUMNS = [
   "id",
+  "action",
   "status",
   "attempt",
   "args_hash",
@@ -134,13 +135,14 @@ const PEEK_COLUMNS = [
 const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "db_now"] as const;
 
 /**
- * What answers a duplicate of a settled operation (`replayOf`), and the args hash it is checked
- * against: half the peek's columns. A claim that reads first asks for these, and for the peek
+ * What answers a duplicate of a settled operation (`replayOf`), and the action and args hash it
+ * is checked against: half the peek's columns. A claim that reads first asks for these, and for the peek
  * only when the row is not settled (measured by hand on Postgres: 90 µs against 98-144 µs for
  * the peek, most of it pg reading each column of the answer).
  */
 const OUTCOME_COLUMNS = [
   "id",
+  "action",
   "status",
   "attempt",
   "args_hash",

@@ -79,6 +79,28 @@ for (const dialect of DIALECTS) {
       expect(again).toMatchObject({ replayed: true, operationId: first.operationId });
     });
 
+    it("refuses a hand-made key whose operation is of another action: it is not answered that action's receipt", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const charge = p.action("charge", NEITHER);
+      const tenant = uniqueTenant();
+      const made = operationKey({ tenant, action: "mail.send", parts: ["k"] });
+      const byHand = { hash: made.hash, label: made.label }; // a key without its tenant and action
+      const first = await ledger.run(send, { tenant, key: byHand, args: { to: "a@example.com" } });
+      expect(first).toMatchObject({ status: "succeeded", replayed: false });
+      // Before: the charge was answered "succeeded, replayed", with the email's receipt.
+      const err = await ledger.run(charge, { tenant, key: byHand, args: { to: "a@example.com" } }).catch((e) => e);
+      expect(err).toBeInstanceOf(InvalidValueError);
+      expect((err as Error).message).toContain(`names operation ${first.operationId}, of action "mail.send"`);
+      expect(p.calls).toBe(1);
+      // Its own retry is answered as before.
+      expect(await ledger.run(send, { tenant, key: byHand, args: { to: "a@example.com" } })).toMatchObject({
+        replayed: true,
+        operationId: first.operationId,
+      });
+    });
+
     it("stores a permanent failure and replays it without calling the provider again", async () => {
       const ledger = await db.open();
       const p = new TestProvider();

@@ -82,8 +82,10 @@ export function emailActions(config: EmailConfig): EmailActions {
       // An earlier attempt's copy means it was sent: nothing more to do.
       const earlier = await place.mailbox?.find(messageId);
       if (earlier) return foundReceipt(messageId, ref, false, earlier.mailbox);
-      // An earlier attempt may have sent under another copy config, and the config changed since
-      // (an operation known not sent gets a reference of today's config from the ledger). The
+      // An earlier attempt may have sent under another copy config, and the config changed since.
+      // The ledger does not get here (an operation that may have been sent is looked up, not
+      // executed; one known not sent gets a reference of today's config): a guard for a direct
+      // call with a reference from elsewhere. The
       // reference keeps that attempt's record for good, so a send now would leave its copy where
       // the operation's lookups do not look: a crash after it would be "proven absent" there (or
       // never settled), and a later config change would hide it again. Looking in both places
