@@ -141,53 +141,49 @@ for (const dialect of DIALECTS) {
       ]);
     });
 
-    // A reference made of config (a sender's domain, where copies are kept) that changed between
-    // attempts: `made` counts the configs deployed.
-    const referenced = (p: TestProvider, given: (string | null)[], made: { n: number }) => {
-      const inner = p.action("charge", DEDUPE);
-      return defineAction({
-        type: inner.type,
-        capabilities: DEDUPE,
-        classify: inner.classify,
-        providerReference: (_args, op) => `ch-${op.key.slice(0, 8)}-${++made.n}`,
-        execute: (args: { to: string }, op) => {
-          given.push(op.providerReference);
-          return inner.execute(args, op);
-        },
+    // A reference made of config (a sender's domain, where copies are kept) that changes between
+    // attempts: its last digit counts the configs deployed. Before, the first reference was kept
+    // even after an attempt known not to have sent: a config corrected since (a journal on a
+    // wrong port) could never apply to the operation.
+    for (const [what, fault, made] of [
+      [
+        "an attempt that may have sent keeps its reference for good: the retry executes with it",
+        { when: "after", cls: { kind: "ambiguous", reason: "timeout after sending" } },
+        ["1", "1"],
+      ],
+      [
+        "an attempt known not to have sent leaves no reference behind: the next one records its own",
+        { when: "before", cls: { kind: "transient", reason: "503 before execution" } },
+        ["1", "2"],
+      ],
+    ] as const) {
+      it(what, async () => {
+        const ledger = await db.open({ budget: { baseDelayMs: 5 } });
+        const p = new TestProvider();
+        p.faults.push(fault);
+        const inner = p.action("charge", DEDUPE);
+        const given: (string | null)[] = [];
+        let configs = 0;
+        const charge = defineAction({
+          type: inner.type,
+          capabilities: DEDUPE,
+          classify: inner.classify,
+          providerReference: (_args, op) => `ch-${op.key.slice(0, 8)}-${++configs}`,
+          execute: (args: { to: string }, op) => {
+            given.push(op.providerReference);
+            return inner.execute(args, op);
+          },
+        });
+        const tenant = uniqueTenant();
+        const out = await ledger.run(charge, { tenant, key: ["ref"], args: { to: "x" } });
+        expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
+        const { operation, events } = await ledger.get({ tenant, id: out.operationId });
+        expect(given.map((r) => r?.match(/^ch-[0-9a-f]{8}-(\d)$/)?.[1])).toEqual(made);
+        expect(operation.providerReference).toBe(given[1]);
+        // The audit trail keeps the reference each transition was made under.
+        expect(events.some((e) => e.providerReference === given[0])).toBe(true);
       });
-    };
-
-    it("an attempt that may have sent keeps its reference for good: the retry executes with it", async () => {
-      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
-      const p = new TestProvider();
-      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after sending" } });
-      const given: (string | null)[] = [];
-      const charge = referenced(p, given, { n: 0 });
-      const tenant = uniqueTenant();
-      const out = await ledger.run(charge, { tenant, key: ["ref"], args: { to: "x" } });
-      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
-      const stored = (await ledger.get({ tenant, id: out.operationId })).operation.providerReference;
-      expect(stored).toMatch(/^ch-[0-9a-f]{8}-1$/);
-      expect(given).toEqual([stored, stored]); // made once, before the first send
-    });
-
-    it("an attempt known not to have sent leaves no reference behind: the next one records its own", async () => {
-      // Before, the first reference was kept for good: a config corrected after an attempt that
-      // sent nothing (a journal on a wrong port) could never apply to the operation.
-      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
-      const p = new TestProvider();
-      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
-      const given: (string | null)[] = [];
-      const charge = referenced(p, given, { n: 0 });
-      const tenant = uniqueTenant();
-      const out = await ledger.run(charge, { tenant, key: ["ref"], args: { to: "x" } });
-      expect(out).toMatchObject({ status: "succeeded", attempt: 2 });
-      const op = await ledger.get({ tenant, id: out.operationId });
-      expect(op.operation.providerReference).toMatch(/^ch-[0-9a-f]{8}-2$/);
-      expect(given).toEqual([op.operation.providerReference!.replace(/2$/, "1"), op.operation.providerReference]);
-      // The audit trail shows the reference each transition was made under.
-      expect(op.events.map((e) => e.providerReference?.slice(-2) ?? null)).toContain("-1");
-    });
+    }
 
     it("stops at the attempts budget and leaves the work pending, not failed", async () => {
       const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 5 } });
