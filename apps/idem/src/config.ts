@@ -111,7 +111,11 @@ const schema = z
             // Message-ID, and the daemon's lookups must search the Sent folder theirs file into.
             journalMailbox: z.string().min(1).optional(),
             sentMailbox: z.string().min(1).optional(),
-            messageIdDomain: z.string().min(1).optional(),
+            // The Message-ID's domain is the reference's first token, up to a space (email-actions.ts).
+            messageIdDomain: z
+              .string()
+              .regex(/^[^\s<>]+$/, "must not hold a space or an angle bracket")
+              .optional(),
             settleMs: z.number().int().positive().optional(),
           })
           .strict()
@@ -330,6 +334,13 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
     if (e.copy === "journal" && (!e.journalAddress || !e.journalImap))
       throw new ConfigError(
         "invalid config: providers.email.journalAddress and providers.email.journalImap (the account it delivers to) are required with copy: journal",
+      );
+    const journalOnly = (["journalAddress", "journalImap", "journalMailbox"] as const).find(
+      (k) => e.copy !== "journal" && e[k] !== undefined,
+    );
+    if (journalOnly)
+      throw new ConfigError(
+        `invalid config: providers.email.${journalOnly} applies only with copy: journal (copy is ${e.copy}): remove it, or say copy: journal`,
       );
     out.push(
       emailActions({

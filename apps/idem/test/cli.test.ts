@@ -423,6 +423,23 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(out.stderr).toMatch(/providers\.email\.journalImap \(the account it delivers to\) are required/);
   });
 
+  it("refuses journal keys without copy: journal, and a Message-ID domain with a space (exit 2, naming the field)", async () => {
+    const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
+    const email = { smtp: { host: "127.0.0.1", port: 25 }, imap, from: "agent@example.test", copy: "provider-saves" };
+    for (const [extra, said] of [
+      // Before: ignored, so the operator believed copies were searched in that mailbox.
+      [{ journalMailbox: "Journal" }, /providers\.email\.journalMailbox applies only with copy: journal/],
+      // Before: a TypeError from the email package, exit 1, naming no field.
+      [{ messageIdDomain: "mail example.test" }, /providers\.email\.messageIdDomain: .*space or an angle bracket/],
+    ] as const) {
+      const file = join(tempDir(), "idem.config.json");
+      writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", providers: { email: { ...email, ...extra } } }));
+      const out = await idem(["--config", file, "daemon", "--once"]);
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr).toMatch(said);
+    }
+  });
+
   it("refuses a config module without a default export instead of running on the defaults (exit 2)", async () => {
     const file = join(tempDir(), "idem.config.mjs");
     writeFileSync(file, `export const config = { ledger: "sqlite::memory:" };\n`);
