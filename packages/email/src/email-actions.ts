@@ -20,7 +20,15 @@ import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
 import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
 import { reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
-import { CopyChangedError, copyTerms, formatReference, parseEmailReference, recordedMode } from "./email-reference.js";
+import {
+  CopyChangedError,
+  copyTerms,
+  formatReference,
+  parseEmailReference,
+  recordedMode,
+  recordedPlace,
+  sentPlace,
+} from "./email-reference.js";
 import { sendRaw } from "./email-smtp.js";
 
 export interface EmailArgs {
@@ -56,7 +64,8 @@ export function emailActions(config: EmailConfig): EmailActions {
       "email: copy.imap is required in journal mode: the IMAP account the journal address delivers to",
     );
   /** How today's config makes copies, as a reference records it. */
-  const today = copyTerms(copy);
+  const today = copyTerms(config);
+  const sentHere = sentPlace(config);
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const journal = copy.mode === "journal" ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX") : undefined;
   const render = nodemailer.createTransport({
@@ -70,7 +79,7 @@ export function emailActions(config: EmailConfig): EmailActions {
   const send = defineAction<EmailArgs, EmailReceipt>({
     type: "email.send",
     capabilities: { lookup: true },
-    providerReference: (_args, op) => formatReference(messageIdFor(op.key, domain), copy),
+    providerReference: (_args, op) => formatReference(messageIdFor(op.key, domain), config),
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
@@ -164,16 +173,22 @@ export function emailActions(config: EmailConfig): EmailActions {
 
   /**
    * Where the copy of the operation's send is, and what its absence proves, by how its first send
-   * made it. Sent is the sender's account of today's config (the reference names no account for
-   * it); a journal only when today's config has that very journal (address, account and mailbox):
-   * its password is there, and a search of another mailbox finds nothing whatever was sent.
+   * made it. Sent is searched in today's account and folder: a copy found there is the send's
+   * (its Message-ID is its own), but its absence proves something only where the send's copy was
+   * recorded to be filed (a reference from before that was recorded: today's Sent, as then). A
+   * journal only when today's config has that very journal (address, account and mailbox): its
+   * password is there, and a search of another mailbox finds nothing whatever was sent.
    */
   function placeOf(messageId: string, recorded: string): CopyPlace {
     const note =
       recorded === today ? "" : ` (copy recorded at its first send: ${recorded}; the config now says ${today})`;
     const mode = recordedMode(recorded);
     if (mode === "append") return { mailbox: sent, name: "Sent", absence: "never", note };
-    if (mode === "provider-saves") return { mailbox: sent, name: "Sent", absence: "settles", note };
+    if (mode === "provider-saves") {
+      const where = recordedPlace(recorded);
+      const here = where === undefined || where === sentHere;
+      return { mailbox: sent, name: "Sent", absence: here ? "settles" : "never", note };
+    }
     if (mode === "journal" && recorded === today && journal)
       return { mailbox: journal, name: "the journal", absence: "settles", note };
     return {

@@ -3,22 +3,27 @@
  * the first attempt that may have sent, and hands it to every later attempt and lookup): the
  * Message-ID, then how that send's copy was to be made.
  *
- *   <idem.{40 hex}@{domain}> copy=provider-saves
- *   <idem.{40 hex}@{domain}> copy=append
+ *   <idem.{40 hex}@{domain}> copy=provider-saves in=imap://{login}@{host}:{port}/{Sent mailbox}
+ *   <idem.{40 hex}@{domain}> copy=append in=imap://{login}@{host}:{port}/{Sent mailbox}
  *   <idem.{40 hex}@{domain}> copy=journal bcc={address} in=imap://{login}@{host}:{port}/{mailbox}
  *
- * What "no copy found" proves depends on how the copy was made, not on a config deployed since:
- * a send made in append mode that crashed before its APPEND, looked up after a switch to
- * provider-saves, would be "proven absent" and sent again. The journal's account is named by an
- * IMAP URL (RFC 5092: login, host, port, mailbox), never with its password. The Message-ID stays
- * the first token, up to the first space. References written before the copy was recorded are a
- * bare Message-ID.
+ * What "no copy found" proves depends on how the copy was made and where, not on a config
+ * deployed since: a send made in append mode that crashed before its APPEND, looked up after a
+ * switch to provider-saves, would be "proven absent" and sent again; so would one filed in a Sent
+ * folder a later config no longer searches. The account is named by an IMAP URL (RFC 5092: login,
+ * host, port, mailbox; the Sent mailbox as configured, `\Sent` for the special-use folder), never
+ * with its password. The Message-ID stays the first token, up to the first space. References
+ * written before the copy was recorded are a bare Message-ID; before its Sent folder was, a
+ * `copy=provider-saves` or `copy=append` without `in=`.
  *
  * The terms are compared as text with those of today's config (email-actions.ts): rendering the
  * same config differently would make every recorded reference differ from it. Keep the rendering,
  * or read the old one too.
  */
-import type { CopyConfig } from "./email-config.js";
+import type { CopyConfig, EmailConfig, ImapConfig } from "./email-config.js";
+
+/** What of a config says how and where its copies are made. */
+export type CopySource = Pick<EmailConfig, "copy" | "imap" | "sentMailbox">;
 
 export interface EmailReference {
   readonly messageId: string;
@@ -29,8 +34,8 @@ export interface EmailReference {
   readonly copy: string | undefined;
 }
 
-export function formatReference(messageId: string, copy: CopyConfig): string {
-  return `${messageId} ${copyTerms(copy)}`;
+export function formatReference(messageId: string, config: CopySource): string {
+  return `${messageId} ${copyTerms(config)}`;
 }
 
 /** Splits a recorded reference into its Message-ID and the copy terms after it. */
@@ -41,13 +46,28 @@ export function parseEmailReference(reference: string): EmailReference {
     : { messageId: reference.slice(0, space), copy: reference.slice(space + 1) };
 }
 
-/** The `copy=…` terms of a copy config: one config, one text; without spaces inside a term. */
-export function copyTerms(copy: CopyConfig): string {
-  if (copy.mode !== "journal") return `copy=${copy.mode}`;
-  const host = copy.imap.host.toLowerCase();
-  const account = `${encodeURIComponent(copy.imap.auth.user)}@${host.includes(":") ? `[${host}]` : host}:${copy.imap.port}`;
-  const mailbox = (copy.mailbox ?? "INBOX").split("/").map(encodeURIComponent).join("/");
-  return `copy=journal bcc=${term(copy.address.toLowerCase())} in=imap://${account}/${mailbox}`;
+/** The `copy=…` terms of a config: one config, one text; without spaces inside a term. */
+export function copyTerms(config: CopySource): string {
+  const copy = config.copy;
+  if (copy.mode !== "journal") return `copy=${copy.mode} in=${sentPlace(config)}`;
+  return `copy=journal bcc=${term(copy.address.toLowerCase())} in=${imapUrl(copy.imap, copy.mailbox ?? "INBOX")}`;
+}
+
+/** Where a config's Sent folder is: its account and mailbox, as the terms name them. */
+export function sentPlace(config: Pick<EmailConfig, "imap" | "sentMailbox">): string {
+  return imapUrl(config.imap, config.sentMailbox ?? "\\Sent");
+}
+
+/** The place a recorded `copy=provider-saves` or `copy=append` names; undefined in terms from before it was recorded. */
+export function recordedPlace(terms: string): string | undefined {
+  return /(?:^| )in=(\S+)/.exec(terms)?.[1];
+}
+
+/** An account's mailbox as an RFC 5092 IMAP URL, without the password. */
+function imapUrl(imap: ImapConfig, mailbox: string): string {
+  const host = imap.host.toLowerCase();
+  const account = `${encodeURIComponent(imap.auth.user)}@${host.includes(":") ? `[${host}]` : host}:${imap.port}`;
+  return `imap://${account}/${mailbox.split("/").map(encodeURIComponent).join("/")}`;
 }
 
 /** The mode of recorded copy terms; undefined for terms this version does not know. */

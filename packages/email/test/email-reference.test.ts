@@ -1,7 +1,8 @@
 /** The provider reference of an email operation: its format, read by operators and older rows. */
 import { describe, expect, it } from "vitest";
 import { parseEmailReference } from "@idem/email";
-import { copyTerms, formatReference, recordedMode } from "../src/email-reference.js";
+import type { CopyConfig } from "@idem/email";
+import { copyTerms, formatReference, recordedMode, recordedPlace } from "../src/email-reference.js";
 
 const MID = "<idem.0123456789abcdef0123456789abcdef01234567@idem.test>";
 const imap = {
@@ -12,29 +13,43 @@ const imap = {
 };
 
 describe("the email provider reference", () => {
-  it("starts with the Message-ID, then how the copy is made", () => {
-    expect(formatReference(MID, { mode: "provider-saves" })).toBe(`${MID} copy=provider-saves`);
-    expect(formatReference(MID, { mode: "append" })).toBe(`${MID} copy=append`);
-    expect(formatReference(MID, { mode: "journal", address: "Journal@Example.com", imap })).toBe(
+  const sender = { ...imap, auth: { user: "reports@example.com", pass: "s3cret pass" } };
+  const sent = "in=imap://reports%40example.com@imap.example.com:993";
+  const config = (copy: CopyConfig, sentMailbox?: string) => ({
+    copy,
+    imap: sender,
+    ...(sentMailbox && { sentMailbox }),
+  });
+
+  it("starts with the Message-ID, then how the copy is made and where", () => {
+    expect(formatReference(MID, config({ mode: "provider-saves" }))).toBe(`${MID} copy=provider-saves ${sent}/%5CSent`);
+    expect(formatReference(MID, config({ mode: "append" }, "Sent Items"))).toBe(
+      `${MID} copy=append ${sent}/Sent%20Items`,
+    );
+    expect(formatReference(MID, config({ mode: "journal", address: "Journal@Example.com", imap }))).toBe(
       `${MID} copy=journal bcc=journal@example.com in=imap://journal%40example.com@imap.example.com:993/INBOX`,
     );
+    expect(recordedPlace(`copy=append ${sent}/Sent%20Items`)).toBe(`${sent.slice(3)}/Sent%20Items`);
+    expect(recordedPlace("copy=provider-saves")).toBeUndefined(); // written before the Sent folder was recorded
   });
 
   it("never holds a password, and each term stays one token", () => {
-    const terms = copyTerms({
-      mode: "journal",
-      address: "journal@example.com",
-      imap: { ...imap, host: "::1", auth: { user: "ops team", pass: "s3cret pass" } },
-      mailbox: "Archive/Sent Items",
-    });
+    const terms = copyTerms(
+      config({
+        mode: "journal",
+        address: "journal@example.com",
+        imap: { ...imap, host: "::1", auth: { user: "ops team", pass: "s3cret pass" } },
+        mailbox: "Archive/Sent Items",
+      }),
+    );
     expect(terms).toBe("copy=journal bcc=journal@example.com in=imap://ops%20team@[::1]:993/Archive/Sent%20Items");
     expect(terms).not.toMatch(/s3cret/);
     expect(parseEmailReference(`${MID} ${terms}`)).toEqual({ messageId: MID, copy: terms });
   });
 
   it("the same journal config gives the same terms (they are compared as text)", () => {
-    const a = copyTerms({ mode: "journal", address: "journal@example.com", imap, mailbox: "INBOX" });
-    const b = copyTerms({ mode: "journal", address: "JOURNAL@example.com", imap: { ...imap, secure: false } });
+    const a = copyTerms(config({ mode: "journal", address: "journal@example.com", imap, mailbox: "INBOX" }));
+    const b = copyTerms(config({ mode: "journal", address: "JOURNAL@example.com", imap: { ...imap, secure: false } }));
     expect(a).toBe(b);
   });
 

@@ -16,6 +16,7 @@ import {
   messageIdFor,
   type CopyConfig,
   type EmailActions,
+  type EmailConfig,
 } from "@idem/email";
 
 let sandbox: MailSandbox;
@@ -28,13 +29,14 @@ beforeAll(async () => {
 afterAll(() => sandbox?.close());
 afterEach(() => sandbox.faults.clear()); // a fault the test did not reach must not leak into the next
 
-const withCopy = (copy: CopyConfig) =>
+const withCopy = (copy: CopyConfig, sent: Partial<Pick<EmailConfig, "imap" | "sentMailbox">> = {}) =>
   emailActions({
     smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
     imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
     from: SENDER.user,
     settleMs: 60_000,
     copy,
+    ...sent,
   });
 const journalCopy = (): Extract<CopyConfig, { mode: "journal" }> => ({
   mode: "journal",
@@ -218,7 +220,9 @@ describe("the copy recorded at the first send decides, not today's config", () =
     expect(await journal().send.reconcile!(report, o)).toMatchObject({
       found: false,
       proof: "never",
-      reason: expect.stringMatching(/appended by the client.*copy=append; the config now says copy=journal/),
+      reason: expect.stringMatching(
+        /appended by the client.*copy=append in=imap:\S+; the config now says copy=journal/,
+      ),
     });
   });
 
@@ -236,6 +240,34 @@ describe("the copy recorded at the first send decides, not today's config", () =
     expect(await journal().send.reconcile!(report, absent)).toMatchObject({ found: false, proof: "absent" });
   });
 
+  it("recorded provider-saves, the config now searching another Sent (folder or account): found there counts, not found proves nothing", async () => {
+    // Before: the Sent folder was not recorded, so a daemon whose config searched another folder
+    // (INBOX here, or another account's Sent) proved the send absent and it was sent again.
+    const saves = withCopy({ mode: "provider-saves" });
+    const elsewhere = [
+      withCopy({ mode: "provider-saves" }, { sentMailbox: "INBOX" }),
+      withCopy({ mode: "provider-saves" }, { imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }),
+    ];
+    const o = recordedBy(saves, pastTheWindow());
+    expect(o.providerReference).toBe(
+      `${messageIdOf(o)} copy=provider-saves in=imap://${encodeURIComponent(SENDER.user)}@127.0.0.1:${ports.imap}/%5CSent`,
+    );
+    for (const today of elsewhere)
+      expect(await today.send.reconcile!(report, o)).toEqual({
+        found: false,
+        proof: "never",
+        reason: expect.stringContaining(
+          `(copy recorded at its first send: copy=provider-saves in=imap://${encodeURIComponent(SENDER.user)}@127.0.0.1:${ports.imap}/%5CSent; the config now says`,
+        ),
+      });
+    // The same Sent: absent past the window, as before.
+    expect(await saves.send.reconcile!(report, o)).toMatchObject({ found: false, proof: "absent" });
+    // A reference written before the Sent folder was recorded (`copy=provider-saves` alone) is read
+    // with today's Sent, as that version did.
+    const older = { ...o, providerReference: `${messageIdOf(o)} copy=provider-saves` };
+    expect(await elsewhere[0]!.send.reconcile!(report, older)).toMatchObject({ found: false, proof: "absent" });
+  });
+
   it("a later attempt under another copy mode than the recorded one sends nothing: refused, alerted", async () => {
     const o = recordedBy(withCopy({ mode: "append" }), fresh());
     const before = sandbox.count();
@@ -243,7 +275,10 @@ describe("the copy recorded at the first send decides, not today's config", () =
       .send.execute(report, o)
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(CopyChangedError);
-    expect(error).toMatchObject({ messageId: messageIdOf(o), recorded: "copy=append" });
+    expect(error).toMatchObject({
+      messageId: messageIdOf(o),
+      recorded: `copy=append in=imap://${encodeURIComponent(SENDER.user)}@127.0.0.1:${ports.imap}/%5CSent`,
+    });
     expect((error as CopyChangedError).configured).toMatch(/^copy=journal bcc=journal@idem\.test in=imap:/);
     expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
     expect(sandbox.count()).toBe(before);

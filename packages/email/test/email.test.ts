@@ -42,6 +42,8 @@ function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
   };
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
+/** Where the sender's Sent folder is, as a reference records it. */
+const SENT = () => `in=imap://${encodeURIComponent(SENDER.user)}@127.0.0.1:${ports.imap}/%5CSent`;
 let n = 0;
 const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
@@ -71,7 +73,7 @@ for (const dialect of DIALECTS) {
         // The reference records how the copy is made, after the Message-ID; never a password.
         const journal = `copy=journal bcc=journal@idem.test in=imap://journal%40idem.test@127.0.0.1:${ports.imap}/INBOX`;
         expect((await l.get({ tenant: t, id: first.operationId })).operation.providerReference).toBe(
-          `${messageId} ${mode === "journal" ? journal : `copy=${mode}`}`,
+          `${messageId} ${mode === "journal" ? journal : `copy=${mode} ${SENT()}`}`,
         );
         expect(sandbox.count(messageId)).toBe(1);
         const got = sandbox.received.find((m) => m.messageId === messageId)!;
@@ -238,19 +240,34 @@ for (const dialect of DIALECTS) {
       const c = config("journal");
       return { ...c, copy: { ...(c.copy as Extract<CopyConfig, { mode: "journal" }>), ...change } };
     };
-    for (const [what, changed] of [
-      ["another journal mailbox", () => journalWith({ mailbox: "Journal" })],
-      ["another journal account", () => journalWith({ imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } })],
-      ["provider-saves", () => config("provider-saves")],
+    // The recorded place, as the reason names it, and today's.
+    const recordedJournal =
+      /copy=journal bcc=journal@idem\.test in=imap:\/\/journal%40idem\.test@127\.0\.0\.1:\d+\/INBOX.*config now says copy=/;
+    for (const [first, what, changed, reason] of [
+      ["journal", "another journal mailbox", () => journalWith({ mailbox: "Journal" }), recordedJournal],
+      [
+        "journal",
+        "another journal account",
+        () => journalWith({ imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } }),
+        recordedJournal,
+      ],
+      ["journal", "provider-saves", () => config("provider-saves"), recordedJournal],
+      // Before: the Sent folder was not recorded; not in INBOX past the window read as absent.
+      [
+        "provider-saves",
+        "another Sent folder (the sender's INBOX)",
+        () => config("provider-saves", { sentMailbox: "INBOX" }),
+        /no copy of .* in Sent, .*copy=provider-saves in=imap:.*%5CSent; the config now says .*\/INBOX/,
+      ],
     ] as const) {
-      it(`journal, then the config changed to ${what}: the recorded journal cannot be searched, so a person decides, never a second send`, async () => {
+      it(`${first}, then the config changed to ${what}: not found where today's config looks proves nothing, so a person decides, never a second send`, async () => {
         const l = await ledger();
         const t = tenant();
-        const key = ["journal-then", what];
+        const key = [`${first}-then`, what];
         sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
         sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 }); // unknown, for now
         try {
-          const out = await l.run(emailActions(config("journal")).send, { tenant: t, key, args: report });
+          const out = await l.run(emailActions(config(first)).send, { tenant: t, key, args: report });
           expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
           const messageId = await messageIdOf(l, t, out.operationId);
           sandbox.faults.clear();
@@ -262,9 +279,7 @@ for (const dialect of DIALECTS) {
           expect(settled).toMatchObject({
             status: "pending_verification",
             state: "needs_review",
-            reason: expect.stringMatching(
-              /copy=journal bcc=journal@idem\.test in=imap:\/\/journal%40idem\.test@127\.0\.0\.1:\d+\/INBOX.*config now says copy=/,
-            ),
+            reason: expect.stringMatching(reason),
           });
           expect(await daemon.run(mail.send, { tenant: t, key, args: report })).toMatchObject({
             status: "pending_verification",
@@ -298,7 +313,7 @@ for (const dialect of DIALECTS) {
       });
       expect(out).toMatchObject({ status: "succeeded", replayed: false });
       expect((await l.get({ tenant: t, id: first.operationId })).operation.providerReference).toBe(
-        `${messageId} copy=provider-saves`,
+        `${messageId} copy=provider-saves ${SENT()}`,
       );
       expect(sandbox.count(messageId)).toBe(1);
     });
@@ -372,7 +387,7 @@ for (const dialect of DIALECTS) {
         await kill9(child);
         const l = await ledger();
         const [row] = await l.admin.list({ tenant: t });
-        expect(row).toMatchObject({ status: "running", providerReference: `${messageId} copy=append` });
+        expect(row).toMatchObject({ status: "running", providerReference: `${messageId} copy=append ${SENT()}` });
         await sleep(leaseMs + 200);
         const out = await l.run(emailActions(config("append")).send, { tenant: t, key: ["killed"], args: report });
         expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
