@@ -18,6 +18,7 @@ const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({
   context: (o.experimental_context ?? (o as { context?: unknown }).context) as C,
   callId: o.toolCallId,
   signal: o.abortSignal,
+  inputParsed: true, // by the tool's inputSchema
 });
 
 /** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */

@@ -8,6 +8,7 @@
  * model retries. The tenant comes from the run context the application set, never from the
  * model's input.
  */
+import type { StandardSchemaV1 } from "@standard-schema/spec";
 import { operationKey, parseArgs, type Action, type KeyPart, type Ledger, type RunResult } from "@idem/core";
 import { outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
@@ -20,6 +21,12 @@ export interface ToolCall<C = unknown> {
   readonly callId?: string | undefined;
   /** Aborted when the framework gives up on the call. */
   readonly signal?: AbortSignal | undefined;
+  /**
+   * The framework already checked the input against the tool's schema (`inputSchemaOf`) and hands
+   * over its output (the adapters set this). A schema is applied once: one that transforms (euros
+   * to cents, a day to a timestamp) must not be applied to its own output.
+   */
+  readonly inputParsed?: boolean;
 }
 
 export interface GuardOptions<I, R, C> {
@@ -68,15 +75,19 @@ export function guard<A, R, I, C = unknown>(
     }
   };
   const waitMs = options.waitMs ?? 10_000;
+  // The schema the model fills in (the definition's, else the action's), applied once: here, or by
+  // the framework. When it is the action's and its output is the args, the ledger must not apply
+  // it again: it runs the action as one without an input schema (the same type, execute, lookup).
+  const schema = (def.input ?? def.action.input) as StandardSchemaV1<unknown, I> | undefined;
+  const action = !def.input && !def.args && def.action.input ? withoutInput(def.action) : def.action;
   return async (input, call) => {
     let identity = "this work";
     let started = false;
     let result: RunResult<R>;
     try {
       const tenant = fromCall(options.tenant, call);
-      // A definition's own schema checks the tool's input first; its output is what the key and
-      // the args are made of (an action's input schema is checked by the ledger itself).
-      const given = def.input ? await parseArgs(def.input, input) : input;
+      // The checked input is what the key and the args are made of.
+      const given = schema && !call.inputParsed ? await parseArgs(schema, input) : input;
       const parts = identify(given, call);
       const key = operationKey({ tenant, action: def.action.type, parts });
       identity = `this work (${readable(key.label)})`;
@@ -84,7 +95,7 @@ export function guard<A, R, I, C = unknown>(
       const args = def.args ? def.args(given) : (given as unknown as I);
       call.signal?.throwIfAborted(); // given up before the ledger had it: nothing was done
       started = true;
-      result = await ledger.run(def.action, {
+      result = await ledger.run(action, {
         tenant,
         key,
         args,
@@ -105,6 +116,12 @@ export function guard<A, R, I, C = unknown>(
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
     return describe(outcomeOf(result, shown));
   };
+}
+
+/** The action without its input schema, whose output its args already are. */
+function withoutInput<A, R>(action: Action<A, R, any>): Action<A, R> {
+  const { input: _applied, ...rest } = action;
+  return rest;
 }
 
 /** The key's label for a sentence: its parts, hashed (sensitive) ones as "…". */

@@ -47,6 +47,7 @@ const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<
   context: context?.(extra) as C,
   callId: String(extra.requestId),
   signal: extra.signal,
+  inputParsed: true, // by the tool's inputSchema
 });
 
 /** Registers `target` on `server` as a guarded tool. */

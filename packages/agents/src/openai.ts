@@ -20,6 +20,7 @@ const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details
   context: runContext?.context as C,
   callId: details?.toolCall?.callId,
   signal: details?.signal,
+  inputParsed: true, // by the tool's parameters
 });
 
 /** What the model reads when the SDK could not run the tool (its arguments did not parse). */

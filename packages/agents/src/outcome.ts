@@ -45,7 +45,7 @@ export type Outcome =
    * status check could not read the ledger. It may have happened; the same input again is safe
    * and says what happened.
    */
-  | { readonly status: "unconfirmed"; readonly message: string };
+  | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
 const NEXT: Record<Unsettled, string> = {
   running: "another attempt of it is in progress",
@@ -184,8 +184,16 @@ export function outcomeOfError(
       message: "Not performed: the tool is not available right now. Tell the user; do not assume it happened.",
     };
   if (error instanceof LedgerUnavailableError) {
-    // Usually nothing was sent; but the ledger may also have failed while recording an attempt
-    // that reached the provider. Either way a repeat with the same input is never done twice.
+    // Failed on an operation the ledger holds: its attempt may have reached the provider before
+    // the database went (the ledger names the operation once it has one). "Not performed" would
+    // have a person redo it by hand.
+    if (error.operationId !== undefined)
+      return {
+        status: "unconfirmed",
+        operationId: error.operationId,
+        message: `Not confirmed (operation ${error.operationId}): the ledger became unavailable during the call, so it may or may not have happened. Do not tell the user either way; check later with the status tool and this operation id, or call this tool again later with the same input (it is never done twice).`,
+      };
+    // Before it held one: nothing was sent, or (rarely) its claim was recorded and nothing more.
     return {
       status: "not_performed",
       message:

@@ -46,7 +46,9 @@ export function statusTool<C = unknown>(
         ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` }
         : outcome;
     } catch (error) {
-      if (error instanceof OperationNotFoundError || error instanceof InvalidValueError) {
+      // A malformed id is none here; a malformed tenant is the application's setup, not the id.
+      const badId = error instanceof InvalidValueError && error.path !== "tenant";
+      if (error instanceof OperationNotFoundError || badId) {
         return {
           status: "refused",
           message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).`,

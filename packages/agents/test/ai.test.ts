@@ -8,12 +8,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
-import { openLedger, type LedgerOptions } from "@idem/core";
+import { z } from "zod";
+import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
 import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { aiStatusTool, aiTool } from "@idem/agents/ai";
-import type { Outcome } from "@idem/agents";
+import { defineTool, type Outcome } from "@idem/agents";
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
@@ -152,6 +153,61 @@ for (const dialect of DIALECTS) {
       expect(known).toMatchObject({ status: "done", operationId });
       expect(unknown).toMatchObject({ status: "refused" });
       expect(unknown!.message).toMatch(/No operation "op_nope"/);
+    });
+
+    it("a schema that transforms the model's input is applied once: the effect gets what the model meant", async () => {
+      // Before: the SDK parsed the input, then the guard (a tool's schema) or the ledger (an
+      // action's) parsed that output again: 12.50 euros went out as 125,000 cents, and a schema
+      // that changes a type refused every valid call.
+      const ledger = await db.open();
+      const charged: unknown[] = [];
+      const charge = defineAction<{ cents: number; invoice: string }, { ok: true }>({
+        type: "test.charge",
+        capabilities: {},
+        execute: async (a) => {
+          charged.push(a);
+          return { ok: true };
+        },
+      });
+      const byTool = defineTool({
+        name: "charge",
+        description: "Charge an invoice in euros.",
+        action: charge,
+        input: z.object({ invoice: z.string(), euros: z.number().transform((e) => Math.round(e * 100)) }),
+        args: (i: { invoice: string; euros: number }) => ({ cents: i.euros, invoice: i.invoice }),
+        key: (i: { invoice: string }) => ["charge", i.invoice],
+      });
+      const dated = defineAction<{ at: string }, { ok: true }, { at: string }>({
+        type: "test.remind",
+        capabilities: {},
+        // An action's own schema, transforming: a day becomes a timestamp (a string again, as args are JSON).
+        input: z.object({ at: z.string().transform((d) => `${d}T09:00:00Z`) }),
+        execute: async (a) => {
+          charged.push(a);
+          return { ok: true };
+        },
+      });
+      const tenant = `t-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const tools = {
+        charge: aiTool(ledger, byTool, { tenant }),
+        remind: aiTool(ledger, dated, { tenant, key: (i) => ["remind", i.at] }),
+      };
+      const { steps } = await generateText({
+        model: scriptedModel([
+          [
+            { toolName: "charge", input: { invoice: "inv-t", euros: 12.5 } },
+            { toolName: "remind", input: { at: "2026-12-24" } },
+          ],
+        ]),
+        prompt: "charge and remind",
+        tools,
+        stopWhen: stepCountIs(3),
+      });
+      expect(steps[0]!.toolResults.map((r) => (r.output as Outcome).status)).toEqual(["done", "done"]);
+      expect(charged).toHaveLength(2); // the two calls ran in parallel: in either order
+      expect(charged).toEqual(
+        expect.arrayContaining([{ cents: 1250, invoice: "inv-t" }, { at: "2026-12-24T09:00:00Z" }]),
+      );
     });
   });
 }

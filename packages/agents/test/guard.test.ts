@@ -3,10 +3,10 @@
  * reach: a summary that fails after the effect, a key that cannot be made, input its schema
  * refuses, a ledger that is gone. Effects are counted in the action.
  */
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
-import { DIALECTS, ledgersFor } from "@idem/testkit";
+import { DIALECTS, ledgersFor, scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { guard, statusTool } from "@idem/agents";
 
 const sent: string[] = [];
@@ -30,6 +30,27 @@ const call = { context: { tenantId: "acme" }, callId: "call_1" };
 for (const dialect of DIALECTS) {
   describe(`guard on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
+
+    it("called directly with an action whose schema normalises the input: the key is made of the checked input, once per identity", async () => {
+      // Before: the key was made of the raw input, so " Bob@x.com " and "bob@x.com" were two
+      // identities with the same args: two welcome emails.
+      const ledger = await db.open();
+      const welcomed: string[] = [];
+      const welcome = defineAction<{ to: string }, { ok: true }, { to: string }>({
+        type: "test.welcome",
+        capabilities: {},
+        input: z.object({ to: z.string().trim().toLowerCase().email() }),
+        execute: async (a) => {
+          welcomed.push(a.to);
+          return { ok: true };
+        },
+      });
+      const tool = guard(ledger, welcome, { tenant: `w-${dialect}`, key: (i) => ["welcome", i.to] });
+      const first = await tool({ to: "Bob@x.com" }, call);
+      const again = await tool({ to: " bob@x.com " }, call);
+      expect([first.status, again.status]).toEqual(["done", "already_done"]);
+      expect(welcomed).toEqual(["bob@x.com"]);
+    });
 
     it("a summary that throws after the effect: the model still reads done, without the summary", async () => {
       const ledger = await db.open();
@@ -176,6 +197,12 @@ for (const dialect of DIALECTS) {
         },
       });
       expect(await status({ operationId: id }, call)).toMatchObject({ status: "done", operationId: id });
+      // A tenant the application set up wrong is not "no such operation" (the model would doubt a real id).
+      const misconfigured = await statusTool(ledger, { tenant: "" })({ operationId: id }, call);
+      expect(misconfigured).toMatchObject({
+        status: "unconfirmed",
+        message: expect.stringMatching(/^Could not check/),
+      });
       await ledger.close();
       const closed = await status({ operationId: id }, call);
       expect(closed.status).toBe("unconfirmed");
@@ -191,3 +218,53 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+describe("guard when the ledger's database goes down during the effect (a private Postgres)", () => {
+  let server: PgServer;
+  let url = "";
+  beforeAll(async () => {
+    server = await startPgServer();
+    url = await server.database();
+  }, scaled(180_000));
+  afterAll(() => server?.close(), scaled(120_000));
+
+  it(
+    "the effect went out, then the database stopped: unconfirmed with the operation id, not 'not performed'",
+    async () => {
+      const options = { connectTimeoutMs: 1_000, statementTimeoutMs: 1_000, poolSize: 2 } as LedgerOptions;
+      const ledger = await openLedger(url, options);
+      let effects = 0;
+      const post = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.post",
+          capabilities: {},
+          async execute() {
+            effects += 1;
+            await server.stop("immediate"); // the answer is lost with the database
+            throw new Error("socket hang up");
+          },
+        }),
+      };
+      try {
+        const out = await guard(ledger, post, { tenant: "acme" })({ noteId: "down", text: "x" }, call);
+        // Before: "not_performed" (over MCP, isError: nothing was done), so a person redid it by hand.
+        expect(effects).toBe(1);
+        expect(out).toMatchObject({ status: "unconfirmed", operationId: expect.stringMatching(/^op_/) });
+        expect(out.message).toMatch(/may or may not have happened/);
+      } finally {
+        await server.start();
+        await ledger.close();
+      }
+      // The operation it names is the one the ledger holds, unsettled (the daemon settles it).
+      const after = await openLedger(url, options);
+      try {
+        const [op] = await after.admin.list({ tenant: "acme" });
+        expect(op).toMatchObject({ status: "running" });
+      } finally {
+        await after.close();
+      }
+    },
+    scaled(120_000),
+  );
+});
