@@ -79,7 +79,8 @@ export function guard<A, R, I, C = unknown>(
   // the framework. When it is the action's and its output is the args, the ledger must not apply
   // it again: it runs the action as one without an input schema (the same type, execute, lookup).
   const schema = (def.input ?? def.action.input) as StandardSchemaV1<unknown, I> | undefined;
-  const action = !def.input && !def.args && def.action.input ? withoutInput(def.action) : def.action;
+  const action =
+    !def.args && def.action.input && (schema as unknown) === def.action.input ? withoutInput(def.action) : def.action;
   return async (input, call) => {
     let identity = "this work";
     let started = false;

@@ -7,7 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor, scaled, startPgServer, type PgServer } from "@idem/testkit";
+import { openTestLedger } from "@idem/core/testing";
 import { guard, statusTool } from "@idem/agents";
+// The core's test dialect with hooks around each statement (to act right after a read).
+import { dialectFor, hooked } from "../../core/test/support/dialects.js";
 
 const sent: string[] = [];
 const note = {
@@ -50,6 +53,24 @@ for (const dialect of DIALECTS) {
       const again = await tool({ to: " bob@x.com " }, call);
       expect([first.status, again.status]).toEqual(["done", "already_done"]);
       expect(welcomed).toEqual(["bob@x.com"]);
+      // A definition that reuses the action's own (transforming) schema as the tool's: applied once too.
+      const reminded: string[] = [];
+      const remind = defineAction<{ at: string }, { ok: true }, { at: string }>({
+        type: "test.remind",
+        capabilities: {},
+        input: z.object({ at: z.string().transform((d) => `${d}T09:00:00Z`) }),
+        execute: async (a) => {
+          reminded.push(a.at);
+          return { ok: true };
+        },
+      });
+      const reused = guard(
+        ledger,
+        { name: "remind", description: "Remind.", action: remind, input: remind.input!, key: (i) => ["r", i.at] },
+        { tenant: `w-${dialect}` },
+      );
+      expect(await reused({ at: "2026-12-24" }, call)).toMatchObject({ status: "done" });
+      expect(reminded).toEqual(["2026-12-24T09:00:00Z"]);
     });
 
     it("a summary that throws after the effect: the model still reads done, without the summary", async () => {
@@ -263,6 +284,59 @@ describe("guard when the ledger's database goes down during the effect (a privat
         expect(op).toMatchObject({ status: "running" });
       } finally {
         await after.close();
+      }
+    },
+    scaled(120_000),
+  );
+
+  it(
+    "a duplicate waiting on another worker's attempt when the database stops: unconfirmed with the operation id",
+    async () => {
+      const options = { connectTimeoutMs: 1_000, statementTimeoutMs: 1_000, poolSize: 2 } as LedgerOptions;
+      const worker = await openLedger(url, options);
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      let started!: () => void;
+      const executing = new Promise<void>((r) => (started = r));
+      const slow = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.post-slow",
+          capabilities: {},
+          async execute() {
+            started();
+            await released; // the first worker's request is out: its answer has not come
+            return { id: "p1" };
+          },
+        }),
+      };
+      const first = guard(worker, slow, { tenant: "acme-dup" })({ noteId: "dup", text: "x" }, call);
+      await executing;
+      // The duplicate reads the key (the operation, under the worker's lease), then the database stops.
+      let read!: () => void;
+      const hasRead = new Promise<void>((r) => (read = r));
+      const duplicate = await openTestLedger(
+        hooked(await dialectFor("postgres", url), {
+          async query(q, run) {
+            const out = await run();
+            if (q.parameters.includes("acme-dup")) read();
+            return out;
+          },
+        }),
+        options,
+      );
+      try {
+        const second = guard(duplicate, slow, { tenant: "acme-dup" })({ noteId: "dup", text: "x" }, call);
+        await hasRead;
+        await server.stop("immediate");
+        const out = await second;
+        // Before: its next read named no operation, and it read "not_performed" (MCP: isError).
+        expect(out).toMatchObject({ status: "unconfirmed", operationId: expect.stringMatching(/^op_/) });
+      } finally {
+        release();
+        await first.catch(() => undefined);
+        await server.start();
+        await Promise.all([worker.close(), duplicate.close()]);
       }
     },
     scaled(120_000),

@@ -88,6 +88,8 @@ interface CallState {
   readonly owner: string;
   /** The daemon or an operator settling a stored operation: no caller waits for it. */
   readonly settling: boolean;
+  /** The operation, once a claim or a read named it (the database failing after that is said of it). */
+  operationId?: string;
 }
 
 export class Runner {
@@ -104,11 +106,15 @@ export class Runner {
       owner: ownerOf(call.settings),
       settling: false,
     };
-    for (;;) {
-      call.signal?.throwIfAborted();
-      const step = await this.step(call, state);
-      if ("done" in step) return step.done;
-      await this.pause(call, step.again);
+    try {
+      for (;;) {
+        call.signal?.throwIfAborted();
+        const step = await this.step(call, state);
+        if ("done" in step) return step.done;
+        await this.pause(call, step.again);
+      }
+    } catch (error) {
+      throw ofOperation(error, state.operationId);
     }
   }
 
@@ -126,12 +132,16 @@ export class Runner {
     };
     const at = { tenant: call.tenant, key: call.key.hash, id: row.id };
     let snap: Peek | undefined = { ...row, has_args: row.args_json === null ? 0 : 1 };
-    for (;;) {
-      const step = await this.onSnapshot(call, state, at, snap, escalate);
-      if ("done" in step) return step.done;
-      await this.pause(call, step.again);
-      snap = await this.store.peek(call.tenant, call.key.hash);
-      if (!snap) throw new LedgerUnavailableError("the operation disappeared while it was being settled", row.id);
+    try {
+      for (;;) {
+        const step = await this.onSnapshot(call, state, at, snap, escalate);
+        if ("done" in step) return step.done;
+        await this.pause(call, step.again);
+        snap = await this.store.peek(call.tenant, call.key.hash);
+        if (!snap) throw new LedgerUnavailableError("the operation disappeared while it was being settled", row.id);
+      }
+    } catch (error) {
+      throw ofOperation(error, row.id);
     }
   }
 
@@ -166,6 +176,7 @@ export class Runner {
       return out;
     });
     if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
+    state.operationId = claim.row.id;
     if (claim.fresh) return this.perform(call, { row: claim.row, since }, state, false);
     return this.onSnapshot(call, state, { tenant: call.tenant, key: call.key.hash, id: claim.row.id }, claim.row);
   }
@@ -800,6 +811,17 @@ let calls = 0;
 function ownerOf(settings: RunnerSettings): string {
   calls += 1;
   return `${settings.owner}/${PROCESS_TAG}.${calls.toString(36)}`;
+}
+
+/**
+ * The database failing in a statement that names no operation (a read of the key, a claim), once
+ * the call knows its operation: said of it, since an attempt of it may have reached the provider
+ * (callers and agents must not read it as "nothing was done").
+ */
+function ofOperation(error: unknown, operationId: string | undefined): unknown {
+  if (!(error instanceof LedgerUnavailableError) || error.operationId !== undefined || operationId === undefined)
+    return error;
+  return new LedgerUnavailableError(error.message, operationId, { cause: error.cause ?? error });
 }
 
 /** Settled, whether read as an Outcome or peeked at whole. */

@@ -187,7 +187,9 @@ export function emailActions(config: EmailConfig): EmailActions {
     if (mode === "provider-saves") {
       const where = recordedPlace(recorded);
       const here = where === undefined || where === sentHere;
-      return { mailbox: sent, name: "Sent", absence: here ? "settles" : "never", note };
+      if (here) return { mailbox: sent, name: "Sent", absence: "settles", note };
+      const because = `its copy was to be filed in ${where}, which is not where the config now looks (${sentHere})`;
+      return { mailbox: sent, name: "Sent", absence: "never", because, note };
     }
     if (mode === "journal" && recorded === today && journal)
       return { mailbox: journal, name: "the journal", absence: "settles", note };

@@ -19,6 +19,8 @@ export type CopyPlace =
       readonly name: string;
       /** "settles": absent once the settle window passed; "never": the copy may be missing though it was sent. */
       readonly absence: "settles" | "never";
+      /** Why absence proves nothing here ("never"), for the person who decides. */
+      readonly because?: string;
       /** Appended to reasons: how the copy was recorded, when today's config makes it otherwise. */
       readonly note: string;
     }
@@ -42,7 +44,7 @@ export async function reconcileByCopy(
     return {
       found: false,
       proof: "never",
-      reason: `no copy of ${messageId} in ${place.name}, but copies are appended by the client after sending: it may have been sent${place.note}`,
+      reason: `no copy of ${messageId} in ${place.name}, but ${place.because ?? "copies are appended by the client after sending"}: it may have been sent${place.note}`,
     };
   }
   // Without the database's time the window cannot be judged (a runner that does not fill `now`):
