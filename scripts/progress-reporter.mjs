@@ -54,6 +54,12 @@ export default class ProgressReporter {
     this.write();
   }
 
+  /** Errors outside any test (an unhandled rejection, a socket error no one listened to). */
+  onTestRunEnd(_modules, unhandledErrors = []) {
+    this.counts.unhandled = unhandledErrors.length;
+    this.write();
+  }
+
   name(module) {
     return module?.moduleId ? relative(process.cwd(), module.moduleId) : "?";
   }

@@ -122,7 +122,9 @@ const passed = r.numPassedTests;
 // vitest fails a run on an error outside any test (an unhandled rejection, a socket error no one
 // listened to): the report has no failed test for it, so it is counted here as one.
 // A run the watchdog stopped after the report was written (a hang at teardown) is one such failure.
-const outside = (code !== 0 || stuck) && r.numFailedTests + brokenFiles === 0 ? 1 : 0;
+// vitest may also exit 0 after reporting such errors: the progress reporter counts them.
+const unhandled = readProgress()?.unhandled ?? 0;
+const outside = Math.max(unhandled, (code !== 0 || stuck) && r.numFailedTests + brokenFiles === 0 ? 1 : 0);
 if (outside) console.error("the run failed outside any test (see the errors above)");
 const failed = r.numFailedTests + brokenFiles + outside;
 const skipped = r.numPendingTests + r.numTodoTests;
