@@ -18,6 +18,7 @@ import { StripeSandbox } from "@idem/sandbox";
 import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { openaiStatusTool, openaiTool } from "@idem/agents/openai";
+import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
 
 setTracingDisabled(true); // no exporter: nothing leaves the machine
 
@@ -104,6 +105,49 @@ for (const dialect of DIALECTS) {
       expect(outputs[2]!.message).toMatch(/already done with different arguments/);
       expect(result.finalOutput).toBe("finished");
       expect(sandbox.count("payment_intents") - before).toBe(2);
+    });
+
+    it("a schema that transforms the model's input is applied once: 12.50 euros are 1250 cents, a day one timestamp", async () => {
+      // The SDK cannot describe a zod schema that transforms: before, openaiTool threw ("Transforms
+      // cannot be represented in JSON Schema"). The model is now asked for the schema's input, and
+      // the schema is applied once: applied twice, 12.50 euros would be 125,000 cents and a
+      // string-to-number schema would refuse every valid call.
+      const ledger = await db.open();
+      const { tools: definitions, executed } = transformingTools();
+      const tenant = `t-oa-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const tools = definitions.map((t) => openaiTool(ledger, t, { tenant }));
+      const asked = Object.fromEntries(tools.map((t) => [t.name, t.parameters.properties]));
+      expect(asked).toMatchObject({
+        charge: { euros: { type: "number" } },
+        bill: { euros: { type: "number" } },
+        remind: { at: { type: "string" } },
+        pay: { amount: { type: "string" } },
+      });
+      const agent = new Agent({
+        name: "billing",
+        instructions: "Charge, remind and pay.",
+        model: scriptedModel([
+          [
+            { name: "charge", input: CALLS.charge },
+            { name: "bill", input: CALLS.bill },
+            { name: "remind", input: CALLS.remind },
+            { name: "pay", input: CALLS.pay },
+            { name: "pay", input: { invoice: "inv-x", amount: "12,50" } }, // not euros as the schema reads them
+          ],
+        ]),
+        tools,
+      });
+      const result = await run(agent, "go", { maxTurns: 3 });
+
+      await expectAppliedOnce(ledger, tenant, executed);
+      const outputs = result.newItems
+        .filter((i) => i.type === "tool_call_output_item")
+        .map((i) => {
+          const out = (i as unknown as { output: unknown }).output;
+          return (typeof out === "string" ? JSON.parse(out) : out) as { status: string; message: string };
+        });
+      expect(outputs.map((o) => o.status)).toEqual(["done", "done", "done", "done", "refused"]);
+      expect(outputs[4]!.message).toMatch(/^Refused: invalid input: amount/);
     });
   });
 }
