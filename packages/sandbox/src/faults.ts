@@ -21,6 +21,8 @@ export interface Fault<K extends string = string> {
   readonly delayMs?: number;
   /** For rate limits: the Retry-After the server announces, in seconds. */
   readonly retryAfterSec?: number;
+  /** For an error after the effect committed: the HTTP status answered (and saved). Default 500. */
+  readonly status?: number;
 }
 
 export class FaultPlan<K extends string = string> {

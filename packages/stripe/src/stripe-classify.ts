@@ -58,6 +58,17 @@ function classifyAnswer(error: unknown): Classification {
         : "conflict with another request";
     return { kind: "ambiguous", reason: `${why}: ${what}`, ...ids };
   }
+  // `Idempotent-Replayed: true`: Stripe answered with what it saved under our key, which it does
+  // only once an execution began. A 503 or a 429 saved so is no proof that nothing was done.
+  const saved = String(error.headers?.["idempotent-replayed"] ?? "").toLowerCase() === "true";
+  if (saved && (status === 429 || (status !== undefined && status >= 500))) {
+    return {
+      kind: "ambiguous",
+      reason: `Stripe replayed what it saved under our key after an execution began (a replay only repeats it): ${what}`,
+      replayable: false,
+      ...ids,
+    };
+  }
   if (status === 429) {
     const seconds = Number(error.headers?.["retry-after"]);
     return {
@@ -67,10 +78,13 @@ function classifyAnswer(error: unknown): Classification {
       ...ids,
     };
   }
-  // Unavailable before execution: nothing was saved under the key.
+  // Unavailable before execution, not a saved answer (above): nothing was saved under the key.
   if (status === 503) return { kind: "transient", reason: what, ...ids };
   // A 500 is saved under the key: the effect is unknown and a replay would only repeat the 500.
-  if (status !== undefined && status >= 500) return { kind: "ambiguous", reason: what, replayable: false, ...ids };
+  if (status === 500) return { kind: "ambiguous", reason: what, replayable: false, ...ids };
+  // A gateway's 502 or 504 (Stripe documents only the 500 as saved): the request may still be
+  // running and will save its own answer, which a replay with our key returns.
+  if (status !== undefined && status > 500) return { kind: "ambiguous", reason: what, ...ids };
   // Wrong or revoked key, or not allowed: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
   // Declines and validation errors: Stripe's final answer for these parameters.

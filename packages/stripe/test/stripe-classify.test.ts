@@ -48,6 +48,20 @@ describe("classifyStripeError", () => {
     ["a rate limit without it", new E.StripeRateLimitError(raw(429)), { kind: "rate_limited", retryAfterMs: 1000 }],
     ["503 before execution", new E.StripeAPIError(raw(503)), { kind: "transient" }],
     ["a 500 saved under the key", new E.StripeAPIError(raw(500)), { kind: "ambiguous", replayable: false }],
+    // Stripe's replay of what it saved under the key: an execution began, whatever the status says
+    [
+      "a 503 Stripe replays from our key",
+      new E.StripeAPIError(raw(503, { headers: { "idempotent-replayed": "true" } })),
+      { kind: "ambiguous", replayable: false },
+    ],
+    [
+      "a 429 Stripe replays from our key",
+      new E.StripeRateLimitError(raw(429, { headers: { "idempotent-replayed": "true" } })),
+      { kind: "ambiguous", replayable: false },
+    ],
+    // a gateway's answer: the request may still run and save its own answer, which a replay returns
+    ["a 502 from a gateway", new E.StripeAPIError(raw(502)), { kind: "ambiguous" }],
+    ["a 504 from a gateway", new E.StripeAPIError(raw(504)), { kind: "ambiguous" }],
     [
       "a refused connection",
       new E.StripeConnectionError({ message: "m", detail: { code: "ECONNREFUSED" } }),
@@ -78,6 +92,13 @@ describe("classifyStripeError", () => {
     expect(cls).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
     expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
     expect(cls.reason).toMatch(/still executing/);
+  });
+
+  it("leaves a gateway's 502 and 504 replayable: the request may still run and save its answer under our key", () => {
+    for (const status of [502, 504]) {
+      const cls = classifyStripeError(new E.StripeAPIError(raw(status)));
+      expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
+    }
   });
 
   it("keeps the decline code in the reason", () => {

@@ -169,6 +169,28 @@ for (const dialect of DIALECTS) {
       expect(piCount() - before).toBe(1);
     });
 
+    it("a 503 Stripe saved under our key after the charge: its replay is read as unknown, not charged again past the key window", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 2, baseDelayMs: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      // The charge commits and Stripe saves a 503 under our key: the first answer cannot tell, the
+      // replay of the second attempt says it is a saved answer (Idempotent-Replayed: true).
+      sandbox.faults.add({ kind: "error_after_commit", status: 503, match: { path: "/v1/payment_intents" } });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["saved-503"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const key = sandbox.requests.filter((r) => r.path === "/v1/payment_intents").at(-1)!.idempotencyKey!;
+      expect(requestsFor(key).map((r) => [r.status, r.replayed])).toEqual([
+        [503, false],
+        [503, true],
+      ]);
+      expect(piCount() - before).toBe(1);
+      advance(25 * HOUR); // Stripe has forgotten the key: running it again would create a second intent
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent" } });
+      expect(piCount() - before).toBe(1);
+    });
+
     it("past the 24 h window, with Search behind (an incident): found in the list, not charged again", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });

@@ -9,7 +9,8 @@
  * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After) and `unavailable` (503) before
- * anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, saved under the key), `drop_after_commit` (the
+ * anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
+ * the 500; a 503 so saved is what a 503 that is not proven to come before execution may be), `drop_after_commit` (the
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
  * client's timeout) after the effect committed.
  */
@@ -195,8 +196,11 @@ export class StripeSandbox {
       if (e.error.payment_intent) committed = e.error.payment_intent as StripeObject;
     }
     // A 500 after the effect is what Stripe saved under the key: replays return it too.
-    if (this.faults.take(method, path, ["error_after_commit"])) {
-      [status, out] = [500, JSON.stringify({ error: { type: "api_error", message: "An unknown error occurred." } })];
+    const late = this.faults.take(method, path, ["error_after_commit"]);
+    if (late) {
+      status = late.status ?? 500;
+      const message = status === 503 ? "The service is temporarily unavailable." : "An unknown error occurred.";
+      out = JSON.stringify({ error: { type: "api_error", message } });
     }
     const requestId = `req_${randomBytes(7).toString("hex")}`;
     if (slot)
