@@ -27,6 +27,7 @@ import {
   parseEmailReference,
   recordedMode,
   recordedPlace,
+  sameAccountMailbox,
   sentPlace,
 } from "./email-reference.js";
 import { sendRaw } from "./email-smtp.js";
@@ -175,7 +176,8 @@ export function emailActions(config: EmailConfig): EmailActions {
    * Where the copy of the operation's send is, and what its absence proves, by how its first send
    * made it. Sent is searched in today's account and folder: a copy found there is the send's
    * (its Message-ID is its own), but its absence proves something only where the send's copy was
-   * recorded to be filed (a reference from before that was recorded: today's Sent, as then). A
+   * recorded to be filed (a reference from before that was recorded: today's Sent, as then; one
+   * naming the same account's Sent otherwise: if the server says it is the folder searched). A
    * journal only when today's config has that very journal (address, account and mailbox): its
    * password is there, and a search of another mailbox finds nothing whatever was sent.
    */
@@ -188,6 +190,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       const where = recordedPlace(recorded);
       const here = where === undefined || where === sentHere;
       if (here) return { mailbox: sent, name: "Sent", absence: "settles", note };
+      // The same account, its Sent named otherwise (an unset sentMailbox, `\Sent`, and "Sent", say):
+      // the server says at the lookup whether both names are one mailbox.
+      const named = sameAccountMailbox(where, sentHere);
+      if (named !== undefined) {
+        const recordedAs = { mailbox: named, place: where, configured: sentHere };
+        return { mailbox: sent, name: "Sent", absence: "settles", recordedAs, note };
+      }
       const because = `its copy was to be filed in ${where}, which is not where the config now looks (${sentHere})`;
       return { mailbox: sent, name: "Sent", absence: "never", because, note };
     }

@@ -1,7 +1,10 @@
 /**
  * The IMAP side, through imapflow: find a message by Message-ID in the Sent folder (found by
  * SPECIAL-USE \Sent, by name as a fallback, or as configured) or in a journal mailbox, and
- * APPEND a copy. One short session per call: these run once per send, not per message read.
+ * APPEND a copy. A lookup can also ask, in the same session, whether another name (a Sent folder
+ * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
+ * says, never the spelling. One short session per call: these run once per send, not per message
+ * read.
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
@@ -19,6 +22,44 @@ export interface FoundMessage {
   readonly uid: number;
 }
 
+/** A search for a Message-ID, and what another name of a mailbox means on that server. */
+export interface Lookup {
+  readonly found: FoundMessage | undefined;
+  /** The mailbox searched. */
+  readonly searched: string;
+  /**
+   * The other name asked about (`alias`): `same` when the server resolves it to the mailbox
+   * searched; else `path` is the mailbox it names (undefined: none), or `error` why it could not
+   * be told (the LIST failed). Absent when no other name was asked about.
+   */
+  readonly alias?: { readonly same: boolean; readonly path: string | undefined; readonly error?: Error };
+}
+
+/** The part of imapflow's LIST answer (ListResponse) that naming a mailbox needs. */
+export interface ListedMailbox {
+  readonly path: string;
+  readonly name: string;
+  readonly specialUse?: string | undefined;
+  readonly flags: ReadonlySet<string>;
+}
+
+/** The name of the Sent folder, whatever the server calls it: the config's default. */
+const SENT = "\\Sent";
+
+/**
+ * The path of the mailbox a name means on a server, from its LIST: `\Sent` is the Sent folder
+ * (SPECIAL-USE \Sent, else one named Sent); any other name is a path, as the server spells it
+ * (mailbox names are case-sensitive but INBOX, RFC 3501), under the personal namespace's `prefix`
+ * when it does not start with it (as imapflow opens it). Undefined when the server has no such
+ * mailbox.
+ */
+export function mailboxPath(name: string, boxes: readonly ListedMailbox[], prefix = ""): string | undefined {
+  if (name === SENT)
+    return (boxes.find((b) => b.specialUse === SENT) ?? boxes.find((b) => b.name.toLowerCase() === "sent"))?.path;
+  const path = name.toUpperCase() === "INBOX" ? "INBOX" : prefix && !name.startsWith(prefix) ? prefix + name : name;
+  return boxes.find((b) => b.path === path && !b.flags.has("\\NonExistent"))?.path;
+}
+
 export class Mailbox {
   /** `path`: a mailbox path, or "\\Sent" to find the Sent folder. */
   constructor(
@@ -27,29 +68,55 @@ export class Mailbox {
   ) {}
 
   async find(messageId: string): Promise<FoundMessage | undefined> {
-    return this.session(async (client, mailbox) => {
-      const lock = await client.getMailboxLock(mailbox);
-      try {
-        const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
-        // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
-        // with false: that is not "no such message", and taken as one it would send again.
-        if (!Array.isArray(uids))
-          throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
-        const uid = uids[0];
-        return uid === undefined ? undefined : { mailbox, uid };
-      } finally {
-        lock.release();
+    return (await this.lookup(messageId)).found;
+  }
+
+  /**
+   * Searches for `messageId` and, in the same session, asks the server whether `alias` (another
+   * name: `\Sent`, or a path) is the mailbox searched. One LIST answers both. A LIST that fails
+   * leaves the alias unresolved (`error`), not the search: a copy found still counts; without an
+   * alias, a Sent folder that cannot be listed makes the lookup fail, as before.
+   */
+  async lookup(messageId: string, alias?: string): Promise<Lookup> {
+    return this.session(async (client) => {
+      let boxes: readonly ListedMailbox[] = [];
+      let listError: Error | undefined;
+      if (this.path === SENT || alias !== undefined) {
+        try {
+          boxes = await client.list();
+        } catch (cause) {
+          if (this.path === SENT) throw cause;
+          listError = new MailboxUnavailableError(`IMAP LIST failed: ${(cause as Error).message}`, { cause });
+        }
       }
+      const prefix = client.namespace?.prefix ?? "";
+      const mailbox = this.opened(boxes);
+      const found = await search(client, mailbox, messageId);
+      if (alias === undefined) return { found, searched: mailbox };
+      if (listError) return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError } };
+      const path = mailboxPath(alias, boxes, prefix);
+      const searched = this.path === SENT ? mailbox : mailboxPath(mailbox, boxes, prefix);
+      return { found, searched: mailbox, alias: { same: path !== undefined && path === searched, path } };
     });
   }
 
   async append(raw: Buffer): Promise<void> {
-    await this.session(async (client, mailbox) => {
+    await this.session(async (client) => {
+      const mailbox = this.opened(this.path === SENT ? await client.list() : []);
       await client.append(mailbox, raw, ["\\Seen"]);
     });
   }
 
-  private async session<T>(fn: (client: ImapFlow, mailbox: string) => Promise<T>): Promise<T> {
+  /** The mailbox to open: the configured path, or the Sent folder the server lists (`boxes`). */
+  private opened(boxes: readonly ListedMailbox[]): string {
+    if (this.path !== SENT) return this.path;
+    const sent = mailboxPath(SENT, boxes);
+    if (sent === undefined)
+      throw new MailboxUnavailableError("no Sent folder (no SPECIAL-USE \\Sent, none named Sent): set sentMailbox");
+    return sent;
+  }
+
+  private async session<T>(fn: (client: ImapFlow) => Promise<T>): Promise<T> {
     const client = new ImapFlow({
       host: this.imap.host,
       port: this.imap.port,
@@ -70,7 +137,7 @@ export class Mailbox {
       );
     }
     try {
-      return await fn(client, await this.resolve(client));
+      return await fn(client);
     } catch (cause) {
       if (cause instanceof MailboxUnavailableError) throw cause;
       throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
@@ -78,13 +145,19 @@ export class Mailbox {
       await client.logout().catch(() => client.close());
     }
   }
+}
 
-  private async resolve(client: ImapFlow): Promise<string> {
-    if (this.path !== "\\Sent") return this.path;
-    const boxes = await client.list();
-    const sent = boxes.find((b) => b.specialUse === "\\Sent") ?? boxes.find((b) => b.name.toLowerCase() === "sent");
-    if (!sent)
-      throw new MailboxUnavailableError("no Sent folder (no SPECIAL-USE \\Sent, none named Sent): set sentMailbox");
-    return sent.path;
+async function search(client: ImapFlow, mailbox: string, messageId: string): Promise<FoundMessage | undefined> {
+  const lock = await client.getMailboxLock(mailbox);
+  try {
+    const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
+    // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
+    // with false: that is not "no such message", and taken as one it would send again.
+    if (!Array.isArray(uids))
+      throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
+    const uid = uids[0];
+    return uid === undefined ? undefined : { mailbox, uid };
+  } finally {
+    lock.release();
   }
 }

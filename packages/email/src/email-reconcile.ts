@@ -3,12 +3,14 @@
  * way the copy was made at the send (recorded in the reference, email-reference.ts), whatever the
  * config says today: with provider-saves and journal, absence counts only after the settle window
  * (copies can appear late); with append, never (a crash between send and APPEND leaves no copy);
- * in a journal today's config cannot search, never either. A journal copy is complete proof
+ * in a journal today's config cannot search, never either; in a Sent folder of the same account
+ * that today's config names otherwise than the record (`\Sent` for the special-use folder, or its
+ * path), only once the server says both names are one mailbox. A journal copy is complete proof
  * because the body never goes out without the server accepting the journal address
  * (email-smtp.ts). The window is measured on the database clock (`op.now`), never ours.
  */
 import type { OperationContext, ReconcileResult } from "@idem/core";
-import type { Mailbox } from "./email-mailbox.js";
+import type { Lookup, Mailbox } from "./email-mailbox.js";
 import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
 
 /** Where the copy of an operation's send is looked for, and what its absence there proves. */
@@ -23,12 +25,26 @@ export type CopyPlace =
       readonly because?: string;
       /** Appended to reasons: how the copy was recorded, when today's config makes it otherwise. */
       readonly note: string;
+      /**
+       * The copy was recorded in this account under another name of its mailbox than today's
+       * config gives it: absence counts only when the server says both are the mailbox searched.
+       */
+      readonly recordedAs?: RecordedName;
     }
   | {
       /** The copy cannot be searched with today's config. */
       readonly mailbox: undefined;
       readonly reason: string;
     };
+
+/** A Sent folder recorded under another name than today's config gives it, in the same account. */
+export interface RecordedName {
+  /** The recorded name, for the server to resolve: `\Sent` (the special-use folder) or a path. */
+  readonly mailbox: string;
+  /** The recorded place and today's (IMAP URLs), for reasons. */
+  readonly place: string;
+  readonly configured: string;
+}
 
 export async function reconcileByCopy(
   place: CopyPlace,
@@ -38,13 +54,18 @@ export async function reconcileByCopy(
   settleMs: number,
 ): Promise<ReconcileResult<EmailReceipt>> {
   if (!place.mailbox) return { found: false, proof: "never", reason: place.reason };
-  const found = await place.mailbox.find(messageId); // unreachable IMAP throws: inconclusive, try later
+  // Unreachable IMAP throws: inconclusive, try later.
+  const { found, searched, alias } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox);
   if (found) return { found: true, receipt: foundReceipt(messageId, ref, true, found.mailbox) };
-  if (place.absence === "never") {
+  // The server could not say whether the recorded name is the mailbox searched (its LIST failed):
+  // that is a check that could not run now, tried again later, not one for a person.
+  if (place.recordedAs && alias?.error) throw alias.error;
+  const elsewhere = place.recordedAs && !alias?.same ? notTheSame(place.recordedAs, searched, alias) : undefined;
+  if (place.absence === "never" || elsewhere) {
     return {
       found: false,
       proof: "never",
-      reason: `no copy of ${messageId} in ${place.name}, but ${place.because ?? "copies are appended by the client after sending"}: it may have been sent${place.note}`,
+      reason: `no copy of ${messageId} in ${place.name}, but ${elsewhere ?? place.because ?? "copies are appended by the client after sending"}: it may have been sent${place.note}`,
     };
   }
   // Without the database's time the window cannot be judged (a runner that does not fill `now`):
@@ -67,4 +88,13 @@ export async function reconcileByCopy(
     proof: "absent",
     reason: `no copy of ${messageId} in ${place.name} after the settle window${place.note}`,
   };
+}
+
+/** Why a copy recorded under another name is not proven absent here: the server resolves it to another mailbox, or none. */
+function notTheSame(recorded: RecordedName, searched: string, alias: Lookup["alias"]): string {
+  const there =
+    alias?.path === undefined
+      ? `the server has no mailbox ${recorded.mailbox}`
+      : `on the server, ${alias.path}, not ${searched}`;
+  return `its copy was to be filed in ${recorded.place}, which is not where the config now looks (${recorded.configured}): ${there}`;
 }

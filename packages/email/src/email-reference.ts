@@ -18,7 +18,9 @@
  *
  * The terms are compared as text with those of today's config (email-actions.ts): rendering the
  * same config differently would make every recorded reference differ from it. Keep the rendering,
- * or read the old one too.
+ * or read the old one too. One exception: a Sent place of the same account spelled otherwise
+ * (`%5CSent` and `Sent`, say) is taken to the server, which says whether both name one mailbox
+ * (`sameAccountMailbox`, email-mailbox.ts).
  */
 import type { CopyConfig, EmailConfig, ImapConfig } from "./email-config.js";
 
@@ -61,6 +63,21 @@ export function sentPlace(config: Pick<EmailConfig, "imap" | "sentMailbox">): st
 /** The place a recorded `copy=provider-saves` or `copy=append` names; undefined in terms from before it was recorded. */
 export function recordedPlace(terms: string): string | undefined {
   return /(?:^| )in=(\S+)/.exec(terms)?.[1];
+}
+
+/**
+ * The mailbox a recorded place names, when it is in the same account (login, host and port) as
+ * `other` but spelled otherwise: `\Sent` or a path, for the server to say whether both are one
+ * mailbox. Undefined for another account, or a place that does not read as one of ours.
+ */
+export function sameAccountMailbox(place: string, other: string): string | undefined {
+  const [a, b] = [place, other].map((url) => /^(imap:\/\/[^/]+)\/(.*)$/.exec(url));
+  if (!a || !b || a[1] !== b[1] || a[2] === b[2]) return undefined;
+  try {
+    return a[2]!.split("/").map(decodeURIComponent).join("/");
+  } catch {
+    return undefined; // a malformed %-escape: not a place this version wrote
+  }
 }
 
 /** An account's mailbox as an RFC 5092 IMAP URL, without the password. */

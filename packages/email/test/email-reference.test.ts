@@ -2,7 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { parseEmailReference } from "@idem/email";
 import type { CopyConfig } from "@idem/email";
-import { copyTerms, formatReference, recordedMode, recordedPlace } from "../src/email-reference.js";
+import { mailboxPath } from "../src/email-mailbox.js";
+import { copyTerms, formatReference, recordedMode, recordedPlace, sameAccountMailbox } from "../src/email-reference.js";
 
 const MID = "<idem.0123456789abcdef0123456789abcdef01234567@idem.test>";
 const imap = {
@@ -63,5 +64,49 @@ describe("the email provider reference", () => {
     expect(recordedMode("copy=provider-saves")).toBe("provider-saves");
     expect(recordedMode("copy=carrier-pigeon")).toBeUndefined();
     expect(recordedMode("mode=append")).toBeUndefined();
+  });
+});
+
+describe("the same Sent folder named otherwise", () => {
+  const account = "imap://reports%40example.com@imap.example.com:993";
+
+  it("is asked about only within one account, and only when spelled otherwise", () => {
+    expect(sameAccountMailbox(`${account}/%5CSent`, `${account}/Sent`)).toBe("\\Sent");
+    expect(sameAccountMailbox(`${account}/Sent%20Items`, `${account}/%5CSent`)).toBe("Sent Items");
+    expect(sameAccountMailbox(`${account}/Archive/Sent`, `${account}/%5CSent`)).toBe("Archive/Sent");
+    expect(sameAccountMailbox(`${account}/Sent`, `${account}/Sent`)).toBeUndefined(); // the same text: no question
+    expect(
+      sameAccountMailbox(`${account}/Sent`, "imap://reports%40example.com@imap.example.com:143/Sent"),
+    ).toBeUndefined();
+    expect(
+      sameAccountMailbox(`${account}/Sent`, "imap://other%40example.com@imap.example.com:993/Sent"),
+    ).toBeUndefined();
+    expect(sameAccountMailbox(`${account}/%E0%A4%A`, `${account}/Sent`)).toBeUndefined(); // not one we wrote
+  });
+
+  it("resolves on the server's LIST: \\Sent by SPECIAL-USE, paths as spelled but INBOX", () => {
+    const box = (path: string, specialUse?: string, flags: string[] = []) => ({
+      path,
+      name: path.split("/").pop()!,
+      specialUse,
+      flags: new Set(flags),
+    });
+    const boxes = [
+      box("INBOX", "\\Inbox"),
+      box("Sent Items", "\\Sent"),
+      box("Sent"),
+      box("Gone", undefined, ["\\NonExistent"]),
+    ];
+    expect(mailboxPath("\\Sent", boxes)).toBe("Sent Items"); // the special-use folder, not the one named Sent
+    expect(mailboxPath("\\Sent", [box("INBOX"), box("sent")])).toBe("sent"); // no SPECIAL-USE: by name
+    expect(mailboxPath("\\Sent", [box("INBOX")])).toBeUndefined();
+    expect(mailboxPath("Sent", boxes)).toBe("Sent");
+    expect(mailboxPath("sent items", boxes)).toBeUndefined(); // names are case-sensitive
+    expect(mailboxPath("inbox", boxes)).toBe("INBOX"); // but INBOX
+    expect(mailboxPath("Gone", boxes)).toBeUndefined();
+    // Under a personal namespace prefix, as imapflow opens a path without it.
+    const prefixed = [box("INBOX"), box("INBOX.Sent", "\\Sent")];
+    expect(mailboxPath("Sent", prefixed, "INBOX.")).toBe("INBOX.Sent");
+    expect(mailboxPath("INBOX.Sent", prefixed, "INBOX.")).toBe("INBOX.Sent");
   });
 });

@@ -5,11 +5,13 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import type { OperationContext } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
 import {
   CopyChangedError,
   EnvelopeRefusedError,
+  MailboxUnavailableError,
   SendAbortedError,
   classifyEmailError,
   emailActions,
@@ -268,6 +270,108 @@ describe("the copy recorded at the first send decides, not today's config", () =
     expect(await elsewhere[0]!.send.reconcile!(report, older)).toMatchObject({ found: false, proof: "absent" });
   });
 
+  describe("a Sent folder of the same account, named otherwise than the record names it", () => {
+    // The sandbox's Dovecot has Sent (SPECIAL-USE \Sent), Journal and INBOX for every user.
+    const named = (sentMailbox?: string) =>
+      withCopy({ mode: "provider-saves" }, sentMailbox === undefined ? {} : { sentMailbox });
+    /** The sender's mailbox as a reference records it. */
+    const place = (mailbox: string) => `imap://${encodeURIComponent(SENDER.user)}@127.0.0.1:${ports.imap}/${mailbox}`;
+
+    it('one folder on the server (the unset \\Sent and "Sent", either way round; INBOX in any case): absent past the window, nothing sent', async () => {
+      // Before: compared as spelled, two places, so not found proved nothing: a person decided.
+      for (const [first, today, recorded] of [
+        [undefined, "Sent", "%5CSent"],
+        ["Sent", undefined, "Sent"],
+        ["INBOX", "inbox", "INBOX"],
+      ] as const) {
+        const o = recordedBy(named(first), pastTheWindow());
+        expect(o.providerReference).toBe(`${messageIdOf(o)} copy=provider-saves in=${place(recorded)}`);
+        expect(await named(today).send.reconcile!(report, o)).toEqual({
+          found: false,
+          proof: "absent",
+          reason: expect.stringMatching(
+            /after the settle window \(copy recorded at its first send: .*; the config now says /,
+          ),
+        });
+        expect(sandbox.count(messageIdOf(o))).toBe(0);
+      }
+    });
+
+    it('recorded \\Sent, the copy found by a config naming "Sent": it counts; one message at the server, none sent by the lookup', async () => {
+      const o = recordedBy(named(), fresh());
+      sandbox.mode = "provider-saves";
+      try {
+        expect(await named().send.execute(report, o)).toMatchObject({ sent: true });
+      } finally {
+        sandbox.mode = "journal";
+      }
+      expect(await named("Sent").send.reconcile!(report, o)).toMatchObject({
+        found: true,
+        receipt: { foundIn: "Sent" },
+      });
+      expect(sandbox.count(messageIdOf(o))).toBe(1);
+    });
+
+    it("genuinely different folders (Sent and Journal, either way round; a mailbox the server does not have): proves nothing", async () => {
+      for (const [first, today, why] of [
+        [undefined, "Journal", "on the server, Sent, not Journal"],
+        ["Journal", undefined, "on the server, Journal, not Sent"],
+        ["Sent", "Journal", "on the server, Sent, not Journal"],
+        ["sent", "Sent", "the server has no mailbox sent"], // names are case-sensitive but INBOX
+      ] as const) {
+        const o = recordedBy(named(first), pastTheWindow());
+        const settled = await named(today).send.reconcile!(report, o);
+        expect(settled).toMatchObject({
+          found: false,
+          proof: "never",
+          reason: expect.stringContaining(`which is not where the config now looks (${place(today ?? "%5CSent")})`),
+        });
+        expect(settled).toMatchObject({ reason: expect.stringContaining(why) });
+        expect(sandbox.count(messageIdOf(o))).toBe(0);
+      }
+    });
+
+    it("the server cannot list its mailboxes: never proven absent (the lookup fails, tried later); a copy found still counts", async () => {
+      const proxy = await listRefusingProxy(ports.imap);
+      try {
+        const via = (sentMailbox?: string) =>
+          withCopy(
+            { mode: "provider-saves" },
+            {
+              imap: { host: "127.0.0.1", port: proxy.port, auth: SENDER },
+              ...(sentMailbox !== undefined && { sentMailbox }),
+            },
+          );
+        const o = recordedBy(via(), pastTheWindow());
+        const converse = recordedBy(via("Sent"), pastTheWindow());
+        expect(await via("Sent").send.reconcile!(report, o)).toMatchObject({ proof: "absent" }); // the proxy passes LIST on
+        // Every LIST refused: imapflow lists a mailbox before it opens it, so nothing can be
+        // searched, either way round. The lookup fails: the runner tries later.
+        proxy.refuse = "every LIST";
+        for (const [today, recorded] of [
+          [via("Sent"), o],
+          [via(), converse],
+        ] as const)
+          await expect(today.send.reconcile!(report, recorded)).rejects.toBeInstanceOf(MailboxUnavailableError);
+        // Only the full listing refused (a server that times out on it, or one with more mailboxes
+        // than imapflow collects): Sent can be searched, but whether \Sent is Sent cannot be told
+        // now: the lookup fails and is tried later (not absent, and not a person's question).
+        proxy.refuse = "the full listing";
+        await expect(via("Sent").send.reconcile!(report, o)).rejects.toThrow(/IMAP LIST failed/);
+        await expect(via().send.reconcile!(report, converse)).rejects.toBeInstanceOf(MailboxUnavailableError);
+        await fileInSent(messageIdOf(o));
+        expect(await via("Sent").send.reconcile!(report, o)).toMatchObject({
+          found: true,
+          receipt: { foundIn: "Sent" },
+        });
+        expect(proxy.refused).toBeGreaterThanOrEqual(5);
+        expect(sandbox.count(messageIdOf(o))).toBe(0);
+      } finally {
+        await proxy.close();
+      }
+    });
+  });
+
   it("a later attempt under another copy mode than the recorded one sends nothing: refused, alerted", async () => {
     const o = recordedBy(withCopy({ mode: "append" }), fresh());
     const before = sandbox.count();
@@ -311,3 +415,58 @@ describe("the copy recorded at the first send decides, not today's config", () =
     expect(sandbox.count(messageIdOf(o))).toBe(1);
   });
 });
+
+/** Files a copy of a message with this Message-ID in the sender's Sent, as a provider does. */
+async function fileInSent(messageId: string): Promise<void> {
+  const client = sandbox.imap(SENDER);
+  await client.connect();
+  try {
+    await client.append("Sent", Buffer.from(`Message-ID: ${messageId}\r\nSubject: filed\r\n\r\nfiled\r\n`));
+  } finally {
+    await client.logout();
+  }
+}
+
+/**
+ * A pass-through to the sandbox's IMAP port that answers LIST (XLIST, LSUB) with NO, as a server
+ * whose mailbox list is unavailable does; Dovecot cannot be made to. `refuse`: every LIST, or only
+ * the full listing (`LIST "" "*"`, imapflow's `list()`; its SELECT lists the one mailbox first).
+ * imapflow writes each command whole, so a command is recognised at the start of a chunk.
+ */
+async function listRefusingProxy(target: number) {
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(target, "127.0.0.1");
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      const end = () => {
+        client.destroy();
+        upstream.destroy();
+        sockets.delete(client);
+        sockets.delete(upstream);
+      };
+      s.on("close", end);
+      s.on("error", end);
+    }
+    client.on("data", (chunk: Buffer) => {
+      const command = /^(\S+) (?:X?LIST|LSUB) ("" "\*")?/i.exec(chunk.toString("latin1", 0, 64));
+      if (command && (proxy.refuse === "every LIST" || (proxy.refuse === "the full listing" && command[2]))) {
+        proxy.refused++;
+        client.write(`${command[1]} NO [UNAVAILABLE] mailbox list temporarily unavailable\r\n`);
+      } else upstream.write(chunk);
+    });
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const proxy = {
+    port: (server.address() as AddressInfo).port,
+    refuse: undefined as "every LIST" | "the full listing" | undefined,
+    refused: 0,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+  return proxy;
+}

@@ -292,6 +292,54 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    // The Sent folder recorded at the first send and today's, in the sender's account: named
+    // otherwise, the server says whether they are one folder (its \Sent folder is "Sent").
+    for (const [first, today, outcome] of [
+      [{}, { sentMailbox: "Sent" }, "one folder"],
+      [{ sentMailbox: "Sent" }, {}, "one folder"],
+      [{}, { sentMailbox: "Journal" }, "two folders"],
+    ] as const) {
+      const name = (c: Partial<EmailConfig>) => (c.sentMailbox === undefined ? "\\Sent (unset)" : `"${c.sentMailbox}"`);
+      it(`provider-saves in ${name(first)}, the daemon's config naming ${name(today)} (${outcome} on the server): ${outcome === "one folder" ? "a send the server never took is proven absent and sent once" : "a person decides, nothing is sent"}`, async () => {
+        // Before: places compared as spelled, so the first two went to needs_review too.
+        const l = await ledger();
+        const t = tenant();
+        const key = ["sent-named", name(first), name(today)];
+        // settleMs 0: the window has passed at once, without waiting for it.
+        const mail = (c: Partial<EmailConfig>) => emailActions(config("provider-saves", { ...c, settleMs: 0 }));
+        // The server reads the body and closes with no reply, taking nothing: the sender cannot
+        // tell, so unknown; its lookup inconclusive for now (the searches after the check for an
+        // earlier copy, before the send, are refused).
+        sandbox.faults.add({ kind: "drop_data" });
+        sandbox.faults.add({ kind: "refuse_search", skip: 1, times: 1_000 });
+        try {
+          const out = await l.run(mail(first).send, { tenant: t, key, args: report });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const messageId = await messageIdOf(l, t, out.operationId);
+          expect(sandbox.count(messageId)).toBe(0);
+          sandbox.faults.clear();
+          const daemon = await ledger({ actions: [mail(today).send] });
+          const settled = await daemon.daemon.settle({ tenant: t, id: out.operationId });
+          const again = await daemon.run(mail(today).send, { tenant: t, key, args: report });
+          if (outcome === "one folder") {
+            // Proven absent, so sent now, once; a duplicate call replays that receipt.
+            expect(settled).toMatchObject({ status: "succeeded", replayed: false, receipt: { sent: true } });
+            expect(again).toMatchObject({ status: "succeeded", replayed: true });
+          } else {
+            for (const result of [settled, again])
+              expect(result).toMatchObject({
+                status: "pending_verification",
+                state: "needs_review",
+                reason: expect.stringContaining("which is not where the config now looks"),
+              });
+          }
+          expect(sandbox.count(messageId)).toBe(outcome === "one folder" ? 1 : 0);
+        } finally {
+          sandbox.faults.clear();
+        }
+      });
+    }
+
     it("nothing sent (a 421), then the copy mode changed: the next attempt records today's mode and sends once", async () => {
       // Known not sent, so the first attempt's record describes nothing: before, it was kept for
       // good and every later attempt was refused (failed, alerted) until the old config came back.

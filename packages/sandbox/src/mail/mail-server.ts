@@ -7,6 +7,8 @@
  * The copy is filed before the SMTP reply, as those providers do once they accepted a message.
  *
  * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
+ * `drop_data` (read the body, then close the connection with no reply, taking nothing: a server
+ * that failed before it committed the message, which the client cannot tell from one after),
  * `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
  * the fault's `match.path` matches; the others are still accepted), `refuse_auth` (535) and, on
  * the IMAP side, `refuse_search` (a SEARCH answered NO [UNAVAILABLE]; imap-proxy.ts).
@@ -21,7 +23,7 @@ import { imapProxy, type ImapProxy } from "./imap-proxy.js";
 import { Dovecot, type MailUser } from "./dovecot.js";
 
 export type CopyMode = "provider-saves" | "journal" | "none";
-export type MailFaultKind = "hold_reply" | "reject_421" | "reject_rcpt" | "refuse_auth" | "refuse_search";
+export type MailFaultKind = "hold_reply" | "drop_data" | "reject_421" | "reject_rcpt" | "refuse_auth" | "refuse_search";
 
 export interface ReceivedMessage {
   readonly messageId: string | undefined;
@@ -99,11 +101,13 @@ export class MailSandbox {
           return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
         return cb();
       },
-      onData: (stream, session, cb) =>
+      onData: (stream, session, cb) => {
+        if (this.faults.take("DATA", "", ["drop_data"])) return void this.drop(stream, session);
         void this.accept(stream, session).then(
           () => this.reply(cb),
           (e: Error) => cb(e),
-        ),
+        );
+      },
     });
     await new Promise<void>((resolve) => this.smtp!.listen(0, "127.0.0.1", resolve));
     this.smtpPort = (this.smtp.server.address() as AddressInfo).port;
@@ -150,6 +154,15 @@ export class MailSandbox {
     if (this.copyDelayMs > 0) setTimeout(() => void fileCopies().catch(() => {}), this.copyDelayMs);
     else await fileCopies();
     this.events.emit("accepted", msg);
+  }
+
+  /** Reads the body and closes the session's connection without a reply: nothing is taken. */
+  private async drop(stream: SMTPServerDataStream, session: SMTPServerSession): Promise<void> {
+    for await (const _ of stream); // the whole body reached the server
+    // smtp-server keeps its connections (SMTPConnection: the session's id, the socket) in a Set.
+    const connections = (this.smtp as unknown as { connections: Set<{ id: string; _socket: { destroy(): void } }> })
+      .connections;
+    for (const c of connections) if (c.id === session.id) c._socket.destroy();
   }
 
   private reply(cb: (err?: Error | null) => void): void {
