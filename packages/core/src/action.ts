@@ -85,7 +85,12 @@ export type ReconcileResult<R> =
   /** Not found, but that proves nothing yet (search lag, settle window, provider down). */
   | { readonly found: false; readonly proof: "inconclusive"; readonly reason: string; readonly retryAfterMs?: number }
   /** The lookup can never prove absence for this operation (e.g. client-side APPEND): a person decides. */
-  | { readonly found: false; readonly proof: "never"; readonly reason: string };
+  | { readonly found: false; readonly proof: "never"; readonly reason: string }
+  /**
+   * The provider's record shows it refused the request (a card declined at confirmation): its
+   * final answer, as if it had answered so. The operation fails, and the failure is replayed.
+   */
+  | { readonly found: false; readonly proof: "refused"; readonly reason: string };
 
 /** What an action sees of the operation it performs. */
 export interface OperationContext {

@@ -253,7 +253,7 @@ export class Runner {
     }
   }
 
-  /** Looks the effect up under our lease: found, proven absent, or still unknown (counted, backed off). */
+  /** Looks the effect up under our lease: found, proven absent, refused, or still unknown (counted, backed off). */
   private async reconcile<A, R>(call: Call<A, R>, mine: Held): Promise<Step<R>> {
     const row = mine.row;
     const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
@@ -303,6 +303,18 @@ export class Runner {
       return back ? { again: 0 } : this.fenced(call, row, "pending", found.reason);
     }
     if (found.proof === "never") return this.toReview(call, row, found.reason);
+    if (found.proof === "refused") {
+      // The provider's own record of its final answer: what the request's answer would have said.
+      const error: StoredError = { kind: "permanent", reason: found.reason };
+      const done = await this.store.move(row, "failed", {
+        actor: call.actor,
+        reason: `reconciled: ${found.reason}`,
+        error_json: JSON.stringify(error),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
+      });
+      return done ? { done: failed(done, error, false) } : this.fenced(call, row, "failed", found.reason);
+    }
     const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
     const still = await this.store.move(row, "unknown", {
       actor: call.actor,

@@ -296,6 +296,26 @@ for (const dialect of DIALECTS) {
       expect(p.calls).toBe(1);
     });
 
+    it("fails an unknown outcome the lookup finds refused at the provider, and replays that failure", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      p.lookupAnswer = "refused";
+      p.faults.push({ when: "before", cls: { kind: "ambiguous", reason: "timeout" } });
+      const input = { tenant: uniqueTenant(), key: ["declined"], args: { to: "x" } };
+      const out = await ledger.run(p.action("card", LOOKUP), input);
+      expect(out).toMatchObject({
+        status: "failed",
+        replayed: false,
+        error: { kind: "permanent", reason: "the provider's record shows it declined" },
+      });
+      const again = await ledger.run(p.action("card", LOOKUP), input);
+      expect(again).toMatchObject({ status: "failed", replayed: true });
+      expect(p.calls).toBe(1); // never sent again
+      const { events } = await ledger.get({ tenant: input.tenant, id: out.operationId });
+      expect(events.map((e) => e.to)).toEqual(["running", "unknown", "running", "failed"]);
+      expect(events.at(-1)!.reason).toBe("reconciled: the provider's record shows it declined");
+    });
+
     it("answers a live lease as in progress, or waits a bounded time for its receipt", async () => {
       const ledger = await db.open();
       const p = new TestProvider();

@@ -11,7 +11,14 @@ import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
-type Found = { id: string; object: string; status?: string | null } | undefined;
+type Found =
+  | {
+      id: string;
+      object: string;
+      status?: string | null;
+      last_payment_error?: { code?: string; decline_code?: string; message?: string } | null;
+    }
+  | undefined;
 
 /** When the operation's requests could have created an object: from its claim to its last attempt (ms, database clock). */
 export interface AttemptWindow {
@@ -33,6 +40,8 @@ export interface Lookup<A> {
   confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
+  /** Why the object found shows Stripe refused our request (its final answer), if it does. */
+  refused?(found: NonNullable<Found>, args: A): string | undefined;
 }
 
 /**
@@ -60,7 +69,7 @@ async function firstWithKey<T extends { metadata?: Stripe.Metadata | null }>(
   return undefined;
 }
 
-export const searchPaymentIntents: Lookup<{ customer?: string | undefined }> = {
+export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confirm?: boolean | undefined }> = {
   find: async (stripe, _args, key) =>
     (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
   lags: true,
@@ -73,6 +82,15 @@ export const searchPaymentIntents: Lookup<{ customer?: string | undefined }> = {
       }),
       key,
     ),
+  // Created with confirm and declined: Stripe answered the request with the decline (a 402 saved
+  // under the key) and left the intent waiting for another payment method. Found, it is that
+  // answer, not a charge. Without confirm, a later decline (the customer's own confirmation) is not ours.
+  refused: (pi, args) => {
+    const e = pi.last_payment_error;
+    if (args?.confirm !== true || pi.status !== "requires_payment_method" || !e) return undefined;
+    const code = [e.code, e.decline_code].filter(Boolean).join(" ");
+    return `Stripe declined the payment intent ${pi.id} at its confirmation (${code || "no code"}): ${e.message ?? "no message"}`;
+  },
 };
 
 export const searchCustomers: Lookup<unknown> = {
@@ -118,7 +136,7 @@ export async function reconcileByLookup<A>(
   const blind = lookup.blindSpot?.(args);
   if (blind) return { found: false, proof: "never", reason: blind };
   const found = await lookup.find(stripe, args, op.key);
-  if (found) return { found: true, receipt: toReceipt(found, null, false) };
+  if (found) return answerOf(lookup, found, args);
   // Without the database's time no window can be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).
   if (!Number.isFinite(op.now))
@@ -148,7 +166,7 @@ export async function reconcileByLookup<A>(
         proof: "never",
         reason: `not in Stripe Search, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
       };
-    if (listed) return { found: true, receipt: toReceipt(listed, null, false) };
+    if (listed) return answerOf(lookup, listed, args);
   }
   const keptMs = op.createdAt + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
@@ -175,4 +193,12 @@ export async function reconcileByLookup<A>(
     proof: "absent",
     reason: lookup.lags ? "not in Stripe Search after the lag window" : "not in any page of the list",
   };
+}
+
+/** An object found with our key: the effect, or Stripe's refusal of the request it records. */
+function answerOf<A>(lookup: Lookup<A>, found: NonNullable<Found>, args: A): ReconcileResult<StripeReceipt> {
+  const refused = lookup.refused?.(found, args);
+  return refused
+    ? { found: false, proof: "refused", reason: refused }
+    : { found: true, receipt: toReceipt(found, null, false) };
 }

@@ -191,6 +191,50 @@ for (const dialect of DIALECTS) {
       expect(piCount() - before).toBe(1);
     });
 
+    it("a declined charge whose answer was lost, found past the key window: failed with the decline, not succeeded", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      const declined = { ...CARD, payment_method: "pm_card_chargeDeclined" };
+      // Stripe creates the intent, declines it and saves the 402 under our key; the answer is lost.
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args: declined });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR); // past the key window: the lookup finds the intent, waiting for another card
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      // As the request's own answer said (a replay inside the window answers the same 402).
+      expect(settled).toMatchObject({
+        status: "failed",
+        error: { kind: "permanent", reason: expect.stringMatching(/declined .* \(card_declined generic_decline\)/) },
+      });
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args: declined })).toMatchObject({
+        status: "failed",
+        replayed: true,
+      });
+      expect(piCount() - before).toBe(1);
+      expect(
+        sandbox.objects
+          .all("charges")
+          .filter((c) => c.payment_intent === sandbox.objects.all("payment_intents").at(-1)!.id),
+      ).toHaveLength(0);
+    });
+
+    it("an intent created without confirm, declined later by the customer's own confirmation, is still our effect", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const args = { amount: 2000, currency: "usd" };
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["unconfirmed"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      pi.last_payment_error = { type: "card_error", code: "card_declined", message: "Your card was declined." };
+      advance(25 * HOUR);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: pi.id, status: "requires_payment_method" } });
+    });
+
     it("past the 24 h window, with Search behind (an incident): found in the list, not charged again", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });

@@ -28,7 +28,7 @@ export class TestProvider {
   /** Resolves each execute only when released (to hold a lease open). */
   gate: Promise<void> | undefined;
   /** "hang": the lookup never answers, and ignores op.signal (a client with no timeout). */
-  lookupAnswer: "real" | "inconclusive" | "never" | "hang" = "real";
+  lookupAnswer: "real" | "inconclusive" | "never" | "refused" | "hang" = "real";
 
   /** Resolves once `execute` has been entered `n` times (the worker holds its claim by then). */
   async called(n = 1, timeoutMs = 20_000): Promise<void> {
@@ -74,6 +74,8 @@ export class TestProvider {
           if (this.lookupAnswer === "inconclusive")
             return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
           if (this.lookupAnswer === "hang") return new Promise<never>(() => {});
+          if (this.lookupAnswer === "refused")
+            return { found: false, proof: "refused", reason: "the provider's record shows it declined" } as const;
           if (this.lookupAnswer === "never")
             return { found: false, proof: "never", reason: "copies are appended by the client" } as const;
           const hit = this.effectsFor(op.key)[0];

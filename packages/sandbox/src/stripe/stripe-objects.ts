@@ -135,6 +135,15 @@ export class StripeObjects {
       amount_refunded: 0,
       description: p.description ?? null,
       latest_charge: null,
+      // as Stripe records a decline at confirmation on the intent
+      last_payment_error: declined
+        ? {
+            type: "card_error",
+            code: "card_declined",
+            decline_code: "generic_decline",
+            message: "Your card was declined.",
+          }
+        : null,
     });
     if (status === "succeeded") {
       const charge = this.store("charges", {
