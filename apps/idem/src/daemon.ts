@@ -4,10 +4,10 @@
  * policy (its own alert deliveries too: one a person retried is settled with its sink's action,
  * which the ledger must hold: `alertActions`); escalates unknowns that stayed inconclusive too
  * long; alerts once on new needs_review, on auth/policy failures and on operations running
- * longer than their threshold. SIGTERM
- * finishes the tick in flight, then exits. While the ledger's database is unreachable (a restart,
- * a failover) it keeps running: it says so once, reports it on /healthz, retries every interval
- * and says when it is back.
+ * longer than their threshold. SIGTERM finishes the settling in flight, gives back the rest of the
+ * tick's claim (another replica may take those rows at once, not a claim later), then exits.
+ * While the ledger's database is unreachable (a restart, a failover) it keeps running: it says so
+ * once, reports it on /healthz, retries every interval and says when it is back.
  */
 import type { Logger } from "pino";
 import {
@@ -112,18 +112,28 @@ export class Daemon {
    * counts for the sink as a delivery of the tick does (alerts.ts `deliver`).
    */
   private async settleDue(down: Set<string>): Promise<number> {
+    if (this.stopping) return 0; // nothing claimed only to be given back
     let failed = 0;
     const d = this.config.daemon;
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
-    // take them): stop a little before. The rest stay claimed until then, then any daemon takes them.
+    // take them): stop a little before, and give the rest back.
     const until = performance.now() + d.claimMs * 0.9;
     // A delivery to a sink this config lacks is not claimed: another replica's, or a person's to
     // configure (failed here, the replica with the sink would read the alert as answered).
     const except = { tenant: this.config.alerts.tenant, actions: this.unconfigured.types };
     const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs, except });
     const due = [...claimed.filter((row) => !this.sinkOf(row)), ...claimed.filter((row) => this.sinkOf(row))];
-    for (const row of due) {
-      if (this.stopping || performance.now() >= until) break;
+    for (const [i, row] of due.entries()) {
+      if (this.stopping || performance.now() >= until) {
+        // The rows not tried are due again now, not once the claim ends; a down sink's deliveries
+        // wait for the claim's end, as below.
+        const waits = (r: DueOperation) => {
+          const sink = this.sinkOf(r);
+          return sink !== undefined && down.has(sink);
+        };
+        await this.release(due.slice(i).filter((r) => !waits(r)));
+        break;
+      }
       const sink = this.sinkOf(row);
       if (sink && down.has(sink)) continue; // not tried again this tick; due again once the claim ends
       try {
@@ -145,7 +155,8 @@ export class Daemon {
         );
         if (sink) await this.delivered(row, sink, out, down);
       } catch (error) {
-        // The database is gone: end the tick (the rest stay claimed for claimMs) rather than fail each row.
+        // The database is gone: end the tick rather than fail each row. The rest stay claimed for
+        // claimMs: giving them back would only wait on the same database (a frozen one: its timeouts).
         if (error instanceof LedgerUnavailableError) throw error;
         this.metrics.errors.inc();
         failed += 1;
@@ -158,6 +169,24 @@ export class Daemon {
       }
     }
     return failed;
+  }
+
+  /**
+   * Gives back claimed rows this tick will not settle (stopping, or out of claim time), so that
+   * another daemon may take them now rather than once the claim ends. Best-effort: when it fails
+   * (the database is gone), they are due again once the claim ends, as before; it never throws.
+   */
+  private async release(rows: DueOperation[]): Promise<void> {
+    if (rows.length === 0) return;
+    try {
+      const released = await this.ledger.daemon.release(rows);
+      this.log.info({ claimed: rows.length, released }, "gave back the claim on operations not settled this tick");
+    } catch (error) {
+      this.log.warn(
+        { err: error, claimed: rows.length },
+        "could not give back the claim on operations not settled this tick: they are due again once it ends",
+      );
+    }
   }
 
   /** The sink of one of this daemon's alert deliveries; undefined for any other operation. */

@@ -9,6 +9,7 @@ import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
 import { HubSpotSandbox, MailSandbox, SENDER, StripeSandbox } from "@idem/sandbox";
@@ -655,6 +656,172 @@ for (const dialect of DIALECTS) {
       },
       scaled(240_000),
     );
+
+    /**
+     * Five unknown outcomes of a lookup action on a database of their own (claimDue works across
+     * tenants), and a daemon in this process whose second lookup calls `duringSecond` (which stops
+     * it, as SIGTERM does). Every ledger here reads the database clock an hour later: each row is due.
+     */
+    async function stoppedMidTick(
+      duringSecond: (s: { daemon: Daemon; tried: string[] }) => Promise<void>,
+      options: { lockTimeoutMs?: number } = {},
+    ) {
+      const dir = tempDir();
+      const t = tenant();
+      const own = await freshDatabase(dialect);
+      const lookup = fileAction("lookup", dir);
+      const agent = await openLedger(own, { poolSize: 2 });
+      const ids: string[] = [];
+      for (const k of ["a", "b", "c", "d", "e"]) {
+        const out = await agent.run(answerLost(lookup), {
+          tenant: t,
+          key: [k],
+          args: { note: k },
+          budget: { attempts: 1 },
+        });
+        if (out.status === "pending_verification" && out.state === "unknown") ids.push(out.operationId);
+      }
+      await agent.close();
+      expect(ids).toHaveLength(5);
+      const tried: string[] = [];
+      const checkedElsewhere = new Set<string>();
+      let daemon: Daemon | undefined;
+      const hooked: typeof lookup = {
+        ...lookup,
+        reconcile: async (args, op) => {
+          if (checkedElsewhere.has(op.id))
+            return { found: false, proof: "inconclusive", reason: "someone else's check", retryAfterMs: 600_000 };
+          tried.push(op.id);
+          const found = await lookup.reconcile!(args, op);
+          if (tried.length === 2) await duringSecond({ daemon: daemon!, tried });
+          return found;
+        },
+      };
+      const later = (more: { lockTimeoutMs?: number } = {}) =>
+        openTestLedger(own, { poolSize: 2, actions: [hooked], clock: () => Date.now() + 3_600_000, ...more });
+      const ledgers = [await later(options), await later()];
+      const [mine, other] = ledgers as [Ledger, Ledger];
+      const logged: { level: number; msg: string; released?: number }[] = [];
+      const config = parseConfig({
+        ledger: own,
+        actions: [lookup],
+        alerts: { log: false, tenant: `alerts-${t}` },
+        thresholds: { stuckAfterMs: 3_600_000 },
+        daemon: { claimMs: 60_000, batch: 100 },
+      });
+      const log = pino({ level: "info" }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+      daemon = new Daemon(mine, config, log, new DaemonMetrics(mine, 1_000), "d-stopped");
+      return {
+        own,
+        t,
+        ids,
+        tried,
+        daemon,
+        mine,
+        other,
+        logged,
+        /** The row's status and next check, by `mine`. */
+        row: async (id: string) => {
+          const { status, nextCheckAt } = (await mine.get({ tenant: t, id })).operation;
+          return { status, nextCheckAt };
+        },
+        /** Someone else (a person's `idem retry --now`, another replica) checks `id` now: inconclusive. */
+        checkElsewhere: async (id: string) => {
+          checkedElsewhere.add(id);
+          await other.daemon.settle({ tenant: t, id, actor: "someone-else" });
+        },
+        /** Stops the daemon (if a test failed before its hook did) and closes every ledger opened here. */
+        close: async () => {
+          daemon.stop();
+          await Promise.all(ledgers.map((l) => l.close()));
+        },
+      };
+    }
+
+    it(
+      "a daemon stopped mid-tick gives back the rows it claimed and did not settle: another claims them at once; a row changed since keeps its change",
+      async () => {
+        let changed: { id: string; before: { status: string; nextCheckAt: number | null } } | undefined;
+        const s = await stoppedMidTick(async ({ daemon, tried }) => {
+          daemon.stop();
+          // One of the rows it claimed and has not tried is checked by someone else meanwhile.
+          const id = s.ids.find((i) => !tried.includes(i))!;
+          await s.checkElsewhere(id);
+          changed = { id, before: await s.row(id) };
+        });
+        try {
+          await s.daemon.run(); // one tick: stopped within it
+          expect(s.tried).toHaveLength(2);
+          for (const id of s.tried) expect((await s.row(id)).status).toBe("succeeded");
+          const untried = s.ids.filter((id) => !s.tried.includes(id) && id !== changed!.id);
+          expect(untried).toHaveLength(2);
+          // Before: none (the rest stayed hidden for claimMs, a minute).
+          const taken = await s.other.daemon.claimDue({ limit: 100, claimMs: 60_000 });
+          expect(taken.map((r) => r.id).sort()).toEqual(untried.sort());
+          expect(changed!.before.status).toBe("unknown");
+          expect(await s.row(changed!.id)).toEqual(changed!.before);
+          expect(s.logged.find((l) => l.msg.startsWith("gave back"))?.released).toBe(2);
+        } finally {
+          await s.close();
+        }
+      },
+      scaled(120_000),
+    );
+
+    // Postgres only (not registered on SQLite): there a lock holds back the rows it covers only (on
+    // SQLite, the whole database: the settling in flight would fail first).
+    if (dialect === "postgres")
+      it(
+        "a daemon stopped mid-tick whose give-back the database does not take still stops: logged, the rows due once the claim ends",
+        async () => {
+          let unlock = () => {};
+          let holding: Promise<void> | undefined;
+          const s = await stoppedMidTick(
+            async ({ daemon, tried }) => {
+              daemon.stop();
+              // Someone holds the rows it has not tried locked: its give-back waits, then times out.
+              const untried = s.ids.filter((id) => !tried.includes(id));
+              await new Promise<void>((locked, failed) => {
+                holding = databaseOf(s.other)
+                  .transaction()
+                  .execute(async (trx) => {
+                    await trx
+                      .selectFrom("idem_operations")
+                      .select("id")
+                      .where("id", "in", untried)
+                      .forUpdate()
+                      .execute();
+                    locked();
+                    await new Promise<void>((r) => (unlock = r));
+                  });
+                holding.catch(failed);
+              });
+            },
+            { lockTimeoutMs: 200 },
+          );
+          try {
+            await s.daemon.run(); // resolves: a failed give-back never fails the stop
+            expect(s.tried).toHaveLength(2);
+            const warned = s.logged.filter((l) => l.msg.startsWith("could not give back"));
+            expect(warned).toMatchObject([
+              {
+                level: 40,
+                claimed: 3,
+                err: { type: "LedgerUnavailableError", message: expect.stringMatching(/lock/) },
+              },
+            ]);
+            unlock();
+            await holding;
+            // Still claimed, as before the give-back existed: due again once the claim ends.
+            expect(await s.other.daemon.claimDue({ limit: 100, claimMs: 60_000 })).toEqual([]);
+          } finally {
+            unlock();
+            await holding?.catch(() => {});
+            await s.close();
+          }
+        },
+        scaled(120_000),
+      );
 
     it(
       "a sink that is down does not keep newer alerts from the sinks that work: due alerts are read a page at a time",

@@ -18,6 +18,11 @@ export interface DueOperation {
   readonly tenant: string;
   readonly status: Status;
   readonly action: string;
+  /**
+   * When the claim ends (database clock, ms): the `next_check_at` the claim set, by which
+   * `release` tells the claim from a later change to the row.
+   */
+  readonly claimedUntil: number;
 }
 
 export class LedgerDaemon {
@@ -55,7 +60,26 @@ export class LedgerDaemon {
       tenant: r.tenant_id,
       status: r.status,
       action: r.action,
+      // Set by the claim's own statement: never null on a row it returns.
+      claimedUntil: r.next_check_at!,
     }));
+  }
+
+  /**
+   * Gives back operations of a `claimDue` that this daemon will not settle (it is stopping, or its
+   * tick ended early), so that another daemon may claim them at once rather than once `claimMs`
+   * has passed: each becomes due now, by the database clock. Only a row that still carries the
+   * claim (its status and its claim's end unchanged) is released; a row that a worker, a person or
+   * another daemon changed since keeps what they set. Returns how many were released.
+   */
+  async release(claimed: readonly DueOperation[]): Promise<number> {
+    this.#context.assertOpen();
+    for (const c of claimed) {
+      if (typeof c.id !== "string") throw new InvalidValueError("id", "must be an operation id");
+      requireName(c.tenant, "tenant");
+      requireWhole(c.claimedUntil, "claimedUntil", 0);
+    }
+    return this.#context.store.releaseClaims(claimed);
   }
 
   /**

@@ -767,7 +767,7 @@ export class Store {
     limit: number,
     claimMs: number,
     except?: { readonly tenant: string; readonly actions: readonly string[] },
-  ): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]> {
+  ): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action" | "next_check_at">[]> {
     const now = this.now();
     const claim = async (scan: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
       const where = except
@@ -787,8 +787,8 @@ export class Store {
         .where((eb: any) =>
           eb(eb.refTuple("tenant_id", "key"), "in", eb.selectFrom("due").select(["tenant_id", "key"])),
         )
-        .returning(["id", "tenant_id", "status", "action"])
-        .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action">[]>;
+        .returning(["id", "tenant_id", "status", "action", "next_check_at"])
+        .execute() as Promise<Pick<Row, "id" | "tenant_id" | "status" | "action" | "next_check_at">[]>;
     };
     const expired = await this.guard(
       undefined,
@@ -813,6 +813,43 @@ export class Store {
       ),
     );
     return [...expired, ...due];
+  }
+
+  /**
+   * See LedgerDaemon.release: makes claimed rows due again now, each only while it still carries
+   * the claim (its status and the `next_check_at` the claim set), so a row a worker, a person or
+   * another daemon changed meanwhile keeps what they set. Returns how many were released.
+   */
+  async releaseClaims(
+    claims: readonly { tenant: string; id: string; status: Status; claimedUntil: number }[],
+  ): Promise<number> {
+    // A chunk per statement keeps the parameters (four a row) far under both databases' limits.
+    const size = 250;
+    let released = 0;
+    for (let i = 0; i < claims.length; i += size) {
+      const chunk = claims.slice(i, i + size);
+      const res = await this.guard(
+        chunk.length === 1 ? chunk[0]!.id : undefined,
+        this.db
+          .updateTable("idem_operations")
+          .set({ next_check_at: this.now() })
+          .where((eb) =>
+            eb.or(
+              chunk.map((c) =>
+                eb.and([
+                  eb("tenant_id", "=", c.tenant),
+                  eb("id", "=", c.id),
+                  eb("status", "=", c.status),
+                  eb("next_check_at", "=", c.claimedUntil),
+                ]),
+              ),
+            ),
+          )
+          .executeTakeFirst(),
+      );
+      released += Number(res.numUpdatedRows);
+    }
+    return released;
   }
 
   async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<Row[]> {

@@ -1,0 +1,123 @@
+/**
+ * `ledger.daemon.release` on SQLite and Postgres: a daemon that stops before settling what it
+ * claimed gives the rows back at once (another daemon claims them now, not `claimMs` later), and
+ * only the rows that still carry its claim.
+ */
+import { describe, expect, it } from "vitest";
+import { defineAction, type Ledger } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { uniqueTenant } from "./support/ledgers.js";
+import { TestProvider } from "./support/provider.js";
+
+const HOUR = 3_600_000;
+
+/** An action whose execute waits for `open(key)`: its worker holds the row running until then. */
+function held() {
+  const gates = new Map<string, () => void>();
+  const entered = new Map<string, () => void>();
+  const waits = new Map<string, Promise<void>>();
+  const ids = new Map<string, string>();
+  const action = defineAction<{ name: string }, { ok: true }>({
+    type: "held",
+    capabilities: {},
+    execute: async (args, op) => {
+      ids.set(args.name, op.id);
+      await new Promise<void>((resolve) => {
+        gates.set(args.name, resolve);
+        entered.get(args.name)?.();
+      });
+      return { ok: true };
+    },
+  });
+  return {
+    action,
+    /** Resolves with its operation's id once the worker of `name` is inside execute (its row is running). */
+    running: async (name: string) => {
+      if (!waits.has(name))
+        waits.set(name, gates.has(name) ? Promise.resolve() : new Promise((r) => entered.set(name, r)));
+      await waits.get(name);
+      return ids.get(name)!;
+    },
+    open: (name: string) => gates.get(name)?.(),
+  };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`releasing a daemon's claim on ${dialect}`, () => {
+    it("gives back the rows still under the claim (running with a dead lease, unknown): another daemon claims them at once; rows changed since keep what was set", async () => {
+      // A database of its own: claimDue works across tenants.
+      const url = await freshDatabase(dialect);
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      p.lookupAnswer = "inconclusive";
+      const mail = p.action("mail", { lookup: true });
+      const h = held();
+      const opened: Ledger[] = [];
+      const open = async (offsetMs: number) => {
+        const l = await openTestLedger(url, { actions: [mail], clock: () => Date.now() + offsetMs, poolSize: 2 });
+        opened.push(l);
+        return l;
+      };
+      const worker = await openTestLedger(url, { budget: { attempts: 1, baseDelayMs: 20 }, poolSize: 2 });
+      opened.push(worker);
+      const runs: Promise<unknown>[] = [];
+      try {
+        // Two unknown outcomes, and two workers holding their rows running.
+        const unknown: string[] = [];
+        for (const k of ["u1", "u2"]) {
+          p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+          unknown.push((await worker.run(mail, { tenant, key: [k], args: { to: "x" } })).operationId);
+        }
+        const [r1, r2] = (await Promise.all(
+          ["r1", "r2"].map((name) => {
+            runs.push(worker.run(h.action, { tenant, key: [name], args: { name } }));
+            return h.running(name);
+          }),
+        )) as [string, string];
+        expect((await worker.admin.list({ tenant, status: "running" })).map((o) => o.id).sort()).toEqual(
+          [r1, r2].sort(),
+        );
+
+        // A daemon an hour later: every lease has ended, every check is due. It claims all four.
+        const a = await open(HOUR);
+        const mine = await a.daemon.claimDue({ limit: 10, claimMs: 60_000 });
+        expect(mine.map((r) => r.id).sort()).toEqual([...unknown, r1, r2].sort());
+        for (const r of mine) expect((await a.get({ tenant, id: r.id })).operation.nextCheckAt).toBe(r.claimedUntil);
+        const b = await open(HOUR);
+        expect(await b.daemon.claimDue({ limit: 10, claimMs: 60_000 })).toEqual([]); // hidden by the claim
+
+        // Meanwhile others change two of them: r2's worker finishes (no longer running), and
+        // someone checks u2 again (still unknown, its next check theirs, set by a clock further on).
+        h.open("r2");
+        await runs[1];
+        const someone = await open(2 * HOUR);
+        await someone.daemon.settle({ tenant, id: unknown[1]! });
+        const changed = await Promise.all([r2, unknown[1]!].map(async (id) => (await a.get({ tenant, id })).operation));
+        expect(changed.map((o) => o.status)).toEqual(["succeeded", "unknown"]);
+        expect(changed[1]!.nextCheckAt).not.toBe(mine.find((r) => r.id === unknown[1])!.claimedUntil);
+
+        // The daemon stops without settling any: it gives back the two still under its claim.
+        expect(await a.daemon.release(mine)).toBe(2);
+        const theirs = await b.daemon.claimDue({ limit: 10, claimMs: 60_000 });
+        expect(theirs.map((r) => r.id).sort()).toEqual([r1, unknown[0]!].sort());
+        expect(theirs.find((r) => r.id === r1)?.status).toBe("running");
+        for (const before of changed) {
+          const after = (await a.get({ tenant, id: before.id })).operation;
+          expect({ status: after.status, nextCheckAt: after.nextCheckAt }).toEqual({
+            status: before.status,
+            nextCheckAt: before.nextCheckAt,
+          });
+        }
+        // Released again, nothing happens: the rows carry b's claim now, not a's.
+        expect(await a.daemon.release(mine)).toBe(0);
+        expect(await b.daemon.release(theirs)).toBe(2);
+      } finally {
+        h.open("r1");
+        h.open("r2");
+        await Promise.allSettled(runs);
+        await Promise.all(opened.map((l) => l.close()));
+      }
+    });
+  });
+}
