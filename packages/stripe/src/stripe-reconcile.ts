@@ -135,8 +135,20 @@ export async function reconcileByLookup<A>(
 ): Promise<ReconcileResult<StripeReceipt>> {
   const blind = lookup.blindSpot?.(args);
   if (blind) return { found: false, proof: "never", reason: blind };
-  const found = await lookup.find(stripe, args, op.key);
-  if (found) return answerOf(lookup, found, args);
+  const window = { from: op.createdAt, to: op.lastAttemptAt };
+  let listed: string | undefined; // why only the consistent list was read: Search failed
+  try {
+    const found = await lookup.find(stripe, args, op.key);
+    if (found) return answerOf(lookup, found, args);
+  } catch (error) {
+    // Search refused or down (Stripe does not offer it everywhere; an incident): the consistent
+    // list answers on its own, and does not lag.
+    if (!lookup.confirm) throw error;
+    const inList = await lookup.confirm(stripe, args, op.key, window);
+    if (inList === TOO_MANY) return tooMany("Stripe Search failed");
+    if (inList) return answerOf(lookup, inList, args);
+    listed = `Stripe Search failed (${(error as Error)?.message ?? String(error)})`;
+  }
   // Without the database's time no window can be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).
   if (!Number.isFinite(op.now))
@@ -146,7 +158,7 @@ export async function reconcileByLookup<A>(
       reason: "no database time (op.now) to judge the search-lag and key windows",
     };
   const sinceAttempt = op.now - op.lastAttemptAt;
-  if (lookup.lags && sinceAttempt < w.lagMs) {
+  if (lookup.lags && listed === undefined && sinceAttempt < w.lagMs) {
     // Look again before the window ends: the index usually catches up sooner.
     const retryAfterMs = Math.min(w.lagMs - sinceAttempt, Math.max(1_000, Math.round(w.lagMs / 6)));
     return {
@@ -158,24 +170,21 @@ export async function reconcileByLookup<A>(
   }
   // Search may be far behind during an incident: its "not found" is checked against the
   // consistent list of the objects created while our requests could have run, in any window.
-  if (lookup.confirm) {
-    const listed = await lookup.confirm(stripe, args, op.key, { from: op.createdAt, to: op.lastAttemptAt });
-    if (listed === TOO_MANY)
-      return {
-        found: false,
-        proof: "never",
-        reason: `not in Stripe Search, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
-      };
-    if (listed) return answerOf(lookup, listed, args);
+  if (lookup.confirm && listed === undefined) {
+    const inList = await lookup.confirm(stripe, args, op.key, window);
+    if (inList === TOO_MANY) return tooMany("not in Stripe Search");
+    if (inList) return answerOf(lookup, inList, args);
   }
   const keptMs = op.createdAt + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
     // Absent, but Stripe still holds our key (with an error it saved under it, or past the
     // replay's margin): a retry with it now could only replay that. A person decides at once
     // (waiting for Stripe to forget the key would outlast the daemon's maxAgeMs anyway).
-    const where = lookup.confirm
-      ? "neither in Search nor in the list of the objects created while our requests could have run"
-      : "in no page of the list";
+    const where = !lookup.confirm
+      ? "in no page of the list"
+      : listed
+        ? `${listed}; not in the list of the objects created while our requests could have run`
+        : "neither in Search nor in the list of the objects created while our requests could have run";
     return {
       found: false,
       proof: "never",
@@ -186,7 +195,7 @@ export async function reconcileByLookup<A>(
     return {
       found: false,
       proof: "absent",
-      reason: "not in Stripe Search, nor in the list of the objects created while our requests could have run",
+      reason: `${listed ? `${listed}; not` : "not in Stripe Search, nor"} in the list of the objects created while our requests could have run`,
     };
   return {
     found: false,
@@ -201,4 +210,12 @@ function answerOf<A>(lookup: Lookup<A>, found: NonNullable<Found>, args: A): Rec
   return refused
     ? { found: false, proof: "refused", reason: refused }
     : { found: true, receipt: toReceipt(found, null, false) };
+}
+
+function tooMany(search: string): ReconcileResult<StripeReceipt> {
+  return {
+    found: false,
+    proof: "never",
+    reason: `${search}, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
+  };
 }
