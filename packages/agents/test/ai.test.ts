@@ -125,6 +125,46 @@ for (const dialect of DIALECTS) {
       );
     });
 
+    it("charge_invoice charges only with a payment method: without one, the model reads a payment waiting for the customer", async () => {
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenant = `t-pay-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant });
+      const [pis, charges] = [sandbox.count("payment_intents"), sandbox.count("charges")];
+      const result = await generateText({
+        model: scriptedModel([
+          [
+            {
+              toolName: "charge",
+              input: { invoiceId: `inv-pm-${tenant}`, amount: 500, currency: "eur", paymentMethod: "pm_card_visa" },
+            },
+          ],
+          [{ toolName: "charge", input: { invoiceId: `inv-later-${tenant}`, amount: 500, currency: "eur" } }],
+          [
+            {
+              toolName: "charge",
+              input: {
+                invoiceId: `inv-declined-${tenant}`,
+                amount: 500,
+                currency: "eur",
+                paymentMethod: "pm_card_chargeDeclined",
+              },
+            },
+          ],
+        ]),
+        tools: { charge },
+        stopWhen: stepCountIs(10),
+        prompt: "charge the invoices",
+      });
+      const read = result.steps.slice(0, 3).map((s) => s.toolResults[0]!.output as Outcome & { result?: unknown });
+      expect(read.map((o) => o.status)).toEqual(["done", "done", "failed"]);
+      expect(read[0]).toMatchObject({ result: { status: "succeeded" } });
+      expect(read[1]).toMatchObject({ result: { status: "requires_payment_method" } });
+      expect(read[2]!.message).toMatch(/card_declined/);
+      expect(sandbox.count("payment_intents") - pis).toBe(3);
+      expect(sandbox.count("charges") - charges).toBe(1); // only the one with a payment method that works
+    });
+
     it("the status tool tells a model what became of an operation; an unknown id is refused, not thrown", async () => {
       const ledger = await db.open();
       const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });

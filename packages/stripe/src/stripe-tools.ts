@@ -4,7 +4,9 @@
  * `ToolDefinition`, without depending on it.
  *
  * The charge tool's identity is the invoice: one charge per invoice, whatever the model retries.
- * A second charge for the same invoice with another amount is refused, not performed.
+ * A second charge for the same invoice with another amount is refused, not performed. It charges
+ * only with a payment method; without one it creates the payment for the customer to pay, and
+ * the model reads its status (requires_payment_method), not "charged".
  */
 import { z } from "zod";
 import type Stripe from "stripe";
@@ -24,6 +26,13 @@ const chargeInput = z.object({
     .regex(/^[a-zA-Z]{3}$/)
     .describe("ISO currency code, e.g. eur"),
   customer: z.string().min(1).nullish().describe("Stripe customer id (cus_…), if known"),
+  paymentMethod: z
+    .string()
+    .min(1)
+    .nullish()
+    .describe(
+      "The customer's saved payment method (pm_…), to charge it now; without it, the payment waits for the customer to pay it",
+    ),
 });
 export type StripeChargeInput = z.output<typeof chargeInput>;
 
@@ -35,14 +44,21 @@ export function stripeTools(actions: StripeActions) {
     charge: {
       name: "charge_invoice",
       description:
-        "Charge a customer for one invoice (creates a Stripe PaymentIntent). Safe to call again for the same invoice: it is never charged twice.",
+        "Charge a customer for one invoice (a Stripe PaymentIntent). With paymentMethod, the card is charged now (a decline fails the call); without it, the payment is created and waits for the customer to pay it (its status says requires_payment_method). Safe to call again for the same invoice: it is never charged twice.",
       action: actions.paymentIntentsCreate,
       input: chargeInput,
+      // Without a payment method nothing is charged: the intent waits for one (its status tells
+      // the model so). With one, it is confirmed now; off-session when it is a customer's saved one.
       args: (i: StripeChargeInput): Stripe.PaymentIntentCreateParams => ({
         amount: i.amount,
         currency: i.currency.toLowerCase(),
         metadata: { invoice_id: i.invoiceId },
         ...(i.customer && { customer: i.customer }),
+        ...(i.paymentMethod && {
+          payment_method: i.paymentMethod,
+          confirm: true,
+          ...(i.customer && { off_session: true }),
+        }),
       }),
       key: (i: StripeChargeInput) => ["charge", i.invoiceId],
       summarize: summary,
