@@ -53,9 +53,10 @@ export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Acti
   }
 }
 
-export function argsFor(adapter: Adapter): unknown {
+/** `tenant`: each cell's own, so that its contact's email (unique at HubSpot) is its own. */
+export function argsFor(adapter: Adapter, tenant: string): unknown {
   if (adapter === "stripe") return { amount: 2500, currency: "usd", payment_method: "pm_card_visa", confirm: true };
-  if (adapter === "hubspot") return { properties: { email: "lead@example.test" } };
+  if (adapter === "hubspot") return { properties: { email: `lead-${tenant}@example.test` } };
   return { to: "client@example.test", subject: "Crash matrix", text: "once" };
 }
 

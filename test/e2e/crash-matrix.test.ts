@@ -165,7 +165,7 @@ for (const dialect of DIALECTS) {
               await sleep(LEASE_MS + 200);
 
               // the caller retries, then the daemon runs until the operation is settled or a person was told
-              const replay = await agent.run(action, { tenant, key: ["job"], args: argsFor(adapter) as never });
+              const replay = await agent.run(action, { tenant, key: ["job"], args: argsFor(adapter, tenant) as never });
               const deadline = Date.now() + 30_000;
               for (;;) {
                 await daemon.tick();

@@ -12,6 +12,10 @@ const action = withCrashPoint(actionFor(adapter, JSON.parse(env.PORTS!)), env.PO
   console.log("crash-point");
   return new Promise<never>(() => {});
 });
-const out = await ledger.run(action, { tenant: env.TENANT!, key: [env.KEY!], args: argsFor(adapter) as never });
+const out = await ledger.run(action, {
+  tenant: env.TENANT!,
+  key: [env.KEY!],
+  args: argsFor(adapter, env.TENANT!) as never,
+});
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();

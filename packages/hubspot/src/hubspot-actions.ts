@@ -7,7 +7,8 @@
  */
 import { defineAction, type Action } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
-import { classifyHubSpotError } from "./hubspot-classify.js";
+import { classifyHubSpotError, isRefusal } from "./hubspot-classify.js";
+import { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty } from "./hubspot-schema.js";
@@ -52,7 +53,9 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
               HUBSPOT_CALL_OPTIONS,
             );
             const r = out.results[0];
-            if (!r) throw new Error("HubSpot answered the upsert with no result");
+            // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
+            // input: the client returns that answer, it does not throw.
+            if (!r) throw new HubSpotBatchInputError("errors" in out ? (out.errors ?? []) : []);
             return { objectType, id: r.id, new: r._new, externalId: op.key };
           }
           const r = await api.objects.basicApi.create(
@@ -65,18 +68,25 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
           );
           return { objectType, id: r.id, new: true, externalId: op.key };
         } catch (e) {
-          const code = (e as { code?: unknown }).code;
-          if (code !== 409 && code !== 400) throw e;
+          if (!isRefusal(e)) throw e;
           // The CRM refused a second record with our key (a create after one that went through; an
           // upsert that lost a race with another attempt's): the first one is the effect. HubSpot
           // answers 409 for a contact's email, but a 400 validation error has been reported for a
-          // custom unique property: either is read back before it is taken as the caller's data.
+          // custom unique property, and a batch answers per input (207): each is read back before
+          // it is taken as the caller's data.
           // Live records only: a deleted record does not hold its unique values (HubSpot restores a
           // deleted contact only while no active one has its email), so it cannot be why this create
           // was refused. An earlier attempt's record deleted since is the lookup's to find (reconcile
           // reads archived records too), before any create is sent again.
-          const existing = await readByExternalId(api, objectType, idProperty, op.key);
-          if (!existing) throw e; // a conflict on another unique property: the caller's data
+          let existing: { id: string } | undefined;
+          try {
+            existing = await readByExternalId(api, objectType, idProperty, op.key);
+          } catch (readError) {
+            // The read proves nothing (429, a missing read scope, unreachable): the refusal may
+            // still be our record's. Ambiguous, never the read's own class (hubspot-classify.ts).
+            throw new HubSpotReadBackError(e, idProperty, { cause: readError });
+          }
+          if (!existing) throw e; // a conflict on another unique property, or invalid values: the caller's data
           return { objectType, id: existing.id, new: false, externalId: op.key };
         }
       },

@@ -1,9 +1,30 @@
 /**
  * Maps @hubspot/api-client errors to the failure classes of @idem/core. HTTP errors arrive as
  * ApiException (`code` = status, `body` = HubSpot's JSON, `headers`); network errors as fetch
- * errors with a system `code`.
+ * errors with a system `code`; a batch answer without our result, and a refusal whose read-back
+ * failed, as the adapter's own errors (hubspot-errors.ts).
  */
 import { NOT_SENT_CODES, type Classification } from "@idem/core";
+import { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
+
+/**
+ * Categories of a batch error that refuse the input itself: HubSpot's final answer about these
+ * values (a validation error), or a unique value another record holds. Any other category of a
+ * batch error says nothing about whether the record was written.
+ */
+const REFUSAL_CATEGORIES: ReadonlySet<string> = new Set(["VALIDATION_ERROR", "CONFLICT", "OBJECT_ALREADY_EXISTS"]);
+
+/**
+ * HubSpot refused the values of our write: a 409 CONFLICT (a unique value exists), a 400 (a
+ * validation error, which some report for a custom unique property too), or a batch answer whose
+ * every error is a refusal. Either may be the CRM refusing a second record with our key.
+ */
+export function isRefusal(error: unknown): boolean {
+  if (error instanceof HubSpotBatchInputError)
+    return error.errors.length > 0 && error.errors.every((e) => REFUSAL_CATEGORIES.has(e.category ?? ""));
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 409 || code === 400;
+}
 
 interface HubSpotError {
   code?: number | string;
@@ -13,6 +34,26 @@ interface HubSpotError {
 }
 
 export function classifyHubSpotError(error: unknown): Classification {
+  if (error instanceof HubSpotReadBackError) {
+    // The refusal may be our own record (an earlier attempt committed), and the read that would
+    // tell failed: whatever it failed with (429, a 403 for a missing read scope, refused, 5xx),
+    // that says nothing about the write. Unknown, settled later by the consistent read.
+    const refusal = classifyHubSpotError(error.refusal);
+    const read = classifyHubSpotError(error.cause);
+    const id = requestIdOf(refusal) ?? requestIdOf(read);
+    return {
+      kind: "ambiguous",
+      reason: `HubSpot refused a second record (${refusal.reason}) and the read back by ${error.idProperty} failed (${read.reason}): the record may be ours`,
+      ...(id && { providerRequestId: id }),
+    };
+  }
+  if (error instanceof HubSpotBatchInputError) {
+    const what = error.errors.map((b) => `${b.category ?? "error"}: ${b.message ?? ""}`.trim()).join("; ");
+    // A refused input (validation): HubSpot's final answer, replayed to every caller.
+    if (isRefusal(error)) return { kind: "permanent", reason: `207 ${what}` };
+    // No result and no refusal: we cannot tell whether the record was written.
+    return { kind: "ambiguous", reason: what ? `207 ${what}` : error.message };
+  }
   const e = (error ?? {}) as HubSpotError;
   const status = typeof e.code === "number" ? e.code : undefined;
   const ids = e.body?.correlationId ? { providerRequestId: e.body.correlationId } : {};
@@ -45,15 +86,24 @@ export function classifyHubSpotError(error: unknown): Classification {
   return { kind: "ambiguous", reason: what, ...ids };
 }
 
+function requestIdOf(c: Classification): string | undefined {
+  return "providerRequestId" in c ? c.providerRequestId : undefined;
+}
+
 /**
- * How long HubSpot asks us to wait: a daily limit lasts until the next day (the ledger's budget
- * ends the call and the daemon retries later); the secondly and ten-secondly policies announce
- * their window in X-HubSpot-RateLimit-Interval-Milliseconds.
+ * How long HubSpot asks us to wait. A daily limit lasts until the next day (the ledger's budget
+ * ends the call and the daemon retries later). A Retry-After, where one comes, is HubSpot's own
+ * word. The burst limit (TEN_SECONDLY_ROLLING) counts requests over a rolling window whose length
+ * X-HubSpot-RateLimit-Interval-Milliseconds gives (10 000 ms; X-HubSpot-RateLimit-Max requests in
+ * it): the requests that filled it have all left it one window later, and not surely sooner. A
+ * secondly limit (SECONDLY, as the search API's) is over after a second: the interval header
+ * describes the burst window, not this one.
  */
 function rateLimitWaitMs(e: HubSpotError): number {
   if (e.body?.policyName === "DAILY") return 3_600_000;
   const retryAfter = retryAfterMs(e);
   if (retryAfter !== undefined) return retryAfter;
+  if (e.body?.policyName === "SECONDLY") return 1_000;
   const interval = Number(header(e, "x-hubspot-ratelimit-interval-milliseconds"));
   if (Number.isFinite(interval) && interval > 0) return interval;
   return e.body?.policyName === "TEN_SECONDLY_ROLLING" ? 10_000 : 1_000;

@@ -1,6 +1,8 @@
 export { hubspotActions } from "./hubspot-actions.js";
 export type { HubSpotActions, HubSpotCreateArgs } from "./hubspot-actions.js";
 export { classifyHubSpotError } from "./hubspot-classify.js";
+export { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
+export type { HubSpotBatchError } from "./hubspot-errors.js";
 export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";

@@ -1,6 +1,6 @@
 /** classifyHubSpotError over the shapes @hubspot/api-client gives its errors. */
 import { describe, expect, it } from "vitest";
-import { classifyHubSpotError } from "@idem/hubspot";
+import { HubSpotBatchInputError, HubSpotReadBackError, classifyHubSpotError } from "@idem/hubspot";
 
 const api = (code: number, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) =>
   Object.assign(new Error("HTTP-Code"), { code, body, headers });
@@ -8,10 +8,29 @@ const net = (code: string) => Object.assign(new Error(code), { code, type: "syst
 
 describe("classifyHubSpotError", () => {
   it.each([
+    // HubSpot's headers on a burst-limit 429: Max requests per Interval-Milliseconds, the window.
     [
-      "secondly 429 with its interval header",
-      api(429, { policyName: "SECONDLY" }, { "x-hubspot-ratelimit-interval-milliseconds": "2000" }),
-      { kind: "rate_limited", retryAfterMs: 2000 },
+      "ten-secondly 429 with HubSpot's headers: its window",
+      api(
+        429,
+        { policyName: "TEN_SECONDLY_ROLLING" },
+        {
+          "x-hubspot-ratelimit-interval-milliseconds": "10000",
+          "x-hubspot-ratelimit-max": "190",
+          "x-hubspot-ratelimit-remaining": "0",
+        },
+      ),
+      { kind: "rate_limited", retryAfterMs: 10_000 },
+    ],
+    [
+      "secondly 429: a second, not the burst window the interval header describes",
+      api(429, { policyName: "SECONDLY" }, { "x-hubspot-ratelimit-interval-milliseconds": "10000" }),
+      { kind: "rate_limited", retryAfterMs: 1_000 },
+    ],
+    [
+      "429 with a Retry-After",
+      api(429, { policyName: "TEN_SECONDLY_ROLLING" }, { "Retry-After": "3" }),
+      { kind: "rate_limited", retryAfterMs: 3_000 },
     ],
     [
       "ten-secondly 429 without headers",
@@ -36,6 +55,51 @@ describe("classifyHubSpotError", () => {
     ["reset after sending", net("ECONNRESET"), { kind: "ambiguous" }],
   ])("%s", (_what, error, expected) => {
     expect(classifyHubSpotError(error)).toMatchObject(expected);
+  });
+
+  const conflict = api(409, {
+    category: "CONFLICT",
+    message: "Contact already exists. Existing ID: 7",
+    correlationId: "c-409",
+  });
+  it.each([
+    ["429", api(429, { category: "RATE_LIMITS", policyName: "TEN_SECONDLY_ROLLING" }), /\(429 RATE_LIMITS/],
+    ["403 missing read scope", api(403, { category: "MISSING_SCOPES", message: "no scope" }), /\(403 MISSING_SCOPES/],
+    ["connection refused", net("ECONNREFUSED"), /\(not sent: ECONNREFUSED/],
+    ["500", api(500, { category: "INTERNAL_ERROR" }), /\(500 INTERNAL_ERROR/],
+  ])("a refusal of a second record whose read-back answered %s: ambiguous, saying both", (_what, read, readReason) => {
+    const c = classifyHubSpotError(new HubSpotReadBackError(conflict, "idem_external_id", { cause: read }));
+    expect(c).toMatchObject({ kind: "ambiguous", providerRequestId: "c-409" });
+    expect(c.reason).toMatch(
+      /^HubSpot refused a second record \(409 CONFLICT: Contact already exists\. Existing ID: 7\)/,
+    );
+    expect(c.reason).toMatch(/the read back by idem_external_id failed /);
+    expect(c.reason).toMatch(readReason);
+  });
+
+  it("takes the read's correlation id when the refusal has none", () => {
+    const refusal = new HubSpotBatchInputError([{ status: "error", category: "CONFLICT", message: "exists" }]);
+    const read = api(429, { correlationId: "c-read" });
+    expect(classifyHubSpotError(new HubSpotReadBackError(refusal, "idem_external_id", { cause: read }))).toMatchObject({
+      kind: "ambiguous",
+      providerRequestId: "c-read",
+    });
+  });
+
+  it.each([
+    [
+      "a validation error: HubSpot's final answer, its message the reason",
+      [{ status: "error", category: "VALIDATION_ERROR", message: "Email address x is invalid", context: {} }],
+      { kind: "permanent", reason: "207 VALIDATION_ERROR: Email address x is invalid" },
+    ],
+    [
+      "an error of another category: may have been written",
+      [{ status: "error", category: "INTERNAL_ERROR", message: "try again" }],
+      { kind: "ambiguous", reason: "207 INTERNAL_ERROR: try again" },
+    ],
+    ["no error at all", [], { kind: "ambiguous" }],
+  ])("a batch upsert answered with no result, %s", (_what, errors, expected) => {
+    expect(classifyHubSpotError(new HubSpotBatchInputError(errors))).toMatchObject(expected);
   });
 
   it("keeps HubSpot's correlation id as the provider request id", () => {

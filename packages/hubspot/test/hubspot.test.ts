@@ -11,7 +11,9 @@ import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
-const lead = { properties: { email: "lead@example.test", firstname: "Ada" } };
+/** A lead of its own per operation: HubSpot keeps a contact's email unique, across keys too. */
+const leadOf = (t: string) => ({ properties: { email: `lead-${t}@example.test`, firstname: "Ada" } });
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 let sandbox: HubSpotSandbox;
 let server: { basePath: string; accessToken: string };
@@ -48,9 +50,9 @@ for (const dialect of DIALECTS) {
         const l = await ledger();
         const action = crm({ mode }).create("contacts");
         const t = tenant();
-        const first = await l.run(action, { tenant: t, key: ["lead", "ada"], args: lead });
+        const first = await l.run(action, { tenant: t, key: ["lead", "ada"], args: leadOf(t) });
         const sent = sandbox.requests.length;
-        const again = await l.run(action, { tenant: t, key: ["lead", "ada"], args: lead });
+        const again = await l.run(action, { tenant: t, key: ["lead", "ada"], args: leadOf(t) });
         expect(first).toMatchObject({
           status: "succeeded",
           replayed: false,
@@ -198,6 +200,7 @@ for (const dialect of DIALECTS) {
           BASE_PATH: server.basePath,
           TOKEN: server.accessToken,
           LEASE_MS: String(leaseMs),
+          EMAIL: leadOf(t).properties.email,
         });
         const { record } = await committed;
         await kill9(child);
@@ -205,7 +208,7 @@ for (const dialect of DIALECTS) {
         const [row] = await l.admin.list({ tenant: t });
         expect(row).toMatchObject({ status: "running" });
         await sleep(leaseMs + 200);
-        const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: lead });
+        const out = await l.run(crm().create("contacts"), { tenant: t, key: ["killed"], args: leadOf(t) });
         expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: record.id, new: false } });
         expect(recordsWith("contacts", row!.key)).toHaveLength(1);
       },
@@ -219,18 +222,36 @@ for (const dialect of DIALECTS) {
       const out = await l.run(crm().create("contacts"), {
         tenant: t,
         key: ["gw"],
-        args: { properties: { email: "gw@example.test" } },
+        args: { properties: { email: `gw-${t}@example.test` } },
       });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
+      // The 502 may have come after HubSpot wrote (a gateway's answer): unknown, and only the read
+      // proved the record absent before the create was sent again. A 502 taken as "not sent"
+      // (transient) goes running -> pending -> running without the read.
+      const { events } = await l.get({ tenant: t, id: out.operationId });
+      expect(events.map((e) => `${e.from}->${e.to}`)).toEqual([
+        "null->running",
+        "running->unknown",
+        "unknown->running",
+        "running->pending",
+        "pending->running",
+        "running->succeeded",
+      ]);
+      expect(events[1]!.reason).toMatch(/^ambiguous: 502 SERVICE_UNAVAILABLE/);
+      expect(events[3]!.reason).toMatch(/^reconciled: no contacts with idem_external_id = the key/);
     });
 
     it("create mode: a record that already carries the key is read back, not duplicated", async () => {
       const l = await ledger();
       const t = tenant();
       const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["pre"] }).hash;
-      sandbox.crm.create("contacts", { email: "pre@example.test", idem_external_id: key });
-      const out = await l.run(crm({ mode: "create" }).create("contacts"), { tenant: t, key: ["pre"], args: lead });
+      sandbox.crm.create("contacts", { email: `pre-${t}@example.test`, idem_external_id: key });
+      const out = await l.run(crm({ mode: "create" }).create("contacts"), {
+        tenant: t,
+        key: ["pre"],
+        args: leadOf(t),
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
       expect(recordsWith("contacts", key)).toHaveLength(1);
     });
@@ -239,13 +260,13 @@ for (const dialect of DIALECTS) {
       const l = await ledger();
       const t = tenant();
       const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["pre400"] }).hash;
-      sandbox.crm.create("contacts", { email: "pre400@example.test", idem_external_id: key });
+      sandbox.crm.create("contacts", { email: `pre400-${t}@example.test`, idem_external_id: key });
       sandbox.crm.duplicateValueStatus = 400;
       try {
         const out = await l.run(crm({ mode: "create" }).create("contacts"), {
           tenant: t,
           key: ["pre400"],
-          args: lead,
+          args: leadOf(t),
         });
         // Before: "failed, nothing done" (a permanent 400) while the record exists.
         expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
@@ -255,15 +276,35 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    it("429 is honoured as HubSpot announces it, then one record", async () => {
-      const l = await ledger();
+    it("429 is honoured as HubSpot announces it (its ten-secondly window), then one record", async () => {
+      const l = await ledger({ budget: { attempts: 1 } });
       const t = tenant();
-      sandbox.faults.add({ kind: "rate_limit", match: { method: "POST" }, retryAfterSec: 1 });
-      const started = Date.now();
-      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["busy"], args: lead });
-      expect(out.status).toBe("succeeded");
-      expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
-      expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
+      const action = crm().create("contacts");
+      sandbox.faults.add({ kind: "rate_limit", match: { method: "POST", path: "/crm/v3/objects/contacts" } });
+      const out = await l.run(action, { tenant: t, key: ["busy"], args: leadOf(t) });
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(/^rate_limited: 429 RATE_LIMITS: .*\(policy TEN_SECONDLY_ROLLING\)/);
+      // HubSpot's X-HubSpot-RateLimit-Interval-Milliseconds (10000) is the length of the rolling
+      // window its Max and Remaining count in: the requests that filled it have all left it one
+      // window later. The ledger adds up to a tenth (at most 1 s) so that callers spread out.
+      const waitMs = operation.nextCheckAt! - operation.updatedAt;
+      expect(waitMs).toBeGreaterThanOrEqual(10_000);
+      expect(waitMs).toBeLessThanOrEqual(11_000);
+      // Until then no caller sends.
+      const sent = sandbox.requests.length;
+      expect(await l.run(action, { tenant: t, key: ["busy"], args: leadOf(t) })).toMatchObject({
+        status: "pending_verification",
+        state: "pending",
+      });
+      expect(sandbox.requests.length).toBe(sent);
+      // Due then; settled on purpose here rather than waiting the window out: one record.
+      const daemon = await ledger({ actions: [action] });
+      expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { new: true },
+      });
+      expect(recordsWith("contacts", operation.key)).toHaveLength(1);
     });
 
     it("423 Locked and 477 Migration in Progress are waited out, as HubSpot documents them, then one record", async () => {
@@ -276,7 +317,7 @@ for (const dialect of DIALECTS) {
         retryAfterSec: 1,
       });
       const started = Date.now();
-      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["locked"], args: lead });
+      const out = await l.run(crm().create("contacts"), { tenant: t, key: ["locked"], args: leadOf(t) });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
       expect(Date.now() - started).toBeGreaterThanOrEqual(3_000); // 2 s for the lock, 1 s as announced
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
@@ -286,32 +327,123 @@ for (const dialect of DIALECTS) {
       const l = await ledger();
       const t = tenant();
       sandbox.faults.add({ kind: "conflict_after_commit", match: { method: "POST", path: "/batch/upsert" } });
-      const out = await l.run(crm({ mode: "upsert" }).create("contacts"), { tenant: t, key: ["race"], args: lead });
+      const out = await l.run(crm({ mode: "upsert" }).create("contacts"), {
+        tenant: t,
+        key: ["race"],
+        args: leadOf(t),
+      });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
     });
 
-    it("an auth failure fails and alerts; a validation error fails", async () => {
+    it("an auth failure fails and alerts", async () => {
       const l = await ledger();
+      const t = tenant();
       const denied = await l.run(crm({ accessToken: "pat-wrong" }).create("contacts"), {
-        tenant: tenant(),
+        tenant: t,
         key: ["x"],
-        args: lead,
+        args: leadOf(t),
       });
       expect(denied).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
-      const invalid = await l.run(crm().create("contacts"), {
-        tenant: tenant(),
-        key: ["y"],
-        args: { properties: { no_such_property: "1" } },
-      });
-      expect(invalid).toMatchObject({ status: "failed", error: { kind: "permanent" } });
-      expect(invalid.status === "failed" && invalid.error.reason).toMatch(/no_such_property/);
     });
+
+    for (const [mode, answer] of [
+      ["upsert", 207],
+      ["create", 400],
+    ] as const) {
+      it(`${mode}: a validation error (HubSpot answers ${answer}) fails once, with HubSpot's message, nothing created`, async () => {
+        const l = await ledger();
+        const t = tenant();
+        const sent = sandbox.requests.length;
+        const invalid = await l.run(crm({ mode }).create("contacts"), {
+          tenant: t,
+          key: ["y"],
+          args: { properties: { email: `not-an-address-${t}`, no_such_property: "1" } },
+        });
+        expect(invalid).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        const reason = invalid.status === "failed" ? invalid.error.reason : "";
+        expect(reason).toMatch(new RegExp(`^${answer} VALIDATION_ERROR: Property values were not valid: `));
+        expect(reason).toMatch(/no_such_property/);
+        expect(reason).toMatch(new RegExp(`Email address not-an-address-${t} is invalid`));
+        // One write, answered as said; its read back by the key found nothing of ours.
+        expect(sandbox.requests.slice(sent).filter((r) => r.method === "POST")).toEqual([
+          { method: "POST", path: expect.stringMatching(/^\/crm\/v3\/objects\/contacts/), status: answer },
+        ]);
+        expect(recordsWith("contacts", await keyOf(l, t, invalid.operationId))).toHaveLength(0);
+        const { events } = await l.get({ tenant: t, id: invalid.operationId });
+        expect(events.map((e) => `${e.from}->${e.to}`)).toEqual(["null->running", "running->failed"]);
+      });
+
+      it(`${mode}: an email another contact holds is refused as the caller's data: failed, that contact alone, none of ours`, async () => {
+        const l = await ledger();
+        const t = tenant();
+        const email = `taken-${t}@example.test`;
+        const other = await createHubSpotClient(server).objects.basicApi.create(
+          "contacts",
+          { properties: { email, firstname: "Grace" }, associations: [] },
+          HUBSPOT_CALL_OPTIONS,
+        );
+        const out = await l.run(crm({ mode }).create("contacts"), {
+          tenant: t,
+          key: ["taken"],
+          args: { properties: { email, firstname: "Ada" } },
+        });
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        expect(out.status === "failed" && out.error.reason).toBe(
+          `409 CONFLICT: Contact already exists. Existing ID: ${other.id}`,
+        );
+        const withEmail = sandbox.crm.all("contacts").filter((r) => r.properties.email === email);
+        expect(withEmail.map((r) => [r.id, r.properties.firstname])).toEqual([[other.id, "Grace"]]);
+        expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(0);
+      });
+
+      for (const [kind, answered] of [
+        ["rate_limit", /\(429 RATE_LIMITS: .*policy TEN_SECONDLY_ROLLING\)/],
+        ["missing_scopes", /\(403 MISSING_SCOPES: /],
+        ["bad_gateway", /\(502 SERVICE_UNAVAILABLE: /],
+      ] as const) {
+        it(`${mode}: a record with our key refused as a second one, its read back refused (${kind}): unknown, not "not done", then read: one record`, async () => {
+          const l = await ledger({ budget: { attempts: 1 } });
+          const t = tenant();
+          const key = operationKey({ tenant: t, action: "hubspot.deals.create", parts: ["readback"] }).hash;
+          // The record with our key exists (an earlier attempt's, or this upsert's, written as it lost a race).
+          if (mode === "create") sandbox.crm.create("deals", { dealname: "Earlier attempt", idem_external_id: key });
+          else
+            sandbox.faults.add({
+              kind: "conflict_after_commit",
+              match: { method: "POST", path: "/deals/batch/upsert" },
+            });
+          sandbox.faults.add({ kind, match: { method: "GET", path: "/crm/v3/objects/deals/" } });
+          const out = await l
+            .run(crm({ mode }).create("deals"), {
+              tenant: t,
+              key: ["readback"],
+              args: { properties: { dealname: "Renewal" } },
+            })
+            .finally(() => sandbox.faults.clear());
+          // Before: 429 pending ("known not done"), 403 failed for good, 502 unknown for the read's reason alone.
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const { operation } = await l.get({ tenant: t, id: out.operationId });
+          expect(operation.reason).toMatch(
+            /^ambiguous: HubSpot refused a second record \(409 CONFLICT: .*Existing ID: \d+\) and the read back by idem_external_id failed /,
+          );
+          expect(operation.reason).toMatch(answered);
+          expect(operation.error).toMatchObject({ kind: "ambiguous", providerRequestId: expect.stringMatching(UUID) });
+          const [record] = recordsWith("deals", key);
+          const daemon = await ledger({ actions: [crm({ mode }).create("deals")] });
+          expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+            status: "succeeded",
+            receipt: { id: record!.id, new: false },
+          });
+          expect(recordsWith("deals", key)).toHaveLength(1);
+        });
+      }
+    }
 
     it("a reused key with other args fails closed before any request leaves", async () => {
       const l = await ledger();
       const t = tenant();
-      await l.run(crm().create("contacts"), { tenant: t, key: ["re"], args: lead });
+      await l.run(crm().create("contacts"), { tenant: t, key: ["re"], args: leadOf(t) });
       const sent = sandbox.requests.length;
       await expect(
         l.run(crm().create("contacts"), {
@@ -383,6 +515,60 @@ describe("HubSpot sandbox properties", () => {
         hasUniqueValue: true,
       }),
     ).toThrow();
+  });
+});
+
+describe("HubSpot sandbox unique values", () => {
+  it("a contact's email is unique, as on HubSpot: a second contact with it is refused (409)", async () => {
+    const api = createHubSpotClient(server);
+    const email = `unique-${Math.random().toString(36).slice(2)}@example.test`;
+    const first = await api.objects.basicApi.create(
+      "contacts",
+      { properties: { email }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    await expect(
+      api.objects.basicApi.create("contacts", { properties: { email }, associations: [] }, HUBSPOT_CALL_OPTIONS),
+    ).rejects.toMatchObject({
+      code: 409,
+      body: { category: "CONFLICT", message: `Contact already exists. Existing ID: ${first.id}` },
+    });
+    expect(sandbox.crm.all("contacts").filter((r) => r.properties.email === email)).toHaveLength(1);
+  });
+
+  it("upsert refuses a unique value another record holds, creating or updating, as create does", async () => {
+    if (!sandbox.crm.getProperty("companies", "erp_id"))
+      sandbox.crm.createProperty("companies", {
+        name: "erp_id",
+        label: "ERP id",
+        type: "string",
+        fieldType: "text",
+        groupName: "companyinformation",
+        hasUniqueValue: true,
+      });
+    const api = createHubSpotClient(server);
+    const k = Math.random().toString(36).slice(2);
+    const upsert = (id: string, properties: Record<string, string>) =>
+      api.objects.batchApi.upsert(
+        "companies",
+        { inputs: [{ idProperty: "idem_external_id", id: `${k}-${id}`, properties }] },
+        HUBSPOT_CALL_OPTIONS,
+      );
+    const a = await upsert("a", { name: "A", erp_id: `E-${k}` });
+    await expect(upsert("b", { name: "B", erp_id: `E-${k}` })).rejects.toMatchObject({
+      code: 409,
+      body: { message: `A company with this unique value already exists. Existing ID: ${a.results[0]!.id}` },
+    });
+    await upsert("c", { name: "C", erp_id: `F-${k}` });
+    await expect(upsert("c", { name: "C", erp_id: `E-${k}` })).rejects.toMatchObject({ code: 409 });
+    // A record keeps its own unique values.
+    expect(await upsert("a", { name: "A2", erp_id: `E-${k}` })).toMatchObject({
+      results: [{ _new: false, id: a.results[0]!.id }],
+    });
+    const byKey = (id: string) =>
+      sandbox.crm.all("companies").filter((r) => r.properties.idem_external_id === `${k}-${id}`);
+    expect(byKey("b")).toHaveLength(0);
+    expect(byKey("c")[0]!.properties.erp_id).toBe(`F-${k}`);
   });
 });
 

@@ -1,6 +1,6 @@
 /**
  * A worker that creates one contact through the ledger; the test SIGKILLs it once the sandbox
- * has written the record. Env: LEDGER_URL, TENANT, KEY, BASE_PATH, TOKEN, LEASE_MS.
+ * has written the record. Env: LEDGER_URL, TENANT, KEY, BASE_PATH, TOKEN, LEASE_MS, EMAIL.
  */
 import { openLedger } from "@idem/core";
 import { hubspotActions } from "@idem/hubspot";
@@ -15,7 +15,7 @@ const crm = hubspotActions({ accessToken: env("TOKEN"), basePath: env("BASE_PATH
 const out = await ledger.run(crm.create("contacts"), {
   tenant: env("TENANT"),
   key: [env("KEY")],
-  args: { properties: { email: "lead@example.test", firstname: "Ada" } },
+  args: { properties: { email: env("EMAIL"), firstname: "Ada" } },
 });
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();

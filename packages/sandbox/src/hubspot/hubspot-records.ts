@@ -1,12 +1,16 @@
 /**
  * CRM records and properties as HubSpot's v3 API documents them, for the subset idem uses:
  * records per object type with string properties; properties per type, of which at most 10 may
- * be unique-value; a create that repeats a unique value is refused (409, "Existing ID: …");
- * batch upsert by a unique `idProperty`; reads by id or by idProperty (consistent); search sees
- * a record only `indexLagMs` after it was written. Archiving (HubSpot's DELETE, the recycling bin)
- * keeps the record, readable only with `archived=true`; it leaves search, and its unique values
- * are free again (HubSpot's knowledge base: a deleted contact cannot be restored while an active
- * one has its email). Records are never purged (HubSpot does after 90 days, or at once for GDPR).
+ * be unique-value; a contact's `email` is unique too, as on HubSpot (a second contact with it:
+ * 409 "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
+ * that repeats a unique value another record holds is refused (409, "Existing ID: …"); batch
+ * upsert by a unique `idProperty`; reads by id or by idProperty (consistent); search sees
+ * a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
+ * for the ones idem's tests use: unknown properties and a contact email that is no address.
+ * Archiving (HubSpot's DELETE, the recycling bin) keeps the record, readable only with
+ * `archived=true`; it leaves search, and its unique values are free again (HubSpot's knowledge
+ * base: a deleted contact cannot be restored while an active one has its email). Records are
+ * never purged (HubSpot does after 90 days, or at once for GDPR).
  */
 export interface CrmRecord {
   id: string;
@@ -36,6 +40,12 @@ export class HubSpotFailure {
   ) {}
 }
 
+/**
+ * Property values HubSpot refused (400 VALIDATION_ERROR on a create). A batch answers it per
+ * input instead: 207 Multi-Status with the error in `errors` and no result, even for one input.
+ */
+export class InputRefusal extends HubSpotFailure {}
+
 const BUILT_IN: Record<string, string[]> = {
   contacts: ["email", "firstname", "lastname", "phone", "company", "lifecyclestage"],
   companies: ["name", "domain", "industry"],
@@ -44,6 +54,11 @@ const BUILT_IN: Record<string, string[]> = {
   notes: ["hs_note_body", "hs_timestamp"],
 };
 const UNIQUE_LIMIT = 10;
+/**
+ * Built-in properties whose values HubSpot keeps unique without calling them unique-value
+ * properties (the properties API reports `hasUniqueValue: false` for them).
+ */
+const UNIQUE_BUILT_IN: Record<string, string[]> = { contacts: ["email"] };
 
 export class CrmStore {
   private readonly records = new Map<string, CrmRecord[]>();
@@ -110,24 +125,7 @@ export class CrmStore {
 
   create(objectType: string, properties: Record<string, unknown>): CrmRecord {
     const values = this.checkProperties(objectType, properties);
-    const clash = this.uniqueClash(objectType, values);
-    if (clash && this.duplicateValueStatus === 400)
-      throw new HubSpotFailure(
-        400,
-        error(
-          `Property values were not valid: a ${objectType.replace(/s$/, "")} already has that value`,
-          "INVALID_PROPERTY_VALUE",
-        ),
-      );
-    if (clash)
-      throw new HubSpotFailure(
-        409,
-        error(
-          `A ${objectType.replace(/s$/, "")} with this unique value already exists. Existing ID: ${clash.id}`,
-          "CONFLICT",
-          "CONFLICT",
-        ),
-      );
+    this.refuseUniqueClash(objectType, values);
     return this.insert(objectType, values);
   }
 
@@ -145,6 +143,9 @@ export class CrmStore {
     }
     const values = this.checkProperties(objectType, properties);
     const existing = this.findBy(objectType, idProperty, id);
+    // The other unique values are checked as a create checks them, updates included: a record
+    // keeps its own values, but may not take one another record holds.
+    this.refuseUniqueClash(objectType, existing ? values : { ...values, [idProperty]: id }, existing);
     if (existing) {
       Object.assign(existing.properties, values);
       existing.updatedAt = new Date(this.now()).toISOString();
@@ -209,26 +210,75 @@ export class CrmStore {
     return this.live(objectType).find((r) => r.properties[property] === value);
   }
 
-  private uniqueClash(objectType: string, values: Record<string, string>): CrmRecord | undefined {
-    for (const def of this.props(objectType).values()) {
-      const v = values[def.name];
-      if (def.hasUniqueValue && v !== undefined && v !== "") {
-        const hit = this.findBy(objectType, def.name, v);
-        if (hit) return hit;
-      }
+  /**
+   * Refuses values that another live record (not `self`) holds in a unique property: 409, as
+   * HubSpot answers ("Contact already exists" for a contact's email), or the 400 some report for
+   * custom unique properties (`duplicateValueStatus`).
+   */
+  private refuseUniqueClash(objectType: string, values: Record<string, string>, self?: CrmRecord): void {
+    const unique = [
+      ...(UNIQUE_BUILT_IN[objectType] ?? []),
+      ...[...this.props(objectType).values()].filter((d) => d.hasUniqueValue).map((d) => d.name),
+    ];
+    for (const name of unique) {
+      const v = values[name];
+      if (v === undefined || v === "") continue;
+      const clash = this.live(objectType).find((r) => r !== self && r.properties[name] === v);
+      if (!clash) continue;
+      if ((UNIQUE_BUILT_IN[objectType] ?? []).includes(name))
+        throw new HubSpotFailure(
+          409,
+          error(
+            `${capitalized(singular(objectType))} already exists. Existing ID: ${clash.id}`,
+            "CONFLICT",
+            "CONFLICT",
+          ),
+        );
+      if (this.duplicateValueStatus === 400)
+        throw new HubSpotFailure(
+          400,
+          error(
+            `Property values were not valid: a ${singular(objectType)} already has that value`,
+            "INVALID_PROPERTY_VALUE",
+          ),
+        );
+      throw new HubSpotFailure(
+        409,
+        error(
+          `A ${singular(objectType)} with this unique value already exists. Existing ID: ${clash.id}`,
+          "CONFLICT",
+          "CONFLICT",
+        ),
+      );
     }
-    return undefined;
   }
 
+  /** The values as strings, or HubSpot's VALIDATION_ERROR naming each value it refuses. */
   private checkProperties(objectType: string, properties: Record<string, unknown>): Record<string, string> {
     const known = this.props(objectType);
-    const unknown = Object.keys(properties ?? {}).filter((k) => !known.has(k));
-    if (unknown.length)
-      throw validation(
-        `Property values were not valid: properties ${unknown.map((u) => `'${u}'`).join(", ")} do not exist`,
-        "PROPERTY_DOESNT_EXIST",
+    const values = Object.fromEntries(Object.entries(properties ?? {}).map(([k, v]) => [k, String(v)]));
+    const invalid = Object.keys(values)
+      .filter((k) => !known.has(k))
+      .map((name) => ({
+        isValid: false,
+        message: `Property "${name}" does not exist`,
+        error: "PROPERTY_DOESNT_EXIST",
+        name,
+      }));
+    const email = values.email;
+    if (objectType === "contacts" && email && !/^[^@\s]+@[^@\s]+\.[^@\s.]+$/.test(email))
+      invalid.push({
+        isValid: false,
+        message: `Email address ${email} is invalid`,
+        error: "INVALID_EMAIL",
+        name: "email",
+      });
+    if (invalid.length)
+      throw new InputRefusal(
+        400,
+        error(`Property values were not valid: ${JSON.stringify(invalid)}`, invalid[0]!.error),
       );
-    return Object.fromEntries(Object.entries(properties ?? {}).map(([k, v]) => [k, String(v)]));
+    return values;
   }
 
   private props(objectType: string): Map<string, PropertyDef> {
@@ -255,6 +305,15 @@ export class CrmStore {
 
 export function error(message: string, subCategory: string, category = "VALIDATION_ERROR"): Record<string, unknown> {
   return { status: "error", message, category, subCategory, correlationId: crypto.randomUUID() };
+}
+
+/** contacts -> contact, companies -> company, as HubSpot's messages name a record. */
+function singular(objectType: string): string {
+  return objectType.replace(/ies$/, "y").replace(/s$/, "");
+}
+
+function capitalized(word: string): string {
+  return word.charAt(0).toUpperCase() + word.slice(1);
 }
 
 function validation(message: string, subCategory = "INVALID_INPUT"): HubSpotFailure {

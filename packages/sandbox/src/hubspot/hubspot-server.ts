@@ -3,22 +3,29 @@
  * @hubspot/api-client: objects create / get (with idProperty and `archived`) / archive (DELETE,
  * 204) / batch upsert / search, and the properties API with unique-value properties. Errors carry
  * HubSpot's JSON (`status`, `message`, `category`, `correlationId`); 429s carry `policyName` and
- * the X-HubSpot-RateLimit headers.
+ * the X-HubSpot-RateLimit headers. A batch upsert whose input HubSpot refuses (a validation
+ * error) is answered 207 Multi-Status, `{ status, results: [], numErrors, errors }`, as HubSpot
+ * answers it even for a single input (a create answers the same refusal 400).
  *
- * Faults: `rate_limit` (429), `locked` (423: HubSpot's lock while many writes sync, 2 s),
- * `migrating` (477 with Retry-After: the account moves between data centres) and `bad_gateway`
- * (502) before anything is written; after the write, `drop_after_commit` (the connection closes
- * with no answer), `delay_after_commit`, and `conflict_after_commit` (a 409 CONFLICT, as the loser
- * of two racing writes of one unique value gets: the record exists, written by the other).
+ * Faults: `rate_limit` (429 of the ten-secondly rolling limit, with HubSpot's headers: the
+ * window is X-HubSpot-RateLimit-Interval-Milliseconds, 10 s; a Retry-After only when the fault
+ * names `retryAfterSec`, which HubSpot does not document for 429s), `missing_scopes` (403: a
+ * token without the scope the endpoint needs), `locked` (423: HubSpot's lock while many writes
+ * sync, 2 s), `migrating` (477 with Retry-After: the account moves between data centres) and
+ * `bad_gateway` (502) before anything is written; after the write, `drop_after_commit` (the
+ * connection closes with no answer), `delay_after_commit`, and `conflict_after_commit` (a 409
+ * CONFLICT, as the loser of two racing writes of one unique value gets: the record exists,
+ * written by the other).
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
-import { CrmStore, HubSpotFailure, error, type CrmRecord } from "./hubspot-records.js";
+import { CrmStore, HubSpotFailure, InputRefusal, error, type CrmRecord } from "./hubspot-records.js";
 
 export type HubSpotFaultKind =
   | "rate_limit"
+  | "missing_scopes"
   | "locked"
   | "migrating"
   | "bad_gateway"
@@ -104,25 +111,48 @@ export class HubSpotSandbox {
         ),
       );
     }
-    const before = this.faults.take(method, path, ["rate_limit", "locked", "migrating", "bad_gateway"]);
+    const before = this.faults.take(method, path, [
+      "rate_limit",
+      "missing_scopes",
+      "locked",
+      "migrating",
+      "bad_gateway",
+    ]);
     if (before?.kind === "rate_limit") {
       record(429);
-      const intervalMs = String((before.retryAfterSec ?? 1) * 1000);
       return send(
         res,
         429,
         {
-          ...error("You have reached your secondly limit.", "RATE_LIMIT", "RATE_LIMITS"),
+          ...error("You have reached your ten_secondly_rolling limit.", "RATE_LIMIT", "RATE_LIMITS"),
           errorType: "RATE_LIMIT",
-          policyName: "SECONDLY",
+          policyName: "TEN_SECONDLY_ROLLING",
         },
         {
-          "x-hubspot-ratelimit-max": "10",
+          // As HubSpot's usage guidelines describe them: Max requests per window of
+          // Interval-Milliseconds (the ten-secondly rolling window), Remaining in it; the Secondly
+          // pair is deprecated but still sent; Daily for private apps' tokens.
+          "x-hubspot-ratelimit-interval-milliseconds": "10000",
+          "x-hubspot-ratelimit-max": "100",
           "x-hubspot-ratelimit-remaining": "0",
-          "x-hubspot-ratelimit-interval-milliseconds": intervalMs,
           "x-hubspot-ratelimit-secondly": "10",
           "x-hubspot-ratelimit-secondly-remaining": "0",
+          "x-hubspot-ratelimit-daily": "250000",
+          "x-hubspot-ratelimit-daily-remaining": "249000",
+          ...(before.retryAfterSec !== undefined && { "retry-after": String(before.retryAfterSec) }),
         },
+      );
+    }
+    if (before?.kind === "missing_scopes") {
+      record(403);
+      return send(
+        res,
+        403,
+        error(
+          "This app hasn't been granted all required scopes to make this call.",
+          "MISSING_SCOPES",
+          "MISSING_SCOPES",
+        ),
       );
     }
     if (before?.kind === "locked") {
@@ -210,13 +240,28 @@ export class HubSpotSandbox {
         if (inputs.length !== 1)
           throw new HubSpotFailure(400, error("The sandbox upserts one input per batch", "INVALID_INPUT"));
         const input = inputs[0]!;
-        const { record, isNew } = this.crm.upsert(
-          objectType,
-          input.idProperty ?? "hs_object_id",
-          input.id,
-          input.properties ?? {},
-        );
         const now = new Date().toISOString();
+        let upserted: { record: CrmRecord; isNew: boolean };
+        try {
+          upserted = this.crm.upsert(objectType, input.idProperty ?? "hs_object_id", input.id, input.properties ?? {});
+        } catch (e) {
+          if (!(e instanceof InputRefusal)) throw e;
+          // Per input, as HubSpot answers a batch upsert (hubspot-api-ruby#403): no result, the
+          // error in `errors`.
+          const { status, category, message } = e.body;
+          return [
+            207,
+            {
+              status: "COMPLETE",
+              results: [],
+              numErrors: 1,
+              errors: [{ status, category, message, context: {} }],
+              startedAt: now,
+              completedAt: now,
+            },
+          ];
+        }
+        const { record, isNew } = upserted;
         return [
           200,
           { status: "COMPLETE", results: [{ ...view(record), new: isNew }], startedAt: now, completedAt: now },

@@ -1,0 +1,45 @@
+/**
+ * The errors the adapter raises itself, each carrying HubSpot's evidence; `classifyHubSpotError`
+ * reads them. HTTP and network errors stay the client's own (ApiException, fetch errors).
+ */
+
+/** One entry of a batch answer's `errors`, as HubSpot sends it (every field optional in practice). */
+export interface HubSpotBatchError {
+  readonly status?: string;
+  readonly category?: string;
+  readonly subCategory?: unknown;
+  readonly message?: string;
+  readonly context?: unknown;
+}
+
+/**
+ * A batch upsert answered with no result for our input: HubSpot's errors for it, as it answers
+ * a refused input even when it is the only one (207 Multi-Status, `results: []`), or none at all.
+ */
+export class HubSpotBatchInputError extends Error {
+  override readonly name = "HubSpotBatchInputError";
+  constructor(readonly errors: readonly HubSpotBatchError[]) {
+    super(
+      errors.length
+        ? `HubSpot answered the upsert with errors: ${errors.map((e) => `${e.category}: ${e.message}`).join("; ")}`
+        : "HubSpot answered the upsert with no result and no error",
+    );
+  }
+}
+
+/**
+ * HubSpot refused a second record with a unique value (a 409, a 400, or a batch refusal), and
+ * the read by `idProperty` that would tell whether the record is ours failed: the refusal may
+ * mean our record exists (an earlier attempt committed), so this outcome is ambiguous. `refusal`
+ * is the write's error; `cause` the read's.
+ */
+export class HubSpotReadBackError extends Error {
+  override readonly name = "HubSpotReadBackError";
+  constructor(
+    readonly refusal: unknown,
+    readonly idProperty: string,
+    options: { cause: unknown },
+  ) {
+    super(`HubSpot refused a second record and the read back by ${idProperty} failed`, options);
+  }
+}
