@@ -541,6 +541,7 @@ export function program(): Command {
       await withLedger(
         g(),
         async (ledger, config) => {
+          await warnOfUnmatchedThresholdsInConsole(config, log);
           const web = await serveConsole(
             ledger,
             o.port === undefined ? config : { ...config, console: { ...config.console, port: o.port } },
@@ -641,10 +642,11 @@ export function program(): Command {
 }
 
 /**
- * Says which `thresholds.perAction` keys name no action of the config, once at the daemon's start:
- * a warning, not a refusal, since such a key may name an action only agents run (see
- * `unmatchedThresholds`). The alert sinks' own `idem.alert.*` actions are left out of the known
- * ones: the daemon never reports its own deliveries as stuck, so a threshold for them does nothing.
+ * Says which `thresholds.perAction` keys name no action of the config, once at the start of the
+ * daemon and of the console (whose queue shows what runs past them): a warning, not a refusal,
+ * since such a key may name an action only agents run (see `unmatchedThresholds`). The alert
+ * sinks' own `idem.alert.*` actions are left out of the known ones: the daemon never reports its
+ * own deliveries as stuck, so a threshold for them does nothing.
  */
 function warnOfUnmatchedThresholds(config: IdemConfig, configured: readonly Action<any, any>[], log: Logger): void {
   const known = [...new Set(configured.map((a) => a.type))].sort();
@@ -653,6 +655,27 @@ function warnOfUnmatchedThresholds(config: IdemConfig, configured: readonly Acti
       { key, known },
       `thresholds.perAction[${JSON.stringify(key)}] names no action of this config${near ? ` (did you mean ${near}?)` : ""}: it applies only if agents run actions of that type; the config's are ${known.join(", ") || "none"}`,
     );
+}
+
+/**
+ * The console's `warnOfUnmatchedThresholds`. The config's actions are built with their providers'
+ * credentials, which a console may rightly run without (it performs no action): then it says the
+ * keys could not be checked, and starts. Without `perAction` keys nothing is built.
+ */
+async function warnOfUnmatchedThresholdsInConsole(config: IdemConfig, log: Logger): Promise<void> {
+  if (Object.keys(config.thresholds.perAction).length === 0) return;
+  let configured: Action<any, any>[];
+  try {
+    configured = await actionsOf(config);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    log.warn(
+      { err: error },
+      `thresholds.perAction could not be checked against the actions of this config: ${error.message}`,
+    );
+    return;
+  }
+  warnOfUnmatchedThresholds(config, configured, log);
 }
 
 export async function main(argv: string[]): Promise<number> {

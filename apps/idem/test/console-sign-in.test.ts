@@ -108,6 +108,104 @@ describe("console sign-in", () => {
     expect(await shown.text()).toMatch(/Nothing was selected\./);
   });
 
+  /** A bulk decision posted as the queue's form would: the form token, then these fields. */
+  const postBulk = async (cookie: string, fields: [string, string][], origin = web.url) => {
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await (await home(cookie)).text())![1]!;
+    return fetch(`${web.url}/bulk`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { cookie, origin, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams([["csrf", csrf], ...fields]),
+    });
+  };
+  /** An operation that waits for a person, and how its page shows it (a queue checkbox's value). */
+  const waiting = async (tenant: string, key: string) => {
+    const parked = defineAction({
+      type: "sms.parked",
+      capabilities: {},
+      execute: async () => {
+        throw new Error("socket hang up after send");
+      },
+    });
+    const out = await ledger.run(parked, { tenant, key: [key], args: {} });
+    const { operation: o } = await ledger.get({ tenant, id: out.operationId });
+    expect(o.status).toBe("needs_review");
+    const seen = { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
+    return { id: o.id, pick: JSON.stringify({ tenant, id: o.id, seen }) };
+  };
+  const decision: [string, string][] = [
+    ["outcome", "succeeded"],
+    ["reason", "checked by hand"],
+  ];
+
+  it("a bulk decision's note stays short however many it leaves undecided: it names ten and counts the rest", async () => {
+    const cookie = await session("192.0.2.70");
+    const op = await waiting("t-bulk-note", "decided");
+    // 300 selections that are no operation (another tenant's, gone since, or made up), and one that is.
+    const { seen } = JSON.parse(op.pick) as { seen: unknown };
+    const missing = Array.from({ length: 300 }, (_, i): [string, string] => [
+      "ops",
+      JSON.stringify({ tenant: "t-bulk-note", id: `gone-${i}`, seen }),
+    ]);
+    const res = await postBulk(cookie, [...decision, ...missing, ["ops", op.pick]]);
+    expect(res.status).toBe(303);
+    const location = res.headers.get("location")!;
+    expect(location.length).toBeLessThan(4_000); // a URL of every id was the 431
+    const shown = await fetch(new URL(location, web.url), { headers: { cookie } });
+    expect(shown.status).toBe(200);
+    const note = /data-testid="flash">([^<]*)</.exec(await shown.text())![1]!;
+    expect(note).toBe(
+      [
+        "1 of 301 selected was decided: Resolved as succeeded.",
+        ...Array.from({ length: 10 }, (_, i) => `gone-${i}: not found`),
+        "and 290 more not decided",
+      ].join(" · "),
+    );
+    expect((await ledger.get({ tenant: "t-bulk-note", id: op.id })).operation.status).toBe("succeeded");
+  });
+
+  it("a bulk decision without a reason decides nothing and says so once", async () => {
+    const cookie = await session("192.0.2.71");
+    const ops = [await waiting("t-bulk-reason", "a"), await waiting("t-bulk-reason", "b")];
+    const res = await postBulk(cookie, [
+      ["outcome", "succeeded"],
+      ...ops.map((o): [string, string] => ["ops", o.pick]),
+    ]);
+    const shown = await fetch(new URL(res.headers.get("location")!, web.url), { headers: { cookie } });
+    expect(await shown.text()).toMatch(/data-testid="flash">A decision needs a reason\. Nothing was decided\.</);
+    for (const o of ops)
+      expect((await ledger.get({ tenant: "t-bulk-reason", id: o.id })).operation.status).toBe("needs_review");
+  });
+
+  it("a bulk decision larger than the console takes is refused whole with a page that says so; only an operator may send a large one", async () => {
+    const cookie = await session("192.0.2.72");
+    const op = await waiting("t-bulk-large", "first");
+    // More than every row of the fullest queue (2,000) with the longest tenant names: refused before anything is decided.
+    const pad = "x".repeat(1_000);
+    const many = Array.from({ length: 6_000 }, (_, i): [string, string] => [
+      "ops",
+      JSON.stringify({ tenant: "t-bulk-large", id: `${pad}${i}`, seen: {} }),
+    ]);
+    const refused = await postBulk(cookie, [...decision, ["ops", op.pick], ...many]);
+    expect(refused.status).toBe(413);
+    expect(await refused.text()).toMatch(/Nothing was decided: that is more than the console takes at once/);
+    expect((await ledger.get({ tenant: "t-bulk-large", id: op.id })).operation.status).toBe("needs_review");
+    // 300 KB, past a form's 256 KB: an operator's bulk decision takes it; without a session it is refused unread.
+    const big = Array.from({ length: 300 }, (_, i): [string, string] => [
+      "ops",
+      JSON.stringify({ tenant: "t-bulk-large", id: `${pad}${i}`, seen: {} }),
+    ]);
+    expect((await postBulk(cookie, [...decision, ["ops", op.pick], ...big])).status).toBe(303);
+    expect((await ledger.get({ tenant: "t-bulk-large", id: op.id })).operation.status).toBe("succeeded");
+    const anonymous = await fetch(`${web.url}/bulk`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(big),
+    });
+    expect(anonymous.status).toBe(413);
+  });
+
   it("a filter the ledger refuses is the operator's input: 400 with its reason, not a 500", async () => {
     const cookie = await session("192.0.2.61");
     const get = (query: string) => fetch(`${web.url}/${query}`, { redirect: "manual", headers: { cookie } });

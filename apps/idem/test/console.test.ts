@@ -78,6 +78,8 @@ for (const dialect of DIALECTS) {
     let web: Child;
     let base = "";
     const tenant = `acme-${dialect}`;
+    /** The bulk test's own tenant: its many operations stay out of the other tests' queue. */
+    const bulkTenant = `bulk-${dialect}`;
     let opId = "";
 
     beforeAll(async () => {
@@ -125,7 +127,7 @@ for (const dialect of DIALECTS) {
             port: 0,
             sessionSecretEnv: "CONSOLE_SECRET",
             operators: [
-              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant] },
+              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant, bulkTenant] },
               { name: "bob", tokenEnv: "BOB_TOKEN", tenants: ["globex"] },
             ],
           },
@@ -316,6 +318,64 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a bulk decision on 500 selected operations decides each once and shows what it did (it was a 431)", async () => {
+      // 500 operations that wait for a person: an effect nothing can check goes to review at once.
+      const parked = defineAction({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket hang up after send");
+        },
+      });
+      const ids: string[] = [];
+      for (let i = 0; i < 500; i += 50) {
+        const batch = await Promise.all(
+          Array.from({ length: 50 }, (_, j) =>
+            ledger.run(parked, { tenant: bulkTenant, key: ["bulk", i + j], args: { to: `+${i + j}` } }),
+          ),
+        );
+        for (const out of batch) {
+          expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+          ids.push(out.operationId);
+        }
+      }
+      const { context, page } = await signIn("alice");
+      // Deciding 500 takes a while on a loaded machine: so may the form's navigation.
+      page.setDefaultNavigationTimeout(scaled(120_000));
+      try {
+        await page.goto(`${base}/?tenant=${bulkTenant}`);
+        await expect.poll(() => page.locator("tr[data-operation]").count()).toBe(500);
+        await page.getByLabel("Select all").check();
+        expect(await page.locator('input[name="ops"]:checked').count()).toBe(500);
+        await page.getByLabel("It happened: resolve as succeeded").check();
+        await page.locator("#bulk-reason").fill("found every one in the SMS provider's log");
+        // The queue the decision's redirect leads to. Before: its URL named every operation, and the server answered 431.
+        const shown = page.waitForResponse((r) => r.request().method() === "GET" && new URL(r.url()).pathname === "/", {
+          timeout: scaled(120_000),
+        });
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        expect((await shown).status()).toBe(200);
+        expect(await page.getByTestId("flash").textContent()).toBe(
+          "500 of 500 selected were decided: Resolved as succeeded.",
+        );
+        const queued = await page
+          .locator("tr[data-operation]")
+          .evaluateAll((rows) => rows.map((r) => r.getAttribute("data-operation")));
+        expect(queued.filter((id) => ids.includes(id!))).toEqual([]); // none of them waits any more
+
+        // Each was decided once, by alice, from needs_review: no other decision or success was recorded.
+        for (const id of ids) {
+          const { operation, events } = await ledger.get({ tenant: bulkTenant, id });
+          expect(operation).toMatchObject({ status: "succeeded", resolution: { actor: "alice" } });
+          expect(events.filter((e) => e.to === "succeeded" || e.actor === "alice")).toMatchObject([
+            { from: "needs_review", to: "succeeded", actor: "alice" },
+          ]);
+        }
+      } finally {
+        await context.close();
+      }
+    });
+
     it("an operator without the tenant sees nothing of it, not even by its address", async () => {
       const { context, page } = await signIn("bob");
       try {
@@ -386,6 +446,48 @@ describe("the console behind an authenticating proxy, and beside the daemon", { 
       expect(await statusFor(`${base}/`, { "X-Forwarded-User": "carol" })).toBe(401);
     } finally {
       await kill9(web);
+    }
+  });
+
+  it("warns at start, as the daemon does, of thresholds.perAction keys naming no action of its config (did you mean); without the providers' credentials it says it could not check, and starts", async () => {
+    const ledger = await sqliteLedger();
+    const perAction = { "stripe.paymentIntent.create": 60_000, "stripe.refunds.create": 60_000, "sms.send": 60_000 };
+    const config = {
+      ledger,
+      providers: { stripe: { apiKeyEnv: "IDEM_TEST_STRIPE_KEY" } },
+      thresholds: { perAction },
+      console: { port: 0, insecureNoAuth: true },
+    };
+    /** The warnings the console logged before it said where it listens. */
+    const warningsOf = (lines: readonly string[]) =>
+      lines
+        .map((l) => JSON.parse(l) as { level: number; msg: string; key?: string; known?: string[] })
+        .filter((l) => l.level === 40);
+    const { child: web } = await serving(config, ["console"], { IDEM_TEST_STRIPE_KEY: "sk_test_unused" });
+    try {
+      const warnings = warningsOf(web.lines);
+      // Before: none.
+      expect(warnings.map((w) => w.key)).toEqual(["stripe.paymentIntent.create", "sms.send"]);
+      expect(warnings[0]!.msg).toMatch(
+        /^thresholds\.perAction\["stripe\.paymentIntent\.create"\] names no action of this config \(did you mean stripe\.paymentIntents\.create\?\)/,
+      );
+      expect(warnings[1]!.msg).not.toMatch(/did you mean/);
+      expect(warnings[1]!.known).toEqual([
+        "stripe.customers.create",
+        "stripe.paymentIntents.create",
+        "stripe.refunds.create",
+      ]);
+    } finally {
+      await kill9(web);
+    }
+    // The console performs no action: it may run without the providers' credentials, as before.
+    const { child: bare } = await serving(config, ["console"], { IDEM_TEST_STRIPE_KEY: "" });
+    try {
+      expect(warningsOf(bare.lines).map((w) => w.msg)).toEqual([
+        "thresholds.perAction could not be checked against the actions of this config: invalid config: providers.stripe.apiKeyEnv: environment variable IDEM_TEST_STRIPE_KEY is not set",
+      ]);
+    } finally {
+      await kill9(bare);
     }
   });
 

@@ -10,7 +10,6 @@ import {
   InvalidValueError,
   OperationNotFoundError,
   type Ledger,
-  type Operation,
   type Seen,
 } from "@idem/core";
 import { Hono, type Context } from "hono";
@@ -40,8 +39,31 @@ const SIGN_IN_FAILURES_ALL = 100;
 const LIVE_STREAMS = 16;
 const LIVE_STREAM_MS = 10 * 60_000;
 
+/** Rows the queue shows at most: `admin.list`'s per status, and `daemon.stuck`'s for the stuck ones. */
+const QUEUE_PER_STATUS = 500;
+const QUEUE_STUCK = 1_000;
+const QUEUE_ROWS = 2 * QUEUE_PER_STATUS + QUEUE_STUCK;
+/** A form's body, but for a bulk decision. */
+const FORM_BODY_MAX = 256 * 1024;
+/**
+ * A bulk decision's body: one field per selected row, so enough for every row of the fullest
+ * queue, each at most 2,500 bytes as sent (its operation, as the queue showed it, with a tenant
+ * name of 200 characters of three bytes each, URL-encoded), and the decision's fields.
+ */
+const BULK_BODY_MAX = QUEUE_ROWS * 2_500 + FORM_BODY_MAX;
+/** Undecided operations a bulk decision's note names one by one; the rest are counted. */
+const BULK_NOTE_NAMES = 10;
+
 type Env = { Variables: { operator: Operator } };
 type Outcome = "succeeded" | "failed" | "retry";
+/** A person's decision, as a form gives it: the same for every operation of a bulk decision. */
+interface Decision {
+  readonly outcome: Outcome;
+  readonly reason: string;
+  readonly evidence: string | undefined;
+}
+/** What became of one operation's decision. */
+type Decided = { ok: true; message: string } | { ok: false; status: 403 | 404 | 409; message: string };
 
 export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, log: Logger): Hono<Env> {
   const app = new Hono<Env>();
@@ -52,7 +74,33 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     await next();
     return undefined;
   });
-  app.use(bodyLimit({ maxSize: 256 * 1024 }));
+  // A bulk decision carries a field per selected row (a full queue is megabytes, and its note
+  // counts rather than names them): that much is taken only from a signed-in operator, and
+  // a body too large is refused whole, before anything is decided, with a page that says so.
+  const tooLarge = (c: Context) => {
+    // The body is left unread: the connection ends with this answer, so no other request follows on it.
+    c.header("Connection", "close");
+    return c.html(
+      layout(
+        "Too large",
+        undefined,
+        undefined,
+        flashNote(
+          "error",
+          c.req.path === "/bulk"
+            ? "Nothing was decided: that is more than the console takes at once. Select fewer operations (filter the queue by tenant, action or status) and decide them in parts."
+            : "This form is larger than the console takes.",
+        ),
+      ),
+      413,
+    );
+  };
+  const formLimit = bodyLimit({ maxSize: FORM_BODY_MAX, onError: tooLarge });
+  const bulkLimit = bodyLimit({ maxSize: BULK_BODY_MAX, onError: tooLarge });
+  app.use(async (c, next) => {
+    const bulk = c.req.method === "POST" && c.req.path === "/bulk" && (await access.operatorOf(c)) !== undefined;
+    return (bulk ? bulkLimit : formLimit)(c, next);
+  });
   app.use(csrf());
   // Scripts, styles and connections from the console only (no inline script or handler runs),
   // forms posted only to it, and no page framed by another site; hono's other secure defaults too.
@@ -234,7 +282,11 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const found = await visible(c);
     if (!found) return page(c, "Not found", flashNote("error", "No such operation for the tenants you may see."), 404);
     const form = await c.req.parseBody();
-    const result = await decide(c.var.operator, found.operation, form);
+    const decision = decisionOf(form);
+    const result =
+      typeof decision === "string"
+        ? ({ ok: false, status: 409, message: decision } as const)
+        : await decide(c.var.operator, found.operation, decision, form.seen);
     if (!result.ok)
       return page(
         c,
@@ -253,22 +305,26 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   });
 
   app.post("/bulk", async (c) => {
+    const operator = c.var.operator;
     const form = await c.req.parseBody({ all: true });
     const picked = ([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string");
-    if (picked.length === 0) return c.redirect(`/?${access.flashQuery(c.var.operator, "Nothing was selected.")}`, 303);
-    const lines: string[] = [];
+    const back = (note: string) => c.redirect(`/?${access.flashQuery(operator, note)}`, 303);
+    if (picked.length === 0) return back("Nothing was selected.");
+    // The decision is the same for every operation: a form without one is said once, and nothing is decided.
+    const decision = decisionOf(form);
+    if (typeof decision === "string") return back(`${decision} Nothing was decided.`);
+    const results: (Decided & { id: string })[] = [];
     for (const item of picked) {
       const { tenant, id, seen } = pickedOf(item);
-      if (!tenant || !id || !allows(c.var.operator, tenant)) continue;
-      const op = await find(c.var.operator, tenant, id);
-      if (!op) {
-        lines.push(`${id}: not found`);
-        continue;
-      }
-      const result = await decide(c.var.operator, op.operation, { ...form, seen });
-      lines.push(`${id}: ${result.message}`);
+      // A selection that is no operation of the operator's tenants is "not found", as on its page.
+      const result: Decided =
+        tenant !== undefined && id !== undefined && allows(operator, tenant)
+          ? await decide(operator, { tenant, id }, decision, seen)
+          : { ok: false, status: 404, message: "not found" };
+      results.push({ ...result, id: id ?? "a selection" });
     }
-    return c.redirect(`/?${access.flashQuery(c.var.operator, lines.join(" · "))}`, 303);
+    // The note travels in the redirect's URL: it counts, and names only the first few left undecided.
+    return back(bulkNote(results));
   });
 
   /** The note a redirect after a decision asked for, if the console sealed it for this operator. */
@@ -292,32 +348,26 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     });
   }
 
-  /** One decision on one operation, as its page showed it (`seen`); a refusal is a message, not an exception. */
+  /**
+   * One decision on one operation, checked against the operation as its page showed it (`seen`);
+   * a refusal is a message, not an exception. An operation that is not there is "not found".
+   */
   async function decide(
     operator: Operator,
-    op: Operation,
-    form: Record<string, unknown>,
-  ): Promise<{ ok: true; message: string } | { ok: false; status: 403 | 409; message: string }> {
-    const outcome = form.outcome as Outcome;
-    const reason = typeof form.reason === "string" ? form.reason.trim() : "";
-    const evidence = typeof form.evidence === "string" && form.evidence.trim() ? form.evidence.trim() : undefined;
-    const seen = seenOf(form.seen);
+    ref: { tenant: string; id: string },
+    decision: Decision,
+    shown: unknown,
+  ): Promise<Decided> {
+    const seen = seenOf(shown);
     // Every decision is checked against the operation as the person saw it; a form without that view is refused.
     if (!seen) return { ok: false, status: 409, message: "Refused: reload the page and decide again." };
-    if (!["succeeded", "failed", "retry"].includes(outcome))
-      return { ok: false, status: 409, message: "Choose a decision." };
-    if (!reason) return { ok: false, status: 409, message: "A decision needs a reason." };
-    const common = {
-      tenant: op.tenant,
-      id: op.id,
-      actor: operator.name,
-      reason,
-      seen,
-    };
+    const { outcome, reason, evidence } = decision;
+    const common = { tenant: ref.tenant, id: ref.id, actor: operator.name, reason, seen };
     try {
       if (outcome === "retry") await ledger.admin.retry(common);
       else await ledger.admin.resolve({ ...common, outcome, ...(evidence !== undefined && { evidence }) });
     } catch (error) {
+      if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
       if (error instanceof InvalidTransitionError) {
         return {
           ok: false,
@@ -329,7 +379,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         return { ok: false, status: 409, message: `Refused: ${error.message}` };
       throw error;
     }
-    log.info({ operator: operator.name, tenant: op.tenant, operationId: op.id, outcome }, "console decision");
+    log.info({ operator: operator.name, tenant: ref.tenant, operationId: ref.id, outcome }, "console decision");
     return {
       ok: true,
       message:
@@ -338,6 +388,33 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   }
 
   return app;
+}
+
+/** The decision a form asks for, or what it lacks (said to the person). */
+function decisionOf(form: Record<string, unknown>): Decision | string {
+  const outcome = form.outcome;
+  const reason = typeof form.reason === "string" ? form.reason.trim() : "";
+  const evidence = typeof form.evidence === "string" && form.evidence.trim() ? form.evidence.trim() : undefined;
+  if (outcome !== "succeeded" && outcome !== "failed" && outcome !== "retry") return "Choose a decision.";
+  if (!reason) return "A decision needs a reason.";
+  return { outcome, reason, evidence };
+}
+
+/**
+ * What a bulk decision did, in a few lines whatever the number selected: how many were decided
+ * and how (one decision for all, so one message), then the first `BULK_NOTE_NAMES` left
+ * undecided with why, and how many more. It is carried in a redirect's URL, which a server
+ * refuses past a few kilobytes (Node: 16 KB of headers, 431), so it must not grow with the selection.
+ */
+function bulkNote(results: readonly (Decided & { id: string })[]): string {
+  const decided = results.filter((r) => r.ok);
+  const left = results.filter((r) => !r.ok);
+  const head = `${decided.length} of ${results.length} selected ${decided.length === 1 ? "was" : "were"} decided${
+    decided[0] ? `: ${decided[0].message}` : "."
+  }`;
+  const named = left.slice(0, BULK_NOTE_NAMES).map((r) => `${r.id}: ${r.message}`);
+  const more = left.length > BULK_NOTE_NAMES ? [`and ${left.length - BULK_NOTE_NAMES} more not decided`] : [];
+  return [head, ...named, ...more].join(" · ");
 }
 
 /** The operation as a page showed it: JSON in a hidden field (or a queue checkbox), checked before use. */
@@ -390,7 +467,7 @@ async function queue(
   const filters = {
     ...(f.action && { action: f.action }),
     ...(f.olderThanMs !== undefined && { olderThanMs: f.olderThanMs }),
-    limit: 500,
+    limit: QUEUE_PER_STATUS,
   };
   const rows: QueueRow[] = [];
   if (!f.status || f.status === "needs_review") {
@@ -407,6 +484,7 @@ async function queue(
     const t = config.thresholds;
     for (const o of await ledger.daemon.stuck({
       olderThanMs: Math.min(t.stuckAfterMs, ...Object.values(t.perAction)),
+      limit: QUEUE_STUCK,
     })) {
       if (
         !allows(operator, o.tenant) ||
