@@ -59,7 +59,9 @@ export class GroupCommit {
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
-      if (!this.busy) {
+      // Not inside a transaction this process holds (a migration began while the write waited
+      // for its statement): it would be answered there, and undone by its rollback.
+      if (!this.busy && !this.database.inTransaction) {
         try {
           return run();
         } catch (error) {
@@ -141,6 +143,13 @@ export class GroupCommit {
         } catch {
           // the connection is gone: nothing was committed either way
         }
+      }
+      if (this.database.open && this.database.inTransaction) {
+        // Neither committed nor rolled back: a write run again now would be answered inside
+        // this transaction, never committed. Refuse them all.
+        const error = new Error("SQLite could neither commit nor roll back a group commit");
+        for (const w of batch) w.reject(error);
+        return [];
       }
       // Which write the commit could not take is not known (a full disk shows at COMMIT in WAL
       // mode, as does a deferred constraint): none was acknowledged, so each runs again alone.

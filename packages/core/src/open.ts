@@ -8,6 +8,7 @@
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
 import { existsSync } from "node:fs";
+import { resolve as resolvePath } from "node:path";
 import {
   Kysely,
   Migrator,
@@ -26,7 +27,7 @@ import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
-import { sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
+import { fileCheck, sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -141,7 +142,13 @@ async function openSqlite(
       unreachable: isUnreachable(cause),
     });
   }
-  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs);
+  // The path as opened, whatever the process's directory later (see fileCheck).
+  const { dialect, direct } = sqliteConnection(
+    database,
+    opts.groupCommit !== false,
+    busyTimeoutMs,
+    path === ":memory:" ? undefined : fileCheck(resolvePath(path)),
+  );
   return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
 }
 

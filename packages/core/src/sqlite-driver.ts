@@ -16,6 +16,7 @@ import {
   type Driver,
   type QueryResult,
 } from "kysely";
+import { statSync } from "node:fs";
 import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
@@ -23,6 +24,9 @@ import type { DirectExecutor } from "./query-cache.js";
 
 /** Prepares a statement (kept prepared: see statementCache). */
 type Prepare = (text: string) => Statement;
+
+/** Throws when the ledger's file is no longer the one it opened (see `fileCheck`). */
+type FileCheck = () => void;
 
 /**
  * The ledger's own SQLite dialect says whether it groups commits, so that a ledger opened on it
@@ -37,10 +41,11 @@ function sqliteDialect(
   prepare: Prepare,
   group: GroupCommit | undefined,
   waits: LockWaits,
+  checkFile: FileCheck,
 ): LedgerSqliteDialect {
   return {
     createAdapter: () => new SqliteAdapter(),
-    createDriver: () => new GroupedSqliteDriver(database, prepare, group, waits),
+    createDriver: () => new GroupedSqliteDriver(database, prepare, group, waits, checkFile),
     createIntrospector: (db) => new SqliteIntrospector(db),
     createQueryCompiler: () => new SqliteQueryCompiler(),
     groupsCommits: group !== undefined,
@@ -67,6 +72,7 @@ class GroupedSqliteDriver implements Driver {
     private readonly prepare: Prepare,
     private readonly group: GroupCommit | undefined,
     private readonly waits: LockWaits,
+    private readonly checkFile: FileCheck,
   ) {}
 
   async init(): Promise<void> {}
@@ -108,9 +114,17 @@ class GroupedSqliteDriver implements Driver {
     if (stmt.reader && stmt.readonly) return this.waits.run(() => ({ rows: stmt.all(parameters) }));
     // Transaction control is not a write to share a commit with (BEGIN IMMEDIATE is not
     // "readonly" to SQLite); a BEGIN waits for the lock like any write.
-    if (stmt.readonly || !this.group || TRANSACTION_CONTROL.test(stmt.source))
+    if (stmt.readonly || TRANSACTION_CONTROL.test(stmt.source))
       return this.waits.run(() => this.run(connection, stmt, parameters));
-    return this.group.write(() => runWrite(stmt, parameters));
+    if (!this.group)
+      return this.waits.run(() => {
+        this.checkFile();
+        return this.run(connection, stmt, parameters);
+      });
+    return this.group.write(() => {
+      this.checkFile();
+      return runWrite(stmt, parameters);
+    });
   }
 
   private run(connection: DatabaseConnection, stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
@@ -190,6 +204,7 @@ export function sqliteConnection(
   database: Database,
   groupCommit = true,
   busyTimeoutMs = database.pragma("busy_timeout", { simple: true }) as number,
+  checkFile: FileCheck = () => {},
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
   database.pragma("busy_timeout = 0");
   const waits = new LockWaits(database, busyTimeoutMs);
@@ -215,10 +230,31 @@ export function sqliteConnection(
         return { rows: row === undefined ? [] : [row] };
       });
     }
-    const write = () => runWrite(stmt, parameters);
+    const write = () => {
+      checkFile();
+      return runWrite(stmt, parameters);
+    };
     return group ? group.write(write) : waits.run(write);
   };
-  return { dialect: sqliteDialect(database, prepare, group, waits), direct };
+  return { dialect: sqliteDialect(database, prepare, group, waits, checkFile), direct };
+}
+
+/**
+ * A check, before each write outside a migration, that the path still names the file this
+ * connection opened. SQLite keeps writing into a file deleted (or renamed over) under an open
+ * connection, and says nothing: a claim acknowledged there is in no ledger the next process
+ * opens at that path, which claims the key again and repeats the effect. One `stat` a write
+ * (microseconds, against a commit's fsync); a write refused by it wrote nothing.
+ */
+export function fileCheck(path: string): FileCheck {
+  const opened = statSync(path);
+  return () => {
+    const now = statSync(path, { throwIfNoEntry: false });
+    if (now?.ino === opened.ino && now.dev === opened.dev) return;
+    throw new Error(
+      `the SQLite file ${path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (reopen the ledger)`,
+    );
+  };
 }
 
 /**

@@ -92,26 +92,28 @@ describe("SQLite: waiting for another connection's write lock", () => {
     });
   }
 
-  it("a write waiting for the lock does not run inside a transaction this process opened meanwhile", async () => {
-    // Without group commit each write waits alone; a migration (admin.migrate) holds the connection.
-    const { ledger, release } = await lockedLedger({ groupCommit: false, busyTimeoutMs: 10_000 });
-    const p = new TestProvider();
-    const call = ledger.run(p.action("mail", {}), { tenant: "t", key: ["k"], args: { to: "x" } });
-    await lateness(50);
-    release();
-    // Opened before the waiting claim tries again (its pause is a timer; this is microtasks).
-    const transaction = databaseOf(ledger)
-      .connection()
-      .execute(async (conn) => {
-        await sql`begin immediate`.execute(conn);
-        await lateness(200);
-        await sql`rollback`.execute(conn);
-      });
-    expect(await call).toMatchObject({ status: "succeeded" });
-    await transaction;
-    expect((await ledger.admin.list({ tenant: "t" })).map((r) => r.status)).toEqual(["succeeded"]);
-    expect(p.effects).toHaveLength(1);
-  });
+  for (const groupCommit of [false, true])
+    it(`a write waiting for the lock does not run inside a transaction this process opened meanwhile (groupCommit ${groupCommit})`, async () => {
+      // A migration (admin.migrate) holds the connection; without group commit each write waits
+      // alone, with it the writes wait in its queue, which holds them back while it lasts.
+      const { ledger, release } = await lockedLedger({ groupCommit, busyTimeoutMs: 10_000 });
+      const p = new TestProvider();
+      const call = ledger.run(p.action("mail", {}), { tenant: "t", key: ["k"], args: { to: "x" } });
+      await lateness(50);
+      release();
+      // Opened before the waiting claim tries again (its pause is a timer; this is microtasks).
+      const transaction = databaseOf(ledger)
+        .connection()
+        .execute(async (conn) => {
+          await sql`begin immediate`.execute(conn);
+          await lateness(200);
+          await sql`rollback`.execute(conn);
+        });
+      expect(await call).toMatchObject({ status: "succeeded" });
+      await transaction;
+      expect((await ledger.admin.list({ tenant: "t" })).map((r) => r.status)).toEqual(["succeeded"]);
+      expect(p.effects).toHaveLength(1);
+    });
 
   it("refuses a busy timeout that is not a whole number of ms", async () => {
     for (const busyTimeoutMs of [-1, 1.5, Number.NaN, "100" as unknown as number])

@@ -1,0 +1,80 @@
+/**
+ * What a SQLite ledger keeps of its file: durable commits in WAL mode (the promise of every
+ * acknowledged claim), and the file it opened. SQLite keeps writing into a file deleted or
+ * renamed over under an open connection, and says nothing; a claim acknowledged there is in no
+ * ledger another process opens at that path, which would claim the key again and repeat the effect.
+ */
+import { renameSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { sql } from "kysely";
+import { afterEach, describe, expect, it } from "vitest";
+import { LedgerUnavailableError, openLedger, type Ledger } from "@idem/core";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
+import { tempDir } from "@idem/testkit";
+import { TestProvider } from "./support/provider.js";
+
+const opened: Ledger[] = [];
+afterEach(async () => {
+  for (const l of opened.splice(0)) await l.close();
+});
+const open = async (path: string, options: { groupCommit?: boolean; durable?: boolean } = {}) => {
+  const ledger = await openTestLedger(`sqlite:${path}`, options);
+  opened.push(ledger);
+  return ledger;
+};
+const removeLedger = (path: string) => {
+  for (const suffix of ["", "-wal", "-shm"]) rmSync(path + suffix, { force: true });
+};
+
+describe("a SQLite ledger's file", () => {
+  it("is written with durable commits in WAL mode (synchronous FULL; NORMAL only when durable is false)", async () => {
+    const pragma = async (ledger: Ledger, name: string) =>
+      Object.values((await sql.raw(`pragma ${name}`).execute(databaseOf(ledger))).rows[0] as object)[0];
+    const durable = await open(join(tempDir(), "a.db"));
+    const fast = await open(join(tempDir(), "b.db"), { durable: false });
+    expect(await pragma(durable, "journal_mode")).toBe("wal");
+    expect(await pragma(durable, "synchronous")).toBe(2); // FULL
+    expect(await pragma(fast, "synchronous")).toBe(1); // NORMAL
+  });
+
+  for (const groupCommit of [true, false]) {
+    it(`deleted, then made anew by another process, under an open ledger: no claim is acknowledged in the lost file, the key is done once (groupCommit ${groupCommit})`, async () => {
+      const path = join(tempDir(), "ledger.db");
+      const first = await open(path, { groupCommit });
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      await first.run(mail, { tenant: "t", key: ["k1"], args: { to: "x" } });
+      removeLedger(path); // an operator's "reset", a volume cleaned up
+      const lost = first.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } });
+      await expect(lost).rejects.toThrow(LedgerUnavailableError);
+      await expect(lost).rejects.toThrow(/was deleted since the ledger opened it/);
+      // Another process opens the path: a new, empty ledger, where k2 is fresh.
+      const second = await open(path, { groupCommit });
+      expect(await second.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } })).toMatchObject({
+        status: "succeeded",
+        replayed: false,
+      });
+      // The first ledger, on the file it opened, still writes nothing: the path names another file now.
+      await expect(first.run(mail, { tenant: "t", key: ["k3"], args: { to: "x" } })).rejects.toThrow(
+        /was replaced since the ledger opened it/,
+      );
+      expect(p.effects).toHaveLength(2); // k1 once, k2 once
+      expect(new Set(p.effects.map((e) => e.key)).size).toBe(2);
+    });
+  }
+
+  it("renamed over by another file (a backup put back): refused, not written into the old one", async () => {
+    const dir = tempDir();
+    const path = join(dir, "ledger.db");
+    const ledger = await open(path);
+    const p = new TestProvider();
+    await ledger.run(p.action("mail", {}), { tenant: "t", key: ["k1"], args: { to: "x" } });
+    const backup = await openLedger(`sqlite:${join(dir, "backup.db")}`);
+    await backup.close();
+    renameSync(join(dir, "backup.db"), path);
+    await expect(ledger.run(p.action("mail", {}), { tenant: "t", key: ["k2"], args: { to: "x" } })).rejects.toThrow(
+      /was replaced since the ledger opened it/,
+    );
+    expect(p.effects).toHaveLength(1);
+  });
+});
