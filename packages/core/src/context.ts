@@ -92,19 +92,34 @@ export class LedgerContext {
     actions: readonly Action<any, any>[],
     readonly tracing: Tracing,
   ) {
-    this.runner = new Runner(store, tracing);
+    this.runner = new Runner(store, tracing, () => this.closing);
     this.reports = new Reports(store);
     for (const a of actions) this.actions.set(a.type, a);
   }
 
   assertOpen(): void {
     if (this.closed) throw new LedgerConfigError("the ledger is closed");
+    if (this.closing) throw new LedgerConfigError("the ledger is closing");
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.db.destroy();
+  /** Set once `close` began: no call starts, and no request is sent (see Runner). */
+  private closing = false;
+  private closure: Promise<void> | undefined;
+
+  /**
+   * Closes gracefully: new calls are refused, no request is sent from now on, and the calls in
+   * flight end (an effect under way is recorded, a request not yet sent is left pending) for up
+   * to a lease; then the connection closes. Before, the claims waiting for their commit were
+   * committed at close and their effects sent after it returned, with nowhere to record them.
+   */
+  close(): Promise<void> {
+    this.closure ??= (async () => {
+      this.closing = true;
+      await this.runner.quiesce(this.settings.leaseMs);
+      this.closed = true;
+      await this.db.destroy();
+    })();
+    return this.closure;
   }
 
   /** The tenant's operation, or `OperationNotFoundError`; names are checked first so a malformed one cannot match another's. */

@@ -93,12 +93,56 @@ interface CallState {
 }
 
 export class Runner {
+  /**
+   * `closing`: the ledger is closing, so no request is sent from now on (an attempt about to send
+   * ends "not sent", pending); the calls in flight end, and `close` waits for them (`quiesce`).
+   */
   constructor(
     private readonly store: Store,
     private readonly tracing: Tracing,
+    private readonly closing: () => boolean = () => false,
   ) {}
 
-  async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
+  /** Calls (and settlements) in flight, and who waits for there to be none. */
+  private inFlight = 0;
+  private idle: (() => void)[] = [];
+
+  /** Resolves true once no call is in flight, or false after `ms` with some still running. */
+  async quiesce(ms: number): Promise<boolean> {
+    if (this.inFlight === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const done = new Promise<boolean>((resolve) => this.idle.push(() => resolve(true)));
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+    try {
+      return await Promise.race([done, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async tracked<T>(work: () => Promise<T>): Promise<T> {
+    this.inFlight += 1;
+    try {
+      return await work();
+    } finally {
+      this.inFlight -= 1;
+      if (this.inFlight === 0) for (const resolve of this.idle.splice(0)) resolve();
+    }
+  }
+
+  run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
+    return this.tracked(() => this.runCall(call));
+  }
+
+  /**
+   * Recovers a stored operation without a caller (the daemon, `idem retry`): decides on `row`,
+   * then on fresh snapshots while its own steps ask to look again.
+   */
+  settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
+    return this.tracked(() => this.settleCall(call, row, escalate));
+  }
+
+  private async runCall<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
     const state: CallState = {
       executed: 0,
       waited: 0,
@@ -118,11 +162,11 @@ export class Runner {
     }
   }
 
-  /**
-   * Recovers a stored operation without a caller (the daemon, `idem retry`): decides on `row`,
-   * then on fresh snapshots while its own steps ask to look again.
-   */
-  async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
+  private async settleCall<A, R>(
+    call: Call<A, R>,
+    row: Row & { db_now: number },
+    escalate?: Escalation,
+  ): Promise<RunResult<R>> {
     const state: CallState = {
       executed: 0,
       waited: 0,
@@ -399,13 +443,15 @@ export class Runner {
         }
         // Nothing is sent once our lease may have passed to another worker (the statement that
         // granted it, or a write since, answered too late, and the other may have looked the
-        // effect up, found nothing and done it), nor once the caller gave up. Not sent, so a
-        // transient failure of this attempt.
+        // effect up, found nothing and done it), nor once the caller gave up, nor once the ledger
+        // is closing (its process is shutting down). Not sent, so a transient failure of this attempt.
         const unsent = !held()
           ? `the lease of attempt ${row.attempt} ran out before its request was sent`
           : call.signal?.aborted
             ? `the caller gave up before attempt ${row.attempt}'s request was sent`
-            : undefined;
+            : this.closing()
+              ? `the ledger was closing before attempt ${row.attempt}'s request was sent`
+              : undefined;
         if (unsent !== undefined) return { ok: false, cls: { kind: "transient", reason: unsent }, row, sent: false };
         try {
           const a = args;
@@ -475,11 +521,13 @@ export class Runner {
       recoveryFor(call.action.capabilities, row.created_at, mine.row.db_now, error).kind === "review"
     )
       return { again: 0 };
-    const wait = nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
+    // A ledger closing tries nothing again: the next caller or the daemon will.
+    const closing = this.closing();
+    const wait = closing ? null : nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
     if (wait === null) {
       const why =
         to === "pending"
-          ? `${cls.kind}: ${cls.reason}; retry budget spent`
+          ? `${cls.kind}: ${cls.reason}${closing ? "" : "; retry budget spent"}`
           : `outcome unknown (${cls.kind}: ${cls.reason}); verification continues`;
       return { done: pending(moved, why) };
     }

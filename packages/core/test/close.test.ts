@@ -1,0 +1,59 @@
+/**
+ * `ledger.close()` with calls in flight, the usual end of a process (SIGTERM): no request goes
+ * out once it began, and what was under way is recorded before the connection closes. Before,
+ * the claims waiting for their commit were committed at close, their effects were sent after
+ * close returned, and none could be recorded: each call waited out its lease and left its row
+ * running (a person's review, for an effect done exactly once).
+ */
+import { describe, expect, it } from "vitest";
+import { LedgerConfigError } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { DIALECTS } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+import { TestProvider } from "./support/provider.js";
+
+for (const dialect of DIALECTS) {
+  describe(`closing a ledger with calls in flight on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    it("sends nothing once close began, records the effect under way, and leaves no row running", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 5_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const underWay = ledger.run(mail, { tenant, key: ["under-way"], args: { to: "x" } });
+      await p.called(1); // its request is out, its answer held
+      // Five calls that have not reached their provider yet, and the close, in one turn.
+      const waiting = [1, 2, 3, 4, 5].map((i) => ledger.run(mail, { tenant, key: ["waiting", i], args: { to: "x" } }));
+      const closed = ledger.close();
+      await expect(ledger.run(mail, { tenant, key: ["after"], args: { to: "x" } })).rejects.toThrow(LedgerConfigError);
+      release();
+      await closed;
+      expect(await underWay).toMatchObject({ status: "succeeded" });
+      for (const out of await Promise.all(waiting))
+        expect(out).toMatchObject({
+          status: "pending_verification",
+          state: "pending",
+          reason: expect.stringMatching(/the ledger was closing before attempt 1's request was sent/),
+        });
+      expect(p.effects).toHaveLength(1); // the one under way, and nothing after close
+      const after = await db.open();
+      const rows = await after.admin.list({ tenant });
+      expect(rows.map((r) => r.status).sort()).toEqual([
+        "pending",
+        "pending",
+        "pending",
+        "pending",
+        "pending",
+        "succeeded",
+      ]);
+      // A pending one is run by the next caller (or the daemon), once.
+      expect(await after.run(mail, { tenant, key: ["waiting", 1], args: { to: "x" } })).toMatchObject({
+        status: "succeeded",
+      });
+      expect(p.effects).toHaveLength(2);
+    });
+  });
+}
