@@ -7,6 +7,8 @@
  *
  * A webhook or email whose delivery is ambiguous (timeout after sending) is not retried blindly:
  * like any effect that cannot be proven, it goes to needs_review, and the log line says so. A
+ * webhook request that fetch will not make or send (a header value it refuses, a port it blocks)
+ * was not sent: the alert stays due and each tick says why, never quoting the URL or a header. A
  * delivery a person then retries (`idem retry`) is settled by the daemon's pass like any due
  * operation, with the alert as it was stored: the daemon's ledger is opened with `alertActions`.
  */
@@ -22,7 +24,7 @@ import {
   type Operation,
   type RunResult,
 } from "@idem/core";
-import { secret, type IdemConfig } from "./config.js";
+import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./config.js";
 
 export type AlertKind = "needs_review" | "auth_failure" | "stuck";
 
@@ -60,16 +62,71 @@ export function alertText(a: Alert): string {
   return `idem: ${a.action} operation ${a.operationId} (tenant ${a.tenant}) ${what}: ${a.reason ?? "no reason recorded"}. See: idem show ${a.operationId} --tenant ${a.tenant}`;
 }
 
-/** HTTP failures of a sink: 4xx is the receiver's final answer; the rest may have been delivered. */
-function classifyDelivery(error: unknown): Classification {
-  const status = (error as { status?: number }).status;
-  if (status !== undefined && status >= 400 && status < 500 && status !== 429)
-    return { kind: "permanent", reason: `receiver answered ${status}` };
-  if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
-  const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
-  if (code !== undefined && NOT_SENT_CODES.has(code))
-    return { kind: "transient", reason: `receiver not reached (${code}): nothing sent` };
-  return { kind: "ambiguous", reason: `delivery unknown: ${String((error as Error).message ?? error)}` };
+/**
+ * A webhook request that never left this process: fetch could not make it (a URL or a header it
+ * refuses) or will not send it (a port it blocks). Its message names no URL or header value.
+ */
+class WebhookNotSentError extends Error {
+  override readonly name = "WebhookNotSentError";
+}
+
+/**
+ * HTTP failures of the webhook sink, whose URL is `url` (never kept in a reason: a Slack
+ * webhook's URL is itself a secret).
+ */
+function classifyDelivery(url: string) {
+  return (error: unknown): Classification => {
+    // Nothing was sent, and nothing will be until a person fixes the config: the alert stays due,
+    // and each tick says why (as for a refused SMTP sign-in). Never "may have been sent".
+    if (error instanceof WebhookNotSentError)
+      return { kind: "transient", reason: `webhook request not sent: ${error.message}` };
+    const status = (error as { status?: number }).status;
+    // 4xx is the receiver's final answer.
+    if (status !== undefined && status >= 400 && status < 500 && status !== 429)
+      return { kind: "permanent", reason: `receiver answered ${status}` };
+    if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
+    // Not connected: nothing sent.
+    const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
+    if (code !== undefined && NOT_SENT_CODES.has(code))
+      return { kind: "transient", reason: `receiver not reached (${code}): nothing sent` };
+    // The rest (a timeout, a connection closed after the body) may have been delivered.
+    const message = [url, new URL(url).href].reduce(
+      (text, secretUrl) => text.replaceAll(secretUrl, "<the webhook URL>"),
+      String((error as Error | undefined)?.message ?? error),
+    );
+    return { kind: "ambiguous", reason: `delivery unknown: ${message}` };
+  };
+}
+
+/**
+ * The webhook's request, made before anything is sent: one fetch cannot make (a URL or header it
+ * refuses) is a `WebhookNotSentError`. Their messages quote the URL or the header's value: not kept.
+ */
+function webhookRequest(url: string, init: RequestInit): Request {
+  try {
+    return new Request(url, init);
+  } catch (cause) {
+    throw new WebhookNotSentError(
+      "fetch could not make the request (it refuses the URL or a header value, such as one holding a line break): nothing sent; fix alerts.webhook",
+      { cause },
+    );
+  }
+}
+
+/** fetch's refusal of a port it blocks (6000, 6667…), which it gives before connecting. */
+const isBlockedPort = (error: unknown) =>
+  error instanceof TypeError && (error.cause as { message?: unknown } | undefined)?.message === "bad port";
+
+/**
+ * Refuses a config whose alerts go nowhere (`log: false`, no webhook, no email): a daemon would
+ * acknowledge every alert with no sink to send it to. For the daemon (and its console).
+ */
+export function requireAlertSink(config: IdemConfig): void {
+  const a = config.alerts;
+  if (!a.log && !a.webhook && !a.email)
+    throw new ConfigError(
+      `invalid config ${config.source}: alerts: no sink (log is false, and no webhook or email): the daemon would acknowledge every alert without sending it anywhere; set alerts.log to true, or give alerts.webhook or alerts.email`,
+    );
 }
 
 /**
@@ -140,6 +197,18 @@ export function unconfiguredSinks(sinks: readonly AlertSink[]): { names: SinkNam
   return { names, types: names.map(typeOf) };
 }
 
+/** The webhook's URL: written in the config, or read from the environment variable it names (then checked here). */
+function webhookUrl(webhook: NonNullable<IdemConfig["alerts"]["webhook"]>): string {
+  if (webhook.url !== undefined) return webhook.url;
+  const url = secret(webhook.urlEnv!, "alerts.webhook.urlEnv");
+  const problem = webhookUrlProblem(url);
+  if (problem)
+    throw new ConfigError(
+      `invalid config: alerts.webhook.urlEnv: the URL in environment variable ${webhook.urlEnv} ${problem}`,
+    );
+  return url;
+}
+
 export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
   const sinks: AlertSink[] = [];
   const a = config.alerts;
@@ -157,7 +226,12 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
     });
   }
   if (a.webhook) {
-    const { url, format } = a.webhook;
+    const { format } = a.webhook;
+    const url = webhookUrl(a.webhook);
+    const authorization =
+      a.webhook.authorizationEnv === undefined
+        ? {}
+        : { authorization: secret(a.webhook.authorizationEnv, "alerts.webhook.authorizationEnv") };
     sinks.push({
       name: "webhook",
       action: defineAction({
@@ -165,16 +239,23 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
         capabilities: {},
         execute: async (alert, op) => {
           const body = format === "slack" ? { text: alertText(alert) } : { ...alert, text: alertText(alert) };
-          const res = await fetch(url, {
+          const request = webhookRequest(url, {
             method: "POST",
-            headers: { "content-type": "application/json", "idempotency-key": op.key },
+            headers: { "content-type": "application/json", "idempotency-key": op.key, ...authorization },
             body: JSON.stringify(body),
             signal: AbortSignal.any([op.signal, AbortSignal.timeout(10_000)]),
+          });
+          const res = await fetch(request).catch((error: unknown) => {
+            if (!isBlockedPort(error)) throw error;
+            throw new WebhookNotSentError(
+              `fetch refuses to connect to port ${new URL(url).port} (a port it blocks for every request): nothing sent; give the receiver another port`,
+              { cause: error },
+            );
           });
           if (!res.ok) throw Object.assign(new Error(`webhook answered ${res.status}`), { status: res.status });
           return { delivered: true as const, detail: `HTTP ${res.status}` };
         },
-        classify: classifyDelivery,
+        classify: classifyDelivery(url),
       }),
     });
   }
@@ -219,9 +300,20 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
   return sinks;
 }
 
+/** What `deliver` did with one alert. */
+export interface Delivery {
+  /** No sink needs another try: delivered, refused for good, or in a person's hands. */
+  readonly done: boolean;
+  /**
+   * Sinks that did not take it this tick: down (not tried), not reached, refusing it (a first
+   * refusal, not one replayed), or failing. `idem daemon --once` exits 1 when any did.
+   */
+  readonly missed: number;
+}
+
 /**
  * Delivers one alert to every sink, once each (a replay answers an alert already delivered).
- * True when no sink needs another try: delivered, refused for good, or in a person's hands (a
+ * `done` when no sink needs another try: delivered, refused for good, or in a person's hands (a
  * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
  * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, timing
@@ -238,11 +330,13 @@ export async function deliver(
   onSent: (kind: AlertKind, sink: string) => void,
   reported: Set<string>,
   down: Set<string>,
-): Promise<boolean> {
-  let all = true;
+): Promise<Delivery> {
+  let done = true;
+  let missed = 0;
   for (const sink of sinks) {
     if (down.has(sink.name)) {
-      all = false; // tried again next tick
+      done = false; // tried again next tick
+      missed += 1;
       continue;
     }
     let out: RunResult<Delivered>;
@@ -257,7 +351,8 @@ export async function deliver(
       // The database is gone: the tick ends. Anything else (a bug: this key held other args) must
       // not stop the daemon's settling behind it: said loudly, and tried again next tick.
       if (error instanceof LedgerUnavailableError) throw error;
-      all = false;
+      done = false;
+      missed += 1;
       log.error(
         { err: error, sink: sink.name, operationId: alert.operationId },
         `alert delivery to ${sink.name} failed`,
@@ -268,13 +363,15 @@ export async function deliver(
     if (out.status !== "succeeded") {
       const inReview = out.status === "pending_verification" && out.state === "needs_review";
       // failed: the receiver refused for good; in review: a person decides; otherwise try again later
-      if (out.status === "pending_verification" && !inReview) all = false;
+      if (out.status === "pending_verification" && !inReview) done = false;
       // another replica is delivering this very alert right now: nothing is wrong
       if (out.status === "pending_verification" && out.state === "running") continue;
       if (inReview) {
         if (reported.has(out.operationId)) continue; // an earlier tick's: the sink was not tried now
         reported.add(out.operationId);
       }
+      // Not taken, or refused now (a refusal replayed was counted by the tick that heard it).
+      if (!inReview && !(out.status === "failed" && out.replayed)) missed += 1;
       // Not taken (unreachable, rate limiting, no answer): not tried again this tick. A refusal
       // (failed) was a quick, final answer for this alert alone.
       if (out.status === "pending_verification") down.add(sink.name);
@@ -284,5 +381,5 @@ export async function deliver(
       );
     }
   }
-  return all;
+  return { done, missed };
 }

@@ -26,7 +26,7 @@ import {
   type OperationRef,
   type Status,
 } from "@idem/core";
-import { alertActions } from "./alerts.js";
+import { alertActions, requireAlertSink } from "./alerts.js";
 import { ConfigError, actionsOf, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
@@ -81,6 +81,8 @@ async function withLedger<T>(
       migrate: schema === "migrate",
       create: schema !== "require",
       leaseMs: config.daemon.leaseMs,
+      // What this command completes (settled, resolved) is kept as long as the applications keep theirs.
+      ...(config.retentionMs !== undefined && { retentionMs: config.retentionMs }),
       ...(actions && { actions }),
       ...(options.onResult && { onResult: options.onResult }),
     });
@@ -192,27 +194,37 @@ function attemptNumber(v: string): number {
 const attemptOption = () =>
   new Option(
     "-a, --attempt <n>",
-    "the attempt you checked, as idem show printed it: refused (exit 4) if the operation moved on since",
+    "the attempt you checked, as idem show printed it (required): refused (exit 4) if the operation moved on since",
   ).argParser(attemptNumber);
 
 /**
- * Binds an operator's decision to the attempt they checked. The daemon keeps working on an unknown
- * operation (it may prove it absent and send it again): a decision taken on what it was before
- * would apply to an attempt nobody checked. So retrying an unknown one needs --attempt.
+ * Every decision names the attempt it was taken on. Without it, a decision would apply to
+ * whatever attempt the operation is at when the command runs: a retry of attempt 2, checked
+ * never sent, would mark attempt 4 not done, which may have been sent since (the daemon, or
+ * another person's retry, ran it meanwhile): a second effect. Checked before the ledger is opened.
  */
-async function seenAt(ledger: Ledger, ref: OperationRef, attempt: number | undefined, to: string) {
+function requireAttempt(attempt: number | undefined, ref: OperationRef, what: string): number {
+  if (attempt !== undefined) return attempt;
+  throw new InvalidValueError(
+    "attempt",
+    `${what} needs --attempt <n>, the attempt you checked, as \`idem show ${ref.id} --tenant ${ref.tenant}\` prints it: without it the decision would apply to whatever attempt the operation is at now, which may be a later one nobody checked (and may have been sent)`,
+  );
+}
+
+/** The operation as the operator checked it, at `attempt`: refused (exit 4) if it moved on since. */
+async function seenAt(ledger: Ledger, ref: OperationRef, attempt: number, to: string) {
   const { operation: op } = await ledger.get(ref);
-  if (attempt === undefined) {
-    if (op.status === "unknown" && to === "pending")
-      throw new InvalidValueError(
-        "attempt",
-        `operation ${op.id} is unknown and the daemon may still send it again: give --attempt ${op.attempt}, the attempt you checked, as idem show prints it`,
-      );
-    return undefined;
-  }
   if (op.attempt !== attempt)
     throw new InvalidTransitionError(op.id, `at attempt ${op.attempt} (${op.status}), not ${attempt} as checked`, to);
   return { status: op.status, attempt: op.attempt, checks: op.checks, updatedAt: op.updatedAt };
+}
+
+/**
+ * `idem retry --now` recorded the retry, then running it failed: the operation is not where the
+ * command left it (exit 1, not 2: the retry stands and the run may have done its effect).
+ */
+class RunAfterRetryError extends Error {
+  override readonly name = "RETRIED_RUN_FAILED";
 }
 
 /**
@@ -366,22 +378,18 @@ export function program(): Command {
           throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
         if (o.failed && o.receipt !== undefined)
           throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
+        const attempt = requireAttempt(o.attempt, { tenant: o.tenant, id }, "resolve");
         await withLedger(
           g(),
           async (ledger) => {
-            const seen = await seenAt(
-              ledger,
-              { tenant: o.tenant, id },
-              o.attempt,
-              o.succeeded ? "succeeded" : "failed",
-            );
+            const seen = await seenAt(ledger, { tenant: o.tenant, id }, attempt, o.succeeded ? "succeeded" : "failed");
             const common = {
               tenant: o.tenant,
               id,
               reason: o.reason,
               actor: actorOf(o.actor),
               ...(o.evidence !== undefined && { evidence: o.evidence }),
-              ...(seen && { seen }),
+              seen,
             };
             await ledger.admin.resolve(
               o.succeeded
@@ -405,25 +413,13 @@ export function program(): Command {
     .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
     .action(
       async (id: string, o: { tenant: string; reason: string; attempt?: number; actor?: string; now?: boolean }) => {
+        const attempt = requireAttempt(o.attempt, { tenant: o.tenant, id }, "retry");
         await withLedger(
           g(),
           async (ledger) => {
-            const seen = await seenAt(ledger, { tenant: o.tenant, id }, o.attempt, "pending");
-            await ledger.admin.retry({
-              tenant: o.tenant,
-              id,
-              reason: o.reason,
-              actor: actorOf(o.actor),
-              ...(seen && { seen }),
-            });
-            if (o.now)
-              await ledger.daemon.settle({ tenant: o.tenant, id, actor: actorOf(o.actor) }).catch((error: unknown) => {
-                if (!(error instanceof UnknownActionError)) throw error;
-                // The retry stands (a daemon whose config has the action runs it): say so, not only the error.
-                throw new ConfigError(
-                  `retried: ${id} is pending; not run now: this config has no action of type ${error.action} (a daemon whose config has it runs it)`,
-                );
-              });
+            const seen = await seenAt(ledger, { tenant: o.tenant, id }, attempt, "pending");
+            await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor), seen });
+            if (o.now) await runRetried(ledger, { tenant: o.tenant, id }, actorOf(o.actor), g().json === true);
             printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
           },
           {
@@ -515,16 +511,19 @@ export function program(): Command {
         "IDEM_TENANT",
       ),
     )
-    .action(async (o: { tenant?: string }) => {
+    .action(async (o: { tenant?: string }, mcp: Command) => {
+      let tenant: string | undefined;
       await withLedger(
         g(),
         async (ledger, config) => {
-          const tenant = o.tenant ?? config.mcp?.tenant;
-          if (!tenant)
-            throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
-          await serveMcp(ledger, config, tenant);
+          await serveMcp(ledger, config, tenant!);
         },
-        { actions: true },
+        {
+          actions: true,
+          beforeOpen: async (config) => {
+            tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
+          },
+        },
       );
     });
 
@@ -589,9 +588,17 @@ export function program(): Command {
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
           if (o.once) {
-            const { failed } = await daemon.tick();
-            // A cron job hears of it: exit 1, the rows named in the log above.
-            if (failed) throw new Error(`${failed} due operation(s) could not be settled; see the log`);
+            const { failed, undelivered } = await daemon.tick();
+            // A cron job hears of it: exit 1, the rows and deliveries named in the log above.
+            const said = [
+              ...(failed ? [`${failed} due operation(s) could not be settled`] : []),
+              ...(undelivered
+                ? [
+                    `${undelivered} alert delivery(ies) were not taken by their sink (down, not reached or refusing; the log says why)`,
+                  ]
+                : []),
+            ];
+            if (said.length) throw new Error(`${said.join("; ")}; see the log`);
             return;
           }
           const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
@@ -614,6 +621,7 @@ export function program(): Command {
           onResult: (r, info) => onResult?.(r, info),
           // /healthz and /metrics are served from the start: while the database is awaited, /healthz says so.
           beforeOpen: async (config) => {
+            requireAlertSink(config); // before anything is served or opened
             metrics = new DaemonMetrics(undefined, config.daemon.intervalMs, {
               perTenant: config.daemon.metricsPerTenant,
             });
@@ -639,6 +647,52 @@ export function program(): Command {
       }
     });
   return cmd;
+}
+
+/**
+ * Runs an operation just retried (`idem retry --now`). The retry is recorded whatever happens
+ * here: a failure says so, with where the operation is now (printed too), and exits 1, never 2
+ * (bad usage: nothing done), since the run may have performed its effect before it failed (a
+ * receipt that could not be kept).
+ */
+async function runRetried(ledger: Ledger, ref: OperationRef, actor: string, json: boolean): Promise<void> {
+  try {
+    await ledger.daemon.settle({ ...ref, actor });
+    return;
+  } catch (error) {
+    const why =
+      error instanceof UnknownActionError
+        ? `not run now: this config has no action of type ${error.action} (a daemon whose config has it runs it)`
+        : `running it now failed: ${(error as Error).message}`;
+    let now: string;
+    try {
+      const shown = await ledger.get(ref);
+      printOperation(shown, json);
+      now = `it is now ${shown.operation.status} at attempt ${shown.operation.attempt}`;
+    } catch (readError) {
+      now = `where it is now could not be read (${(readError as Error).message})`;
+    }
+    throw new RunAfterRetryError(
+      `retried: the retry of ${ref.id} is recorded; ${why}; ${now}: see idem show ${ref.id} --tenant ${ref.tenant}`,
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * The tenant `idem mcp` serves: --tenant, else the config's `mcp.tenant`, else IDEM_TENANT. An
+ * IDEM_TENANT left in an operator's shell must not move a model's server to another tenant than
+ * the config names: when both are set and differ (and no --tenant was given), it is refused.
+ */
+function mcpTenant(given: string | undefined, source: string | undefined, config: IdemConfig): string {
+  const configured = config.mcp?.tenant;
+  if (given !== undefined && source === "env" && configured !== undefined && given !== configured)
+    throw new ConfigError(
+      `idem mcp: IDEM_TENANT is ${JSON.stringify(given)} but the config's mcp.tenant is ${JSON.stringify(configured)}: unset IDEM_TENANT, or say --tenant to choose`,
+    );
+  const tenant = given ?? configured;
+  if (!tenant) throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
+  return tenant;
 }
 
 /**

@@ -57,6 +57,24 @@ const smtpServer = z
     message: "give both userEnv and passEnv (signing in), or neither",
   });
 
+/**
+ * Why `url` cannot be a webhook's URL, or undefined when it can. Credentials in it are refused:
+ * fetch will not make such a request, and a password is named (an environment variable), never
+ * written. Never quotes the URL (it may hold a secret).
+ */
+export function webhookUrlProblem(url: string): string | undefined {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return "must be a URL";
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return "must be an http or https URL";
+  if (parsed.username !== "" || parsed.password !== "")
+    return "must not hold a user name or password (user:password@host), which fetch refuses to send: give the receiver's token in a header (authorizationEnv: the NAME of an environment variable holding the Authorization value, such as `Bearer …` or `Basic …`), and a URL that is itself a secret in urlEnv (the NAME of an environment variable)";
+  return undefined;
+}
+
 /** An IMAP account (the sender's, a journal's): its login from the environment. */
 const imapServer = z
   .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
@@ -65,6 +83,12 @@ const imapServer = z
 const schema = z
   .object({
     ledger: z.string().min(1).default("sqlite:./idem.db"),
+    /**
+     * How long an operation this command completes (the daemon settles it, a person resolves it)
+     * is kept before `idem prune` may delete it, in whole milliseconds; null keeps it. It must be
+     * the applications' own `retentionMs` (openLedger's). Default: the core's, 30 days.
+     */
+    retentionMs: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
     actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
     /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
     tools: z
@@ -127,8 +151,24 @@ const schema = z
       .object({
         log: z.boolean().default(true),
         webhook: z
-          .object({ url: z.string().url(), format: z.enum(["json", "slack"]).default("json") })
+          .object({
+            url: z
+              .string()
+              .superRefine((url, ctx) => {
+                const problem = webhookUrlProblem(url);
+                if (problem) ctx.addIssue({ code: "custom", message: problem });
+              })
+              .optional(),
+            /** The NAME of an environment variable holding the URL (a Slack webhook's URL is itself a secret). */
+            urlEnv: envName.optional(),
+            /** The NAME of an environment variable holding the Authorization header's value (`Bearer …`). */
+            authorizationEnv: envName.optional(),
+            format: z.enum(["json", "slack"]).default("json"),
+          })
           .strict()
+          .refine((w) => (w.url === undefined) !== (w.urlEnv === undefined), {
+            message: "give url or urlEnv (the NAME of an environment variable holding the URL), one of them",
+          })
           .optional(),
         email: z
           .object({

@@ -93,16 +93,19 @@ export class Daemon {
 
   /**
    * One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`.
-   * `failed`: due operations it could not settle (each logged), for a run once to exit non-zero.
+   * `failed`: due operations it could not settle; `undelivered`: alert deliveries no sink took
+   * this tick (a sink down or refusing; `Delivery.missed`). Each is logged; a run once exits
+   * non-zero on either.
    */
-  async tick(): Promise<{ failed: number }> {
+  async tick(): Promise<{ failed: number; undelivered: number }> {
     // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
     const down = new Set<string>();
+    const tally = { undelivered: 0 };
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
-    await this.alertStuck(down);
-    const failed = await this.settleDue(down);
-    await this.alertPending(down);
-    return { failed };
+    await this.alertStuck(down, tally);
+    const failed = await this.settleDue(down, tally);
+    await this.alertPending(down, tally);
+    return { failed, undelivered: tally.undelivered };
   }
 
   /**
@@ -111,7 +114,7 @@ export class Daemon {
    * due (then this is the delivery's try for the tick): it is settled with its sink's action, and
    * counts for the sink as a delivery of the tick does (alerts.ts `deliver`).
    */
-  private async settleDue(down: Set<string>): Promise<number> {
+  private async settleDue(down: Set<string>, tally: { undelivered: number }): Promise<number> {
     if (this.stopping) return 0; // nothing claimed only to be given back
     let failed = 0;
     const d = this.config.daemon;
@@ -135,7 +138,10 @@ export class Daemon {
         break;
       }
       const sink = this.sinkOf(row);
-      if (sink && down.has(sink)) continue; // not tried again this tick; due again once the claim ends
+      if (sink && down.has(sink)) {
+        tally.undelivered += 1; // not tried again this tick; due again once the claim ends
+        continue;
+      }
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
         const out = await this.ledger.daemon.settle({
@@ -153,7 +159,7 @@ export class Daemon {
           { operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome },
           "settled",
         );
-        if (sink) await this.delivered(row, sink, out, down);
+        if (sink && !(await this.delivered(row, sink, out, down))) tally.undelivered += 1;
       } catch (error) {
         // The database is gone: end the tick rather than fail each row. The rest stay claimed for
         // claimMs: giving them back would only wait on the same database (a frozen one: its timeouts).
@@ -194,13 +200,21 @@ export class Daemon {
     return row.tenant === this.config.alerts.tenant ? sinkOf(row.action) : undefined;
   }
 
-  /** What a settled alert delivery tells: sent (counted), or not, said once; its sink not taking it, for the tick. */
-  private async delivered(row: DueOperation, sink: SinkName, out: RunResult<unknown>, down: Set<string>) {
-    if (out.status === "pending_verification" && out.state === "running") return; // another replica has it now
+  /**
+   * What a settled alert delivery tells: sent (counted), or not, said once; its sink not taking it,
+   * for the tick. False when its sink did not take it now (not reached, or refusing it).
+   */
+  private async delivered(
+    row: DueOperation,
+    sink: SinkName,
+    out: RunResult<unknown>,
+    down: Set<string>,
+  ): Promise<boolean> {
+    if (out.status === "pending_verification" && out.state === "running") return true; // another replica has it now
     const alert = (await this.ledger.get({ tenant: row.tenant, id: row.id })).args as Alert | null;
     if (out.status === "succeeded") {
       if (!out.replayed && alert) this.sent(alert.kind, sink);
-      return;
+      return true;
     }
     if (out.status === "pending_verification") {
       // Not taken (unreachable, rate limiting, no answer), as deliver() counts it. Only a pending
@@ -213,9 +227,11 @@ export class Daemon {
       { sink, operationId: alert?.operationId, delivery: out },
       `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
     );
+    // In review, it may have been sent: a person decides (said above), as deliver() counts it.
+    return out.status === "pending_verification" && out.state === "needs_review";
   }
 
-  private async alertStuck(down: Set<string>): Promise<void> {
+  private async alertStuck(down: Set<string>, tally: { undelivered: number }): Promise<void> {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.daemon.stuck({ olderThanMs: least });
@@ -225,7 +241,7 @@ export class Daemon {
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
-      await deliver(
+      const { missed } = await deliver(
         this.ledger,
         this.config,
         this.sinks,
@@ -238,6 +254,7 @@ export class Daemon {
         this.reported,
         down,
       );
+      tally.undelivered += missed;
       this.metrics.progress();
     }
   }
@@ -246,19 +263,19 @@ export class Daemon {
    * Alerts due, oldest first, a page at a time: alerts a sink that is down left undelivered stay
    * due, and must not keep the newer ones from the sinks that work (at most ALERT_PAGES a tick).
    */
-  private async alertPending(down: Set<string>): Promise<void> {
+  private async alertPending(down: Set<string>, tally: { undelivered: number }): Promise<void> {
     const limit = this.config.daemon.batch;
     let after: { updatedAt: number; id: string } | undefined;
     for (let page = 0; page < ALERT_PAGES && !this.stopping; page++) {
       const due = await this.ledger.daemon.alertsDue({ limit, ...(after && { after }) });
-      await this.alertPage(due, down);
+      await this.alertPage(due, down, tally);
       if (due.length < limit) return;
       const last = due[due.length - 1]!;
       after = { updatedAt: last.updatedAt, id: last.id };
     }
   }
 
-  private async alertPage(due: Operation[], down: Set<string>): Promise<void> {
+  private async alertPage(due: Operation[], down: Set<string>, tally: { undelivered: number }): Promise<void> {
     for (const op of due) {
       if (this.stopping) return;
       if (op.tenant === this.config.alerts.tenant) {
@@ -266,20 +283,19 @@ export class Daemon {
         continue;
       }
       const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      if (
-        await deliver(
-          this.ledger,
-          this.config,
-          this.sinks,
-          alertOf(kind, op),
-          op.updatedAt,
-          this.log,
-          this.sent,
-          this.reported,
-          down,
-        )
-      )
-        await this.ledger.daemon.ackAlert(op);
+      const { done, missed } = await deliver(
+        this.ledger,
+        this.config,
+        this.sinks,
+        alertOf(kind, op),
+        op.updatedAt,
+        this.log,
+        this.sent,
+        this.reported,
+        down,
+      );
+      tally.undelivered += missed;
+      if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
   }

@@ -1,14 +1,13 @@
 /** The idem command as a user runs it, on SQLite and Postgres: output, exit codes, audit, tenants, config errors. */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { readFileSync } from "node:fs";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
-import { databaseOf } from "@idem/core/testing";
-import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
+import { DIALECTS, freshDatabase, scaled, startChild, tempDir } from "@idem/testkit";
 import { emailActions } from "@idem/email";
 import { actionsOf, parseConfig } from "../src/config.js";
-import { idem } from "./support.js";
+import { CLI, idem } from "./support.js";
 
 const parked = defineAction({
   type: "sms.send",
@@ -53,6 +52,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "globex",
         "--succeeded",
+        "--attempt",
+        "2",
         "--reason",
         "looks done",
       ]);
@@ -109,6 +110,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--succeeded",
+        "--attempt",
+        "2",
         "--reason",
         "found",
         "--receipt",
@@ -127,6 +130,8 @@ for (const dialect of DIALECTS) {
             "--tenant",
             "acme",
             "--succeeded",
+            "--attempt",
+            "2",
             "--reason",
             "found",
             "--receipt",
@@ -146,6 +151,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--succeeded",
+        "--attempt",
+        "2",
         "--reason",
         "found in the SMS console",
         "--evidence",
@@ -185,6 +192,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--failed",
+        "--attempt",
+        "2",
         "--reason",
         "changed my mind",
       ]);
@@ -210,7 +219,7 @@ for (const dialect of DIALECTS) {
       // Before: done (exit 0), whatever attempt the daemon had reached since the operator looked.
       const bare = await retry();
       expect(bare.code).toBe(2);
-      expect(bare.stderr).toMatch(/give --attempt 1/);
+      expect(bare.stderr).toMatch(/retry needs --attempt <n>, the attempt you checked/);
       const stale = await retry("--attempt", "2");
       expect(stale.code).toBe(4);
       expect(stale.stderr).toMatch(/at attempt 1 \(unknown\), not 2 as checked/);
@@ -218,6 +227,139 @@ for (const dialect of DIALECTS) {
       const ok = await retry("--attempt", "1");
       expect(ok.code, ok.stderr).toBe(0);
       expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 1 });
+    });
+
+    it("retry and resolve without --attempt are refused (exit 2), saying to read the attempt with idem show: a retry checked at attempt 2 never applies to attempt 4", async () => {
+      const t = "bound";
+      const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms", "b"], args: { to: "+300" } });
+      expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 2 });
+      const decide = (...more: string[]) => idem(["--ledger", url, ...more, id, "--tenant", t]);
+      // A checked attempt 2 (never sent) and retried it; the run went to review again, at attempt 4.
+      const first = await decide("retry", "--attempt", "2", "--reason", "A: checked, never sent");
+      expect(first.code, first.stderr).toBe(0);
+      expect(await ledger.run(parked, { tenant: t, key: ["sms", "b"], args: { to: "+300" } })).toMatchObject({
+        state: "needs_review",
+      });
+      expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 4 });
+      // B checked attempt 2 too, and says so too late or not at all. Before: exit 0, attempt 4 (which
+      // may have been sent) marked not done, to be sent again.
+      const bare = await decide("retry", "--reason", "B: checked, never sent");
+      expect(bare.code, bare.stderr).toBe(2);
+      expect(bare.stderr).toMatch(
+        new RegExp(
+          `retry needs --attempt <n>, the attempt you checked, as \`idem show ${id} --tenant ${t}\` prints it`,
+        ),
+      );
+      const resolve = await decide("resolve", "--failed", "--reason", "B: never sent");
+      expect(resolve.code, resolve.stderr).toBe(2);
+      expect(resolve.stderr).toMatch(/resolve needs --attempt <n>/);
+      const stale = await decide("retry", "--attempt", "2", "--reason", "B: checked, never sent");
+      expect(stale.code).toBe(4);
+      expect(stale.stderr).toMatch(/at attempt 4 \(needs_review\), not 2 as checked/);
+      expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 4 });
+      // A failed operation too.
+      const done = await decide("resolve", "--failed", "--attempt", "4", "--reason", "never sent");
+      expect(done.code, done.stderr).toBe(0);
+      const again = await decide("retry", "--reason", "the cause is fixed");
+      expect(again.code, again.stderr).toBe(2);
+      expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "failed", attempt: 4 });
+    });
+
+    it("an operation a person resolves is kept as the config's retentionMs says: null never expires (not pruned a month later), a number, or the core's 30 days", async () => {
+      const dir = tempDir();
+      const cases = { keep: null, minute: 60_000, core: undefined } as const;
+      const later = await openTestLedger(url, { clock: () => Date.now() + 31 * 86_400_000 });
+      try {
+        for (const [name, retentionMs] of Object.entries(cases)) {
+          const t = `kept-${name}`;
+          const file = join(dir, `${name}.json`);
+          writeFileSync(file, JSON.stringify({ ledger: url, ...(retentionMs !== undefined && { retentionMs }) }));
+          const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to: "+1" } });
+          const out = await idem([
+            "--config",
+            file,
+            "resolve",
+            id,
+            "--tenant",
+            t,
+            "--succeeded",
+            "--attempt",
+            "2",
+            "--reason",
+            "found in the SMS console",
+          ]);
+          expect(out.code, out.stderr).toBe(0);
+          const { operation } = await ledger.get({ tenant: t, id });
+          expect(operation.status).toBe("succeeded");
+          // Before: completedAt + 30 days for every config (the core's default), so `idem prune`
+          // deleted after a month what the applications keep for ever, and a redelivered job ran again.
+          const kept = retentionMs === undefined ? 30 * 86_400_000 : retentionMs;
+          expect(operation.expiresAt, name).toBe(kept === null ? null : operation.completedAt! + kept);
+          expect(await later.admin.prune({ tenant: t }), name).toBe(kept === null ? 0 : 1);
+        }
+        expect((await ledger.admin.list({ tenant: "kept-keep" })).map((o) => o.status)).toEqual(["succeeded"]);
+      } finally {
+        await later.close();
+      }
+    });
+
+    it("idem retry --now whose run fails after the retry was recorded says the retry stands and where the operation is (exit 1, not 2)", async () => {
+      const dir = tempDir();
+      const effects = join(dir, "effects");
+      const file = join(dir, "idem.config.mjs");
+      // The effect is a line in a file; the receipt is one the ledger cannot keep: not JSON, or over 64 KiB.
+      writeFileSync(
+        file,
+        `import { appendFileSync } from "node:fs";
+export default {
+  ledger: ${JSON.stringify(url)},
+  actions: [{
+    type: "sms.send",
+    capabilities: {},
+    execute: async (args) => {
+      appendFileSync(${JSON.stringify(effects)}, args.to + "\\n");
+      return args.to === "+nan" ? { sid: "SM1", price: Number.NaN } : { sid: "SM2", blob: "x".repeat(70_000) };
+    },
+  }],
+};
+`,
+      );
+      for (const [to, failure] of [
+        ["+nan", /result\.price: NaN is not a JSON number/],
+        ["+big", /result is \d+ bytes, over the limit of 65536/],
+      ] as const) {
+        const t = `rerun${to.slice(1)}`;
+        const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to } });
+        const out = await idem([
+          "--config",
+          file,
+          "retry",
+          id,
+          "--tenant",
+          t,
+          "--attempt",
+          "2",
+          "--reason",
+          "checked: never sent",
+          "--now",
+        ]);
+        // Before: exit 2 ("bad usage") for the NaN, and for both only the run's error, as if nothing was done.
+        expect(out.code, out.stderr).toBe(1);
+        expect(out.stderr).toMatch(
+          new RegExp(
+            `^idem: retried: the retry of ${id} is recorded; running it now failed: ${failure.source}.*; it is now needs_review at attempt 3: see idem show ${id} --tenant ${t}\n$`,
+          ),
+        );
+        expect(out.stdout).toMatch(/^status\s+needs_review$/m);
+        expect(
+          readFileSync(effects, "utf8")
+            .split("\n")
+            .filter((l) => l === to),
+        ).toHaveLength(1); // performed once
+        const { operation, events } = await ledger.get({ tenant: t, id });
+        expect(operation).toMatchObject({ status: "needs_review", attempt: 3 });
+        expect(events.map((e) => e.to).slice(-3)).toEqual(["pending", "running", "needs_review"]);
+      }
     });
 
     it("ls never shows two long keys alike: a cut label ends with the start of the key's hash", async () => {
@@ -385,6 +527,53 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
       const out = await idem(["--config", file, "console"]);
       expect(out.code, out.stderr).toBe(2);
       expect(out.stderr).toMatch(message);
+    }
+  });
+
+  it("refuses a daemon whose alerts go nowhere (alerts.log false, no webhook, no email): exit 2 naming alerts, run once or serving its console", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${join(dir, "l.db")}`;
+    expect((await idem(["--ledger", ledger, "migrate"])).code).toBe(0);
+    const file = join(dir, "idem.config.json");
+    const console = { port: 0, insecureNoAuth: true };
+    writeFileSync(file, JSON.stringify({ ledger, alerts: { log: false }, daemon: { console: true }, console }));
+    // Before: exit 0, and the daemon acknowledged every alert with nowhere to send it.
+    const once = await idem(["--config", file, "daemon", "--once"]);
+    expect(once.code, once.stderr).toBe(2);
+    expect(once.stderr).toMatch(/^idem: invalid config .*: alerts: no sink \(log is false, and no webhook or email\)/);
+    const daemon = startChild(CLI, ["--config", file, "daemon"]); // killed when the test ends, if it ran
+    const started = daemon.waitFor(/"msg":"daemon started"/).then(
+      () => "started",
+      () => "exited",
+    );
+    expect(await Promise.race([daemon.exited.then(({ code }) => code), started])).toBe(2);
+    expect((await daemon.exited).stderr).toMatch(/alerts: no sink/);
+    // Still accepted where no alert is delivered.
+    expect((await idem(["--config", file, "stats"])).code).toBe(0);
+  });
+
+  it("refuses a webhook URL holding a user name or password, written or in urlEnv (exit 2, naming the key; the password never said)", async () => {
+    const dir = tempDir();
+    const ledger = `sqlite:${join(dir, "l.db")}`;
+    expect((await idem(["--ledger", ledger, "migrate"])).code).toBe(0);
+    const withCredentials = "https://alerts:hunter2-pw@hooks.example.test/in";
+    for (const [webhook, said] of [
+      [{ url: withCredentials }, /alerts\.webhook\.url: must not hold a user name or password/],
+      [
+        { urlEnv: "IDEM_TEST_HOOK_URL" },
+        /alerts\.webhook\.urlEnv: the URL in environment variable IDEM_TEST_HOOK_URL must not hold a user name or password/,
+      ],
+      [{ url: "https://hooks.example.test/in", urlEnv: "IDEM_TEST_HOOK_URL" }, /alerts\.webhook: give url or urlEnv/],
+      [{ url: "ftp://hooks.example.test/in" }, /alerts\.webhook\.url: must be an http or https URL/],
+    ] as const) {
+      const file = join(dir, "idem.config.json");
+      writeFileSync(file, JSON.stringify({ ledger, alerts: { webhook } }));
+      // Before: accepted; fetch refused every delivery, which went to review with the password in its reason.
+      const out = await idem(["--config", file, "daemon", "--once"], { IDEM_TEST_HOOK_URL: withCredentials });
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr).toMatch(said);
+      if (said.source.includes("password")) expect(out.stderr).toMatch(/in a header \(authorizationEnv: /);
+      expect(out.stderr + out.stdout).not.toContain("hunter2");
     }
   });
 

@@ -406,6 +406,8 @@ for (const dialect of DIALECTS) {
               delivery!.id,
               "--tenant",
               "idem-alerts",
+              "--attempt",
+              String(delivery!.attempt),
               "--reason",
               "the channel shows no such alert",
               ...flags,
@@ -479,14 +481,17 @@ for (const dialect of DIALECTS) {
             s.delivery.id,
             "--tenant",
             "idem-alerts",
+            "--attempt",
+            String(s.delivery.attempt),
             "--reason",
             "the channel shows no such alert",
             "--now",
           ]);
           // Before: `no action of type "idem.alert.webhook" is registered`, exit 1, silent on the retry.
-          expect(now.code, now.stderr).toBe(2);
+          // Exit 1, not 2 (bad usage: nothing done): the retry is recorded.
+          expect(now.code, now.stderr).toBe(1);
           expect(now.stderr).toMatch(
-            /retried: .* is pending; not run now: this config has no action of type idem\.alert\.webhook/,
+            /retried: the retry of .* is recorded; not run now: this config has no action of type idem\.alert\.webhook .*; it is now pending at attempt \d+: see idem show/,
           );
           const without = await s.pass(noWebhook);
           // Before: failed ("no webhook alert sink"), and the replica with the sink read that as
@@ -505,6 +510,178 @@ for (const dialect of DIALECTS) {
           expect((await s.ledger.get({ tenant: "idem-alerts", id: s.delivery.id })).operation.status).toBe("succeeded");
         } finally {
           await s.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "an operation the daemon settles is kept as the config's retentionMs says: null never expires, and a redelivered job a month later is answered from the ledger",
+      async () => {
+        const own = await freshDatabase(dialect); // idem daemon --once settles every due row: only this test's
+        const dir = tempDir();
+        const t = tenant();
+        const lookup = fileAction("lookup", dir);
+        // The application keeps its operations for ever; its worker's answer was lost after the effect.
+        const agent = await openLedger(own, { retentionMs: null, budget: { attempts: 1, baseDelayMs: 1 } });
+        const lost = await agent.run(answerLost(lookup), { tenant: t, key: ["job"], args: { note: "x" } });
+        expect(lost).toMatchObject({ status: "pending_verification", state: "unknown" });
+        const id = lost.operationId;
+        await until(
+          async () => ((await agent.get({ tenant: t, id })).operation.nextCheckAt ?? 0) < Date.now(),
+          10_000,
+          "the unknown outcome to be due",
+        );
+        await agent.close();
+        const env = { LEDGER_URL: own, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RETENTION_MS: "null" };
+        const pass = await idem(["--config", CONFIG, "daemon", "--once", "--name", "d-keep"], env);
+        expect(pass.code, pass.stderr + pass.stdout).toBe(0);
+        // A month and a day later, by the ledger's clock: the operator's prune, then the job redelivered.
+        const later = await openTestLedger(own, {
+          retentionMs: null,
+          clock: () => Date.now() + 31 * 86_400_000,
+          actions: [lookup],
+        });
+        try {
+          const { operation, events } = await later.get({ tenant: t, id });
+          expect(events.at(-1)).toMatchObject({ to: "succeeded", actor: "idem-daemon:d-keep" });
+          // Before: completedAt + 30 days, the core's default, whatever the applications keep.
+          expect(operation.expiresAt).toBeNull();
+          expect(await later.admin.prune({ tenant: t })).toBe(0);
+          const again = await later.run(lookup, { tenant: t, key: ["job"], args: { note: "x" } });
+          expect(again).toMatchObject({ status: "succeeded", replayed: true });
+          expect(lines(join(dir, "effects"))).toHaveLength(1); // done once
+        } finally {
+          await later.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    /** A needs_review operation alone in a database of its own, whose alert `idem daemon --once` passes try to send. */
+    async function alertToSend() {
+      const own = await freshDatabase(dialect);
+      const ownLedger = await openLedger(own, { poolSize: 2 });
+      const dir = tempDir();
+      const parked = await ownLedger.run(lostAnswer(dir), { tenant: tenant(), key: ["r"], args: { note: "x" } });
+      expect(parked).toMatchObject({ state: "needs_review" });
+      let passes = 0;
+      /** `idem daemon --once` with this webhook config (`url` or `urlEnv`...) and environment. */
+      const pass = (webhook: Record<string, unknown>, env: Record<string, string> = {}) => {
+        const file = join(dir, `idem.config.${++passes}.json`);
+        writeFileSync(file, JSON.stringify({ ledger: own, alerts: { log: false, webhook } }));
+        return idem(["--config", file, "daemon", "--once", "--name", "d-hook"], env);
+      };
+      const delivery = async () => {
+        const [one, ...more] = await ownLedger.admin.list({ tenant: "idem-alerts" });
+        expect(more).toEqual([]);
+        return (await ownLedger.get({ tenant: "idem-alerts", id: one!.id })).operation;
+      };
+      const due = async () =>
+        (await ownLedger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === parked.operationId);
+      return { own, ledger: ownLedger, parked, pass, delivery, due };
+    }
+
+    it(
+      "idem daemon --once exits 1 when an alert was not delivered (its webhook refuses connections), and says so; 0 once it is",
+      async () => {
+        const s = await alertToSend();
+        try {
+          const down = await s.pass({ url: `http://127.0.0.1:${await freePort()}/hook` });
+          // Before: exit 0, and a cron job never heard that no alert went out.
+          expect(down.code, down.stderr).toBe(1);
+          expect(down.stderr).toMatch(
+            /^idem: \d+ alert delivery\(ies\) were not taken by their sink .*; see the log\n$/,
+          );
+          expect(await s.due()).toBe(true);
+          expect(await s.delivery()).toMatchObject({
+            status: "pending",
+            reason: expect.stringMatching(/receiver not reached \(ECONNREFUSED\)/),
+          });
+          const hook = await webhookReceiver();
+          try {
+            const up = await s.pass({ url: hook.url });
+            expect(up.code, up.stderr).toBe(0);
+            expect(hook.alerts.map((a) => a.operationId)).toEqual([s.parked.operationId]);
+            expect(await s.due()).toBe(false);
+          } finally {
+            await hook.close();
+          }
+        } finally {
+          await s.ledger.close();
+        }
+      },
+      scaled(240_000),
+    );
+
+    it(
+      "a webhook request fetch will not send (a blocked port, a header it refuses) is not sent, not 'maybe sent': the alert stays due, each pass says why, no secret is kept; urlEnv and authorizationEnv send it",
+      async () => {
+        const s = await alertToSend();
+        const received: { authorization: string | undefined; body: Record<string, unknown> }[] = [];
+        const receiver = createServer((req, res) => {
+          let body = "";
+          req.on("data", (c) => (body += c));
+          req.on("end", () => {
+            received.push({ authorization: req.headers.authorization, body: JSON.parse(body) });
+            res.writeHead(200).end("ok");
+          });
+        });
+        await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
+        const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+        const said = (out: { stdout: string }) =>
+          out.stdout
+            .split("\n")
+            .filter((l) => l.includes("did not succeed"))
+            .map((l) => (JSON.parse(l) as { delivery: { reason: string } }).delivery.reason);
+        try {
+          // 6000 is one of the ports fetch refuses for every request, before connecting.
+          for (let i = 0; i < 2; i++) {
+            const blocked = await s.pass({ url: "http://127.0.0.1:6000/hook" });
+            // Before: "delivery unknown: fetch failed", in review: the alert acked as delivered, never sent.
+            expect(await s.delivery()).toMatchObject({
+              status: "pending",
+              reason: expect.stringMatching(/webhook request not sent: fetch refuses to connect to port 6000/),
+            });
+            expect(await s.due()).toBe(true);
+            expect(said(blocked)).toContainEqual(expect.stringMatching(/refuses to connect to port 6000/)); // each pass
+            expect(blocked.code, blocked.stderr).toBe(1);
+          }
+          // A header value fetch refuses (a line break): the request cannot be made. Its value never shows.
+          const badHeader = await s.pass(
+            { url, authorizationEnv: "IDEM_TEST_HOOK_AUTH" },
+            { IDEM_TEST_HOOK_AUTH: "Bearer s3cr3t-token\nX: y" },
+          );
+          expect(await s.delivery()).toMatchObject({
+            status: "pending",
+            reason: expect.stringMatching(/webhook request not sent: fetch could not make the request/),
+          });
+          expect(said(badHeader)).toContainEqual(expect.stringMatching(/could not make the request/));
+          expect(badHeader.code, badHeader.stderr).toBe(1);
+          expect(received).toEqual([]);
+          const id = (await s.delivery()).id;
+          for (const shown of [
+            await idem(["--ledger", s.own, "--json", "ls", "--tenant", "idem-alerts"]),
+            await idem(["--ledger", s.own, "--json", "show", id, "--tenant", "idem-alerts"]),
+          ]) {
+            expect(shown.code, shown.stderr).toBe(0);
+            expect(shown.stdout).not.toContain("s3cr3t");
+          }
+          expect(badHeader.stdout + badHeader.stderr).not.toContain("s3cr3t");
+          // The URL from the environment (a Slack URL is itself a secret), the token in a header: sent.
+          const sent = await s.pass(
+            { urlEnv: "IDEM_TEST_HOOK_URL", authorizationEnv: "IDEM_TEST_HOOK_AUTH", format: "slack" },
+            { IDEM_TEST_HOOK_URL: url, IDEM_TEST_HOOK_AUTH: "Bearer t0ken" },
+          );
+          expect(sent.code, sent.stderr + sent.stdout).toBe(0);
+          expect(received).toEqual([
+            { authorization: "Bearer t0ken", body: { text: expect.stringContaining(s.parked.operationId) } },
+          ]);
+          expect(await s.delivery()).toMatchObject({ status: "succeeded" });
+          expect(await s.due()).toBe(false);
+        } finally {
+          await s.ledger.close();
+          await new Promise((r) => receiver.close(r));
         }
       },
       scaled(240_000),

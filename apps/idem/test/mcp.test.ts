@@ -10,7 +10,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
-import { CLI } from "./support.js";
+import { CLI, idem } from "./support.js";
 
 const MCP_CONFIG = fileURLToPath(new URL("./fixtures/mcp.config.ts", import.meta.url));
 type Result = {
@@ -24,10 +24,10 @@ afterEach(async () => {
   for (const c of clients.splice(0)) await c.close(); // closes stdin and ends the server process
 });
 
-async function connect(env: Record<string, string>): Promise<Client> {
+async function connect(env: Record<string, string>, flags: string[] = []): Promise<Client> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+    args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp", ...flags],
     env: { ...(process.env as Record<string, string>), ...env },
     stderr: "pipe",
   });
@@ -81,3 +81,33 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+describe("idem mcp's tenant", () => {
+  it("an IDEM_TENANT that differs from the config's mcp.tenant is refused (exit 2, naming both); --tenant chooses", async () => {
+    const dir = tempDir();
+    const url = await freshDatabase("sqlite");
+    const ledger = await openLedger(url); // migrated: idem mcp never migrates
+    try {
+      const env = { LEDGER_URL: url, EFFECT_DIR: dir, TENANT: "acme" };
+      // Its stdin ends at once: a server that starts serves nothing and ends too.
+      const refused = await idem(["--config", MCP_CONFIG, "mcp"], { ...env, IDEM_TENANT: "globex" }, { noInput: true });
+      // Before: it served tenant globex, the operator's shell variable overriding the config.
+      expect(refused.code, refused.stderr).toBe(2);
+      expect(refused.stderr).toMatch(/IDEM_TENANT is "globex" but the config's mcp\.tenant is "acme"/);
+      expect(refused.stdout).toBe(""); // no protocol message: nothing served
+      // The same tenant in both is no conflict; --tenant is the operator's explicit choice.
+      for (const [more, flags, tenant] of [
+        [{ IDEM_TENANT: "acme" }, [], "acme"],
+        [{ IDEM_TENANT: "acme" }, ["--tenant", "globex"], "globex"],
+      ] as const) {
+        const client = await connect({ ...env, ...more }, [...flags]);
+        const out = (await client.callTool({ name: "send_note", arguments: { noteId: tenant, text: "hi" } })) as Result;
+        expect(out.structuredContent, JSON.stringify(out)).toMatchObject({ status: "done" });
+        const id = out.structuredContent!.operationId as string;
+        expect((await ledger.get({ tenant, id })).operation.status).toBe("succeeded");
+      }
+    } finally {
+      await ledger.close();
+    }
+  });
+});

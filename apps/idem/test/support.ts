@@ -46,15 +46,20 @@ export async function until(
   }
 }
 
-/** Runs `idem …` to completion. */
+/**
+ * Runs `idem …` to completion. `noInput`: its stdin is at its end from the start (`idem mcp`
+ * serves until then, so it ends too).
+ */
 export function idem(
   args: string[],
   env: Record<string, string> = {},
+  options: { noInput?: boolean } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const p = spawn(process.execPath, ["--conditions=idem-source", "--import", "tsx", CLI, ...args], {
       env: { ...process.env, ...env },
     });
+    if (options.noInput) p.stdin.end();
     let stdout = "";
     let stderr = "";
     p.stdout.on("data", (d) => (stdout += d));
