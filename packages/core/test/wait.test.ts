@@ -48,21 +48,26 @@ for (const dialect of DIALECTS) {
       const mail = p.action("mail", {});
       const ledger = await db.open({ actions: [mail] });
       const tenant = uniqueTenant();
-      p.gate = new Promise<void>(() => {}); // never released: the operation stays running
+      let release!: () => void;
+      p.gate = new Promise<void>((r) => (release = r)); // the operation stays running until the end
       void ledger.run(mail, { tenant, key: ["stuck"], args: { to: "a" } }).catch(() => {});
-      await p.called(1);
-      const [op] = await ledger.admin.list({ tenant });
-      const t0 = performance.now();
-      expect(await ledger.wait({ tenant, id: op!.id, timeoutMs: 300 })).toMatchObject({
-        status: "pending_verification",
-        state: "running",
-      });
-      expect(performance.now() - t0).toBeGreaterThanOrEqual(280);
-      const ac = new AbortController();
-      const aborted = ledger.wait({ tenant, id: op!.id, timeoutMs: 60_000, signal: ac.signal });
-      ac.abort();
-      expect(await aborted).toMatchObject({ status: "pending_verification" });
-      await expect(ledger.status({ tenant: uniqueTenant(), id: op!.id })).rejects.toThrow(/no operation/i);
+      try {
+        await p.called(1);
+        const [op] = await ledger.admin.list({ tenant });
+        const t0 = performance.now();
+        expect(await ledger.wait({ tenant, id: op!.id, timeoutMs: 300 })).toMatchObject({
+          status: "pending_verification",
+          state: "running",
+        });
+        expect(performance.now() - t0).toBeGreaterThanOrEqual(280);
+        const ac = new AbortController();
+        const aborted = ledger.wait({ tenant, id: op!.id, timeoutMs: 60_000, signal: ac.signal });
+        ac.abort();
+        expect(await aborted).toMatchObject({ status: "pending_verification" });
+        await expect(ledger.status({ tenant: uniqueTenant(), id: op!.id })).rejects.toThrow(/no operation/i);
+      } finally {
+        release(); // the ledger's close waits for the call in flight (up to a lease)
+      }
     });
   });
 
