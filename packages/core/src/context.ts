@@ -92,7 +92,7 @@ export class LedgerContext {
     actions: readonly Action<any, any>[],
     readonly tracing: Tracing,
   ) {
-    this.runner = new Runner(store, tracing, () => this.closing);
+    this.runner = new Runner(store, tracing, this.closingController.signal);
     this.reports = new Reports(store);
     for (const a of actions) this.actions.set(a.type, a);
   }
@@ -104,6 +104,7 @@ export class LedgerContext {
 
   /** Set once `close` began: no call starts, and no request is sent (see Runner). */
   private closing = false;
+  private readonly closingController = new AbortController();
   private closure: Promise<void> | undefined;
 
   /**
@@ -115,6 +116,7 @@ export class LedgerContext {
   close(): Promise<void> {
     this.closure ??= (async () => {
       this.closing = true;
+      this.closingController.abort(); // pauses end; no call waits or sends from now on
       await this.runner.quiesce(this.settings.leaseMs);
       this.closed = true;
       await this.db.destroy();

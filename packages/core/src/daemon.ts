@@ -89,7 +89,14 @@ export class LedgerDaemon {
    * outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock, goes to a
    * person instead of being checked again.
    */
-  async settle(
+  settle(
+    options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation },
+  ): Promise<RunResult<unknown>> {
+    // In flight from its first read: a close begun meanwhile waits for it.
+    return this.#context.runner.track(() => this.#settle(options));
+  }
+
+  async #settle(
     options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation },
   ): Promise<RunResult<unknown>> {
     const context = this.#context;

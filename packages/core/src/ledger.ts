@@ -162,7 +162,13 @@ export class Ledger {
    * ambiguous outcomes come back as `pending_verification`, never as a guess. Throws only for
    * caller bugs: `ArgsMismatchError`, `InvalidValueError`, `PayloadTooLargeError` (nothing written).
    */
-  async run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
+  run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
+    // In flight from its first line (its args are parsed before it reaches the runner): a close
+    // begun meanwhile waits for it.
+    return this.#context.runner.track(() => this.#run(action, input));
+  }
+
+  async #run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
     const context = this.#context;
     context.assertOpen();
     requireName(input.tenant, "tenant");

@@ -100,8 +100,12 @@ export class Runner {
   constructor(
     private readonly store: Store,
     private readonly tracing: Tracing,
-    private readonly closing: () => boolean = () => false,
+    private readonly closingSignal: AbortSignal = new AbortController().signal,
   ) {}
+
+  private closing(): boolean {
+    return this.closingSignal.aborted;
+  }
 
   /** Calls (and settlements) in flight, and who waits for there to be none. */
   private inFlight = 0;
@@ -120,7 +124,8 @@ export class Runner {
     }
   }
 
-  private async tracked<T>(work: () => Promise<T>): Promise<T> {
+  /** Counts `work` as a call in flight, from now (synchronously) until it ends: `close` waits for it. */
+  async track<T>(work: () => Promise<T>): Promise<T> {
     this.inFlight += 1;
     try {
       return await work();
@@ -131,7 +136,7 @@ export class Runner {
   }
 
   run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
-    return this.tracked(() => this.runCall(call));
+    return this.track(() => this.runCall(call));
   }
 
   /**
@@ -139,7 +144,7 @@ export class Runner {
    * then on fresh snapshots while its own steps ask to look again.
    */
   settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
-    return this.tracked(() => this.settleCall(call, row, escalate));
+    return this.track(() => this.settleCall(call, row, escalate));
   }
 
   private async runCall<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
@@ -190,12 +195,15 @@ export class Runner {
   }
 
   private async pause<A, R>(call: Call<A, R>, ms: number): Promise<void> {
-    // A step that lost a race looks again at once, but lets timers and signals run first.
+    // A step that lost a race looks again at once, but lets timers and signals run first. A
+    // ledger closing ends the pause: the next step answers without waiting or sending.
+    const signal = call.signal ? AbortSignal.any([call.signal, this.closingSignal]) : this.closingSignal;
     try {
-      if (ms > 0) await sleep(ms, undefined, call.signal ? { signal: call.signal } : undefined);
+      if (ms > 0) await sleep(ms, undefined, { signal });
       else await yieldToLoop();
     } catch (error) {
       call.signal?.throwIfAborted(); // the caller's own reason, not the timer's AbortError
+      if (this.closing()) return;
       throw error;
     }
   }
@@ -249,10 +257,13 @@ export class Runner {
     if (isSettled(snap)) return { done: replayOf<R>(snap) };
     const elapsed = Date.now() - state.started;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
-    const mayWaitMs = state.settling ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
+    // A ledger closing neither waits nor sends: the next caller or the daemon will.
+    const closing = this.closing();
+    const mayWaitMs =
+      state.settling || closing ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs,
-      mayExecute: nextDelay(s.budget, state.executed, elapsed, 0) !== null,
+      mayExecute: !closing && nextDelay(s.budget, state.executed, elapsed, 0) !== null,
       // Lazy args count only where none were fixed: a row holding an args hash was (maybe) sent
       // with args it did not store, and a generator would make other ones under the same key.
       hasArgs: call.args.kind === "given" || (call.args.kind === "lazy" && snap.args_hash === null),
@@ -796,6 +807,9 @@ export class Runner {
       },
       Math.max(10, Math.floor(leaseMs / 3)),
     );
+    // The heartbeat alone does not keep the process running: an action that waits on nothing
+    // (it ignored its signal) after the ledger closed must not hold the process open for ever.
+    timer.unref();
     // Read synchronously, before a request is sent: the deadline's timer may not have fired yet
     // when the answer that granted the lease arrived late.
     const held = () => !lost && clock() < until;

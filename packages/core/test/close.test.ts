@@ -6,7 +6,8 @@
  * running (a person's review, for an effect done exactly once).
  */
 import { describe, expect, it } from "vitest";
-import { LedgerConfigError } from "@idem/core";
+import { z } from "zod";
+import { defineAction, LedgerConfigError } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -54,6 +55,39 @@ for (const dialect of DIALECTS) {
         status: "succeeded",
       });
       expect(p.effects).toHaveLength(2);
+    });
+
+    it("a call waiting out a Retry-After, or still checking its input, when close begins: answered pending at once, nothing sent", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "slow down", retryAfterMs: 10_000 } });
+      const waiting = ledger.run(mail, { tenant, key: ["rate-limited"], args: { to: "x" } });
+      await p.called(1); // refused before anything was done; now in its 10 s pause
+      // Its input schema is checked before the call reaches the runner: it counts from its first line.
+      const sent: unknown[] = [];
+      const checked = defineAction({
+        type: "checked",
+        capabilities: {},
+        input: z.object({ to: z.string().refine(async () => true) }),
+        execute: async (a) => {
+          sent.push(a);
+          return { ok: true };
+        },
+      });
+      const parsing = ledger.run(checked, { tenant, key: ["parsing"], args: { to: "y" } });
+      const t0 = performance.now();
+      await ledger.close();
+      expect(performance.now() - t0).toBeLessThan(5_000); // not the pause, nor a lease
+      expect(await waiting).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(await parsing).toMatchObject({
+        status: "pending_verification",
+        state: "pending",
+        reason: expect.stringMatching(/the ledger was closing/),
+      });
+      expect(p.calls).toBe(1);
+      expect(sent).toHaveLength(0);
     });
   });
 }

@@ -40,8 +40,11 @@ export interface Lookup<A> {
   confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
-  /** Why the object found shows Stripe refused our request (its final answer), if it does. */
-  refused?(found: NonNullable<Found>, args: A): string | undefined;
+  /**
+   * The verdict on an object found, when the object alone is not the effect's proof (undefined:
+   * it is): read again by id, consistently, since Search may show an older state.
+   */
+  judge?(stripe: Stripe, found: NonNullable<Found>, args: A): Promise<ReconcileResult<StripeReceipt> | undefined>;
 }
 
 /**
@@ -82,14 +85,31 @@ export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confi
       }),
       key,
     ),
-  // Created with confirm and declined: Stripe answered the request with the decline (a 402 saved
-  // under the key) and left the intent waiting for another payment method. Found, it is that
-  // answer, not a charge. Without confirm, a later decline (the customer's own confirmation) is not ours.
-  refused: (pi, args) => {
+  // Created with confirm, the request's answer was a charge or its decline (a 402 saved under the
+  // key, the intent left waiting for another payment method). Found waiting so, with the decline
+  // on it, it is that answer. Waiting without it (an update clears it), for confirmation (another
+  // card attached since) or canceled: whether our confirmation was declined cannot be told, and a
+  // person decides. Without confirm, whatever became of the intent since is its customer's doing.
+  judge: async (stripe, found, args) => {
+    if (args?.confirm !== true) return undefined;
+    const unpaid = ["requires_payment_method", "requires_confirmation", "canceled"];
+    if (!unpaid.includes(found.status ?? "")) return undefined;
+    const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
+    if (!unpaid.includes(pi.status)) return { found: true, receipt: toReceipt(pi, null, false) };
     const e = pi.last_payment_error;
-    if (args?.confirm !== true || pi.status !== "requires_payment_method" || !e) return undefined;
-    const code = [e.code, e.decline_code].filter(Boolean).join(" ");
-    return `Stripe declined the payment intent ${pi.id} at its confirmation (${code || "no code"}): ${e.message ?? "no message"}`;
+    if (pi.status === "requires_payment_method" && e) {
+      const code = [e.code, e.decline_code].filter(Boolean).join(" ");
+      return {
+        found: false,
+        proof: "refused",
+        reason: `Stripe declined the payment intent ${pi.id} at its confirmation (${code || "no code"}): ${e.message ?? "no message"}`,
+      };
+    }
+    return {
+      found: false,
+      proof: "never",
+      reason: `found the payment intent ${pi.id}, created with confirm, now ${pi.status}${e ? "" : " with no payment error on it"}: whether Stripe declined our confirmation or it changed since cannot be told from it; look at it in the dashboard`,
+    };
   },
 };
 
@@ -139,14 +159,14 @@ export async function reconcileByLookup<A>(
   let listed: string | undefined; // why only the consistent list was read: Search failed
   try {
     const found = await lookup.find(stripe, args, op.key);
-    if (found) return answerOf(lookup, found, args);
+    if (found) return answerOf(stripe, lookup, found, args);
   } catch (error) {
     // Search refused or down (Stripe does not offer it everywhere; an incident): the consistent
     // list answers on its own, and does not lag.
     if (!lookup.confirm) throw error;
     const inList = await lookup.confirm(stripe, args, op.key, window);
     if (inList === TOO_MANY) return tooMany("Stripe Search failed");
-    if (inList) return answerOf(lookup, inList, args);
+    if (inList) return answerOf(stripe, lookup, inList, args);
     listed = `Stripe Search failed (${(error as Error)?.message ?? String(error)})`;
   }
   // Without the database's time no window can be judged (a runner that does not fill `now`):
@@ -173,7 +193,7 @@ export async function reconcileByLookup<A>(
   if (lookup.confirm && listed === undefined) {
     const inList = await lookup.confirm(stripe, args, op.key, window);
     if (inList === TOO_MANY) return tooMany("not in Stripe Search");
-    if (inList) return answerOf(lookup, inList, args);
+    if (inList) return answerOf(stripe, lookup, inList, args);
   }
   const keptMs = op.createdAt + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
@@ -204,12 +224,14 @@ export async function reconcileByLookup<A>(
   };
 }
 
-/** An object found with our key: the effect, or Stripe's refusal of the request it records. */
-function answerOf<A>(lookup: Lookup<A>, found: NonNullable<Found>, args: A): ReconcileResult<StripeReceipt> {
-  const refused = lookup.refused?.(found, args);
-  return refused
-    ? { found: false, proof: "refused", reason: refused }
-    : { found: true, receipt: toReceipt(found, null, false) };
+/** An object found with our key: the effect, or what its lookup's judge makes of it (a refusal, a person's question). */
+async function answerOf<A>(
+  stripe: Stripe,
+  lookup: Lookup<A>,
+  found: NonNullable<Found>,
+  args: A,
+): Promise<ReconcileResult<StripeReceipt>> {
+  return (await lookup.judge?.(stripe, found, args)) ?? { found: true, receipt: toReceipt(found, null, false) };
 }
 
 function tooMany(search: string): ReconcileResult<StripeReceipt> {

@@ -221,6 +221,26 @@ for (const dialect of DIALECTS) {
       ).toHaveLength(0);
     });
 
+    it("a declined charge whose answer was lost and whose intent changed since (another card attached): a person decides, not succeeded", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const declined = { ...CARD, payment_method: "pm_card_chargeDeclined" };
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-then-updated"], args: declined });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      // The application attached another card: waiting for confirmation, its decline cleared (Stripe clears it on update).
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      Object.assign(pi, { status: "requires_confirmation", payment_method: "pm_card_visa", last_payment_error: null });
+      advance(25 * HOUR);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/created with confirm, now requires_confirmation/),
+      });
+    });
+
     it("an intent created without confirm, declined later by the customer's own confirmation, is still our effect", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
