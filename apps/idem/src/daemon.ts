@@ -241,20 +241,9 @@ export class Daemon {
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
-      const { missed } = await deliver(
-        this.ledger,
-        this.config,
-        this.sinks,
-        alertOf("stuck", op),
-        // Once per attempt, and again if the row changed within it (its args or reference stored):
-        // the alert says since when, so one key must not be asked to carry two versions of it.
-        op.updatedAt,
-        this.log,
-        this.sent,
-        this.reported,
-        down,
-      );
-      tally.undelivered += missed;
+      // Once per attempt, and again if the row changed within it (its args or reference stored):
+      // the alert says since when, so one key must not be asked to carry two versions of it.
+      await this.deliver(alertOf("stuck", op), op.updatedAt, down, tally);
       this.metrics.progress();
     }
   }
@@ -275,6 +264,28 @@ export class Daemon {
     }
   }
 
+  /** One alert to every sink (alerts.ts `deliver`), the sinks that missed it counted in `tally`; true when done. */
+  private async deliver(
+    alert: Alert,
+    version: number,
+    down: Set<string>,
+    tally: { undelivered: number },
+  ): Promise<boolean> {
+    const { done, missed } = await deliver(
+      this.ledger,
+      this.config,
+      this.sinks,
+      alert,
+      version,
+      this.log,
+      this.sent,
+      this.reported,
+      down,
+    );
+    tally.undelivered += missed;
+    return done;
+  }
+
   private async alertPage(due: Operation[], down: Set<string>, tally: { undelivered: number }): Promise<void> {
     for (const op of due) {
       if (this.stopping) return;
@@ -283,18 +294,7 @@ export class Daemon {
         continue;
       }
       const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      const { done, missed } = await deliver(
-        this.ledger,
-        this.config,
-        this.sinks,
-        alertOf(kind, op),
-        op.updatedAt,
-        this.log,
-        this.sent,
-        this.reported,
-        down,
-      );
-      tally.undelivered += missed;
+      const done = await this.deliver(alertOf(kind, op), op.updatedAt, down, tally);
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }

@@ -99,11 +99,10 @@ export class LedgerContext {
 
   assertOpen(): void {
     if (this.closed) throw new LedgerConfigError("the ledger is closed");
-    if (this.closing) throw new LedgerConfigError("the ledger is closing");
+    if (this.closingController.signal.aborted) throw new LedgerConfigError("the ledger is closing");
   }
 
-  /** Set once `close` began: no call starts, and no request is sent (see Runner). */
-  private closing = false;
+  /** Aborted once `close` began: no call starts, none waits, and no request is sent (see Runner). */
   private readonly closingController = new AbortController();
   private closure: Promise<void> | undefined;
 
@@ -115,8 +114,7 @@ export class LedgerContext {
    */
   close(): Promise<void> {
     this.closure ??= (async () => {
-      this.closing = true;
-      this.closingController.abort(); // pauses end; no call waits or sends from now on
+      this.closingController.abort(); // pauses end; no call starts, waits or sends from now on
       await this.runner.quiesce(this.settings.leaseMs);
       this.closed = true;
       await this.db.destroy();

@@ -135,19 +135,8 @@ export class Runner {
     }
   }
 
-  run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
-    return this.track(() => this.runCall(call));
-  }
-
-  /**
-   * Recovers a stored operation without a caller (the daemon, `idem retry`): decides on `row`,
-   * then on fresh snapshots while its own steps ask to look again.
-   */
-  settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
-    return this.track(() => this.settleCall(call, row, escalate));
-  }
-
-  private async runCall<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
+  /** A call; its caller (Ledger.run) counts it in flight from its first line (`track`). */
+  async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
     const state: CallState = {
       executed: 0,
       waited: 0,
@@ -167,11 +156,12 @@ export class Runner {
     }
   }
 
-  private async settleCall<A, R>(
-    call: Call<A, R>,
-    row: Row & { db_now: number },
-    escalate?: Escalation,
-  ): Promise<RunResult<R>> {
+  /**
+   * Recovers a stored operation without a caller (the daemon, `idem retry`): decides on `row`,
+   * then on fresh snapshots while its own steps ask to look again. Its caller (daemon.settle)
+   * counts it in flight (`track`).
+   */
+  async settle<A, R>(call: Call<A, R>, row: Row & { db_now: number }, escalate?: Escalation): Promise<RunResult<R>> {
     const state: CallState = {
       executed: 0,
       waited: 0,

@@ -11,14 +11,7 @@ import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
-type Found =
-  | {
-      id: string;
-      object: string;
-      status?: string | null;
-      last_payment_error?: { code?: string; decline_code?: string; message?: string } | null;
-    }
-  | undefined;
+type Found = { id: string; object: string; status?: string | null } | undefined;
 
 /** When the operation's requests could have created an object: from its claim to its last attempt (ms, database clock). */
 export interface AttemptWindow {
