@@ -265,39 +265,57 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "failed", attempt: 4 });
     });
 
-    it("an operation a person resolves is kept as the config's retentionMs says: null never expires (not pruned a month later), a number, or the core's 30 days", async () => {
+    it("an operation a person resolves keeps the retention its application claimed it with (null never expires, not pruned a month later), whatever the config says; one claimed before 0007 takes the config's", async () => {
       const dir = tempDir();
-      const cases = { keep: null, minute: 60_000, core: undefined } as const;
+      // The config's retention differs from each application's: the row's own must win.
+      const cases = { keep: [null, 60_000], minute: [60_000, null], core: [undefined, null] } as const;
       const later = await openTestLedger(url, { clock: () => Date.now() + 31 * 86_400_000 });
+      const resolve = (file: string, t: string, id: string) =>
+        idem([
+          "--config",
+          file,
+          "resolve",
+          id,
+          "--tenant",
+          t,
+          "--succeeded",
+          "--attempt",
+          "2",
+          "--reason",
+          "found in the SMS console",
+        ]);
       try {
-        for (const [name, retentionMs] of Object.entries(cases)) {
+        for (const [name, [app, config]] of Object.entries(cases)) {
           const t = `kept-${name}`;
           const file = join(dir, `${name}.json`);
-          writeFileSync(file, JSON.stringify({ ledger: url, ...(retentionMs !== undefined && { retentionMs }) }));
-          const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to: "+1" } });
-          const out = await idem([
-            "--config",
-            file,
-            "resolve",
-            id,
-            "--tenant",
-            t,
-            "--succeeded",
-            "--attempt",
-            "2",
-            "--reason",
-            "found in the SMS console",
-          ]);
+          writeFileSync(file, JSON.stringify({ ledger: url, retentionMs: config }));
+          const own = await openLedger(url, app === undefined ? {} : { retentionMs: app });
+          const { operationId: id } = await own.run(parked, { tenant: t, key: ["sms"], args: { to: "+1" } });
+          await own.close();
+          const out = await resolve(file, t, id);
           expect(out.code, out.stderr).toBe(0);
           const { operation } = await ledger.get({ tenant: t, id });
           expect(operation.status).toBe("succeeded");
-          // Before: completedAt + 30 days for every config (the core's default), so `idem prune`
+          // Before: the CLI's own retention (the core's 30 days unless configured), so `idem prune`
           // deleted after a month what the applications keep for ever, and a redelivered job ran again.
-          const kept = retentionMs === undefined ? 30 * 86_400_000 : retentionMs;
+          const kept = app === undefined ? 30 * 86_400_000 : app;
           expect(operation.expiresAt, name).toBe(kept === null ? null : operation.completedAt! + kept);
           expect(await later.admin.prune({ tenant: t }), name).toBe(kept === null ? 0 : 1);
         }
         expect((await ledger.admin.list({ tenant: "kept-keep" })).map((o) => o.status)).toEqual(["succeeded"]);
+        // A row claimed before migration 0007 recorded no retention: the config's applies.
+        const t = "kept-old";
+        const file = join(dir, "old.json");
+        writeFileSync(file, JSON.stringify({ ledger: url, retentionMs: null }));
+        const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to: "+1" } });
+        await databaseOf(ledger)
+          .updateTable("idem_operations")
+          .set({ retention_ms: null })
+          .where("id", "=", id)
+          .execute();
+        expect((await resolve(file, t, id)).code).toBe(0);
+        expect((await ledger.get({ tenant: t, id })).operation.expiresAt).toBeNull();
+        expect(await later.admin.prune({ tenant: t })).toBe(0);
       } finally {
         await later.close();
       }

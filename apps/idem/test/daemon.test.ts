@@ -516,7 +516,7 @@ for (const dialect of DIALECTS) {
     );
 
     it(
-      "an operation the daemon settles is kept as the config's retentionMs says: null never expires, and a redelivered job a month later is answered from the ledger",
+      "an operation the daemon settles keeps its application's retention (null never expires) whatever the config's, and a redelivered job a month later is answered from the ledger",
       async () => {
         const own = await freshDatabase(dialect); // idem daemon --once settles every due row: only this test's
         const dir = tempDir();
@@ -533,7 +533,8 @@ for (const dialect of DIALECTS) {
           "the unknown outcome to be due",
         );
         await agent.close();
-        const env = { LEDGER_URL: own, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RETENTION_MS: "null" };
+        // The daemon's config keeps its own completions a minute: the application's row keeps its own.
+        const env = { LEDGER_URL: own, EFFECT_DIR: dir, WEBHOOK_URL: hook.url, RETENTION_MS: "60000" };
         const pass = await idem(["--config", CONFIG, "daemon", "--once", "--name", "d-keep"], env);
         expect(pass.code, pass.stderr + pass.stdout).toBe(0);
         // A month and a day later, by the ledger's clock: the operator's prune, then the job redelivered.
@@ -545,7 +546,7 @@ for (const dialect of DIALECTS) {
         try {
           const { operation, events } = await later.get({ tenant: t, id });
           expect(events.at(-1)).toMatchObject({ to: "succeeded", actor: "idem-daemon:d-keep" });
-          // Before: completedAt + 30 days, the core's default, whatever the applications keep.
+          // Before: completedAt + the daemon's retention (the core's 30 days unless configured), whatever the application keeps.
           expect(operation.expiresAt).toBeNull();
           expect(await later.admin.prune({ tenant: t })).toBe(0);
           const again = await later.run(lookup, { tenant: t, key: ["job"], args: { note: "x" } });

@@ -213,6 +213,7 @@ export class Runner {
         owner: state.owner,
         leaseMs: s.leaseMs,
         actor: call.actor,
+        retentionMs: s.retentionMs,
       });
       span?.setAttributes({ "idem.claim.fresh": out?.fresh === true, ...(out && { "idem.operation.id": out.row.id }) });
       return out;

@@ -47,6 +47,12 @@ export interface OperationsTable {
   completed_at: number | null;
   expires_at: number | null;
   /**
+   * How long the operation is kept once completed, as the ledger that claimed it was opened
+   * (migration 0007): ms, or -1 to keep it. NULL on rows claimed before 0007, which take the
+   * completer's retention. Only a completion's statement reads it.
+   */
+  retention_ms: number | null;
+  /**
    * The audit events of this operation, oldest first, appended by the trigger of every
    * transition (migration 0002): JSON text on SQLite, jsonb (read as an array) on Postgres.
    */
@@ -70,5 +76,5 @@ export interface IdemDatabase {
   idem_operations: OperationsTable;
 }
 
-/** A row as the ledger reads it: everything but the history, which only `events` reads. */
-export type OperationRow = Omit<OperationsTable, "history" | "history_elided">;
+/** A row as the ledger reads it: everything but the history, which only `events` reads, and the retention, which only a completion reads. */
+export type OperationRow = Omit<OperationsTable, "history" | "history_elided" | "retention_ms">;

@@ -39,7 +39,10 @@ export interface TransitionPatch {
   alert?: boolean;
   /** This transition ends an execution without an answer: it may have taken effect until now. */
   executionEnded?: boolean;
-  /** Retention after completion, ms. */
+  /**
+   * Retention after completion, ms (null: kept), for rows claimed before migration 0007: a row
+   * claimed since keeps the retention its claim recorded.
+   */
   retentionMs?: number | null;
   /**
    * Only if the row is still as a person saw it (besides the status and attempt every transition
@@ -59,7 +62,12 @@ export interface NewClaim {
   owner: string;
   leaseMs: number;
   actor: string | null;
+  /** The claiming ledger's retention, recorded in the row (migration 0007): ms, or null to keep it (stored as KEEP). */
+  retentionMs: number | null;
 }
+
+/** `retention_ms` of an operation kept forever (NULL is a row claimed before 0007). */
+export const KEEP = -1;
 
 /**
  * Literal statuses for the daemon's scans: SQLite uses a partial index only when the query's
@@ -294,7 +302,7 @@ export class Store {
       const existing = await this.outcomeOrPeek(row.tenant, row.key);
       if (existing) return { fresh: false, row: existing };
     }
-    const claim: NewClaim = { ...row, id: newOperationId() };
+    const claim: NewClaim = { ...row, id: newOperationId(), retentionMs: row.retentionMs ?? KEEP };
     const slotted = (v: (name: string) => any) =>
       Object.fromEntries(Object.keys(claim).map((k) => [k, v(k)])) as NewClaim;
     if (this.dialect === "postgres") return await this.claimOrPeek(claim, slotted);
@@ -411,6 +419,7 @@ export class Store {
         updated_at: now,
         // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
         history: this.firstEvent(row.actor, now) as any,
+        retention_ms: row.retentionMs,
       })
       .onConflict((oc) => oc.columns(["tenant_id", "key"]).doNothing());
   }
@@ -661,10 +670,9 @@ export class Store {
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
-    const withRetention = done && patch.retentionMs != null;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${withRetention}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}`;
+      `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -691,7 +699,10 @@ export class Store {
               ...(has("alert") && { alert_pending: v("alert") }),
               ...(done && { completed_at: now }),
               ...(patch.reopened && { completed_at: null, expires_at: null }),
-              ...(withRetention && { expires_at: sql<number>`${now} + ${v("retentionMs")}` }),
+              // The claim's retention, or for a row claimed before 0007 the completer's (null: kept).
+              ...(done && {
+                expires_at: sql<number>`case when retention_ms is null then ${now} + ${v("retentionMs")} when retention_ms < 0 then null else ${now} + retention_ms end`,
+              }),
               ...(patch.executionEnded && { last_execution_at: now }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
             })

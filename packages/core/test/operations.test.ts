@@ -510,6 +510,45 @@ for (const dialect of DIALECTS) {
       expect(await keep.admin.prune({ tenant })).toBe(0);
     });
 
+    it("keeps an operation for the retention of the ledger that claimed it, whoever completes it", async () => {
+      // The application keeps its operations; the daemon and a person (idem resolve) open the
+      // ledger with another retention. Their completion must not make the key prunable, or a
+      // redelivered job runs again once it is pruned.
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const app = await db.open({ retentionMs: null, actions: [mail] });
+      const operators = await db.open({ retentionMs: 0, actions: [mail] });
+      const tenant = uniqueTenant();
+      p.lookupAnswer = "inconclusive";
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+      const unknown = await app.run(mail, { tenant, key: ["kept1"], args: { to: "x" } });
+      expect(unknown).toMatchObject({ state: "unknown" });
+      p.lookupAnswer = "real";
+      expect(await operators.daemon.settle({ tenant, id: unknown.operationId })).toMatchObject({ status: "succeeded" });
+      const { id } = await parked(app, tenant, "kept2");
+      await operators.admin.resolve({ tenant, id, outcome: "failed", reason: "never sent", actor: "ann" });
+      for (const op of [unknown.operationId, id])
+        expect((await operators.get({ tenant, id: op })).operation).toMatchObject({ expiresAt: null });
+      expect(await operators.admin.prune({ tenant })).toBe(0);
+      expect(await app.run(mail, { tenant, key: ["kept1"], args: { to: "x" } })).toMatchObject({ replayed: true });
+      expect(p.effects).toHaveLength(1);
+
+      // And the converse: an operation claimed to be pruned is, whoever completes it.
+      const short = await db.open({ retentionMs: 0, actions: [mail] });
+      const forever = await db.open({ retentionMs: null, actions: [mail] });
+      const { id: brief } = await parked(short, tenant, "brief");
+      await forever.admin.resolve({ tenant, id: brief, outcome: "failed", reason: "never sent", actor: "ann" });
+      expect((await forever.get({ tenant, id: brief })).operation.expiresAt).not.toBeNull();
+      expect(await forever.admin.prune({ tenant })).toBe(1);
+
+      // A row claimed before migration 0007 recorded none: the completer's retention applies.
+      const { id: old } = await parked(app, tenant, "old");
+      await sql`update idem_operations set retention_ms = null where id = ${old}`.execute(databaseOf(app));
+      await operators.admin.resolve({ tenant, id: old, outcome: "failed", reason: "never sent", actor: "ann" });
+      expect(await operators.admin.prune({ tenant })).toBe(1);
+      await expect(app.get({ tenant, id: old })).rejects.toBeInstanceOf(OperationNotFoundError);
+    });
+
     // Postgres only (not defined on SQLite, where a statement runs alone on the file and no row
     // changes under it).
     if (dialect === "postgres")
@@ -776,6 +815,7 @@ for (const dialect of DIALECTS) {
         "0004-resolutions",
         "0005-claim-writes-its-event",
         "0006-operator-indexes",
+        "0007-retention-per-operation",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -822,6 +862,7 @@ for (const dialect of DIALECTS) {
         "0004-resolutions",
         "0005-claim-writes-its-event",
         "0006-operator-indexes",
+        "0007-retention-per-operation",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -926,6 +967,7 @@ for (const dialect of DIALECTS) {
           "0004-resolutions",
           "0005-claim-writes-its-event",
           "0006-operator-indexes",
+          "0007-retention-per-operation",
         ]);
       } else {
         await bare.admin.migrate();

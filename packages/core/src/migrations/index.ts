@@ -10,6 +10,7 @@ import * as m0003 from "./0003-sticky-maybe-committed.js";
 import * as m0004 from "./0004-resolutions.js";
 import * as m0005 from "./0005-claim-writes-its-event.js";
 import * as m0006 from "./0006-operator-indexes.js";
+import * as m0007 from "./0007-retention-per-operation.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -20,6 +21,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0004-resolutions": m0004,
   "0005-claim-writes-its-event": m0005,
   "0006-operator-indexes": m0006,
+  "0007-retention-per-operation": m0007,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
