@@ -125,6 +125,7 @@ async function openSqlite(
       `no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`,
     );
   let database: import("better-sqlite3").Database | undefined;
+  let check: ReturnType<typeof fileCheck> | undefined;
   try {
     // No busy handler: SQLite's blocks the thread; locks are waited for as sqlite-busy.ts says.
     database = new Database(path, { timeout: 0, fileMustExist: mustExist });
@@ -133,6 +134,9 @@ async function openSqlite(
     await patiently(() => database!.pragma("journal_mode = WAL"), busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
+    // The path as opened, whatever the process's directory later (see fileCheck); a file gone
+    // already (deleted by another process since the constructor) is an open that failed.
+    check = path === ":memory:" ? undefined : fileCheck(resolvePath(path));
   } catch (cause) {
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
@@ -142,13 +146,7 @@ async function openSqlite(
       unreachable: isUnreachable(cause),
     });
   }
-  // The path as opened, whatever the process's directory later (see fileCheck).
-  const { dialect, direct } = sqliteConnection(
-    database,
-    opts.groupCommit !== false,
-    busyTimeoutMs,
-    path === ":memory:" ? undefined : fileCheck(resolvePath(path)),
-  );
+  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs, check);
   return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
 }
 
