@@ -38,6 +38,16 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   registerStatusTool(server, ledger, { tenant });
   const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
   await server.connect(new StdioServerTransport());
-  process.stdin.once("end", () => void server.close()); // the client went away
-  await closed;
+  const stop = () => void server.close();
+  process.stdin.once("end", stop); // the client went away
+  // Stopped by its supervisor: no new call; the caller (idem's withLedger) then closes the
+  // ledger, which lets the calls in flight record their effects (Node's default ends mid-call).
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+  try {
+    await closed;
+  } finally {
+    process.off("SIGTERM", stop);
+    process.off("SIGINT", stop);
+  }
 }

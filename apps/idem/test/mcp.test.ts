@@ -111,3 +111,44 @@ describe("idem mcp's tenant", () => {
     }
   });
 });
+
+describe("idem mcp stopped", () => {
+  it("on SIGTERM with a call in flight records its effect before it exits: the row is not left running for the daemon", async () => {
+    const dir = tempDir();
+    const url = await freshDatabase("sqlite");
+    const ledger = await openLedger(url); // migrated: idem mcp never migrates
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+      env: { ...(process.env as Record<string, string>), LEDGER_URL: url, EFFECT_DIR: dir, TENANT: "acme" },
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "idem-test", version: "1.0.0" });
+    clients.push(client);
+    try {
+      await client.connect(transport, { timeout: scaled(120_000) });
+      const pid = transport.pid!;
+      // The server's exit closes its stdout: the client hears the transport close then.
+      const exited = new Promise<void>((resolve) => (client.onclose = resolve));
+      const call = client
+        .callTool({ name: "send_note", arguments: { noteId: "n9", text: "hi" } })
+        .catch(() => undefined);
+      // The effect is done (a line in the file) and the action still in flight (its 300 ms pause).
+      const deadline = Date.now() + scaled(60_000);
+      while (lines(`${dir}/effects`).length === 0) {
+        if (Date.now() > deadline) throw new Error("the tool never did its effect");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      process.kill(pid, "SIGTERM");
+      await exited;
+      await call;
+      const [op] = await ledger.admin.list({ tenant: "acme" });
+      // Before: Node's default SIGTERM ended the process mid-call, the row left running until
+      // its lease passed and the daemon looked it up.
+      expect(op).toMatchObject({ status: "succeeded" });
+      expect(lines(`${dir}/effects`)).toHaveLength(1);
+    } finally {
+      await ledger.close();
+    }
+  });
+});
