@@ -4,8 +4,9 @@
  * policy (its own alert deliveries too: one a person retried is settled with its sink's action,
  * which the ledger must hold: `alertActions`); escalates unknowns that stayed inconclusive too
  * long; alerts once on new needs_review, on auth/policy failures and on operations running
- * longer than their threshold. SIGTERM finishes the settling in flight, gives back the rest of the
- * tick's claim (another replica may take those rows at once, not a claim later), then exits.
+ * longer than their threshold. SIGTERM lets the request in flight finish and be recorded, sends
+ * no other (a settlement waiting out a backoff ends at once), gives back the rest of the tick's
+ * claim (another replica may take those rows at once, not a claim later), then exits.
  * While the ledger's database is unreachable (a restart, a failover) it keeps running: it says so
  * once, reports it on /healthz, retries every interval and says when it is back.
  */
@@ -37,6 +38,8 @@ const ALERT_PAGES = 10;
 
 export class Daemon {
   private stopping = false;
+  /** Aborted by `stop()`: the settlement in flight sends nothing more and ends its pause. */
+  private readonly stopped = new AbortController();
   private wake: (() => void) | undefined;
   private readonly sinks;
   private readonly unconfigured: { names: SinkName[]; types: string[] };
@@ -88,6 +91,7 @@ export class Daemon {
 
   stop(): void {
     this.stopping = true;
+    this.stopped.abort(new Error("the daemon is stopping"));
     this.wake?.();
   }
 
@@ -149,6 +153,7 @@ export class Daemon {
           id: row.id,
           actor: this.actor,
           escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
+          stop: this.stopped.signal,
         });
         if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED))
           this.metrics.escalations.inc();

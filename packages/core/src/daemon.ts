@@ -12,6 +12,13 @@ import type { Call, Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
 
+/** What `settle` takes: the operation, who acts, the daemon's escalation limits, a stop signal. */
+export type SettleOptions = OperationRef & {
+  readonly actor?: string;
+  readonly escalate?: Escalation;
+  readonly stop?: AbortSignal;
+};
+
 /** An operation the daemon claimed, to settle next. */
 export interface DueOperation {
   readonly id: string;
@@ -87,18 +94,17 @@ export class LedgerDaemon {
    * policy, using the args stored with it. Throws `UnknownActionError` when its action type was
    * not registered in the ledger's `actions` (the row is untouched). `escalate`: an unknown
    * outcome checked `maxChecks` times, or older than `maxAgeMs` by the database clock, goes to a
-   * person instead of being checked again.
+   * person instead of being checked again. `stop`: once it aborts (the daemon is stopping), the
+   * settlement ends as a closing ledger's calls do: nothing more is sent, a pause (a backoff, a
+   * Retry-After) ends at once, and the effect under way is recorded; the operation is left as it
+   * then is (pending, unknown), for the next settlement.
    */
-  settle(
-    options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation },
-  ): Promise<RunResult<unknown>> {
+  settle(options: SettleOptions): Promise<RunResult<unknown>> {
     // In flight from its first read: a close begun meanwhile waits for it.
     return this.#context.runner.track(() => this.#settle(options));
   }
 
-  async #settle(
-    options: OperationRef & { readonly actor?: string; readonly escalate?: Escalation },
-  ): Promise<RunResult<unknown>> {
+  async #settle(options: SettleOptions): Promise<RunResult<unknown>> {
     const context = this.#context;
     if (options.actor !== undefined) requireName(options.actor, "actor");
     const row = await context.find(options);
@@ -115,6 +121,7 @@ export class LedgerDaemon {
           ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
           : { kind: "stored" },
       settings: context.settings,
+      stop: options.stop,
     };
     const attributes = {
       "idem.action": row.action,

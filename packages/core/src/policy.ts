@@ -107,8 +107,10 @@ export interface Snapshot {
 export interface Caller {
   /** How much longer it may wait for another worker or for a check to fall due, ms. */
   readonly mayWaitMs: number;
-  /** The retry budget still allows an execution. */
+  /** The retry budget still allows an execution (and the call is not closing). */
   readonly mayExecute: boolean;
+  /** Why no execution is allowed when it is not the budget: the ledger is closing, the settlement was stopped. */
+  readonly closing?: string | undefined;
   /** It has args to execute with (given or lazy) when none are stored. */
   readonly hasArgs: boolean;
   /** This call already executed and is in its own backoff (a new caller is not bound by another's). */
@@ -198,7 +200,10 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (!s.hasArgs && !c.hasArgs)
         return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
       if (!c.mayExecute)
-        return { kind: "answer", reason: "known not done; retry budget spent, the daemon or a later call retries" };
+        return {
+          kind: "answer",
+          reason: `known not done; ${c.closing ?? "retry budget spent"}, the daemon or a later call retries`,
+        };
       const bound = !c.dueNow && (c.retrying === true || s.rateLimited === true);
       const dueIn = bound ? (s.nextCheckAt ?? 0) - s.now : 0;
       if (dueIn > 0) {
@@ -215,7 +220,8 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
 function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decision {
   const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
   if (r.kind === "replay") {
-    if (!c.mayExecute) return { kind: "answer", reason: `${why}; retry budget spent before the replay` };
+    if (!c.mayExecute)
+      return { kind: "answer", reason: `${why}; ${c.closing ?? "retry budget spent"} before the replay` };
     if (!s.hasArgs && !c.hasArgs)
       return { kind: "review", reason: `${why}: the args are not stored, so the request cannot be replayed` };
     return { kind: "execute", reason: `${why}: ${r.reason}`, replayUntil: r.until };

@@ -65,6 +65,11 @@ export interface Call<A, R> {
   readonly actor: string | null;
   readonly settings: RunnerSettings;
   readonly signal?: AbortSignal | undefined;
+  /**
+   * Once aborted, this call ends as a closing ledger's calls do (a daemon stopping): nothing more
+   * is sent, a pause ends at once, the effect under way is recorded.
+   */
+  readonly stop?: AbortSignal | undefined;
 }
 
 /** The daemon's limits: an unknown outcome checked this often, or this old, goes to a person. */
@@ -103,8 +108,14 @@ export class Runner {
     private readonly closingSignal: AbortSignal = new AbortController().signal,
   ) {}
 
-  private closing(): boolean {
-    return this.closingSignal.aborted;
+  /** What a call answers when it may not send because of `closing`. */
+  private closingWhy(): string {
+    return this.closingSignal.aborted ? "the ledger was closing" : "the settlement was stopped";
+  }
+
+  /** The ledger is closing, or this call was asked to stop (`Call.stop`). */
+  private closing(call: Call<unknown, unknown>): boolean {
+    return this.closingSignal.aborted || call.stop?.aborted === true;
   }
 
   /** Calls (and settlements) in flight, and who waits for there to be none. */
@@ -187,13 +198,14 @@ export class Runner {
   private async pause<A, R>(call: Call<A, R>, ms: number): Promise<void> {
     // A step that lost a race looks again at once, but lets timers and signals run first. A
     // ledger closing ends the pause: the next step answers without waiting or sending.
-    const signal = call.signal ? AbortSignal.any([call.signal, this.closingSignal]) : this.closingSignal;
+    const signals = [call.signal, call.stop].filter((x) => x !== undefined);
+    const signal = signals.length ? AbortSignal.any([...signals, this.closingSignal]) : this.closingSignal;
     try {
       if (ms > 0) await sleep(ms, undefined, { signal });
       else await yieldToLoop();
     } catch (error) {
       call.signal?.throwIfAborted(); // the caller's own reason, not the timer's AbortError
-      if (this.closing()) return;
+      if (this.closing(call)) return;
       throw error;
     }
   }
@@ -249,12 +261,13 @@ export class Runner {
     const elapsed = Date.now() - state.started;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
     // A ledger closing neither waits nor sends: the next caller or the daemon will.
-    const closing = this.closing();
+    const closing = this.closing(call);
     const mayWaitMs =
       state.settling || closing ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs,
       mayExecute: !closing && nextDelay(s.budget, state.executed, elapsed, 0) !== null,
+      closing: closing ? this.closingWhy() : undefined,
       // Lazy args count only where none were fixed: a row holding an args hash was (maybe) sent
       // with args it did not store, and a generator would make other ones under the same key.
       hasArgs: call.args.kind === "given" || (call.args.kind === "lazy" && snap.args_hash === null),
@@ -451,8 +464,8 @@ export class Runner {
           ? `the lease of attempt ${row.attempt} ran out before its request was sent`
           : call.signal?.aborted
             ? `the caller gave up before attempt ${row.attempt}'s request was sent`
-            : this.closing()
-              ? `the ledger was closing before attempt ${row.attempt}'s request was sent`
+            : this.closing(call)
+              ? `${this.closingWhy()} before attempt ${row.attempt}'s request was sent`
               : undefined;
         if (unsent !== undefined) return { ok: false, cls: { kind: "transient", reason: unsent }, row, sent: false };
         try {
@@ -524,7 +537,7 @@ export class Runner {
     )
       return { again: 0 };
     // A ledger closing tries nothing again: the next caller or the daemon will.
-    const closing = this.closing();
+    const closing = this.closing(call);
     const wait = closing ? null : nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
     if (wait === null) {
       const why =

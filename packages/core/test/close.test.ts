@@ -89,5 +89,71 @@ for (const dialect of DIALECTS) {
       expect(p.calls).toBe(1);
       expect(sent).toHaveLength(0);
     });
+
+    /** A pending operation the daemon settles: its request refused (10 s Retry-After), then held at `gate`. */
+    async function settling(leaseMs: number) {
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const app = await openTestLedger(db.url(), { budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const parked = await app.run(mail, { tenant, key: ["due"], args: { to: "x" } });
+      expect(parked).toMatchObject({ state: "pending" });
+      await app.close();
+      const daemon = await openTestLedger(db.url(), { leaseMs, actions: [mail] });
+      return { p, tenant, id: parked.operationId, daemon };
+    }
+
+    it("close() while the daemon settles: a settlement waiting out a Retry-After ends at once, one with its request out is recorded", async () => {
+      const { p, tenant, id, daemon } = await settling(20_000);
+      p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "slow down", retryAfterMs: 10_000 } });
+      const pausing = daemon.daemon.settle({ tenant, id });
+      await p.called(2); // the daemon's try was refused: in its 10 s pause
+      const t0 = performance.now();
+      await daemon.close();
+      expect(performance.now() - t0).toBeLessThan(5_000); // not the pause
+      expect(await pausing).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(p.calls).toBe(2);
+      expect(p.effects).toHaveLength(0);
+
+      // The same with its request out when close begins: the effect is recorded before close returns.
+      const again = await openTestLedger(db.url(), { leaseMs: 20_000, actions: [p.action("mail", {})] });
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const underWay = again.daemon.settle({ tenant, id });
+      await p.called(3);
+      const closed = again.close();
+      release();
+      await closed;
+      expect(await underWay).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+      const after = await db.open();
+      expect((await after.get({ tenant, id })).operation.status).toBe("succeeded");
+    });
+
+    it("a settlement whose stop signal aborts ends as at close: no request after it, the pause ended, the ledger still open", async () => {
+      const { p, tenant, id, daemon } = await settling(20_000);
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const stop = new AbortController();
+      // A backoff of seconds between tries, as the daemon's budget allows.
+      const pausing = daemon.daemon.settle({ tenant, id, stop: stop.signal });
+      await p.called(2);
+      const t0 = performance.now();
+      stop.abort(new Error("the daemon is stopping"));
+      const out = await pausing;
+      expect(performance.now() - t0).toBeLessThan(5_000);
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(p.calls).toBe(2); // before: it waited out its backoff and sent again
+      // Stopped before it sent: nothing is sent, the row stays pending for the next settlement.
+      const stopped = await daemon.daemon.settle({ tenant, id, stop: stop.signal });
+      expect(stopped).toMatchObject({
+        state: "pending",
+        reason: "known not done; the settlement was stopped, the daemon or a later call retries",
+      });
+      expect(p.calls).toBe(2);
+      expect(await daemon.daemon.settle({ tenant, id })).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+      await daemon.close();
+    });
   });
 }
