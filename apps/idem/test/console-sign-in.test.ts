@@ -164,6 +164,32 @@ describe("console sign-in", () => {
     expect((await ledger.get({ tenant: "t-bulk-note", id: op.id })).operation.status).toBe("succeeded");
   });
 
+  it("a bulk decision goes back to the queue as it was filtered", async () => {
+    const cookie = await session("192.0.2.72");
+    const ops = [await waiting("t-bulk-filter", "a"), await waiting("t-bulk-filter", "b")];
+    // The filtered queue's own form: its hidden filters, as a browser posts them.
+    const page = await (
+      await fetch(`${web.url}/?tenant=t-bulk-filter&status=needs_review&olderThan=1ms`, { headers: { cookie } })
+    ).text();
+    const hidden = [...page.matchAll(/<input type="hidden" name="(filter\.[a-zA-Z]+)" value="([^"]*)">/g)].map(
+      (m): [string, string] => [m[1]!, m[2]!],
+    );
+    expect(hidden).toEqual([
+      ["filter.tenant", "t-bulk-filter"],
+      ["filter.status", "needs_review"],
+      ["filter.olderThan", "1ms"],
+    ]);
+    const res = await postBulk(cookie, [...hidden, ...decision, ["ops", ops[0]!.pick]]);
+    const location = new URL(res.headers.get("location")!, web.url);
+    // Before: "/?done=…", the whole queue of every tenant, unfiltered.
+    expect([...location.searchParams.keys()]).toEqual(["tenant", "status", "olderThan", "done", "seal"]);
+    const shown = await (await fetch(location, { headers: { cookie } })).text();
+    expect(shown).toMatch(/data-testid="flash">1 of 1 selected was decided/);
+    expect(shown).toContain(`data-operation="${ops[1]!.id}"`);
+    expect(shown).not.toContain(`data-operation="${ops[0]!.id}"`);
+    expect(shown).toMatch(/<input id="f-tenant" name="tenant" value="t-bulk-filter">/);
+  });
+
   it("a bulk decision without a reason decides nothing and says so once", async () => {
     const cookie = await session("192.0.2.71");
     const ops = [await waiting("t-bulk-reason", "a"), await waiting("t-bulk-reason", "b")];

@@ -24,7 +24,7 @@ import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
-import { flashNote, layout, loginPage, operationPage, queuePage, statsPage, type QueueRow } from "./pages.js";
+import { FILTERS, flashNote, layout, loginPage, operationPage, queuePage, statsPage, type QueueRow } from "./pages.js";
 
 /** Failed sign-ins an address may make in a quarter of an hour. */
 const SIGN_IN_FAILURES = 10;
@@ -308,7 +308,15 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const operator = c.var.operator;
     const form = await c.req.parseBody({ all: true });
     const picked = ([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string");
-    const back = (note: string) => c.redirect(`/?${access.flashQuery(operator, note)}`, 303);
+    // Back to the queue as it was filtered (the form carries its filters), with the note.
+    const filters = new URLSearchParams(
+      FILTERS.flatMap((k): [string, string][] => {
+        const v = form[`filter.${k}`];
+        return typeof v === "string" && v !== "" ? [[k, v]] : [];
+      }),
+    );
+    const back = (note: string) =>
+      c.redirect(`/?${[filters.toString(), access.flashQuery(operator, note)].filter(Boolean).join("&")}`, 303);
     if (picked.length === 0) return back("Nothing was selected.");
     // The decision is the same for every operation: a form without one is said once, and nothing is decided.
     const decision = decisionOf(form);

@@ -44,6 +44,9 @@ export interface QueueFilters {
   readonly olderThan?: string | undefined;
 }
 
+/** The queue's filters, as its URL names them (a bulk decision carries them back to it). */
+export const FILTERS = ["tenant", "action", "status", "olderThan"] as const satisfies readonly (keyof QueueFilters)[];
+
 export interface QueueRow extends Operation {
   /** Why it is in the queue, in a few words. */
   readonly why: string;
@@ -72,6 +75,7 @@ ${
     ? html`<p data-testid="empty">Nothing needs a person.</p>`
     : html`<form method="post" action="/bulk" aria-label="Decide the selected operations">
 <input type="hidden" name="csrf" value="${formToken}">
+${FILTERS.filter((k) => f[k]).map((k) => html`<input type="hidden" name="filter.${k}" value="${f[k]}">`)}
 <table data-testid="queue"><thead><tr><th><input type="checkbox" aria-label="Select all" id="all"></th><th>Tenant</th><th>Operation</th><th>Status</th><th>Action</th><th>Age</th><th>Why</th></tr></thead><tbody>
 ${rows.map(
   (o) => html`<tr data-operation="${o.id}">
