@@ -7,7 +7,8 @@
  * millisecond times and counters). Drivers are loaded only when their URL is used: they are
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
-import { existsSync } from "node:fs";
+import { accessSync, constants, existsSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { resolve as resolvePath } from "node:path";
 import {
   Kysely,
@@ -134,9 +135,14 @@ async function openSqlite(
     await patiently(() => database!.pragma("journal_mode = WAL"), busyTimeoutMs);
     // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
     database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
-    // The path as opened, whatever the process's directory later (see fileCheck); a file gone
-    // already (deleted by another process since the constructor) is an open that failed.
-    check = path === ":memory:" ? undefined : fileCheck(resolvePath(path));
+    if (path !== ":memory:") {
+      // SQLite opens a file it may not write read-only, silently (and the WAL switch passes while
+      // another process holds the ledger open): every write would then fail as "unavailable".
+      accessSync(path, constants.W_OK);
+      // The path as opened, whatever the process's directory later (see fileCheck); a file gone
+      // already (deleted by another process since the constructor) is an open that failed.
+      check = fileCheck(resolvePath(path));
+    }
   } catch (cause) {
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
@@ -318,7 +324,11 @@ function urlParams(url: string): URLSearchParams {
  *   event on the client; pg-pool listens only while the client is idle, so a checked-out client's
  *   error was an uncaught exception that took the process down;
  * - a query past its read timeout leaves the connection waiting for an answer that may never come:
- *   it is destroyed, so the pool drops it instead of queueing the next query behind it.
+ *   it is destroyed, and marked so at once (pg learns it only on the socket's 'close', after the
+ *   pool would have handed it to the next caller), so the pool drops it;
+ * - ending an idle client half-closes its socket and waits for the server's reply: a frozen server
+ *   never sends it, and the socket held the process open for ever after `close()`. It gets a
+ *   moment, then is destroyed.
  */
 function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Client {
   return class LedgerClient extends Base {
@@ -329,8 +339,9 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
 
     override query(...args: unknown[]): any {
       const drop = (err: unknown) => {
-        if ((err as Error | undefined)?.message === "Query read timeout")
-          (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        if ((err as Error | undefined)?.message !== "Query read timeout") return;
+        (this as unknown as { _queryable: boolean })._queryable = false; // pg-pool's release reads it
+        socketOf(this).destroy();
       };
       const last = args.length - 1;
       const callback = args[last];
@@ -349,7 +360,20 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
           })
         : result;
     }
+
+    override end(...args: unknown[]): any {
+      const socket = socketOf(this);
+      setTimeout(() => socket.destroy(), END_GRACE_MS).unref();
+      return (Base.prototype.end as (...a: unknown[]) => unknown).apply(this, args);
+    }
   } as typeof import("pg").Client;
+}
+
+/** How long a closing connection waits for the server's goodbye before its socket is destroyed. */
+const END_GRACE_MS = 1_000;
+
+function socketOf(client: object): { destroy(): void } {
+  return (client as { connection: { stream: { destroy(): void } } }).connection.stream;
 }
 
 /**
@@ -359,16 +383,27 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
 export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): Promise<string[]> {
   if (await isCurrent(db)) return [];
   if (dialect === "postgres") {
-    // A migration may rewrite a large table, and a second process waits on the migration lock
-    // while the first migrates: neither is a stuck statement. One connection, without the server's
-    // timeouts, nor the client's read timeout where the ledger opened the pool (a connection of its own).
+    // A migration may rewrite a large table: not a stuck statement. One connection, without the
+    // server's statement timeout, nor the client's read timeout where the ledger opened the pool (a
+    // connection of its own). Its lock waits are short, and tried again: a migration queued for a
+    // table behind a long reader (a report, pg_dump) would queue every worker's statement behind
+    // it; a second process waits out the first's migration lock so too.
     const own = migrationConnections.get(db)?.();
     try {
       return await (own ?? db).connection().execute(async (conn) => {
         await sql`set statement_timeout = 0`.execute(conn);
-        await sql`set lock_timeout = 0`.execute(conn);
+        await sql.raw(`set lock_timeout = ${MIGRATION_LOCK_WAIT_MS}`).execute(conn);
         try {
-          return await migrateToLatest(conn, dialect);
+          const until = Date.now() + MIGRATION_PATIENCE_MS;
+          for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
+            try {
+              return await migrateToLatest(conn, dialect);
+            } catch (error) {
+              const lockWait = (error as { cause?: { code?: unknown } }).cause?.code === "55P03";
+              if (!lockWait || Date.now() + delay >= until) throw error;
+              await sleep(delay / 2 + Math.random() * (delay / 2)); // the waiting statements go first
+            }
+          }
         } finally {
           // Best effort: on a connection that broke, the first error is the one to report.
           await sql`reset statement_timeout`.execute(conn).catch(() => {});
@@ -383,6 +418,11 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
   }
   return migrateSqlite(db);
 }
+
+/** A migration's wait for one lock, before it lets the statements queued behind it through. */
+const MIGRATION_LOCK_WAIT_MS = 500;
+/** How long a migration keeps trying for its locks; then the open fails, unreachable (worth trying again). */
+const MIGRATION_PATIENCE_MS = 60_000;
 
 /** Kysely instances on a connection of their own for migrations, for pools this module opened. */
 const migrationConnections = new WeakMap<Kysely<IdemDatabase>, () => Kysely<IdemDatabase>>();

@@ -11,8 +11,10 @@ import { tmpdir } from "node:os";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { LedgerConfigError, openLedger, redactUrl } from "@idem/core";
+import { Kysely, Migrator, PostgresDialect } from "kysely";
+import { LedgerConfigError, defineAction, openLedger, redactUrl } from "@idem/core";
 import { freshDatabase, tempDir } from "@idem/testkit";
+import { migrationProvider } from "../src/migrations/index.js";
 
 const fds = () => readdirSync("/proc/self/fd");
 const fdsOn = (path: string) =>
@@ -30,6 +32,8 @@ function withUser(url: URL, user: string): string {
   u.password = "pw";
   return u.toString();
 }
+
+const noop = defineAction({ type: "opens.noop", capabilities: {}, execute: async () => ({ ok: true }) });
 
 async function refusal(p: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
   const started = performance.now();
@@ -221,6 +225,64 @@ describe("a Postgres ledger whose schema another process holds", () => {
     }
   });
 
+  it("an upgrade's migration queued behind a long reader lets the running workers through, and opens once the reader is done", async () => {
+    const { default: pg } = await import("pg");
+    const url = await freshDatabase("postgres");
+    // The ledger as the previous release left it: every migration but 0007 (an ALTER TABLE).
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    const old = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
+    try {
+      const migrator = new Migrator({
+        db: old,
+        provider: migrationProvider("postgres"),
+        migrationTableName: "idem_migration",
+        migrationLockTableName: "idem_migration_lock",
+      });
+      expect((await migrator.migrateTo("0006-operator-indexes")).error).toBeUndefined();
+    } finally {
+      await old.destroy();
+    }
+    const fast = { connectTimeoutMs: 1_000, statementTimeoutMs: 2_000, lockTimeoutMs: 1_000, poolSize: 2 };
+    const worker = await openLedger(url, { ...fast, migrate: false }); // a process of the previous release, working
+    const ask = () => worker.status({ tenant: "t", id: "op_none" }).catch((e: Error) => e.name);
+    // A report (pg_dump, a session idle in a transaction) that read the table: it holds its share lock.
+    const reader = new pg.Client({ connectionString: url });
+    reader.on("error", () => {});
+    await reader.connect();
+    let opening: Promise<unknown> | undefined;
+    try {
+      await reader.query("begin");
+      await reader.query("select count(*) from idem_operations");
+      opening = openLedger(url, fast).then(
+        (l) => l,
+        (e: unknown) => e,
+      ); // the new release migrates on open
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const { rows } = await reader.query<{ n: number }>(
+          "select count(*)::int as n from pg_locks l join pg_class c on c.oid = l.relation where c.relname = 'idem_operations' and not l.granted",
+        );
+        if (rows[0]!.n >= 1) break; // its ALTER TABLE waits for the lock
+        if (Date.now() > deadline) throw new Error("the migration never waited on the table");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Before: the ALTER waited without limit, every statement queued behind it, and the worker's
+      // failed its lock timeout (LedgerUnavailableError) for as long as the reader read.
+      for (let i = 0; i < 5; i++) expect(await ask()).toBe("OperationNotFoundError");
+      await reader.query("commit");
+      const opened = await opening;
+      expect(opened).not.toBeInstanceOf(Error);
+      const ledger = opened as Awaited<ReturnType<typeof openLedger>>;
+      expect(await ledger.admin.pendingMigrations()).toEqual([]);
+      await ledger.close();
+    } finally {
+      await reader.query("rollback").catch(() => {});
+      await reader.end().catch(() => {});
+      await opening;
+      await worker.close();
+    }
+  });
+
   it("a schema that cannot be read now (its table locked) is an error that may pass, not every migration pending", async () => {
     const { default: pg } = await import("pg");
     const url = await freshDatabase("postgres");
@@ -294,6 +356,26 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
     }
     expect(fdsOn(dir)).toEqual([]);
     expect(() => unmount(dir)).not.toThrow();
+  });
+
+  it("read-only while another process holds the ledger open (its -wal and -shm there): refused at open too", async () => {
+    const dir = mount("1m");
+    const path = join(dir, "ledger.db");
+    const writer = await openLedger(`sqlite:${path}`);
+    const ro = mkdtempSync(join(tmpdir(), "idem-ro-view-"));
+    try {
+      expect((await writer.run(noop, { tenant: "t", key: ["a"], args: {} })).status).toBe("succeeded");
+      execFileSync("mount", ["--bind", dir, ro]);
+      mounts.push(ro);
+      execFileSync("mount", ["-o", "remount,bind,ro", ro]);
+      // Before: SQLite fell back to read-only, the WAL switch passed (the writer's files exist),
+      // the open succeeded and every write failed as "unavailable" (a config error read as an outage).
+      const { error } = await refusal(openLedger(`sqlite:${join(ro, "ledger.db")}`));
+      expect(error).toBeInstanceOf(LedgerConfigError);
+      expect((error as Error).message).toMatch(/EROFS/);
+    } finally {
+      await writer.close();
+    }
   });
 
   it("full: refused with LedgerConfigError, and the mount is free", async () => {

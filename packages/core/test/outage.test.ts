@@ -14,7 +14,9 @@ import {
   type LedgerOptions,
 } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { scaled, startPgServer, type PgServer } from "@idem/testkit";
+import { fileURLToPath } from "node:url";
+import { sql } from "kysely";
+import { scaled, startChild, startPgServer, type PgServer } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -187,5 +189,57 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
       expect(after.status).toBe("succeeded");
     },
     scaled(120_000),
+  );
+
+  const CLOSER = fileURLToPath(new URL("./children/closer.ts", import.meta.url));
+  /** A process that closed its ledger (with the server frozen meanwhile or not): its exit code, or "still running". */
+  async function closedProcessExits(frozen: boolean) {
+    const child = startChild(CLOSER, [], { LEDGER_URL: url });
+    await child.waitFor(/^ready$/, 60_000);
+    if (frozen) await server.freeze();
+    try {
+      child.send("close");
+      await child.waitFor(/^closed/);
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<"still running">((r) => (timer = setTimeout(() => r("still running"), 15_000)));
+      const exit = await Promise.race([child.exited.then((e) => e.code), late]);
+      clearTimeout(timer);
+      return { exit, lines: child.lines.join(" | ") };
+    } finally {
+      if (frozen) await server.thaw();
+    }
+  }
+
+  it(
+    "a process that closed its ledger exits on its own, also when the server froze before the close",
+    async () => {
+      expect(await closedProcessExits(false)).toMatchObject({ exit: 0 });
+      // Before: close() returned, and the pg socket (half-closed, waiting for a frozen server's
+      // goodbye) held the process for ever (idem daemon on SIGTERM, every CLI command).
+      const { exit, lines } = await closedProcessExits(true);
+      expect(exit, lines).toBe(0);
+    },
+    scaled(120_000),
+  );
+
+  it(
+    "one connection whose backend stops answering: a call queued behind it gets a new connection, not the dead one",
+    async () => {
+      const ledger = await open({ connectTimeoutMs: 15_000, poolSize: 1 });
+      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(databaseOf(ledger));
+      const stopped = rows[0]!.pid;
+      process.kill(stopped, "SIGSTOP"); // this one backend hangs; the server itself answers
+      try {
+        const first = timed(ledger.status({ tenant: "t", id: "op_a" })); // on the hung backend
+        const second = timed(ledger.status({ tenant: "t", id: "op_b" })); // queued for the pool's one client
+        const [a, b] = await Promise.all([first, second]);
+        expect(a.error).toBeInstanceOf(LedgerUnavailableError); // the client's read timeout
+        // Before: LedgerUnavailableError "Connection terminated unexpectedly": the pool handed it the dead one.
+        expect((b.error as Error).name).toBe("OperationNotFoundError");
+      } finally {
+        process.kill(stopped, "SIGCONT");
+      }
+    },
+    scaled(60_000),
   );
 });
