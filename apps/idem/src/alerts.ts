@@ -70,6 +70,9 @@ class WebhookNotSentError extends Error {
   override readonly name = "WebhookNotSentError";
 }
 
+/** Webhook answers that refuse every alert, not this one: 401, 403 (Slack's invalid_token), 404 (no_service), 410, 503. */
+const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
+
 /**
  * HTTP failures of the webhook sink, whose URL is `url` (never kept in a reason: a Slack
  * webhook's URL is itself a secret).
@@ -81,7 +84,15 @@ function classifyDelivery(url: string) {
     if (error instanceof WebhookNotSentError)
       return { kind: "transient", reason: `webhook request not sent: ${error.message}` };
     const status = (error as { status?: number }).status;
-    // 4xx is the receiver's final answer.
+    // The receiver is not taking alerts at all: a wrong or rotated authorization, a webhook revoked
+    // or removed, or briefly unavailable. Nothing was delivered, and the alert stays due until a
+    // person fixes it or the receiver is back (as for a refused SMTP sign-in), never acknowledged.
+    if (status !== undefined && NOT_TAKING.has(status))
+      return {
+        kind: "transient",
+        reason: `receiver answered ${status}, nothing delivered${status === 503 ? "" : " (check alerts.webhook: its URL and authorization)"}`,
+      };
+    // Another 4xx refuses this alert itself (its payload): final.
     if (status !== undefined && status >= 400 && status < 500 && status !== 429)
       return { kind: "permanent", reason: `receiver answered ${status}` };
     if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
@@ -162,6 +173,8 @@ function classifyEmailDelivery(error: unknown): Classification {
 const SINK_NAMES = ["log", "webhook", "email"] as const;
 export type SinkName = (typeof SINK_NAMES)[number];
 const typeOf = (sink: SinkName) => `idem.alert.${sink}`;
+/** Every sink's action type: the daemon's own, run in the alerts tenant alone. */
+export const ALERT_TYPES: readonly string[] = SINK_NAMES.map(typeOf);
 
 /** The sink an operation of this action type delivers to; undefined for an action of another kind. */
 export function sinkOf(actionType: string): SinkName | undefined {
@@ -318,7 +331,8 @@ export interface Delivery {
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
  * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, timing
  * out). They are not tried again until the next tick: each try waits out its retries, and a dead
- * receiver tried for every alert held the daemon's settling back for as long.
+ * receiver tried for every alert held the daemon's settling back for as long. `stop`: the daemon
+ * is stopping; a delivery waiting out a Retry-After or a backoff ends, and nothing more is sent.
  */
 export async function deliver(
   ledger: Ledger,
@@ -330,6 +344,7 @@ export async function deliver(
   onSent: (kind: AlertKind, sink: string) => void,
   reported: Set<string>,
   down: Set<string>,
+  stop?: AbortSignal,
 ): Promise<Delivery> {
   let done = true;
   let missed = 0;
@@ -346,6 +361,7 @@ export async function deliver(
         key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
         args: alert,
         actor: "idem-daemon",
+        ...(stop && { stop }),
       });
     } catch (error) {
       // The database is gone: the tick ends. Anything else (a bug: this key held other args) must

@@ -21,6 +21,7 @@ import {
   type RunResult,
 } from "@idem/core";
 import {
+  ALERT_TYPES,
   alertOf,
   alertSinks,
   deliver,
@@ -128,7 +129,10 @@ export class Daemon {
     // A delivery to a sink this config lacks is not claimed: another replica's, or a person's to
     // configure (failed here, the replica with the sink would read the alert as answered).
     const except = { tenant: this.config.alerts.tenant, actions: this.unconfigured.types };
-    const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs, except });
+    // A sink's action type in another tenant is no delivery of ours: never run with our sink
+    // (its credentials, the operators' channel), whatever args that tenant stored.
+    const reserved = { tenant: this.config.alerts.tenant, actions: ALERT_TYPES };
+    const claimed = await this.ledger.daemon.claimDue({ limit: d.batch, claimMs: d.claimMs, except, reserved });
     const due = [...claimed.filter((row) => !this.sinkOf(row)), ...claimed.filter((row) => this.sinkOf(row))];
     for (const [i, row] of due.entries()) {
       if (this.stopping || performance.now() >= until) {
@@ -148,13 +152,15 @@ export class Daemon {
       }
       try {
         // Escalation is decided on the same snapshot as the rest, by the database clock.
-        const out = await this.ledger.daemon.settle({
-          tenant: row.tenant,
-          id: row.id,
-          actor: this.actor,
-          escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
-          stop: this.stopped.signal,
-        });
+        const out = await this.busy(() =>
+          this.ledger.daemon.settle({
+            tenant: row.tenant,
+            id: row.id,
+            actor: this.actor,
+            escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
+            stop: this.stopped.signal,
+          }),
+        );
         if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED))
           this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
@@ -197,6 +203,23 @@ export class Daemon {
         { err: error, claimed: rows.length },
         "could not give back the claim on operations not settled this tick: they are due again once it ends",
       );
+    }
+  }
+
+  /**
+   * Runs one settlement or delivery, which may take its whole retry budget (a slow lookup, a
+   * receiver's Retry-After), saying it is making progress meanwhile so that /healthz does not call
+   * a working daemon dead; for at most a claim's time, the longest one may rightly take.
+   */
+  private async busy<T>(work: () => Promise<T>): Promise<T> {
+    const until = Date.now() + this.config.daemon.claimMs;
+    const timer = setInterval(() => {
+      if (Date.now() < until) this.metrics.progress();
+    }, this.config.daemon.intervalMs);
+    try {
+      return await work();
+    } finally {
+      clearInterval(timer);
     }
   }
 
@@ -276,16 +299,19 @@ export class Daemon {
     down: Set<string>,
     tally: { undelivered: number },
   ): Promise<boolean> {
-    const { done, missed } = await deliver(
-      this.ledger,
-      this.config,
-      this.sinks,
-      alert,
-      version,
-      this.log,
-      this.sent,
-      this.reported,
-      down,
+    const { done, missed } = await this.busy(() =>
+      deliver(
+        this.ledger,
+        this.config,
+        this.sinks,
+        alert,
+        version,
+        this.log,
+        this.sent,
+        this.reported,
+        down,
+        this.stopped.signal,
+      ),
     );
     tally.undelivered += missed;
     return done;

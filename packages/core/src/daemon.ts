@@ -11,6 +11,7 @@ import type { RunResult } from "./result.js";
 import type { Call, Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
+import type { TenantActions } from "./store.js";
 
 /** What `settle` takes: the operation, who acts, the daemon's escalation limits, a stop signal. */
 export type SettleOptions = OperationRef & {
@@ -46,23 +47,27 @@ export class LedgerDaemon {
    * scan skips rows another daemon is claiming (FOR UPDATE SKIP LOCKED); settling is fenced by
    * attempt anyway, so a row is never settled twice. `except`: a tenant's operations of these
    * action types are neither claimed nor hidden, left to a daemon that can settle them (one whose
-   * config has an alert sink this one lacks).
+   * config has an alert sink this one lacks). `reserved`: these action types are the daemon's own
+   * in this tenant alone (its alert sinks); another tenant's operation of such a type is never
+   * claimed, so it is never run with the daemon's action (its credentials, its channel).
    */
   async claimDue(options: {
     readonly limit: number;
     readonly claimMs: number;
-    readonly except?: { readonly tenant: string; readonly actions: readonly string[] };
+    readonly except?: TenantActions;
+    readonly reserved?: TenantActions;
   }): Promise<DueOperation[]> {
     this.#context.assertOpen();
     requireWhole(options.limit, "limit", 1);
     requireWhole(options.claimMs, "claimMs", 1);
-    const except = options.except;
-    if (except) {
-      requireName(except.tenant, "except.tenant");
-      for (const a of except.actions) requireName(a, "except.actions");
-    }
-    const skip = except && except.actions.length > 0 ? except : undefined;
-    return (await this.#context.store.claimDue(options.limit, options.claimMs, skip)).map((r) => ({
+    const filter = (f: TenantActions | undefined, name: string) => {
+      if (!f) return undefined;
+      requireName(f.tenant, `${name}.tenant`);
+      for (const a of f.actions) requireName(a, `${name}.actions`);
+      return f.actions.length > 0 ? f : undefined;
+    };
+    const filters = { except: filter(options.except, "except"), reserved: filter(options.reserved, "reserved") };
+    return (await this.#context.store.claimDue(options.limit, options.claimMs, filters)).map((r) => ({
       id: r.id,
       tenant: r.tenant_id,
       status: r.status,

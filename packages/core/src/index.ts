@@ -12,7 +12,8 @@ export type { LedgerAdmin, Resolve } from "./admin.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
 export type { Operation, OperationEvent, OperationRef, Seen, Verdict } from "./context.js";
-export type { DueOperation, LedgerDaemon } from "./daemon.js";
+export type { DueOperation, LedgerDaemon, SettleOptions } from "./daemon.js";
+export type { TenantActions } from "./store.js";
 export {
   ArgsMismatchError,
   CompletionNotRecordedError,

@@ -84,6 +84,13 @@ export interface RunInput<A, I = A> {
    * (`LeaseDeadlineError`). An effect that may have started is settled by the replay policy.
    */
   readonly signal?: AbortSignal;
+  /**
+   * Stops the call as `close()` stops every call (a process shutting down): once it aborts,
+   * nothing more is sent, a wait or a pause between retries ends at once with the operation's
+   * state (pending, unknown), and the effect under way is recorded. Unlike `signal`, it never
+   * aborts a request in flight, nor rejects.
+   */
+  readonly stop?: AbortSignal;
 }
 
 /** Opens (and by default migrates) a ledger: `sqlite:./idem.db`, `postgres://…`, or a kysely Dialect. */
@@ -203,6 +210,7 @@ export class Ledger {
         args,
         actor: input.actor ?? null,
         signal: input.signal,
+        stop: input.stop,
         key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
         storeArgs: input.storeArgs ?? true,
         settings:

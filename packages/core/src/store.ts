@@ -162,6 +162,12 @@ const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "db_now"] 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
 export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { has_args: number; db_now: number };
 
+/** Action types in one tenant (the daemon's claim filters). */
+export interface TenantActions {
+  readonly tenant: string;
+  readonly actions: readonly string[];
+}
+
 /** Where an operation is: every write names all three (tenant scope, the unique key, the id). */
 export interface Address {
   readonly tenant: string;
@@ -611,7 +617,8 @@ export class Store {
       this.db
         .updateTable("idem_operations")
         // Args are stored right before the first execution: from here on it may have committed.
-        .set({ ...patch, ...(patch.args_json !== undefined && { maybe_committed: 1 }), updated_at: this.now() })
+        // Not a transition: updated_at stays the attempt's start (stuck() measures from it).
+        .set({ ...patch, ...(patch.args_json !== undefined && { maybe_committed: 1 }) })
         .where("tenant_id", "=", row.tenant_id)
         .where("key", "=", row.key)
         .where("id", "=", row.id)
@@ -777,16 +784,23 @@ export class Store {
   async claimDue(
     limit: number,
     claimMs: number,
-    except?: { readonly tenant: string; readonly actions: readonly string[] },
+    filters: { readonly except?: TenantActions | undefined; readonly reserved?: TenantActions | undefined } = {},
   ): Promise<Pick<Row, "id" | "tenant_id" | "status" | "action" | "next_check_at">[]> {
     const now = this.now();
+    const { except, reserved } = filters;
     const claim = async (scan: (q: any) => any, indexOrder: "lease_expires_at" | "next_check_at", max = limit) => {
-      const where = except
-        ? (q: any) =>
-            scan(q).where((eb: any) =>
-              eb.not(eb.and([eb("tenant_id", "=", except.tenant), eb("action", "in", except.actions)])),
-            )
-        : scan;
+      const where = (q: any) => {
+        let out = scan(q);
+        if (except)
+          out = out.where((eb: any) =>
+            eb.not(eb.and([eb("tenant_id", "=", except.tenant), eb("action", "in", except.actions)])),
+          );
+        if (reserved)
+          out = out.where((eb: any) =>
+            eb.not(eb.and([eb("tenant_id", "<>", reserved.tenant), eb("action", "in", reserved.actions)])),
+          );
+        return out;
+      };
       // The candidates are chosen once, in a CTE: as an IN (subquery) Postgres may re-run the
       // LIMIT per row and claim them all.
       let due = where(this.db.selectFrom("idem_operations").select(["tenant_id", "key"]))

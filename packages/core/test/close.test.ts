@@ -131,6 +131,29 @@ for (const dialect of DIALECTS) {
       expect((await after.get({ tenant, id })).operation.status).toBe("succeeded");
     });
 
+    it("a call whose stop signal aborts while it waits out a Retry-After: answered pending at once, nothing more sent, no rejection", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "rate_limited", reason: "slow down", retryAfterMs: 10_000 } });
+      const stop = new AbortController();
+      const waiting = ledger.run(mail, { tenant, key: ["stopped"], args: { to: "x" }, stop: stop.signal });
+      await p.called(1);
+      const t0 = performance.now();
+      stop.abort();
+      expect(await waiting).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(performance.now() - t0).toBeLessThan(5_000);
+      expect(p.calls).toBe(1);
+      // The ledger itself stays open: the row is pending, held by the provider's Retry-After for every caller.
+      expect(await ledger.run(mail, { tenant, key: ["stopped"], args: { to: "x" } })).toMatchObject({
+        state: "pending",
+        reason: expect.stringMatching(/^known not done; retried in \d+ ms$/),
+      });
+      expect(p.effects).toHaveLength(0);
+      await ledger.close();
+    });
+
     it("a settlement whose stop signal aborts ends as at close: no request after it, the pause ended, the ledger still open", async () => {
       const { p, tenant, id, daemon } = await settling(20_000);
       p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
