@@ -55,12 +55,17 @@ export type Classification =
    * May have committed (timeout or socket closed after the request left): `unknown`, reconcile.
    * `replayable: false` when a replay with the same key can only return this same answer (the
    * provider saved an error under the key): recovery then looks the effect up instead.
+   * `retryAfterMs`: the provider asked for a wait before it can be asked again (a rate-limited
+   * read that would have told): the first check is no sooner. `alert`: a person must hear of it
+   * now (a credential refused the read that would have told), though the outcome stays unknown.
    */
   | {
       readonly kind: "ambiguous";
       readonly reason: string;
       readonly providerRequestId?: string;
       readonly replayable?: boolean;
+      readonly retryAfterMs?: number;
+      readonly alert?: boolean;
     };
 
 /**

@@ -497,7 +497,7 @@ export class Runner {
     const error: StoredError = {
       kind: cls.kind,
       reason: cls.reason,
-      ...(cls.kind === "permanent" && cls.alert && { alert: true }),
+      ...((cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert && { alert: true }),
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };

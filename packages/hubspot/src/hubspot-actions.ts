@@ -3,15 +3,16 @@
  * by name (contacts, companies, deals, tickets, notes, custom). The operation key goes into a
  * unique-value property (default `idem_external_id`), so the CRM itself refuses a second record:
  * creates are upserts by that idProperty, or (mode "create") a create whose unique-value conflict
- * is read back as the existing record. Unknown outcomes are settled by a consistent read.
+ * is read back as the existing record, once the property is known to be unique-value (read from
+ * HubSpot once per process). Unknown outcomes are settled by a consistent read.
  */
 import { defineAction, type Action } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
-import { classifyHubSpotError, isRefusal } from "./hubspot-classify.js";
+import { classifyHubSpotError, existingIdOf, isRefusal, isValidationRefusal } from "./hubspot-classify.js";
 import { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
-import { ensureUniqueProperty } from "./hubspot-schema.js";
+import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
 
 export interface HubSpotCreateArgs {
   readonly properties: Readonly<Record<string, string>>;
@@ -29,6 +30,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
   const unique = config.uniqueProperty ?? "idem_external_id";
   const mode = config.mode ?? "upsert";
   const cache = new Map<string, Action<HubSpotCreateArgs, HubSpotReceipt>>();
+  const schema = uniquePropertyCheck(api);
 
   function create(objectType: string): Action<HubSpotCreateArgs, HubSpotReceipt> {
     const known = cache.get(objectType);
@@ -43,58 +45,75 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       },
       async execute(args, op) {
         const idProperty = idPropertyOf(op);
+        // Create mode rests on HubSpot refusing a second record with the key: checked before the
+        // first create. An upsert by a property that is not unique-value HubSpot refuses itself (400).
+        if (mode === "create") await schema.require(objectType, idProperty);
         try {
-          if (mode === "upsert") {
-            const out = await api.objects.batchApi.upsert(
-              objectType,
-              {
-                inputs: [{ idProperty, id: op.key, properties: { ...args.properties } }],
-              },
-              HUBSPOT_CALL_OPTIONS,
-            );
-            const r = out.results[0];
-            // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
-            // input: the client returns that answer, it does not throw.
-            if (!r) throw new HubSpotBatchInputError("errors" in out ? (out.errors ?? []) : []);
-            return { objectType, id: r.id, new: r._new, externalId: op.key };
-          }
-          const r = await api.objects.basicApi.create(
-            objectType,
-            {
-              properties: { ...args.properties, [idProperty]: op.key },
-              associations: [],
-            },
-            HUBSPOT_CALL_OPTIONS,
-          );
-          return { objectType, id: r.id, new: true, externalId: op.key };
+          return mode === "upsert" ? await upsert(args, op.key, idProperty) : await createOne(args, op.key, idProperty);
         } catch (e) {
-          if (!isRefusal(e)) throw e;
-          // The CRM refused a second record with our key (a create after one that went through; an
-          // upsert that lost a race with another attempt's): the first one is the effect. HubSpot
-          // answers 409 for a contact's email, but a 400 validation error has been reported for a
-          // custom unique property, and a batch answers per input (207): each is read back before
-          // it is taken as the caller's data.
-          // Live records only: a deleted record does not hold its unique values (HubSpot restores a
-          // deleted contact only while no active one has its email), so it cannot be why this create
-          // was refused. An earlier attempt's record deleted since is the lookup's to find (reconcile
-          // reads archived records too), before any create is sent again.
-          let existing: { id: string } | undefined;
-          try {
-            existing = await readByExternalId(api, objectType, idProperty, op.key);
-          } catch (readError) {
-            // The read proves nothing (429, a missing read scope, unreachable): the refusal may
-            // still be our record's. Ambiguous, never the read's own class (hubspot-classify.ts).
-            throw new HubSpotReadBackError(e, idProperty, { cause: readError });
-          }
-          if (!existing) throw e; // a conflict on another unique property, or invalid values: the caller's data
-          return { objectType, id: existing.id, new: false, externalId: op.key };
+          // An upsert updates the record with our key rather than repeat it: a validation error is
+          // about the values, the caller's data, whatever records exist (read back, ours was taken
+          // as this write's success though HubSpot wrote nothing).
+          if (!isRefusal(e) || (mode === "upsert" && isValidationRefusal(e))) throw e;
+          return readBack(e, op.key, idProperty);
         }
       },
       classify: (error) => classifyHubSpotError(error),
-      reconcile: (_args, op) => reconcileByRead(api, objectType, idPropertyOf(op), op.key),
+      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op.key),
     });
     cache.set(objectType, action);
     return action;
+
+    async function upsert(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
+      const out = await api.objects.batchApi.upsert(
+        objectType,
+        { inputs: [{ idProperty, id: key, properties: { ...args.properties } }] },
+        HUBSPOT_CALL_OPTIONS,
+      );
+      const r = out.results[0];
+      // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
+      // input: the client returns that answer, it does not throw.
+      if (!r) throw new HubSpotBatchInputError("errors" in out ? (out.errors ?? []) : []);
+      return { objectType, id: r.id, new: r._new, externalId: key };
+    }
+
+    async function createOne(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
+      const r = await api.objects.basicApi.create(
+        objectType,
+        { properties: { ...args.properties, [idProperty]: key }, associations: [] },
+        HUBSPOT_CALL_OPTIONS,
+      );
+      return { objectType, id: r.id, new: true, externalId: key };
+    }
+
+    /**
+     * The CRM refused a second record with our key (a create after one that went through; an
+     * upsert that lost a race with another attempt's): the first one is the effect. HubSpot
+     * answers 409 for a contact's email, but a 400 validation error has been reported for a
+     * custom unique property, and a batch answers per input (207): each is read back before it
+     * is taken as the caller's data.
+     * Live records only: a deleted record does not hold its unique values (HubSpot restores a
+     * deleted contact only while no active one has its email), so it cannot be why this write
+     * was refused. An earlier attempt's record deleted since is the lookup's to find (reconcile
+     * reads archived records too), before any create is sent again.
+     */
+    async function readBack(refusal: unknown, key: string, idProperty: string): Promise<HubSpotReceipt> {
+      let existing: { id: string } | undefined;
+      try {
+        existing = await readByExternalId(api, objectType, idProperty, key);
+      } catch (readError) {
+        // The read proves nothing (429, a missing read scope, unreachable): the refusal may
+        // still be our record's. Ambiguous, never the read's own class (hubspot-classify.ts).
+        throw new HubSpotReadBackError(refusal, idProperty, { cause: readError });
+      }
+      if (!existing) throw refusal; // a conflict on another unique property, or invalid values: the caller's data
+      // An upsert refused for a value another record holds (the conflict names it) wrote nothing:
+      // our record, made earlier, is not this write's effect. A create's effect is our record,
+      // whichever record HubSpot names: an earlier attempt made it.
+      const named = existingIdOf(refusal);
+      if (mode === "upsert" && named !== undefined && named !== existing.id) throw refusal;
+      return { objectType, id: existing.id, new: false, externalId: key };
+    }
   }
 
   /**
@@ -110,13 +129,15 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
 
   async function ensureSchema(objectTypes: readonly string[]) {
     const out: Record<string, "created" | "present"> = {};
-    for (const t of objectTypes)
+    for (const t of objectTypes) {
       out[t] = await ensureUniqueProperty(
         api,
         t,
         unique,
         config.groupNames?.[t] ?? `${t.replace(/ies$/, "y").replace(/s$/, "")}information`,
       );
+      schema.known(t, unique);
+    }
     return out;
   }
 

@@ -5,7 +5,12 @@
  * failed, as the adapter's own errors (hubspot-errors.ts).
  */
 import { NOT_SENT_CODES, type Classification } from "@idem/core";
-import { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
+import {
+  HubSpotBatchInputError,
+  HubSpotReadBackError,
+  HubSpotSchemaError,
+  HubSpotSchemaReadError,
+} from "./hubspot-errors.js";
 
 /**
  * Categories of a batch error that refuse the input itself: HubSpot's final answer about these
@@ -24,6 +29,33 @@ export function isRefusal(error: unknown): boolean {
     return error.errors.length > 0 && error.errors.every((e) => REFUSAL_CATEGORIES.has(e.category ?? ""));
   const code = (error as { code?: unknown } | null)?.code;
   return code === 409 || code === 400;
+}
+
+/**
+ * HubSpot refused the values themselves (a 400, or a batch answer whose every error is a
+ * VALIDATION_ERROR): an upsert by our key cannot be refused so for the key, which it updates
+ * rather than repeats, so such a refusal is the caller's data and says nothing of our record.
+ */
+export function isValidationRefusal(error: unknown): boolean {
+  if (error instanceof HubSpotBatchInputError)
+    return error.errors.length > 0 && error.errors.every((e) => e.category === "VALIDATION_ERROR");
+  return (error as { code?: unknown } | null)?.code === 400;
+}
+
+/**
+ * The record a conflict names ("Contact already exists. Existing ID: 1006"): the one holding the
+ * unique value our write repeated. Undefined when the answer names none.
+ */
+export function existingIdOf(error: unknown): string | undefined {
+  const messages =
+    error instanceof HubSpotBatchInputError
+      ? error.errors.map((e) => e.message)
+      : [(error as HubSpotError | null)?.body?.message];
+  for (const m of messages) {
+    const id = /Existing ID: (\d+)/.exec(m ?? "")?.[1];
+    if (id) return id;
+  }
+  return undefined;
 }
 
 interface HubSpotError {
@@ -45,7 +77,20 @@ export function classifyHubSpotError(error: unknown): Classification {
       kind: "ambiguous",
       reason: `HubSpot refused a second record (${refusal.reason}) and the read back by ${error.idProperty} failed (${read.reason}): the record may be ours`,
       ...(id && { providerRequestId: id }),
+      // The read's own wait (429) binds the first check; a refused credential (401, 403: a
+      // missing read scope) fails every check until a person fixes it: alerted now.
+      ...(read.kind === "rate_limited" && { retryAfterMs: read.retryAfterMs }),
+      ...("alert" in read && read.alert && { alert: true }),
     };
+  }
+  // A misconfigured key property: nothing was sent, and nothing will be until a person fixes it.
+  if (error instanceof HubSpotSchemaError) return { kind: "permanent", reason: error.message, alert: true };
+  if (error instanceof HubSpotSchemaReadError) {
+    // A GET, sent before any write: whatever became of it, no record was written. Its own class
+    // otherwise (a 429's wait, a 401 or 403 alerted), named as the definition's read.
+    const read = classifyHubSpotError(error.cause);
+    const reason = `${error.message}: ${read.reason}`;
+    return read.kind === "ambiguous" ? { kind: "transient", reason: `not sent: ${reason}` } : { ...read, reason };
   }
   if (error instanceof HubSpotBatchInputError) {
     const what = error.errors.map((b) => `${b.category ?? "error"}: ${b.message ?? ""}`.trim()).join("; ");

@@ -43,3 +43,38 @@ export class HubSpotReadBackError extends Error {
     super(`HubSpot refused a second record and the read back by ${idProperty} failed`, options);
   }
 }
+
+/**
+ * The property meant to carry operation keys is missing or not a unique-value property: HubSpot
+ * would not refuse a second record with the same key (a create sent again after a lost answer
+ * makes two), and a read by it cannot prove a record absent. Raised before anything is sent.
+ */
+export class HubSpotSchemaError extends Error {
+  override readonly name = "HubSpotSchemaError";
+  constructor(
+    readonly objectType: string,
+    readonly property: string,
+    readonly problem: "missing" | "not_unique",
+  ) {
+    super(
+      `${objectType}.${property} ${problem === "missing" ? "does not exist" : "is not a unique-value property"}: ` +
+        `HubSpot would not refuse a second record with the same key. Create it with ensureSchema(["${objectType}"]) ` +
+        `(a unique-value idem_external_id), or set uniqueProperty to a unique-value property`,
+    );
+  }
+}
+
+/**
+ * Reading the definition of the key's property failed (429, a token without the schema read
+ * scope, unreachable): no write was sent. `cause` is the read's error.
+ */
+export class HubSpotSchemaReadError extends Error {
+  override readonly name = "HubSpotSchemaReadError";
+  constructor(
+    readonly objectType: string,
+    readonly property: string,
+    options: { cause: unknown },
+  ) {
+    super(`reading the definition of ${objectType}.${property} failed`, options);
+  }
+}

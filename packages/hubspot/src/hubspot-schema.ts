@@ -1,8 +1,10 @@
 /**
- * Creates the unique-value property that carries operation keys on the object types in use, when
- * it is missing; safe to run again and by several processes at once (a 409 means another created it).
+ * The property that carries operation keys: created where missing (`ensureUniqueProperty`, safe to
+ * run again and by several processes at once: a 409 means another created it), and checked to be
+ * unique-value before the adapter relies on it (`uniquePropertyCheck`).
  */
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
+import { HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -14,7 +16,7 @@ export async function ensureUniqueProperty(
 ): Promise<"created" | "present"> {
   const existing = await getProperty(api, objectType, name);
   if (existing) {
-    if (!existing.hasUniqueValue)
+    if (!isUniqueId(objectType, existing))
       throw new Error(`${objectType}.${name} exists but is not a unique-value property; idem needs one`);
     return "present";
   }
@@ -47,3 +49,58 @@ async function getProperty(api: Api, objectType: string, name: string) {
     throw e;
   }
 }
+
+/**
+ * Built-in properties HubSpot keeps unique, and accepts as an idProperty, though its properties API
+ * reports `hasUniqueValue: false` for them. (A key is no email address, so HubSpot refuses it as a
+ * contact's email: the check passes, the write is refused as the caller's data.)
+ */
+const UNIQUE_BUILT_IN: Readonly<Record<string, readonly string[]>> = { contacts: ["email"] };
+
+function isUniqueId(objectType: string, p: { name: string; hasUniqueValue?: boolean }): boolean {
+  return p.hasUniqueValue === true || (UNIQUE_BUILT_IN[objectType] ?? []).includes(p.name);
+}
+
+/**
+ * Whether a property can carry operation keys, read from HubSpot once per process and property
+ * (GET /crm/v3/properties/{objectType}/{name}). `require` resolves when it is unique-value and
+ * rejects with HubSpotSchemaError when it is missing or not, HubSpotSchemaReadError when the
+ * definition could not be read. Only a unique verdict is kept: a refusal or a failed read is asked
+ * again by the next call, so a schema fixed since is seen without a restart. (A property made
+ * plain since is seen by the next process; meanwhile HubSpot refuses reads and upserts by it.)
+ */
+export function uniquePropertyCheck(api: Api) {
+  const verdicts = new Map<string, Promise<void>>();
+  const keyOf = (objectType: string, name: string) => `${objectType}\u0000${name}`;
+  async function check(objectType: string, name: string): Promise<void> {
+    let p: Awaited<ReturnType<typeof getProperty>>;
+    try {
+      p = await getProperty(api, objectType, name);
+    } catch (e) {
+      throw new HubSpotSchemaReadError(objectType, name, { cause: e });
+    }
+    if (!p) throw new HubSpotSchemaError(objectType, name, "missing");
+    if (!isUniqueId(objectType, p)) throw new HubSpotSchemaError(objectType, name, "not_unique");
+  }
+  return {
+    require(objectType: string, name: string): Promise<void> {
+      const key = keyOf(objectType, name);
+      let verdict = verdicts.get(key);
+      if (!verdict) {
+        // Kept while in flight too: concurrent first calls share one read.
+        verdict = check(objectType, name).catch((e: unknown) => {
+          verdicts.delete(key);
+          throw e;
+        });
+        verdicts.set(key, verdict);
+      }
+      return verdict;
+    },
+    /** A property known unique-value (ensureSchema found or made it): no read needed. */
+    known(objectType: string, name: string): void {
+      verdicts.set(keyOf(objectType, name), Promise.resolve());
+    },
+  };
+}
+
+export type UniquePropertyCheck = ReturnType<typeof uniquePropertyCheck>;

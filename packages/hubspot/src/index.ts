@@ -1,7 +1,12 @@
 export { hubspotActions } from "./hubspot-actions.js";
 export type { HubSpotActions, HubSpotCreateArgs } from "./hubspot-actions.js";
 export { classifyHubSpotError } from "./hubspot-classify.js";
-export { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
+export {
+  HubSpotBatchInputError,
+  HubSpotReadBackError,
+  HubSpotSchemaError,
+  HubSpotSchemaReadError,
+} from "./hubspot-errors.js";
 export type { HubSpotBatchError } from "./hubspot-errors.js";
 export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";

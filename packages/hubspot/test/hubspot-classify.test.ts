@@ -1,6 +1,12 @@
 /** classifyHubSpotError over the shapes @hubspot/api-client gives its errors. */
 import { describe, expect, it } from "vitest";
-import { HubSpotBatchInputError, HubSpotReadBackError, classifyHubSpotError } from "@idem/hubspot";
+import {
+  HubSpotBatchInputError,
+  HubSpotReadBackError,
+  HubSpotSchemaError,
+  HubSpotSchemaReadError,
+  classifyHubSpotError,
+} from "@idem/hubspot";
 
 const api = (code: number, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) =>
   Object.assign(new Error("HTTP-Code"), { code, body, headers });
@@ -105,4 +111,42 @@ describe("classifyHubSpotError", () => {
   it("keeps HubSpot's correlation id as the provider request id", () => {
     expect(classifyHubSpotError(api(400, { correlationId: "c-1" }))).toMatchObject({ providerRequestId: "c-1" });
   });
+
+  it("a key property that is not unique-value: permanent, alerted, naming it and the fix", () => {
+    expect(classifyHubSpotError(new HubSpotSchemaError("deals", "erp_ref", "not_unique"))).toEqual({
+      kind: "permanent",
+      alert: true,
+      reason: expect.stringMatching(/^deals\.erp_ref is not a unique-value property: .*ensureSchema\(\["deals"\]\)/),
+    });
+  });
+
+  it.each([
+    // A GET sent before any write: unanswered, it still wrote nothing.
+    [
+      "502",
+      api(502, { category: "SERVICE_UNAVAILABLE" }),
+      {
+        kind: "transient",
+        reason: expect.stringMatching(/^not sent: reading the definition of deals\.erp_ref failed: 502/),
+      },
+    ],
+    ["a reset", net("ECONNRESET"), { kind: "transient", reason: expect.stringMatching(/^not sent: /) }],
+    [
+      "429",
+      api(429, { policyName: "TEN_SECONDLY_ROLLING" }, { "x-hubspot-ratelimit-interval-milliseconds": "10000" }),
+      {
+        kind: "rate_limited",
+        retryAfterMs: 10_000,
+        reason: expect.stringMatching(/^reading the definition of deals\.erp_ref failed: 429/),
+      },
+    ],
+    ["403 without the schema scope", api(403, { category: "MISSING_SCOPES" }), { kind: "permanent", alert: true }],
+  ])(
+    "the key property's definition unreadable (%s): nothing was written, the read's own wait or alert",
+    (_what, read, expected) => {
+      expect(classifyHubSpotError(new HubSpotSchemaReadError("deals", "erp_ref", { cause: read }))).toMatchObject(
+        expected,
+      );
+    },
+  );
 });

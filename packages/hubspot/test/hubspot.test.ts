@@ -536,6 +536,50 @@ describe("HubSpot sandbox unique values", () => {
     expect(sandbox.crm.all("contacts").filter((r) => r.properties.email === email)).toHaveLength(1);
   });
 
+  it("a read by an idProperty that is not unique-value is refused 400, as HubSpot documents idProperty", async () => {
+    if (!sandbox.crm.getProperty("companies", "plain_ref"))
+      sandbox.crm.createProperty("companies", {
+        name: "plain_ref",
+        label: "Plain ref",
+        type: "string",
+        fieldType: "text",
+        groupName: "companyinformation",
+        hasUniqueValue: false,
+      });
+    const api = createHubSpotClient(server);
+    const email = `by-email-${Math.random().toString(36).slice(2)}@example.test`;
+    await api.objects.basicApi.create(
+      "companies",
+      { properties: { name: "Plain", plain_ref: "P-1" }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    const contact = await api.objects.basicApi.create(
+      "contacts",
+      { properties: { email }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    const byId = (type: string, id: string, idProperty: string) =>
+      api.objects.basicApi.getById(type, id, undefined, undefined, undefined, false, idProperty, HUBSPOT_CALL_OPTIONS);
+    // HubSpot: "{objectId} refers to the internal object ID by default, or optionally any unique
+    // property value as specified by the idProperty query param"; its upsert answers any other
+    // idProperty 400 VALIDATION_ERROR, and so does its read. Before: 200, the record.
+    await expect(byId("companies", "P-1", "plain_ref")).rejects.toMatchObject({
+      code: 400,
+      body: { category: "VALIDATION_ERROR" },
+    });
+    // A contact's email is HubSpot's own unique id, though not flagged hasUniqueValue.
+    expect(await byId("contacts", email, "email")).toMatchObject({ id: contact.id });
+  });
+
+  it("the properties API answers hasUniqueValue, as the adapter's check reads it (false for a contact's email)", async () => {
+    const api = createHubSpotClient(server);
+    const get = (type: string, name: string) =>
+      api.properties.coreApi.getByName(type, name, undefined, undefined, HUBSPOT_CALL_OPTIONS);
+    expect(await get("contacts", "idem_external_id")).toMatchObject({ hasUniqueValue: true });
+    expect(await get("contacts", "email")).toMatchObject({ hasUniqueValue: false });
+    await expect(get("contacts", "no_such_property")).rejects.toMatchObject({ code: 404 });
+  });
+
   it("upsert refuses a unique value another record holds, creating or updating, as create does", async () => {
     if (!sandbox.crm.getProperty("companies", "erp_id"))
       sandbox.crm.createProperty("companies", {

@@ -4,8 +4,8 @@
  * be unique-value; a contact's `email` is unique too, as on HubSpot (a second contact with it:
  * 409 "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
  * that repeats a unique value another record holds is refused (409, "Existing ID: …"); batch
- * upsert by a unique `idProperty`; reads by id or by idProperty (consistent); search sees
- * a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
+ * upsert by a unique `idProperty`; reads by id or by a unique idProperty (consistent; any other
+ * idProperty is refused 400); search sees a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
  * for the ones idem's tests use: unknown properties and a contact email that is no address.
  * Archiving (HubSpot's DELETE, the recycling bin) keeps the record, readable only with
  * `archived=true`; it leaves search, and its unique values are free again (HubSpot's knowledge
@@ -135,12 +135,7 @@ export class CrmStore {
     id: string,
     properties: Record<string, unknown>,
   ): { record: CrmRecord; isNew: boolean } {
-    if (
-      !this.props(objectType).get(idProperty)?.hasUniqueValue &&
-      !(objectType === "contacts" && idProperty === "email")
-    ) {
-      throw validation(`idProperty '${idProperty}' must be a unique value property`);
-    }
+    this.requireUniqueId(objectType, idProperty);
     const values = this.checkProperties(objectType, properties);
     const existing = this.findBy(objectType, idProperty, id);
     // The other unique values are checked as a create checks them, updates included: a record
@@ -156,10 +151,13 @@ export class CrmStore {
   }
 
   /**
-   * A consistent read, by record id or by a unique property. HubSpot's `archived` means "only
-   * archived": the default reads live records only, `archived: true` archived ones only.
+   * A consistent read, by record id or by a unique property (any other idProperty is refused
+   * 400, as HubSpot's upsert refuses it: its docs name `idProperty` "any unique property"). HubSpot's
+   * `archived` means "only archived": the default reads live records only, `archived: true`
+   * archived ones only.
    */
   get(objectType: string, id: string, idProperty?: string, archived = false): CrmRecord | undefined {
+    if (idProperty) this.requireUniqueId(objectType, idProperty);
     return this.all(objectType).find(
       (r) => r.archived === archived && (idProperty ? r.properties[idProperty] === id : r.id === id),
     );
@@ -203,6 +201,13 @@ export class CrmStore {
     list.push(record);
     this.records.set(objectType, list);
     return record;
+  }
+
+  /** HubSpot's rule for an idProperty: a unique-value property, or a contact's email. */
+  private requireUniqueId(objectType: string, idProperty: string): void {
+    if (this.props(objectType).get(idProperty)?.hasUniqueValue) return;
+    if ((UNIQUE_BUILT_IN[objectType] ?? []).includes(idProperty)) return;
+    throw validation(`idProperty '${idProperty}' must be a unique value property`);
   }
 
   /** Live records only: an archived record's unique values are free again. */

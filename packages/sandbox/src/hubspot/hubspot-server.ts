@@ -212,7 +212,20 @@ export class HubSpotSandbox {
   ): [number, unknown, { objectType: string; record: CrmRecord }?] {
     const m = /^\/crm\/v3\/(objects|properties)\/([^/]+)(?:\/([^/]+))?(?:\/([^/]+))?$/.exec(path);
     if (!m) throw new HubSpotFailure(404, error(`No route for ${method} ${path}`, "NOT_FOUND", "OBJECT_NOT_FOUND"));
-    const [, api, objectType, a, b] = m as unknown as [string, string, string, string | undefined, string | undefined];
+    const [, api, objectType, raw, b] = m as unknown as [
+      string,
+      string,
+      string,
+      string | undefined,
+      string | undefined,
+    ];
+    // An id given by idProperty arrives percent-encoded (a contact's email: `%40`), as HubSpot decodes it.
+    let a = raw;
+    try {
+      a = raw === undefined ? undefined : decodeURIComponent(raw);
+    } catch {
+      throw new HubSpotFailure(400, error(`Malformed path ${path}`, "INVALID_INPUT"));
+    }
     if (api === "properties") {
       if (method === "POST" && !a) return [201, this.crm.createProperty(objectType, body)];
       if (method === "GET" && !a) return [200, { results: this.crm.listProperties(objectType) }];

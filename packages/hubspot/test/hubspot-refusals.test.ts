@@ -1,0 +1,295 @@
+/**
+ * What HubSpot refuses, and what the adapter must not take for success or for proof: a key
+ * property that is not unique-value (create mode and the lookup rest on HubSpot refusing a second
+ * record), an upsert refused for the caller's data while our record exists, and a 429 on the
+ * lookup. The real @hubspot/api-client over HTTP to the HubSpot sandbox, on SQLite and Postgres.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
+import { HubSpotSandbox } from "@idem/sandbox";
+import { DIALECTS, ledgersFor } from "@idem/testkit";
+import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import { holdingProxy } from "./support/holding-proxy.js";
+
+let sandbox: HubSpotSandbox;
+let server: { basePath: string; accessToken: string };
+beforeAll(async () => {
+  sandbox = new HubSpotSandbox();
+  server = await sandbox.start();
+  await crm().ensureSchema(["contacts", "companies", "deals"]);
+});
+afterAll(() => sandbox.close());
+
+const crm = (extra: Partial<HubSpotConfig> = {}) =>
+  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
+let n = 0;
+const tenant = () => `r${++n}-${Math.random().toString(36).slice(2, 7)}`;
+
+/** A plain text property (not unique-value), as an operator might configure by mistake. */
+function plainProperty(objectType: string, name: string): void {
+  if (!sandbox.crm.getProperty(objectType, name))
+    sandbox.crm.createProperty(objectType, {
+      name,
+      label: name,
+      type: "string",
+      fieldType: "text",
+      groupName: `${objectType}information`,
+      hasUniqueValue: false,
+    });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`HubSpot refusals on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
+    const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
+    const keyOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.key;
+    const sentSince = (from: number, method: string, path: string) =>
+      sandbox.requests.slice(from).filter((r) => r.method === method && r.path.startsWith(path));
+
+    describe("create mode: the key's property must be unique-value", () => {
+      it("a property that is not: failed with an alert naming it and the fix, before any create (a create committed late made two records)", async () => {
+        plainProperty("deals", "erp_ref");
+        // The first create reaches HubSpot only after the client timed out; the lookup (a 404 read
+        // as absence) then let the create go again: two deals carried the key.
+        const p = await holdingProxy(server.basePath, { method: "POST", path: "/crm/v3/objects/deals" });
+        try {
+          const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 } });
+          const t = tenant();
+          const sent = sandbox.requests.length;
+          const action = crm({ basePath: p.basePath, mode: "create", uniqueProperty: "erp_ref", timeoutMs: 300 });
+          const out = await l.run(action.create("deals"), {
+            tenant: t,
+            key: ["late"],
+            args: { properties: { dealname: "Late" } },
+          });
+          await p.drained();
+          expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+          expect(out.status === "failed" && out.error.reason).toMatch(
+            /^deals\.erp_ref is not a unique-value property: .*ensureSchema\(\["deals"\]\)/,
+          );
+          const key = await keyOf(l, t, out.operationId);
+          expect(sandbox.crm.all("deals").filter((r) => r.properties.erp_ref === key)).toHaveLength(0);
+          expect(sentSince(sent, "POST", "/crm/v3/objects/deals")).toEqual([]);
+        } finally {
+          await p.close();
+        }
+      });
+
+      it("control: the same late commit with the unique-value property leaves one record", async () => {
+        const p = await holdingProxy(server.basePath, { method: "POST", path: "/crm/v3/objects/deals" });
+        try {
+          const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 } });
+          const t = tenant();
+          const action = crm({ basePath: p.basePath, mode: "create", timeoutMs: 300 }).create("deals");
+          const out = await l.run(action, { tenant: t, key: ["late-unique"], args: { properties: { dealname: "L" } } });
+          await p.drained();
+          const key = await keyOf(l, t, out.operationId);
+          expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === key)).toHaveLength(1);
+        } finally {
+          await p.close();
+        }
+      });
+
+      it("the property's definition is read once per process, not per call", async () => {
+        const l = await ledger();
+        const t = tenant();
+        const action = crm({ mode: "create" }).create("deals");
+        const sent = sandbox.requests.length;
+        for (const k of ["once-1", "once-2", "once-3"])
+          expect(await l.run(action, { tenant: t, key: [k], args: { properties: { dealname: k } } })).toMatchObject({
+            status: "succeeded",
+            receipt: { new: true },
+          });
+        expect(sentSince(sent, "GET", "/crm/v3/properties/deals/idem_external_id")).toHaveLength(1);
+      });
+
+      it("the definition's read failing (502): nothing sent, pending, then created once", async () => {
+        const l = await ledger({ budget: { attempts: 2, baseDelayMs: 10 } });
+        const t = tenant();
+        sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/properties/deals/" } });
+        const out = await l
+          .run(crm({ mode: "create" }).create("deals"), {
+            tenant: t,
+            key: ["schema-502"],
+            args: { properties: { dealname: "Schema read failed" } },
+          })
+          .finally(() => sandbox.faults.clear());
+        expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const { events } = await l.get({ tenant: t, id: out.operationId });
+        // Transient, not unknown: the read is a GET, and no create had been sent.
+        expect(events.map((e) => `${e.from}->${e.to}`)).toEqual([
+          "null->running",
+          "running->pending",
+          "pending->running",
+          "running->succeeded",
+        ]);
+        expect(events[1]!.reason).toMatch(
+          /^transient: not sent: reading the definition of deals\.idem_external_id failed: 502 SERVICE_UNAVAILABLE/,
+        );
+        const key = await keyOf(l, t, out.operationId);
+        expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === key)).toHaveLength(1);
+      });
+
+      it("an unknown create whose property is no longer unique-value: to a person, not 'proven absent'", async () => {
+        const name = `ref_${dialect}`;
+        sandbox.crm.createProperty("deals", {
+          name,
+          label: name,
+          type: "string",
+          fieldType: "text",
+          groupName: "dealinformation",
+          hasUniqueValue: true,
+        });
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        sandbox.faults.add({
+          kind: "bad_gateway",
+          match: { method: "GET", path: "/crm/v3/objects/deals/" },
+          times: 100,
+        });
+        const out = await l
+          .run(crm({ mode: "create", uniqueProperty: name }).create("deals"), {
+            tenant: t,
+            key: ["no-longer-unique"],
+            args: { properties: { dealname: "Unknown" } },
+          })
+          .finally(() => sandbox.faults.clear());
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        // The property made again since as a plain one: HubSpot refuses reads by it, and a
+        // second record could carry the key. No read by it proves the record absent.
+        sandbox.crm.getProperty("deals", name)!.hasUniqueValue = false;
+        const daemon = await ledger({ actions: [crm({ mode: "create", uniqueProperty: name }).create("deals")] });
+        expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+          state: "needs_review",
+        });
+        const { operation } = await l.get({ tenant: t, id: out.operationId });
+        expect(operation.reason).toMatch(
+          new RegExp(`deals\\.${name} is not a unique-value property: .*cannot prove the record absent`),
+        );
+      });
+    });
+
+    describe("upsert: a refusal of the caller's data is not our record's success", () => {
+      it("our record exists, another contact holds the email (409 naming it): failed with HubSpot's message", async () => {
+        const l = await ledger();
+        const t = tenant();
+        const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["taken"] }).hash;
+        // Our record (an earlier run's, its email changed since in the CRM), and another contact that holds the email now.
+        const ours = sandbox.crm.create("contacts", { email: `old-${t}@example.test`, idem_external_id: key });
+        const other = sandbox.crm.create("contacts", { email: `new-${t}@example.test`, firstname: "Grace" });
+        const out = await l.run(crm({ mode: "upsert" }).create("contacts"), {
+          tenant: t,
+          key: ["taken"],
+          args: { properties: { email: `new-${t}@example.test`, firstname: "Ada" } },
+        });
+        // Before: succeeded with our record, whose email is not the one asked for (HubSpot wrote nothing).
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        expect(out.status === "failed" && out.error.reason).toBe(
+          `409 CONFLICT: Contact already exists. Existing ID: ${other.id}`,
+        );
+        expect(sandbox.crm.get("contacts", ours.id)!.properties.email).toBe(`old-${t}@example.test`);
+        expect(sandbox.crm.get("contacts", other.id)!.properties.firstname).toBe("Grace");
+      });
+
+      it("our record exists, the values are invalid (207 VALIDATION_ERROR): failed, not read back", async () => {
+        const l = await ledger();
+        const t = tenant();
+        const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["b207"] }).hash;
+        const ours = sandbox.crm.create("contacts", { email: `b207-${t}@example.test`, idem_external_id: key });
+        const sent = sandbox.requests.length;
+        const out = await l.run(crm({ mode: "upsert" }).create("contacts"), {
+          tenant: t,
+          key: ["b207"],
+          args: { properties: { email: `not-an-address-${t}`, firstname: "Ada" } },
+        });
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        expect(out.status === "failed" && out.error.reason).toMatch(
+          new RegExp(`^207 VALIDATION_ERROR: .*Email address not-an-address-${t} is invalid`),
+        );
+        expect(sentSince(sent, "GET", "/crm/v3/objects/contacts/")).toEqual([]);
+        expect(sandbox.crm.get("contacts", ours.id)!.properties.email).toBe(`b207-${t}@example.test`);
+      });
+
+      it("by a property that is not unique-value (HubSpot's 400): failed with HubSpot's message, not read back", async () => {
+        plainProperty("companies", "plain_ref");
+        const l = await ledger();
+        const t = tenant();
+        const sent = sandbox.requests.length;
+        const out = await l.run(crm({ mode: "upsert", uniqueProperty: "plain_ref" }).create("companies"), {
+          tenant: t,
+          key: ["plain"],
+          args: { properties: { name: "Plain Ltd" } },
+        });
+        // Before: read back by plain_ref, refused too (400), and taken as "may be ours": unknown.
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        expect(out.status === "failed" && out.error.reason).toMatch(
+          /^400 VALIDATION_ERROR: idProperty 'plain_ref' must be a unique value property/,
+        );
+        expect(sentSince(sent, "GET", "/crm/v3/objects/companies/")).toEqual([]);
+      });
+    });
+
+    describe("a refused create whose read-back fails: unknown, as HubSpot's read answered", () => {
+      /** A create of a deal whose record (an earlier attempt's) exists, the read-back answered with `fault`. */
+      async function refusedThenRead(fault: "rate_limit" | "missing_scopes", key: string) {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const hash = operationKey({ tenant: t, action: "hubspot.deals.create", parts: [key] }).hash;
+        sandbox.crm.create("deals", { dealname: "Earlier attempt", idem_external_id: hash });
+        sandbox.faults.add({ kind: fault, match: { method: "GET", path: "/crm/v3/objects/deals/" }, times: 100 });
+        const out = await l
+          .run(crm({ mode: "create" }).create("deals"), {
+            tenant: t,
+            key: [key],
+            args: { properties: { dealname: "D" } },
+          })
+          .finally(() => sandbox.faults.clear());
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        return { l, t, out, operation: (await l.get({ tenant: t, id: out.operationId })).operation };
+      }
+
+      it("a 429: its first check waits HubSpot's window", async () => {
+        const { operation } = await refusedThenRead("rate_limit", "rl-readback");
+        expect(operation.reason).toMatch(/the read back by idem_external_id failed \(429 RATE_LIMITS/);
+        // Before: checked again in milliseconds, into the same limit.
+        const waitMs = operation.nextCheckAt! - operation.updatedAt;
+        expect(waitMs).toBeGreaterThanOrEqual(10_000);
+        expect(waitMs).toBeLessThanOrEqual(11_000);
+      });
+
+      it("a 403 (the token lacks the read scope): a person is alerted now, not once the checks run out", async () => {
+        const { l, out, operation } = await refusedThenRead("missing_scopes", "scope-readback");
+        expect(operation.reason).toMatch(/the read back by idem_external_id failed \(403/);
+        // Before: no alert until the daemon's escalation (20 checks or 24 h), each check failing alike.
+        expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).toContain(out.operationId);
+      });
+    });
+
+    it("a 429 on the lookup: the next check waits HubSpot's ten-secondly window, as a 429 on the write does", async () => {
+      const l = await ledger({ budget: { attempts: 1 } });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+      sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/objects/deals/" }, times: 100 });
+      const out = await l
+        .run(crm().create("deals"), { tenant: t, key: ["rl"], args: { properties: { dealname: "Rate limited read" } } })
+        .finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      sandbox.faults.add({ kind: "rate_limit", match: { method: "GET", path: "/crm/v3/objects/deals/" }, times: 100 });
+      try {
+        const daemon = await ledger({ actions: [crm().create("deals")] });
+        expect(await daemon.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ state: "unknown" });
+      } finally {
+        sandbox.faults.clear();
+      }
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(
+        /^inconclusive: HubSpot read by idem_external_id failed: 429 RATE_LIMITS: .*\(policy TEN_SECONDLY_ROLLING\)/,
+      );
+      // Before: thrown, the check was due again in milliseconds, into the same limit.
+      const waitMs = operation.nextCheckAt! - operation.updatedAt;
+      expect(waitMs).toBeGreaterThanOrEqual(10_000);
+      expect(waitMs).toBeLessThanOrEqual(11_000);
+    });
+  });
+}

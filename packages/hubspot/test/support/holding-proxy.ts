@@ -1,0 +1,67 @@
+/**
+ * A forwarding proxy in front of the HubSpot sandbox that commits a write late: the first request
+ * matching `hold` is forwarded only once its client has given up on it (its socket closed, as the
+ * adapter's timeout closes it), as a request that reached HubSpot's edge and was committed after
+ * the client timed out. Every other request is forwarded at once. Answers are passed on unchanged.
+ */
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+
+export interface HoldingProxy {
+  readonly basePath: string;
+  /** Resolves once every held request has been forwarded and answered. */
+  drained(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function holdingProxy(target: string, hold: { method: string; path: string }): Promise<HoldingProxy> {
+  const to = new URL(target);
+  let held = false;
+  const late: Promise<void>[] = [];
+  const forward = (req: IncomingMessage, body: Buffer, res: ServerResponse) =>
+    new Promise<void>((resolve) => {
+      const out = http.request(
+        {
+          host: to.hostname,
+          port: to.port,
+          method: req.method,
+          path: req.url,
+          headers: { ...req.headers, host: to.host },
+        },
+        (answer) => {
+          const parts: Buffer[] = [];
+          answer.on("data", (c: Buffer) => parts.push(c));
+          answer.on("end", () => {
+            if (!res.destroyed && !res.writableEnded)
+              res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(parts));
+            resolve();
+          });
+        },
+      );
+      out.on("error", () => resolve());
+      out.end(body);
+    });
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      if (!held && req.method === hold.method && (req.url ?? "").startsWith(hold.path)) {
+        held = true;
+        late.push(new Promise<void>((resolve) => res.once("close", () => void forward(req, body, res).then(resolve))));
+      } else void forward(req, body, res);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  return {
+    basePath: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    drained: async () => {
+      await Promise.all(late);
+    },
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
