@@ -358,8 +358,25 @@ export class Runner {
         reason: `reconciled: ${found.reason}`,
         checkAfterMs: 0,
         checks: 0,
+        noExecutionSince: row.last_execution_at,
       });
-      return back ? { again: 0 } : this.fenced(call, row, "pending", found.reason);
+      if (back) return { again: 0 };
+      // An earlier attempt, its request still out when we took over, answered while we looked
+      // (fenced() moved last_execution_at): what the provider showed us may predate its commit.
+      const voided = await this.store.move(row, "unknown", {
+        actor: call.actor,
+        reason: `inconclusive: an earlier attempt answered during the lookup, so its absence proves nothing (${found.reason})`,
+        checkAfterMs: call.settings.budget.baseDelayMs,
+        checks: row.checks + 1,
+      });
+      return voided
+        ? {
+            done: pending(
+              voided,
+              "outcome unknown: an earlier attempt answered during the lookup; verification continues",
+            ),
+          }
+        : this.fenced(call, row, "pending", found.reason);
     }
     if (found.proof === "never") return this.toReview(call, row, found.reason);
     if (found.proof === "refused") {
@@ -598,12 +615,7 @@ export class Runner {
       checkSize("result", json, call.settings.maxResultBytes, row.id);
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
-      await this.store.move(row, "needs_review", {
-        actor: call.actor,
-        reason: `the effect happened but its receipt cannot be stored: ${describeError(error)}`,
-        alert: true,
-        error_json: JSON.stringify({ kind: "invalid_result", reason: describeError(error) } satisfies StoredError),
-      });
+      await this.unstorable(call, row, describeError(error));
       // Named by its operation, as the too large one is: the effect happened, the caller must know which.
       if (error instanceof PayloadTooLargeError) throw error;
       throw error instanceof InvalidValueError
@@ -616,6 +628,35 @@ export class Runner {
     return done
       ? { done: succeeded(done, stored, false) }
       : this.fenced(call, row, "succeeded", json, { receipt: stored });
+  }
+
+  /**
+   * Parks an operation whose effect happened but whose receipt cannot be stored (too large, not
+   * JSON) for a person. Our row first; if another attempt moved it meanwhile (a lookup proved
+   * absence while our request was out, an unknown not yet proven), that row: left as it was, it
+   * would run again.
+   */
+  private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string): Promise<void> {
+    const patch = {
+      actor: call.actor,
+      reason: `the effect happened but its receipt cannot be stored: ${why}`,
+      alert: true,
+      error_json: JSON.stringify({ kind: "invalid_result", reason: why } satisfies StoredError),
+    };
+    if (await this.store.move(row, "needs_review", patch)) return;
+    const now = await this.store.findById(call.tenant, row.id);
+    if (!now) return;
+    if (now.status === "pending" || now.status === "unknown") {
+      if (await this.store.move(now, "needs_review", { ...patch, reason: `attempt ${row.attempt}: ${patch.reason}` }))
+        return;
+    }
+    await this.store.recordEvent(now, {
+      attempt: row.attempt,
+      actor: call.actor,
+      to: now.status,
+      reason: `fenced: attempt ${row.attempt}'s effect happened but its receipt cannot be stored: ${why.slice(0, 300)}`,
+      executionEnded: true,
+    });
   }
 
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
@@ -713,12 +754,15 @@ export class Runner {
       throw unrecorded(cause);
     }
     // Evidence of the refused write; a receipt must not be lost to it, so with one it is best effort.
+    // A receipt, or an end that may have committed, also says our request was out until now: a
+    // lookup another attempt is making proves nothing of it (reconcile reads last_execution_at).
     await this.store
       .recordEvent(now, {
         attempt: mine.attempt,
         actor: call.actor,
         to: now.status,
         reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
+        executionEnded: receipt !== undefined || (wanted === "unknown" && sent),
       })
       .catch((error: unknown) => {
         if (receipt === undefined) throw error;

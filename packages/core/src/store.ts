@@ -49,6 +49,11 @@ export interface TransitionPatch {
    * is conditioned on): last changed at this time, after this many checks.
    */
   unchangedSince?: { updatedAt: number; checks: number };
+  /**
+   * Only if no execution ended since the snapshot (`last_execution_at` unchanged): a lookup's proof
+   * of absence is void once an earlier attempt's late answer says its request was out meanwhile.
+   */
+  noExecutionSince?: number | null;
 }
 
 export interface NewClaim {
@@ -674,12 +679,14 @@ export class Store {
       alert: patch.alert ? 1 : 0,
       seenUpdatedAt: patch.unchangedSince?.updatedAt,
       seenChecks: patch.unchangedSince?.checks,
+      seenExecution: patch.noExecutionSince,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
-      `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}`;
+      `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -718,9 +725,15 @@ export class Store {
             .where("id", "=", v("id"))
             .where("status", "=", v("from"))
             .where("attempt", "=", v("attempt"));
-          const fenced = has("unchangedSince")
+          const seen = has("unchangedSince")
             ? q.where("updated_at", "=", v("seenUpdatedAt")).where("checks", "=", v("seenChecks"))
             : q;
+          const fenced =
+            patch.noExecutionSince === undefined
+              ? seen
+              : patch.noExecutionSince === null
+                ? seen.where("last_execution_at", "is", null)
+                : seen.where("last_execution_at", "=", v("seenExecution"));
           return returning ? fenced.returning(ROW_COLUMNS) : fenced;
         },
         values,
@@ -729,7 +742,10 @@ export class Store {
   }
 
   /** Appends an event that did not change the row (a fenced-off completion) to its history. */
-  async recordEvent(row: Row, e: { attempt: number; actor: string | null; reason: string; to: Status }): Promise<void> {
+  async recordEvent(
+    row: Row,
+    e: { attempt: number; actor: string | null; reason: string; to: Status; executionEnded?: boolean },
+  ): Promise<void> {
     // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
     const json = JSON.stringify({
       from: row.status,
@@ -755,6 +771,9 @@ export class Store {
         .set({
           history: history as any,
           history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,
+          // A fenced attempt's late answer: its request was out until now, so a lookup that read
+          // the provider before it proves nothing (reconcile's move to pending is conditioned on it).
+          ...(e.executionEnded && { last_execution_at: this.now() }),
         })
         .where("tenant_id", "=", row.tenant_id)
         .where("key", "=", row.key)

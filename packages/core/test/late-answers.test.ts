@@ -1,0 +1,158 @@
+/**
+ * An attempt whose request is still out when its lease runs out, answering late: while or after
+ * another attempt looks the effect up. Its answer must keep the operation from running again
+ * (found by helper-56's review; each test failed first: two effects).
+ */
+import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { defineAction, type Ledger } from "@idem/core";
+import { DIALECTS } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+
+/** A provider without dedupe, with a consistent lookup: every execute that gets past `gate` is an effect. */
+function slowProvider(type: string) {
+  const effects: { key: string; id: string }[] = [];
+  let calls = 0;
+  let gate: Promise<void> | undefined;
+  let open: () => void = () => {};
+  let lookupGate: Promise<void> | undefined;
+  let openLookup: () => void = () => {};
+  let lookups = 0;
+  let lateTimeout = false;
+  const hold = () => {
+    gate = new Promise<void>((r) => (open = r));
+  };
+  const action = defineAction<{ to: string }, { id: string; pad?: string }>({
+    type,
+    capabilities: { lookup: true },
+    execute: async (_args, op) => {
+      calls += 1;
+      const g = gate;
+      gate = undefined; // only the first call waits
+      if (g) await g;
+      const id = `obj_${effects.length + 1}`;
+      effects.push({ key: op.key, id });
+      if (g && lateTimeout) throw new Error("timeout after the request was sent");
+      return { id, pad: "x".repeat(200) };
+    },
+    reconcile: async (_args, op) => {
+      lookups += 1;
+      // The provider reads its records now; the answer may reach us later (a slow read).
+      const hit = effects.find((e) => e.key === op.key);
+      const g = lookupGate;
+      lookupGate = undefined;
+      if (g) await g;
+      return hit
+        ? { found: true as const, receipt: { id: hit.id } }
+        : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+    },
+  });
+  return {
+    action,
+    effects,
+    hold,
+    release: () => open(),
+    calls: () => calls,
+    holdLookup: () => {
+      lookupGate = new Promise<void>((r) => (openLookup = r));
+    },
+    releaseLookup: () => openLookup(),
+    lookups: () => lookups,
+    answerLateWithTimeout: () => {
+      lateTimeout = true;
+    },
+  };
+}
+
+async function until(cond: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await sleep(5);
+  }
+}
+
+for (const dialect of DIALECTS) {
+  describe(`late answers on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    for (const size of ["small", "too large"] as const) {
+      it(`a late attempt's ${size} receipt after a lookup proved absence keeps the operation from running again`, async () => {
+        let now = Date.now();
+        const clock = () => now;
+        const p = slowProvider(`late.${size === "small" ? "s" : "l"}`);
+        const ledger: Ledger = await db.open({
+          clock,
+          leaseMs: 30_000,
+          maxResultBytes: size === "small" ? 10_000 : 50,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        // Attempt 1 sends; its answer is slow and its lease runs out by the database clock.
+        const first = ledger.run(p.action, { tenant, key: ["late"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        // The daemon (stopping, so it does not execute at once) looks the effect up: not there yet.
+        const stop = new AbortController();
+        stop.abort();
+        const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+        expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
+        // Attempt 1's request committed after all; its answer arrives late.
+        p.release();
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        // The next caller (or the daemon) must not run it again: the effect exists.
+        const again = await ledger.run(p.action, { tenant, key: ["late"], args: { to: "x" } }).catch((e: unknown) => e);
+        expect(
+          { effects: p.effects.length, statusAfterLateAnswer: after.operation.status },
+          `first: ${String((out as Error)?.name ?? JSON.stringify(out))}; again: ${JSON.stringify(again)}`,
+        ).toEqual({ effects: 1, statusAfterLateAnswer: size === "small" ? "succeeded" : "needs_review" });
+      });
+    }
+
+    for (const late of ["receipt", "timeout"] as const)
+      it(`a late attempt's ${late} that arrives while the daemon's lookup holds the row is not lost: no second effect`, async () => {
+        let now = Date.now();
+        const p = slowProvider(`late.reconciling.${late}`);
+        if (late === "timeout") p.answerLateWithTimeout();
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        const first = ledger.run(p.action, { tenant, key: ["late2"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000; // attempt 1's lease ran out by the database clock; its request is still in flight
+        const [op] = await ledger.admin.list({ tenant });
+        // The daemon takes the row over and looks the effect up: the provider reads before attempt 1 commits.
+        p.holdLookup();
+        const stop = new AbortController();
+        stop.abort(); // a stopping daemon: it looks up but sends nothing
+        const settling = ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+        await until(() => p.lookups() === 1);
+        // Attempt 1 commits and its receipt arrives while attempt 2 (the lookup) holds the row.
+        p.release();
+        const out = await first;
+        // Then the lookup's answer (read before the commit) arrives: absent.
+        p.releaseLookup();
+        const settled = await settling;
+        const after = await ledger.get({ tenant, id: op!.id });
+        // The lookup read the provider before the commit: its "absent" proves nothing now (before:
+        // pending, "known not done", and the next caller did it again).
+        expect(settled).toMatchObject({ state: "unknown" });
+        // The daemon's next check finds the effect: attempt 1's.
+        const again = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        expect(
+          { effects: p.effects.length, status: after.operation.status, again: again.status },
+          `first: ${JSON.stringify(out)}; settled: ${JSON.stringify(settled)}; again: ${JSON.stringify(again)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`,
+        ).toEqual({ effects: 1, status: "unknown", again: "succeeded" });
+        expect(again).toMatchObject({ receipt: { id: "obj_1" } });
+      });
+  });
+}
