@@ -29,13 +29,15 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   const server = new McpServer({ name: "idem", version: "0.1.0" });
   const actor = `idem-mcp@${hostname()}`;
   // The config checked each tool's shape (ConfigTool); they are @idem/agents definitions.
-  for (const tool of tools)
-    registerGuardedTool(server, ledger, tool as ToolDefinition<any, any, any>, {
+  const definitions = tools as ToolDefinition<any, any, any>[];
+  for (const tool of definitions)
+    registerGuardedTool(server, ledger, tool, {
       tenant,
       actor,
       ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }),
     });
-  registerStatusTool(server, ledger, { tenant });
+  // A settled operation reads as its tool would have said it (a payment waiting for the customer).
+  registerStatusTool(server, ledger, { tenant, tools: definitions });
   const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
   await server.connect(new StdioServerTransport());
   const stop = () => void server.close();

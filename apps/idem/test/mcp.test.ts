@@ -66,17 +66,20 @@ for (const dialect of DIALECTS) {
       expect([p1.structuredContent!.status, p2.structuredContent!.status].sort()).toEqual(["already_done", "done"]);
       expect(other).toMatchObject({ isError: true, structuredContent: { status: "refused" } });
       expect(other.content[0]!.text).toMatch(/this work \(note n1\) was already done with different arguments/);
-      // Bad input is refused by the SDK's own validation of the tool's schema, before the tool runs.
-      expect(invalid.isError).toBe(true);
-      expect(invalid.content[0]!.text).toMatch(/noteId/);
+      // Bad input is refused by guard's check of the tool's schema, as an outcome: before, the
+      // SDK's own check answered with its protocol error, no `structuredContent`.
+      expect(invalid).toMatchObject({ isError: true, structuredContent: { status: "refused" } });
+      expect(invalid.content[0]!.text).toMatch(/^Refused: invalid input: noteId/);
 
       const effects = lines(`${dir}/effects`);
       expect(effects).toHaveLength(2); // n1 once, n2 once
 
       const status = await call({ operationId: first.structuredContent!.operationId }, "operation_status");
+      // Summarized as send_note summarizes its receipt: before, the status tool had no tool's summary.
       expect(status.structuredContent).toMatchObject({
         status: "done",
         operationId: first.structuredContent!.operationId,
+        result: first.structuredContent!.result,
       });
     });
   });

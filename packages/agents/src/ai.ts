@@ -2,23 +2,27 @@
  * Vercel AI SDK (v6; `ai` >= 6 < 8): guarded tools for `generateText`/`streamText`. The run
  * context is the call's `experimental_context`; the tool-call id is kept for the audit trail only.
  *
+ * The SDK is shown the JSON Schema of the input the model fills in, and checks nothing: guard
+ * applies the schema, once, so input it refuses reads as guard's "Refused: invalid input: …", a
+ * value, not the SDK's validation error (a tool-error part full of the schema's internals).
+ *
  *   const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: (c) => c.context.tenantId });
- *   await generateText({ model, tools: { charge, operation_status: aiStatusTool(ledger, { tenant }) }, experimental_context: { tenantId } });
+ *   await generateText({ model, tools: { charge, operation_status: aiStatusTool(ledger, { tenant, tools: [stripeTools(stripe).charge] }) }, experimental_context: { tenantId } });
  */
-import { tool, type Tool, type ToolExecutionOptions } from "ai";
+import { asSchema, jsonSchema, tool, type Tool, type ToolExecutionOptions } from "ai";
 import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 // v6 passes the run context as `experimental_context`; v7 renamed it `context`.
-const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({
+const callOf = <C>(o: ToolExecutionOptions, inputParsed: boolean): ToolCall<C> => ({
   context: (o.experimental_context ?? (o as { context?: unknown }).context) as C,
   callId: o.toolCallId,
   signal: o.abortSignal,
-  inputParsed: true, // by the tool's inputSchema
+  inputParsed,
 });
 
 /** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */
@@ -29,19 +33,21 @@ export function aiTool<A, R, I, C = unknown>(
 ): Tool<I, Outcome> {
   const def = definitionOf(target);
   const run = guard(ledger, target, options);
+  // The JSON Schema the SDK would have shown for the schema, without its check (no `validate`).
+  const described = asSchema(inputSchemaOf(def) as never);
   return tool({
     description: options.description ?? def.description,
-    inputSchema: inputSchemaOf(def) as never,
-    execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o)),
+    inputSchema: jsonSchema(() => described.jsonSchema) as never,
+    execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o, false)),
   }) as Tool<I, Outcome>;
 }
 
 /** The status tool for the AI SDK: `operation_status({ operationId, waitMs? })`. */
-export function aiStatusTool<C = unknown>(ledger: Ledger, options: Parameters<typeof statusTool<C>>[1]) {
+export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
   const check = statusTool<C>(ledger, options);
   return tool({
     description: STATUS_TOOL.description,
     inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
-    execute: (input, o) => check(input, callOf<C>(o)),
+    execute: (input, o) => check(input, callOf<C>(o, true)),
   });
 }

@@ -115,7 +115,7 @@ export function guard<A, R, I, C = unknown>(
       );
     }
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
-    return describe(outcomeOf(result, shown));
+    return describe(outcomeOf(result, shown, def.foundEarlier));
   };
 }
 

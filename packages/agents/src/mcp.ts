@@ -1,7 +1,9 @@
 /**
  * MCP (`@modelcontextprotocol/sdk` 1.x): guarded actions as tools of an `McpServer`. The input
- * schema must be a zod schema (what the SDK validates with). The run context comes from the
- * request (`context(extra)`: its authInfo, a header), never from the model's arguments; MCP's
+ * schema must be a zod 4 schema. The SDK lists the JSON Schema of the input the model fills in,
+ * but checks nothing: guard applies the schema, once, so input it refuses reads as guard's
+ * "Refused: invalid input: …" outcome, not the SDK's protocol error. The run context comes from
+ * the request (`context(extra)`: its authInfo, a header), never from the model's arguments; MCP's
  * request id is per connection and never part of a key.
  *
  * Every outcome is a result, not a protocol error: `content` says it in words, `structuredContent`
@@ -14,7 +16,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
@@ -43,12 +45,29 @@ export function toCallToolResult(outcome: Outcome): CallToolResult {
   };
 }
 
-const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<C> => ({
+const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpExtra) => C): ToolCall<C> => ({
   context: context?.(extra) as C,
   callId: String(extra.requestId),
   signal: extra.signal,
-  inputParsed: true, // by the tool's inputSchema
+  inputParsed,
 });
+
+/**
+ * What the SDK is given as a tool's input schema: an object schema that accepts any arguments
+ * (the SDK parses with it, and a refusal would be its protocol error), listed as the JSON Schema
+ * of `schema`'s input (the SDK lists a schema's metadata with it). Undefined for a schema zod 4
+ * cannot describe (a zod 3 one): the SDK then checks it itself, as before.
+ */
+function listedOnly(schema: unknown): z.ZodObject | undefined {
+  let listed: Record<string, unknown>;
+  try {
+    listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+  const { $schema: _dialect, ...shape } = listed; // the SDK writes its own
+  return z.looseObject({}).meta(shape) as unknown as z.ZodObject;
+}
 
 /** Registers `target` on `server` as a guarded tool. */
 export function registerGuardedTool<A, R, I, C = unknown>(
@@ -60,23 +79,26 @@ export function registerGuardedTool<A, R, I, C = unknown>(
   const def = definitionOf(target);
   // MCP's request id counts per connection: no actor at all says more in an audit trail.
   const run = guard(ledger, target, { actor: "mcp", ...options });
+  const schema = inputSchemaOf(def);
+  const lenient = listedOnly(schema);
   server.registerTool(
     options.name ?? def.name,
     {
       description: options.description ?? def.description,
-      inputSchema: inputSchemaOf(def) as unknown as z.ZodObject,
+      inputSchema: lenient ?? (schema as unknown as z.ZodObject),
       // Hints only (clients must not trust them): it acts on the world, and a repeat with the same input adds nothing.
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     },
-    async (args: unknown, extra: McpExtra) => toCallToolResult(await run(args as I, callOf(extra, options.context))),
+    async (args: unknown, extra: McpExtra) =>
+      toCallToolResult(await run(args as I, callOf(extra, lenient === undefined, options.context))),
   );
 }
 
-/** Registers the status tool (`operation_status`). */
+/** Registers the status tool (`operation_status`); give it the tools registered, to summarize what they did. */
 export function registerStatusTool<C = unknown>(
   server: McpServer,
   ledger: Ledger,
-  options: Parameters<typeof statusTool<C>>[1] & { context?: (extra: McpExtra) => C },
+  options: StatusToolOptions<C> & { context?: (extra: McpExtra) => C },
 ): void {
   const check = statusTool<C>(ledger, options);
   server.registerTool(
@@ -86,6 +108,6 @@ export function registerStatusTool<C = unknown>(
       inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
-    async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, options.context))),
+    async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, true, options.context))),
   );
 }

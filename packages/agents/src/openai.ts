@@ -14,7 +14,7 @@ import { UserError, tool, type RunContext } from "@openai/agents";
 import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
@@ -69,7 +69,7 @@ export function openaiTool<A, R, I, C = unknown>(
 }
 
 /** The status tool (`operation_status`) for the OpenAI Agents SDK. */
-export function openaiStatusTool<C = unknown>(ledger: Ledger, options: Parameters<typeof statusTool<C>>[1]) {
+export function openaiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
   const check = statusTool<C>(ledger, options);
   return tool({
     name: STATUS_TOOL.name,

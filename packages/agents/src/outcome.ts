@@ -20,7 +20,10 @@ import {
 export type Outcome =
   /** The effect happened in this call. `result`: what the tool chose to show of the receipt. */
   | { readonly status: "done"; readonly message: string; readonly operationId: string; readonly result?: unknown }
-  /** The effect had happened before (an earlier call, a retry): not repeated. */
+  /**
+   * The effect had happened before (an earlier call, a retry, or one the provider found already
+   * done when this operation began): not repeated.
+   */
   | {
       readonly status: "already_done";
       readonly message: string;
@@ -70,8 +73,33 @@ export function safeSummary<R>(
   );
 }
 
-/** A ledger result in the model's words; `summarize` picks what to show of a receipt. */
-export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => unknown): Outcome {
+/**
+ * Whether a receipt shows the effect was found already done before its operation began (see
+ * `ToolDefinition.foundEarlier`). False when there is no receipt, no hook, or the hook throws: a
+ * failing hook must not change an outcome, and "done" claims less than "done earlier".
+ */
+export function isFoundEarlier<R>(
+  result: RunResult<R>,
+  foundEarlier: ((receipt: R, settled: { readonly attempt: number }) => boolean) | undefined,
+): boolean {
+  if (!foundEarlier || result.status !== "succeeded" || result.receipt === null) return false;
+  try {
+    return foundEarlier(result.receipt, { attempt: result.attempt }) === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A ledger result in the model's words; `summarize` picks what to show of a receipt.
+ * `foundEarlier`: whether a receipt says the provider found the effect already done before the
+ * operation began (it reads "already done earlier", as a replay does).
+ */
+export function outcomeOf<R>(
+  result: RunResult<R>,
+  summarize?: (receipt: R) => unknown,
+  foundEarlier?: (receipt: R, settled: { readonly attempt: number }) => boolean,
+): Outcome {
   const op = `operation ${result.operationId}`;
   switch (result.status) {
     case "succeeded": {
@@ -85,7 +113,7 @@ export function outcomeOf<R>(result: RunResult<R>, summarize?: (receipt: R) => u
       }
       const summary = summarize?.(result.receipt as R);
       const shown = summary === undefined ? {} : { result: summary };
-      return result.replayed
+      return result.replayed || isFoundEarlier(result, foundEarlier)
         ? {
             status: "already_done",
             message: `Already done earlier; not repeated (${op}).`,

@@ -1,10 +1,14 @@
 /**
  * The status tool: lets the model (or the agent's code) learn what became of an operation it was
- * told is pending verification, by its id, optionally waiting a little for it to settle.
+ * told is pending verification, by its id, optionally waiting a little for it to settle. Given
+ * the tool definitions the model calls, a settled operation reads as the tool that made it would
+ * have said it (its summary of the receipt: a payment that waits for the customer, not a bare
+ * "Done").
  */
-import { InvalidValueError, OperationNotFoundError, type Ledger } from "@idem/core";
+import { InvalidValueError, OperationNotFoundError, type Ledger, type RunResult } from "@idem/core";
 import { fromCall, type ToolCall } from "./guard.js";
-import { outcomeOf, safeSummary, type Outcome } from "./outcome.js";
+import { isFoundEarlier, outcomeOf, safeSummary, type Outcome } from "./outcome.js";
+import type { ToolDefinition } from "./tool.js";
 
 export interface StatusInput {
   readonly operationId: string;
@@ -22,11 +26,31 @@ export const STATUS_TOOL = {
     "Optionally wait up to waitMs milliseconds (max 50000) for it to settle. Never repeat the original action instead.",
 } as const;
 
-export function statusTool<C = unknown>(
-  ledger: Ledger,
-  options: { tenant: string | ((call: ToolCall<C>) => string); summarize?: (receipt: unknown) => unknown },
-) {
-  const summarize = safeSummary(options.summarize);
+export interface StatusToolOptions<C> {
+  /** The tenant, or how to read it from the run context: another tenant's operation is "no operation here". */
+  readonly tenant: string | ((call: ToolCall<C>) => string);
+  /**
+   * The tool definitions the model calls: a settled operation is summarized by the one whose
+   * action type is the operation's (its `summarize`, its `foundEarlier`). Default: none.
+   */
+  readonly tools?: readonly ToolDefinition<any, any, any>[];
+  /** What the model sees of a receipt no given tool summarizes (default: nothing but the operation id). */
+  readonly summarize?: (receipt: unknown) => unknown;
+}
+
+export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
+  const fallback = safeSummary(options.summarize);
+  const tools = options.tools ?? [];
+  /** The definition of the tool that made the operation: read only for a receipt to summarize. */
+  async function toolOf(tenant: string, result: RunResult<unknown>) {
+    if (tools.length === 0 || result.status !== "succeeded" || result.receipt === null) return undefined;
+    try {
+      const { operation } = await ledger.get({ tenant, id: result.operationId });
+      return tools.find((t) => t.action.type === operation.action);
+    } catch {
+      return undefined; // the outcome is known: a failed read only loses its summary
+    }
+  }
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
     try {
       const tenant = fromCall(options.tenant, call);
@@ -40,9 +64,12 @@ export function statusTool<C = unknown>(
               ...(call.signal && { signal: call.signal }),
             })
           : await ledger.status({ tenant, id: input.operationId });
-      const outcome = outcomeOf(result, summarize);
-      // A status check does not act: a settled operation was done by the call that was told "pending".
-      return outcome.status === "already_done"
+      const tool = await toolOf(tenant, result);
+      const summarize = tool?.summarize ? safeSummary<unknown>(tool.summarize) : fallback;
+      const outcome = outcomeOf(result, summarize, tool?.foundEarlier);
+      // A status check does not act: a settled operation was done by the call that was told
+      // "pending", unless its receipt shows the effect had been done before that operation began.
+      return outcome.status === "already_done" && !isFoundEarlier(result, tool?.foundEarlier)
         ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` }
         : outcome;
     } catch (error) {

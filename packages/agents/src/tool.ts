@@ -20,6 +20,15 @@ export interface ToolDefinition<I, A, R> {
   readonly key?: (input: I) => readonly KeyPart[];
   /** What the model reads of a receipt: ids it may need later, never the provider's raw answer. */
   readonly summarize?: (receipt: R) => unknown;
+  /**
+   * Whether a receipt shows the provider found the effect already done before this operation
+   * began (an upsert that found the record, a copy of the email already in Sent): the model then
+   * reads "already done earlier", not "done". `attempt` is the operation's attempt that settled
+   * it: on attempt 1 nothing of this operation had reached the provider before; on a later one a
+   * found effect is most likely this operation's own earlier attempt, and must not read as
+   * another's. Default: never (a fresh operation reads "done").
+   */
+  readonly foundEarlier?: (receipt: R, settled: { readonly attempt: number }) => boolean;
 }
 
 /** Declares a tool definition (types only: checked when it is used). */

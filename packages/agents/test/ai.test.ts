@@ -195,6 +195,89 @@ for (const dialect of DIALECTS) {
       expect(unknown!.message).toMatch(/No operation "op_nope"/);
     });
 
+    it("the status tool reads a settled operation as the tool that made it: a charge waiting for the customer, not a bare 'Done'", async () => {
+      // Before: the status tool summarized no receipt, so a payment still waiting for the
+      // customer (requires_payment_method) read "Done", as if the invoice had been charged.
+      const stripe = stripeActions({
+        apiKey: server.apiKey,
+        host: "127.0.0.1",
+        port: server.port,
+        protocol: "http",
+        timeoutMs: 300,
+      });
+      const def = stripeTools(stripe).charge;
+      const ledger = await db.open({ budget: { attempts: 1 }, actions: [def.action] } as LedgerOptions);
+      const tenant = `t-st-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const tools = {
+        charge: aiTool(ledger, def, { tenant }),
+        operation_status: aiStatusTool(ledger, { tenant, tools: [def] }),
+      };
+      sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 1_000 });
+      const first = await generateText({
+        model: scriptedModel([
+          [{ toolName: "charge", input: { invoiceId: `inv-st-${tenant}`, amount: 500, currency: "eur" } }],
+        ]),
+        tools,
+        prompt: "charge",
+      });
+      const pending = first.steps[0]!.toolResults[0]!.output as Outcome;
+      expect(pending).toMatchObject({ status: "pending_verification" });
+      const operationId = (pending as { operationId: string }).operationId;
+      await new Promise((r) => setTimeout(r, 1_200)); // the intent's late answer has come and gone
+      // The daemon settles it: it replays the same key, and Stripe answers with the saved intent.
+      expect(await ledger.daemon.settle({ tenant, id: operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { status: "requires_payment_method" },
+      });
+      const checked = await generateText({
+        model: scriptedModel([[{ toolName: "operation_status", input: { operationId } }]]),
+        tools,
+        prompt: "check",
+      });
+      const read = checked.steps[0]!.toolResults[0]!.output as Outcome & { result?: unknown };
+      expect(read, JSON.stringify(read)).toMatchObject({
+        status: "done",
+        operationId,
+        result: { id: expect.stringMatching(/^pi_/), status: "requires_payment_method" },
+      });
+    });
+
+    it("input the schema refuses reads as guard's refusal, a value, not the SDK's validation error: nothing is charged", async () => {
+      // Before: the SDK checked the input against the zod schema before the tool ran, and the
+      // model read a tool-error part with zod's issues in it.
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenant = `t-inv-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const before = sandbox.count("payment_intents");
+      const model = scriptedModel([
+        [{ toolName: "charge", input: { invoiceId: "invoice of May", amount: 12.5, currency: "euro" } }],
+      ]);
+      const { steps } = await generateText({
+        model,
+        tools: { charge: aiTool(ledger, stripeTools(stripe).charge, { tenant }) },
+        prompt: "charge",
+        stopWhen: stepCountIs(3),
+      });
+      const parts = steps[0]!.content.filter((p) => p.type === "tool-error" || p.type === "tool-result");
+      expect(
+        parts.map((p) => p.type),
+        JSON.stringify(parts),
+      ).toEqual(["tool-result"]);
+      const read = steps[0]!.toolResults[0]!.output as Outcome;
+      expect(read.status).toBe("refused");
+      expect(read.message).toMatch(/^Refused: invalid input: invoiceId: must be the invoice's id, without spaces/);
+      expect(sandbox.count("payment_intents")).toBe(before);
+      expect(await ledger.admin.list({ tenant })).toEqual([]); // refused before the ledger had it
+      // The model is still asked for the schema's input, as the SDK describes it.
+      const [asked] = model.doGenerateCalls[0]!.tools as { inputSchema: Record<string, unknown> }[];
+      expect(asked!.inputSchema).toMatchObject({
+        type: "object",
+        properties: { invoiceId: { type: "string", pattern: "^\\S+$" }, amount: { type: "integer" } },
+        required: ["invoiceId", "amount", "currency"],
+        additionalProperties: false,
+      });
+    });
+
     it("a schema that transforms the model's input is applied once: the effect gets what the model meant", async () => {
       // Before: the SDK parsed the input, then the guard (a tool's schema) or the ledger (an
       // action's) parsed that output again: 12.50 euros went out as 125,000 cents, and a schema

@@ -1,16 +1,28 @@
 /**
  * Guarded tools on an `McpServer`, called by the MCP SDK's own client over its in-memory
- * transport: the server checks the arguments against each tool's schema and hands the handler
- * the schema's output, so a schema that transforms is applied once.
+ * transport: the server lists each tool's input schema but leaves the check to guard, which
+ * applies it once (a schema that transforms is applied once) and answers input it refuses with
+ * an outcome; the status tool reads a settled operation as the tool that made it.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { openLedger, type LedgerOptions } from "@idem/core";
+import { StripeSandbox } from "@idem/sandbox";
+import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { registerGuardedTool } from "@idem/agents/mcp";
+import { registerGuardedTool, registerStatusTool } from "@idem/agents/mcp";
+import type { Outcome } from "@idem/agents";
 import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
+
+let stripeBox: StripeSandbox;
+let stripeServer: { port: number; apiKey: string };
+beforeAll(async () => {
+  stripeBox = new StripeSandbox();
+  stripeServer = await stripeBox.start();
+});
+afterAll(() => stripeBox.close());
 
 const connected: { client: Client; server: McpServer }[] = [];
 afterEach(async () => {
@@ -18,7 +30,10 @@ afterEach(async () => {
     await client.close();
     await server.close();
   }
+  stripeBox.faults.clear();
 });
+
+const rnd = () => Math.random().toString(36).slice(2, 7);
 
 /** A client linked in memory to `server`, closed (with the server) after the test. */
 async function connect(server: McpServer): Promise<Client> {
@@ -63,6 +78,98 @@ for (const dialect of DIALECTS) {
         [false, "done"],
         [false, "done"],
       ]);
+    });
+
+    it("input the schema refuses reads as guard's refused outcome, not the SDK's protocol error: nothing is charged", async () => {
+      // Before: the SDK checked the arguments itself and answered "MCP error -32602: Input
+      // validation error …", with no outcome for the model.
+      const ledger = await db.open();
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+      });
+      const tenant = `t-mcp-inv-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerGuardedTool(server, ledger, stripeTools(stripe).charge, { tenant });
+      const client = await connect(server);
+      const before = stripeBox.count("payment_intents");
+      const out = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: "invoice of May", amount: 12.5, currency: "euro" },
+      });
+      expect(out.structuredContent, JSON.stringify(out)).toMatchObject({ status: "refused" });
+      expect(out.isError).toBe(true);
+      expect((out.content as { text: string }[])[0]!.text).toMatch(
+        /^Refused: invalid input: invoiceId: must be the invoice's id, without spaces/,
+      );
+      expect(stripeBox.count("payment_intents")).toBe(before);
+      // The model is still asked for the schema's input.
+      const [listed] = (await client.listTools()).tools;
+      expect(listed!.inputSchema).toMatchObject({
+        type: "object",
+        properties: { invoiceId: { type: "string", pattern: "^\\S+$" }, amount: { type: "integer" } },
+        required: ["invoiceId", "amount", "currency"],
+      });
+    });
+
+    it("the status tool as `idem mcp` registers it reads a settled charge as charge_invoice does: waiting for the customer", async () => {
+      // Before: registered with the tenant only, it read "Done" with nothing of the payment's state.
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+        timeoutMs: 300,
+      });
+      const charge = stripeTools(stripe).charge;
+      const ledger = await db.open({ budget: { attempts: 1 }, actions: [charge.action] } as LedgerOptions);
+      const tenant = `t-mcp-st-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerGuardedTool(server, ledger, charge, { tenant, actor: "idem-mcp@test" });
+      registerStatusTool(server, ledger, { tenant, tools: [charge] });
+      const client = await connect(server);
+      stripeBox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 1_000 });
+      const first = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-${tenant}`, amount: 700, currency: "usd" },
+      });
+      expect(first.structuredContent).toMatchObject({ status: "pending_verification" });
+      const operationId = (first.structuredContent as { operationId: string }).operationId;
+      await new Promise((r) => setTimeout(r, 1_200)); // the intent's late answer has come and gone
+      await ledger.daemon.settle({ tenant, id: operationId });
+      const checked = await client.callTool({ name: "operation_status", arguments: { operationId } });
+      expect(checked.structuredContent, JSON.stringify(checked)).toMatchObject({
+        status: "done",
+        operationId,
+        result: { id: expect.stringMatching(/^pi_/), status: "requires_payment_method" },
+      });
+    });
+
+    it("the status tool answers another tenant's operation id with 'no operation here', not its outcome", async () => {
+      const ledger = await db.open();
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+      });
+      const charge = stripeTools(stripe).charge;
+      const mine = new McpServer({ name: "a", version: "1" });
+      registerGuardedTool(mine, ledger, charge, { tenant: `t-a-${dialect}` });
+      const theirs = new McpServer({ name: "b", version: "1" });
+      registerStatusTool(theirs, ledger, { tenant: `t-b-${dialect}`, tools: [charge] });
+      const a = await connect(mine);
+      const b = await connect(theirs);
+      const done = await a.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-x-${rnd()}`, amount: 100, currency: "eur" },
+      });
+      const { operationId } = done.structuredContent as Outcome & { operationId: string };
+      const peek = await b.callTool({ name: "operation_status", arguments: { operationId } });
+      expect(peek.structuredContent).toMatchObject({ status: "refused" });
+      expect(JSON.stringify(peek)).not.toMatch(/pi_|Done/);
     });
   });
 }

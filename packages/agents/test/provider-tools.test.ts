@@ -93,3 +93,18 @@ describe("charge_invoice's identity", () => {
     expect(def.input.safeParse({ invoiceId: "invoice of May", amount: 100, currency: "eur" }).success).toBe(false);
   });
 });
+
+describe("charge_invoice's description", () => {
+  it("promises one charge only while the ledger keeps the operation, not for ever", () => {
+    // A key that comes again after its operation was pruned (retentionMs, 30 days by default) and
+    // after Stripe's 24 h key window is a new operation, and Stripe charges again. Before: "Safe
+    // to call again for the same invoice: it is never charged twice", unconditionally.
+    const def = stripeTools({
+      paymentIntentsCreate: { type: "stripe.paymentIntents.create" },
+    } as unknown as StripeActions).charge;
+    expect(def.description).toMatch(
+      /while the ledger keeps the operation \(30 days by default\), it is never charged twice/,
+    );
+    expect(def.description).not.toMatch(/Safe to call again for the same invoice: it is never charged twice/);
+  });
+});

@@ -5,6 +5,10 @@
  * an invoice, a ticket): one email per reference and recipient, whatever the model retries or
  * rewords. The subject and text are what the model writes, so they are never part of the key;
  * the recipient is hashed in the key.
+ *
+ * A copy the check before sending finds on the operation's first attempt was sent before the
+ * operation began (by one pruned from the ledger since): the model reads "already done earlier".
+ * Found on a later attempt, it is most likely this operation's own earlier send: "done".
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
@@ -37,6 +41,8 @@ export function emailTools(actions: EmailActions) {
       args: (i: EmailSendInput): EmailArgs => ({ to: i.to.trim().toLowerCase(), subject: i.subject, text: i.text }),
       key: (i: EmailSendInput) => ["email", i.reference, sensitive(i.to.trim().toLowerCase())],
       summarize: (r: EmailReceipt) => ({ messageId: r.messageId }),
+      foundEarlier: (r: EmailReceipt, settled: { readonly attempt: number }) =>
+        r.sent === false && settled.attempt === 1,
     },
   } as const;
 }

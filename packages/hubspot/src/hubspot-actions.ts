@@ -31,6 +31,9 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
   const mode = config.mode ?? "upsert";
   const cache = new Map<string, Action<HubSpotCreateArgs, HubSpotReceipt>>();
   const schema = uniquePropertyCheck(api);
+  // With client retries, one execution may send a request again after the first committed: what
+  // its answer finds may be this operation's own record.
+  const oneRequest = (config.clientRetries ?? 0) <= 1;
 
   function create(objectType: string): Action<HubSpotCreateArgs, HubSpotReceipt> {
     const known = cache.get(objectType);
@@ -48,14 +51,19 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         // Create mode rests on HubSpot refusing a second record with the key: checked before the
         // first create. An upsert by a property that is not unique-value HubSpot refuses itself (400).
         if (mode === "create") await schema.require(objectType, idProperty);
+        // The operation's first request: a record with its key that HubSpot shows now was there
+        // before the operation began (see HubSpotReceipt.existedBefore).
+        const first = op.attempt === 1 && oneRequest;
         try {
-          return mode === "upsert" ? await upsert(args, op.key, idProperty) : await createOne(args, op.key, idProperty);
+          return mode === "upsert"
+            ? await upsert(args, op.key, idProperty, first)
+            : await createOne(args, op.key, idProperty);
         } catch (e) {
           // An upsert updates the record with our key rather than repeat it: a validation error is
           // about the values, the caller's data, whatever records exist (read back, ours was taken
           // as this write's success though HubSpot wrote nothing).
           if (!isRefusal(e) || (mode === "upsert" && isValidationRefusal(e))) throw e;
-          return readBack(e, op.key, idProperty);
+          return readBack(e, op.key, idProperty, first);
         }
       },
       classify: (error) => classifyHubSpotError(error),
@@ -64,7 +72,12 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
     cache.set(objectType, action);
     return action;
 
-    async function upsert(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
+    async function upsert(
+      args: HubSpotCreateArgs,
+      key: string,
+      idProperty: string,
+      first: boolean,
+    ): Promise<HubSpotReceipt> {
       const out = await api.objects.batchApi.upsert(
         objectType,
         { inputs: [{ idProperty, id: key, properties: { ...args.properties } }] },
@@ -74,7 +87,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
       // input: the client returns that answer, it does not throw.
       if (!r) throw new HubSpotBatchInputError("errors" in out ? (out.errors ?? []) : []);
-      return { objectType, id: r.id, new: r._new, externalId: key };
+      return { objectType, id: r.id, new: r._new, externalId: key, ...(!r._new && first && { existedBefore: true }) };
     }
 
     async function createOne(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
@@ -97,7 +110,12 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
      * was refused. An earlier attempt's record deleted since is the lookup's to find (reconcile
      * reads archived records too), before any create is sent again.
      */
-    async function readBack(refusal: unknown, key: string, idProperty: string): Promise<HubSpotReceipt> {
+    async function readBack(
+      refusal: unknown,
+      key: string,
+      idProperty: string,
+      first: boolean,
+    ): Promise<HubSpotReceipt> {
       let existing: { id: string } | undefined;
       try {
         existing = await readByExternalId(api, objectType, idProperty, key);
@@ -112,7 +130,11 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       // whichever record HubSpot names: an earlier attempt made it.
       const named = existingIdOf(refusal);
       if (mode === "upsert" && named !== undefined && named !== existing.id) throw refusal;
-      return { objectType, id: existing.id, new: false, externalId: key };
+      // A create refused on the operation's first request met a record made before the operation
+      // began. An upsert by our key updates a record that was there; refused, it raced another
+      // write of the key, most likely this operation's own (a lost lease's attempt): not known.
+      const before = mode === "create" && first;
+      return { objectType, id: existing.id, new: false, externalId: key, ...(before && { existedBefore: true }) };
     }
   }
 

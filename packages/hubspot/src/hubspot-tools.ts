@@ -4,6 +4,11 @@
  * The identity of a contact is its email address, trimmed and lowercased (hashed in the key): one
  * record per address, whatever the model retries or however it spells the case; the names the
  * model fills in are not part of the identity (other names for a known address are refused).
+ *
+ * The model reads `new: true` for a record this call created, and "already done earlier" with
+ * `new: false` for one HubSpot showed was there before the operation began (made by an operation
+ * pruned from the ledger since). A record found after a lost answer is most likely this call's
+ * own: it reads done, without `new`.
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
@@ -32,7 +37,11 @@ export function hubspotTools(actions: HubSpotActions) {
         },
       }),
       key: (i: HubSpotContactInput) => ["contact", sensitive(i.email.trim().toLowerCase())],
-      summarize: (r: HubSpotReceipt) => ({ id: r.id, new: r.new }),
+      summarize: (r: HubSpotReceipt) => ({
+        id: r.id,
+        ...(r.new ? { new: true } : r.existedBefore && { new: false }),
+      }),
+      foundEarlier: (r: HubSpotReceipt) => r.existedBefore === true,
     },
   } as const;
 }

@@ -3,7 +3,10 @@
  * identity suggested for the key, and what the model reads of a receipt. Shaped as @idem/agents'
  * `ToolDefinition`, without depending on it.
  *
- * The charge tool's identity is the invoice: one charge per invoice, whatever the model retries.
+ * The charge tool's identity is the invoice: one charge per invoice, whatever the model retries,
+ * while the ledger keeps the operation (`retentionMs`): asked again after it was pruned and after
+ * Stripe's 24 h key window, the invoice is charged again (no lookup before charging), and the
+ * description says so rather than promise more.
  * A second charge for the same invoice with another amount is refused, not performed. It charges
  * only with a payment method; without one it creates the payment for the customer to pay, and
  * the model reads its status (requires_payment_method), not "charged".
@@ -44,7 +47,7 @@ export function stripeTools(actions: StripeActions) {
     charge: {
       name: "charge_invoice",
       description:
-        "Charge a customer for one invoice (a Stripe PaymentIntent). With paymentMethod, the card is charged now (a decline fails the call); without it, the payment is created and waits for the customer to pay it (its status says requires_payment_method). Safe to call again for the same invoice: it is never charged twice.",
+        "Charge a customer for one invoice (a Stripe PaymentIntent). With paymentMethod, the card is charged now (a decline fails the call); without it, the payment is created and waits for the customer to pay it (its status says requires_payment_method). Asked again for the same invoice while the ledger keeps the operation (30 days by default), it is never charged twice.",
       action: actions.paymentIntentsCreate,
       input: chargeInput,
       // Without a payment method nothing is charged: the intent waits for one (its status tells

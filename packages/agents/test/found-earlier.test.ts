@@ -1,0 +1,230 @@
+/**
+ * A fresh operation whose effect the provider found already done before it began (its key came
+ * again after the ledger pruned the first operation): the model reads "already done earlier"
+ * with the receipt's summary, not "Done". A record or copy found after this operation's own
+ * answer was lost is this operation's doing: "done". Through the real frameworks (the AI SDK's
+ * generateText with its mock model, an MCP client and server in memory) against the sandboxes.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { generateText, type ToolSet } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { openLedger, type LedgerOptions } from "@idem/core";
+import { emailActions, emailTools } from "@idem/email";
+import { hubspotActions, hubspotTools, type HubSpotConfig } from "@idem/hubspot";
+import { HubSpotSandbox, JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
+import { DIALECTS, ledgersFor } from "@idem/testkit";
+import { aiStatusTool, aiTool } from "@idem/agents/ai";
+import { registerGuardedTool, registerStatusTool } from "@idem/agents/mcp";
+import type { Outcome } from "@idem/agents";
+
+let hub: HubSpotSandbox;
+let hubServer: { basePath: string; accessToken: string };
+let mail: MailSandbox;
+let ports: { smtp: number; imap: number };
+beforeAll(async () => {
+  hub = new HubSpotSandbox();
+  hubServer = await hub.start();
+  await hubspotActions({ accessToken: hubServer.accessToken, basePath: hubServer.basePath }).ensureSchema(["contacts"]);
+  mail = new MailSandbox({ mode: "journal" });
+  const s = await mail.start();
+  ports = { smtp: s.smtp.port, imap: s.imap.port };
+}, 60_000);
+afterAll(async () => {
+  await hub.close();
+  await mail?.close();
+});
+
+const connected: { client: Client; server: McpServer }[] = [];
+afterEach(async () => {
+  for (const { client, server } of connected.splice(0)) {
+    await client.close();
+    await server.close();
+  }
+  hub.faults.clear();
+  mail.faults.clear();
+});
+
+/** A client linked in memory to `server`, closed (with the server) after the test. */
+async function connect(server: McpServer): Promise<Client> {
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  const client = new Client({ name: "idem-test", version: "1.0.0" });
+  connected.push({ client, server });
+  await server.connect(serverSide);
+  await client.connect(clientSide);
+  return client;
+}
+
+const rnd = () => Math.random().toString(36).slice(2, 8);
+
+type Call = { toolName: string; input: unknown };
+/** The AI SDK's mock model making these tool calls, one step per entry, then stopping. */
+function scriptedModel(steps: Call[][]) {
+  let step = 0;
+  const usage = {
+    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+    outputTokens: { total: 1, text: 1, reasoning: 0 },
+  };
+  return new MockLanguageModelV3({
+    doGenerate: async () => {
+      const calls = steps[step++];
+      if (!calls)
+        return {
+          content: [{ type: "text", text: "finished" }],
+          finishReason: { unified: "stop", raw: "stop" },
+          usage,
+          warnings: [],
+        };
+      return {
+        content: calls.map((c, i) => ({
+          type: "tool-call" as const,
+          toolCallId: `call_${step}_${i}_${rnd()}`,
+          toolName: c.toolName,
+          input: JSON.stringify(c.input),
+        })),
+        finishReason: { unified: "tool-calls", raw: "tool_calls" },
+        usage,
+        warnings: [],
+      };
+    },
+  });
+}
+
+/** What the model read of its first tool call. */
+async function firstRead(tools: ToolSet, call: Call) {
+  const { steps } = await generateText({ model: scriptedModel([[call]]), tools, prompt: "go" });
+  return steps[0]!.toolResults[0]!.output as Outcome & { operationId?: string; result?: Record<string, unknown> };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`found already done before the operation began, on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
+    const crm = (more: Partial<HubSpotConfig> = {}) =>
+      hubspotActions({ accessToken: hubServer.accessToken, basePath: hubServer.basePath, ...more });
+
+    for (const mode of ["upsert", "create"] as const) {
+      it(`HubSpot (${mode}): a contact an earlier operation made (pruned since) reads already done, also to the status tool`, async () => {
+        // Before: the upsert's `_new: false` (create mode: the conflict read back) on this
+        // operation's first request read "Done", as if this call had made the contact.
+        const l = await db.open({ retentionMs: 1 } as LedgerOptions);
+        const tenant = `hs-${dialect}-${rnd()}`;
+        const createContact = hubspotTools(crm({ mode })).createContact;
+        const tools = {
+          create_contact: aiTool(l, createContact, { tenant }),
+          operation_status: aiStatusTool(l, { tenant, tools: [createContact] }),
+        };
+        const call = { toolName: "create_contact", input: { email: `ada-${rnd()}@example.com`, firstname: "Ada" } };
+        const before = hub.count("contacts");
+        expect(await firstRead(tools, call)).toMatchObject({ status: "done", result: { new: true } });
+        await sleep(20);
+        expect(await l.admin.prune({ tenant })).toBe(1); // its retention passed (30 days by default)
+
+        const again = await firstRead(tools, call);
+        expect(hub.count("contacts") - before).toBe(1); // the CRM kept one record
+        expect(again, JSON.stringify(again)).toMatchObject({
+          status: "already_done",
+          result: { id: expect.any(String), new: false },
+        });
+        expect(again.message).toMatch(/^Already done earlier; not repeated \(operation op_\w+\)\.$/);
+        const checked = await firstRead(tools, {
+          toolName: "operation_status",
+          input: { operationId: again.operationId },
+        });
+        expect(checked).toMatchObject({ status: "already_done", result: again.result });
+      });
+    }
+
+    it("HubSpot: a contact this call created, its answer lost and settled by the read, reads done without `new: false`", async () => {
+      const l = await db.open();
+      const tenant = `hs-${dialect}-${rnd()}`;
+      hub.faults.add({
+        kind: "delay_after_commit",
+        match: { method: "POST", path: "/crm/v3/objects/contacts" },
+        delayMs: 5_000,
+      });
+      const before = hub.count("contacts");
+      const read = await firstRead(
+        { create_contact: aiTool(l, hubspotTools(crm({ timeoutMs: 300 })).createContact, { tenant }) },
+        { toolName: "create_contact", input: { email: `bob-${rnd()}@example.com`, firstname: "Bob" } },
+      );
+      expect(hub.count("contacts") - before).toBe(1);
+      // Before: "new: false" told the model the contact existed already; this call's request made it.
+      expect(read, JSON.stringify(read)).toMatchObject({ status: "done", result: { id: expect.any(String) } });
+      expect(read.result).not.toHaveProperty("new");
+    });
+
+    it("HubSpot: an address a person entered (no idem key on it) fails with HubSpot's conflict, not already done", async () => {
+      const l = await db.open();
+      const email = `carol-${rnd()}@example.com`;
+      hub.crm.create("contacts", { email, firstname: "Carol" });
+      const before = hub.count("contacts");
+      const read = await firstRead(
+        { create_contact: aiTool(l, hubspotTools(crm()).createContact, { tenant: `hs-${dialect}-${rnd()}` }) },
+        { toolName: "create_contact", input: { email, firstname: "Carol" } },
+      );
+      expect(hub.count("contacts")).toBe(before);
+      expect(read, JSON.stringify(read)).toMatchObject({ status: "failed" });
+      expect(JSON.stringify(read)).not.toContain(hubServer.accessToken);
+    });
+
+    describe("send_email over MCP (journal mode)", () => {
+      const actions = () =>
+        emailActions({
+          smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
+          imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+          from: SENDER.user,
+          copy: {
+            mode: "journal",
+            address: JOURNAL.user,
+            imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL },
+          },
+          settleMs: 300,
+        });
+
+      it("an email an earlier operation sent (pruned since) reads already done, also to the status tool", async () => {
+        // Before: the check before sending found the journal's copy (`sent: false`) and the model read "Done".
+        const l = await db.open({ retentionMs: 1 } as LedgerOptions);
+        const tenant = `em-${dialect}-${rnd()}`;
+        const send = emailTools(actions()).send;
+        const server = new McpServer({ name: "idem", version: "0.1.0" });
+        registerGuardedTool(server, l, send, { tenant });
+        registerStatusTool(server, l, { tenant, tools: [send] });
+        const client = await connect(server);
+        const args = { to: "client@example.test", reference: `ord-${rnd()}`, subject: "Your order", text: "Shipped." };
+        const first = await client.callTool({ name: "send_email", arguments: args });
+        expect(first.structuredContent).toMatchObject({ status: "done" });
+        const { messageId } = (first.structuredContent as { result: { messageId: string } }).result;
+        await sleep(20);
+        expect(await l.admin.prune({ tenant })).toBe(1);
+
+        const again = await client.callTool({ name: "send_email", arguments: args });
+        expect(mail.count(messageId)).toBe(1); // found in the journal: not sent twice
+        expect(again.structuredContent, JSON.stringify(again)).toMatchObject({
+          status: "already_done",
+          result: { messageId },
+        });
+        expect(again.isError).toBe(false);
+        const operationId = (again.structuredContent as { operationId: string }).operationId;
+        const checked = await client.callTool({ name: "operation_status", arguments: { operationId } });
+        expect(checked.structuredContent).toMatchObject({ status: "already_done", result: { messageId } });
+      });
+
+      it("a recipient the server refuses: failed, not done", async () => {
+        const l = await db.open();
+        const server = new McpServer({ name: "idem", version: "0.1.0" });
+        registerGuardedTool(server, l, emailTools(actions()).send, { tenant: `em-${dialect}-${rnd()}` });
+        const client = await connect(server);
+        mail.faults.add({ kind: "reject_rcpt", match: { path: "nobody@example.test" } });
+        const out = await client.callTool({
+          name: "send_email",
+          arguments: { to: "nobody@example.test", reference: `ord-${rnd()}`, subject: "Hi", text: "Hello." },
+        });
+        expect(out.structuredContent, JSON.stringify(out)).toMatchObject({ status: "failed" });
+        expect(out.isError).toBe(true);
+      });
+    });
+  });
+}
