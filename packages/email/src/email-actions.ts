@@ -5,20 +5,23 @@
  *
  * The message is rendered by nodemailer without its Bcc header and those bytes are sent over SMTP
  * (email-smtp.ts: cancelled on `op.signal`; in journal mode, only if the server accepted the
- * journal address); in append mode the same message with its Bcc is APPENDed to Sent. Windows
- * are measured on the database clock (`op.now`).
+ * journal address); in append mode the same message with its Bcc is APPENDed to Sent. The SMTP
+ * envelope is the one nodemailer parses from the message's From, To, Cc and Bcc (display names
+ * taken off, IDN domains in punycode), as its own transports send it. Windows are measured on
+ * the database clock (`op.now`).
  *
  * How the copy is made is recorded with the Message-ID before the first send (email-reference.ts),
  * and every later check, lookup and send of the operation goes by that record, not by a copy
  * config deployed since.
  */
 import nodemailer from "nodemailer";
+import MailComposer from "nodemailer/lib/mail-composer";
 import { defineAction, type Action } from "@idem/core";
 import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
+import { foundReceipt, recipientHash, type EmailReceipt } from "./email-receipt.js";
 import { reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
@@ -69,6 +72,8 @@ export function emailActions(config: EmailConfig): EmailActions {
   const sentHere = sentPlace(config);
   const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
   const journal = copy.mode === "journal" ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX") : undefined;
+  /** The journal's address as the envelope holds it (nodemailer's parse), for the gate to find among the RCPT answers. */
+  const journalAddress = copy.mode === "journal" ? envelopeAddress(copy.address) : undefined;
   const render = nodemailer.createTransport({
     streamTransport: true,
     buffer: true,
@@ -117,25 +122,30 @@ export function emailActions(config: EmailConfig): EmailActions {
         headers: { ...args.headers, "X-Idem-Key": op.key },
         date: new Date(),
       };
-      const rendered = async (m: typeof message) => (await render.sendMail(m)).message as Buffer;
+      const rendered = async (m: typeof message) => await render.sendMail(m);
+      // The whole message, Bcc included: nodemailer's envelope of it (sender and every recipient,
+      // bare addresses) is what goes to MAIL FROM and RCPT TO, as its own transports do. The raw
+      // strings would not do: "Agent <agent@example.com>" is no address for MAIL FROM.
+      const whole = await rendered(message);
+      const envelope = whole.envelope as { from?: string | false; to?: string[] };
       // What every recipient gets has no Bcc header (nodemailer's stream transport keeps it), or
       // each would read who else had a blind copy, the journal among them: those are envelope only.
-      const raw = await rendered({ ...message, bcc: [] });
-      const to = [...message.to, ...message.cc, ...message.bcc];
-      const info = await sendRaw(config.smtp, { from: config.from, to, raw, journal: bcc[0] }, op.signal);
+      const raw = (message.bcc.length > 0 ? await rendered({ ...message, bcc: [] }) : whole).message as Buffer;
+      const out = { from: envelope.from || "", to: envelope.to ?? [], raw, journal: journalAddress };
+      const info = await sendRaw(config.smtp, out, op.signal);
       if (copy.mode === "append") {
         // Sent already; a failed APPEND only loses the copy, not the effect. The sender's own
         // copy keeps its Bcc, as a mail client's does (the same message: its Message-ID and date).
-        const own = message.bcc.length > 0 ? await rendered(message) : raw;
-        await sent.append(own).catch(() => undefined);
+        await sent.append(whole.message as Buffer).catch(() => undefined);
       }
+      // Recipients by their hash only: the ledger keeps receipts, and an address is a customer's.
       return {
         messageId,
         ref,
         sent: true,
         response: info.response,
-        accepted: [...info.accepted],
-        rejected: [...info.rejected],
+        accepted: info.accepted.map(recipientHash),
+        rejected: info.rejected.map(recipientHash),
       };
     },
     classify: (error) => classifyEmailError(error),
@@ -207,6 +217,17 @@ export function emailActions(config: EmailConfig): EmailActions {
       reason: `cannot look for ${messageId}: its first send made its copy with ${recorded}, and the config now says ${today}; that copy cannot be searched, so its absence proves nothing`,
     };
   }
+}
+
+/**
+ * The one envelope address nodemailer reads in `address` (a display name taken off), for a config
+ * value; a TypeError when it reads none or several (a configuration to fix before anything runs).
+ */
+function envelopeAddress(address: string): string {
+  const to = new MailComposer({ bcc: address }).compile().getEnvelope().to;
+  if (to.length !== 1 || !to[0])
+    throw new TypeError(`email: no single address can be read in the journal address "${address}"`);
+  return to[0];
 }
 
 function list(v: string | readonly string[] | undefined): string[] {

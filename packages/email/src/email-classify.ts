@@ -1,14 +1,17 @@
 /**
  * Maps nodemailer errors (and our pre-send check) to the failure classes of @idem/core. An SMTP
- * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Only a missing reply
- * is ambiguous: nodemailer reports socket timeouts with command "CONN" whatever the stage, so a
- * timeout or a closed socket counts as "may have been accepted" unless it happened before the
- * server greeted us.
+ * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Without a reply,
+ * what decides is whether the body was handed to the server (`bodySent`, on every error a send
+ * rejects with, email-smtp.ts): before, nothing was sent whatever the error (a server drops a
+ * transaction it did not finish, RFC 5321 §3.8); after, the server may have taken the message,
+ * whatever the socket's error code says (an EHOSTUNREACH can come on an established connection).
+ * nodemailer reports socket errors and timeouts with command "CONN" whatever the stage, so its
+ * codes alone cannot tell; they decide only for errors that carry no `bodySent`.
  */
 import { NOT_SENT_CODES, type Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
 import { CopyChangedError } from "./email-reference.js";
-import { EnvelopeRefusedError, SendAbortedError } from "./email-smtp.js";
+import { EnvelopeRefusedError, InvalidSenderError, SendAbortedError, bodySentOf } from "./email-smtp.js";
 
 interface NodemailerError {
   code?: string;
@@ -40,6 +43,10 @@ export function classifyEmailError(error: unknown): Classification {
     // Closed before the body was handed over: the server drops the transaction. After: it may have it.
     return error.bodySent ? { kind: "ambiguous", reason: error.message } : { kind: "transient", reason: error.message };
   }
+  if (error instanceof InvalidSenderError) {
+    // Refused before connecting: the configured from has no address to send from.
+    return { kind: "permanent", reason: error.message, alert: true };
+  }
   const e = (error ?? {}) as NodemailerError;
   const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;
   // A 4xx at AUTH is the server's "not now" (454: its auth backend is down, RFC 4954; 421: it is
@@ -56,6 +63,15 @@ export function classifyEmailError(error: unknown): Classification {
   }
   if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
   if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
+  // No reply: the body decides. Handed over, the server may have it (a reply lost, a socket
+  // error after the final dot), so ambiguous whatever the code; not yet, the server discards
+  // the transaction, so nothing was sent (a drop at EHLO, AUTH, MAIL, RCPT or DATA).
+  const bodySent = bodySentOf(error);
+  if (bodySent === true)
+    return { kind: "ambiguous", reason: `no answer from the SMTP server after the message: ${what}` };
+  if (bodySent === false)
+    return { kind: "transient", reason: `not sent (no message body reached the server): ${what}` };
+  // An error from elsewhere than a send: its code is all there is.
   if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? ""))
     return { kind: "transient", reason: `not connected: ${what}` };
   if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")

@@ -1,4 +1,10 @@
-/** What the ledger keeps of a send: the identifiers and the server's answer, not the content. */
+/**
+ * What the ledger keeps of a send: the identifiers and the server's answer, not the content, and
+ * no recipient's address (each is kept as its hash, `recipientHash`).
+ */
+import { createHash } from "node:crypto";
+import { canonicalJson } from "@idem/core";
+
 export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
 
 /** This attempt sent the message: the server's answer. */
@@ -9,8 +15,13 @@ export interface SentEmailReceipt {
   readonly sent: true;
   /** The server's final reply (with its queue id). */
   readonly response: string;
-  /** The envelope recipients the server accepted (the journal address among them in journal mode). */
+  /**
+   * The envelope recipients the server accepted (the journal address among them in journal mode),
+   * each as `recipientHash(address)`, never the address: `accepted.length` is how many. Receipts
+   * stored by earlier versions hold the addresses.
+   */
   readonly accepted: readonly string[];
+  /** The envelope recipients the server refused, hashed the same way. */
   readonly rejected: readonly string[];
   readonly foundIn?: undefined;
 }
@@ -38,4 +49,15 @@ export interface FoundEmailReceipt {
 
 export function foundReceipt(messageId: string, ref: string, sent: boolean, foundIn: string): FoundEmailReceipt {
   return { messageId, ref, sent, response: null, accepted: null, rejected: null, foundIn };
+}
+
+/**
+ * How a receipt names a recipient: `sha256:<hex>` of the address in lower case, as core's
+ * `sensitive()` hashes a key part. So an operator can tell whether an address was among the
+ * recipients (hash it and compare), and it matches the recipient part of the email tool's key
+ * (which hashes the lower-cased address too), without the ledger holding the address.
+ */
+export function recipientHash(address: string): string {
+  const json = canonicalJson(address.trim().toLowerCase(), "recipient");
+  return `sha256:${createHash("sha256").update(json).digest("hex")}`;
 }

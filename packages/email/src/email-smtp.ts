@@ -10,12 +10,15 @@
  *    that nothing was sent, and a crash or a lost reply would send it twice. Holding the body
  *    back (rather than marking the receipt, or answering "never" on reconcile) also covers a
  *    worker killed mid-send, which leaves no classification to consult.
+ * Every error a send rejects with says whether the body was handed over (`bodySent`): without a
+ * reply from the server, that alone decides whether the message may have gone out (email-classify.ts).
  * Not supported: connection pooling, proxies, DKIM (a send is one short connection, as nodemailer's
  * non-pooled transport does it).
  */
 import { Readable } from "node:stream";
 import SMTPConnection from "nodemailer/lib/smtp-connection";
 import type { SmtpConfig } from "./email-config.js";
+import { recipientHash } from "./email-receipt.js";
 
 /** What the server said about a message it took. */
 export interface SmtpAnswer {
@@ -24,10 +27,26 @@ export interface SmtpAnswer {
   readonly rejected: readonly string[];
 }
 
+/**
+ * What every error `sendRaw` rejects with carries: whether the message body was handed to the
+ * server. Until then a lost connection sends nothing (RFC 5321 §3.8: the server drops an
+ * unfinished transaction); after, the server may have taken it.
+ */
+export interface SendFailure {
+  readonly bodySent: boolean;
+}
+
+/** `bodySent` of an error from `sendRaw`; undefined for an error that did not come from a send. */
+export function bodySentOf(error: unknown): boolean | undefined {
+  const sent = (error as Partial<SendFailure> | null)?.bodySent;
+  return typeof sent === "boolean" ? sent : undefined;
+}
+
 /** The body was held back because of the server's RCPT answers: nothing was sent. */
-export class EnvelopeRefusedError extends Error {
+export class EnvelopeRefusedError extends Error implements SendFailure {
   readonly code = "EENVELOPE";
   readonly command = "RCPT TO";
+  readonly bodySent = false;
   constructor(
     message: string,
     /** The server's code for the refused journal address; absent when that is not why. */
@@ -41,7 +60,7 @@ export class EnvelopeRefusedError extends Error {
 }
 
 /** The operation's signal aborted the send; `bodySent` says whether the message may have gone out. */
-export class SendAbortedError extends Error {
+export class SendAbortedError extends Error implements SendFailure {
   constructor(
     readonly bodySent: boolean,
     options: { cause: unknown },
@@ -56,16 +75,40 @@ export class SendAbortedError extends Error {
   }
 }
 
+/**
+ * The sender's address cannot go into MAIL FROM: nodemailer reads no address in the configured
+ * `from` (or one it would refuse). Nothing was sent; a person fixes the config.
+ */
+export class InvalidSenderError extends Error implements SendFailure {
+  readonly code = "EENVELOPE";
+  readonly command = "MAIL FROM";
+  readonly bodySent = false;
+  constructor(readonly from: string) {
+    super(`not sent: no sender address can be read in the configured from ${JSON.stringify(from)}; fix the config`);
+    this.name = "InvalidSenderError";
+  }
+}
+
+/** A message and its SMTP envelope, as nodemailer parsed it from the message's address fields. */
 export interface Outgoing {
+  /** The envelope sender: a bare address (`agent@example.com`), never a display name. */
   readonly from: string;
+  /** Every envelope recipient (To, Cc, Bcc, the journal), bare addresses. */
   readonly to: readonly string[];
   readonly raw: Buffer;
-  /** The journal address among `to`: the body goes out only once the server accepted it. */
+  /** The journal address among `to`, parsed the same way: the body goes out only once the server accepted it. */
   readonly journal?: string | undefined;
 }
 
+/**
+ * Sends `out.raw` to `out.to` over one SMTP connection. Resolves with the server's answer, or
+ * rejects with an error carrying `bodySent` (SendFailure); recipient addresses in nodemailer's
+ * and the server's text are replaced by their hash (`recipientHash`), since reasons are stored.
+ */
 export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal): Promise<SmtpAnswer> {
   if (signal.aborted) return Promise.reject(new SendAbortedError(false, { cause: signal.reason }));
+  // nodemailer's own rule for MAIL FROM (it refuses line breaks and angle brackets there).
+  if (!out.from || /[\r\n<>]/.test(out.from)) return Promise.reject(new InvalidSenderError(out.from));
   const timeout = config.timeoutMs ?? 30_000;
   const conn = new SMTPConnection({
     host: config.host,
@@ -77,6 +120,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
     socketTimeout: timeout,
   });
   const envelope: TrackedEnvelope = { from: out.from, to: [...out.to] };
+  const recipients = out.to.filter((a) => a.toLowerCase() !== out.journal?.toLowerCase());
   let bodySent = false;
 
   return new Promise<SmtpAnswer>((resolve, reject) => {
@@ -90,7 +134,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
         resolve(answer);
       } else {
         conn.close();
-        reject(error);
+        reject(failure(error, bodySent, recipients));
       }
     };
     const onAbort = () => finish(new SendAbortedError(bodySent, { cause: signal.reason }));
@@ -123,7 +167,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
         conn.send(envelope, body, (e, info) => {
           if (e || !info) return finish(e ?? new Error("SMTP send gave no answer"));
           return finish(null, {
-            response: String(info.response ?? ""),
+            response: redact(String(info.response ?? ""), recipients),
             accepted: info.accepted.map(String),
             rejected: info.rejected.map(String),
           });
@@ -134,6 +178,30 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
       else send();
     });
   });
+}
+
+/**
+ * The error a send rejects with: ours as they are (they know `bodySent`), nodemailer's with
+ * `bodySent` set and the recipients' addresses hashed out of its message and the server's reply.
+ */
+function failure(error: unknown, bodySent: boolean, recipients: readonly string[]): SendFailure {
+  if (error instanceof SendAbortedError || error instanceof EnvelopeRefusedError) return error;
+  const e = error instanceof Error ? error : new Error(String(error), { cause: error });
+  const reply = (e as { response?: unknown }).response;
+  e.message = redact(e.message, recipients);
+  if (typeof reply === "string") Object.assign(e, { response: redact(reply, recipients) });
+  return Object.assign(e, { bodySent });
+}
+
+/** `text` with each of `addresses` (any case) replaced by its hash. */
+function redact(text: string, addresses: readonly string[]): string {
+  let out = text;
+  for (const a of addresses) {
+    if (!a) continue;
+    const escaped = a.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    out = out.replace(new RegExp(escaped, "gi"), recipientHash(a));
+  }
+  return out;
 }
 
 /**

@@ -1,6 +1,12 @@
 /** classifyEmailError over the shapes nodemailer gives its errors, one case per reason. */
 import { describe, expect, it } from "vitest";
-import { EnvelopeRefusedError, MailboxUnavailableError, SendAbortedError, classifyEmailError } from "@idem/email";
+import {
+  EnvelopeRefusedError,
+  InvalidSenderError,
+  MailboxUnavailableError,
+  SendAbortedError,
+  classifyEmailError,
+} from "@idem/email";
 
 const err = (fields: Record<string, unknown>) => Object.assign(new Error("m"), fields);
 
@@ -37,6 +43,42 @@ describe("classifyEmailError", () => {
     ["every recipient but the journal refused (550)", new EnvelopeRefusedError("m", 550, false), "permanent"],
     ["aborted before the body was sent", new SendAbortedError(false, { cause: null }), "transient"],
     ["aborted after the body was sent", new SendAbortedError(true, { cause: null }), "ambiguous"],
+    // A send's errors say whether the body left (bodySent): without a reply, that decides.
+    [
+      "EHOSTUNREACH after the body was sent (an ICMP error on an established connection)",
+      err({ code: "ESOCKET", originalCode: "EHOSTUNREACH", command: "CONN", bodySent: true }),
+      "ambiguous",
+    ],
+    [
+      "ENETUNREACH after the body was sent",
+      err({ code: "ESOCKET", originalCode: "ENETUNREACH", command: "CONN", bodySent: true }),
+      "ambiguous",
+    ],
+    [
+      "connection refused, nothing sent",
+      err({ code: "ESOCKET", originalCode: "ECONNREFUSED", command: "CONN", bodySent: false }),
+      "transient",
+    ],
+    [
+      "the connection closed at EHLO, AUTH, MAIL, RCPT or DATA, before any body",
+      err({ code: "ECONNECTION", command: "CONN", bodySent: false }),
+      "transient",
+    ],
+    [
+      "a socket timeout before any body",
+      err({ code: "ETIMEDOUT", timeoutType: "SOCKET_TIMEOUT", command: "CONN", bodySent: false }),
+      "transient",
+    ],
+    [
+      "the connection closed after the body",
+      err({ code: "ECONNECTION", command: "CONN", bodySent: true }),
+      "ambiguous",
+    ],
+    // A reply still decides, body or not.
+    ["552 after the body", err({ code: "EMESSAGE", responseCode: 552, command: "DATA", bodySent: true }), "permanent"],
+    ["451 after the body", err({ code: "EMESSAGE", responseCode: 451, command: "DATA", bodySent: true }), "transient"],
+    ["an address refused locally, no body", err({ code: "EENVELOPE", command: "API", bodySent: false }), "permanent"],
+    ["a configured from without an address", new InvalidSenderError("Agent"), "permanent"],
   ])("%s: %s", (_what, error, kind) => {
     expect(classifyEmailError(error).kind).toBe(kind);
   });
@@ -48,5 +90,9 @@ describe("classifyEmailError", () => {
   it("flags a journal address refused for good for an alert, not refused recipients", () => {
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, true))).toMatchObject({ alert: true });
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, false))).not.toHaveProperty("alert");
+  });
+
+  it("flags a configured from without an address for an alert: a person fixes the config", () => {
+    expect(classifyEmailError(new InvalidSenderError("Agent"))).toMatchObject({ kind: "permanent", alert: true });
   });
 });

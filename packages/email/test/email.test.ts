@@ -8,10 +8,18 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
-import { emailActions, parseEmailReference, type CopyConfig, type EmailConfig } from "@idem/email";
+import {
+  emailActions,
+  emailTools,
+  parseEmailReference,
+  recipientHash,
+  type CopyConfig,
+  type EmailConfig,
+} from "@idem/email";
 import { ImapFlow } from "imapflow";
 // The adapter's own IMAP client, to look at the mailboxes the way its lookups do (not exported).
 import { Mailbox } from "../src/email-mailbox.js";
+import { captureSockets } from "./sockets.js";
 
 const WORKER = fileURLToPath(new URL("./children/mail-worker.ts", import.meta.url));
 type Mode = CopyConfig["mode"];
@@ -65,7 +73,7 @@ for (const dialect of DIALECTS) {
         expect(first).toMatchObject({
           status: "succeeded",
           replayed: false,
-          receipt: { sent: true, accepted: expect.arrayContaining(["client@example.test"]) },
+          receipt: { sent: true, accepted: expect.arrayContaining([recipientHash("client@example.test")]) },
         });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         const messageId = await messageIdOf(l, t, first.operationId);
@@ -443,6 +451,96 @@ for (const dialect of DIALECTS) {
       },
       scaled(60_000),
     );
+
+    // Before: a drop before any body was "may have been sent": unknown, and in append mode
+    // (where absence proves nothing) a person's question for a message never sent.
+    for (const stage of ["AUTH", "MAIL", "RCPT", "DATA"] as const) {
+      it(`append: the server closes the connection at ${stage}, before any body: pending (nothing sent), then sent once`, async () => {
+        const mail = emailActions(config("append"));
+        const l = await ledger({ actions: [mail.send] });
+        const t = tenant();
+        sandbox.faults.add({ kind: "drop_at", match: { method: stage } });
+        try {
+          const out = await l.run(mail.send, {
+            tenant: t,
+            key: ["drop", stage],
+            args: report,
+            budget: { attempts: 1 },
+          });
+          expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+          const messageId = await messageIdOf(l, t, out.operationId);
+          expect(sandbox.count(messageId)).toBe(0);
+          expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+            status: "succeeded",
+            receipt: { sent: true },
+          });
+          expect(sandbox.count(messageId)).toBe(1);
+        } finally {
+          sandbox.faults.clear();
+        }
+      });
+    }
+
+    it("append: a socket error coded EHOSTUNREACH after the server took the body: a person decides, never a second send", async () => {
+      // Before: EHOSTUNREACH read as "not connected" (never sent), so sent again: two messages.
+      const mail = emailActions(config("append"));
+      const l = await ledger();
+      const t = tenant();
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+      const sockets = captureSockets();
+      const unreachable = () => {
+        const socket = sockets.list.find((s) => s.remotePort === ports.smtp && !s.destroyed);
+        socket?.destroy(Object.assign(new Error("read EHOSTUNREACH"), { code: "EHOSTUNREACH", syscall: "read" }));
+      };
+      sandbox.events.once("accepted", unreachable);
+      try {
+        const out = await l.run(mail.send, { tenant: t, key: ["ehostunreach"], args: report });
+        expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
+      } finally {
+        sockets.restore();
+        sandbox.events.off("accepted", unreachable);
+        sandbox.faults.clear();
+      }
+    });
+
+    it("the email tool hashes the recipient out of the key; the row keeps no address either (receipt and reasons hashed the same way)", async () => {
+      // Before: the receipt kept `accepted`/`rejected` in clear, and a refusal's reason quoted the address.
+      const mail = emailActions(config("provider-saves"));
+      const tool = emailTools(mail).send;
+      const l = await ledger();
+      const t = tenant();
+      const input = tool.input.parse({
+        to: "Client@Example.test",
+        reference: "ord-42",
+        subject: "Your order",
+        text: "Shipped.",
+      });
+      const out = await l.run(mail.send, { tenant: t, key: tool.key(input), args: tool.args(input) });
+      const hash = recipientHash("client@example.test");
+      expect(out).toMatchObject({ status: "succeeded", receipt: { accepted: [hash], rejected: [] } });
+      const { operation, events } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.keyLabel).toContain(hash); // the same hash as the key's sensitive() part
+      expect(JSON.stringify({ operation, events }).toLowerCase()).not.toContain("client@example.test");
+      // Refused: the server's reply quotes the address; the stored reason has its hash.
+      sandbox.faults.add({ kind: "reject_rcpt", match: { path: "client@example.test" } });
+      try {
+        const refusedInput = tool.input.parse({ ...input, reference: "ord-43" });
+        const refused = await l.run(mail.send, {
+          tenant: t,
+          key: tool.key(refusedInput),
+          args: tool.args(refusedInput),
+        });
+        expect(refused).toMatchObject({
+          status: "failed",
+          error: { kind: "permanent", reason: expect.stringContaining(hash) },
+        });
+        const row = await l.get({ tenant: t, id: refused.operationId });
+        expect(JSON.stringify({ operation: row.operation, events: row.events })).not.toContain("client@example.test");
+      } finally {
+        sandbox.faults.clear();
+      }
+    });
 
     it("IMAP down during the pre-send check: nothing is sent; a later call sends once", async () => {
       const l = await ledger();

@@ -9,7 +9,9 @@
  * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
  * `drop_data` (read the body, then close the connection with no reply, taking nothing: a server
  * that failed before it committed the message, which the client cannot tell from one after),
- * `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
+ * `drop_at` (close the connection with no reply to the command its `match.method` names: "AUTH",
+ * "MAIL", "RCPT" (the addresses `match.path` matches) or "DATA", before any body; the first of
+ * them without a `match`), `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
  * the fault's `match.path` matches; the others are still accepted), `refuse_auth` (535) and, on
  * the IMAP side, `refuse_search` (a SEARCH answered NO [UNAVAILABLE]; imap-proxy.ts).
  */
@@ -23,7 +25,14 @@ import { imapProxy, type ImapProxy } from "./imap-proxy.js";
 import { Dovecot, type MailUser } from "./dovecot.js";
 
 export type CopyMode = "provider-saves" | "journal" | "none";
-export type MailFaultKind = "hold_reply" | "drop_data" | "reject_421" | "reject_rcpt" | "refuse_auth" | "refuse_search";
+export type MailFaultKind =
+  | "hold_reply"
+  | "drop_data"
+  | "drop_at"
+  | "reject_421"
+  | "reject_rcpt"
+  | "refuse_auth"
+  | "refuse_search";
 
 export interface ReceivedMessage {
   readonly messageId: string | undefined;
@@ -83,7 +92,8 @@ export class MailSandbox {
       allowInsecureAuth: true,
       authMethods: ["PLAIN", "LOGIN"],
       logger: false,
-      onAuth: (auth, _session, cb) => {
+      onAuth: (auth, session, cb) => {
+        if (this.faults.take("AUTH", "", ["drop_at"])) return this.hangUp(session);
         if (this.faults.take("AUTH", "", ["refuse_auth"]))
           return cb(Object.assign(new Error("Authentication refused"), { responseCode: 535 }));
         const ok = [SENDER, JOURNAL].some((u) => u.user === auth.username && u.pass === auth.password);
@@ -91,17 +101,22 @@ export class MailSandbox {
           ? cb(null, { user: auth.username })
           : cb(Object.assign(new Error("Invalid username or password"), { responseCode: 535 }));
       },
-      onMailFrom: (_address, _session, cb) => {
+      onMailFrom: (_address, session, cb) => {
+        if (this.faults.take("MAIL", "", ["drop_at"])) return this.hangUp(session);
         if (this.faults.take("MAIL", "", ["reject_421"]))
           return cb(Object.assign(new Error("Service not available, try again later"), { responseCode: 421 }));
         return cb();
       },
-      onRcptTo: (address, _session, cb) => {
+      onRcptTo: (address, session, cb) => {
+        if (this.faults.take("RCPT", address.address, ["drop_at"])) return this.hangUp(session);
         if (this.faults.take("RCPT", address.address, ["reject_rcpt"]))
           return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
         return cb();
       },
       onData: (stream, session, cb) => {
+        // smtp-server asks onData before it writes its 354: closed now, the client never gets it
+        // and sends no body.
+        if (this.faults.take("DATA", "", ["drop_at"])) return this.hangUp(session);
         if (this.faults.take("DATA", "", ["drop_data"])) return void this.drop(stream, session);
         void this.accept(stream, session).then(
           () => this.reply(cb),
@@ -159,6 +174,11 @@ export class MailSandbox {
   /** Reads the body and closes the session's connection without a reply: nothing is taken. */
   private async drop(stream: SMTPServerDataStream, session: SMTPServerSession): Promise<void> {
     for await (const _ of stream); // the whole body reached the server
+    this.hangUp(session);
+  }
+
+  /** Closes the session's connection at once, with no reply to the command in hand. */
+  private hangUp(session: SMTPServerSession): void {
     // smtp-server keeps its connections (SMTPConnection: the session's id, the socket) in a Set.
     const connections = (this.smtp as unknown as { connections: Set<{ id: string; _socket: { destroy(): void } }> })
       .connections;
