@@ -19,6 +19,9 @@ export function classifyStripeError(error: unknown, resent = false): Classificat
   };
 }
 
+/** Socket codes of a connection never made, or of one that failed after it carried our request. */
+const MAY_FOLLOW_SEND: ReadonlySet<string> = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
+
 function classifyAnswer(error: unknown): Classification {
   if (!(error instanceof Stripe.errors.StripeError)) {
     return { kind: "ambiguous", reason: `not a Stripe error: ${String(error)}` };
@@ -30,8 +33,11 @@ function classifyAnswer(error: unknown): Classification {
 
   if (error.type === "StripeConnectionError") {
     const code = (error.detail as { code?: string } | undefined)?.code;
-    // Refused or unresolvable: the request never reached Stripe.
-    if (code && NOT_SENT_CODES.has(code)) return { kind: "transient", reason: `not sent (${code})` };
+    // Refused or unresolvable: the request never reached Stripe. Not an unreachable host or
+    // network (EHOSTUNREACH, ENETUNREACH): an open connection reports those too, once its request
+    // was written, so they may come after Stripe executed it.
+    if (code && NOT_SENT_CODES.has(code) && !MAY_FOLLOW_SEND.has(code))
+      return { kind: "transient", reason: `not sent (${code})` };
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }

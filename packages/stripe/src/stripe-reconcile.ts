@@ -11,7 +11,7 @@ import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
-type Found = { id: string; object: string; status?: string | null } | undefined;
+type Found = { id: string; object: string; status?: string | null; created?: number } | undefined;
 
 /** When the operation's requests could have created an object: from its claim to its last attempt (ms, database clock). */
 export interface AttemptWindow {
@@ -46,6 +46,13 @@ export interface Lookup<A> {
  */
 function createdWithin(w: AttemptWindow): { gte: number; lte: number } {
   return { gte: Math.floor(w.from / 1000) - 300, lte: Math.ceil(w.to / 1000) + 600 };
+}
+
+/** Whether a Stripe object (its `created`, in seconds) was made while our requests could have run. */
+function madeWithin(o: { created?: unknown }, w: AttemptWindow): boolean {
+  if (typeof o.created !== "number") return true;
+  const { gte, lte } = createdWithin(w);
+  return o.created >= gte && o.created <= lte;
 }
 
 /** More objects in the window than one lookup reads: absence is not proven this way (a person decides). */
@@ -152,7 +159,10 @@ export async function reconcileByLookup<A>(
   let listed: string | undefined; // why only the consistent list was read: Search failed
   try {
     const found = await lookup.find(stripe, args, op.key);
-    if (found) return answerOf(stripe, lookup, found, args);
+    // Only an object created while our requests could have run is ours: one older (an earlier
+    // operation with this key, pruned from the ledger since) is not this operation's effect, and
+    // Search's one hit may hide ours, so the window's list decides.
+    if (found && madeWithin(found, window)) return answerOf(stripe, lookup, found, args);
   } catch (error) {
     // Search refused or down (Stripe does not offer it everywhere; an incident): the consistent
     // list answers on its own, and does not lag.

@@ -118,7 +118,9 @@ describe("Stripe lookups inside the key window, with Search far behind (an incid
 });
 
 describe("Stripe refund lookup", () => {
-  const past = () => ({ createdAt: Date.now() - 25 * HOUR, now: Date.now() }); // Stripe forgot the key
+  // Stripe forgot the key (first sent 25 h ago); the last attempt ran now, when these refunds are made:
+  // only an object made while our requests could have run is ours.
+  const past = () => ({ createdAt: Date.now() - 25 * HOUR, lastAttemptAt: Date.now(), now: Date.now() });
   let pi: Stripe.PaymentIntent;
   beforeAll(async () => {
     pi = await stripe().client.paymentIntents.create({
