@@ -87,7 +87,7 @@ export function printOperation(
     ["updated", time(o.updatedAt)],
     ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
   ];
-  for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${v}`);
+  for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${plain(v)}`);
   console.log("\nevents:");
   table(
     ["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"],
@@ -106,8 +106,27 @@ export function printStats(
   );
 }
 
-function table(head: string[], rows: string[][]): void {
+function table(head: string[], raw: string[][]): void {
+  const rows = raw.map((r) => r.map(plain));
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   for (const r of [head, ...rows])
     console.log(r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  "));
+}
+
+/**
+ * A cell as one line of visible text: reasons, evidence and references come from providers and
+ * models, and a line break or a terminal escape in one could print a forged "status succeeded"
+ * line, or hide what follows. Control characters are shown escaped (`--json` escapes them too).
+ */
+function plain(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: these are what it escapes
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (ch) =>
+    ch === "\n"
+      ? "\\n"
+      : ch === "\r"
+        ? "\\r"
+        : ch === "\t"
+          ? "\\t"
+          : `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
 }

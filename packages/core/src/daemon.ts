@@ -165,15 +165,22 @@ export class LedgerDaemon {
 
   /**
    * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
-   * attempt, with how long (`runningForMs`, by the database clock).
+   * attempt, with how long (`runningForMs`, by the database clock). `tenants`, `action`: only
+   * these (the limit applies after them: another tenant's many stuck rows do not hide these).
    */
   async stuck(options: {
     readonly olderThanMs: number;
     readonly limit?: number;
+    readonly tenants?: readonly string[];
+    readonly action?: string;
   }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
     requireWhole(options.olderThanMs, "olderThanMs", 0);
-    return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000)).map((r) => ({
+    for (const t of options.tenants ?? []) requireName(t, "tenants");
+    if (options.action !== undefined) requireName(options.action, "action");
+    if (options.tenants?.length === 0) return [];
+    const only = { tenants: options.tenants, action: options.action };
+    return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000, only)).map((r) => ({
       ...toOperation(r),
       runningForMs: r.age_ms,
     }));

@@ -117,19 +117,20 @@ export class Reports {
   }
 
   /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
-  async stuck(olderThanMs: number, limit: number): Promise<(Row & { age_ms: number })[]> {
-    const rows = await this.store.guard(
-      undefined,
-      this.store.db
-        .selectFrom("idem_operations")
-        .select(ROW_COLUMNS)
-        .select(sql<number>`${this.store.now()} - updated_at`.as("age_ms"))
-        .where("status", "=", RUNNING)
-        .where("updated_at", "<=", sql<number>`${this.store.now()} - ${olderThanMs}`)
-        .orderBy("updated_at")
-        .limit(limit)
-        .execute(),
-    );
+  async stuck(
+    olderThanMs: number,
+    limit: number,
+    only: { readonly tenants?: readonly string[] | undefined; readonly action?: string | undefined } = {},
+  ): Promise<(Row & { age_ms: number })[]> {
+    let q = this.store.db
+      .selectFrom("idem_operations")
+      .select(ROW_COLUMNS)
+      .select(sql<number>`${this.store.now()} - updated_at`.as("age_ms"))
+      .where("status", "=", RUNNING)
+      .where("updated_at", "<=", sql<number>`${this.store.now()} - ${olderThanMs}`);
+    if (only.tenants) q = q.where("tenant_id", "in", only.tenants);
+    if (only.action !== undefined) q = q.where("action", "=", only.action);
+    const rows = await this.store.guard(undefined, q.orderBy("updated_at").limit(limit).execute());
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 

@@ -264,6 +264,9 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       try {
         let last = "";
         while (!stream.aborted && Date.now() < ends) {
+          // The session may end while the page is open (signed out, its token replaced): so does the stream.
+          const still = await access.operatorOf(c);
+          if (!still || still.name !== who || !allows(still, ref.tenant)) break;
           const now = await ledger.get(ref).catch(() => undefined); // an outage: say nothing, try again
           const state = now && JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
           if (state && state !== last) await stream.writeSSE({ data: state });
@@ -490,17 +493,19 @@ async function queue(
   }
   if (!f.status || f.status === "running") {
     const t = config.thresholds;
+    // Scoped in the query, so the limit applies to the operator's rows: another tenant's many
+    // stuck runs must not hide these.
+    const tenants = f.tenant !== undefined ? [f.tenant] : operator.tenants === "*" ? undefined : [...operator.tenants];
     for (const o of await ledger.daemon.stuck({
       olderThanMs: Math.min(t.stuckAfterMs, ...Object.values(t.perAction)),
       limit: QUEUE_STUCK,
+      ...(tenants && { tenants }),
+      ...(f.action && { action: f.action }),
     })) {
-      if (
-        !allows(operator, o.tenant) ||
-        (f.tenant !== undefined && o.tenant !== f.tenant) ||
-        (f.action && o.action !== f.action)
-      )
-        continue;
+      if (!allows(operator, o.tenant)) continue;
       if (o.runningForMs < (t.perAction[o.action] ?? t.stuckAfterMs)) continue;
+      // "Older than", as for the other rows: by the operation's age.
+      if (f.olderThanMs !== undefined && o.runningForMs + (o.updatedAt - o.createdAt) < f.olderThanMs) continue;
       rows.push({ ...o, why: `running for ${ms(o.runningForMs)}` });
     }
   }

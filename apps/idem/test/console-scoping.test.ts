@@ -1,0 +1,253 @@
+/**
+ * What an operator is shown, over real HTTP and the CLI as a child process (helper-62's review;
+ * the first four tests failed first): the queue's stuck runs scoped before their limit and
+ * filtered by age, a live page that ends with its session, `idem show` printing no forged lines.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
+import { freshDatabase } from "@idem/testkit";
+import { parseConfig } from "@idem/cli";
+import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import { idem } from "./support.js";
+
+const ALICE = "alice-token-review-0001";
+const BOB = "bob-token-review-00000002";
+
+const parked = defineAction({
+  type: "sms.parked",
+  capabilities: {},
+  execute: async () => {
+    throw new Error("socket hang up after send");
+  },
+});
+const ok = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
+
+describe("what an operator is shown", () => {
+  let ledger: Ledger;
+  let web: ConsoleServer;
+  beforeAll(async () => {
+    process.env.IDEM_SCOPING_ALICE = ALICE;
+    process.env.IDEM_SCOPING_BOB = BOB;
+    ledger = await openLedger("sqlite::memory:");
+    web = await serveConsole(
+      ledger,
+      parseConfig({
+        ledger: "sqlite::memory:",
+        console: {
+          port: 0,
+          operators: [
+            { name: "alice", tokenEnv: "IDEM_SCOPING_ALICE", tenants: "*" },
+            { name: "bob", tokenEnv: "IDEM_SCOPING_BOB", tenants: ["t-bob"] },
+          ],
+        },
+      }),
+      pino({ level: "silent" }),
+    );
+  });
+  afterAll(async () => {
+    await web?.close();
+    await ledger?.close();
+  });
+
+  let n = 0;
+  const session = async (token: string) => {
+    const res = await fetch(`${web.url}/login`, {
+      method: "POST",
+      redirect: "manual",
+      headers: {
+        origin: web.url,
+        "x-forwarded-for": `192.0.2.${++n}`,
+        "content-type": "application/x-www-form-urlencoded",
+      },
+      body: new URLSearchParams({ token }),
+    });
+    expect(res.status).toBe(303);
+    return res.headers.get("set-cookie")!.split(";")[0]!;
+  };
+  const get = (cookie: string, path: string) => fetch(`${web.url}${path}`, { redirect: "manual", headers: { cookie } });
+
+  /** Makes an operation look like a run in flight since `ageMs` ago (created then too). */
+  const running = async (tenant: string, id: string, ageMs: number, createdAgoMs = ageMs) => {
+    await databaseOf(ledger)
+      .updateTable("idem_operations")
+      .set({
+        status: "running",
+        updated_at: Date.now() - ageMs,
+        created_at: Date.now() - createdAgoMs,
+        lease_owner: "w",
+        lease_expires_at: Date.now() + 3_600_000,
+      } as never)
+      .where("tenant_id", "=", tenant)
+      .where("id", "=", id)
+      .execute();
+  };
+
+  it("the queue's Older than filter applies to stuck runs too", async () => {
+    const fresh = await ledger.run(ok, { tenant: "t-age", key: ["fresh"], args: {} });
+    await running("t-age", fresh.operationId, 10 * 60_000); // created and stuck 10 minutes ago
+    const cookie = await session(ALICE);
+    const unfiltered = await (await get(cookie, "/?tenant=t-age")).text();
+    expect(unfiltered).toContain(`data-operation="${fresh.operationId}"`);
+    const filtered = await (await get(cookie, "/?tenant=t-age&olderThan=1h")).text();
+    expect(filtered).not.toContain(`data-operation="${fresh.operationId}"`);
+  });
+
+  it("another tenant's stuck runs do not hide this operator's stuck run from the queue", async () => {
+    const mine = await ledger.run(ok, { tenant: "t-bob", key: ["stuck"], args: {} });
+    await running("t-bob", mine.operationId, 3_600_000); // stuck for an hour
+    const cookie = await session(BOB);
+    // Before the other tenant's outage: bob's queue shows it.
+    expect(await (await get(cookie, "/?tenant=t-bob")).text()).toContain(`data-operation="${mine.operationId}"`);
+    // 1000 runs of another tenant stuck for 2 h (an outage at its provider), older than bob's.
+    for (let i = 0; i < 1_000; i++) await ledger.run(ok, { tenant: "noisy", key: ["n", i], args: {} });
+    await databaseOf(ledger)
+      .updateTable("idem_operations")
+      .set({ status: "running", updated_at: Date.now() - 7_200_000, lease_owner: "w" } as never)
+      .where("tenant_id", "=", "noisy")
+      .execute();
+    for (const path of ["/", "/?tenant=t-bob", "/?tenant=t-bob&status=running"]) {
+      const page = await (await get(cookie, path)).text();
+      expect(page, path).toContain(`data-operation="${mine.operationId}"`);
+    }
+  });
+
+  it("a live page stops telling an operation's changes once its session is signed out", async () => {
+    const op = await ledger.run(parked, { tenant: "t-bob", key: ["live"], args: {} });
+    const cookie = await session(BOB);
+    const stop = new AbortController();
+    const res = await fetch(`${web.url}/op/t-bob/${op.operationId}/live`, { headers: { cookie }, signal: stop.signal });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const text = new TextDecoder();
+    const first = text.decode((await reader.read()).value);
+    expect(first).toMatch(/needs_review/);
+    // Sign out (the session's cookie is refused from now on).
+    const home = await (await get(cookie, "/")).text();
+    const csrf = /name="csrf" value="([^"]+)"/.exec(home)![1]!;
+    const out = await fetch(`${web.url}/logout`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ csrf }),
+    });
+    expect(out.status).toBe(303);
+    expect((await get(cookie, "/")).status).toBe(302);
+    const { operation: o } = await ledger.get({ tenant: "t-bob", id: op.operationId });
+    await ledger.admin.resolve({
+      tenant: "t-bob",
+      id: o.id,
+      outcome: "succeeded",
+      reason: "checked",
+      actor: "someone",
+    });
+    const next = await Promise.race([
+      reader.read().then((r) => (r.done ? "ended" : text.decode(r.value))),
+      new Promise<string>((r) => setTimeout(() => r("quiet"), 3_000)),
+    ]);
+    stop.abort();
+    expect(next).not.toMatch(/succeeded/);
+  });
+
+  it("(sound) values from the ledger and the URL are escaped; other tenants are not found", async () => {
+    const evil = `x"><script>alert(1)</script>`;
+    const op = await ledger.run(parked, { tenant: evil, key: [evil], args: { to: evil } });
+    const alice = await session(ALICE);
+    const q = await (
+      await get(alice, `/?tenant=${encodeURIComponent(evil)}&action=${encodeURIComponent(evil)}`)
+    ).text();
+    expect(q).not.toContain("<script>alert");
+    const page = await (await get(alice, `/op/${encodeURIComponent(evil)}/${op.operationId}`)).text();
+    expect(page).toContain(op.operationId);
+    expect(page).not.toContain("<script>alert");
+    const bob = await session(BOB);
+    expect((await get(bob, `/op/${encodeURIComponent(evil)}/${op.operationId}`)).status).toBe(404);
+    expect((await get(bob, `/op/t-bob/${op.operationId}`)).status).toBe(404);
+    expect((await get(bob, `/op/${encodeURIComponent(evil)}/${op.operationId}/live`)).status).toBe(404);
+    const stats = await (await get(bob, `/stats?tenant=${encodeURIComponent(evil)}`)).text();
+    expect(stats).not.toContain("<script>");
+    expect(stats).toMatch(/0 operations created in the last 24 hours/);
+  });
+
+  it("(sound) decisions: other tenants' operations, stale views, forged forms and the bulk redirect's filters", async () => {
+    const other = await ledger.run(parked, { tenant: "t-alice", key: ["o"], args: {} });
+    const mine = await ledger.run(parked, { tenant: "t-bob", key: ["m"], args: {} });
+    const view = async (tenant: string, id: string) => {
+      const { operation: o } = await ledger.get({ tenant, id });
+      return { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
+    };
+    const bob = await session(BOB);
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await (await get(bob, "/")).text())![1]!;
+    const post = (path: string, fields: [string, string][], headers: Record<string, string> = { origin: web.url }) =>
+      fetch(`${web.url}${path}`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { cookie: bob, "content-type": "application/x-www-form-urlencoded", ...headers },
+        body: new URLSearchParams(fields),
+      });
+    const decision: [string, string][] = [
+      ["outcome", "succeeded"],
+      ["reason", "r"],
+    ];
+    // Another tenant's, by its page and by a bulk selection.
+    const seenOther = JSON.stringify(await view("t-alice", other.operationId));
+    expect(
+      (await post(`/op/t-alice/${other.operationId}/decide`, [["csrf", csrf], ["seen", seenOther], ...decision]))
+        .status,
+    ).toBe(404);
+    const bulk = await post("/bulk", [
+      ["csrf", csrf],
+      ...decision,
+      ["ops", JSON.stringify({ tenant: "t-alice", id: other.operationId, seen: JSON.parse(seenOther) })],
+      ["filter.tenant", "//evil.example/\r\nSet-Cookie: x=1"],
+      ["filter.action", "a&done=forged&seal=x"],
+    ]);
+    expect(bulk.status).toBe(303);
+    const loc = bulk.headers.get("location")!;
+    expect(loc.startsWith("/?tenant=")).toBe(true);
+    expect(new URL(loc, web.url).searchParams.getAll("done")).toHaveLength(1);
+    expect((await ledger.get({ tenant: "t-alice", id: other.operationId })).operation.status).toBe("needs_review");
+    // Forged forms: no token, another origin, no origin.
+    const seenMine = JSON.stringify(await view("t-bob", mine.operationId));
+    const path = `/op/t-bob/${mine.operationId}/decide`;
+    expect((await post(path, [["seen", seenMine], ...decision])).status).toBe(403);
+    expect(
+      (await post(path, [["csrf", csrf], ["seen", seenMine], ...decision], { origin: "https://evil.example" })).status,
+    ).toBe(403);
+    expect((await post(path, [["csrf", csrf], ["seen", seenMine], ...decision], {})).status).toBe(403);
+    // A stale view: refused.
+    const stale = JSON.stringify({ ...JSON.parse(seenMine), attempt: 1 });
+    expect((await post(path, [["csrf", csrf], ["seen", stale], ...decision])).status).toBe(409);
+    expect((await post(path, [["csrf", csrf], ...decision])).status).toBe(409);
+    expect((await ledger.get({ tenant: "t-bob", id: mine.operationId })).operation.status).toBe("needs_review");
+    expect((await post(path, [["csrf", csrf], ["seen", seenMine], ...decision])).status).toBe(303);
+    expect((await ledger.get({ tenant: "t-bob", id: mine.operationId })).operation.status).toBe("succeeded");
+  });
+});
+
+describe("idem show", () => {
+  it("idem show does not let a reason from the provider forge its lines", { timeout: 60_000 }, async () => {
+    const url = await freshDatabase("sqlite");
+    const ledger = await openLedger(url);
+    const echo = defineAction({
+      type: "sms.echo",
+      capabilities: {},
+      execute: async () => {
+        // A provider's error echoing what the model wrote.
+        throw new Error("rejected: \nstatus        succeeded\nverdict       succeeded by finance: paid\u001b[8m");
+      },
+    });
+    let id = "";
+    try {
+      const out = await ledger.run(echo, { tenant: "acme", key: ["x"], args: {} });
+      id = out.operationId;
+    } finally {
+      await ledger.close();
+    }
+    const shown = await idem(["--ledger", url, "show", id, "--tenant", "acme"]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).not.toMatch(/^status\s+succeeded$/m);
+    expect(shown.stdout).not.toContain("\u001b");
+  });
+});
