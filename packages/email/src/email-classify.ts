@@ -59,7 +59,11 @@ export function classifyEmailError(error: unknown): Classification {
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.
     if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };
-    if (e.responseCode >= 500) return { kind: "permanent", reason: what };
+    // A 5xx to MAIL FROM refuses the sender (not allowed, authentication required): every send
+    // from it will be, until a person fixes the config or the account. Not a 552 there: it
+    // refuses this message's declared size.
+    const sender = e.command === "MAIL FROM" && e.responseCode !== 552;
+    if (e.responseCode >= 500) return { kind: "permanent", reason: what, ...(sender && { alert: true }) };
   }
   if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
   if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };

@@ -87,6 +87,22 @@ describe("classifyEmailError", () => {
     expect(classifyEmailError(err({ code: "EAUTH", responseCode: 535 }))).toMatchObject({ alert: true });
   });
 
+  it("flags a sender refused for good (5xx at MAIL FROM) for an alert, not a message too large for it", () => {
+    // Every send from this address is refused until a person fixes the config or the account.
+    for (const code of [530, 550, 553, 554])
+      expect(
+        classifyEmailError(err({ code: "EENVELOPE", responseCode: code, command: "MAIL FROM" })),
+        String(code),
+      ).toMatchObject({ kind: "permanent", alert: true });
+    // 552 at MAIL FROM refuses this message's declared size: the caller's data.
+    expect(classifyEmailError(err({ code: "EENVELOPE", responseCode: 552, command: "MAIL FROM" }))).not.toHaveProperty(
+      "alert",
+    );
+    expect(classifyEmailError(err({ code: "EENVELOPE", responseCode: 550, command: "RCPT TO" }))).not.toHaveProperty(
+      "alert",
+    );
+  });
+
   it("flags a journal address refused for good for an alert, not refused recipients", () => {
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, true))).toMatchObject({ alert: true });
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, false))).not.toHaveProperty("alert");
