@@ -38,7 +38,6 @@ import type { DaemonMetrics } from "./metrics.js";
 const ALERT_PAGES = 10;
 
 export class Daemon {
-  private stopping = false;
   /** Aborted by `stop()`: the settlement in flight sends nothing more and ends its pause. */
   private readonly stopped = new AbortController();
   private wake: (() => void) | undefined;
@@ -91,7 +90,6 @@ export class Daemon {
   }
 
   stop(): void {
-    this.stopping = true;
     this.stopped.abort(new Error("the daemon is stopping"));
     this.wake?.();
   }
@@ -223,6 +221,10 @@ export class Daemon {
     }
   }
 
+  private get stopping(): boolean {
+    return this.stopped.signal.aborted;
+  }
+
   /** The sink of one of this daemon's alert deliveries; undefined for any other operation. */
   private sinkOf(row: DueOperation): SinkName | undefined {
     return row.tenant === this.config.alerts.tenant ? sinkOf(row.action) : undefined;
@@ -269,8 +271,8 @@ export class Daemon {
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
-      // Once per attempt, and again if the row changed within it (its args or reference stored):
-      // the alert says since when, so one key must not be asked to carry two versions of it.
+      // Once per attempt: its updatedAt is the attempt's start (storing its args or reference is
+      // no transition), which the alert gives as its "since".
       await this.deliver(alertOf("stuck", op), op.updatedAt, down, tally);
       this.metrics.progress();
     }

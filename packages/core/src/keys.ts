@@ -18,9 +18,14 @@ export interface SensitivePart {
   readonly [SENSITIVE]: string;
 }
 
+/** What is kept of a sensitive value: `sha256:<hex>` of its canonical JSON (as `sensitive()` keeps a key part). */
+export function sensitiveHash(value: unknown): string {
+  return `sha256:${sha256(canonicalJson(value, "sensitive part"))}`;
+}
+
 /** Marks a key part as sensitive: only `sha256:<hex>` of its canonical JSON is kept. */
 export function sensitive(value: unknown): SensitivePart {
-  return { [SENSITIVE]: `sha256:${sha256(canonicalJson(value, "sensitive part"))}` };
+  return { [SENSITIVE]: sensitiveHash(value) };
 }
 
 export type KeyPart = unknown;

@@ -8,7 +8,6 @@
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
 import { accessSync, constants, existsSync } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
 import { resolve as resolvePath } from "node:path";
 import {
   Kysely,
@@ -24,6 +23,7 @@ import {
   type RootOperationNode,
   type UnknownRow,
 } from "kysely";
+import pRetry from "p-retry";
 import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
@@ -394,16 +394,15 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
         await sql`set statement_timeout = 0`.execute(conn);
         await sql.raw(`set lock_timeout = ${MIGRATION_LOCK_WAIT_MS}`).execute(conn);
         try {
-          const until = Date.now() + MIGRATION_PATIENCE_MS;
-          for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
-            try {
-              return await migrateToLatest(conn, dialect);
-            } catch (error) {
-              const lockWait = (error as { cause?: { code?: unknown } }).cause?.code === "55P03";
-              if (!lockWait || Date.now() + delay >= until) throw error;
-              await sleep(delay / 2 + Math.random() * (delay / 2)); // the waiting statements go first
-            }
-          }
+          // Between tries the statements that waited behind ours go first.
+          return await pRetry(() => migrateToLatest(conn, dialect), {
+            retries: Number.POSITIVE_INFINITY,
+            minTimeout: 50,
+            maxTimeout: 1_000,
+            randomize: true,
+            maxRetryTime: MIGRATION_PATIENCE_MS,
+            shouldRetry: ({ error }) => (error as { cause?: { code?: unknown } }).cause?.code === "55P03",
+          });
         } finally {
           // Best effort: on a connection that broke, the first error is the one to report.
           await sql`reset statement_timeout`.execute(conn).catch(() => {});

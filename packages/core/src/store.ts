@@ -72,7 +72,7 @@ export interface NewClaim {
 }
 
 /** `retention_ms` of an operation kept forever (NULL is a row claimed before 0007). */
-export const KEEP = -1;
+const KEEP = -1;
 
 /**
  * Literal statuses for the daemon's scans: SQLite uses a partial index only when the query's

@@ -2,8 +2,7 @@
  * What the ledger keeps of a send: the identifiers and the server's answer, not the content, and
  * no recipient's address (each is kept as its hash, `recipientHash`).
  */
-import { createHash } from "node:crypto";
-import { canonicalJson } from "@idem/core";
+import { sensitiveHash } from "@idem/core";
 
 export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
 
@@ -58,6 +57,5 @@ export function foundReceipt(messageId: string, ref: string, sent: boolean, foun
  * (which hashes the lower-cased address too), without the ledger holding the address.
  */
 export function recipientHash(address: string): string {
-  const json = canonicalJson(address.trim().toLowerCase(), "recipient");
-  return `sha256:${createHash("sha256").update(json).digest("hex")}`;
+  return sensitiveHash(address.trim().toLowerCase());
 }
