@@ -17,7 +17,7 @@ import type { Logger } from "pino";
 import {
   defineAction,
   LedgerUnavailableError,
-  NOT_SENT_CODES,
+  neverSent,
   type Action,
   type Classification,
   type Ledger,
@@ -97,9 +97,12 @@ function classifyDelivery(url: string) {
       return { kind: "permanent", reason: `receiver answered ${status}` };
     if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
     // Not connected: nothing sent.
-    const code = (error as { cause?: { code?: string } }).cause?.code ?? (error as { code?: string }).code;
-    if (code !== undefined && NOT_SENT_CODES.has(code))
-      return { kind: "transient", reason: `receiver not reached (${code}): nothing sent` };
+    const socket = (error as { cause?: { code?: string } }).cause ?? error;
+    if (neverSent(socket))
+      return {
+        kind: "transient",
+        reason: `receiver not reached (${(socket as { code?: string }).code}): nothing sent`,
+      };
     // The rest (a timeout, a connection closed after the body) may have been delivered.
     const message = [url, new URL(url).href].reduce(
       (text, secretUrl) => text.replaceAll(secretUrl, "<the webhook URL>"),
@@ -162,8 +165,7 @@ function classifyEmailDelivery(error: unknown): Classification {
   if (typeof e.responseCode === "number" && e.responseCode >= 500)
     return { kind: "permanent", reason: `SMTP server refused the alert: ${what}` };
   if (e.code === "EENVELOPE") return { kind: "permanent", reason: `addresses refused: ${what}` };
-  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? ""))
-    return { kind: "transient", reason: `SMTP server not reached, nothing sent: ${what}` };
+  if (neverSent(error)) return { kind: "transient", reason: `SMTP server not reached, nothing sent: ${what}` };
   if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")
     return { kind: "transient", reason: `no greeting from the SMTP server, nothing sent: ${what}` };
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };

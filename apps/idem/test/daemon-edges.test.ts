@@ -8,7 +8,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { defineAction, openLedger } from "@idem/core";
+import { defineAction, openLedger, type OperationContext } from "@idem/core";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
 import { DIALECTS, freshDatabase, scaled, startChild } from "@idem/testkit";
@@ -423,3 +423,37 @@ for (const dialect of DIALECTS) {
     );
   });
 }
+
+describe("alert sinks read a socket's error by where it came", () => {
+  const config = parseConfig({
+    ledger: "sqlite::memory:",
+    alerts: {
+      log: false,
+      webhook: { url: "http://127.0.0.1:9/hook", format: "json" },
+      email: { from: "idem@example.test", to: ["ops@example.test"], smtp: { host: "127.0.0.1", port: 9 } },
+    },
+  });
+  const classify = (type: string) => {
+    const action = alertActions(config, silent).find((a) => a.type === type);
+    if (!action) throw new Error(`no sink of type ${type}`);
+    // The sinks' classifiers read the error alone, not the operation.
+    return (error: unknown) => action.classify(error, {} as OperationContext);
+  };
+  const socketError = (code: string, syscall: string) =>
+    Object.assign(new Error(`${syscall} ${code}`), { code, errno: -113, syscall });
+
+  it.each(["EHOSTUNREACH", "ENETUNREACH"])(
+    "%s at connect: nothing sent; on an open connection: the alert may have been delivered",
+    (code) => {
+      // fetch throws TypeError('fetch failed') with the socket's error as its cause.
+      const fetchFailed = (syscall: string) => new TypeError("fetch failed", { cause: socketError(code, syscall) });
+      expect(classify("idem.alert.webhook")(fetchFailed("connect"))).toMatchObject({ kind: "transient" });
+      // Before: "not reached, nothing sent", whatever the phase: sent again, delivered twice.
+      expect(classify("idem.alert.webhook")(fetchFailed("read"))).toMatchObject({ kind: "ambiguous" });
+      // nodemailer renames the socket's error (code ESOCKET, originalCode) and keeps the rest.
+      const smtp = (syscall: string) => Object.assign(socketError("ESOCKET", syscall), { originalCode: code });
+      expect(classify("idem.alert.email")(smtp("connect"))).toMatchObject({ kind: "transient" });
+      expect(classify("idem.alert.email")(smtp("read"))).toMatchObject({ kind: "ambiguous" });
+    },
+  );
+});

@@ -69,17 +69,28 @@ export type Classification =
     };
 
 /**
- * Socket error codes of a connection that was never made (refused, unresolvable, unroutable): no
- * byte of the request left, so nothing can have committed and the class is `transient`. Any
- * other connection error may have happened after the request was sent.
+ * Socket error codes of a connection that was never made (refused, unresolvable): no byte of the
+ * request left, so nothing can have committed and the class is `transient`. Any other connection
+ * error may have happened after the request was sent; see `neverSent` for one that says where.
  */
-export const NOT_SENT_CODES: ReadonlySet<string> = new Set([
-  "ECONNREFUSED",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-]);
+export const NOT_SENT_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
+
+/** Unreachable host or network: at connect, nothing left; on an open connection (an ICMP error), after the request. */
+const UNREACHABLE_CODES: ReadonlySet<string> = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
+
+/**
+ * Whether a socket error proves the request never left: a code of `NOT_SENT_CODES`, or an
+ * unreachable host or network reported by the connect itself (`syscall: "connect"`). The same
+ * codes on a read or write say nothing of what the server did. Reads `code`, or nodemailer's
+ * `originalCode`, and the `syscall` Node's socket errors carry (a client that drops it, as
+ * node-fetch does, leaves an unreachable host "may have been sent").
+ */
+export function neverSent(error: unknown): boolean {
+  const e = (error ?? {}) as { code?: unknown; originalCode?: unknown; syscall?: unknown };
+  const codes = [e.code, e.originalCode].filter((c): c is string => typeof c === "string");
+  if (codes.some((c) => NOT_SENT_CODES.has(c))) return true;
+  return e.syscall === "connect" && codes.some((c) => UNREACHABLE_CODES.has(c));
+}
 
 /** What a lookup proved. */
 export type ReconcileResult<R> =

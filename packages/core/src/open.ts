@@ -259,7 +259,7 @@ async function openPostgres(
  * pass, the second is configuration.
  */
 const NOT_ANSWERING = new Set([
-  ...["ECONNRESET", "ETIMEDOUT", "57P01", "57P02", "57P03"],
+  ...["ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "57P01", "57P02", "57P03"],
   ...["55P03", "57014"], // a lock or statement timeout: busy now, not misconfigured
 ]);
 function isUnreachable(cause: unknown): boolean {

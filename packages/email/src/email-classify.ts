@@ -8,7 +8,7 @@
  * nodemailer reports socket errors and timeouts with command "CONN" whatever the stage, so its
  * codes alone cannot tell; they decide only for errors that carry no `bodySent`.
  */
-import { NOT_SENT_CODES, type Classification } from "@idem/core";
+import { neverSent, type Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
 import { CopyChangedError } from "./email-reference.js";
 import { EnvelopeRefusedError, InvalidSenderError, SendAbortedError, bodySentOf } from "./email-smtp.js";
@@ -76,8 +76,7 @@ export function classifyEmailError(error: unknown): Classification {
   if (bodySent === false)
     return { kind: "transient", reason: `not sent (no message body reached the server): ${what}` };
   // An error from elsewhere than a send: its code is all there is.
-  if (NOT_SENT_CODES.has(e.originalCode ?? "") || NOT_SENT_CODES.has(e.code ?? ""))
-    return { kind: "transient", reason: `not connected: ${what}` };
+  if (neverSent(error)) return { kind: "transient", reason: `not connected: ${what}` };
   if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")
     return { kind: "transient", reason: `no greeting: ${what}` };
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };

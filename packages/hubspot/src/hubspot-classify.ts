@@ -4,7 +4,7 @@
  * errors with a system `code`; a batch answer without our result, and a refusal whose read-back
  * failed, as the adapter's own errors (hubspot-errors.ts).
  */
-import { NOT_SENT_CODES, type Classification } from "@idem/core";
+import { neverSent, type Classification } from "@idem/core";
 import {
   HubSpotBatchInputError,
   HubSpotReadBackError,
@@ -106,9 +106,9 @@ export function classifyHubSpotError(error: unknown): Classification {
     ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
     : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
   if (status === undefined) {
-    // Refused or unresolvable: the request never left.
-    if (typeof e.code === "string" && NOT_SENT_CODES.has(e.code))
-      return { kind: "transient", reason: `not sent: ${what}` };
+    // Refused or unresolvable: the request never left (node-fetch keeps no syscall, so an
+    // unreachable host may have come after the request: read back, not sent again blindly).
+    if (neverSent(e)) return { kind: "transient", reason: `not sent: ${what}` };
     // Reset or timed out after sending: HubSpot may have written the record.
     return { kind: "ambiguous", reason: `no answer from HubSpot: ${what}` };
   }

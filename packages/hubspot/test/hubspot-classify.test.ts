@@ -59,6 +59,10 @@ describe("classifyHubSpotError", () => {
     ["500", api(500), { kind: "ambiguous" }],
     ["connection refused", net("ECONNREFUSED"), { kind: "transient" }],
     ["reset after sending", net("ECONNRESET"), { kind: "ambiguous" }],
+    // node-fetch keeps the socket's code, not whether it came at connect: an unreachable host or
+    // network is also what an ICMP error on an open connection reports, after the request left.
+    ["host unreachable", net("EHOSTUNREACH"), { kind: "ambiguous" }],
+    ["network unreachable", net("ENETUNREACH"), { kind: "ambiguous" }],
   ])("%s", (_what, error, expected) => {
     expect(classifyHubSpotError(error)).toMatchObject(expected);
   });

@@ -3,7 +3,7 @@
  * directly against errors from the real SDK (test/stripe-classify.test.ts).
  */
 import Stripe from "stripe";
-import { NOT_SENT_CODES, type Classification } from "@idem/core";
+import { neverSent, type Classification } from "@idem/core";
 
 /**
  * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
@@ -19,9 +19,6 @@ export function classifyStripeError(error: unknown, resent = false): Classificat
   };
 }
 
-/** Socket codes of a connection never made, or of one that failed after it carried our request. */
-const MAY_FOLLOW_SEND: ReadonlySet<string> = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
-
 function classifyAnswer(error: unknown): Classification {
   if (!(error instanceof Stripe.errors.StripeError)) {
     return { kind: "ambiguous", reason: `not a Stripe error: ${String(error)}` };
@@ -32,12 +29,11 @@ function classifyAnswer(error: unknown): Classification {
   const what = `${error.type}${error.code ? ` ${error.code}` : ""}: ${error.message}`;
 
   if (error.type === "StripeConnectionError") {
-    const code = (error.detail as { code?: string } | undefined)?.code;
-    // Refused or unresolvable: the request never reached Stripe. Not an unreachable host or
-    // network (EHOSTUNREACH, ENETUNREACH): an open connection reports those too, once its request
-    // was written, so they may come after Stripe executed it.
-    if (code && NOT_SENT_CODES.has(code) && !MAY_FOLLOW_SEND.has(code))
-      return { kind: "transient", reason: `not sent (${code})` };
+    // Refused, unresolvable, or unreachable at connect: the request never reached Stripe. An
+    // unreachable host on an open connection (an ICMP error once the request was written) may
+    // come after Stripe executed it.
+    if (neverSent(error.detail))
+      return { kind: "transient", reason: `not sent (${(error.detail as { code?: string }).code})` };
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }

@@ -68,6 +68,22 @@ describe("classifyStripeError", () => {
       { kind: "transient" },
     ],
     [
+      "a host unreachable at connect: never sent",
+      new E.StripeConnectionError({
+        message: "m",
+        detail: Object.assign(new Error("m"), { code: "EHOSTUNREACH", syscall: "connect" }),
+      }),
+      { kind: "transient" },
+    ],
+    [
+      "a host unreachable on an open connection: may have run",
+      new E.StripeConnectionError({
+        message: "m",
+        detail: Object.assign(new Error("m"), { code: "EHOSTUNREACH", syscall: "read" }),
+      }),
+      { kind: "ambiguous" },
+    ],
+    [
       "a timeout after sending",
       new E.StripeConnectionError({
         message: "Request aborted due to timeout being reached (5000ms)",
