@@ -71,6 +71,13 @@ export interface ConnectionOptions {
    * hanging it. Default 30 s, or the URL's `statement_timeout` (ms); 0 waits forever.
    */
   readonly statementTimeoutMs?: number;
+  /**
+   * Postgres: the longest the client waits for one migration statement at open. A migration may
+   * rewrite a large table, so the server's statement timeout does not apply to it; this bound is
+   * what ends an open whose migrating server stopped answering (a frozen backend or host). Default
+   * 10 min; 0 waits for ever.
+   */
+  readonly migrationTimeoutMs?: number;
   /** Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the URL's `lock_timeout` (ms). */
   readonly lockTimeoutMs?: number;
   /**
@@ -214,9 +221,12 @@ async function openPostgres(
   // An idle client that errors (server restart) must not crash the process; the next query reconnects.
   pool.on("error", () => {});
   const db = new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool }) });
-  // Migrations run on a connection of their own with no client-side read timeout (see migrate).
+  // Migrations run on a connection of their own with a client-side read timeout of their own (see migrate).
+  const migrationMs = opts.migrationTimeoutMs ?? 600_000;
+  if (!Number.isFinite(migrationMs) || migrationMs < 0)
+    throw new LedgerConfigError(`migrationTimeoutMs must be a number of ms ≥ 0 (got ${migrationMs})`);
   migrationConnections.set(db, () => {
-    const one = new pg.Pool({ ...config, max: 1 });
+    const one = new pg.Pool({ ...config, max: 1, ...(migrationMs > 0 && { query_timeout: migrationMs }) });
     one.on("error", () => {});
     return new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool: one }) });
   });
@@ -384,8 +394,8 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
   if (await isCurrent(db)) return [];
   if (dialect === "postgres") {
     // A migration may rewrite a large table: not a stuck statement. One connection, without the
-    // server's statement timeout, nor the client's read timeout where the ledger opened the pool (a
-    // connection of its own). Its lock waits are short, and tried again: a migration queued for a
+    // server's statement timeout, and where the ledger opened the pool (a connection of its own)
+    // with the client's read timeout of migrations (migrationTimeoutMs), not the statements'. Its lock waits are short, and tried again: a migration queued for a
     // table behind a long reader (a report, pg_dump) would queue every worker's statement behind
     // it; a second process waits out the first's migration lock so too.
     const own = migrationConnections.get(db)?.();

@@ -215,18 +215,22 @@ export class Runner {
     const given = call.args.kind === "given" ? call.args : undefined;
     const since = this.store.local();
     const claim = await this.tracing.span("idem.claim", {}, async (span) => {
-      const out = await this.store.claim({
-        tenant: call.tenant,
-        key: call.key.hash,
-        keyLabel: call.key.label,
-        action: call.action.type,
-        argsHash: given?.hash ?? null,
-        argsJson: given && call.storeArgs ? given.json : null,
-        owner: state.owner,
-        leaseMs: s.leaseMs,
-        actor: call.actor,
-        retentionMs: s.retentionMs,
-      });
+      const out = await this.store
+        .claim({
+          tenant: call.tenant,
+          key: call.key.hash,
+          keyLabel: call.key.label,
+          action: call.action.type,
+          argsHash: given?.hash ?? null,
+          argsJson: given && call.storeArgs ? given.json : null,
+          owner: state.owner,
+          leaseMs: s.leaseMs,
+          actor: call.actor,
+          retentionMs: s.retentionMs,
+        })
+        .catch((error: unknown) =>
+          this.giveBack(call, state.owner, 1, { status: "pending", maybeCommitted: 0 }, error),
+        );
       span?.setAttributes({ "idem.claim.fresh": out?.fresh === true, ...(out && { "idem.operation.id": out.row.id }) });
       return out;
     });
@@ -295,14 +299,28 @@ export class Runner {
       case "reconcile":
       case "review": {
         const since = this.store.local();
-        const row = await this.store.takeOver(at, snap, {
-          owner: state.owner,
-          leaseMs: s.leaseMs,
-          actor: call.actor,
-          reason: decision.reason,
-          execute: decision.kind === "execute",
-          before: decision.kind === "execute" ? decision.replayUntil : undefined,
-        });
+        const row = await this.store
+          .takeOver(at, snap, {
+            owner: state.owner,
+            leaseMs: s.leaseMs,
+            actor: call.actor,
+            reason: decision.reason,
+            execute: decision.kind === "execute",
+            before: decision.kind === "execute" ? decision.replayUntil : undefined,
+          })
+          .catch((error: unknown) =>
+            // A running row taken over (its lease expired) has no state of ours to go back to: the
+            // new lease runs out as the old one did.
+            snap.status === "pending" || snap.status === "unknown"
+              ? this.giveBack(
+                  call,
+                  state.owner,
+                  snap.attempt + 1,
+                  { status: snap.status, maybeCommitted: snap.maybe_committed === 1 ? 1 : 0 },
+                  error,
+                )
+              : Promise.reject(error),
+          );
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
         const mine = { row, since };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
@@ -657,6 +675,34 @@ export class Runner {
       reason: `fenced: attempt ${row.attempt}'s effect happened but its receipt cannot be stored: ${why.slice(0, 300)}`,
       executionEnded: true,
     });
+  }
+
+  /**
+   * Our claim or takeover failed without an answer, so it may have committed: a row running under
+   * this call's lease, marked as maybe sent, though nothing was. Put it back (known not done, or
+   * as found), trying a failing database again for a moment; then rethrow the claim's error.
+   * Without this the row waited out the lease and, for an action that cannot look its effect up,
+   * went to a person with no effect anywhere.
+   */
+  private async giveBack<A, R>(
+    call: Call<A, R>,
+    owner: string,
+    attempt: number,
+    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1 },
+    error: unknown,
+  ): Promise<never> {
+    if (!(error instanceof LedgerUnavailableError)) throw error; // the database answered: nothing written
+    const reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`;
+    await pRetry(
+      () =>
+        this.store.giveBack({ tenant: call.tenant, key: call.key.hash }, owner, attempt, {
+          ...to,
+          actor: call.actor,
+          reason,
+        }),
+      { retries: 4, minTimeout: 50, maxTimeout: 500, randomize: true, maxRetryTime: 2_000 },
+    ).catch(() => {}); // still unreachable: the lease runs out, as before
+    throw error;
   }
 
   /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */

@@ -594,6 +594,43 @@ export class Store {
     return Number(res.numUpdatedRows) === 1;
   }
 
+  /**
+   * Gives back a row our claim or takeover may have committed though its answer was lost: this
+   * call sent nothing under it. `owner` is the call's own (unique per call) and `attempt` the one
+   * it would have held, so only a row that statement wrote matches. It goes back to what the call
+   * found (a fresh claim: pending), due for the daemon at once.
+   */
+  async giveBack(
+    at: Pick<Address, "tenant" | "key">,
+    owner: string,
+    attempt: number,
+    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; actor: string | null; reason: string },
+  ): Promise<boolean> {
+    const now = this.now();
+    const res = await this.guard(
+      undefined,
+      this.db
+        .updateTable("idem_operations")
+        .set({
+          status: to.status,
+          maybe_committed: to.maybeCommitted,
+          lease_owner: null,
+          lease_expires_at: null,
+          next_check_at: now,
+          actor: to.actor,
+          reason: to.reason,
+          updated_at: now,
+        })
+        .where("tenant_id", "=", at.tenant)
+        .where("key", "=", at.key)
+        .where("status", "=", "running")
+        .where("attempt", "=", attempt)
+        .where("lease_owner", "=", owner)
+        .executeTakeFirst(),
+    );
+    return Number(res.numUpdatedRows) === 1;
+  }
+
   /** Extends the lease; false when the lease was lost (another attempt took over). */
   async heartbeat(row: Row, leaseMs: number): Promise<boolean> {
     const now = this.now();

@@ -16,12 +16,15 @@ import {
 import { databaseOf } from "@idem/core/testing";
 import { fileURLToPath } from "node:url";
 import { sql } from "kysely";
+import pg from "pg";
 import { scaled, startChild, startPgServer, type PgServer } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
 /** Short timeouts so a frozen server costs seconds: the client gives up 5 s after the statement timeout. */
 const FAST: LedgerOptions = { connectTimeoutMs: 1_000, statementTimeoutMs: 1_000, lockTimeoutMs: 1_000, poolSize: 4 };
+/** kysely's migration lock on Postgres (a session advisory lock). */
+const MIGRATION_LOCK = "3853314791062309107";
 const BOUND_MS = 20_000; // read timeout (6 s) + connect timeout + scheduling on a loaded machine
 
 async function timed<T>(p: Promise<T>): Promise<{ value?: T; error?: unknown; ms: number }> {
@@ -241,5 +244,45 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
       }
     },
     scaled(60_000),
+  );
+
+  it(
+    "a migration whose backend stops answering: the open fails typed and unreachable after migrationTimeoutMs, not never",
+    async () => {
+      const fresh = await server.database(); // not migrated yet
+      const holder = new pg.Client({ connectionString: fresh });
+      holder.on("error", () => {});
+      await holder.connect();
+      // kysely's migration lock, held so the migrating backend can be found before it runs.
+      await holder.query(`select pg_advisory_lock(${MIGRATION_LOCK})`);
+      const opening = timed(openLedger(fresh, { ...FAST, migrationTimeoutMs: 3_000 }));
+      const dbName = new URL(fresh).pathname.slice(1);
+      let stopped: number | undefined;
+      await until(
+        async () => {
+          const { rows } = await holder.query<{ pid: number }>(
+            "select pid from pg_stat_activity where datname = $1 and pid <> pg_backend_pid() and query like '%pg_advisory_lock%'",
+            [dbName],
+          );
+          stopped = rows[0]?.pid;
+          return stopped !== undefined;
+        },
+        scaled(30_000),
+        "the migrating backend",
+      );
+      process.kill(stopped!, "SIGSTOP"); // that one backend hangs; the server answers the rest
+      try {
+        await holder.query(`select pg_advisory_unlock(${MIGRATION_LOCK})`);
+        // Before: still pending after 90 s (no read timeout on the migration's connection).
+        const { error, ms } = await opening;
+        expect(error).toBeInstanceOf(LedgerConfigError);
+        expect(error).toMatchObject({ unreachable: true });
+        expect(ms).toBeLessThan(3_000 + BOUND_MS);
+      } finally {
+        process.kill(stopped!, "SIGCONT");
+        await holder.end().catch(() => {});
+      }
+    },
+    scaled(120_000),
   );
 });

@@ -1,0 +1,153 @@
+/**
+ * A claim or takeover that Postgres committed but whose answer never reached us (the connection
+ * cut after the commit): this call sent nothing under the row, yet the row held its lease and was
+ * marked "may have committed", so a retry read "in progress" and, once the lease ran out, an
+ * action without lookup went to a person with no effect anywhere (helper-64's review; the tests
+ * failed first). The call gives the row back: known not done, at once.
+ */
+import { createServer, connect, type Server, type Socket } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { openLedger, type Ledger } from "@idem/core";
+import { freshDatabase } from "@idem/testkit";
+import { TestProvider } from "./support/provider.js";
+import { uniqueTenant } from "./support/ledgers.js";
+
+/** Postgres' ReadyForQuery message: the statement before it is committed (or rolled back). */
+const READY = Buffer.from([0x5a, 0, 0, 0, 5]);
+
+/**
+ * A TCP proxy to Postgres: the client message carrying `marker` goes through, every answer to it
+ * is dropped, and once the server says it is ready for the next query (the statement committed)
+ * the connection is cut: a commit whose answer was lost.
+ */
+async function lossyProxy(target: URL) {
+  const sockets = new Set<Socket>();
+  let marker: string | undefined;
+  let cuts = 0;
+  const server: Server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => {});
+      s.on("close", () => {
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    let mute = false;
+    client.on("data", (chunk) => {
+      upstream.write(chunk);
+      if (marker !== undefined && chunk.includes(marker)) {
+        marker = undefined;
+        mute = true;
+      }
+    });
+    upstream.on("data", (chunk) => {
+      if (!mute) return void client.write(chunk);
+      if (!chunk.includes(READY)) return;
+      cuts += 1;
+      client.destroy();
+      upstream.destroy();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const url = new URL(target);
+  url.host = `127.0.0.1:${(server.address() as { port: number }).port}`;
+  return {
+    url: url.toString(),
+    loseAnswerTo(m: string) {
+      marker = m;
+    },
+    cuts: () => cuts,
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+describe("a claim or takeover whose answer was lost after it committed (Postgres)", () => {
+  let direct = "";
+  let proxy: Awaited<ReturnType<typeof lossyProxy>>;
+  const opened: Ledger[] = [];
+
+  beforeAll(async () => {
+    direct = await freshDatabase("postgres");
+    await (await openLedger(direct)).close();
+    proxy = await lossyProxy(new URL(direct));
+  });
+  afterAll(async () => {
+    for (const l of opened) await l.close().catch(() => {});
+    await proxy?.close();
+  });
+
+  async function rowsOf(tenant: string) {
+    const c = new pg.Client({ connectionString: direct });
+    await c.connect();
+    try {
+      const sql = "select status, attempt, maybe_committed, lease_owner from idem_operations where tenant_id = $1";
+      return (await c.query(sql, [tenant])).rows;
+    } finally {
+      await c.end();
+    }
+  }
+
+  async function open(type: string, preparedStatements = true) {
+    const provider = new TestProvider();
+    // Neither dedupe nor lookup: a row that may have committed can only go to a person.
+    const action = provider.action(type, {});
+    const ledger = await openLedger(proxy.url, {
+      actions: [action],
+      leaseMs: 60_000,
+      poolSize: 2,
+      preparedStatements,
+      migrate: false,
+      budget: { attempts: 1 },
+    });
+    opened.push(ledger);
+    return { provider, action, ledger };
+  }
+
+  for (const prepared of [true, false]) {
+    it(`a fresh claim (prepared statements ${prepared}): the call fails, nothing sent, and the next call runs it at once, once`, async () => {
+      const { provider, action, ledger } = await open(`lost.claim.${prepared}`, prepared);
+      const tenant = uniqueTenant();
+      const marker = `claim-${Math.random().toString(36).slice(2)}`;
+      proxy.loseAnswerTo(marker);
+      const cutsBefore = proxy.cuts();
+      await expect(ledger.run(action, { tenant, key: [marker], args: { to: "a" } })).rejects.toMatchObject({
+        name: "LedgerUnavailableError",
+      });
+      expect(proxy.cuts()).toBe(cutsBefore + 1);
+      expect(provider.calls).toBe(0);
+      // Before: running, maybe_committed 1, under a lease nobody held (a minute here).
+      expect(await rowsOf(tenant)).toMatchObject([{ status: "pending", maybe_committed: 0, lease_owner: null }]);
+      const again = await ledger.run(action, { tenant, key: [marker], args: { to: "a" } });
+      expect(again).toMatchObject({ status: "succeeded", replayed: false });
+      expect(provider.effects).toHaveLength(1);
+    });
+  }
+
+  it("a takeover of a pending row: the call fails, the row is pending again, and the next call runs it once", async () => {
+    const { provider, action, ledger } = await open("lost.takeover");
+    const tenant = uniqueTenant();
+    provider.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+    const first = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } });
+    expect(first).toMatchObject({ status: "pending_verification" });
+    expect(await rowsOf(tenant)).toMatchObject([{ status: "pending", attempt: 1, maybe_committed: 0 }]);
+    const actor = `actor-${Math.random().toString(36).slice(2)}`;
+    proxy.loseAnswerTo(actor); // the takeover is the first statement carrying the actor
+    await expect(ledger.run(action, { tenant, key: ["k"], args: { to: "a" }, actor })).rejects.toMatchObject({
+      name: "LedgerUnavailableError",
+    });
+    expect(provider.effects).toHaveLength(0);
+    // Before: running at attempt 2, maybe_committed 1, under this call's lease.
+    expect(await rowsOf(tenant)).toMatchObject([
+      { status: "pending", attempt: 2, maybe_committed: 0, lease_owner: null },
+    ]);
+    const again = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } });
+    expect(again).toMatchObject({ status: "succeeded", attempt: 3 });
+    expect(provider.effects).toHaveLength(1);
+  });
+});
