@@ -4,7 +4,8 @@
  *
  * The SDK is shown the JSON Schema of the input the model fills in, and checks nothing: guard
  * applies the schema, once, so input it refuses reads as guard's "Refused: invalid input: …", a
- * value, not the SDK's validation error (a tool-error part full of the schema's internals).
+ * value, not the SDK's validation error (a tool-error part full of the schema's internals). The
+ * status tool reads its own input in the same way.
  *
  *   const charge = aiTool(ledger, stripeTools(stripe).charge, { tenant: (c) => c.context.tenantId });
  *   await generateText({ model, tools: { charge, operation_status: aiStatusTool(ledger, { tenant, tools: [stripeTools(stripe).charge] }) }, experimental_context: { tenantId } });
@@ -14,7 +15,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 // v6 passes the run context as `experimental_context`; v7 renamed it `context`.
@@ -25,6 +26,12 @@ const callOf = <C>(o: ToolExecutionOptions, inputParsed: boolean): ToolCall<C> =
   inputParsed,
 });
 
+/** The JSON Schema the SDK would have shown for `schema`, without its check (no `validate`). */
+function listedOnly(schema: unknown) {
+  const described = asSchema(schema as never);
+  return jsonSchema(() => described.jsonSchema) as never;
+}
+
 /** An AI SDK tool that performs `target` once per business identity and answers with an `Outcome`. */
 export function aiTool<A, R, I, C = unknown>(
   ledger: Ledger,
@@ -33,21 +40,21 @@ export function aiTool<A, R, I, C = unknown>(
 ): Tool<I, Outcome> {
   const def = definitionOf(target);
   const run = guard(ledger, target, options);
-  // The JSON Schema the SDK would have shown for the schema, without its check (no `validate`).
-  const described = asSchema(inputSchemaOf(def) as never);
   return tool({
     description: options.description ?? def.description,
-    inputSchema: jsonSchema(() => described.jsonSchema) as never,
+    inputSchema: listedOnly(inputSchemaOf(def)),
     execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o, false)),
   }) as Tool<I, Outcome>;
 }
 
 /** The status tool for the AI SDK: `operation_status({ operationId, waitMs? })`. */
-export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
+export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>): Tool<StatusInput, Outcome> {
   const check = statusTool<C>(ledger, options);
   return tool({
     description: STATUS_TOOL.description,
-    inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
-    execute: (input, o) => check(input, callOf<C>(o, true)),
-  });
+    inputSchema: listedOnly(
+      z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
+    ),
+    execute: (input: StatusInput, o: ToolExecutionOptions) => check(input, callOf<C>(o, false)),
+  }) as Tool<StatusInput, Outcome>;
 }

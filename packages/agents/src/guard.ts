@@ -110,6 +110,7 @@ export function guard<A, R, I, C = unknown>(
           identity,
           action: def.name,
           summarize: shown as ((r: never) => unknown) | undefined,
+          foundEarlier: def.foundEarlier,
           started,
         }),
       );

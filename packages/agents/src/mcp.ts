@@ -2,9 +2,10 @@
  * MCP (`@modelcontextprotocol/sdk` 1.x): guarded actions as tools of an `McpServer`. The input
  * schema must be a zod 4 schema. The SDK lists the JSON Schema of the input the model fills in,
  * but checks nothing: guard applies the schema, once, so input it refuses reads as guard's
- * "Refused: invalid input: …" outcome, not the SDK's protocol error. The run context comes from
- * the request (`context(extra)`: its authInfo, a header), never from the model's arguments; MCP's
- * request id is per connection and never part of a key.
+ * "Refused: invalid input: …" outcome, not the SDK's protocol error (the status tool reads its own
+ * input in the same way). The run context comes from the request (`context(extra)`: its authInfo,
+ * a header), never from the model's arguments; MCP's request id is per connection and never part
+ * of a key.
  *
  * Every outcome is a result, not a protocol error: `content` says it in words, `structuredContent`
  * is the `Outcome`; `isError` is set when nothing was done (failed, refused, not performed), not
@@ -16,7 +17,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
+import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
@@ -101,13 +102,16 @@ export function registerStatusTool<C = unknown>(
   options: StatusToolOptions<C> & { context?: (extra: McpExtra) => C },
 ): void {
   const check = statusTool<C>(ledger, options);
+  const schema = z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() });
   server.registerTool(
     STATUS_TOOL.name,
     {
       description: STATUS_TOOL.description,
-      inputSchema: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
+      // Listed, not checked: the status tool reads its input itself and refuses what it cannot read.
+      inputSchema: listedOnly(schema) ?? schema,
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
-    async (args, extra) => toCallToolResult(await check(args, callOf(extra as McpExtra, true, options.context))),
+    async (args: unknown, extra: McpExtra) =>
+      toCallToolResult(await check(args as StatusInput, callOf(extra, false, options.context))),
   );
 }

@@ -1,20 +1,32 @@
 /**
  * OpenAI Agents SDK (`@openai/agents` 0.14, the last line for Node 20): guarded function tools.
  * The run context is `run(agent, input, { context })`'s; `toolCall.callId` is kept for the audit
- * trail only. The input schema must be a zod object; in the SDK's strict mode optional fields
- * are written `.nullable()`. The SDK checks the input with it, except for one that transforms
- * (euros to cents), which it cannot describe: it gets the JSON Schema of the input the model
- * fills in, and guard applies the schema. Either way it is applied once.
+ * trail only. The input schema must be a zod object. The model is shown what the SDK itself makes
+ * of it in strict mode (every field required, an optional one nullable), or, for a schema that
+ * transforms (euros to cents), which the SDK cannot describe, the JSON Schema of its input. The
+ * SDK checks nothing: it parses the JSON and reads a null sent for an optional field as no value,
+ * and guard applies the schema, once, so input it refuses reads as guard's "Refused: invalid
+ * input: …", as in the AI SDK and MCP adapters.
  *
  * `errorFunction` replaces the SDK's default ("An error occurred … Please try again."), which
- * invites a model to repeat an effect: a guarded tool never throws, so it is reached only when
- * the SDK could not run the tool at all (bad arguments), and says that nothing was done.
+ * invites a model to repeat an effect: a guarded tool never throws and the SDK applies no schema,
+ * so it is reached only when arguments did not parse outside a run (in a run, the runner answers
+ * arguments that are not JSON itself, before the tool: "Please try again with valid JSON"), and
+ * says that nothing was done; the status tool's, that nothing was checked.
  */
-import { UserError, tool, type RunContext } from "@openai/agents";
+import { tool, type RunContext } from "@openai/agents";
 import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusToolOptions } from "./status.js";
+import type { Outcome } from "./outcome.js";
+import {
+  MAX_WAIT_MS,
+  STATUS_TOOL,
+  refusedStatusInput,
+  statusTool,
+  type StatusInput,
+  type StatusToolOptions,
+} from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
@@ -22,7 +34,7 @@ const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details
   context: runContext?.context as C,
   callId: details?.toolCall?.callId,
   signal: details?.signal,
-  inputParsed, // by the tool's parameters, when they are the zod schema
+  inputParsed, // by the SDK, when its parameters are the zod schema
 });
 
 /** What the model reads when the SDK could not run the tool (its arguments did not parse). */
@@ -42,40 +54,63 @@ export function openaiTool<A, R, I, C = unknown>(
 ) {
   const def = definitionOf(target);
   const run = guard(ledger, target, options);
-  const schema = inputSchemaOf(def);
+  return uncheckedTool(
+    inputSchemaOf(def),
+    { name: options.name ?? def.name, description: options.description ?? def.description },
+    (input: unknown, call: ToolCall<C>) => run(input as I, call),
+  );
+}
+
+/**
+ * A function tool whose input the SDK does not check: `run` applies `schema` itself (once) and
+ * answers input it refuses with an outcome. The SDK is given the JSON Schema of the schema's
+ * input, so it only parses the JSON and, in strict mode, reads a null the model sent for an
+ * optional field as no value (as it does before checking a zod schema). The model is shown what
+ * the SDK makes of `schema` itself, as when it checked it. A schema zod 4 cannot describe (a zod 3
+ * one) is given to the SDK as it is: the SDK checks it, as before (`inputParsed`).
+ */
+function uncheckedTool<C>(
+  schema: unknown,
+  about: { name: string; description: string },
+  run: (input: unknown, call: ToolCall<C>) => Promise<Outcome>,
+  errorFunction = idemErrorFunction,
+) {
   const build = (parameters: unknown, inputParsed: boolean) =>
     tool({
-      name: options.name ?? def.name,
-      description: options.description ?? def.description,
+      ...about,
       parameters: parameters as z.ZodObject,
       execute: (input: unknown, runContext?: RunContext<unknown>, details?: Details) =>
-        run(input as I, callOf<C>(runContext, details, inputParsed)),
-      errorFunction: idemErrorFunction,
+        run(input, callOf<C>(runContext, details, inputParsed)),
+      errorFunction,
     });
+  let unchecked: ReturnType<typeof build>;
   try {
+    unchecked = build(z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }), false);
+  } catch {
     return build(schema, true);
-  } catch (error) {
-    // The SDK describes a zod schema by its output, so it refuses one that transforms ("Transforms
-    // cannot be represented in JSON Schema"): the model fills in its input, and guard parses it.
-    if (!(error instanceof UserError)) throw error;
-    let input: unknown;
-    try {
-      input = z.toJSONSchema(schema as unknown as z.ZodType, { io: "input", target: "draft-7" });
-    } catch {
-      throw error;
-    }
-    return build(input, false);
   }
+  try {
+    return { ...unchecked, parameters: build(schema, true).parameters };
+  } catch {
+    // The SDK describes a zod schema by its output, so it refuses one that transforms ("Transforms
+    // cannot be represented in JSON Schema"): the model is shown the input's JSON Schema, in strict mode.
+    return unchecked;
+  }
+}
+
+/** What the model reads when the SDK could not run the status tool (its arguments did not parse): nothing was checked. */
+function statusErrorFunction(_context: RunContext<unknown>, error: unknown): string {
+  const why = error instanceof Error ? error.message.split("\n")[0] : undefined;
+  return JSON.stringify(refusedStatusInput(`the arguments could not be read${why ? ` (${why})` : ""}`));
 }
 
 /** The status tool (`operation_status`) for the OpenAI Agents SDK. */
 export function openaiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
   const check = statusTool<C>(ledger, options);
-  return tool({
-    name: STATUS_TOOL.name,
-    description: STATUS_TOOL.description,
-    parameters: z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).nullable() }),
-    execute: (input, runContext, details) => check(input, callOf<C>(runContext, details as Details)),
-    errorFunction: idemErrorFunction,
-  });
+  return uncheckedTool(
+    z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).nullable() }),
+    { name: STATUS_TOOL.name, description: STATUS_TOOL.description },
+    (input: unknown, call: ToolCall<C>) => check(input as StatusInput, call),
+    statusErrorFunction,
+  );
 }

@@ -73,18 +73,24 @@ export function safeSummary<R>(
   );
 }
 
+/** `ToolDefinition.foundEarlier`: whether a receipt shows the effect was there before its operation began. */
+type FoundEarlier<R> = (receipt: R, settled: { readonly attempt: number }) => boolean;
+
 /**
  * Whether a receipt shows the effect was found already done before its operation began (see
  * `ToolDefinition.foundEarlier`). False when there is no receipt, no hook, or the hook throws: a
  * failing hook must not change an outcome, and "done" claims less than "done earlier".
  */
-export function isFoundEarlier<R>(
-  result: RunResult<R>,
-  foundEarlier: ((receipt: R, settled: { readonly attempt: number }) => boolean) | undefined,
-): boolean {
-  if (!foundEarlier || result.status !== "succeeded" || result.receipt === null) return false;
+export function isFoundEarlier<R>(result: RunResult<R>, foundEarlier: FoundEarlier<R> | undefined): boolean {
+  if (result.status !== "succeeded" || result.receipt === null) return false;
+  return receiptFoundEarlier(result.receipt, result.attempt, foundEarlier);
+}
+
+/** `foundEarlier` asked of a receipt the `attempt` got; false without a hook or when it throws. */
+function receiptFoundEarlier<R>(receipt: R, attempt: number, foundEarlier: FoundEarlier<R> | undefined): boolean {
+  if (!foundEarlier) return false;
   try {
-    return foundEarlier(result.receipt, { attempt: result.attempt }) === true;
+    return foundEarlier(receipt, { attempt }) === true;
   } catch {
     return false;
   }
@@ -98,7 +104,7 @@ export function isFoundEarlier<R>(
 export function outcomeOf<R>(
   result: RunResult<R>,
   summarize?: (receipt: R) => unknown,
-  foundEarlier?: (receipt: R, settled: { readonly attempt: number }) => boolean,
+  foundEarlier?: FoundEarlier<R>,
 ): Outcome {
   const op = `operation ${result.operationId}`;
   switch (result.status) {
@@ -154,6 +160,7 @@ const MADE_WITH_OTHER_ARGS: Record<Status, string> = {
  * is reported without its text, which is for the developer's logs. `started`: the ledger had
  * the call (its key was built), so an untyped error (an abort, a framework's timeout) may have
  * come after an attempt reached the provider, and is not reported as "nothing was done".
+ * `foundEarlier`: as for `outcomeOf`, asked of a receipt the ledger could not record.
  */
 export function outcomeOfError(
   error: unknown,
@@ -161,6 +168,7 @@ export function outcomeOfError(
     identity: string;
     action: string;
     summarize?: ((receipt: never) => unknown) | undefined;
+    foundEarlier?: FoundEarlier<never> | undefined;
     started?: boolean;
   },
 ): Outcome {
@@ -196,14 +204,24 @@ export function outcomeOfError(
     };
   if (error instanceof PayloadTooLargeError) return { status: "refused", message: "Refused: the input is too large." };
   if (error instanceof CompletionNotRecordedError) {
+    // The effect happened (its receipt is here), by this call, unless the receipt shows the
+    // provider found it already done before the operation began: then, as a recorded one, "already done".
     const summary = what.summarize?.(error.receipt as never);
     const shown = summary === undefined ? {} : { result: summary };
-    return {
-      status: "done",
-      operationId: error.operationId,
-      message: `Done (operation ${error.operationId}); recording it is delayed. Do not repeat it.`,
-      ...shown,
-    };
+    const op = `operation ${error.operationId}`;
+    return receiptFoundEarlier(error.receipt as never, error.attempt, what.foundEarlier)
+      ? {
+          status: "already_done",
+          operationId: error.operationId,
+          message: `Already done earlier; not repeated (${op}); recording it is delayed. Do not repeat it.`,
+          ...shown,
+        }
+      : {
+          status: "done",
+          operationId: error.operationId,
+          message: `Done (${op}); recording it is delayed. Do not repeat it.`,
+          ...shown,
+        };
   }
   // A closed or misconfigured ledger refuses every call before touching anything.
   if (error instanceof LedgerConfigError)

@@ -4,7 +4,12 @@
  * the tool definitions the model calls, a settled operation reads as the tool that made it would
  * have said it (its summary of the receipt: a payment that waits for the customer, not a bare
  * "Done").
+ *
+ * It reads its own input: the adapters show the frameworks its JSON Schema without the check, so
+ * input it cannot read is answered with a refusal that says nothing was checked, never the
+ * framework's validation error (nor a "not performed" a model could take for the operation's).
  */
+import { z } from "zod";
 import { InvalidValueError, OperationNotFoundError, type Ledger, type RunResult } from "@idem/core";
 import { fromCall, type ToolCall } from "./guard.js";
 import { isFoundEarlier, outcomeOf, safeSummary, type Outcome } from "./outcome.js";
@@ -38,6 +43,28 @@ export interface StatusToolOptions<C> {
   readonly summarize?: (receipt: unknown) => unknown;
 }
 
+/**
+ * What the model reads when the status tool could not read its input (`why`: the field and what
+ * it must be): nothing was checked, so it says nothing of the operation.
+ */
+export function refusedStatusInput(why: string): Outcome {
+  return {
+    status: "refused",
+    message: `Refused: invalid input: ${why}. Nothing was checked, so this says nothing about the operation; fix the input and check again.`,
+  };
+}
+
+/** What the status tool reads. A wait outside 0 to 50 s is not refused: the nearest bound is used, and the answer is as true. */
+const READABLE = z.object({ operationId: z.string(), waitMs: z.number().nullish() });
+
+/** Why the status tool cannot read `input` (the field, and what it must be), or undefined when it can. */
+function unreadable(input: unknown): string | undefined {
+  const parsed = READABLE.safeParse(input);
+  if (parsed.success) return undefined;
+  const issue = parsed.error.issues[0]!;
+  return `${issue.path.join(".") || "input"}: ${issue.message}`;
+}
+
 export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
   const fallback = safeSummary(options.summarize);
   const tools = options.tools ?? [];
@@ -52,6 +79,8 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
     }
   }
   return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
+    const why = unreadable(input);
+    if (why !== undefined) return refusedStatusInput(why);
     try {
       const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);

@@ -195,6 +195,55 @@ for (const dialect of DIALECTS) {
       expect(unknown!.message).toMatch(/No operation "op_nope"/);
     });
 
+    it("the status tool answers input it cannot read with a refusal that checked nothing, not the SDK's validation error", async () => {
+      // Before: the SDK checked the status tool's input against its zod schema, and the model read
+      // a tool-error part with zod's issues in it, nothing saying the operation was not checked.
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenant = `t-sbad-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const tools = {
+        charge: aiTool(ledger, stripeTools(stripe).charge, { tenant }),
+        operation_status: aiStatusTool(ledger, { tenant }),
+      };
+      const first = await generateText({
+        model: scriptedModel([
+          [{ toolName: "charge", input: { invoiceId: `inv-${tenant}`, amount: 100, currency: "eur" } }],
+        ]),
+        tools,
+        prompt: "charge",
+      });
+      const { operationId } = first.steps[0]!.toolResults[0]!.output as { operationId: string };
+      const model = scriptedModel([
+        [
+          { toolName: "operation_status", input: { operationId: 42 } },
+          { toolName: "operation_status", input: { waitMs: 1_000 } },
+          { toolName: "operation_status", input: { operationId, waitMs: "soon" } },
+          { toolName: "operation_status", input: { operationId, waitMs: 120_000 } }, // more than the most: the most
+        ],
+      ]);
+      const { steps } = await generateText({ model, tools, prompt: "check" });
+      const parts = steps[0]!.content.filter((p) => p.type === "tool-error" || p.type === "tool-result");
+      expect(
+        parts.map((p) => p.type),
+        JSON.stringify(parts),
+      ).toEqual(["tool-result", "tool-result", "tool-result", "tool-result"]);
+      const read = steps[0]!.toolResults.map((r) => r.output as Outcome);
+      expect(read.map((o) => o.status)).toEqual(["refused", "refused", "refused", "done"]);
+      expect(read[0]!.message).toMatch(/^Refused: invalid input: operationId: .+ Nothing was checked/);
+      expect(read[1]!.message).toMatch(/^Refused: invalid input: operationId: /);
+      expect(read[2]!.message).toMatch(/^Refused: invalid input: waitMs: .+ Nothing was checked/);
+      expect(read[3]).toMatchObject({ operationId });
+      // The model is still asked for the tool's input as before.
+      const asked = (model.doGenerateCalls[0]!.tools as { name: string; inputSchema: unknown }[]).find(
+        (t) => t.name === "operation_status",
+      );
+      expect(asked!.inputSchema).toMatchObject({
+        type: "object",
+        properties: { operationId: { type: "string" }, waitMs: { type: "integer", minimum: 0, maximum: 50_000 } },
+        required: ["operationId"],
+      });
+    });
+
     it("the status tool reads a settled operation as the tool that made it: a charge waiting for the customer, not a bare 'Done'", async () => {
       // Before: the status tool summarized no receipt, so a payment still waiting for the
       // customer (requires_payment_method) read "Done", as if the invoice had been charged.

@@ -13,6 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { openLedger, type LedgerOptions } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
 import { emailActions, emailTools } from "@idem/email";
 import { hubspotActions, hubspotTools, type HubSpotConfig } from "@idem/hubspot";
 import { HubSpotSandbox, JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
@@ -20,6 +21,8 @@ import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { aiStatusTool, aiTool } from "@idem/agents/ai";
 import { registerGuardedTool, registerStatusTool } from "@idem/agents/mcp";
 import type { Outcome } from "@idem/agents";
+// The core's test dialect with hooks around each statement (to refuse the completion's write).
+import { dialectFor, hooked } from "../../core/test/support/dialects.js";
 
 let hub: HubSpotSandbox;
 let hubServer: { basePath: string; accessToken: string };
@@ -104,6 +107,21 @@ for (const dialect of DIALECTS) {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
     const crm = (more: Partial<HubSpotConfig> = {}) =>
       hubspotActions({ accessToken: hubServer.accessToken, basePath: hubServer.basePath, ...more });
+    /**
+     * A ledger (closed by the test) whose database fails every write of `tenant`'s completions while
+     * `refuse()` says so: after a lease of retries, the run ends in CompletionNotRecordedError.
+     */
+    const refusingCompletions = async (tenant: string, refuse: () => boolean, options: LedgerOptions = {}) =>
+      openTestLedger(
+        hooked(await dialectFor(dialect, db.url()), {
+          async query(q, run) {
+            const completion = q.sql.startsWith('update "idem_operations"') && q.parameters.includes("succeeded");
+            if (refuse() && completion && q.parameters.includes(tenant)) throw new Error("connection reset (test)");
+            return run();
+          },
+        }),
+        { leaseMs: 300, ...options },
+      );
 
     for (const mode of ["upsert", "create"] as const) {
       it(`HubSpot (${mode}): a contact an earlier operation made (pruned since) reads already done, also to the status tool`, async () => {
@@ -136,6 +154,56 @@ for (const dialect of DIALECTS) {
         expect(checked).toMatchObject({ status: "already_done", result: again.result });
       });
     }
+
+    it("HubSpot: a contact found already there whose receipt the ledger could not record reads already done, not done", async () => {
+      // The effect's receipt is on CompletionNotRecordedError when the database fails after it.
+      // Before: that path did not ask foundEarlier, and the model read "Done", as if this call had
+      // made a contact HubSpot showed was there before the operation began.
+      const tenant = `hs-cnr-${dialect}-${rnd()}`;
+      let refuse = false;
+      const l = await refusingCompletions(tenant, () => refuse, { retentionMs: 1 });
+      try {
+        const createContact = hubspotTools(crm()).createContact;
+        const tools = { create_contact: aiTool(l, createContact, { tenant }) };
+        const call = { toolName: "create_contact", input: { email: `dee-${rnd()}@example.com`, firstname: "Dee" } };
+        const before = hub.count("contacts");
+        expect(await firstRead(tools, call)).toMatchObject({ status: "done", result: { new: true } });
+        await sleep(20);
+        expect(await l.admin.prune({ tenant })).toBe(1);
+
+        refuse = true; // the database fails once HubSpot has answered
+        const again = await firstRead(tools, call);
+        expect(hub.count("contacts") - before).toBe(1);
+        expect(again, JSON.stringify(again)).toMatchObject({
+          status: "already_done",
+          operationId: expect.stringMatching(/^op_/),
+          result: { id: expect.any(String), new: false },
+        });
+        expect(again.message).toMatch(
+          /^Already done earlier; not repeated \(operation op_\w+\); recording it is delayed\. Do not repeat it\.$/,
+        );
+        const [op] = await l.admin.list({ tenant });
+        expect(op).toMatchObject({ id: again.operationId, status: "running" }); // settled later, by its lease's end
+      } finally {
+        await l.close();
+      }
+    });
+
+    it("HubSpot: a contact this call created whose receipt the ledger could not record: done, recording delayed", async () => {
+      const tenant = `hs-cnr-${dialect}-${rnd()}`;
+      const l = await refusingCompletions(tenant, () => true);
+      try {
+        const createContact = hubspotTools(crm()).createContact;
+        const read = await firstRead(
+          { create_contact: aiTool(l, createContact, { tenant }) },
+          { toolName: "create_contact", input: { email: `eve-${rnd()}@example.com`, firstname: "Eve" } },
+        );
+        expect(read, JSON.stringify(read)).toMatchObject({ status: "done", result: { new: true } });
+        expect(read.message).toMatch(/^Done \(operation op_\w+\); recording it is delayed\. Do not repeat it\.$/);
+      } finally {
+        await l.close();
+      }
+    });
 
     it("HubSpot: a contact this call created, its answer lost and settled by the read, reads done without `new: false`", async () => {
       const l = await db.open();

@@ -147,6 +147,51 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    it("the status tool answers input it cannot read with a refusal that checked nothing, not the SDK's protocol error", async () => {
+      // Before: the SDK checked the arguments against the status tool's zod schema and answered
+      // "MCP error -32602: Input validation error …", with no outcome for the model.
+      const ledger = await db.open();
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+      });
+      const tenant = `t-mcp-sbad-${dialect}-${rnd()}`;
+      const charge = stripeTools(stripe).charge;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerGuardedTool(server, ledger, charge, { tenant });
+      registerStatusTool(server, ledger, { tenant, tools: [charge] });
+      const client = await connect(server);
+      const done = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-${tenant}`, amount: 100, currency: "eur" },
+      });
+      const { operationId } = done.structuredContent as { operationId: string };
+      const call = (args: Record<string, unknown>) =>
+        client.callTool({ name: "operation_status", arguments: args }).catch((e: unknown) => ({ thrown: String(e) }));
+      const read = [
+        await call({ operationId: 42 }),
+        await call({ waitMs: 1_000 }),
+        await call({ operationId, waitMs: "soon" }),
+        await call({ operationId, waitMs: 120_000 }), // more than the most: the most
+      ] as { structuredContent?: Outcome; isError?: boolean; content?: { text: string }[] }[];
+      expect(
+        read.map((r) => r.structuredContent?.status),
+        JSON.stringify(read),
+      ).toEqual(["refused", "refused", "refused", "done"]);
+      expect(read.map((r) => r.isError)).toEqual([true, true, true, false]);
+      expect(read[0]!.content![0]!.text).toMatch(/^Refused: invalid input: operationId: .+ Nothing was checked/);
+      expect(read[2]!.content![0]!.text).toMatch(/^Refused: invalid input: waitMs: .+ Nothing was checked/);
+      // The client is still shown the tool's input as before.
+      const listed = (await client.listTools()).tools.find((t) => t.name === "operation_status");
+      expect(listed!.inputSchema).toMatchObject({
+        type: "object",
+        properties: { operationId: { type: "string" }, waitMs: { type: "integer", minimum: 0, maximum: 50_000 } },
+        required: ["operationId"],
+      });
+    });
+
     it("the status tool answers another tenant's operation id with 'no operation here', not its outcome", async () => {
       const ledger = await db.open();
       const stripe = stripeActions({

@@ -6,18 +6,22 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   Agent,
+  RunContext,
   Usage,
   run,
   setTracingDisabled,
+  tool,
   type Model,
   type ModelRequest,
   type ModelResponse,
 } from "@openai/agents";
-import { openLedger, type LedgerOptions } from "@idem/core";
+import { z } from "zod";
+import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
 import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { openaiStatusTool, openaiTool } from "@idem/agents/openai";
+import { defineTool } from "@idem/agents";
 import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
 
 setTracingDisabled(true); // no exporter: nothing leaves the machine
@@ -61,6 +65,16 @@ function scriptedModel(turns: Call[][]): Model {
   };
 }
 
+/** What the model read of each tool call, in order. */
+function outputsOf(result: { newItems: { type: string }[] }) {
+  return result.newItems
+    .filter((i) => i.type === "tool_call_output_item")
+    .map((i) => {
+      const out = (i as unknown as { output: unknown }).output;
+      return (typeof out === "string" ? JSON.parse(out) : out) as { status: string; message: string };
+    });
+}
+
 for (const dialect of DIALECTS) {
   describe(`OpenAI Agents tools on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 4 } as LedgerOptions });
@@ -89,12 +103,7 @@ for (const dialect of DIALECTS) {
       });
       const result = await run(agent, "charge them", { context: { tenantId }, maxTurns: 10 });
 
-      const outputs = result.newItems
-        .filter((i) => i.type === "tool_call_output_item")
-        .map((i) => {
-          const out = (i as unknown as { output: unknown }).output;
-          return (typeof out === "string" ? JSON.parse(out) : out) as { status: string; message: string };
-        });
+      const outputs = outputsOf(result);
       expect(outputs.map((o) => o.status).slice(0, 3)).toEqual(["done", "already_done", "refused"]);
       expect(
         outputs
@@ -105,6 +114,149 @@ for (const dialect of DIALECTS) {
       expect(outputs[2]!.message).toMatch(/already done with different arguments/);
       expect(result.finalOutput).toBe("finished");
       expect(sandbox.count("payment_intents") - before).toBe(2);
+    });
+
+    it("input the schema refuses reads as guard's refusal, as in the AI SDK and MCP adapters, not 'Not performed': nothing is charged", async () => {
+      // Before: the SDK checked the input against the zod schema itself, and the model read
+      // idemErrorFunction's "Not performed: Invalid JSON input for tool", unlike the other adapters.
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenant = `t-oa-inv-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const def = stripeTools(stripe).charge;
+      const charge = openaiTool(ledger, def, { tenant });
+      const before = sandbox.count("payment_intents");
+      const agent = new Agent({
+        name: "billing",
+        instructions: "Charge the invoices you are given.",
+        model: scriptedModel([
+          [
+            {
+              name: "charge_invoice",
+              input: {
+                invoiceId: "invoice of May",
+                amount: 12.5,
+                currency: "euro",
+                customer: null,
+                paymentMethod: null,
+              },
+            },
+          ],
+        ]),
+        tools: [charge],
+      });
+      const result = await run(agent, "charge", { maxTurns: 3 });
+      const [read] = outputsOf(result);
+      expect(read, JSON.stringify(read)).toMatchObject({ status: "refused" });
+      expect(read!.message).toMatch(/^Refused: invalid input: invoiceId: must be the invoice's id, without spaces/);
+      expect(sandbox.count("payment_intents")).toBe(before);
+      expect(await ledger.admin.list({ tenant })).toEqual([]); // refused before the ledger had it
+      // The model is still asked for what the SDK itself makes of the schema, in strict mode.
+      const described = tool({
+        name: def.name,
+        description: def.description,
+        parameters: def.input,
+        execute: () => "",
+      });
+      expect(charge.parameters).toEqual(described.parameters);
+      expect(charge.strict).toBe(true);
+    });
+
+    it("strict mode's null for an optional field is still no value, and a valid call is done once", async () => {
+      // In strict mode every field is required and an optional one is nullable: the model sends
+      // null for "none". The SDK read such a null as absent before checking; guard must see the same.
+      const ledger = await db.open();
+      const noted: unknown[] = [];
+      const note = defineTool({
+        name: "note",
+        description: "Note something about an invoice.",
+        action: defineAction<{ invoice: string; text: string; tag?: string }, { ok: true }>({
+          type: "test.note",
+          capabilities: {},
+          execute: async (a) => {
+            noted.push(a);
+            return { ok: true };
+          },
+        }),
+        input: z.object({ invoice: z.string(), text: z.string(), tag: z.string().optional() }),
+        key: (i: { invoice: string }) => ["note", i.invoice],
+      });
+      const tenant = `t-oa-null-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const agent = new Agent({
+        name: "notes",
+        instructions: "Note it.",
+        model: scriptedModel([[{ name: "note", input: { invoice: "inv-n", text: "paid late", tag: null } }]]),
+        tools: [openaiTool(ledger, note, { tenant })],
+      });
+      const result = await run(agent, "note", { maxTurns: 3 });
+      expect(outputsOf(result).map((o) => o.status)).toEqual(["done"]);
+      expect(noted).toEqual([{ invoice: "inv-n", text: "paid late" }]);
+    });
+
+    it("the status tool answers input it cannot read with a refusal that checked nothing, not 'Not performed'", async () => {
+      // Before: the SDK checked the status tool's input itself, and the model read idemErrorFunction's
+      // "Not performed: … Nothing was done", which a model may take for the operation's answer.
+      const ledger = await db.open();
+      const stripe = stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http" });
+      const tenant = `t-oa-sbad-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const charge = stripeTools(stripe).charge;
+      const status = openaiStatusTool(ledger, { tenant, tools: [charge] });
+      const first = await run(
+        new Agent({
+          name: "billing",
+          instructions: "Charge.",
+          model: scriptedModel([
+            [
+              {
+                name: "charge_invoice",
+                input: {
+                  invoiceId: `inv-${tenant}`,
+                  amount: 100,
+                  currency: "eur",
+                  customer: null,
+                  paymentMethod: null,
+                },
+              },
+            ],
+          ]),
+          tools: [openaiTool(ledger, charge, { tenant })],
+        }),
+        "charge",
+        { maxTurns: 3 },
+      );
+      const { operationId } = outputsOf(first)[0] as unknown as { operationId: string };
+      const agent = new Agent({
+        name: "checker",
+        instructions: "Check.",
+        model: scriptedModel([
+          [
+            { name: "operation_status", input: { operationId: 42, waitMs: null } },
+            { name: "operation_status", input: { waitMs: 1_000 } },
+            { name: "operation_status", input: { operationId, waitMs: "soon" } },
+            { name: "operation_status", input: { operationId, waitMs: 120_000 } }, // more than the most: the most
+            { name: "operation_status", input: { operationId, waitMs: null } },
+          ],
+        ]),
+        tools: [status],
+      });
+      const read = outputsOf(await run(agent, "check", { maxTurns: 3 }));
+      expect(
+        read.map((o) => o.status),
+        JSON.stringify(read),
+      ).toEqual(["refused", "refused", "refused", "done", "done"]);
+      expect(read[0]!.message).toMatch(/^Refused: invalid input: operationId: .+ Nothing was checked/);
+      expect(read[2]!.message).toMatch(/^Refused: invalid input: waitMs: .+ Nothing was checked/);
+      // Arguments that are not JSON, invoked directly (a run answers them itself, before the tool).
+      const unparsed = JSON.parse(String(await status.invoke(new RunContext({}), `{"operationId": "${operationId}"`)));
+      expect(unparsed).toMatchObject({ status: "refused", message: expect.stringMatching(/Nothing was checked/) });
+      // The model is still shown what the SDK makes of the tool's input, in strict mode.
+      expect(status.strict).toBe(true);
+      expect(status.parameters).toMatchObject({
+        properties: {
+          operationId: { type: "string" },
+          waitMs: { anyOf: [{ type: "integer", minimum: 0, maximum: 50_000 }, { type: "null" }] },
+        },
+        required: ["operationId", "waitMs"],
+      });
     });
 
     it("a schema that transforms the model's input is applied once: 12.50 euros are 1250 cents, a day one timestamp", async () => {
@@ -140,12 +292,7 @@ for (const dialect of DIALECTS) {
       const result = await run(agent, "go", { maxTurns: 3 });
 
       await expectAppliedOnce(ledger, tenant, executed);
-      const outputs = result.newItems
-        .filter((i) => i.type === "tool_call_output_item")
-        .map((i) => {
-          const out = (i as unknown as { output: unknown }).output;
-          return (typeof out === "string" ? JSON.parse(out) : out) as { status: string; message: string };
-        });
+      const outputs = outputsOf(result);
       expect(outputs.map((o) => o.status)).toEqual(["done", "done", "done", "done", "refused"]);
       expect(outputs[4]!.message).toMatch(/^Refused: invalid input: amount/);
     });
