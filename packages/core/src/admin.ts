@@ -123,6 +123,14 @@ export class LedgerAdmin {
     context.checkSeen(row, verdict, "pending");
     if (!["needs_review", "failed", "unknown"].includes(row.status))
       throw new InvalidTransitionError(row.id, row.status, "pending");
+    // Parked because its receipt could not be stored: the effect happened, so running it again
+    // repeats it. A person resolves it (succeeded, with the receipt they find at the provider).
+    if ((JSON.parse(row.error_json ?? "null") as StoredError | null)?.kind === "invalid_result")
+      throw new InvalidTransitionError(
+        row.id,
+        `${row.status}: its effect happened (the receipt could not be stored); resolve it as succeeded`,
+        "pending",
+      );
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await context.store.transition(row, "pending", {
       actor: verdict.actor,

@@ -44,9 +44,14 @@ export class GroupCommit {
   /** Who waits for the queue to be empty (`drain`). */
   private drained: (() => void)[] = [];
 
+  /**
+   * `check` runs before each commit, once for all its writes (the file is still the ledger's:
+   * sqlite-driver.ts `fileCheck`); when it throws, none of them is written and each fails so.
+   */
   constructor(
     private readonly database: Database,
     private readonly busyTimeoutMs: number,
+    private readonly check: () => void = () => {},
   ) {}
 
   /**
@@ -62,6 +67,7 @@ export class GroupCommit {
       // Not inside a transaction this process holds (a migration began while the write waited
       // for its statement): it would be answered there, and undone by its rollback.
       if (!this.busy && !this.database.inTransaction) {
+        this.check();
         try {
           return run();
         } catch (error) {
@@ -101,12 +107,19 @@ export class GroupCommit {
       // Alone: committed by the statement itself, as without group commit.
       const [only] = batch as [Waiting];
       try {
+        this.check();
         only.resolve(only.run());
         this.pause = 0;
       } catch (error) {
         if (isBusy(error)) this.wait(batch, error);
         else only.reject(error);
       }
+      return [];
+    }
+    try {
+      this.check();
+    } catch (error) {
+      for (const w of batch) w.reject(error);
       return [];
     }
     try {

@@ -664,7 +664,8 @@ export class Runner {
     if (await this.store.move(row, "needs_review", patch)) return;
     const now = await this.store.findById(call.tenant, row.id);
     if (!now) return;
-    if (now.status === "pending" || now.status === "unknown") {
+    // Not yet proven, or "failed" though this effect happened: a person decides.
+    if (now.status === "pending" || now.status === "unknown" || now.status === "failed") {
       if (await this.store.move(now, "needs_review", { ...patch, reason: `attempt ${row.attempt}: ${patch.reason}` }))
         return;
     }
@@ -813,15 +814,18 @@ export class Runner {
       .catch((error: unknown) => {
         if (receipt === undefined) throw error;
       });
-    // A receipt we hold proves the effect. It settles a row not yet proven, and outranks a person's
-    // verdict given without it: "failed" (nothing found yet; kept, a retry would do it twice) is
-    // replaced, "succeeded" with no receipt to give gets this one.
+    // A receipt we hold proves the effect. It settles a row not yet proven, and outranks a verdict
+    // given without it: "failed" (a later attempt refused, say "already exists" as ours had
+    // committed; a person who found nothing yet) is replaced, and a person's "succeeded" with no
+    // receipt to give gets this one.
     const unproven = now.status === "unknown" || now.status === "pending" || now.status === "needs_review";
-    const verdictWithout = now.resolution_json !== null && (now.status === "failed" || now.result_json === null);
+    const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
     if (receipt !== undefined && (unproven || verdictWithout)) {
       const overruled = now.status === "failed";
       const after = overruled
-        ? ", after a person resolved it as failed"
+        ? now.resolution_json !== null
+          ? ", after a person resolved it as failed"
+          : `, after attempt ${now.attempt} failed`
         : unproven
           ? ""
           : ", after a person resolved it as succeeded without one";

@@ -121,10 +121,7 @@ class GroupedSqliteDriver implements Driver {
         this.checkFile();
         return this.run(connection, stmt, parameters);
       });
-    return this.group.write(() => {
-      this.checkFile();
-      return runWrite(stmt, parameters);
-    });
+    return this.group.write(() => runWrite(stmt, parameters)); // the group checks the file
   }
 
   private run(connection: DatabaseConnection, stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
@@ -208,7 +205,7 @@ export function sqliteConnection(
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
   database.pragma("busy_timeout = 0");
   const waits = new LockWaits(database, busyTimeoutMs);
-  const group = groupCommit ? new GroupCommit(database, busyTimeoutMs) : undefined;
+  const group = groupCommit ? new GroupCommit(database, busyTimeoutMs, checkFile) : undefined;
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
@@ -230,11 +227,11 @@ export function sqliteConnection(
         return { rows: row === undefined ? [] : [row] };
       });
     }
-    const write = () => {
+    if (group) return group.write(() => runWrite(stmt, parameters)); // the group checks the file
+    return waits.run(() => {
       checkFile();
       return runWrite(stmt, parameters);
-    };
-    return group ? group.write(write) : waits.run(write);
+    });
   };
   return { dialect: sqliteDialect(database, prepare, group, waits, checkFile), direct };
 }
@@ -243,8 +240,9 @@ export function sqliteConnection(
  * A check, before each write outside a migration, that the path still names the file this
  * connection opened. SQLite keeps writing into a file deleted (or renamed over) under an open
  * connection, and says nothing: a claim acknowledged there is in no ledger the next process
- * opens at that path, which claims the key again and repeats the effect. One `stat` a write
- * (microseconds, against a commit's fsync); a write refused by it wrote nothing.
+ * opens at that path, which claims the key again and repeats the effect. One `stat` a commit
+ * (a group commit's writes share it; microseconds, against a commit's fsync); a write refused by
+ * it wrote nothing.
  */
 export function fileCheck(path: string): FileCheck {
   const opened = statSync(path);

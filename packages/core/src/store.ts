@@ -809,8 +809,14 @@ export class Store {
           history: history as any,
           history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,
           // A fenced attempt's late answer: its request was out until now, so a lookup that read
-          // the provider before it proves nothing (reconcile's move to pending is conditioned on it).
-          ...(e.executionEnded && { last_execution_at: this.now() }),
+          // the provider before it proves nothing (reconcile's move to pending is conditioned on it),
+          // nor does a person's view of a row no one holds (their decision's `seen` compares
+          // updated_at, so it moves even within the same millisecond). A running row's updated_at
+          // stays its attempt's start (stuck() reads it).
+          ...(e.executionEnded && {
+            last_execution_at: this.now(),
+            updated_at: sql<number>`case when status = 'running' then updated_at else ${sql.raw(this.dialect === "postgres" ? "greatest" : "max")}(${this.now()}, updated_at + 1) end`,
+          }),
         })
         .where("tenant_id", "=", row.tenant_id)
         .where("key", "=", row.key)

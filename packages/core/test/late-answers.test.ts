@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { defineAction, type Ledger } from "@idem/core";
+import { ProviderError } from "./support/provider.js";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
@@ -153,6 +154,106 @@ for (const dialect of DIALECTS) {
           `first: ${JSON.stringify(out)}; settled: ${JSON.stringify(settled)}; again: ${JSON.stringify(again)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`,
         ).toEqual({ effects: 1, status: "unknown", again: "succeeded" });
         expect(again).toMatchObject({ receipt: { id: "obj_1" } });
+      });
+
+    for (const size of ["small", "too large"] as const)
+      it(`a late attempt's ${size} receipt after a later attempt failed: the effect happened, so the operation is not 'failed'`, async () => {
+        // helper-63's review: attempt 3 is refused (an "already exists", say, as attempt 1 committed
+        // meanwhile); attempt 1's receipt then arrives. Before: every caller read failed, the caller
+        // that performed the effect too (replayed), with the effect at the provider.
+        let now = Date.now();
+        const p = slowProvider(`late.failed.${size === "small" ? "s" : "l"}`);
+        const refusing = defineAction<{ to: string }, { id: string }>({
+          type: p.action.type,
+          capabilities: { lookup: true },
+          execute: async () => {
+            throw new ProviderError({ kind: "permanent", reason: "validation: refused" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: p.action.reconcile!,
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: size === "small" ? 10_000 : 50,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const stop = new AbortController();
+        stop.abort();
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+          state: "pending",
+        });
+        expect(await ledger.run(refusing, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+          status: "failed",
+        });
+        p.release();
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const again = await ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
+        const story = `first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(p.effects, story).toHaveLength(1);
+        if (size === "small") {
+          expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+          expect(again, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        } else {
+          // A receipt that cannot be stored: a person decides, alerted.
+          expect(after.operation.status, story).toBe("needs_review");
+          expect((await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id), story).toContain(op!.id);
+          // The effect happened: "run it again" is refused (helper-63: it was accepted, and sent again).
+          await expect(
+            ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason: "looks stuck" }),
+          ).rejects.toMatchObject({ name: "InvalidTransitionError", message: expect.stringMatching(/effect happened/) });
+          expect(again.status, story).toBe("pending_verification");
+        }
+      });
+
+    for (const verdict of ["retry", "resolve failed"] as const)
+      it(`a person's ${verdict} decided on a view from before a late 'may have committed' end is refused`, async () => {
+        // helper-63's review: attempt 1's request, out past its lease, commits after the daemon
+        // parked the row for a person and the person loaded it; its answer is a timeout. Before:
+        // the decision with that view was accepted (retry: sent again, two effects; resolve
+        // failed: every caller read failed, with the effect at the provider).
+        let now = Date.now();
+        const p = slowProvider(`late.seen.${verdict === "retry" ? "r" : "f"}`);
+        const plain = defineAction<{ to: string }, { id: string }>({
+          type: p.action.type,
+          capabilities: {},
+          execute: p.action.execute,
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [plain],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        p.answerLateWithTimeout();
+        const first = ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+          state: "needs_review",
+        });
+        const seen = (await ledger.get({ tenant, id: op!.id })).operation; // nothing at the provider yet
+        p.release();
+        await first;
+        const reason = "nothing at the provider";
+        const decision =
+          verdict === "retry"
+            ? ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason, seen })
+            : ledger.admin.resolve({ tenant, id: op!.id, actor: "alice", reason, outcome: "failed", seen });
+        await expect(decision).rejects.toThrow();
+        expect((await ledger.get({ tenant, id: op!.id })).operation.status).toBe("needs_review");
+        expect(p.effects).toHaveLength(1);
       });
   });
 }
