@@ -8,10 +8,11 @@ import { toOperation, type LedgerContext, type Operation, type OperationRef } fr
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import type { Call, Escalation } from "./runner.js";
+import { ESCALATED } from "./policy.js";
+import { pending, type Call, type Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
-import type { TenantActions } from "./store.js";
+import type { Row, TenantActions } from "./store.js";
 
 /** What `settle` takes: the operation, who acts, the daemon's escalation limits, a stop signal. */
 export type SettleOptions = OperationRef & {
@@ -114,7 +115,7 @@ export class LedgerDaemon {
     if (options.actor !== undefined) requireName(options.actor, "actor");
     const row = await context.find(options);
     const action: Action<unknown, unknown> | undefined = context.actions.get(row.action);
-    if (!action) throw new UnknownActionError(row.action, row.id);
+    if (!action) return this.#unsettleable(row, options);
     const call: Call<unknown, unknown> = {
       action,
       tenant: options.tenant,
@@ -139,6 +140,27 @@ export class LedgerDaemon {
       span?.setAttributes(resultAttributes(out));
       return out;
     });
+  }
+
+  /**
+   * An operation this ledger has no action for: untouched (`UnknownActionError`), unless it is an
+   * unknown outcome past the escalation's limits, which goes to a person, alerted, as if checked:
+   * no daemon of this config can ever check it, and the caller would be told "pending" for ever.
+   */
+  async #unsettleable(row: Row & { db_now: number }, options: SettleOptions): Promise<RunResult<unknown>> {
+    const e = options.escalate;
+    const hours = Math.round((row.db_now - row.created_at) / 360_000) / 10;
+    if (row.status === "unknown" && e && (row.checks >= e.maxChecks || row.db_now - row.created_at > e.maxAgeMs)) {
+      const reason = `${ESCALATED} ${hours} h and ${row.checks} checks, and no action of type ${row.action} is registered to check it; a person must decide`;
+      const parked = await this.#context.store.transition(row, "needs_review", {
+        actor: options.actor ?? null,
+        reason,
+        alert: true,
+        unchangedSince: { updatedAt: row.updated_at, checks: row.checks },
+      });
+      if (parked) return pending(parked, reason);
+    }
+    throw new UnknownActionError(row.action, row.id);
   }
 
   /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */

@@ -851,7 +851,12 @@ export class Runner {
     }
     // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
     if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
-    return { done: pending(now, `lease lost to attempt ${now.attempt}; the operation is ${now.status}`) };
+    // At our own attempt nothing took the lease from us: a person or the daemon moved the row.
+    const why =
+      now.attempt === mine.attempt
+        ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon)`
+        : `lease lost to attempt ${now.attempt}`;
+    return { done: pending(now, `${why}; the operation is ${now.status}`) };
   }
 
   /**

@@ -38,6 +38,8 @@ async function countRows(
 }
 
 /** What an SMS provider answers: the message's id. Its schema is what a person's receipt must match. */
+const HOUR = 3_600_000;
+
 const SmsReceipt = z.object({ id: z.string().startsWith("SM") });
 
 /**
@@ -665,6 +667,32 @@ for (const dialect of DIALECTS) {
       expect(err).toBeInstanceOf(UnknownActionError);
       expect(err).toMatchObject({ action: "sms", operationId: id });
       expect(await ledger.get({ tenant, id })).toEqual(before);
+    });
+
+    it("an unknown outcome of an unregistered action type past the daemon's limits goes to a person, alerted; before them, untouched", async () => {
+      // helper-72's review: settle threw before its escalation, so such a row stayed unknown for
+      // ever, its checks 0, no alert, out of the console's queue, an agent told "pending".
+      let now = Date.now();
+      const app = await db.open({ budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+      const out = await app.run(p.action("crm.note", { lookup: true }), { tenant, key: ["n"], args: { to: "x" } });
+      expect(out).toMatchObject({ state: "unknown" });
+      const daemon = await db.open({ actions: [], clock: () => now });
+      const escalate = { maxChecks: 5, maxAgeMs: HOUR };
+      const early = await daemon.daemon.settle({ tenant, id: out.operationId, escalate }).catch((e: unknown) => e);
+      expect(early).toBeInstanceOf(UnknownActionError);
+      expect((await daemon.get({ tenant, id: out.operationId })).operation.status).toBe("unknown");
+      now += 2 * HOUR;
+      const late = await daemon.daemon.settle({ tenant, id: out.operationId, actor: "daemon", escalate });
+      expect(late).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/^still unknown after .*no action of type crm\.note/),
+      });
+      expect((await daemon.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(out.operationId);
+      expect(p.effects).toHaveLength(1);
     });
 
     it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
