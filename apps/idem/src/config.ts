@@ -119,6 +119,14 @@ const schema = z
             accessTokenEnv: envName,
             basePath: z.string().url().optional(),
             objectTypes: z.array(z.string()).default(["contacts", "companies", "deals", "tickets", "notes"]),
+            // As the agents' actions have them: an operation the daemon runs again is sent as theirs
+            // is (a create or an upsert), its key in their property (a lookup reads by the one the
+            // operation recorded, this one only for operations that recorded none).
+            uniqueProperty: z
+              .string()
+              .regex(/^[a-z][a-z0-9_]*$/, "must be a HubSpot property's internal name (lowercase letters, digits, _)")
+              .optional(),
+            mode: z.enum(["upsert", "create"]).optional(),
           })
           .strict()
           .optional(),
@@ -334,8 +342,9 @@ export function parseConfig(raw: unknown, source = "(inline)", overrides: { ledg
  */
 export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]> {
   // A tool's action is settled by the daemon like any other. The ledger keeps one action per type,
-  // the last given: tools' first, so an action listed in `actions` wins over a tool's.
-  const out: Action<any, any>[] = [...config.tools.map((t) => t.action), ...config.actions];
+  // the last given: tools' first, then the providers', and those listed in `actions` last, so that
+  // an action listed wins over a tool's or a provider's of its type.
+  const out: Action<any, any>[] = config.tools.map((t) => t.action);
   const p = config.providers;
   const stripe = await stripeOf(config);
   if (stripe)
@@ -349,6 +358,8 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
     const h = hubspotActions({
       accessToken: secret(p.hubspot.accessTokenEnv, "providers.hubspot.accessTokenEnv"),
       ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }),
+      ...(p.hubspot.uniqueProperty && { uniqueProperty: p.hubspot.uniqueProperty }),
+      ...(p.hubspot.mode && { mode: p.hubspot.mode }),
     });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }
@@ -402,7 +413,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       }).send,
     );
   }
-  return out;
+  return [...out, ...config.actions];
 }
 
 /**

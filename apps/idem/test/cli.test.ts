@@ -6,6 +6,7 @@ import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { databaseOf, openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled, startChild, tempDir } from "@idem/testkit";
 import { emailActions } from "@idem/email";
+import { HubSpotSandbox } from "@idem/sandbox";
 import { actionsOf, parseConfig } from "../src/config.js";
 import { CLI, idem } from "./support.js";
 
@@ -780,6 +781,66 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     const reference = send!.providerReference!(args, op);
     expect(reference).toMatch(/^<idem\.[0-9a-f]{40}@mail\.example\.test> copy=journal .*\/Journal\/2026$/);
     expect(reference).toBe(agents.providerReference!(args, op));
+  });
+
+  it("providers.hubspot takes uniqueProperty and mode, and an action listed in `actions` wins over a provider's of its type", async () => {
+    const hub = new HubSpotSandbox();
+    const server = await hub.start();
+    process.env.IDEM_TEST_HUBSPOT_TOKEN = server.accessToken;
+    try {
+      hub.crm.createProperty("deals", {
+        name: "erp_ref",
+        label: "ERP reference",
+        type: "string",
+        fieldType: "text",
+        groupName: "dealinformation",
+        hasUniqueValue: true,
+      });
+      const mine = defineAction({
+        type: "hubspot.contacts.create",
+        capabilities: {},
+        execute: async () => ({ mine: true }),
+      });
+      // Before: refused ("Unrecognized keys"), so the daemon read by idem_external_id what the agents wrote in erp_ref.
+      const config = parseConfig({
+        ledger: "sqlite::memory:",
+        actions: [mine],
+        providers: {
+          hubspot: {
+            accessTokenEnv: "IDEM_TEST_HUBSPOT_TOKEN",
+            basePath: server.basePath,
+            uniqueProperty: "erp_ref",
+            mode: "create",
+            objectTypes: ["contacts", "deals"],
+          },
+        },
+      });
+      const actions = await actionsOf(config);
+      // The ledger keeps the last action given per type. Before: the provider's, given after the listed one.
+      expect(actions.filter((a) => a.type === "hubspot.contacts.create").at(-1)).toBe(mine);
+      const deals = actions.find((a) => a.type === "hubspot.deals.create")!;
+      const ledger = await openLedger("sqlite::memory:");
+      try {
+        const out = await ledger.run(deals, { tenant: "t", key: ["deal"], args: { properties: { dealname: "D" } } });
+        expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const { operation } = await ledger.get({ tenant: "t", id: out.operationId });
+        expect(hub.crm.all("deals").map((r) => r.properties.erp_ref)).toEqual([operation.key]);
+        // A create (mode "create"), not a batch upsert.
+        expect(hub.requests.filter((r) => r.method === "POST").map((r) => r.path)).toEqual(["/crm/v3/objects/deals"]);
+      } finally {
+        await ledger.close();
+      }
+      for (const [hubspot, field] of [
+        [{ mode: "merge" }, "mode"],
+        [{ uniqueProperty: "ERP Reference" }, "uniqueProperty"],
+      ] as const)
+        expect(() => parseConfig({ providers: { hubspot: { accessTokenEnv: "HOME", ...hubspot } } })).toThrow(
+          new RegExp(`providers\\.hubspot\\.${field}: `),
+        );
+    } finally {
+      delete process.env.IDEM_TEST_HUBSPOT_TOKEN;
+      await hub.close();
+    }
   });
 
   it("names the missing environment variable of a provider's secret", async () => {

@@ -4,12 +4,20 @@
  * unique-value property (default `idem_external_id`), so the CRM itself refuses a second record:
  * creates are upserts by that idProperty, or (mode "create") a create whose unique-value conflict
  * is read back as the existing record, once the property is known to be unique-value (read from
- * HubSpot once per process). Unknown outcomes are settled by a consistent read.
+ * HubSpot once per process). Either way a record that already has the key is not written again:
+ * an upsert is preceded by a read by the key (it would write its values over the record), a create
+ * is refused for it. Unknown outcomes are settled by a consistent read.
  */
 import { defineAction, type Action } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
-import { classifyHubSpotError, existingIdOf, isRefusal, isValidationRefusal } from "./hubspot-classify.js";
-import { HubSpotBatchInputError, HubSpotReadBackError } from "./hubspot-errors.js";
+import {
+  classifyHubSpotError,
+  existingIdOf,
+  isRefusal,
+  isValidationRefusal,
+  propertyRefusal,
+} from "./hubspot-classify.js";
+import { HubSpotBatchInputError, HubSpotReadBackError, HubSpotSchemaError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
@@ -51,33 +59,71 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         // Create mode rests on HubSpot refusing a second record with the key: checked before the
         // first create. An upsert by a property that is not unique-value HubSpot refuses itself (400).
         if (mode === "create") await schema.require(objectType, idProperty);
-        // The operation's first request: a record with its key that HubSpot shows now was there
+        if (mode === "upsert") {
+          // Found, the record is the effect, and is not written again. On the first attempt
+          // nothing of this operation had reached HubSpot: it was made before the operation began
+          // (see HubSpotReceipt.existedBefore).
+          const there = await readBeforeUpsert(op.key, idProperty);
+          if (there)
+            return {
+              objectType,
+              id: there.id,
+              new: false,
+              externalId: op.key,
+              ...(op.attempt === 1 && { existedBefore: true }),
+            };
+        }
+        // The operation's first request: a create refused for the key met a record that was there
         // before the operation began (see HubSpotReceipt.existedBefore).
         const first = op.attempt === 1 && oneRequest;
         try {
-          return mode === "upsert"
-            ? await upsert(args, op.key, idProperty, first)
-            : await createOne(args, op.key, idProperty);
+          return mode === "upsert" ? await upsert(args, op.key, idProperty) : await createOne(args, op.key, idProperty);
         } catch (e) {
+          if (!isRefusal(e)) throw e;
+          const ofKey = propertyRefusal(e, idProperty, op.key);
+          // The key's property deleted since its check (kept for the process): HubSpot wrote nothing,
+          // and a read by it would be refused too. A person fixes the schema, as at the first check.
+          if (ofKey === "missing") {
+            schema.forget(objectType, idProperty);
+            throw new HubSpotSchemaError(objectType, idProperty, "missing", { cause: e });
+          }
           // An upsert updates the record with our key rather than repeat it: a validation error is
           // about the values, the caller's data, whatever records exist (read back, ours was taken
-          // as this write's success though HubSpot wrote nothing).
-          if (!isRefusal(e) || (mode === "upsert" && isValidationRefusal(e))) throw e;
+          // as this write's success though HubSpot wrote nothing). Unless it refuses our key's
+          // value: a unique-value clash, which only a racing write of the key causes (some accounts
+          // answer it 400, or 207 in a batch), read back as a create's conflict is.
+          if (mode === "upsert" && isValidationRefusal(e) && ofKey !== "value") throw e;
           return readBack(e, op.key, idProperty, first);
         }
       },
       classify: (error) => classifyHubSpotError(error),
-      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op.key),
+      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op),
     });
     cache.set(objectType, action);
     return action;
 
-    async function upsert(
-      args: HubSpotCreateArgs,
-      key: string,
-      idProperty: string,
-      first: boolean,
-    ): Promise<HubSpotReceipt> {
+    /**
+     * The record with our key, read before an upsert: the upsert would write this call's values
+     * over it (a person's edits since reverted) though the work was done, by an earlier attempt or
+     * an operation with the key pruned from the ledger since. A read that fails proves nothing, and
+     * the upsert goes as it did without it (its receipt then claims nothing of before), except when
+     * HubSpot asks us to wait (429, 423, 477): a write now would be refused alike.
+     */
+    async function readBeforeUpsert(key: string, idProperty: string): Promise<{ id: string } | undefined> {
+      try {
+        return await readByExternalId(api, objectType, idProperty, key);
+      } catch (e) {
+        if (classifyHubSpotError(e).kind === "rate_limited") throw e;
+        return undefined;
+      }
+    }
+
+    /**
+     * HubSpot's `_new: false` here is a record written between our read and this upsert (a racing
+     * write of the key), or one our read could not see (it failed): updated with this call's
+     * values, so not "there before, nothing written" (no existedBefore).
+     */
+    async function upsert(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
       const out = await api.objects.batchApi.upsert(
         objectType,
         { inputs: [{ idProperty, id: key, properties: { ...args.properties } }] },
@@ -87,7 +133,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
       // input: the client returns that answer, it does not throw.
       if (!r) throw new HubSpotBatchInputError("errors" in out ? (out.errors ?? []) : []);
-      return { objectType, id: r.id, new: r._new, externalId: key, ...(!r._new && first && { existedBefore: true }) };
+      return { objectType, id: r.id, new: r._new, externalId: key };
     }
 
     async function createOne(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
@@ -120,6 +166,9 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       try {
         existing = await readByExternalId(api, objectType, idProperty, key);
       } catch (readError) {
+        // A read by the key refused 400: the property is no longer unique-value, or is gone. Its
+        // kept verdict is dropped, so the lookup reads the definition again (and a person decides).
+        if ((readError as { code?: unknown }).code === 400) schema.forget(objectType, idProperty);
         // The read proves nothing (429, a missing read scope, unreachable): the refusal may
         // still be our record's. Ambiguous, never the read's own class (hubspot-classify.ts).
         throw new HubSpotReadBackError(refusal, idProperty, { cause: readError });
@@ -131,8 +180,8 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       const named = existingIdOf(refusal);
       if (mode === "upsert" && named !== undefined && named !== existing.id) throw refusal;
       // A create refused on the operation's first request met a record made before the operation
-      // began. An upsert by our key updates a record that was there; refused, it raced another
-      // write of the key, most likely this operation's own (a lost lease's attempt): not known.
+      // began. An upsert refused raced another write of the key after our read found none, most
+      // likely this operation's own (a lost lease's attempt): not known.
       const before = mode === "create" && first;
       return { objectType, id: existing.id, new: false, externalId: key, ...(before && { existedBefore: true }) };
     }

@@ -33,8 +33,9 @@ export function isRefusal(error: unknown): boolean {
 
 /**
  * HubSpot refused the values themselves (a 400, or a batch answer whose every error is a
- * VALIDATION_ERROR): an upsert by our key cannot be refused so for the key, which it updates
- * rather than repeats, so such a refusal is the caller's data and says nothing of our record.
+ * VALIDATION_ERROR): an upsert by our key updates the record with it rather than repeat it, so
+ * such a refusal is the caller's data and says nothing of our record, unless it refuses the key's
+ * own value (`propertyRefusal`): the clash of a racing write of the key.
  */
 export function isValidationRefusal(error: unknown): boolean {
   if (error instanceof HubSpotBatchInputError)
@@ -47,15 +48,48 @@ export function isValidationRefusal(error: unknown): boolean {
  * unique value our write repeated. Undefined when the answer names none.
  */
 export function existingIdOf(error: unknown): string | undefined {
+  for (const m of messagesOf(error)) {
+    const id = /Existing ID: (\d+)/.exec(m)?.[1];
+    if (id) return id;
+  }
+  return undefined;
+}
+
+/**
+ * What a refusal says of one property: "missing" when HubSpot answers that it does not exist
+ * (PROPERTY_DOESNT_EXIST: nothing was written), "value" when it refuses the value (a validation
+ * entry naming the property, or a message quoting `value`), undefined when it names neither.
+ * HubSpot lists refused values in its message: `Property values were not valid: [{"isValid":
+ * false, "message", "error", "name"}]`. For the key's property "value" is a unique-value clash:
+ * the key is a plain string, which HubSpot refuses only when another record holds it.
+ */
+export function propertyRefusal(error: unknown, property: string, value: string): "missing" | "value" | undefined {
+  for (const v of refusedValues(error))
+    if (v.name === property) return v.error === "PROPERTY_DOESNT_EXIST" ? "missing" : "value";
+  return messagesOf(error).some((m) => m.includes(value)) ? "value" : undefined;
+}
+
+/** HubSpot's per-property entries of a validation message; none when it has no such list. */
+function refusedValues(error: unknown): { name?: unknown; error?: unknown }[] {
+  return messagesOf(error).flatMap((m) => {
+    const list = /^Property values were not valid: (\[.*\])$/s.exec(m)?.[1];
+    if (!list) return [];
+    try {
+      const entries: unknown = JSON.parse(list);
+      return Array.isArray(entries) ? entries.filter((e): e is object => typeof e === "object" && e !== null) : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** HubSpot's messages in an answer: a batch's, per error, or an HTTP error's body. */
+function messagesOf(error: unknown): string[] {
   const messages =
     error instanceof HubSpotBatchInputError
       ? error.errors.map((e) => e.message)
       : [(error as HubSpotError | null)?.body?.message];
-  for (const m of messages) {
-    const id = /Existing ID: (\d+)/.exec(m ?? "")?.[1];
-    if (id) return id;
-  }
-  return undefined;
+  return messages.filter((m): m is string => typeof m === "string");
 }
 
 interface HubSpotError {

@@ -47,7 +47,9 @@ export class HubSpotReadBackError extends Error {
 /**
  * The property meant to carry operation keys is missing or not a unique-value property: HubSpot
  * would not refuse a second record with the same key (a create sent again after a lost answer
- * makes two), and a read by it cannot prove a record absent. Raised before anything is sent.
+ * makes two), and a read by it cannot prove a record absent. Raised before anything is sent, or
+ * when HubSpot refused a write for naming it as a property that does not exist (deleted since its
+ * check; `cause`: that refusal), which wrote nothing.
  */
 export class HubSpotSchemaError extends Error {
   override readonly name = "HubSpotSchemaError";
@@ -55,11 +57,13 @@ export class HubSpotSchemaError extends Error {
     readonly objectType: string,
     readonly property: string,
     readonly problem: "missing" | "not_unique",
+    options?: { cause?: unknown },
   ) {
     super(
       `${objectType}.${property} ${problem === "missing" ? "does not exist" : "is not a unique-value property"}: ` +
         `HubSpot would not refuse a second record with the same key. Create it with ensureSchema(["${objectType}"]) ` +
         `(a unique-value idem_external_id), or set uniqueProperty to a unique-value property`,
+      options,
     );
   }
 }

@@ -7,13 +7,16 @@ export interface HubSpotReceipt {
   /** The operation key, stored in the unique-value property. */
   readonly externalId: string;
   /**
-   * True when HubSpot showed the record already there on the operation's first request (its
-   * first attempt, and the client sends each request once): an upsert answering `_new: false`, a
-   * create refused for the key. Nothing of this operation had reached HubSpot yet, so the record
-   * was made before it began (an operation with the same key pruned from the ledger since, an
-   * import). Absent otherwise: on a create, and on a record found after a lost answer or on a
-   * later attempt, most likely made by this operation's own earlier request (receipts stored by
-   * earlier versions lack it too).
+   * True when HubSpot showed the record already there on the operation's first attempt, before
+   * anything of this operation had reached it, and this operation wrote nothing to it: the upsert's
+   * read by the key found it (no upsert was sent), or a create was refused for the key (its first
+   * request; the client sends each once). So it was made before the operation began (an operation
+   * with the same key pruned from the ledger since, an import), and the work is not repeated.
+   * Absent otherwise: on a create; on an upsert that wrote (HubSpot's `_new: false` is an update
+   * of a record our read did not see: a racing write, or a read that failed); on a record found
+   * after a lost answer or on a later attempt, most likely made by this operation's own earlier
+   * request. Receipts stored by earlier versions lack it, except that those set it on an upsert's
+   * `_new: false` at the first request, which had written.
    */
   readonly existedBefore?: true;
 }

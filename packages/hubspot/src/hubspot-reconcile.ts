@@ -5,10 +5,18 @@
  * 404 from both is proof of absence, and the create can run again with the same external id, but
  * only for a unique-value property (read from HubSpot first, once per process): HubSpot answers a
  * read by any other property 400, and more than one record could carry the key in it. A 429 is
- * waited out as HubSpot's headers say. Not covered: a record purged since (90 days after its deletion, or at once by a GDPR delete)
+ * waited out as HubSpot's headers say.
+ *
+ * A deleted record does not hold its unique values, so the recycling bin may hold several with the
+ * key: an earlier operation's, pruned from the ledger since, and ours. The read shows one. It is
+ * ours only if HubSpot created it while our requests could have run (the operation's claim to its
+ * last attempt, with some slack for clocks): one made outside that window is another operation's,
+ * and ours, deleted since, could be behind it, so a person decides. A live record is the only one
+ * with the key: whenever it was made, it is the record a create with the key meets.
+ * Not covered: a record purged since (90 days after its deletion, or at once by a GDPR delete)
  * reads as absent, and is created again.
  */
-import type { ReconcileResult } from "@idem/core";
+import type { OperationContext, ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
@@ -16,6 +24,27 @@ import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import type { UniquePropertyCheck } from "./hubspot-schema.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
+
+/** A record read by the key: its id, and when HubSpot created it (ms, HubSpot's clock) if it said. */
+export interface FoundRecord {
+  readonly id: string;
+  readonly createdAt?: number;
+}
+
+/**
+ * The slack of our attempts' window, as the Stripe adapter's: before the claim, for HubSpot's clock
+ * being behind the ledger's; after the last attempt, for that and for a request still running at
+ * HubSpot after our attempt gave up on it. Kept tight: a record outside goes to a person, while one
+ * inside is taken as ours, so a wider window only risks taking an earlier operation's.
+ */
+const BEFORE_MS = 5 * 60_000;
+const AFTER_MS = 10 * 60_000;
+
+/** Whether HubSpot created the record while the operation's requests could have run. */
+function madeWithin(record: FoundRecord, op: OperationContext): boolean {
+  if (record.createdAt === undefined) return true; // nothing to judge by, as before windows were
+  return record.createdAt >= op.createdAt - BEFORE_MS && record.createdAt <= op.lastAttemptAt + AFTER_MS;
+}
 
 /**
  * The record carrying `externalId` in `uniqueProperty`: live ones only, or (`archived: true`)
@@ -28,7 +57,7 @@ export async function readByExternalId(
   uniqueProperty: string,
   externalId: string,
   archived = false,
-): Promise<{ id: string } | undefined> {
+): Promise<FoundRecord | undefined> {
   try {
     const r = await api.objects.basicApi.getById(
       objectType,
@@ -40,7 +69,8 @@ export async function readByExternalId(
       uniqueProperty,
       HUBSPOT_CALL_OPTIONS,
     );
-    return { id: r.id };
+    const createdAt = r.createdAt instanceof Date ? r.createdAt.getTime() : Number.NaN;
+    return { id: r.id, ...(Number.isFinite(createdAt) && { createdAt }) };
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
     throw e; // unreachable or refused: the lookup proves nothing
@@ -52,16 +82,17 @@ export async function reconcileByRead(
   schema: UniquePropertyCheck,
   objectType: string,
   uniqueProperty: string,
-  externalId: string,
+  op: OperationContext,
 ): Promise<ReconcileResult<HubSpotReceipt>> {
-  let found: { id: string } | undefined;
+  const externalId = op.key;
+  let live: FoundRecord | undefined;
+  let archived: FoundRecord | undefined;
   try {
     await schema.require(objectType, uniqueProperty);
+    live = await readByExternalId(api, objectType, uniqueProperty, externalId);
     // A record deleted since our attempt made it is still the effect that happened: without the
     // second read it was "proven absent" and created again.
-    found =
-      (await readByExternalId(api, objectType, uniqueProperty, externalId)) ??
-      (await readByExternalId(api, objectType, uniqueProperty, externalId, true));
+    if (!live) archived = await readByExternalId(api, objectType, uniqueProperty, externalId, true);
   } catch (e) {
     // Waiting does not make a property unique-value: no later check can prove absence. A person
     // decides (needs_review), rather than checks repeated with backoff for ever (inconclusive).
@@ -73,15 +104,42 @@ export async function reconcileByRead(
     const read = classifyHubSpotError(ofSchema ? e.cause : e);
     const what = ofSchema ? `of the definition of ${objectType}.${uniqueProperty}` : `by ${uniqueProperty}`;
     const reason = `HubSpot read ${what} failed: ${read.reason}`;
+    // Refused 400, the property is no longer unique-value or is gone since its kept verdict: the
+    // next check reads its definition again, which says so (and a person decides).
+    if (!ofSchema && (e as { code?: unknown }).code === 400) schema.forget(objectType, uniqueProperty);
     // Thrown, the check would be due again at the ledger's backoff (milliseconds), into the same limit.
     if (read.kind === "rate_limited")
       return { found: false, proof: "inconclusive", reason, retryAfterMs: read.retryAfterMs };
     throw new Error(reason, { cause: e });
   }
-  if (found) return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
+  const found = live ?? archived;
+  if (found && (live || madeWithin(found, op)))
+    return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
+  if (found) return outsideWindow(objectType, found, op);
   return {
     found: false,
     proof: "absent",
     reason: `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`,
+  };
+}
+
+/**
+ * A record in the recycling bin with our key, created outside our attempts' window: an earlier
+ * operation's (pruned from the ledger since), or ours seen through a clock far off HubSpot's. Not
+ * absent either: HubSpot shows one archived record per read, and ours, deleted since, may be
+ * behind it. Waiting changes nothing, so a person decides.
+ */
+function outsideWindow(objectType: string, r: FoundRecord, op: OperationContext): ReconcileResult<HubSpotReceipt> {
+  const iso = (ms: number) => (Number.isFinite(ms) ? new Date(ms).toISOString() : "an unknown time");
+  const what = objectType.replace(/ies$/, "y").replace(/s$/, "");
+  return {
+    found: false,
+    proof: "never",
+    reason:
+      `${what} ${r.id} in the recycling bin carries the key but was created ${iso(r.createdAt ?? Number.NaN)}, ` +
+      `outside the window our requests could have run (${iso(op.createdAt - BEFORE_MS)} to ${iso(op.lastAttemptAt + AFTER_MS)} ` +
+      "by the ledger's clock): an earlier operation with this key, pruned from the ledger since, made it, " +
+      "or the ledger's clock is off HubSpot's; a read shows one deleted record per key, so one of ours deleted since may be " +
+      "behind it: look in HubSpot's recycling bin",
   };
 }

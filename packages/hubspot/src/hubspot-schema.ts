@@ -66,8 +66,10 @@ function isUniqueId(objectType: string, p: { name: string; hasUniqueValue?: bool
  * (GET /crm/v3/properties/{objectType}/{name}). `require` resolves when it is unique-value and
  * rejects with HubSpotSchemaError when it is missing or not, HubSpotSchemaReadError when the
  * definition could not be read. Only a unique verdict is kept: a refusal or a failed read is asked
- * again by the next call, so a schema fixed since is seen without a restart. (A property made
- * plain since is seen by the next process; meanwhile HubSpot refuses reads and upserts by it.)
+ * again by the next call, so a schema fixed since is seen without a restart. A kept verdict is
+ * dropped (`forget`) when HubSpot answers as if the property had changed since: a write refused
+ * for naming a property that does not exist, a read by it refused (400). (A property made plain
+ * since, with nothing refused meanwhile, is seen by the next process.)
  */
 export function uniquePropertyCheck(api: Api) {
   const verdicts = new Map<string, Promise<void>>();
@@ -99,6 +101,10 @@ export function uniquePropertyCheck(api: Api) {
     /** A property known unique-value (ensureSchema found or made it): no read needed. */
     known(objectType: string, name: string): void {
       verdicts.set(keyOf(objectType, name), Promise.resolve());
+    },
+    /** HubSpot answered as if the property changed since its verdict: the next `require` reads it again. */
+    forget(objectType: string, name: string): void {
+      verdicts.delete(keyOf(objectType, name));
     },
   };
 }

@@ -3,12 +3,16 @@
  *
  * The identity of a contact is its email address, trimmed and lowercased (hashed in the key): one
  * record per address, whatever the model retries or however it spells the case; the names the
- * model fills in are not part of the identity (other names for a known address are refused).
+ * model fills in are not part of the identity. Other names for a known address are refused while
+ * the ledger keeps the first call's operation (its `retentionMs`, 30 days by default). After that,
+ * the contact is found by its key and returned as already done, its names left as they are in the
+ * CRM (in upsert mode, unless that read fails: the upsert then writes them, and the model reads done).
  *
  * The model reads `new: true` for a record this call created, and "already done earlier" with
  * `new: false` for one HubSpot showed was there before the operation began (made by an operation
- * pruned from the ledger since). A record found after a lost answer is most likely this call's
- * own: it reads done, without `new`.
+ * pruned from the ledger since) and this call did not write (`existedBefore`). A record found after
+ * a lost answer is most likely this call's own, and one an upsert updated was written by it: each
+ * reads done, without `new`.
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
@@ -41,6 +45,7 @@ export function hubspotTools(actions: HubSpotActions) {
         id: r.id,
         ...(r.new ? { new: true } : r.existedBefore && { new: false }),
       }),
+      // Only a receipt of a record this call did not write: "not repeated" must be true.
       foundEarlier: (r: HubSpotReceipt) => r.existedBefore === true,
     },
   } as const;

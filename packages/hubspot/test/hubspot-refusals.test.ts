@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
 
 let sandbox: HubSpotSandbox;
@@ -103,6 +103,43 @@ for (const dialect of DIALECTS) {
         expect(sentSince(sent, "GET", "/crm/v3/properties/deals/idem_external_id")).toHaveLength(1);
       });
 
+      it("the property deleted since its check was kept: HubSpot's 400 (no such property) fails with an alert naming it, and the next call reads the definition again", async () => {
+        const name = `ref_gone_${dialect}`;
+        sandbox.crm.createProperty("companies", {
+          name,
+          label: name,
+          type: "string",
+          fieldType: "text",
+          groupName: "companyinformation",
+          hasUniqueValue: true,
+        });
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const action = crm({ mode: "create", uniqueProperty: name }).create("companies");
+        expect(await l.run(action, { tenant: t, key: ["one"], args: { properties: { name: "One" } } })).toMatchObject({
+          status: "succeeded",
+        });
+        // An admin deletes the property in HubSpot; this process keeps its verdict "unique-value".
+        await createHubSpotClient(server).properties.coreApi.archive("companies", name, HUBSPOT_CALL_OPTIONS);
+        const before = sandbox.count("companies");
+        const out = await l.run(action, { tenant: t, key: ["two"], args: { properties: { name: "Two" } } });
+        // Before: unknown (the read back by the missing property was refused 400: "may be ours"), then a person.
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+        expect(out.status === "failed" && out.error.reason).toMatch(
+          new RegExp(`^companies\\.${name} does not exist: .*ensureSchema\\(\\["companies"\\]\\)`),
+        );
+        expect(sandbox.count("companies")).toBe(before);
+        const { events } = await l.get({ tenant: t, id: out.operationId });
+        expect(events.map((e) => `${e.from}->${e.to}`)).toEqual(["null->running", "running->failed"]);
+        // The verdict was dropped: the next call reads the definition again, and sends nothing.
+        const sent = sandbox.requests.length;
+        expect(
+          await l.run(action, { tenant: t, key: ["three"], args: { properties: { name: "Three" } } }),
+        ).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+        expect(sentSince(sent, "GET", `/crm/v3/properties/companies/${name}`)).toHaveLength(1);
+        expect(sentSince(sent, "POST", "/crm/v3/objects/companies")).toEqual([]);
+      });
+
       it("the definition's read failing (502): nothing sent, pending, then created once", async () => {
         const l = await ledger({ budget: { attempts: 2, baseDelayMs: 10 } });
         const t = tenant();
@@ -170,7 +207,13 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    // Our record there before the operation is found by the upsert's read by the key, and nothing
+    // is sent (hubspot.test.ts). When that read fails, the upsert is sent as before:
     describe("upsert: a refusal of the caller's data is not our record's success", () => {
+      /** The upsert's read by the key before it is sent fails (502): it proves nothing, and the upsert goes. */
+      const readBeforeFails = () =>
+        sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/objects/contacts/" } });
+
       it("our record exists, another contact holds the email (409 naming it): failed with HubSpot's message", async () => {
         const l = await ledger();
         const t = tenant();
@@ -178,11 +221,14 @@ for (const dialect of DIALECTS) {
         // Our record (an earlier run's, its email changed since in the CRM), and another contact that holds the email now.
         const ours = sandbox.crm.create("contacts", { email: `old-${t}@example.test`, idem_external_id: key });
         const other = sandbox.crm.create("contacts", { email: `new-${t}@example.test`, firstname: "Grace" });
-        const out = await l.run(crm({ mode: "upsert" }).create("contacts"), {
-          tenant: t,
-          key: ["taken"],
-          args: { properties: { email: `new-${t}@example.test`, firstname: "Ada" } },
-        });
+        readBeforeFails();
+        const out = await l
+          .run(crm({ mode: "upsert" }).create("contacts"), {
+            tenant: t,
+            key: ["taken"],
+            args: { properties: { email: `new-${t}@example.test`, firstname: "Ada" } },
+          })
+          .finally(() => sandbox.faults.clear());
         // Before: succeeded with our record, whose email is not the one asked for (HubSpot wrote nothing).
         expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
         expect(out.status === "failed" && out.error.reason).toBe(
@@ -197,17 +243,21 @@ for (const dialect of DIALECTS) {
         const t = tenant();
         const key = operationKey({ tenant: t, action: "hubspot.contacts.create", parts: ["b207"] }).hash;
         const ours = sandbox.crm.create("contacts", { email: `b207-${t}@example.test`, idem_external_id: key });
+        readBeforeFails();
         const sent = sandbox.requests.length;
-        const out = await l.run(crm({ mode: "upsert" }).create("contacts"), {
-          tenant: t,
-          key: ["b207"],
-          args: { properties: { email: `not-an-address-${t}`, firstname: "Ada" } },
-        });
+        const out = await l
+          .run(crm({ mode: "upsert" }).create("contacts"), {
+            tenant: t,
+            key: ["b207"],
+            args: { properties: { email: `not-an-address-${t}`, firstname: "Ada" } },
+          })
+          .finally(() => sandbox.faults.clear());
         expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
         expect(out.status === "failed" && out.error.reason).toMatch(
           new RegExp(`^207 VALIDATION_ERROR: .*Email address not-an-address-${t} is invalid`),
         );
-        expect(sentSince(sent, "GET", "/crm/v3/objects/contacts/")).toEqual([]);
+        // The read that failed, the upsert, and no read back.
+        expect(sandbox.requests.slice(sent).map((r) => `${r.method} ${r.status}`)).toEqual(["GET 502", "POST 207"]);
         expect(sandbox.crm.get("contacts", ours.id)!.properties.email).toBe(`b207-${t}@example.test`);
       });
 
@@ -226,7 +276,9 @@ for (const dialect of DIALECTS) {
         expect(out.status === "failed" && out.error.reason).toMatch(
           /^400 VALIDATION_ERROR: idProperty 'plain_ref' must be a unique value property/,
         );
-        expect(sentSince(sent, "GET", "/crm/v3/objects/companies/")).toEqual([]);
+        // Its read by the key before the upsert is refused alike (a read proves nothing, the upsert
+        // goes); the upsert's refusal is not read back.
+        expect(sandbox.requests.slice(sent).map((r) => `${r.method} ${r.status}`)).toEqual(["GET 400", "POST 400"]);
       });
     });
 

@@ -8,7 +8,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
-import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import {
+  HUBSPOT_CALL_OPTIONS,
+  createHubSpotClient,
+  hubspotActions,
+  hubspotTools,
+  type HubSpotConfig,
+} from "@idem/hubspot";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
 /** A lead of its own per operation: HubSpot keeps a contact's email unique, across keys too. */
@@ -112,7 +118,80 @@ for (const dialect of DIALECTS) {
         });
         expect(recordsWith("deals", row!.key)).toHaveLength(1);
       });
+
+      it(`${mode}: a key that comes again after its operation was pruned: the record is returned as there before, and not written again`, async () => {
+        const l = await ledger({ retentionMs: 1 });
+        const t = tenant();
+        const action = crm({ mode }).create("contacts");
+        const first = await l.run(action, { tenant: t, key: ["pruned"], args: leadOf(t) });
+        expect(first).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const id = first.status === "succeeded" ? first.receipt!.id : "";
+        sandbox.crm.get("contacts", id)!.properties.firstname = "Adaline"; // a person corrects the name in HubSpot
+        await sleep(20);
+        expect(await l.admin.prune({ tenant: t })).toBe(1); // its retention passed
+        const sent = sandbox.requests.length;
+        const again = await l.run(action, { tenant: t, key: ["pruned"], args: leadOf(t) });
+        expect(again).toMatchObject({
+          status: "succeeded",
+          replayed: false,
+          receipt: { id, new: false, existedBefore: true },
+        });
+        // Before (upsert): the batch upsert wrote this call's values over the record (the person's
+        // edit reverted), and the receipt said "there before", which the model reads "not repeated".
+        expect(sandbox.crm.get("contacts", id)!.properties.firstname).toBe("Adaline");
+        const writes = sandbox.requests.slice(sent).filter((r) => r.method === "POST");
+        // Create mode sends its create, which HubSpot refuses for the key (nothing written).
+        expect(writes.map((r) => r.status)).toEqual(mode === "create" ? [409] : []);
+      });
+
+      it(`${mode}: a record with the key in the recycling bin made long before the operation (an earlier one's, pruned since) is not its effect: a person decides`, async () => {
+        const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 } });
+        const t = tenant();
+        const key = operationKey({ tenant: t, action: "hubspot.deals.create", parts: ["binned"] }).hash;
+        const old = sandbox.crm.create("deals", { dealname: "Deleted by a person", idem_external_id: key });
+        old.createdAt = new Date(Date.now() - 40 * 86_400_000).toISOString(); // made 40 days ago
+        sandbox.crm.archive("deals", old.id);
+        // Nothing is written, and the answer cannot say so: unknown, settled by the read.
+        sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        const out = await l
+          .run(crm({ mode }).create("deals"), {
+            tenant: t,
+            key: ["binned"],
+            args: { properties: { dealname: "New deal" } },
+          })
+          .finally(() => sandbox.faults.clear());
+        // Before: succeeded with the deleted deal of 40 days ago, and no live deal carried the key.
+        expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        const { operation } = await l.get({ tenant: t, id: out.operationId });
+        expect(operation.reason).toMatch(
+          new RegExp(`deal ${old.id} in the recycling bin carries the key but was created ${old.createdAt}, `),
+        );
+        expect(recordsWith("deals", key).map((r) => r.id)).toEqual([old.id]);
+      });
     }
+
+    it("upsert: when the read before the upsert fails, the upsert writes as before, and its receipt does not say the record was there before", async () => {
+      const l = await ledger({ retentionMs: 1 });
+      const t = tenant();
+      const tool = hubspotTools(crm()).createContact;
+      const input = { email: `lead-${t}@example.test`, firstname: "Ada" };
+      const first = await l.run(tool.action, { tenant: t, key: tool.key(input), args: tool.args(input) });
+      const id = first.status === "succeeded" ? first.receipt!.id : "";
+      sandbox.crm.get("contacts", id)!.properties.firstname = "Adaline";
+      await sleep(20);
+      expect(await l.admin.prune({ tenant: t })).toBe(1);
+      sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/objects/contacts/" } });
+      const again = await l
+        .run(tool.action, { tenant: t, key: tool.key(input), args: tool.args(input) })
+        .finally(() => sandbox.faults.clear());
+      expect(again).toMatchObject({ status: "succeeded", receipt: { id, new: false } });
+      const receipt = again.status === "succeeded" ? again.receipt : null;
+      // This call wrote (HubSpot's `_new: false` is an update): the model reads done, not "not repeated".
+      // Before: existedBefore, read as "Already done earlier; not repeated".
+      expect(receipt).not.toHaveProperty("existedBefore");
+      expect(tool.foundEarlier(receipt!)).toBe(false);
+      expect(sandbox.crm.get("contacts", id)!.properties.firstname).toBe("Ada");
+    });
 
     it("an answer that does not come within timeoutMs: unknown, read back, one record, and the call returns", async () => {
       const l = await ledger();
@@ -336,6 +415,23 @@ for (const dialect of DIALECTS) {
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
     });
 
+    for (const status of [400, 207] as const)
+      it(`upsert: the loser of a race on the key refused ${status} naming our idProperty (a unique-value clash) is read back: succeeded, one record`, async () => {
+        const l = await ledger();
+        const t = tenant();
+        sandbox.faults.add({ kind: "conflict_after_commit", status, match: { method: "POST", path: "/batch/upsert" } });
+        const out = await l.run(crm({ mode: "upsert" }).create("deals"), {
+          tenant: t,
+          key: ["race-validation"],
+          args: { properties: { dealname: "Race" } },
+        });
+        // Before: failed ("not done", replayed to every caller), while the record exists.
+        expect(out).toMatchObject({ status: "succeeded", receipt: { new: false } });
+        const records = recordsWith("deals", await keyOf(l, t, out.operationId));
+        expect(records).toHaveLength(1);
+        expect(out.status === "succeeded" && out.receipt!.id).toBe(records[0]!.id);
+      });
+
     it("an auth failure fails and alerts", async () => {
       const l = await ledger();
       const t = tenant();
@@ -413,7 +509,12 @@ for (const dialect of DIALECTS) {
               kind: "conflict_after_commit",
               match: { method: "POST", path: "/deals/batch/upsert" },
             });
-          sandbox.faults.add({ kind, match: { method: "GET", path: "/crm/v3/objects/deals/" } });
+          // An upsert's read by the key before it is sent passes (nothing there yet); the read back fails.
+          sandbox.faults.add({
+            kind,
+            match: { method: "GET", path: "/crm/v3/objects/deals/" },
+            skip: mode === "upsert" ? 1 : 0,
+          });
           const out = await l
             .run(crm({ mode }).create("deals"), {
               tenant: t,
@@ -534,6 +635,41 @@ describe("HubSpot sandbox unique values", () => {
       body: { category: "CONFLICT", message: `Contact already exists. Existing ID: ${first.id}` },
     });
     expect(sandbox.crm.all("contacts").filter((r) => r.properties.email === email)).toHaveLength(1);
+  });
+
+  it("a contact's email is unique whatever its case, as on HubSpot (it keeps emails lowercased): refused (409), and read by it in any case", async () => {
+    const api = createHubSpotClient(server);
+    const email = `case-${Math.random().toString(36).slice(2)}@example.test`;
+    const first = await api.objects.basicApi.create(
+      "contacts",
+      { properties: { email }, associations: [] },
+      HUBSPOT_CALL_OPTIONS,
+    );
+    const shouted = email.toUpperCase();
+    // Before: a second contact with the address.
+    await expect(
+      api.objects.basicApi.create(
+        "contacts",
+        { properties: { email: shouted }, associations: [] },
+        HUBSPOT_CALL_OPTIONS,
+      ),
+    ).rejects.toMatchObject({
+      code: 409,
+      body: { category: "CONFLICT", message: `Contact already exists. Existing ID: ${first.id}` },
+    });
+    expect(
+      await api.objects.basicApi.getById(
+        "contacts",
+        shouted,
+        undefined,
+        undefined,
+        undefined,
+        false,
+        "email",
+        HUBSPOT_CALL_OPTIONS,
+      ),
+    ).toMatchObject({ id: first.id });
+    expect(sandbox.crm.all("contacts").filter((r) => r.properties.email?.toLowerCase() === email)).toHaveLength(1);
   });
 
   it("a read by an idProperty that is not unique-value is refused 400, as HubSpot documents idProperty", async () => {

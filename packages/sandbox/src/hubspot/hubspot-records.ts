@@ -1,8 +1,8 @@
 /**
  * CRM records and properties as HubSpot's v3 API documents them, for the subset idem uses:
  * records per object type with string properties; properties per type, of which at most 10 may
- * be unique-value; a contact's `email` is unique too, as on HubSpot (a second contact with it:
- * 409 "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
+ * be unique-value; a contact's `email` is unique too, as on HubSpot, whatever its case (a second
+ * contact with it: 409 "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
  * that repeats a unique value another record holds is refused (409, "Existing ID: …"); batch
  * upsert by a unique `idProperty`; reads by id or by a unique idProperty (consistent; any other
  * idProperty is refused 400); search sees a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
@@ -123,6 +123,17 @@ export class CrmStore {
     return def;
   }
 
+  /**
+   * Deletes a property definition (HubSpot's DELETE /crm/v3/properties/{objectType}/{name}), and
+   * its values with it: writes naming it are refused (PROPERTY_DOESNT_EXIST), reads by it too (400).
+   * False when there was none.
+   */
+  deleteProperty(objectType: string, name: string): boolean {
+    if (!this.props(objectType).delete(name)) return false;
+    for (const r of this.all(objectType)) delete r.properties[name];
+    return true;
+  }
+
   create(objectType: string, properties: Record<string, unknown>): CrmRecord {
     const values = this.checkProperties(objectType, properties);
     this.refuseUniqueClash(objectType, values);
@@ -159,7 +170,9 @@ export class CrmStore {
   get(objectType: string, id: string, idProperty?: string, archived = false): CrmRecord | undefined {
     if (idProperty) this.requireUniqueId(objectType, idProperty);
     return this.all(objectType).find(
-      (r) => r.archived === archived && (idProperty ? r.properties[idProperty] === id : r.id === id),
+      (r) =>
+        r.archived === archived &&
+        (idProperty ? same(objectType, idProperty, r.properties[idProperty], id) : r.id === id),
     );
   }
 
@@ -212,7 +225,7 @@ export class CrmStore {
 
   /** Live records only: an archived record's unique values are free again. */
   private findBy(objectType: string, property: string, value: string): CrmRecord | undefined {
-    return this.live(objectType).find((r) => r.properties[property] === value);
+    return this.live(objectType).find((r) => same(objectType, property, r.properties[property], value));
   }
 
   /**
@@ -228,7 +241,7 @@ export class CrmStore {
     for (const name of unique) {
       const v = values[name];
       if (v === undefined || v === "") continue;
-      const clash = this.live(objectType).find((r) => r !== self && r.properties[name] === v);
+      const clash = this.live(objectType).find((r) => r !== self && same(objectType, name, r.properties[name], v));
       if (!clash) continue;
       if ((UNIQUE_BUILT_IN[objectType] ?? []).includes(name))
         throw new HubSpotFailure(
@@ -239,14 +252,7 @@ export class CrmStore {
             "CONFLICT",
           ),
         );
-      if (this.duplicateValueStatus === 400)
-        throw new HubSpotFailure(
-          400,
-          error(
-            `Property values were not valid: a ${singular(objectType)} already has that value`,
-            "INVALID_PROPERTY_VALUE",
-          ),
-        );
+      if (this.duplicateValueStatus === 400) throw new HubSpotFailure(400, uniqueValueRefusal(objectType, name));
       throw new HubSpotFailure(
         409,
         error(
@@ -308,8 +314,34 @@ export class CrmStore {
   }
 }
 
+/**
+ * The 400 some report for a value another record holds in a custom unique property, in HubSpot's
+ * format for refused property values: a list naming each property.
+ */
+export function uniqueValueRefusal(objectType: string, name: string): Record<string, unknown> {
+  const refused = [
+    {
+      isValid: false,
+      message: `A ${singular(objectType)} with this ${name} already exists`,
+      error: "INVALID_PROPERTY_VALUE",
+      name,
+    },
+  ];
+  return error(`Property values were not valid: ${JSON.stringify(refused)}`, "INVALID_PROPERTY_VALUE");
+}
+
 export function error(message: string, subCategory: string, category = "VALIDATION_ERROR"): Record<string, unknown> {
   return { status: "error", message, category, subCategory, correlationId: crypto.randomUUID() };
+}
+
+/**
+ * Whether two values of a property are one for HubSpot: a contact's email whatever its case
+ * (HubSpot keeps contacts' emails lowercased, so "Ada@X.org" is the contact of "ada@x.org": a
+ * second one is refused 409, and a read by either finds it); any other value exactly.
+ */
+function same(objectType: string, property: string, a: string | undefined, b: string): boolean {
+  if (a === undefined) return false;
+  return objectType === "contacts" && property === "email" ? a.toLowerCase() === b.toLowerCase() : a === b;
 }
 
 /** contacts -> contact, companies -> company, as HubSpot's messages name a record. */

@@ -1,7 +1,7 @@
 /**
  * A local HubSpot for the CRM v3 subset idem uses, spoken to through the real
  * @hubspot/api-client: objects create / get (with idProperty and `archived`) / archive (DELETE,
- * 204) / batch upsert / search, and the properties API with unique-value properties. Errors carry
+ * 204) / batch upsert / search, and the properties API (create, read, delete) with unique-value properties. Errors carry
  * HubSpot's JSON (`status`, `message`, `category`, `correlationId`); 429s carry `policyName` and
  * the X-HubSpot-RateLimit headers. A batch upsert whose input HubSpot refuses (a validation
  * error) is answered 207 Multi-Status, `{ status, results: [], numErrors, errors }`, as HubSpot
@@ -15,13 +15,22 @@
  * `bad_gateway` (502) before anything is written; after the write, `drop_after_commit` (the
  * connection closes with no answer), `delay_after_commit`, and `conflict_after_commit` (a 409
  * CONFLICT, as the loser of two racing writes of one unique value gets: the record exists,
- * written by the other).
+ * written by the other; with `status: 400` the 400 validation error some report for a custom
+ * unique property instead, naming it, and with `status: 207` a batch upsert's answer of that
+ * refusal, per input).
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
-import { CrmStore, HubSpotFailure, InputRefusal, error, type CrmRecord } from "./hubspot-records.js";
+import {
+  CrmStore,
+  HubSpotFailure,
+  InputRefusal,
+  error,
+  uniqueValueRefusal,
+  type CrmRecord,
+} from "./hubspot-records.js";
 
 export type HubSpotFaultKind =
   | "rate_limit"
@@ -182,6 +191,21 @@ export class HubSpotSandbox {
     }
     if (committed) this.events.emit("commit", committed);
     const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit", "conflict_after_commit"]);
+    if (after?.kind === "conflict_after_commit" && (after.status === 400 || after.status === 207)) {
+      const refused = uniqueValueRefusal(committed?.objectType ?? "record", this.clashedProperty(body, committed));
+      record(after.status);
+      if (after.status === 400) return send(res, 400, refused);
+      const { status, category, message } = refused;
+      const now = new Date().toISOString();
+      return send(res, 207, {
+        status: "COMPLETE",
+        results: [],
+        numErrors: 1,
+        errors: [{ status, category, message, context: {} }],
+        startedAt: now,
+        completedAt: now,
+      });
+    }
     if (after?.kind === "conflict_after_commit") {
       record(409);
       return send(
@@ -202,6 +226,24 @@ export class HubSpotSandbox {
     if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status);
     if (!res.destroyed && !req.socket.destroyed) send(res, status, out);
+  }
+
+  /**
+   * The unique value a racing write repeated: an upsert's idProperty, else the first custom
+   * unique-value property the record has a value in (a contact's email last).
+   */
+  private clashedProperty(
+    body: Record<string, unknown>,
+    committed?: { objectType: string; record: CrmRecord },
+  ): string {
+    const [input] = (body.inputs ?? []) as { idProperty?: string }[];
+    if (input?.idProperty) return input.idProperty;
+    if (!committed) return "hs_object_id";
+    const unique = this.crm
+      .listProperties(committed.objectType)
+      .filter((p) => p.hasUniqueValue && committed.record.properties[p.name] !== undefined)
+      .map((p) => p.name);
+    return unique[0] ?? "email";
   }
 
   private route(
@@ -229,6 +271,14 @@ export class HubSpotSandbox {
     if (api === "properties") {
       if (method === "POST" && !a) return [201, this.crm.createProperty(objectType, body)];
       if (method === "GET" && !a) return [200, { results: this.crm.listProperties(objectType) }];
+      if (method === "DELETE" && a) {
+        if (!this.crm.deleteProperty(objectType, a))
+          throw new HubSpotFailure(
+            404,
+            error(`Unable to find property ${a}`, "PROPERTY_NOT_FOUND", "OBJECT_NOT_FOUND"),
+          );
+        return [204, undefined];
+      }
       if (method === "GET" && a) {
         const p = this.crm.getProperty(objectType, a);
         if (!p)
