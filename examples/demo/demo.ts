@@ -195,7 +195,13 @@ try {
   const d = {
     tenant: "demo",
     key: ["order", "o-1001", "charge"],
-    args: { amount: 4200, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+    args: {
+      amount: 4200,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+    },
   };
   let pis = stripe.count("payment_intents");
   stripe.faults.add({ kind: "delay_after_commit", delayMs: 30_000 });

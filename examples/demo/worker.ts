@@ -60,7 +60,13 @@ switch (env.DEMO_MODE) {
     const args =
       env.DEMO_MODE === "idem-send"
         ? job
-        : { amount: 4200, currency: "usd", payment_method: "pm_card_visa", confirm: true };
+        : {
+            amount: 4200,
+            currency: "usd",
+            payment_method: "pm_card_visa",
+            confirm: true,
+            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+          };
     await ledger.run(action as never, {
       tenant: "demo",
       key: JSON.parse(env.KEY!),

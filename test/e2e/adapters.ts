@@ -55,7 +55,14 @@ export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Acti
 
 /** `tenant`: each cell's own, so that its contact's email (unique at HubSpot) is its own. */
 export function argsFor(adapter: Adapter, tenant: string): unknown {
-  if (adapter === "stripe") return { amount: 2500, currency: "usd", payment_method: "pm_card_visa", confirm: true };
+  if (adapter === "stripe")
+    return {
+      amount: 2500,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+    };
   if (adapter === "hubspot") return { properties: { email: `lead-${tenant}@example.test` } };
   return { to: "client@example.test", subject: "Crash matrix", text: "once" };
 }

@@ -371,7 +371,7 @@ export async function main(url: string): Promise<string> {
 
   const stripe = stripeActions({ apiKey: "sk_test_x" });
   const charge: RunResult<StripeReceipt> = await ledger.run(stripe.paymentIntentsCreate, {
-    tenant: "acme", key: ["order", "ord-42"], args: { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+    tenant: "acme", key: ["order", "ord-42"], args: { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true, automatic_payment_methods: { enabled: true, allow_redirects: "never" } },
   });
   const mail = emailActions({
     smtp: { host: "smtp.example.com", port: 587 }, imap: { host: "imap.example.com", port: 993, secure: true, auth: { user: "u", pass: "p" } },

@@ -151,7 +151,13 @@ for (const dialect of DIALECTS) {
               {
                 tenant: t,
                 key: ["pi"],
-                args: { amount: 900, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+                args: {
+                  amount: 900,
+                  currency: "usd",
+                  payment_method: "pm_card_visa",
+                  confirm: true,
+                  automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+                },
               },
             ),
             hubspot: await agentLedger.run(crm.create("contacts"), {

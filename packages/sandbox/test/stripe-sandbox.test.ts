@@ -23,7 +23,14 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.close());
 
-const card = { amount: 1500, currency: "eur", payment_method: "pm_card_visa", confirm: true };
+// Confirmed on the server: no redirect-based payment method, so no return_url (see "confirmation" below).
+const card = {
+  amount: 1500,
+  currency: "eur",
+  payment_method: "pm_card_visa",
+  confirm: true,
+  automatic_payment_methods: { enabled: true, allow_redirects: "never" as const },
+};
 let k = 0;
 const key = () => `sandbox-test-${++k}`;
 
@@ -188,4 +195,95 @@ describe("Stripe sandbox lists and refunds", () => {
       statusCode: 400,
     });
   });
+});
+
+describe("Stripe sandbox confirmation and test payment methods", () => {
+  const failure = (p: Promise<unknown>) =>
+    p.then(() => undefined).catch((e: unknown) => e as Stripe.errors.StripeError);
+  const onlyCards = { allowed_payment_method_types: ["card" as const] };
+  const confirmed = (payment_method: string) => ({ amount: 2000, currency: "usd", payment_method, confirm: true });
+
+  it("refuses a confirm that may redirect without a return_url (400), as Stripe does since 2023-08-16", async () => {
+    const before = sandbox.count("payment_intents");
+    const err = await failure(client.paymentIntents.create(confirmed("pm_card_visa"), { idempotencyKey: key() }));
+    expect(err).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+    expect(err).toMatchObject({ statusCode: 400, type: "StripeInvalidRequestError" });
+    expect(err?.message).toMatch(/^A `return_url` must be specified because this Payment Intent is configured/);
+    expect(sandbox.count("payment_intents") - before).toBe(0);
+    // what Stripe accepts instead: no redirects, a return_url, off-session, or only cards
+    for (const extra of [
+      { automatic_payment_methods: { enabled: true, allow_redirects: "never" as const } },
+      { return_url: "https://example.com/back" },
+      { off_session: true },
+      onlyCards,
+    ]) {
+      const pi = await client.paymentIntents.create(
+        { ...confirmed("pm_card_visa"), ...extra },
+        { idempotencyKey: key() },
+      );
+      expect(pi.status).toBe("succeeded");
+    }
+  });
+
+  it("refuses error_on_requires_action with automatic payment methods, and takes it with only cards", async () => {
+    const err = await failure(
+      client.paymentIntents.create(
+        { ...card, payment_method: "pm_card_threeDSecure2Required", error_on_requires_action: true },
+        { idempotencyKey: key() },
+      ),
+    );
+    expect(err).toMatchObject({ statusCode: 400, param: "error_on_requires_action" });
+    const pi = await client.paymentIntents.create(
+      { ...confirmed("pm_card_visa"), ...onlyCards, error_on_requires_action: true },
+      { idempotencyKey: key() },
+    );
+    expect(pi).toMatchObject({ status: "succeeded", latest_charge: expect.stringMatching(/^ch_/) });
+  });
+
+  it("declines pm_card_chargeDeclinedInsufficientFunds (402 insufficient_funds), the intent in the error and saved under the key", async () => {
+    const idempotencyKey = key();
+    const charges = sandbox.count("charges");
+    const args = { ...confirmed("pm_card_chargeDeclinedInsufficientFunds"), ...onlyCards };
+    const err = await failure(client.paymentIntents.create(args, { idempotencyKey }));
+    expect(err).toBeInstanceOf(Stripe.errors.StripeCardError);
+    expect(err).toMatchObject({ statusCode: 402, code: "card_declined", decline_code: "insufficient_funds" });
+    expect(err?.payment_intent).toMatchObject({
+      status: "requires_payment_method",
+      last_payment_error: { code: "card_declined", decline_code: "insufficient_funds" },
+    });
+    const again = await failure(client.paymentIntents.create(args, { idempotencyKey }));
+    expect(again?.headers?.["idempotent-replayed"]).toBe("true");
+    expect(sandbox.count("charges") - charges).toBe(0);
+  });
+
+  for (const pm of ["pm_card_authenticationRequired", "pm_card_threeDSecure2Required"]) {
+    it(`leaves ${pm} waiting for the customer's authentication (requires_action), nothing charged`, async () => {
+      const charges = sandbox.count("charges");
+      const pi = await client.paymentIntents.create({ ...confirmed(pm), ...onlyCards }, { idempotencyKey: key() });
+      expect(pi).toMatchObject({
+        status: "requires_action",
+        next_action: { type: "use_stripe_sdk" },
+        amount_received: 0,
+        latest_charge: null,
+      });
+      expect(sandbox.count("charges") - charges).toBe(0);
+    });
+
+    it(`fails ${pm} with 402 authentication_required under error_on_requires_action or off_session`, async () => {
+      const charges = sandbox.count("charges");
+      for (const extra of [{ ...onlyCards, error_on_requires_action: true }, { off_session: true }]) {
+        const err = await failure(
+          client.paymentIntents.create({ ...confirmed(pm), ...extra }, { idempotencyKey: key() }),
+        );
+        expect(err).toBeInstanceOf(Stripe.errors.StripeCardError);
+        expect(err).toMatchObject({ statusCode: 402, code: "authentication_required" });
+        const intent = (err as { payment_intent?: { id: string } }).payment_intent!;
+        expect(await client.paymentIntents.retrieve(intent.id)).toMatchObject({
+          status: "requires_payment_method",
+          last_payment_error: { code: "authentication_required" },
+        });
+      }
+      expect(sandbox.count("charges") - charges).toBe(0);
+    });
+  }
 });

@@ -71,6 +71,8 @@ function classifyAnswer(error: unknown): Classification {
       ...ids,
     };
   }
+  // Stripe's rate limiter answers before the idempotency layer (a 429 that is not a replay saved
+  // nothing and ran nothing): wait as it says, then send the same request again.
   if (status === 429) {
     const seconds = Number(error.headers?.["retry-after"]);
     return {
@@ -80,12 +82,13 @@ function classifyAnswer(error: unknown): Classification {
       ...ids,
     };
   }
-  // Unavailable before execution, not a saved answer (above): nothing was saved under the key.
-  if (status === 503) return { kind: "transient", reason: what, ...ids };
   // A 500 is saved under the key: the effect is unknown and a replay would only repeat the 500.
   if (status === 500) return { kind: "ambiguous", reason: what, replayable: false, ...ids };
-  // A gateway's 502 or 504 (Stripe documents only the 500 as saved): the request may still be
-  // running and will save its own answer, which a replay with our key returns.
+  // Any other 5xx that is not a replay (above): Stripe saves the answer of a request that began
+  // executing, a 5xx included (docs.stripe.com/api/idempotent_requests), so a 503 may follow a
+  // charge as a 502 or 504 from a gateway may, and none proves that nothing was done. A replay with
+  // our key inside Stripe's window either runs the request once (nothing was saved) or returns
+  // what was saved, marked as a replay (then looked up, above).
   if (status !== undefined && status > 500) return { kind: "ambiguous", reason: what, ...ids };
   // Wrong or revoked key, or not allowed: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };

@@ -3,83 +3,143 @@
  * 24 h key retention, or when Stripe saved a 500 under the key. Customers and payment intents
  * are found through Search on `metadata['idem_operation']`, which lags writes by about a minute:
  * "not found" is inconclusive until the lag has passed, and absence is then proven by a consistent
- * list of the objects created while our requests could have run. Refunds have no Search: every page of the
+ * list of the objects created around our attempts. Refunds have no Search: every page of the
  * refunds of the payment intent or charge the args name is read (a consistent list) and matched
  * on the same metadata. Every window is measured on the database clock (`op.now`), never ours.
+ *
+ * An object with our key is ours when Stripe created it while our requests could have run, by the
+ * ledger's clock. Stripe's `created` is Stripe's clock, and the ledger's may be off it: one created
+ * within a day of that window (SKEW_BAND_S) is either ours, seen through a wrong clock, or an
+ * earlier operation's with the same key pruned from the ledger within a day; a person decides. One
+ * further off is an earlier operation's (a month-old charge of the same invoice), not this one's.
  */
 import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
-type Found = { id: string; object: string; status?: string | null; created?: number } | undefined;
+type Found = { id: string; object: string; status?: string | null; created?: number };
 
 /** When the operation's requests could have created an object: from its claim to its last attempt (ms, database clock). */
-export interface AttemptWindow {
+interface AttemptWindow {
   readonly from: number;
   readonly to: number;
 }
 
+/** A filter on Stripe's `created` (seconds, Stripe's clock), both ends included. */
+export interface CreatedRange {
+  readonly gte: number;
+  readonly lte: number;
+}
+
 /** How an effect is looked up. */
 export interface Lookup<A> {
-  find(stripe: Stripe, args: A, key: string): Promise<Found>;
+  /** The objects that carry our key (Search: its first SEARCH_HITS; a consistent list: all of them). */
+  find(stripe: Stripe, args: A, key: string): Promise<Found[]>;
   /** Whether `find` reads an index that lags (Search) or a consistent list. */
   readonly lags: boolean;
   /**
-   * For a lagging `find`: the consistent read that proves absence. Search is usually a minute
-   * behind but, by Stripe's word, up to an hour during an incident; "not in Search" after the
-   * lag window would then charge again. A list of the objects created while our requests could
-   * have run is not behind.
+   * For a lagging `find`: the consistent read that proves absence, of the objects with our key
+   * created in `created`. Search is usually a minute behind but, by Stripe's word, up to an hour
+   * during an incident; "not in Search" after the lag window would then charge again. A list of
+   * the objects created around our attempts is not behind.
    */
-  confirm?(stripe: Stripe, args: A, key: string, window: AttemptWindow): Promise<Found | typeof TOO_MANY>;
+  confirm?(stripe: Stripe, args: A, key: string, created: CreatedRange): Promise<Found[] | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
   /**
    * The verdict on an object found, when the object alone is not the effect's proof (undefined:
    * it is): read again by id, consistently, since Search may show an older state.
    */
-  judge?(stripe: Stripe, found: NonNullable<Found>, args: A): Promise<ReconcileResult<StripeReceipt> | undefined>;
+  judge?(stripe: Stripe, found: Found, args: A): Promise<ReconcileResult<StripeReceipt> | undefined>;
 }
 
 /**
- * Stripe's `created` filter (seconds) for an attempt window, with slack for the clocks' skew and
- * a request still running at Stripe after our last attempt timed out.
+ * Stripe's `created` (seconds) while our requests could have run, with slack for the clocks'
+ * usual skew and a request still running at Stripe after our last attempt timed out.
  */
-function createdWithin(w: AttemptWindow): { gte: number; lte: number } {
+function attemptRange(w: AttemptWindow): CreatedRange {
   return { gte: Math.floor(w.from / 1000) - 300, lte: Math.ceil(w.to / 1000) + 600 };
 }
 
-/** Whether a Stripe object (its `created`, in seconds) was made while our requests could have run. */
-function madeWithin(o: { created?: unknown }, w: AttemptWindow): boolean {
-  if (typeof o.created !== "number") return true;
-  const { gte, lte } = createdWithin(w);
-  return o.created >= gte && o.created <= lte;
+/**
+ * How far either side of the attempt window an object with our key may be ours, seen through a
+ * ledger's clock that is wrong: no clock is a day off, and only an earlier operation with the same
+ * key, pruned from the ledger within that day, explains one otherwise. A person tells them apart.
+ */
+const SKEW_BAND_S = 24 * 3_600;
+
+function bandRange(w: AttemptWindow): CreatedRange {
+  const r = attemptRange(w);
+  return { gte: r.gte - SKEW_BAND_S, lte: r.lte + SKEW_BAND_S };
+}
+
+const within = (created: number, r: CreatedRange) => created >= r.gte && created <= r.lte;
+
+/**
+ * Of the objects with our key: the one made in our attempt window (ours; one without `created`
+ * too, as before windows were judged), else one made within a day of it (a person's question).
+ */
+function sortHits(hits: readonly Found[], w: AttemptWindow): { ours?: Found; skewed?: Found } {
+  const [r, band] = [attemptRange(w), bandRange(w)];
+  const ours = hits.find((o) => typeof o.created !== "number" || within(o.created, r));
+  const skewed = hits.find((o) => typeof o.created === "number" && within(o.created, band));
+  return ours ? { ours } : skewed ? { skewed } : {};
 }
 
 /** More objects in the window than one lookup reads: absence is not proven this way (a person decides). */
 export const TOO_MANY = Symbol("too many objects to read");
 const MAX_LISTED = 2_000;
+/** How many of Search's hits on our key are read: more than one when an earlier operation's object has it too. */
+const SEARCH_HITS = 10;
 
 /** Reads the pages (auto-pagination: the match may be past the first 100) for our key, up to MAX_LISTED objects. */
-async function firstWithKey<T extends { metadata?: Stripe.Metadata | null }>(
+async function withKey<T extends { metadata?: Stripe.Metadata | null }>(
   pages: AsyncIterable<T>,
   key: string,
-): Promise<T | undefined | typeof TOO_MANY> {
+): Promise<T[] | typeof TOO_MANY> {
+  const hits: T[] = [];
   let read = 0;
   for await (const o of pages) {
-    if (o.metadata?.[METADATA_KEY] === key) return o;
+    if (o.metadata?.[METADATA_KEY] === key) hits.push(o);
     if (++read >= MAX_LISTED) return TOO_MANY;
   }
-  return undefined;
+  return hits;
+}
+
+/**
+ * The consistent list around our attempts: the attempt window first (where ours is), then the day
+ * either side of it (where ours is if the ledger's clock is off Stripe's).
+ */
+async function listAround<A>(
+  stripe: Stripe,
+  lookup: Lookup<A>,
+  args: A,
+  key: string,
+  w: AttemptWindow,
+): Promise<{ ours?: Found; skewed?: Found } | typeof TOO_MANY> {
+  const [r, band] = [attemptRange(w), bandRange(w)];
+  const inWindow = await lookup.confirm!(stripe, args, key, r);
+  if (inWindow === TOO_MANY) return TOO_MANY;
+  if (inWindow[0]) return { ours: inWindow[0] };
+  for (const side of [
+    { gte: band.gte, lte: r.gte - 1 },
+    { gte: r.lte + 1, lte: band.lte },
+  ]) {
+    const hits = await lookup.confirm!(stripe, args, key, side);
+    if (hits === TOO_MANY) return TOO_MANY;
+    if (hits[0]) return { skewed: hits[0] };
+  }
+  return {};
 }
 
 export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confirm?: boolean | undefined }> = {
   find: async (stripe, _args, key) =>
-    (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
+    (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: SEARCH_HITS })).data,
   lags: true,
-  confirm: (stripe, args, key, w) =>
-    firstWithKey(
+  confirm: (stripe, args, key, created) =>
+    withKey(
       stripe.paymentIntents.list({
-        created: createdWithin(w),
+        created,
         ...(typeof args?.customer === "string" && { customer: args.customer }),
         limit: 100,
       }),
@@ -89,13 +149,24 @@ export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confi
   // key, the intent left waiting for another payment method). Found waiting so, with the decline
   // on it, it is that answer. Waiting without it (an update clears it), for confirmation (another
   // card attached since) or canceled: whether our confirmation was declined cannot be told, and a
-  // person decides. Without confirm, whatever became of the intent since is its customer's doing.
+  // person decides. Waiting for the customer to authenticate (requires_action, a card that asks
+  // for 3D Secure confirmed without `error_on_requires_action`): nothing is charged, and nothing
+  // settles it either way, since the customer may still authenticate; not done would let a retry
+  // charge a second time, done would report a payment not collected: a person decides (cancel it,
+  // or have the customer complete it). Without confirm, whatever became of the intent since is
+  // its customer's doing.
   judge: async (stripe, found, args) => {
     if (args?.confirm !== true) return undefined;
-    const unpaid = ["requires_payment_method", "requires_confirmation", "canceled"];
+    const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
     if (!unpaid.includes(found.status ?? "")) return undefined;
     const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
     if (!unpaid.includes(pi.status)) return { found: true, receipt: toReceipt(pi, null, false) };
+    if (pi.status === "requires_action")
+      return {
+        found: false,
+        proof: "never",
+        reason: `found the payment intent ${pi.id}, created with confirm, waiting for the customer to authenticate the payment (requires_action): nothing is charged yet, and it may still be if they do; cancel it in the dashboard before charging again, or have the customer complete it`,
+      };
     const e = pi.last_payment_error;
     if (pi.status === "requires_payment_method" && e) {
       const code = [e.code, e.decline_code].filter(Boolean).join(" ");
@@ -115,10 +186,9 @@ export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confi
 
 export const searchCustomers: Lookup<unknown> = {
   find: async (stripe, _args, key) =>
-    (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: 1 })).data[0],
+    (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: SEARCH_HITS })).data,
   lags: true,
-  confirm: (stripe, _args, key, w) =>
-    firstWithKey(stripe.customers.list({ created: createdWithin(w), limit: 100 }), key),
+  confirm: (stripe, _args, key, created) => withKey(stripe.customers.list({ created, limit: 100 }), key),
 };
 
 type RefundTarget = { payment_intent?: string | undefined; charge?: string | undefined };
@@ -127,10 +197,11 @@ export const listRefunds: Lookup<RefundTarget> = {
   async find(stripe, args, key) {
     const by = args.charge ? { charge: args.charge } : { payment_intent: args.payment_intent! };
     // Auto-pagination reads every page (starting_after the last id): the match may be past the first 100.
+    const hits = [];
     for await (const refund of stripe.refunds.list({ ...by, limit: 100 })) {
-      if (refund.metadata?.[METADATA_KEY] === key) return refund;
+      if (refund.metadata?.[METADATA_KEY] === key) hits.push(refund);
     }
-    return undefined;
+    return hits;
   },
   lags: false,
   blindSpot: (args) =>
@@ -157,19 +228,21 @@ export async function reconcileByLookup<A>(
   if (blind) return { found: false, proof: "never", reason: blind };
   const window = { from: op.createdAt, to: op.lastAttemptAt };
   let listed: string | undefined; // why only the consistent list was read: Search failed
+  let skewed: Found | undefined; // an object with our key within a day of our window, not in it
   try {
-    const found = await lookup.find(stripe, args, op.key);
-    // Only an object created while our requests could have run is ours: one older (an earlier
-    // operation with this key, pruned from the ledger since) is not this operation's effect, and
-    // Search's one hit may hide ours, so the window's list decides.
-    if (found && madeWithin(found, window)) return answerOf(stripe, lookup, found, args);
+    // Search's hits that are not ours (an earlier operation's) may hide ours behind them, and
+    // one near our window may be ours through a wrong clock: the list around the window decides.
+    const hits = sortHits(await lookup.find(stripe, args, op.key), window);
+    if (hits.ours) return answerOf(stripe, lookup, hits.ours, args);
+    skewed = hits.skewed;
   } catch (error) {
     // Search refused or down (Stripe does not offer it everywhere; an incident): the consistent
     // list answers on its own, and does not lag.
     if (!lookup.confirm) throw error;
-    const inList = await lookup.confirm(stripe, args, op.key, window);
+    const inList = await listAround(stripe, lookup, args, op.key, window);
     if (inList === TOO_MANY) return tooMany("Stripe Search failed");
-    if (inList) return answerOf(stripe, lookup, inList, args);
+    if (inList.ours) return answerOf(stripe, lookup, inList.ours, args);
+    skewed = inList.skewed;
     listed = `Stripe Search failed (${(error as Error)?.message ?? String(error)})`;
   }
   // Without the database's time no window can be judged (a runner that does not fill `now`):
@@ -181,7 +254,7 @@ export async function reconcileByLookup<A>(
       reason: "no database time (op.now) to judge the search-lag and key windows",
     };
   const sinceAttempt = op.now - op.lastAttemptAt;
-  if (lookup.lags && listed === undefined && sinceAttempt < w.lagMs) {
+  if (lookup.lags && listed === undefined && !skewed && sinceAttempt < w.lagMs) {
     // Look again before the window ends: the index usually catches up sooner.
     const retryAfterMs = Math.min(w.lagMs - sinceAttempt, Math.max(1_000, Math.round(w.lagMs / 6)));
     return {
@@ -192,12 +265,14 @@ export async function reconcileByLookup<A>(
     };
   }
   // Search may be far behind during an incident: its "not found" is checked against the
-  // consistent list of the objects created while our requests could have run, in any window.
+  // consistent list of the objects created around our attempts, in any window.
   if (lookup.confirm && listed === undefined) {
-    const inList = await lookup.confirm(stripe, args, op.key, window);
-    if (inList === TOO_MANY) return tooMany("not in Stripe Search");
-    if (inList) return answerOf(stripe, lookup, inList, args);
+    const inList = await listAround(stripe, lookup, args, op.key, window);
+    if (inList === TOO_MANY && !skewed) return tooMany("not in Stripe Search");
+    if (inList !== TOO_MANY && inList.ours) return answerOf(stripe, lookup, inList.ours, args);
+    if (inList !== TOO_MANY) skewed ??= inList.skewed;
   }
+  if (skewed) return outsideWindow(skewed, window);
   const keptMs = op.createdAt + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
     // Absent, but Stripe still holds our key (with an error it saved under it, or past the
@@ -206,8 +281,8 @@ export async function reconcileByLookup<A>(
     const where = !lookup.confirm
       ? "in no page of the list"
       : listed
-        ? `${listed}; not in the list of the objects created while our requests could have run`
-        : "neither in Search nor in the list of the objects created while our requests could have run";
+        ? `${listed}; not in the list of the objects created around our attempts`
+        : "neither in Search nor in the list of the objects created around our attempts";
     return {
       found: false,
       proof: "never",
@@ -218,7 +293,7 @@ export async function reconcileByLookup<A>(
     return {
       found: false,
       proof: "absent",
-      reason: `${listed ? `${listed}; not` : "not in Stripe Search, nor"} in the list of the objects created while our requests could have run`,
+      reason: `${listed ? `${listed}; not` : "not in Stripe Search, nor"} in the list of the objects created around our attempts`,
     };
   return {
     found: false,
@@ -227,11 +302,22 @@ export async function reconcileByLookup<A>(
   };
 }
 
+/** An object with our key near our attempts but not during them: ours through a wrong clock, or an earlier operation's. */
+function outsideWindow(o: Found, w: AttemptWindow): ReconcileResult<StripeReceipt> {
+  const iso = (ms: number) => new Date(ms).toISOString();
+  const made = typeof o.created === "number" ? iso(o.created * 1000) : "at an unknown time";
+  return {
+    found: false,
+    proof: "never",
+    reason: `the ${o.object} ${o.id} carries our key but was created ${made} by Stripe's clock, outside our attempts' window by the ledger's clock (${iso(w.from)} to ${iso(w.to)}): the ledger's clock may be off Stripe's (clock skew), or an earlier operation with this key, pruned from the ledger since, made it; look at it in the dashboard`,
+  };
+}
+
 /** An object found with our key: the effect, or what its lookup's judge makes of it (a refusal, a person's question). */
 async function answerOf<A>(
   stripe: Stripe,
   lookup: Lookup<A>,
-  found: NonNullable<Found>,
+  found: Found,
   args: A,
 ): Promise<ReconcileResult<StripeReceipt>> {
   return (await lookup.judge?.(stripe, found, args)) ?? { found: true, receipt: toReceipt(found, null, false) };
@@ -241,6 +327,6 @@ function tooMany(search: string): ReconcileResult<StripeReceipt> {
   return {
     found: false,
     proof: "never",
-    reason: `${search}, and more than ${MAX_LISTED} objects were created while our requests could have run: absence cannot be proven by reading them`,
+    reason: `${search}, and more than ${MAX_LISTED} objects were created around our attempts (within a day of them, where a clock off Stripe's would put ours): absence cannot be proven by reading them`,
   };
 }

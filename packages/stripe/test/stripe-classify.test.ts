@@ -46,7 +46,8 @@ describe("classifyStripeError", () => {
       { kind: "rate_limited", retryAfterMs: 3000 },
     ],
     ["a rate limit without it", new E.StripeRateLimitError(raw(429)), { kind: "rate_limited", retryAfterMs: 1000 }],
-    ["503 before execution", new E.StripeAPIError(raw(503)), { kind: "transient" }],
+    // Stripe saves what a request that began executing answered, a 5xx too: a 503 may follow a charge
+    ["a 503 that is not a replay", new E.StripeAPIError(raw(503)), { kind: "ambiguous" }],
     ["a 500 saved under the key", new E.StripeAPIError(raw(500)), { kind: "ambiguous", replayable: false }],
     // Stripe's replay of what it saved under the key: an execution began, whatever the status says
     [
@@ -110,8 +111,8 @@ describe("classifyStripeError", () => {
     expect(cls.reason).toMatch(/still executing/);
   });
 
-  it("leaves a gateway's 502 and 504 replayable: the request may still run and save its answer under our key", () => {
-    for (const status of [502, 504]) {
+  it("leaves a 503 and a gateway's 502 and 504 replayable: the request may still run and save its answer under our key", () => {
+    for (const status of [502, 503, 504]) {
       const cls = classifyStripeError(new E.StripeAPIError(raw(status)));
       expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
     }
@@ -125,12 +126,13 @@ describe("classifyStripeError", () => {
   });
 
   it("reads an answer that says nothing was done as unknown when stripe-node had sent the request more than once", () => {
-    const unavailable = new E.StripeAPIError(raw(503));
     const limited = new E.StripeRateLimitError(raw(429));
     const declined = new E.StripeCardError(raw(402, { code: "card_declined" }));
-    expect(classifyStripeError(unavailable)).toMatchObject({ kind: "transient" });
-    expect(classifyStripeError(unavailable, true)).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
-    expect(classifyStripeError(limited, true)).toMatchObject({ kind: "ambiguous" });
+    expect(classifyStripeError(limited)).toMatchObject({ kind: "rate_limited" });
+    expect(classifyStripeError(limited, true)).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
+    const refused = new E.StripeConnectionError({ message: "m", detail: { code: "ECONNREFUSED" } });
+    expect(classifyStripeError(refused)).toMatchObject({ kind: "transient" });
+    expect(classifyStripeError(refused, true)).toMatchObject({ kind: "ambiguous" });
     // Stripe's answer for the key (saved under it): the same whichever send it answered.
     expect(classifyStripeError(declined, true)).toMatchObject({ kind: "permanent" });
   });

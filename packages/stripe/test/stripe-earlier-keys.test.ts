@@ -13,7 +13,13 @@ import { stripeActions, type StripeConfig } from "@idem/stripe";
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
-const CARD = { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true } as const;
+const CARD = {
+  amount: 2000,
+  currency: "usd",
+  payment_method: "pm_card_visa",
+  confirm: true,
+  automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+} as const;
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };

@@ -117,6 +117,102 @@ describe("Stripe lookups inside the key window, with Search far behind (an incid
   });
 });
 
+describe("Stripe lookups with the ledger's clock off Stripe's", () => {
+  // Our request made the object (our key on it) at Stripe's time; the ledger, whose clock is `offMin`
+  // off Stripe's, puts our attempts elsewhere. Stripe forgot the key long ago (25 h).
+  const skewed = (offMin: number) => {
+    const at = Date.now() + offMin * 60_000;
+    return { createdAt: at, lastAttemptAt: at, now: at + 25 * HOUR };
+  };
+  const madeWithOurKey = async (s: ReturnType<typeof stripe>, key: string) =>
+    s.client.paymentIntents.create({ amount: 700, currency: "usd", metadata: { idem_operation: key } });
+  const withSearch = async <T>(how: "down" | "behind", fn: () => Promise<T>): Promise<T> => {
+    const was = sandbox.searchLagMs;
+    if (how === "down") sandbox.faults.add({ kind: "unavailable", match: { path: "/search" }, times: 1_000 });
+    else sandbox.searchLagMs = 10 * 60_000;
+    try {
+      return await fn();
+    } finally {
+      sandbox.faults.clear();
+      sandbox.searchLagMs = was;
+    }
+  };
+  const personDecides = {
+    found: false,
+    proof: "never",
+    reason: expect.stringMatching(/carries our key but was created .* outside our attempts' window .*clock/),
+  };
+
+  for (const offMin of [6, -11]) {
+    it(`clock ${offMin} min off: Search's hit outside our attempts' window is a person's question, not absence`, async () => {
+      const s = stripe();
+      const key = newKey();
+      await madeWithOurKey(s, key);
+      const out = await s.paymentIntentsCreate.reconcile!({ amount: 700, currency: "usd" }, op(key, skewed(offMin)));
+      expect(out).toMatchObject(personDecides);
+    });
+
+    for (const how of ["down", "behind"] as const)
+      it(`clock ${offMin} min off, Search ${how}: the list reads the wider band and finds it too`, async () => {
+        const s = stripe();
+        const key = newKey();
+        await madeWithOurKey(s, key);
+        const out = await withSearch(how, () =>
+          s.paymentIntentsCreate.reconcile!({ amount: 700, currency: "usd" }, op(key, skewed(offMin))),
+        );
+        expect(out).toMatchObject(personDecides);
+      });
+  }
+
+  it("an object with our key inside our attempts' window is ours, though another with it sits in the band", async () => {
+    const s = stripe();
+    const key = newKey();
+    await madeWithOurKey(s, key); // an earlier operation with this key, 3 h before ours (by the moved clock below)
+    sandbox.advance(3 * HOUR);
+    try {
+      const ours = await madeWithOurKey(s, key);
+      const at = Date.now() + 3 * HOUR;
+      const t = { createdAt: at, lastAttemptAt: at, now: at + 25 * HOUR };
+      expect(await s.paymentIntentsCreate.reconcile!({ amount: 700, currency: "usd" }, op(key, t))).toMatchObject({
+        found: true,
+        receipt: { id: ours.id },
+      });
+      expect(
+        await withSearch("down", () => s.paymentIntentsCreate.reconcile!({ amount: 700, currency: "usd" }, op(key, t))),
+      ).toMatchObject({ found: true, receipt: { id: ours.id } });
+    } finally {
+      sandbox.advance(-3 * HOUR);
+    }
+  });
+
+  it("an object with our key from more than a day outside the window stays an earlier operation's: absent", async () => {
+    const s = stripe();
+    const key = newKey();
+    await madeWithOurKey(s, key);
+    const at = Date.now() + 26 * HOUR;
+    const out = await s.paymentIntentsCreate.reconcile!(
+      { amount: 700, currency: "usd" },
+      op(key, { createdAt: at, lastAttemptAt: at, now: at + 25 * HOUR }),
+    );
+    expect(out).toMatchObject({ found: false, proof: "absent" });
+  });
+
+  it("a refund with our key, the clock 6 min off: a person decides, not refunded again", async () => {
+    const s = stripe();
+    const key = newKey();
+    const pi = await s.client.paymentIntents.create({
+      amount: 5_000,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+    });
+    await s.client.refunds.create({ payment_intent: pi.id, amount: 100, metadata: { idem_operation: key } });
+    const out = await s.refundsCreate.reconcile!({ payment_intent: pi.id, amount: 100 }, op(key, skewed(6)));
+    expect(out).toMatchObject(personDecides);
+  });
+});
+
 describe("Stripe refund lookup", () => {
   // Stripe forgot the key (first sent 25 h ago); the last attempt ran now, when these refunds are made:
   // only an object made while our requests could have run is ours.
@@ -128,6 +224,7 @@ describe("Stripe refund lookup", () => {
       currency: "usd",
       payment_method: "pm_card_visa",
       confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
     });
   });
 

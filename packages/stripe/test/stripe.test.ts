@@ -14,7 +14,14 @@ import { stripeActions, type StripeConfig } from "@idem/stripe";
 
 const WORKER = fileURLToPath(new URL("./children/stripe-worker.ts", import.meta.url));
 const HOUR = 3_600_000;
-const CARD = { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true } as const;
+// Confirmed on the server without redirect-based payment methods: Stripe asks no return_url (as the child worker's).
+const CARD = {
+  amount: 2000,
+  currency: "usd",
+  payment_method: "pm_card_visa",
+  confirm: true,
+  automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+} as const;
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
@@ -192,6 +199,96 @@ for (const dialect of DIALECTS) {
       expect(piCount() - before).toBe(1);
     });
 
+    it("a 503 answered after the charge committed, on the only attempt: unknown, not charged again past the key window", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      // Stripe began executing, charged, and answered 503 (saved under our key; this is its first answer, no replay header).
+      sandbox.faults.add({ kind: "error_after_commit", status: 503, match: { path: "/v1/payment_intents" } });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["first-503"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR); // Stripe has forgotten the key: running it again would charge again
+      const again = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["first-503"], args: CARD });
+      expect(again).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent", requestId: null } });
+      expect(piCount() - before).toBe(1);
+    });
+
+    it("an incident: two 503s before execution, then a 503 after the charge, within the default budget: unknown, charged once", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { baseDelayMs: 5 }, actions: [s.paymentIntentsCreate] });
+      const before = piCount();
+      const t = tenant();
+      sandbox.faults.add({ kind: "unavailable", match: { path: "/v1/payment_intents" }, times: 2 });
+      sandbox.faults.add({ kind: "error_after_commit", status: 503, match: { path: "/v1/payment_intents" } });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["incident-503"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { object: "payment_intent" } });
+      expect(piCount() - before).toBe(1);
+    });
+
+    it("a refund answered 503 after it committed, on the only attempt: unknown, not refunded again past the key window", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.refundsCreate] });
+      const t = tenant();
+      const pi = await s.client.paymentIntents.create({ ...CARD, amount: 10_000 });
+      const before = sandbox.count("refunds");
+      sandbox.faults.add({ kind: "error_after_commit", status: 503, match: { path: "/v1/refunds" } });
+      const args = { payment_intent: pi.id, amount: 3000 };
+      const out = await l.run(s.refundsCreate, { tenant: t, key: ["refund", pi.id], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR);
+      const again = await l.run(s.refundsCreate, { tenant: t, key: ["refund", pi.id], args });
+      expect(again).toMatchObject({ status: "succeeded", receipt: { object: "refund" } });
+      expect(sandbox.count("refunds") - before).toBe(1);
+      expect(sandbox.objects.get("payment_intents", pi.id)).toMatchObject({ amount_refunded: 3000 });
+    });
+
+    for (const offMin of [6, -11])
+      it(`the ledger's clock ${offMin} min off Stripe's, an answer lost, past the key window: a person decides, not charged again`, async () => {
+        const s = stripe();
+        const l = await db.open({
+          clock: () => Date.now() + skew + offMin * 60_000,
+          budget: { attempts: 1 },
+          actions: [s.paymentIntentsCreate],
+        });
+        const before = piCount();
+        const t = tenant();
+        sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+        const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["skewed"], args: CARD });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        advance(25 * HOUR);
+        const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+        expect(settled).toMatchObject({
+          status: "pending_verification",
+          state: "needs_review",
+          reason: expect.stringMatching(/carries our key but was created .* outside our attempts' window .*clock/),
+        });
+        expect(piCount() - before).toBe(1);
+      });
+
+    it("a charge left waiting for the customer's authentication, its answer lost, found past the key window: a person decides, not succeeded", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_threeDSecure2Required" };
+      // Stripe answers 200 requires_action (nothing charged); the answer is lost.
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["needs-3ds"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/requires_action/),
+      });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      expect(sandbox.objects.all("charges").filter((c) => c.payment_intent === pi.id)).toHaveLength(0);
+    });
+
     it("a declined charge whose answer was lost, found past the key window: failed with the decline, not succeeded", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
@@ -348,11 +445,10 @@ for (const dialect of DIALECTS) {
       scaled(60_000),
     );
 
-    it("past the 24 h window, an intent proven absent is created once with the same key", async () => {
+    it("503s before anything ran: unknown (a 503 may follow a charge), and past the 24 h window proven absent and created once with the same key", async () => {
       const s = stripe();
       const l = await ledger({ actions: [s.paymentIntentsCreate] });
       const t = tenant();
-      // a worker claimed and died before sending (its lease long expired 25 h later)
       sandbox.faults.add({ kind: "unavailable", match: { path: "/v1/payment_intents" }, times: 3 });
       const out = await l.run(s.paymentIntentsCreate, {
         tenant: t,
@@ -360,7 +456,7 @@ for (const dialect of DIALECTS) {
         args: CARD,
         budget: { attempts: 1 },
       });
-      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       sandbox.faults.clear();
       const before = piCount();
       advance(25 * HOUR);

@@ -1,11 +1,19 @@
 /**
  * The Stripe resources the sandbox keeps, with the validation and outcomes Stripe documents for
- * test mode: customers, payment intents (confirm with pm_card_visa succeeds and makes the intent's
- * `latest_charge`, pm_card_chargeDeclined is declined with a 402 card_error), the charges those
- * make, refunds of a `payment_intent` or a `charge` (at most what was captured), and
- * any other POSTed resource kept as given. Lists filter on fields (`?payment_intent=`,
- * `?charge=`), newest first. Search understands `metadata['k']:'v'` and `field:'v'` clauses joined
- * by AND, and sees an object only `searchLagMs` after its creation.
+ * test mode: customers, payment intents (confirmed with one of Stripe's test payment methods, see
+ * TEST_CARDS; any other succeeds and makes the intent's `latest_charge`), the charges those make,
+ * refunds of a `payment_intent` or a `charge` (at most what was captured), and any other POSTed
+ * resource kept as given. Lists filter on fields (`?payment_intent=`, `?charge=`), newest first.
+ * Search understands `metadata['k']:'v'` and `field:'v'` clauses joined by AND, and sees an object
+ * only `searchLagMs` after its creation.
+ *
+ * A confirmation is checked as Stripe checks it on API versions since 2023-08-16
+ * (docs.stripe.com/changelog/2023-08-16/automatic-payment-methods), whatever `Stripe-Version` the
+ * request names: an intent without a list of payment method types (`allowed_payment_method_types`,
+ * or the older `payment_method_types`) takes the Dashboard's, some of which redirect, so confirming
+ * it needs a `return_url` unless it is `off_session` or `automatic_payment_methods[allow_redirects]`
+ * is `never`; and `error_on_requires_action` needs such a list. Not modelled: confirming an intent
+ * later (`/confirm`), manual capture, customers' saved payment methods.
  */
 import { randomBytes } from "node:crypto";
 
@@ -23,7 +31,7 @@ export class StripeFailure {
     readonly status: number,
     readonly error: {
       type: string;
-      code?: string;
+      code?: string | undefined;
       message: string;
       param?: string;
       decline_code?: string;
@@ -35,6 +43,45 @@ export class StripeFailure {
 }
 
 const PREFIX: Record<string, string> = { customers: "cus", payment_intents: "pi", charges: "ch", refunds: "re" };
+
+/** A payment error as Stripe reports it, in the 402 and on the intent's `last_payment_error`. */
+type CardError = { type: "card_error"; code: string; decline_code: string; message: string };
+
+/**
+ * Stripe's test payment methods (docs.stripe.com/testing) whose confirmation does not simply
+ * succeed: declined ones, and cards whose issuer asks the customer to authenticate (3D Secure).
+ * Such a card leaves the intent in `requires_action`, uncharged; where the customer cannot act
+ * (`off_session`) or the caller said it cannot (`error_on_requires_action`), Stripe fails the
+ * confirmation instead with a 402 `authentication_required` and the intent waits for another
+ * payment method (docs.stripe.com/declines/codes, docs.stripe.com/api/errors).
+ */
+const TEST_CARDS: Record<string, { decline: CardError } | { authenticate: true }> = {
+  pm_card_chargeDeclined: {
+    decline: {
+      type: "card_error",
+      code: "card_declined",
+      decline_code: "generic_decline",
+      message: "Your card was declined.",
+    },
+  },
+  pm_card_chargeDeclinedInsufficientFunds: {
+    decline: {
+      type: "card_error",
+      code: "card_declined",
+      decline_code: "insufficient_funds",
+      message: "Your card has insufficient funds.",
+    },
+  },
+  pm_card_authenticationRequired: { authenticate: true },
+  pm_card_threeDSecure2Required: { authenticate: true },
+};
+
+const AUTHENTICATION_REQUIRED: CardError = {
+  type: "card_error",
+  code: "authentication_required",
+  decline_code: "authentication_required",
+  message: "Your card was declined. This transaction requires authentication.",
+};
 
 export class StripeObjects {
   private readonly byResource = new Map<string, StripeObject[]>();
@@ -113,37 +160,39 @@ export class StripeObjects {
     if (amount < 50) throw invalid("amount", "amount_too_small", "Amount must be at least 50 cents.");
     if (typeof p.currency !== "string" || !/^[a-z]{3}$/.test(p.currency))
       throw invalid("currency", "parameter_missing", "Missing required param: currency.");
-    const confirm = p.confirm === "true" || p.confirm === true;
+    const confirm = flag(p.confirm);
     const pm = typeof p.payment_method === "string" ? p.payment_method : null;
-    const declined = confirm && pm === "pm_card_chargeDeclined";
+    if (confirm) checkConfirmation(p);
+    const card = pm ? TEST_CARDS[pm] : undefined;
+    const failFast = flag(p.error_on_requires_action) || offSession(p);
+    // What the confirmation met: a decline, the customer's authentication (or its refusal), or a charge.
+    const failure: CardError | undefined =
+      !confirm || !card ? undefined : "decline" in card ? card.decline : failFast ? AUTHENTICATION_REQUIRED : undefined;
     const status = !pm
       ? "requires_payment_method"
       : !confirm
         ? "requires_confirmation"
-        : declined
+        : failure
           ? "requires_payment_method"
-          : "succeeded";
+          : card
+            ? "requires_action"
+            : "succeeded";
     const pi = this.store("payment_intents", {
       ...base,
       object: "payment_intent",
       amount,
       currency: p.currency,
       customer: p.customer ?? null,
-      payment_method: declined ? null : pm,
+      payment_method: failure ? null : pm,
       status,
       amount_received: status === "succeeded" ? amount : 0,
       amount_refunded: 0,
       description: p.description ?? null,
       latest_charge: null,
-      // as Stripe records a decline at confirmation on the intent
-      last_payment_error: declined
-        ? {
-            type: "card_error",
-            code: "card_declined",
-            decline_code: "generic_decline",
-            message: "Your card was declined.",
-          }
-        : null,
+      // what the customer's client (Stripe.js) would do next: authenticate the card
+      next_action: status === "requires_action" ? { type: "use_stripe_sdk", use_stripe_sdk: {} } : null,
+      // as Stripe records a failed confirmation on the intent
+      last_payment_error: failure ? { ...failure } : null,
     });
     if (status === "succeeded") {
       const charge = this.store("charges", {
@@ -158,15 +207,9 @@ export class StripeObjects {
       });
       pi.latest_charge = charge.id;
     }
-    if (declined) {
-      // Stripe creates the intent and reports the decline with it; the result is saved under the key.
-      throw new StripeFailure(402, {
-        type: "card_error",
-        code: "card_declined",
-        decline_code: "generic_decline",
-        message: "Your card was declined.",
-        payment_intent: pi,
-      });
+    if (failure) {
+      // Stripe creates the intent and reports the failure with it; the result is saved under the key.
+      throw new StripeFailure(402, { ...failure, payment_intent: pi });
     }
     return pi;
   }
@@ -235,8 +278,42 @@ export class StripeObjects {
   }
 }
 
-function invalid(param: string, code: string, message: string): StripeFailure {
+function invalid(param: string, code: string | undefined, message: string): StripeFailure {
   return new StripeFailure(400, { type: "invalid_request_error", code, param, message }, true);
+}
+
+/** A form-encoded boolean, as Stripe reads one. */
+function flag(v: unknown): boolean {
+  return v === true || v === "true";
+}
+
+/** `off_session`: `true`, or its kind (`one_off`, `recurring`): the customer is not there to act. */
+function offSession(p: Record<string, unknown>): boolean {
+  return flag(p.off_session) || p.off_session === "one_off" || p.off_session === "recurring";
+}
+
+/**
+ * What Stripe refuses in a confirmation (API versions since 2023-08-16): see the module comment.
+ * The return_url message is Stripe's; Stripe documents the error_on_requires_action refusal but
+ * not its wording.
+ */
+function checkConfirmation(p: Record<string, unknown>): void {
+  const listed = [p.allowed_payment_method_types, p.payment_method_types].some((t) => Array.isArray(t) && t.length > 0);
+  if (listed) return;
+  if (flag(p.error_on_requires_action))
+    throw invalid(
+      "error_on_requires_action",
+      "parameter_invalid",
+      "error_on_requires_action cannot be used with automatic payment methods: give the payment method types the PaymentIntent accepts (allowed_payment_method_types).",
+    );
+  const apm = (p.automatic_payment_methods ?? {}) as Record<string, unknown>;
+  if (apm.allow_redirects === "never" || offSession(p) || (typeof p.return_url === "string" && p.return_url !== ""))
+    return;
+  throw invalid(
+    "return_url",
+    undefined,
+    "A `return_url` must be specified because this Payment Intent is configured to automatically accept the payment methods enabled in the Dashboard, some of which may require a full page redirect to succeed. If you do not want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents.",
+  );
 }
 
 function metadataOf(p: Record<string, unknown>): Record<string, string> {

@@ -23,7 +23,13 @@ console.log("sending");
 const out = await ledger.run(stripe.paymentIntentsCreate, {
   tenant: env("TENANT"),
   key: [env("KEY")],
-  args: { amount: 2000, currency: "usd", payment_method: "pm_card_visa", confirm: true },
+  args: {
+    amount: 2000,
+    currency: "usd",
+    payment_method: "pm_card_visa",
+    confirm: true,
+    automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+  },
 });
 console.log(`result ${JSON.stringify(out)}`);
 await ledger.close();
