@@ -544,8 +544,11 @@ export class Runner {
         completed: true,
         retentionMs: call.settings.retentionMs,
         ...(error.alert && { alert: true }),
+        noExecutionSince: row.last_execution_at,
       });
-      return done ? { done: failed(done, error, false) } : this.fenced(call, row, "failed", cls.reason);
+      if (done) return { done: failed(done, error, false) };
+      const late = await this.lateEndDuring(call, row, "needs_review", cls.reason);
+      return late ?? this.fenced(call, row, "failed", cls.reason);
     }
     const b = call.settings.budget;
     const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
@@ -563,8 +566,12 @@ export class Runner {
       ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
       // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
       ...(error.alert && { alert: true }),
+      ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
     });
-    if (!moved) return this.fenced(call, row, to, cls.reason, { sent });
+    if (!moved) {
+      const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason) : undefined;
+      return late ?? this.fenced(call, row, to, cls.reason, { sent });
+    }
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
     if (
       to === "unknown" &&
@@ -679,6 +686,31 @@ export class Runner {
   }
 
   /**
+   * Our attempt's end says nothing was done (pending) or the provider refused it (failed), but the
+   * move was refused: an earlier attempt, its request out past its lease, ended during ours and may
+   * have committed (fenced() moved last_execution_at). Then the outcome is not known: `to` (unknown,
+   * looked up; or a person for a refusal, which may be the earlier effect's "already exists").
+   * Undefined when the row moved otherwise (fenced() reads it).
+   */
+  private async lateEndDuring<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    to: "unknown" | "needs_review",
+    why: string,
+  ): Promise<Step<R> | undefined> {
+    const now = await this.store.findById(call.tenant, row.id);
+    if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
+      return undefined;
+    const reason = `attempt ${row.attempt} ended (${why.slice(0, 200)}), but an earlier attempt's request, out past its lease, ended meanwhile and may have committed`;
+    const moved = await this.store.move(now, to, {
+      actor: call.actor,
+      reason,
+      ...(to === "unknown" ? { checkAfterMs: 0, checks: now.checks } : { alert: true }),
+    });
+    return moved ? { done: pending(moved, reason) } : undefined;
+  }
+
+  /**
    * Our claim or takeover failed without an answer, so it may have committed: a row running under
    * this call's lease, marked as maybe sent, though nothing was. Put it back (known not done, or
    * as found), trying a failing database again for a moment; then rethrow the claim's error.
@@ -780,83 +812,119 @@ export class Runner {
     // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
     const unrecorded = (cause: unknown) =>
       receipt === undefined ? cause : new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
-    const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
-      throw unrecorded(error);
-    });
-    // Our own completion committed and only its answer was lost (the retry then matched no row):
-    // nothing fenced it, and the caller that performed the effect is not told it was a replay.
-    if (
-      receipt !== undefined &&
-      wanted === "succeeded" &&
-      now?.status === "succeeded" &&
-      now.attempt === mine.attempt &&
-      now.result_json === detail
-    )
-      return { done: succeeded(now, receipt, false) };
-    if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
-      const cause = new LedgerUnavailableError(
-        `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
-        mine.id,
-      );
-      throw unrecorded(cause);
-    }
-    // Evidence of the refused write; a receipt must not be lost to it, so with one it is best effort.
-    // A receipt, or an end that may have committed, also says our request was out until now: a
-    // lookup another attempt is making proves nothing of it (reconcile reads last_execution_at).
-    await this.store
-      .recordEvent(now, {
-        attempt: mine.attempt,
-        actor: call.actor,
-        to: now.status,
-        reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
-        executionEnded: receipt !== undefined || (wanted === "unknown" && sent),
-      })
-      .catch((error: unknown) => {
-        if (receipt === undefined) throw error;
+    // An ended execution (a receipt, or an end that may have committed) says our request was out
+    // until now: what others decided meanwhile may not know it. Each write below is conditioned on
+    // the row as read; one that finds the row changed reads it again and decides anew.
+    const ended = receipt !== undefined || (wanted === "unknown" && sent);
+    for (let look = 1; ; look++) {
+      const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
+        throw unrecorded(error);
       });
-    // A receipt we hold proves the effect. It settles a row not yet proven, and outranks a verdict
-    // given without it: "failed" (a later attempt refused, say "already exists" as ours had
-    // committed; a person who found nothing yet) is replaced, and a person's "succeeded" with no
-    // receipt to give gets this one.
-    const unproven = now.status === "unknown" || now.status === "pending" || now.status === "needs_review";
-    const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
-    if (receipt !== undefined && (unproven || verdictWithout)) {
-      const overruled = now.status === "failed";
-      const after = overruled
-        ? now.resolution_json !== null
-          ? ", after a person resolved it as failed"
-          : `, after attempt ${now.attempt} failed`
-        : unproven
-          ? ""
-          : ", after a person resolved it as succeeded without one";
-      const proven = await this.recordReceipt(
-        call,
-        now,
-        canonicalJson(receipt, "result"),
-        receipt,
-        `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
-        overruled ? { resolution_json: null } : {},
-      );
-      if (proven) return { done: succeeded(proven, receipt, false) };
+      // Our own completion committed and only its answer was lost (the retry then matched no row):
+      // nothing fenced it, and the caller that performed the effect is not told it was a replay.
+      if (
+        receipt !== undefined &&
+        wanted === "succeeded" &&
+        now?.status === "succeeded" &&
+        now.attempt === mine.attempt &&
+        now.result_json === detail
+      )
+        return { done: succeeded(now, receipt, false) };
+      if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
+        const cause = new LedgerUnavailableError(
+          `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
+          mine.id,
+        );
+        throw unrecorded(cause);
+      }
+      const lastLook = look >= 5;
+      // Evidence of the refused write; a receipt must not be lost to it, so with one it is best effort.
+      // It also moves last_execution_at: a lookup another attempt is making, or its own end saying
+      // nothing was done, proves nothing of our request (reconcile and perform condition on it).
+      const noted = await this.store
+        .recordEvent(now, {
+          attempt: mine.attempt,
+          actor: call.actor,
+          to: now.status,
+          reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
+          executionEnded: ended,
+          unchanged: ended && !lastLook,
+        })
+        .catch((error: unknown) => {
+          if (receipt === undefined) throw error;
+          return true;
+        });
+      if (!noted) continue; // changed since read: decide on the row as it is now
+      // A receipt we hold proves the effect. It settles a row not yet proven (a later attempt's
+      // included: looking it up, or sending too, which no write of ours can stop now), and outranks
+      // a verdict given without it: "failed" (a later attempt refused, say "already exists" as ours
+      // had committed; a person who found nothing yet) is replaced, and a person's "succeeded"
+      // with no receipt to give gets this one.
+      const unproven =
+        now.status === "unknown" ||
+        now.status === "pending" ||
+        now.status === "needs_review" ||
+        now.status === "running";
+      const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
+      if (receipt !== undefined && (unproven || verdictWithout)) {
+        const overruled = now.status === "failed";
+        const after = overruled
+          ? now.resolution_json !== null
+            ? ", after a person resolved it as failed"
+            : `, after attempt ${now.attempt} failed`
+          : unproven
+            ? now.status === "running"
+              ? `, while attempt ${now.attempt} held it`
+              : ""
+            : ", after a person resolved it as succeeded without one";
+        const proven = await this.recordReceipt(
+          call,
+          now,
+          canonicalJson(receipt, "result"),
+          receipt,
+          `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+          overruled ? { resolution_json: null } : {},
+        );
+        if (proven) return { done: succeeded(proven, receipt, false) };
+        if (!lastLook) continue;
+      }
+      if (wanted === "unknown" && sent && (now.status === "pending" || now.status === "failed")) {
+        // Absence was proven, or the operation failed (a later attempt refused, a person found
+        // nothing), while this attempt was still in flight: its ambiguous end voids that. Unknown
+        // again, looked up; after a failure, a person decides (the refusal may be our effect's
+        // "already exists"), and the operation is no longer settled.
+        const reopened =
+          now.status === "pending"
+            ? await this.store.move(now, "unknown", {
+                actor: call.actor,
+                reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
+                checkAfterMs: call.settings.budget.baseDelayMs,
+                executionEnded: true,
+              })
+            : await this.store.move(now, "needs_review", {
+                actor: call.actor,
+                reason: `attempt ${mine.attempt}, still in flight when the operation failed, may have committed: ${detail.slice(0, 200)}; a person decides`,
+                alert: true,
+                reopened: true,
+              });
+        if (reopened) {
+          const what =
+            reopened.status === "unknown"
+              ? `outcome unknown: attempt ${mine.attempt} may have committed`
+              : `attempt ${mine.attempt} may have committed after the operation failed; a person decides`;
+          return { done: pending(reopened, what) };
+        }
+        if (!lastLook) continue;
+      }
+      // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
+      if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
+      // At our own attempt nothing took the lease from us: a person or the daemon moved the row.
+      const why =
+        now.attempt === mine.attempt
+          ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon)`
+          : `lease lost to attempt ${now.attempt}`;
+      return { done: pending(now, `${why}; the operation is ${now.status}`) };
     }
-    if (wanted === "unknown" && sent && now.status === "pending") {
-      // A lookup proved absence while this attempt was still in flight: its ambiguous end voids that proof.
-      const reopened = await this.store.move(now, "unknown", {
-        actor: call.actor,
-        reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
-        checkAfterMs: call.settings.budget.baseDelayMs,
-        executionEnded: true,
-      });
-      if (reopened) return { done: pending(reopened, `outcome unknown: attempt ${mine.attempt} may have committed`) };
-    }
-    // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
-    if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
-    // At our own attempt nothing took the lease from us: a person or the daemon moved the row.
-    const why =
-      now.attempt === mine.attempt
-        ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon)`
-        : `lease lost to attempt ${now.attempt}`;
-    return { done: pending(now, `${why}; the operation is ${now.status}`) };
   }
 
   /**

@@ -781,8 +781,16 @@ export class Store {
   /** Appends an event that did not change the row (a fenced-off completion) to its history. */
   async recordEvent(
     row: Row,
-    e: { attempt: number; actor: string | null; reason: string; to: Status; executionEnded?: boolean },
-  ): Promise<void> {
+    e: {
+      attempt: number;
+      actor: string | null;
+      reason: string;
+      to: Status;
+      executionEnded?: boolean;
+      /** Only if the row is still as `row` was read (status, attempt, updated_at): false otherwise. */
+      unchanged?: boolean;
+    },
+  ): Promise<boolean> {
     // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
     const json = JSON.stringify({
       from: row.status,
@@ -801,7 +809,8 @@ export class Store {
       this.dialect === "postgres"
         ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
         : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
-    await this.guard(
+    const greatest = sql.raw(this.dialect === "postgres" ? "greatest" : "max");
+    const res = await this.guard(
       row.id,
       this.db
         .updateTable("idem_operations")
@@ -813,16 +822,21 @@ export class Store {
           // nor does a person's view of a row no one holds (their decision's `seen` compares
           // updated_at, so it moves even within the same millisecond). A running row's updated_at
           // stays its attempt's start (stuck() reads it).
+          // Both move even within the same millisecond (a write conditioned on them must see it).
           ...(e.executionEnded && {
-            last_execution_at: this.now(),
-            updated_at: sql<number>`case when status = 'running' then updated_at else ${sql.raw(this.dialect === "postgres" ? "greatest" : "max")}(${this.now()}, updated_at + 1) end`,
+            last_execution_at: sql<number>`${greatest}(${this.now()}, coalesce(last_execution_at, 0) + 1)`,
+            updated_at: sql<number>`case when status = 'running' then updated_at else ${greatest}(${this.now()}, updated_at + 1) end`,
           }),
         })
         .where("tenant_id", "=", row.tenant_id)
         .where("key", "=", row.key)
         .where("id", "=", row.id)
-        .execute(),
+        .$if(e.unchanged === true, (q) =>
+          q.where("status", "=", row.status).where("attempt", "=", row.attempt).where("updated_at", "=", row.updated_at),
+        )
+        .executeTakeFirst(),
     );
+    return Number(res.numUpdatedRows) === 1;
   }
 
   /** The operation's audit events, oldest first (`seq` from 1, counting the events elided from the middle). */

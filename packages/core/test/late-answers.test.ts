@@ -144,6 +144,17 @@ for (const dialect of DIALECTS) {
         p.releaseLookup();
         const settled = await settling;
         const after = await ledger.get({ tenant, id: op!.id });
+        if (late === "receipt") {
+          // The receipt proves the effect: it settles the row though the lookup held it (helper-71's
+          // explorer: only noted, it could be lost to what the holder wrote next).
+          expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+          expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+          expect({ effects: p.effects.length, status: after.operation.status }).toEqual({
+            effects: 1,
+            status: "succeeded",
+          });
+          return;
+        }
         // The lookup read the provider before the commit: its "absent" proves nothing now (before:
         // pending, "known not done", and the next caller did it again).
         expect(settled).toMatchObject({ state: "unknown" });
@@ -205,11 +216,17 @@ for (const dialect of DIALECTS) {
         } else {
           // A receipt that cannot be stored: a person decides, alerted.
           expect(after.operation.status, story).toBe("needs_review");
-          expect((await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id), story).toContain(op!.id);
+          expect(
+            (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+            story,
+          ).toContain(op!.id);
           // The effect happened: "run it again" is refused (helper-63: it was accepted, and sent again).
           await expect(
             ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason: "looks stuck" }),
-          ).rejects.toMatchObject({ name: "InvalidTransitionError", message: expect.stringMatching(/effect happened/) });
+          ).rejects.toMatchObject({
+            name: "InvalidTransitionError",
+            message: expect.stringMatching(/effect happened/),
+          });
           expect(again.status, story).toBe("pending_verification");
         }
       });
@@ -254,6 +271,130 @@ for (const dialect of DIALECTS) {
         await expect(decision).rejects.toThrow();
         expect((await ledger.get({ tenant, id: op!.id })).operation.status).toBe("needs_review");
         expect(p.effects).toHaveLength(1);
+      });
+
+    for (const late of ["receipt", "timeout"] as const)
+      it(`a late ${late} while a later attempt holds the row, which then fails before sending: not run a third time`, async () => {
+        // helper-71's explorer (seeds 9115, 8961, ...): attempt 1's answer came while attempt 3
+        // held the row; it was only noted, and attempt 3's "503 before execution" then made the
+        // row pending, known not done: the next caller sent again (two effects).
+        let now = Date.now();
+        const p = slowProvider(`late.held.${late === "receipt" ? "r" : "t"}`);
+        let open3: () => void = () => {};
+        const gate3 = new Promise<void>((r) => (open3 = r));
+        let entered3 = false;
+        const unavailable = defineAction<{ to: string }, { id: string }>({
+          type: p.action.type,
+          capabilities: { lookup: true },
+          execute: async () => {
+            entered3 = true;
+            await gate3;
+            throw new ProviderError({ kind: "transient", reason: "503 before execution" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: p.action.reconcile!,
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        if (late === "timeout") p.answerLateWithTimeout();
+        const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const stop = new AbortController();
+        stop.abort();
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+          state: "pending",
+        });
+        const third = ledger.run(unavailable, { tenant, key: ["k"], args: { to: "x" } });
+        await until(() => entered3);
+        p.release(); // attempt 1 commits and answers while attempt 3 holds the row
+        const out = await first;
+        open3();
+        const thirdOut = await third;
+        const again = await ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" }, waitMs: 0 });
+        const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `first: ${JSON.stringify(out)}; third: ${JSON.stringify(thirdOut)}; again: ${JSON.stringify(again)}; settled: ${JSON.stringify(settled)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(p.effects, story).toHaveLength(1);
+        expect(after.operation.status, story).toBe("succeeded");
+      });
+
+    for (const verdict of ["a later attempt's refusal", "a person's failed"] as const)
+      it(`a late 'may have committed' end after ${verdict}: a person decides, not 'failed' with the effect there`, async () => {
+        // helper-71's explorer (seed 4393): the failure was replayed to every caller, attempt 1's too.
+        let now = Date.now();
+        const p = slowProvider(`late.afterfail.${verdict.startsWith("a person") ? "p" : "r"}`);
+        const refusing = defineAction<{ to: string }, { id: string }>({
+          type: p.action.type,
+          capabilities: { lookup: true },
+          execute: async () => {
+            throw new ProviderError({ kind: "permanent", reason: "refused: already exists" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: p.action.reconcile!,
+        });
+        const plain = defineAction<{ to: string }, { id: string }>({
+          type: p.action.type,
+          capabilities: {},
+          execute: p.action.execute,
+        });
+        const person = verdict.startsWith("a person");
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [person ? plain : p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        p.answerLateWithTimeout();
+        const first = ledger
+          .run(person ? plain : p.action, { tenant, key: ["k"], args: { to: "x" } })
+          .catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        if (person) {
+          // Parked for a person, who finds nothing at the provider and resolves it failed.
+          expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+            state: "needs_review",
+          });
+          const seen = (await ledger.get({ tenant, id: op!.id })).operation;
+          await ledger.admin.resolve({
+            tenant,
+            id: op!.id,
+            actor: "alice",
+            reason: "nothing there",
+            outcome: "failed",
+            seen,
+          });
+        } else {
+          const stop = new AbortController();
+          stop.abort();
+          await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+          expect(await ledger.run(refusing, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+            status: "failed",
+          });
+        }
+        p.release(); // attempt 1 commits; its answer is a timeout
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(p.effects, story).toHaveLength(1);
+        expect(after.operation.status, story).toBe("needs_review");
+        expect(after.operation.expiresAt, story).toBeNull(); // not pruned as a settled operation
+        expect(
+          (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+          story,
+        ).toContain(op!.id);
+        expect(out, story).toMatchObject({ status: "pending_verification", state: "needs_review" });
       });
   });
 }
