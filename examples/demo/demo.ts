@@ -46,8 +46,8 @@ await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
 const auth = { user: SENDER.user, pass: SENDER.pass };
 const mailer = (copy: "provider-saves" | "append") =>
   emailActions({
-    smtp: { host: "127.0.0.1", port: m.smtp.port, auth, timeoutMs: 1_000 },
-    imap: { host: "127.0.0.1", port: m.imap.port, auth },
+    smtp: { host: "127.0.0.1", port: m.smtp.port, auth, timeoutMs: 1_000, requireTLS: false }, // the local sandbox has no TLS
+    imap: { host: "127.0.0.1", port: m.imap.port, auth, requireTLS: false },
     from: auth.user,
     copy: { mode: copy },
   });

@@ -45,8 +45,8 @@ switch (env.DEMO_MODE) {
     const action =
       env.DEMO_MODE === "idem-send"
         ? emailActions({
-            smtp: { host: "127.0.0.1", port: Number(env.SMTP_PORT), auth, timeoutMs: 120_000 },
-            imap: { host: "127.0.0.1", port: Number(env.IMAP_PORT), auth },
+            smtp: { host: "127.0.0.1", port: Number(env.SMTP_PORT), auth, timeoutMs: 120_000, requireTLS: false },
+            imap: { host: "127.0.0.1", port: Number(env.IMAP_PORT), auth, requireTLS: false },
             from: auth.user,
             copy: { mode: env.COPY_MODE as "append" },
           }).send

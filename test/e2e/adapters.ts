@@ -36,15 +36,20 @@ export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Acti
       const auth = { user: p.mailUser, pass: p.mailPass };
       const mode = adapter.slice("email-".length) as "provider-saves" | "journal" | "append";
       return emailActions({
-        smtp: { host: "127.0.0.1", port: p.smtpPort, auth, timeoutMs },
-        imap: { host: "127.0.0.1", port: p.imapPort, auth },
+        smtp: { host: "127.0.0.1", port: p.smtpPort, auth, timeoutMs, requireTLS: false }, // the sandbox has no TLS
+        imap: { host: "127.0.0.1", port: p.imapPort, auth, requireTLS: false },
         from: auth.user,
         copy:
           mode === "journal"
             ? {
                 mode,
                 address: p.journalUser,
-                imap: { host: "127.0.0.1", port: p.imapPort, auth: { user: p.journalUser, pass: p.journalPass } },
+                imap: {
+                  host: "127.0.0.1",
+                  port: p.imapPort,
+                  auth: { user: p.journalUser, pass: p.journalPass },
+                  requireTLS: false,
+                },
               }
             : { mode },
         settleMs: 300,

@@ -48,6 +48,8 @@ const smtpServer = z
     host: z.string(),
     port,
     secure: z.boolean().optional(),
+    /** Sign in only over TLS (STARTTLS when not `secure`): default true when signing in; false only for a server without TLS (loopback). */
+    requireTLS: z.boolean().optional(),
     userEnv: envName.optional(),
     passEnv: envName.optional(),
   })
@@ -77,7 +79,15 @@ export function webhookUrlProblem(url: string): string | undefined {
 
 /** An IMAP account (the sender's, a journal's): its login from the environment. */
 const imapServer = z
-  .object({ host: z.string(), port, secure: z.boolean().optional(), userEnv: envName, passEnv: envName })
+  .object({
+    host: z.string(),
+    port,
+    secure: z.boolean().optional(),
+    /** Log in only over TLS (STARTTLS when not `secure`): default true; false only for a server without TLS (loopback). */
+    requireTLS: z.boolean().optional(),
+    userEnv: envName,
+    passEnv: envName,
+  })
   .strict();
 
 const schema = z
@@ -379,6 +389,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       host: i.host,
       port: i.port,
       secure: i.secure ?? false,
+      ...(i.requireTLS !== undefined && { requireTLS: i.requireTLS }),
       auth: { user: secret(i.userEnv, `${at}.userEnv`), pass: secret(i.passEnv, `${at}.passEnv`) },
     });
     const imap = imapOf(e.imap, "providers.email.imap");
@@ -395,7 +406,13 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       );
     out.push(
       emailActions({
-        smtp: { host: e.smtp.host, port: e.smtp.port, secure: e.smtp.secure ?? false, ...smtpAuth },
+        smtp: {
+          host: e.smtp.host,
+          port: e.smtp.port,
+          secure: e.smtp.secure ?? false,
+          ...(e.smtp.requireTLS !== undefined && { requireTLS: e.smtp.requireTLS }),
+          ...smtpAuth,
+        },
         imap,
         from: e.from,
         copy:

@@ -137,8 +137,8 @@ for (const dialect of DIALECTS) {
           mail.faults.add({ kind: "hold_reply", delayMs: 5_000 });
           const smtpAuth = { user: SENDER.user, pass: SENDER.pass };
           const mailer = emailActions({
-            smtp: { host: "127.0.0.1", port: m.smtp.port, auth: smtpAuth, timeoutMs: 1_000 },
-            imap: { host: "127.0.0.1", port: m.imap.port, auth: smtpAuth },
+            smtp: { host: "127.0.0.1", port: m.smtp.port, auth: smtpAuth, timeoutMs: 1_000, requireTLS: false },
+            imap: { host: "127.0.0.1", port: m.imap.port, auth: smtpAuth, requireTLS: false },
             from: SENDER.user,
             copy: { mode: "provider-saves" },
             settleMs: 60_000,

@@ -241,13 +241,13 @@ for (const dialect of DIALECTS) {
     describe("send_email over MCP (journal mode)", () => {
       const actions = () =>
         emailActions({
-          smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-          imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+          smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+          imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
           from: SENDER.user,
           copy: {
             mode: "journal",
             address: JOURNAL.user,
-            imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL },
+            imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL, requireTLS: false },
           },
           settleMs: 300,
         });

@@ -13,6 +13,11 @@
  * How the copy is made is recorded with the Message-ID before the first send (email-reference.ts),
  * and every later check, lookup and send of the operation goes by that record, not by a copy
  * config deployed since.
+ *
+ * Journal mode needs the journal copy filed promptly: the server's queue delivers it after its
+ * 250, and a copy not there when the settle window ends (30 minutes by default) reads "absent",
+ * so an unknown send is sent again. Attachments are content only: nothing is read from disk or
+ * a URL, and a message that cannot be built fails before any connection (rejected).
  */
 import nodemailer from "nodemailer";
 import MailComposer from "nodemailer/lib/mail-composer";
@@ -21,8 +26,8 @@ import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import { foundReceipt, recipientHash, type EmailReceipt } from "./email-receipt.js";
-import { reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
+import { foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
+import { JOURNAL_SETTLE_MS, SENT_SETTLE_MS, reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
   copyTerms,
@@ -33,7 +38,7 @@ import {
   sameAccountMailbox,
   sentPlace,
 } from "./email-reference.js";
-import { sendRaw } from "./email-smtp.js";
+import { InvalidMessageError, sendRaw } from "./email-smtp.js";
 
 export interface EmailArgs {
   readonly to: string | readonly string[];
@@ -42,7 +47,10 @@ export interface EmailArgs {
   readonly subject: string;
   readonly text?: string;
   readonly html?: string;
-  /** Inline content only (strings, base64 with `encoding`): file and URL access are disabled. */
+  /**
+   * Inline content only (strings, base64 with `encoding`): one that names a `path`, an `href` or
+   * `raw` is refused before anything is claimed, so nothing is read from disk or a URL.
+   */
   readonly attachments?: readonly {
     filename: string;
     content: string;
@@ -89,6 +97,13 @@ export function emailActions(config: EmailConfig): EmailActions {
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
+      (args.attachments ?? []).forEach((a, i) => {
+        const problem = attachmentProblem(a);
+        if (problem)
+          throw new Error(
+            `email.send: attachments[${i}] ${problem}: attachments are content only (a string in content, base64 with encoding), nothing is read from disk or a URL`,
+          );
+      });
     },
     async execute(args, op) {
       const { messageId, recorded } = referenceOf(op);
@@ -122,7 +137,14 @@ export function emailActions(config: EmailConfig): EmailActions {
         headers: { ...args.headers, "X-Idem-Key": op.key },
         date: new Date(),
       };
-      const rendered = async (m: typeof message) => await render.sendMail(m);
+      // A render that fails (an attachment nodemailer will not read) failed before any connection.
+      const rendered = async (m: typeof message) => {
+        try {
+          return await render.sendMail(m);
+        } catch (cause) {
+          throw new InvalidMessageError(cause);
+        }
+      };
       // The whole message, Bcc included: nodemailer's envelope of it (sender and every recipient,
       // bare addresses) is what goes to MAIL FROM and RCPT TO, as its own transports do. The raw
       // strings would not do: "Agent <agent@example.com>" is no address for MAIL FROM.
@@ -146,18 +168,17 @@ export function emailActions(config: EmailConfig): EmailActions {
         response: info.response,
         accepted: info.accepted.map(recipientHash),
         rejected: info.rejected.map(recipientHash),
+        rejections: rejectionsOf(info.rejected, info.rejectedCodes),
       };
     },
     classify: (error) => classifyEmailError(error),
     reconcile: (_args, op) => {
       const { messageId, recorded } = referenceOf(op);
-      return reconcileByCopy(
-        placeOf(messageId, recorded),
-        messageId,
-        referenceFor(op.key),
-        op,
-        config.settleMs ?? 60_000,
-      );
+      const place = placeOf(messageId, recorded);
+      // A journal copy comes through the server's queue, a Sent copy as the provider accepts the
+      // message: their own default windows (email-reconcile.ts).
+      const settleMs = config.settleMs ?? (journal && place.mailbox === journal ? JOURNAL_SETTLE_MS : SENT_SETTLE_MS);
+      return reconcileByCopy(place, messageId, referenceFor(op.key), op, settleMs);
     },
   });
   return { send };
@@ -228,6 +249,15 @@ function envelopeAddress(address: string): string {
   if (to.length !== 1 || !to[0])
     throw new TypeError(`email: no single address can be read in the journal address "${address}"`);
   return to[0];
+}
+
+/** Why an attachment would make nodemailer read a file or a URL (or is no content), or undefined. */
+function attachmentProblem(attachment: unknown): string | undefined {
+  const given = (attachment ?? {}) as Record<string, unknown>;
+  for (const key of ["path", "href", "raw"]) if (given[key] !== undefined) return `gives a ${key}`;
+  // nodemailer reads a content object too ({ path }, a stream): only a string is content here.
+  if (typeof given.content !== "string") return "has no content string";
+  return undefined;
 }
 
 function list(v: string | readonly string[] | undefined): string[] {

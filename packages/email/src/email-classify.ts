@@ -1,25 +1,45 @@
 /**
  * Maps nodemailer errors (and our pre-send check) to the failure classes of @idem/core. An SMTP
- * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Without a reply,
- * what decides is whether the body was handed to the server (`bodySent`, on every error a send
- * rejects with, email-smtp.ts): before, nothing was sent whatever the error (a server drops a
- * transaction it did not finish, RFC 5321 §3.8); after, the server may have taken the message,
- * whatever the socket's error code says (an EHOSTUNREACH can come on an established connection).
+ * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Without a reply (or
+ * with one that is no verdict: after the data only 250, 4yz and 5yz are), what decides is
+ * whether the body was handed to the server (`bodySent`, on every error a send rejects with,
+ * email-smtp.ts): before, nothing was sent whatever the error (a server drops a transaction it
+ * did not finish, RFC 5321 §3.8); after, the server may have taken the message, whatever the
+ * error's code says (an EHOSTUNREACH can come on an established connection, an EMESSAGE for a
+ * reply that is no verdict).
  * nodemailer reports socket errors and timeouts with command "CONN" whatever the stage, so its
  * codes alone cannot tell; they decide only for errors that carry no `bodySent`.
  */
 import { neverSent, type Classification } from "@idem/core";
 import { MailboxUnavailableError } from "./email-mailbox.js";
 import { CopyChangedError } from "./email-reference.js";
-import { EnvelopeRefusedError, InvalidSenderError, SendAbortedError, bodySentOf } from "./email-smtp.js";
+import {
+  EnvelopeRefusedError,
+  InvalidMessageError,
+  InvalidSenderError,
+  SendAbortedError,
+  bodySentOf,
+} from "./email-smtp.js";
 
 interface NodemailerError {
   code?: string;
   originalCode?: string;
   command?: string;
   responseCode?: number;
+  response?: string;
   timeoutType?: string;
   message?: string;
+}
+
+/**
+ * Whether the server would not start the TLS the send requires: STARTTLS refused (5xx: offered
+ * or not, requireTLS sends it), EHLO refused (nodemailer will not fall back to HELO, which cannot
+ * start TLS), or a handshake that failed on the certificate. Not a 4xx, nor a handshake cut off.
+ */
+function tlsRefused(e: NodemailerError): boolean {
+  const code = e.responseCode;
+  if (code !== undefined && code >= 500 && (e.command === "STARTTLS" || e.command === "EHLO")) return true;
+  return e.code === "ETLS" && code === undefined && /certificate|altnames|CERT_|self.signed/i.test(e.message ?? "");
 }
 
 export function classifyEmailError(error: unknown): Classification {
@@ -47,6 +67,11 @@ export function classifyEmailError(error: unknown): Classification {
     // Refused before connecting: the configured from has no address to send from.
     return { kind: "permanent", reason: error.message, alert: true };
   }
+  if (error instanceof InvalidMessageError) {
+    // The message could not be built from the args, before any connection: nothing left the
+    // process, and the same args would fail the same way.
+    return { kind: "rejected", reason: error.message };
+  }
   const e = (error ?? {}) as NodemailerError;
   const what = `${e.code ?? "error"}${e.command ? ` at ${e.command}` : ""}: ${e.message ?? String(error)}`;
   // A 4xx at AUTH is the server's "not now" (454: its auth backend is down, RFC 4954; 421: it is
@@ -56,6 +81,14 @@ export function classifyEmailError(error: unknown): Classification {
   if (e.code === "EAUTH" && code !== undefined && code >= 400 && code < 500 && code !== 432)
     return { kind: "transient", reason: what };
   if (e.code === "EAUTH" || e.code === "ENOAUTH") return { kind: "permanent", reason: what, alert: true };
+  // TLS the config requires (requireTLS) that the server would not start: no credentials and no
+  // message went out. A 4xx (454, RFC 3207) is "not now"; a refusal, a server that offers no
+  // STARTTLS (or a man in the middle that took it out), an EHLO refused (HELO cannot start TLS)
+  // or a certificate the handshake does not trust is a person's to fix, as a refused sign-in is.
+  // A connection lost during the handshake took nothing either: tried again (below).
+  if (code !== undefined && code >= 400 && code < 500 && e.command === "STARTTLS")
+    return { kind: "transient", reason: `TLS not started, nothing sent: ${what}` };
+  if (tlsRefused(e)) return { kind: "permanent", reason: `TLS not started, nothing sent: ${what}`, alert: true };
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.
     if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };
@@ -65,14 +98,19 @@ export function classifyEmailError(error: unknown): Classification {
     const sender = e.command === "MAIL FROM" && e.responseCode !== 552;
     if (e.responseCode >= 500) return { kind: "permanent", reason: what, ...(sender && { alert: true }) };
   }
-  if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
-  if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
-  // No reply: the body decides. Handed over, the server may have it (a reply lost, a socket
-  // error after the final dot), so ambiguous whatever the code; not yet, the server discards
-  // the transaction, so nothing was sent (a drop at EHLO, AUTH, MAIL, RCPT or DATA).
+  // No verdict: the body decides. Handed over, the server may have it, so ambiguous whatever the
+  // code: a reply lost, a socket error after the final dot, or a reply that is no verdict (after
+  // the data only 250, 4yz or 5yz are, RFC 5321 §4.2, §4.3.2: nodemailer fails an "OK queued" or
+  // a 354 there as EMESSAGE, which is no refusal). Not yet, the server discards the transaction,
+  // so nothing was sent (a drop at EHLO, AUTH, MAIL, RCPT or DATA).
   const bodySent = bodySentOf(error);
-  if (bodySent === true)
-    return { kind: "ambiguous", reason: `no answer from the SMTP server after the message: ${what}` };
+  if (bodySent === true) {
+    const said = typeof e.response === "string" ? "no verdict" : "no answer";
+    return { kind: "ambiguous", reason: `${said} from the SMTP server after the message: ${what}` };
+  }
+  if (e.code === "EENVELOPE") return { kind: "permanent", reason: what }; // bad addresses, refused locally: no DATA was sent
+  // Refused locally before any body (an empty message, one over the server's SIZE) or a bad config.
+  if (e.code === "EMESSAGE" || e.code === "ESTREAM" || e.code === "ECONFIG") return { kind: "rejected", reason: what };
   if (bodySent === false)
     return { kind: "transient", reason: `not sent (no message body reached the server): ${what}` };
   // An error from elsewhere than a send: its code is all there is.

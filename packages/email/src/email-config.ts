@@ -3,16 +3,33 @@
 export interface ImapConfig {
   readonly host: string;
   readonly port: number;
+  /** Implicit TLS (port 993). Default false: STARTTLS, required unless `requireTLS` is false. */
   readonly secure?: boolean;
   readonly auth: { readonly user: string; readonly pass: string };
+  /**
+   * Without implicit TLS, sign in only after STARTTLS (imapflow's `doSTARTTLS: true`): a server
+   * that does not offer it, or a man in the middle that took it out of the capabilities, gets no
+   * login; the lookup fails instead. Default true. False: STARTTLS when offered, else the login
+   * in clear text (a test server on loopback). Ignored with `secure`.
+   */
+  readonly requireTLS?: boolean;
 }
 
 export interface SmtpConfig {
   readonly host: string;
   readonly port: number;
-  /** Implicit TLS (port 465). Default false (STARTTLS when offered). */
+  /** Implicit TLS (port 465). Default false: STARTTLS, required when signing in (`requireTLS`). */
   readonly secure?: boolean;
   readonly auth?: { readonly user: string; readonly pass: string };
+  /**
+   * Without implicit TLS, send only after STARTTLS (nodemailer's `requireTLS`): a server that
+   * does not offer it, or a man in the middle that took it out of the EHLO reply, gets neither
+   * the credentials nor the message; the send fails, nothing sent (permanent, with an alert).
+   * Default true when `auth` is given, false without it (then STARTTLS when offered). False
+   * with `auth`: the password in clear text where the server offers no STARTTLS (a test server
+   * on loopback). Ignored with `secure`.
+   */
+  readonly requireTLS?: boolean;
   /** Connection, greeting and socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
   readonly timeoutMs?: number;
 }
@@ -25,7 +42,10 @@ export interface SmtpConfig {
  *    searched in the account that address delivers to (`imap`, required: searched in an account
  *    it does not deliver to, every copy is missing, every unknown outcome looks absent and is
  *    sent again), in `mailbox` (default INBOX). A message is not sent unless the server accepts
- *    that address (see email-smtp.ts).
+ *    that address (see email-smtp.ts). The copy goes through the server's queue like any other
+ *    delivery, so absence counts only after a long window (`settleMs`, 30 min by default): the
+ *    journal must be delivered locally and promptly, never deferred for longer than that (a
+ *    copy filed after the window reads absent, and the email is sent again).
  *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
  *    proves nothing and an unknown outcome goes to review.
  */
@@ -47,7 +67,10 @@ export interface EmailConfig {
   /** Subject with its reference. Default `${subject} [ref:${ref}]`. */
   readonly subjectWithRef?: (subject: string, ref: string) => string;
   /**
-   * How long a copy may take to appear after a send (provider-saves, journal). Default 60 s.
+   * How long a copy may take to appear after a send before its absence proves the send did not
+   * happen: set it to the longest the copy can take. Default 60 s for a Sent copy (provider-saves:
+   * the provider files it as it accepts the message) and 30 minutes for a journal copy (the
+   * server's queue delivers it, and a deferred delivery waits for the queue's next run).
    * Measured on the ledger's database clock (`op.now`).
    */
   readonly settleMs?: number;

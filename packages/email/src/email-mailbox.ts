@@ -4,7 +4,9 @@
  * APPEND a copy. A lookup can also ask, in the same session, whether another name (a Sent folder
  * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
  * says, never the spelling. One short session per call: these run once per send, not per message
- * read.
+ * read. Without implicit TLS, a session signs in only after STARTTLS unless the config says
+ * `requireTLS: false`: with a server that does not offer it, the session fails before any login
+ * (MailboxUnavailableError).
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
@@ -117,10 +119,15 @@ export class Mailbox {
   }
 
   private async session<T>(fn: (client: ImapFlow) => Promise<T>): Promise<T> {
+    const secure = this.imap.secure ?? false;
     const client = new ImapFlow({
       host: this.imap.host,
       port: this.imap.port,
-      secure: this.imap.secure ?? false,
+      secure,
+      // Required STARTTLS unless said otherwise: left to imapflow, a server (or a man in the
+      // middle) that does not offer it gets the login in clear text. imapflow refuses it with
+      // implicit TLS, which needs none.
+      ...(!secure && (this.imap.requireTLS ?? true) && { doSTARTTLS: true }),
       auth: { user: this.imap.auth.user, pass: this.imap.auth.pass },
       logger: false,
       connectionTimeout: 10_000,
@@ -131,10 +138,12 @@ export class Mailbox {
     try {
       await client.connect();
     } catch (cause) {
-      throw new MailboxUnavailableError(
-        `IMAP ${this.imap.host}:${this.imap.port} unreachable: ${(cause as Error).message}`,
-        { cause },
-      );
+      // imapflow marks a STARTTLS that was required and not started: no login was sent.
+      const why = (cause as { tlsFailed?: boolean }).tlsFailed
+        ? "would not start TLS (requireTLS), no login sent"
+        : "unreachable";
+      const where = `IMAP ${this.imap.host}:${this.imap.port}`;
+      throw new MailboxUnavailableError(`${where} ${why}: ${(cause as Error).message}`, { cause });
     }
     try {
       return await fn(client);

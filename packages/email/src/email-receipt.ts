@@ -20,9 +20,25 @@ export interface SentEmailReceipt {
    * stored by earlier versions hold the addresses.
    */
   readonly accepted: readonly string[];
-  /** The envelope recipients the server refused, hashed the same way. */
+  /** The envelope recipients the server refused at RCPT TO, for now or for good, hashed the same way. */
   readonly rejected: readonly string[];
+  /**
+   * How the server refused each of `rejected`, in its order: a recipient `deferred` (4xx) may be
+   * taken on another try, but this operation sent its message and will not send it again; one
+   * `refused` (5xx, or no code seen) will not be. Absent from receipts stored by earlier versions.
+   */
+  readonly rejections?: readonly Rejection[];
   readonly foundIn?: undefined;
+}
+
+/** A recipient the server did not take at RCPT TO, and how. */
+export interface Rejection {
+  /** `recipientHash(address)`, never the address. */
+  readonly recipient: string;
+  /** "deferred": a 4xx, not now; "refused": a 5xx, or no code seen. */
+  readonly kind: "deferred" | "refused";
+  /** The server's reply code, null when none was seen. */
+  readonly code: number | null;
 }
 
 /**
@@ -42,6 +58,7 @@ export interface FoundEmailReceipt {
   readonly response: null;
   readonly accepted: null;
   readonly rejected: null;
+  readonly rejections?: undefined;
   /** The mailbox where the copy was found. */
   readonly foundIn: string;
 }
@@ -58,4 +75,13 @@ export function foundReceipt(messageId: string, ref: string, sent: boolean, foun
  */
 export function recipientHash(address: string): string {
   return sensitiveHash(address.trim().toLowerCase());
+}
+
+/** The `rejections` of a receipt: each refused address hashed, with its code read as deferred or refused. */
+export function rejectionsOf(rejected: readonly string[], codes: readonly (number | undefined)[]): Rejection[] {
+  return rejected.map((address, i) => {
+    const code = codes[i] ?? null;
+    const kind = code !== null && code >= 400 && code < 500 ? "deferred" : "refused";
+    return { recipient: recipientHash(address), kind, code };
+  });
 }

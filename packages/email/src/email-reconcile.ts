@@ -13,6 +13,20 @@ import type { OperationContext, ReconcileResult } from "@idem/core";
 import type { Lookup, Mailbox } from "./email-mailbox.js";
 import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
 
+/** The default settle window of a Sent copy (provider-saves): the provider files it as it accepts the message. */
+export const SENT_SETTLE_MS = 60_000;
+
+/**
+ * The default settle window of a journal copy, far longer than Sent's. The copy is a delivery
+ * like any other: the server's 250 takes responsibility for delivering it (RFC 5321 §6.1), not
+ * that it is delivered, and the queue hands it to the journal mailbox later; a delivery it
+ * defers waits for the queue's next run (Postfix by default: 5 minutes at first, longer each
+ * time). A copy filed after the window reads absent and the email goes out again, so this errs
+ * long: a window too long costs an unknown outcome a wait, one too short a second email. A
+ * server whose journal copies can take longer needs `settleMs`.
+ */
+export const JOURNAL_SETTLE_MS = 30 * 60_000;
+
 /** Where the copy of an operation's send is looked for, and what its absence there proves. */
 export type CopyPlace =
   | {

@@ -12,6 +12,8 @@
  *    worker killed mid-send, which leaves no classification to consult.
  * Every error a send rejects with says whether the body was handed over (`bodySent`): without a
  * reply from the server, that alone decides whether the message may have gone out (email-classify.ts).
+ * Signing in without implicit TLS requires STARTTLS unless the config says otherwise
+ * (`requireTLS`): a server that does not offer it gets neither the password nor the message.
  * Not supported: connection pooling, proxies, DKIM (a send is one short connection, as nodemailer's
  * non-pooled transport does it).
  */
@@ -25,6 +27,8 @@ export interface SmtpAnswer {
   readonly response: string;
   readonly accepted: readonly string[];
   readonly rejected: readonly string[];
+  /** The server's code to RCPT TO for each of `rejected`, in its order; undefined when none was seen. */
+  readonly rejectedCodes: readonly (number | undefined)[];
 }
 
 /**
@@ -89,6 +93,21 @@ export class InvalidSenderError extends Error implements SendFailure {
   }
 }
 
+/**
+ * The message could not be built from the args (nodemailer's render failed: an attachment it
+ * could not read, say), before any connection: nothing left the process, and the same args
+ * fail the same way.
+ */
+export class InvalidMessageError extends Error implements SendFailure {
+  readonly bodySent = false;
+  constructor(cause: unknown) {
+    super(`not sent: the message could not be built: ${cause instanceof Error ? cause.message : String(cause)}`, {
+      cause,
+    });
+    this.name = "InvalidMessageError";
+  }
+}
+
 /** A message and its SMTP envelope, as nodemailer parsed it from the message's address fields. */
 export interface Outgoing {
   /** The envelope sender: a bare address (`agent@example.com`), never a display name. */
@@ -114,6 +133,9 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
     host: config.host,
     port: config.port,
     secure: config.secure ?? false,
+    // Without it, nodemailer upgrades only when the EHLO reply offers STARTTLS: that reply comes
+    // in clear text, so a man in the middle who strips the offer gets AUTH PLAIN in clear.
+    requireTLS: config.requireTLS ?? config.auth !== undefined,
     logger: false,
     connectionTimeout: timeout,
     greetingTimeout: timeout,
@@ -166,10 +188,13 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
       const send = () =>
         conn.send(envelope, body, (e, info) => {
           if (e || !info) return finish(e ?? new Error("SMTP send gave no answer"));
+          const rejected = info.rejected.map(String);
+          const codes = info.rejectedErrors ?? [];
           return finish(null, {
             response: redact(String(info.response ?? ""), recipients),
             accepted: info.accepted.map(String),
-            rejected: info.rejected.map(String),
+            rejected,
+            rejectedCodes: rejected.map((r) => codes.find((c) => c.recipient === r)?.responseCode),
           });
         });
       // As nodemailer's transport does: log in when the server offers AUTH.

@@ -9,11 +9,13 @@
  * A copy the check before sending finds on the operation's first attempt was sent before the
  * operation began (by one pruned from the ledger since): the model reads "already done earlier".
  * Found on a later attempt, it is most likely this operation's own earlier send: "done".
+ * A send that some recipients did not take (deferred or refused at RCPT TO) is summarized as
+ * "partially sent", with how many and how.
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
 import type { EmailActions, EmailArgs } from "./email-actions.js";
-import type { EmailReceipt } from "./email-receipt.js";
+import type { EmailReceipt, Rejection } from "./email-receipt.js";
 
 const sendInput = z.object({
   to: z.string().email().describe("The recipient's address"),
@@ -40,9 +42,22 @@ export function emailTools(actions: EmailActions) {
       input: sendInput,
       args: (i: EmailSendInput): EmailArgs => ({ to: i.to.trim().toLowerCase(), subject: i.subject, text: i.text }),
       key: (i: EmailSendInput) => ["email", i.reference, sensitive(i.to.trim().toLowerCase())],
-      summarize: (r: EmailReceipt) => ({ messageId: r.messageId }),
+      summarize: (r: EmailReceipt) => {
+        // Sent, but not to everyone: the model must not read it as delivered to all.
+        if (!r.rejected?.length) return { messageId: r.messageId };
+        return { messageId: r.messageId, delivery: partialDelivery(r.rejected.length, r.rejections) };
+      },
       foundEarlier: (r: EmailReceipt, settled: { readonly attempt: number }) =>
         r.sent === false && settled.attempt === 1,
     },
   } as const;
+}
+
+/** What a model reads of a send some recipients did not take. */
+function partialDelivery(count: number, rejections: readonly Rejection[] | undefined): string {
+  const whom = `${count} recipient${count === 1 ? "" : "s"} did not take it`;
+  // A receipt stored by an earlier version does not say which were deferred.
+  if (!rejections) return `partially sent: ${whom}`;
+  const deferred = rejections.filter((r) => r.kind === "deferred").length;
+  return `partially sent: ${whom} (${deferred} deferred with a 4xx, ${count - deferred} refused with a 5xx); it is not sent to them again`;
 }

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import {
   EnvelopeRefusedError,
+  InvalidMessageError,
   InvalidSenderError,
   MailboxUnavailableError,
   SendAbortedError,
@@ -79,6 +80,55 @@ describe("classifyEmailError", () => {
     ["451 after the body", err({ code: "EMESSAGE", responseCode: 451, command: "DATA", bodySent: true }), "transient"],
     ["an address refused locally, no body", err({ code: "EENVELOPE", command: "API", bodySent: false }), "permanent"],
     ["a configured from without an address", new InvalidSenderError("Agent"), "permanent"],
+    // After the body only 250, 4yz or 5yz is a verdict (RFC 5321 §4.2, §4.3.2); nodemailer fails
+    // anything else with EMESSAGE. Before: "rejected" (failed, replayed) though the server may have it.
+    [
+      'a reply after the body with no code ("OK queued")',
+      err({ code: "EMESSAGE", response: "OK queued", command: "DATA", bodySent: true }),
+      "ambiguous",
+    ],
+    [
+      "a 354 after the body",
+      err({ code: "EMESSAGE", responseCode: 354, command: "DATA", bodySent: true }),
+      "ambiguous",
+    ],
+    ["an empty message, refused locally", err({ code: "EMESSAGE", command: "API", bodySent: false }), "rejected"],
+    [
+      "a message that could not be built (nothing left the process)",
+      new InvalidMessageError(new Error("x")),
+      "rejected",
+    ],
+    // TLS the config requires (requireTLS): nothing was sent, no credentials either.
+    [
+      "the server would not start TLS (STARTTLS answered 502)",
+      err({ code: "ETLS", responseCode: 502, command: "STARTTLS", bodySent: false }),
+      "permanent",
+    ],
+    [
+      "TLS not available for now (454)",
+      err({ code: "ETLS", responseCode: 454, command: "STARTTLS", bodySent: false }),
+      "transient",
+    ],
+    [
+      "EHLO refused, and HELO cannot start the TLS required",
+      err({ code: "ECONNECTION", responseCode: 500, command: "EHLO", bodySent: false }),
+      "permanent",
+    ],
+    [
+      "a certificate the TLS handshake does not trust",
+      err({
+        code: "ETLS",
+        command: "STARTTLS",
+        message: "Error initiating TLS - self-signed certificate",
+        bodySent: false,
+      }),
+      "permanent",
+    ],
+    [
+      "the connection lost during the TLS handshake",
+      err({ code: "ETLS", command: "STARTTLS", message: "Error initiating TLS - read ECONNRESET", bodySent: false }),
+      "transient",
+    ],
   ])("%s: %s", (_what, error, kind) => {
     expect(classifyEmailError(error).kind).toBe(kind);
   });
@@ -106,6 +156,23 @@ describe("classifyEmailError", () => {
   it("flags a journal address refused for good for an alert, not refused recipients", () => {
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, true))).toMatchObject({ alert: true });
     expect(classifyEmailError(new EnvelopeRefusedError("m", 550, false))).not.toHaveProperty("alert");
+  });
+
+  it("flags TLS the config requires that the server would not start for an alert (a config to fix, or a man in the middle)", () => {
+    for (const error of [
+      err({ code: "ETLS", responseCode: 502, command: "STARTTLS", bodySent: false }),
+      err({ code: "ECONNECTION", responseCode: 502, command: "EHLO", bodySent: false }),
+      err({
+        code: "ETLS",
+        command: "STARTTLS",
+        message: "Error initiating TLS - self-signed certificate",
+        bodySent: false,
+      }),
+    ])
+      expect(classifyEmailError(error), (error as Error).message).toMatchObject({ kind: "permanent", alert: true });
+    expect(classifyEmailError(err({ code: "ETLS", responseCode: 454, command: "STARTTLS" }))).not.toHaveProperty(
+      "alert",
+    );
   });
 
   it("flags a configured from without an address for an alert: a person fixes the config", () => {

@@ -12,6 +12,7 @@ import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
 import {
   CopyChangedError,
   EnvelopeRefusedError,
+  InvalidMessageError,
   InvalidSenderError,
   MailboxUnavailableError,
   SendAbortedError,
@@ -21,6 +22,7 @@ import {
   recipientHash,
   type CopyConfig,
   type EmailActions,
+  type EmailArgs,
   type EmailConfig,
 } from "@idem/email";
 import { captureSockets } from "./sockets.js";
@@ -35,10 +37,12 @@ beforeAll(async () => {
 afterAll(() => sandbox?.close());
 afterEach(() => sandbox.faults.clear()); // a fault the test did not reach must not leak into the next
 
+// The sandbox offers no TLS (no STARTTLS, Dovecot without ssl): every config here says
+// `requireTLS: false`, as one for such a server must (signing in requires TLS by default).
 const withCopy = (copy: CopyConfig, sent: Partial<Pick<EmailConfig, "imap" | "sentMailbox">> = {}) =>
   emailActions({
-    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
     from: SENDER.user,
     settleMs: 60_000,
     copy,
@@ -47,7 +51,7 @@ const withCopy = (copy: CopyConfig, sent: Partial<Pick<EmailConfig, "imap" | "se
 const journalCopy = (): Extract<CopyConfig, { mode: "journal" }> => ({
   mode: "journal",
   address: JOURNAL.user,
-  imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL },
+  imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL, requireTLS: false },
 });
 const journal = () => withCopy(journalCopy());
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
@@ -81,7 +85,7 @@ describe("the journal gate", () => {
   it("journal mode needs the IMAP account the journal address delivers to (else every copy is missing)", () => {
     const without = {
       smtp: { host: "127.0.0.1", port: ports.smtp },
-      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
       from: SENDER.user,
       copy: { mode: "journal", address: JOURNAL.user },
     };
@@ -209,8 +213,8 @@ describe("the envelope is the one nodemailer parses", () => {
   // (EENVELOPE) on every send.
   const named = (copy: CopyConfig, from = `Agent <${SENDER.user}>`) =>
     emailActions({
-      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
       from,
       settleMs: 60_000,
       copy,
@@ -243,8 +247,8 @@ describe("the envelope is the one nodemailer parses", () => {
   it("a configured from with no address: nothing sent, failed with an alert", async () => {
     const o = fresh();
     const mail = emailActions({
-      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
       from: "Agent",
       messageIdDomain: "idem.test",
       copy: journalCopy(),
@@ -261,8 +265,8 @@ describe("the envelope is the one nodemailer parses", () => {
 
   it("an internationalised Message-ID domain: the copy of the first send is found by the check before a second", async () => {
     const mail = emailActions({
-      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
       from: SENDER.user,
       messageIdDomain: "bücher.example",
       copy: journalCopy(),
@@ -291,9 +295,65 @@ describe("the settle window uses op.now", () => {
     });
   });
 
+  it("journal mode without a settleMs waits far longer than Sent: the server's queue delivers its copy", async () => {
+    // Before: 60 s for both. A 250 to RCPT TO does not mean the copy is filed (RFC 5321 §6.1:
+    // the server took responsibility to deliver it), and a queued local delivery can take minutes:
+    // "absent" after 60 s sent the email again.
+    const byDefault = (copy: CopyConfig) =>
+      emailActions({
+        smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+        imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
+        from: SENDER.user,
+        copy,
+      });
+    const now = Date.now();
+    const minutesLater = (m: number) => op({ lastAttemptAt: now, now: now + m * 60_000 });
+    expect(await byDefault(journalCopy()).send.reconcile!(report, minutesLater(2))).toMatchObject({
+      found: false,
+      proof: "inconclusive",
+    });
+    expect(await byDefault(journalCopy()).send.reconcile!(report, minutesLater(60))).toMatchObject({
+      found: false,
+      proof: "absent",
+    });
+    // The provider files its Sent copy as it accepts the message: 60 s, as before.
+    expect(await byDefault({ mode: "provider-saves" }).send.reconcile!(report, minutesLater(2))).toMatchObject({
+      found: false,
+      proof: "absent",
+    });
+  });
+
   it("without a database time it proves nothing", async () => {
     const o = { ...fresh(), now: undefined as unknown as number };
     expect(await journal().send.reconcile!(report, o)).toMatchObject({ found: false, proof: "inconclusive" });
+  });
+});
+
+describe("attachments are content only", () => {
+  const fromFile = { filename: "x.txt", path: "/etc/hostname" };
+  const fromUrl = { filename: "x.txt", href: "http://127.0.0.1:9/x.txt" };
+  const withAttachment = (a: object) => ({ ...report, attachments: [a] }) as unknown as EmailArgs;
+
+  it("an attachment naming a file or a URL is refused before anything is claimed: nothing is read", () => {
+    for (const a of [fromFile, fromUrl, { ...fromFile, content: "" }])
+      expect(() => journal().send.validate!(withAttachment(a)), JSON.stringify(a)).toThrow(
+        /attachments\[0\].*(path|href).*content only/,
+      );
+    expect(() => journal().send.validate!(withAttachment({ filename: "x.txt", content: "hello" }))).not.toThrow();
+  });
+
+  it("a message that cannot be built (execute called past validation): nothing left the process, rejected", async () => {
+    // Before: nodemailer's EFILEACCESS from the render, before any connection, was read as "no
+    // answer from the SMTP server" (ambiguous): a person was asked about an email never sent.
+    const o = fresh();
+    const before = sandbox.count();
+    const error = await journal()
+      .send.execute(withAttachment(fromFile), o)
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidMessageError);
+    expect(error).toMatchObject({ bodySent: false, cause: { code: "EFILEACCESS" } });
+    expect(classifyEmailError(error)).toMatchObject({ kind: "rejected" });
+    expect(sandbox.count()).toBe(before);
   });
 });
 
@@ -321,7 +381,7 @@ describe("the copy recorded at the first send decides, not today's config", () =
     const o = recordedBy(journal(), pastTheWindow());
     for (const today of [
       withCopy({ ...journalCopy(), mailbox: "Journal" }),
-      withCopy({ ...journalCopy(), imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } }),
+      withCopy({ ...journalCopy(), imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false } }),
       withCopy({ ...journalCopy(), address: "audit@idem.test" }),
       withCopy({ mode: "provider-saves" }),
       withCopy({ mode: "append" }),
@@ -369,7 +429,10 @@ describe("the copy recorded at the first send decides, not today's config", () =
     const saves = withCopy({ mode: "provider-saves" });
     const elsewhere = [
       withCopy({ mode: "provider-saves" }, { sentMailbox: "INBOX" }),
-      withCopy({ mode: "provider-saves" }, { imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }),
+      withCopy(
+        { mode: "provider-saves" },
+        { imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL, requireTLS: false } },
+      ),
     ];
     const o = recordedBy(saves, pastTheWindow());
     expect(o.providerReference).toBe(
@@ -459,7 +522,7 @@ describe("the copy recorded at the first send decides, not today's config", () =
           withCopy(
             { mode: "provider-saves" },
             {
-              imap: { host: "127.0.0.1", port: proxy.port, auth: SENDER },
+              imap: { host: "127.0.0.1", port: proxy.port, auth: SENDER, requireTLS: false },
               ...(sentMailbox !== undefined && { sentMailbox }),
             },
           );

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { openLedger, type Ledger, type LedgerOptions } from "@idem/core";
+import { InvalidValueError, openLedger, type Ledger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import {
@@ -14,6 +14,7 @@ import {
   parseEmailReference,
   recipientHash,
   type CopyConfig,
+  type EmailArgs,
   type EmailConfig,
 } from "@idem/email";
 import { ImapFlow } from "imapflow";
@@ -34,15 +35,17 @@ beforeAll(async () => {
 }, scaled(30_000));
 afterAll(() => sandbox?.close());
 
+// The sandbox offers no TLS (no STARTTLS, Dovecot without ssl): every config here says
+// `requireTLS: false`, as one for such a server must (signing in requires TLS by default).
 function config(mode: Mode, extra: Partial<EmailConfig> = {}): EmailConfig {
   sandbox.mode = SERVER_MODE[mode];
   const copy: CopyConfig =
     mode === "journal"
-      ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL } }
+      ? { mode, address: JOURNAL.user, imap: { host: "127.0.0.1", port: ports.imap, auth: JOURNAL, requireTLS: false } }
       : { mode };
   return {
-    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500 },
-    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER },
+    smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+    imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
     from: SENDER.user,
     copy,
     settleMs: 300,
@@ -90,8 +93,8 @@ for (const dialect of DIALECTS) {
         // the copy is where this mode says it is
         const where =
           mode === "journal"
-            ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL }, "INBOX")
-            : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER }, "\\Sent");
+            ? new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: JOURNAL, requireTLS: false }, "INBOX")
+            : new Mailbox({ host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false }, "\\Sent");
         expect(await where.find(messageId)).toMatchObject({ mailbox: mode === "journal" ? "INBOX" : "Sent" });
       });
     }
@@ -256,7 +259,7 @@ for (const dialect of DIALECTS) {
       [
         "journal",
         "another journal account",
-        () => journalWith({ imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER } }),
+        () => journalWith({ imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false } }),
         recordedJournal,
       ],
       ["journal", "provider-saves", () => config("provider-saves"), recordedJournal],
@@ -378,7 +381,9 @@ for (const dialect of DIALECTS) {
       const l = await ledger();
       const t = tenant();
       const key = ["journal-port-fixed"];
-      const wrong = journalWith({ imap: { host: "127.0.0.1", port: await freePort(), auth: JOURNAL } });
+      const wrong = journalWith({
+        imap: { host: "127.0.0.1", port: await freePort(), auth: JOURNAL, requireTLS: false },
+      });
       const first = await l.run(emailActions(wrong).send, { tenant: t, key, args: report, budget: { attempts: 1 } });
       expect(first).toMatchObject({ status: "pending_verification", state: "pending" });
       const messageId = await messageIdOf(l, t, first.operationId);
@@ -542,11 +547,29 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("an attachment naming a file: refused before anything is claimed; made by a function, failed before send; never a question for a person", async () => {
+      // Before: the render's EFILEACCESS, before any connection, was "ambiguous": unknown, then a
+      // person asked about an email that never left the process.
+      const l = await ledger();
+      const mail = emailActions(config("provider-saves"));
+      const t = tenant();
+      const args = { ...report, attachments: [{ filename: "x.txt", path: "/etc/hostname" }] } as unknown as EmailArgs;
+      const before = sandbox.count();
+      await expect(l.run(mail.send, { tenant: t, key: ["file-attachment"], args })).rejects.toBeInstanceOf(
+        InvalidValueError,
+      );
+      const made = await l.run(mail.send, { tenant: t, key: ["file-attachment", "made"], args: () => args });
+      expect(made).toMatchObject({ status: "failed", error: { kind: "rejected" } });
+      expect(sandbox.count()).toBe(before);
+    });
+
     it("IMAP down during the pre-send check: nothing is sent; a later call sends once", async () => {
       const l = await ledger();
       const t = tenant();
       const closed = await freePort();
-      const down = emailActions(config("provider-saves", { imap: { host: "127.0.0.1", port: closed, auth: SENDER } }));
+      const down = emailActions(
+        config("provider-saves", { imap: { host: "127.0.0.1", port: closed, auth: SENDER, requireTLS: false } }),
+      );
       const before = sandbox.count();
       const out = await l.run(down.send, { tenant: t, key: ["imap-down"], args: report, budget: { attempts: 1 } });
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
