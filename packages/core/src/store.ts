@@ -832,7 +832,10 @@ export class Store {
         .where("key", "=", row.key)
         .where("id", "=", row.id)
         .$if(e.unchanged === true, (q) =>
-          q.where("status", "=", row.status).where("attempt", "=", row.attempt).where("updated_at", "=", row.updated_at),
+          q
+            .where("status", "=", row.status)
+            .where("attempt", "=", row.attempt)
+            .where("updated_at", "=", row.updated_at),
         )
         .executeTakeFirst(),
     );
