@@ -235,7 +235,7 @@ describe("a database that becomes unreachable right after the effect (Postgres)"
         const config = parseConfig({
           ledger: url,
           actions: [actionFor("stripe", ports, 5_000)],
-          alerts: { log: false },
+          alerts: { log: true }, // a Daemon needs a sink; its logger is silent
         });
         const daemon = new Daemon(
           direct,

@@ -26,7 +26,12 @@ import {
 } from "@idem/core";
 import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./config.js";
 
-export type AlertKind = "needs_review" | "auth_failure" | "stuck";
+/**
+ * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
+ * credential or a policy), `check_refused` (the outcome is unknown, and a credential was refused
+ * while checking it: it may have happened), `stuck` (running past its threshold).
+ */
+export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "stuck";
 
 export interface Alert {
   readonly kind: AlertKind;
@@ -39,27 +44,35 @@ export interface Alert {
   readonly since: string;
 }
 
-export function alertOf(kind: AlertKind, op: Operation): Alert {
+/**
+ * The alert of `kind` about `op`, at its attempt and since its last change; `at`: another attempt
+ * and time it is about (a `check_refused` alert names the attempt whose outcome is unknown, and
+ * when it became so, not the last of its checks).
+ */
+export function alertOf(kind: AlertKind, op: Operation, at?: { attempt: number; since: number }): Alert {
   return {
     kind,
     operationId: op.id,
     tenant: op.tenant,
     action: op.action,
     status: op.status,
-    attempt: op.attempt,
+    attempt: at?.attempt ?? op.attempt,
     reason: op.reason,
-    since: new Date(op.updatedAt).toISOString(),
+    since: new Date(at?.since ?? op.updatedAt).toISOString(),
   };
 }
 
+const SAID: Record<AlertKind, string> = {
+  stuck: "is stuck in running",
+  needs_review: "needs a person's review",
+  auth_failure: "failed on authentication or policy",
+  // Not a failure: the effect may have happened (the check was refused, not the effect).
+  check_refused:
+    "is left with its outcome unknown; a credential was refused while checking it (it may have happened: fix the credential, or check the provider and decide)",
+};
+
 export function alertText(a: Alert): string {
-  const what =
-    a.kind === "stuck"
-      ? "is stuck in running"
-      : a.kind === "needs_review"
-        ? "needs a person's review"
-        : "failed on authentication or policy";
-  return `idem: ${a.action} operation ${a.operationId} (tenant ${a.tenant}) ${what}: ${a.reason ?? "no reason recorded"}. See: idem show ${a.operationId} --tenant ${a.tenant}`;
+  return `idem: ${a.action} operation ${a.operationId} (tenant ${a.tenant}) ${SAID[a.kind]}: ${a.reason ?? "no reason recorded"}. See: idem show ${a.operationId} --tenant ${a.tenant}`;
 }
 
 /**
@@ -72,6 +85,19 @@ class WebhookNotSentError extends Error {
 
 /** Webhook answers that refuse every alert, not this one: 401, 403 (Slack's invalid_token), 404 (no_service), 410, 503. */
 const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
+
+/**
+ * Webhook answers of a receiver (or the gateway in front of it) that failed on this request: 500
+ * (an error page), 502 (the gateway could not reach it), 504 (the gateway gave up waiting). They
+ * may come after the receiver took the alert, but the request carries an `idempotency-key` header
+ * (a receiver that reads it drops the second), and a duplicate alert costs a person a second look
+ * where a lost one costs the incident it was about: tried again, never "may have been sent" (which
+ * would put the delivery in review and acknowledge the alert unsent).
+ */
+const FAILED_THIS_TIME: ReadonlySet<number> = new Set([500, 502, 504]);
+
+/** undici's connect timeout: the connection was never made, so no byte of the request left. */
+const CONNECT_TIMEOUT = "UND_ERR_CONNECT_TIMEOUT";
 
 /**
  * HTTP failures of the webhook sink, whose URL is `url` (never kept in a reason: a Slack
@@ -92,13 +118,18 @@ function classifyDelivery(url: string) {
         kind: "transient",
         reason: `receiver answered ${status}, nothing delivered${status === 503 ? "" : " (check alerts.webhook: its URL and authorization)"}`,
       };
+    if (status !== undefined && FAILED_THIS_TIME.has(status))
+      return {
+        kind: "transient",
+        reason: `receiver answered ${status}; tried again (a duplicate is cheaper than a lost alert)`,
+      };
     // Another 4xx refuses this alert itself (its payload): final.
     if (status !== undefined && status >= 400 && status < 500 && status !== 429)
       return { kind: "permanent", reason: `receiver answered ${status}` };
     if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
-    // Not connected: nothing sent.
+    // Not connected (refused, unresolved, unreachable at connect, or a connect that timed out): nothing sent.
     const socket = (error as { cause?: { code?: string } }).cause ?? error;
-    if (neverSent(socket))
+    if (neverSent(socket) || (socket as { code?: unknown }).code === CONNECT_TIMEOUT)
       return {
         kind: "transient",
         reason: `receiver not reached (${(socket as { code?: string }).code}): nothing sent`,
@@ -143,28 +174,62 @@ export function requireAlertSink(config: IdemConfig): void {
     );
 }
 
+/** How long a sink that refuses every alert (a refused sign-in, account or policy) is left before it is asked again. */
+const REFUSING_EVERY_ALERT_MS = 10 * 60_000;
+
 /**
- * SMTP failures of the email sink, as the email provider reads them (@idem/email, an optional
- * peer: not imported here): a server that was not reached, or answered 4xx, took nothing and is
- * tried again next tick; 5xx refused this alert for good; only a lost answer is ambiguous. A
- * refused sign-in is a configuration a person fixes: the alert stays due until then, and each tick
- * says why, rather than counting it delivered.
+ * The SMTP stages before the message: the server's greeting and EHLO, MAIL FROM and RCPT TO.
+ * What is refused there is the server, the account or the envelope (`alerts.email.from` and
+ * `to`), the same for every alert; at DATA, this message.
+ */
+const BEFORE_THE_MESSAGE: ReadonlySet<string> = new Set(["CONN", "EHLO", "HELO", "LHLO", "MAIL FROM", "RCPT TO"]);
+
+/**
+ * SMTP failures of the email sink, as nodemailer gives them (`code`, the `command` answered,
+ * `responseCode` and the server's `response`; @idem/email, an optional peer, is not imported
+ * here). A server not reached, or answering 4xx, took nothing: tried again next tick. A refusal of
+ * every alert (the sign-in, the account, a policy, the envelope) is a configuration a person
+ * fixes: the alert stays due, held back for minutes (failed sign-ins in a loop get an account
+ * locked out), and each tick says why, rather than counting it delivered. A refusal of this
+ * message alone (its size, its content, at DATA) is final for this alert. Only a lost answer is
+ * ambiguous.
  */
 function classifyEmailDelivery(error: unknown): Classification {
-  const e = (error ?? {}) as { code?: string; originalCode?: string; responseCode?: number; timeoutType?: string };
+  const e = (error ?? {}) as {
+    code?: string;
+    command?: string;
+    response?: string;
+    responseCode?: number;
+    timeoutType?: string;
+  };
   const what = `${e.code ?? "error"}: ${String((error as Error | undefined)?.message ?? error)}`;
-  // Held back for minutes, for every tick: failed sign-ins in a loop get an account locked out.
+  const refusesEveryAlert = (why: string): Classification => ({
+    kind: "rate_limited",
+    reason: `${why}; the SMTP server refuses every alert, nothing sent (tried again in ${REFUSING_EVERY_ALERT_MS / 60_000} minutes): ${what}`,
+    retryAfterMs: REFUSING_EVERY_ALERT_MS,
+  });
   if (e.code === "EAUTH" || e.code === "ENOAUTH")
-    return {
-      kind: "rate_limited",
-      reason: `SMTP sign-in refused, nothing sent (fix the credentials): ${what}`,
-      retryAfterMs: 10 * 60_000,
-    };
-  if (typeof e.responseCode === "number" && e.responseCode >= 400 && e.responseCode < 500)
-    return { kind: "transient", reason: `SMTP server answered ${e.responseCode}, nothing accepted: ${what}` };
-  if (typeof e.responseCode === "number" && e.responseCode >= 500)
+    return refusesEveryAlert("SMTP sign-in refused (fix the credentials)");
+  const code = e.responseCode;
+  if (typeof code === "number" && code >= 400 && code < 500)
+    return { kind: "transient", reason: `SMTP server answered ${code}, nothing accepted: ${what}` };
+  if (typeof code === "number" && code >= 500) {
+    // 552: over the size the server takes (this message), or the mailbox's quota.
+    if (code === 552) return { kind: "permanent", reason: `SMTP server refused the alert's size: ${what}` };
+    // At DATA: this message (its content, a filter): final for this alert; the next may pass.
+    if (e.command === "DATA") return { kind: "permanent", reason: `SMTP server refused the alert: ${what}` };
+    // 530: a sign-in is required (the config has none, or the server wants TLS first).
+    if (code === 530) return refusesEveryAlert("SMTP server requires a sign-in (check alerts.email.smtp)");
+    // X.7.X: security or policy (relay denied, a sender the account may not use, this client refused).
+    if (/^\d{3}[ -]5\.7\.\d{1,3}\b/.test(e.response ?? ""))
+      return refusesEveryAlert("SMTP server refused on security or policy (check alerts.email: the account, from, to)");
+    // Before the message: the server, the account or the envelope, which every alert shares.
+    if (e.command !== undefined && BEFORE_THE_MESSAGE.has(e.command))
+      return refusesEveryAlert(`SMTP server refused at ${e.command} (check alerts.email: the server, from, to)`);
     return { kind: "permanent", reason: `SMTP server refused the alert: ${what}` };
-  if (e.code === "EENVELOPE") return { kind: "permanent", reason: `addresses refused: ${what}` };
+  }
+  // Addresses refused before any was sent (nodemailer's own check): the config's, every alert's.
+  if (e.code === "EENVELOPE") return refusesEveryAlert("addresses refused (check alerts.email.from and to)");
   if (neverSent(error)) return { kind: "transient", reason: `SMTP server not reached, nothing sent: ${what}` };
   if (e.timeoutType === "CONNECT_TIMEOUT" || e.timeoutType === "GREETING_TIMEOUT")
     return { kind: "transient", reason: `no greeting from the SMTP server, nothing sent: ${what}` };
@@ -181,6 +246,15 @@ export const ALERT_TYPES: readonly string[] = SINK_NAMES.map(typeOf);
 /** The sink an operation of this action type delivers to; undefined for an action of another kind. */
 export function sinkOf(actionType: string): SinkName | undefined {
   return SINK_NAMES.find((sink) => typeOf(sink) === actionType);
+}
+
+/**
+ * Whether an operation is one of the daemon's own alert deliveries: in the alerts tenant AND of a
+ * sink's action type. The tenant alone is not enough: a config may name an application's tenant
+ * as `alerts.tenant` (a typo, or on purpose), whose operations must still be alerted.
+ */
+export function isAlertDelivery(config: IdemConfig, op: { readonly tenant: string; readonly action: string }): boolean {
+  return op.tenant === config.alerts.tenant && sinkOf(op.action) !== undefined;
 }
 
 /** What a sink answers for an alert it took. */
@@ -289,6 +363,8 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
       host: e.smtp.host,
       port: e.smtp.port,
       secure: e.smtp.secure ?? false,
+      // A password goes only over TLS (STARTTLS when not secure), as @idem/email's default.
+      requireTLS: e.smtp.requireTLS ?? ("auth" in auth && !(e.smtp.secure ?? false)),
       ...auth,
       socketTimeout: 30_000,
     });
@@ -321,7 +397,8 @@ export interface Delivery {
   readonly done: boolean;
   /**
    * Sinks that did not take it this tick: down (not tried), not reached, refusing it (a first
-   * refusal, not one replayed), or failing. `idem daemon --once` exits 1 when any did.
+   * refusal, not one replayed), failing, or not answering (the delivery in review: it may have
+   * been sent, and no sink said so). `idem daemon --once` exits 1 when any did.
    */
   readonly missed: number;
 }
@@ -361,7 +438,10 @@ export async function deliver(
       out = await ledger.run(sink.action, {
         tenant: config.alerts.tenant,
         key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
-        args: alert,
+        // A check_refused alert's key stands for every check of the unknown attempt, whose reason
+        // may differ from check to check: the alert as first made is the one delivered (given
+        // args of another reason would be refused as a different payload under the same key).
+        args: alert.kind === "check_refused" ? () => alert : alert,
         actor: "idem-daemon",
         ...(stop && { stop }),
       });
@@ -388,8 +468,9 @@ export async function deliver(
         if (reported.has(out.operationId)) continue; // an earlier tick's: the sink was not tried now
         reported.add(out.operationId);
       }
-      // Not taken, or refused now (a refusal replayed was counted by the tick that heard it).
-      if (!inReview && !(out.status === "failed" && out.replayed)) missed += 1;
+      // Not taken, refused now (a refusal replayed was counted by the tick that heard it), or in
+      // review: it may have been sent, but no sink said it took it, so a run once exits 1.
+      if (!(out.status === "failed" && out.replayed)) missed += 1;
       // Not taken (unreachable, rate limiting, no answer): not tried again this tick. A refusal
       // (failed) was a quick, final answer for this alert alone.
       if (out.status === "pending_verification") down.add(sink.name);

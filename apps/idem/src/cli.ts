@@ -1,8 +1,9 @@
 /**
  * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
  * 1 failure (the ledger's database unreachable included), 2 bad usage or configuration, 3 no such
- * operation (for this tenant), 4 the operation is not in a status that allows it, 5 `idem prune`
- * stopped at its `--max` with more possibly left (run it again).
+ * operation (for this tenant), 4 the operation is not in a status that allows it, or (a decision)
+ * changed since it was shown, 5 `idem prune` stopped at its `--max` with more possibly left (run
+ * it again).
  */
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -23,7 +24,9 @@ import {
   type Action,
   type Ledger,
   type LedgerOptions,
+  type Operation,
   type OperationRef,
+  type Seen,
   type Status,
 } from "@idem/core";
 import { alertActions, requireAlertSink } from "./alerts.js";
@@ -32,7 +35,7 @@ import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
-import { printOperation, printOperations, printStats } from "./output.js";
+import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5 } as const;
 
@@ -185,38 +188,80 @@ function json(v: string): unknown {
     throw new InvalidArgumentError("Expected JSON.");
   }
 }
-/** An attempt number as `idem show` prints it. */
-function attemptNumber(v: string): number {
-  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
-  if (!(n >= 1 && Number.isSafeInteger(n))) throw new InvalidArgumentError("Expected an attempt number (1 or more).");
-  return n;
+/** `<status>.<attempt>.<checks>.<updatedAt>`, as `idem show` prints it (`operationVersion`). */
+const VERSION = /^([a-z_]+)\.(\d+)\.(\d+)\.(\d+)$/;
+/** A version as `idem show` prints it, for `--seen`: the operation as the person saw it. */
+function seenVersion(v: string): Seen {
+  const [, status, attempt, checks, updatedAt] = VERSION.exec(v) ?? [];
+  const numbers = [attempt, checks, updatedAt].map(Number);
+  if (!STATUSES.includes(status as Status) || !numbers.every(Number.isSafeInteger))
+    throw new InvalidArgumentError(
+      "Expected a version as idem show prints it: <status>.<attempt>.<checks>.<updatedAt>, such as needs_review.2.0.1767225600000.",
+    );
+  return { status: status as Status, attempt: numbers[0]!, checks: numbers[1]!, updatedAt: numbers[2]! };
 }
-const attemptOption = () =>
+const seenOption = () =>
   new Option(
-    "-a, --attempt <n>",
-    "the attempt you checked, as idem show printed it (required): refused (exit 4) if the operation moved on since",
-  ).argParser(attemptNumber);
+    "--seen <version>",
+    "the version of the operation you checked, as idem show printed it (required): refused (exit 4) if the operation changed in any way since",
+  ).argParser(seenVersion);
+/** `--attempt`, which `--seen` replaced: still read, only to say so (hidden from the help). */
+const retiredAttemptOption = () => new Option("-a, --attempt <n>").hideHelp();
+const decisionHelp = `
+Decide on what you were shown: \`idem show <id> --tenant <tenant>\` prints the operation's version
+(<status>.<attempt>.<checks>.<updatedAt>); give it as --seen. If the operation changed since (a late
+answer that it may have been done, a check, another person's decision), nothing is decided (exit 4):
+show it again and decide on what you see now.`;
 
 /**
- * Every decision names the attempt it was taken on. Without it, a decision would apply to
- * whatever attempt the operation is at when the command runs: a retry of attempt 2, checked
- * never sent, would mark attempt 4 not done, which may have been sent since (the daemon, or
- * another person's retry, ran it meanwhile): a second effect. Checked before the ledger is opened.
+ * Every decision names the version of the operation it was taken on (`idem show` prints it), not
+ * only its attempt: a late answer that the effect may have happened (a timeout after the request
+ * was sent) or a check changes the operation without a new attempt, and a retry decided before it
+ * would send the effect a second time. Without a version, the decision would apply to whatever
+ * the operation is when the command runs. Checked before the ledger is opened.
  */
-function requireAttempt(attempt: number | undefined, ref: OperationRef, what: string): number {
-  if (attempt !== undefined) return attempt;
+function requireSeen(o: { seen?: Seen; attempt?: string }, ref: OperationRef, what: string): Seen {
+  const show = `\`idem show ${ref.id} --tenant ${ref.tenant}\``;
+  if (o.attempt !== undefined)
+    throw new InvalidValueError(
+      "attempt",
+      `--attempt is replaced by --seen <version>, the version ${show} prints: an attempt number cannot tell the view you checked from a later one at the same attempt (a late answer that it may have been done, a check), and a decision on that later one could do the effect twice`,
+    );
+  if (o.seen !== undefined) return o.seen;
   throw new InvalidValueError(
-    "attempt",
-    `${what} needs --attempt <n>, the attempt you checked, as \`idem show ${ref.id} --tenant ${ref.tenant}\` prints it: without it the decision would apply to whatever attempt the operation is at now, which may be a later one nobody checked (and may have been sent)`,
+    "seen",
+    `${what} needs --seen <version>, the version you checked, as ${show} prints it: without it the decision would apply to whatever the operation is now, which may be a later attempt or a late answer nobody checked (and may have been sent)`,
   );
 }
 
-/** The operation as the operator checked it, at `attempt`: refused (exit 4) if it moved on since. */
-async function seenAt(ledger: Ledger, ref: OperationRef, attempt: number, to: string) {
-  const { operation: op } = await ledger.get(ref);
-  if (op.attempt !== attempt)
-    throw new InvalidTransitionError(op.id, `at attempt ${op.attempt} (${op.status}), not ${attempt} as checked`, to);
-  return { status: op.status, attempt: op.attempt, checks: op.checks, updatedAt: op.updatedAt };
+/** A decision refused because the operation changed since the person was shown it (exit 4). */
+class ChangedSinceShownError extends IdemError {
+  override readonly name = "ChangedSinceShownError";
+  constructor(ref: OperationRef, shown: string, now: Operation, cause: unknown) {
+    super(
+      "INVALID_TRANSITION",
+      `operation ${ref.id} changed since it was shown (version ${shown}): it is now ${now.status} at attempt ${now.attempt} (version ${operationVersion(now)}); nothing was decided. Show it again (idem show ${ref.id} --tenant ${ref.tenant}) and decide on what you see now`,
+      { cause },
+    );
+  }
+}
+
+/**
+ * Runs a person's decision bound to the operation as they were shown it (`seen`, which `decide`
+ * passes to the ledger: it refuses a decision on another version, in the same transaction). A
+ * refusal is said as such when the operation changed since; one for its status (unchanged) as the
+ * ledger says it.
+ */
+async function onTheVersionShown(ledger: Ledger, ref: OperationRef, seen: Seen, decide: () => Promise<unknown>) {
+  try {
+    await decide();
+  } catch (error) {
+    if (!(error instanceof InvalidTransitionError)) throw error;
+    const { operation: now } = await ledger.get(ref);
+    const shown = operationVersion(seen);
+    if (operationVersion(now) === shown) throw error;
+    throw new ChangedSinceShownError(ref, shown, now, error);
+  }
 }
 
 /**
@@ -283,7 +328,9 @@ export function program(): Command {
 
   cmd
     .command("ls")
-    .description("list operations, newest first: one tenant's, or with --all-tenants an operator's queue")
+    .description(
+      "list operations, newest first, each with its version (what a decision names: --seen): one tenant's, or with --all-tenants an operator's queue",
+    )
     .addOption(new Option("-t, --tenant <tenant>", "the tenant whose operations to list").env("IDEM_TENANT"))
     .option("--all-tenants", "every tenant's operations (with --status needs_review: what waits for a person)")
     .addOption(new Option("-s, --status <status...>", "only these statuses").choices([...STATUSES]))
@@ -333,7 +380,9 @@ export function program(): Command {
 
   cmd
     .command("show <id>")
-    .description("one operation with its args (redacted), receipt, verdict and audit events")
+    .description(
+      "one operation with its args (redacted), receipt, verdict, audit events and version (what a decision names: --seen)",
+    )
     .addOption(tenant())
     .action(async (id: string, o: { tenant: string }) => {
       await withLedger(g(), async (ledger) =>
@@ -343,7 +392,7 @@ export function program(): Command {
 
   cmd
     .command("resolve <id>")
-    .description("a person's verdict on a needs_review operation")
+    .description("a person's verdict on a needs_review operation, on the version idem show printed (--seen)")
     .addOption(tenant())
     .option("--succeeded", "the effect happened")
     .option("--failed", "the effect did not happen and must not be retried")
@@ -358,8 +407,10 @@ export function program(): Command {
         "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)",
       ).argParser(json),
     )
-    .addOption(attemptOption())
+    .addOption(seenOption())
+    .addOption(retiredAttemptOption())
     .option("--actor <name>", "who decides (default: $USER@host)")
+    .addHelpText("after", decisionHelp)
     .action(
       async (
         id: string,
@@ -370,7 +421,8 @@ export function program(): Command {
           reason: string;
           evidence?: string;
           receipt?: unknown;
-          attempt?: number;
+          seen?: Seen;
+          attempt?: string;
           actor?: string;
         },
       ) => {
@@ -378,25 +430,26 @@ export function program(): Command {
           throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
         if (o.failed && o.receipt !== undefined)
           throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
-        const attempt = requireAttempt(o.attempt, { tenant: o.tenant, id }, "resolve");
+        const ref = { tenant: o.tenant, id };
+        const seen = requireSeen(o, ref, "resolve");
         await withLedger(
           g(),
           async (ledger) => {
-            const seen = await seenAt(ledger, { tenant: o.tenant, id }, attempt, o.succeeded ? "succeeded" : "failed");
             const common = {
-              tenant: o.tenant,
-              id,
+              ...ref,
               reason: o.reason,
               actor: actorOf(o.actor),
               ...(o.evidence !== undefined && { evidence: o.evidence }),
               seen,
             };
-            await ledger.admin.resolve(
-              o.succeeded
-                ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) }
-                : { ...common, outcome: "failed" },
+            await onTheVersionShown(ledger, ref, seen, () =>
+              ledger.admin.resolve(
+                o.succeeded
+                  ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) }
+                  : { ...common, outcome: "failed" },
+              ),
             );
-            printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+            printOperation(await ledger.get(ref), g().json === true);
           },
           { actions: o.receipt !== undefined },
         );
@@ -405,22 +458,31 @@ export function program(): Command {
 
   cmd
     .command("retry <id>")
-    .description("mark a needs_review, unknown or failed operation as not done, to be run again with the same key")
+    .description(
+      "mark a needs_review, unknown or failed operation as not done, to be run again with the same key, on the version idem show printed (--seen)",
+    )
     .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")
-    .addOption(attemptOption())
+    .addOption(seenOption())
+    .addOption(retiredAttemptOption())
     .option("--actor <name>", "who decides (default: $USER@host)")
     .option("--now", "settle it right away with the configured actions instead of leaving it to the daemon")
+    .addHelpText("after", decisionHelp)
     .action(
-      async (id: string, o: { tenant: string; reason: string; attempt?: number; actor?: string; now?: boolean }) => {
-        const attempt = requireAttempt(o.attempt, { tenant: o.tenant, id }, "retry");
+      async (
+        id: string,
+        o: { tenant: string; reason: string; seen?: Seen; attempt?: string; actor?: string; now?: boolean },
+      ) => {
+        const ref = { tenant: o.tenant, id };
+        const seen = requireSeen(o, ref, "retry");
         await withLedger(
           g(),
           async (ledger) => {
-            const seen = await seenAt(ledger, { tenant: o.tenant, id }, attempt, "pending");
-            await ledger.admin.retry({ tenant: o.tenant, id, reason: o.reason, actor: actorOf(o.actor), seen });
-            if (o.now) await runRetried(ledger, { tenant: o.tenant, id }, actorOf(o.actor), g().json === true);
-            printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true);
+            await onTheVersionShown(ledger, ref, seen, () =>
+              ledger.admin.retry({ ...ref, reason: o.reason, actor: actorOf(o.actor), seen }),
+            );
+            if (o.now) await runRetried(ledger, ref, actorOf(o.actor), g().json === true);
+            printOperation(await ledger.get(ref), g().json === true);
           },
           {
             // An alert delivery is settled with its sink, as the daemon would (the log sink's line on stderr).
@@ -594,7 +656,7 @@ export function program(): Command {
               ...(failed ? [`${failed} due operation(s) could not be settled`] : []),
               ...(undelivered
                 ? [
-                    `${undelivered} alert delivery(ies) were not taken by their sink (down, not reached or refusing; the log says why)`,
+                    `${undelivered} alert delivery(ies) were not taken by their sink (down, not reached, refusing, or no answer: in review, for a person to check; the log says why)`,
                   ]
                 : []),
             ];
@@ -748,7 +810,7 @@ export async function main(argv: string[]): Promise<number> {
           ? EXIT.usage
           : error instanceof OperationNotFoundError
             ? EXIT.notFound
-            : error instanceof InvalidTransitionError
+            : error instanceof InvalidTransitionError || error instanceof ChangedSinceShownError
               ? EXIT.refused
               : EXIT.failure;
     const message = (error as Error).message;

@@ -3,8 +3,10 @@
  * lease, an unknown outcome or known-undone work whose time came) and settles each by the replay
  * policy (its own alert deliveries too: one a person retried is settled with its sink's action,
  * which the ledger must hold: `alertActions`); escalates unknowns that stayed inconclusive too
- * long; alerts once on new needs_review, on auth/policy failures and on operations running
- * longer than their threshold. SIGTERM lets the request in flight finish and be recorded, sends
+ * long; alerts once on new needs_review, on auth/policy failures, once per unknown attempt on a
+ * credential refused while checking it, and on operations running longer than their threshold
+ * (of every tenant: only its own deliveries, in `alerts.tenant` and of a sink's type, are not
+ * alerted). It refuses a config with no alert sink. SIGTERM lets the request in flight finish and be recorded, sends
  * no other (a settlement waiting out a backoff ends at once), gives back the rest of the tick's
  * claim (another replica may take those rows at once, not a claim later), then exits.
  * While the ledger's database is unreachable (a restart, a failover) it keeps running: it says so
@@ -18,6 +20,7 @@ import {
   type DueOperation,
   type Ledger,
   type Operation,
+  type OperationEvent,
   type RunResult,
 } from "@idem/core";
 import {
@@ -25,6 +28,8 @@ import {
   alertOf,
   alertSinks,
   deliver,
+  isAlertDelivery,
+  requireAlertSink,
   sinkOf,
   unconfiguredSinks,
   type Alert,
@@ -52,6 +57,8 @@ export class Daemon {
     private readonly metrics: DaemonMetrics,
     name: string,
   ) {
+    // As `idem daemon` refuses it: with no sink, every alert would be acknowledged, sent nowhere.
+    requireAlertSink(config);
     this.sinks = alertSinks(config, log);
     this.unconfigured = unconfiguredSinks(this.sinks);
     this.actor = `idem-daemon:${name}`;
@@ -97,8 +104,8 @@ export class Daemon {
   /**
    * One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`.
    * `failed`: due operations it could not settle; `undelivered`: alert deliveries no sink took
-   * this tick (a sink down or refusing; `Delivery.missed`). Each is logged; a run once exits
-   * non-zero on either.
+   * this tick (a sink down or refusing, or one gone to review without an answer; `Delivery.missed`).
+   * Each is logged; a run once exits non-zero on either.
    */
   async tick(): Promise<{ failed: number; undelivered: number }> {
     // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
@@ -227,12 +234,13 @@ export class Daemon {
 
   /** The sink of one of this daemon's alert deliveries; undefined for any other operation. */
   private sinkOf(row: DueOperation): SinkName | undefined {
-    return row.tenant === this.config.alerts.tenant ? sinkOf(row.action) : undefined;
+    return isAlertDelivery(this.config, row) ? sinkOf(row.action) : undefined;
   }
 
   /**
    * What a settled alert delivery tells: sent (counted), or not, said once; its sink not taking it,
-   * for the tick. False when its sink did not take it now (not reached, or refusing it).
+   * for the tick. False when its sink did not say it took it now (not reached, refusing it, or no
+   * answer: in review, it may have been sent, and a person checks).
    */
   private async delivered(
     row: DueOperation,
@@ -257,16 +265,18 @@ export class Daemon {
       { sink, operationId: alert?.operationId, delivery: out },
       `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
     );
-    // In review, it may have been sent: a person decides (said above), as deliver() counts it.
-    return out.status === "pending_verification" && out.state === "needs_review";
+    // In review too: it may have been sent, but nothing says so; a person decides (said above), as deliver() counts it.
+    return false;
   }
 
   private async alertStuck(down: Set<string>, tally: { undelivered: number }): Promise<void> {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.daemon.stuck({ olderThanMs: least });
+    // Not the daemon's own deliveries (a slow sink is said in their log lines), but every other
+    // operation, also of a tenant the config names as the alerts' own.
     const stuck = running.filter(
-      (op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && op.tenant !== this.config.alerts.tenant,
+      (op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && !isAlertDelivery(this.config, op),
     );
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
@@ -322,15 +332,50 @@ export class Daemon {
   private async alertPage(due: Operation[], down: Set<string>, tally: { undelivered: number }): Promise<void> {
     for (const op of due) {
       if (this.stopping) return;
-      if (op.tenant === this.config.alerts.tenant) {
+      if (isAlertDelivery(this.config, op)) {
         await this.ledger.daemon.ackAlert(op); // a delivery in review was logged when it failed
         continue;
       }
-      const kind: AlertKind = op.status === "needs_review" ? "needs_review" : "auth_failure";
-      const done = await this.deliver(alertOf(kind, op), op.updatedAt, down, tally);
+      const done =
+        op.status === "unknown"
+          ? await this.alertCheckRefused(op, down, tally)
+          : await this.deliver(
+              alertOf(op.status === "needs_review" ? "needs_review" : "auth_failure", op),
+              op.updatedAt,
+              down,
+              tally,
+            );
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
+  }
+
+  /**
+   * An unknown outcome whose check a credential refused (the replay or the lookup that would have
+   * told: `ambiguous` or a replay's `permanent` with `alert`): not a failure, the effect may have
+   * happened. Each check refused again asks for an alert; one is sent for the attempt whose
+   * outcome is unknown, keyed by it and when it became unknown, not by each check.
+   */
+  private async alertCheckRefused(op: Operation, down: Set<string>, tally: { undelivered: number }): Promise<boolean> {
+    const since = await this.unknownSince(op);
+    return this.deliver(alertOf("check_refused", op, since), since.since, down, tally);
+  }
+
+  /**
+   * The attempt whose outcome is unknown, and when it became so: the first of the operation's last
+   * run of unknown outcomes. Its checks (a replay is a new attempt, itself unknown when refused)
+   * continue the run; anything else (a person's retry, pending again) ends it, and a later unknown
+   * starts another, alerted again.
+   */
+  private async unknownSince(op: Operation): Promise<{ attempt: number; since: number }> {
+    const { events } = await this.ledger.get({ tenant: op.tenant, id: op.id });
+    let first: OperationEvent | undefined;
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i]!;
+      if (e.to !== "unknown" && e.to !== "running") break;
+      if (e.to === "unknown") first = e;
+    }
+    return first ? { attempt: first.attempt, since: first.at } : { attempt: op.attempt, since: op.updatedAt };
   }
 
   private readonly sent = (kind: AlertKind, sink: string) => this.metrics.alerts.inc({ kind, sink });

@@ -9,9 +9,19 @@ const time = (ms: number | null) =>
         .replace("T", " ")
         .replace(/\.\d+Z$/, "Z");
 
+/**
+ * The version of an operation as it is shown: its status, attempt, checks and last change
+ * (`<status>.<attempt>.<checks>.<updatedAt>`), the view a person's decision names (`idem retry`
+ * and `idem resolve --seen`, the core's `Verdict.seen`). Any change to the operation changes it,
+ * also one that keeps its attempt (a late answer, a check), which an attempt number cannot tell.
+ */
+export function operationVersion(o: Pick<Operation, "status" | "attempt" | "checks" | "updatedAt">): string {
+  return `${o.status}.${o.attempt}.${o.checks}.${o.updatedAt}`;
+}
+
 /** A page of operations; a full page ends with the command for the next one. With `tenants`, a TENANT column. */
 export function printOperations(ops: Operation[], json: boolean, page: { tenants: boolean; limit: number }): void {
-  if (json) return void console.log(JSON.stringify(ops));
+  if (json) return void console.log(JSON.stringify(ops.map((o) => ({ ...o, version: operationVersion(o) }))));
   if (!ops.length) return void console.log("no operations");
   const rows = ops.map((o) => [
     ...(page.tenants ? [o.tenant] : []),
@@ -20,9 +30,10 @@ export function printOperations(ops: Operation[], json: boolean, page: { tenants
     o.action,
     String(o.attempt),
     time(o.createdAt),
+    operationVersion(o),
     keyCell(o),
   ]);
-  table([...(page.tenants ? ["TENANT"] : []), "ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "KEY"], rows);
+  table([...(page.tenants ? ["TENANT"] : []), "ID", "STATUS", "ACTION", "ATTEMPT", "CREATED", "VERSION", "KEY"], rows);
   if (ops.length === page.limit) console.log(`\nmore may follow: add --before ${ops[ops.length - 1]!.id}`);
 }
 
@@ -62,7 +73,8 @@ export function printOperation(
   json: boolean,
 ): void {
   const args = x.args === undefined || x.args === null ? null : redactArgs(x.args);
-  if (json) return void console.log(JSON.stringify({ ...x, args }));
+  const version = operationVersion(x.operation);
+  if (json) return void console.log(JSON.stringify({ ...x, args, version }));
   const o = x.operation;
   const lines: [string, string][] = [
     ["id", o.id],
@@ -70,6 +82,8 @@ export function printOperation(
     ["action", o.action],
     ["status", o.status],
     ["attempt", String(o.attempt)],
+    // What a decision names (--seen): a decision on it is refused if the operation changed since.
+    ["version", version],
     ["key", o.key],
     ["identity", o.keyLabel ?? "(hashed only)"],
     ["args", args === null ? "(not stored)" : JSON.stringify(args)],

@@ -8,7 +8,13 @@ import { DIALECTS, freshDatabase, scaled, startChild, tempDir } from "@idem/test
 import { emailActions } from "@idem/email";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { actionsOf, parseConfig } from "../src/config.js";
+import { operationVersion } from "../src/output.js";
 import { CLI, idem } from "./support.js";
+
+/** The version `idem show` prints of the operation as it is now: what a person who just looked decides on. */
+async function versionOf(ledger: Ledger, tenant: string, id: string): Promise<string> {
+  return operationVersion((await ledger.get({ tenant, id })).operation);
+}
 
 const parked = defineAction({
   type: "sms.send",
@@ -40,6 +46,17 @@ for (const dialect of DIALECTS) {
       const shown = JSON.parse(json.stdout);
       expect(shown.operation).toMatchObject({ id: reviewId, status: "needs_review" });
       expect(shown.events.map((e: { to: string }) => e.to)).toEqual(["running", "unknown", "running", "needs_review"]);
+      // The version a decision names (--seen): the operation's status, attempt, checks and last change.
+      const { operation: op } = await ledger.get({ tenant: "acme", id: reviewId });
+      const version = `needs_review.2.${op.checks}.${op.updatedAt}`;
+      expect(shown.version).toBe(version);
+      const human = await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"]);
+      expect(human.stdout).toMatch(new RegExp(`^version\\s+${version.replaceAll(".", "\\.")}$`, "m"));
+      expect(ls.stdout).toMatch(
+        new RegExp(`^${reviewId}\\s+needs_review\\s+sms\\.send\\s+2\\s+\\S+ \\S+\\s+${version}\\s`, "m"),
+      );
+      const listed = await idem(["--ledger", url, "--json", "ls", "--tenant", "acme", "--status", "needs_review"]);
+      expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ id: reviewId, version })]);
     });
 
     it("another tenant's operator cannot see or resolve the operation (exit 3), and nothing changes", async () => {
@@ -53,8 +70,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "globex",
         "--succeeded",
-        "--attempt",
-        "2",
+        "--seen",
+        await versionOf(ledger, "acme", reviewId),
         "--reason",
         "looks done",
       ]);
@@ -111,8 +128,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--succeeded",
-        "--attempt",
-        "2",
+        "--seen",
+        await versionOf(ledger, "acme", reviewId),
         "--reason",
         "found",
         "--receipt",
@@ -131,8 +148,8 @@ for (const dialect of DIALECTS) {
             "--tenant",
             "acme",
             "--succeeded",
-            "--attempt",
-            "2",
+            "--seen",
+            await versionOf(ledger, "acme", reviewId),
             "--reason",
             "found",
             "--receipt",
@@ -152,8 +169,8 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--succeeded",
-        "--attempt",
-        "2",
+        "--seen",
+        await versionOf(ledger, "acme", reviewId),
         "--reason",
         "found in the SMS console",
         "--evidence",
@@ -193,15 +210,15 @@ for (const dialect of DIALECTS) {
         "--tenant",
         "acme",
         "--failed",
-        "--attempt",
-        "2",
+        "--seen",
+        await versionOf(ledger, "acme", reviewId),
         "--reason",
         "changed my mind",
       ]);
       expect(again.code).toBe(4);
     });
 
-    it("retry of an unknown operation is bound to the attempt the operator checked: without --attempt refused (exit 2), another attempt refused (exit 4)", async () => {
+    it("retry of an unknown operation is bound to the version the operator was shown: without --seen refused (exit 2), an older version refused (exit 4), saying to show it again", async () => {
       // An unknown outcome the daemon keeps checking: a provider that dedupes on our key, whose answer was lost.
       const charge = defineAction({
         type: "charge.lost",
@@ -215,55 +232,199 @@ for (const dialect of DIALECTS) {
       const { operationId: id } = await once.run(charge, { tenant: "acme", key: ["charge", 1], args: { cents: 100 } });
       await once.close();
       expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "unknown", attempt: 1 });
+      const shown = await versionOf(ledger, "acme", id);
+      // The daemon checks it again meanwhile (its clock an hour on: due), and cannot tell either.
+      const daemon = await openTestLedger(url, {
+        clock: () => Date.now() + 3_600_000,
+        actions: [charge],
+        budget: { attempts: 1 },
+      });
+      await daemon.daemon.settle({ tenant: "acme", id, actor: "idem-daemon:test" });
+      await daemon.close();
+      expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "unknown", attempt: 2 });
       const retry = (...more: string[]) =>
         idem(["--ledger", url, "retry", id, "--tenant", "acme", "--reason", "not in the dashboard", ...more]);
-      // Before: done (exit 0), whatever attempt the daemon had reached since the operator looked.
       const bare = await retry();
       expect(bare.code).toBe(2);
-      expect(bare.stderr).toMatch(/retry needs --attempt <n>, the attempt you checked/);
-      const stale = await retry("--attempt", "2");
+      expect(bare.stderr).toMatch(
+        new RegExp(
+          `retry needs --seen <version>, the version you checked, as \`idem show ${id} --tenant acme\` prints it`,
+        ),
+      );
+      // An attempt number alone cannot tell a view from a newer one at the same attempt.
+      const byAttempt = await retry("--attempt", "2");
+      expect(byAttempt.code).toBe(2);
+      expect(byAttempt.stderr).toMatch(/--attempt is replaced by --seen <version>/);
+      const malformed = await retry("--seen", "2");
+      expect(malformed.code).toBe(2);
+      expect(malformed.stderr).toMatch(
+        /--seen <version>' argument '2' is invalid\. Expected a version as idem show prints it/,
+      );
+      const stale = await retry("--seen", shown);
       expect(stale.code).toBe(4);
-      expect(stale.stderr).toMatch(/at attempt 1 \(unknown\), not 2 as checked/);
+      expect(stale.stderr).toMatch(
+        new RegExp(
+          `^idem: operation ${id} changed since it was shown \\(version ${shown.replaceAll(".", "\\.")}\\): it is now unknown at attempt 2 \\(version \\S+\\); nothing was decided\\. Show it again \\(idem show ${id} --tenant acme\\) and decide on what you see now\n$`,
+        ),
+      );
       expect((await ledger.get({ tenant: "acme", id })).operation.status).toBe("unknown"); // nothing changed
-      const ok = await retry("--attempt", "1");
+      const ok = await retry("--seen", await versionOf(ledger, "acme", id));
       expect(ok.code, ok.stderr).toBe(0);
-      expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 1 });
+      expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 2 });
     });
 
-    it("retry and resolve without --attempt are refused (exit 2), saying to read the attempt with idem show: a retry checked at attempt 2 never applies to attempt 4", async () => {
+    it("retry and resolve without --seen are refused (exit 2), saying to read the version with idem show: a retry checked at attempt 2 never applies to attempt 4", async () => {
       const t = "bound";
       const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms", "b"], args: { to: "+300" } });
       expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 2 });
       const decide = (...more: string[]) => idem(["--ledger", url, ...more, id, "--tenant", t]);
-      // A checked attempt 2 (never sent) and retried it; the run went to review again, at attempt 4.
-      const first = await decide("retry", "--attempt", "2", "--reason", "A: checked, never sent");
+      // A and B are both shown attempt 2. A checked it (never sent) and retried it; the run went to review again, at attempt 4.
+      const shown = await versionOf(ledger, t, id);
+      const first = await decide("retry", "--seen", shown, "--reason", "A: checked, never sent");
       expect(first.code, first.stderr).toBe(0);
       expect(await ledger.run(parked, { tenant: t, key: ["sms", "b"], args: { to: "+300" } })).toMatchObject({
         state: "needs_review",
       });
       expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 4 });
-      // B checked attempt 2 too, and says so too late or not at all. Before: exit 0, attempt 4 (which
-      // may have been sent) marked not done, to be sent again.
+      // B says too late, or not at all, what they were shown. Without it, attempt 4 (which may have
+      // been sent) would be marked not done, to be sent again.
       const bare = await decide("retry", "--reason", "B: checked, never sent");
       expect(bare.code, bare.stderr).toBe(2);
       expect(bare.stderr).toMatch(
         new RegExp(
-          `retry needs --attempt <n>, the attempt you checked, as \`idem show ${id} --tenant ${t}\` prints it`,
+          `retry needs --seen <version>, the version you checked, as \`idem show ${id} --tenant ${t}\` prints it`,
         ),
       );
       const resolve = await decide("resolve", "--failed", "--reason", "B: never sent");
       expect(resolve.code, resolve.stderr).toBe(2);
-      expect(resolve.stderr).toMatch(/resolve needs --attempt <n>/);
-      const stale = await decide("retry", "--attempt", "2", "--reason", "B: checked, never sent");
+      expect(resolve.stderr).toMatch(/resolve needs --seen <version>/);
+      const stale = await decide("retry", "--seen", shown, "--reason", "B: checked, never sent");
       expect(stale.code).toBe(4);
-      expect(stale.stderr).toMatch(/at attempt 4 \(needs_review\), not 2 as checked/);
+      expect(stale.stderr).toMatch(
+        /changed since it was shown .*: it is now needs_review at attempt 4 .*Show it again/,
+      );
       expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "needs_review", attempt: 4 });
       // A failed operation too.
-      const done = await decide("resolve", "--failed", "--attempt", "4", "--reason", "never sent");
+      const done = await decide(
+        "resolve",
+        "--failed",
+        "--seen",
+        await versionOf(ledger, t, id),
+        "--reason",
+        "never sent",
+      );
       expect(done.code, done.stderr).toBe(0);
       const again = await decide("retry", "--reason", "the cause is fixed");
       expect(again.code, again.stderr).toBe(2);
       expect((await ledger.get({ tenant: t, id })).operation).toMatchObject({ status: "failed", attempt: 4 });
+      // A version the operation has now, in a status the decision does not apply to: refused as before (exit 4).
+      const wrong = await decide("resolve", "--succeeded", "--seen", await versionOf(ledger, t, id), "--reason", "x");
+      expect(wrong.code).toBe(4);
+      expect(wrong.stderr).toMatch(/is failed; it cannot become succeeded this way/);
+    });
+
+    it("retry and resolve are bound to the view idem show printed (--seen): a late 'may have committed' answer recorded after the person looked, at the same attempt, refuses the decision (exit 4)", async () => {
+      let open: () => void = () => {};
+      const gate = new Promise<void>((r) => (open = r));
+      let effects = 0;
+      const late = defineAction<{ to: string }, { sid: string }>({
+        type: "sms.late",
+        capabilities: {},
+        execute: async () => {
+          await gate;
+          effects += 1; // the provider commits the effect
+          throw new Error("timeout after the request was sent");
+        },
+      });
+      let now = Date.now();
+      const clocked = await openTestLedger(url, {
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [late],
+        budget: { attempts: 1 },
+      });
+      const t = "late";
+      try {
+        const first = clocked.run(late, { tenant: t, key: ["sms"], args: { to: "+1" } }).catch((e: unknown) => e);
+        let id = "";
+        for (const deadline = Date.now() + 10_000; !id; ) {
+          id = (await clocked.admin.list({ tenant: t, status: ["running"] }))[0]?.id ?? "";
+          if (Date.now() > deadline) throw new Error("the send never started");
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        // Its worker looks dead (its lease is over): the daemon sends it to a person.
+        now += 31_000;
+        expect(await clocked.daemon.settle({ tenant: t, id, actor: "idem-daemon:test" })).toMatchObject({
+          state: "needs_review",
+        });
+        // The person looks, and checks the provider: nothing there yet.
+        const looked = await idem(["--ledger", url, "show", id, "--tenant", t]);
+        const attempt = /^attempt\s+(\d+)$/m.exec(looked.stdout)?.[1];
+        expect(attempt).toMatch(/^\d+$/);
+        // Then attempt 1's request lands, and its answer (a timeout after sending: it may have committed) is recorded.
+        open();
+        await first;
+        const after = (await ledger.get({ tenant: t, id })).operation;
+        // The same attempt as shown: --attempt cannot tell the views apart.
+        expect(after).toMatchObject({ status: "needs_review", attempt: Number(attempt) });
+        // Before: `--attempt` (the attempt shown) was accepted: exit 0, the operation marked not done
+        // and run again by the next call (a second effect).
+        const byAttempt = await idem([
+          "--ledger",
+          url,
+          "retry",
+          id,
+          "--tenant",
+          t,
+          "--attempt",
+          attempt!,
+          "--reason",
+          "nothing at the provider",
+        ]);
+        expect(byAttempt.code, byAttempt.stderr).toBe(2);
+        expect((await ledger.get({ tenant: t, id })).operation).toEqual(after);
+        // What idem show printed names the view itself: a decision on it is refused now.
+        const shown = /^version\s+(\S+)$/m.exec(looked.stdout)?.[1];
+        expect(shown).toMatch(new RegExp(`^needs_review\\.${attempt}\\.\\d+\\.\\d+$`));
+        for (const verdict of [["retry"], ["resolve", "--failed"]]) {
+          const out = await idem([
+            "--ledger",
+            url,
+            ...verdict,
+            id,
+            "--tenant",
+            t,
+            "--seen",
+            shown!,
+            "--reason",
+            "nothing at the provider",
+          ]);
+          expect(out.code, `${verdict.join(" ")}: ${out.stderr}`).toBe(4);
+          expect(out.stderr).toMatch(/changed since it was shown.*Show it again .* and decide on what you see now/);
+        }
+        expect((await ledger.get({ tenant: t, id })).operation).toEqual(after); // nothing decided
+        // Shown again, the person sees the late answer, checks again, and finds the message sent.
+        const again = /^version\s+(\S+)$/m.exec((await idem(["--ledger", url, "show", id, "--tenant", t])).stdout)?.[1];
+        expect(again).not.toBe(shown);
+        const ok = await idem([
+          "--ledger",
+          url,
+          "resolve",
+          id,
+          "--tenant",
+          t,
+          "--succeeded",
+          "--seen",
+          again!,
+          "--reason",
+          "found in the provider's log",
+        ]);
+        expect(ok.code, ok.stderr).toBe(0);
+        expect(effects).toBe(1);
+      } finally {
+        open();
+        await clocked.close();
+      }
     });
 
     it("an operation a person resolves keeps the retention its application claimed it with (null never expires, not pruned a month later), whatever the config says; one claimed before 0007 takes the config's", async () => {
@@ -271,7 +432,7 @@ for (const dialect of DIALECTS) {
       // The config's retention differs from each application's: the row's own must win.
       const cases = { keep: [null, 60_000], minute: [60_000, null], core: [undefined, null] } as const;
       const later = await openTestLedger(url, { clock: () => Date.now() + 31 * 86_400_000 });
-      const resolve = (file: string, t: string, id: string) =>
+      const resolve = async (file: string, t: string, id: string) =>
         idem([
           "--config",
           file,
@@ -280,8 +441,8 @@ for (const dialect of DIALECTS) {
           "--tenant",
           t,
           "--succeeded",
-          "--attempt",
-          "2",
+          "--seen",
+          await versionOf(ledger, t, id),
           "--reason",
           "found in the SMS console",
         ]);
@@ -356,8 +517,8 @@ export default {
           id,
           "--tenant",
           t,
-          "--attempt",
-          "2",
+          "--seen",
+          await versionOf(ledger, t, id),
           "--reason",
           "checked: never sent",
           "--now",

@@ -80,13 +80,16 @@ for (const dialect of DIALECTS) {
     const tenant = `acme-${dialect}`;
     /** The bulk test's own tenant: its many operations stay out of the other tests' queue. */
     const bulkTenant = `bulk-${dialect}`;
+    /** The test of the forms' choice: its own operations, none of the others'. */
+    const choiceTenant = `choice-${dialect}`;
     let opId = "";
 
     beforeAll(async () => {
       url = await freshDatabase(dialect);
       const send = emailActions({
-        smtp: { host: "127.0.0.1", port: mail.smtp, auth: SENDER, timeoutMs: 2_500 },
-        imap: { host: "127.0.0.1", port: mail.imap, auth: SENDER },
+        // The sandbox offers no TLS (as its worker says too).
+        smtp: { host: "127.0.0.1", port: mail.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+        imap: { host: "127.0.0.1", port: mail.imap, auth: SENDER, requireTLS: false },
         from: SENDER.user,
         copy: { mode: "append" },
       }).send;
@@ -127,7 +130,7 @@ for (const dialect of DIALECTS) {
             port: 0,
             sessionSecretEnv: "CONSOLE_SECRET",
             operators: [
-              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant, bulkTenant] },
+              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant, bulkTenant, choiceTenant] },
               { name: "bob", tokenEnv: "BOB_TOKEN", tenants: ["globex"] },
             ],
           },
@@ -380,6 +383,67 @@ for (const dialect of DIALECTS) {
             { from: "needs_review", to: "succeeded", actor: "alice" },
           ]);
         }
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("the decision forms choose nothing for the person: with every row selected, a reason alone decides nothing", async () => {
+      const parked = defineAction({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket hang up after send");
+        },
+      });
+      const ids: string[] = [];
+      for (const k of ["a", "b", "c"])
+        ids.push(
+          (await ledger.run(parked, { tenant: choiceTenant, key: ["choice", k], args: { to: `+${k}` } })).operationId,
+        );
+      const { context, page } = await signIn("alice");
+      try {
+        const statuses = async () =>
+          Promise.all(ids.map(async (id) => (await ledger.get({ tenant: choiceTenant, id })).operation.status));
+        await page.goto(`${base}/?tenant=${choiceTenant}`);
+        await expect.poll(() => page.locator("tr[data-operation]").count()).toBe(3);
+        // Before: "It happened: resolve as succeeded" was chosen already, and this resolved all three as succeeded.
+        expect(await page.locator('input[name="outcome"]:checked').count()).toBe(0);
+        await page.getByLabel("Select all").check();
+        await page.locator("#bulk-reason").fill("looked at them");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        // The browser asks for a choice; nothing is sent.
+        expect(
+          await page
+            .locator('input[name="outcome"]')
+            .first()
+            .evaluate((r) => (r as unknown as { validity: { valueMissing: boolean } }).validity.valueMissing),
+        ).toBe(true);
+        await new Promise((r) => setTimeout(r, 500));
+        expect(await statuses()).toEqual(["needs_review", "needs_review", "needs_review"]);
+        // A form sent without a choice anyway (another client) is refused by the console, nothing decided.
+        const token = await page.locator('input[name="csrf"]').first().inputValue();
+        const picked = await page.locator('input[name="ops"]').first().inputValue();
+        const posted = await page.request.post(`${base}/bulk`, {
+          form: { csrf: token, ops: picked, reason: "looked at them" },
+          headers: { Origin: base },
+        });
+        expect(posted.ok()).toBe(true);
+        expect(await posted.text()).toContain("Choose a decision. Nothing was decided.");
+        expect(await statuses()).toEqual(["needs_review", "needs_review", "needs_review"]);
+        // The operation's own form neither.
+        await page.goto(`${base}/op/${choiceTenant}/${ids[0]}`);
+        expect(await page.locator('#decide input[name="outcome"]').count()).toBe(3);
+        expect(await page.locator('#decide input[name="outcome"]:checked').count()).toBe(0);
+        await page.locator("#one-reason").fill("looked at it");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await new Promise((r) => setTimeout(r, 500));
+        expect(await statuses()).toEqual(["needs_review", "needs_review", "needs_review"]);
+        // A choice made decides, as before.
+        await page.getByLabel("It did not happen and must not be tried again: resolve as failed").check();
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await expect.poll(() => page.getByTestId("flash").textContent()).toContain("Resolved as failed");
+        expect(await statuses()).toEqual(["failed", "needs_review", "needs_review"]);
       } finally {
         await context.close();
       }

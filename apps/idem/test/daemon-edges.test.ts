@@ -7,13 +7,15 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
-import { defineAction, openLedger, type OperationContext } from "@idem/core";
-import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
+import { createServer as createTcpServer, type AddressInfo } from "node:net";
+import { Writable } from "node:stream";
+import { defineAction, openLedger, type Ledger, type OperationContext } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { ConfigError, Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
 import { DIALECTS, freshDatabase, scaled, startChild } from "@idem/testkit";
 import { fileURLToPath } from "node:url";
-import { CLI } from "./support.js";
+import { CLI, until } from "./support.js";
 
 const TERM_CONFIG = fileURLToPath(new URL("./fixtures/slow-503.config.ts", import.meta.url));
 
@@ -56,6 +58,82 @@ const lostAnswer = defineAction<{ note: string }, { id: string }>({
   },
 });
 
+/** A logger that keeps every line it writes (the log sink's alerts among them). */
+function capture() {
+  const lines: {
+    level: number;
+    msg: string;
+    alert?: { kind: string; operationId: string };
+    delivery?: { reason?: string };
+  }[] = [];
+  const log = pino(
+    { level: "info" },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line));
+        done();
+      },
+    }),
+  );
+  return { log, lines };
+}
+
+/** Where a test SMTP server refuses (and with what reply); `undefined`: it takes the message. */
+type Refusal = { at: "greeting" | "MAIL" | "RCPT" | "DATA"; reply: string };
+
+/** A small SMTP server: `refuse()` is asked on each connection; it keeps each message it took. */
+async function smtpServer(refuse: () => Refusal | undefined) {
+  const taken: string[] = [];
+  let connections = 0;
+  const server = createTcpServer((socket) => {
+    connections += 1;
+    socket.on("error", () => {});
+    const r = refuse();
+    if (r?.at === "greeting") return void socket.end(`${r.reply}\r\n`);
+    socket.write("220 test ESMTP\r\n");
+    let buffered = "";
+    let inData = false;
+    let message = "";
+    socket.on("data", (d) => {
+      buffered += d.toString();
+      for (let i = buffered.indexOf("\r\n"); i >= 0; i = buffered.indexOf("\r\n")) {
+        const line = buffered.slice(0, i);
+        buffered = buffered.slice(i + 2);
+        if (inData) {
+          if (line !== ".") {
+            message += `${line}\n`;
+            continue;
+          }
+          inData = false;
+          if (r?.at === "DATA") socket.write(`${r.reply}\r\n`);
+          else {
+            taken.push(message);
+            socket.write("250 OK queued\r\n");
+          }
+          continue;
+        }
+        const command = line.slice(0, 4).toUpperCase();
+        if (command === "EHLO" || command === "HELO") socket.write("250-test\r\n250 8BITMIME\r\n");
+        else if (command === "MAIL") socket.write(r?.at === "MAIL" ? `${r.reply}\r\n` : "250 OK\r\n");
+        else if (command === "RCPT") socket.write(r?.at === "RCPT" ? `${r.reply}\r\n` : "250 OK\r\n");
+        else if (command === "DATA") {
+          inData = true;
+          message = "";
+          socket.write("354 go ahead\r\n");
+        } else if (command === "QUIT") socket.end("221 bye\r\n");
+        else socket.write("250 OK\r\n");
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    port: (server.address() as AddressInfo).port,
+    taken,
+    connections: () => connections,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
@@ -68,6 +146,10 @@ for (const dialect of DIALECTS) {
       [403, "a Slack webhook whose token was revoked (invalid_token)"],
       [404, "a Slack webhook URL that was removed (no_service)"],
       [503, "the receiver is briefly unavailable (the design's 'transient, no commit')"],
+      // A gateway's answers (Slack's, a load balancer's): a duplicate alert is cheaper than a lost one.
+      [500, "the receiver failed (an error page, a gateway's crash)"],
+      [502, "a gateway in front of the receiver could not reach it"],
+      [504, "a gateway in front of the receiver timed out waiting for it"],
     ] as const) {
       it(
         `alert: a webhook answering ${status} (${why}) keeps the alert due; once fixed, the alert is delivered`,
@@ -421,8 +503,294 @@ for (const dialect of DIALECTS) {
       },
       scaled(90_000),
     );
+
+    it(
+      "alerts.tenant naming an application tenant: that tenant's needs_review and stuck runs are alerted, once each",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const t = tenant();
+        const { log, lines } = capture();
+        // An operator who names an application's tenant as the alerts' own (a typo, or on purpose).
+        const config = parseConfig({
+          ledger: url,
+          alerts: { log: true, tenant: t },
+          thresholds: { stuckAfterMs: 1 },
+          daemon: { intervalMs: 50 },
+        });
+        let release = () => {};
+        const released = new Promise<void>((r) => (release = r));
+        const hangs = defineAction<{ note: string }, { id: string }>({
+          type: "review.hangs",
+          capabilities: {},
+          execute: async () => {
+            await released; // the provider does not answer
+            return { id: "eff_1" };
+          },
+        });
+        const ledger = await openLedger(url, { poolSize: 2, actions: alertActions(config, log) });
+        cleanups.push(() => ledger.close());
+        const parked = await ledger.run(lostAnswer, { tenant: t, key: ["r"], args: { note: "x" } });
+        expect(parked).toMatchObject({ state: "needs_review" });
+        const call = ledger.run(hangs, { tenant: t, key: ["h"], args: { note: "x" } });
+        cleanups.push(async () => {
+          release();
+          await call;
+        });
+        await until(async () => (await ledger.admin.list({ tenant: t, status: ["running"] })).length === 1, 10_000);
+        const [running] = await ledger.admin.list({ tenant: t, status: ["running"] });
+        await new Promise((r) => setTimeout(r, 20)); // past the 1 ms threshold
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-own-tenant");
+        const first = await daemon.tick();
+        await daemon.tick();
+        const kinds = (id: string) => lines.filter((l) => l.alert?.operationId === id).map((l) => l.alert!.kind);
+        // Before: neither, in silence (the review acknowledged as the daemon's own delivery, the run skipped).
+        expect({
+          first,
+          review: kinds(parked.operationId),
+          stuck: kinds(running!.id),
+          alerts: lines.filter((l) => l.alert).length, // none about the deliveries themselves
+          stillDue: (await ledger.daemon.alertsDue({ limit: 100 })).map((a) => a.id),
+        }).toEqual({
+          first: { failed: 0, undelivered: 0 },
+          review: ["needs_review"],
+          stuck: ["stuck"],
+          alerts: 2,
+          stillDue: [],
+        });
+      },
+      scaled(60_000),
+    );
+
+    for (const refusal of [
+      { at: "MAIL", reply: "530 5.7.0 Authentication required" },
+      { at: "RCPT", reply: "554 5.7.1 <ops@example.test>: Relay access denied" },
+      { at: "greeting", reply: "554 5.7.1 No SMTP service for this client" },
+      { at: "MAIL", reply: "550 5.7.1 Sender address rejected: not owned by the signed-in user" },
+    ] as const)
+      it(
+        `alert: an SMTP server refusing every alert (${refusal.reply}, at ${refusal.at}) keeps it due, held back like a refused sign-in, each tick saying why; once fixed, it is sent`,
+        async () => {
+          let fixed = false;
+          const smtp = await smtpServer(() => (fixed ? undefined : refusal));
+          cleanups.push(smtp.close);
+          const url = await freshDatabase(dialect);
+          let now = Date.now();
+          const { log, lines } = capture();
+          const config = parseConfig({
+            ledger: url,
+            alerts: {
+              log: false,
+              email: {
+                smtp: { host: "127.0.0.1", port: smtp.port },
+                from: "idem@example.test",
+                to: ["ops@example.test"],
+              },
+            },
+            daemon: { intervalMs: 50 },
+          });
+          const ledger = await openTestLedger(url, {
+            clock: () => now,
+            poolSize: 2,
+            actions: alertActions(config, log),
+          });
+          cleanups.push(() => ledger.close());
+          const parked = await ledger.run(lostAnswer, { tenant: tenant(), key: ["r"], args: { note: "x" } });
+          const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-smtp");
+          const due = async () =>
+            (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === parked.operationId);
+          const said = () =>
+            lines.filter((l) => l.msg.startsWith("alert delivery to email did not succeed")).map((l) => l.msg);
+          const ticks = [await daemon.tick(), await daemon.tick()];
+          const [delivery] = await ledger.admin.list({ tenant: config.alerts.tenant });
+          // Before: failed for good ("SMTP server refused the alert"), the alert acknowledged, never sent.
+          expect({
+            ticks,
+            connections: smtp.connections(), // held back: a server refusing the account is not asked every tick
+            delivery: delivery?.status,
+            reason: delivery?.reason,
+            stillDue: await due(),
+            said: said().length,
+          }).toEqual({
+            ticks: [
+              { failed: 0, undelivered: 1 },
+              { failed: 0, undelivered: 1 },
+            ],
+            connections: 1,
+            delivery: "pending",
+            reason: expect.stringContaining(refusal.reply.slice(0, 3)),
+            stillDue: true,
+            said: 2,
+          });
+          expect(delivery!.reason).toMatch(/refuses every alert.*nothing sent/);
+          // The operator fixes the account, the relay or the sender; the hold ends.
+          fixed = true;
+          now += 11 * 60_000;
+          expect(await daemon.tick()).toEqual({ failed: 0, undelivered: 0 });
+          await daemon.tick();
+          expect({ sent: smtp.taken.length, stillDue: await due() }).toEqual({ sent: 1, stillDue: false });
+        },
+        scaled(60_000),
+      );
+
+    for (const refusal of [
+      { at: "DATA", reply: "552 5.3.4 Message size exceeds fixed limit" },
+      { at: "DATA", reply: "554 5.7.1 Message rejected: its content looks like spam" },
+    ] as const)
+      it(`alert: an SMTP server refusing this message at DATA (${refusal.reply}) refuses this alert for good`, async () => {
+        const smtp = await smtpServer(() => refusal);
+        cleanups.push(smtp.close);
+        const url = await freshDatabase(dialect);
+        const config = parseConfig({
+          ledger: url,
+          alerts: {
+            log: false,
+            email: {
+              smtp: { host: "127.0.0.1", port: smtp.port },
+              from: "idem@example.test",
+              to: ["ops@example.test"],
+            },
+          },
+        });
+        const ledger = await openLedger(url, { poolSize: 2, actions: alertActions(config, silent) });
+        cleanups.push(() => ledger.close());
+        const parked = await ledger.run(lostAnswer, { tenant: tenant(), key: ["r"], args: { note: "x" } });
+        const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-smtp-data");
+        const ticks = [await daemon.tick(), await daemon.tick()];
+        const [delivery] = await ledger.admin.list({ tenant: config.alerts.tenant });
+        expect({
+          ticks,
+          connections: smtp.connections(),
+          delivery: delivery?.status,
+          stillDue: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === parked.operationId),
+        }).toEqual({
+          ticks: [
+            { failed: 0, undelivered: 1 },
+            { failed: 0, undelivered: 0 },
+          ],
+          connections: 1,
+          delivery: "failed",
+          stillDue: false,
+        });
+      });
+
+    it(
+      "alert: a webhook delivery that ends in review (the answer lost after the body was sent) counts as undelivered, and so does a person's retry of it that ends there again",
+      async () => {
+        let requests = 0;
+        const receiver = createServer((req, res) => {
+          requests += 1;
+          req.resume();
+          req.on("end", () => void req.socket.destroy()); // read, then the connection drops: no answer
+          void res;
+        });
+        await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
+        cleanups.push(() => new Promise<void>((r) => receiver.close(() => r())));
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        const config = parseConfig({
+          ledger: url,
+          alerts: {
+            log: false,
+            webhook: { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`, format: "json" },
+          },
+          daemon: { intervalMs: 50 },
+        });
+        const ledger: Ledger = await openLedger(url, { poolSize: 2, actions: alertActions(config, log) });
+        cleanups.push(() => ledger.close());
+        const parked = await ledger.run(lostAnswer, { tenant: tenant(), key: ["r"], args: { note: "x" } });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-in-review");
+        const first = await daemon.tick();
+        const [delivery] = await ledger.admin.list({ tenant: config.alerts.tenant });
+        expect(delivery).toMatchObject({ status: "needs_review" });
+        // Before: { undelivered: 0 }, and `idem daemon --once` exited 0 with no alert known to be sent.
+        expect(first).toEqual({ failed: 0, undelivered: 1 });
+        expect(await daemon.tick()).toEqual({ failed: 0, undelivered: 0 }); // said once, not every tick
+        // A person checks the channel, finds nothing, and retries it: the receiver drops it again.
+        const seen = (await ledger.get({ tenant: config.alerts.tenant, id: delivery!.id })).operation;
+        await ledger.admin.retry({
+          tenant: config.alerts.tenant,
+          id: delivery!.id,
+          reason: "not in the channel",
+          actor: "ops",
+          seen,
+        });
+        const retried = await daemon.tick();
+        expect((await ledger.get({ tenant: config.alerts.tenant, id: delivery!.id })).operation.status).toBe(
+          "needs_review",
+        );
+        expect(retried).toEqual({ failed: 0, undelivered: 1 });
+        expect(requests).toBe(2);
+        expect(lines.some((l) => l.msg.startsWith("alert delivery to webhook did not succeed"))).toBe(true);
+        void parked;
+      },
+      scaled(60_000),
+    );
+
+    it(
+      "alert: a credential refused while checking an unknown outcome is said as such (not 'failed'), once for the unknown attempt, not once a check",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        let now = Date.now();
+        let calls = 0;
+        // A charge whose answer was lost; every replay after is refused: the API key was revoked meanwhile.
+        const charge = defineAction<{ amount: number }, { id: string }>({
+          type: "pay.charge",
+          capabilities: { dedupe: { retentionMs: 24 * 3_600_000 } },
+          execute: async () => {
+            calls += 1;
+            if (calls === 1) throw new Error("timeout after send");
+            throw Object.assign(new Error("401 api key revoked"), { status: 401 });
+          },
+          classify: (e) =>
+            (e as { status?: number }).status === 401
+              ? { kind: "permanent", reason: "api key revoked", alert: true }
+              : { kind: "ambiguous", reason: "timeout after send" },
+        });
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50, maxChecks: 6 } });
+        const ledger = await openTestLedger(url, {
+          clock: () => now,
+          poolSize: 2,
+          actions: [...alertActions(config, log), charge],
+          budget: { attempts: 1 },
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const first = await ledger.run(charge, { tenant: t, key: ["c"], args: { amount: 100 } });
+        expect(first).toMatchObject({ state: "unknown" });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-refused");
+        for (let i = 0; i < 12; i++) {
+          await daemon.tick();
+          now += 10 * 60_000;
+        }
+        const alerts = lines.filter((l) => l.alert?.operationId === first.operationId);
+        // Before: seven, one a check (attempts 2 to 7), each "failed on authentication or policy".
+        expect(alerts.map((a) => a.alert!.kind)).toEqual(["check_refused", "needs_review"]);
+        expect(alerts[0]!.msg).toMatch(/outcome unknown; a credential was refused while checking it/);
+        expect(alerts[0]!.msg).not.toMatch(/failed/);
+        expect(alerts[0]!.alert).toMatchObject({ status: "unknown", attempt: 1 });
+        expect(calls).toBeGreaterThan(2); // it was checked again and again, and refused each time
+      },
+      scaled(60_000),
+    );
   });
 }
+
+describe("the daemon's alert sinks", () => {
+  it("a Daemon given a config with no alert sink is refused, as `idem daemon` refuses it", async () => {
+    const ledger = await openLedger("sqlite::memory:");
+    try {
+      const config = parseConfig({ ledger: "sqlite::memory:", alerts: { log: false } });
+      // Before: built, and each tick acknowledged every alert with nowhere to send it.
+      expect(() => new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-none")).toThrow(ConfigError);
+      expect(() => new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-none")).toThrow(
+        /alerts: no sink/,
+      );
+    } finally {
+      await ledger.close();
+    }
+  });
+});
 
 describe("alert sinks read a socket's error by where it came", () => {
   const config = parseConfig({
@@ -456,4 +824,59 @@ describe("alert sinks read a socket's error by where it came", () => {
       expect(classify("idem.alert.email")(smtp("read"))).toMatchObject({ kind: "ambiguous" });
     },
   );
+
+  it("undici's connect timeout (UND_ERR_CONNECT_TIMEOUT): never connected, nothing sent", () => {
+    const timeout = new TypeError("fetch failed", {
+      cause: Object.assign(
+        new Error("Connect Timeout Error (attempted address: hooks.example:443, timeout: 10000ms)"),
+        {
+          code: "UND_ERR_CONNECT_TIMEOUT",
+        },
+      ),
+    });
+    // Before: "delivery unknown": in review, the alert counted as delivered, never sent.
+    expect(classify("idem.alert.webhook")(timeout)).toMatchObject({
+      kind: "transient",
+      reason: expect.stringMatching(/not reached \(UND_ERR_CONNECT_TIMEOUT\): nothing sent/),
+    });
+  });
+
+  it.each([500, 502, 504])(
+    "a webhook answering %i is tried again (transient), never 'may have been sent'",
+    (status) => {
+      const answered = Object.assign(new Error(`webhook answered ${status}`), { status });
+      expect(classify("idem.alert.webhook")(answered)).toMatchObject({ kind: "transient" });
+    },
+  );
+
+  /** An error as nodemailer's SMTP connection makes one (`_formatError`): code, command, the server's reply. */
+  const smtpRefusal = (code: string, command: string, response: string) =>
+    Object.assign(new Error(`failed: ${response}`), {
+      code,
+      command,
+      response,
+      responseCode: Number(response.slice(0, 3)),
+    });
+  it.each([
+    ["EENVELOPE", "MAIL FROM", "530 5.7.0 Authentication required"],
+    ["EENVELOPE", "MAIL FROM", "550 5.7.1 Sender address rejected: not owned by user"],
+    ["EENVELOPE", "RCPT TO", "554 5.7.1 <ops@example.test>: Relay access denied"],
+    ["EENVELOPE", "RCPT TO", "550 5.1.1 <ops@example.test>: Recipient address rejected: User unknown"],
+    ["EPROTOCOL", "CONN", "554 5.7.1 No SMTP service for this client"],
+    ["EPROTOCOL", "EHLO", "550 5.7.1 Access denied"],
+  ])("an SMTP %s at %s (%s) refuses every alert: held back like a refused sign-in", (code, command, response) => {
+    expect(classify("idem.alert.email")(smtpRefusal(code, command, response))).toMatchObject({
+      kind: "rate_limited",
+      retryAfterMs: 10 * 60_000,
+      reason: expect.stringContaining(response),
+    });
+  });
+  it.each([
+    ["EMESSAGE", "DATA", "552 5.3.4 Message size exceeds fixed limit"],
+    ["EMESSAGE", "DATA", "554 5.7.1 Message rejected: its content looks like spam"],
+    ["EENVELOPE", "DATA", "554 5.5.1 Data command failed"],
+    ["EENVELOPE", "MAIL FROM", "552 5.3.4 Message size exceeds fixed maximum message size"],
+  ])("an SMTP %s at %s (%s) refuses this alert alone: permanent", (code, command, response) => {
+    expect(classify("idem.alert.email")(smtpRefusal(code, command, response))).toMatchObject({ kind: "permanent" });
+  });
 });

@@ -89,7 +89,11 @@ ${decideFields("bulk")}
 }`;
 }
 
-/** The decision fields: outcome, the required reason, evidence. */
+/**
+ * The decision fields: outcome, the required reason, evidence. No outcome is chosen beforehand:
+ * the person chooses one (the browser asks, and the console refuses a form without one), so a
+ * reason typed for a whole selection never decides it by a default.
+ */
 function decideFields(
   id: string,
   allowed: readonly ("succeeded" | "failed" | "retry")[] = ["succeeded", "failed", "retry"],
@@ -101,8 +105,8 @@ function decideFields(
   };
   return html`<fieldset class="decide"><legend>Decision</legend>
 ${allowed.map(
-  (o, i) =>
-    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" ${i === 0 ? "checked" : ""}> <label class="inline" for="${id}-${o}">${labels[o]}</label></div>`,
+  (o) =>
+    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" required> <label class="inline" for="${id}-${o}">${labels[o]}</label></div>`,
 )}
 <label for="${id}-reason">Reason (recorded with your name)</label><textarea id="${id}-reason" name="reason" rows="2" required></textarea>
 <label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence">
