@@ -1088,7 +1088,13 @@ for (const dialect of DIALECTS) {
               log: false,
               tenant: `alerts-${t}`,
               email: {
-                smtp: { host: "127.0.0.1", port, userEnv: "IDEM_TEST_SMTP_USER", passEnv: "IDEM_TEST_SMTP_PASS" },
+                smtp: {
+                  host: "127.0.0.1",
+                  port,
+                  requireTLS: false, // this test's server has no TLS: the refusal is the sign-in's
+                  userEnv: "IDEM_TEST_SMTP_USER",
+                  passEnv: "IDEM_TEST_SMTP_PASS",
+                },
                 from: "idem@example.test",
                 to: ["ops@example.test"],
               },
