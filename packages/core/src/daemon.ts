@@ -8,7 +8,7 @@ import { toOperation, type LedgerContext, type Operation, type OperationRef } fr
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import { ESCALATED } from "./policy.js";
+import { ESCALATED, pastEscalation } from "./policy.js";
 import { pending, type Call, type Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
@@ -148,9 +148,9 @@ export class LedgerDaemon {
    * no daemon of this config can ever check it, and the caller would be told "pending" for ever.
    */
   async #unsettleable(row: Row & { db_now: number }, options: SettleOptions): Promise<RunResult<unknown>> {
-    const e = options.escalate;
     const hours = Math.round((row.db_now - row.created_at) / 360_000) / 10;
-    if (row.status === "unknown" && e && (row.checks >= e.maxChecks || row.db_now - row.created_at > e.maxAgeMs)) {
+    const age = { checks: row.checks, now: row.db_now, createdAt: row.created_at };
+    if (row.status === "unknown" && pastEscalation(options.escalate, age)) {
       const reason = `${ESCALATED} ${hours} h and ${row.checks} checks, and no action of type ${row.action} is registered to check it; a person must decide`;
       const parked = await this.#context.store.transition(row, "needs_review", {
         actor: options.actor ?? null,

@@ -222,11 +222,8 @@ async function openPostgres(
   pool.on("error", () => {});
   const db = new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool }) });
   // Migrations run on a connection of their own with a client-side read timeout of their own (see migrate).
-  const migrationMs = opts.migrationTimeoutMs ?? 600_000;
-  if (!Number.isFinite(migrationMs) || migrationMs < 0)
-    throw new LedgerConfigError(`migrationTimeoutMs must be a number of ms ≥ 0 (got ${migrationMs})`);
   migrationConnections.set(db, () => {
-    const one = new pg.Pool({ ...config, max: 1, ...(migrationMs > 0 && { query_timeout: migrationMs }) });
+    const one = new pg.Pool({ ...config, max: 1, ...(t.migrationMs > 0 && { query_timeout: t.migrationMs }) });
     one.on("error", () => {});
     return new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool: one }) });
   });
@@ -283,7 +280,10 @@ function isUnreachable(cause: unknown): boolean {
 const SQLITE_PASSING = /^SQLITE_(FULL|IOERR|BUSY|LOCKED)/;
 
 /** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */
-function timeouts(url: string, opts: ConnectionOptions): { connectMs: number; statementMs: number; lockMs: number } {
+function timeouts(
+  url: string,
+  opts: ConnectionOptions,
+): { connectMs: number; statementMs: number; lockMs: number; migrationMs: number } {
   const params = urlParams(url);
   const pick = (
     given: number | undefined,
@@ -320,6 +320,7 @@ function timeouts(url: string, opts: ConnectionOptions): { connectMs: number; st
       10_000,
       "lockTimeoutMs / lock_timeout",
     ),
+    migrationMs: pick(opts.migrationTimeoutMs, undefined, 1, 600_000, "migrationTimeoutMs"),
   };
 }
 

@@ -147,6 +147,14 @@ export type Decision =
 /** How an escalation's reason begins (the daemon counts escalations by it). */
 export const ESCALATED = "still unknown after";
 
+/** Whether an unknown outcome is past the daemon's limits (checks, or age by the database clock): a person decides. */
+export function pastEscalation(
+  e: Caller["escalate"],
+  s: { readonly checks: number; readonly now: number; readonly createdAt: number },
+): boolean {
+  return e !== undefined && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs);
+}
+
 /** The statuses a takeover may start from; nothing else can be taken over. */
 export const TAKEOVER_FROM = ["running", "unknown", "pending"] as const satisfies readonly Status[];
 
@@ -181,8 +189,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       return recover(s, caps, c, why);
     }
     case "unknown": {
-      const e = c.escalate;
-      if (e && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs)) {
+      if (pastEscalation(c.escalate, s)) {
         return { kind: "review", reason: `${ESCALATED} ${s.checks} inconclusive checks; a person must decide` };
       }
       // Nothing can check this provider: a person decides now, not after a backoff.
