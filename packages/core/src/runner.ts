@@ -229,7 +229,7 @@ export class Runner {
           retentionMs: s.retentionMs,
         })
         .catch((error: unknown) =>
-          this.giveBack(call, state.owner, 1, { status: "pending", maybeCommitted: 0 }, error),
+          this.giveBack(call, state.owner, 1, { status: "pending", maybeCommitted: 0, executed: true }, error),
         );
       span?.setAttributes({ "idem.claim.fresh": out?.fresh === true, ...(out && { "idem.operation.id": out.row.id }) });
       return out;
@@ -316,7 +316,11 @@ export class Runner {
                   call,
                   state.owner,
                   snap.attempt + 1,
-                  { status: snap.status, maybeCommitted: snap.maybe_committed === 1 ? 1 : 0 },
+                  {
+                    status: snap.status,
+                    maybeCommitted: snap.maybe_committed === 1 ? 1 : 0,
+                    executed: decision.kind === "execute",
+                  },
                   error,
                 )
               : Promise.reject(error),
@@ -721,7 +725,7 @@ export class Runner {
     call: Call<A, R>,
     owner: string,
     attempt: number,
-    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1 },
+    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; executed: boolean },
     error: unknown,
   ): Promise<never> {
     if (!(error instanceof LedgerUnavailableError)) throw error; // the database answered: nothing written

@@ -599,21 +599,37 @@ export class Store {
    * call sent nothing under it. `owner` is the call's own (unique per call) and `attempt` the one
    * it would have held, so only a row that statement wrote matches. It goes back to what the call
    * found (a fresh claim: pending), due for the daemon at once.
+   *
+   * Unless an earlier attempt's late end was recorded while the row was held (fenced): that moves
+   * `last_execution_at` past the takeover's `updated_at` (an executing takeover wrote them equal;
+   * one that does not execute left it before). The earlier request may have committed, so a row
+   * found `pending` (known not done) goes back `unknown`, to be looked up, never sent again.
    */
   async giveBack(
     at: Pick<Address, "tenant" | "key">,
     owner: string,
     attempt: number,
-    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; actor: string | null; reason: string },
+    to: {
+      status: "pending" | "unknown";
+      maybeCommitted: 0 | 1;
+      executed: boolean;
+      actor: string | null;
+      reason: string;
+    },
   ): Promise<boolean> {
     const now = this.now();
+    const lateEnd = to.executed ? sql`last_execution_at > updated_at` : sql`last_execution_at >= updated_at`;
     const res = await this.guard(
       undefined,
       this.db
         .updateTable("idem_operations")
         .set({
-          status: to.status,
-          maybe_committed: to.maybeCommitted,
+          status:
+            to.status === "pending" ? sql<Status>`case when ${lateEnd} then 'unknown' else 'pending' end` : to.status,
+          maybe_committed:
+            to.status === "pending"
+              ? sql<number>`case when ${lateEnd} then 1 else ${to.maybeCommitted} end`
+              : to.maybeCommitted,
           lease_owner: null,
           lease_expires_at: null,
           next_check_at: now,

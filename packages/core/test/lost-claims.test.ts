@@ -6,12 +6,16 @@
  * failed first). The call gives the row back: known not done, at once.
  */
 import { createServer, connect, type Server, type Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
-import { openLedger, type Ledger } from "@idem/core";
-import { freshDatabase } from "@idem/testkit";
+import type { CompiledQuery } from "kysely";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
 import { TestProvider } from "./support/provider.js";
-import { uniqueTenant } from "./support/ledgers.js";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+import { dialectFor, hooked } from "./support/dialects.js";
 
 /** Postgres' ReadyForQuery message: the statement before it is committed (or rolled back). */
 const READY = Buffer.from([0x5a, 0, 0, 0, 5]);
@@ -151,3 +155,98 @@ describe("a claim or takeover whose answer was lost after it committed (Postgres
     expect(provider.effects).toHaveLength(1);
   });
 });
+
+/**
+ * No dedupe, a consistent lookup; every execute is an effect. `hold()` makes the next execute wait
+ * until `release()`, then commit and answer with a timeout after its body (ambiguous).
+ */
+function slowProvider(type: string) {
+  const effects: { key: string; id: string }[] = [];
+  let calls = 0;
+  let gate: Promise<void> | undefined;
+  let open: () => void = () => {};
+  const action = defineAction<{ to: string }, { id: string }>({
+    type,
+    capabilities: { lookup: true },
+    execute: async (_args, op) => {
+      calls += 1;
+      const g = gate;
+      gate = undefined;
+      if (g) await g;
+      const id = `obj_${effects.length + 1}`;
+      effects.push({ key: op.key, id });
+      if (g) throw new Error("timeout after the request was sent");
+      return { id };
+    },
+    reconcile: async (_args, op) => {
+      const hit = effects.find((e) => e.key === op.key);
+      return hit
+        ? { found: true as const, receipt: { id: hit.id } }
+        : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+    },
+  });
+  const hold = () => {
+    gate = new Promise<void>((r) => {
+      open = r;
+    });
+  };
+  return { action, effects, hold, release: () => open(), calls: () => calls };
+}
+
+const isTakeover = (q: CompiledQuery) =>
+  q.sql.startsWith('update "idem_operations"') && /"attempt" = /.test(q.sql.split(" where ")[0] ?? "");
+
+for (const dialect of DIALECTS) {
+  describe(`a lost takeover while an earlier attempt's late answer arrives (${dialect})`, () => {
+    const db = ledgers(dialect);
+
+    // helper-76's review: the late "may have committed" end was recorded on the row the lost
+    // takeover held (fenced), and the give-back then made it pending, known not done: the next
+    // call sent again (two effects, both databases).
+    it("the row goes back unknown, not pending: the next call looks it up and finds the effect", async () => {
+      let now = Date.now();
+      const clock = () => now;
+      const p = slowProvider("lost.takeover.late");
+      const a: Ledger = await db.open({ clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const actor = `lossy-${Math.random().toString(36).slice(2)}`;
+      p.hold();
+      // Attempt 1 sends; its answer is slow, and its lease runs out by the database clock.
+      const first = a.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      while (p.calls() < 1) await sleep(5);
+      now += 31_000;
+      const [op] = await a.admin.list({ tenant });
+      // The daemon, stopping (it looks up but sends nothing), finds nothing yet: pending.
+      const stop = new AbortController();
+      stop.abort();
+      expect(await a.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+        state: "pending",
+      });
+      // Caller 3's takeover commits but its answer is lost; meanwhile attempt 1 commits and times out.
+      let lost = false;
+      const lossy = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          const out = await run();
+          if (lost || !isTakeover(q) || !q.parameters.includes(actor)) return out;
+          lost = true;
+          p.release();
+          await first; // attempt 1's late timeout, recorded while attempt 3 holds the row
+          throw new Error("connection reset after commit (test)");
+        },
+      });
+      const b = await openTestLedger(lossy, { clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
+      try {
+        await expect(b.run(p.action, { tenant, key: ["k"], args: { to: "x" }, actor })).rejects.toMatchObject({
+          name: "LedgerUnavailableError",
+        });
+        expect(lost).toBe(true);
+      } finally {
+        await b.close();
+      }
+      expect((await a.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "unknown", attempt: 3 });
+      const again = await a.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
+      expect(again).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      expect(p.effects).toHaveLength(1);
+    });
+  });
+}
