@@ -144,14 +144,18 @@ export class LedgerDaemon {
 
   /**
    * An operation this ledger has no action for: untouched (`UnknownActionError`), unless it is an
-   * unknown outcome past the escalation's limits, which goes to a person, alerted, as if checked:
-   * no daemon of this config can ever check it, and the caller would be told "pending" for ever.
+   * unknown outcome or a pending one past the escalation's limits, which goes to a person,
+   * alerted, as if checked: no daemon of this config can ever check or run it, and the caller was
+   * told the daemon would.
    */
   async #unsettleable(row: Row & { db_now: number }, options: SettleOptions): Promise<RunResult<unknown>> {
     const hours = Math.round((row.db_now - row.created_at) / 360_000) / 10;
     const age = { checks: row.checks, now: row.db_now, createdAt: row.created_at };
-    if (row.status === "unknown" && pastEscalation(options.escalate, age)) {
-      const reason = `${ESCALATED} ${hours} h and ${row.checks} checks, and no action of type ${row.action} is registered to check it; a person must decide`;
+    if ((row.status === "unknown" || row.status === "pending") && pastEscalation(options.escalate, age)) {
+      const reason =
+        row.status === "unknown"
+          ? `${ESCALATED} ${hours} h and ${row.checks} checks, and no action of type ${row.action} is registered to check it; a person must decide`
+          : `known not done, created ${hours} h ago, and no action of type ${row.action} is registered to run it again; a person must decide`;
       const parked = await this.#context.store.transition(row, "needs_review", {
         actor: options.actor ?? null,
         reason,

@@ -695,6 +695,32 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
+    it("a pending operation of an unregistered action type past the daemon's limits goes to a person, alerted; before them, untouched", async () => {
+      // helper-76's review: only unknown outcomes were escalated, so a pending one threw at every
+      // claim for ever, no alert, while its agent was told the daemon or a later call would retry.
+      let now = Date.now();
+      const app = await db.open({ budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const out = await app.run(p.action("crm.task", {}), { tenant, key: ["t"], args: { to: "x" } });
+      expect(out).toMatchObject({ state: "pending" });
+      const daemon = await db.open({ actions: [], clock: () => now });
+      const escalate = { maxChecks: 5, maxAgeMs: HOUR };
+      const early = await daemon.daemon.settle({ tenant, id: out.operationId, escalate }).catch((e: unknown) => e);
+      expect(early).toBeInstanceOf(UnknownActionError);
+      expect((await daemon.get({ tenant, id: out.operationId })).operation.status).toBe("pending");
+      now += 2 * HOUR;
+      const late = await daemon.daemon.settle({ tenant, id: out.operationId, actor: "daemon", escalate });
+      expect(late).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/^known not done, .*no action of type crm\.task is registered to run it/),
+      });
+      expect((await daemon.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(out.operationId);
+      expect(p.effects).toHaveLength(0);
+    });
+
     it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
       // A database of its own: claimDue works across tenants, so other tests' due rows would take the batch.
       const url = await freshDatabase(dialect);
