@@ -59,6 +59,10 @@ for (const dialect of DIALECTS) {
       expect(first.structuredContent).toMatchObject({ status: "done", result: { id: expect.any(String) } });
       expect(first.isError).toBe(false);
       expect(first.content[0]!.text).toMatch(/^Done \(operation op_/);
+      // An MCP host hands its model the content: the receipt's summary (the note's id) is there too,
+      // the outcome as JSON text. Before: only "Done (operation op_…).", the id in structuredContent.
+      expect(first.content[1]).toMatchObject({ type: "text" });
+      expect(JSON.parse(first.content[1]!.text!)).toEqual(first.structuredContent);
       expect(again.structuredContent).toMatchObject({
         status: "already_done",
         operationId: first.structuredContent!.operationId,
@@ -81,6 +85,7 @@ for (const dialect of DIALECTS) {
         operationId: first.structuredContent!.operationId,
         result: first.structuredContent!.result,
       });
+      expect(JSON.parse(status.content[1]!.text!)).toEqual(status.structuredContent);
     });
   });
 }

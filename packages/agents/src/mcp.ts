@@ -7,9 +7,12 @@
  * a header), never from the model's arguments; MCP's request id is per connection and never part
  * of a key.
  *
- * Every outcome is a result, not a protocol error: `content` says it in words, `structuredContent`
- * is the `Outcome`; `isError` is set when nothing was done (failed, refused, not performed), not
- * for a pending verification, which a client must not retry, nor for an unconfirmed one.
+ * Every outcome is a result, not a protocol error: `structuredContent` is the `Outcome`, and
+ * `content` says it in words, then holds the same `Outcome` as JSON text (as the MCP spec asks of
+ * a tool with structured content): a host hands its model the `content`, and the tool's summary
+ * of the receipt (a payment's status, an id for later) is part of what the model must read.
+ * `isError` is set when nothing was done (failed, refused, not performed), not for a pending
+ * verification, which a client must not retry, nor for an unconfirmed one.
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -37,10 +40,14 @@ export interface McpToolOptions<I, R, C> extends GuardOptions<I, R, C> {
   readonly description?: string;
 }
 
+/** An outcome as an MCP tool result: its message, then the whole outcome (as JSON text and as `structuredContent`). */
 export function toCallToolResult(outcome: Outcome): CallToolResult {
   const nothingDone = outcome.status === "failed" || outcome.status === "refused" || outcome.status === "not_performed";
   return {
-    content: [{ type: "text", text: outcome.message }],
+    content: [
+      { type: "text", text: outcome.message },
+      { type: "text", text: JSON.stringify(outcome) },
+    ],
     structuredContent: { ...outcome },
     isError: nothingDone,
   };

@@ -12,13 +12,13 @@
  * invites a model to repeat an effect: a guarded tool never throws and the SDK applies no schema,
  * so it is reached only when arguments did not parse outside a run (in a run, the runner answers
  * arguments that are not JSON itself, before the tool: "Please try again with valid JSON"), and
- * says that nothing was done; the status tool's, that nothing was checked.
+ * refuses the input, saying that nothing was done; the status tool's, that nothing was checked.
  */
 import { tool, type RunContext } from "@openai/agents";
 import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
-import type { Outcome } from "./outcome.js";
+import { refusedInput, type Outcome } from "./outcome.js";
 import {
   MAX_WAIT_MS,
   STATUS_TOOL,
@@ -37,13 +37,13 @@ const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details
   inputParsed, // by the SDK, when its parameters are the zod schema
 });
 
-/** What the model reads when the SDK could not run the tool (its arguments did not parse). */
+/**
+ * What the model reads when the SDK could not run the tool (its arguments did not parse): its
+ * input refused, nothing done, as guard says of input its schema refuses.
+ */
 export function idemErrorFunction(_context: RunContext<unknown>, error: unknown): string {
-  const why = error instanceof Error ? error.message.split("\n")[0] : "the tool could not run";
-  return JSON.stringify({
-    status: "not_performed",
-    message: `Not performed: ${why}. Nothing was done; fix the input before calling again.`,
-  });
+  const why = error instanceof Error ? error.message.split("\n")[0] : undefined;
+  return JSON.stringify(refusedInput(`the arguments could not be read${why ? ` (${why})` : ""}`));
 }
 
 /** An OpenAI Agents function tool that performs `target` once per business identity. */

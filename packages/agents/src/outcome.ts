@@ -30,18 +30,27 @@ export type Outcome =
       readonly operationId: string;
       readonly result?: unknown;
     }
-  /** The provider said no for good; retrying the same input cannot change it. */
+  /**
+   * The provider said no for good, or a person decided it did not happen (their note stays in the
+   * ledger); retrying the same input cannot change it.
+   */
   | { readonly status: "failed"; readonly message: string; readonly operationId: string; readonly reason: string }
-  /** Not proven either way yet; settled by a worker, the daemon or a person. Never to be retried by the model. */
+  /**
+   * Not settled yet: being performed or recorded, checked with the provider, or waiting for a
+   * person (to decide, or to record an effect known done). Never to be retried by the model.
+   */
   | {
       readonly status: "pending_verification";
       readonly message: string;
       readonly operationId: string;
       readonly state: Unsettled;
     }
-  /** Not attempted: the input was refused (other arguments for work already done, not allowed, invalid). */
+  /** Not attempted, nothing done: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
-  /** The ledger could not be reached: not done, or (rarely) done but not recorded; a repeat is safe either way. */
+  /**
+   * Not done: the ledger could not be reached (at most the call was recorded, and may be done
+   * once later), is closed, or the tool failed before doing anything; a repeat is safe.
+   */
   | { readonly status: "not_performed"; readonly message: string }
   /**
    * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, or a
@@ -51,11 +60,30 @@ export type Outcome =
   | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
 const NEXT: Record<Unsettled, string> = {
-  running: "another attempt of it is in progress",
+  // The attempt that holds it now: this one being performed, or its done effect being recorded
+  // (a completion the database failed to write waits for its lease to end). Never a second one.
+  running: "it is being performed, or its outcome is being recorded",
   unknown: "its outcome is being checked with the provider",
   needs_review: "a person will decide whether it happened",
   pending: "it will be run again with the same identity, once",
 };
+
+/** A person's "failed" verdict as the model reads it, without their note. */
+const BY_A_PERSON = "a person checked it and decided it did not happen";
+
+/** An effect whose receipt could not be stored: known done, so a person records it, and nothing is left to decide. */
+const PERFORMED_UNRECORDED = "it was performed, but its result could not be recorded; a person will record it";
+
+/**
+ * What the model reads of input it sent that could not be used (`why`: the field and what it
+ * must be, or why the arguments could not be read): nothing was done.
+ */
+export function refusedInput(why: string): Outcome {
+  return {
+    status: "refused",
+    message: `Refused: invalid input: ${why}. Nothing was done; fix the input before calling again.`,
+  };
+}
 
 /** `summarize`, answering nothing when it throws: a failing summary must not change an outcome. */
 export function safeSummary<R>(
@@ -128,19 +156,22 @@ export function outcomeOf<R>(
           }
         : { status: "done", message: `Done (${op}).`, operationId: result.operationId, ...shown };
     }
-    case "failed":
+    case "failed": {
+      // A person's verdict: their note is for the audit trail (it may name the customer), not the model.
+      const reason = result.resolution ? BY_A_PERSON : result.error.reason;
       return {
         status: "failed",
         operationId: result.operationId,
-        reason: result.error.reason,
-        message: `Failed because ${result.error.reason} (${op}).${result.replayed ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
+        reason,
+        message: `Failed because ${reason} (${op}).${result.replayed && !result.resolution ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
       };
+    }
     case "pending_verification":
       return {
         status: "pending_verification",
         operationId: result.operationId,
         state: result.state,
-        message: `Pending verification (${op}): ${NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
+        message: `Pending verification (${op}): ${result.performed ? PERFORMED_UNRECORDED : NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
       };
   }
 }
@@ -193,16 +224,14 @@ export function outcomeOfError(
       status: "pending_verification",
       operationId: error.operationId,
       state: "needs_review",
-      message: `Pending verification (operation ${error.operationId}): it was performed, but its result could not be recorded; a person will review it. Do not retry it; check later with the status tool and this operation id.`,
+      message: `Pending verification (operation ${error.operationId}): ${PERFORMED_UNRECORDED}. Do not retry it; check later with the status tool and this operation id.`,
     };
   if (error instanceof GuardrailError)
-    return { status: "refused", message: `Not allowed: ${what.action} is not allowed here.` };
+    return { status: "refused", message: `Not allowed: ${what.action} is not allowed here. Nothing was done.` };
   if (error instanceof InvalidValueError)
-    return {
-      status: "refused",
-      message: `Refused: invalid input: ${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}.`,
-    };
-  if (error instanceof PayloadTooLargeError) return { status: "refused", message: "Refused: the input is too large." };
+    return refusedInput(`${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}`);
+  if (error instanceof PayloadTooLargeError)
+    return { status: "refused", message: "Refused: the input is too large. Nothing was done." };
   if (error instanceof CompletionNotRecordedError) {
     // The effect happened (its receipt is here), by this call, unless the receipt shows the
     // provider found it already done before the operation began: then, as a recorded one, "already done".
@@ -239,11 +268,12 @@ export function outcomeOfError(
         operationId: error.operationId,
         message: `Not confirmed (operation ${error.operationId}): the ledger became unavailable during the call, so it may or may not have happened. Do not tell the user either way; check later with the status tool and this operation id, or call this tool again later with the same input (it is never done twice).`,
       };
-    // Before it held one: nothing was sent, or (rarely) its claim was recorded and nothing more.
+    // Before it held one: nothing was sent, or (rarely) its claim was recorded and nothing more,
+    // which the next call with the same input or the daemon may run, once.
     return {
       status: "not_performed",
       message:
-        "Not confirmed: the ledger is unavailable right now, so this was not done or not recorded. Do not tell the user it happened; trying again later with the same input is safe (it is never done twice).",
+        "Not performed: the ledger is unavailable right now, so this was not done (at most it was recorded, and may be done once later). Do not tell the user it happened; trying again later with the same input is safe (it is never done twice).",
     };
   }
   const name = error instanceof Error ? error.name : typeof error;

@@ -98,9 +98,11 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
       const outcome = outcomeOf(result, summarize, tool?.foundEarlier);
       // A status check does not act: a settled operation was done by the call that was told
       // "pending", unless its receipt shows the effect had been done before that operation began.
-      return outcome.status === "already_done" && !isFoundEarlier(result, tool?.foundEarlier)
-        ? { ...outcome, status: "done", message: `Done (operation ${outcome.operationId}).` }
-        : outcome;
+      // A person's word that it happened, without a receipt, is all there is to say of it.
+      if (outcome.status !== "already_done" || isFoundEarlier(result, tool?.foundEarlier)) return outcome;
+      const byPerson = result.status === "succeeded" && result.receipt === null && result.resolution;
+      const confirmed = byPerson ? ", as a person confirmed" : "";
+      return { ...outcome, status: "done", message: `Done${confirmed} (operation ${outcome.operationId}).` };
     } catch (error) {
       // A malformed id is none here; a malformed tenant is the application's setup, not the id.
       const badId = error instanceof InvalidValueError && error.path !== "tenant";

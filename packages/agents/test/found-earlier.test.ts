@@ -140,12 +140,19 @@ for (const dialect of DIALECTS) {
         await sleep(20);
         expect(await l.admin.prune({ tenant })).toBe(1); // its retention passed (30 days by default)
 
-        const again = await firstRead(tools, call);
+        // Under other names: nothing is written, and the model reads so (before: only "already done",
+        // and it would tell the user Augusta is in the CRM, where the contact is still Ada).
+        const again = await firstRead(tools, { ...call, input: { ...call.input, firstname: "Augusta" } });
         expect(hub.count("contacts") - before).toBe(1); // the CRM kept one record
         expect(again, JSON.stringify(again)).toMatchObject({
           status: "already_done",
-          result: { id: expect.any(String), new: false },
+          result: {
+            id: expect.any(String),
+            new: false,
+            note: "the contact was already there: the names given were not written, it is as it was",
+          },
         });
+        expect(hub.crm.get("contacts", again.result!.id as string)?.properties.firstname).toBe("Ada");
         expect(again.message).toMatch(/^Already done earlier; not repeated \(operation op_\w+\)\.$/);
         const checked = await firstRead(tools, {
           toolName: "operation_status",
@@ -278,6 +285,61 @@ for (const dialect of DIALECTS) {
         const operationId = (again.structuredContent as { operationId: string }).operationId;
         const checked = await client.callTool({ name: "operation_status", arguments: { operationId } });
         expect(checked.structuredContent).toMatchObject({ status: "already_done", result: { messageId } });
+      });
+
+      it("an email an earlier operation sent (pruned since), its journal copy gone: sent again, as the description says", async () => {
+        // Past the ledger's retention only the check before sending guards the send, and the
+        // journal's own retention archives or deletes copies. Before, the description promised
+        // "Safe to call again: the same reference and recipient is never emailed twice".
+        const l = await db.open({ retentionMs: 1 } as LedgerOptions);
+        const tenant = `em-${dialect}-${rnd()}`;
+        const send = emailTools(actions()).send;
+        const server = new McpServer({ name: "idem", version: "0.1.0" });
+        registerGuardedTool(server, l, send, { tenant });
+        const client = await connect(server);
+        const listed = (await client.listTools()).tools.find((t) => t.name === "send_email");
+        expect(listed!.description).toMatch(/while the ledger keeps the operation \(30 days by default\)/);
+        const args = { to: "client@example.test", reference: `ord-${rnd()}`, subject: "Your order", text: "Shipped." };
+        const first = await client.callTool({ name: "send_email", arguments: args });
+        const { messageId } = (first.structuredContent as { result: { messageId: string } }).result;
+        await sleep(20);
+        expect(await l.admin.prune({ tenant })).toBe(1);
+        const imap = mail.imap(JOURNAL); // the journal's retention takes the copy out of the mailbox searched
+        await imap.connect();
+        try {
+          const lock = await imap.getMailboxLock("INBOX");
+          try {
+            expect(await imap.messageDelete({ header: { "message-id": messageId } })).toBe(true);
+          } finally {
+            lock.release();
+          }
+        } finally {
+          await imap.logout();
+        }
+        const again = await client.callTool({ name: "send_email", arguments: args });
+        expect(again.structuredContent).toMatchObject({ status: "done" });
+        expect(mail.count(messageId)).toBe(2);
+      });
+
+      it("a journal address the server refuses: failed, not sent, without the journal's address", async () => {
+        // The journal is a Bcc the recipient never sees, an operator's compliance mailbox: the
+        // model (which repeats it to the user) reads "the journal address". Before: its address.
+        const l = await db.open();
+        const server = new McpServer({ name: "idem", version: "0.1.0" });
+        registerGuardedTool(server, l, emailTools(actions()).send, { tenant: `em-${dialect}-${rnd()}` });
+        const client = await connect(server);
+        mail.faults.add({ kind: "reject_rcpt", match: { path: JOURNAL.user } });
+        const before = mail.count();
+        const out = await client.callTool({
+          name: "send_email",
+          arguments: { to: "client@example.test", reference: `ord-${rnd()}`, subject: "Hi", text: "Hello." },
+        });
+        expect(mail.count()).toBe(before);
+        expect(out.structuredContent, JSON.stringify(out)).toMatchObject({
+          status: "failed",
+          reason: expect.stringMatching(/^the server refused the journal address \(550\): not sent/),
+        });
+        expect(JSON.stringify(out)).not.toContain(JOURNAL.user);
       });
 
       it("a recipient the server refuses: failed, not done", async () => {

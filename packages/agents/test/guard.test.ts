@@ -1,7 +1,8 @@
 /**
  * `guard` without a framework: what the model reads in the cases the framework tests do not
  * reach: a summary that fails after the effect, a key that cannot be made, input its schema
- * refuses, a ledger that is gone. Effects are counted in the action.
+ * refuses, a ledger that is gone, a receipt not stored or not yet recorded, a person's verdict.
+ * Effects are counted in the action.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -101,9 +102,10 @@ for (const dialect of DIALECTS) {
       const ledger = await db.open();
       const before = sent.length;
       const tool = guard(ledger, note, { tenant: "acme" });
+      // Before: "Refused: invalid input: noteId: …." and no word of what was done.
       expect(await tool({ noteId: "", text: "x" }, call)).toMatchObject({
         status: "refused",
-        message: expect.stringMatching(/^Refused: invalid input: noteId/),
+        message: expect.stringMatching(/^Refused: invalid input: noteId: .+\. Nothing was done; fix the input/),
       });
       const badKey = guard(ledger, note, { tenant: "acme", key: () => [new Date()] });
       expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({ status: "refused" });
@@ -143,8 +145,106 @@ for (const dialect of DIALECTS) {
         state: "needs_review",
         operationId: expect.any(String),
       });
-      expect(out.message).toMatch(/it was performed, but its result could not be recorded/);
+      expect(out.message).toMatch(/it was performed, but its result could not be recorded; a person will record it/);
+      // Every later read says so too (the ledger marks it performed: a person records it, nothing
+      // is left to decide). Before: a second call and the status tool read "a person will decide
+      // whether it happened".
+      const id = (out as { operationId: string }).operationId;
+      expect(await ledger.status({ tenant: "acme", id })).toMatchObject({ state: "needs_review", performed: true });
+      const again = await guard(ledger, bloated, { tenant: "acme" })({ noteId: `big-${dialect}`, text: "x" }, call);
+      const checked = await statusTool(ledger, { tenant: "acme" })({ operationId: id }, call);
+      for (const read of [again, checked]) {
+        expect(read, JSON.stringify(read)).toMatchObject({ status: "pending_verification", operationId: id });
+        expect(read.message).toMatch(/it was performed, but its result could not be recorded; a person will record it/);
+        expect(read.message).not.toMatch(/whether it happened/);
+      }
       expect(performed).toBe(1);
+    });
+
+    it("done, its recording delayed: the status tool reads it being performed or recorded, not another attempt", async () => {
+      // The completion's write fails, so the row stays running under this call's lease until
+      // reconciliation. Before: the status tool read "another attempt of it is in progress", a
+      // second effect under way to a model told "Done … Do not repeat it".
+      const tenant = `cnr-${dialect}`;
+      const l = await openTestLedger(
+        hooked(await dialectFor(dialect, db.url()), {
+          async query(q, run) {
+            const completion = q.sql.startsWith('update "idem_operations"') && q.parameters.includes("succeeded");
+            if (completion && q.parameters.includes(tenant)) throw new Error("connection reset (test)");
+            return run();
+          },
+        }),
+        { leaseMs: 300 },
+      );
+      try {
+        const before = sent.length;
+        const done = await guard(l, note, { tenant })({ noteId: "cnr", text: "hi" }, call);
+        expect(done.message).toMatch(/^Done \(operation op_\w+\); recording it is delayed\. Do not repeat it\.$/);
+        const checked = await statusTool(l, { tenant })(
+          { operationId: (done as { operationId: string }).operationId },
+          call,
+        );
+        expect(checked, JSON.stringify(checked)).toMatchObject({ status: "pending_verification", state: "running" });
+        expect(checked.message).toMatch(/: it is being performed, or its outcome is being recorded\. Do not retry it/);
+        expect(checked.message).not.toMatch(/another attempt/);
+        expect(sent.length - before).toBe(1);
+      } finally {
+        await l.close();
+      }
+    });
+
+    it("a person's verdict: 'failed' reads that a person decided, without their note; 'succeeded' without a receipt, as they confirmed", async () => {
+      // The reason an operator types into `idem resolve` or the console is for the audit trail and
+      // may name the customer. Before: the model read "Failed because resolved by a person: <note>",
+      // and the status tool read a receipt-less "succeeded" as a plain "Done".
+      const ledger = await db.open();
+      const tenant = `person-${dialect}`;
+      const lost = {
+        ...note,
+        // No dedupe and no lookup: a lost answer goes to a person.
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.lost",
+          capabilities: {},
+          async execute() {
+            throw Object.assign(new Error("socket hang up"), { code: "ECONNRESET" });
+          },
+        }),
+      };
+      const tool = guard(ledger, lost, { tenant });
+      const status = statusTool(ledger, { tenant });
+      const parked = async (noteId: string) => {
+        const out = await tool({ noteId, text: "x" }, call);
+        expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        return (out as { operationId: string }).operationId;
+      };
+      const personal = "called Jane Doe (jane.doe@customer.example, +1 555 0100): card 4000 0000 0000 0002 was blocked";
+      const failedId = await parked("p-failed");
+      await ledger.admin.resolve({ tenant, id: failedId, outcome: "failed", actor: "ops@corp", reason: personal });
+      const again = await tool({ noteId: "p-failed", text: "x" }, call);
+      const checked = await status({ operationId: failedId }, call);
+      for (const read of [again, checked]) {
+        expect(read, JSON.stringify(read)).toMatchObject({
+          status: "failed",
+          reason: "a person checked it and decided it did not happen",
+        });
+        expect(read.message).toMatch(/^Failed because a person checked it and decided it did not happen \(operation/);
+        expect(JSON.stringify(read)).not.toMatch(/jane|4000 0000|555 0100/i);
+      }
+      // The note is still the operator's, in the ledger.
+      expect((await ledger.get({ tenant, id: failedId })).operation.resolution).toMatchObject({ reason: personal });
+
+      const foundId = await parked("p-found");
+      await ledger.admin.resolve({
+        tenant,
+        id: foundId,
+        outcome: "succeeded",
+        actor: "ops@corp",
+        reason: "in the CRM",
+      });
+      expect(await status({ operationId: foundId }, call)).toMatchObject({
+        status: "done",
+        message: `Done, as a person confirmed (operation ${foundId}).`,
+      });
     });
 
     it("other arguments for work that failed, or is still being checked: not called 'already done'", async () => {

@@ -147,6 +147,40 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    it("the text content holds the whole outcome: a charge waiting for the customer reads so there, not a bare 'Done'", async () => {
+      // An MCP host hands its model the content; structuredContent is for programs (the MCP spec
+      // asks a tool that returns it to put the serialized JSON in a text block too). Before: the
+      // text was "Done (operation op_…)." only, and nothing said no money moved.
+      const ledger = await db.open();
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+      });
+      const charge = stripeTools(stripe).charge;
+      const tenant = `t-mcp-text-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerGuardedTool(server, ledger, charge, { tenant });
+      registerStatusTool(server, ledger, { tenant, tools: [charge] });
+      const client = await connect(server);
+      const textOf = (r: unknown) => (r as { content: { type: string; text: string }[] }).content.map((c) => c.text);
+
+      const out = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-${tenant}`, amount: 700, currency: "usd" },
+      });
+      expect(out.structuredContent).toMatchObject({ status: "done", result: { status: "requires_payment_method" } });
+      const [message, json] = textOf(out);
+      expect(message).toMatch(/^Done \(operation op_\w+\)\.$/);
+      expect(JSON.parse(json!)).toEqual(out.structuredContent);
+
+      const { operationId } = out.structuredContent as { operationId: string };
+      const checked = await client.callTool({ name: "operation_status", arguments: { operationId } });
+      expect(checked.structuredContent).toMatchObject({ result: { status: "requires_payment_method" } });
+      expect(JSON.parse(textOf(checked)[1]!)).toEqual(checked.structuredContent);
+    });
+
     it("the status tool answers input it cannot read with a refusal that checked nothing, not the SDK's protocol error", async () => {
       // Before: the SDK checked the arguments against the status tool's zod schema and answered
       // "MCP error -32602: Input validation error …", with no outcome for the model.

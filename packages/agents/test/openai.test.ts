@@ -148,6 +148,17 @@ for (const dialect of DIALECTS) {
       const [read] = outputsOf(result);
       expect(read, JSON.stringify(read)).toMatchObject({ status: "refused" });
       expect(read!.message).toMatch(/^Refused: invalid input: invoiceId: must be the invoice's id, without spaces/);
+      expect(read!.message).toMatch(/\. Nothing was done; fix the input before calling again\.$/);
+      // Arguments that are not JSON, invoked directly (a run answers them itself, before the tool):
+      // refused as guard refuses input, nothing done. Before: `not_performed`, another status for
+      // the same situation.
+      const unparsed = JSON.parse(String(await charge.invoke(new RunContext({}), "{not json")));
+      expect(unparsed).toMatchObject({
+        status: "refused",
+        message: expect.stringMatching(
+          /^Refused: invalid input: the arguments could not be read \(.+\)\. Nothing was done; fix the input/,
+        ),
+      });
       expect(sandbox.count("payment_intents")).toBe(before);
       expect(await ledger.admin.list({ tenant })).toEqual([]); // refused before the ledger had it
       // The model is still asked for what the SDK itself makes of the schema, in strict mode.

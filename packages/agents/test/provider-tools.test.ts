@@ -94,6 +94,20 @@ describe("charge_invoice's identity", () => {
   });
 });
 
+describe("send_email's description", () => {
+  it("promises one email only while the ledger keeps the operation, not for ever", () => {
+    // Past the ledger's retention (30 days by default) only the check before sending stands in the
+    // way, and a mailbox's retention archives or deletes the copy it looks for: the same reference
+    // and recipient is emailed again (found-earlier.test.ts). Before: "Safe to call again: the same
+    // reference and recipient is never emailed twice", unconditionally.
+    const def = emailTools({ send: { type: "email.send" } } as unknown as EmailActions).send;
+    expect(def.description).toMatch(
+      /while the ledger keeps the operation \(30 days by default\), it is never emailed twice/,
+    );
+    expect(def.description).not.toMatch(/Safe to call again/);
+  });
+});
+
 describe("charge_invoice's description", () => {
   it("promises one charge only while the ledger keeps the operation, not for ever", () => {
     // A key that comes again after its operation was pruned (retentionMs, 30 days by default) and

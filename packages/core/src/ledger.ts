@@ -25,7 +25,7 @@ import { operationKey, requireName, type KeyPart, type OperationKey } from "./ke
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
-import { checkSize, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
+import { checkSize, knownPerformed, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
 import type { Status } from "./schema.js";
 import { Store, type Row } from "./store.js";
 import { resultAttributes, tracing } from "./tracing.js";
@@ -314,5 +314,7 @@ function outcomeOf(r: Row): RunResult<unknown> {
   if (r.status === "succeeded" || r.status === "failed") return replayOf(r);
   // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
   const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
-  return pending(r, WAITING_FOR[r.status] + why);
+  // Its receipt could not be stored: it happened, and a person records it (nothing to decide).
+  const performed = knownPerformed(r);
+  return pending(r, (performed ? "a person must record its outcome" : WAITING_FOR[r.status]) + why, performed);
 }

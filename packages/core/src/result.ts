@@ -66,6 +66,8 @@ export type RunResult<R> =
    * Not proven either way yet: another worker holds the lease (`state: "running"`), the outcome
    * is unknown and awaits reconciliation, a person must decide (`needs_review`), or the retry
    * budget ran out with the work known undone (`pending`). Never report this as done.
+   * `performed`: the effect is known to have happened but its receipt could not be stored
+   * (`needs_review`, error kind `invalid_result`): a person records it; it is never run again.
    */
   | {
       readonly status: "pending_verification";
@@ -73,6 +75,7 @@ export type RunResult<R> =
       readonly reason: string;
       readonly operationId: string;
       readonly attempt: number;
+      readonly performed?: true;
     };
 
 /** The statuses an operation can wait in (`pending_verification.state`): all but the settled two. */

@@ -284,7 +284,11 @@ export class Runner {
         return { done: replayOf<R>(snap) };
       case "answer":
         return {
-          done: pending(snap, snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason),
+          done: pending(
+            snap,
+            snap.status === "needs_review" ? (snap.reason ?? decision.reason) : decision.reason,
+            knownPerformed(snap),
+          ),
         };
       case "wait": {
         // Poll gently: often at first (the winner is usually quick), less as the wait grows.
@@ -1186,7 +1190,7 @@ function succeeded<R>(row: Settled, receipt: R, replayed: boolean): RunResult<R>
 function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResult<R> {
   return { status: "failed", error, replayed, operationId: row.id, attempt: row.attempt };
 }
-export function pending<R>(row: Settled, reason: string): RunResult<R> {
+export function pending<R>(row: Settled, reason: string, performed = false): RunResult<R> {
   // Callers pass unsettled rows only: a settled one is replayed (replayOf), never reported pending.
   return {
     status: "pending_verification",
@@ -1194,5 +1198,15 @@ export function pending<R>(row: Settled, reason: string): RunResult<R> {
     reason,
     operationId: row.id,
     attempt: row.attempt,
+    ...(performed && { performed: true }),
   };
+}
+
+/** Parked because its receipt could not be stored (`unstorable`): the effect happened (see admin.retry). */
+export function knownPerformed(row: Pick<Row, "status" | "error_json">): boolean {
+  return (
+    row.status === "needs_review" &&
+    row.error_json !== null &&
+    (JSON.parse(row.error_json) as StoredError).kind === "invalid_result"
+  );
 }

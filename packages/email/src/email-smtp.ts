@@ -255,7 +255,8 @@ function refusal(envelope: TrackedEnvelope, journal: string): EnvelopeRefusedErr
   if (!envelope.accepted.some((a) => a.toLowerCase() === j)) {
     const code = refused.find((e) => e.recipient?.toLowerCase() === j)?.responseCode;
     return new EnvelopeRefusedError(
-      `the server refused the journal address ${journal} (${code ?? "no code"}): not sent, since no journal copy could prove it later`,
+      // Not the address itself: the reason reaches the caller (an agent's model), the operator knows their journal.
+      `the server refused the journal address (${code ?? "no code"}): not sent, since no journal copy could prove it later`,
       code,
       true,
     );

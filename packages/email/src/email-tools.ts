@@ -6,6 +6,10 @@
  * rewords. The subject and text are what the model writes, so they are never part of the key;
  * the recipient is hashed in the key.
  *
+ * The description promises one email only while the ledger keeps the operation (`retentionMs`):
+ * after it was pruned, only the check before sending stands in the way, and it finds nothing once
+ * the copy has left Sent or the journal (a mailbox's retention archives or deletes it).
+ *
  * A copy the check before sending finds on the operation's first attempt was sent before the
  * operation began (by one pruned from the ledger since): the model reads "already done earlier".
  * Found on a later attempt, it is most likely this operation's own earlier send: "done".
@@ -37,7 +41,7 @@ export function emailTools(actions: EmailActions) {
     send: {
       name: "send_email",
       description:
-        "Send one email about a reference (order, invoice, ticket) to a recipient. Safe to call again: the same reference and recipient is never emailed twice.",
+        "Send one email about a reference (order, invoice, ticket) to a recipient. Asked again for the same reference and recipient while the ledger keeps the operation (30 days by default), it is never emailed twice.",
       action: actions.send,
       input: sendInput,
       args: (i: EmailSendInput): EmailArgs => ({ to: i.to.trim().toLowerCase(), subject: i.subject, text: i.text }),

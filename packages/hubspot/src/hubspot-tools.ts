@@ -10,9 +10,10 @@
  *
  * The model reads `new: true` for a record this call created, and "already done earlier" with
  * `new: false` for one HubSpot showed was there before the operation began (made by an operation
- * pruned from the ledger since) and this call did not write (`existedBefore`). A record found after
- * a lost answer is most likely this call's own, and one an upsert updated was written by it: each
- * reads done, without `new`.
+ * pruned from the ledger since) and this call did not write (`existedBefore`), with a `note` that
+ * the names given were not written (else the model tells the user the CRM holds them). A record
+ * found after a lost answer is most likely this call's own, and one an upsert updated was written
+ * by it: each reads done, without `new`.
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
@@ -25,6 +26,9 @@ const contactInput = z.object({
   lastname: z.string().min(1).nullish(),
 });
 export type HubSpotContactInput = z.output<typeof contactInput>;
+
+/** What a model reads of a contact found already there: its names (maybe other ones) left as they were. */
+const NOT_WRITTEN = "the contact was already there: the names given were not written, it is as it was";
 
 export function hubspotTools(actions: HubSpotActions) {
   return {
@@ -43,7 +47,7 @@ export function hubspotTools(actions: HubSpotActions) {
       key: (i: HubSpotContactInput) => ["contact", sensitive(i.email.trim().toLowerCase())],
       summarize: (r: HubSpotReceipt) => ({
         id: r.id,
-        ...(r.new ? { new: true } : r.existedBefore && { new: false }),
+        ...(r.new ? { new: true } : r.existedBefore && { new: false, note: NOT_WRITTEN }),
       }),
       // Only a receipt of a record this call did not write: "not repeated" must be true.
       foundEarlier: (r: HubSpotReceipt) => r.existedBefore === true,
