@@ -45,7 +45,7 @@ try {
   const statuses: string[] = [];
   for (const args of [invoice, invoice, { ...invoice, amount: 5000 }]) {
     const result = await client.callTool({ name: "charge_invoice", arguments: args });
-    // The model reads the text; the Outcome is in structuredContent; isError: nothing was done.
+    // The model reads the text: the message, then the Outcome as JSON (also in structuredContent); isError: nothing was done.
     const outcome = result.structuredContent as Outcome;
     const text = (result.content as { type: string; text: string }[])[0]!.text;
     console.log(`  charge ${JSON.stringify(args)}\n    the model read: ${text}${result.isError ? " (isError)" : ""}`);
