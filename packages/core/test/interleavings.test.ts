@@ -141,6 +141,11 @@ interface Req {
   /** The execute returned or threw (test-clock time). */
   answered: boolean;
   answeredAt?: number;
+  /**
+   * It answered before it reached the provider (a timeout while it was still on its way): said when
+   * the answer is given, since a commit in the same millisecond may come after it (a tie of times).
+   */
+  early?: boolean;
   /** The runner went past the answer (its call sent again, looked up, or ended): it is recorded or fenced. */
   recorded: boolean;
   recordedAt?: number;
@@ -213,24 +218,22 @@ const note = (w: World, line: string) => w.log.push(`t=${t(w)} ${line}`);
 function excuses(w: World, s: Req, r: Req): boolean {
   if (s === r || s.key !== r.key || s.sentAt > r.sentAt || s.outcome !== "committed") return false;
   const c = s.resolvedAt!;
-  const from = w.reads.filter((x) => x.key === r.key && x.absent && x.at <= r.grantedAt).at(-1)?.at ?? r.grantedAt;
-  if (c <= from) return false;
-  const told =
-    s.answeredAt !== undefined && s.answeredAt >= c && s.recordedAt !== undefined && s.recordedAt <= r.grantedAt;
-  const read = w.reads.some(
-    (x) => x.key === r.key && x.at >= c && x.recordedAt !== undefined && x.recordedAt <= r.grantedAt,
-  );
+  // A read that found the key absent came before every commit of the key, even one in its millisecond.
+  const proof = w.reads.filter((x) => x.key === r.key && x.absent && x.at <= r.grantedAt).at(-1);
+  if (proof ? c < proof.at : c <= r.grantedAt) return false;
+  const told = s.answered && !s.early && s.recordedAt !== undefined && s.recordedAt <= r.grantedAt;
+  const read = w.reads.some((x) => toldBy(x, s) && x.recordedAt !== undefined && x.recordedAt <= r.grantedAt);
   return !told && !read;
+}
+
+/** A read that saw the key's effect once `s` had committed: found, at the commit's millisecond or later. */
+function toldBy(x: Read, s: Req): boolean {
+  return x.key === s.key && !x.absent && x.at >= s.resolvedAt!;
 }
 
 /** The ledger was never told of `s`'s effect: it answered before it committed, and no lookup that read after the commit had its answer recorded. */
 function unseen(w: World, s: Req): boolean {
-  const c = s.resolvedAt!;
-  return (
-    s.answeredAt !== undefined &&
-    s.answeredAt < c &&
-    !w.reads.some((x) => x.key === s.key && x.at >= c && x.recordedAt !== undefined)
-  );
+  return s.early === true && !w.reads.some((x) => toldBy(x, s) && x.recordedAt !== undefined);
 }
 
 /** The runner of `call` went past the answers it had: they are recorded (or fenced) by now. */
@@ -301,6 +304,7 @@ function answerOf(w: World, r: Req): Answer {
 }
 
 function deliver(w: World, r: Req, a: Answer): void {
+  r.early = r.outcome === undefined;
   note(
     w,
     `R${r.n} ${r.name} (a${r.attempt}) answers ${"receipt" in a ? `receipt ${a.receipt.id}` : `${a.cls.kind}: ${a.cls.reason}`}`,
@@ -707,8 +711,11 @@ async function runSeed(
   // Quiet: every call ended, every request is over at the provider and answered.
   const retriedUnsettled = (key: string) =>
     w.decisions.some((d) => d.key === key && d.verdict === "retry" && d.unsettled);
+  // Unless every effect of the key is one the ledger was never told of (`unseen`: its request answered
+  // before it arrived, and committed after the last lookup): nothing could have moved the row.
+  const knownEffect = (key: string) => (w.effects.get(key) ?? []).some((e) => !unseen(w, w.requests[e.by - 1]!));
   for (const op of await ledger.admin.list({ tenant }))
-    if (op.status === "pending" && (w.effects.get(op.key)?.length ?? 0) > 0 && !retriedUnsettled(op.key))
+    if (op.status === "pending" && knownEffect(op.key) && !retriedUnsettled(op.key))
       problems.push(`${kind}: ${op.keyLabel} pending (known not done) with the effect present, nothing in flight`);
 
   // Drain: time passes, the provider and its lookups behave, the daemon settles what is due.
