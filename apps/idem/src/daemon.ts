@@ -9,13 +9,15 @@
  * alerted). It refuses a config with no alert sink. SIGTERM lets the request in flight finish and be recorded, sends
  * no other (a settlement waiting out a backoff ends at once), gives back the rest of the tick's
  * claim (another replica may take those rows at once, not a claim later), then exits.
- * While the ledger's database is unreachable (a restart, a failover) it keeps running: it says so
- * once, reports it on /healthz, retries every interval and says when it is back.
+ * While the ledger's database is unreachable (a restart, a failover) or takes no writes (a full
+ * disk: reads still pass, so each tick begins with a write, `daemonHeartbeat`) it keeps running:
+ * it says so once, reports it on /healthz, retries every interval and says when it is back.
  */
 import type { Logger } from "pino";
 import {
   ESCALATED,
   LedgerUnavailableError,
+  daemonHeartbeat,
   UnknownActionError,
   type DueOperation,
   type Ledger,
@@ -49,6 +51,7 @@ export class Daemon {
   private readonly sinks;
   private readonly unconfigured: { names: SinkName[]; types: string[] };
   private readonly actor: string;
+  private readonly name: string;
 
   constructor(
     private readonly ledger: Ledger,
@@ -61,6 +64,7 @@ export class Daemon {
     requireAlertSink(config);
     this.sinks = alertSinks(config, log);
     this.unconfigured = unconfiguredSinks(this.sinks);
+    this.name = name;
     this.actor = `idem-daemon:${name}`;
     if (this.unconfigured.names.length > 0)
       log.info(
@@ -73,6 +77,8 @@ export class Daemon {
   async run(): Promise<void> {
     while (!this.stopping) {
       try {
+        // The ledger takes writes: a full disk still answers the tick's reads.
+        await daemonHeartbeat(this.ledger, this.name);
         await this.tick();
         const downMs = this.metrics.tick();
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");

@@ -92,7 +92,7 @@ export class DaemonMetrics {
   readonly results = runResultCounters(this.registry);
   readonly ledgerUp = new Gauge({
     name: "idem_ledger_up",
-    help: "1 when the daemon's last tick reached the ledger database, 0 while it cannot",
+    help: "1 when the daemon's last tick reached the ledger database and wrote to it, 0 while it cannot",
     registers: [this.registry],
   });
   private lastTickAt = 0;
@@ -185,8 +185,9 @@ export class DaemonMetrics {
           res.writeHead(500).end(String(e));
         }
       } else if (req.url === "/healthz") {
-        // Healthy: the last tick reached the ledger, recently. During an outage the daemon keeps
-        // running and retrying; the body says since when and why, for the operator and the probe.
+        // Healthy: the last tick reached the ledger and wrote to it, recently. During an outage (the
+        // database down, or taking no writes: a full disk) the daemon keeps running and retrying;
+        // the body says since when and why, for the operator and the probe.
         const last = Math.max(this.lastTickAt, this.lastProgressAt);
         const fresh = Date.now() - last < Math.max(3 * this.intervalMs, 10_000);
         const ok = fresh && !this.outage;

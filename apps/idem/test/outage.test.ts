@@ -2,11 +2,18 @@
  * The daemon and three agents, real processes, on a private Postgres that goes away under them:
  * an immediate shutdown held until the daemon reports it, then quick immediate restarts. The
  * daemon must keep running, say so on /healthz and resume by itself; the agents must survive and
- * go on; every job must end done exactly once at the target (effects are lines in a file).
+ * go on; every job must end done exactly once at the target (effects are lines in a file). And a
+ * daemon started before its database listens on its Unix socket waits for it, and one whose SQLite
+ * ledger's disk fills (reads still pass, writes fail) says so on /healthz as for an outage.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createConnection, createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { openLedger } from "@idem/core";
+import { LedgerUnavailableError, defineAction, openLedger } from "@idem/core";
 import {
   freePort,
   kill9,
@@ -35,6 +42,18 @@ async function health(port: number): Promise<Health | undefined> {
   } catch {
     return undefined; // not listening yet
   }
+}
+
+/** A Unix socket at `<dir>/.s.PGSQL.5432` that forwards to a server's TCP port: the server listening there. */
+async function socketFor(dir: string, port: number): Promise<Server> {
+  const socket = createServer((inbound) => {
+    const outbound = createConnection({ host: "127.0.0.1", port });
+    inbound.pipe(outbound).pipe(inbound);
+    inbound.on("error", () => outbound.destroy());
+    outbound.on("error", () => inbound.destroy());
+  });
+  await new Promise<void>((r) => socket.listen(join(dir, ".s.PGSQL.5432"), r));
+  return socket;
 }
 
 /** Rejects when `p` has not settled in time, naming what was awaited. */
@@ -210,5 +229,120 @@ describe("the daemon and agents through Postgres restarts", () => {
       expect(code, stderr).toBe(0);
     },
     scaled(300_000),
+  );
+
+  it(
+    "started before its database listens on its Unix socket: waits for it (not exit 2), starts once it does",
+    async () => {
+      const dir = tempDir(); // the socket's directory; the server that would make the socket is not there
+      const tcp = new URL(url);
+      const socketUrl = `postgres://${tcp.username}:${tcp.password}@/${tcp.pathname.slice(1)}?host=${encodeURIComponent(dir)}`;
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-socket"], {
+        LEDGER_URL: socketUrl,
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+      });
+      children.push(daemon);
+      let socket: Server | undefined;
+      try {
+        // Before: "connect ENOENT …/.s.PGSQL.5432" read as a wrong config, and exit 2.
+        const first = await Promise.race([
+          daemon.waitFor(/the ledger database is unreachable; waiting for it/, 60_000).then(() => "waiting"),
+          daemon.exited.then((e) => `exited ${e.code}: ${e.stderr.trim().split("\n").pop()}`),
+        ]);
+        expect(first).toBe("waiting");
+        socket = await socketFor(dir, server.port); // the server starts
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        daemon.proc.kill("SIGTERM");
+        const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+        expect(code, stderr).toBe(0);
+      } finally {
+        daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
+        await daemon.exited;
+        if (socket) await new Promise((r) => socket!.close(r));
+      }
+    },
+    scaled(180_000),
+  );
+});
+
+/** Mounting a tmpfs needs root; elsewhere the full disk test is skipped, saying why. */
+const mountable = (() => {
+  if (process.getuid?.() !== 0) return "mounting a tmpfs needs root";
+  const probe = mkdtempSync(join(tmpdir(), "idem-mount-probe-"));
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], { stdio: "pipe" });
+    execFileSync("umount", [probe], { stdio: "pipe" });
+    return "";
+  } catch (e) {
+    return `cannot mount a tmpfs here: ${(e as Error).message.split("\n")[0]}`;
+  } finally {
+    rmSync(probe, { recursive: true, force: true });
+  }
+})();
+if (mountable) console.warn(`skipping the full disk test: ${mountable}`);
+
+describe.skipIf(mountable !== "")("the daemon on a SQLite ledger whose disk fills", () => {
+  it(
+    "reports the ledger unavailable (/healthz 503, idem_ledger_up 0) while it takes no writes, and healthy once it does",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "idem-full-"));
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", dir]);
+      const url = `sqlite:${join(dir, "ledger.db")}`;
+      const mail = defineAction({ type: "outage.mail", capabilities: {}, execute: async () => ({ id: "m1" }) });
+      const ledger = await openLedger(url); // migrated; an agent's ledger
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-full"], {
+        LEDGER_URL: url,
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: "http://127.0.0.1:9/hook", // no alert is raised here
+        METRICS_PORT: String(metricsPort),
+      });
+      const up = async () =>
+        /^idem_ledger_up (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())?.[1];
+      try {
+        expect((await ledger.run(mail, { tenant: "t", key: ["before"], args: {} })).status).toBe("succeeded");
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        try {
+          execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
+        } catch {
+          /* dd stops with ENOSPC: the disk is full, as wanted */
+        }
+        // Every agent's call fails now: the ledger cannot take a claim.
+        const refused = await ledger.run(mail, { tenant: "t", key: ["during"], args: {} }).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(LedgerUnavailableError);
+        // Before: 200 and idem_ledger_up 1, its reads passing and its claims matching no row.
+        await until(
+          async () => (await health(metricsPort))?.status === 503 && (await up()) === "0",
+          60_000,
+          "/healthz to report the ledger unavailable",
+        );
+        expect(await health(metricsPort)).toMatchObject({ ok: false, ledger: "unavailable" });
+        rmSync(join(dir, "filler"));
+        await until(
+          async () => (await health(metricsPort))?.ok === true && (await up()) === "1",
+          60_000,
+          "/healthz to report the ledger back",
+        );
+        expect((await ledger.run(mail, { tenant: "t", key: ["after"], args: {} })).status).toBe("succeeded");
+        expect(daemon.lines.join("\n")).toMatch(/the ledger database is unavailable; retrying every interval/);
+        daemon.proc.kill("SIGTERM");
+        const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+        expect(code, stderr).toBe(0);
+      } finally {
+        daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
+        await daemon.exited;
+        await ledger.close();
+        try {
+          execFileSync("umount", [dir], { stdio: "pipe" });
+        } catch {
+          execFileSync("umount", ["-l", dir], { stdio: "pipe" });
+        }
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    scaled(180_000),
   );
 });

@@ -7,7 +7,8 @@
  * millisecond times and counters). Drivers are loaded only when their URL is used: they are
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
-import { accessSync, constants, existsSync } from "node:fs";
+import { accessSync, constants, existsSync, rmSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
 import { resolve as resolvePath } from "node:path";
 import {
   Kysely,
@@ -128,7 +129,9 @@ async function openSqlite(
   if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0)
     throw new LedgerConfigError(`busyTimeoutMs must be a whole number of ms ≥ 0 (got ${String(opts.busyTimeoutMs)})`);
   const mustExist = opts.create === false && path !== ":memory:";
-  if (mustExist && !existsSync(path))
+  // The file this open makes, if it makes one: a failed open takes it away again (see below).
+  const existed = path === ":memory:" || existsSync(path);
+  if (mustExist && !existed)
     throw new LedgerConfigError(
       `no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`,
     );
@@ -146,6 +149,9 @@ async function openSqlite(
       // SQLite opens a file it may not write read-only, silently (and the WAL switch passes while
       // another process holds the ledger open): every write would then fail as "unavailable".
       accessSync(path, constants.W_OK);
+      // A first read opens the log and its index (-wal, -shm), making them on a new file, so that
+      // fileCheck notes the ones this connection writes.
+      await patiently(() => database!.prepare("select count(*) from sqlite_master").get(), busyTimeoutMs);
       // The path as opened, whatever the process's directory later (see fileCheck); a file gone
       // already (deleted by another process since the constructor) is an open that failed.
       check = fileCheck(resolvePath(path));
@@ -154,6 +160,10 @@ async function openSqlite(
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
     database?.close();
+    // Nor leave behind the empty file it made (a full disk): an open with `create: false` would
+    // take it for a ledger. Only while it is empty: one with a header is another process's ledger,
+    // made since this open looked (two processes opening a new path together).
+    if (!existed) removeEmpty(path);
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, {
       cause,
       unreachable: isUnreachable(cause),
@@ -161,6 +171,16 @@ async function openSqlite(
   }
   const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs, check);
   return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
+}
+
+/** Removes a SQLite file (and its -wal and -shm) that holds nothing yet; best effort. */
+function removeEmpty(path: string): void {
+  try {
+    if (statSync(path).size !== 0) return;
+    for (const suffix of ["-wal", "-shm", ""]) rmSync(path + suffix, { force: true });
+  } catch {
+    // Gone already, or not ours to remove: the open's own error is the one to report.
+  }
 }
 
 /**
@@ -192,8 +212,7 @@ async function openPostgres(
   const { PostgresDialect } = await import("kysely");
   const t = timeouts(url, opts);
   const config = {
-    connectionString: url,
-    Client: ledgerClient(pg.Client),
+    Client: ledgerClient(pg.Client, connectionConfig(url)),
     // Waiting for a free client and opening a new one are both bounded by it (pg-pool).
     connectionTimeoutMillis: t.connectMs,
     // Server side: a statement or a lock wait past its time fails with a clear error.
@@ -270,8 +289,13 @@ const NOT_ANSWERING = new Set([
   ...["55P03", "57014"], // a lock or statement timeout: busy now, not misconfigured
 ]);
 function isUnreachable(cause: unknown): boolean {
-  const code = (cause as { code?: unknown } | null | undefined)?.code;
+  const e = (cause ?? {}) as { code?: unknown; syscall?: unknown };
+  const code = e.code;
   if (typeof code === "string" && SQLITE_PASSING.test(code)) return true;
+  // A server on a Unix socket (`?host=/run/postgresql`) that is stopped or not started yet has
+  // removed its socket file: the connect finds no file, as TCP finds no listener. A file missing
+  // anywhere else (a certificate the URL names: syscall "open") is configuration.
+  if (code === "ENOENT") return e.syscall === "connect";
   if (typeof code === "string") return NOT_SENT_CODES.has(code) || NOT_ANSWERING.has(code) || code.startsWith("53");
   return /timeout|Connection terminated|not queryable/i.test(String((cause as Error | undefined)?.message));
 }
@@ -329,28 +353,66 @@ function urlParams(url: string): URLSearchParams {
   return new URLSearchParams(q < 0 ? "" : url.slice(q + 1));
 }
 
+/** The subset of pg-connection-string that the ledger uses. */
+interface ConnectionStringParser {
+  /** The URL as pg's client config; reads the files that `sslrootcert`, `sslcert` and `sslkey` name. */
+  parse(url: string): Record<string, unknown>;
+}
+
+/**
+ * The URL, read once, as pg would read it. Given the URL itself, pg parses it again in every new
+ * Client's constructor, reading the certificate files it names each time; and pg-pool makes
+ * clients from socket callbacks (a connection dropped while a call waits for one), where a file
+ * briefly missing (a certificate being rotated, a secret remounted) was an uncaught exception that
+ * took the process down. Read here, a missing file fails the open (configuration, not an outage),
+ * and certificates rotated on disk are read by the ledger's next open, not by its new connections.
+ * The parser is pg's own dependency, loaded from where pg is, so the URL means what it meant to pg.
+ */
+function connectionConfig(url: string): Record<string, unknown> {
+  const fromPg = createRequire(createRequire(import.meta.url).resolve("pg"));
+  const parser = fromPg("pg-connection-string") as ConnectionStringParser;
+  try {
+    return parser.parse(url);
+  } catch (cause) {
+    throw new LedgerConfigError(`cannot use Postgres ledger ${redactUrl(url)}: ${(cause as Error).message}`, {
+      cause,
+      unreachable: isUnreachable(cause),
+    });
+  }
+}
+
 /**
  * pg's Client, made safe to hold while the server restarts or freezes:
  * - a socket error while a query is in flight fails that query, and pg also emits it as an 'error'
  *   event on the client; pg-pool listens only while the client is idle, so a checked-out client's
  *   error was an uncaught exception that took the process down;
- * - a query past its read timeout leaves the connection waiting for an answer that may never come:
- *   it is destroyed, and marked so at once (pg learns it only on the socket's 'close', after the
- *   pool would have handed it to the next caller), so the pool drops it;
+ * - a query that failed with the connection's end (`endsConnection`) fails on a connection the
+ *   pool would hand to the next caller: the query's callback gives it back before pg has seen the
+ *   socket close. It is destroyed, and marked so at once, so the pool drops it;
  * - ending an idle client half-closes its socket and waits for the server's reply: a frozen server
  *   never sends it, and the socket held the process open for ever after `close()`. It gets a
  *   moment, then is destroyed.
  */
-function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Client {
+function ledgerClient(
+  Base: typeof import("pg").Client,
+  connection: Record<string, unknown>,
+): typeof import("pg").Client {
   return class LedgerClient extends Base {
     constructor(config?: ConstructorParameters<typeof Base>[0]) {
-      super(config);
+      // The URL's settings win over the pool's, as when pg parsed the URL itself. Each client gets
+      // its own copy of the TLS settings: pg changes them (it hides the key).
+      const ssl = connection.ssl;
+      super({
+        ...(config as object),
+        ...connection,
+        ...(typeof ssl === "object" && ssl !== null && { ssl: { ...ssl } }),
+      });
       this.on("error", () => {}); // the query in flight already failed with it
     }
 
     override query(...args: unknown[]): any {
       const drop = (err: unknown) => {
-        if ((err as Error | undefined)?.message !== "Query read timeout") return;
+        if (!endsConnection(err)) return;
         (this as unknown as { _queryable: boolean })._queryable = false; // pg-pool's release reads it
         socketOf(this).destroy();
       };
@@ -378,6 +440,24 @@ function ledgerClient(Base: typeof import("pg").Client): typeof import("pg").Cli
       return (Base.prototype.end as (...a: unknown[]) => unknown).apply(this, args);
     }
   } as typeof import("pg").Client;
+}
+
+/**
+ * Whether a query's error means its connection can take no more queries:
+ * - "Query read timeout" (pg's client-side `query_timeout`): the server may still answer, into
+ *   the next caller's query, or never (frozen, or gone without a RST);
+ * - a FATAL or PANIC from the server: it ends the session as it sends it (pg_terminate_backend,
+ *   a shutdown, idle_session_timeout); and the SQLSTATEs of such endings, whatever the severity's
+ *   language (`lc_messages`): 57P01-57P05 (a shutdown, a crash, the database dropped, an idle
+ *   session timed out), 25P03 (idle in a transaction for too long), class 08 (the connection);
+ * - "Connection terminated…": pg saw the socket end while the query waited.
+ */
+export function endsConnection(err: unknown): boolean {
+  const e = (err ?? {}) as { message?: unknown; severity?: unknown; code?: unknown };
+  if (e.message === "Query read timeout") return true;
+  if (e.severity === "FATAL" || e.severity === "PANIC") return true;
+  if (typeof e.code === "string" && (/^(57P|08)/.test(e.code) || e.code === "25P03")) return true;
+  return typeof e.message === "string" && e.message.startsWith("Connection terminated");
 }
 
 /** How long a closing connection waits for the server's goodbye before its socket is destroyed. */

@@ -72,8 +72,18 @@ export interface HistoryEvent {
   at: number;
 }
 
+/** The daemons' heartbeats (migration 0008): one row per daemon name, written at every tick. */
+export interface DaemonsTable {
+  name: string;
+  /** The last beat (database clock, ms). */
+  beat_at: number;
+  /** Beats so far: each write changes the row, whatever the clock says. */
+  beats: number;
+}
+
 export interface IdemDatabase {
   idem_operations: OperationsTable;
+  idem_daemons: DaemonsTable;
 }
 
 /** A row as the ledger reads it: everything but the history, which only `events` reads, and the retention, which only a completion reads. */

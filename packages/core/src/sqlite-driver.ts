@@ -16,7 +16,7 @@ import {
   type Driver,
   type QueryResult,
 } from "kysely";
-import { statSync } from "node:fs";
+import { realpathSync, statSync, type Stats } from "node:fs";
 import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
@@ -237,21 +237,38 @@ export function sqliteConnection(
 }
 
 /**
- * A check, before each write outside a migration, that the path still names the file this
- * connection opened. SQLite keeps writing into a file deleted (or renamed over) under an open
- * connection, and says nothing: a claim acknowledged there is in no ledger the next process
- * opens at that path, which claims the key again and repeats the effect. One `stat` a commit
- * (a group commit's writes share it; microseconds, against a commit's fsync); a write refused by
+ * A check, before each write outside a migration, that the paths still name the files this
+ * connection writes: the ledger's file, its log (`-wal`) and the log's index (`-shm`). SQLite keeps
+ * writing into a file deleted (or renamed over) under an open connection, and says nothing:
+ * - the file: a claim acknowledged there is in no ledger the next process opens at that path,
+ *   which claims the key again and repeats the effect;
+ * - the log: every commit since lives in a file no other process sees, and a crash loses it;
+ * - the index: a process that opens the ledger since makes a new one, with its own locks, and the
+ *   two no longer see each other's writes: both may claim a key.
+ * The file is taken as the connection opened it; the log and its index as they were once it had
+ * read (the open reads, which makes both), or, where they did not exist yet, as first seen. They
+ * are next to the file a symbolic link names, as SQLite puts them. One `stat` a file a commit (a
+ * group commit's writes share them; microseconds, against a commit's fsync); a write refused by
  * it wrote nothing.
  */
 export function fileCheck(path: string): FileCheck {
-  const opened = statSync(path);
+  const opened = statSync(path); // first: a file gone already fails the open
+  const real = realpathSync(path);
+  const files: { path: string; what: string; seen: Stats | undefined }[] = [
+    { path, what: "SQLite file", seen: opened },
+    { path: `${real}-wal`, what: "SQLite log", seen: statSync(`${real}-wal`, { throwIfNoEntry: false }) },
+    { path: `${real}-shm`, what: "SQLite log's index", seen: statSync(`${real}-shm`, { throwIfNoEntry: false }) },
+  ];
   return () => {
-    const now = statSync(path, { throwIfNoEntry: false });
-    if (now?.ino === opened.ino && now.dev === opened.dev) return;
-    throw new Error(
-      `the SQLite file ${path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (reopen the ledger)`,
-    );
+    for (const f of files) {
+      const now = statSync(f.path, { throwIfNoEntry: false });
+      if (f.seen === undefined)
+        f.seen = now; // not made yet when the ledger opened
+      else if (now?.ino !== f.seen.ino || now.dev !== f.seen.dev)
+        throw new Error(
+          `the ${f.what} ${f.path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (reopen the ledger)`,
+        );
+    }
   };
 }
 

@@ -8,7 +8,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { createServer, type Socket } from "node:net";
+import { createConnection, createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Kysely, Migrator, PostgresDialect } from "kysely";
@@ -106,6 +106,39 @@ describe("a Postgres that accepts connections and never answers", () => {
     const answered = await refusal(openLedger(url.toString(), { connectTimeoutMs: 5_000 }));
     expect(answered.error).toBeInstanceOf(LedgerConfigError);
     expect(answered.error).toMatchObject({ unreachable: false });
+  });
+
+  it("a server whose Unix socket is not there (stopped, not started yet) is unreachable, and the same URL opens once it listens", async () => {
+    const dir = tempDir(); // the socket's directory is there; the server that makes the socket is not
+    const tcp = new URL(await freshDatabase("postgres"));
+    const url = `postgres://${tcp.username}:${tcp.password}@/${tcp.pathname.slice(1)}?host=${encodeURIComponent(dir)}`;
+    // Before: connect ENOENT read as a wrong config, and `idem daemon` exited 2 instead of waiting.
+    const down = await refusal(openLedger(url, { connectTimeoutMs: 2_000 }));
+    expect(down.error).toBeInstanceOf(LedgerConfigError);
+    expect((down.error as Error).message).toMatch(/ENOENT/);
+    expect(down.error).toMatchObject({ unreachable: true });
+    // The server starts listening there (a socket that forwards to its TCP port).
+    const socket = createServer((inbound) => {
+      const outbound = createConnection({ host: tcp.hostname, port: Number(tcp.port) });
+      inbound.pipe(outbound).pipe(inbound);
+      inbound.on("error", () => outbound.destroy());
+      outbound.on("error", () => inbound.destroy());
+    });
+    await new Promise<void>((r) => socket.listen(join(dir, ".s.PGSQL.5432"), r));
+    try {
+      await (await openLedger(url)).close();
+    } finally {
+      await new Promise((r) => socket.close(r));
+    }
+  });
+
+  it("a certificate file the URL names that is not there: a wrong config, at open", async () => {
+    const missing = join(tempDir(), "ca.pem");
+    const url = `postgres://idem:pw@127.0.0.1:1/ledger?sslmode=verify-full&sslrootcert=${encodeURIComponent(missing)}`;
+    const { error } = await refusal(openLedger(url, { connectTimeoutMs: 2_000 }));
+    expect(error).toBeInstanceOf(LedgerConfigError);
+    expect((error as Error).message).toMatch(/ENOENT.*ca\.pem/);
+    expect(error).toMatchObject({ unreachable: false });
   });
 
   it("a server out of connections (53300) is unreachable for now, not a wrong config", async () => {
@@ -391,6 +424,24 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
     }
     expect(fdsOn(dir)).toEqual([]);
     expect(() => unmount(dir)).not.toThrow();
+  });
+
+  it("full at a first open: leaves no empty file that an open with create: false would take for a ledger", async () => {
+    const dir = mount("256k");
+    try {
+      execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
+    } catch {
+      /* dd stops with ENOSPC: the disk is full, as wanted */
+    }
+    const path = join(dir, "ledger.db");
+    expect((await refusal(openLedger(`sqlite:${path}`))).error).toBeInstanceOf(LedgerConfigError);
+    // Before: better-sqlite3 had made a 0-byte ledger.db, and it stayed.
+    expect(readdirSync(dir)).toEqual(["filler"]);
+    rmSync(join(dir, "filler"));
+    // An operator's command on that path (or a typo's): nothing was ever made there.
+    const { error } = await refusal(openLedger(`sqlite:${path}`, { create: false, migrate: false }));
+    expect(error).toBeInstanceOf(LedgerConfigError);
+    expect((error as Error).message).toMatch(/no SQLite ledger at/);
   });
 
   it("full, with a ledger on it: refused as unreachable (a daemon waits for space), not as a wrong config", async () => {

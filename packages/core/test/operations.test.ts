@@ -870,6 +870,7 @@ for (const dialect of DIALECTS) {
         "0005-claim-writes-its-event",
         "0006-operator-indexes",
         "0007-retention-per-operation",
+        "0008-daemon-heartbeats",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -917,6 +918,7 @@ for (const dialect of DIALECTS) {
         "0005-claim-writes-its-event",
         "0006-operator-indexes",
         "0007-retention-per-operation",
+        "0008-daemon-heartbeats",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1022,6 +1024,7 @@ for (const dialect of DIALECTS) {
           "0005-claim-writes-its-event",
           "0006-operator-indexes",
           "0007-retention-per-operation",
+          "0008-daemon-heartbeats",
         ]);
       } else {
         await bare.admin.migrate();

@@ -1,9 +1,14 @@
 /**
  * A Postgres that stops answering, in this process: on a private server the test freezes
  * (SIGSTOP of the postmaster and every backend: connections are accepted by the kernel, nothing
- * answers) and restarts. Every call ends in bounded time with a typed error, nothing is sent twice,
- * the process never dies of a socket error, and the ledger works again once the server is back.
+ * answers), restarts, or ends a session. Every call ends in bounded time with a typed error,
+ * nothing is sent twice, the process never dies of a socket error (nor of a certificate file
+ * missing while the pool replaces a connection), and the ledger works again once the server is back.
  */
+import { execFileSync } from "node:child_process";
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdtempSync, renameSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   CompletionNotRecordedError,
@@ -18,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { sql } from "kysely";
 import pg from "pg";
 import { scaled, startChild, startPgServer, type PgServer } from "@idem/testkit";
+import { endsConnection } from "../src/open.js";
 import { uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -247,6 +253,46 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
   );
 
   it(
+    "one connection that the server ends (pg_terminate_backend): the call on it fails typed, a call queued behind it gets a new connection",
+    async () => {
+      const slow = { connectTimeoutMs: 15_000, statementTimeoutMs: 15_000, lockTimeoutMs: 15_000 };
+      const ledger = await open({ ...slow, poolSize: 1 });
+      const admin = new pg.Client({ connectionString: url });
+      admin.on("error", () => {});
+      await admin.connect();
+      try {
+        await admin.query("begin");
+        await admin.query("lock table idem_operations in access exclusive mode");
+        const first = timed(ledger.status({ tenant: "t", id: "op_a" })); // waits on the lock
+        const second = timed(ledger.status({ tenant: "t", id: "op_b" })); // queued for the pool's one client
+        let waiting: number | undefined;
+        await until(
+          async () => {
+            const { rows } = await admin.query<{ pid: number }>(
+              "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock'",
+            );
+            waiting = rows[0]?.pid;
+            return waiting !== undefined;
+          },
+          scaled(30_000),
+          "the call to wait on the lock",
+        );
+        // An operator, idle_session_timeout, a pooler or a failover tool ends that session; the server stays up.
+        await admin.query("select pg_terminate_backend($1)", [waiting]);
+        await admin.query("rollback");
+        const [a, b] = await Promise.all([first, second]);
+        expect(a.error).toBeInstanceOf(LedgerUnavailableError); // FATAL 57P01
+        // Before: LedgerUnavailableError "Connection terminated unexpectedly": the pool handed it the
+        // ended connection (the FATAL's query gave it back before pg saw the socket close).
+        expect((b.error as Error).name).toBe("OperationNotFoundError");
+      } finally {
+        await admin.end().catch(() => {});
+      }
+    },
+    scaled(60_000),
+  );
+
+  it(
     "a migration whose backend stops answering: the open fails typed and unreachable after migrationTimeoutMs, not never",
     async () => {
       const fresh = await server.database(); // not migrated yet
@@ -285,4 +331,109 @@ describe("a Postgres that freezes or restarts under the ledger", () => {
     },
     scaled(120_000),
   );
+});
+
+describe("a Postgres ledger over TLS whose CA file is rotated", () => {
+  const ONE_CONNECTION = fileURLToPath(new URL("./children/one-connection.ts", import.meta.url));
+  let server: PgServer;
+  let url = "";
+  let dir = "";
+
+  beforeAll(async () => {
+    server = await startPgServer();
+    dir = mkdtempSync(join(tmpdir(), "idem-tls-"));
+    chmodSync(dir, 0o755); // the server (user postgres) reads its certificate here
+    execFileSync(
+      "openssl",
+      ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"]
+        .concat(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .concat(["-keyout", join(dir, "server.key"), "-out", join(dir, "server.crt")]),
+      { stdio: "pipe" },
+    );
+    chmodSync(join(dir, "server.key"), 0o600);
+    chmodSync(join(dir, "server.crt"), 0o644);
+    if (process.getuid?.() === 0) {
+      const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"]).toString().trim());
+      chownSync(join(dir, "server.key"), id("-u"), id("-g"));
+    }
+    copyFileSync(join(dir, "server.crt"), join(dir, "ca.pem")); // self-signed: its own CA
+    const admin = new pg.Client({ connectionString: server.url });
+    await admin.connect();
+    try {
+      await admin.query(`alter system set ssl_cert_file = '${join(dir, "server.crt")}'`);
+      await admin.query(`alter system set ssl_key_file = '${join(dir, "server.key")}'`);
+      await admin.query("alter system set ssl = on");
+      await admin.query("select pg_reload_conf()");
+    } finally {
+      await admin.end();
+    }
+    const db = new URL(await server.database());
+    db.searchParams.set("sslmode", "verify-full");
+    db.searchParams.set("sslrootcert", join(dir, "ca.pem"));
+    url = db.toString();
+    await (await openLedger(url)).close(); // migrated, over TLS
+  }, scaled(180_000));
+  afterAll(async () => {
+    await server?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }, scaled(120_000));
+
+  it(
+    "a connection dropped while a call waits for it, the CA file away meanwhile: the process survives, the waiting call gets a new connection",
+    async () => {
+      const child = startChild(ONE_CONNECTION, [], { LEDGER_URL: url, STATEMENT_MS: "1000" });
+      let stopped: number | undefined;
+      try {
+        await child.waitFor(/^ready$/, 60_000);
+        child.send("pid");
+        stopped = Number((await child.waitFor(/^pid /)).slice("pid ".length));
+        process.kill(stopped, "SIGSTOP"); // the ledger's one connection: its backend hangs
+        // The CA file is being replaced (a rotation, a remounted secret): not there for now.
+        renameSync(join(dir, "ca.pem"), join(dir, "ca.pem.old"));
+        // The first read waits on the hung backend until the client's read timeout (1 s + 5 s) drops
+        // its connection; the second waits in the pool's queue, and the pool opens a connection for
+        // it from that socket's callback. Before: pg read the CA file again there, its ENOENT was
+        // an uncaught exception, and the process died.
+        child.send("go");
+        const line = await Promise.race([
+          child.waitFor(/^alive$/, 60_000).then(() => "alive"),
+          child.exited.then((e) => `exited ${e.code ?? e.signal}: ${e.stderr.split("\n").slice(0, 8).join(" | ")}`),
+        ]);
+        expect(line).toBe("alive");
+        const ended = child.lines.filter((l) => l.startsWith("ended "));
+        expect(ended[0]).toMatch(/^ended LedgerUnavailableError: .*Query read timeout/);
+        // The CA read at open verifies the new connection: the server answers (op_b is no operation).
+        expect(ended[1]).toMatch(/^ended OperationNotFoundError: /);
+      } finally {
+        if (stopped !== undefined) process.kill(stopped, "SIGCONT");
+        if (existsSync(join(dir, "ca.pem.old"))) renameSync(join(dir, "ca.pem.old"), join(dir, "ca.pem"));
+        child.proc.kill("SIGKILL");
+        await child.exited;
+      }
+    },
+    scaled(120_000),
+  );
+});
+
+describe("which errors end a connection (the pool must not hand it on)", () => {
+  it("a read timeout, a FATAL in any language, a session's end by SQLSTATE, a closed socket; not a statement's error", () => {
+    expect(endsConnection(new Error("Query read timeout"))).toBe(true);
+    expect(endsConnection({ message: "terminating connection due to administrator command", severity: "FATAL" })).toBe(
+      true,
+    );
+    // lc_messages translates the severity; the SQLSTATE says it all the same.
+    expect(endsConnection({ message: "…", severity: "ВАЖНО", code: "57P01" })).toBe(true);
+    expect(endsConnection({ message: "…", code: "57P05" })).toBe(true); // idle_session_timeout
+    expect(endsConnection({ message: "…", code: "25P03" })).toBe(true); // idle_in_transaction_session_timeout
+    expect(endsConnection({ message: "…", code: "08006" })).toBe(true);
+    expect(endsConnection(new Error("Connection terminated unexpectedly"))).toBe(true);
+    expect(
+      endsConnection({ message: "canceling statement due to statement timeout", severity: "ERROR", code: "57014" }),
+    ).toBe(false);
+    expect(
+      endsConnection({ message: "canceling statement due to lock timeout", severity: "ERROR", code: "55P03" }),
+    ).toBe(false);
+    expect(endsConnection({ message: "duplicate key value", severity: "ERROR", code: "23505" })).toBe(false);
+    expect(endsConnection(undefined)).toBe(false);
+  });
 });

@@ -1,17 +1,23 @@
 /**
  * What a SQLite ledger keeps of its file: durable commits in WAL mode (the promise of every
- * acknowledged claim), and the file it opened. SQLite keeps writing into a file deleted or
+ * acknowledged claim), and the files it opened. SQLite keeps writing into a file deleted or
  * renamed over under an open connection, and says nothing; a claim acknowledged there is in no
  * ledger another process opens at that path, which would claim the key again and repeat the effect.
+ * The same holds of the log (-wal: a crash loses what was written there) and of its index (-shm:
+ * a process that opens the ledger since makes a new one, and the two no longer see each other).
  */
-import { renameSync, rmSync } from "node:fs";
+import { existsSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { LedgerUnavailableError, openLedger, type Ledger } from "@idem/core";
 import { databaseOf, openTestLedger } from "@idem/core/testing";
-import { tempDir } from "@idem/testkit";
+import { scaled, startChild, tempDir } from "@idem/testkit";
+import { effectLines, fileAction } from "./support/file-provider.js";
 import { TestProvider } from "./support/provider.js";
+
+const WORKER = fileURLToPath(new URL("./children/worker.ts", import.meta.url));
 
 const opened: Ledger[] = [];
 afterEach(async () => {
@@ -62,6 +68,69 @@ describe("a SQLite ledger's file", () => {
       expect(new Set(p.effects.map((e) => e.key)).size).toBe(2);
     });
   }
+
+  for (const groupCommit of [true, false]) {
+    it(`its log (-wal) deleted under an open ledger: no claim is acknowledged into the lost log, and what was acknowledged before is kept once it closes (groupCommit ${groupCommit})`, async () => {
+      const path = join(tempDir(), "ledger.db");
+      const first = await open(path, { groupCommit });
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      await first.run(mail, { tenant: "t", key: ["k1"], args: { to: "x" } });
+      expect(existsSync(`${path}-wal`)).toBe(true);
+      rmSync(`${path}-wal`); // an operator's cleanup of "stale" -wal files
+      // Before: acknowledged, in a log no other process sees and a crash loses; the next process
+      // claimed k2 again and repeated its effect.
+      const lost = first.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } });
+      await expect(lost).rejects.toThrow(LedgerUnavailableError);
+      await expect(lost).rejects.toThrow(/SQLite log .*-wal was deleted since the ledger opened it/);
+      // Reopened, as the error says: closing writes the log it holds into the file.
+      await first.close();
+      const second = await open(path, { groupCommit });
+      expect(await second.run(mail, { tenant: "t", key: ["k1"], args: { to: "x" } })).toMatchObject({
+        status: "succeeded",
+        replayed: true,
+      });
+      expect(await second.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } })).toMatchObject({
+        status: "succeeded",
+        replayed: false,
+      });
+      expect(p.effects).toHaveLength(2); // k1 once, k2 once
+      expect(new Set(p.effects.map((e) => e.key)).size).toBe(2);
+    });
+  }
+
+  it(
+    "its log's index (-shm) deleted under an open ledger: this process and one that opens the ledger since do not both perform a key",
+    async () => {
+      const dir = tempDir();
+      const path = join(dir, "ledger.db");
+      const file = join(dir, "effects");
+      const first = await open(path);
+      const action = fileAction("neither", file);
+      await first.run(action, { tenant: "t", key: ["k1"], args: { note: "x" } });
+      expect(existsSync(`${path}-shm`)).toBe(true);
+      rmSync(`${path}-shm`); // an operator's cleanup of "stale" -shm files
+      // Another process opens the ledger now: it makes a new -shm, and takes its locks there.
+      const other = startChild(WORKER, [], {
+        ...{ LEDGER_URL: `sqlite:${path}`, TENANT: "t", KEY: "k2", EFFECT_FILE: file },
+        ...{ KIND: "neither", LEASE_MS: "5000", MODE: "race" },
+      });
+      try {
+        await other.waitFor(/^ready$/, 60_000);
+        other.send("go");
+        expect(await other.waitFor(/^result /)).toMatch(/"status":"succeeded"/);
+        // Before: this process, on the index it opened, saw no claim of k2 and performed it again.
+        await expect(first.run(action, { tenant: "t", key: ["k2"], args: { note: "x" } })).rejects.toThrow(
+          /SQLite log's index .*-shm was replaced since the ledger opened it/,
+        );
+      } finally {
+        other.proc.kill("SIGKILL"); // it exits by itself once done; killed if the test failed before
+        await other.exited;
+      }
+      expect(effectLines(file)).toHaveLength(2); // k1 once, k2 once
+    },
+    scaled(60_000),
+  );
 
   it("renamed over by another file (a backup put back): refused, not written into the old one", async () => {
     const dir = tempDir();

@@ -11,6 +11,7 @@ import * as m0004 from "./0004-resolutions.js";
 import * as m0005 from "./0005-claim-writes-its-event.js";
 import * as m0006 from "./0006-operator-indexes.js";
 import * as m0007 from "./0007-retention-per-operation.js";
+import * as m0008 from "./0008-daemon-heartbeats.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -22,6 +23,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0005-claim-writes-its-event": m0005,
   "0006-operator-indexes": m0006,
   "0007-retention-per-operation": m0007,
+  "0008-daemon-heartbeats": m0008,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
