@@ -8,7 +8,7 @@ import { toOperation, type LedgerContext, type Operation, type OperationRef } fr
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import { ESCALATED, pastEscalation } from "./policy.js";
+import { escalationReason, hours, pastEscalation, waitedMs } from "./policy.js";
 import { pending, type Call, type Escalation } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
@@ -149,13 +149,22 @@ export class LedgerDaemon {
    * told the daemon would.
    */
   async #unsettleable(row: Row & { db_now: number }, options: SettleOptions): Promise<RunResult<unknown>> {
-    const hours = Math.round((row.db_now - row.created_at) / 360_000) / 10;
-    const age = { checks: row.checks, now: row.db_now, createdAt: row.created_at };
-    if ((row.status === "unknown" || row.status === "pending") && pastEscalation(options.escalate, age)) {
+    // Aged as decide() ages an unknown outcome: from its last execution, not its creation.
+    const age = {
+      checks: row.checks,
+      now: row.db_now,
+      createdAt: row.created_at,
+      lastExecutionAt: row.last_execution_at,
+    };
+    if (
+      (row.status === "unknown" || row.status === "pending") &&
+      options.escalate &&
+      pastEscalation(options.escalate, age)
+    ) {
       const reason =
         row.status === "unknown"
-          ? `${ESCALATED} ${hours} h and ${row.checks} checks, and no action of type ${row.action} is registered to check it; a person must decide`
-          : `known not done, created ${hours} h ago, and no action of type ${row.action} is registered to run it again; a person must decide`;
+          ? `${escalationReason(options.escalate, age)}, and no action of type ${row.action} is registered to check it; a person must decide`
+          : `known not done, its last attempt ${hours(waitedMs(age))} h ago (${row.checks} checks), and no action of type ${row.action} is registered to run it again; a person must decide`;
       const parked = await this.#context.store.transition(row, "needs_review", {
         actor: options.actor ?? null,
         reason,

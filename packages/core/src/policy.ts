@@ -95,6 +95,11 @@ export interface Snapshot {
   /** The args are stored with the operation (lazy args are stored just before the first execution). */
   readonly hasArgs: boolean;
   readonly createdAt: number;
+  /**
+   * When the last attempt's request ended, or may have (a dead worker's lease), by the database
+   * clock; null on a row older than the column. An unknown outcome is as old as this.
+   */
+  readonly lastExecutionAt: number | null;
   /** The database's time when the snapshot was read: the only clock decisions use. */
   readonly now: number;
   /** The last stored error's `replayable` flag (a provider that saved an error under our key). */
@@ -147,12 +152,41 @@ export type Decision =
 /** How an escalation's reason begins (the daemon counts escalations by it). */
 export const ESCALATED = "still unknown after";
 
-/** Whether an unknown outcome is past the daemon's limits (checks, or age by the database clock): a person decides. */
-export function pastEscalation(
-  e: Caller["escalate"],
-  s: { readonly checks: number; readonly now: number; readonly createdAt: number },
-): boolean {
-  return e !== undefined && (s.checks >= e.maxChecks || s.now - s.createdAt > e.maxAgeMs);
+/** What an escalation's age is measured on: the database clock, and when the outcome became unknown. */
+export interface Age {
+  readonly checks: number;
+  readonly now: number;
+  readonly createdAt: number;
+  readonly lastExecutionAt: number | null;
+}
+
+/**
+ * How long an unsettled operation has waited, ms: since its last execution ended (the request
+ * whose outcome is unknown, or the last attempt of one known not done), or since its creation on
+ * a row older than that column. Not since creation: an operation first run a day after it was
+ * created (pending meanwhile) would reach a person on its first unknown outcome without one
+ * check. A dedupe provider's replays move it, but each that proves nothing counts a check, so
+ * `maxChecks` still bounds them.
+ */
+export function waitedMs(s: Age): number {
+  return s.now - (s.lastExecutionAt ?? s.createdAt);
+}
+
+/** Whether an unknown outcome is past the daemon's limits (checks, or `waitedMs` by the database clock): a person decides. */
+export function pastEscalation(e: Caller["escalate"], s: Age): boolean {
+  return e !== undefined && (s.checks >= e.maxChecks || waitedMs(s) > e.maxAgeMs);
+}
+
+/** An escalation's reason: the limit it passed, said as what it measures. */
+export function escalationReason(e: NonNullable<Caller["escalate"]>, s: Age): string {
+  return s.checks >= e.maxChecks
+    ? `${ESCALATED} ${s.checks} inconclusive checks`
+    : `${ESCALATED} ${hours(waitedMs(s))} h since its last execution ended (${s.checks} inconclusive checks)`;
+}
+
+/** ms as hours with one decimal. */
+export function hours(ms: number): number {
+  return Math.round(ms / 360_000) / 10;
 }
 
 /** The statuses a takeover may start from; nothing else can be taken over. */
@@ -189,9 +223,8 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       return recover(s, caps, c, why);
     }
     case "unknown": {
-      if (pastEscalation(c.escalate, s)) {
-        return { kind: "review", reason: `${ESCALATED} ${s.checks} inconclusive checks; a person must decide` };
-      }
+      if (c.escalate && pastEscalation(c.escalate, s))
+        return { kind: "review", reason: `${escalationReason(c.escalate, s)}; a person must decide` };
       // Nothing can check this provider: a person decides now, not after a backoff.
       const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
       if (r.kind === "review") return { kind: "review", reason: `outcome unknown: ${r.reason}` };

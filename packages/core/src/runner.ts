@@ -228,9 +228,10 @@ export class Runner {
           actor: call.actor,
           retentionMs: s.retentionMs,
         })
-        .catch((error: unknown) =>
-          this.giveBack(call, state.owner, 1, { status: "pending", maybeCommitted: 0, executed: true }, error),
-        );
+        .catch(async (error: unknown) => {
+          await this.giveBack(call, state.owner, 1, { status: "pending", maybeCommitted: 0, executed: true }, error);
+          throw error;
+        });
       span?.setAttributes({ "idem.claim.fresh": out?.fresh === true, ...(out && { "idem.operation.id": out.row.id }) });
       return out;
     });
@@ -312,23 +313,23 @@ export class Runner {
             execute: decision.kind === "execute",
             before: decision.kind === "execute" ? decision.replayUntil : undefined,
           })
-          .catch((error: unknown) =>
+          .catch(async (error: unknown) => {
             // A running row taken over (its lease expired) has no state of ours to go back to: the
             // new lease runs out as the old one did.
-            snap.status === "pending" || snap.status === "unknown"
-              ? this.giveBack(
-                  call,
-                  state.owner,
-                  snap.attempt + 1,
-                  {
-                    status: snap.status,
-                    maybeCommitted: snap.maybe_committed === 1 ? 1 : 0,
-                    executed: decision.kind === "execute",
-                  },
-                  error,
-                )
-              : Promise.reject(error),
-          );
+            if (snap.status === "pending" || snap.status === "unknown")
+              await this.giveBack(
+                call,
+                state.owner,
+                snap.attempt + 1,
+                {
+                  status: snap.status,
+                  maybeCommitted: snap.maybe_committed === 1 ? 1 : 0,
+                  executed: decision.kind === "execute",
+                },
+                error,
+              );
+            throw error;
+          });
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
         const mine = { row, since };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
@@ -426,7 +427,8 @@ export class Runner {
     });
     return still
       ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) }
-      : this.fenced(call, row, "unknown", found.reason);
+      : // A lookup sent nothing: its end says nothing of what an earlier request did meanwhile.
+        this.fenced(call, row, "unknown", found.reason, { sent: false });
   }
 
   /**
@@ -450,11 +452,15 @@ export class Runner {
         { step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row; sent: boolean }
       > => {
         let row: Row = mine.row;
+        // A write before the request is sent, kept through a brief outage; given up, the row is
+        // given back (nothing was sent) and this is the step that answers the caller.
+        const beforeSend = (what: string, patch: Parameters<Store["patchRunning"]>[1]) =>
+          this.beforeSend(call, state, row, maybeCommitted, what, patch);
         let args = this.argsFor(call, row);
         if (args === undefined) {
           // Lazy args never stored: no attempt got as far as executing. Generate them now, once,
           // under the lease (a slow model call keeps it), and store them before anything is sent.
-          const made = await this.generate(call, row);
+          const made = await this.generate(call, row, beforeSend);
           if (!("args" in made)) return { step: made };
           args = made.args;
         } else if (row.args_hash === null && call.args.kind === "given") {
@@ -463,19 +469,21 @@ export class Runner {
           // on leaves an outcome that may have committed, not one known not done.
           const given = call.args;
           const patch = { args_hash: given.hash, args_json: call.storeArgs ? given.json : null };
-          if (!(await this.store.patchRunning(row, patch)))
-            return { step: await this.fenced(call, row, "running", "args") };
+          const stored = await beforeSend("args", patch);
+          if (stored !== true) return { step: stored };
           row = { ...row, ...patch };
         } else if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
           // Other args were fixed after our snapshot (a holder whose lease had run out wrote them
           // late): ours must not go out under this key. What that holder sent is not known.
-          const moved = await this.store.move(row, "unknown", {
-            actor: call.actor,
-            reason: `attempt ${row.attempt - 1} stored other args after this caller read the operation; its outcome is unknown`,
-            checkAfterMs: 0,
-            checks: row.checks,
-          });
-          if (!moved) return { step: await this.fenced(call, row, "unknown", "args") };
+          const moved = await this.durably(call, () =>
+            this.store.move(row, "unknown", {
+              actor: call.actor,
+              reason: `attempt ${row.attempt - 1} stored other args after this caller read the operation; its outcome is unknown`,
+              checkAfterMs: 0,
+              checks: row.checks,
+            }),
+          );
+          if (!moved) return { step: await this.fenced(call, row, "unknown", "args", { sent: false }) };
           throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, call.action.type, "unknown");
         }
         // The reference is made before the first send and kept once an attempt may have sent. An
@@ -494,8 +502,8 @@ export class Runner {
             return { ok: false, cls: { kind: "permanent", reason, alert: true }, row, sent: false };
           }
           if (ref !== row.provider_reference) {
-            if (!(await this.store.patchRunning(row, { provider_reference: ref })))
-              return { step: await this.fenced(call, row, "running", "reference") };
+            const stored = await beforeSend("reference", { provider_reference: ref });
+            if (stored !== true) return { step: stored };
             row = { ...row, provider_reference: ref };
           }
         }
@@ -533,7 +541,7 @@ export class Runner {
       },
     );
     if ("step" in ran) return ran.step;
-    if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened");
+    if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened", true);
 
     const { cls, row, sent } = ran;
     const to = statusAfter(cls, maybeCommitted);
@@ -544,18 +552,22 @@ export class Runner {
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
+    // Only this process knows how the attempt ended (not sent, refused): a brief outage of the
+    // ledger must not leave the row running, to be read after its lease as "may have committed".
     if (to === "failed") {
-      const done = await this.store.move(row, "failed", {
-        actor: call.actor,
-        reason: cls.reason,
-        error_json: JSON.stringify(error),
-        completed: true,
-        retentionMs: call.settings.retentionMs,
-        ...(error.alert && { alert: true }),
-        noExecutionSince: row.last_execution_at,
-      });
+      const done = await this.durably(call, () =>
+        this.store.move(row, "failed", {
+          actor: call.actor,
+          reason: cls.reason,
+          error_json: JSON.stringify(error),
+          completed: true,
+          retentionMs: call.settings.retentionMs,
+          ...(error.alert && { alert: true }),
+          noExecutionSince: row.last_execution_at,
+        }),
+      );
       if (done) return { done: failed(done, error, false) };
-      const late = await this.lateEndDuring(call, row, "needs_review", cls.reason);
+      const late = await this.lateEndDuring(call, row, "needs_review", cls.reason, error);
       return late ?? this.fenced(call, row, "failed", cls.reason);
     }
     const b = call.settings.budget;
@@ -565,19 +577,21 @@ export class Runner {
       to === "pending"
         ? Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed))
         : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
-    const moved = await this.store.move(row, to, {
-      actor: call.actor,
-      reason: `${cls.kind}: ${cls.reason}`,
-      error_json: JSON.stringify(error),
-      checkAfterMs,
-      // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
-      ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
-      // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
-      ...(error.alert && { alert: true }),
-      ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
-    });
+    const moved = await this.durably(call, () =>
+      this.store.move(row, to, {
+        actor: call.actor,
+        reason: `${cls.kind}: ${cls.reason}`,
+        error_json: JSON.stringify(error),
+        checkAfterMs,
+        // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
+        ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
+        // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
+        ...(error.alert && { alert: true }),
+        ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
+      }),
+    );
     if (!moved) {
-      const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason) : undefined;
+      const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
       return late ?? this.fenced(call, row, to, cls.reason, { sent });
     }
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
@@ -605,7 +619,11 @@ export class Runner {
    * every later attempt sends exactly this content. A generator or validation error is a
    * rejection: the operation fails with no effect.
    */
-  private async generate<A, R>(call: Call<A, R>, row: Row): Promise<{ args: A } | Step<R>> {
+  private async generate<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    beforeSend: (what: string, patch: Parameters<Store["patchRunning"]>[1]) => Promise<true | Step<R>>,
+  ): Promise<{ args: A } | Step<R>> {
     if (call.args.kind !== "lazy")
       return this.toReview(call, row, "the args were not stored and this caller gave none");
     // A generator must not replace args an earlier attempt may have sent. decide() counts lazy
@@ -622,26 +640,68 @@ export class Runner {
       call.action.validate?.(made);
     } catch (error) {
       const err: StoredError = { kind: "rejected", reason: describeError(error) };
-      const done = await this.store.move(row, "failed", {
-        actor: call.actor,
-        reason: `rejected before send: ${err.reason}`,
-        error_json: JSON.stringify(err),
-        completed: true,
-        retentionMs: call.settings.retentionMs,
-      });
+      const done = await this.durably(call, () =>
+        this.store.move(row, "failed", {
+          actor: call.actor,
+          reason: `rejected before send: ${err.reason}`,
+          error_json: JSON.stringify(err),
+          completed: true,
+          retentionMs: call.settings.retentionMs,
+        }),
+      );
       if (!done) return this.fenced(call, row, "failed", err.reason);
       return { done: failed(done, err, false) };
     }
-    if (!(await this.store.patchRunning(row, { args_hash: sha256(json), args_json: json })))
-      return this.fenced(call, row, "running", "args");
-    return { args: made };
+    const stored = await beforeSend("args", { args_hash: sha256(json), args_json: json });
+    return stored === true ? { args: made } : stored;
+  }
+
+  /**
+   * Writes `patch` on our running attempt before its request is sent, retried through a brief
+   * outage as a receipt is (`durably`). True once written; otherwise the step that answers: the
+   * row changed (`fenced`), or the ledger stayed unreachable, and then the row is given back as a
+   * lost claim's is (nothing was sent under it): known not done, or unknown as an earlier attempt
+   * left it. Before, it stayed running as "may have committed", and an action that can neither
+   * dedupe nor be looked up went to a person for a request that never left the process.
+   */
+  private async beforeSend<A, R>(
+    call: Call<A, R>,
+    state: CallState,
+    row: Row,
+    maybeCommitted: boolean,
+    what: string,
+    patch: Parameters<Store["patchRunning"]>[1],
+  ): Promise<true | Step<R>> {
+    let written: boolean;
+    try {
+      written = await this.durably(call, () => this.store.patchRunning(row, patch));
+    } catch (error) {
+      const to = {
+        status: maybeCommitted ? ("unknown" as const) : ("pending" as const),
+        maybeCommitted: maybeCommitted ? (1 as const) : (0 as const),
+        executed: true, // perform runs under a claim or a takeover that executes
+      };
+      const reason = `attempt ${row.attempt} could not record its ${what} before sending (the ledger failed); nothing was sent under it`;
+      if (!(await this.giveBack(call, state.owner, row.attempt, to, error, reason))) throw error;
+      const now = await this.store.findById(call.tenant, row.id).catch(() => undefined);
+      if (!now || now.status === "succeeded" || now.status === "failed" || now.status === "running") throw error;
+      return { done: pending(now, reason, knownPerformed(now)) };
+    }
+    return written ? true : this.fenced(call, row, "running", what);
   }
 
   /**
    * Records the receipt. The effect has happened, so a failing write is retried with backoff for
    * up to a lease; if the ledger stays unreachable the caller gets the receipt on a typed error.
+   * `performed`: this attempt's own request made it (execute answered), not a lookup's finding.
    */
-  private async complete<A, R>(call: Call<A, R>, row: Row, receipt: R, reason: string): Promise<Step<R>> {
+  private async complete<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    receipt: R,
+    reason: string,
+    performed = false,
+  ): Promise<Step<R>> {
     let json: string;
     try {
       json = canonicalJson(receipt, "result");
@@ -660,14 +720,22 @@ export class Runner {
     const done = await this.recordReceipt(call, row, json, stored, reason);
     return done
       ? { done: succeeded(done, stored, false) }
-      : this.fenced(call, row, "succeeded", json, { receipt: stored });
+      : this.fenced(call, row, "succeeded", json, { receipt: stored, performed });
   }
 
   /**
    * Parks an operation whose effect happened but whose receipt cannot be stored (too large, not
-   * JSON) for a person. Our row first; if another attempt moved it meanwhile (a lookup proved
-   * absence while our request was out, an unknown not yet proven), that row: left as it was, it
-   * would run again.
+   * JSON) for a person, with the proof on the row (error kind `invalid_result`: `knownPerformed`,
+   * and admin.retry refuses to run it again). Our row first; if another attempt or the daemon
+   * moved it meanwhile, the row as it is now, whatever is not yet proven by a receipt:
+   * - pending, unknown, or running under a later attempt (looking it up, or sending too): left as
+   *   it was, it would run again; a holder is fenced off as a receipt fences it (`fenced`), so its
+   *   later end cannot replace the proof;
+   * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened;
+   * - needs_review (parked for a person): the proof added, alerted, and its version moved, so a
+   *   decision taken on a view from before it is refused.
+   * A row settled `succeeded` keeps its receipt (this one may describe the same effect): the
+   * refused proof goes to its history. Each move is retried through a brief outage (`durably`).
    */
   private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string): Promise<void> {
     const patch = {
@@ -675,36 +743,56 @@ export class Runner {
       reason: `the effect happened but its receipt cannot be stored: ${why}`,
       alert: true,
       error_json: JSON.stringify({ kind: "invalid_result", reason: why } satisfies StoredError),
-    };
-    if (await this.store.move(row, "needs_review", patch)) return;
-    const now = await this.store.findById(call.tenant, row.id);
-    if (!now) return;
-    // Not yet proven, or "failed" though this effect happened: a person decides.
-    if (now.status === "pending" || now.status === "unknown" || now.status === "failed") {
-      if (await this.store.move(now, "needs_review", { ...patch, reason: `attempt ${row.attempt}: ${patch.reason}` }))
-        return;
-    }
-    await this.store.recordEvent(now, {
-      attempt: row.attempt,
-      actor: call.actor,
-      to: now.status,
-      reason: `fenced: attempt ${row.attempt}'s effect happened but its receipt cannot be stored: ${why.slice(0, 300)}`,
       executionEnded: true,
-    });
+    };
+    const mine = await this.durably(call, () => this.store.move(row, "needs_review", patch)).catch(() => undefined);
+    if (mine) return;
+    for (let look = 1; look <= 5; look++) {
+      const now = await this.store.findById(call.tenant, row.id).catch(() => undefined);
+      if (!now || knownPerformed(now) || now.status === "succeeded") return this.noteUnstorable(call, row, now, why);
+      // Still ours: the ledger failed for a lease (the caller's error names the operation).
+      if (now.status === "running" && now.attempt === row.attempt) return;
+      const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
+      const moved = await this.durably(call, () =>
+        this.store.move(now, "needs_review", {
+          ...patch,
+          reason: `attempt ${row.attempt}: ${patch.reason}${held}`,
+          ...(now.status === "failed" && { reopened: true }),
+        }),
+      ).catch(() => undefined);
+      if (moved) return;
+    }
+    return this.noteUnstorable(call, row, await this.store.findById(call.tenant, row.id).catch(() => undefined), why);
+  }
+
+  /** The proof `unstorable` could not put on the row, kept in its history (best effort: the caller is told anyway). */
+  private async noteUnstorable<A, R>(call: Call<A, R>, row: Row, now: Row | undefined, why: string): Promise<void> {
+    if (!now) return;
+    await this.store
+      .recordEvent(now, {
+        attempt: row.attempt,
+        actor: call.actor,
+        to: now.status,
+        reason: `fenced: attempt ${row.attempt}'s effect happened but its receipt cannot be stored: ${why.slice(0, 300)}`,
+        executionEnded: true,
+      })
+      .catch(() => undefined);
   }
 
   /**
    * Our attempt's end says nothing was done (pending) or the provider refused it (failed), but the
    * move was refused: an earlier attempt, its request out past its lease, ended during ours and may
    * have committed (fenced() moved last_execution_at). Then the outcome is not known: `to` (unknown,
-   * looked up; or a person for a refusal, which may be the earlier effect's "already exists").
-   * Undefined when the row moved otherwise (fenced() reads it).
+   * looked up; or a person for a refusal, which may be the earlier effect's "already exists"), with
+   * our end's error kept on the row for whoever decides. Undefined when the row moved otherwise
+   * (fenced() reads it).
    */
   private async lateEndDuring<A, R>(
     call: Call<A, R>,
     row: Row,
     to: "unknown" | "needs_review",
     why: string,
+    error: StoredError,
   ): Promise<Step<R> | undefined> {
     const now = await this.store.findById(call.tenant, row.id);
     if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
@@ -713,6 +801,7 @@ export class Runner {
     const moved = await this.store.move(now, to, {
       actor: call.actor,
       reason,
+      error_json: JSON.stringify(error),
       ...(to === "unknown" ? { checkAfterMs: 0, checks: now.checks } : { alert: true }),
     });
     return moved ? { done: pending(moved, reason) } : undefined;
@@ -720,10 +809,10 @@ export class Runner {
 
   /**
    * Our claim or takeover failed without an answer, so it may have committed: a row running under
-   * this call's lease, marked as maybe sent, though nothing was. Put it back (known not done, or
-   * as found), trying a failing database again for a moment; then rethrow the claim's error.
-   * Without this the row waited out the lease and, for an action that cannot look its effect up,
-   * went to a person with no effect anywhere.
+   * this call's lease, marked as maybe sent, though nothing was (or a write before the send failed
+   * for good, `beforeSend`). Put it back (known not done, or as found), trying a failing database
+   * again for a moment. Without this the row waited out the lease and, for an action that cannot
+   * look its effect up, went to a person with no effect anywhere. True when it was given back.
    */
   private async giveBack<A, R>(
     call: Call<A, R>,
@@ -731,10 +820,10 @@ export class Runner {
     attempt: number,
     to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; executed: boolean },
     error: unknown,
-  ): Promise<never> {
-    if (!(error instanceof LedgerUnavailableError)) throw error; // the database answered: nothing written
-    const reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`;
-    await pRetry(
+    reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`,
+  ): Promise<boolean> {
+    if (!(error instanceof LedgerUnavailableError)) return false; // the database answered: nothing written
+    return pRetry(
       () =>
         this.store.giveBack({ tenant: call.tenant, key: call.key.hash }, owner, attempt, {
           ...to,
@@ -742,57 +831,71 @@ export class Runner {
           reason,
         }),
       { retries: 4, minTimeout: 50, maxTimeout: 500, randomize: true, maxRetryTime: 2_000 },
-    ).catch(() => {}); // still unreachable: the lease runs out, as before
-    throw error;
+    ).catch(() => false); // still unreachable: the lease runs out, as before
   }
 
-  /** Writes `succeeded` with the receipt, retrying a failing database for up to a lease. */
+  /**
+   * `write`, retried with backoff while the database fails (LedgerUnavailableError), for up to a
+   * lease from now: what only this process knows (a receipt, "not sent", a refusal, the args
+   * fixed before a send) must outlast a brief outage. Any other error, and the last failure, are
+   * thrown. Every write retried is conditioned as it was (status, attempt), so a retry after
+   * another attempt took over matches nothing. The first try runs outside p-retry: setting it up
+   * (options, an abort signal) cost about 5 % of a call's CPU, for a write that nearly always
+   * succeeds at once.
+   */
+  private durably<A, R, T>(call: Call<A, R>, write: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    return write().catch((error: unknown) => {
+      if (!(error instanceof LedgerUnavailableError)) throw error;
+      // p-retry's first attempt is the one that just failed: it waits before the second.
+      let retrying = false;
+      const again = () => {
+        if (retrying) return write();
+        retrying = true;
+        throw error;
+      };
+      return pRetry(again, {
+        retries: 8,
+        minTimeout: 50,
+        maxTimeout: 2_000,
+        randomize: true, // workers that failed together do not retry together
+        maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
+        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
+      });
+    });
+  }
+
+  /**
+   * Writes `succeeded` with the receipt, retrying a failing database for up to a lease. A receipt
+   * settles the row on its own evidence: a person's verdict goes (a reopened row's "failed" must
+   * not be read with the receipt), unless `keepVerdict` (their "it happened" given without one).
+   * `alert`: a person must hear of it (`reason` says why).
+   */
   private async recordReceipt<A, R>(
     call: Call<A, R>,
     row: Row,
     json: string,
     receipt: R,
     reason: string,
-    extra: { resolution_json?: null } = {},
+    { keepVerdict = false, alert = false }: { keepVerdict?: boolean; alert?: boolean } = {},
   ) {
     try {
       return await this.tracing.span(
         "idem.complete",
         { "idem.operation.id": row.id, "idem.attempt": row.attempt },
-        () => {
-          const write = () =>
+        () =>
+          this.durably(call, () =>
             this.store.move(row, "succeeded", {
               actor: call.actor,
               reason,
               result_json: json,
               error_json: null,
-              ...extra,
+              ...(!keepVerdict && { resolution_json: null }),
               completed: true,
               retentionMs: call.settings.retentionMs,
-              alert: false,
-            });
-          const started = performance.now();
-          // The first attempt outside p-retry: setting it up (options, an abort signal) cost about
-          // 5 % of a call's CPU, for a write that nearly always succeeds at once.
-          return write().catch((error: unknown) => {
-            if (!(error instanceof LedgerUnavailableError)) throw error;
-            // p-retry's first attempt is the one that just failed: it waits before the second.
-            let retrying = false;
-            const again = () => {
-              if (retrying) return write();
-              retrying = true;
-              throw error;
-            };
-            return pRetry(again, {
-              retries: 8,
-              minTimeout: 50,
-              maxTimeout: 2_000,
-              randomize: true, // workers that failed together do not retry together
-              maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
-              shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
-            });
-          });
-        },
+              alert,
+            }),
+          ),
       );
     } catch (cause) {
       throw new CompletionNotRecordedError(row.id, row.attempt, receipt, { cause });
@@ -808,14 +911,16 @@ export class Runner {
    * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
    * write is refused and recorded as evidence), or the row is not where we left it, which is not a
    * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
-   * settles a row that is not yet proven (unknown, pending, needs_review).
+   * settles a row that is not yet proven (unknown, pending, needs_review), and is never answered
+   * as anything but an effect. `performed`: the receipt is our own request's (execute answered),
+   * not a lookup's finding, so one that differs from the recorded receipt is a second effect.
    */
   private async fenced<A, R>(
     call: Call<A, R>,
     mine: Row,
     wanted: string,
     detail: string,
-    { receipt, sent = true }: { receipt?: R; sent?: boolean } = {},
+    { receipt, sent = true, performed = false }: { receipt?: R; sent?: boolean; performed?: boolean } = {},
   ): Promise<Step<R>> {
     // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
     const unrecorded = (cause: unknown) =>
@@ -885,17 +990,51 @@ export class Runner {
               ? `, while attempt ${now.attempt} held it`
               : ""
             : ", after a person resolved it as succeeded without one";
+        // An effect already proven without its receipt (too large to store): ours is another one.
+        const twice = performed && knownPerformed(now) && !dedupedOntoFirst(call.action, mine);
         const proven = await this.recordReceipt(
           call,
           now,
           canonicalJson(receipt, "result"),
           receipt,
-          `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
-          overruled ? { resolution_json: null } : {},
+          twice
+            ? `two effects: attempt ${mine.attempt}'s request took effect, and an effect whose receipt could not be stored was recorded before; a person must check the provider`
+            : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+          // A person's "it happened" agrees with the receipt; any other verdict is void now.
+          { keepVerdict: now.status === "succeeded", alert: twice },
         );
         if (proven) return { done: succeeded(proven, receipt, false) };
         if (!lastLook) continue;
       }
+      if (performed && receipt !== undefined && now.status === "succeeded" && now.result_json !== null) {
+        // Settled by another attempt's receipt, and ours differs: our request took effect too,
+        // unless the provider deduped it onto the first (then it is the same effect, told again,
+        // however its answer differs). Our caller gets its own receipt, not "already done
+        // earlier", and a person hears of the second effect (the row keeps the receipt it
+        // replays to every other caller).
+        if (now.result_json !== canonicalJson(receipt, "result") && !dedupedOntoFirst(call.action, mine)) {
+          const alerted = await this.durably(call, () =>
+            this.store.move(now, "succeeded", {
+              actor: call.actor,
+              reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
+              alert: true,
+            }),
+          ).catch((error: unknown) => {
+            throw unrecorded(error);
+          });
+          if (alerted || lastLook) return { done: succeeded(mine, receipt, false) };
+          continue;
+        }
+      }
+      // Still unrecorded after every look (the row kept changing under us): the effect happened,
+      // and the caller holds its receipt, whatever the row says now.
+      if (receipt !== undefined && now.status !== "succeeded")
+        throw unrecorded(
+          new LedgerUnavailableError(
+            `attempt ${mine.attempt}'s receipt could not be recorded: the operation kept changing (${now.status} at attempt ${now.attempt})`,
+            mine.id,
+          ),
+        );
       if (wanted === "unknown" && sent && (now.status === "pending" || now.status === "failed")) {
         // Absence was proven, or the operation failed (a later attempt refused, a person found
         // nothing), while this attempt was still in flight: its ambiguous end voids that. Unknown
@@ -926,12 +1065,15 @@ export class Runner {
       }
       // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
       if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
-      // At our own attempt nothing took the lease from us: a person or the daemon moved the row.
-      const why =
-        now.attempt === mine.attempt
-          ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon)`
-          : `lease lost to attempt ${now.attempt}`;
-      return { done: pending(now, `${why}; the operation is ${now.status}`) };
+      // At our own attempt nothing took the lease from us: a person, the daemon, or an earlier
+      // attempt's proof (its effect happened, its receipt too large to store) moved the row.
+      const performedBefore = knownPerformed(now);
+      const why = performedBefore
+        ? `an earlier attempt's effect happened (its receipt could not be stored) while attempt ${mine.attempt} held the operation; a person records it`
+        : now.attempt === mine.attempt
+          ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon); the operation is ${now.status}`
+          : `lease lost to attempt ${now.attempt}; the operation is ${now.status}`;
+      return { done: pending(now, why, performedBefore) };
     }
   }
 
@@ -1077,6 +1219,19 @@ function ofOperation(error: unknown, operationId: string | undefined): unknown {
   return new LedgerUnavailableError(error.message, operationId, { cause: error.cause ?? error });
 }
 
+/**
+ * The provider dedupes on our key and `attempt` started (so sent) inside its retention counted
+ * from the operation's creation, before any request of it: its request was answered with the
+ * first one's effect, never made a second.
+ */
+function dedupedOntoFirst(
+  action: Pick<Action<unknown, unknown>, "capabilities">,
+  attempt: Pick<Row, "created_at" | "updated_at">,
+): boolean {
+  const dedupe = action.capabilities.dedupe;
+  return dedupe !== undefined && attempt.updated_at - attempt.created_at < dedupe.retentionMs;
+}
+
 /** Settled, whether read as an Outcome or peeked at whole. */
 function isSettled(snap: Peek | Outcome): snap is Outcome {
   return snap.status === "succeeded" || snap.status === "failed";
@@ -1093,6 +1248,7 @@ function snapshotOf(p: Peek): Snapshot {
     maybeCommitted: p.maybe_committed === 1,
     hasArgs: p.has_args === 1,
     createdAt: p.created_at,
+    lastExecutionAt: p.last_execution_at,
     now: p.db_now,
     replayable: error?.replayable,
     rateLimited: error?.kind === "rate_limited",

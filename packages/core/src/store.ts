@@ -33,7 +33,10 @@ export interface TransitionPatch {
   checkAfterMs?: number | null;
   checks?: number;
   completed?: boolean;
-  /** A settled operation runs again (a person's retry): it is no longer completed, nor due for pruning. */
+  /**
+   * A settled operation is open again (a person's retry, a late answer that may have committed): it
+   * is no longer completed, nor due for pruning, and a person's verdict on it no longer holds.
+   */
   reopened?: boolean;
   /** A person must hear of this transition (needs_review, auth/policy failure): the daemon alerts. */
   alert?: boolean;
@@ -151,6 +154,9 @@ const PEEK_COLUMNS = [
   "next_check_at",
   "checks",
   "maybe_committed",
+  // When the last attempt's request ended (or may have): the daemon measures an unknown outcome's
+  // age from it (policy.ts `pastEscalation`). One integer more: the peek's cost stays its own.
+  "last_execution_at",
   "created_at",
 ] as const;
 
@@ -161,7 +167,7 @@ const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "db_now"] as const;
 export type Outcome = Pick<Row, (typeof OUTCOME_COLUMNS)[number]> & { status: "succeeded" | "failed" };
 
 /** Postgres claim-or-peek: the row's columns it returns, and its whole select list in order. */
-const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "last_execution_at", "updated_at"] as const;
+const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "updated_at"] as const;
 const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "db_now"] as const;
 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
@@ -207,6 +213,21 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
     completed_at: null,
     expires_at: null,
   };
+}
+
+/** An audit event as one JSON text, shaped as the trigger's (migration 0003); the database adds its time. */
+function eventJson(
+  row: Pick<Row, "status" | "provider_reference">,
+  e: { to: Status; attempt: number; actor: string | null; reason: string },
+): string {
+  return JSON.stringify({
+    from: row.status,
+    to: e.to,
+    attempt: e.attempt,
+    actor: e.actor,
+    reason: e.reason,
+    ref: row.provider_reference,
+  });
 }
 
 /** The named fields of `o`. */
@@ -357,7 +378,7 @@ export class Store {
     claim: NewClaim,
     slotted: (v: (name: string) => any) => NewClaim,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek } | undefined> {
-    type Out = Peek & Pick<Row, "last_execution_at" | "updated_at"> & { fresh: number };
+    type Out = Peek & Pick<Row, "updated_at"> & { fresh: number };
     const { rows } = await this.guard(
       undefined,
       this.hot.run<Out>(
@@ -708,6 +729,9 @@ export class Store {
   private async update(row: Row, to: Status, patch: TransitionPatch, returning: boolean) {
     const done = patch.completed === true;
     const keepLease = to === "running";
+    // The audit trigger records a change of status or attempt; a move that keeps both (a proof
+    // or an alert added to a row a person is deciding) writes its own event.
+    const self = row.status === to;
     const values: Record<string, unknown> = {
       // pending is "known not done" (the database refuses maybe_committed = 1 there); unknown is
       // "may have committed": the store sets the flag so no caller can forget it.
@@ -733,13 +757,14 @@ export class Store {
       seenUpdatedAt: patch.unchangedSince?.updatedAt,
       seenChecks: patch.unchangedSince?.checks,
       seenExecution: patch.noExecutionSince,
+      event: self ? eventJson(row, { to, attempt: row.attempt, actor: patch.actor, reason: patch.reason }) : undefined,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
-      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}`;
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -752,7 +777,10 @@ export class Store {
               status: v("to"),
               actor: v("actor"),
               reason: v("reason"),
-              updated_at: now,
+              // Strictly increasing, also within a millisecond: it is the version a person's
+              // decision (`seen`) and an alert's acknowledgement name, so two transitions must
+              // never share it (measured: no cost a guarded call shows, see the changeset).
+              updated_at: this.later("updated_at"),
               lease_owner: v("lease_owner"),
               lease_expires_at: v("lease_expires_at"),
               ...(has("result_json") && { result_json: v("result_json") }),
@@ -765,13 +793,14 @@ export class Store {
               ...(has("checks") && { checks: v("checks") }),
               ...(has("alert") && { alert_pending: v("alert") }),
               ...(done && { completed_at: now }),
-              ...(patch.reopened && { completed_at: null, expires_at: null }),
+              ...(patch.reopened && { completed_at: null, expires_at: null, resolution_json: null }),
               // The claim's retention, or for a row claimed before 0007 the completer's (null: kept).
               ...(done && {
                 expires_at: sql<number>`case when retention_ms is null then ${now} + ${v("retentionMs")} when retention_ms < 0 then null else ${now} + retention_ms end`,
               }),
-              ...(patch.executionEnded && { last_execution_at: now }),
+              ...(patch.executionEnded && { last_execution_at: this.later("last_execution_at") }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
+              ...(self && this.appended(v("event"))),
             })
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key"))
@@ -807,32 +836,13 @@ export class Store {
       unchanged?: boolean;
     },
   ): Promise<boolean> {
-    // Built here as one JSON parameter (Postgres cannot type loose parameters of jsonb_build_object); the time is the database's.
-    const json = JSON.stringify({
-      from: row.status,
-      to: e.to,
-      attempt: e.attempt,
-      actor: e.actor,
-      reason: e.reason,
-      ref: row.provider_reference,
-    });
-    // Capped like the trigger's appends (migration 0003): the first events stay, the middle ones are counted.
-    const full =
-      this.dialect === "postgres"
-        ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}`
-        : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
-    const history =
-      this.dialect === "postgres"
-        ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${json}::jsonb || jsonb_build_object('at', ${this.now()}))`
-        : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
-    const greatest = sql.raw(this.dialect === "postgres" ? "greatest" : "max");
+    const json = eventJson(row, e);
     const res = await this.guard(
       row.id,
       this.db
         .updateTable("idem_operations")
         .set({
-          history: history as any,
-          history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,
+          ...this.appended(json),
           // A fenced attempt's late answer: its request was out until now, so a lookup that read
           // the provider before it proves nothing (reconcile's move to pending is conditioned on it),
           // nor does a person's view of a row no one holds (their decision's `seen` compares
@@ -840,8 +850,8 @@ export class Store {
           // stays its attempt's start (stuck() reads it).
           // Both move even within the same millisecond (a write conditioned on them must see it).
           ...(e.executionEnded && {
-            last_execution_at: sql<number>`${greatest}(${this.now()}, coalesce(last_execution_at, 0) + 1)`,
-            updated_at: sql<number>`case when status = 'running' then updated_at else ${greatest}(${this.now()}, updated_at + 1) end`,
+            last_execution_at: this.later("last_execution_at"),
+            updated_at: sql<number>`case when status = 'running' then updated_at else ${this.later("updated_at")} end`,
           }),
         })
         .where("tenant_id", "=", row.tenant_id)
@@ -856,6 +866,32 @@ export class Store {
         .executeTakeFirst(),
     );
     return Number(res.numUpdatedRows) === 1;
+  }
+
+  /** The database time, or just after `column`'s value when that is not earlier: a time that strictly increases. */
+  private later(column: "updated_at" | "last_execution_at"): RawBuilder<number> {
+    const greatest = sql.raw(this.dialect === "postgres" ? "greatest" : "max");
+    return sql<number>`${greatest}(${this.now()}, coalesce(${sql.ref(column)}, 0) + 1)`;
+  }
+
+  /**
+   * SET fields appending one event (`json`, see `eventJson`) to the history at the database time,
+   * capped as the trigger's appends are (migration 0003): the first events stay, the middle ones
+   * are counted. One JSON parameter: Postgres cannot type loose parameters of jsonb_build_object.
+   */
+  private appended(json: unknown) {
+    const full =
+      this.dialect === "postgres"
+        ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}`
+        : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
+    const history =
+      this.dialect === "postgres"
+        ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(cast(${json} as jsonb) || jsonb_build_object('at', ${this.now()}))`
+        : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
+    return {
+      history: history as any,
+      history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,
+    };
   }
 
   /** The operation's audit events, oldest first (`seq` from 1, counting the events elided from the middle). */

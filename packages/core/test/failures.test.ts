@@ -635,5 +635,174 @@ for (const dialect of DIALECTS) {
         await caller.close();
       }
     });
+
+    /** A provider refused the connection (nothing sent) the first time, then takes the mail. */
+    function refusedOnce(type: string, onRefusal: () => void) {
+      const sent = { n: 0, refused: 0 };
+      const action = defineAction({
+        type,
+        capabilities: {}, // a plain mailer: no dedupe, no lookup
+        async execute() {
+          if (sent.refused === 0) {
+            sent.refused += 1;
+            onRefusal(); // the network goes: the ledger's database too, for a moment
+            throw Object.assign(new Error("connect ECONNREFUSED 10.0.0.5:587"), { code: "ECONNREFUSED" });
+          }
+          sent.n += 1;
+          return { messageId: "m-1" };
+        },
+        classify: (e) =>
+          (e as { code?: string }).code === "ECONNREFUSED"
+            ? { kind: "transient", reason: "connection refused: not sent" }
+            : { kind: "ambiguous", reason: String(e) },
+      });
+      return { action, sent };
+    }
+
+    /** The ledger's database refusing the next `n` writes matching `which` (a disk full for a moment). */
+    async function briefOutage(tenant: string, which: (sql: string, parameters: readonly unknown[]) => boolean) {
+      const outage = { left: 0, refused: 0 };
+      const dialectOut = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          if (outage.left > 0 && q.parameters.includes(tenant) && which(q.sql, q.parameters)) {
+            outage.left -= 1;
+            outage.refused += 1;
+            throw new Error("database or disk is full (test)");
+          }
+          return run();
+        },
+      });
+      return { outage, dialect: dialectOut };
+    }
+
+    it("a 'not sent' end that meets a brief outage of the ledger is written once it is back: known not done, never a person's review", async () => {
+      // The review's scratch (a tmpfs full for 300 ms inside a 1.5 s lease): the move to pending was
+      // written once; the row stayed running, "may have committed", the caller read
+      // LedgerUnavailableError, and after the lease the daemon sent it to a person.
+      const tenant = uniqueTenant();
+      const { outage, dialect: flaky } = await briefOutage(
+        tenant,
+        (text, parameters) => text.startsWith('update "idem_operations"') && parameters.includes("pending"),
+      );
+      const mail = refusedOnce("mail.refused", () => (outage.left = 2));
+      const ledger = await openTestLedger(flaky, { actions: [mail.action], budget: { attempts: 1 } });
+      try {
+        const out = await ledger.run(mail.action, { tenant, key: ["k"], args: { to: "a" } });
+        expect(outage.refused).toBe(2);
+        expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+        expect((await ledger.get({ tenant, id: out.operationId })).operation.status).toBe("pending");
+        // Known not done: the daemon sends it, once.
+        const settled = await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon" });
+        expect(settled).toMatchObject({ status: "succeeded", receipt: { messageId: "m-1" } });
+        expect(mail.sent.n).toBe(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+
+    it("a write before the send (the provider reference) that meets a brief outage is retried: sent once, the caller reads the effect", async () => {
+      const tenant = uniqueTenant();
+      const { outage, dialect: flaky } = await briefOutage(
+        tenant,
+        (text) => text.startsWith('update "idem_operations"') && text.includes('"provider_reference" ='),
+      );
+      let sends = 0;
+      const mail = defineAction({
+        type: "mail.ref",
+        capabilities: {},
+        providerReference(_args: { to: string }, op) {
+          outage.left = 2;
+          return `<${op.key}@example.com>`;
+        },
+        async execute() {
+          sends += 1;
+          return { messageId: "m-1" };
+        },
+      });
+      const ledger = await openTestLedger(flaky, { actions: [mail] });
+      try {
+        const out = await ledger.run(mail, { tenant, key: ["k"], args: { to: "a" } });
+        expect(outage.refused).toBe(2);
+        // Before: LedgerUnavailableError naming the operation ("may or may not have happened"), nothing sent.
+        expect(out).toMatchObject({ status: "succeeded", receipt: { messageId: "m-1" }, replayed: false });
+        const { operation, events } = await ledger.get({ tenant, id: out.operationId });
+        expect(operation.providerReference).toMatch(/@example\.com>$/);
+        expect(events.map((e) => e.to)).toEqual(["running", "succeeded"]);
+        expect(sends).toBe(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+
+    it("a write before the send that fails for a whole lease gives the row back: known not done, nothing sent, the caller told so", async () => {
+      const tenant = uniqueTenant();
+      const { outage, dialect: flaky } = await briefOutage(
+        tenant,
+        (text) => text.startsWith('update "idem_operations"') && text.includes('"provider_reference" ='),
+      );
+      outage.left = Number.POSITIVE_INFINITY;
+      let sends = 0;
+      const mail = defineAction({
+        type: "mail.ref.down",
+        capabilities: {},
+        providerReference: (_args: { to: string }, op) => `<${op.key}@example.com>`,
+        async execute() {
+          sends += 1;
+          return { messageId: "m-1" };
+        },
+      });
+      const ledger = await openTestLedger(flaky, { leaseMs: 600, actions: [mail], budget: { attempts: 1 } });
+      try {
+        const out = await ledger.run(mail, { tenant, key: ["k"], args: { to: "a" } });
+        expect(outage.refused).toBeGreaterThan(2); // retried, with waits, for about a lease
+        expect(out).toMatchObject({
+          status: "pending_verification",
+          state: "pending",
+          reason: expect.stringMatching(/could not record its reference before sending .*nothing was sent/),
+        });
+        expect((await ledger.get({ tenant, id: out.operationId })).operation).toMatchObject({
+          status: "pending",
+          leaseOwner: null,
+        });
+        expect(sends).toBe(0);
+      } finally {
+        await ledger.close();
+      }
+    });
+
+    it("a receipt whose recording meets a row that keeps changing is never answered as pending: the caller keeps the effect", async () => {
+      // The review of 66d1b33: after five looks at a row other attempts kept taking over, fenced()
+      // answered "pending verification" to the caller holding the receipt.
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const tenant = uniqueTenant();
+      const side = databaseOf(await db.open());
+      let bumps = 0;
+      // Before each write of succeeded, another worker takes the row over (its attempt moves on).
+      const contended = hooked(await dialectFor(dialect, db.url(), { groupCommit: false }), {
+        async query(q, run) {
+          if (
+            q.sql.startsWith('update "idem_operations"') &&
+            q.parameters.includes("succeeded") &&
+            q.parameters.includes(tenant)
+          ) {
+            bumps += 1;
+            await sql`update idem_operations set attempt = attempt + 1 where tenant_id = ${tenant}`.execute(side);
+          }
+          return run();
+        },
+      });
+      const ledger = await openTestLedger(contended, { actions: [mail] });
+      try {
+        const err = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        expect(bumps).toBeGreaterThanOrEqual(5);
+        // Before: { status: "pending_verification", state: "running", reason: "lease lost to attempt 7; ..." }.
+        expect(err).toBeInstanceOf(CompletionNotRecordedError);
+        expect(err).toMatchObject({ receipt: { id: "obj_1" }, attempt: 1 });
+        expect(p.effects).toHaveLength(1);
+      } finally {
+        await ledger.close();
+      }
+    });
   });
 }

@@ -216,6 +216,12 @@ for (const dialect of DIALECTS) {
         } else {
           // A receipt that cannot be stored: a person decides, alerted.
           expect(after.operation.status, story).toBe("needs_review");
+          // Open again, so not pruned as a settled operation (before: the failure's completion and
+          // retention were kept).
+          expect({ completedAt: after.operation.completedAt, expiresAt: after.operation.expiresAt }, story).toEqual({
+            completedAt: null,
+            expiresAt: null,
+          });
           expect(
             (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
             story,
@@ -390,11 +396,326 @@ for (const dialect of DIALECTS) {
         expect(p.effects, story).toHaveLength(1);
         expect(after.operation.status, story).toBe("needs_review");
         expect(after.operation.expiresAt, story).toBeNull(); // not pruned as a settled operation
+        // No verdict stands on an operation waiting for one (before: alice's "failed" was still shown).
+        expect(after.operation.resolution, story).toBeNull();
         expect(
           (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
           story,
         ).toContain(op!.id);
         expect(out, story).toMatchObject({ status: "pending_verification", state: "needs_review" });
       });
+
+    for (const view of ["taken after it", "taken before it"] as const)
+      it(`a late receipt too large to store while a person decides: the proof goes on the row, and a decision on a view ${view} cannot run it again`, async () => {
+        // The review of b866383: the receipt was only noted in the history, the row's error stayed
+        // empty, and a person's retry (on a fresh view) was accepted: the next caller sent again.
+        let now = Date.now();
+        const p = slowProvider(`late.review.${view === "taken after it" ? "a" : "b"}`);
+        const plain = defineAction<{ to: string }, { id: string; pad?: string }>({
+          type: p.action.type,
+          capabilities: {},
+          execute: p.action.execute,
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: 50,
+          actions: [plain],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        p.hold();
+        const first = ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        // Neither dedupe nor lookup: the daemon parks it for a person, who loads it.
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+          state: "needs_review",
+        });
+        const before = (await ledger.get({ tenant, id: op!.id })).operation;
+        await ledger.daemon.ackAlert(before); // the daemon delivered the parking's alert
+        // Attempt 1 committed; its receipt, too large to store, arrives in the same millisecond.
+        p.release();
+        expect(await first).toMatchObject({ name: "PayloadTooLargeError" });
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(after.operation, story).toMatchObject({ status: "needs_review", error: { kind: "invalid_result" } });
+        expect(after.operation.updatedAt, story).toBeGreaterThan(before.updatedAt); // a new version, same millisecond
+        expect(after.events.at(-1), story).toMatchObject({ from: "needs_review", to: "needs_review", attempt: 2 });
+        // A person hears of it: the alert acknowledged before was for the earlier version.
+        expect(
+          (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+          story,
+        ).toContain(op!.id);
+        const seen = view === "taken after it" ? after.operation : before;
+        const reason = "nothing in the dashboard yet";
+        await expect(ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason, seen })).rejects.toMatchObject({
+          name: "InvalidTransitionError",
+        });
+        if (view === "taken before it")
+          await expect(
+            ledger.admin.resolve({ tenant, id: op!.id, actor: "alice", reason, outcome: "failed", seen }),
+          ).rejects.toMatchObject({ name: "InvalidTransitionError" });
+        const again = await ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } });
+        expect(again, story).toMatchObject({ state: "needs_review", performed: true });
+        expect(p.effects, story).toHaveLength(1);
+      });
+
+    it("a late receipt too large to store while a later attempt holds the row: the proof outlasts that attempt's end", async () => {
+      // The review of b866383: the receipt was only noted; the holder's "503 before execution"
+      // then made the row unknown, with no proof on it, and a person's retry was accepted.
+      let now = Date.now();
+      const p = slowProvider("late.held.large");
+      const plain = defineAction<{ to: string }, { id: string; pad?: string }>({
+        type: p.action.type,
+        capabilities: {},
+        execute: p.action.execute,
+      });
+      let open3: () => void = () => {};
+      const gate3 = new Promise<void>((r) => (open3 = r));
+      let entered3 = false;
+      const unavailable = defineAction<{ to: string }, { id: string }>({
+        type: p.action.type,
+        capabilities: {},
+        execute: async () => {
+          entered3 = true;
+          await gate3;
+          throw new ProviderError({ kind: "transient", reason: "503 before execution" });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        maxResultBytes: 50,
+        actions: [plain],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      p.hold();
+      const first = ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => p.calls() === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+        state: "needs_review",
+      });
+      // A person finds nothing at the provider yet and asks to run it again; attempt 3 sends.
+      await ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason: "nothing there yet" });
+      const third = ledger.run(unavailable, { tenant, key: ["k"], args: { to: "x" } });
+      await until(() => entered3);
+      p.release(); // attempt 1 committed: its receipt, too large to store, arrives while attempt 3 holds the row
+      expect(await first).toMatchObject({ name: "PayloadTooLargeError" });
+      open3();
+      const thirdOut = await third;
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `third: ${JSON.stringify(thirdOut)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(after.operation, story).toMatchObject({ status: "needs_review", error: { kind: "invalid_result" } });
+      expect(thirdOut, story).toMatchObject({ state: "needs_review", performed: true });
+      await expect(
+        ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason: "still nothing", seen: after.operation }),
+      ).rejects.toMatchObject({ name: "InvalidTransitionError", message: expect.stringMatching(/effect happened/) });
+      expect(await ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }), story).toMatchObject({
+        performed: true,
+      });
+      expect(p.effects, story).toHaveLength(1);
+    });
+
+    it("two different receipts for one operation: the later one's caller gets its own, not 'already done earlier', and a person hears of it", async () => {
+      // The review of 10a6581: attempt 1's late receipt settled the row attempt 3 held; attempt 3's
+      // request (a provider without dedupe, sent after a lookup that read before attempt 1
+      // committed) took effect too. Its caller was told "already done earlier" with attempt 1's
+      // receipt (replayed), and no person heard of the second effect.
+      let now = Date.now();
+      const effects: { key: string; id: string }[] = [];
+      const opens: (() => void)[] = [];
+      const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
+      let calls = 0;
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.two",
+        capabilities: { lookup: true },
+        execute: async (_a, op) => {
+          await gates[calls++]; // the request is out; the provider commits when released
+          const id = `obj_${effects.length + 1}`;
+          effects.push({ key: op.key, id });
+          return { id };
+        },
+        reconcile: async (_a, op) => {
+          const hit = effects.find((e) => e.key === op.key);
+          return hit
+            ? { found: true as const, receipt: { id: hit.id } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+        },
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+      await until(() => calls === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      const stop = new AbortController();
+      stop.abort();
+      expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+        state: "pending",
+      });
+      const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+      await until(() => calls === 2); // attempt 3's request is out
+      opens[0]!(); // attempt 1 commits; its receipt settles the row attempt 3 holds
+      const firstOut = await first;
+      opens[1]!(); // attempt 3's request commits too: a second effect
+      const thirdOut = await third;
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `first: ${JSON.stringify(firstOut)}; third: ${JSON.stringify(thirdOut)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(effects, story).toHaveLength(2); // both requests were out: the ledger cannot prevent this one
+      expect(firstOut, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+      expect(thirdOut, story).toMatchObject({
+        status: "succeeded",
+        receipt: { id: "obj_2" },
+        replayed: false,
+        attempt: 3,
+      });
+      // The row keeps the receipt every other caller is replayed; a person hears of the second one.
+      expect(after.operation, story).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+      expect(after.operation.reason, story).toMatch(/^two effects: attempt 3's request took effect too/);
+      expect(after.events.at(-1), story).toMatchObject({ from: "succeeded", to: "succeeded", attempt: 3 });
+      expect(
+        (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+        story,
+      ).toContain(op!.id);
+    });
+
+    it("a late timeout while a later attempt holds the row, which the provider then refuses: a person decides, with the refusal on the row", async () => {
+      // The review of 66d1b33: lateEndDuring moved the row to needs_review without the refusal's
+      // error, so the person deciding did not see what the provider said.
+      let now = Date.now();
+      const p = slowProvider("late.held.refused");
+      let open3: () => void = () => {};
+      const gate3 = new Promise<void>((r) => (open3 = r));
+      let entered3 = false;
+      const refusing = defineAction<{ to: string }, { id: string }>({
+        type: p.action.type,
+        capabilities: { lookup: true },
+        execute: async () => {
+          entered3 = true;
+          await gate3;
+          throw new ProviderError({ kind: "permanent", reason: "refused: already exists" });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: p.action.reconcile!,
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [p.action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      p.hold();
+      p.answerLateWithTimeout();
+      const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => p.calls() === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      const stop = new AbortController();
+      stop.abort();
+      expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+        state: "pending",
+      });
+      const third = ledger.run(refusing, { tenant, key: ["k"], args: { to: "x" } });
+      await until(() => entered3);
+      p.release(); // attempt 1 commits; its answer, a timeout, arrives while attempt 3 holds the row
+      await first;
+      open3();
+      const thirdOut = await third;
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `third: ${JSON.stringify(thirdOut)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(thirdOut, story).toMatchObject({ state: "needs_review" });
+      expect(after.operation, story).toMatchObject({
+        status: "needs_review",
+        error: { kind: "permanent", reason: "refused: already exists" },
+      });
+      expect(p.effects, story).toHaveLength(1);
+    });
+  });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a late inconclusive lookup on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // The explorer's seed 32953 (helper-75): a lookup's inconclusive end, fenced because later
+    // attempts moved the row, was read as an execution that may have committed, and reopened a
+    // failed operation for a person (the caller told "failed" contradicted, a person alerted).
+    it("a fenced inconclusive lookup does not reopen an operation that failed (it sent nothing)", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let executes = 0;
+      let lookups = 0;
+      // The first lookup is held, then fails (unreachable); the others read the provider at once.
+      let heldLookup: Promise<void> | undefined;
+      let releaseLookup: () => void = () => {};
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.lookup.inconclusive",
+        capabilities: { lookup: true },
+        execute: async () => {
+          executes += 1;
+          // Attempt 1: times out without committing. Attempt 4: refused (validation), no effect.
+          if (executes === 1) throw new ProviderError({ kind: "ambiguous", reason: "timeout after the body was sent" });
+          throw new ProviderError({ kind: "permanent", reason: "validation: refused" });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () => {
+          lookups += 1;
+          const gate = heldLookup;
+          heldLookup = undefined;
+          if (gate) {
+            await gate;
+            throw new Error("lookup unreachable");
+          }
+          return effects.length
+            ? { found: true as const, receipt: { id: effects[0]! } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+        },
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      const args = { tenant, key: ["k0"], args: { to: "x" } };
+
+      // Attempt 1: ambiguous, so unknown (nothing committed at the provider).
+      expect(await ledger.run(action, args)).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const [op] = await ledger.admin.list({ tenant });
+
+      // Attempt 2 (the daemon) takes the row over to look the effect up; its lookup hangs.
+      heldLookup = new Promise<void>((r) => (releaseLookup = r));
+      const settling = ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+      await until(() => lookups === 1);
+
+      // Attempt 2's lease runs out. A caller: attempt 3 looks up (absent, pending), attempt 4 sends
+      // and the provider refuses for good: failed, and the caller is told so.
+      now += 31_000;
+      const told = await ledger.run(action, args);
+      expect(told).toMatchObject({ status: "failed", error: { reason: "validation: refused" } });
+
+      // Attempt 2's lookup now fails (inconclusive); its write of unknown is fenced.
+      releaseLookup();
+      const settled = await settling;
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `settled: ${JSON.stringify(settled)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} [${e.actor}] ${e.reason}`).join(" | ")}`;
+      expect(effects, story).toHaveLength(0);
+      // Nothing was sent by attempt 2 and nothing committed anywhere: the failure stands.
+      expect(after.operation.status, story).toBe("failed");
+      expect(settled, story).toMatchObject({ status: "failed" });
+    });
   });
 }

@@ -721,6 +721,28 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(0);
     });
 
+    it("an old operation's first unknown outcome is looked up before a person is asked: the escalation's age counts from its last execution", async () => {
+      // The review of 66d1b33: the age counted from the operation's creation, so an operation known
+      // not done for a day, then run (its answer lost), went to a person on the daemon's first look,
+      // "still unknown after 0 inconclusive checks", without one lookup.
+      let now = Date.now();
+      const p = new TestProvider();
+      const action = p.action("mail.age", { lookup: true });
+      const ledger = await db.open({ clock: () => now, actions: [action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      expect(await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({ state: "pending" });
+      now += 25 * HOUR; // nobody ran it again for a day
+      p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } }); // it commits, the answer is lost
+      const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+      expect(out).toMatchObject({ state: "unknown" });
+      // The daemon's first look, with the command's default limits (20 checks, 24 h).
+      const escalate = { maxChecks: 20, maxAgeMs: 24 * HOUR };
+      const settled = await ledger.daemon.settle({ tenant, id: out.operationId, actor: "daemon", escalate });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      expect(p.effects).toHaveLength(1);
+    });
+
     it("claimDue claims at most the batch and hides claimed rows from another daemon", async () => {
       // A database of its own: claimDue works across tenants, so other tests' due rows would take the batch.
       const url = await freshDatabase(dialect);

@@ -6,10 +6,12 @@ import {
   decide,
   checkDelay,
   nextDelay,
+  pastEscalation,
   recoveryFor,
   statusAfter,
   type Caller,
   type Snapshot,
+  waitedMs,
 } from "../src/policy.js";
 
 const HOUR = 3_600_000;
@@ -107,6 +109,7 @@ describe("decide (one snapshot, one decision)", () => {
     maybeCommitted: false,
     hasArgs: true,
     createdAt: 0,
+    lastExecutionAt: null,
     now: 1_000,
   };
   const caller: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: true };
@@ -153,6 +156,38 @@ describe("decide (one snapshot, one decision)", () => {
     expect(decide(unknown, {}, caller).kind).toBe("review");
     // past the key window a deduping provider without lookup cannot be replayed
     expect(decide({ ...unknown, nextCheckAt: null, now: 30 * HOUR }, dedupe, caller).kind).toBe("review");
+  });
+  it("an unknown outcome's age counts from its last execution, not the operation's creation; its checks still bound it", () => {
+    // The review of 66d1b33: created a day ago, run (and made unknown) just now, it went to a
+    // person on the daemon's first look, "still unknown after 0 inconclusive checks".
+    const escalate = { maxChecks: 20, maxAgeMs: 24 * HOUR };
+    const fresh = {
+      ...base,
+      status: "unknown" as const,
+      maybeCommitted: true,
+      createdAt: 0,
+      lastExecutionAt: 25 * HOUR,
+      now: 25 * HOUR + 1_000,
+    };
+    const daemon = { ...caller, dueNow: true, escalate };
+    expect(pastEscalation(escalate, fresh)).toBe(false);
+    expect(decide(fresh, { lookup: true }, daemon).kind).toBe("reconcile");
+    // A day after that execution: a person decides, and the reason says what was measured.
+    const old = { ...fresh, now: 50 * HOUR, checks: 3 };
+    expect(waitedMs(old)).toBe(25 * HOUR);
+    expect(decide(old, { lookup: true }, daemon)).toMatchObject({
+      kind: "review",
+      reason: "still unknown after 25 h since its last execution ended (3 inconclusive checks); a person must decide",
+    });
+    // Replays keep moving the last execution, but each counts a check: the checks bound them.
+    expect(decide({ ...fresh, checks: 20 }, dedupe, daemon)).toMatchObject({
+      kind: "review",
+      reason: "still unknown after 20 inconclusive checks; a person must decide",
+    });
+    // A row from before the column: its age counts from creation.
+    expect(waitedMs({ ...fresh, lastExecutionAt: null })).toBe(25 * HOUR + 1_000);
+    expect(pastEscalation(escalate, { ...fresh, lastExecutionAt: null })).toBe(true);
+    expect(pastEscalation(undefined, old)).toBe(false);
   });
   it("pending: executed by a new caller at once; a rate limit binds every caller; no args, no execution", () => {
     const later = { ...base, nextCheckAt: 5_000 };
