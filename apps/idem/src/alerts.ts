@@ -29,9 +29,10 @@ import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./confi
 /**
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
  * credential or a policy), `check_refused` (the outcome is unknown, and a credential was refused
- * while checking it: it may have happened), `stuck` (running past its threshold).
+ * while checking it: it may have happened), `two_effects` (succeeded, and a second request of it
+ * took effect too: the ledger saw two different receipts), `stuck` (running past its threshold).
  */
-export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "stuck";
+export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "stuck";
 
 export interface Alert {
   readonly kind: AlertKind;
@@ -69,6 +70,7 @@ const SAID: Record<AlertKind, string> = {
   // Not a failure: the effect may have happened (the check was refused, not the effect).
   check_refused:
     "is left with its outcome unknown; a credential was refused while checking it (it may have happened: fix the credential, or check the provider and decide)",
+  two_effects: "took effect twice (check the provider, and undo the extra effect)",
 };
 
 export function alertText(a: Alert): string {

@@ -345,12 +345,7 @@ export class Daemon {
       const done =
         op.status === "unknown"
           ? await this.alertCheckRefused(op, down, tally)
-          : await this.deliver(
-              alertOf(op.status === "needs_review" ? "needs_review" : "auth_failure", op),
-              op.updatedAt,
-              down,
-              tally,
-            );
+          : await this.deliver(alertOf(kindOf(op.status), op), op.updatedAt, down, tally);
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
@@ -387,4 +382,14 @@ export class Daemon {
   private readonly sent = (kind: AlertKind, sink: string) => this.metrics.alerts.inc({ kind, sink });
   /** Alert deliveries already reported as waiting for a person (kept for this process's life; bounded by them). */
   private readonly reported = new Set<string>();
+}
+
+/**
+ * What an alerted operation that is not unknown says: a person decides (needs_review), it took
+ * effect twice (succeeded: the ledger alerts on a settled success only when a second request's
+ * receipt differed from the recorded one), or it failed on a refused credential or a policy.
+ */
+function kindOf(status: Operation["status"]): AlertKind {
+  if (status === "needs_review") return "needs_review";
+  return status === "succeeded" ? "two_effects" : "auth_failure";
 }

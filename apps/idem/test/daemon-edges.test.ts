@@ -773,6 +773,65 @@ for (const dialect of DIALECTS) {
       },
       scaled(60_000),
     );
+
+    it(
+      "alert: an operation the ledger saw take effect twice is said as such, not 'failed on authentication or policy'",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        let now = Date.now();
+        // No dedupe: attempt 1's request is out past its lease; a lookup reads before it commits,
+        // so attempt 3 sends too, and both commit (the core's late-answers test, "two different receipts").
+        const effects: string[] = [];
+        const opens: (() => void)[] = [];
+        const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
+        let calls = 0;
+        const create = defineAction<{ to: string }, { id: string }>({
+          type: "crm.create",
+          capabilities: { lookup: true },
+          execute: async () => {
+            await gates[calls++];
+            effects.push(`obj_${effects.length + 1}`);
+            return { id: effects.at(-1)! };
+          },
+          reconcile: async () =>
+            effects.length
+              ? { found: true as const, receipt: { id: effects[0]! } }
+              : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+        });
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const ledger = await openTestLedger(url, {
+          clock: () => now,
+          poolSize: 2,
+          leaseMs: 30_000,
+          actions: [...alertActions(config, log), create],
+          budget: { attempts: 1 },
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const first = ledger.run(create, { tenant: t, key: ["c"], args: { to: "x" } });
+        await until(() => calls === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant: t });
+        const stop = new AbortController();
+        stop.abort();
+        await ledger.daemon.settle({ tenant: t, id: op!.id, actor: "daemon", stop: stop.signal });
+        const third = ledger.run(create, { tenant: t, key: ["c"], args: { to: "x" } });
+        await until(() => calls === 2);
+        opens[0]!();
+        await first;
+        opens[1]!();
+        expect(await third).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" }, replayed: false });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-twice");
+        await daemon.tick();
+        const alerts = lines.filter((l) => l.alert?.operationId === op!.id);
+        // Before: "auth_failure", "… failed on authentication or policy: two effects: …".
+        expect(alerts.map((a) => a.alert!.kind)).toEqual(["two_effects"]);
+        expect(alerts[0]!.msg).toMatch(/took effect twice .*: two effects: attempt 3's request took effect too/);
+        expect(alerts[0]!.alert).toMatchObject({ status: "succeeded" });
+      },
+      scaled(60_000),
+    );
   });
 }
 
