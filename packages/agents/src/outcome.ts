@@ -186,6 +186,10 @@ const MADE_WITH_OTHER_ARGS: Record<Status, string> = {
   needs_review: "was already attempted with different arguments, and a person will decide whether it happened",
 };
 
+/** An operation made with other arguments whose effect is known done, its result not recorded (`ArgsMismatchError.performed`). */
+const PERFORMED_WITH_OTHER_ARGS =
+  "was already performed with different arguments (its result could not be recorded; a person will record it)";
+
 /**
  * An error of the call in the model's words. The ledger's own errors are typed; anything else
  * is reported without its text, which is for the developer's logs. `started`: the ledger had
@@ -206,9 +210,11 @@ export function outcomeOfError(
   if (error instanceof ArgsMismatchError) {
     // An error made without the stored status (an older core) says only that the work exists.
     const made =
-      error.status === undefined
-        ? "already exists with different arguments; check it with the status tool"
-        : MADE_WITH_OTHER_ARGS[error.status];
+      error.performed === true
+        ? PERFORMED_WITH_OTHER_ARGS
+        : error.status === undefined
+          ? "already exists with different arguments; check it with the status tool"
+          : MADE_WITH_OTHER_ARGS[error.status];
     return {
       status: "refused",
       operationId: error.operationId,

@@ -161,6 +161,34 @@ for (const dialect of DIALECTS) {
       expect(performed).toBe(1);
     });
 
+    it("other arguments for work performed whose receipt could not be kept: not 'a person will decide whether it happened'", async () => {
+      const ledger = await db.open({ maxResultBytes: 100 });
+      let performed = 0;
+      const bloated = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string; blob: string }>({
+          type: "test.bloated.args",
+          capabilities: {},
+          async execute() {
+            performed += 1;
+            return { id: "n1", blob: "y".repeat(500) };
+          },
+        }),
+      };
+      const tool = guard(ledger, bloated, { tenant: "acme" });
+      expect(await tool({ noteId: `big-args-${dialect}`, text: "x" }, call)).toMatchObject({
+        status: "pending_verification",
+      });
+      const other = await tool({ noteId: `big-args-${dialect}`, text: "y" }, call);
+      // Before: "was already attempted with different arguments, and a person will decide whether it happened".
+      expect(other, JSON.stringify(other)).toMatchObject({ status: "refused", operationId: expect.any(String) });
+      expect(other.message).toMatch(
+        /was already performed with different arguments \(its result could not be recorded; a person will record it\)/,
+      );
+      expect(other.message).not.toMatch(/whether it happened/);
+      expect(performed).toBe(1);
+    });
+
     it("done, its recording delayed: the status tool reads it being performed or recorded, not another attempt", async () => {
       // The completion's write fails, so the row stays running under this call's lease until
       // reconciliation. Before: the status tool read "another attempt of it is in progress", a

@@ -17,7 +17,9 @@ import { InvalidTransitionError, InvalidValueError } from "./errors.js";
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
+import { performedProof } from "./runner.js";
 import { STATUSES, type Status } from "./schema.js";
+import type { Row } from "./store.js";
 import type { LedgerStats, ListFilter } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
@@ -73,7 +75,9 @@ export class LedgerAdmin {
   /**
    * A person's verdict on a `needs_review` operation: it happened (`succeeded`) or it did not and
    * must not be retried (`failed`). The verdict (who, why, evidence) is stored apart from the
-   * receipt and the provider reference, which keep what the provider gave.
+   * receipt and the provider reference, which keep what the provider gave. `failed` is refused
+   * (`InvalidTransitionError`) on an operation whose effect is known to have happened (its
+   * receipt came back but could not be stored): only `succeeded` agrees with that proof.
    */
   async resolve(verdict: Resolve): Promise<Operation> {
     const context = this.#context;
@@ -84,6 +88,7 @@ export class LedgerAdmin {
     const row = await context.find(verdict);
     context.checkSeen(row, verdict, verdict.outcome);
     if (row.status !== "needs_review") throw new InvalidTransitionError(row.id, row.status, verdict.outcome);
+    if (verdict.outcome === "failed") refuseIfPerformed(row, "failed");
     const receipt =
       verdict.outcome === "succeeded" && verdict.receipt !== undefined
         ? await this.#checkedReceipt(row.action, row.id, verdict.receipt)
@@ -101,7 +106,9 @@ export class LedgerAdmin {
       completed: true,
       retentionMs: context.settings.retentionMs,
       alert: false,
-      ...(verdict.seen && { unchangedSince: { updatedAt: verdict.seen.updatedAt, checks: verdict.seen.checks } }),
+      // The row as checked above (the person's view, when given, is that row): a proof that came
+      // since, which would refuse a "failed", must not be overwritten by it.
+      unchangedSince: { updatedAt: row.updated_at, checks: row.checks },
       resolution_json: JSON.stringify(resolution),
       ...(verdict.outcome === "succeeded"
         ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
@@ -123,14 +130,8 @@ export class LedgerAdmin {
     context.checkSeen(row, verdict, "pending");
     if (!["needs_review", "failed", "unknown"].includes(row.status))
       throw new InvalidTransitionError(row.id, row.status, "pending");
-    // Parked because its receipt could not be stored: the effect happened, so running it again
-    // repeats it. A person resolves it (succeeded, with the receipt they find at the provider).
-    if ((JSON.parse(row.error_json ?? "null") as StoredError | null)?.kind === "invalid_result")
-      throw new InvalidTransitionError(
-        row.id,
-        `${row.status}: its effect happened (the receipt could not be stored); resolve it as succeeded`,
-        "pending",
-      );
+    // Running it again would repeat an effect known to have happened.
+    refuseIfPerformed(row, "pending");
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await context.store.transition(row, "pending", {
       actor: verdict.actor,
@@ -141,7 +142,7 @@ export class LedgerAdmin {
       resolution_json: null,
       reopened: true,
       alert: false,
-      ...(verdict.seen && { unchangedSince: { updatedAt: verdict.seen.updatedAt, checks: verdict.seen.checks } }),
+      unchangedSince: { updatedAt: row.updated_at, checks: row.checks }, // the row as checked above
     });
     if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
     return toOperation(back);
@@ -212,6 +213,23 @@ export class LedgerAdmin {
     }
     return parseArgs(schema, receipt, "receipt");
   }
+}
+
+/**
+ * Refuses a decision that the effect did not happen (`to`: "failed", or "pending" to run it again)
+ * on an operation known to have performed it: its receipt came back but could not be stored
+ * (`knownPerformed`, the runner's own test). A person resolves it as succeeded, with the receipt
+ * they find at the provider or their evidence.
+ */
+function refuseIfPerformed(row: Row, to: Status): void {
+  const proof = performedProof(row);
+  if (!proof) return;
+  const by = proof.performedBy?.length ? ` (attempt ${proof.performedBy.join(" and ")})` : "";
+  throw new InvalidTransitionError(
+    row.id,
+    `${row.status}: its effect happened${by}, but the receipt could not be stored (${proof.reason.slice(0, 200)}); resolve it as succeeded, with the receipt or evidence you find at the provider`,
+    to,
+  );
 }
 
 /** A misspelt status would list nothing, which reads as "none of those": say it instead. */

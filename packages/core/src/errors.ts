@@ -40,6 +40,11 @@ export class ArgsMismatchError extends IdemError {
     readonly action: string,
     /** Where the operation made with the stored args is: done, failed, or not settled yet. */
     readonly status?: Status,
+    /**
+     * Its effect is known to have happened, though its receipt could not be stored (`needs_review`:
+     * a person records it, nobody decides whether it happened).
+     */
+    readonly performed: boolean = false,
   ) {
     super(
       "ARGS_MISMATCH",

@@ -10,6 +10,12 @@ export interface StoredError {
   readonly providerRequestId?: string;
   /** False when a replay with the same key can only repeat this answer (see Classification). */
   readonly replayable?: boolean;
+  /**
+   * `invalid_result` only: the attempts whose own requests took effect with a receipt that could
+   * not be stored (absent when a lookup found the effect: that may be any attempt's). Two
+   * attempts here are two effects (a person is alerted); one attempt's write retried is one.
+   */
+  readonly performedBy?: readonly number[];
 }
 
 /**

@@ -37,7 +37,8 @@ import {
   type Snapshot,
 } from "./policy.js";
 import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
-import type { Address, Outcome, Peek, Row, Store } from "./store.js";
+import type { Status } from "./schema.js";
+import type { Address, Outcome, Peek, Row, Store, TransitionPatch } from "./store.js";
 import type { Tracing } from "./tracing.js";
 
 export interface RunnerSettings {
@@ -259,7 +260,7 @@ export class Runner {
       );
     if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) {
       const action = (await this.store.findById(call.tenant, snap.id))?.action ?? call.action.type;
-      throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action, snap.status);
+      throw new ArgsMismatchError(snap.id, snap.args_hash, call.args.hash, action, snap.status, knownPerformed(snap));
     }
     // Settled: its outcome, to every caller (decide's first rule; an Outcome holds nothing else).
     if (isSettled(snap)) return { done: replayOf<R>(snap) };
@@ -475,14 +476,12 @@ export class Runner {
         } else if (call.args.kind === "given" && row.args_hash !== null && row.args_hash !== call.args.hash) {
           // Other args were fixed after our snapshot (a holder whose lease had run out wrote them
           // late): ours must not go out under this key. What that holder sent is not known.
-          const moved = await this.durably(call, () =>
-            this.store.move(row, "unknown", {
-              actor: call.actor,
-              reason: `attempt ${row.attempt - 1} stored other args after this caller read the operation; its outcome is unknown`,
-              checkAfterMs: 0,
-              checks: row.checks,
-            }),
-          );
+          const moved = await this.moveDurably(call, row, "unknown", {
+            actor: call.actor,
+            reason: `attempt ${row.attempt - 1} stored other args after this caller read the operation; its outcome is unknown`,
+            checkAfterMs: 0,
+            checks: row.checks,
+          });
           if (!moved) return { step: await this.fenced(call, row, "unknown", "args", { sent: false }) };
           throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, call.action.type, "unknown");
         }
@@ -555,17 +554,15 @@ export class Runner {
     // Only this process knows how the attempt ended (not sent, refused): a brief outage of the
     // ledger must not leave the row running, to be read after its lease as "may have committed".
     if (to === "failed") {
-      const done = await this.durably(call, () =>
-        this.store.move(row, "failed", {
-          actor: call.actor,
-          reason: cls.reason,
-          error_json: JSON.stringify(error),
-          completed: true,
-          retentionMs: call.settings.retentionMs,
-          ...(error.alert && { alert: true }),
-          noExecutionSince: row.last_execution_at,
-        }),
-      );
+      const done = await this.moveDurably(call, row, "failed", {
+        actor: call.actor,
+        reason: cls.reason,
+        error_json: JSON.stringify(error),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
+        ...(error.alert && { alert: true }),
+        noExecutionSince: row.last_execution_at,
+      });
       if (done) return { done: failed(done, error, false) };
       const late = await this.lateEndDuring(call, row, "needs_review", cls.reason, error);
       return late ?? this.fenced(call, row, "failed", cls.reason);
@@ -577,19 +574,17 @@ export class Runner {
       to === "pending"
         ? Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed))
         : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
-    const moved = await this.durably(call, () =>
-      this.store.move(row, to, {
-        actor: call.actor,
-        reason: `${cls.kind}: ${cls.reason}`,
-        error_json: JSON.stringify(error),
-        checkAfterMs,
-        // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
-        ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
-        // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
-        ...(error.alert && { alert: true }),
-        ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
-      }),
-    );
+    const moved = await this.moveDurably(call, row, to, {
+      actor: call.actor,
+      reason: `${cls.kind}: ${cls.reason}`,
+      error_json: JSON.stringify(error),
+      checkAfterMs,
+      // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
+      ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
+      // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
+      ...(error.alert && { alert: true }),
+      ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
+    });
     if (!moved) {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
       return late ?? this.fenced(call, row, to, cls.reason, { sent });
@@ -640,15 +635,13 @@ export class Runner {
       call.action.validate?.(made);
     } catch (error) {
       const err: StoredError = { kind: "rejected", reason: describeError(error) };
-      const done = await this.durably(call, () =>
-        this.store.move(row, "failed", {
-          actor: call.actor,
-          reason: `rejected before send: ${err.reason}`,
-          error_json: JSON.stringify(err),
-          completed: true,
-          retentionMs: call.settings.retentionMs,
-        }),
-      );
+      const done = await this.moveDurably(call, row, "failed", {
+        actor: call.actor,
+        reason: `rejected before send: ${err.reason}`,
+        error_json: JSON.stringify(err),
+        completed: true,
+        retentionMs: call.settings.retentionMs,
+      });
       if (!done) return this.fenced(call, row, "failed", err.reason);
       return { done: failed(done, err, false) };
     }
@@ -708,7 +701,7 @@ export class Runner {
       checkSize("result", json, call.settings.maxResultBytes, row.id);
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
-      await this.unstorable(call, row, describeError(error));
+      await this.unstorable(call, row, describeError(error), performed);
       // Named by its operation, as the too large one is: the effect happened, the caller must know which.
       if (error instanceof PayloadTooLargeError) throw error;
       throw error instanceof InvalidValueError
@@ -726,40 +719,66 @@ export class Runner {
   /**
    * Parks an operation whose effect happened but whose receipt cannot be stored (too large, not
    * JSON) for a person, with the proof on the row (error kind `invalid_result`: `knownPerformed`,
-   * and admin.retry refuses to run it again). Our row first; if another attempt or the daemon
-   * moved it meanwhile, the row as it is now, whatever is not yet proven by a receipt:
+   * and a person's retry or "failed" is refused). `performed`: the receipt is our own request's
+   * (execute answered), not a lookup's finding; the proof names its attempt (`performedBy`). Our
+   * row first; if another attempt or the daemon moved it meanwhile, the row as it is now, whatever
+   * is not yet proven by a receipt:
    * - pending, unknown, or running under a later attempt (looking it up, or sending too): left as
    *   it was, it would run again; a holder is fenced off as a receipt fences it (`fenced`), so its
    *   later end cannot replace the proof;
    * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened;
    * - needs_review (parked for a person): the proof added, alerted, and its version moved, so a
-   *   decision taken on a view from before it is refused.
+   *   decision taken on a view from before it is refused;
+   * - needs_review with another attempt's proof of its own request's effect: ours is a second
+   *   effect (unless the provider deduped it onto the first), said and alerted as one. A proof
+   *   naming our attempt is ours already; a lookup's finding may be this very effect.
    * A row settled `succeeded` keeps its receipt (this one may describe the same effect): the
-   * refused proof goes to its history. Each move is retried through a brief outage (`durably`).
+   * refused proof goes to its history. Each move is retried through a brief outage (`moveDurably`).
    */
-  private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string): Promise<void> {
+  private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string, performed: boolean): Promise<void> {
+    const proof: StoredError = {
+      kind: "invalid_result",
+      reason: why,
+      ...(performed && { performedBy: [row.attempt] }),
+    };
     const patch = {
       actor: call.actor,
       reason: `the effect happened but its receipt cannot be stored: ${why}`,
       alert: true,
-      error_json: JSON.stringify({ kind: "invalid_result", reason: why } satisfies StoredError),
+      error_json: JSON.stringify(proof),
       executionEnded: true,
     };
-    const mine = await this.durably(call, () => this.store.move(row, "needs_review", patch)).catch(() => undefined);
+    const mine = await this.moveDurably(call, row, "needs_review", patch).catch(() => undefined);
     if (mine) return;
     for (let look = 1; look <= 5; look++) {
       const now = await this.store.findById(call.tenant, row.id).catch(() => undefined);
-      if (!now || knownPerformed(now) || now.status === "succeeded") return this.noteUnstorable(call, row, now, why);
+      if (!now || now.status === "succeeded") return this.noteUnstorable(call, row, now, why);
+      // Written on the row as read: a change since (another proof, a person) is read again.
+      const asRead = { unchangedSince: { updatedAt: now.updated_at, checks: now.checks } };
+      const earlier = performedProof(now);
+      if (earlier) {
+        const by = earlier.performedBy ?? [];
+        if (performed && by.includes(row.attempt)) return; // our own proof
+        if (!performed || by.length === 0 || dedupedOntoFirst(call.action, row))
+          return this.noteUnstorable(call, row, now, why);
+        const twice = await this.moveDurably(call, now, "needs_review", {
+          ...patch,
+          ...asRead,
+          reason: `two effects: attempt ${row.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s; neither receipt could be stored (${why.slice(0, 200)}); a person must check the provider`,
+          error_json: JSON.stringify({ ...earlier, performedBy: [...by, row.attempt] } satisfies StoredError),
+        }).catch(() => undefined);
+        if (twice) return;
+        continue;
+      }
       // Still ours: the ledger failed for a lease (the caller's error names the operation).
       if (now.status === "running" && now.attempt === row.attempt) return;
       const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
-      const moved = await this.durably(call, () =>
-        this.store.move(now, "needs_review", {
-          ...patch,
-          reason: `attempt ${row.attempt}: ${patch.reason}${held}`,
-          ...(now.status === "failed" && { reopened: true }),
-        }),
-      ).catch(() => undefined);
+      const moved = await this.moveDurably(call, now, "needs_review", {
+        ...patch,
+        ...asRead,
+        reason: `attempt ${row.attempt}: ${patch.reason}${held}`,
+        ...(now.status === "failed" && { reopened: true }),
+      }).catch(() => undefined);
       if (moved) return;
     }
     return this.noteUnstorable(call, row, await this.store.findById(call.tenant, row.id).catch(() => undefined), why);
@@ -841,12 +860,13 @@ export class Runner {
    * thrown. Every write retried is conditioned as it was (status, attempt), so a retry after
    * another attempt took over matches nothing. The first try runs outside p-retry: setting it up
    * (options, an abort signal) cost about 5 % of a call's CPU, for a write that nearly always
-   * succeeds at once.
+   * succeeds at once. `unanswered` is set once a try failed: it may have committed all the same.
    */
-  private durably<A, R, T>(call: Call<A, R>, write: () => Promise<T>): Promise<T> {
+  private durably<A, R, T>(call: Call<A, R>, write: () => Promise<T>, unanswered?: { failed: boolean }): Promise<T> {
     const started = performance.now();
     return write().catch((error: unknown) => {
       if (!(error instanceof LedgerUnavailableError)) throw error;
+      if (unanswered) unanswered.failed = true;
       // p-retry's first attempt is the one that just failed: it waits before the second.
       let retrying = false;
       const again = () => {
@@ -863,6 +883,33 @@ export class Runner {
         shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
       });
     });
+  }
+
+  /**
+   * `store.move`, retried through a brief outage (`durably`). A try whose answer was lost may have
+   * committed, and then the retry matches nothing: the row is already where the move put it. The
+   * row found in exactly that state (`to` at the attempt it was written on, with this reason and
+   * actor) is the move's own answer, as if it had arrived: no other writer leaves that state. A
+   * status at an attempt is written only by the call holding that attempt or by one that read the
+   * row at it (each write conditioned on the row as read), each with a reason of its own (naming
+   * its attempt, a person's verdict, a lookup's finding), and a takeover changes the attempt.
+   * Without it a caller read its own end as another's ("moved meanwhile", "failed earlier, not
+   * tried again") and stopped retrying. A move that keeps the status (a proof added, a second
+   * effect alerted) is conditioned on the row as read (`unchangedSince`), so that a retry after
+   * its commit matches nothing instead of writing it twice.
+   */
+  private async moveDurably<A, R>(call: Call<A, R>, row: Row, to: Status, patch: TransitionPatch) {
+    const unanswered = { failed: false };
+    const moved = await this.durably(call, () => this.store.move(row, to, patch), unanswered);
+    if (moved || !unanswered.failed) return moved;
+    const now = await this.store.findById(call.tenant, row.id);
+    const own =
+      now !== undefined &&
+      now.status === to &&
+      now.attempt === row.attempt &&
+      now.reason === patch.reason &&
+      now.actor === patch.actor;
+    return own ? { id: now.id, attempt: now.attempt, status: to } : undefined;
   }
 
   /**
@@ -884,18 +931,16 @@ export class Runner {
         "idem.complete",
         { "idem.operation.id": row.id, "idem.attempt": row.attempt },
         () =>
-          this.durably(call, () =>
-            this.store.move(row, "succeeded", {
-              actor: call.actor,
-              reason,
-              result_json: json,
-              error_json: null,
-              ...(!keepVerdict && { resolution_json: null }),
-              completed: true,
-              retentionMs: call.settings.retentionMs,
-              alert,
-            }),
-          ),
+          this.moveDurably(call, row, "succeeded", {
+            actor: call.actor,
+            reason,
+            result_json: json,
+            error_json: null,
+            ...(!keepVerdict && { resolution_json: null }),
+            completed: true,
+            retentionMs: call.settings.retentionMs,
+            alert,
+          }),
       );
     } catch (cause) {
       throw new CompletionNotRecordedError(row.id, row.attempt, receipt, { cause });
@@ -933,16 +978,6 @@ export class Runner {
       const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
         throw unrecorded(error);
       });
-      // Our own completion committed and only its answer was lost (the retry then matched no row):
-      // nothing fenced it, and the caller that performed the effect is not told it was a replay.
-      if (
-        receipt !== undefined &&
-        wanted === "succeeded" &&
-        now?.status === "succeeded" &&
-        now.attempt === mine.attempt &&
-        now.result_json === detail
-      )
-        return { done: succeeded(now, receipt, false) };
       if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
         const cause = new LedgerUnavailableError(
           `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
@@ -965,7 +1000,7 @@ export class Runner {
         })
         .catch((error: unknown) => {
           if (receipt === undefined) throw error;
-          return true;
+          return { updatedAt: now.updated_at }; // not noted: the row as read
         });
       if (!noted) continue; // changed since read: decide on the row as it is now
       // A receipt we hold proves the effect. It settles a row not yet proven (a later attempt's
@@ -1013,13 +1048,13 @@ export class Runner {
         // earlier", and a person hears of the second effect (the row keeps the receipt it
         // replays to every other caller).
         if (now.result_json !== canonicalJson(receipt, "result") && !dedupedOntoFirst(call.action, mine)) {
-          const alerted = await this.durably(call, () =>
-            this.store.move(now, "succeeded", {
-              actor: call.actor,
-              reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
-              alert: true,
-            }),
-          ).catch((error: unknown) => {
+          const alerted = await this.moveDurably(call, now, "succeeded", {
+            actor: call.actor,
+            reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
+            alert: true,
+            // As read and noted: a retry after this committed unseen must not write it twice.
+            unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks },
+          }).catch((error: unknown) => {
             throw unrecorded(error);
           });
           if (alerted || lastLook) return { done: succeeded(mine, receipt, false) };
@@ -1358,11 +1393,18 @@ export function pending<R>(row: Settled, reason: string, performed = false): Run
   };
 }
 
-/** Parked because its receipt could not be stored (`unstorable`): the effect happened (see admin.retry). */
+/**
+ * Parked because its receipt could not be stored (`unstorable`): the effect happened. What every
+ * reader goes by: the runner (a caller is told it was performed, a second such receipt is a second
+ * effect), a mismatch of args, and a person's decision (admin: no retry, no "failed").
+ */
 export function knownPerformed(row: Pick<Row, "status" | "error_json">): boolean {
-  return (
-    row.status === "needs_review" &&
-    row.error_json !== null &&
-    (JSON.parse(row.error_json) as StoredError).kind === "invalid_result"
-  );
+  return performedProof(row) !== undefined;
+}
+
+/** The proof on a row whose effect is known performed (see `knownPerformed`), or undefined. */
+export function performedProof(row: Pick<Row, "status" | "error_json">): StoredError | undefined {
+  if (row.status !== "needs_review" || row.error_json === null) return undefined;
+  const error = JSON.parse(row.error_json) as StoredError;
+  return error.kind === "invalid_result" ? error : undefined;
 }

@@ -823,7 +823,11 @@ export class Store {
     );
   }
 
-  /** Appends an event that did not change the row (a fenced-off completion) to its history. */
+  /**
+   * Appends an event that did not change the row (a fenced-off completion) to its history. Returns
+   * the row's version after it (`updated_at`, which an ended execution moves), or undefined when
+   * the row was not as `unchanged` asked.
+   */
   async recordEvent(
     row: Row,
     e: {
@@ -832,10 +836,10 @@ export class Store {
       reason: string;
       to: Status;
       executionEnded?: boolean;
-      /** Only if the row is still as `row` was read (status, attempt, updated_at): false otherwise. */
+      /** Only if the row is still as `row` was read (status, attempt, updated_at): undefined otherwise. */
       unchanged?: boolean;
     },
-  ): Promise<boolean> {
+  ): Promise<{ updatedAt: number } | undefined> {
     const json = eventJson(row, e);
     const res = await this.guard(
       row.id,
@@ -863,9 +867,10 @@ export class Store {
             .where("attempt", "=", row.attempt)
             .where("updated_at", "=", row.updated_at),
         )
+        .returning("updated_at")
         .executeTakeFirst(),
     );
-    return Number(res.numUpdatedRows) === 1;
+    return res && { updatedAt: Number(res.updated_at) };
   }
 
   /** The database time, or just after `column`'s value when that is not earlier: a time that strictly increases. */

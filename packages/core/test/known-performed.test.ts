@@ -1,0 +1,234 @@
+/**
+ * An operation whose effect is known performed: a receipt came back but could not be stored (too
+ * large), so the row waits for a person with the proof on it (error kind `invalid_result`). What
+ * a person may decide, what another caller is told, and what a second such receipt means.
+ */
+import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ArgsMismatchError, defineAction, InvalidTransitionError, type Ledger } from "@idem/core";
+import { DIALECTS } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+
+/** Every receipt is over `maxResultBytes: 50`: the effect happens, its receipt cannot be stored. */
+function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
+  const effects: { key: string; id: string }[] = [];
+  let calls = 0;
+  let gate: { until: Promise<void>; commit: "before" | "after" } | undefined;
+  let open: () => void = () => {};
+  type Receipt = { id: string; pad: string };
+  const execute = async (_args: { to: string }, op: { key: string }): Promise<Receipt> => {
+    calls += 1;
+    const g = gate;
+    gate = undefined; // only the next call waits
+    if (g?.commit === "after") await g.until; // the request is out, the provider commits when released
+    const id = `obj_${effects.length + 1}`;
+    effects.push({ key: op.key, id });
+    if (g?.commit === "before") await g.until; // committed; the answer comes when released
+    return { id, pad: "x".repeat(200) };
+  };
+  const action = capabilities.lookup
+    ? defineAction<{ to: string }, Receipt>({
+        type,
+        capabilities: { lookup: true },
+        execute,
+        reconcile: async (_args, op) =>
+          effects.some((e) => e.key === op.key)
+            ? { found: true as const, receipt: { id: "found", pad: "x".repeat(200) } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+      })
+    : defineAction<{ to: string }, Receipt>({ type, capabilities: {}, execute });
+  return {
+    action,
+    effects,
+    calls: () => calls,
+    /** The next execute waits for `release`, before the provider commits it or after. */
+    hold: (commit: "before" | "after") => {
+      gate = { until: new Promise<void>((r) => (open = r)), commit };
+    },
+    release: () => open(),
+  };
+}
+
+async function until(cond: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await sleep(5);
+  }
+}
+
+for (const dialect of DIALECTS) {
+  describe(`an effect known performed on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    /** One call whose effect happened with a receipt too large to store: the row parked with the proof. */
+    async function parked(type: string) {
+      const p = bloatedProvider(type);
+      const ledger: Ledger = await db.open({ maxResultBytes: 50, actions: [p.action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      await expect(ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } })).rejects.toMatchObject({
+        name: "PayloadTooLargeError",
+      });
+      const [op] = await ledger.admin.list({ tenant });
+      expect(op).toMatchObject({ status: "needs_review", error: { kind: "invalid_result" } });
+      return { p, ledger, tenant, op: op! };
+    }
+
+    it("a person's 'it did not happen' contradicts the proof: refused with the operation and why; 'it happened' is taken", async () => {
+      const { p, ledger, tenant, op } = await parked("known.resolve");
+      const reason = "nothing in the dashboard";
+      const refused = await ledger.admin
+        .resolve({ tenant, id: op.id, actor: "alice", reason, outcome: "failed", seen: op })
+        .catch((e: unknown) => e);
+      // Before: accepted, and every caller read "failed" for an effect that happened.
+      expect(refused).toBeInstanceOf(InvalidTransitionError);
+      expect(refused).toMatchObject({
+        operationId: op.id,
+        to: "failed",
+        message: expect.stringMatching(/effect happened.*receipt could not be stored.*resolve it as succeeded/),
+      });
+      // The same refusal as a retry's, from the same predicate.
+      await expect(ledger.admin.retry({ tenant, id: op.id, actor: "alice", reason, seen: op })).rejects.toMatchObject({
+        name: "InvalidTransitionError",
+        operationId: op.id,
+        to: "pending",
+      });
+      expect((await ledger.get({ tenant, id: op.id })).operation).toMatchObject({
+        status: "needs_review",
+        updatedAt: op.updatedAt,
+      });
+      const resolved = await ledger.admin.resolve({
+        tenant,
+        id: op.id,
+        actor: "alice",
+        reason: "found it",
+        evidence: "obj_1 in the dashboard",
+        outcome: "succeeded",
+        seen: op,
+      });
+      expect(resolved).toMatchObject({ status: "succeeded", resolution: { outcome: "succeeded" } });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("other args for it: the mismatch says the effect is known performed", async () => {
+      const { p, ledger, tenant, op } = await parked("known.args");
+      const err = await ledger.run(p.action, { tenant, key: ["k"], args: { to: "y" } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ArgsMismatchError);
+      // Before: only the status, which a reader takes for "a person will decide whether it happened".
+      expect(err).toMatchObject({ operationId: op.id, status: "needs_review", performed: true });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("other args for an operation a person decides without a proof: not known performed", async () => {
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "known.args.unknown",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("timeout after the request was sent");
+        },
+      });
+      const ledger: Ledger = await db.open({ actions: [action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      expect(await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+        state: "needs_review",
+      });
+      const err = await ledger.run(action, { tenant, key: ["k"], args: { to: "y" } }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ name: "ArgsMismatchError", status: "needs_review", performed: false });
+    });
+
+    it("two receipts that could not be stored, from two attempts: a second effect, alerted as one", async () => {
+      // Attempt 1's request is out past its lease; a lookup finds nothing yet (pending); attempt 3
+      // sends and its receipt cannot be stored (parked, alerted, the alert delivered); then attempt
+      // 1's answer comes, its receipt too large as well. Before: only noted in the history, no alert.
+      let now = Date.now();
+      const p = bloatedProvider("known.two", { lookup: true });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        maxResultBytes: 50,
+        actions: [p.action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      p.hold("after");
+      const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => p.calls() === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      const stop = new AbortController();
+      stop.abort(); // a stopping daemon: it looks up but sends nothing
+      expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+        state: "pending",
+      });
+      await expect(ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } })).rejects.toMatchObject({
+        name: "PayloadTooLargeError",
+      });
+      const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+      expect(parkedOp).toMatchObject({ status: "needs_review", attempt: 3, error: { kind: "invalid_result" } });
+      await ledger.daemon.ackAlert(parkedOp); // the daemon delivered the parking's alert
+      expect((await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id)).not.toContain(op!.id);
+      p.release(); // attempt 1's request took effect too; its receipt cannot be stored either
+      expect(await first).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(p.effects, story).toHaveLength(2);
+      expect(after.operation, story).toMatchObject({ status: "needs_review", error: { kind: "invalid_result" } });
+      expect(after.operation.reason, story).toMatch(/^two effects: attempt 1's request took effect/);
+      expect(
+        (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+        story,
+      ).toContain(op!.id);
+      // Still known performed: nobody may run it again or call it not done.
+      await expect(
+        ledger.admin.resolve({
+          tenant,
+          id: op!.id,
+          actor: "alice",
+          reason: "no",
+          outcome: "failed",
+          seen: after.operation,
+        }),
+      ).rejects.toMatchObject({ name: "InvalidTransitionError" });
+      expect(await ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+        state: "needs_review",
+        performed: true,
+      });
+    });
+
+    it("a lookup's receipt that could not be stored, then the request's own: one effect, not alerted as two", async () => {
+      // Attempt 1's request is out past its lease; the daemon's lookup (attempt 2) finds its effect,
+      // whose receipt cannot be stored (parked). Attempt 1's own receipt is the same effect.
+      let now = Date.now();
+      const p = bloatedProvider("known.found", { lookup: true });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        maxResultBytes: 50,
+        actions: [p.action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      p.hold("before");
+      const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => p.effects.length === 1); // committed; the answer is held
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      await expect(ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).rejects.toMatchObject({
+        name: "PayloadTooLargeError",
+      });
+      const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+      expect(parkedOp).toMatchObject({ status: "needs_review", attempt: 2, error: { kind: "invalid_result" } });
+      await ledger.daemon.ackAlert(parkedOp);
+      p.release();
+      expect(await first).toMatchObject({ name: "PayloadTooLargeError" });
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(p.effects, story).toHaveLength(1);
+      expect(after.operation.reason, story).not.toMatch(/two effects/);
+      expect(
+        (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+        story,
+      ).not.toContain(op!.id);
+    });
+  });
+}
