@@ -4,9 +4,9 @@
  * .ts/.js file, or built-in providers with credentials taken from the environment), the alert
  * sinks and the thresholds. Validated with zod; an error names the bad field.
  */
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { IdemError, type Action } from "@idem/core";
@@ -77,6 +77,29 @@ export function webhookUrlProblem(url: string): string | undefined {
   return undefined;
 }
 
+/**
+ * What the email provider trusts of a server's certificate, which is always verified (no option
+ * turns that off): `caFile`, a PEM file of the private CA that signed it (or the server's own
+ * self-signed certificate), relative to the config file's directory; `servername`, the name the
+ * certificate carries when it is not `host`; `minVersion`. Default: Node's public CAs.
+ */
+const emailTls = z.strictObject(
+  {
+    caFile: z.string().min(1).optional(),
+    servername: z
+      .string()
+      .regex(/^[A-Za-z0-9.-]+$/, "must be a host name (the name the server's certificate carries)")
+      .optional(),
+    minVersion: z.enum(["TLSv1.2", "TLSv1.3"]).optional(),
+  },
+  {
+    error: (issue) =>
+      issue.code === "unrecognized_keys"
+        ? `unknown option ${issue.keys.join(", ")}: the server's certificate is always verified; trust a private CA (or the server's self-signed certificate) with caFile`
+        : undefined,
+  },
+);
+
 /** An IMAP account (the sender's, a journal's): its login from the environment. */
 const imapServer = z
   .object({
@@ -85,6 +108,7 @@ const imapServer = z
     secure: z.boolean().optional(),
     /** Log in only over TLS (STARTTLS when not `secure`): default true; false only for a server without TLS (loopback). */
     requireTLS: z.boolean().optional(),
+    tls: emailTls.optional(),
     userEnv: envName,
     passEnv: envName,
   })
@@ -142,7 +166,8 @@ const schema = z
           .optional(),
         email: z
           .object({
-            smtp: smtpServer,
+            // Not the alert sink's smtp: its client (alerts.ts) takes no trust options.
+            smtp: smtpServer.extend({ tls: emailTls.optional() }),
             imap: imapServer,
             from: z.string().email(),
             copy: z.enum(["provider-saves", "journal", "append"]),
@@ -385,11 +410,20 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
             },
           }
         : {};
+    const tlsOf = (t: z.infer<typeof emailTls> | undefined, at: string) =>
+      t && {
+        tls: {
+          ...(t.caFile !== undefined && { ca: caFile(config.source, t.caFile, `${at}.caFile`) }),
+          ...(t.servername !== undefined && { servername: t.servername }),
+          ...(t.minVersion !== undefined && { minVersion: t.minVersion }),
+        },
+      };
     const imapOf = (i: NonNullable<typeof e.journalImap>, at: string) => ({
       host: i.host,
       port: i.port,
       secure: i.secure ?? false,
       ...(i.requireTLS !== undefined && { requireTLS: i.requireTLS }),
+      ...tlsOf(i.tls, `${at}.tls`),
       auth: { user: secret(i.userEnv, `${at}.userEnv`), pass: secret(i.passEnv, `${at}.passEnv`) },
     });
     const imap = imapOf(e.imap, "providers.email.imap");
@@ -411,6 +445,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
           port: e.smtp.port,
           secure: e.smtp.secure ?? false,
           ...(e.smtp.requireTLS !== undefined && { requireTLS: e.smtp.requireTLS }),
+          ...tlsOf(e.smtp.tls, "providers.email.smtp.tls"),
           ...smtpAuth,
         },
         imap,
@@ -525,6 +560,24 @@ export async function importOptional<M>(
       { cause },
     );
   }
+}
+
+/**
+ * The PEM certificates in `file` (a CA's, for an email server's TLS), relative to the config
+ * file's directory (the working directory for a config given inline); a ConfigError naming
+ * `field` when it cannot be read or holds no certificate.
+ */
+function caFile(source: string, file: string, field: string): string {
+  const path = resolve(existsSync(source) ? dirname(source) : process.cwd(), file);
+  let pem: string;
+  try {
+    pem = readFileSync(path, "utf8");
+  } catch (cause) {
+    throw new ConfigError(`invalid config: ${field}: cannot read ${path}: ${(cause as Error).message}`, { cause });
+  }
+  if (!pem.includes("-----BEGIN CERTIFICATE-----"))
+    throw new ConfigError(`invalid config: ${field}: ${path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`);
+  return pem;
 }
 
 export function secret(name: string, field: string): string {

@@ -348,6 +348,10 @@ export class Runner {
     // of its row recorded that end as the last execution); inconclusive checks do not restart it.
     const lastAttemptAt = row.last_execution_at ?? row.created_at;
     let found: ReconcileResult<R>;
+    // A lookup refused for good (its error classified with `alert` by the action: a credential
+    // revoked, a server certificate not trusted) fails every later check the same way: a person
+    // must hear of it now, though the outcome stays unknown (the daemon's check_refused alert).
+    let refused = false;
     try {
       // A lookup has no effect to lose: one that outlasts the call's time budget (a client with no
       // timeout, a signal ignored) is given up; its heartbeat would otherwise hold the lease forever.
@@ -355,7 +359,12 @@ export class Runner {
       found = await this.withLease(
         call,
         mine,
-        (ctx) => givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms).then(verdictOf),
+        (ctx) =>
+          givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms).then(verdictOf, (error: unknown) => {
+            const cls = safeClassify(call.action, error, ctx);
+            refused = (cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert === true;
+            throw error;
+          }),
         lastAttemptAt,
       );
     } catch (error) {
@@ -425,6 +434,7 @@ export class Runner {
       reason: `inconclusive: ${found.reason}`,
       checkAfterMs,
       checks: row.checks + 1,
+      ...(refused && { alert: true }),
     });
     return still
       ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) }

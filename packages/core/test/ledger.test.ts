@@ -530,6 +530,40 @@ for (const dialect of DIALECTS) {
       expect(alerts.filter((a) => a.tenant === tenant)).toMatchObject([{ status: "unknown" }]);
     });
 
+    it("a lookup refused for good (its error classified with an alert: a credential revoked) leaves the outcome unknown, with an alert; a lookup that merely failed, none", async () => {
+      const revoked = Object.assign(new Error("401 token revoked"), { status: 401 });
+      const failing = new Map<string, Error>();
+      const mail = defineAction({
+        type: "mail.lookup-refused",
+        capabilities: LOOKUP,
+        execute: async (): Promise<{ ok: boolean }> => {
+          throw new Error("timeout after DATA");
+        },
+        classify: (e) =>
+          (e as { status?: number }).status === 401
+            ? { kind: "permanent", reason: "401 token revoked", alert: true }
+            : { kind: "ambiguous", reason: (e as Error).message },
+        reconcile: async (_args, op) => {
+          throw failing.get(op.id) ?? new Error("no failure set");
+        },
+      });
+      const ledger = await db.open({ budget: { attempts: 1 }, actions: [mail] });
+      const tenant = uniqueTenant();
+      const refused = await ledger.run(mail, { tenant, key: ["refused"], args: { to: "x" } });
+      const down = await ledger.run(mail, { tenant, key: ["down"], args: { to: "x" } });
+      expect([refused, down]).toMatchObject([{ state: "unknown" }, { state: "unknown" }]);
+      failing.set(refused.operationId, revoked);
+      failing.set(down.operationId, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+      for (const op of [refused, down])
+        expect(await ledger.daemon.settle({ tenant, id: op.operationId })).toMatchObject({
+          status: "pending_verification",
+          state: "unknown",
+        });
+      // Every ledger's alerts (other tests' too): the refused lookup's among them, not the other's.
+      const alerts = (await ledger.daemon.alertsDue({ limit: 100_000 })).filter((a) => a.tenant === tenant);
+      expect(alerts).toMatchObject([{ id: refused.operationId, status: "unknown" }]);
+    });
+
     it("a caller that gives up during a lookup: run rejects with its reason, and the row keeps its count of checks", async () => {
       let looking!: () => void;
       const lookupStarted = new Promise<void>((r) => (looking = r));

@@ -39,6 +39,7 @@ import {
   sentPlace,
 } from "./email-reference.js";
 import { InvalidMessageError, sendRaw } from "./email-smtp.js";
+import { parseTlsTrust } from "./email-tls.js";
 
 export interface EmailArgs {
   readonly to: string | readonly string[];
@@ -75,6 +76,11 @@ export function emailActions(config: EmailConfig): EmailActions {
     throw new TypeError(
       "email: copy.imap is required in journal mode: the IMAP account the journal address delivers to",
     );
+  // Checked here, not at the first send: a CA given as a file's name, or an option meant to turn
+  // verification off, is a configuration error before anything runs (email-tls.ts).
+  parseTlsTrust(config.smtp.tls, "smtp.tls");
+  parseTlsTrust(config.imap.tls, "imap.tls");
+  if (copy.mode === "journal") parseTlsTrust(copy.imap.tls, "copy.imap.tls");
   /** How today's config makes copies, as a reference records it. */
   const today = copyTerms(config);
   const sentHere = sentPlace(config);

@@ -11,7 +11,7 @@
  * codes alone cannot tell; they decide only for errors that carry no `bodySent`.
  */
 import { neverSent, type Classification } from "@idem/core";
-import { MailboxUnavailableError } from "./email-mailbox.js";
+import { MailboxRefusedError, MailboxUnavailableError } from "./email-mailbox.js";
 import { CopyChangedError } from "./email-reference.js";
 import {
   EnvelopeRefusedError,
@@ -20,6 +20,7 @@ import {
   SendAbortedError,
   bodySentOf,
 } from "./email-smtp.js";
+import { tlsRefusal } from "./email-tls.js";
 
 interface NodemailerError {
   code?: string;
@@ -43,6 +44,17 @@ function tlsRefused(e: NodemailerError): boolean {
 }
 
 export function classifyEmailError(error: unknown): Classification {
+  if (error instanceof MailboxRefusedError) {
+    // The check before sending was refused (the sign-in, or the server's certificate by us), so
+    // nothing was sent; every later check meets the same refusal until a person fixes the config
+    // or the account, as a refused SMTP sign-in. (In a lookup, the same error leaves the outcome
+    // unknown: a refusal alerted, not a verdict.)
+    return {
+      kind: "permanent",
+      reason: `not sent: the check before sending was refused: ${error.message}`,
+      alert: true,
+    };
+  }
   if (error instanceof MailboxUnavailableError) {
     // The check before sending failed, so nothing was sent: retry later with the same Message-ID.
     return { kind: "transient", reason: `pre-send check failed, nothing sent: ${error.message}`, retryAfterMs: 5_000 };
@@ -89,6 +101,13 @@ export function classifyEmailError(error: unknown): Classification {
   if (code !== undefined && code >= 400 && code < 500 && e.command === "STARTTLS")
     return { kind: "transient", reason: `TLS not started, nothing sent: ${what}` };
   if (tlsRefused(e)) return { kind: "permanent", reason: `TLS not started, nothing sent: ${what}`, alert: true };
+  // A certificate we do not trust (or no TLS version in common), at STARTTLS or at the connect of
+  // implicit TLS: nodemailer codes it ESOCKET, the certificate's code in originalCode. Before any
+  // credential or message, and no retry meets another certificate: a configuration to fix
+  // (`smtp.tls`: the server's CA, its name), or a man in the middle.
+  const untrusted = tlsRefusal(error, "the SMTP server");
+  if (untrusted && bodySentOf(error) !== true)
+    return { kind: "permanent", reason: `not sent: ${untrusted}`, alert: true };
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.
     if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };

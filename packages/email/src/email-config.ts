@@ -1,4 +1,5 @@
 /** Configuration of the email actions: SMTP out, IMAP for the copy, and how the copy gets there. */
+import type { TlsTrust } from "./email-tls.js";
 
 export interface ImapConfig {
   readonly host: string;
@@ -13,6 +14,11 @@ export interface ImapConfig {
    * in clear text (a test server on loopback). Ignored with `secure`.
    */
   readonly requireTLS?: boolean;
+  /**
+   * Which server certificates to trust (a private CA's, or the server's self-signed one), as
+   * email-tls.ts says; the certificate is always verified. Default: Node's bundled public CAs.
+   */
+  readonly tls?: TlsTrust;
 }
 
 export interface SmtpConfig {
@@ -30,6 +36,11 @@ export interface SmtpConfig {
    * on loopback). Ignored with `secure`.
    */
   readonly requireTLS?: boolean;
+  /**
+   * Which server certificates to trust (a private CA's, or the server's self-signed one), as
+   * email-tls.ts says; the certificate is always verified. Default: Node's bundled public CAs.
+   */
+  readonly tls?: TlsTrust;
   /** Connection, greeting and socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
   readonly timeoutMs?: number;
 }

@@ -5,11 +5,14 @@
  * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
  * says, never the spelling. One short session per call: these run once per send, not per message
  * read. Without implicit TLS, a session signs in only after STARTTLS unless the config says
- * `requireTLS: false`: with a server that does not offer it, the session fails before any login
- * (MailboxUnavailableError).
+ * `requireTLS: false`: with a server that does not offer it, the session fails before any login.
+ * The server's certificate is verified against the config's `tls` trust (email-tls.ts). A session
+ * that cannot open says why: refused by us or by the server for good (MailboxRefusedError: the
+ * certificate, TLS, the sign-in), or unavailable (MailboxUnavailableError: anything that may pass).
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
+import { tlsOptions, tlsRefusal } from "./email-tls.js";
 
 /** The mailbox could not be reached or read: nothing is known, nothing was sent because of it. */
 export class MailboxUnavailableError extends Error {
@@ -17,6 +20,74 @@ export class MailboxUnavailableError extends Error {
     super(message, options);
     this.name = "MailboxUnavailableError";
   }
+}
+
+/**
+ * The mailbox cannot be reached until a person changes something: we refused the server's TLS (its
+ * certificate not trusted, or no TLS version in common; or a required STARTTLS not offered), or the
+ * server refused the sign-in. Every later session meets the same refusal, so every check before
+ * sending and every lookup fails until then; nothing is known of the mailbox.
+ */
+export class MailboxRefusedError extends MailboxUnavailableError {
+  constructor(
+    message: string,
+    /** What was refused: `tls` (by us: the certificate, the version; or STARTTLS by the server), `sign-in` (by the server). */
+    readonly refused: "tls" | "sign-in",
+    /** The server's response code to the sign-in (`AUTHENTICATIONFAILED`, RFC 5530), or Node's TLS error code. */
+    readonly responseCode?: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = "MailboxRefusedError";
+  }
+}
+
+/**
+ * RFC 5530's codes for a sign-in refused for now, not for good: the server's authentication is
+ * down (UNAVAILABLE), a limit of connections (LIMIT), a lock (INUSE), its own bug (SERVERBUG).
+ */
+const SIGN_IN_NOT_NOW: ReadonlySet<string> = new Set(["UNAVAILABLE", "LIMIT", "INUSE", "SERVERBUG"]);
+
+/**
+ * Why a session could not open, for `where` (the server): refused until a person acts, or
+ * unavailable. Reads imapflow's marks: `tlsFailed` (a STARTTLS that was required and not made),
+ * `authenticationFailed` with the server's `serverResponseCode` (a tagged NO or BAD to the login).
+ */
+function openFailure(cause: unknown, where: string, user: string): MailboxUnavailableError {
+  const e = (cause ?? {}) as {
+    message?: string;
+    code?: string;
+    tlsFailed?: boolean;
+    authenticationFailed?: boolean;
+    serverResponseCode?: string;
+    responseText?: string;
+  };
+  const tls = tlsRefusal(cause);
+  if (tls) return new MailboxRefusedError(`${where}, no login sent: ${tls}`, "tls", e.code, { cause });
+  // Required STARTTLS the server does not offer (or a man in the middle took out of its
+  // capabilities), or data injected before the handshake: no login was sent. Not a handshake cut
+  // off (a socket error's code): that may pass.
+  if (e.tlsFailed && (e.code === undefined || e.code === "STARTTLS_INJECTION"))
+    return new MailboxRefusedError(
+      `${where} would not start TLS (requireTLS), no login sent: ${e.message ?? "no reason given"}`,
+      "tls",
+      e.code,
+      { cause },
+    );
+  if (e.tlsFailed)
+    return new MailboxUnavailableError(`${where} would not start TLS (requireTLS), no login sent: ${e.message}`, {
+      cause,
+    });
+  const code = e.serverResponseCode;
+  if (e.authenticationFailed && !(code !== undefined && SIGN_IN_NOT_NOW.has(code)))
+    return new MailboxRefusedError(
+      `${where} refused the sign-in of ${user} (${code ?? "no code"}: ${e.responseText ?? e.message ?? "no text"}): fix the credentials`,
+      "sign-in",
+      code,
+      { cause },
+    );
+  const why = e.authenticationFailed ? `refused the sign-in for now (${code})` : "unreachable";
+  return new MailboxUnavailableError(`${where} ${why}: ${e.message ?? String(cause)}`, { cause });
 }
 
 export interface FoundMessage {
@@ -128,6 +199,9 @@ export class Mailbox {
       // middle) that does not offer it gets the login in clear text. imapflow refuses it with
       // implicit TLS, which needs none.
       ...(!secure && (this.imap.requireTLS ?? true) && { doSTARTTLS: true }),
+      // The trust the config gives (its CA, name, version), for STARTTLS and implicit TLS alike;
+      // only those three keys (tlsOptions), so verification stays on.
+      tls: tlsOptions(this.imap.tls),
       auth: { user: this.imap.auth.user, pass: this.imap.auth.pass },
       logger: false,
       connectionTimeout: 10_000,
@@ -138,12 +212,7 @@ export class Mailbox {
     try {
       await client.connect();
     } catch (cause) {
-      // imapflow marks a STARTTLS that was required and not started: no login was sent.
-      const why = (cause as { tlsFailed?: boolean }).tlsFailed
-        ? "would not start TLS (requireTLS), no login sent"
-        : "unreachable";
-      const where = `IMAP ${this.imap.host}:${this.imap.port}`;
-      throw new MailboxUnavailableError(`${where} ${why}: ${(cause as Error).message}`, { cause });
+      throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
     }
     try {
       return await fn(client);

@@ -13,7 +13,8 @@
  * Every error a send rejects with says whether the body was handed over (`bodySent`): without a
  * reply from the server, that alone decides whether the message may have gone out (email-classify.ts).
  * Signing in without implicit TLS requires STARTTLS unless the config says otherwise
- * (`requireTLS`): a server that does not offer it gets neither the password nor the message.
+ * (`requireTLS`): a server that does not offer it gets neither the password nor the message. The
+ * server's certificate is verified against the config's `tls` trust (email-tls.ts).
  * Not supported: connection pooling, proxies, DKIM (a send is one short connection, as nodemailer's
  * non-pooled transport does it).
  */
@@ -21,6 +22,7 @@ import { Readable } from "node:stream";
 import SMTPConnection from "nodemailer/lib/smtp-connection";
 import type { SmtpConfig } from "./email-config.js";
 import { recipientHash } from "./email-receipt.js";
+import { tlsOptions } from "./email-tls.js";
 
 /** What the server said about a message it took. */
 export interface SmtpAnswer {
@@ -136,6 +138,9 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
     // Without it, nodemailer upgrades only when the EHLO reply offers STARTTLS: that reply comes
     // in clear text, so a man in the middle who strips the offer gets AUTH PLAIN in clear.
     requireTLS: config.requireTLS ?? config.auth !== undefined,
+    // The trust the config gives (its CA, name, version), for STARTTLS and implicit TLS alike;
+    // only those three keys (tlsOptions), so verification stays on.
+    tls: tlsOptions(config.tls),
     logger: false,
     connectionTimeout: timeout,
     greetingTimeout: timeout,

@@ -4,6 +4,7 @@ import {
   EnvelopeRefusedError,
   InvalidMessageError,
   InvalidSenderError,
+  MailboxRefusedError,
   MailboxUnavailableError,
   SendAbortedError,
   classifyEmailError,
@@ -124,6 +125,24 @@ describe("classifyEmailError", () => {
       }),
       "permanent",
     ],
+    // As nodemailer reports a certificate the handshake refused (STARTTLS or implicit TLS): a
+    // socket error, the certificate's code kept in originalCode. Before: transient, no alert.
+    [
+      "a certificate not trusted, as nodemailer reports it (ESOCKET, the code in originalCode)",
+      err({
+        code: "ESOCKET",
+        originalCode: "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+        command: "CONN",
+        message: "unable to verify the first certificate",
+        bodySent: false,
+      }),
+      "permanent",
+    ],
+    [
+      "no TLS version in common (minVersion above the server's)",
+      err({ code: "ESOCKET", originalCode: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION", command: "CONN", bodySent: false }),
+      "permanent",
+    ],
     [
       "the connection lost during the TLS handshake",
       err({ code: "ETLS", command: "STARTTLS", message: "Error initiating TLS - read ECONNRESET", bodySent: false }),
@@ -173,6 +192,27 @@ describe("classifyEmailError", () => {
     expect(classifyEmailError(err({ code: "ETLS", responseCode: 454, command: "STARTTLS" }))).not.toHaveProperty(
       "alert",
     );
+  });
+
+  it("flags a server certificate not trusted for an alert, as nodemailer reports it (ESOCKET at CONN, the code in originalCode)", () => {
+    for (const originalCode of ["UNABLE_TO_VERIFY_LEAF_SIGNATURE", "ERR_TLS_CERT_ALTNAME_INVALID", "CERT_HAS_EXPIRED"])
+      expect(
+        classifyEmailError(err({ code: "ESOCKET", originalCode, command: "CONN", bodySent: false })),
+        originalCode,
+      ).toMatchObject({ kind: "permanent", alert: true, reason: expect.stringContaining(originalCode) });
+    // A socket error that is no refusal of ours stays what it was: nothing sent, tried again.
+    expect(
+      classifyEmailError(err({ code: "ESOCKET", originalCode: "ECONNRESET", command: "CONN", bodySent: false })),
+    ).toMatchObject({ kind: "transient" });
+  });
+
+  it("flags an IMAP refusal (sign-in, certificate) at the check before sending for an alert: nothing sent, a configuration to fix", () => {
+    for (const refused of ["sign-in", "tls"] as const)
+      expect(classifyEmailError(new MailboxRefusedError("m", refused)), refused).toMatchObject({
+        kind: "permanent",
+        alert: true,
+      });
+    expect(classifyEmailError(new MailboxUnavailableError("down"))).not.toHaveProperty("alert");
   });
 
   it("flags a configured from without an address for an alert: a person fixes the config", () => {

@@ -161,7 +161,7 @@ describe("credentials only over TLS", () => {
     expect(smtp.bodies).toHaveLength(1);
   });
 
-  it("IMAP, signing in without implicit TLS, the server offers no STARTTLS: no login on the wire; the check before sending fails, nothing sent", async () => {
+  it("IMAP, signing in without implicit TLS, the server offers no STARTTLS: no login on the wire; the check before sending is refused, nothing sent; failed with an alert", async () => {
     // Before: imapflow upgraded only when offered, so LOGIN went out in clear text.
     const proxy = await recordingProxy(imapPort);
     try {
@@ -170,9 +170,13 @@ describe("credentials only over TLS", () => {
       const error = await mail.send.execute(report, fresh()).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(MailboxUnavailableError);
       expect(error).toMatchObject({
+        name: "MailboxRefusedError",
+        refused: "tls",
         message: expect.stringContaining("would not start TLS (requireTLS), no login sent"),
       });
-      expect(classifyEmailError(error)).toMatchObject({ kind: "transient" });
+      // As SMTP's: no check can pass until a person changes the config (or the man in the
+      // middle is gone). Before: transient, retried with no alert.
+      expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
       expect(proxy.written.join("")).not.toMatch(/\b(LOGIN|AUTHENTICATE)\b/i);
       expect(proxy.written.join("")).not.toContain(SENDER.pass);
       expect(smtp.bodies).toHaveLength(0);

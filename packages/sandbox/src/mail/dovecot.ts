@@ -1,8 +1,10 @@
 /**
  * A private Dovecot IMAP server for tests and the demo: its own config in a temp directory,
  * listening on a free loopback port, plain-text login, one maildir per user owned by the `mail`
- * user, a `\Sent` special-use folder created for everyone. Dovecot must be installed
- * (`apt-get install dovecot-imapd`; `pnpm test` does it where missing).
+ * user, a `\Sent` special-use folder created for everyone. Without `tls` it offers no TLS at all;
+ * with it, STARTTLS on that port and implicit TLS on another (`imapsPort`), both with the given
+ * certificate. A refused login is answered at once (no `auth_failure_delay`). Dovecot must be
+ * installed (`apt-get install dovecot-imapd`; `pnpm test` does it where missing).
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -16,14 +18,25 @@ export interface MailUser {
   readonly pass: string;
 }
 
+/** A server certificate (PEM, with the chain up to its CA if any) and its private key (PEM). */
+export interface ServerTls {
+  readonly cert: string | Buffer;
+  readonly key: string | Buffer;
+}
+
 const MAIL_UID = 8; // Debian's `mail` user owns the maildirs
 
 export class Dovecot {
   private proc: ChildProcess | undefined;
   private dir = "";
   port = 0;
+  /** The implicit-TLS port (IMAPS), with `tls`; 0 without. */
+  imapsPort = 0;
 
-  constructor(private readonly users: readonly MailUser[]) {}
+  constructor(
+    private readonly users: readonly MailUser[],
+    private readonly options: { readonly tls?: ServerTls } = {},
+  ) {}
 
   static installed(): boolean {
     try {
@@ -40,15 +53,22 @@ export class Dovecot {
     this.dir = mkdtempSync(join(tmpdir(), "idem-dovecot-"));
     chmodSync(this.dir, 0o755);
     this.port = await freeLoopbackPort();
+    const tls = this.options.tls;
+    if (tls) {
+      this.imapsPort = await freeLoopbackPort();
+      // Read by Dovecot's master process (root) as it loads its config: the key is for no one else.
+      writeFileSync(join(this.dir, "tls.crt"), tls.cert);
+      writeFileSync(join(this.dir, "tls.key"), tls.key, { mode: 0o600 });
+    }
     for (const d of ["run", "state", "mail", "home"]) mkdirSync(join(this.dir, d));
     for (const d of ["mail", "home"]) chownSync(join(this.dir, d), MAIL_UID, MAIL_UID);
     writeFileSync(join(this.dir, "users"), `${this.users.map((u) => `${u.user}:{PLAIN}${u.pass}::::::`).join("\n")}\n`);
-    writeFileSync(join(this.dir, "dovecot.conf"), config(this.dir, this.port));
+    writeFileSync(join(this.dir, "dovecot.conf"), config(this.dir, this.port, tls ? this.imapsPort : undefined));
     this.proc = spawn("dovecot", ["-F", "-c", join(this.dir, "dovecot.conf")], { stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     this.proc.stderr!.on("data", (d) => (stderr += String(d)));
     const deadline = Date.now() + 10_000;
-    while (!(await listening(this.port))) {
+    while (!(await listening(this.port)) || (this.imapsPort && !(await listening(this.imapsPort)))) {
       if (this.proc.exitCode !== null || Date.now() > deadline) {
         const log = safeRead(join(this.dir, "dovecot.log"));
         await this.stop();
@@ -69,19 +89,23 @@ export class Dovecot {
       if (proc.exitCode === null) proc.kill("SIGKILL");
     }
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
+    this.imapsPort = 0;
   }
 }
 
-function config(dir: string, port: number): string {
+/** `imapsPort`: TLS on (STARTTLS on `port`, implicit TLS there), with the certificate in `dir`. */
+function config(dir: string, port: number, imapsPort: number | undefined): string {
+  const ssl = imapsPort === undefined ? "ssl = no" : `ssl = yes\nssl_cert = <${dir}/tls.crt\nssl_key = <${dir}/tls.key`;
   return `
 base_dir = ${dir}/run
 state_dir = ${dir}/state
 log_path = ${dir}/dovecot.log
 listen = 127.0.0.1
 protocols = imap
-ssl = no
+${ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
+auth_failure_delay = 0
 first_valid_uid = ${MAIL_UID}
 mail_location = maildir:${dir}/mail/%u
 passdb {
@@ -98,7 +122,8 @@ service imap-login {
     port = ${port}
   }
   inet_listener imaps {
-    port = 0
+    address = 127.0.0.1
+    port = ${imapsPort ?? 0}
   }
 }
 service stats {

@@ -14,6 +14,11 @@
  * them without a `match`), `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
  * the fault's `match.path` matches; the others are still accepted), `refuse_auth` (535) and, on
  * the IMAP side, `refuse_search` (a SEARCH answered NO [UNAVAILABLE]; imap-proxy.ts).
+ *
+ * TLS (`tls`: a certificate and its key): SMTP offers STARTTLS, and a second SMTP port speaks
+ * implicit TLS (`smtps`); Dovecot offers STARTTLS, and implicit TLS on its own port (`imaps`,
+ * direct, not through the fault proxy). Without it, no TLS at all. Under TLS the proxy cannot
+ * read a SEARCH, so `refuse_search` does not apply to a session that started TLS.
  */
 import { EventEmitter } from "node:events";
 import type { AddressInfo } from "node:net";
@@ -22,7 +27,7 @@ import { simpleParser } from "mailparser";
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from "smtp-server";
 import { FaultPlan } from "../faults.js";
 import { imapProxy, type ImapProxy } from "./imap-proxy.js";
-import { Dovecot, type MailUser } from "./dovecot.js";
+import { Dovecot, type MailUser, type ServerTls } from "./dovecot.js";
 
 export type CopyMode = "provider-saves" | "journal" | "none";
 export type MailFaultKind =
@@ -47,6 +52,8 @@ export interface MailSandboxOptions {
   readonly mode?: CopyMode;
   /** File copies this long after accepting instead of before the reply (copies that appear late). */
   readonly copyDelayMs?: number;
+  /** Serve TLS with this certificate (STARTTLS, and implicit-TLS ports); default no TLS. */
+  readonly tls?: ServerTls;
 }
 
 export const SENDER: MailUser = { user: "agent@idem.test", pass: "agent-password" };
@@ -59,8 +66,11 @@ export class MailSandbox {
   /** Emits "accepted" (ReceivedMessage) once a message is stored and filed, before the reply. */
   readonly events = new EventEmitter();
   readonly received: ReceivedMessage[] = [];
-  readonly dovecot = new Dovecot([SENDER, JOURNAL]);
+  readonly dovecot: Dovecot;
+  private readonly tls: ServerTls | undefined;
   private smtp: SMTPServer | undefined;
+  /** The implicit-TLS SMTP server, with `tls`. */
+  private smtps: SMTPServer | undefined;
   private proxy: ImapProxy | undefined;
   smtpPort = 0;
   imapPort = 0;
@@ -68,6 +78,8 @@ export class MailSandbox {
   constructor(options: MailSandboxOptions = {}) {
     this.mode = options.mode ?? "provider-saves";
     this.copyDelayMs = options.copyDelayMs ?? 0;
+    this.tls = options.tls;
+    this.dovecot = new Dovecot([SENDER, JOURNAL], this.tls ? { tls: this.tls } : {});
   }
 
   /** Messages received with this Message-ID: the effect count at the target. */
@@ -77,18 +89,38 @@ export class MailSandbox {
       : this.received.filter((m) => m.messageId === messageId).length;
   }
 
+  /** `smtps` and `imaps` (the implicit-TLS ports) only with `tls`. */
   async start(): Promise<{
     smtp: { host: string; port: number };
     imap: { host: string; port: number };
+    smtps?: { host: string; port: number };
+    imaps?: { host: string; port: number };
     sender: MailUser;
     journal: MailUser;
   }> {
     const dovecot = (await this.dovecot.start()).port;
     this.proxy = await imapProxy(dovecot, () => this.faults.take("SEARCH", "", ["refuse_search"]) !== undefined);
     this.imapPort = this.proxy.port;
-    this.smtp = new SMTPServer({
-      secure: false,
-      disabledCommands: ["STARTTLS"],
+    this.smtp = await this.listen(false);
+    this.smtpPort = (this.smtp.server.address() as AddressInfo).port;
+    const host = "127.0.0.1";
+    const plain = {
+      smtp: { host, port: this.smtpPort },
+      imap: { host, port: this.imapPort },
+      sender: SENDER,
+      journal: JOURNAL,
+    };
+    if (!this.tls) return plain;
+    this.smtps = await this.listen(true);
+    const smtps = (this.smtps.server.address() as AddressInfo).port;
+    return { ...plain, smtps: { host, port: smtps }, imaps: { host, port: this.dovecot.imapsPort } };
+  }
+
+  /** An SMTP server on a free loopback port: STARTTLS with `tls` (implicit TLS if `secure`), else no TLS. */
+  private async listen(secure: boolean): Promise<SMTPServer> {
+    const smtp = new SMTPServer({
+      secure,
+      ...(this.tls ? { key: this.tls.key, cert: this.tls.cert } : { disabledCommands: ["STARTTLS"] }),
       allowInsecureAuth: true,
       authMethods: ["PLAIN", "LOGIN"],
       logger: false,
@@ -124,30 +156,33 @@ export class MailSandbox {
         );
       },
     });
-    await new Promise<void>((resolve) => this.smtp!.listen(0, "127.0.0.1", resolve));
-    this.smtpPort = (this.smtp.server.address() as AddressInfo).port;
-    return {
-      smtp: { host: "127.0.0.1", port: this.smtpPort },
-      imap: { host: "127.0.0.1", port: this.imapPort },
-      sender: SENDER,
-      journal: JOURNAL,
-    };
+    // A client that refuses the certificate ends the handshake: smtp-server emits that as an
+    // error, which would otherwise take the test process down.
+    smtp.on("error", () => {});
+    await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
+    return smtp;
   }
 
   async close(): Promise<void> {
-    if (this.smtp) await new Promise<void>((r) => this.smtp!.close(() => r()));
+    for (const smtp of [this.smtp, this.smtps]) if (smtp) await new Promise<void>((r) => smtp.close(() => r()));
     this.smtp = undefined;
+    this.smtps = undefined;
     await this.proxy?.close();
     this.proxy = undefined;
     await this.dovecot.stop();
   }
 
-  /** Opens an IMAP session as one of the sandbox users (for tests that look into mailboxes). */
+  /**
+   * Opens an IMAP session as one of the sandbox users (for tests that look into mailboxes), in
+   * clear text on loopback even with `tls` (never STARTTLS: the sandbox need not trust its own
+   * certificate's CA).
+   */
   imap(user: MailUser): ImapFlow {
     return new ImapFlow({
       host: "127.0.0.1",
       port: this.imapPort,
       secure: false,
+      doSTARTTLS: false,
       auth: { user: user.user, pass: user.pass },
       logger: false,
     });
@@ -180,9 +215,11 @@ export class MailSandbox {
   /** Closes the session's connection at once, with no reply to the command in hand. */
   private hangUp(session: SMTPServerSession): void {
     // smtp-server keeps its connections (SMTPConnection: the session's id, the socket) in a Set.
-    const connections = (this.smtp as unknown as { connections: Set<{ id: string; _socket: { destroy(): void } }> })
-      .connections;
-    for (const c of connections) if (c.id === session.id) c._socket.destroy();
+    for (const smtp of [this.smtp, this.smtps]) {
+      const connections = (smtp as unknown as { connections?: Set<{ id: string; _socket: { destroy(): void } }> })
+        ?.connections;
+      for (const c of connections ?? []) if (c.id === session.id) c._socket.destroy();
+    }
   }
 
   private reply(cb: (err?: Error | null) => void): void {
