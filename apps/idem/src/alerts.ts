@@ -29,8 +29,8 @@ import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./confi
 /**
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
  * credential or a policy), `check_refused` (the outcome is unknown, and a credential was refused
- * while checking it: it may have happened), `two_effects` (succeeded, and a second request of it
- * took effect too: the ledger saw two different receipts), `stuck` (running past its threshold).
+ * while checking it: it may have happened), `two_effects` (a second request of it took effect too:
+ * the ledger saw two different receipts, or two attempts' receipts that could not be stored), `stuck` (running past its threshold).
  */
 export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "stuck";
 
@@ -93,8 +93,10 @@ const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
  * (an error page), 502 (the gateway could not reach it), 504 (the gateway gave up waiting). They
  * may come after the receiver took the alert, but the request carries an `idempotency-key` header
  * (a receiver that reads it drops the second), and a duplicate alert costs a person a second look
- * where a lost one costs the incident it was about: tried again, never "may have been sent" (which
- * would put the delivery in review and acknowledge the alert unsent).
+ * where a lost one costs the incident it was about: tried again at the next tick, never "may have
+ * been sent" (which would put the delivery in review and acknowledge the alert unsent). Not within
+ * the tick: a delivery is one request a tick (`deliver`), so a receiver that takes alerts and
+ * answers 500 gets one copy a tick, not one per retry.
  */
 const FAILED_THIS_TIME: ReadonlySet<number> = new Set([500, 502, 504]);
 
@@ -123,7 +125,7 @@ function classifyDelivery(url: string) {
     if (status !== undefined && FAILED_THIS_TIME.has(status))
       return {
         kind: "transient",
-        reason: `receiver answered ${status}; tried again (a duplicate is cheaper than a lost alert)`,
+        reason: `receiver answered ${status}; tried again next tick (a duplicate is cheaper than a lost alert)`,
       };
     // Another 4xx refuses this alert itself (its payload): final.
     if (status !== undefined && status >= 400 && status < 500 && status !== 429)
@@ -393,6 +395,14 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
   return sinks;
 }
 
+/**
+ * One execution per delivery of a tick, whatever it answers: a receiver that answered 500 may
+ * have taken the alert, and a retry within the call would send it again, up to the ledger's budget
+ * (three copies a tick). The next tick tries again, as it does for a sink that is down; the daemon
+ * settles a pending delivery with it too.
+ */
+export const DELIVERY_BUDGET = { attempts: 1 } as const;
+
 /** What `deliver` did with one alert. */
 export interface Delivery {
   /** No sink needs another try: delivered, refused for good, or in a person's hands. */
@@ -410,10 +420,11 @@ export interface Delivery {
  * `done` when no sink needs another try: delivered, refused for good, or in a person's hands (a
  * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
- * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, timing
- * out). They are not tried again until the next tick: each try waits out its retries, and a dead
- * receiver tried for every alert held the daemon's settling back for as long. `stop`: the daemon
- * is stopping; a delivery waiting out a Retry-After or a backoff ends, and nothing more is sent.
+ * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, failing,
+ * timing out). They are not tried again until the next tick: a dead receiver tried for every
+ * alert held the daemon's settling back for as long. A delivery is one request a tick
+ * (`DELIVERY_BUDGET`): the next tick is its retry. `stop`: the daemon is stopping; nothing more is
+ * sent.
  */
 export async function deliver(
   ledger: Ledger,
@@ -445,6 +456,7 @@ export async function deliver(
         // args of another reason would be refused as a different payload under the same key).
         args: alert.kind === "check_refused" ? () => alert : alert,
         actor: "idem-daemon",
+        budget: DELIVERY_BUDGET,
         ...(stop && { stop }),
       });
     } catch (error) {

@@ -243,7 +243,12 @@ const schema = z
       .object({
         intervalMs: z.number().int().positive().default(1_000),
         batch: z.number().int().positive().default(100),
-        /** How long a claimed row is hidden from other daemons. */
+        /**
+         * How long a claimed row is hidden from other daemons; also the longest a tick settles for.
+         * A settlement under way ends by the claim's end: a lookup not answered by then is given up
+         * (inconclusive: the operation stays unknown, checked again later). Give it more than the
+         * slowest lookup of the config's actions.
+         */
         claimMs: z.number().int().positive().default(60_000),
         /** Inconclusive lookups before an unknown operation goes to review. */
         maxChecks: z.number().int().positive().default(20),

@@ -2,22 +2,23 @@
  * `idem daemon`: loops until stopped. Each tick it claims due operations (a dead worker's expired
  * lease, an unknown outcome or known-undone work whose time came) and settles each by the replay
  * policy (its own alert deliveries too: one a person retried is settled with its sink's action,
- * which the ledger must hold: `alertActions`); escalates unknowns that stayed inconclusive too
- * long; alerts once on new needs_review, on auth/policy failures, once per unknown attempt on a
- * credential refused while checking it, and on operations running longer than their threshold
- * (of every tenant: only its own deliveries, in `alerts.tenant` and of a sink's type, are not
- * alerted). It refuses a config with no alert sink. SIGTERM lets the request in flight finish and be recorded, sends
- * no other (a settlement waiting out a backoff ends at once), gives back the rest of the tick's
- * claim (another replica may take those rows at once, not a claim later), then exits.
- * While the ledger's database is unreachable (a restart, a failover) or takes no writes (a full
- * disk: reads still pass, so each tick begins with a write, `daemonHeartbeat`) it keeps running:
- * it says so once, reports it on /healthz, retries every interval and says when it is back.
+ * which the ledger must hold: `alertActions`), each settlement ending by the claim's end (a lookup
+ * that hangs is given up there: still unknown, checked again later); escalates unknowns that
+ * stayed inconclusive too long; alerts once on new needs_review, on auth/policy failures, once
+ * per unknown attempt on a credential refused while checking it, and on operations running longer
+ * than their threshold (of every tenant: only its own deliveries, in `alerts.tenant` and of a
+ * sink's type, are not alerted). It refuses a config with no alert sink. SIGTERM lets the request
+ * in flight finish and be recorded, sends no other (a settlement waiting out a backoff ends at
+ * once), gives back the rest of the tick's claim (another replica may take those rows at once,
+ * not a claim later), then exits. While the ledger's database is unreachable (a restart, a
+ * failover) or takes no writes (a full disk: reads still pass, so each tick begins with a write,
+ * `ledger.daemon.heartbeat`) it keeps running: it says so once, reports it on /healthz, retries
+ * every interval and says when it is back.
  */
 import type { Logger } from "pino";
 import {
   ESCALATED,
   LedgerUnavailableError,
-  daemonHeartbeat,
   UnknownActionError,
   type DueOperation,
   type Ledger,
@@ -27,6 +28,7 @@ import {
 } from "@idem/core";
 import {
   ALERT_TYPES,
+  DELIVERY_BUDGET,
   alertOf,
   alertSinks,
   deliver,
@@ -78,7 +80,7 @@ export class Daemon {
     while (!this.stopping) {
       try {
         // The ledger takes writes: a full disk still answers the tick's reads.
-        await daemonHeartbeat(this.ledger, this.name);
+        await this.ledger.daemon.heartbeat(this.name);
         await this.tick();
         const downMs = this.metrics.tick();
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
@@ -135,7 +137,11 @@ export class Daemon {
     let failed = 0;
     const d = this.config.daemon;
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
-    // take them): stop a little before, and give the rest back.
+    // take them): stop starting settlements a little before, and give the rest back. A settlement
+    // under way ends by the claim's end (`timeoutMs`): a lookup that hangs is given up there (the
+    // operation stays unknown, checked again later), rather than holding the tick (30 s, the
+    // ledger's budget, whatever the claim).
+    const claimEnds = performance.now() + d.claimMs;
     const until = performance.now() + d.claimMs * 0.9;
     // A delivery to a sink this config lacks is not claimed: another replica's, or a person's to
     // configure (failed here, the replica with the sink would read the alert as answered).
@@ -170,6 +176,9 @@ export class Daemon {
             actor: this.actor,
             escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
             stop: this.stopped.signal,
+            timeoutMs: Math.max(1, Math.floor(claimEnds - performance.now())),
+            // A delivery is one request a tick, as `deliver` makes it (alerts.ts).
+            ...(sink && { budget: DELIVERY_BUDGET }),
           }),
         );
         if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED))
@@ -219,8 +228,10 @@ export class Daemon {
 
   /**
    * Runs one settlement or delivery, which may take its whole retry budget (a slow lookup, a
-   * receiver's Retry-After), saying it is making progress meanwhile so that /healthz does not call
-   * a working daemon dead; for at most a claim's time, the longest one may rightly take.
+   * provider's Retry-After), saying it is making progress meanwhile so that /healthz does not call
+   * a working daemon dead; for at most a claim's time, the longest one may rightly take (a
+   * settlement ends by its claim's end). One that takes longer (a request that never answers, the
+   * action's client having no timeout) makes the daemon unhealthy: it is stuck.
    */
   private async busy<T>(work: () => Promise<T>): Promise<T> {
     const until = Date.now() + this.config.daemon.claimMs;
@@ -345,7 +356,7 @@ export class Daemon {
       const done =
         op.status === "unknown"
           ? await this.alertCheckRefused(op, down, tally)
-          : await this.deliver(alertOf(kindOf(op.status), op), op.updatedAt, down, tally);
+          : await this.deliver(alertOf(kindOf(op), op), op.updatedAt, down, tally);
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
@@ -385,11 +396,15 @@ export class Daemon {
 }
 
 /**
- * What an alerted operation that is not unknown says: a person decides (needs_review), it took
- * effect twice (succeeded: the ledger alerts on a settled success only when a second request's
- * receipt differed from the recorded one), or it failed on a refused credential or a policy.
+ * What an alerted operation that is not unknown says: it took effect twice (succeeded: the ledger
+ * alerts on a settled success only when a second request's receipt differed from the recorded one;
+ * or waiting for a person with two attempts' receipts that could not be stored, `performedBy`), a
+ * person decides (needs_review), or it failed on a refused credential or a policy.
  */
-function kindOf(status: Operation["status"]): AlertKind {
-  if (status === "needs_review") return "needs_review";
-  return status === "succeeded" ? "two_effects" : "auth_failure";
+function kindOf(op: Operation): AlertKind {
+  if (op.status === "needs_review")
+    return op.error?.kind === "invalid_result" && (op.error.performedBy?.length ?? 0) > 1
+      ? "two_effects"
+      : "needs_review";
+  return op.status === "succeeded" ? "two_effects" : "auth_failure";
 }

@@ -1,4 +1,7 @@
-/** Helpers for the daemon and CLI suites: a webhook receiver, polling, the CLI as a child process. */
+/**
+ * Helpers for the daemon and CLI suites: a webhook receiver, polling, a daemon's completed ticks,
+ * the CLI as a child process.
+ */
 import { createServer, type Server } from "node:http";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -44,6 +47,34 @@ export async function until(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** Ticks the daemon serving /metrics on `port` has completed (`idem_daemon_ticks_total`); undefined while it does not answer. */
+async function ticksOf(port: number): Promise<number | undefined> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`).catch(() => undefined);
+  const text = res?.ok ? await res.text() : "";
+  const m = /^idem_daemon_ticks_total (\d+)$/m.exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * Resolves once the daemon serving /metrics on `port` has completed `n` more ticks than when
+ * called: the first may have begun before the call, the rest began after it, so whatever those
+ * ticks would do again (a second alert) they have had the chance to do, however loaded the
+ * machine. What "no second alert" waits for, rather than a fixed time.
+ */
+export async function moreTicks(port: number, n = 3, baseMs = 60_000): Promise<void> {
+  let from: number | undefined;
+  await until(
+    async () => {
+      from = await ticksOf(port);
+      return from !== undefined;
+    },
+    baseMs,
+    `the daemon's /metrics on ${port}`,
+  );
+  const after = from! + n;
+  await until(async () => ((await ticksOf(port)) ?? 0) >= after, baseMs, `${n} more ticks of the daemon on ${port}`);
 }
 
 /**

@@ -1,24 +1,41 @@
 /**
- * The daemon's surface (`ledger.daemon`): across every tenant of the ledger, claim the operations
- * that need settling, settle them by the replay policy with the args stored with them, and find
- * what a person must hear about. `idem retry --now` settles through it too.
+ * The daemon's surface (`ledger.daemon`): across every tenant of the ledger, beat (the ledger
+ * takes writes), claim the operations that need settling, settle them by the replay policy with
+ * the args stored with them, and find what a person must hear about. `idem retry --now` settles
+ * through it too.
  */
 import type { Action } from "./action.js";
 import { toOperation, type LedgerContext, type Operation, type OperationRef } from "./context.js";
+import { heartbeat } from "./daemon-heartbeat.js";
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import { escalationReason, hours, pastEscalation, waitedMs } from "./policy.js";
-import { pending, type Call, type Escalation } from "./runner.js";
+import { escalationReason, hours, pastEscalation, waitedMs, type RetryBudget } from "./policy.js";
+import { pending, type Call, type Escalation, type RunnerSettings } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
 import type { Row, TenantActions } from "./store.js";
 
-/** What `settle` takes: the operation, who acts, the daemon's escalation limits, a stop signal. */
+/**
+ * What `settle` takes: the operation, who acts, the daemon's escalation limits, a stop signal, and
+ * the settlement's own bounds.
+ */
 export type SettleOptions = OperationRef & {
   readonly actor?: string;
   readonly escalate?: Escalation;
   readonly stop?: AbortSignal;
+  /**
+   * Overrides the ledger's retry budget for this settlement, as `RunInput.budget` does for a call
+   * (`{ attempts: 1 }`: one execution, whatever it answers; the next settlement tries again).
+   */
+  readonly budget?: Partial<RetryBudget>;
+  /**
+   * The longest this settlement may take, ms: the budget's `elapsedMs`, lowered to it (never
+   * raised). A lookup not answered by then is given up, an inconclusive check (the operation
+   * stays unknown, counted, checked again after its backoff), and no retry starts after it. A
+   * request already sent is not cut short: its answer is recorded.
+   */
+  readonly timeoutMs?: number;
 };
 
 /** An operation the daemon claimed, to settle next. */
@@ -36,10 +53,24 @@ export interface DueOperation {
 
 export class LedgerDaemon {
   readonly #context: LedgerContext;
+  /** The daemon names that have beaten on this ledger (`heartbeat`): each sweeps gone daemons' rows once. */
+  readonly #beaten = new Set<string>();
 
   /** @internal Reached as `ledger.daemon`. */
   constructor(context: LedgerContext) {
     this.#context = context;
+  }
+
+  /**
+   * Records that the daemon `name` reached the ledger now (database clock): its row in
+   * `idem_daemons` written, a page committed. `idem daemon` beats before each tick, so that a
+   * ledger that answers reads but takes no writes (a full disk) makes it unhealthy, as it makes the
+   * agents' claims fail. Throws `LedgerUnavailableError` when the write fails (a full disk, a
+   * read-only file, the database gone); `InvalidValueError` for a malformed name. The first beat
+   * of a name on this ledger also removes the rows of daemons not heard from for a week.
+   */
+  heartbeat(name: string): Promise<void> {
+    return heartbeat(this.#context, name, this.#beaten);
   }
 
   /**
@@ -113,6 +144,7 @@ export class LedgerDaemon {
   async #settle(options: SettleOptions): Promise<RunResult<unknown>> {
     const context = this.#context;
     if (options.actor !== undefined) requireName(options.actor, "actor");
+    const settings = settingsOf(context.settings, options);
     const row = await context.find(options);
     const action: Action<unknown, unknown> | undefined = context.actions.get(row.action);
     if (!action) return this.#unsettleable(row, options);
@@ -126,7 +158,7 @@ export class LedgerDaemon {
         row.args_json !== null && row.args_hash !== null
           ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
           : { kind: "stored" },
-      settings: context.settings,
+      settings,
       stop: options.stop,
     };
     const attributes = {
@@ -220,4 +252,18 @@ export class LedgerDaemon {
       runningForMs: r.age_ms,
     }));
   }
+}
+
+/** The ledger's settings with a settlement's own budget and time bound (`SettleOptions`). */
+function settingsOf(settings: RunnerSettings, options: SettleOptions): RunnerSettings {
+  const { budget, timeoutMs } = options;
+  if (budget === undefined && timeoutMs === undefined) return settings;
+  for (const [name, value] of Object.entries(budget ?? {}))
+    if (value !== undefined) requireWhole(value, `budget.${name}`, name === "attempts" || name === "elapsedMs" ? 1 : 0);
+  if (timeoutMs !== undefined) requireWhole(timeoutMs, "timeoutMs", 1);
+  const merged = { ...settings.budget, ...budget };
+  return {
+    ...settings,
+    budget: timeoutMs === undefined ? merged : { ...merged, elapsedMs: Math.min(merged.elapsedMs, timeoutMs) },
+  };
 }

@@ -29,7 +29,6 @@ export {
   UnknownActionError,
 } from "./errors.js";
 export type { IdemErrorCode } from "./errors.js";
-export { daemonHeartbeat } from "./daemon-heartbeat.js";
 export { operationKey, sensitive, sensitiveHash } from "./keys.js";
 export type { KeyPart, OperationKey, SensitivePart } from "./keys.js";
 export { openLedger } from "./ledger.js";

@@ -113,7 +113,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     maxResultBytes: options.maxResultBytes ?? 64 * 1024,
     retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
   };
-  const { db, dialect, direct, groupsCommits } = await connect(target, options);
+  const { db, dialect, direct, groupsCommits, removeMade } = await connect(target, options);
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
     const { pending, unknown } = await schemaStatus(db);
@@ -124,6 +124,9 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     if (options.migrate !== false && pending.length) await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
+    // A SQLite file this open made holds no ledger (its migrations commit as one, or not at all):
+    // left there, an open with `create: false` would take it for one that needs migrations.
+    removeMade?.();
     throw error;
   }
   const context = new LedgerContext(
@@ -151,7 +154,7 @@ export function contextOf(ledger: Ledger): LedgerContext {
 export class Ledger {
   /** Operators' work: list, resolve, retry, prune, stats, migrations. */
   readonly admin: LedgerAdmin;
-  /** The daemon's work (and `idem retry --now`): claim due operations, settle them, alerts. */
+  /** The daemon's work (and `idem retry --now`): its heartbeat, claim due operations, settle them, alerts. */
   readonly daemon: LedgerDaemon;
   readonly #context: LedgerContext;
   readonly #options: LedgerOptions;

@@ -98,6 +98,11 @@ export interface Connection {
   readonly direct?: DirectExecutor;
   /** SQLite writes wait for shared commits (group commit: sqlite-driver.ts). */
   readonly groupsCommits?: boolean;
+  /**
+   * SQLite, when this open made the file: removes it again (see `removeMade`), for an open that
+   * fails after connecting (its migrations). Call it once the connection is closed.
+   */
+  readonly removeMade?: () => void;
 }
 
 export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<Connection> {
@@ -122,7 +127,7 @@ export async function connect(target: string | Dialect, opts: ConnectionOptions)
 async function openSqlite(
   path: string,
   opts: ConnectionOptions,
-): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor; groupsCommits: boolean }> {
+): Promise<{ db: Kysely<IdemDatabase>; direct: DirectExecutor; groupsCommits: boolean; removeMade?: () => void }> {
   if (path === "") throw new LedgerConfigError("sqlite: URL needs a path, e.g. sqlite:./idem.db or sqlite::memory:");
   const { default: Database } = await driver("better-sqlite3", () => import("better-sqlite3"));
   const busyTimeoutMs = opts.busyTimeoutMs ?? 10_000;
@@ -160,26 +165,49 @@ async function openSqlite(
     // The file is open once the constructor returned: a failed pragma (not a database, read-only
     // mount, full disk) must not keep its descriptor, or the mount stays busy.
     database?.close();
-    // Nor leave behind the empty file it made (a full disk): an open with `create: false` would
-    // take it for a ledger. Only while it is empty: one with a header is another process's ledger,
-    // made since this open looked (two processes opening a new path together).
-    if (!existed) removeEmpty(path);
+    // Nor leave behind the file it made (a full disk), empty or with only its header: an open
+    // with `create: false` would take it for a ledger that needs migrations.
+    if (!existed) removeMade(Database, path);
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, {
       cause,
       unreachable: isUnreachable(cause),
     });
   }
   const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs, check);
-  return { db: new Kysely<IdemDatabase>({ dialect }), direct, groupsCommits: dialect.groupsCommits };
+  return {
+    db: new Kysely<IdemDatabase>({ dialect }),
+    direct,
+    groupsCommits: dialect.groupsCommits,
+    ...(!existed && { removeMade: () => removeMade(Database, path) }),
+  };
 }
 
-/** Removes a SQLite file (and its -wal and -shm) that holds nothing yet; best effort. */
-function removeEmpty(path: string): void {
+/**
+ * Removes a SQLite file that a failed open made (and its -wal and -shm), while it holds no table
+ * and no other connection has it open; best effort. Another process may have opened the same new
+ * path since this open made it, and be migrating it. An empty file has no connection in WAL mode
+ * yet (turning it to WAL writes its header first). One with a header is checked under an
+ * exclusive lock taken without waiting (exclusive locking mode): a connection in WAL mode holds a
+ * shared lock on the file for as long as it is open, so the lock proves there is none, and the
+ * file is removed under it. A process that opened the path just before, with no statement yet (no
+ * lock), is refused by its own file check: the file is gone when its open ends.
+ */
+export function removeMade(Database: typeof import("better-sqlite3"), path: string): void {
+  let check: import("better-sqlite3").Database | undefined;
   try {
-    if (statSync(path).size !== 0) return;
+    if (statSync(path).size > 0) {
+      check = new Database(path, { timeout: 0, fileMustExist: true });
+      check.pragma("locking_mode = EXCLUSIVE");
+      check.exec("begin exclusive");
+      const tables = check.prepare("select count(*) as n from sqlite_master").get() as { n: number };
+      if (tables.n !== 0) return; // a ledger: another process migrated it meanwhile
+    }
     for (const suffix of ["-wal", "-shm", ""]) rmSync(path + suffix, { force: true });
   } catch {
-    // Gone already, or not ours to remove: the open's own error is the one to report.
+    // Gone already, held by another connection (SQLITE_BUSY), or not ours to remove: the open's
+    // own error is the one to report.
+  } finally {
+    check?.close();
   }
 }
 

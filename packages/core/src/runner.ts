@@ -434,7 +434,7 @@ export class Runner {
       reason: `inconclusive: ${found.reason}`,
       checkAfterMs,
       checks: row.checks + 1,
-      ...(refused && { alert: true }),
+      ...(refused ? { alert: true } : {}),
     });
     return still
       ? { done: pending(still, `outcome unknown, verification continues: ${found.reason}`) }

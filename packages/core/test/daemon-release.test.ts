@@ -1,10 +1,11 @@
 /**
  * `ledger.daemon.release` on SQLite and Postgres: a daemon that stops before settling what it
  * claimed gives the rows back at once (another daemon claims them now, not `claimMs` later), and
- * only the rows that still carry its claim.
+ * only the rows that still carry its claim. And the bounds a daemon puts on a settlement within
+ * its claim (`settle`'s `timeoutMs` and `budget`), so that the rest can be settled or given back.
  */
 import { describe, expect, it } from "vitest";
-import { defineAction, type Ledger } from "@idem/core";
+import { InvalidValueError, defineAction, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
@@ -117,6 +118,61 @@ for (const dialect of DIALECTS) {
         h.open("r2");
         await Promise.allSettled(runs);
         await Promise.all(opened.map((l) => l.close()));
+      }
+    });
+  });
+
+  describe(`a settlement's bounds on ${dialect}`, () => {
+    it("timeoutMs: a lookup that hangs is given up by then, unknown with one check more", async () => {
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const url = await freshDatabase(dialect);
+      const ledger = await openTestLedger(url, { actions: [mail], poolSize: 2, budget: { attempts: 1 } });
+      try {
+        p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+        const { operationId: id } = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" } });
+        p.lookupAnswer = "hang"; // and ignores its signal: a client with no timeout
+        const started = performance.now();
+        const out = await ledger.daemon.settle({ tenant, id, timeoutMs: 300 });
+        // The ledger's budget gives a lookup 30 s: a daemon's claim may end well before.
+        expect(performance.now() - started).toBeLessThan(10_000);
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        const { operation } = await ledger.get({ tenant, id });
+        expect(operation).toMatchObject({ status: "unknown", checks: 1 });
+        expect(operation.reason).toMatch(/^inconclusive: lookup failed: .*no answer within 300 ms/);
+        // Bounds that are not whole numbers of ms (or executions) are refused, the row untouched.
+        await expect(ledger.daemon.settle({ tenant, id, timeoutMs: 0 })).rejects.toThrow(InvalidValueError);
+        await expect(ledger.daemon.settle({ tenant, id, budget: { attempts: 0 } })).rejects.toThrow(InvalidValueError);
+        expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "unknown", checks: 1 });
+      } finally {
+        await ledger.close();
+      }
+    });
+
+    it("budget: { attempts: 1 } executes once, whatever it answers; the next settlement tries again", async () => {
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const url = await freshDatabase(dialect);
+      const ledger = await openTestLedger(url, { actions: [mail], poolSize: 2, budget: { baseDelayMs: 1 } });
+      try {
+        const transient = { when: "before", cls: { kind: "transient", reason: "503" } } as const;
+        p.faults.push(transient);
+        const first = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" }, budget: { attempts: 1 } });
+        expect(first).toMatchObject({ state: "pending" });
+        p.faults.push(transient, transient, transient);
+        const calls = p.calls;
+        const out = await ledger.daemon.settle({ tenant, id: first.operationId, budget: { attempts: 1 } });
+        expect({ executions: p.calls - calls, out: out.status === "pending_verification" && out.state }).toEqual({
+          executions: 1,
+          out: "pending",
+        });
+        // Without it, the ledger's budget: three executions.
+        await ledger.daemon.settle({ tenant, id: first.operationId });
+        expect(p.calls - calls).toBe(4);
+      } finally {
+        await ledger.close();
       }
     });
   });

@@ -6,7 +6,7 @@
  * for a process that retries, runs out.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createConnection, createServer, type Socket } from "node:net";
 import { join } from "node:path";
@@ -15,6 +15,8 @@ import { Kysely, Migrator, PostgresDialect } from "kysely";
 import { LedgerConfigError, defineAction, openLedger, redactUrl } from "@idem/core";
 import { freshDatabase, tempDir } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
+import { removeMade } from "../src/open.js";
+import Database from "better-sqlite3";
 
 const fds = () => readdirSync("/proc/self/fd");
 const fdsOn = (path: string) =>
@@ -56,6 +58,39 @@ describe("a SQLite file that cannot be opened", () => {
       expect((error as Error).message).toMatch(/not a database/);
     }
     expect(fdsOn(path)).toEqual([]);
+  });
+});
+
+/**
+ * What a failed first open does with the file it made (removeMade): another process may have
+ * opened the same new path meanwhile, and be about to migrate it, or have done so.
+ */
+describe("the SQLite file a failed first open made", () => {
+  /** A file with a header and no table, as a first open leaves it once it turned it to WAL. */
+  function headerOnly(): string {
+    const path = join(tempDir(), "ledger.db");
+    const maker = new Database(path);
+    maker.pragma("journal_mode = WAL");
+    maker.prepare("select count(*) from sqlite_master").get();
+    maker.close();
+    return path;
+  }
+  const files = (path: string) => ["", "-wal", "-shm"].filter((s) => existsSync(path + s)).map((s) => `ledger.db${s}`);
+
+  it("is removed with its log and index when it holds no table and no other connection has it open", () => {
+    const path = headerOnly();
+    const other = new Database(path);
+    other.pragma("journal_mode = WAL"); // another process's open, about to migrate: it holds the file
+    other.prepare("select count(*) from sqlite_master").get();
+    removeMade(Database, path);
+    expect(files(path), "removed under another process's open").toContain("ledger.db");
+    other.exec("create table idem_other (x)");
+    other.close();
+    removeMade(Database, path);
+    expect(files(path), "removed once another process had made tables in it").toEqual(["ledger.db"]);
+    const empty = headerOnly();
+    removeMade(Database, empty);
+    expect(files(empty)).toEqual([]);
   });
 });
 
@@ -443,6 +478,42 @@ describe.skipIf(mountable !== "")("a SQLite ledger on a read-only or full filesy
     expect(error).toBeInstanceOf(LedgerConfigError);
     expect((error as Error).message).toMatch(/no SQLite ledger at/);
   });
+
+  it.each([
+    [8 * 1024, "its first read (the log's index)", /^cannot open SQLite ledger at .*: disk I\/O error/],
+    [64 * 1024, "its migrations", /^ledger migration failed: database or disk is full/],
+  ])(
+    "full after a first open wrote the file's header (%i bytes free: %s): create: false says there is no ledger, and makes none",
+    async (free, _stage, why) => {
+      const dir = mount("256k");
+      // Space for the file's header and little else: a reserve made first, freed once the rest is full.
+      writeFileSync(join(dir, "reserve"), Buffer.alloc(free));
+      try {
+        execFileSync("dd", ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"], { stdio: "pipe" });
+      } catch {
+        /* dd stops with ENOSPC: the disk is full, as wanted */
+      }
+      rmSync(join(dir, "reserve"));
+      const path = join(dir, "ledger.db");
+      const failed = (await refusal(openLedger(`sqlite:${path}`))).error;
+      expect(failed).toBeInstanceOf(LedgerConfigError);
+      expect((failed as Error).message).toMatch(why);
+      rmSync(join(dir, "filler"));
+      // An operator's command on that path: no ledger was ever made there, none must be now.
+      for (const migrate of [false, true]) {
+        // Before: opened (a header, no table): `idem` said the ledger "needs migrations", and
+        // with migrate: true the open made a ledger where create: false refuses to.
+        const { error } = await refusal(openLedger(`sqlite:${path}`, { create: false, migrate }));
+        expect(error, `first open: ${(failed as Error).message}`).toBeInstanceOf(LedgerConfigError);
+        expect((error as Error).message).toMatch(/no SQLite ledger at/);
+      }
+      // The path still takes a ledger when one is asked for.
+      const ledger = await openLedger(`sqlite:${path}`);
+      expect((await ledger.run(noop, { tenant: "t", key: ["a"], args: {} })).status).toBe("succeeded");
+      await ledger.close();
+      expect(fdsOn(dir)).toEqual([]);
+    },
+  );
 
   it("full, with a ledger on it: refused as unreachable (a daemon waits for space), not as a wrong config", async () => {
     const dir = mount("2m");
