@@ -111,7 +111,12 @@ for (const dialect of DIALECTS) {
         operationId: string;
         result: { id: string; status: string };
       };
-      expect(done.result).toEqual({ id: expect.stringMatching(/^pi_/), status: expect.any(String) }); // the summary, not Stripe's request ids
+      // The summary, not Stripe's request ids; no payment method given: not charged, and it says so.
+      expect(done.result).toEqual({
+        id: expect.stringMatching(/^pi_/),
+        status: "requires_payment_method",
+        note: expect.stringMatching(/^not charged: the payment waits for the customer to pay it/),
+      });
       expect(JSON.stringify(result.steps.map((s) => s.toolResults))).not.toMatch(/req_|[0-9a-f]{64}/);
       expect(result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-error")).toEqual([]);
 

@@ -9,10 +9,12 @@ import { StripeSandbox } from "@idem/sandbox";
 let sandbox: StripeSandbox;
 let client: Stripe;
 let port = 0;
+let apiKey = "";
 beforeAll(async () => {
   sandbox = new StripeSandbox();
   const started = await sandbox.start();
   port = started.port;
+  apiKey = started.apiKey;
   client = new Stripe(started.apiKey, {
     host: "127.0.0.1",
     port,
@@ -90,6 +92,23 @@ describe("Stripe sandbox idempotency", () => {
     expect(ok.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
   });
 
+  it("answers a rate limit as a 400 rate_limit to an API version before 2015-09-08, as Stripe did, saving nothing", async () => {
+    const old = new Stripe(apiKey, {
+      host: "127.0.0.1",
+      port,
+      protocol: "http",
+      maxNetworkRetries: 0,
+      apiVersion: "2015-08-19" as Stripe.LatestApiVersion,
+    });
+    const idempotencyKey = key();
+    sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/customers" } });
+    const limited = await old.customers.create({ email: "l@example.com" }, { idempotencyKey }).catch((e: unknown) => e);
+    expect(limited).toBeInstanceOf(Stripe.errors.StripeRateLimitError); // stripe-node reads it so
+    expect(limited).toMatchObject({ statusCode: 400, code: "rate_limit" });
+    const ok = await old.customers.create({ email: "l@example.com" }, { idempotencyKey });
+    expect(ok.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+  });
+
   it("saves a decline (the endpoint executed) and a 500 after commit", async () => {
     const declineKey = key();
     const e1 = await client.paymentIntents
@@ -123,6 +142,57 @@ describe("Stripe sandbox idempotency", () => {
       sandbox.advance(61_000);
       const found = await client.customers.search({ query: "metadata['idem_operation']:'abc'" });
       expect(found.data.map((x) => x.id)).toEqual([c.id]);
+    } finally {
+      sandbox.searchLagMs = 0;
+    }
+  });
+
+  it("pages Search with limit (1 to 100, default 10), has_more, next_page and page", async () => {
+    const tag = `paged-${key()}`;
+    const made: string[] = [];
+    for (let i = 0; i < 12; i++) made.push((await client.customers.create({ metadata: { tag } })).id);
+    const query = `metadata['tag']:'${tag}'`;
+    // Before: every hit on one page, has_more false.
+    const first = await client.customers.search({ query, limit: 5 });
+    expect(first).toMatchObject({ object: "search_result", has_more: true, next_page: expect.any(String) });
+    expect(first.data.map((c) => c.id)).toEqual(made.slice(0, 5)); // Stripe documents no order: oldest first here
+    const second = await client.customers.search({ query, limit: 5, page: first.next_page! });
+    expect(second.data.map((c) => c.id)).toEqual(made.slice(5, 10));
+    const last = await client.customers.search({ query, limit: 5, page: second.next_page! });
+    expect(last).toMatchObject({ has_more: false, next_page: null });
+    expect(last.data.map((c) => c.id)).toEqual(made.slice(10));
+    expect((await client.customers.search({ query })).data).toHaveLength(10); // default limit
+    expect(
+      (await client.customers.search({ query, limit: 5 }).autoPagingToArray({ limit: 100 })).map((c) => c.id),
+    ).toEqual(made);
+    await expect(client.customers.search({ query, limit: 101 })).rejects.toMatchObject({
+      statusCode: 400,
+      param: "limit",
+    });
+    await expect(client.customers.search({ query, page: "not-a-cursor" })).rejects.toMatchObject({
+      statusCode: 400,
+      param: "page",
+    });
+  });
+
+  it("shows an update in Search only after the lag, as it does a creation (new or updated data lags)", async () => {
+    const [before, after] = [`upd-${key()}`, `upd-${key()}`];
+    const search = async (tag: string) =>
+      (await client.paymentIntents.search({ query: `metadata['tag']:'${tag}'` })).data;
+    const pi = await client.paymentIntents.create({ amount: 900, currency: "usd", metadata: { tag: before } });
+    sandbox.searchLagMs = 60_000;
+    try {
+      sandbox.advance(61_000);
+      expect((await search(before)).map((p) => p.id)).toEqual([pi.id]);
+      await client.paymentIntents.update(pi.id, { metadata: { tag: after }, description: "changed" });
+      // Within the lag the index holds the intent as it was before the update.
+      // Before: found by its new tag at once.
+      expect(await search(after)).toEqual([]);
+      expect(await search(before)).toMatchObject([{ id: pi.id, description: null, metadata: { tag: before } }]);
+      expect(await client.paymentIntents.retrieve(pi.id)).toMatchObject({ description: "changed" }); // a read by id is not behind
+      sandbox.advance(61_000);
+      expect(await search(after)).toMatchObject([{ id: pi.id, description: "changed" }]);
+      expect(await search(before)).toEqual([]);
     } finally {
       sandbox.searchLagMs = 0;
     }
@@ -164,6 +234,18 @@ describe("Stripe sandbox lists and refunds", () => {
       statusCode: 400,
       code: "parameter_missing",
     });
+  });
+
+  it("filters a list on one exact created timestamp, as on a range", async () => {
+    const c = await client.customers.create({ metadata: { tag: key() } });
+    // Before: nothing ("1767225600", as the form encodes it, compared with the number).
+    expect((await client.customers.list({ created: c.created, limit: 100 })).data.map((o) => o.id)).toContain(c.id);
+    expect(
+      (await client.customers.list({ created: { gte: c.created, lte: c.created }, limit: 100 })).data.map((o) => o.id),
+    ).toContain(c.id);
+    expect((await client.customers.list({ created: c.created + 1, limit: 100 })).data.map((o) => o.id)).not.toContain(
+      c.id,
+    );
   });
 
   it("pages newest first with limit, starting_after, ending_before and has_more", async () => {
@@ -254,6 +336,24 @@ describe("Stripe sandbox confirmation and test payment methods", () => {
     const again = await failure(client.paymentIntents.create(args, { idempotencyKey }));
     expect(again?.headers?.["idempotent-replayed"]).toBe("true");
     expect(sandbox.count("charges") - charges).toBe(0);
+  });
+
+  it("an update clears a declined intent's last_payment_error, and a new payment method needs a confirmation again", async () => {
+    const args = { ...confirmed("pm_card_chargeDeclined"), ...onlyCards };
+    const err = await failure(client.paymentIntents.create(args, { idempotencyKey: key() }));
+    const id = (err as { payment_intent?: { id: string } }).payment_intent!.id;
+    expect(await client.paymentIntents.retrieve(id)).toMatchObject({
+      status: "requires_payment_method",
+      last_payment_error: { code: "card_declined" },
+    });
+    expect(await client.paymentIntents.update(id, { description: "any update" })).toMatchObject({
+      status: "requires_payment_method",
+      last_payment_error: null,
+    });
+    expect(await client.paymentIntents.update(id, { payment_method: "pm_card_visa" })).toMatchObject({
+      status: "requires_confirmation",
+      payment_method: "pm_card_visa",
+    });
   });
 
   for (const pm of ["pm_card_authenticationRequired", "pm_card_threeDSecure2Required"]) {

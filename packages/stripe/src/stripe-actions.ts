@@ -13,7 +13,7 @@
  * lease is harmless here because every attempt carries the same key.
  */
 import type Stripe from "stripe";
-import { defineAction, type Action, type OperationContext } from "@idem/core";
+import { defineAction, InvalidValueError, type Action, type OperationContext } from "@idem/core";
 import { createStripeClient, type StripeConfig } from "./stripe-client.js";
 import { classifyStripeError } from "./stripe-classify.js";
 import {
@@ -23,7 +23,7 @@ import {
   searchPaymentIntents,
   type Lookup,
 } from "./stripe-reconcile.js";
-import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
+import { METADATA_KEY, stripeReceiptSchema, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
 /** Stripe keeps idempotency keys for at least 24 hours. */
 export const STRIPE_KEY_RETENTION_MS = 24 * 3_600_000;
@@ -36,7 +36,11 @@ export interface StripeActions {
   readonly customersCreate: Action<Stripe.CustomerCreateParams, StripeReceipt>;
   readonly paymentIntentsCreate: Action<Stripe.PaymentIntentCreateParams, StripeReceipt>;
   readonly refundsCreate: Action<Stripe.RefundCreateParams, StripeReceipt>;
-  /** Any other POST resource, e.g. `post("/v1/products")`; type `stripe.post:/v1/products`. */
+  /**
+   * Any other POST resource, e.g. `post("/v1/products")`; type `stripe.post:/v1/products`. A path
+   * that does not begin with a single "/" is refused here (`InvalidValueError`): stripe-node would
+   * refuse it before sending, with an error no run could tell from a lost request.
+   */
   post(path: string): Action<StripeParams, StripeReceipt>;
 }
 
@@ -55,13 +59,17 @@ export function stripeActions(config: StripeConfig): StripeActions {
   const resent = new WeakSet<object>();
   const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
+  /** `object`: the Stripe object type the action makes (its receipt's `object`), undefined for a generic POST. */
   function action<A extends object>(
     type: string,
+    object: string | undefined,
     send: (params: A, key: string) => Promise<Stripe.Response<{ id: string; object: string; status?: string | null }>>,
     lookup?: Lookup<A>,
   ): Action<A, StripeReceipt> {
     const base = {
       type,
+      // What a person may record as the receipt when resolving an operation as succeeded.
+      receipt: stripeReceiptSchema(object),
       async execute(args: A, op: OperationContext) {
         // The marker a lookup finds the object by. Only where there is a lookup: a generic POST
         // may update an object, and would overwrite the marker of the operation that created it.
@@ -104,22 +112,33 @@ export function stripeActions(config: StripeConfig): StripeActions {
     client: stripe,
     customersCreate: action<Stripe.CustomerCreateParams>(
       "stripe.customers.create",
+      "customer",
       (p, key) => stripe.customers.create(p, { idempotencyKey: key }),
       searchCustomers,
     ),
     paymentIntentsCreate: action<Stripe.PaymentIntentCreateParams>(
       "stripe.paymentIntents.create",
+      "payment_intent",
       (p, key) => stripe.paymentIntents.create(p, { idempotencyKey: key }),
       searchPaymentIntents,
     ),
     refundsCreate: action<Stripe.RefundCreateParams>(
       "stripe.refunds.create",
+      "refund",
       (p, key) => stripe.refunds.create(p, { idempotencyKey: key }),
       listRefunds,
     ),
-    post: (path) =>
-      action<StripeParams>(`stripe.post:${path}`, (p, key) =>
+    post: (path) => {
+      // stripe-node's own check (utils.validatePath), which it makes before sending, throwing a
+      // plain Error: classified as a lost request, every run of it would read "outcome unknown".
+      if (typeof path !== "string" || !path.startsWith("/") || path.startsWith("//"))
+        throw new InvalidValueError(
+          "path",
+          `a Stripe path begins with a single "/", as "/v1/products" does; got ${JSON.stringify(path)}`,
+        );
+      return action<StripeParams>(`stripe.post:${path}`, undefined, (p, key) =>
         stripe.rawRequest("POST", path, p, { idempotencyKey: key }),
-      ),
+      );
+    },
   };
 }

@@ -60,10 +60,16 @@ function classifyAnswer(error: unknown): Classification {
         : "conflict with another request";
     return { kind: "ambiguous", reason: `${why}: ${what}`, ...ids };
   }
+  // Stripe's rate limiter: a 429, or on API versions before 2015-09-08 a 400 with the code
+  // `rate_limit` (docs.stripe.com/changelog/2015-09-08), which stripe-node reads as a
+  // StripeRateLimitError too. Read before the 400s below: such a 400 refused nothing for good. A
+  // throttle Stripe reported only in a message, under another code, cannot be told apart from a
+  // validation error and stays permanent.
+  const limited = status === 429 || error.type === "StripeRateLimitError" || error.code === "rate_limit";
   // `Idempotent-Replayed: true`: Stripe answered with what it saved under our key, which it does
-  // only once an execution began. A 503 or a 429 saved so is no proof that nothing was done.
+  // only once an execution began. A 503 or a rate limit saved so is no proof that nothing was done.
   const saved = String(error.headers?.["idempotent-replayed"] ?? "").toLowerCase() === "true";
-  if (saved && (status === 429 || (status !== undefined && status >= 500))) {
+  if (saved && (limited || (status !== undefined && status >= 500))) {
     return {
       kind: "ambiguous",
       reason: `Stripe replayed what it saved under our key after an execution began (a replay only repeats it): ${what}`,
@@ -71,9 +77,9 @@ function classifyAnswer(error: unknown): Classification {
       ...ids,
     };
   }
-  // Stripe's rate limiter answers before the idempotency layer (a 429 that is not a replay saved
-  // nothing and ran nothing): wait as it says, then send the same request again.
-  if (status === 429) {
+  // Stripe's rate limiter answers before the idempotency layer (a rate limit that is not a replay
+  // saved nothing and ran nothing): wait as it says, then send the same request again.
+  if (limited) {
     const seconds = Number(error.headers?.["retry-after"]);
     return {
       kind: "rate_limited",

@@ -1,4 +1,5 @@
 /** What the ledger keeps of a Stripe write: ids and flags only, never card or customer data. */
+import { z } from "zod";
 
 /** The metadata field that carries the operation key on every object we create. */
 export const METADATA_KEY = "idem_operation";
@@ -25,4 +26,22 @@ export function toReceipt(
     requestId,
     replayed,
   };
+}
+
+/**
+ * The receipt's schema: what a person may record as the receipt when they resolve an operation
+ * as succeeded (`admin.resolve`), the object they found at Stripe. `object` is the action's
+ * Stripe object type (`payment_intent`), any for a generic POST. Fields besides these are dropped
+ * (never card or customer data); `requestId` defaults to null and `replayed` to false (found by a
+ * person, not answered), `status` to null (not recorded: a charge tool then reads it as not known
+ * to be paid).
+ */
+export function stripeReceiptSchema(object?: string) {
+  return z.object({
+    id: z.string().min(1),
+    object: object === undefined ? z.string().min(1) : z.literal(object),
+    status: z.string().min(1).nullable().default(null),
+    requestId: z.string().min(1).nullable().default(null),
+    replayed: z.boolean().default(false),
+  });
 }

@@ -46,6 +46,17 @@ describe("classifyStripeError", () => {
       { kind: "rate_limited", retryAfterMs: 3000 },
     ],
     ["a rate limit without it", new E.StripeRateLimitError(raw(429)), { kind: "rate_limited", retryAfterMs: 1000 }],
+    // API versions before 2015-09-08 answered a rate limit so: not a refusal of the request
+    [
+      "a rate limit answered as a 400 rate_limit (stripe-node's reading of it)",
+      E.StripeError.generate(raw(400, { type: "invalid_request_error", code: "rate_limit" })),
+      { kind: "rate_limited", retryAfterMs: 1000, providerRequestId: "req_123" },
+    ],
+    [
+      "a 400 rate_limit Stripe replays from our key",
+      new E.StripeRateLimitError(raw(400, { code: "rate_limit", headers: { "idempotent-replayed": "true" } })),
+      { kind: "ambiguous", replayable: false },
+    ],
     // Stripe saves what a request that began executing answered, a 5xx too: a 503 may follow a charge
     ["a 503 that is not a replay", new E.StripeAPIError(raw(503)), { kind: "ambiguous" }],
     ["a 500 saved under the key", new E.StripeAPIError(raw(500)), { kind: "ambiguous", replayable: false }],

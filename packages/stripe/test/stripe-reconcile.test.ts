@@ -213,6 +213,35 @@ describe("Stripe lookups with the ledger's clock off Stripe's", () => {
   });
 });
 
+describe("Stripe lookups past Search's first page", () => {
+  it("ours behind ten earlier operations' objects with the same key (Search's first page): found by the list, not declared absent", async () => {
+    const s = stripe();
+    const key = newKey();
+    // Ten operations with this key, pruned from the ledger since, made intents three days ago.
+    sandbox.advance(-72 * HOUR);
+    try {
+      for (let i = 0; i < 10; i++)
+        await s.client.paymentIntents.create({ amount: 700, currency: "usd", metadata: { idem_operation: key } });
+    } finally {
+      sandbox.advance(72 * HOUR);
+    }
+    const ours = await s.client.paymentIntents.create({
+      amount: 700,
+      currency: "usd",
+      metadata: { idem_operation: key },
+    });
+    const firstPage = await s.client.paymentIntents.search({ query: `metadata['idem_operation']:'${key}'`, limit: 10 });
+    expect(firstPage.has_more).toBe(true);
+    expect(firstPage.data.map((p) => p.id)).not.toContain(ours.id);
+    const now = Date.now();
+    const out = await s.paymentIntentsCreate.reconcile!(
+      { amount: 700, currency: "usd" },
+      op(key, { createdAt: now, lastAttemptAt: now, now: now + 25 * HOUR }),
+    );
+    expect(out).toMatchObject({ found: true, receipt: { id: ours.id } });
+  });
+});
+
 describe("Stripe refund lookup", () => {
   // Stripe forgot the key (first sent 25 h ago); the last attempt ran now, when these refunds are made:
   // only an object made while our requests could have run is ours.

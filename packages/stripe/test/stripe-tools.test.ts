@@ -86,7 +86,9 @@ describe("charge_invoice's request", () => {
     });
   });
 
-  it("with a customer's saved payment method, confirms off-session (Stripe fails what needs the customer)", () => {
+  it("with a customer's saved payment method, confirms only a card, off-session (Stripe fails what needs the customer)", () => {
+    // Before: no list of types, so a saved bank debit was confirmed too: 200 `processing`,
+    // nothing collected for days, and the model read "Done" for "the card is charged now".
     expect(args({ paymentMethod: "pm_1", customer: "cus_1" })).toEqual({
       amount: 500,
       currency: "eur",
@@ -94,11 +96,37 @@ describe("charge_invoice's request", () => {
       customer: "cus_1",
       payment_method: "pm_1",
       confirm: true,
+      allowed_payment_method_types: ["card"],
       off_session: true,
     });
   });
 
   it("without a payment method, confirms nothing", () => {
     expect(args({})).toEqual({ amount: 500, currency: "eur", metadata: { invoice_id: "in_1" } });
+  });
+});
+
+describe("charge_invoice's summary of the payment intent", () => {
+  const tool = stripeTools(stripeActions({ apiKey: "sk_test_x" })).charge;
+  const read = (status: string | null) =>
+    tool.summarize({ id: "pi_1", object: "payment_intent", status, requestId: null, replayed: false });
+
+  it("reads succeeded as it is: the invoice is paid", () => {
+    expect(read("succeeded")).toEqual({ id: "pi_1", status: "succeeded" });
+  });
+
+  // Any status can come back: an intent without a payment method is the customer's to pay, a
+  // lookup reads an intent as it is now, a person records what they found. The call reads "Done".
+  it.each([
+    ["processing", /not collected yet.*may still fail/],
+    ["requires_payment_method", /not charged: .*waits for the customer to pay/],
+    ["requires_confirmation", /not charged/],
+    ["requires_action", /not charged: .*authenticate/],
+    ["requires_capture", /authorized, not collected/],
+    ["canceled", /not charged: .*canceled/],
+    ["a_status_stripe_adds_later", /not known to be paid: .*a_status_stripe_adds_later/],
+    [null, /not known to be paid/],
+  ])("says %s is not paid", (status, note) => {
+    expect(read(status)).toEqual({ id: "pi_1", status, note: expect.stringMatching(note) });
   });
 });

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, openLedger } from "@idem/core";
+import { ArgsMismatchError, InvalidValueError, openLedger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
@@ -289,6 +289,49 @@ for (const dialect of DIALECTS) {
       expect(sandbox.objects.all("charges").filter((c) => c.payment_intent === pi.id)).toHaveLength(0);
     });
 
+    it("a person resolving it as succeeded records the payment intent they found as its receipt, checked as one", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_threeDSecure2Required" };
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["resolved-by-a-person"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR);
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ state: "needs_review" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      pi.status = "succeeded"; // the customer authenticated later; the person finds it paid
+      const resolve = (receipt: unknown) =>
+        l.admin.resolve({
+          tenant: t,
+          id: out.operationId,
+          outcome: "succeeded",
+          actor: "ops",
+          reason: "paid",
+          receipt,
+        });
+      // Not a payment intent: refused, nothing recorded.
+      await expect(resolve({ id: "cus_1", object: "customer", status: null })).rejects.toMatchObject({
+        name: "InvalidValueError",
+        path: "receipt.object",
+      });
+      // Before: InvalidValueError "action stripe.paymentIntents.create (operation …) has no receipt
+      // schema registered with this ledger", and the operation replayed `receipt: null`.
+      await resolve({ id: pi.id, object: "payment_intent", status: "succeeded", card: "4242" });
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["resolved-by-a-person"], args })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: pi.id, object: "payment_intent", status: "succeeded", requestId: null, replayed: false },
+      });
+      // Only the receipt's fields are kept.
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.result).toEqual({
+        id: pi.id,
+        object: "payment_intent",
+        status: "succeeded",
+        requestId: null,
+        replayed: false,
+      });
+    });
+
     it("a declined charge whose answer was lost, found past the key window: failed with the decline, not succeeded", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
@@ -318,7 +361,7 @@ for (const dialect of DIALECTS) {
       ).toHaveLength(0);
     });
 
-    it("a declined charge whose answer was lost and whose intent changed since (another card attached): a person decides, not succeeded", async () => {
+    it("a declined charge whose answer was lost and whose intent changed since (another card attached), Search still behind the change: a person decides, not failed", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
       const t = tenant();
@@ -326,16 +369,31 @@ for (const dialect of DIALECTS) {
       sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-then-updated"], args: declined });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
-      // The application attached another card: waiting for confirmation, its decline cleared (Stripe clears it on update).
-      const pi = sandbox.objects.all("payment_intents").at(-1)!;
-      Object.assign(pi, { status: "requires_confirmation", payment_method: "pm_card_visa", last_payment_error: null });
       advance(25 * HOUR);
-      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
-      expect(settled).toMatchObject({
-        status: "pending_verification",
-        state: "needs_review",
-        reason: expect.stringMatching(/created with confirm, now requires_confirmation/),
-      });
+      sandbox.searchLagMs = 60_000;
+      try {
+        // The application attached another card: waiting for confirmation, its decline cleared
+        // (Stripe clears last_payment_error on any update). Search still shows the decline.
+        const pi = sandbox.objects.all("payment_intents").at(-1)!;
+        await s.client.paymentIntents.update(pi.id, { payment_method: "pm_card_visa" });
+        const [indexed] = (
+          await s.client.paymentIntents.search({ query: `metadata['idem_operation']:'${pi.metadata.idem_operation}'` })
+        ).data;
+        expect(indexed).toMatchObject({
+          id: pi.id,
+          status: "requires_payment_method",
+          last_payment_error: { code: "card_declined" },
+        });
+        const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+        // Read from Search alone, the decline would fail the operation: the intent is read again by id.
+        expect(settled).toMatchObject({
+          status: "pending_verification",
+          state: "needs_review",
+          reason: expect.stringMatching(/created with confirm, now requires_confirmation/),
+        });
+      } finally {
+        sandbox.searchLagMs = 0;
+      }
     });
 
     it("an intent created without confirm, declined later by the customer's own confirmation, is still our effect", async () => {
@@ -473,6 +531,49 @@ for (const dialect of DIALECTS) {
       const out = await l.run(stripe().paymentIntentsCreate, { tenant: tenant(), key: ["busy"], args: CARD });
       expect(out.status).toBe("succeeded");
       expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+      expect(piCount() - before).toBe(1);
+    });
+
+    // API versions before 2015-09-08 answered a rate limit as a 400 with the code rate_limit (the
+    // sandbox does so for them); stripe-node reads it as a StripeRateLimitError.
+    const OLD_API = "2015-08-19";
+
+    it("a 400 rate_limit (an API version before 2015-09-08) to a first attempt: retried after the wait, not failed for good", async () => {
+      const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 } });
+      const before = piCount();
+      sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/payment_intents" }, retryAfterSec: 1 });
+      const t = tenant();
+      const out = await l.run(stripe({ apiVersion: OLD_API }).paymentIntentsCreate, {
+        tenant: t,
+        key: ["busy-400"],
+        args: CARD,
+      });
+      // Before: failed, "StripeRateLimitError rate_limit: …" (permanent), and nothing was charged.
+      expect(out.status === "failed" ? `failed: ${out.error.kind}: ${out.error.reason}` : out.status).toBe("succeeded");
+      const key = (await l.get({ tenant: t, id: out.operationId })).operation.key;
+      expect(requestsFor(key).map((r) => r.status)).toEqual([400, 200]);
+      expect(piCount() - before).toBe(1);
+    });
+
+    it("a 400 rate_limit answering the replay of a charge that committed: not recorded failed, settled by the next replay", async () => {
+      const s = stripe({ apiVersion: OLD_API });
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const before = piCount();
+      // The charge commits, its answer is lost (twice: stripe-node retries a reset once by itself).
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["limited-replay"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      expect(pi.status).toBe("succeeded"); // the card was charged
+      sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/payment_intents" } }); // the replay meets the limiter
+      const key = (await l.get({ tenant: t, id: out.operationId })).operation.key;
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(requestsFor(key).at(-1)).toMatchObject({ status: 400 });
+      // Before: { status: "failed", error: { kind: "permanent" } }: "failed" for a card that was charged.
+      expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const later = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(later).toMatchObject({ status: "succeeded", receipt: { id: pi.id, replayed: true } });
       expect(piCount() - before).toBe(1);
     });
 
@@ -641,6 +742,33 @@ for (const dialect of DIALECTS) {
     );
   });
 }
+
+/** What `fn` throws, undefined when it returns. */
+function refusal(fn: () => unknown): unknown {
+  try {
+    fn();
+    return undefined;
+  } catch (error) {
+    return error;
+  }
+}
+
+describe("a generic POST's path", () => {
+  it("is refused where the action is defined unless it begins with a single '/': stripe-node would refuse it before sending", () => {
+    const s = stripe();
+    const sent = sandbox.requests.length;
+    // Before: defined, and each run read "outcome unknown (ambiguous: not a Stripe error: Error:
+    // Request path must be a string beginning with a single "/" …); verification continues",
+    // though nothing had left the process.
+    for (const path of ["v1/products", "//v1/products", ""]) {
+      const refused = refusal(() => s.post(path));
+      expect(refused, path).toBeInstanceOf(InvalidValueError);
+      expect(refused).toMatchObject({ path: "path", reason: expect.stringContaining(JSON.stringify(path)) });
+    }
+    expect(s.post("/v1/products").type).toBe("stripe.post:/v1/products");
+    expect(sandbox.requests.length).toBe(sent);
+  });
+});
 
 describe("Stripe test mode (live, opt-in)", () => {
   const key = process.env.STRIPE_SECRET_KEY;

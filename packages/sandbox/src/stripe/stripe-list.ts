@@ -3,6 +3,9 @@
  * from 1 to 100 (default 10), a cursor in `starting_after` (the page after that object) or
  * `ending_before` (the page before it), never both, and `has_more` when objects remain beyond
  * the page in the direction of travel. A cursor that names no object of the list is a 400.
+ *
+ * Search pages the same `limit`, with an opaque cursor (docs.stripe.com/api/pagination/search):
+ * a page answers `next_page` when `has_more`, and the next request gives it as `page`.
  */
 import { StripeFailure, type StripeObject } from "./stripe-objects.js";
 
@@ -15,10 +18,7 @@ export function page(
   params: Record<string, unknown>,
   what: string,
 ): { data: StripeObject[]; has_more: boolean } {
-  const limit = params.limit === undefined ? 10 : Number(params.limit);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) {
-    throw invalid("limit", `Invalid integer: ${String(params.limit)}; must be between 1 and 100.`);
-  }
+  const limit = limitOf(params);
   const after = params.starting_after;
   const before = params.ending_before;
   if (after !== undefined && before !== undefined) {
@@ -44,6 +44,32 @@ export function page(
   }
   const older = after === undefined ? newestFirst : newestFirst.slice(at(after, "starting_after") + 1);
   return { data: older.slice(0, limit), has_more: older.length > limit };
+}
+
+/** The object a Search's `page` cursor continues after (undefined on the first page); a cursor this sandbox did not make is a 400. */
+export function searchCursor(params: Record<string, unknown>): string | undefined {
+  if (params.page === undefined) return undefined;
+  const cursor = typeof params.page === "string" && /^sp_[\w-]+$/.test(params.page) ? params.page : undefined;
+  if (!cursor) throw invalid("page", `Invalid page: ${JSON.stringify(params.page)}.`);
+  return Buffer.from(cursor.slice(3), "base64url").toString();
+}
+
+/** A page of Search's `hits` (those after the cursor, in Search's order). */
+export function searchPage(
+  hits: readonly StripeObject[],
+  params: Record<string, unknown>,
+): { data: StripeObject[]; has_more: boolean; next_page: string | null } {
+  const data = hits.slice(0, limitOf(params));
+  const more = hits.length > data.length;
+  return { data, has_more: more, next_page: more ? `sp_${Buffer.from(data.at(-1)!.id).toString("base64url")}` : null };
+}
+
+function limitOf(params: Record<string, unknown>): number {
+  const limit = params.limit === undefined ? 10 : Number(params.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100) {
+    throw invalid("limit", `Invalid integer: ${String(params.limit)}; must be between 1 and 100.`);
+  }
+  return limit;
 }
 
 function invalid(param: string, message: string): StripeFailure {

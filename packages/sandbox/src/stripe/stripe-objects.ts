@@ -3,9 +3,18 @@
  * test mode: customers, payment intents (confirmed with one of Stripe's test payment methods, see
  * TEST_CARDS; any other succeeds and makes the intent's `latest_charge`), the charges those make,
  * refunds of a `payment_intent` or a `charge` (at most what was captured), and any other POSTed
- * resource kept as given. Lists filter on fields (`?payment_intent=`, `?charge=`), newest first.
- * Search understands `metadata['k']:'v'` and `field:'v'` clauses joined by AND, and sees an object
- * only `searchLagMs` after its creation.
+ * resource kept as given. Lists filter on fields (`?payment_intent=`, `?charge=`, `?created=` as
+ * one timestamp or a range), newest first.
+ * Search understands `metadata['k']:'v'` and `field:'v'` clauses joined by AND. Its index lags
+ * "new or updated data" (docs.stripe.com/search#data-freshness): it sees each object as it was
+ * `searchLagMs` ago, not at all before then, and an update only once that long has passed (a
+ * change made by writing to an object of `all()` directly is not an update: it is seen at once).
+ * Stripe documents no order for Search's results; the sandbox gives them oldest first, the order
+ * in which a new object is behind older matches, past a first page they fill.
+ *
+ * An update takes the fields given and merges metadata key by key; on a payment intent it clears
+ * `last_payment_error` ("cleared if the PaymentIntent is later updated for any reason"), and a new
+ * `payment_method` on one not yet paid needs a confirmation again (`requires_confirmation`).
  *
  * A confirmation is checked as Stripe checks it on API versions since 2023-08-16
  * (docs.stripe.com/changelog/2023-08-16/automatic-payment-methods), whatever `Stripe-Version` the
@@ -85,7 +94,11 @@ const AUTHENTICATION_REQUIRED: CardError = {
 
 export class StripeObjects {
   private readonly byResource = new Map<string, StripeObject[]>();
-  private readonly createdAtMs = new Map<string, number>();
+  /**
+   * Each object's changes, oldest first: when it was made or changed (sandbox clock, ms), and its
+   * state just before (none for its creation). Search reads the state as of its lag from these.
+   */
+  private readonly changes = new Map<string, { at: number; before: StripeObject | undefined }[]>();
 
   constructor(
     private readonly now: () => number,
@@ -124,12 +137,21 @@ export class StripeObjects {
     return this.all(resource).find((o) => o.id === id);
   }
 
-  /** Stripe's update (POST to the object): fields replaced, metadata merged key by key. */
+  /** Stripe's update (POST to the object): see the module comment. */
   update(resource: string, id: string, params: Record<string, unknown>): StripeObject | undefined {
     const obj = this.get(resource, id);
     if (!obj) return undefined;
+    this.changing(obj);
     const { metadata: _, ...fields } = params;
+    const waiting = ["requires_payment_method", "requires_confirmation", "requires_action"].includes(
+      String(obj.status),
+    );
     Object.assign(obj, fields, { metadata: { ...(obj.metadata as Record<string, string>), ...metadataOf(params) } });
+    if (resource === "payment_intents") {
+      obj.last_payment_error = null;
+      if (typeof params.payment_method === "string" && waiting)
+        Object.assign(obj, { status: "requires_confirmation", next_action: null });
+    }
     return obj;
   }
 
@@ -140,15 +162,38 @@ export class StripeObjects {
       .reverse();
   }
 
-  /** Search as Stripe's index sees it: objects younger than the lag are not there yet. */
-  search(resource: string, query: string): StripeObject[] {
+  /**
+   * Search as Stripe's index sees it, each object as it was `searchLagMs` ago (absent when it did
+   * not exist yet), oldest first; `after`: only those made after the object with that id (a page's cursor).
+   */
+  search(resource: string, query: string, after?: string): StripeObject[] {
     const clauses = parseQuery(query);
-    const visibleBefore = this.now() - this.searchLagMs();
-    return this.all(resource).filter(
-      (o) =>
-        this.createdAtMs.get(o.id)! <= visibleBefore &&
-        clauses.every((c) => (c.metadata ? o.metadata[c.field] : String(o[c.field])) === c.value),
-    );
+    const asOf = this.now() - this.searchLagMs();
+    const all = this.all(resource);
+    const at = after === undefined ? -1 : all.findIndex((o) => o.id === after);
+    if (after !== undefined && at < 0)
+      throw invalid("page", "parameter_invalid", "Invalid page: it is not a cursor of this search.");
+    return all
+      .slice(at + 1)
+      .map((o) => this.indexed(o, asOf))
+      .filter(
+        (o): o is StripeObject =>
+          o !== undefined && clauses.every((c) => (c.metadata ? o.metadata[c.field] : String(o[c.field])) === c.value),
+      );
+  }
+
+  /** The state of `live` at `asOf` (ms): the live object once its last change is that old, else the state before the first change after. */
+  private indexed(live: StripeObject, asOf: number): StripeObject | undefined {
+    const changes = this.changes.get(live.id) ?? [];
+    for (let i = changes.length - 1; i >= 0; i--) {
+      if (changes[i]!.at <= asOf) return i === changes.length - 1 ? live : changes[i + 1]!.before;
+    }
+    return undefined;
+  }
+
+  /** Records the state of `obj` before a change, for Search's lagging view. */
+  private changing(obj: StripeObject): void {
+    this.changes.get(obj.id)?.push({ at: this.now(), before: structuredClone(obj) });
   }
 
   private paymentIntent(
@@ -249,8 +294,10 @@ export class StripeObjects {
         `Refund amount (${amount}) is greater than unrefunded amount on charge (${left}).`,
       );
     }
-    pi.amount_refunded = Number(pi.amount_refunded) + amount;
     const paid = this.get("charges", String(pi.latest_charge))!;
+    this.changing(pi);
+    this.changing(paid);
+    pi.amount_refunded = Number(pi.amount_refunded) + amount;
     paid.amount_refunded = pi.amount_refunded;
     return this.store("refunds", {
       ...base,
@@ -273,7 +320,7 @@ export class StripeObjects {
     const list = this.byResource.get(resource) ?? [];
     list.push(obj);
     this.byResource.set(resource, list);
-    this.createdAtMs.set(obj.id, this.now());
+    this.changes.set(obj.id, [{ at: this.now(), before: undefined }]);
     return obj;
   }
 }
@@ -343,9 +390,13 @@ function parseQuery(query: string): { metadata: boolean; field: string; value: s
   });
 }
 
-/** A list filter: a value, or a range as Stripe's `created[gte]=…` (gt, gte, lt, lte). */
+/**
+ * A list filter: a value, or a range as Stripe's `created[gte]=…` (gt, gte, lt, lte). A value
+ * comes form-encoded, a string: `created=1767225600` is the number's exact value.
+ */
 function matches(value: unknown, want: unknown): boolean {
-  if (want === null || typeof want !== "object") return value === want;
+  if (want === null || typeof want !== "object")
+    return value === want || (typeof value === "number" && typeof want === "string" && String(value) === want);
   const n = Number(value);
   const r = want as Record<string, unknown>;
   return (

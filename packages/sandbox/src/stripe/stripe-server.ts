@@ -8,7 +8,8 @@
  * request while the first is still executing is 409 `idempotency_key_in_use`; keys are forgotten
  * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
  *
- * Faults (see FaultPlan): `rate_limit` (429 + Retry-After) and `unavailable` (503) before
+ * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
+ * `Stripe-Version` is before 2015-09-08, as Stripe answered then) and `unavailable` (503) before
  * anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
  * the 500; a 503 so saved is what a 503 that is not proven to come before execution may be), `drop_after_commit` (the
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
@@ -20,7 +21,7 @@ import { randomBytes } from "node:crypto";
 import qs from "qs";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
-import { PAGE_PARAMS, page } from "./stripe-list.js";
+import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
 export type StripeFaultKind =
@@ -34,7 +35,7 @@ export type StripeFaultKind =
 export interface StripeSandboxOptions {
   /** The secret key requests must carry. Default "sk_test_idem_sandbox". */
   readonly apiKey?: string;
-  /** How long a new object stays out of search results. Default 0. */
+  /** How far Search's index lags writes: a new object is not in it, an update not seen, for this long. Default 0. */
   readonly searchLagMs?: number;
 }
 
@@ -124,10 +125,13 @@ export class StripeSandbox {
     }
     const before = this.faults.take(method, path, ["rate_limit", "unavailable"]);
     if (before?.kind === "rate_limit") {
-      record(429);
+      // Before API version 2015-09-08 Stripe's rate limiter answered 400 with the code `rate_limit`
+      // (docs.stripe.com/changelog/2015-09-08/rate-limited-requests-return-429-no-rate-limit).
+      const status = (header(req, "stripe-version") ?? "9") < "2015-09-08" ? 400 : 429;
+      record(status);
       return sendError(
         res,
-        429,
+        status,
         { type: "invalid_request_error", code: "rate_limit", message: "Too many requests hit the API too quickly." },
         { "retry-after": String(before.retryAfterSec ?? 1) },
       );
@@ -254,8 +258,8 @@ export class StripeSandbox {
       if (updated) return updated;
     }
     if (method === "GET" && id === "search") {
-      const data = this.objects.search(resource, String(params.query ?? ""));
-      return { object: "search_result", url: path, has_more: false, next_page: null, data };
+      const hits = this.objects.search(resource, String(params.query ?? ""), searchCursor(params));
+      return { object: "search_result", url: path, ...searchPage(hits, params) };
     }
     if (method === "GET" && id) {
       const obj = this.objects.get(resource, id);
