@@ -862,7 +862,7 @@ for (const dialect of DIALECTS) {
         // before 90 % of the claim, outlasts it): inconclusive, still unknown, looked up again.
         const cut = (await Promise.all(ids.map((id) => ledger.get({ tenant: t, id }))))
           .flatMap((o) => o.events)
-          .filter((e) => e.reason.startsWith("inconclusive")).length;
+          .filter((e) => e.reason?.startsWith("inconclusive")).length;
         expect(reconciled() - before).toBe(4 + cut);
         await withActions.close();
       },

@@ -15,7 +15,9 @@ import {
   existingIdOf,
   isRefusal,
   isValidationRefusal,
+  namesProperty,
   propertyRefusal,
+  tlsRefusal,
 } from "./hubspot-classify.js";
 import { HubSpotBatchInputError, HubSpotReadBackError, HubSpotSchemaError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
@@ -57,7 +59,8 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       async execute(args, op) {
         const idProperty = idPropertyOf(op);
         // Create mode rests on HubSpot refusing a second record with the key: checked before the
-        // first create. An upsert by a property that is not unique-value HubSpot refuses itself (400).
+        // first create. An upsert by a property that is not unique-value HubSpot refuses itself
+        // (400), and that refusal is read as the same misconfiguration (refuseKeyProperty).
         if (mode === "create") await schema.require(objectType, idProperty);
         if (mode === "upsert") {
           // Found, the record is the effect, and is not written again. On the first attempt
@@ -87,6 +90,11 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
             schema.forget(objectType, idProperty);
             throw new HubSpotSchemaError(objectType, idProperty, "missing", { cause: e });
           }
+          // An upsert refused for naming its key property: HubSpot's 400 for an idProperty that is
+          // not unique-value (or missing). A configuration to fix, as create mode's check finds it
+          // before its first write; the definition, read again, says which (and nothing else).
+          if (mode === "upsert" && ofKey === undefined && namesProperty(e, idProperty))
+            await refuseKeyProperty(e, idProperty);
           // An upsert updates the record with our key rather than repeat it: a validation error is
           // about the values, the caller's data, whatever records exist (read back, ours was taken
           // as this write's success though HubSpot wrote nothing). Unless it refuses our key's
@@ -107,14 +115,32 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
      * over it (a person's edits since reverted) though the work was done, by an earlier attempt or
      * an operation with the key pruned from the ledger since. A read that fails proves nothing, and
      * the upsert goes as it did without it (its receipt then claims nothing of before), except when
-     * HubSpot asks us to wait (429, 423, 477): a write now would be refused alike.
+     * HubSpot asks us to wait (429, 423, 477), or its certificate is not trusted: a write now would
+     * be refused alike.
      */
     async function readBeforeUpsert(key: string, idProperty: string): Promise<{ id: string } | undefined> {
       try {
         return await readByExternalId(api, objectType, idProperty, key);
       } catch (e) {
-        if (classifyHubSpotError(e).kind === "rate_limited") throw e;
+        // An untrusted certificate refused the read before it was sent: the upsert would meet it too.
+        if (classifyHubSpotError(e).kind === "rate_limited" || tlsRefusal(e)) throw e;
         return undefined;
+      }
+    }
+
+    /**
+     * Throws HubSpotSchemaError (caused by `refusal`) when the key property's definition, read
+     * again, is missing or not unique-value; returns when it is unique-value or cannot be read, and
+     * the refusal is then taken as it stands. Read on such a refusal only: upsert mode sends no
+     * request before its first write for a check that a correct schema never needs.
+     */
+    async function refuseKeyProperty(refusal: unknown, idProperty: string): Promise<void> {
+      schema.forget(objectType, idProperty);
+      try {
+        await schema.require(objectType, idProperty);
+      } catch (e) {
+        if (e instanceof HubSpotSchemaError)
+          throw new HubSpotSchemaError(objectType, idProperty, e.problem, { cause: refusal });
       }
     }
 

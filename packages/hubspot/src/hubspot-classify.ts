@@ -7,6 +7,7 @@
 import { neverSent, type Classification } from "@idem/core";
 import {
   HubSpotBatchInputError,
+  HubSpotLookupError,
   HubSpotReadBackError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
@@ -69,6 +70,17 @@ export function propertyRefusal(error: unknown, property: string, value: string)
   return messagesOf(error).some((m) => m.includes(value)) ? "value" : undefined;
 }
 
+/**
+ * Whether HubSpot's answer names `property` (as a whole word): for the key's property, which the
+ * caller cannot set, a refusal naming it is about it, such as HubSpot's 400 for an upsert by a
+ * property that is not unique-value ("Unable to perform update/upsert by non-unique 0-1 property
+ * <name> in portal ID <portal>").
+ */
+export function namesProperty(error: unknown, property: string): boolean {
+  const word = new RegExp(`(^|[^A-Za-z0-9_])${property.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}($|[^A-Za-z0-9_])`);
+  return messagesOf(error).some((m) => word.test(m));
+}
+
 /** HubSpot's per-property entries of a validation message; none when it has no such list. */
 function refusedValues(error: unknown): { name?: unknown; error?: unknown }[] {
   return messagesOf(error).flatMap((m) => {
@@ -117,6 +129,9 @@ export function classifyHubSpotError(error: unknown): Classification {
       ...("alert" in read && read.alert && { alert: true }),
     };
   }
+  // A lookup's read failed: the record stays unknown, whatever the read's class. Kept otherwise
+  // (a 401, a 403 or an untrusted certificate alerted; a 429's wait), named as the lookup's read.
+  if (error instanceof HubSpotLookupError) return { ...classifyHubSpotError(error.cause), reason: error.message };
   // A misconfigured key property: nothing was sent, and nothing will be until a person fixes it.
   if (error instanceof HubSpotSchemaError) return { kind: "permanent", reason: error.message, alert: true };
   if (error instanceof HubSpotSchemaReadError) {
@@ -140,6 +155,10 @@ export function classifyHubSpotError(error: unknown): Classification {
     ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
     : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
   if (status === undefined) {
+    // We refused the server's TLS before the request was written: nothing sent, and every retry
+    // meets the same certificate. A configuration (a CA bundle, a proxy) a person must fix.
+    const tls = tlsRefusal(e);
+    if (tls) return { kind: "permanent", reason: `not sent: ${tls}`, alert: true };
     // Refused or unresolvable: the request never left (node-fetch keeps no syscall, so an
     // unreachable host may have come after the request: read back, not sent again blindly).
     if (neverSent(e)) return { kind: "transient", reason: `not sent: ${what}` };
@@ -163,6 +182,58 @@ export function classifyHubSpotError(error: unknown): Classification {
   if (status >= 400 && status < 500) return { kind: "permanent", reason: what, ...ids };
   // 5xx: the gateway or HubSpot failed, possibly after writing. The consistent read settles it.
   return { kind: "ambiguous", reason: what, ...ids };
+}
+
+/**
+ * OpenSSL's certificate verification codes as Node reports them (node-fetch keeps them as `code`),
+ * and Node's own for a name the certificate does not carry: the chain does not lead to a trusted
+ * certificate, or it is not the server's, or not valid now. Copied from @idem/email's
+ * email-tls.ts (adapters do not import each other).
+ */
+const CERTIFICATE_CODES: ReadonlySet<string> = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
+  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_NOT_YET_VALID",
+  "CERT_HAS_EXPIRED",
+  "ERROR_IN_CERT_NOT_BEFORE_FIELD",
+  "ERROR_IN_CERT_NOT_AFTER_FIELD",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "CERT_CHAIN_TOO_LONG",
+  "CERT_REVOKED",
+  "INVALID_CA",
+  "PATH_LENGTH_EXCEEDED",
+  "INVALID_PURPOSE",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "HOSTNAME_MISMATCH",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** No TLS version both sides accept (a server below Node's floor). */
+const VERSION_CODES: ReadonlySet<string> = new Set([
+  "ERR_SSL_UNSUPPORTED_PROTOCOL",
+  "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
+  "ERR_SSL_NO_PROTOCOLS_AVAILABLE",
+]);
+
+/**
+ * What in `error` (a fetch error, no HTTP status) says we refused HubSpot's TLS: its certificate
+ * not trusted, or no TLS version in common; undefined otherwise. The handshake failed before any
+ * byte of the request was written. Not a handshake cut off (ECONNRESET): that may pass.
+ */
+export function tlsRefusal(error: unknown): string | undefined {
+  const e = (error ?? {}) as { code?: unknown; message?: unknown };
+  const code = typeof e.code === "string" ? e.code : undefined;
+  if (code === undefined || !(CERTIFICATE_CODES.has(code) || VERSION_CODES.has(code))) return undefined;
+  const said = `${code}: ${typeof e.message === "string" ? e.message : "no message"}`;
+  return CERTIFICATE_CODES.has(code)
+    ? `HubSpot's certificate is not trusted (${said}): a TLS-inspecting proxy or a private endpoint needs its CA trusted (NODE_EXTRA_CA_CERTS)`
+    : `no TLS version both HubSpot and this process accept (${said})`;
 }
 
 function requestIdOf(c: Classification): string | undefined {

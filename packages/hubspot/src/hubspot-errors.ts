@@ -82,3 +82,24 @@ export class HubSpotSchemaReadError extends Error {
     super(`reading the definition of ${objectType}.${property} failed`, options);
   }
 }
+
+/**
+ * A lookup's read failed: the read by the key, or of the key property's definition. It proves
+ * nothing of the record, so the operation stays unknown; `cause` is the read's error, whose class
+ * classifyHubSpotError keeps (a 401 or 403, an untrusted certificate: alerted, as every later
+ * check fails alike). `read` names which read failed.
+ */
+export class HubSpotLookupError extends Error {
+  override readonly name = "HubSpotLookupError";
+  constructor(
+    readonly objectType: string,
+    readonly property: string,
+    readonly read: "record" | "definition",
+    /** What the read's error says, as classified (the status and HubSpot's words, not the whole answer). */
+    said: string,
+    options: { cause: unknown },
+  ) {
+    const what = read === "definition" ? `of the definition of ${objectType}.${property}` : `by ${property}`;
+    super(`HubSpot read ${what} failed: ${said}`, options);
+  }
+}

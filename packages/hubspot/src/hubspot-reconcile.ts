@@ -19,7 +19,7 @@
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
-import { HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
+import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import type { UniquePropertyCheck } from "./hubspot-schema.js";
 
@@ -101,16 +101,20 @@ export async function reconcileByRead(
     // Kept in the ledger as the check's reason: the status and HubSpot's words, not the client's
     // whole dump of the answer (its body and headers).
     const ofSchema = e instanceof HubSpotSchemaReadError;
-    const read = classifyHubSpotError(ofSchema ? e.cause : e);
-    const what = ofSchema ? `of the definition of ${objectType}.${uniqueProperty}` : `by ${uniqueProperty}`;
-    const reason = `HubSpot read ${what} failed: ${read.reason}`;
+    const cause = ofSchema ? e.cause : e;
+    const read = classifyHubSpotError(cause);
+    const failed = new HubSpotLookupError(objectType, uniqueProperty, ofSchema ? "definition" : "record", read.reason, {
+      cause,
+    });
     // Refused 400, the property is no longer unique-value or is gone since its kept verdict: the
     // next check reads its definition again, which says so (and a person decides).
     if (!ofSchema && (e as { code?: unknown }).code === 400) schema.forget(objectType, uniqueProperty);
     // Thrown, the check would be due again at the ledger's backoff (milliseconds), into the same limit.
     if (read.kind === "rate_limited")
-      return { found: false, proof: "inconclusive", reason, retryAfterMs: read.retryAfterMs };
-    throw new Error(reason, { cause: e });
+      return { found: false, proof: "inconclusive", reason: failed.message, retryAfterMs: read.retryAfterMs };
+    // Typed, so that the runner's classify keeps the read's class: a refused credential or an
+    // untrusted certificate fails every later check alike, and is alerted now.
+    throw failed;
   }
   const found = live ?? archived;
   if (found && (live || madeWithin(found, op)))

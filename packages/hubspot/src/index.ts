@@ -3,6 +3,7 @@ export type { HubSpotActions, HubSpotCreateArgs } from "./hubspot-actions.js";
 export { classifyHubSpotError } from "./hubspot-classify.js";
 export {
   HubSpotBatchInputError,
+  HubSpotLookupError,
   HubSpotReadBackError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import {
   HubSpotBatchInputError,
+  HubSpotLookupError,
   HubSpotReadBackError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
@@ -150,6 +151,54 @@ describe("classifyHubSpotError", () => {
     (_what, read, expected) => {
       expect(classifyHubSpotError(new HubSpotSchemaReadError("deals", "erp_ref", { cause: read }))).toMatchObject(
         expected,
+      );
+    },
+  );
+
+  it.each([
+    ["a self-signed certificate", "DEPTH_ZERO_SELF_SIGNED_CERT", /certificate is not trusted/],
+    ["a certificate no trusted CA signed", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", /certificate is not trusted/],
+    ["an expired certificate", "CERT_HAS_EXPIRED", /certificate is not trusted/],
+    ["a name the certificate does not carry", "ERR_TLS_CERT_ALTNAME_INVALID", /certificate is not trusted/],
+    ["no TLS version in common", "ERR_SSL_UNSUPPORTED_PROTOCOL", /no TLS version/],
+  ])(
+    "%s refused the handshake: nothing sent, permanent, alerted (not 'no answer from HubSpot')",
+    (_what, code, said) => {
+      // node-fetch's FetchError for a failed handshake: the system error's code, no HTTP status.
+      const c = classifyHubSpotError(net(code));
+      expect(c).toMatchObject({ kind: "permanent", alert: true, reason: expect.stringMatching(/^not sent: /) });
+      expect(c.reason).toMatch(said);
+      expect(c.reason).toContain(code);
+      // Through the key property's check too: its read, the first request of a create, never left.
+      expect(classifyHubSpotError(new HubSpotSchemaReadError("deals", "erp_ref", { cause: net(code) }))).toMatchObject({
+        kind: "permanent",
+        alert: true,
+      });
+    },
+  );
+
+  it("a handshake cut off (ECONNRESET) is not a refusal of the certificate: it may pass", () => {
+    expect(classifyHubSpotError(net("ECONNRESET"))).toMatchObject({ kind: "ambiguous" });
+  });
+
+  it.each([
+    ["403 (no read scope)", "record", api(403, { category: "MISSING_SCOPES" }), { kind: "permanent", alert: true }],
+    [
+      "401 (a token revoked)",
+      "record",
+      api(401, { category: "INVALID_AUTHENTICATION" }),
+      { kind: "permanent", alert: true },
+    ],
+    ["an untrusted certificate", "definition", net("SELF_SIGNED_CERT_IN_CHAIN"), { kind: "permanent", alert: true }],
+    ["502", "record", api(502, { category: "SERVICE_UNAVAILABLE" }), { kind: "ambiguous" }],
+  ] as const)(
+    "a lookup's read refused, %s: the read's own class, named as the lookup's read",
+    (_what, read, cause, expected) => {
+      const said = classifyHubSpotError(cause).reason;
+      const c = classifyHubSpotError(new HubSpotLookupError("deals", "idem_external_id", read, said, { cause }));
+      expect(c).toMatchObject(expected);
+      expect(c.reason).toBe(
+        `HubSpot read ${read === "record" ? "by idem_external_id" : "of the definition of deals.idem_external_id"} failed: ${said}`,
       );
     },
   );

@@ -1,8 +1,9 @@
 /**
  * What HubSpot refuses, and what the adapter must not take for success or for proof: a key
  * property that is not unique-value (create mode and the lookup rest on HubSpot refusing a second
- * record), an upsert refused for the caller's data while our record exists, and a 429 on the
- * lookup. The real @hubspot/api-client over HTTP to the HubSpot sandbox, on SQLite and Postgres.
+ * record; upsert mode's refusal of it alike), an upsert refused for the caller's data while our
+ * record exists, a lookup refused (429, 401, 403), and a server certificate we do not trust. The
+ * real @hubspot/api-client over HTTP to the HubSpot sandbox, on SQLite and Postgres.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
@@ -10,15 +11,21 @@ import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
+import { untrustedServer, type UntrustedServer } from "./support/untrusted-tls.js";
 
 let sandbox: HubSpotSandbox;
 let server: { basePath: string; accessToken: string };
+let untrusted: UntrustedServer;
 beforeAll(async () => {
   sandbox = new HubSpotSandbox();
   server = await sandbox.start();
+  untrusted = await untrustedServer();
   await crm().ensureSchema(["contacts", "companies", "deals"]);
 });
-afterAll(() => sandbox.close());
+afterAll(async () => {
+  await untrusted.close();
+  await sandbox.close();
+});
 
 const crm = (extra: Partial<HubSpotConfig> = {}) =>
   hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
@@ -260,25 +267,48 @@ for (const dialect of DIALECTS) {
         expect(sandbox.requests.slice(sent).map((r) => `${r.method} ${r.status}`)).toEqual(["GET 502", "POST 207"]);
         expect(sandbox.crm.get("contacts", ours.id)!.properties.email).toBe(`b207-${t}@example.test`);
       });
+    });
 
-      it("by a property that is not unique-value (HubSpot's 400): failed with HubSpot's message, not read back", async () => {
-        plainProperty("companies", "plain_ref");
+    describe("upsert mode: the key's property must be unique-value, as in create mode", () => {
+      for (const [what, property, problem, definition] of [
+        ["not unique-value", "plain_ref", "is not a unique-value property", "GET 200"],
+        ["missing (ensureSchema never run for it)", "erp_missing", "does not exist", "GET 404"],
+      ] as const)
+        it(`a property ${what}: HubSpot's 400 fails with an alert naming it and the fix, HubSpot's refusal kept as the cause`, async () => {
+          plainProperty("companies", "plain_ref");
+          const l = await ledger();
+          const t = tenant();
+          const sent = sandbox.requests.length;
+          const out = await l.run(crm({ mode: "upsert", uniqueProperty: property }).create("companies"), {
+            tenant: t,
+            key: ["plain"],
+            args: { properties: { name: "Plain Ltd" } },
+          });
+          // Before: failed permanent with HubSpot's message alone, no alert: every call of every key
+          // failed alike, and no one heard of it.
+          expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+          expect(out.status === "failed" && out.error.reason).toMatch(
+            new RegExp(`^companies\\.${property} ${problem}: .*ensureSchema\\(\\["companies"\\]\\)`),
+          );
+          // The read by the key is refused alike (it proves nothing, the upsert goes); the upsert's
+          // refusal names the property (HubSpot's words), and its definition, read then, says why.
+          const requests = sandbox.requests.slice(sent);
+          expect(requests.map((r) => `${r.method} ${r.status}`)).toEqual(["GET 400", "POST 400", definition]);
+          expect(requests[2]!.path).toBe(`/crm/v3/properties/companies/${property}`);
+        });
+
+      it("a validation refusal that does not name the key's property reads no definition: the caller's data", async () => {
         const l = await ledger();
         const t = tenant();
         const sent = sandbox.requests.length;
-        const out = await l.run(crm({ mode: "upsert", uniqueProperty: "plain_ref" }).create("companies"), {
+        const out = await l.run(crm({ mode: "upsert" }).create("companies"), {
           tenant: t,
-          key: ["plain"],
-          args: { properties: { name: "Plain Ltd" } },
+          key: ["unknown-prop"],
+          args: { properties: { name: "Acme", no_such_property: "x" } },
         });
-        // Before: read back by plain_ref, refused too (400), and taken as "may be ours": unknown.
         expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
-        expect(out.status === "failed" && out.error.reason).toMatch(
-          /^400 VALIDATION_ERROR: idProperty 'plain_ref' must be a unique value property/,
-        );
-        // Its read by the key before the upsert is refused alike (a read proves nothing, the upsert
-        // goes); the upsert's refusal is not read back.
-        expect(sandbox.requests.slice(sent).map((r) => `${r.method} ${r.status}`)).toEqual(["GET 400", "POST 400"]);
+        expect(out).not.toMatchObject({ error: { alert: true } });
+        expect(sandbox.requests.slice(sent).map((r) => r.method)).toEqual(["GET", "POST"]);
       });
     });
 
@@ -342,6 +372,87 @@ for (const dialect of DIALECTS) {
       const waitMs = operation.nextCheckAt! - operation.updatedAt;
       expect(waitMs).toBeGreaterThanOrEqual(10_000);
       expect(waitMs).toBeLessThanOrEqual(11_000);
+    });
+
+    /** A create of a deal whose answer was lost and whose read-back failed (502): unknown. */
+    async function unknownCreate(l: Ledger, t: string, key: string) {
+      sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+      sandbox.faults.add({ kind: "bad_gateway", match: { method: "GET", path: "/crm/v3/objects/deals/" }, times: 100 });
+      const out = await l
+        .run(crm().create("deals"), { tenant: t, key: [key], args: { properties: { dealname: key } } })
+        .finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      return out.operationId;
+    }
+
+    describe("a lookup refused for good: alerted at once, still unknown", () => {
+      it("its read by the key refused 403 (no read scope)", async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const id = await unknownCreate(l, t, "scope");
+        expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).not.toContain(id);
+        sandbox.faults.add({
+          kind: "missing_scopes",
+          match: { method: "GET", path: "/crm/v3/objects/deals/" },
+          times: 100,
+        });
+        try {
+          const daemon = await ledger({ actions: [crm().create("deals")] });
+          expect(await daemon.daemon.settle({ tenant: t, id })).toMatchObject({ state: "unknown" });
+        } finally {
+          sandbox.faults.clear();
+        }
+        expect((await l.get({ tenant: t, id })).operation.reason).toMatch(
+          /^inconclusive: lookup failed: HubSpotLookupError: HubSpot read by idem_external_id failed: 403/,
+        );
+        // Before: thrown as a plain Error, classified ambiguous: no alert until the daemon's escalation.
+        expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).toContain(id);
+      });
+
+      it("its definition's read refused 401 (the token revoked since)", async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const id = await unknownCreate(l, t, "revoked");
+        // A new process: the key property's definition is read first, and refused.
+        const daemon = await ledger({ actions: [crm({ accessToken: "pat-revoked" }).create("deals")] });
+        expect(await daemon.daemon.settle({ tenant: t, id })).toMatchObject({ state: "unknown" });
+        expect((await l.get({ tenant: t, id })).operation.reason).toMatch(
+          /^inconclusive: lookup failed: HubSpotLookupError: HubSpot read of the definition of deals\.idem_external_id failed: 401/,
+        );
+        expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).toContain(id);
+      });
+    });
+
+    describe("a server certificate not trusted (a TLS-inspecting proxy, a private endpoint): nothing sent", () => {
+      for (const mode of ["upsert", "create"] as const)
+        it(`${mode}: failed, not sent, alerted: not "unknown", not retried`, async () => {
+          const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 } });
+          const t = tenant();
+          const before = untrusted.requests();
+          const out = await l.run(
+            hubspotActions({ accessToken: "pat-x", basePath: untrusted.basePath, mode }).create("deals"),
+            { tenant: t, key: ["tls"], args: { properties: { dealname: "T" } } },
+          );
+          expect(untrusted.requests()).toBe(before); // the handshake failed: no request reached the server
+          // Before: upsert mode went unknown ("no answer from HubSpot", looked up for ever); create
+          // mode's property check read "transient: not sent" and was retried; no alert either way.
+          expect(out).toMatchObject({ status: "failed", attempt: 1, error: { kind: "permanent", alert: true } });
+          expect(out.status === "failed" && out.error.reason).toMatch(
+            /not sent: HubSpot's certificate is not trusted \(DEPTH_ZERO_SELF_SIGNED_CERT: /,
+          );
+        });
+
+      it("the lookup meets it: alerted at once, still unknown", async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const id = await unknownCreate(l, t, "tls-lookup");
+        const daemon = await ledger({
+          actions: [hubspotActions({ accessToken: server.accessToken, basePath: untrusted.basePath }).create("deals")],
+        });
+        expect(await daemon.daemon.settle({ tenant: t, id })).toMatchObject({ state: "unknown" });
+        expect((await l.get({ tenant: t, id })).operation.reason).toMatch(/certificate is not trusted/);
+        expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).toContain(id);
+      });
     });
   });
 }

@@ -146,7 +146,7 @@ export class CrmStore {
     id: string,
     properties: Record<string, unknown>,
   ): { record: CrmRecord; isNew: boolean } {
-    this.requireUniqueId(objectType, idProperty);
+    this.requireUniqueId(objectType, idProperty, true);
     const values = this.checkProperties(objectType, properties);
     const existing = this.findBy(objectType, idProperty, id);
     // The other unique values are checked as a create checks them, updates included: a record
@@ -216,11 +216,19 @@ export class CrmStore {
     return record;
   }
 
-  /** HubSpot's rule for an idProperty: a unique-value property, or a contact's email. */
-  private requireUniqueId(objectType: string, idProperty: string): void {
+  /**
+   * HubSpot's rule for an idProperty: a unique-value property, or a contact's email. An upsert by
+   * any other (missing too) is refused in HubSpot's words, which name the object type by its id
+   * (0-1 contacts, 0-2 companies) and the portal (as quoted in HubSpot/hubspot-api-nodejs#548).
+   */
+  private requireUniqueId(objectType: string, idProperty: string, upsert = false): void {
     if (this.props(objectType).get(idProperty)?.hasUniqueValue) return;
     if ((UNIQUE_BUILT_IN[objectType] ?? []).includes(idProperty)) return;
-    throw validation(`idProperty '${idProperty}' must be a unique value property`);
+    throw validation(
+      upsert
+        ? `Unable to perform update/upsert by non-unique ${OBJECT_TYPE_IDS[objectType] ?? objectType} property ${idProperty} in portal ID ${PORTAL_ID}`
+        : `idProperty '${idProperty}' must be a unique value property`,
+    );
   }
 
   /** Live records only: an archived record's unique values are free again. */
@@ -352,6 +360,25 @@ function singular(objectType: string): string {
 function capitalized(word: string): string {
   return word.charAt(0).toUpperCase() + word.slice(1);
 }
+
+/** The sandbox's portal (HubSpot account) id, as HubSpot's messages name it. */
+const PORTAL_ID = 10000001;
+
+/** HubSpot's object type ids of the standard objects; another type is named by its name. */
+const OBJECT_TYPE_IDS: Readonly<Record<string, string>> = {
+  contacts: "0-1",
+  companies: "0-2",
+  deals: "0-3",
+  tickets: "0-5",
+  products: "0-7",
+  line_items: "0-8",
+  quotes: "0-14",
+  tasks: "0-27",
+  notes: "0-46",
+  meetings: "0-47",
+  calls: "0-48",
+  emails: "0-49",
+};
 
 function validation(message: string, subCategory = "INVALID_INPUT"): HubSpotFailure {
   return new HubSpotFailure(400, error(message, subCategory));
