@@ -11,7 +11,8 @@ import { InvalidValueError, LedgerConfigError } from "./errors.js";
 export interface Capabilities {
   /**
    * The provider dedupes requests that carry our key, for `retentionMs` after the first one
-   * (Stripe: 24 h). Inside that window the safe retry is the same request with the same key.
+   * (Stripe: 24 h; counted from `OperationContext.firstSentAt`, not the operation's creation).
+   * Inside that window the safe retry is the same request with the same key.
    * `marginMs` (default 1 h) is subtracted so a retry never lands on a key the provider forgot.
    */
   readonly dedupe?: { readonly retentionMs: number; readonly marginMs?: number };
@@ -121,9 +122,22 @@ export interface OperationContext {
   /** When the operation was first claimed (ms since epoch, database clock). */
   readonly createdAt: number;
   /**
+   * When the operation's key was first sent (ms since epoch, database clock): the start of the
+   * first execution since the operation was last known not done (any effect comes from a request
+   * sent since, so a key the provider holds for it is no older). A provider keeps a key for its
+   * retention from the first request that carried it (Stripe: 24 h), and an operation may send
+   * its first request long after it was created (rate limited, then left pending for a day; a
+   * person's retry): measure a key window from here, not from `createdAt`. Where the ledger cannot
+   * tell, earlier, never later: `createdAt` on an operation from before it recorded this; an
+   * earlier attempt's first send once that attempt's late answer came. For an attempt about to
+   * send the first request, `now`. Undefined only from a runner older than this field (or a
+   * hand-made context): then use `createdAt`, the earlier time.
+   */
+  readonly firstSentAt?: number;
+  /**
    * The database's time when this attempt took the operation (ms since epoch). Compare it, and
-   * only it, with `createdAt` and `lastAttemptAt` (settle windows, key retention, search lag):
-   * the process clock (`Date.now()`) may run ahead of or behind the database's.
+   * only it, with `createdAt`, `firstSentAt` and `lastAttemptAt` (settle windows, key retention,
+   * search lag): the process clock (`Date.now()`) may run ahead of or behind the database's.
    */
   readonly now: number;
   /**

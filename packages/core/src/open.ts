@@ -629,6 +629,7 @@ class TimesAsNumbers implements KyselyPlugin {
     "lease_expires_at",
     "next_check_at",
     "last_execution_at",
+    "first_execution_at",
     "created_at",
     "updated_at",
     "completed_at",

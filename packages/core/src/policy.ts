@@ -9,7 +9,8 @@ import type { Status } from "./schema.js";
 export type Recovery =
   /**
    * Send the same request with the same key: the provider returns the first result. `until`: when
-   * the provider's retention (minus the margin) ends; a replay must not start after it.
+   * the provider's retention (minus the margin), counted from the key's first send, ends; a replay
+   * must not start after it.
    */
   | { readonly kind: "replay"; readonly reason: string; readonly until: number }
   /** Ask the provider whether the effect exists. */
@@ -19,10 +20,16 @@ export type Recovery =
 
 const DEFAULT_DEDUPE_MARGIN_MS = 60 * 60 * 1000;
 
-/** The replay policy table of docs/design.md, as one function. */
+/**
+ * The replay policy table of docs/design.md, as one function. `firstSentAt`: when the operation's
+ * key was first sent (see `keySentAt`): a provider keeps a key for its retention from the first
+ * request that carried it, not from the operation's creation. Given a time earlier than the true
+ * first send, the key is thought forgotten early (a lookup or a person); a later one would replay
+ * a key the provider may have forgotten, a second effect.
+ */
 export function recoveryFor(
   caps: Capabilities,
-  createdAt: number,
+  firstSentAt: number,
   now: number,
   last?: { replayable?: boolean | undefined },
 ): Recovery {
@@ -30,11 +37,11 @@ export function recoveryFor(
   if (caps.dedupe && last?.replayable !== false) {
     const usable = caps.dedupe.retentionMs - (caps.dedupe.marginMs ?? DEFAULT_DEDUPE_MARGIN_MS);
     // The provider still remembers our key: it answers a replay with the first result.
-    if (now - createdAt < usable)
+    if (now - firstSentAt < usable)
       return {
         kind: "replay",
         reason: "provider dedupes on the key and it is still retained",
-        until: createdAt + usable,
+        until: firstSentAt + usable,
       };
   }
   // A lookup can find the effect (or prove its absence) whatever its age.
@@ -64,7 +71,9 @@ export function statusAfter(
 ): Extract<Status, "failed" | "pending" | "unknown"> {
   switch (cls.kind) {
     case "rejected":
-      return "failed";
+      // Refused before it was sent: no answer about an earlier attempt that may have committed
+      // (a stricter validation deployed since, a config changed), only about this one.
+      return maybeCommitted ? "unknown" : "failed";
     case "permanent":
       // A permanent answer: replayed to later callers, no effect. But an auth or policy refusal
       // (alert) of a replay is no answer about the earlier attempt: a validation error or a
@@ -100,6 +109,13 @@ export interface Snapshot {
    * clock; null on a row older than the column. An unknown outcome is as old as this.
    */
   readonly lastExecutionAt: number | null;
+  /**
+   * When the operation's key was first sent (the start of the first execution since it was last
+   * known not done), by the database clock; null on a row older than the column. Read only while
+   * the operation may have committed: a `pending` row's is its last run's, and its next execution
+   * starts it anew. See `keySentAt`.
+   */
+  readonly firstExecutionAt: number | null;
   /** The database's time when the snapshot was read: the only clock decisions use. */
   readonly now: number;
   /** The last stored error's `replayable` flag (a provider that saved an error under our key). */
@@ -148,6 +164,14 @@ export type Decision =
   | { readonly kind: "review"; readonly reason: string }
   /** A dead attempt never got to execute: known not done, back to `pending` for a caller with args. */
   | { readonly kind: "release"; readonly reason: string };
+
+/**
+ * When a provider's key retention for this operation began, as far as the ledger can tell: its
+ * first send, or on a row older than that column its creation (earlier: the safe side).
+ */
+export function keySentAt(s: Pick<Snapshot, "firstExecutionAt" | "createdAt">): number {
+  return s.firstExecutionAt ?? s.createdAt;
+}
 
 /** How an escalation's reason begins (the daemon counts escalations by it). */
 export const ESCALATED = "still unknown after";
@@ -226,7 +250,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (c.escalate && pastEscalation(c.escalate, s))
         return { kind: "review", reason: `${escalationReason(c.escalate, s)}; a person must decide` };
       // Nothing can check this provider: a person decides now, not after a backoff.
-      const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
+      const r = recoveryFor(caps, keySentAt(s), s.now, { replayable: s.replayable });
       if (r.kind === "review") return { kind: "review", reason: `outcome unknown: ${r.reason}` };
       const dueIn = c.dueNow ? 0 : (s.nextCheckAt ?? 0) - s.now;
       if (dueIn > 0) {
@@ -258,7 +282,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
 
 /** The replay policy for an attempt that may have committed. */
 function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decision {
-  const r = recoveryFor(caps, s.createdAt, s.now, { replayable: s.replayable });
+  const r = recoveryFor(caps, keySentAt(s), s.now, { replayable: s.replayable });
   if (r.kind === "replay") {
     if (!c.mayExecute)
       return { kind: "answer", reason: `${why}; ${c.closing ?? "retry budget spent"} before the replay` };

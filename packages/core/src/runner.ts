@@ -30,6 +30,7 @@ import {
   backoff,
   checkDelay,
   decide,
+  keySentAt,
   nextDelay,
   recoveryFor,
   statusAfter,
@@ -389,8 +390,12 @@ export class Runner {
       };
     }
     if (found.found) return this.complete(call, row, found.receipt, "reconciled: the effect was found");
+    // What the lookup proved is known to this process only: each move below is retried through a
+    // brief outage of the ledger and recognises its own commit whose answer was lost
+    // (`moveDurably`), as an execution's end is. Written once, a failure left the row running
+    // until its lease ran out, and the caller read LedgerUnavailableError for a lookup that answered.
     if (found.proof === "absent") {
-      const back = await this.store.move(row, "pending", {
+      const back = await this.moveDurably(call, row, "pending", {
         actor: call.actor,
         reason: `reconciled: ${found.reason}`,
         checkAfterMs: 0,
@@ -400,7 +405,7 @@ export class Runner {
       if (back) return { again: 0 };
       // An earlier attempt, its request still out when we took over, answered while we looked
       // (fenced() moved last_execution_at): what the provider showed us may predate its commit.
-      const voided = await this.store.move(row, "unknown", {
+      const voided = await this.moveDurably(call, row, "unknown", {
         actor: call.actor,
         reason: `inconclusive: an earlier attempt answered during the lookup, so its absence proves nothing (${found.reason})`,
         checkAfterMs: call.settings.budget.baseDelayMs,
@@ -419,7 +424,7 @@ export class Runner {
     if (found.proof === "refused") {
       // The provider's own record of its final answer: what the request's answer would have said.
       const error: StoredError = { kind: "permanent", reason: found.reason };
-      const done = await this.store.move(row, "failed", {
+      const done = await this.moveDurably(call, row, "failed", {
         actor: call.actor,
         reason: `reconciled: ${found.reason}`,
         error_json: JSON.stringify(error),
@@ -429,7 +434,7 @@ export class Runner {
       return done ? { done: failed(done, error, false) } : this.fenced(call, row, "failed", found.reason);
     }
     const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
-    const still = await this.store.move(row, "unknown", {
+    const still = await this.moveDurably(call, row, "unknown", {
       actor: call.actor,
       reason: `inconclusive: ${found.reason}`,
       checkAfterMs,
@@ -602,7 +607,7 @@ export class Runner {
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
     if (
       to === "unknown" &&
-      recoveryFor(call.action.capabilities, row.created_at, mine.row.db_now, error).kind === "review"
+      recoveryFor(call.action.capabilities, firstSentOf(mine.row), mine.row.db_now, error).kind === "review"
     )
       return { again: 0 };
     // A ledger closing tries nothing again: the next caller or the daemon will.
@@ -757,6 +762,7 @@ export class Runner {
       alert: true,
       error_json: JSON.stringify(proof),
       executionEnded: true,
+      firstSentAt: firstSentOf(row),
     };
     const mine = await this.moveDurably(call, row, "needs_review", patch).catch(() => undefined);
     if (mine) return;
@@ -769,7 +775,7 @@ export class Runner {
       if (earlier) {
         const by = earlier.performedBy ?? [];
         if (performed && by.includes(row.attempt)) return; // our own proof
-        if (!performed || by.length === 0 || dedupedOntoFirst(call.action, row))
+        if (!performed || by.length === 0 || dedupedOntoFirst(call.action, row, now))
           return this.noteUnstorable(call, row, now, why);
         const twice = await this.moveDurably(call, now, "needs_review", {
           ...patch,
@@ -804,6 +810,7 @@ export class Runner {
         to: now.status,
         reason: `fenced: attempt ${row.attempt}'s effect happened but its receipt cannot be stored: ${why.slice(0, 300)}`,
         executionEnded: true,
+        firstSentAt: firstSentOf(row),
       })
       .catch(() => undefined);
   }
@@ -957,8 +964,9 @@ export class Runner {
     }
   }
 
+  /** Parks our held row for a person (alerted), retried through a brief outage (`moveDurably`). */
   private async toReview<A, R>(call: Call<A, R>, row: Row, reason: string): Promise<Step<R>> {
-    const parked = await this.store.move(row, "needs_review", { actor: call.actor, reason, alert: true });
+    const parked = await this.moveDurably(call, row, "needs_review", { actor: call.actor, reason, alert: true });
     return parked ? { done: pending(parked, reason) } : this.fenced(call, row, "needs_review", reason);
   }
 
@@ -1006,6 +1014,7 @@ export class Runner {
           to: now.status,
           reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
           executionEnded: ended,
+          ...(ended && { firstSentAt: firstSentOf(mine) }),
           unchanged: ended && !lastLook,
         })
         .catch((error: unknown) => {
@@ -1036,7 +1045,7 @@ export class Runner {
               : ""
             : ", after a person resolved it as succeeded without one";
         // An effect already proven without its receipt (too large to store): ours is another one.
-        const twice = performed && knownPerformed(now) && !dedupedOntoFirst(call.action, mine);
+        const twice = performed && knownPerformed(now) && !dedupedOntoFirst(call.action, mine, now);
         const proven = await this.recordReceipt(
           call,
           now,
@@ -1057,7 +1066,7 @@ export class Runner {
         // however its answer differs). Our caller gets its own receipt, not "already done
         // earlier", and a person hears of the second effect (the row keeps the receipt it
         // replays to every other caller).
-        if (now.result_json !== canonicalJson(receipt, "result") && !dedupedOntoFirst(call.action, mine)) {
+        if (now.result_json !== canonicalJson(receipt, "result") && !dedupedOntoFirst(call.action, mine, now)) {
           const alerted = await this.moveDurably(call, now, "succeeded", {
             actor: call.actor,
             reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
@@ -1092,6 +1101,7 @@ export class Runner {
                 reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
                 checkAfterMs: call.settings.budget.baseDelayMs,
                 executionEnded: true,
+                firstSentAt: firstSentOf(mine),
               })
             : await this.store.move(now, "needs_review", {
                 actor: call.actor,
@@ -1265,16 +1275,30 @@ function ofOperation(error: unknown, operationId: string | undefined): unknown {
 }
 
 /**
- * The provider dedupes on our key and `attempt` started (so sent) inside its retention counted
- * from the operation's creation, before any request of it: its request was answered with the
- * first one's effect, never made a second.
+ * Two requests that each took effect by their answer, of `attempt` (our held row: `updated_at` is
+ * when it started) and of the attempt that recorded `other` (a receipt, or a proof; its
+ * `updated_at` is no earlier than that attempt's start): the provider dedupes on our key and the
+ * later of them started inside its retention counted from the key's first send, so it was
+ * answered with the first one's effect, never made a second. The first send is the earlier that
+ * either row counts (an earlier attempt's late end may come after a run from known not done
+ * started the count anew), and the later start is over-estimated: a doubt says "two effects", a
+ * person looks.
  */
 function dedupedOntoFirst(
   action: Pick<Action<unknown, unknown>, "capabilities">,
-  attempt: Pick<Row, "created_at" | "updated_at">,
+  attempt: Pick<Row, "first_execution_at" | "created_at" | "updated_at">,
+  other: Pick<Row, "first_execution_at" | "created_at" | "updated_at">,
 ): boolean {
   const dedupe = action.capabilities.dedupe;
-  return dedupe !== undefined && attempt.updated_at - attempt.created_at < dedupe.retentionMs;
+  if (dedupe === undefined) return false;
+  const first = Math.min(firstSentOf(attempt), firstSentOf(other));
+  return Math.max(Number(attempt.updated_at), Number(other.updated_at)) - first < dedupe.retentionMs;
+}
+
+/** When the key of the row's operation was first sent, as the row says (policy.ts `keySentAt`). */
+function firstSentOf(row: Pick<Row, "first_execution_at" | "created_at">): number {
+  // Number(): a pool we did not configure may read the BIGINT as a string.
+  return Number(keySentAt({ firstExecutionAt: row.first_execution_at, createdAt: row.created_at }));
 }
 
 /** Settled, whether read as an Outcome or peeked at whole. */
@@ -1294,6 +1318,7 @@ function snapshotOf(p: Peek): Snapshot {
     hasArgs: p.has_args === 1,
     createdAt: p.created_at,
     lastExecutionAt: p.last_execution_at,
+    firstExecutionAt: p.first_execution_at === null ? null : Number(p.first_execution_at),
     now: p.db_now,
     replayable: error?.replayable,
     rateLimited: error?.kind === "rate_limited",
@@ -1330,6 +1355,7 @@ function context(row: Row & { db_now: number }, abort: LazyAbort, lastAttemptAt 
     keyLabel: row.key_label,
     attempt: row.attempt,
     createdAt: row.created_at,
+    firstSentAt: firstSentOf(row),
     lastAttemptAt,
     now: row.db_now,
     providerReference: row.provider_reference,

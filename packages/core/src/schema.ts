@@ -42,6 +42,13 @@ export interface OperationsTable {
    * here, not from later inconclusive checks.
    */
   last_execution_at: number | null;
+  /**
+   * When the operation's key was first sent (migration 0009): the start of the first execution
+   * since the operation was last known not done (a claim; a takeover that executes a `pending` row
+   * starts it anew, one that replays a row that may have committed keeps it). A provider's key
+   * retention counts from here. NULL on rows from before 0009: they count from `created_at`.
+   */
+  first_execution_at: number | null;
   created_at: number;
   updated_at: number;
   completed_at: number | null;

@@ -43,6 +43,13 @@ export interface TransitionPatch {
   /** This transition ends an execution without an answer: it may have taken effect until now. */
   executionEnded?: boolean;
   /**
+   * With `executionEnded`: when the ended execution's attempt counted its key's first send from.
+   * The row keeps the earlier of it and its own: an earlier attempt's late end may come after the
+   * operation was run again from known not done (which starts the count anew), and its request
+   * may have taken effect under the key it sent first.
+   */
+  firstSentAt?: number;
+  /**
    * Retention after completion, ms (null: kept), for rows claimed before migration 0007: a row
    * claimed since keeps the retention its claim recorded.
    */
@@ -109,6 +116,7 @@ export const ROW_COLUMNS = [
   "alert_pending",
   "maybe_committed",
   "last_execution_at",
+  "first_execution_at",
   "created_at",
   "updated_at",
   "completed_at",
@@ -122,7 +130,13 @@ export const ROW_COLUMNS = [
 const KNOWN_KEYS = 10_000;
 
 /** The columns of a claimed row that the database fills in (from its clock). */
-const CLOCK_COLUMNS = ["lease_expires_at", "last_execution_at", "created_at", "updated_at"] as const;
+const CLOCK_COLUMNS = [
+  "lease_expires_at",
+  "last_execution_at",
+  "first_execution_at",
+  "created_at",
+  "updated_at",
+] as const;
 
 /**
  * What answers a duplicate of a settled operation (`replayOf`), and the action and args hash it
@@ -157,6 +171,8 @@ const PEEK_COLUMNS = [
   // When the last attempt's request ended (or may have): the daemon measures an unknown outcome's
   // age from it (policy.ts `pastEscalation`). One integer more: the peek's cost stays its own.
   "last_execution_at",
+  // When the key was first sent: the provider's key retention, so the replay window, counts from it.
+  "first_execution_at",
   "created_at",
 ] as const;
 
@@ -447,6 +463,8 @@ export class Store {
         maybe_committed: sql<number>`case when cast(${row.argsHash} as text) is null then 0 else 1 end`,
         lease_expires_at: sql<number>`${now} + ${row.leaseMs}`,
         last_execution_at: now,
+        // The key's first send (a claim with lazy args sends later: an earlier time, the safe side).
+        first_execution_at: now,
         created_at: now,
         updated_at: now,
         // The first audit event, in the claim itself (migration 0005); the UPDATE trigger adds the rest.
@@ -533,11 +551,13 @@ export class Store {
    * for one caller only, and only if the row is still as the decision saw it: `from`'s status at
    * `from`'s attempt, that status one a takeover may start from (running with an expired lease by
    * the database clock, unknown, pending), never a re-read row's. `execute`: this attempt will
-   * send the request, so from now on it may have committed.
+   * send the request, so from now on it may have committed. `before`: a replay with the key, which
+   * must start before then (the provider's retention, counted from `from`'s first send), and only
+   * while that first send is as read.
    */
   async takeOver(
     at: Address,
-    from: Pick<Row, "status" | "attempt">,
+    from: Pick<Row, "status" | "attempt" | "first_execution_at">,
     to: {
       owner: string;
       leaseMs: number;
@@ -564,6 +584,12 @@ export class Store {
           ? {
               last_execution_at: now,
               maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end`,
+              // The key's first send. Known not done (pending, or a dead attempt that never sent):
+              // no effect exists whose key the provider could be holding for us, so an effect can
+              // only come from a request from now on, and its key's retention starts no earlier.
+              // May have committed (a replay): the first send counted so far (creation on a row
+              // from before migration 0009: earlier, the safe side), whatever this attempt sends.
+              first_execution_at: sql<number>`case when maybe_committed = 1 then coalesce(first_execution_at, created_at) else ${now} end`,
             }
           : from.status === "running" && {
               // A dead worker may have been sending until its lease ran out: every later check
@@ -578,8 +604,16 @@ export class Store {
       .where("status", "in", TAKEOVER_FROM)
       .where("attempt", "=", from.attempt)
       .where((eb) => eb.or([eb("status", "<>", "running"), eb("lease_expires_at", "<=", now)]));
-    // A replay's window (the provider's key retention) is checked at the write, by the database clock.
-    if (to.before !== undefined) q = q.where(now, "<", to.before);
+    // A replay's window (the provider's key retention) is checked at the write, by the database
+    // clock, on the first send it was counted from: an earlier attempt's late end may have moved it
+    // back since the snapshot (`recordEvent`), and then the row is decided on again.
+    if (to.before !== undefined) {
+      q = q.where(now, "<", to.before);
+      q =
+        from.first_execution_at === null
+          ? q.where("first_execution_at", "is", null)
+          : q.where("first_execution_at", "=", from.first_execution_at);
+    }
     const row = await this.guard(at.id, q.returning(ROW_COLUMNS).returning(now.as("db_now")).executeTakeFirst());
     return row && { ...row, db_now: Number(row.db_now) };
   }
@@ -757,12 +791,13 @@ export class Store {
       seenUpdatedAt: patch.unchangedSince?.updatedAt,
       seenChecks: patch.unchangedSince?.checks,
       seenExecution: patch.noExecutionSince,
+      firstSentAt: patch.firstSentAt,
       event: self ? eventJson(row, { to, attempt: row.attempt, actor: patch.actor, reason: patch.reason }) : undefined,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const shape =
-      `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
+      `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
       `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}`;
     return this.guard(
@@ -799,6 +834,7 @@ export class Store {
                 expires_at: sql<number>`case when retention_ms is null then ${now} + ${v("retentionMs")} when retention_ms < 0 then null else ${now} + retention_ms end`,
               }),
               ...(patch.executionEnded && { last_execution_at: this.later("last_execution_at") }),
+              ...(patch.executionEnded && has("firstSentAt") && { first_execution_at: this.earlier(v("firstSentAt")) }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
               ...(self && this.appended(v("event"))),
             })
@@ -836,6 +872,8 @@ export class Store {
       reason: string;
       to: Status;
       executionEnded?: boolean;
+      /** With `executionEnded`: when the ended attempt counted its key's first send from (see `TransitionPatch.firstSentAt`). */
+      firstSentAt?: number;
       /** Only if the row is still as `row` was read (status, attempt, updated_at): undefined otherwise. */
       unchanged?: boolean;
     },
@@ -856,6 +894,7 @@ export class Store {
           ...(e.executionEnded && {
             last_execution_at: this.later("last_execution_at"),
             updated_at: sql<number>`case when status = 'running' then updated_at else ${this.later("updated_at")} end`,
+            ...(e.firstSentAt !== undefined && { first_execution_at: this.earlier(e.firstSentAt) }),
           }),
         })
         .where("tenant_id", "=", row.tenant_id)
@@ -871,6 +910,13 @@ export class Store {
         .executeTakeFirst(),
     );
     return res && { updatedAt: Number(res.updated_at) };
+  }
+
+  /** The earlier of the row's first send (its creation on a row from before migration 0009) and `at`. */
+  private earlier(at: unknown): RawBuilder<number> {
+    return this.dialect === "postgres"
+      ? sql<number>`least(coalesce(first_execution_at, created_at), cast(${at} as bigint))`
+      : sql<number>`min(coalesce(first_execution_at, created_at), ${at})`;
   }
 
   /** The database time, or just after `column`'s value when that is not earlier: a time that strictly increases. */

@@ -23,6 +23,10 @@ const isMove = (q: CompiledQuery, to: string, reason: string) =>
 const story = (events: readonly OperationEvent[]) =>
   events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
 
+/** A move's answer lost after its commit, or the database unreachable for the move (nothing committed). */
+type Fault = "lost" | "outage";
+const FAULTS: readonly Fault[] = ["lost", "outage"];
+
 for (const dialect of DIALECTS) {
   describe(`an attempt's end whose answer was lost after it committed (${dialect})`, () => {
     const db = ledgers(dialect);
@@ -30,15 +34,20 @@ for (const dialect of DIALECTS) {
 
     /**
      * A ledger whose first move to `to` with `reason` in it commits, then fails as a connection
-     * cut after the commit does (the answer is lost).
+     * cut after the commit does (the answer is lost); or, `outage`, fails before it ran (the
+     * database briefly unreachable: nothing committed).
      */
-    async function lossy(to: string, reason: string, options: TestLedgerOptions) {
+    async function lossy(to: string, reason: string, options: TestLedgerOptions, fault: Fault = "lost") {
       await (await db.open()).close(); // migrated
       let lost = 0;
       const dialectWithLoss = hooked(await dialectFor(dialect, db.url()), {
         async query(q, run) {
+          if (fault === "outage" && lost === 0 && isMove(q, to, reason)) {
+            lost += 1;
+            throw new Error("connection refused (test)");
+          }
           const out = await run();
-          if (lost > 0 || !isMove(q, to, reason)) return out;
+          if (fault === "outage" || lost > 0 || !isMove(q, to, reason)) return out;
           lost += 1;
           throw new Error("connection reset after commit (test)");
         },
@@ -217,6 +226,179 @@ for (const dialect of DIALECTS) {
       } finally {
         await close();
       }
+    });
+
+    // A lookup's ending (found absent, inconclusive, never provable, a refusal on record) and a
+    // row parked for a person: before, written once, so the caller read LedgerUnavailableError
+    // and the row stayed running until its lease ran out.
+    describe.each(FAULTS)("a lookup's ending or a move to a person, its write %s", (fault) => {
+      const budget = { attempts: 2, baseDelayMs: 1, maxDelayMs: 2 };
+      const timedOut = {
+        when: "before" as const,
+        cls: { kind: "ambiguous" as const, reason: "timeout (nothing done)" },
+      };
+
+      it("proven absent, recorded as pending: the call runs it again", async () => {
+        try {
+          const p = new TestProvider();
+          const action = p.action("lost.absent", { lookup: true });
+          p.faults.push(timedOut);
+          const { ledger, lost } = await lossy(
+            "pending",
+            "reconciled: not at the provider",
+            { actions: [action], budget },
+            fault,
+          );
+          const tenant = uniqueTenant();
+          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+          expect(lost()).toBe(1);
+          const [op] = await ledger.admin.list({ tenant });
+          const { events } = await ledger.get({ tenant, id: op!.id });
+          // Before: LedgerUnavailableError, and the row running until its lease ran out.
+          expect(out, story(events)).toMatchObject({ status: "succeeded", replayed: false, receipt: { id: "obj_1" } });
+          expect(
+            events.filter((e) => e.reason?.startsWith("fenced")),
+            story(events),
+          ).toEqual([]);
+          expect(
+            events.filter((e) => e.to === "pending"),
+            story(events),
+          ).toHaveLength(1);
+          expect(p.effects).toHaveLength(1);
+        } finally {
+          await close();
+        }
+      });
+
+      it("inconclusive, recorded as unknown: 'verification continues', counted once", async () => {
+        try {
+          const p = new TestProvider();
+          const action = p.action("lost.inconclusive", { lookup: true });
+          p.faults.push(timedOut);
+          p.lookupAnswer = "inconclusive";
+          const { ledger, lost } = await lossy(
+            "unknown",
+            "inconclusive: index lags",
+            { actions: [action], budget },
+            fault,
+          );
+          const tenant = uniqueTenant();
+          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+          expect(lost()).toBe(1);
+          const [op] = await ledger.admin.list({ tenant });
+          const { operation, events } = await ledger.get({ tenant, id: op!.id });
+          expect(out, story(events)).toMatchObject({
+            status: "pending_verification",
+            state: "unknown",
+            reason: "outcome unknown, verification continues: index lags",
+          });
+          expect(operation).toMatchObject({ status: "unknown", checks: 1 });
+          expect(
+            events.filter((e) => e.reason?.startsWith("fenced")),
+            story(events),
+          ).toEqual([]);
+          expect(p.effects).toHaveLength(0);
+        } finally {
+          await close();
+        }
+      });
+
+      it("a refusal on the provider's record, recorded as failed: the caller reads its own failure", async () => {
+        try {
+          const p = new TestProvider();
+          const action = p.action("lost.refused", { lookup: true });
+          p.faults.push(timedOut);
+          p.lookupAnswer = "refused";
+          const { ledger, lost } = await lossy(
+            "failed",
+            "reconciled: the provider's record shows it declined",
+            { actions: [action], budget },
+            fault,
+          );
+          const tenant = uniqueTenant();
+          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+          expect(lost()).toBe(1);
+          const [op] = await ledger.admin.list({ tenant });
+          const { events } = await ledger.get({ tenant, id: op!.id });
+          expect(out, story(events)).toMatchObject({
+            status: "failed",
+            replayed: false,
+            error: { kind: "permanent", reason: "the provider's record shows it declined" },
+          });
+          expect(
+            events.filter((e) => e.reason?.startsWith("fenced")),
+            story(events),
+          ).toEqual([]);
+        } finally {
+          await close();
+        }
+      });
+
+      it("a lookup that can never prove absence, parked for a person: one event", async () => {
+        try {
+          const p = new TestProvider();
+          const action = p.action("lost.never", { lookup: true });
+          p.faults.push(timedOut);
+          p.lookupAnswer = "never";
+          const { ledger, lost } = await lossy(
+            "needs_review",
+            "copies are appended by the client",
+            { actions: [action], budget },
+            fault,
+          );
+          const tenant = uniqueTenant();
+          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+          expect(lost()).toBe(1);
+          const [op] = await ledger.admin.list({ tenant });
+          const { events } = await ledger.get({ tenant, id: op!.id });
+          expect(out, story(events)).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+            reason: "copies are appended by the client",
+          });
+          expect(
+            events.filter((e) => e.to === "needs_review"),
+            story(events),
+          ).toHaveLength(1);
+          expect(
+            events.filter((e) => e.reason?.startsWith("fenced")),
+            story(events),
+          ).toEqual([]);
+        } finally {
+          await close();
+        }
+      });
+
+      it("nothing can check the provider: the unknown outcome parked for a person", async () => {
+        try {
+          const p = new TestProvider();
+          const action = p.action("lost.review", {});
+          p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } });
+          const reason = "the provider neither dedupes nor can be queried";
+          const { ledger, lost } = await lossy("needs_review", reason, { actions: [action], budget }, fault);
+          const tenant = uniqueTenant();
+          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+          expect(lost()).toBe(1);
+          const [op] = await ledger.admin.list({ tenant });
+          const { events } = await ledger.get({ tenant, id: op!.id });
+          expect(out, story(events)).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+            reason: `outcome unknown: ${reason}`,
+          });
+          expect(
+            events.filter((e) => e.to === "needs_review"),
+            story(events),
+          ).toHaveLength(1);
+          expect(
+            events.filter((e) => e.reason?.startsWith("fenced")),
+            story(events),
+          ).toEqual([]);
+          expect(p.effects).toHaveLength(1);
+        } finally {
+          await close();
+        }
+      });
     });
   });
 }

@@ -312,7 +312,13 @@ describe("a Postgres ledger whose schema another process holds", () => {
     }
     const fast = { connectTimeoutMs: 1_000, statementTimeoutMs: 2_000, lockTimeoutMs: 1_000, poolSize: 2 };
     const worker = await openLedger(url, { ...fast, migrate: false }); // a process of the previous release, working
-    const ask = () => worker.status({ tenant: "t", id: "op_none" }).catch((e: Error) => e.name);
+    // This release's code stands in for the previous one's: a read of the table that names no
+    // column the later migrations add (an operation's row has them since 0009).
+    const ask = () =>
+      worker.admin.stats({ tenant: "t" }).then(
+        () => "read",
+        (e: Error) => e.name,
+      );
     // A report (pg_dump, a session idle in a transaction) that read the table: it holds its share lock.
     const reader = new pg.Client({ connectionString: url });
     reader.on("error", () => {});
@@ -336,7 +342,7 @@ describe("a Postgres ledger whose schema another process holds", () => {
       }
       // Before: the ALTER waited without limit, every statement queued behind it, and the worker's
       // failed its lock timeout (LedgerUnavailableError) for as long as the reader read.
-      for (let i = 0; i < 5; i++) expect(await ask()).toBe("OperationNotFoundError");
+      for (let i = 0; i < 5; i++) expect(await ask()).toBe("read");
       await reader.query("commit");
       const opened = await opening;
       expect(opened).not.toBeInstanceOf(Error);

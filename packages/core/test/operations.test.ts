@@ -893,6 +893,7 @@ for (const dialect of DIALECTS) {
         "0006-operator-indexes",
         "0007-retention-per-operation",
         "0008-daemon-heartbeats",
+        "0009-first-execution",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -941,6 +942,7 @@ for (const dialect of DIALECTS) {
         "0006-operator-indexes",
         "0007-retention-per-operation",
         "0008-daemon-heartbeats",
+        "0009-first-execution",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1047,6 +1049,7 @@ for (const dialect of DIALECTS) {
           "0006-operator-indexes",
           "0007-retention-per-operation",
           "0008-daemon-heartbeats",
+          "0009-first-execution",
         ]);
       } else {
         await bare.admin.migrate();

@@ -5,6 +5,7 @@ import {
   TAKEOVER_FROM,
   decide,
   checkDelay,
+  keySentAt,
   nextDelay,
   pastEscalation,
   recoveryFor,
@@ -93,6 +94,10 @@ describe("statusAfter once an earlier attempt may have committed", () => {
     expect(statusAfter({ kind: "rate_limited", reason: "429", retryAfterMs: 1 }, true)).toBe("unknown");
     expect(statusAfter({ kind: "permanent", reason: "400" }, true)).toBe("failed");
   });
+  it("a replay refused before it was sent (input caught locally: a stricter validation deployed since) says nothing of the earlier attempt: unknown, not failed", () => {
+    expect(statusAfter({ kind: "rejected", reason: "invalid message" }, true)).toBe("unknown");
+    expect(statusAfter({ kind: "rejected", reason: "invalid message" })).toBe("failed");
+  });
   it("an auth or policy refusal of a replay says nothing of the earlier attempt: unknown, not failed", () => {
     expect(statusAfter({ kind: "permanent", reason: "401", alert: true }, true)).toBe("unknown");
     expect(statusAfter({ kind: "permanent", reason: "401", alert: true })).toBe("failed");
@@ -110,6 +115,7 @@ describe("decide (one snapshot, one decision)", () => {
     hasArgs: true,
     createdAt: 0,
     lastExecutionAt: null,
+    firstExecutionAt: null,
     now: 1_000,
   };
   const caller: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: true };
@@ -188,6 +194,32 @@ describe("decide (one snapshot, one decision)", () => {
     expect(waitedMs({ ...fresh, lastExecutionAt: null })).toBe(25 * HOUR + 1_000);
     expect(pastEscalation(escalate, { ...fresh, lastExecutionAt: null })).toBe(true);
     expect(pastEscalation(undefined, old)).toBe(false);
+  });
+  it("the key window counts from the key's first send, not the operation's creation; a row from before the column from its creation", () => {
+    // Created, rate limited (nothing kept under the key), first sent a day later, its answer lost.
+    const sentLate = {
+      ...base,
+      status: "unknown" as const,
+      maybeCommitted: true,
+      createdAt: 0,
+      firstExecutionAt: 25 * HOUR,
+      lastExecutionAt: 25 * HOUR,
+      now: 25 * HOUR + 1_000,
+    };
+    expect(decide(sentLate, dedupe, caller)).toMatchObject({ kind: "execute", replayUntil: 48 * HOUR });
+    expect(decide({ ...sentLate, now: 48 * HOUR }, dedupe, caller).kind).toBe("review");
+    expect(decide({ ...sentLate, now: 48 * HOUR }, { ...dedupe, lookup: true }, caller).kind).toBe("reconcile");
+    expect(decide({ ...sentLate, status: "running", leaseExpiresAt: 0 }, dedupe, caller)).toMatchObject({
+      kind: "execute",
+      replayUntil: 48 * HOUR,
+    });
+    // Before: "key retention passed and the provider cannot be queried", the day it was first sent.
+    expect(decide({ ...sentLate, firstExecutionAt: null }, dedupe, caller)).toMatchObject({
+      kind: "review",
+      reason: "outcome unknown: key retention passed and the provider cannot be queried",
+    });
+    expect(keySentAt(sentLate)).toBe(25 * HOUR);
+    expect(keySentAt({ ...sentLate, firstExecutionAt: null })).toBe(0);
   });
   it("pending: executed by a new caller at once; a rate limit binds every caller; no args, no execution", () => {
     const later = { ...base, nextCheckAt: 5_000 };

@@ -213,7 +213,7 @@ export const listRefunds: Lookup<RefundTarget> = {
 export interface ReconcileWindows {
   /** Search lag: "not found" proves nothing before this much time passed since the attempt. */
   readonly lagMs: number;
-  /** Inside this window Stripe still holds our key, with whatever it saved under it. */
+  /** Inside this window from our key's first request (`op.firstSentAt`) Stripe still holds the key, with whatever it saved under it. */
   readonly keyRetentionMs: number;
 }
 
@@ -273,7 +273,9 @@ export async function reconcileByLookup<A>(
     if (inList !== TOO_MANY) skewed ??= inList.skewed;
   }
   if (skewed) return outsideWindow(skewed, window);
-  const keptMs = op.createdAt + w.keyRetentionMs - op.now;
+  // Stripe keeps a key for its retention from the first request that carried it, not from the
+  // operation's creation (one rate limited, then left pending for a day, sent it a day later).
+  const keptMs = (op.firstSentAt ?? op.createdAt) + w.keyRetentionMs - op.now;
   if (keptMs > 0) {
     // Absent, but Stripe still holds our key (with an error it saved under it, or past the
     // replay's margin): a retry with it now could only replay that. A person decides at once

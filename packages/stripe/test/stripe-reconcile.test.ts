@@ -30,8 +30,12 @@ let n = 0;
 const newKey = () => `key-${++n}-${Math.random().toString(36).slice(2)}`;
 
 /** An operation as the runner hands it over; `now` is the database's time, not ours. */
-function op(key: string, t: { createdAt: number; lastAttemptAt?: number; now: number }): OperationContext {
+function op(
+  key: string,
+  t: { createdAt: number; firstSentAt?: number; lastAttemptAt?: number; now: number },
+): OperationContext {
   return {
+    ...(t.firstSentAt !== undefined && { firstSentAt: t.firstSentAt }),
     id: `op_${key}`,
     tenant: "t",
     key,
@@ -113,6 +117,23 @@ describe("Stripe lookups inside the key window, with Search far behind (an incid
       found: false,
       proof: "never",
       reason: expect.stringMatching(/nor in the list .* holds our key 30 min more/),
+    });
+  });
+
+  it("the key window counts from the key's first request, not the operation's creation: created 25 h ago, first sent 1 h ago, Stripe still holds it", async () => {
+    const now = Date.now();
+    const out = await lagging(() =>
+      stripe().paymentIntentsCreate.reconcile!(
+        { amount: 700, currency: "usd" },
+        op(newKey(), { createdAt: now - 25 * HOUR, firstSentAt: now - HOUR, lastAttemptAt: now - 2 * 60_000, now }),
+      ),
+    );
+    // Before: "absent" (the key forgotten 24 h after creation), and a retry with it could only
+    // replay what Stripe saved, or (with a new revision) charge again.
+    expect(out).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(/holds our key 1380 min more/),
     });
   });
 });

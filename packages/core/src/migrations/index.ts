@@ -12,6 +12,7 @@ import * as m0005 from "./0005-claim-writes-its-event.js";
 import * as m0006 from "./0006-operator-indexes.js";
 import * as m0007 from "./0007-retention-per-operation.js";
 import * as m0008 from "./0008-daemon-heartbeats.js";
+import * as m0009 from "./0009-first-execution.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -24,6 +25,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0006-operator-indexes": m0006,
   "0007-retention-per-operation": m0007,
   "0008-daemon-heartbeats": m0008,
+  "0009-first-execution": m0009,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
