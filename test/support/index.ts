@@ -5,3 +5,4 @@ export type { Child } from "./children.js";
 export { freePort } from "./ports.js";
 export { startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-server.js";
 export { machineFactor, scaled } from "./machine.js";
+export { untrustedServer, type UntrustedServer } from "./untrusted-tls.js";

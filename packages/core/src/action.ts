@@ -93,6 +93,62 @@ export function neverSent(error: unknown): boolean {
   return e.syscall === "connect" && codes.some((c) => UNREACHABLE_CODES.has(c));
 }
 
+/**
+ * OpenSSL's certificate verification codes as Node reports them (`err.code`), and Node's own for
+ * a name the certificate does not carry: the chain leads to no trusted certificate, or it is not
+ * the server's, or not valid now.
+ */
+const CERTIFICATE_CODES: ReadonlySet<string> = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
+  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_NOT_YET_VALID",
+  "CERT_HAS_EXPIRED",
+  "ERROR_IN_CERT_NOT_BEFORE_FIELD",
+  "ERROR_IN_CERT_NOT_AFTER_FIELD",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "CERT_CHAIN_TOO_LONG",
+  "CERT_REVOKED",
+  "INVALID_CA",
+  "PATH_LENGTH_EXCEEDED",
+  "INVALID_PURPOSE",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "HOSTNAME_MISMATCH",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** No TLS version both sides accept (a `minVersion` above the server's, a server below Node's floor). */
+const TLS_VERSION_CODES: ReadonlySet<string> = new Set([
+  "ERR_SSL_UNSUPPORTED_PROTOCOL",
+  "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
+  "ERR_SSL_NO_PROTOCOLS_AVAILABLE",
+]);
+
+/**
+ * Whether a connection error is this client refusing the server's TLS: its `certificate` (not
+ * trusted, another host's, not valid now) or no TLS `version` in common, with the code; undefined
+ * otherwise. The handshake failed before any byte of the request was written, so nothing was
+ * sent, and a retry meets the same certificate: a configuration for a person to fix (permanent,
+ * with an alert). Reads `code`, or nodemailer's `originalCode`. Not a handshake cut off
+ * (ECONNRESET): that may pass.
+ */
+export function tlsRefused(
+  error: unknown,
+): { readonly refused: "certificate" | "version"; readonly code: string } | undefined {
+  const e = (error ?? {}) as { code?: unknown; originalCode?: unknown };
+  for (const code of [e.originalCode, e.code]) {
+    if (typeof code !== "string") continue;
+    if (CERTIFICATE_CODES.has(code)) return { refused: "certificate", code };
+    if (TLS_VERSION_CODES.has(code)) return { refused: "version", code };
+  }
+  return undefined;
+}
+
 /** What a lookup proved. */
 export type ReconcileResult<R> =
   /** The effect exists; this is its receipt. */
@@ -146,6 +202,15 @@ export interface OperationContext {
    * that appear late) counts from here. For a first attempt it is the claim time.
    */
   readonly lastAttemptAt: number;
+  /**
+   * Whether an earlier attempt of this operation may have taken effect: false on its first attempt
+   * and on an attempt run from a state known not done (`pending`: refused before any write, proven
+   * absent, a person's retry), true on a replay of an outcome that may have committed (a lost
+   * answer, a dead worker) and in a lookup. An effect found now, while false, was not made by this
+   * operation's earlier requests. Undefined from a runner older than this field (or a hand-made
+   * context): then only a first attempt (`attempt === 1`) is known to be the first.
+   */
+  readonly mayHaveCommitted?: boolean;
   /** The provider reference recorded before the effect, if the action gave one. */
   readonly providerReference: string | null;
   /** Aborted when the lease is lost or the caller gives up; pass it to the provider's client. */

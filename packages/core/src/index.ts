@@ -1,4 +1,4 @@
-export { NOT_SENT_CODES, defineAction, neverSent, parseArgs } from "./action.js";
+export { NOT_SENT_CODES, defineAction, neverSent, parseArgs, tlsRefused } from "./action.js";
 export type {
   Action,
   ActionDefinition,

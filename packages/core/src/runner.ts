@@ -553,6 +553,8 @@ export class Runner {
           return { ok: false, cls: safeClassify(call.action, error, ctx), row, sent: true };
         }
       },
+      undefined,
+      maybeCommitted,
     );
     if ("step" in ran) return ran.step;
     if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened", true);
@@ -1142,6 +1144,8 @@ export class Runner {
     mine: Held,
     fn: (ctx: OperationContext, held: () => boolean) => Promise<T>,
     lastAttemptAt?: number,
+    /** Whether an earlier attempt may have taken effect (`OperationContext.mayHaveCommitted`); a lookup's: yes. */
+    mayHaveCommitted = true,
   ): Promise<T> {
     const { row } = mine;
     const leaseMs = call.settings.leaseMs;
@@ -1190,7 +1194,7 @@ export class Runner {
     // when the answer that granted the lease arrived late.
     const held = () => !lost && clock() < until;
     try {
-      return await fn(context(row, controller, lastAttemptAt), held);
+      return await fn(context(row, controller, lastAttemptAt, mayHaveCommitted), held);
     } finally {
       finished = true;
       clearInterval(timer);
@@ -1347,7 +1351,12 @@ class LazyAbort {
   }
 }
 
-function context(row: Row & { db_now: number }, abort: LazyAbort, lastAttemptAt = row.updated_at): OperationContext {
+function context(
+  row: Row & { db_now: number },
+  abort: LazyAbort,
+  lastAttemptAt = row.updated_at,
+  mayHaveCommitted = true,
+): OperationContext {
   return {
     id: row.id,
     tenant: row.tenant_id,
@@ -1357,6 +1366,7 @@ function context(row: Row & { db_now: number }, abort: LazyAbort, lastAttemptAt 
     createdAt: row.created_at,
     firstSentAt: firstSentOf(row),
     lastAttemptAt,
+    mayHaveCommitted,
     now: row.db_now,
     providerReference: row.provider_reference,
     get signal() {

@@ -11,6 +11,7 @@
  */
 import { X509Certificate } from "node:crypto";
 import type { ConnectionOptions } from "node:tls";
+import { tlsRefused } from "@idem/core";
 import { z } from "zod";
 
 /** What to trust of a server's certificate, beyond Node's bundled public CAs (or instead of them). */
@@ -93,54 +94,16 @@ export function tlsOptions(trust: TlsTrust | undefined): ConnectionOptions {
 }
 
 /**
- * OpenSSL's certificate verification codes as Node reports them (`err.code`), and Node's own for a
- * name the certificate does not carry: the chain does not lead to a trusted certificate, or it is
- * not the server's, or not valid now. A retry meets the same certificate.
- */
-const CERTIFICATE_CODES: ReadonlySet<string> = new Set([
-  "UNABLE_TO_GET_ISSUER_CERT",
-  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
-  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-  "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
-  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY",
-  "CERT_SIGNATURE_FAILURE",
-  "CERT_NOT_YET_VALID",
-  "CERT_HAS_EXPIRED",
-  "ERROR_IN_CERT_NOT_BEFORE_FIELD",
-  "ERROR_IN_CERT_NOT_AFTER_FIELD",
-  "DEPTH_ZERO_SELF_SIGNED_CERT",
-  "SELF_SIGNED_CERT_IN_CHAIN",
-  "CERT_CHAIN_TOO_LONG",
-  "CERT_REVOKED",
-  "INVALID_CA",
-  "PATH_LENGTH_EXCEEDED",
-  "INVALID_PURPOSE",
-  "CERT_UNTRUSTED",
-  "CERT_REJECTED",
-  "HOSTNAME_MISMATCH",
-  "ERR_TLS_CERT_ALTNAME_INVALID",
-]);
-
-/** No TLS version both sides accept (`minVersion` above what the server speaks, or a server below Node's floor). */
-const VERSION_CODES: ReadonlySet<string> = new Set([
-  "ERR_SSL_UNSUPPORTED_PROTOCOL",
-  "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
-  "ERR_SSL_NO_PROTOCOLS_AVAILABLE",
-]);
-
-/**
  * What in `error` says we refused the TLS of `server` (its certificate not trusted, or no TLS
  * version in common), or undefined. Reads Node's `code`, or nodemailer's `originalCode` (it
- * recodes socket errors ESOCKET). Not a handshake cut off (ECONNRESET): that may pass.
+ * recodes socket errors ESOCKET), as the core's `tlsRefused` does. Not a handshake cut off (ECONNRESET): that may pass.
  */
 export function tlsRefusal(error: unknown, server = "the server"): string | undefined {
-  const e = (error ?? {}) as { code?: unknown; originalCode?: unknown; message?: unknown };
-  const code = [e.originalCode, e.code].find(
-    (c): c is string => typeof c === "string" && (CERTIFICATE_CODES.has(c) || VERSION_CODES.has(c)),
-  );
-  if (code === undefined) return undefined;
-  const said = `${code}: ${typeof e.message === "string" ? e.message : "no message"}`;
-  return CERTIFICATE_CODES.has(code)
+  const refused = tlsRefused(error);
+  if (refused === undefined) return undefined;
+  const message = (error as { message?: unknown }).message;
+  const said = `${refused.code}: ${typeof message === "string" ? message : "no message"}`;
+  return refused.refused === "certificate"
     ? `${server}'s certificate is not trusted (${said}): give the CA that signed it in tls.ca, or the name it carries in tls.servername`
     : `no TLS version both ${server} and the config accept (${said}): see tls.minVersion`;
 }

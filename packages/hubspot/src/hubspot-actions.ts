@@ -62,10 +62,13 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         // first create. An upsert by a property that is not unique-value HubSpot refuses itself
         // (400), and that refusal is read as the same misconfiguration (refuseKeyProperty).
         if (mode === "create") await schema.require(objectType, idProperty);
+        // No earlier request of this operation can have made a record: the first attempt, or one
+        // run from known not done (its earlier ones refused before any write: 423, 429, 477).
+        const unwritten = op.mayHaveCommitted === undefined ? op.attempt === 1 : !op.mayHaveCommitted;
         if (mode === "upsert") {
-          // Found, the record is the effect, and is not written again. On the first attempt
-          // nothing of this operation had reached HubSpot: it was made before the operation began
-          // (see HubSpotReceipt.existedBefore).
+          // Found, the record is the effect, and is not written again. While nothing of this
+          // operation has reached HubSpot, it was made before the operation began (see
+          // HubSpotReceipt.existedBefore).
           const there = await readBeforeUpsert(op.key, idProperty);
           if (there)
             return {
@@ -73,12 +76,12 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
               id: there.id,
               new: false,
               externalId: op.key,
-              ...(op.attempt === 1 && { existedBefore: true }),
+              ...(unwritten && { existedBefore: true }),
             };
         }
-        // The operation's first request: a create refused for the key met a record that was there
-        // before the operation began (see HubSpotReceipt.existedBefore).
-        const first = op.attempt === 1 && oneRequest;
+        // The operation's first request that could write: a create refused for the key met a
+        // record that was there before the operation began (see HubSpotReceipt.existedBefore).
+        const first = unwritten && oneRequest;
         try {
           return mode === "upsert" ? await upsert(args, op.key, idProperty) : await createOne(args, op.key, idProperty);
         } catch (e) {

@@ -4,7 +4,7 @@
  * errors with a system `code`; a batch answer without our result, and a refusal whose read-back
  * failed, as the adapter's own errors (hubspot-errors.ts).
  */
-import { neverSent, type Classification } from "@idem/core";
+import { neverSent, tlsRefused, type Classification } from "@idem/core";
 import {
   HubSpotBatchInputError,
   HubSpotLookupError,
@@ -185,53 +185,16 @@ export function classifyHubSpotError(error: unknown): Classification {
 }
 
 /**
- * OpenSSL's certificate verification codes as Node reports them (node-fetch keeps them as `code`),
- * and Node's own for a name the certificate does not carry: the chain does not lead to a trusted
- * certificate, or it is not the server's, or not valid now. Copied from @idem/email's
- * email-tls.ts (adapters do not import each other).
- */
-const CERTIFICATE_CODES: ReadonlySet<string> = new Set([
-  "UNABLE_TO_GET_ISSUER_CERT",
-  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
-  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-  "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
-  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY",
-  "CERT_SIGNATURE_FAILURE",
-  "CERT_NOT_YET_VALID",
-  "CERT_HAS_EXPIRED",
-  "ERROR_IN_CERT_NOT_BEFORE_FIELD",
-  "ERROR_IN_CERT_NOT_AFTER_FIELD",
-  "DEPTH_ZERO_SELF_SIGNED_CERT",
-  "SELF_SIGNED_CERT_IN_CHAIN",
-  "CERT_CHAIN_TOO_LONG",
-  "CERT_REVOKED",
-  "INVALID_CA",
-  "PATH_LENGTH_EXCEEDED",
-  "INVALID_PURPOSE",
-  "CERT_UNTRUSTED",
-  "CERT_REJECTED",
-  "HOSTNAME_MISMATCH",
-  "ERR_TLS_CERT_ALTNAME_INVALID",
-]);
-
-/** No TLS version both sides accept (a server below Node's floor). */
-const VERSION_CODES: ReadonlySet<string> = new Set([
-  "ERR_SSL_UNSUPPORTED_PROTOCOL",
-  "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
-  "ERR_SSL_NO_PROTOCOLS_AVAILABLE",
-]);
-
-/**
  * What in `error` (a fetch error, no HTTP status) says we refused HubSpot's TLS: its certificate
  * not trusted, or no TLS version in common; undefined otherwise. The handshake failed before any
  * byte of the request was written. Not a handshake cut off (ECONNRESET): that may pass.
  */
 export function tlsRefusal(error: unknown): string | undefined {
-  const e = (error ?? {}) as { code?: unknown; message?: unknown };
-  const code = typeof e.code === "string" ? e.code : undefined;
-  if (code === undefined || !(CERTIFICATE_CODES.has(code) || VERSION_CODES.has(code))) return undefined;
-  const said = `${code}: ${typeof e.message === "string" ? e.message : "no message"}`;
-  return CERTIFICATE_CODES.has(code)
+  const refused = tlsRefused(error);
+  if (refused === undefined) return undefined;
+  const message = (error as { message?: unknown }).message;
+  const said = `${refused.code}: ${typeof message === "string" ? message : "no message"}`;
+  return refused.refused === "certificate"
     ? `HubSpot's certificate is not trusted (${said}): a TLS-inspecting proxy or a private endpoint needs its CA trusted (NODE_EXTRA_CA_CERTS)`
     : `no TLS version both HubSpot and this process accept (${said})`;
 }

@@ -7,14 +7,15 @@ export interface HubSpotReceipt {
   /** The operation key, stored in the unique-value property. */
   readonly externalId: string;
   /**
-   * True when HubSpot showed the record already there on the operation's first attempt, before
-   * anything of this operation had reached it, and this operation wrote nothing to it: the upsert's
+   * True when HubSpot showed the record already there before anything of this operation could
+   * have written (its first attempt, or one after earlier ones HubSpot refused before any write:
+   * `op.mayHaveCommitted` false), and this operation wrote nothing to it: the upsert's
    * read by the key found it (no upsert was sent), or a create was refused for the key (its first
    * request; the client sends each once). So it was made before the operation began (an operation
    * with the same key pruned from the ledger since, an import), and the work is not repeated.
    * Absent otherwise: on a create; on an upsert that wrote (HubSpot's `_new: false` is an update
    * of a record our read did not see: a racing write, or a read that failed); on a record found
-   * after a lost answer or on a later attempt, most likely made by this operation's own earlier
+   * after a lost answer (a replay, a lookup), most likely made by this operation's own earlier
    * request. Receipts stored by earlier versions lack it, except that those set it on an upsert's
    * `_new: false` at the first request, which had written.
    */

@@ -11,7 +11,7 @@ import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
-import { untrustedServer, type UntrustedServer } from "./support/untrusted-tls.js";
+import { untrustedServer, type UntrustedServer } from "@idem/testkit";
 
 let sandbox: HubSpotSandbox;
 let server: { basePath: string; accessToken: string };

@@ -3,7 +3,7 @@
  * directly against errors from the real SDK (test/stripe-classify.test.ts).
  */
 import Stripe from "stripe";
-import { neverSent, type Classification } from "@idem/core";
+import { neverSent, tlsRefused, type Classification } from "@idem/core";
 
 /**
  * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
@@ -34,6 +34,15 @@ function classifyAnswer(error: unknown): Classification {
     // come after Stripe executed it.
     if (neverSent(error.detail))
       return { kind: "transient", reason: `not sent (${(error.detail as { code?: string }).code})` };
+    // We refused Stripe's TLS (a TLS-inspecting proxy, a stale CA bundle): the handshake failed
+    // before the request was written, and every retry meets the same certificate.
+    const tls = tlsRefused(error.detail);
+    if (tls)
+      return {
+        kind: "permanent",
+        reason: `not sent: ${tls.refused === "certificate" ? "Stripe's certificate is not trusted (trust the proxy's CA with NODE_EXTRA_CA_CERTS)" : "no TLS version both Stripe and this process accept"} (${tls.code}): ${error.message}`,
+        alert: true,
+      };
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }

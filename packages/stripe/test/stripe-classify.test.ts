@@ -1,7 +1,9 @@
 /** classifyStripeError against the SDK's own error classes, one case per reason. */
 import { describe, expect, it } from "vitest";
 import Stripe from "stripe";
-import { classifyStripeError } from "@idem/stripe";
+import { openLedger } from "@idem/core";
+import { untrustedServer } from "@idem/testkit";
+import { classifyStripeError, stripeActions } from "@idem/stripe";
 
 const E = Stripe.errors;
 const raw = (statusCode: number, extra: Record<string, unknown> = {}) => ({
@@ -146,5 +148,30 @@ describe("classifyStripeError", () => {
     expect(classifyStripeError(refused, true)).toMatchObject({ kind: "ambiguous" });
     // Stripe's answer for the key (saved under it): the same whichever send it answered.
     expect(classifyStripeError(declined, true)).toMatchObject({ kind: "permanent" });
+  });
+});
+
+describe("a Stripe endpoint whose certificate this process does not trust (a TLS-inspecting proxy)", () => {
+  it("fails the call as not sent, alerted: the handshake failed before the request, and a retry meets the same certificate", async () => {
+    // Before: "connection lost after sending", ambiguous: unknown, looked up (and refused alike) until a person.
+    const server = await untrustedServer();
+    const ledger = await openLedger("sqlite::memory:");
+    try {
+      const { port } = new URL(server.basePath);
+      const stripe = stripeActions({ apiKey: "sk_test_x", host: "127.0.0.1", port: Number(port), protocol: "https" });
+      const out = await ledger.run(stripe.customersCreate, { tenant: "t", key: ["tls"], args: { email: "a@b.c" } });
+      expect(out).toMatchObject({
+        status: "failed",
+        error: {
+          kind: "permanent",
+          alert: true,
+          reason: expect.stringMatching(/^not sent: Stripe's certificate is not trusted .*DEPTH_ZERO_SELF_SIGNED_CERT/),
+        },
+      });
+      expect(server.requests()).toBe(0);
+    } finally {
+      await ledger.close();
+      await server.close();
+    }
   });
 });
