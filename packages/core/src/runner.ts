@@ -360,8 +360,8 @@ export class Runner {
       found = await this.withLease(
         call,
         mine,
-        (ctx) =>
-          givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms).then(verdictOf, (error: unknown) => {
+        (ctx, _held, abandon) =>
+          givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms, abandon).then(verdictOf, (error: unknown) => {
             const cls = safeClassify(call.action, error, ctx);
             refused = (cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert === true;
             throw error;
@@ -1142,7 +1142,8 @@ export class Runner {
   private async withLease<A, R, T>(
     call: Call<A, R>,
     mine: Held,
-    fn: (ctx: OperationContext, held: () => boolean) => Promise<T>,
+    /** `abandon`: aborts the action's signal, when its answer is no longer awaited (a lookup given up). */
+    fn: (ctx: OperationContext, held: () => boolean, abandon: (reason: Error) => void) => Promise<T>,
     lastAttemptAt?: number,
     /** Whether an earlier attempt may have taken effect (`OperationContext.mayHaveCommitted`); a lookup's: yes. */
     mayHaveCommitted = true,
@@ -1194,7 +1195,9 @@ export class Runner {
     // when the answer that granted the lease arrived late.
     const held = () => !lost && clock() < until;
     try {
-      return await fn(context(row, controller, lastAttemptAt, mayHaveCommitted), held);
+      return await fn(context(row, controller, lastAttemptAt, mayHaveCommitted), held, (reason) =>
+        controller.abort(reason),
+      );
     } finally {
       finished = true;
       clearInterval(timer);
@@ -1231,7 +1234,13 @@ function describeValue(v: unknown): string {
 }
 
 /** `lookup`, or a rejection once `signal` aborts or `elapsedMs` pass, whichever comes first. */
-function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, elapsedMs: number): Promise<T> {
+function givenUp<T>(
+  lookup: Promise<T>,
+  signal: AbortSignal,
+  elapsedMs: number,
+  /** Told when the lookup is given up: its signal aborts, so its request does not run on unseen. */
+  abandon: (reason: Error) => void,
+): Promise<T> {
   // A timer takes 1 ms to 2^31-1 ms (about 24 days); outside, node fires it at once.
   const ms = Math.min(Math.max(1, elapsedMs), 2 ** 31 - 1);
   const answer = Promise.resolve(lookup); // a plain value from a JavaScript reconcile too
@@ -1246,7 +1255,15 @@ function givenUp<T>(lookup: Promise<T>, signal: AbortSignal, elapsedMs: number):
     };
     if (signal.aborted) return onAbort();
     signal.addEventListener("abort", onAbort, { once: true });
-    timer = setTimeout(() => settle(() => reject(new Error(`no answer within ${ms} ms (budget.elapsedMs)`))), ms);
+    timer = setTimeout(
+      () =>
+        settle(() => {
+          const late = new Error(`no answer within ${ms} ms (the lookup's time bound)`);
+          abandon(late);
+          reject(late);
+        }),
+      ms,
+    );
     answer.then(
       (v) => settle(() => resolve(v)),
       (e) => settle(() => reject(e)),

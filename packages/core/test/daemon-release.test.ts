@@ -123,6 +123,32 @@ for (const dialect of DIALECTS) {
   });
 
   describe(`a settlement's bounds on ${dialect}`, () => {
+    it("a lookup given up at its bound is told so: its signal aborts, so its request does not run on unseen", async () => {
+      const tenant = uniqueTenant();
+      const signals: AbortSignal[] = [];
+      const lookup = defineAction<{ to: string }, { id: string }>({
+        type: "mail.hung-lookup",
+        capabilities: { lookup: true },
+        execute: async () => {
+          throw new Error("timeout after DATA");
+        },
+        reconcile: (_args, op) => {
+          signals.push(op.signal);
+          return new Promise(() => {}); // never answers, whatever its signal says
+        },
+      });
+      const url = await freshDatabase(dialect);
+      const ledger = await openTestLedger(url, { actions: [lookup], poolSize: 2, budget: { attempts: 1 } });
+      try {
+        const { operationId: id } = await ledger.run(lookup, { tenant, key: ["k"], args: { to: "x" } });
+        expect(await ledger.daemon.settle({ tenant, id, timeoutMs: 200 })).toMatchObject({ state: "unknown" });
+        // Before: never aborted; the request ran on in the background, for as long as it hung.
+        expect(signals.map((s) => s.aborted)).toEqual([true]);
+      } finally {
+        await ledger.close();
+      }
+    });
+
     it("timeoutMs: a lookup that hangs is given up by then, unknown with one check more", async () => {
       const tenant = uniqueTenant();
       const p = new TestProvider();
