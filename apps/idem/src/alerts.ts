@@ -28,9 +28,10 @@ import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./confi
 
 /**
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
- * credential or a policy), `check_refused` (the outcome is unknown, and a credential was refused
- * while checking it: it may have happened), `two_effects` (a second request of it took effect too:
- * the ledger saw two different receipts, or two attempts' receipts that could not be stored), `stuck` (running past its threshold).
+ * credential or a policy), `check_refused` (the outcome is unknown, and a credential or a
+ * certificate was refused while checking it: it may have happened), `two_effects` (a second
+ * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
+ * that could not be stored), `stuck` (running past its threshold).
  */
 export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "stuck";
 
@@ -69,7 +70,7 @@ const SAID: Record<AlertKind, string> = {
   auth_failure: "failed on authentication or policy",
   // Not a failure: the effect may have happened (the check was refused, not the effect).
   check_refused:
-    "is left with its outcome unknown; a credential was refused while checking it (it may have happened: fix the credential, or check the provider and decide)",
+    "is left with its outcome unknown; a credential or the server's certificate was refused while checking it (it may have happened: fix the credential or the trust, or check the provider and decide)",
   two_effects: "took effect twice (check the provider, and undo the extra effect)",
 };
 

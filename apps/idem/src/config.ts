@@ -4,6 +4,7 @@
  * .ts/.js file, or built-in providers with credentials taken from the environment), the alert
  * sinks and the thresholds. Validated with zod; an error names the bad field.
  */
+import { X509Certificate } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
@@ -580,8 +581,19 @@ function caFile(source: string, file: string, field: string): string {
   } catch (cause) {
     throw new ConfigError(`invalid config: ${field}: cannot read ${path}: ${(cause as Error).message}`, { cause });
   }
-  if (!pem.includes("-----BEGIN CERTIFICATE-----"))
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g);
+  if (!blocks)
     throw new ConfigError(`invalid config: ${field}: ${path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`);
+  for (const block of blocks) {
+    try {
+      new X509Certificate(block);
+    } catch (cause) {
+      throw new ConfigError(
+        `invalid config: ${field}: ${path} holds a certificate that cannot be read (${(cause as Error).message})`,
+        { cause },
+      );
+    }
+  }
   return pem;
 }
 

@@ -55,6 +55,10 @@ beforeAll(async () => {
   const pki = makePki(dir);
   ca = pki.ca;
   writeFileSync(join(dir, "not-a-cert.pem"), "ca.pem\n");
+  writeFileSync(
+    join(dir, "corrupt.pem"),
+    "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+  );
   sandbox = new MailSandbox({ tls: { cert: pki.cert, key: pki.key } });
   const s = await sandbox.start();
   ports = { smtp: s.smtp.port, imap: s.imap.port };
@@ -110,6 +114,10 @@ describe("providers.email TLS trust in the config", () => {
     await expect(emailAction({ providers: { email: email({ caFile: join(dir, "not-a-cert.pem") }) } })).rejects.toThrow(
       /providers\.email\.(smtp|imap)\.tls\.caFile: .*not-a-cert\.pem holds no PEM certificate/,
     );
+    // Before: passed the check, then the email actions threw a TypeError (exit 1, not a config error).
+    const corrupt = emailAction({ providers: { email: email({ caFile: join(dir, "corrupt.pem") }) } });
+    await expect(corrupt).rejects.toBeInstanceOf(ConfigError);
+    await expect(corrupt).rejects.toThrow(/tls\.caFile: .*corrupt\.pem holds a certificate that cannot be read/);
   });
 });
 
