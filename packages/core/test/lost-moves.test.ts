@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { CompiledQuery } from "kysely";
-import { defineAction, type Ledger, type OperationEvent } from "@idem/core";
+import { defineAction, type Ledger, type Operation, type OperationEvent } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -238,167 +238,107 @@ for (const dialect of DIALECTS) {
         cls: { kind: "ambiguous" as const, reason: "timeout (nothing done)" },
       };
 
-      it("proven absent, recorded as pending: the call runs it again", async () => {
-        try {
-          const p = new TestProvider();
-          const action = p.action("lost.absent", { lookup: true });
-          p.faults.push(timedOut);
-          const { ledger, lost } = await lossy(
-            "pending",
-            "reconciled: not at the provider",
-            { actions: [action], budget },
-            fault,
-          );
-          const tenant = uniqueTenant();
-          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-          expect(lost()).toBe(1);
-          const [op] = await ledger.admin.list({ tenant });
-          const { events } = await ledger.get({ tenant, id: op!.id });
-          // Before: LedgerUnavailableError, and the row running until its lease ran out.
-          expect(out, story(events)).toMatchObject({ status: "succeeded", replayed: false, receipt: { id: "obj_1" } });
-          expect(
-            events.filter((e) => e.reason?.startsWith("fenced")),
-            story(events),
-          ).toEqual([]);
-          expect(
-            events.filter((e) => e.to === "pending"),
-            story(events),
-          ).toHaveLength(1);
-          expect(p.effects).toHaveLength(1);
-        } finally {
-          await close();
-        }
-      });
-
-      it("inconclusive, recorded as unknown: 'verification continues', counted once", async () => {
-        try {
-          const p = new TestProvider();
-          const action = p.action("lost.inconclusive", { lookup: true });
-          p.faults.push(timedOut);
-          p.lookupAnswer = "inconclusive";
-          const { ledger, lost } = await lossy(
-            "unknown",
-            "inconclusive: index lags",
-            { actions: [action], budget },
-            fault,
-          );
-          const tenant = uniqueTenant();
-          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-          expect(lost()).toBe(1);
-          const [op] = await ledger.admin.list({ tenant });
-          const { operation, events } = await ledger.get({ tenant, id: op!.id });
-          expect(out, story(events)).toMatchObject({
+      // Each ending: the provider's answers, the move whose answer is lost (status, reason's start),
+      // what the caller reads, and what else the row shows.
+      const endings: {
+        name: string;
+        type: string;
+        lookup: boolean;
+        answer?: TestProvider["lookupAnswer"];
+        fault?: (typeof TestProvider.prototype.faults)[number];
+        move: [string, string];
+        out: Record<string, unknown>;
+        also?: (o: { operation: Operation; events: OperationEvent[]; effects: number }) => void;
+      }[] = [
+        {
+          name: "proven absent, recorded as pending: the call runs it again",
+          type: "lost.absent",
+          lookup: true,
+          move: ["pending", "reconciled: not at the provider"],
+          out: { status: "succeeded", replayed: false, receipt: { id: "obj_1" } },
+          also: ({ events, effects }) => {
+            expect(events.filter((e) => e.to === "pending")).toHaveLength(1);
+            expect(effects).toBe(1);
+          },
+        },
+        {
+          name: "inconclusive, recorded as unknown: 'verification continues', counted once",
+          type: "lost.inconclusive",
+          lookup: true,
+          answer: "inconclusive",
+          move: ["unknown", "inconclusive: index lags"],
+          out: {
             status: "pending_verification",
             state: "unknown",
             reason: "outcome unknown, verification continues: index lags",
-          });
-          expect(operation).toMatchObject({ status: "unknown", checks: 1 });
-          expect(
-            events.filter((e) => e.reason?.startsWith("fenced")),
-            story(events),
-          ).toEqual([]);
-          expect(p.effects).toHaveLength(0);
-        } finally {
-          await close();
-        }
-      });
-
-      it("a refusal on the provider's record, recorded as failed: the caller reads its own failure", async () => {
-        try {
-          const p = new TestProvider();
-          const action = p.action("lost.refused", { lookup: true });
-          p.faults.push(timedOut);
-          p.lookupAnswer = "refused";
-          const { ledger, lost } = await lossy(
-            "failed",
-            "reconciled: the provider's record shows it declined",
-            { actions: [action], budget },
-            fault,
-          );
-          const tenant = uniqueTenant();
-          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-          expect(lost()).toBe(1);
-          const [op] = await ledger.admin.list({ tenant });
-          const { events } = await ledger.get({ tenant, id: op!.id });
-          expect(out, story(events)).toMatchObject({
+          },
+          also: ({ operation, effects }) => {
+            expect(operation).toMatchObject({ status: "unknown", checks: 1 });
+            expect(effects).toBe(0);
+          },
+        },
+        {
+          name: "a refusal on the provider's record, recorded as failed: the caller reads its own failure",
+          type: "lost.refused",
+          lookup: true,
+          answer: "refused",
+          move: ["failed", "reconciled: the provider's record shows it declined"],
+          out: {
             status: "failed",
             replayed: false,
             error: { kind: "permanent", reason: "the provider's record shows it declined" },
-          });
-          expect(
-            events.filter((e) => e.reason?.startsWith("fenced")),
-            story(events),
-          ).toEqual([]);
-        } finally {
-          await close();
-        }
-      });
-
-      it("a lookup that can never prove absence, parked for a person: one event", async () => {
-        try {
-          const p = new TestProvider();
-          const action = p.action("lost.never", { lookup: true });
-          p.faults.push(timedOut);
-          p.lookupAnswer = "never";
-          const { ledger, lost } = await lossy(
-            "needs_review",
-            "copies are appended by the client",
-            { actions: [action], budget },
-            fault,
-          );
-          const tenant = uniqueTenant();
-          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-          expect(lost()).toBe(1);
-          const [op] = await ledger.admin.list({ tenant });
-          const { events } = await ledger.get({ tenant, id: op!.id });
-          expect(out, story(events)).toMatchObject({
+          },
+        },
+        {
+          name: "a lookup that can never prove absence, parked for a person: one event",
+          type: "lost.never",
+          lookup: true,
+          answer: "never",
+          move: ["needs_review", "copies are appended by the client"],
+          out: { status: "pending_verification", state: "needs_review", reason: "copies are appended by the client" },
+          also: ({ events }) => expect(events.filter((e) => e.to === "needs_review")).toHaveLength(1),
+        },
+        {
+          name: "nothing can check the provider: the unknown outcome parked for a person",
+          type: "lost.review",
+          lookup: false,
+          fault: { when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } },
+          move: ["needs_review", "the provider neither dedupes nor can be queried"],
+          out: {
             status: "pending_verification",
             state: "needs_review",
-            reason: "copies are appended by the client",
-          });
-          expect(
-            events.filter((e) => e.to === "needs_review"),
-            story(events),
-          ).toHaveLength(1);
-          expect(
-            events.filter((e) => e.reason?.startsWith("fenced")),
-            story(events),
-          ).toEqual([]);
-        } finally {
-          await close();
-        }
-      });
-
-      it("nothing can check the provider: the unknown outcome parked for a person", async () => {
-        try {
-          const p = new TestProvider();
-          const action = p.action("lost.review", {});
-          p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } });
-          const reason = "the provider neither dedupes nor can be queried";
-          const { ledger, lost } = await lossy("needs_review", reason, { actions: [action], budget }, fault);
-          const tenant = uniqueTenant();
-          const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-          expect(lost()).toBe(1);
-          const [op] = await ledger.admin.list({ tenant });
-          const { events } = await ledger.get({ tenant, id: op!.id });
-          expect(out, story(events)).toMatchObject({
-            status: "pending_verification",
-            state: "needs_review",
-            reason: `outcome unknown: ${reason}`,
-          });
-          expect(
-            events.filter((e) => e.to === "needs_review"),
-            story(events),
-          ).toHaveLength(1);
-          expect(
-            events.filter((e) => e.reason?.startsWith("fenced")),
-            story(events),
-          ).toEqual([]);
-          expect(p.effects).toHaveLength(1);
-        } finally {
-          await close();
-        }
-      });
+            reason: "outcome unknown: the provider neither dedupes nor can be queried",
+          },
+          also: ({ events, effects }) => {
+            expect(events.filter((e) => e.to === "needs_review")).toHaveLength(1);
+            expect(effects).toBe(1);
+          },
+        },
+      ];
+      for (const ending of endings)
+        it(ending.name, async () => {
+          try {
+            const p = new TestProvider();
+            const action = p.action(ending.type, ending.lookup ? { lookup: true } : {});
+            p.faults.push(ending.fault ?? timedOut);
+            if (ending.answer) p.lookupAnswer = ending.answer;
+            const { ledger, lost } = await lossy(...ending.move, { actions: [action], budget }, fault);
+            const tenant = uniqueTenant();
+            const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+            expect(lost()).toBe(1);
+            const [op] = await ledger.admin.list({ tenant });
+            const { operation, events } = await ledger.get({ tenant, id: op!.id });
+            // Before: LedgerUnavailableError, and the row running until its lease ran out.
+            expect(out, story(events)).toMatchObject(ending.out);
+            expect(
+              events.filter((e) => e.reason?.startsWith("fenced")),
+              story(events),
+            ).toEqual([]);
+            ending.also?.({ operation, events, effects: p.effects.length });
+          } finally {
+            await close();
+          }
+        });
     });
   });
 }
