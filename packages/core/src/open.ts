@@ -7,7 +7,7 @@
  * millisecond times and counters). Drivers are loaded only when their URL is used: they are
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
-import { accessSync, constants, existsSync, rmSync, statSync } from "node:fs";
+import { accessSync, constants, existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { resolve as resolvePath } from "node:path";
 import {
@@ -29,7 +29,7 @@ import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
-import { fileCheck, sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
+import { fileCheck, removeMade, sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -180,35 +180,6 @@ async function openSqlite(
     groupsCommits: dialect.groupsCommits,
     ...(!existed && { removeMade: () => removeMade(Database, path) }),
   };
-}
-
-/**
- * Removes a SQLite file that a failed open made (and its -wal and -shm), while it holds no table
- * and no other connection has it open; best effort. Another process may have opened the same new
- * path since this open made it, and be migrating it. An empty file has no connection in WAL mode
- * yet (turning it to WAL writes its header first). One with a header is checked under an
- * exclusive lock taken without waiting (exclusive locking mode): a connection in WAL mode holds a
- * shared lock on the file for as long as it is open, so the lock proves there is none, and the
- * file is removed under it. A process that opened the path just before, with no statement yet (no
- * lock), is refused by its own file check: the file is gone when its open ends.
- */
-export function removeMade(Database: typeof import("better-sqlite3"), path: string): void {
-  let check: import("better-sqlite3").Database | undefined;
-  try {
-    if (statSync(path).size > 0) {
-      check = new Database(path, { timeout: 0, fileMustExist: true });
-      check.pragma("locking_mode = EXCLUSIVE");
-      check.exec("begin exclusive");
-      const tables = check.prepare("select count(*) as n from sqlite_master").get() as { n: number };
-      if (tables.n !== 0) return; // a ledger: another process migrated it meanwhile
-    }
-    for (const suffix of ["-wal", "-shm", ""]) rmSync(path + suffix, { force: true });
-  } catch {
-    // Gone already, held by another connection (SQLITE_BUSY), or not ours to remove: the open's
-    // own error is the one to report.
-  } finally {
-    check?.close();
-  }
 }
 
 /**

@@ -16,7 +16,7 @@ import {
   type Driver,
   type QueryResult,
 } from "kysely";
-import { realpathSync, statSync, type Stats } from "node:fs";
+import { realpathSync, rmSync, statSync, type Stats } from "node:fs";
 import type { Database, Statement } from "better-sqlite3";
 import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
@@ -282,5 +282,34 @@ function rawRow(stmt: Statement, parameters: readonly unknown[]): unknown {
     return stmt.get(parameters);
   } finally {
     stmt.raw(false);
+  }
+}
+
+/**
+ * Removes a SQLite file that a failed open made (and its -wal and -shm), while it holds no table
+ * and no other connection has it open; best effort. Another process may have opened the same new
+ * path since this open made it, and be migrating it. An empty file has no connection in WAL mode
+ * yet (turning it to WAL writes its header first). One with a header is checked under an
+ * exclusive lock taken without waiting (exclusive locking mode): a connection in WAL mode holds a
+ * shared lock on the file for as long as it is open, so the lock proves there is none, and the
+ * file is removed under it. A process that opened the path just before, with no statement yet (no
+ * lock), is refused by its own file check: the file is gone when its open ends.
+ */
+export function removeMade(Database: typeof import("better-sqlite3"), path: string): void {
+  let check: import("better-sqlite3").Database | undefined;
+  try {
+    if (statSync(path).size > 0) {
+      check = new Database(path, { timeout: 0, fileMustExist: true });
+      check.pragma("locking_mode = EXCLUSIVE");
+      check.exec("begin exclusive");
+      const tables = check.prepare("select count(*) as n from sqlite_master").get() as { n: number };
+      if (tables.n !== 0) return; // a ledger: another process migrated it meanwhile
+    }
+    for (const suffix of ["-wal", "-shm", ""]) rmSync(path + suffix, { force: true });
+  } catch {
+    // Gone already, held by another connection (SQLITE_BUSY), or not ours to remove: the open's
+    // own error is the one to report.
+  } finally {
+    check?.close();
   }
 }

@@ -15,7 +15,7 @@ import { Kysely, Migrator, PostgresDialect } from "kysely";
 import { LedgerConfigError, defineAction, openLedger, redactUrl } from "@idem/core";
 import { freshDatabase, tempDir } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
-import { removeMade } from "../src/open.js";
+import { removeMade } from "../src/sqlite-driver.js";
 import Database from "better-sqlite3";
 
 const fds = () => readdirSync("/proc/self/fd");
