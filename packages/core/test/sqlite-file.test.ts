@@ -6,6 +6,7 @@
  * The same holds of the log (-wal: a crash loses what was written there) and of its index (-shm:
  * a process that opens the ledger since makes a new one, and the two no longer see each other).
  */
+import { execFileSync } from "node:child_process";
 import { existsSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -131,6 +132,44 @@ describe("a SQLite ledger's file", () => {
     },
     scaled(60_000),
   );
+
+  it("its log (-wal) renamed aside under an open ledger: refused, not written into the renamed log", async () => {
+    const path = join(tempDir(), "ledger.db");
+    const ledger = await open(path);
+    const p = new TestProvider();
+    await ledger.run(p.action("mail", {}), { tenant: "t", key: ["k1"], args: { to: "x" } });
+    renameSync(`${path}-wal`, `${path}-wal.old`);
+    await expect(ledger.run(p.action("mail", {}), { tenant: "t", key: ["k2"], args: { to: "x" } })).rejects.toThrow(
+      /SQLite log .*-wal was deleted since the ledger opened it/,
+    );
+    expect(p.effects).toHaveLength(1);
+  });
+
+  it("open twice in one process, one closed: the other keeps its locks, which tell other processes it is open", async () => {
+    // SQLite's locks are POSIX locks: closing any descriptor of a file drops every lock the
+    // process holds on it. The file check holds descriptors of the file and its index; closed
+    // with a ledger, they must not take the locks of another ledger still open on the same file
+    // (its shared lock says the file is in use; without it another process takes the file for
+    // unused: removeMade deletes it, and SQLite rebuilds the log's index under the open ledger).
+    const path = join(tempDir(), "ledger.db");
+    const kept = await open(path);
+    const closed = await openLedger(`sqlite:${path}`);
+    await closed.close();
+    const probe = [
+      'const db = new (require("better-sqlite3"))(process.argv[1], { timeout: 0 });',
+      'db.pragma("locking_mode = EXCLUSIVE");',
+      'try { db.exec("begin exclusive"); console.log("locked"); } catch (e) { console.log(e.code); }',
+    ].join("\n");
+    const out = execFileSync(process.execPath, ["-e", probe, path], {
+      cwd: fileURLToPath(new URL("..", import.meta.url)),
+      encoding: "utf8",
+    });
+    expect(out.trim()).toBe("SQLITE_BUSY");
+    const p = new TestProvider();
+    expect(await kept.run(p.action("mail", {}), { tenant: "t", key: ["k1"], args: { to: "x" } })).toMatchObject({
+      status: "succeeded",
+    });
+  });
 
   it("renamed over by another file (a backup put back): refused, not written into the old one", async () => {
     const dir = tempDir();
