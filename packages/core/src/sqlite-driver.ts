@@ -271,7 +271,7 @@ export function sqliteConnection(
 export function fileCheck(path: string): FileCheck {
   const opened = statSync(path); // first: a file gone already fails the open
   const real = realpathSync(path);
-  const files: { path: string; what: string; seen: Stats | undefined; named?: Named }[] = [
+  const files: { path: string; what: string; seen: Stats | undefined; named?: Named | undefined }[] = [
     { path, what: "SQLite file", seen: opened },
     { path: `${real}-wal`, what: "SQLite log", seen: statSync(`${real}-wal`, { throwIfNoEntry: false }) },
     { path: `${real}-shm`, what: "SQLite log's index", seen: statSync(`${real}-shm`, { throwIfNoEntry: false }) },
