@@ -26,7 +26,13 @@ function classifyAnswer(error: unknown): Classification {
   const providerRequestId = error.requestId ?? undefined;
   const ids = providerRequestId ? { providerRequestId } : {};
   const status = error.statusCode;
-  const what = `${error.type}${error.code ? ` ${error.code}` : ""}: ${error.message}`;
+  const decline = error.decline_code ? ` (${error.decline_code})` : "";
+  // A confirmation Stripe refused (a decline, an authentication it required) still created the
+  // payment intent, left waiting for another payment method: its id is how an operator finds it.
+  // Only the id: the intent Stripe sends with the error carries the card (last4, expiry, holder).
+  const madeId: unknown = (error.payment_intent as { id?: unknown } | undefined)?.id;
+  const made = typeof madeId === "string" ? `; payment intent ${madeId}` : "";
+  const what = `${error.type}${error.code ? ` ${error.code}` : ""}: ${error.message}${decline}${made}`;
 
   if (error.type === "StripeConnectionError") {
     // Refused, unresolvable, or unreachable at connect: the request never reached Stripe. An
@@ -108,9 +114,6 @@ function classifyAnswer(error: unknown): Classification {
   // Wrong or revoked key, or not allowed: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
   // Declines and validation errors: Stripe's final answer for these parameters.
-  if (status === 402 || status === 400 || status === 404) {
-    const decline = error.decline_code ? ` (${error.decline_code})` : "";
-    return { kind: "permanent", reason: `${what}${decline}`, ...ids };
-  }
+  if (status === 402 || status === 400 || status === 404) return { kind: "permanent", reason: what, ...ids };
   return { kind: "ambiguous", reason: `unexpected Stripe answer ${status}: ${what}`, ...ids };
 }

@@ -39,9 +39,10 @@ export interface Lookup<A> {
   readonly lags: boolean;
   /**
    * For a lagging `find`: the consistent read that proves absence, of the objects with our key
-   * created in `created`. Search is usually a minute behind but, by Stripe's word, up to an hour
-   * during an incident; "not in Search" after the lag window would then charge again. A list of
-   * the objects created around our attempts is not behind.
+   * created in `created` (none: absent; TOO_MANY: none among the first MAX_LISTED of more).
+   * Search is usually a minute behind but, by Stripe's word, up to an hour during an incident;
+   * "not in Search" after the lag window would then charge again. A list of the objects created
+   * around our attempts is not behind.
    */
   confirm?(stripe: Stripe, args: A, key: string, created: CreatedRange): Promise<Found[] | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
@@ -86,13 +87,21 @@ function sortHits(hits: readonly Found[], w: AttemptWindow): { ours?: Found; ske
   return ours ? { ours } : skewed ? { skewed } : {};
 }
 
-/** More objects in the window than one lookup reads: absence is not proven this way (a person decides). */
+/**
+ * Ours is not among the first MAX_LISTED objects of a list that holds more: neither found nor
+ * proven absent this way (a person decides). A list of at most MAX_LISTED is read to its end.
+ */
 export const TOO_MANY = Symbol("too many objects to read");
 const MAX_LISTED = 2_000;
 /** How many of Search's hits on our key are read: more than one when an earlier operation's object has it too. */
 const SEARCH_HITS = 10;
 
-/** Reads the pages (auto-pagination: the match may be past the first 100) for our key, up to MAX_LISTED objects. */
+/**
+ * Reads the pages (auto-pagination: the match may be past the first 100) for our key, up to
+ * MAX_LISTED objects, and answers those with our key (sortHits tells ours from an earlier
+ * operation's). Only an object past the bound, none with our key read before it, makes the list
+ * too long to prove absence; a list of exactly MAX_LISTED is read to its end.
+ */
 async function withKey<T extends { metadata?: Stripe.Metadata | null }>(
   pages: AsyncIterable<T>,
   key: string,
@@ -100,8 +109,8 @@ async function withKey<T extends { metadata?: Stripe.Metadata | null }>(
   const hits: T[] = [];
   let read = 0;
   for await (const o of pages) {
+    if (++read > MAX_LISTED) return hits.length > 0 ? hits : TOO_MANY;
     if (o.metadata?.[METADATA_KEY] === key) hits.push(o);
-    if (++read >= MAX_LISTED) return TOO_MANY;
   }
   return hits;
 }
@@ -132,7 +141,13 @@ async function listAround<A>(
   return {};
 }
 
-export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confirm?: boolean | undefined }> = {
+/** What a payment intent's lookup reads of the args: the list's filter, and what the confirmation asked. */
+type IntentArgs = Pick<
+  Stripe.PaymentIntentCreateParams,
+  "customer" | "confirm" | "payment_method" | "error_on_requires_action" | "off_session"
+>;
+
+export const searchPaymentIntents: Lookup<IntentArgs> = {
   find: async (stripe, _args, key) =>
     (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: SEARCH_HITS })).data,
   lags: true,
@@ -145,28 +160,33 @@ export const searchPaymentIntents: Lookup<{ customer?: string | undefined; confi
       }),
       key,
     ),
-  // Created with confirm, the request's answer was a charge or its decline (a 402 saved under the
-  // key, the intent left waiting for another payment method). Found waiting so, with the decline
-  // on it, it is that answer. Waiting without it (an update clears it), for confirmation (another
-  // card attached since) or canceled: whether our confirmation was declined cannot be told, and a
-  // person decides. Waiting for the customer to authenticate (requires_action, a card that asks
-  // for 3D Secure confirmed without `error_on_requires_action`): nothing is charged, and nothing
-  // settles it either way, since the customer may still authenticate; not done would let a retry
-  // charge a second time, done would report a payment not collected: a person decides (cancel it,
-  // or have the customer complete it). Without confirm, whatever became of the intent since is
-  // its customer's doing.
+  // Created with confirm, the request's answer was a charge, its decline (a 402 saved under the
+  // key, the intent left waiting for another payment method), or the intent waiting for the
+  // customer to authenticate the card (200 requires_action). Found waiting with the decline on it,
+  // it is that decline. Found waiting for authentication, it is that 200, read as the answer itself
+  // is (succeeded: the intent we created, its status saying nothing is charged yet, as the charge
+  // tool's note does); unless our request could not have left it so (it asked Stripe to fail
+  // rather than wait, or named another card): confirmed again since. Waiting without the decline
+  // (an update clears it), for confirmation (another card attached since) or canceled: whether our
+  // confirmation was declined cannot be told, and a person decides. Without confirm, whatever
+  // became of the intent since is its customer's doing.
   judge: async (stripe, found, args) => {
     if (args?.confirm !== true) return undefined;
     const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
     if (!unpaid.includes(found.status ?? "")) return undefined;
     const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
     if (!unpaid.includes(pi.status)) return { found: true, receipt: toReceipt(pi, null, false) };
-    if (pi.status === "requires_action")
+    if (pi.status === "requires_action") {
+      const card = typeof pi.payment_method === "string" ? pi.payment_method : pi.payment_method?.id;
+      const failFast = args.error_on_requires_action === true || (args.off_session ?? false) !== false;
+      if (!failFast && (typeof args.payment_method !== "string" || card === args.payment_method))
+        return { found: true, receipt: toReceipt(pi, null, false) };
       return {
         found: false,
         proof: "never",
-        reason: `found the payment intent ${pi.id}, created with confirm, waiting for the customer to authenticate the payment (requires_action): nothing is charged yet, and it may still be if they do; cancel it in the dashboard before charging again, or have the customer complete it`,
+        reason: `found the payment intent ${pi.id}, created with confirm, waiting for the customer to authenticate the payment (requires_action), where our request could not have left it (${failFast ? "it asked Stripe to fail such a confirmation instead" : "it named another payment method"}): it was confirmed again since, and whether ours was declined cannot be told; look at it in the dashboard`,
       };
+    }
     const e = pi.last_payment_error;
     if (pi.status === "requires_payment_method" && e) {
       const code = [e.code, e.decline_code].filter(Boolean).join(" ");
@@ -329,6 +349,6 @@ function tooMany(search: string): ReconcileResult<StripeReceipt> {
   return {
     found: false,
     proof: "never",
-    reason: `${search}, and more than ${MAX_LISTED} objects were created around our attempts (within a day of them, where a clock off Stripe's would put ours): absence cannot be proven by reading them`,
+    reason: `${search}, and more than ${MAX_LISTED} objects were created around our attempts (within a day of them, where a clock off Stripe's would put ours) and ours is not among the ${MAX_LISTED} read: absence cannot be proven by reading them`,
   };
 }

@@ -138,6 +138,31 @@ describe("classifyStripeError", () => {
     expect(cls.reason).toMatch(/card_declined.*insufficient_funds/);
   });
 
+  it("names the payment intent a decline created (the evidence an operator looks for), and none of its card", () => {
+    const intent = {
+      id: "pi_declined",
+      object: "payment_intent",
+      status: "requires_payment_method",
+      last_payment_error: {
+        code: "card_declined",
+        payment_method: {
+          id: "pm_1",
+          billing_details: { name: "Ada Lovelace" },
+          card: { last4: "0002", exp_year: 2031 },
+        },
+      },
+    };
+    const cls = classifyStripeError(
+      new E.StripeCardError(
+        raw(402, { code: "card_declined", decline_code: "generic_decline", payment_intent: intent }),
+      ),
+    );
+    // Before: "StripeCardError card_declined: m (generic_decline)", the request id only.
+    expect(cls).toMatchObject({ kind: "permanent", providerRequestId: "req_123" });
+    expect(cls.reason).toMatch(/card_declined.*generic_decline.*payment intent pi_declined/);
+    expect(cls.reason).not.toMatch(/0002|2031|Ada|pm_1/);
+  });
+
   it("reads an answer that says nothing was done as unknown when stripe-node had sent the request more than once", () => {
     const limited = new E.StripeRateLimitError(raw(429));
     const declined = new E.StripeCardError(raw(402, { code: "card_declined" }));

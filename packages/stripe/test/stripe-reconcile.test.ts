@@ -2,7 +2,7 @@
  * The Stripe lookups called directly with an explicit operation, against the Stripe sandbox
  * through the real SDK: which clock the windows use, and which refunds the lookup can see.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type Stripe from "stripe";
 import type { OperationContext } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
@@ -17,11 +17,11 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.close());
 
-const stripe = () =>
+const stripe = (at = server) =>
   stripeActions({
-    apiKey: server.apiKey,
+    apiKey: at.apiKey,
     host: "127.0.0.1",
-    port: server.port,
+    port: at.port,
     protocol: "http",
     timeoutMs: 5_000,
     searchLagMs: 60_000,
@@ -260,6 +260,53 @@ describe("Stripe lookups past Search's first page", () => {
       op(key, { createdAt: now, lastAttemptAt: now, now: now + 25 * HOUR }),
     );
     expect(out).toMatchObject({ found: true, receipt: { id: ours.id } });
+  });
+});
+
+describe("Stripe lookups through a list of 2,000 objects (the most one lookup reads)", () => {
+  // A sandbox of its own: these objects would crowd every other lookup's window.
+  let crowd: StripeSandbox;
+  let at: { port: number; apiKey: string };
+  beforeEach(async () => {
+    crowd = new StripeSandbox();
+    at = await crowd.start();
+  });
+  afterEach(() => crowd.close());
+
+  /** `total` customers made now, ours (with our key) at `oursAt` in the list's order (newest first, 1-based), if any. */
+  const crowded = (total: number, key: string, oursAt?: number) => {
+    for (let i = total; i >= 1; i--)
+      crowd.objects.create("customers", i === oursAt ? { metadata: { idem_operation: key } } : {});
+  };
+  const tooMany = {
+    found: false,
+    proof: "never",
+    reason: expect.stringMatching(/more than 2000 objects were created around our attempts/),
+  };
+  const absent = { found: false, proof: "absent" };
+
+  it.each([
+    ["2,000 in the list, ours read first", 2_000, 1, "found"],
+    ["2,001 in the list, ours the 2,000th read", 2_001, 2_000, "found"],
+    ["exactly 2,000 in the list, none ours: the list ended", 2_000, undefined, absent],
+    ["2,001 in the list, none ours", 2_001, undefined, tooMany],
+    ["2,001 in the list, ours the 2,001st (past the bound)", 2_001, 2_001, tooMany],
+  ] as const)("Search down, %s", async (_, total, oursAt, expected) => {
+    const key = newKey();
+    crowded(total, key, oursAt);
+    crowd.faults.add({ kind: "unavailable", match: { path: "/search" }, times: 1_000 });
+    const now = Date.now();
+    const out = await stripe(at).customersCreate.reconcile!(
+      {},
+      op(key, { createdAt: now, lastAttemptAt: now, now: now + 25 * HOUR }),
+    );
+    const ours = crowd.objects.all("customers").find((c) => c.metadata.idem_operation === key);
+    // Before: "more than 2000 objects were created around our attempts", ours found or the list ended.
+    expect(out).toMatchObject(expected === "found" ? { found: true, receipt: { id: ours!.id } } : expected);
+    // The window's list: never more than the bound's 20 pages and the one that shows a 2,001st;
+    // then, ours not in it, one page of each (empty) day either side.
+    const listed = crowd.requests.filter((r) => r.method === "GET" && r.path === "/v1/customers");
+    expect(listed.length).toBeLessThanOrEqual(21 + 2);
   });
 });
 

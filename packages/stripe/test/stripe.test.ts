@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, InvalidValueError, openLedger } from "@idem/core";
+import { ArgsMismatchError, describeResult, InvalidValueError, openLedger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
@@ -269,38 +269,81 @@ for (const dialect of DIALECTS) {
         expect(piCount() - before).toBe(1);
       });
 
-    it("a charge left waiting for the customer's authentication, its answer lost, found past the key window: a person decides, not succeeded", async () => {
+    it("a charge left waiting for the customer's authentication reads the same answered or found past the key window: succeeded, requires_action, nothing charged", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
       const t = tenant();
+      // No error_on_requires_action: Stripe answers 200 requires_action, a created intent that
+      // waits for the customer (the charge tool's note says so; this raw action lets it).
       const args = { ...CARD, payment_method: "pm_card_threeDSecure2Required" };
-      // Stripe answers 200 requires_action (nothing charged); the answer is lost.
+      const waiting = { status: "succeeded", receipt: { object: "payment_intent", status: "requires_action" } };
+      const answered = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["needs-3ds", "answered"], args });
+      expect(answered).toMatchObject(waiting);
+      // The same request whose answer is lost, found by the lookup once Stripe forgot the key.
       sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
-      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["needs-3ds"], args });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["needs-3ds", "lost"], args });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
       advance(25 * HOUR);
-      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
-      expect(settled).toMatchObject({
+      // Before: needs_review ("waiting for the customer to authenticate … cancel it"), where the
+      // answer itself had been recorded succeeded.
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        ...waiting,
+        receipt: { ...waiting.receipt, id: pi.id, requestId: null },
+      });
+      for (const r of [answered, out])
+        expect(
+          sandbox.objects.all("charges").filter((c) => r.status === "succeeded" && c.payment_intent === r.receipt!.id),
+        ).toHaveLength(0);
+    });
+
+    it("an intent found waiting for authentication that our request could not have left so (it asked Stripe to fail instead): a person decides", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      // As the charge tool confirms: Stripe fails the confirmation (402 authentication_required)
+      // rather than wait; the answer is lost.
+      const args = {
+        amount: 2000,
+        currency: "usd",
+        payment_method: "pm_card_threeDSecure2Required",
+        confirm: true,
+        allowed_payment_method_types: ["card"],
+        error_on_requires_action: true,
+      };
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["fail-fast-3ds"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      expect(pi).toMatchObject({ status: "requires_payment_method" });
+      // The application confirmed it again since, with the customer there to authenticate.
+      Object.assign(pi, {
+        status: "requires_action",
+        payment_method: "pm_card_threeDSecure2Required",
+        last_payment_error: null,
+      });
+      advance(25 * HOUR);
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
         status: "pending_verification",
         state: "needs_review",
         reason: expect.stringMatching(/requires_action/),
       });
-      const pi = sandbox.objects.all("payment_intents").at(-1)!;
-      expect(sandbox.objects.all("charges").filter((c) => c.payment_intent === pi.id)).toHaveLength(0);
     });
 
     it("a person resolving it as succeeded records the payment intent they found as its receipt, checked as one", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
       const t = tenant();
-      const args = { ...CARD, payment_method: "pm_card_threeDSecure2Required" };
+      const args = { ...CARD, payment_method: "pm_card_chargeDeclined" };
       sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["resolved-by-a-person"], args });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       advance(25 * HOUR);
-      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ state: "needs_review" });
+      // Declined, then another card attached since: whether our confirmation was declined cannot be told.
       const pi = sandbox.objects.all("payment_intents").at(-1)!;
-      pi.status = "succeeded"; // the customer authenticated later; the person finds it paid
+      await s.client.paymentIntents.update(pi.id, { payment_method: "pm_card_visa" });
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ state: "needs_review" });
+      pi.status = "succeeded"; // confirmed with the other card later; the person finds it paid
       const resolve = (receipt: unknown) =>
         l.admin.resolve({
           tenant: t,
@@ -577,7 +620,7 @@ for (const dialect of DIALECTS) {
       expect(piCount() - before).toBe(1);
     });
 
-    it("a decline fails without a retry and is replayed as failed", async () => {
+    it("a decline fails without a retry, names the payment intent Stripe created, and is replayed as failed", async () => {
       const l = await ledger();
       const s = stripe();
       const t = tenant();
@@ -586,6 +629,14 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
       expect(out.status === "failed" && out.error.reason).toMatch(/card_declined.*generic_decline/);
       expect(out.status === "failed" && out.error.providerRequestId).toMatch(/^req_/);
+      // Stripe created the intent and declined it: the stored failure, and what a model reads of
+      // it, name the intent an operator finds in the dashboard. Before: the request id only.
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      expect(pi).toMatchObject({ status: "requires_payment_method", last_payment_error: { code: "card_declined" } });
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.error).toMatchObject({
+        reason: expect.stringContaining(`payment intent ${pi.id}`),
+      });
+      expect(describeResult(out)).toContain(pi.id);
       const key = (await l.get({ tenant: t, id: out.operationId })).operation.key;
       expect(requestsFor(key)).toHaveLength(1);
       expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined"], args })).toMatchObject({
@@ -766,6 +817,21 @@ describe("a generic POST's path", () => {
       expect(refused).toMatchObject({ path: "path", reason: expect.stringContaining(JSON.stringify(path)) });
     }
     expect(s.post("/v1/products").type).toBe("stripe.post:/v1/products");
+    expect(sandbox.requests.length).toBe(sent);
+  });
+
+  it("is refused where the action is defined for API v2: its idempotency is not v1's, which this adapter reads", () => {
+    const s = stripe();
+    const sent = sandbox.requests.length;
+    // Before: defined. A v2 retry with our key finishes failed work instead of returning a saved
+    // answer (docs.stripe.com/api/idempotent_requests), so a 500 would be read as saved under the
+    // key, and its errors and windows are not those this adapter's classification was checked on.
+    for (const path of ["/v2/core/accounts", "/v2", "/V2/core/event_destinations"]) {
+      const refused = refusal(() => s.post(path));
+      expect(refused, path).toBeInstanceOf(InvalidValueError);
+      expect(refused).toMatchObject({ path: "path", reason: expect.stringMatching(/v2.*idempoten/) });
+    }
+    expect(s.post("/v1/v2_lookalike").type).toBe("stripe.post:/v1/v2_lookalike");
     expect(sandbox.requests.length).toBe(sent);
   });
 });
