@@ -197,12 +197,19 @@ export class LedgerDaemon {
         row.status === "unknown"
           ? `${escalationReason(options.escalate, age)}, and no action of type ${row.action} is registered to check it; a person must decide`
           : `known not done, its last attempt ${hours(waitedMs(age))} h ago (${row.checks} checks), and no action of type ${row.action} is registered to run it again; a person must decide`;
-      const parked = await this.#context.store.transition(row, "needs_review", {
-        actor: options.actor ?? null,
-        reason,
-        alert: true,
-        unchangedSince: { updatedAt: row.updated_at, checks: row.checks },
-      });
+      // Retried through a brief outage, a lost answer recognised as its own (`moveDurably`):
+      // written once, the settlement failed, the row left unalerted (or parked unbeknown to us).
+      const parked = await this.#context.runner.moveDurably(
+        { tenant: row.tenant_id, settings: this.#context.settings },
+        row,
+        "needs_review",
+        {
+          actor: options.actor ?? null,
+          reason,
+          alert: true,
+          unchangedSince: { updatedAt: row.updated_at, checks: row.checks },
+        },
+      );
       if (parked) return pending(parked, reason);
     }
     throw new UnknownActionError(row.action, row.id);

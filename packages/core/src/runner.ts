@@ -748,7 +748,8 @@ export class Runner {
    *   decision taken on a view from before it is refused;
    * - needs_review with another attempt's proof of its own request's effect: ours is a second
    *   effect (unless the provider deduped it onto the first), said and alerted as one. A proof
-   *   naming our attempt is ours already; a lookup's finding may be this very effect.
+   *   naming our attempt is ours already; a lookup's finding may be this very effect: our attempt
+   *   is named on it, not alerted, so that a later receipt of another request counts as a second.
    * A row settled `succeeded` keeps its receipt (this one may describe the same effect): the
    * refused proof goes to its history. Each move is retried through a brief outage (`moveDurably`).
    */
@@ -777,15 +778,24 @@ export class Runner {
       if (earlier) {
         const by = earlier.performedBy ?? [];
         if (performed && by.includes(row.attempt)) return; // our own proof
-        if (!performed || by.length === 0 || dedupedOntoFirst(call.action, row, now))
+        // A lookup's finding, or our request's answer deduped onto the proven effect: the same one.
+        if (!performed || (by.length > 0 && dedupedOntoFirst(call.action, row, now)))
           return this.noteUnstorable(call, row, now, why);
-        const twice = await this.moveDurably(call, now, "needs_review", {
-          ...patch,
+        const named = { ...earlier, performedBy: [...by, row.attempt] } satisfies StoredError;
+        // After a lookup's finding (no attempt named) ours is not proven a second effect, but it is
+        // named on the proof: only noted, another attempt's own receipt later read the proof as the
+        // lookup's alone and settled as one effect what were two. Its alert, if still due, stays.
+        const { alert: _, ...quiet } = patch;
+        const added = await this.moveDurably(call, now, "needs_review", {
+          ...(by.length > 0 ? patch : quiet),
           ...asRead,
-          reason: `two effects: attempt ${row.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s; neither receipt could be stored (${why.slice(0, 200)}); a person must check the provider`,
-          error_json: JSON.stringify({ ...earlier, performedBy: [...by, row.attempt] } satisfies StoredError),
+          reason:
+            by.length > 0
+              ? `two effects: attempt ${row.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s; neither receipt could be stored (${why.slice(0, 200)}); a person must check the provider`
+              : `attempt ${row.attempt}'s request took effect, its receipt not storable either (${why.slice(0, 200)}); the effect a lookup found before is taken to be this one`,
+          error_json: JSON.stringify(named),
         }).catch(() => undefined);
-        if (twice) return;
+        if (added) return;
         continue;
       }
       // Still ours: the ledger failed for a lease (the caller's error names the operation).
@@ -836,7 +846,9 @@ export class Runner {
     if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
       return undefined;
     const reason = `attempt ${row.attempt} ended (${why.slice(0, 200)}), but an earlier attempt's request, out past its lease, ended meanwhile and may have committed`;
-    const moved = await this.store.move(now, to, {
+    // Retried through a brief outage: left running, the row's lease would run out and its end be
+    // lost (a "not sent" pending is exactly what must not be written now).
+    const moved = await this.moveDurably(call, now, to, {
       actor: call.actor,
       reason,
       error_json: JSON.stringify(error),
@@ -881,7 +893,11 @@ export class Runner {
    * (options, an abort signal) cost about 5 % of a call's CPU, for a write that nearly always
    * succeeds at once. `unanswered` is set once a try failed: it may have committed all the same.
    */
-  private durably<A, R, T>(call: Call<A, R>, write: () => Promise<T>, unanswered?: { failed: boolean }): Promise<T> {
+  private durably<T>(
+    call: Pick<Call<unknown, unknown>, "settings">,
+    write: () => Promise<T>,
+    unanswered?: { failed: boolean },
+  ): Promise<T> {
     const started = performance.now();
     return write().catch((error: unknown) => {
       if (!(error instanceof LedgerUnavailableError)) throw error;
@@ -915,9 +931,15 @@ export class Runner {
    * Without it a caller read its own end as another's ("moved meanwhile", "failed earlier, not
    * tried again") and stopped retrying. A move that keeps the status (a proof added, a second
    * effect alerted) is conditioned on the row as read (`unchangedSince`), so that a retry after
-   * its commit matches nothing instead of writing it twice.
+   * its commit matches nothing instead of writing it twice. Public for the daemon's own moves
+   * (an operation no registered action can settle), which have a tenant and settings, no Call.
    */
-  private async moveDurably<A, R>(call: Call<A, R>, row: Row, to: Status, patch: TransitionPatch) {
+  async moveDurably(
+    call: Pick<Call<unknown, unknown>, "tenant" | "settings">,
+    row: Row,
+    to: Status,
+    patch: TransitionPatch,
+  ) {
     const unanswered = { failed: false };
     const moved = await this.durably(call, () => this.store.move(row, to, patch), unanswered);
     if (moved || !unanswered.failed) return moved;
@@ -1046,16 +1068,23 @@ export class Runner {
               ? `, while attempt ${now.attempt} held it`
               : ""
             : ", after a person resolved it as succeeded without one";
-        // An effect already proven without its receipt (too large to store): ours is another one.
-        const twice = performed && knownPerformed(now) && !dedupedOntoFirst(call.action, mine, now);
+        // An effect already proven without its receipt (too large to store) by another attempt's
+        // own request: ours is another one. A lookup's finding (no attempt named) may be this very
+        // effect: not proven two, so the receipt is recorded and the proof kept in its history.
+        const proof = performedProof(now);
+        const by = proof?.performedBy ?? [];
+        const twice = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
+        const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
         const proven = await this.recordReceipt(
           call,
           now,
           canonicalJson(receipt, "result"),
           receipt,
           twice
-            ? `two effects: attempt ${mine.attempt}'s request took effect, and an effect whose receipt could not be stored was recorded before; a person must check the provider`
-            : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+            ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
+            : proof
+              ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
+              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
           // A person's "it happened" agrees with the receipt; any other verdict is void now.
           { keepVerdict: now.status === "succeeded", alert: twice },
         );
@@ -1096,16 +1125,18 @@ export class Runner {
         // nothing), while this attempt was still in flight: its ambiguous end voids that. Unknown
         // again, looked up; after a failure, a person decides (the refusal may be our effect's
         // "already exists"), and the operation is no longer settled.
+        // Retried through a brief outage (`moveDurably`): left pending, the row would be run
+        // again while our request may have committed; left failed, replayed as no effect.
         const reopened =
           now.status === "pending"
-            ? await this.store.move(now, "unknown", {
+            ? await this.moveDurably(call, now, "unknown", {
                 actor: call.actor,
                 reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
                 checkAfterMs: call.settings.budget.baseDelayMs,
                 executionEnded: true,
                 firstSentAt: firstSentOf(mine),
               })
-            : await this.store.move(now, "needs_review", {
+            : await this.moveDurably(call, now, "needs_review", {
                 actor: call.actor,
                 reason: `attempt ${mine.attempt}, still in flight when the operation failed, may have committed: ${detail.slice(0, 200)}; a person decides`,
                 alert: true,

@@ -9,10 +9,14 @@ import { ArgsMismatchError, defineAction, InvalidTransitionError, type Ledger } 
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
-/** Every receipt is over `maxResultBytes: 50`: the effect happens, its receipt cannot be stored. */
+/**
+ * Every receipt is over `maxResultBytes: 50`: the effect happens, its receipt cannot be stored.
+ * After `fit()`, the requests' receipts answered from then on fit; the lookup's never do.
+ */
 function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
   const effects: { key: string; id: string }[] = [];
   let calls = 0;
+  let pad = 200;
   let gate: { until: Promise<void>; commit: "before" | "after" } | undefined;
   let open: () => void = () => {};
   type Receipt = { id: string; pad: string };
@@ -24,7 +28,7 @@ function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
     const id = `obj_${effects.length + 1}`;
     effects.push({ key: op.key, id });
     if (g?.commit === "before") await g.until; // committed; the answer comes when released
-    return { id, pad: "x".repeat(200) };
+    return { id, pad: "x".repeat(pad) };
   };
   const action = capabilities.lookup
     ? defineAction<{ to: string }, Receipt>({
@@ -41,11 +45,15 @@ function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
     action,
     effects,
     calls: () => calls,
-    /** The next execute waits for `release`, before the provider commits it or after. */
+    /** The next execute waits for `release` (or the function returned), before the provider commits it or after. */
     hold: (commit: "before" | "after") => {
       gate = { until: new Promise<void>((r) => (open = r)), commit };
+      return open;
     },
     release: () => open(),
+    fit: () => {
+      pad = 0;
+    },
   };
 }
 
@@ -229,6 +237,125 @@ for (const dialect of DIALECTS) {
         (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
         story,
       ).not.toContain(op!.id);
+    });
+
+    // A proof on the row tells whose effect it was (`performedBy`): a lookup's finding (no attempt
+    // named) may be any request's effect, a request's own receipt is that request's.
+    describe("the proof's attempts and a storable receipt that comes later", () => {
+      async function opened(type: string) {
+        const clock = { now: Date.now() };
+        const p = bloatedProvider(type, { lookup: true });
+        const ledger: Ledger = await db.open({
+          clock: () => clock.now,
+          leaseMs: 30_000,
+          maxResultBytes: 50,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const run = () => ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        /** The daemon's settlement; `stopping`: it looks up but sends nothing. */
+        const settle = async (id: string, stopping = false) => {
+          const stop = new AbortController();
+          if (stopping) stop.abort();
+          return ledger.daemon.settle({ tenant, id, actor: "daemon", stop: stop.signal }).catch((e: unknown) => e);
+        };
+        const after = async (id: string) => {
+          const { operation, events } = await ledger.get({ tenant, id });
+          const story = `events: ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+          const alerted = (await ledger.daemon.alertsDue({ limit: 10 })).some((a) => a.id === id);
+          return { operation, events, story, alerted };
+        };
+        return { p, ledger, tenant, clock, run, settle, after };
+      }
+
+      it("a lookup's finding parked, then the request's own storable receipt: recorded, noted, not alerted as two effects", async () => {
+        // Attempt 1's request is out past its lease; the daemon's lookup (attempt 2) finds its effect,
+        // whose receipt cannot be stored (parked). Attempt 1's own receipt, storable, is that effect.
+        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.found.fits");
+        p.hold("before");
+        const first = run();
+        await until(() => p.effects.length === 1); // committed; the answer is held
+        clock.now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await settle(op!.id)).toMatchObject({ name: "PayloadTooLargeError" });
+        const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+        expect(parkedOp).toMatchObject({ status: "needs_review", error: { kind: "invalid_result" } });
+        expect(parkedOp.error).not.toHaveProperty("performedBy");
+        await ledger.daemon.ackAlert(parkedOp);
+        p.fit();
+        p.release();
+        const out = await first;
+        const { operation, events, story, alerted } = await after(op!.id);
+        expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+        expect(operation, story).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        // Before: "two effects: attempt 1's request took effect, and an effect whose receipt could
+        // not be stored was recorded before", alerted (the console's two_effects).
+        expect(operation.reason, story).not.toMatch(/two effects/);
+        expect(alerted, story).toBe(false);
+        expect(events.at(-1)?.reason, story).toMatch(/a lookup's finding/);
+        expect(p.effects, story).toHaveLength(1);
+      });
+
+      it("a request's own receipt parked, then another attempt's own storable receipt: two effects, alerted", async () => {
+        // Attempt 1's request is out past its lease; a lookup finds nothing yet (pending); attempt 3
+        // sends, its receipt too large (parked, its attempt named); then attempt 1's request takes
+        // effect too, its receipt storable.
+        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.two.fits");
+        p.hold("after");
+        const first = run();
+        await until(() => p.calls() === 1);
+        clock.now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        expect(await run()).toMatchObject({ name: "PayloadTooLargeError" });
+        const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+        expect(parkedOp).toMatchObject({ status: "needs_review", error: { performedBy: [3] } });
+        await ledger.daemon.ackAlert(parkedOp);
+        p.fit();
+        p.release();
+        const out = await first;
+        const { operation, story, alerted } = await after(op!.id);
+        expect(p.effects, story).toHaveLength(2);
+        expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
+        expect(operation.reason, story).toMatch(/^two effects: attempt 1's request took effect/);
+        expect(alerted, story).toBe(true);
+      });
+
+      it("a lookup's finding parked, a request's own receipt too large, then another's storable: two effects, alerted", async () => {
+        // Attempts 1 and 3 are both out; the daemon's lookup (attempt 4) finds an effect, receipt
+        // too large (parked, no attempt named). Attempt 1's own receipt, too large, was only noted,
+        // so attempt 3's storable one read the proof as the lookup's alone: one effect, unalerted.
+        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.three");
+        const release1 = p.hold("after");
+        const first = run();
+        await until(() => p.calls() === 1);
+        clock.now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        const release3 = p.hold("before");
+        const third = run();
+        try {
+          await until(() => p.effects.length === 1); // attempt 3 committed; its answer is held
+          clock.now += 31_000;
+          expect(await settle(op!.id)).toMatchObject({ name: "PayloadTooLargeError" });
+          release1(); // attempt 1's request takes effect too; its receipt cannot be stored
+          expect(await first).toMatchObject({ name: "PayloadTooLargeError" });
+          const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+          // Before: no attempt named, attempt 1's effect only noted in the history.
+          expect(parkedOp).toMatchObject({ status: "needs_review", error: { performedBy: [1] } });
+          expect(parkedOp.reason).not.toMatch(/two effects/);
+        } finally {
+          p.fit();
+          release3();
+        }
+        const out = await third;
+        const { operation, story, alerted } = await after(op!.id);
+        expect(p.effects, story).toHaveLength(2);
+        expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        expect(operation.reason, story).toMatch(/^two effects: attempt 3's request took effect/);
+        expect(alerted, story).toBe(true);
+      });
     });
   });
 }

@@ -8,12 +8,19 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { CompiledQuery } from "kysely";
-import { defineAction, type Ledger, type Operation, type OperationEvent } from "@idem/core";
+import {
+  defineAction,
+  type Action,
+  type Classification,
+  type Ledger,
+  type Operation,
+  type OperationEvent,
+} from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
-import { TestProvider } from "./support/provider.js";
+import { ProviderError, TestProvider } from "./support/provider.js";
 
 const isMove = (q: CompiledQuery, to: string, reason: string) =>
   q.sql.startsWith('update "idem_operations" set "status"') &&
@@ -22,6 +29,26 @@ const isMove = (q: CompiledQuery, to: string, reason: string) =>
 
 const story = (events: readonly OperationEvent[]) =>
   events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
+
+/** `action`'s type and lookup, its request held until `answer()`, then answered with `cls` (a later attempt's provider). */
+function answering(action: Action<{ to: string }, { id: string }>, cls: Classification) {
+  let answer: () => void = () => {};
+  const answered = new Promise<void>((r) => (answer = r));
+  let entered: () => void = () => {};
+  const sent = new Promise<void>((r) => (entered = r));
+  const refusing = defineAction<{ to: string }, { id: string }>({
+    type: action.type,
+    capabilities: { lookup: true },
+    execute: async () => {
+      entered();
+      await answered;
+      throw new ProviderError(cls);
+    },
+    classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+    reconcile: action.reconcile!,
+  });
+  return { action: refusing, sent, answer };
+}
 
 /** A move's answer lost after its commit, or the database unreachable for the move (nothing committed). */
 type Fault = "lost" | "outage";
@@ -339,6 +366,137 @@ for (const dialect of DIALECTS) {
             await close();
           }
         });
+    });
+    // Attempt 1's request, out past its lease, ends after another attempt moved the row (proved
+    // absence, failed, or is ending): the move that reopens the row or voids the other's end. And
+    // the daemon parking an operation no action of its config can settle. Before, each was written
+    // once: a brief outage left the caller reading LedgerUnavailableError and the row where it was
+    // (pending, known not done, while attempt 1's request may have committed: run again, two effects).
+    describe.each(FAULTS)("a late end's move, its write %s", (fault) => {
+      // What attempt 3 (run from pending, after the daemon's lookup proved absence) is answered, and
+      // whether attempt 1's timeout comes while attempt 3's request is out; the move whose answer is
+      // lost; and what the caller that reads it (attempt 1's, or attempt 3's) gets.
+      const lateEnds: {
+        name: string;
+        third?: { cls: Classification; during: boolean };
+        move: [string, string];
+        reader: "first" | "third";
+        out: Record<string, unknown>;
+      }[] = [
+        {
+          name: "absence proven while attempt 1 was out, then its timeout: unknown again",
+          move: ["unknown", "still in flight when absence was proven"],
+          reader: "first",
+          out: { state: "unknown", reason: "outcome unknown: attempt 1 may have committed" },
+        },
+        {
+          name: "attempt 3 refused while attempt 1 was out, then its timeout: a person decides",
+          third: { cls: { kind: "permanent", reason: "validation: refused" }, during: false },
+          move: ["needs_review", "still in flight when the operation failed"],
+          reader: "first",
+          out: {
+            state: "needs_review",
+            reason: "attempt 1 may have committed after the operation failed; a person decides",
+          },
+        },
+        {
+          name: "attempt 1's timeout while attempt 3 is out, which is then refused: a person decides",
+          third: { cls: { kind: "permanent", reason: "validation: refused" }, during: true },
+          move: ["needs_review", "ended meanwhile and may have committed"],
+          reader: "third",
+          out: { state: "needs_review", reason: expect.stringMatching(/^attempt 3 ended \(validation: refused\)/) },
+        },
+        {
+          name: "attempt 1's timeout while attempt 3 is out, which is then not sent (503): unknown",
+          third: { cls: { kind: "transient", reason: "503 before execution" }, during: true },
+          move: ["unknown", "ended meanwhile and may have committed"],
+          reader: "third",
+          out: { state: "unknown", reason: expect.stringMatching(/^attempt 3 ended \(503 before execution\)/) },
+        },
+      ];
+      for (const end of lateEnds)
+        it(end.name, async () => {
+          try {
+            let now = Date.now();
+            const p = new TestProvider();
+            const action = p.action("lost.late", { lookup: true });
+            let release: () => void = () => {};
+            p.gate = new Promise<void>((r) => (release = r));
+            p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } });
+            const { ledger, lost } = await lossy(
+              ...end.move,
+              { clock: () => now, leaseMs: 30_000, actions: [action], budget: { attempts: 1 } },
+              fault,
+            );
+            const tenant = uniqueTenant();
+            const run = (a: typeof action) =>
+              ledger.run(a, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+            const first = run(action);
+            await p.called(1);
+            now += 31_000;
+            const [op] = await ledger.admin.list({ tenant });
+            const stop = new AbortController();
+            stop.abort(); // a stopping daemon: it looks up but sends nothing
+            const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+            expect(settled).toMatchObject({ state: "pending" });
+            const later = end.third && answering(action, end.third.cls);
+            const third = later && run(later.action);
+            if (later && end.third?.during) await later.sent;
+            else if (later) later.answer();
+            if (!end.third?.during) await third;
+            release(); // attempt 1's request commits; its answer is a timeout
+            const firstOut = await first;
+            later?.answer();
+            const out = end.reader === "first" ? firstOut : await third;
+            const { operation, events } = await ledger.get({ tenant, id: op!.id });
+            expect(lost()).toBe(1);
+            // Before: LedgerUnavailableError; the row as the other attempt left it (outage), or a
+            // "lease lost" answer for its own move (lost).
+            expect(out, story(events)).toMatchObject({ status: "pending_verification", ...end.out });
+            expect(operation.status, story(events)).toBe(end.out.state);
+            expect(
+              events.filter((e) => e.reason?.includes(end.move[1])),
+              story(events),
+            ).toHaveLength(1);
+            expect(p.effects).toHaveLength(1);
+          } finally {
+            await close();
+          }
+        });
+
+      it("an operation no registered action can settle, past the daemon's limits: parked for a person, alerted", async () => {
+        try {
+          const HOUR = 3_600_000;
+          const app = await db.open({ budget: { attempts: 1 } });
+          const tenant = uniqueTenant();
+          const p = new TestProvider();
+          p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
+          const out = await app.run(p.action("crm.note", { lookup: true }), { tenant, key: ["n"], args: { to: "x" } });
+          expect(out).toMatchObject({ state: "unknown" });
+          const now = Date.now() + 2 * HOUR;
+          const { ledger, lost } = await lossy("needs_review", "no action of type crm.note", {
+            actions: [],
+            clock: () => now,
+          });
+          const escalate = { maxChecks: 5, maxAgeMs: HOUR };
+          const parked = await ledger.daemon
+            .settle({ tenant, id: out.operationId, actor: "daemon", escalate })
+            .catch((e: unknown) => e);
+          const { operation, events } = await ledger.get({ tenant, id: out.operationId });
+          expect(lost()).toBe(1);
+          // Before: LedgerUnavailableError from the settlement; the row unknown (outage), no alert.
+          expect(parked, story(events)).toMatchObject({
+            status: "pending_verification",
+            state: "needs_review",
+            reason: expect.stringMatching(/^still unknown after .*no action of type crm\.note/),
+          });
+          expect(operation.status).toBe("needs_review");
+          expect(events.filter((e) => e.to === "needs_review")).toHaveLength(1);
+          expect((await ledger.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(out.operationId);
+        } finally {
+          await close();
+        }
+      });
     });
   });
 }
