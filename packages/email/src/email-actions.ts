@@ -26,7 +26,7 @@ import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import { foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
+import { emailReceiptSchema, foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
 import { JOURNAL_SETTLE_MS, SENT_SETTLE_MS, reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
@@ -99,6 +99,7 @@ export function emailActions(config: EmailConfig): EmailActions {
   const send = defineAction<EmailArgs, EmailReceipt>({
     type: "email.send",
     capabilities: { lookup: true },
+    receipt: emailReceiptSchema,
     providerReference: (_args, op) => formatReference(messageIdFor(op.key, domain), config),
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");

@@ -45,10 +45,10 @@ function tlsRefused(e: NodemailerError): boolean {
 
 export function classifyEmailError(error: unknown): Classification {
   if (error instanceof MailboxRefusedError) {
-    // The check before sending was refused (the sign-in, or the server's certificate by us), so
-    // nothing was sent; every later check meets the same refusal until a person fixes the config
-    // or the account, as a refused SMTP sign-in. (In a lookup, the same error leaves the outcome
-    // unknown: a refusal alerted, not a verdict.)
+    // The check before sending was refused (the sign-in, the account's right to read the mailbox,
+    // or the server's certificate by us), so nothing was sent; every later check meets the same
+    // refusal until a person fixes the config or the account, as a refused SMTP sign-in. (In a
+    // lookup, the same error leaves the outcome unknown: a refusal alerted, not a verdict.)
     return {
       kind: "permanent",
       reason: `not sent: the check before sending was refused: ${error.message}`,

@@ -8,7 +8,8 @@
  * `requireTLS: false`: with a server that does not offer it, the session fails before any login.
  * The server's certificate is verified against the config's `tls` trust (email-tls.ts). A session
  * that cannot open says why: refused by us or by the server for good (MailboxRefusedError: the
- * certificate, TLS, the sign-in), or unavailable (MailboxUnavailableError: anything that may pass).
+ * certificate, TLS, the sign-in), or unavailable (MailboxUnavailableError: anything that may pass);
+ * so does a mailbox the server will not let the account read (NOPERM: MailboxRefusedError too).
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
@@ -24,16 +25,20 @@ export class MailboxUnavailableError extends Error {
 
 /**
  * The mailbox cannot be reached until a person changes something: we refused the server's TLS (its
- * certificate not trusted, or no TLS version in common; or a required STARTTLS not offered), or the
- * server refused the sign-in. Every later session meets the same refusal, so every check before
- * sending and every lookup fails until then; nothing is known of the mailbox.
+ * certificate not trusted, or no TLS version in common; or a required STARTTLS not offered), the
+ * server refused the sign-in, or it refused the account the mailbox (NOPERM: its rights do not
+ * allow reading it). Every later session meets the same refusal, so every check before sending and
+ * every lookup fails until then; nothing is known of the mailbox.
  */
 export class MailboxRefusedError extends MailboxUnavailableError {
   constructor(
     message: string,
-    /** What was refused: `tls` (by us: the certificate, the version; or STARTTLS by the server), `sign-in` (by the server). */
-    readonly refused: "tls" | "sign-in",
-    /** The server's response code to the sign-in (`AUTHENTICATIONFAILED`, RFC 5530), or Node's TLS error code. */
+    /**
+     * What was refused: `tls` (by us: the certificate, the version; or STARTTLS by the server),
+     * `sign-in` or `mailbox` (the account's access to the mailbox searched; by the server).
+     */
+    readonly refused: "tls" | "sign-in" | "mailbox",
+    /** The server's response code (RFC 5530: `AUTHENTICATIONFAILED` to a sign-in, `NOPERM`), or Node's TLS error code. */
     readonly responseCode?: string,
     options?: { cause?: unknown },
   ) {
@@ -164,7 +169,7 @@ export class Mailbox {
       }
       const prefix = client.namespace?.prefix ?? "";
       const mailbox = this.opened(boxes);
-      const found = await search(client, mailbox, messageId);
+      const found = await this.search(client, mailbox, messageId);
       if (alias === undefined) return { found, searched: mailbox };
       if (listError) return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError } };
       const path = mailboxPath(alias, boxes, prefix);
@@ -223,19 +228,34 @@ export class Mailbox {
       await client.logout().catch(() => client.close());
     }
   }
-}
 
-async function search(client: ImapFlow, mailbox: string, messageId: string): Promise<FoundMessage | undefined> {
-  const lock = await client.getMailboxLock(mailbox);
-  try {
-    const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
-    // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
-    // with false: that is not "no such message", and taken as one it would send again.
-    if (!Array.isArray(uids))
-      throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
-    const uid = uids[0];
-    return uid === undefined ? undefined : { mailbox, uid };
-  } finally {
-    lock.release();
+  /**
+   * The message with `messageId` in `mailbox`, if any. A SELECT the server answers NO [NOPERM]
+   * (RFC 5530: the account's rights, an IMAP ACL, do not let it read the mailbox; a journal account
+   * allowed to receive but not read, say) is a configuration a person must fix, not an outage.
+   */
+  private async search(client: ImapFlow, mailbox: string, messageId: string): Promise<FoundMessage | undefined> {
+    const lock = await client.getMailboxLock(mailbox).catch((cause: unknown) => {
+      const e = cause as { serverResponseCode?: unknown; responseText?: unknown };
+      if (e.serverResponseCode !== "NOPERM") throw cause;
+      const said = typeof e.responseText === "string" ? e.responseText.slice(0, 200) : "no text";
+      throw new MailboxRefusedError(
+        `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} may not read ${mailbox} (NOPERM: ${said}): give the account the right to read it, or configure a mailbox it may read`,
+        "mailbox",
+        "NOPERM",
+        { cause },
+      );
+    });
+    try {
+      const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
+      // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
+      // with false: that is not "no such message", and taken as one it would send again.
+      if (!Array.isArray(uids))
+        throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
+      const uid = uids[0];
+      return uid === undefined ? undefined : { mailbox, uid };
+    } finally {
+      lock.release();
+    }
   }
 }

@@ -2,6 +2,7 @@
  * What the ledger keeps of a send: the identifiers and the server's answer, not the content, and
  * no recipient's address (each is kept as its hash, `recipientHash`).
  */
+import { z } from "zod";
 import { sensitiveHash } from "@idem/core";
 
 export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
@@ -85,3 +86,49 @@ export function rejectionsOf(rejected: readonly string[], codes: readonly (numbe
     return { recipient: recipientHash(address), kind, code };
   });
 }
+
+/** `<...@...>`, as messageIdFor makes one. */
+const messageId = z.string().regex(/^<[^\s<>@]+@[^\s<>@]+>$/, "must be a Message-ID in angle brackets (<…@…>)");
+/** 8 characters of referenceFor's alphabet, as in the subject's `[ref:…]`. */
+const ref = z.string().regex(/^[A-HJKMNP-TV-Z0-9]{8}$/, "must be the 8-character reference in the subject ([ref:…])");
+const recipient = z
+  .string()
+  .regex(/^sha256:[0-9a-f]{64}$/, "must be recipientHash(address): a receipt never holds an address");
+const rejection = z.object({
+  recipient,
+  kind: z.enum(["deferred", "refused"]),
+  code: z.number().int().min(200).max(599).nullable(),
+});
+const sentShape = z.object({
+  messageId,
+  ref,
+  sent: z.literal(true),
+  response: z.string().min(1),
+  accepted: z.array(recipient),
+  rejected: z.array(recipient),
+  rejections: z.array(rejection).exactOptional(),
+  foundIn: z.undefined().exactOptional(),
+});
+/** A person found the copy (or the message itself): it went out, so `sent` defaults to true. */
+const foundShape = z.object({
+  messageId,
+  ref,
+  sent: z.boolean().default(true),
+  response: z.null().default(null),
+  accepted: z.null().default(null),
+  rejected: z.null().default(null),
+  foundIn: z.string().min(1).max(200),
+});
+
+/**
+ * The receipt's schema: what a person may record as the receipt when they resolve an operation
+ * as succeeded (`admin.resolve`), either shape the action stores. Most often the copy they found
+ * (`{ messageId, ref, foundIn }`: where they found it; `sent` defaults to true, the server's
+ * answer and the recipients to null, not known), or the server's answer from its log (a
+ * SentEmailReceipt). Recipients only as `recipientHash(address)`, never an address; fields besides
+ * these are dropped (never the message's content).
+ */
+export const emailReceiptSchema = z.union([sentShape, foundShape], {
+  error:
+    "must be the receipt of a message sent ({ messageId, ref, sent: true, response, accepted, rejected }) or of its copy found ({ messageId, ref, foundIn })",
+});

@@ -8,7 +8,7 @@ export { CopyChangedError, parseEmailReference } from "./email-reference.js";
 export type { EmailReference } from "./email-reference.js";
 export { EnvelopeRefusedError, InvalidMessageError, InvalidSenderError, SendAbortedError } from "./email-smtp.js";
 export type { SendFailure } from "./email-smtp.js";
-export { recipientHash } from "./email-receipt.js";
+export { emailReceiptSchema, recipientHash } from "./email-receipt.js";
 export type { TlsTrust } from "./email-tls.js";
 export type { EmailReceipt, FoundEmailReceipt, Rejection, SentEmailReceipt } from "./email-receipt.js";
 export { emailTools } from "./email-tools.js";

@@ -10,6 +10,7 @@ import { JOURNAL, MailSandbox, SENDER, type CopyMode } from "@idem/sandbox";
 import { DIALECTS, freePort, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import {
   emailActions,
+  emailReceiptSchema,
   emailTools,
   parseEmailReference,
   recipientHash,
@@ -79,6 +80,8 @@ for (const dialect of DIALECTS) {
           receipt: { sent: true, accepted: expect.arrayContaining([recipientHash("client@example.test")]) },
         });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
+        const firstReceipt = first.status === "succeeded" && first.receipt;
+        expect(emailReceiptSchema.parse(firstReceipt)).toEqual(firstReceipt);
         const messageId = await messageIdOf(l, t, first.operationId);
         expect(first.status === "succeeded" && first.receipt!.messageId).toBe(messageId);
         // The reference records how the copy is made, after the Message-ID; never a password.
@@ -149,6 +152,9 @@ for (const dialect of DIALECTS) {
           status: "succeeded",
           receipt: { sent: true, foundIn: mode === "journal" ? "INBOX" : "Sent", accepted: null, rejected: null },
         });
+        // The receipt's schema (what a person may record) reads the action's own receipts unchanged.
+        const receipt = out.status === "succeeded" && out.receipt;
+        expect(emailReceiptSchema.parse(receipt)).toEqual(receipt);
         const { events } = await l.get({ tenant: t, id: out.operationId });
         expect(events.map((e) => e.to)).toContain("unknown");
         expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
@@ -424,6 +430,55 @@ for (const dialect of DIALECTS) {
       const out = await l.run(mail.send, { tenant: t, key: ["held-append"], args: report });
       expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
       expect(sandbox.count(await messageIdOf(l, t, out.operationId))).toBe(1);
+    });
+
+    it("a person resolving it as succeeded records the copy they found as its receipt, checked as one", async () => {
+      const mail = emailActions(config("append"));
+      const l = await ledger({ actions: [mail.send] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "hold_reply", delayMs: 6_000 });
+      const out = await l.run(mail.send, { tenant: t, key: ["resolved-by-a-person"], args: report });
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const messageId = await messageIdOf(l, t, out.operationId);
+      const ref = /\[ref:([A-Z0-9]{8})\]/.exec(sandbox.received.find((m) => m.messageId === messageId)!.subject!)![1]!;
+      const resolve = (receipt: unknown) =>
+        l.admin.resolve({
+          tenant: t,
+          id: out.operationId,
+          outcome: "succeeded",
+          actor: "ops",
+          reason: "in the inbox",
+          receipt,
+        });
+      // An address where a receipt keeps its hash, and no receipt of either shape: refused, nothing recorded.
+      const sent = { messageId, ref, sent: true, response: "250 OK", rejected: [] };
+      await expect(resolve({ ...sent, accepted: ["client@example.test"] })).rejects.toMatchObject({
+        name: "InvalidValueError",
+        path: "receipt.accepted[0]",
+      });
+      await expect(resolve({ messageId: "idem.1@idem.test", ref, foundIn: "INBOX" })).rejects.toMatchObject({
+        name: "InvalidValueError",
+        path: "receipt.messageId",
+      });
+      await expect(resolve({ messageId, ref, foundIn: "INBOX", response: "250 OK" })).rejects.toMatchObject({
+        name: "InvalidValueError",
+        message: expect.stringMatching(/a message sent .* or of its copy found/),
+      });
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.status).toBe("needs_review");
+      // Before: InvalidValueError "action email.send (operation …) has no receipt schema registered
+      // with this ledger", and the operation replayed no receipt.
+      await resolve({ messageId, ref, foundIn: "the recipient's inbox", subject: "Weekly report" });
+      const found = { messageId, ref, sent: true, response: null, accepted: null, rejected: null };
+      expect(await l.run(mail.send, { tenant: t, key: ["resolved-by-a-person"], args: report })).toMatchObject({
+        status: "succeeded",
+        receipt: { ...found, foundIn: "the recipient's inbox" },
+      });
+      // Only the receipt's fields are kept.
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.result).toEqual({
+        ...found,
+        foundIn: "the recipient's inbox",
+      });
+      expect(sandbox.count(messageId)).toBe(1);
     });
 
     it(

@@ -20,7 +20,7 @@ import {
   tlsRefusal,
 } from "./hubspot-classify.js";
 import { HubSpotBatchInputError, HubSpotReadBackError, HubSpotSchemaError } from "./hubspot-errors.js";
-import type { HubSpotReceipt } from "./hubspot-receipt.js";
+import { hubspotReceiptSchema, type HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
 
@@ -51,6 +51,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
     const action = defineAction<HubSpotCreateArgs, HubSpotReceipt>({
       type: `hubspot.${objectType}.create`,
       capabilities: { lookup: true },
+      receipt: hubspotReceiptSchema(objectType),
       providerReference: (_args, op) => `${unique}:${op.key}`,
       validate(args) {
         if (args.properties?.[unique] !== undefined)
@@ -143,7 +144,10 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         await schema.require(objectType, idProperty);
       } catch (e) {
         if (e instanceof HubSpotSchemaError)
-          throw new HubSpotSchemaError(objectType, idProperty, e.problem, { cause: refusal });
+          throw new HubSpotSchemaError(objectType, idProperty, e.problem, {
+            cause: refusal,
+            ...(e.definition && { definition: e.definition }),
+          });
       }
     }
 

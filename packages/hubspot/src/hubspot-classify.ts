@@ -153,7 +153,7 @@ export function classifyHubSpotError(error: unknown): Classification {
   const ids = e.body?.correlationId ? { providerRequestId: e.body.correlationId } : {};
   const what = status
     ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
-    : `${e.code ?? "error"}: ${e.message ?? String(error)}`;
+    : `${e.code ?? "error"}: ${hostsOnly(e.message ?? String(error))}`;
   if (status === undefined) {
     // We refused the server's TLS before the request was written: nothing sent, and every retry
     // meets the same certificate. A configuration (a CA bundle, a proxy) a person must fix.
@@ -193,10 +193,25 @@ export function tlsRefusal(error: unknown): string | undefined {
   const refused = tlsRefused(error);
   if (refused === undefined) return undefined;
   const message = (error as { message?: unknown }).message;
-  const said = `${refused.code}: ${typeof message === "string" ? message : "no message"}`;
+  const said = `${refused.code}: ${typeof message === "string" ? hostsOnly(message) : "no message"}`;
   return refused.refused === "certificate"
     ? `HubSpot's certificate is not trusted (${said}): a TLS-inspecting proxy or a private endpoint needs its CA trusted (NODE_EXTRA_CA_CERTS)`
     : `no TLS version both HubSpot and this process accept (${said})`;
+}
+
+/**
+ * A network error's message with each URL cut to its host: node-fetch says "request to <url>
+ * failed, reason: …", and the URL's path and query hold the operation key (a read by it), record
+ * ids, a token where one goes in the query. An operator needs only which server refused.
+ */
+function hostsOnly(message: string): string {
+  return message.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi, (url) => {
+    try {
+      return new URL(url).host;
+    } catch {
+      return "(a URL)";
+    }
+  });
 }
 
 function requestIdOf(c: Classification): string | undefined {

@@ -44,27 +44,44 @@ export class HubSpotReadBackError extends Error {
   }
 }
 
+/** HubSpot's definition of a property, as its properties API answered: the fields the check reads. */
+export interface HubSpotPropertyDefinition {
+  readonly name: string;
+  readonly type: string;
+  readonly fieldType: string;
+  /** HubSpot leaves it out for a property that is not unique-value. */
+  readonly hasUniqueValue: boolean | undefined;
+}
+
 /**
  * The property meant to carry operation keys is missing or not a unique-value property: HubSpot
  * would not refuse a second record with the same key (a create sent again after a lost answer
- * makes two), and a read by it cannot prove a record absent. Raised before anything is sent, or
- * when HubSpot refused a write for naming it as a property that does not exist (deleted since its
- * check; `cause`: that refusal), which wrote nothing.
+ * makes two), and a read by it cannot prove a record absent. Raised before anything is sent (by
+ * the adapter's check, or `ensureSchema` finding a property of the name that is not unique-value),
+ * or when HubSpot refused a write for naming it as a property that does not exist (deleted since
+ * its check; `cause`: that refusal), which wrote nothing.
  */
 export class HubSpotSchemaError extends Error {
   override readonly name = "HubSpotSchemaError";
+  /** HubSpot's definition of the property, when it answered one (`not_unique`). */
+  readonly definition: HubSpotPropertyDefinition | undefined;
   constructor(
     readonly objectType: string,
     readonly property: string,
     readonly problem: "missing" | "not_unique",
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; definition?: HubSpotPropertyDefinition },
   ) {
+    const d = options?.definition;
     super(
       `${objectType}.${property} ${problem === "missing" ? "does not exist" : "is not a unique-value property"}: ` +
         `HubSpot would not refuse a second record with the same key. Create it with ensureSchema(["${objectType}"]) ` +
-        `(a unique-value idem_external_id), or set uniqueProperty to a unique-value property`,
-      options,
+        `(a unique-value idem_external_id), or set uniqueProperty to a unique-value property` +
+        (d
+          ? ` (HubSpot's definition of it: type ${d.type}, fieldType ${d.fieldType}, hasUniqueValue: ${d.hasUniqueValue ?? "absent"})`
+          : ""),
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
+    this.definition = d;
   }
 }
 

@@ -1,4 +1,6 @@
 /** What the ledger keeps of a CRM write: ids only, never the record's properties. */
+import { z } from "zod";
+
 export interface HubSpotReceipt {
   readonly objectType: string;
   readonly id: string;
@@ -20,4 +22,22 @@ export interface HubSpotReceipt {
    * `_new: false` at the first request, which had written.
    */
   readonly existedBefore?: true;
+}
+
+/**
+ * The receipt's schema: what a person may record as the receipt when they resolve an operation
+ * as succeeded (`admin.resolve`), the record they found in the CRM. `objectType` is the action's
+ * (`deals`), any for none given; `id` HubSpot's record id (`hs_object_id`, digits); `externalId`
+ * the operation key the record carries (64 hex, as `idem show` gives it). Fields besides these are
+ * dropped (never the record's properties); `new` defaults to false (found, not known to be made
+ * by this operation), and `existedBefore` is kept only when given as true.
+ */
+export function hubspotReceiptSchema(objectType?: string) {
+  return z.object({
+    objectType: objectType === undefined ? z.string().min(1) : z.literal(objectType),
+    id: z.string().regex(/^[1-9][0-9]*$/, "must be HubSpot's record id (hs_object_id: digits)"),
+    new: z.boolean().default(false),
+    externalId: z.string().regex(/^[0-9a-f]{64}$/, "must be the operation key (64 hex) the record carries"),
+    existedBefore: z.literal(true).exactOptional(),
+  });
 }

@@ -4,7 +4,7 @@
  * unique-value before the adapter relies on it (`uniquePropertyCheck`).
  */
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
-import { HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
+import { HubSpotSchemaError, HubSpotSchemaReadError, type HubSpotPropertyDefinition } from "./hubspot-errors.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -16,8 +16,8 @@ export async function ensureUniqueProperty(
 ): Promise<"created" | "present"> {
   const existing = await getProperty(api, objectType, name);
   if (existing) {
-    if (!isUniqueId(objectType, existing))
-      throw new Error(`${objectType}.${name} exists but is not a unique-value property; idem needs one`);
+    // Not made again: HubSpot keeps one property per name, and a create would be refused (409).
+    if (!isUniqueId(objectType, existing)) throw notUnique(objectType, existing);
     return "present";
   }
   try {
@@ -61,6 +61,15 @@ function isUniqueId(objectType: string, p: { name: string; hasUniqueValue?: bool
   return p.hasUniqueValue === true || (UNIQUE_BUILT_IN[objectType] ?? []).includes(p.name);
 }
 
+/** A property HubSpot defines, not unique-value: the error carries what HubSpot answered of it. */
+function notUnique(
+  objectType: string,
+  p: Omit<HubSpotPropertyDefinition, "hasUniqueValue"> & { hasUniqueValue?: boolean },
+): HubSpotSchemaError {
+  const definition = { name: p.name, type: p.type, fieldType: p.fieldType, hasUniqueValue: p.hasUniqueValue };
+  return new HubSpotSchemaError(objectType, p.name, "not_unique", { definition });
+}
+
 /**
  * Whether a property can carry operation keys, read from HubSpot once per process and property
  * (GET /crm/v3/properties/{objectType}/{name}). `require` resolves when it is unique-value and
@@ -82,7 +91,7 @@ export function uniquePropertyCheck(api: Api) {
       throw new HubSpotSchemaReadError(objectType, name, { cause: e });
     }
     if (!p) throw new HubSpotSchemaError(objectType, name, "missing");
-    if (!isUniqueId(objectType, p)) throw new HubSpotSchemaError(objectType, name, "not_unique");
+    if (!isUniqueId(objectType, p)) throw notUnique(objectType, p);
   }
   return {
     require(objectType: string, name: string): Promise<void> {

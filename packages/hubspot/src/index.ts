@@ -8,9 +8,10 @@ export {
   HubSpotSchemaError,
   HubSpotSchemaReadError,
 } from "./hubspot-errors.js";
-export type { HubSpotBatchError } from "./hubspot-errors.js";
+export type { HubSpotBatchError, HubSpotPropertyDefinition } from "./hubspot-errors.js";
 export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
+export { hubspotReceiptSchema } from "./hubspot-receipt.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";
 export { hubspotTools } from "./hubspot-tools.js";
 export type { HubSpotContactInput } from "./hubspot-tools.js";

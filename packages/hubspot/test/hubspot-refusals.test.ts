@@ -9,7 +9,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import {
+  HUBSPOT_CALL_OPTIONS,
+  HubSpotSchemaError,
+  classifyHubSpotError,
+  createHubSpotClient,
+  hubspotActions,
+  type HubSpotConfig,
+} from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
 import { untrustedServer, type UntrustedServer } from "@idem/testkit";
 
@@ -44,6 +51,26 @@ function plainProperty(objectType: string, name: string): void {
       hasUniqueValue: false,
     });
 }
+
+describe("ensureSchema", () => {
+  it("a property of the name that is not unique-value: a HubSpotSchemaError naming it, with HubSpot's definition of it, alerted", async () => {
+    plainProperty("deals", "crm_ref");
+    const error = await crm({ uniqueProperty: "crm_ref" })
+      .ensureSchema(["deals"])
+      .catch((e: unknown) => e);
+    // Before: a plain Error "deals.crm_ref exists but is not a unique-value property; idem needs one".
+    expect(error).toMatchObject({
+      name: "HubSpotSchemaError",
+      objectType: "deals",
+      property: "crm_ref",
+      problem: "not_unique",
+      definition: { name: "crm_ref", type: "string", fieldType: "text", hasUniqueValue: false },
+      message: expect.stringMatching(/^deals\.crm_ref is not a unique-value property: .*hasUniqueValue: false/),
+    });
+    expect(error).toBeInstanceOf(HubSpotSchemaError);
+    expect(classifyHubSpotError(error)).toMatchObject({ kind: "permanent", alert: true });
+  });
+});
 
 for (const dialect of DIALECTS) {
   describe(`HubSpot refusals on ${dialect}`, () => {
@@ -452,6 +479,36 @@ for (const dialect of DIALECTS) {
         expect(await daemon.daemon.settle({ tenant: t, id })).toMatchObject({ state: "unknown" });
         expect((await l.get({ tenant: t, id })).operation.reason).toMatch(/certificate is not trusted/);
         expect((await l.daemon.alertsDue({ limit: 1_000 })).map((o) => o.id)).toContain(id);
+      });
+
+      it("the refusal names HubSpot's host only: not the request's path or query (a read's path holds the operation key)", async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        const id = await unknownCreate(l, t, "tls-host");
+        const key = await keyOf(l, t, id);
+        const daemon = await ledger({
+          actions: [hubspotActions({ accessToken: server.accessToken, basePath: untrusted.basePath }).create("deals")],
+        });
+        await daemon.daemon.settle({ tenant: t, id });
+        const failed = await l.run(
+          hubspotActions({ accessToken: "pat-x", basePath: untrusted.basePath }).create("deals"),
+          {
+            tenant: t,
+            key: ["tls-host-create"],
+            args: { properties: { dealname: "T" } },
+          },
+        );
+        const host = new URL(untrusted.basePath).host;
+        for (const reason of [
+          (await l.get({ tenant: t, id })).operation.reason,
+          failed.status === "failed" && failed.error.reason,
+        ]) {
+          // Before: "request to https://127.0.0.1:…/crm/v3/objects/deals/<key>?idProperty=… failed, reason: …"
+          expect(reason).toMatch(/certificate is not trusted/);
+          expect(reason).toContain(host);
+          expect(reason).not.toMatch(/\/crm\/|\?|idProperty/);
+          expect(reason).not.toContain(key);
+        }
       });
     });
   });

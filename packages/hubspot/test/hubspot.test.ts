@@ -12,6 +12,7 @@ import {
   HUBSPOT_CALL_OPTIONS,
   createHubSpotClient,
   hubspotActions,
+  hubspotReceiptSchema,
   hubspotTools,
   type HubSpotConfig,
 } from "@idem/hubspot";
@@ -65,6 +66,9 @@ for (const dialect of DIALECTS) {
           receipt: { objectType: "contacts", new: true },
         });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
+        // The receipt's schema (what a person may record) reads the action's own receipts unchanged.
+        const receipt = first.status === "succeeded" && first.receipt;
+        expect(hubspotReceiptSchema("contacts").parse(receipt)).toEqual(receipt);
         expect(recordsWith("contacts", await keyOf(l, t, first.operationId))).toHaveLength(1);
         expect(sandbox.requests.length).toBe(sent);
       });
@@ -169,6 +173,46 @@ for (const dialect of DIALECTS) {
         expect(recordsWith("deals", key).map((r) => r.id)).toEqual([old.id]);
       });
     }
+
+    it("a person resolving it as succeeded records the record they found as its receipt, checked as one", async () => {
+      const action = crm().create("deals");
+      const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 }, actions: [action] });
+      const t = tenant();
+      const key = operationKey({ tenant: t, action: "hubspot.deals.create", parts: ["by-a-person"] }).hash;
+      const old = sandbox.crm.create("deals", { dealname: "Restored by a person", idem_external_id: key });
+      old.createdAt = new Date(Date.now() - 40 * 86_400_000).toISOString();
+      sandbox.crm.archive("deals", old.id);
+      sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+      const args = { properties: { dealname: "New deal" } };
+      const out = await l.run(action, { tenant: t, key: ["by-a-person"], args }).finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const resolve = (receipt: unknown) =>
+        l.admin.resolve({
+          tenant: t,
+          id: out.operationId,
+          outcome: "succeeded",
+          actor: "ops",
+          reason: "restored",
+          receipt,
+        });
+      // Another object type, an id HubSpot never gives, a key that is no operation key: refused.
+      for (const [receipt, path] of [
+        [{ objectType: "contacts", id: old.id, externalId: key }, "receipt.objectType"],
+        [{ objectType: "deals", id: "deal-1", externalId: key }, "receipt.id"],
+        [{ objectType: "deals", id: old.id, externalId: "by-a-person" }, "receipt.externalId"],
+      ] as const)
+        await expect(resolve(receipt)).rejects.toMatchObject({ name: "InvalidValueError", path });
+      // Before: InvalidValueError "action hubspot.deals.create (operation …) has no receipt schema
+      // registered with this ledger", and the operation replayed no receipt.
+      await resolve({ objectType: "deals", id: old.id, externalId: key, properties: { dealname: "Restored" } });
+      const receipt = { objectType: "deals", id: old.id, new: false, externalId: key };
+      expect(await l.run(action, { tenant: t, key: ["by-a-person"], args })).toMatchObject({
+        status: "succeeded",
+        receipt,
+      });
+      // Only the receipt's fields are kept (never the record's properties).
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.result).toEqual(receipt);
+    });
 
     it("upsert: when the read before the upsert fails, the upsert writes as before, and its receipt does not say the record was there before", async () => {
       const l = await ledger({ retentionMs: 1 });

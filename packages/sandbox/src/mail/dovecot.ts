@@ -3,7 +3,11 @@
  * listening on a free loopback port, plain-text login, one maildir per user owned by the `mail`
  * user, a `\Sent` special-use folder created for everyone. Without `tls` it offers no TLS at all;
  * with it, STARTTLS on that port and implicit TLS on another (`imapsPort`), both with the given
- * certificate. A refused login is answered at once (no `auth_failure_delay`). Dovecot must be
+ * certificate. With `acl`, Dovecot's ACL plugin reads each user's rights from one global file
+ * (`rights`; none: every owner has all rights), so that a mailbox the account may see but not read
+ * answers its SELECT `NO [NOPERM]` (RFC 5530); no other server state gives NOPERM (a maildir the
+ * imap process may not read is `NO [SERVERBUG]`). A refused login is answered at once (no
+ * `auth_failure_delay`). Dovecot must be
  * installed (`apt-get install dovecot-imapd`; `pnpm test` does it where missing).
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
@@ -35,8 +39,18 @@ export class Dovecot {
 
   constructor(
     private readonly users: readonly MailUser[],
-    private readonly options: { readonly tls?: ServerTls } = {},
+    private readonly options: { readonly tls?: ServerTls; readonly acl?: boolean } = {},
   ) {}
+
+  /**
+   * With `acl`: replaces the rights with these global ACL lines, `<mailbox> user=<name> <rights>`
+   * (`li`: may see the mailbox and file into it, not read it); none: every owner has all rights.
+   * Read anew by each session (one imap process per login).
+   */
+  rights(lines: readonly string[]): void {
+    if (!this.options.acl || !this.dir) throw new Error("rights: this Dovecot was not started with acl: true");
+    writeFileSync(join(this.dir, "acl"), lines.map((l) => `${l}\n`).join(""));
+  }
 
   static installed(): boolean {
     try {
@@ -63,7 +77,11 @@ export class Dovecot {
     for (const d of ["run", "state", "mail", "home"]) mkdirSync(join(this.dir, d));
     for (const d of ["mail", "home"]) chownSync(join(this.dir, d), MAIL_UID, MAIL_UID);
     writeFileSync(join(this.dir, "users"), `${this.users.map((u) => `${u.user}:{PLAIN}${u.pass}::::::`).join("\n")}\n`);
-    writeFileSync(join(this.dir, "dovecot.conf"), config(this.dir, this.port, tls ? this.imapsPort : undefined));
+    if (this.options.acl) writeFileSync(join(this.dir, "acl"), "");
+    writeFileSync(
+      join(this.dir, "dovecot.conf"),
+      config(this.dir, this.port, tls ? this.imapsPort : undefined, this.options.acl === true),
+    );
     this.proc = spawn("dovecot", ["-F", "-c", join(this.dir, "dovecot.conf")], { stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     this.proc.stderr!.on("data", (d) => (stderr += String(d)));
@@ -93,10 +111,16 @@ export class Dovecot {
   }
 }
 
-/** `imapsPort`: TLS on (STARTTLS on `port`, implicit TLS there), with the certificate in `dir`. */
-function config(dir: string, port: number, imapsPort: number | undefined): string {
+/**
+ * `imapsPort`: TLS on (STARTTLS on `port`, implicit TLS there), with the certificate in `dir`;
+ * `acl`: the ACL plugin, its rights in `dir`/acl.
+ */
+function config(dir: string, port: number, imapsPort: number | undefined, acl: boolean): string {
   const ssl = imapsPort === undefined ? "ssl = no" : `ssl = yes\nssl_cert = <${dir}/tls.crt\nssl_key = <${dir}/tls.key`;
-  return `
+  const rights = acl
+    ? `mail_plugins = $mail_plugins acl\nprotocol imap {\n  mail_plugins = $mail_plugins imap_acl\n}\nplugin {\n  acl = vfile:${dir}/acl\n}`
+    : "";
+  return `${rights}
 base_dir = ${dir}/run
 state_dir = ${dir}/state
 log_path = ${dir}/dovecot.log

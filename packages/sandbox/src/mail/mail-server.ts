@@ -54,6 +54,8 @@ export interface MailSandboxOptions {
   readonly copyDelayMs?: number;
   /** Serve TLS with this certificate (STARTTLS, and implicit-TLS ports); default no TLS. */
   readonly tls?: ServerTls;
+  /** Dovecot's ACL plugin on, rights set with `dovecot.rights(...)` (a mailbox answering NOPERM). */
+  readonly acl?: boolean;
 }
 
 export const SENDER: MailUser = { user: "agent@idem.test", pass: "agent-password" };
@@ -79,7 +81,10 @@ export class MailSandbox {
     this.mode = options.mode ?? "provider-saves";
     this.copyDelayMs = options.copyDelayMs ?? 0;
     this.tls = options.tls;
-    this.dovecot = new Dovecot([SENDER, JOURNAL], this.tls ? { tls: this.tls } : {});
+    this.dovecot = new Dovecot([SENDER, JOURNAL], {
+      ...(this.tls && { tls: this.tls }),
+      ...(options.acl && { acl: true }),
+    });
   }
 
   /** Messages received with this Message-ID: the effect count at the target. */
