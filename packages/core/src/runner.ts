@@ -750,8 +750,11 @@ export class Runner {
    *   effect (unless the provider deduped it onto the first), said and alerted as one. A proof
    *   naming our attempt is ours already; a lookup's finding may be this very effect: our attempt
    *   is named on it, not alerted, so that a later receipt of another request counts as a second.
-   * A row settled `succeeded` keeps its receipt (this one may describe the same effect): the
-   * refused proof goes to its history. Each move is retried through a brief outage (`moveDurably`).
+   * A row settled `succeeded` keeps its receipt (the one replayed to every other caller), and the
+   * refused proof goes to its history; but our own request's answer, on a row another attempt
+   * settled with a receipt, is a second effect (unless the provider deduped it onto the first),
+   * alerted as one, as `fenced` alerts a storable receipt that differs (this one, unstorable,
+   * cannot be the receipt recorded). Each move is retried through a brief outage (`moveDurably`).
    */
   private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string, performed: boolean): Promise<void> {
     const proof: StoredError = {
@@ -771,9 +774,24 @@ export class Runner {
     if (mine) return;
     for (let look = 1; look <= 5; look++) {
       const now = await this.store.findById(call.tenant, row.id).catch(() => undefined);
-      if (!now || now.status === "succeeded") return this.noteUnstorable(call, row, now, why);
-      // Written on the row as read: a change since (another proof, a person) is read again.
+      if (!now) return this.noteUnstorable(call, row, now, why);
+      // Written on the row as read: a change since (another proof, a person) is read again, and a
+      // retry after a commit whose answer was lost matches nothing instead of writing it twice.
       const asRead = { unchangedSince: { updatedAt: now.updated_at, checks: now.checks } };
+      if (now.status === "succeeded") {
+        // A lookup's finding, a person's "it happened" without a receipt, or the row settled at our
+        // own attempt (a person's verdict while we held it): not another request's effect.
+        const another = performed && now.result_json !== null && now.attempt !== row.attempt;
+        if (!another || dedupedOntoFirst(call.action, row, now)) return this.noteUnstorable(call, row, now, why);
+        const alerted = await this.moveDurably(call, now, "succeeded", {
+          actor: call.actor,
+          reason: `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`,
+          alert: true,
+          ...asRead,
+        }).catch(() => undefined);
+        if (alerted) return;
+        continue;
+      }
       const earlier = performedProof(now);
       if (earlier) {
         const by = earlier.performedBy ?? [];
@@ -842,12 +860,12 @@ export class Runner {
     why: string,
     error: StoredError,
   ): Promise<Step<R> | undefined> {
-    const now = await this.store.findById(call.tenant, row.id);
+    // The read and the move are each retried through a brief outage: left running, the row's lease
+    // would run out and its end be lost (a "not sent" pending is exactly what must not be written now).
+    const now = await this.durably(call, () => this.store.findById(call.tenant, row.id));
     if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
       return undefined;
     const reason = `attempt ${row.attempt} ended (${why.slice(0, 200)}), but an earlier attempt's request, out past its lease, ended meanwhile and may have committed`;
-    // Retried through a brief outage: left running, the row's lease would run out and its end be
-    // lost (a "not sent" pending is exactly what must not be written now).
     const moved = await this.moveDurably(call, now, to, {
       actor: call.actor,
       reason,
@@ -887,8 +905,9 @@ export class Runner {
   /**
    * `write`, retried with backoff while the database fails (LedgerUnavailableError), for up to a
    * lease from now: what only this process knows (a receipt, "not sent", a refusal, the args
-   * fixed before a send) must outlast a brief outage. Any other error, and the last failure, are
-   * thrown. Every write retried is conditioned as it was (status, attempt), so a retry after
+   * fixed before a send) must outlast a brief outage, and so must the read such a write is
+   * decided on (a late end's, in `fenced` and `lateEndDuring`). Any other error, and the last
+   * failure, are thrown. Every write retried is conditioned as it was (status, attempt), so a retry after
    * another attempt took over matches nothing. The first try runs outside p-retry: setting it up
    * (options, an abort signal) cost about 5 % of a call's CPU, for a write that nearly always
    * succeeds at once. `unanswered` is set once a try failed: it may have committed all the same.
@@ -1017,7 +1036,9 @@ export class Runner {
     // the row as read; one that finds the row changed reads it again and decides anew.
     const ended = receipt !== undefined || (wanted === "unknown" && sent);
     for (let look = 1; ; look++) {
-      const now = await this.store.findById(call.tenant, mine.id).catch((error: unknown) => {
+      // Retried through a brief outage, as the moves below are: read once, an outage here left an
+      // ambiguous end unnoted, and the row pending (run again) while our request may have committed.
+      const now = await this.durably(call, () => this.store.findById(call.tenant, mine.id)).catch((error: unknown) => {
         throw unrecorded(error);
       });
       if (!now || (now.status === "running" && now.attempt === mine.attempt)) {

@@ -11,9 +11,11 @@ import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
 /**
  * Every receipt is over `maxResultBytes: 50`: the effect happens, its receipt cannot be stored.
- * After `fit()`, the requests' receipts answered from then on fit; the lookup's never do.
+ * After `fit()`, the requests' receipts answered from then on fit (until `bloat()`); the lookup's
+ * never do. `dedupe`: the provider dedupes on our key (a request with a key it has seen is
+ * answered with that key's first effect, none made), for a day.
  */
-function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
+function bloatedProvider(type: string, capabilities: { lookup?: true; dedupe?: true } = {}) {
   const effects: { key: string; id: string }[] = [];
   let calls = 0;
   let pad = 200;
@@ -25,22 +27,25 @@ function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
     const g = gate;
     gate = undefined; // only the next call waits
     if (g?.commit === "after") await g.until; // the request is out, the provider commits when released
-    const id = `obj_${effects.length + 1}`;
-    effects.push({ key: op.key, id });
+    const first = capabilities.dedupe ? effects.find((e) => e.key === op.key) : undefined;
+    const id = first?.id ?? `obj_${effects.length + 1}`;
+    if (!first) effects.push({ key: op.key, id });
     if (g?.commit === "before") await g.until; // committed; the answer comes when released
     return { id, pad: "x".repeat(pad) };
   };
-  const action = capabilities.lookup
-    ? defineAction<{ to: string }, Receipt>({
-        type,
-        capabilities: { lookup: true },
-        execute,
-        reconcile: async (_args, op) =>
-          effects.some((e) => e.key === op.key)
-            ? { found: true as const, receipt: { id: "found", pad: "x".repeat(200) } }
-            : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
-      })
-    : defineAction<{ to: string }, Receipt>({ type, capabilities: {}, execute });
+  const action = capabilities.dedupe
+    ? defineAction<{ to: string }, Receipt>({ type, capabilities: { dedupe: { retentionMs: 86_400_000 } }, execute })
+    : capabilities.lookup
+      ? defineAction<{ to: string }, Receipt>({
+          type,
+          capabilities: { lookup: true },
+          execute,
+          reconcile: async (_args, op) =>
+            effects.some((e) => e.key === op.key)
+              ? { found: true as const, receipt: { id: "found", pad: "x".repeat(200) } }
+              : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+        })
+      : defineAction<{ to: string }, Receipt>({ type, capabilities: {}, execute });
   return {
     action,
     effects,
@@ -53,6 +58,9 @@ function bloatedProvider(type: string, capabilities: { lookup?: true } = {}) {
     release: () => open(),
     fit: () => {
       pad = 0;
+    },
+    bloat: () => {
+      pad = 200;
     },
   };
 }
@@ -320,6 +328,81 @@ for (const dialect of DIALECTS) {
         expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
         expect(operation.reason, story).toMatch(/^two effects: attempt 1's request took effect/);
         expect(alerted, story).toBe(true);
+      });
+
+      it("another attempt's own receipt recorded, then a request's own receipt too large: two effects, alerted", async () => {
+        // Attempt 1's request is out past its lease; a lookup finds nothing yet (pending); attempt 3
+        // sends, its receipt storable (succeeded); then attempt 1's request takes effect too, its
+        // receipt too large to store. A storable one that differs is alerted as a second effect.
+        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.settled.two");
+        p.hold("after");
+        const first = run();
+        await until(() => p.calls() === 1);
+        clock.now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        p.fit();
+        expect(await run()).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
+        p.bloat();
+        p.release();
+        const out = await first;
+        const { operation, events, story, alerted } = await after(op!.id);
+        expect(p.effects, story).toHaveLength(2);
+        // Its caller is told its own effect happened, its receipt not recordable (named by the operation).
+        expect(out, story).toMatchObject({ name: "PayloadTooLargeError", what: "result", operationId: op!.id });
+        // The row keeps the receipt it replays to every other caller.
+        expect(operation, story).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        // Before: only noted in the history ("fenced: attempt 1's effect happened but its receipt
+        // cannot be stored"), no alert: a second charge nobody heard of.
+        expect(operation.reason, story).toMatch(/^two effects: attempt 1's request took effect too/);
+        expect(alerted, story).toBe(true);
+        expect(
+          events.filter((e) => e.reason?.startsWith("two effects")),
+          story,
+        ).toHaveLength(1);
+      });
+
+      it("another attempt's own receipt recorded, then a receipt too large deduped onto it by the provider: noted, not alerted", async () => {
+        // The provider dedupes on our key: attempt 2, a replay with the same key after attempt 1's
+        // lease ran out, makes the effect; attempt 1's request, inside the key's window, is
+        // answered with that effect (its receipt too large). One effect: noted in the history.
+        const clock = { now: Date.now() };
+        const p = bloatedProvider("known.settled.deduped", { dedupe: true });
+        const ledger: Ledger = await db.open({
+          clock: () => clock.now,
+          leaseMs: 30_000,
+          maxResultBytes: 50,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const run = () => ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        p.hold("after");
+        const first = run();
+        await until(() => p.calls() === 1);
+        clock.now += 31_000;
+        p.fit();
+        expect(await run()).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: "obj_1" } });
+        p.bloat();
+        p.release();
+        const out = await first;
+        const [op] = await ledger.admin.list({ tenant });
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        const story = `events: ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(p.effects, story).toHaveLength(1);
+        expect(out, story).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
+        expect(operation, story).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        expect(operation.reason, story).not.toMatch(/two effects/);
+        expect(
+          (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+          story,
+        ).not.toContain(op!.id);
+        expect(
+          events.filter((e) =>
+            e.reason?.startsWith("fenced: attempt 1's effect happened but its receipt cannot be stored"),
+          ),
+          story,
+        ).toHaveLength(1);
       });
 
       it("a lookup's finding parked, a request's own receipt too large, then another's storable: two effects, alerted", async () => {

@@ -50,9 +50,31 @@ function answering(action: Action<{ to: string }, { id: string }>, cls: Classifi
   return { action: refusing, sent, answer };
 }
 
-/** A move's answer lost after its commit, or the database unreachable for the move (nothing committed). */
-type Fault = "lost" | "outage";
+/**
+ * A move's answer lost after its commit, or the database unreachable for the move (nothing
+ * committed); or, `read`, unreachable for the read of the row that comes before it.
+ */
+type Fault = "lost" | "outage" | "read";
 const FAULTS: readonly Fault[] = ["lost", "outage"];
+
+/** The store's read of one operation by its id (`findById`): what a late end decides its move on. */
+const isReadById = (q: CompiledQuery) =>
+  q.sql.startsWith("select") && /from "idem_operations" where "tenant_id" = (\?|\$1) and "id" = (\?|\$2)$/.test(q.sql);
+const isRefusedMove = (q: CompiledQuery, out: { numAffectedRows?: bigint }) =>
+  q.sql.startsWith('update "idem_operations" set "status"') && Number(out.numAffectedRows ?? 0) === 0;
+
+/**
+ * A late end: what attempt 3 (run from pending, after the daemon's lookup proved absence) is
+ * answered, and whether attempt 1's timeout comes while attempt 3's request is out; the move whose
+ * answer is lost; and what the caller that reads it (attempt 1's, or attempt 3's) gets.
+ */
+interface LateEnd {
+  name: string;
+  third?: { cls: Classification; during: boolean };
+  move: [string, string];
+  reader: "first" | "third";
+  out: Record<string, unknown>;
+}
 
 for (const dialect of DIALECTS) {
   describe(`an attempt's end whose answer was lost after it committed (${dialect})`, () => {
@@ -62,13 +84,28 @@ for (const dialect of DIALECTS) {
     /**
      * A ledger whose first move to `to` with `reason` in it commits, then fails as a connection
      * cut after the commit does (the answer is lost); or, `outage`, fails before it ran (the
-     * database briefly unreachable: nothing committed).
+     * database briefly unreachable: nothing committed); or, `read`, runs, but while it has not,
+     * the read by id that follows a move refused (the row moved meanwhile) fails as unreachable:
+     * the read a late end decides its move on. `lost()` counts the statements failed.
      */
     async function lossy(to: string, reason: string, options: TestLedgerOptions, fault: Fault = "lost") {
       await (await db.open()).close(); // migrated
       let lost = 0;
+      let moved = false;
+      let refused = false;
       const dialectWithLoss = hooked(await dialectFor(dialect, db.url()), {
         async query(q, run) {
+          if (fault === "read") {
+            if (refused && isReadById(q)) {
+              refused = false;
+              lost += 1;
+              throw new Error("connection refused (test)");
+            }
+            const out = await run();
+            if (isMove(q, to, reason)) moved = true;
+            else if (!moved && isRefusedMove(q, out)) refused = true;
+            return out;
+          }
           if (fault === "outage" && lost === 0 && isMove(q, to, reason)) {
             lost += 1;
             throw new Error("connection refused (test)");
@@ -255,6 +292,64 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a second effect whose receipt cannot be stored, on a settled operation: one 'two effects' event, not one per retry", async () => {
+      // Attempt 1's request is out past its lease; a lookup finds nothing yet; attempt 3's request
+      // takes effect, its receipt recorded; then attempt 1's takes effect too, its receipt too large
+      // to store. The alert keeps the status: a retry after its commit must match nothing.
+      try {
+        let now = Date.now();
+        const effects: { key: string; id: string }[] = [];
+        const opens: (() => void)[] = [];
+        const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
+        let calls = 0;
+        const action = defineAction<{ to: string }, { id: string; pad: string }>({
+          type: "lost.two.unstorable",
+          capabilities: { lookup: true },
+          execute: async (_a, op) => {
+            const call = calls++;
+            await gates[call];
+            const id = `obj_${effects.length + 1}`;
+            effects.push({ key: op.key, id });
+            return { id, pad: "x".repeat(call === 0 ? 200 : 0) }; // attempt 1's too large to store
+          },
+          reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not at the provider" }),
+        });
+        const { ledger, lost } = await lossy("succeeded", "two effects", {
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: 50,
+          actions: [action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        while (calls < 1) await sleep(5);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const stop = new AbortController();
+        stop.abort();
+        await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+        const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+        while (calls < 2) await sleep(5);
+        opens[1]!();
+        expect(await third).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
+        opens[0]!();
+        const firstOut = await first;
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        expect(lost()).toBe(1);
+        expect(firstOut, story(events)).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
+        expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        expect(operation.reason, story(events)).toMatch(/^two effects: attempt 1's request took effect too/);
+        expect(
+          events.filter((e) => e.reason?.startsWith("two effects")),
+          story(events),
+        ).toHaveLength(1);
+        expect(effects).toHaveLength(2);
+      } finally {
+        await close();
+      }
+    });
+
     // A lookup's ending (found absent, inconclusive, never provable, a refusal on record) and a
     // row parked for a person: before, written once, so the caller read LedgerUnavailableError
     // and the row stayed running until its lease ran out.
@@ -372,97 +467,92 @@ for (const dialect of DIALECTS) {
     // the daemon parking an operation no action of its config can settle. Before, each was written
     // once: a brief outage left the caller reading LedgerUnavailableError and the row where it was
     // (pending, known not done, while attempt 1's request may have committed: run again, two effects).
+    const lateEnds: LateEnd[] = [
+      {
+        name: "absence proven while attempt 1 was out, then its timeout: unknown again",
+        move: ["unknown", "still in flight when absence was proven"],
+        reader: "first",
+        out: { state: "unknown", reason: "outcome unknown: attempt 1 may have committed" },
+      },
+      {
+        name: "attempt 3 refused while attempt 1 was out, then its timeout: a person decides",
+        third: { cls: { kind: "permanent", reason: "validation: refused" }, during: false },
+        move: ["needs_review", "still in flight when the operation failed"],
+        reader: "first",
+        out: {
+          state: "needs_review",
+          reason: "attempt 1 may have committed after the operation failed; a person decides",
+        },
+      },
+      {
+        name: "attempt 1's timeout while attempt 3 is out, which is then refused: a person decides",
+        third: { cls: { kind: "permanent", reason: "validation: refused" }, during: true },
+        move: ["needs_review", "ended meanwhile and may have committed"],
+        reader: "third",
+        out: { state: "needs_review", reason: expect.stringMatching(/^attempt 3 ended \(validation: refused\)/) },
+      },
+      {
+        name: "attempt 1's timeout while attempt 3 is out, which is then not sent (503): unknown",
+        third: { cls: { kind: "transient", reason: "503 before execution" }, during: true },
+        move: ["unknown", "ended meanwhile and may have committed"],
+        reader: "third",
+        out: { state: "unknown", reason: expect.stringMatching(/^attempt 3 ended \(503 before execution\)/) },
+      },
+    ];
+    /** Runs `end` with `fault` on its move, or on the read before it. */
+    async function lateEnd(end: LateEnd, fault: Fault) {
+      try {
+        let now = Date.now();
+        const p = new TestProvider();
+        const action = p.action("lost.late", { lookup: true });
+        let release: () => void = () => {};
+        p.gate = new Promise<void>((r) => (release = r));
+        p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } });
+        const { ledger, lost } = await lossy(
+          ...end.move,
+          { clock: () => now, leaseMs: 30_000, actions: [action], budget: { attempts: 1 } },
+          fault,
+        );
+        const tenant = uniqueTenant();
+        const run = (a: typeof action) =>
+          ledger.run(a, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
+        const first = run(action);
+        await p.called(1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const stop = new AbortController();
+        stop.abort(); // a stopping daemon: it looks up but sends nothing
+        const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+        expect(settled).toMatchObject({ state: "pending" });
+        const later = end.third && answering(action, end.third.cls);
+        const third = later && run(later.action);
+        if (later && end.third?.during) await later.sent;
+        else if (later) later.answer();
+        if (!end.third?.during) await third;
+        release(); // attempt 1's request commits; its answer is a timeout
+        const firstOut = await first;
+        later?.answer();
+        const out = end.reader === "first" ? firstOut : await third;
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        // Before: LedgerUnavailableError; the row as the other attempt left it (outage), or a
+        // "lease lost" answer for its own move (lost). The read's outage: the same for attempt 1's
+        // reader; for attempt 3's, attempt 1's end went unnoted, so its refusal or 503 was written.
+        expect(out, story(events)).toMatchObject({ status: "pending_verification", ...end.out });
+        // A read fault hits each late end's read: attempt 1's, then (during) attempt 3's.
+        expect(lost()).toBe(fault === "read" && end.third?.during ? 2 : 1);
+        expect(operation.status, story(events)).toBe(end.out.state);
+        expect(
+          events.filter((e) => e.reason?.includes(end.move[1])),
+          story(events),
+        ).toHaveLength(1);
+        expect(p.effects).toHaveLength(1);
+      } finally {
+        await close();
+      }
+    }
+
     describe.each(FAULTS)("a late end's move, its write %s", (fault) => {
-      // What attempt 3 (run from pending, after the daemon's lookup proved absence) is answered, and
-      // whether attempt 1's timeout comes while attempt 3's request is out; the move whose answer is
-      // lost; and what the caller that reads it (attempt 1's, or attempt 3's) gets.
-      const lateEnds: {
-        name: string;
-        third?: { cls: Classification; during: boolean };
-        move: [string, string];
-        reader: "first" | "third";
-        out: Record<string, unknown>;
-      }[] = [
-        {
-          name: "absence proven while attempt 1 was out, then its timeout: unknown again",
-          move: ["unknown", "still in flight when absence was proven"],
-          reader: "first",
-          out: { state: "unknown", reason: "outcome unknown: attempt 1 may have committed" },
-        },
-        {
-          name: "attempt 3 refused while attempt 1 was out, then its timeout: a person decides",
-          third: { cls: { kind: "permanent", reason: "validation: refused" }, during: false },
-          move: ["needs_review", "still in flight when the operation failed"],
-          reader: "first",
-          out: {
-            state: "needs_review",
-            reason: "attempt 1 may have committed after the operation failed; a person decides",
-          },
-        },
-        {
-          name: "attempt 1's timeout while attempt 3 is out, which is then refused: a person decides",
-          third: { cls: { kind: "permanent", reason: "validation: refused" }, during: true },
-          move: ["needs_review", "ended meanwhile and may have committed"],
-          reader: "third",
-          out: { state: "needs_review", reason: expect.stringMatching(/^attempt 3 ended \(validation: refused\)/) },
-        },
-        {
-          name: "attempt 1's timeout while attempt 3 is out, which is then not sent (503): unknown",
-          third: { cls: { kind: "transient", reason: "503 before execution" }, during: true },
-          move: ["unknown", "ended meanwhile and may have committed"],
-          reader: "third",
-          out: { state: "unknown", reason: expect.stringMatching(/^attempt 3 ended \(503 before execution\)/) },
-        },
-      ];
-      for (const end of lateEnds)
-        it(end.name, async () => {
-          try {
-            let now = Date.now();
-            const p = new TestProvider();
-            const action = p.action("lost.late", { lookup: true });
-            let release: () => void = () => {};
-            p.gate = new Promise<void>((r) => (release = r));
-            p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } });
-            const { ledger, lost } = await lossy(
-              ...end.move,
-              { clock: () => now, leaseMs: 30_000, actions: [action], budget: { attempts: 1 } },
-              fault,
-            );
-            const tenant = uniqueTenant();
-            const run = (a: typeof action) =>
-              ledger.run(a, { tenant, key: ["k"], args: { to: "a" } }).catch((e: unknown) => e);
-            const first = run(action);
-            await p.called(1);
-            now += 31_000;
-            const [op] = await ledger.admin.list({ tenant });
-            const stop = new AbortController();
-            stop.abort(); // a stopping daemon: it looks up but sends nothing
-            const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
-            expect(settled).toMatchObject({ state: "pending" });
-            const later = end.third && answering(action, end.third.cls);
-            const third = later && run(later.action);
-            if (later && end.third?.during) await later.sent;
-            else if (later) later.answer();
-            if (!end.third?.during) await third;
-            release(); // attempt 1's request commits; its answer is a timeout
-            const firstOut = await first;
-            later?.answer();
-            const out = end.reader === "first" ? firstOut : await third;
-            const { operation, events } = await ledger.get({ tenant, id: op!.id });
-            expect(lost()).toBe(1);
-            // Before: LedgerUnavailableError; the row as the other attempt left it (outage), or a
-            // "lease lost" answer for its own move (lost).
-            expect(out, story(events)).toMatchObject({ status: "pending_verification", ...end.out });
-            expect(operation.status, story(events)).toBe(end.out.state);
-            expect(
-              events.filter((e) => e.reason?.includes(end.move[1])),
-              story(events),
-            ).toHaveLength(1);
-            expect(p.effects).toHaveLength(1);
-          } finally {
-            await close();
-          }
-        });
+      for (const end of lateEnds) it(end.name, () => lateEnd(end, fault));
 
       it("an operation no registered action can settle, past the daemon's limits: parked for a person, alerted", async () => {
         try {
@@ -497,6 +587,12 @@ for (const dialect of DIALECTS) {
           await close();
         }
       });
+    });
+    // The read each late end decides its move on (fenced's, lateEndDuring's), the database briefly
+    // unreachable: before, read once, so the caller read LedgerUnavailableError and the row stayed
+    // as the other attempt left it (pending while attempt 1's request may have committed).
+    describe("a late end's read before its move, the database briefly unreachable", () => {
+      for (const end of lateEnds) it(end.name, () => lateEnd(end, "read"));
     });
   });
 }
