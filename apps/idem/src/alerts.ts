@@ -7,9 +7,11 @@
  *
  * A webhook or email whose delivery is ambiguous (timeout after sending) is not retried blindly:
  * like any effect that cannot be proven, it goes to needs_review, and the log line says so. A
- * webhook request that fetch will not make or send (a header value it refuses, a port it blocks)
- * was not sent: the alert stays due and each tick says why, never quoting the URL or a header. A
- * delivery a person then retries (`idem retry`) is settled by the daemon's pass like any due
+ * webhook request that fetch will not make or send (a header value it refuses, a port it blocks),
+ * or a delivery whose server's certificate we refused at the handshake (the email sink trusts
+ * `alerts.email.smtp.tls`, read as the email provider's is; the webhook, Node's CAs), was not
+ * sent: the alert stays due and each tick says why, never quoting the URL or a header. A delivery
+ * a person then retries (`idem retry`) is settled by the daemon's pass like any due
  * operation, with the alert as it was stored: the daemon's ledger is opened with `alertActions`.
  */
 import nodemailer from "nodemailer";
@@ -18,13 +20,15 @@ import {
   defineAction,
   LedgerUnavailableError,
   neverSent,
+  operationKey,
+  tlsRefused,
   type Action,
   type Classification,
   type Ledger,
   type Operation,
   type RunResult,
 } from "@idem/core";
-import { ConfigError, secret, webhookUrlProblem, type IdemConfig } from "./config.js";
+import { ConfigError, secret, tlsOf, webhookUrlProblem, type IdemConfig } from "./config.js";
 
 /**
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
@@ -132,8 +136,19 @@ function classifyDelivery(url: string) {
     if (status !== undefined && status >= 400 && status < 500 && status !== 429)
       return { kind: "permanent", reason: `receiver answered ${status}` };
     if (status === 429) return { kind: "rate_limited", reason: "receiver rate limited", retryAfterMs: 5_000 };
-    // Not connected (refused, unresolved, unreachable at connect, or a connect that timed out): nothing sent.
     const socket = (error as { cause?: { code?: string } }).cause ?? error;
+    // Its certificate refused by us at the handshake, before the request: nothing sent, and each
+    // tick meets it until a person fixes it (as for a refused authorization), never "may have been sent".
+    const tls = tlsRefused(socket);
+    if (tls)
+      return {
+        kind: "transient",
+        reason:
+          tls.refused === "certificate"
+            ? `the receiver's certificate is not trusted (${tls.code}): nothing sent; the webhook trusts Node's CAs (a private CA: NODE_EXTRA_CA_CERTS)`
+            : `no TLS version both the receiver and this process accept (${tls.code}): nothing sent`,
+      };
+    // Not connected (refused, unresolved, unreachable at connect, or a connect that timed out): nothing sent.
     if (neverSent(socket) || (socket as { code?: unknown }).code === CONNECT_TIMEOUT)
       return {
         kind: "transient",
@@ -215,6 +230,14 @@ function classifyEmailDelivery(error: unknown): Classification {
   });
   if (e.code === "EAUTH" || e.code === "ENOAUTH")
     return refusesEveryAlert("SMTP sign-in refused (fix the credentials)");
+  // Refused by us at the handshake, before the message: every alert meets the same certificate.
+  const tls = tlsRefused(error);
+  if (tls)
+    return refusesEveryAlert(
+      tls.refused === "certificate"
+        ? "the SMTP server's certificate is not trusted (check alerts.email.smtp.tls: caFile, servername)"
+        : "no TLS version both the SMTP server and alerts.email.smtp.tls.minVersion accept",
+    );
   const code = e.responseCode;
   if (typeof code === "number" && code >= 400 && code < 500)
     return { kind: "transient", reason: `SMTP server answered ${code}, nothing accepted: ${what}` };
@@ -370,6 +393,8 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
       secure: e.smtp.secure ?? false,
       // A password goes only over TLS (STARTTLS when not secure), as @idem/email's default.
       requireTLS: e.smtp.requireTLS ?? ("auth" in auth && !(e.smtp.secure ?? false)),
+      // The config's trust (caFile, servername, minVersion) read as the email provider's is.
+      ...tlsOf(config, e.smtp.tls, "alerts.email.smtp.tls"),
       ...auth,
       socketTimeout: 30_000,
     });
@@ -409,11 +434,13 @@ export interface Delivery {
   /** No sink needs another try: delivered, refused for good, or in a person's hands. */
   readonly done: boolean;
   /**
-   * Sinks that did not take it this tick: down (not tried), not reached, refusing it (a first
-   * refusal, not one replayed), failing, or not answering (the delivery in review: it may have
-   * been sent, and no sink said so). `idem daemon --once` exits 1 when any did.
+   * The keys of its deliveries no sink took this tick: down (not tried), not reached, refusing it
+   * (a first refusal, not one replayed), failing, or not answering (the delivery in review: it may
+   * have been sent, and no sink said so). `idem daemon --once` exits 1 when any did. Keys, not a
+   * count: the tick's settling may have met the same delivery (a pending one falls due), and a
+   * delivery is counted once a tick.
    */
-  readonly missed: number;
+  readonly missed: readonly string[];
 }
 
 /**
@@ -440,18 +467,23 @@ export async function deliver(
   stop?: AbortSignal,
 ): Promise<Delivery> {
   let done = true;
-  let missed = 0;
+  const missed: string[] = [];
   for (const sink of sinks) {
+    const key = operationKey({
+      tenant: config.alerts.tenant,
+      action: sink.action.type,
+      parts: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
+    });
     if (down.has(sink.name)) {
       done = false; // tried again next tick
-      missed += 1;
+      missed.push(key.hash);
       continue;
     }
     let out: RunResult<Delivered>;
     try {
       out = await ledger.run(sink.action, {
         tenant: config.alerts.tenant,
-        key: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
+        key,
         // A check_refused alert's key stands for every check of the unknown attempt, whose reason
         // may differ from check to check: the alert as first made is the one delivered (given
         // args of another reason would be refused as a different payload under the same key).
@@ -465,7 +497,7 @@ export async function deliver(
       // not stop the daemon's settling behind it: said loudly, and tried again next tick.
       if (error instanceof LedgerUnavailableError) throw error;
       done = false;
-      missed += 1;
+      missed.push(key.hash);
       log.error(
         { err: error, sink: sink.name, operationId: alert.operationId },
         `alert delivery to ${sink.name} failed`,
@@ -485,7 +517,7 @@ export async function deliver(
       }
       // Not taken, refused now (a refusal replayed was counted by the tick that heard it), or in
       // review: it may have been sent, but no sink said it took it, so a run once exits 1.
-      if (!(out.status === "failed" && out.replayed)) missed += 1;
+      if (!(out.status === "failed" && out.replayed)) missed.push(key.hash);
       // Not taken (unreachable, rate limiting, no answer): not tried again this tick. A refusal
       // (failed) was a quick, final answer for this alert alone.
       if (out.status === "pending_verification") down.add(sink.name);

@@ -43,6 +43,30 @@ const isAction = (v: unknown): v is Action =>
   typeof (v as Action).type === "string" &&
   typeof (v as Action).execute === "function";
 
+/**
+ * What an SMTP or IMAP client of the config (the email provider's, the email alert sink's) trusts
+ * of a server's certificate, which is always verified (no option turns that off): `caFile`, a PEM
+ * file of the private CA that signed it (or the server's own self-signed certificate), relative to
+ * the config file's directory; `servername`, the name the certificate carries when it is not
+ * `host`; `minVersion`. Default: Node's public CAs.
+ */
+const emailTls = z.strictObject(
+  {
+    caFile: z.string().min(1).optional(),
+    servername: z
+      .string()
+      .regex(/^[A-Za-z0-9.-]+$/, "must be a host name (the name the server's certificate carries)")
+      .optional(),
+    minVersion: z.enum(["TLSv1.2", "TLSv1.3"]).optional(),
+  },
+  {
+    error: (issue) =>
+      issue.code === "unrecognized_keys"
+        ? `unknown option ${issue.keys.join(", ")}: the server's certificate is always verified; trust a private CA (or the server's self-signed certificate) with caFile`
+        : undefined,
+  },
+);
+
 /** An SMTP server (the email provider's and the email alert sink's): login names from the environment. */
 const smtpServer = z
   .object({
@@ -51,6 +75,7 @@ const smtpServer = z
     secure: z.boolean().optional(),
     /** Sign in only over TLS (STARTTLS when not `secure`): default true when signing in; false only for a server without TLS (loopback). */
     requireTLS: z.boolean().optional(),
+    tls: emailTls.optional(),
     userEnv: envName.optional(),
     passEnv: envName.optional(),
   })
@@ -77,29 +102,6 @@ export function webhookUrlProblem(url: string): string | undefined {
     return "must not hold a user name or password (user:password@host), which fetch refuses to send: give the receiver's token in a header (authorizationEnv: the NAME of an environment variable holding the Authorization value, such as `Bearer …` or `Basic …`), and a URL that is itself a secret in urlEnv (the NAME of an environment variable)";
   return undefined;
 }
-
-/**
- * What the email provider trusts of a server's certificate, which is always verified (no option
- * turns that off): `caFile`, a PEM file of the private CA that signed it (or the server's own
- * self-signed certificate), relative to the config file's directory; `servername`, the name the
- * certificate carries when it is not `host`; `minVersion`. Default: Node's public CAs.
- */
-const emailTls = z.strictObject(
-  {
-    caFile: z.string().min(1).optional(),
-    servername: z
-      .string()
-      .regex(/^[A-Za-z0-9.-]+$/, "must be a host name (the name the server's certificate carries)")
-      .optional(),
-    minVersion: z.enum(["TLSv1.2", "TLSv1.3"]).optional(),
-  },
-  {
-    error: (issue) =>
-      issue.code === "unrecognized_keys"
-        ? `unknown option ${issue.keys.join(", ")}: the server's certificate is always verified; trust a private CA (or the server's self-signed certificate) with caFile`
-        : undefined,
-  },
-);
 
 /** An IMAP account (the sender's, a journal's): its login from the environment. */
 const imapServer = z
@@ -167,8 +169,7 @@ const schema = z
           .optional(),
         email: z
           .object({
-            // Not the alert sink's smtp: its client (alerts.ts) takes no trust options.
-            smtp: smtpServer.extend({ tls: emailTls.optional() }),
+            smtp: smtpServer,
             imap: imapServer,
             from: z.string().email(),
             copy: z.enum(["provider-saves", "journal", "append"]),
@@ -334,6 +335,7 @@ const schema = z
   .strict();
 
 export type IdemConfig = z.infer<typeof schema> & { readonly source: string };
+type EmailTls = z.infer<typeof emailTls>;
 
 const DEFAULT_NAMES = ["idem.config.ts", "idem.config.js", "idem.config.mjs", "idem.config.json"];
 
@@ -416,20 +418,12 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
             },
           }
         : {};
-    const tlsOf = (t: z.infer<typeof emailTls> | undefined, at: string) =>
-      t && {
-        tls: {
-          ...(t.caFile !== undefined && { ca: caFile(config.source, t.caFile, `${at}.caFile`) }),
-          ...(t.servername !== undefined && { servername: t.servername }),
-          ...(t.minVersion !== undefined && { minVersion: t.minVersion }),
-        },
-      };
     const imapOf = (i: NonNullable<typeof e.journalImap>, at: string) => ({
       host: i.host,
       port: i.port,
       secure: i.secure ?? false,
       ...(i.requireTLS !== undefined && { requireTLS: i.requireTLS }),
-      ...tlsOf(i.tls, `${at}.tls`),
+      ...tlsOf(config, i.tls, `${at}.tls`),
       auth: { user: secret(i.userEnv, `${at}.userEnv`), pass: secret(i.passEnv, `${at}.passEnv`) },
     });
     const imap = imapOf(e.imap, "providers.email.imap");
@@ -451,7 +445,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
           port: e.smtp.port,
           secure: e.smtp.secure ?? false,
           ...(e.smtp.requireTLS !== undefined && { requireTLS: e.smtp.requireTLS }),
-          ...tlsOf(e.smtp.tls, "providers.email.smtp.tls"),
+          ...tlsOf(config, e.smtp.tls, "providers.email.smtp.tls"),
           ...smtpAuth,
         },
         imap,
@@ -566,6 +560,26 @@ export async function importOptional<M>(
       { cause },
     );
   }
+}
+
+/**
+ * A server's `tls` trust as its client takes it (@idem/email's `TlsTrust`, nodemailer's and
+ * imapflow's `tls`): the CA file's certificates, the name and the lowest version, never another
+ * option (verification stays on); `{}` when the config gives none. `at` names the field in errors.
+ */
+export function tlsOf(
+  config: IdemConfig,
+  t: EmailTls | undefined,
+  at: string,
+): { tls?: { ca?: string; servername?: string; minVersion?: NonNullable<EmailTls["minVersion"]> } } {
+  if (!t) return {};
+  return {
+    tls: {
+      ...(t.caFile !== undefined && { ca: caFile(config.source, t.caFile, `${at}.caFile`) }),
+      ...(t.servername !== undefined && { servername: t.servername }),
+      ...(t.minVersion !== undefined && { minVersion: t.minVersion }),
+    },
+  };
 }
 
 /**

@@ -112,18 +112,20 @@ export class Daemon {
   /**
    * One pass: settle what is due, then alert. Exposed for tests and `idem daemon --once`.
    * `failed`: due operations it could not settle; `undelivered`: alert deliveries no sink took
-   * this tick (a sink down or refusing, or one gone to review without an answer; `Delivery.missed`).
-   * Each is logged; a run once exits non-zero on either.
+   * this tick (a sink down or refusing, or one gone to review without an answer; `Delivery.missed`),
+   * each once, though both the settling and the alert's delivery met it. Each is logged; a run
+   * once exits non-zero on either.
    */
   async tick(): Promise<{ failed: number; undelivered: number }> {
     // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
     const down = new Set<string>();
-    const tally = { undelivered: 0 };
+    // By the delivery's key: a pending delivery the settling tried is met again by its alert's delivery.
+    const undelivered = new Set<string>();
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
-    await this.alertStuck(down, tally);
-    const failed = await this.settleDue(down, tally);
-    await this.alertPending(down, tally);
-    return { failed, undelivered: tally.undelivered };
+    await this.alertStuck(down, undelivered);
+    const failed = await this.settleDue(down, undelivered);
+    await this.alertPending(down, undelivered);
+    return { failed, undelivered: undelivered.size };
   }
 
   /**
@@ -132,7 +134,7 @@ export class Daemon {
    * due (then this is the delivery's try for the tick): it is settled with its sink's action, and
    * counts for the sink as a delivery of the tick does (alerts.ts `deliver`).
    */
-  private async settleDue(down: Set<string>, tally: { undelivered: number }): Promise<number> {
+  private async settleDue(down: Set<string>, undelivered: Set<string>): Promise<number> {
     if (this.stopping) return 0; // nothing claimed only to be given back
     let failed = 0;
     const d = this.config.daemon;
@@ -163,11 +165,12 @@ export class Daemon {
         break;
       }
       const sink = this.sinkOf(row);
-      if (sink && down.has(sink)) {
-        tally.undelivered += 1; // not tried again this tick; due again once the claim ends
-        continue;
-      }
       try {
+        if (sink && down.has(sink)) {
+          // Not tried again this tick; due again once the claim ends.
+          undelivered.add((await this.ledger.get(row)).operation.key);
+          continue;
+        }
         // Escalation is decided on the same snapshot as the rest, by the database clock.
         const out = await this.busy(() =>
           this.ledger.daemon.settle({
@@ -190,7 +193,7 @@ export class Daemon {
           { operationId: row.id, tenant: row.tenant, action: row.action, from: row.status, outcome },
           "settled",
         );
-        if (sink && !(await this.delivered(row, sink, out, down))) tally.undelivered += 1;
+        if (sink) await this.delivered(row, sink, out, down, undelivered);
       } catch (error) {
         // The database is gone: end the tick rather than fail each row. The rest stay claimed for
         // claimMs: giving them back would only wait on the same database (a frozen one: its timeouts).
@@ -256,20 +259,22 @@ export class Daemon {
 
   /**
    * What a settled alert delivery tells: sent (counted), or not, said once; its sink not taking it,
-   * for the tick. False when its sink did not say it took it now (not reached, refusing it, or no
-   * answer: in review, it may have been sent, and a person checks).
+   * for the tick. Its key goes to `undelivered` when its sink did not say it took it now (not
+   * reached, refusing it, or no answer: in review, it may have been sent, and a person checks).
    */
   private async delivered(
     row: DueOperation,
     sink: SinkName,
     out: RunResult<unknown>,
     down: Set<string>,
-  ): Promise<boolean> {
-    if (out.status === "pending_verification" && out.state === "running") return true; // another replica has it now
-    const alert = (await this.ledger.get({ tenant: row.tenant, id: row.id })).args as Alert | null;
+    undelivered: Set<string>,
+  ): Promise<void> {
+    if (out.status === "pending_verification" && out.state === "running") return; // another replica has it now
+    const stored = await this.ledger.get({ tenant: row.tenant, id: row.id });
+    const alert = stored.args as Alert | null;
     if (out.status === "succeeded") {
       if (!out.replayed && alert) this.sent(alert.kind, sink);
-      return true;
+      return;
     }
     if (out.status === "pending_verification") {
       // Not taken (unreachable, rate limiting, no answer), as deliver() counts it. Only a pending
@@ -283,10 +288,10 @@ export class Daemon {
       `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
     );
     // In review too: it may have been sent, but nothing says so; a person decides (said above), as deliver() counts it.
-    return false;
+    undelivered.add(stored.operation.key);
   }
 
-  private async alertStuck(down: Set<string>, tally: { undelivered: number }): Promise<void> {
+  private async alertStuck(down: Set<string>, undelivered: Set<string>): Promise<void> {
     const t = this.config.thresholds;
     const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
     const running = await this.ledger.daemon.stuck({ olderThanMs: least });
@@ -300,7 +305,7 @@ export class Daemon {
       if (this.stopping) return;
       // Once per attempt: its updatedAt is the attempt's start (storing its args or reference is
       // no transition), which the alert gives as its "since".
-      await this.deliver(alertOf("stuck", op), op.updatedAt, down, tally);
+      await this.deliver(alertOf("stuck", op), op.updatedAt, down, undelivered);
       this.metrics.progress();
     }
   }
@@ -309,25 +314,20 @@ export class Daemon {
    * Alerts due, oldest first, a page at a time: alerts a sink that is down left undelivered stay
    * due, and must not keep the newer ones from the sinks that work (at most ALERT_PAGES a tick).
    */
-  private async alertPending(down: Set<string>, tally: { undelivered: number }): Promise<void> {
+  private async alertPending(down: Set<string>, undelivered: Set<string>): Promise<void> {
     const limit = this.config.daemon.batch;
     let after: { updatedAt: number; id: string } | undefined;
     for (let page = 0; page < ALERT_PAGES && !this.stopping; page++) {
       const due = await this.ledger.daemon.alertsDue({ limit, ...(after && { after }) });
-      await this.alertPage(due, down, tally);
+      await this.alertPage(due, down, undelivered);
       if (due.length < limit) return;
       const last = due[due.length - 1]!;
       after = { updatedAt: last.updatedAt, id: last.id };
     }
   }
 
-  /** One alert to every sink (alerts.ts `deliver`), the sinks that missed it counted in `tally`; true when done. */
-  private async deliver(
-    alert: Alert,
-    version: number,
-    down: Set<string>,
-    tally: { undelivered: number },
-  ): Promise<boolean> {
+  /** One alert to every sink (alerts.ts `deliver`), the deliveries no sink took added to `undelivered`; true when done. */
+  private async deliver(alert: Alert, version: number, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
     const { done, missed } = await this.busy(() =>
       deliver(
         this.ledger,
@@ -342,11 +342,11 @@ export class Daemon {
         this.stopped.signal,
       ),
     );
-    tally.undelivered += missed;
+    for (const key of missed) undelivered.add(key);
     return done;
   }
 
-  private async alertPage(due: Operation[], down: Set<string>, tally: { undelivered: number }): Promise<void> {
+  private async alertPage(due: Operation[], down: Set<string>, undelivered: Set<string>): Promise<void> {
     for (const op of due) {
       if (this.stopping) return;
       if (isAlertDelivery(this.config, op)) {
@@ -355,8 +355,8 @@ export class Daemon {
       }
       const done =
         op.status === "unknown"
-          ? await this.alertCheckRefused(op, down, tally)
-          : await this.deliver(alertOf(kindOf(op), op), op.updatedAt, down, tally);
+          ? await this.alertCheckRefused(op, down, undelivered)
+          : await this.deliver(alertOf(kindOf(op), op), op.updatedAt, down, undelivered);
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
@@ -368,9 +368,9 @@ export class Daemon {
    * happened. Each check refused again asks for an alert; one is sent for the attempt whose
    * outcome is unknown, keyed by it and when it became unknown, not by each check.
    */
-  private async alertCheckRefused(op: Operation, down: Set<string>, tally: { undelivered: number }): Promise<boolean> {
+  private async alertCheckRefused(op: Operation, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
     const since = await this.unknownSince(op);
-    return this.deliver(alertOf("check_refused", op, since), since.since, down, tally);
+    return this.deliver(alertOf("check_refused", op, since), since.since, down, undelivered);
   }
 
   /**

@@ -1,18 +1,23 @@
 /**
  * The config file's TLS trust for the email provider (`providers.email.smtp.tls`, `.imap.tls`,
  * `.journalImap.tls`): a private CA's file, read relative to the config file, handed to the
- * actions the daemon sends and settles with; anything that would turn verification off is refused.
- * Against the mail sandbox serving a certificate a CA made here signed (openssl), on both databases.
+ * actions the daemon sends and settles with; the alert sink's SMTP (`alerts.email.smtp.tls`) takes
+ * the same; anything that would turn verification off is refused. Against the mail sandbox serving
+ * a certificate a CA made here signed (openssl), on both databases.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { openLedger, type Action, type LedgerOptions } from "@idem/core";
+import { defineAction, openLedger, type Action, type Ledger, type LedgerOptions } from "@idem/core";
 import { emailActions } from "@idem/email";
 import { MailSandbox, SENDER } from "@idem/sandbox";
-import { DIALECTS, ledgersFor, scaled, tempDir } from "@idem/testkit";
+import { DIALECTS, freshDatabase, ledgersFor, scaled, tempDir } from "@idem/testkit";
+import { pino } from "pino";
+import { alertActions } from "../src/alerts.js";
 import { ConfigError, actionsOf, loadConfig, parseConfig } from "../src/config.js";
+import { Daemon } from "../src/daemon.js";
+import { DaemonMetrics } from "../src/metrics.js";
 
 /** A CA and a server certificate it signed (for 127.0.0.1), in `dir`: ca.pem, server.pem, server.key. */
 function makePki(dir: string): { ca: string; cert: string; key: string } {
@@ -100,10 +105,10 @@ describe("providers.email TLS trust in the config", () => {
         ),
       );
     }
-    // The alert sink's SMTP client takes no trust options: refused there, not silently ignored.
-    const smtp = { host: "127.0.0.1", port: ports.smtp, tls: { caFile: "ca.pem" } };
+    // The alert sink's SMTP takes the same trust options, and refuses the same.
+    const smtp = { host: "127.0.0.1", port: ports.smtp, tls: { rejectUnauthorized: false } };
     expect(() => parseConfig({ alerts: { email: { smtp, from: "a@example.test", to: ["b@example.test"] } } })).toThrow(
-      /alerts\.email\.smtp/,
+      /alerts\.email\.smtp\.tls: unknown option rejectUnauthorized: the server's certificate is always verified/,
     );
   });
 
@@ -165,6 +170,69 @@ for (const dialect of DIALECTS) {
       const out = await l.run(action, { tenant: tenant(), key: ["untrusted"], args: report });
       expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
       expect(sandbox.count()).toBe(before);
+    });
+  });
+}
+
+/** An action whose answer is always lost and that nothing can look up: each run ends in review, alerted. */
+const lostAnswer = defineAction<{ note: string }, { id: string }>({
+  type: "review.neither",
+  capabilities: {},
+  execute: async () => {
+    throw new Error("socket hang up");
+  },
+});
+
+for (const dialect of DIALECTS) {
+  describe(`the alert sink's email through a private CA on ${dialect}`, () => {
+    const silent = pino({ level: "silent" });
+    const ledgers: Ledger[] = [];
+    afterEach(async () => {
+      for (const l of ledgers.splice(0)) await l.close();
+    });
+
+    /**
+     * A daemon whose only sink is email, signing in (so over STARTTLS) trusting `tls`, on a ledger of its own (the
+     * alerts due are this test's alone), and one operation waiting for a person.
+     */
+    async function alerting(tls: Record<string, unknown> | undefined) {
+      const file = join(dir, `idem.alerts.${dialect}.json`);
+      const smtp = { host: "127.0.0.1", port: ports.smtp, ...login, ...(tls && { tls }) };
+      writeFileSync(
+        file,
+        JSON.stringify({ alerts: { log: false, email: { smtp, from: SENDER.user, to: [SENDER.user] } } }),
+      );
+      const config = await loadConfig(file);
+      const ledger = await openLedger(await freshDatabase(dialect), {
+        poolSize: 2,
+        actions: alertActions(config, silent),
+      });
+      ledgers.push(ledger);
+      const parked = await ledger.run(lostAnswer, { tenant: "acme", key: ["r"], args: { note: "x" } });
+      expect(parked).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), `d-tls-${dialect}`);
+      const alerted = () => sandbox.received.filter((m) => m.subject?.includes(parked.operationId)).length;
+      return { ledger, config, daemon, alerted };
+    }
+
+    it("with caFile (relative to the config file): the alert is sent over TLS, once", async () => {
+      // Before: `tls` was refused as an unknown key of alerts.email.smtp.
+      const { daemon, alerted } = await alerting({ caFile: "ca.pem" });
+      expect(await daemon.tick()).toEqual({ failed: 0, undelivered: 0 });
+      await daemon.tick();
+      expect(alerted()).toBe(1);
+    });
+
+    it("without it: refused at the handshake, nothing sent, the alert kept due and the delivery not in review", async () => {
+      const { ledger, config, daemon, alerted } = await alerting(undefined);
+      expect(await daemon.tick()).toEqual({ failed: 0, undelivered: 1 });
+      const [delivery] = await ledger.admin.list({ tenant: config.alerts.tenant });
+      // Not "no answer from the SMTP server" (in review, as if it may have been sent): the config to fix.
+      expect(delivery).toMatchObject({
+        status: "pending",
+        reason: expect.stringMatching(/certificate is not trusted/),
+      });
+      expect(alerted()).toBe(0);
     });
   });
 }

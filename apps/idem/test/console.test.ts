@@ -300,6 +300,53 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("an operation whose effect happened but whose receipt could not be stored offers only 'succeeded', and says why", async () => {
+      // The SMS went out; its receipt holds a BigInt, which the ledger cannot store: parked with the proof.
+      const sent = defineAction<{ to: string }, { id: string; segments: bigint }>({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => ({ id: "sms_42", segments: 2n }),
+      });
+      await expect(ledger.run(sent, { tenant, key: ["performed", 1], args: { to: "+200" } })).rejects.toMatchObject({
+        name: "InvalidValueError",
+      });
+      const [parked] = (await ledger.admin.list({ tenant, status: "needs_review" })).filter(
+        (o) => o.action === "sms.send" && o.error?.kind === "invalid_result",
+      );
+      expect(parked).toBeDefined();
+      const { context, page } = await signIn("alice");
+      try {
+        await page.goto(`${base}/op/${tenant}/${parked!.id}`);
+        // Before: "failed" and "retry" were offered too, and core refused either once submitted.
+        expect(
+          await page
+            .locator('#decide input[name="outcome"]')
+            .evaluateAll((rs) => rs.map((r) => r.getAttribute("value"))),
+        ).toEqual(["succeeded"]);
+        expect(await page.getByTestId("performed").textContent()).toMatch(
+          /effect happened \(attempt 1's request\).*receipt could not be stored.*only .It happened: resolve as succeeded., with the receipt you find at the provider, is accepted/,
+        );
+        // A form posted anyway (another client, an old page) is refused with the same why, nothing decided.
+        const token = await page.locator('#decide input[name="csrf"]').inputValue();
+        const seen = await page.locator('#decide input[name="seen"]').inputValue();
+        const posted = await page.request.post(`${base}/op/${tenant}/${parked!.id}/decide`, {
+          form: { csrf: token, seen, outcome: "retry", reason: "not in the SMS log" },
+          headers: { Origin: base },
+        });
+        expect(posted.status()).toBe(409);
+        expect(await posted.text()).toMatch(/Refused\. Its effect happened.*only .It happened: resolve as succeeded./);
+        expect((await ledger.get({ tenant, id: parked!.id })).operation.status).toBe("needs_review");
+        // What it accepts: succeeded, with the receipt found at the provider.
+        await page.getByLabel("It happened: resolve as succeeded").check();
+        await page.locator("#one-reason").fill("in the SMS provider's log");
+        await page.locator("#one-evidence").fill("sms_42");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await expect.poll(() => page.getByTestId("flash").textContent()).toContain("Resolved as succeeded");
+      } finally {
+        await context.close();
+      }
+    });
+
     it("a page whose live updates are refused says so, instead of showing a status that may be old", async () => {
       const { context, page } = await signIn("alice");
       const cookie = (await context.cookies()).map((c) => `${c.name}=${c.value}`).join("; ");

@@ -24,7 +24,18 @@ import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
-import { FILTERS, flashNote, layout, loginPage, operationPage, queuePage, statsPage, type QueueRow } from "./pages.js";
+import {
+  FILTERS,
+  flashNote,
+  layout,
+  loginPage,
+  operationPage,
+  performedNote,
+  performedProof,
+  queuePage,
+  statsPage,
+  type QueueRow,
+} from "./pages.js";
 
 /** Failed sign-ins an address may make in a quarter of an hour. */
 const SIGN_IN_FAILURES = 10;
@@ -380,6 +391,14 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     } catch (error) {
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
       if (error instanceof InvalidTransitionError) {
+        // Refused because its effect happened (core's `refuseIfPerformed`): said so, not "reload
+        // it", which would tell the person to try the same decision again. Read only on a refusal.
+        const proof = await ledger.get(ref).then(
+          (now) => performedProof(now.operation),
+          () => undefined,
+        );
+        if (proof && outcome !== "succeeded")
+          return { ok: false, status: 409, message: `Refused. ${performedNote(proof)}` };
         return {
           ok: false,
           status: 409,

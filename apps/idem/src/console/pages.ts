@@ -4,7 +4,7 @@
  * of script (assets.ts, served as a file: the Content-Security-Policy allows no inline script)
  * only for live updates and "select all".
  */
-import type { Operation, OperationEvent, Status } from "@idem/core";
+import type { Operation, OperationEvent, Status, StoredError } from "@idem/core";
 import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
 import { redactArgs } from "../output.js";
@@ -113,6 +113,23 @@ ${allowed.map(
 <button>Record the decision</button></fieldset>`;
 }
 
+/**
+ * The proof on an operation whose effect is known performed (its receipt came back but could not
+ * be stored), or undefined: core's `performedProof`, which core applies to its rows and does not
+ * export for an `Operation`. Core refuses "failed" and a retry on such an operation.
+ */
+export function performedProof(o: Operation): StoredError | undefined {
+  return o.status === "needs_review" && o.error?.kind === "invalid_result" ? o.error : undefined;
+}
+
+/** Why an operation known performed takes only "succeeded" (`performedProof`), as the console says it. */
+export function performedNote(proof: StoredError): string {
+  const by = proof.performedBy?.length
+    ? ` (attempt ${proof.performedBy.map((a) => `${a}'s`).join(" and ")} request)`
+    : "";
+  return `Its effect happened${by}, but its receipt could not be stored (${proof.reason.slice(0, 200)}): only “It happened: resolve as succeeded”, with the receipt you find at the provider, is accepted. “Failed” and a retry would say it did not happen (a retry would do it again).`;
+}
+
 export function operationPage(
   x: { operation: Operation; events: OperationEvent[]; args: unknown },
   formToken: string,
@@ -120,14 +137,17 @@ export function operationPage(
 ): Html {
   const o = x.operation;
   const link = providerLink(o);
-  const decidable: ("succeeded" | "failed" | "retry")[] =
-    o.status === "needs_review"
+  const performed = performedProof(o);
+  const decidable: ("succeeded" | "failed" | "retry")[] = performed
+    ? ["succeeded"]
+    : o.status === "needs_review"
       ? ["succeeded", "failed", "retry"]
       : o.status === "unknown" || o.status === "failed"
         ? ["retry"]
         : [];
   return html`<h1>Operation <code>${o.id}</code></h1>
 ${flash ?? ""}
+${performed ? html`<p class="note" data-testid="performed">${performedNote(performed)}</p>` : ""}
 <p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
 <p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, or signed out): <a href="">reload this page</a> before deciding.</p>
 <dl data-testid="operation">
