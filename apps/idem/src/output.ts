@@ -98,6 +98,7 @@ export function printOperation(
         : `${o.resolution.outcome} by ${o.resolution.actor} at ${time(o.resolution.at)}: ${o.resolution.reason}${o.resolution.evidence === null ? "" : ` (evidence: ${o.resolution.evidence})`}`,
     ],
     ["created", time(o.createdAt)],
+    ["first sent", time(o.firstSentAt)],
     ["updated", time(o.updatedAt)],
     ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
   ];

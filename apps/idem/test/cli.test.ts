@@ -52,6 +52,12 @@ for (const dialect of DIALECTS) {
       expect(shown.version).toBe(version);
       const human = await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"]);
       expect(human.stdout).toMatch(new RegExp(`^version\\s+${version.replaceAll(".", "\\.")}$`, "m"));
+      // When the key was first sent (the provider's key window counts from it): its first attempt's
+      // claim, kept by the replay of attempt 2, by the database clock.
+      expect(op.firstSentAt).toBeGreaterThanOrEqual(op.createdAt);
+      expect(shown.operation.firstSentAt).toBe(op.firstSentAt);
+      const at = new Date(op.firstSentAt!).toISOString().replace("T", " ").slice(0, 19);
+      expect(human.stdout).toMatch(new RegExp(`^first sent\\s+${at}`, "m"));
       expect(ls.stdout).toMatch(
         new RegExp(`^${reviewId}\\s+needs_review\\s+sms\\.send\\s+2\\s+\\S+ \\S+\\s+${version}\\s`, "m"),
       );

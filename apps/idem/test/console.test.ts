@@ -182,6 +182,14 @@ for (const dialect of DIALECTS) {
         expect(args).toContain('"to": "client@example.test"');
         expect(args).toContain('"subject": "Weekly report"');
         expect(await page.locator("#status").textContent()).toBe("needs_review");
+        // When the key was first sent: the provider's key window counts from it.
+        const firstSent = (await ledger.get({ tenant, id: opId })).operation.firstSentAt!;
+        expect(await page.getByTestId("first-sent").textContent()).toBe(
+          new Date(firstSent)
+            .toISOString()
+            .replace("T", " ")
+            .replace(/\.\d+Z$/, "Z"),
+        );
 
         // A second tab on the same operation sees the decision live, without reloading.
         const watcher = await context.newPage();

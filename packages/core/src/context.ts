@@ -39,6 +39,14 @@ export interface Operation {
   readonly checks: number;
   readonly nextCheckAt: number | null;
   readonly createdAt: number;
+  /**
+   * When the first attempt that could carry the key to the provider began (database clock): a
+   * provider keeps our idempotency key from then (Stripe: 24 h), so key windows count from it
+   * (`OperationContext.firstSentAt`). It starts anew when a run of an operation known not done
+   * begins (a person's retry included). Null on an operation no attempt has run yet, or written
+   * before migration 0009 (its windows count from `createdAt`).
+   */
+  readonly firstSentAt: number | null;
   readonly updatedAt: number;
   readonly completedAt: number | null;
   readonly expiresAt: number | null;
@@ -177,6 +185,8 @@ export function toOperation(r: Row): Operation {
     checks: r.checks,
     nextCheckAt: r.next_check_at,
     createdAt: r.created_at,
+    // Number(): a pool we did not configure may read the BIGINT as a string.
+    firstSentAt: r.first_execution_at === null ? null : Number(r.first_execution_at),
     updatedAt: r.updated_at,
     completedAt: r.completed_at,
     expiresAt: r.expires_at,

@@ -164,7 +164,7 @@ ${performed ? html`<p class="note" data-testid="performed">${performedNote(perfo
       ? html`${o.resolution.outcome} by <strong>${o.resolution.actor}</strong>: ${o.resolution.reason}${o.resolution.evidence ? html` (evidence: ${o.resolution.evidence})` : ""}`
       : "-"
   }</dd>
-<dt>Created</dt><dd>${when(o.createdAt)}</dd><dt>Updated</dt><dd>${when(o.updatedAt)}</dd>
+<dt>Created</dt><dd>${when(o.createdAt)}</dd><dt>First sent</dt><dd data-testid="first-sent">${o.firstSentAt === null ? "-" : when(o.firstSentAt)}</dd><dt>Updated</dt><dd>${when(o.updatedAt)}</dd>
 </dl>
 ${
   decidable.length
