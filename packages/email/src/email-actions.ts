@@ -24,9 +24,16 @@ import MailComposer from "nodemailer/lib/mail-composer";
 import { defineAction, type Action } from "@idem/core";
 import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
-import { Mailbox } from "./email-mailbox.js";
+import { Mailbox, MailboxRefusedError } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import { emailReceiptSchema, foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
+import {
+  emailReceiptSchema,
+  foundReceipt,
+  recipientHash,
+  rejectionsOf,
+  type CopyNotFiled,
+  type EmailReceipt,
+} from "./email-receipt.js";
 import { JOURNAL_SETTLE_MS, SENT_SETTLE_MS, reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
@@ -84,8 +91,8 @@ export function emailActions(config: EmailConfig): EmailActions {
   /** How today's config makes copies, as a reference records it. */
   const today = copyTerms(config);
   const sentHere = sentPlace(config);
-  const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent");
-  const journal = copy.mode === "journal" ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX") : undefined;
+  const sent = new Mailbox(config.imap, config.sentMailbox ?? "\\Sent", "sentMailbox");
+  const journal = copy.mode === "journal" ? new Mailbox(copy.imap, copy.mailbox ?? "INBOX", "copy.mailbox") : undefined;
   /** The journal's address as the envelope holds it (nodemailer's parse), for the gate to find among the RCPT answers. */
   const journalAddress = copy.mode === "journal" ? envelopeAddress(copy.address) : undefined;
   const render = nodemailer.createTransport({
@@ -162,11 +169,12 @@ export function emailActions(config: EmailConfig): EmailActions {
       const raw = (message.bcc.length > 0 ? await rendered({ ...message, bcc: [] }) : whole).message as Buffer;
       const out = { from: envelope.from || "", to: envelope.to ?? [], raw, journal: journalAddress };
       const info = await sendRaw(config.smtp, out, op.signal);
-      if (copy.mode === "append") {
-        // Sent already; a failed APPEND only loses the copy, not the effect. The sender's own
-        // copy keeps its Bcc, as a mail client's does (the same message: its Message-ID and date).
-        await sent.append(whole.message as Buffer).catch(() => undefined);
-      }
+      // Sent already: a failed APPEND loses the copy, not the effect, so the send still succeeded.
+      // But without the copy no lookup can find this send, so the receipt says why it is missing
+      // (the one place that outlives this call). The sender's own copy keeps its Bcc, as a mail
+      // client's does (the same message: its Message-ID and date).
+      const copyNotFiled =
+        copy.mode === "append" ? await sent.append(whole.message as Buffer).then(() => undefined, notFiled) : undefined;
       // Recipients by their hash only: the ledger keeps receipts, and an address is a customer's.
       return {
         messageId,
@@ -176,6 +184,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         accepted: info.accepted.map(recipientHash),
         rejected: info.rejected.map(recipientHash),
         rejections: rejectionsOf(info.rejected, info.rejectedCodes),
+        ...(copyNotFiled && { copyNotFiled }),
       };
     },
     classify: (error) => classifyEmailError(error),
@@ -245,6 +254,16 @@ export function emailActions(config: EmailConfig): EmailActions {
       reason: `cannot look for ${messageId}: its first send made its copy with ${recorded}, and the config now says ${today}; that copy cannot be searched, so its absence proves nothing`,
     };
   }
+}
+
+/** What a receipt keeps of a failed APPEND of the Sent copy: refused for good, or failed (it may be there). */
+function notFiled(error: unknown): CopyNotFiled {
+  const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return {
+    refused: error instanceof MailboxRefusedError,
+    responseCode: error instanceof MailboxRefusedError ? (error.responseCode ?? null) : null,
+    reason: reason.slice(0, 1_000),
+  };
 }
 
 /**

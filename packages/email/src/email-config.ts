@@ -58,7 +58,9 @@ export interface SmtpConfig {
  *    journal must be delivered locally and promptly, never deferred for longer than that (a
  *    copy filed after the window reads absent, and the email is sent again).
  *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
- *    proves nothing and an unknown outcome goes to review.
+ *    proves nothing and an unknown outcome goes to review. An APPEND that fails (refused: no
+ *    right to file into Sent, a quota) leaves the send succeeded, its receipt's `copyNotFiled`
+ *    saying why no copy will be found.
  */
 export type CopyConfig =
   | { readonly mode: "provider-saves" }

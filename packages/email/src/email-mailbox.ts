@@ -9,7 +9,10 @@
  * The server's certificate is verified against the config's `tls` trust (email-tls.ts). A session
  * that cannot open says why: refused by us or by the server for good (MailboxRefusedError: the
  * certificate, TLS, the sign-in), or unavailable (MailboxUnavailableError: anything that may pass);
- * so does a mailbox the server will not let the account read (NOPERM: MailboxRefusedError too).
+ * so does a mailbox the server will not let the account read (NOPERM: MailboxRefusedError too), one
+ * it says does not exist (the configured name misspelt), and an APPEND it refuses (no right to file
+ * into the mailbox, a quota). A SEARCH the server refuses stays unavailable (it may pass), with the
+ * server's code and text: imapflow answers it `false` and hands the error only to its logger.
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
@@ -27,8 +30,10 @@ export class MailboxUnavailableError extends Error {
  * The mailbox cannot be reached until a person changes something: we refused the server's TLS (its
  * certificate not trusted, or no TLS version in common; or a required STARTTLS not offered), the
  * server refused the sign-in, or it refused the account the mailbox (NOPERM: its rights do not
- * allow reading it). Every later session meets the same refusal, so every check before sending and
- * every lookup fails until then; nothing is known of the mailbox.
+ * allow reading it; NONEXISTENT: it has no mailbox of the name configured, or listed as Sent).
+ * Every later session meets the same refusal, so every check before sending and every lookup fails
+ * until then; nothing is known of the mailbox. Also what an APPEND of a Sent copy is refused with
+ * (NOPERM: no right to file into it; OVERQUOTA; TRYCREATE: no such mailbox).
  */
 export class MailboxRefusedError extends MailboxUnavailableError {
   constructor(
@@ -38,7 +43,11 @@ export class MailboxRefusedError extends MailboxUnavailableError {
      * `sign-in` or `mailbox` (the account's access to the mailbox searched; by the server).
      */
     readonly refused: "tls" | "sign-in" | "mailbox",
-    /** The server's response code (RFC 5530: `AUTHENTICATIONFAILED` to a sign-in, `NOPERM`), or Node's TLS error code. */
+    /**
+     * The server's response code (RFC 5530: `AUTHENTICATIONFAILED` to a sign-in, `NOPERM`,
+     * `NONEXISTENT` (also when the server gave none and its LIST has no such mailbox), `OVERQUOTA`;
+     * RFC 3501's `TRYCREATE` to an APPEND), or Node's TLS error code.
+     */
     readonly responseCode?: string,
     options?: { cause?: unknown },
   ) {
@@ -138,11 +147,34 @@ export function mailboxPath(name: string, boxes: readonly ListedMailbox[], prefi
   return boxes.find((b) => b.path === path && !b.flags.has("\\NonExistent"))?.path;
 }
 
+/** What imapflow keeps of a command the server answered NO or BAD (its ImapFlowError, as logged). */
+interface CommandRefusal {
+  readonly responseStatus?: unknown;
+  readonly serverResponseCode?: unknown;
+  readonly responseText?: unknown;
+  /** Set by imapflow on a SELECT answered NO when its LIST has no such mailbox either. */
+  readonly mailboxMissing?: unknown;
+}
+
+/** At most 200 characters of what the server said, for a reason (never a message's content: servers answer commands). */
+function said(refusal: CommandRefusal): string {
+  return typeof refusal.responseText === "string" && refusal.responseText
+    ? refusal.responseText.slice(0, 200)
+    : "no text";
+}
+
+/** RFC 5530's codes, and RFC 3501's TRYCREATE, with which an APPEND is refused until a person acts. */
+const APPEND_REFUSED: ReadonlySet<string> = new Set(["NOPERM", "OVERQUOTA", "TRYCREATE", "NONEXISTENT"]);
+
 export class Mailbox {
-  /** `path`: a mailbox path, or "\\Sent" to find the Sent folder. */
+  /**
+   * `path`: a mailbox path, or "\\Sent" to find the Sent folder. `setting`: the config key that
+   * names it (`sentMailbox`, `copy.mailbox`), for a person told to check it.
+   */
   constructor(
     private readonly imap: ImapConfig,
     private readonly path: string,
+    private readonly setting = "the mailbox setting",
   ) {}
 
   async find(messageId: string): Promise<FoundMessage | undefined> {
@@ -156,7 +188,7 @@ export class Mailbox {
    * alias, a Sent folder that cannot be listed makes the lookup fail, as before.
    */
   async lookup(messageId: string, alias?: string): Promise<Lookup> {
-    return this.session(async (client) => {
+    return this.session(async (client, refused) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
       if (this.path === SENT || alias !== undefined) {
@@ -169,7 +201,7 @@ export class Mailbox {
       }
       const prefix = client.namespace?.prefix ?? "";
       const mailbox = this.opened(boxes);
-      const found = await this.search(client, mailbox, messageId);
+      const found = await this.search(client, mailbox, messageId, refused);
       if (alias === undefined) return { found, searched: mailbox };
       if (listError) return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError } };
       const path = mailboxPath(alias, boxes, prefix);
@@ -178,10 +210,35 @@ export class Mailbox {
     });
   }
 
+  /**
+   * Files `raw` into the mailbox. Refused by the server until a person acts (no right to file
+   * into it, a quota, no such mailbox): MailboxRefusedError `mailbox` with its code; otherwise
+   * MailboxUnavailableError (a connection lost, a NO without a code: the copy may or may not be there).
+   */
   async append(raw: Buffer): Promise<void> {
     await this.session(async (client) => {
       const mailbox = this.opened(this.path === SENT ? await client.list() : []);
-      await client.append(mailbox, raw, ["\\Seen"]);
+      try {
+        await client.append(mailbox, raw, ["\\Seen"]);
+      } catch (cause) {
+        const e = cause as CommandRefusal;
+        const code = typeof e.serverResponseCode === "string" ? e.serverResponseCode : undefined;
+        if (e.responseStatus !== "NO" || code === undefined || !APPEND_REFUSED.has(code)) throw cause;
+        const fix =
+          code === "OVERQUOTA"
+            ? "make room in the account, or raise its quota"
+            : code === "NOPERM"
+              ? "give the account the right to file into it (IMAP ACL: insert)"
+              : `check ${this.setting}, or create the mailbox`;
+        const what =
+          code === "NOPERM" ? "may not file into" : code === "OVERQUOTA" ? "is over quota for" : "has no mailbox";
+        throw new MailboxRefusedError(
+          `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} ${what} ${mailbox} (${code}: ${said(e)}): ${fix}`,
+          "mailbox",
+          code,
+          { cause },
+        );
+      }
     });
   }
 
@@ -194,8 +251,29 @@ export class Mailbox {
     return sent;
   }
 
-  private async session<T>(fn: (client: ImapFlow) => Promise<T>): Promise<T> {
+  /**
+   * One session: `fn` gets the client, and `refused()`, the last command the server answered NO or
+   * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else).
+   */
+  private async session<T>(
+    fn: (client: ImapFlow, refused: () => CommandRefusal | undefined) => Promise<T>,
+  ): Promise<T> {
     const secure = this.imap.secure ?? false;
+    let refusal: CommandRefusal | undefined;
+    const quiet = () => {};
+    // imapflow's logger sees every line; only a failed command's error (`{ err }` at warn) is kept,
+    // and nothing is written anywhere.
+    const logger = {
+      trace: quiet,
+      debug: quiet,
+      info: quiet,
+      error: quiet,
+      fatal: quiet,
+      warn: (entry: unknown) => {
+        const err = (entry as { err?: CommandRefusal } | undefined)?.err;
+        if (err && (err.responseStatus === "NO" || err.responseStatus === "BAD")) refusal = err;
+      },
+    };
     const client = new ImapFlow({
       host: this.imap.host,
       port: this.imap.port,
@@ -208,7 +286,7 @@ export class Mailbox {
       // only those three keys (tlsOptions), so verification stays on.
       tls: tlsOptions(this.imap.tls),
       auth: { user: this.imap.auth.user, pass: this.imap.auth.pass },
-      logger: false,
+      logger,
       connectionTimeout: 10_000,
       greetingTimeout: 10_000,
       socketTimeout: 30_000,
@@ -220,7 +298,7 @@ export class Mailbox {
       throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
     }
     try {
-      return await fn(client);
+      return await fn(client, () => refusal);
     } catch (cause) {
       if (cause instanceof MailboxUnavailableError) throw cause;
       throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
@@ -232,26 +310,56 @@ export class Mailbox {
   /**
    * The message with `messageId` in `mailbox`, if any. A SELECT the server answers NO [NOPERM]
    * (RFC 5530: the account's rights, an IMAP ACL, do not let it read the mailbox; a journal account
-   * allowed to receive but not read, say) is a configuration a person must fix, not an outage.
+   * allowed to receive but not read, say) is a configuration a person must fix, not an outage; so
+   * is one it answers NO [NONEXISTENT], or NO while its LIST has no such mailbox (imapflow's
+   * `mailboxMissing`; Dovecot gives no code to a SELECT): the name configured, or the Sent folder
+   * the server listed, is not one the server has. A SEARCH it refuses (NO, BAD: overloaded, index
+   * rebuilding) may pass: unavailable, with what it said.
    */
-  private async search(client: ImapFlow, mailbox: string, messageId: string): Promise<FoundMessage | undefined> {
+  private async search(
+    client: ImapFlow,
+    mailbox: string,
+    messageId: string,
+    refused: () => CommandRefusal | undefined,
+  ): Promise<FoundMessage | undefined> {
+    const where = `IMAP ${this.imap.host}:${this.imap.port}`;
+    const user = this.imap.auth.user;
     const lock = await client.getMailboxLock(mailbox).catch((cause: unknown) => {
-      const e = cause as { serverResponseCode?: unknown; responseText?: unknown };
-      if (e.serverResponseCode !== "NOPERM") throw cause;
-      const said = typeof e.responseText === "string" ? e.responseText.slice(0, 200) : "no text";
-      throw new MailboxRefusedError(
-        `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} may not read ${mailbox} (NOPERM: ${said}): give the account the right to read it, or configure a mailbox it may read`,
-        "mailbox",
-        "NOPERM",
-        { cause },
-      );
+      const e = cause as CommandRefusal;
+      if (e.serverResponseCode === "NOPERM")
+        throw new MailboxRefusedError(
+          `${where}: ${user} may not read ${mailbox} (NOPERM: ${said(e)}): give the account the right to read it, or configure a mailbox it may read`,
+          "mailbox",
+          "NOPERM",
+          { cause },
+        );
+      if (e.responseStatus === "NO" && (e.serverResponseCode === "NONEXISTENT" || e.mailboxMissing === true)) {
+        // Named by the config, or by the server's own LIST as its Sent folder: either way the
+        // server has none of that name now, and every later session will say the same.
+        const named =
+          this.path === SENT
+            ? `the Sent folder its LIST names (${mailbox}); set ${this.setting} to the Sent folder's path`
+            : `check ${this.setting} (mailbox names are case-sensitive, as the server's LIST spells them), or create the mailbox`;
+        throw new MailboxRefusedError(
+          `${where}: ${user} has no mailbox ${mailbox} (NONEXISTENT: ${said(e)}): ${named}`,
+          "mailbox",
+          "NONEXISTENT",
+          { cause },
+        );
+      }
+      throw cause;
     });
     try {
       const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
       // imapflow answers a search the server refused (NO, BAD: overloaded, index rebuilding)
       // with false: that is not "no such message", and taken as one it would send again.
-      if (!Array.isArray(uids))
-        throw new MailboxUnavailableError(`IMAP ${mailbox}: the server refused the search for ${messageId}`);
+      if (!Array.isArray(uids)) {
+        const e = refused();
+        const how = e
+          ? ` (${typeof e.serverResponseCode === "string" ? e.serverResponseCode : `${String(e.responseStatus)}, no code`}: ${said(e)})`
+          : "";
+        throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
+      }
       const uid = uids[0];
       return uid === undefined ? undefined : { mailbox, uid };
     } finally {

@@ -29,7 +29,29 @@ export interface SentEmailReceipt {
    * `refused` (5xx, or no code seen) will not be. Absent from receipts stored by earlier versions.
    */
   readonly rejections?: readonly Rejection[];
+  /**
+   * Append mode only, when the copy of this send could not be filed in Sent after it went out:
+   * no lookup can find this send, so if this receipt were lost (or pruned) nothing would show it
+   * was sent; and a Sent folder that refused it refuses the next copy too. Absent when the copy
+   * was filed, and in the other modes (the provider or the journal files the copy).
+   */
+  readonly copyNotFiled?: CopyNotFiled;
   readonly foundIn?: undefined;
+}
+
+/** Why a send's Sent copy (append mode) is not there. */
+export interface CopyNotFiled {
+  /**
+   * True when the server refused the APPEND until a person acts (`responseCode`: NOPERM, no right
+   * to file into Sent; OVERQUOTA; TRYCREATE or NONEXISTENT, no such mailbox), so every later
+   * copy is lost too; false when it failed otherwise (the connection, a NO without a code): the
+   * copy may or may not be there.
+   */
+  readonly refused: boolean;
+  /** The server's response code, null when none was seen. */
+  readonly responseCode: string | null;
+  /** What failed, as the error said it (the account and mailbox, the server's text; never the message). */
+  readonly reason: string;
 }
 
 /** A recipient the server did not take at RCPT TO, and how. */
@@ -107,6 +129,9 @@ const sentShape = z.object({
   accepted: z.array(recipient),
   rejected: z.array(recipient),
   rejections: z.array(rejection).exactOptional(),
+  copyNotFiled: z
+    .object({ refused: z.boolean(), responseCode: z.string().max(64).nullable(), reason: z.string().min(1).max(1_000) })
+    .exactOptional(),
   foundIn: z.undefined().exactOptional(),
 });
 /** A person found the copy (or the message itself): it went out, so `sent` defaults to true. */

@@ -10,6 +10,6 @@ export { EnvelopeRefusedError, InvalidMessageError, InvalidSenderError, SendAbor
 export type { SendFailure } from "./email-smtp.js";
 export { emailReceiptSchema, recipientHash } from "./email-receipt.js";
 export type { TlsTrust } from "./email-tls.js";
-export type { EmailReceipt, FoundEmailReceipt, Rejection, SentEmailReceipt } from "./email-receipt.js";
+export type { CopyNotFiled, EmailReceipt, FoundEmailReceipt, Rejection, SentEmailReceipt } from "./email-receipt.js";
 export { emailTools } from "./email-tools.js";
 export type { EmailSendInput } from "./email-tools.js";
