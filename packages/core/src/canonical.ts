@@ -18,6 +18,15 @@ import { InvalidValueError } from "./errors.js";
 
 const LONE_SURROGATE = /\p{Cs}/u;
 
+/**
+ * Whether a string has no unpaired surrogate: `String.prototype.isWellFormed` (ES2024, in Node
+ * 20's V8; about half the time of the regular expression), else the expression.
+ */
+export const wellFormed: (text: string) => boolean =
+  typeof (String.prototype as { isWellFormed?: unknown }).isWellFormed === "function"
+    ? (text) => (text as string & { isWellFormed(): boolean }).isWellFormed()
+    : (text) => !LONE_SURROGATE.test(text);
+
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** Canonical JSON text of `value`; throws `InvalidValueError` naming the path of a bad value. */
@@ -36,14 +45,15 @@ const refuse = (path: Path, reason: string): never => {
 function write(value: unknown, path: Path, seen: Set<object>): string {
   switch (typeof value) {
     case "string":
-      if (LONE_SURROGATE.test(value))
+      if (!wellFormed(value))
         refuse(path, "is not well-formed Unicode (an unpaired surrogate: a string cut inside a character?)");
       return JSON.stringify(value);
     case "boolean":
-      return JSON.stringify(value);
+      return value ? "true" : "false";
     case "number":
       if (!Number.isFinite(value)) refuse(path, `${value} is not a JSON number`);
-      return JSON.stringify(value === 0 ? 0 : value); // -0 and 0 are one key
+      // JSON writes a finite number as String does (half the time); -0 and 0 are one key.
+      return value === 0 ? "0" : String(value);
     case "undefined":
       return refuse(path, "undefined has no stable JSON form in an array or as a whole value; use null");
     case "bigint":
@@ -77,15 +87,17 @@ function write(value: unknown, path: Path, seen: Set<object>): string {
     }
     if (Object.getOwnPropertySymbols(obj).length > 0)
       refuse(path, "symbol-keyed properties cannot be stored or hashed");
-    const keys = Object.keys(obj)
-      .filter((k) => (obj as Record<string, unknown>)[k] !== undefined)
-      .sort();
+    const record = obj as Record<string, unknown>;
+    const own = Object.keys(record);
+    const keys: string[] = [];
+    for (let i = 0; i < own.length; i++) if (record[own[i]!] !== undefined) keys.push(own[i]!);
+    keys.sort();
     let out = "{";
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i]!;
       path.push(k);
-      if (LONE_SURROGATE.test(k)) refuse(path, "the field name is not well-formed Unicode (an unpaired surrogate)");
-      out += `${i === 0 ? "" : ","}${JSON.stringify(k)}:${write((obj as Record<string, unknown>)[k], path, seen)}`;
+      if (!wellFormed(k)) refuse(path, "the field name is not well-formed Unicode (an unpaired surrogate)");
+      out += `${i === 0 ? "" : ","}${JSON.stringify(k)}:${write(record[k], path, seen)}`;
       path.pop();
     }
     return `${out}}`;

@@ -8,7 +8,7 @@
  * Parts wrapped with `sensitive()` are replaced by their SHA-256 before anything is stored, so an
  * email address can identify the work without appearing in the ledger.
  */
-import { canonicalJson, sha256 } from "./canonical.js";
+import { canonicalJson, sha256, wellFormed } from "./canonical.js";
 import { InvalidValueError } from "./errors.js";
 
 const SENSITIVE = Symbol.for("idem.sensitive");
@@ -47,6 +47,8 @@ export interface OperationKey {
 
 /** Version tag inside every hashed identity, so a future derivation cannot collide with this one. */
 const KEY_VERSION = "idem.key.v1";
+/** The start of every hashed identity: `[` and the version tag, as canonicalJson writes them. */
+const KEY_PREFIX = `[${JSON.stringify(KEY_VERSION)},`;
 
 /**
  * Derives the key of an operation. `parts` is a non-empty array of JSON values (objects are
@@ -58,13 +60,12 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   if (!Array.isArray(input.parts) || input.parts.length === 0) {
     throw new InvalidValueError("key", "a key needs at least one part from the business identity of the work");
   }
-  const parts = input.parts.map((p) => unwrapSensitive(p));
+  // Most parts are strings and numbers: only objects are walked (and given a path to walk with).
+  const parts = input.parts.map((p) => (p === null || typeof p !== "object" ? p : unwrapSensitive(p, new Set())));
   const label = canonicalJson(parts, "key");
   // = canonicalJson([KEY_VERSION, tenant, action, parts]): strings are written by JSON.stringify
   // and arrays joined by commas, so the label is reused instead of canonicalising the parts twice.
-  const hash = sha256(
-    `[${JSON.stringify(KEY_VERSION)},${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`,
-  );
+  const hash = sha256(`${KEY_PREFIX}${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`);
   return { hash, label, tenant: input.tenant, action: input.action };
 }
 
@@ -72,7 +73,7 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
  * Replaces sensitive parts by their hash, at any depth. What it cannot walk (class instances,
  * cycles) it leaves as it is, for canonicalJson to refuse with the path.
  */
-function unwrapSensitive(part: unknown, path: Set<object> = new Set()): unknown {
+function unwrapSensitive(part: unknown, path: Set<object>): unknown {
   if (part === null || typeof part !== "object" || path.has(part)) return part;
   if (SENSITIVE in part) return (part as SensitivePart)[SENSITIVE];
   const proto = Object.getPrototypeOf(part);
@@ -116,6 +117,7 @@ const LONE_SURROGATE = /\p{Cs}/u; // not global: exec keeps no state between cal
 
 /** Refuses unpaired UTF-16 surrogates (in `u` mode a surrogate pair is one code point, so only lone halves match). */
 export function requireWellFormed(value: string, what: string): void {
+  if (wellFormed(value)) return;
   const lone = LONE_SURROGATE.exec(value);
   if (lone)
     throw new InvalidValueError(

@@ -204,29 +204,34 @@ export class Ledger {
       }
       args = { kind: "given", value, json, hash: sha256(json) };
     }
+    const call: Call<A, R> = {
+      // The runner sees args after the schema: the input type has done its work here.
+      action: action as unknown as Action<A, R>,
+      tenant: input.tenant,
+      args,
+      actor: input.actor ?? null,
+      signal: input.signal,
+      stop: input.stop,
+      key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
+      storeArgs: input.storeArgs ?? true,
+      settings:
+        input.waitMs === undefined && input.budget === undefined
+          ? settings
+          : {
+              ...settings,
+              waitMs: input.waitMs ?? settings.waitMs,
+              budget: { ...settings.budget, ...input.budget },
+            },
+    };
     const attributes = { "idem.action": action.type, "idem.tenant": input.tenant };
-    const result = await context.tracing.span("idem.run", attributes, async (span) => {
-      const out = await context.runner.run({
-        // The runner sees args after the schema: the input type has done its work here.
-        action: action as unknown as Action<A, R>,
-        tenant: input.tenant,
-        args,
-        actor: input.actor ?? null,
-        signal: input.signal,
-        stop: input.stop,
-        key: { hash: key.hash, label: input.keepKeyLabel === false ? null : key.label },
-        storeArgs: input.storeArgs ?? true,
-        settings:
-          input.waitMs === undefined && input.budget === undefined
-            ? settings
-            : {
-                ...settings,
-                waitMs: input.waitMs ?? settings.waitMs,
-                budget: { ...settings.budget, ...input.budget },
-              },
+    const result = await context.tracing.span("idem.run", attributes, (span) => {
+      const out = context.runner.run(call);
+      // Without a span (no tracing SDK) the runner's own promise is awaited: no extra hop.
+      if (!span) return out;
+      return out.then((o) => {
+        span.setAttributes(resultAttributes(o));
+        return o;
       });
-      span?.setAttributes(resultAttributes(out));
-      return out;
     });
     this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
     return result;
