@@ -223,16 +223,21 @@ export class Ledger {
               budget: { ...settings.budget, ...input.budget },
             },
     };
-    const attributes = { "idem.action": action.type, "idem.tenant": input.tenant };
-    const result = await context.tracing.span("idem.run", attributes, (span) => {
-      const out = context.runner.run(call);
-      // Without a span (no tracing SDK) the runner's own promise is awaited: no extra hop.
-      if (!span) return out;
-      return out.then((o) => {
-        span.setAttributes(resultAttributes(o));
-        return o;
-      });
-    });
+    // A retry of a settled operation is answered at once, unless its spans are recorded.
+    let result = context.tracing.recording() ? undefined : context.runner.replayNow(call);
+    result ??= await context.tracing.span<RunResult<R>>(
+      "idem.run",
+      { "idem.action": action.type, "idem.tenant": input.tenant },
+      (span) => {
+        const out = context.runner.run(call);
+        // Without a span (no tracing SDK) the runner's own promise is awaited: no extra hop.
+        if (!span) return out;
+        return out.then((o) => {
+          span.setAttributes(resultAttributes(o));
+          return o;
+        });
+      },
+    );
     this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
     return result;
   }

@@ -37,6 +37,17 @@ export class QueryCache<DB> {
   ) {}
 
   /**
+   * The query's answer if the direct executor gives it at once (a SQLite read that met no lock),
+   * else undefined and nothing was run: `run` it. Only for a query that `run` has built before.
+   */
+  runNow<R>(shape: string, values: Record<string, unknown>, asArrays = false): QueryResult<R> | undefined {
+    const entry = this.enabled ? this.cache.get(shape) : undefined;
+    if (!entry || !this.direct) return undefined;
+    const out = this.direct(entry.sql, this.parameters(entry, values), asArrays);
+    return out instanceof Promise ? undefined : out;
+  }
+
+  /**
    * `asArrays`: rows may come back as arrays (see DirectExecutor) or, through kysely, as objects;
    * the caller reads both with `rowObject`.
    */
@@ -56,15 +67,21 @@ export class QueryCache<DB> {
       entry = { sql: compiled.sql, parameters: compiled.parameters, slots };
       this.cache.set(shape, entry);
     }
-    const { slots } = entry;
-    const parameters = entry.parameters.map((p, i) => {
-      const name = slots[i];
-      return name === undefined ? p : values[name];
-    });
+    const parameters = this.parameters(entry, values);
     return (
       (this.direct?.(entry.sql, parameters, asArrays) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ??
       this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters))
     );
+  }
+
+  private parameters(
+    entry: { parameters: readonly unknown[]; slots: (string | undefined)[] },
+    values: Record<string, unknown>,
+  ) {
+    return entry.parameters.map((p, i) => {
+      const name = entry.slots[i];
+      return name === undefined ? p : values[name];
+    });
   }
 }
 

@@ -148,6 +148,20 @@ export class Runner {
     }
   }
 
+  /**
+   * A call that `run` would answer by replaying a settled operation at once (its first snapshot,
+   * onSnapshot's first rules), answered without its steps: the stored outcome (see
+   * Store.settledNow). Undefined for any other, and for one whose action or args do not match
+   * (`run` refuses it, saying why).
+   */
+  replayNow<A, R>(call: Call<A, R>): RunResult<R> | undefined {
+    if (call.signal?.aborted) return undefined;
+    const snap = this.store.settledNow(call.tenant, call.key.hash);
+    if (snap === undefined || snap.action !== call.action.type) return undefined;
+    if (call.args.kind === "given" && snap.args_hash !== null && snap.args_hash !== call.args.hash) return undefined;
+    return replayOf<R>(snap);
+  }
+
   /** A call; its caller (Ledger.run) counts it in flight from its first line (`track`). */
   async run<A, R>(call: Call<A, R>): Promise<RunResult<R>> {
     const state: CallState = {

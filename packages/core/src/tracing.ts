@@ -29,10 +29,12 @@ type Api = typeof import("@opentelemetry/api");
 export interface Tracing {
   /** Runs `fn` in a span (the active one for spans opened inside it); an error ends the span as an error. */
   span<T>(name: string, attributes: Attributes, fn: (span: Span | undefined) => Promise<T>): Promise<T>;
+  /** Whether a span made now would be recorded (an SDK is registered): else a call may skip them. */
+  recording(): boolean;
 }
 
 const NAME = "@idem/core";
-const NONE: Tracing = { span: (_name, _attributes, fn) => fn(undefined) };
+const NONE: Tracing = { span: (_name, _attributes, fn) => fn(undefined), recording: () => false };
 
 let loaded: Promise<Tracing> | undefined;
 
@@ -46,6 +48,7 @@ export function tracing(): Promise<Tracing> {
 function withApi(api: Api): Tracing {
   const error = api.SpanStatusCode.ERROR;
   return {
+    recording: () => activeTracer(api) !== undefined,
     span: (name, attributes, fn) => {
       const tracer = activeTracer(api);
       if (!tracer) return fn(undefined);
