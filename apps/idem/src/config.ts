@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { IdemError, type Action } from "@idem/core";
+import { IdemError, requireName, type Action, type InvalidValueError } from "@idem/core";
 
 /** The config file or the command line cannot be used (code `CONFIG`; the command exits 2). */
 export class ConfigError extends IdemError {
@@ -22,6 +22,17 @@ export class ConfigError extends IdemError {
 /** The name of an environment variable holding a secret; the secret never appears in the file. */
 const envName = z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "must be the NAME of an environment variable");
 const port = z.number().int().min(0).max(65535);
+/**
+ * A tenant or an actor, as the ledger takes one (`requireName`): read here, so that a name it
+ * would refuse fails the config, naming the field, not every call or tick that uses it.
+ */
+const ledgerName = z.string().superRefine((value, ctx) => {
+  try {
+    requireName(value, "name");
+  } catch (error) {
+    ctx.addIssue({ code: "custom", message: (error as InvalidValueError).reason });
+  }
+});
 /**
  * A tool for `idem mcp`, as the config holds it: an @idem/agents `ToolDefinition` (`defineTool`,
  * `stripeTools(...).charge`), named here by the fields the config checks, so that the CLI's
@@ -134,7 +145,7 @@ const schema = z
     mcp: z
       .object({
         /** The tenant every call of this server acts for (or --tenant, IDEM_TENANT). */
-        tenant: z.string().min(1).optional(),
+        tenant: ledgerName.optional(),
         /** How long a second call for the same work waits for the first: below an MCP client's usual 60 s timeout. */
         waitMs: z.number().int().min(0).max(50_000).optional(),
       })
@@ -224,7 +235,7 @@ const schema = z
           .strict()
           .optional(),
         /** The tenant under which alert deliveries are recorded (once each). */
-        tenant: z.string().min(1).default("idem-alerts"),
+        tenant: ledgerName.default("idem-alerts"),
       })
       .strict()
       .default({ log: true, tenant: "idem-alerts" }),
@@ -296,9 +307,9 @@ const schema = z
           .array(
             z
               .object({
-                name: z.string().min(1).max(200),
+                name: ledgerName,
                 tokenEnv: envName.optional(),
-                tenants: z.union([z.literal("*"), z.array(z.string().min(1)).min(1)]),
+                tenants: z.union([z.literal("*"), z.array(ledgerName).min(1)]),
               })
               .strict(),
           )

@@ -1010,6 +1010,20 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     }
   });
 
+  it("refuses a tenant the ledger would refuse (alerts, mcp, console operators) when the config is read, naming the field", () => {
+    // Before: min(1) only. A 201-character alerts.tenant was read, and every tick of the daemon
+    // then failed on its first alert (the ledger refuses such a tenant), with no alert delivered.
+    const long = "t".repeat(201);
+    const bad = [long, "tab\there", "\u0007"];
+    for (const tenant of bad) {
+      expect(() => parseConfig({ alerts: { log: true, tenant } })).toThrow(
+        /alerts\.tenant: must be a non-empty printable string/,
+      );
+      expect(() => parseConfig({ mcp: { tenant } })).toThrow(/mcp\.tenant: must be a non-empty printable string/);
+    }
+    expect(parseConfig({ alerts: { log: true, tenant: "ops-alerts" } }).alerts.tenant).toBe("ops-alerts");
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

@@ -29,7 +29,7 @@ export {
   UnknownActionError,
 } from "./errors.js";
 export type { IdemErrorCode } from "./errors.js";
-export { operationKey, sensitive, sensitiveHash } from "./keys.js";
+export { operationKey, requireName, sensitive, sensitiveHash } from "./keys.js";
 export type { KeyPart, OperationKey, SensitivePart } from "./keys.js";
 export { openLedger } from "./ledger.js";
 export type { Ledger, LedgerOptions, RunInput } from "./ledger.js";
