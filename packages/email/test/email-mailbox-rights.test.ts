@@ -9,11 +9,11 @@
  * Real nodemailer, imapflow, smtp-server and Dovecot, through the ledger on SQLite and Postgres.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { randomBytes } from "node:crypto";
-import { openLedger, type LedgerOptions, type OperationContext } from "@idem/core";
+import { openLedger, type LedgerOptions } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
 import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
 import { classifyEmailError, emailActions, emailReceiptSchema, type EmailConfig } from "@idem/email";
+import { fresh } from "./operation.js";
 
 let sandbox: MailSandbox;
 let started: Awaited<ReturnType<MailSandbox["start"]>>;
@@ -57,23 +57,6 @@ function config(
   };
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
-
-function fresh(): OperationContext {
-  const key = randomBytes(32).toString("hex");
-  const now = Date.now();
-  return {
-    id: `op_${key.slice(0, 8)}`,
-    tenant: "t",
-    key,
-    keyLabel: null,
-    attempt: 1,
-    createdAt: now,
-    lastAttemptAt: now,
-    now,
-    providerReference: null,
-    signal: new AbortController().signal,
-  };
-}
 
 describe("a mailbox Dovecot answers NO [NOPERM]", () => {
   it("the journal, at the check before sending: nothing sent, failed with an alert (a configuration to fix)", async () => {

@@ -5,7 +5,6 @@
  * settle window measured on op.now.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { randomBytes } from "node:crypto";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import type { OperationContext } from "@idem/core";
 import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
@@ -26,6 +25,7 @@ import {
   type EmailConfig,
 } from "@idem/email";
 import { captureSockets } from "./sockets.js";
+import { fresh, op } from "./operation.js";
 
 let sandbox: MailSandbox;
 let ports: { smtp: number; imap: number };
@@ -56,23 +56,6 @@ const journalCopy = (): Extract<CopyConfig, { mode: "journal" }> => ({
 const journal = () => withCopy(journalCopy());
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
-/** An operation as the runner hands it over; `now` is the database's time, not ours. */
-function op(t: { lastAttemptAt: number; now: number }, signal = new AbortController().signal): OperationContext {
-  const key = randomBytes(32).toString("hex");
-  return {
-    id: `op_${key.slice(0, 8)}`,
-    tenant: "t",
-    key,
-    keyLabel: null,
-    attempt: 1,
-    createdAt: t.lastAttemptAt,
-    lastAttemptAt: t.lastAttemptAt,
-    now: t.now,
-    providerReference: null,
-    signal,
-  };
-}
-const fresh = (signal?: AbortSignal) => op({ lastAttemptAt: Date.now(), now: Date.now() }, signal);
 const messageIdOf = (o: OperationContext) => messageIdFor(o.key, "idem.test");
 /** The operation as later attempts and lookups get it: with the reference its first attempt recorded under `first`. */
 const recordedBy = (first: EmailActions, o: OperationContext): OperationContext => ({

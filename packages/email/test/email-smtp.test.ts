@@ -5,8 +5,7 @@
  * took it out of the EHLO reply). The pre-send check and the copies go to the sandbox's Dovecot.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { randomBytes } from "node:crypto";
-import { openLedger, type LedgerOptions, type OperationContext } from "@idem/core";
+import { openLedger, type LedgerOptions } from "@idem/core";
 import { MailSandbox, SENDER } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import {
@@ -19,6 +18,7 @@ import {
   type SentEmailReceipt,
 } from "@idem/email";
 import { recordingProxy, scriptedSmtp, type ScriptedSmtp } from "./loopback.js";
+import { fresh } from "./operation.js";
 
 let smtp: ScriptedSmtp;
 let sandbox: MailSandbox;
@@ -51,23 +51,6 @@ function byDefault(side: "smtp" | "imap", c: EmailConfig = config()): EmailConfi
   return { ...c, [side]: rest };
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
-
-function fresh(): OperationContext {
-  const key = randomBytes(32).toString("hex");
-  const now = Date.now();
-  return {
-    id: `op_${key.slice(0, 8)}`,
-    tenant: "t",
-    key,
-    keyLabel: null,
-    attempt: 1,
-    createdAt: now,
-    lastAttemptAt: now,
-    now,
-    providerReference: null,
-    signal: new AbortController().signal,
-  };
-}
 
 describe("a reply after the body that is no verdict (RFC 5321 §4.2, §4.3.2: only 250, 4yz or 5yz)", () => {
   // Before: nodemailer's EMESSAGE was read "rejected" (failed, replayed) though the server held

@@ -5,8 +5,7 @@
  * off. What is sent, how each refusal is classified, and what the ledger does with it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { randomBytes } from "node:crypto";
-import { openLedger, type LedgerOptions, type OperationContext } from "@idem/core";
+import { openLedger, type LedgerOptions } from "@idem/core";
 import { Dovecot, MailSandbox, SENDER } from "@idem/sandbox";
 import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
 import {
@@ -20,6 +19,7 @@ import {
 // The adapter's own IMAP client, to look at a mailbox the way its lookups do (not exported).
 import { Mailbox } from "../src/email-mailbox.js";
 import { testPki, type TestPki } from "./certificates.js";
+import { fresh } from "./operation.js";
 
 let pki: TestPki;
 let sandbox: MailSandbox;
@@ -51,23 +51,6 @@ function config(over: Partial<EmailConfig> = {}): EmailConfig {
   return { smtp: smtp(), imap: imap(), from: SENDER.user, copy: { mode: "provider-saves" }, settleMs: 300, ...over };
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
-
-function fresh(): OperationContext {
-  const key = randomBytes(32).toString("hex");
-  const now = Date.now();
-  return {
-    id: `op_${key.slice(0, 8)}`,
-    tenant: "t",
-    key,
-    keyLabel: null,
-    attempt: 1,
-    createdAt: now,
-    lastAttemptAt: now,
-    now,
-    providerReference: null,
-    signal: new AbortController().signal,
-  };
-}
 
 describe("trust options", () => {
   it("refuses what would not do what it says: an option to turn verification off, a CA's file name for its contents, TLS below 1.2, a name with a space", () => {
