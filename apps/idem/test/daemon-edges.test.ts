@@ -192,36 +192,44 @@ for (const dialect of DIALECTS) {
       );
     }
 
+    /**
+     * A daemon alerting through a webhook that answers `status`, on a ledger whose clock `advance`
+     * moves on: a delivery left pending falls due for the next tick's settling (the other path
+     * that sends it) without a wait.
+     */
+    async function webhookDaemon(status: number, name: string) {
+      const hook = await receiver(() => status);
+      cleanups.push(hook.close);
+      const url = await freshDatabase(dialect);
+      const config = parseConfig({
+        ledger: url,
+        alerts: { log: false, webhook: { url: hook.url, format: "json" } },
+        daemon: { intervalMs: 50 },
+      });
+      let ahead = 0;
+      const ledger = await openTestLedger(url, {
+        poolSize: 2,
+        actions: alertActions(config, silent),
+        clock: () => Date.now() + ahead,
+      });
+      cleanups.push(() => ledger.close());
+      const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), name);
+      return { hook, ledger, daemon, advance: (ms: number) => void (ahead += ms) };
+    }
+
     it(
       "alert: a webhook answering 500 (it may have taken the alert) is sent at most once a tick, by the tick's delivery or its settling",
       async () => {
-        const hook = await receiver(() => 500);
-        cleanups.push(hook.close);
-        const url = await freshDatabase(dialect);
-        const config = parseConfig({
-          ledger: url,
-          alerts: { log: false, webhook: { url: hook.url, format: "json" } },
-          daemon: { intervalMs: 50 },
-        });
-        // The ledger's clock, moved a minute on between ticks: the delivery left pending falls due
-        // for the next tick's settling (the other path that sends it) without a wait.
-        let ahead = 0;
-        const ledger = await openTestLedger(url, {
-          poolSize: 2,
-          actions: alertActions(config, silent),
-          clock: () => Date.now() + ahead,
-        });
-        cleanups.push(() => ledger.close());
+        const { hook, ledger, daemon, advance } = await webhookDaemon(500, "d-500");
         const parked = await ledger.run(lostAnswer, { tenant: tenant(), key: ["r"], args: { note: "x" } });
         expect(parked).toMatchObject({ state: "needs_review" });
-        const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-500");
         const asked: number[] = [];
         for (let tick = 0; tick < 3; tick++) {
           const before = hook.asked();
           const { undelivered } = await daemon.tick();
           asked.push(hook.asked() - before);
           expect(undelivered).toBe(1);
-          ahead += 60_000;
+          advance(60_000);
         }
         // Before: [3, 3, 3]: each 500 retried within the tick's delivery (the retry budget's three
         // executions), each a request the receiver may have taken.
@@ -267,30 +275,14 @@ for (const dialect of DIALECTS) {
     it(
       "alert: a tick counts each delivery its sink did not take once, though its settling and the tick's delivery both met it",
       async () => {
-        const hook = await receiver(() => 503);
-        cleanups.push(hook.close);
-        const url = await freshDatabase(dialect);
-        const config = parseConfig({
-          ledger: url,
-          alerts: { log: false, webhook: { url: hook.url, format: "json" } },
-          daemon: { intervalMs: 50 },
-        });
-        // A minute on between ticks: the delivery left pending falls due for the next tick's settling.
-        let ahead = 0;
-        const ledger = await openTestLedger(url, {
-          poolSize: 2,
-          actions: alertActions(config, silent),
-          clock: () => Date.now() + ahead,
-        });
-        cleanups.push(() => ledger.close());
+        const { hook, ledger, daemon, advance } = await webhookDaemon(503, "d-count");
         // Two alerts: the first's delivery is tried (and left pending), the second's waits for the sink.
         for (const key of ["a", "b"])
           await ledger.run(lostAnswer, { tenant: tenant(), key: [key], args: { note: "x" } });
-        const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-count");
         const ticks = [];
         for (let tick = 0; tick < 3; tick++) {
           ticks.push(await daemon.tick());
-          ahead += 60_000;
+          advance(60_000);
         }
         // Before: 2, then 3 and 3: the pending delivery counted by its settling, then again by the
         // tick's delivery of its alert (its sink down by then), so `idem daemon --once` said 3.
