@@ -274,7 +274,20 @@ for (const dialect of DIALECTS) {
           const alerted = (await ledger.daemon.alertsDue({ limit: 10 })).some((a) => a.id === id);
           return { operation, events, story, alerted };
         };
-        return { p, ledger, tenant, clock, run, settle, after };
+        /**
+         * Attempt 1's request held out past its lease (its answer held after its effect, until
+         * released), and the daemon's lookup finding nothing yet: pending, nothing sent.
+         */
+        const outPastLease = async () => {
+          const release = p.hold("after");
+          const first = run();
+          await until(() => p.calls() === 1);
+          clock.now += 31_000;
+          const [op] = await ledger.admin.list({ tenant });
+          expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+          return { first, id: op!.id, release };
+        };
+        return { p, ledger, tenant, clock, run, settle, after, outPastLease };
       }
 
       it("a lookup's finding parked, then the request's own storable receipt: recorded, noted, not alerted as two effects", async () => {
@@ -309,21 +322,16 @@ for (const dialect of DIALECTS) {
         // Attempt 1's request is out past its lease; a lookup finds nothing yet (pending); attempt 3
         // sends, its receipt too large (parked, its attempt named); then attempt 1's request takes
         // effect too, its receipt storable.
-        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.two.fits");
-        p.hold("after");
-        const first = run();
-        await until(() => p.calls() === 1);
-        clock.now += 31_000;
-        const [op] = await ledger.admin.list({ tenant });
-        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        const { p, ledger, tenant, run, after, outPastLease } = await opened("known.two.fits");
+        const { first, id } = await outPastLease();
         expect(await run()).toMatchObject({ name: "PayloadTooLargeError" });
-        const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+        const parkedOp = (await ledger.get({ tenant, id: id })).operation;
         expect(parkedOp).toMatchObject({ status: "needs_review", error: { performedBy: [3] } });
         await ledger.daemon.ackAlert(parkedOp);
         p.fit();
         p.release();
         const out = await first;
-        const { operation, story, alerted } = await after(op!.id);
+        const { operation, story, alerted } = await after(id);
         expect(p.effects, story).toHaveLength(2);
         expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
         expect(operation.reason, story).toMatch(/^two effects: attempt 1's request took effect/);
@@ -334,22 +342,17 @@ for (const dialect of DIALECTS) {
         // Attempt 1's request is out past its lease; a lookup finds nothing yet (pending); attempt 3
         // sends, its receipt storable (succeeded); then attempt 1's request takes effect too, its
         // receipt too large to store. A storable one that differs is alerted as a second effect.
-        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.settled.two");
-        p.hold("after");
-        const first = run();
-        await until(() => p.calls() === 1);
-        clock.now += 31_000;
-        const [op] = await ledger.admin.list({ tenant });
-        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        const { p, run, after, outPastLease } = await opened("known.settled.two");
+        const { first, id } = await outPastLease();
         p.fit();
         expect(await run()).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
         p.bloat();
         p.release();
         const out = await first;
-        const { operation, events, story, alerted } = await after(op!.id);
+        const { operation, events, story, alerted } = await after(id);
         expect(p.effects, story).toHaveLength(2);
         // Its caller is told its own effect happened, its receipt not recordable (named by the operation).
-        expect(out, story).toMatchObject({ name: "PayloadTooLargeError", what: "result", operationId: op!.id });
+        expect(out, story).toMatchObject({ name: "PayloadTooLargeError", what: "result", operationId: id });
         // The row keeps the receipt it replays to every other caller.
         expect(operation, story).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
         // Before: only noted in the history ("fenced: attempt 1's effect happened but its receipt
@@ -409,22 +412,17 @@ for (const dialect of DIALECTS) {
         // Attempts 1 and 3 are both out; the daemon's lookup (attempt 4) finds an effect, receipt
         // too large (parked, no attempt named). Attempt 1's own receipt, too large, was only noted,
         // so attempt 3's storable one read the proof as the lookup's alone: one effect, unalerted.
-        const { p, ledger, tenant, clock, run, settle, after } = await opened("known.three");
-        const release1 = p.hold("after");
-        const first = run();
-        await until(() => p.calls() === 1);
-        clock.now += 31_000;
-        const [op] = await ledger.admin.list({ tenant });
-        expect(await settle(op!.id, true)).toMatchObject({ state: "pending" });
+        const { p, ledger, tenant, clock, run, settle, after, outPastLease } = await opened("known.three");
+        const { first, id, release: release1 } = await outPastLease();
         const release3 = p.hold("before");
         const third = run();
         try {
           await until(() => p.effects.length === 1); // attempt 3 committed; its answer is held
           clock.now += 31_000;
-          expect(await settle(op!.id)).toMatchObject({ name: "PayloadTooLargeError" });
+          expect(await settle(id)).toMatchObject({ name: "PayloadTooLargeError" });
           release1(); // attempt 1's request takes effect too; its receipt cannot be stored
           expect(await first).toMatchObject({ name: "PayloadTooLargeError" });
-          const parkedOp = (await ledger.get({ tenant, id: op!.id })).operation;
+          const parkedOp = (await ledger.get({ tenant, id: id })).operation;
           // Before: no attempt named, attempt 1's effect only noted in the history.
           expect(parkedOp).toMatchObject({ status: "needs_review", error: { performedBy: [1] } });
           expect(parkedOp.reason).not.toMatch(/two effects/);
@@ -433,7 +431,7 @@ for (const dialect of DIALECTS) {
           release3();
         }
         const out = await third;
-        const { operation, story, alerted } = await after(op!.id);
+        const { operation, story, alerted } = await after(id);
         expect(p.effects, story).toHaveLength(2);
         expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
         expect(operation.reason, story).toMatch(/^two effects: attempt 3's request took effect/);
