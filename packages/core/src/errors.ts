@@ -74,9 +74,12 @@ export class PayloadTooLargeError extends IdemError {
     readonly limit: number,
     readonly operationId?: string,
   ) {
+    // A result too large is an effect's receipt: the effect happened, whatever becomes of it.
+    const performed =
+      what === "result" && operationId ? ": the effect happened; its receipt cannot be kept (maxResultBytes)" : "";
     super(
       "PAYLOAD_TOO_LARGE",
-      `${what} is ${bytes} bytes, over the limit of ${limit}${operationId ? ` (operation ${operationId})` : ""}`,
+      `${what} is ${bytes} bytes, over the limit of ${limit}${operationId ? ` (operation ${operationId})` : ""}${performed}`,
     );
   }
 }

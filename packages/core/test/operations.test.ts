@@ -650,6 +650,10 @@ for (const dialect of DIALECTS) {
       });
       const err = await ledger.run(bloated, { tenant, key: ["r"], args: {} }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(PayloadTooLargeError);
+      // What a caller (a model) reads says the effect happened, not only that a value was too big.
+      expect((err as Error).message).toMatch(
+        /^result is \d+ bytes, over the limit of 100 \(operation op_\w+\): the effect happened; its receipt cannot be kept \(maxResultBytes\)/,
+      );
       const [op] = await ledger.admin.list({ tenant });
       expect(op).toMatchObject({ status: "needs_review", result: null, error: { kind: "invalid_result" } });
       // never run again in silence
