@@ -797,13 +797,24 @@ export class Runner {
         // own attempt (a person's verdict while we held it): not another request's effect.
         const another = performed && now.result_json !== null && now.attempt !== row.attempt;
         if (!another || dedupedOntoFirst(call.action, row, now)) return this.noteUnstorable(call, row, now, why);
+        const reason = `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`;
+        // Our own alert, committed on a try whose answer was lost (as moveDurably tells its own
+        // write): written again, it would be a second event and a delivered alert due again.
+        const ours = (r: Row | undefined) => r?.status === "succeeded" && r.reason === reason && r.actor === call.actor;
+        if (ours(now)) return;
         const alerted = await this.moveDurably(call, now, "succeeded", {
           actor: call.actor,
-          reason: `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`,
+          reason,
           alert: true,
           ...asRead,
-        }).catch(() => undefined);
+        }).catch(
+          () => null, // the ledger failed for a lease: its first try may have committed all the same
+        );
         if (alerted) return;
+        if (alerted === null) {
+          const after = await this.store.findById(call.tenant, row.id).catch(() => undefined);
+          return ours(after) ? undefined : this.noteUnstorable(call, row, after, why);
+        }
         continue;
       }
       const earlier = performedProof(now);
@@ -990,7 +1001,8 @@ export class Runner {
    * Writes `succeeded` with the receipt, retrying a failing database for up to a lease. A receipt
    * settles the row on its own evidence: a person's verdict goes (a reopened row's "failed" must
    * not be read with the receipt), unless `keepVerdict` (their "it happened" given without one).
-   * `alert`: a person must hear of it (`reason` says why).
+   * `alert`: a person must hear of it (`reason` says why). `unchangedSince`: only on the row as
+   * read, for a move that keeps the status (see `moveDurably`).
    */
   private async recordReceipt<A, R>(
     call: Call<A, R>,
@@ -998,7 +1010,11 @@ export class Runner {
     json: string,
     receipt: R,
     reason: string,
-    { keepVerdict = false, alert = false }: { keepVerdict?: boolean; alert?: boolean } = {},
+    {
+      keepVerdict = false,
+      alert = false,
+      unchangedSince,
+    }: { keepVerdict?: boolean; alert?: boolean; unchangedSince?: TransitionPatch["unchangedSince"] } = {},
   ) {
     try {
       return await this.tracing.span(
@@ -1014,6 +1030,7 @@ export class Runner {
             completed: true,
             retentionMs: call.settings.retentionMs,
             alert,
+            ...(unchangedSince && { unchangedSince }),
           }),
       );
     } catch (cause) {
@@ -1120,8 +1137,13 @@ export class Runner {
             : proof
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
-          // A person's "it happened" agrees with the receipt; any other verdict is void now.
-          { keepVerdict: now.status === "succeeded", alert: twice },
+          // A person's "it happened" agrees with the receipt; any other verdict is void now. Their
+          // row keeps its status, so the write is on the row as read and noted: a retry after it
+          // committed unseen matches nothing (moveDurably knows its own write), and another late
+          // receipt written meanwhile is read again, and found to be a second effect if it differs.
+          now.status === "succeeded"
+            ? { keepVerdict: true, alert: twice, unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } }
+            : { alert: twice },
         );
         if (proven) return { done: succeeded(proven, receipt, false) };
         if (!lastLook) continue;

@@ -6,7 +6,9 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, defineAction, InvalidTransitionError, type Ledger } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
 /**
@@ -245,6 +247,86 @@ for (const dialect of DIALECTS) {
         (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
         story,
       ).not.toContain(op!.id);
+    });
+
+    it("a person's 'it happened' without a receipt, then two attempts' late receipts that differ: two effects, alerted", async () => {
+      // Nothing can check the provider: attempt 1's request, out past its lease, is parked; a person
+      // runs it again (attempt 3), parked the same way; then says it happened, with no receipt to
+      // give. Both requests took effect. Attempt 1's receipt write is held until attempt 3's has
+      // run: each read the row without a receipt, so each wrote its own.
+      const clock = { now: Date.now() };
+      const p = bloatedProvider("known.verdict.two");
+      p.fit();
+      await (await db.open()).close(); // migrated
+      let thirdWrote: () => void = () => {};
+      const third = new Promise<void>((r) => (thirdWrote = r));
+      const receiptWrite = (sql: string, params: readonly unknown[], attempt: number) =>
+        sql.startsWith('update "idem_operations" set "status"') &&
+        params.some(
+          (v) =>
+            typeof v === "string" &&
+            v.includes(`attempt ${attempt}'s receipt proves the effect happened, after a person`),
+        );
+      const holding = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          if (receiptWrite(q.sql, q.parameters, 1)) await third;
+          const out = await run();
+          if (receiptWrite(q.sql, q.parameters, 3)) thirdWrote();
+          return out;
+        },
+      });
+      const ledger: Ledger = await openTestLedger(holding, {
+        clock: () => clock.now,
+        leaseMs: 30_000,
+        maxResultBytes: 50,
+        actions: [p.action],
+        budget: { attempts: 1 },
+      });
+      try {
+        const tenant = uniqueTenant();
+        const run = () => ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        const release1 = p.hold("after");
+        const first = run();
+        await until(() => p.calls() === 1);
+        clock.now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const id = op!.id;
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+        const parked2 = (await ledger.get({ tenant, id })).operation;
+        await ledger.admin.retry({ tenant, id, actor: "alice", reason: "try it again", seen: parked2 });
+        const release3 = p.hold("after");
+        const again = run();
+        await until(() => p.calls() === 2);
+        clock.now += 31_000;
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+        const parked4 = (await ledger.get({ tenant, id })).operation;
+        expect(parked4).toMatchObject({ status: "needs_review", attempt: 4 });
+        await ledger.admin.resolve({
+          tenant,
+          id,
+          actor: "alice",
+          reason: "the charge is in the dashboard",
+          outcome: "succeeded",
+          seen: parked4,
+        });
+        release1(); // attempt 1's receipt comes; its write held until attempt 3's has run
+        await until(() => p.effects.length === 1);
+        release3();
+        const [out1, out3] = await Promise.all([first, again]);
+        const { operation, events } = await ledger.get({ tenant, id });
+        const story = `events: ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        const alerted = (await ledger.daemon.alertsDue({ limit: 10 })).some((a) => a.id === id);
+        expect(p.effects, story).toHaveLength(2);
+        expect(out1, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        expect(out3, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
+        // Before: attempt 1's receipt written over attempt 3's (told its own), unalerted: "attempt
+        // 1's receipt proves the effect happened, after a person resolved it as succeeded without one".
+        expect(operation.reason, story).toMatch(/two effects/);
+        expect(alerted, story).toBe(true);
+      } finally {
+        thirdWrote(); // never left holding a statement
+        await ledger.close();
+      }
     });
 
     // A proof on the row tells whose effect it was (`performedBy`): a lookup's finding (no attempt

@@ -86,11 +86,14 @@ for (const dialect of DIALECTS) {
      * cut after the commit does (the answer is lost); or, `outage`, fails before it ran (the
      * database briefly unreachable: nothing committed); or, `read`, runs, but while it has not,
      * the read by id that follows a move refused (the row moved meanwhile) fails as unreachable:
-     * the read a late end decides its move on. `lost()` counts the statements failed.
+     * the read a late end decides its move on. `lost()` counts the statements failed. `refusedMs`
+     * (with `lost`): the same move is then refused as unreachable for that long (an outage after
+     * the lost answer, through which the retries fail), not counted in `lost()`.
      */
-    async function lossy(to: string, reason: string, options: TestLedgerOptions, fault: Fault = "lost") {
+    async function lossy(to: string, reason: string, options: TestLedgerOptions, fault: Fault = "lost", refusedMs = 0) {
       await (await db.open()).close(); // migrated
       let lost = 0;
+      let lostAt = 0;
       let moved = false;
       let refused = false;
       const dialectWithLoss = hooked(await dialectFor(dialect, db.url()), {
@@ -110,9 +113,12 @@ for (const dialect of DIALECTS) {
             lost += 1;
             throw new Error("connection refused (test)");
           }
+          if (fault === "lost" && lost > 0 && Date.now() - lostAt < refusedMs && isMove(q, to, reason))
+            throw new Error("connection refused (test)");
           const out = await run();
           if (fault === "outage" || lost > 0 || !isMove(q, to, reason)) return out;
           lost += 1;
+          lostAt = Date.now();
           throw new Error("connection reset after commit (test)");
         },
       });
@@ -345,6 +351,116 @@ for (const dialect of DIALECTS) {
           story(events),
         ).toHaveLength(1);
         expect(effects).toHaveLength(2);
+      } finally {
+        await close();
+      }
+    });
+
+    it("the same, the retries then refused for a lease: one 'two effects' event, not another on the next look", async () => {
+      // The alert's first try commits, its answer lost; every retry is refused until the lease runs
+      // out, so the move throws. The next look read the row carrying this very alert and wrote it
+      // again: a second event, and the delivered alert due again.
+      try {
+        const LEASE = 2_000;
+        let now = Date.now();
+        const effects: { key: string; id: string }[] = [];
+        const opens: (() => void)[] = [];
+        const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
+        let calls = 0;
+        const action = defineAction<{ to: string }, { id: string; pad: string }>({
+          type: "lost.two.unstorable.outage",
+          capabilities: { lookup: true },
+          execute: async (_a, op) => {
+            const call = calls++;
+            await gates[call];
+            const id = `obj_${effects.length + 1}`;
+            effects.push({ key: op.key, id });
+            return { id, pad: "x".repeat(call === 0 ? 200 : 0) }; // attempt 1's too large to store
+          },
+          reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not at the provider" }),
+        });
+        const { ledger, lost } = await lossy(
+          "succeeded",
+          "two effects",
+          { clock: () => now, leaseMs: LEASE, maxResultBytes: 50, actions: [action], budget: { attempts: 1 } },
+          "lost",
+          LEASE + 500,
+        );
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        while (calls < 1) await sleep(5);
+        now += LEASE + 1_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const stop = new AbortController();
+        stop.abort();
+        await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+        const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+        while (calls < 2) await sleep(5);
+        opens[1]!();
+        expect(await third).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
+        opens[0]!();
+        const firstOut = await first;
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        expect(lost()).toBe(1);
+        expect(firstOut, story(events)).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
+        expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        expect(operation.reason, story(events)).toMatch(/^two effects: attempt 1's request took effect too/);
+        // Before: two, the second written by the next look after the retries failed.
+        expect(
+          events.filter((e) => e.reason?.startsWith("two effects")),
+          story(events),
+        ).toHaveLength(1);
+        expect(effects).toHaveLength(2);
+      } finally {
+        await close();
+      }
+    });
+
+    it("a late receipt on an operation a person resolved as succeeded without one: one event, not one per retry", async () => {
+      // Attempt 1's request is out past its lease; nothing can check the provider, so the daemon
+      // parks it; a person says it happened, with no receipt to give; then attempt 1's receipt
+      // comes. Its write keeps the status: a retry after its commit matched the row again.
+      try {
+        let now = Date.now();
+        const p = new TestProvider();
+        const action = p.action("lost.verdict", {});
+        let release: () => void = () => {};
+        p.gate = new Promise<void>((r) => (release = r));
+        const { ledger, lost } = await lossy("succeeded", "after a person resolved it as succeeded without one", {
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await p.called(1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+          state: "needs_review",
+        });
+        const seen = (await ledger.get({ tenant, id: op!.id })).operation;
+        await ledger.admin.resolve({
+          tenant,
+          id: op!.id,
+          actor: "alice",
+          reason: "the charge is in the dashboard",
+          outcome: "succeeded",
+          seen,
+        });
+        release();
+        const out = await first;
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        expect(lost()).toBe(1);
+        expect(out, story(events)).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+        // Before: two, the retry after the lost commit writing it again.
+        expect(
+          events.filter((e) => e.reason?.includes("after a person resolved it as succeeded without one")),
+          story(events),
+        ).toHaveLength(1);
+        expect(p.effects).toHaveLength(1);
       } finally {
         await close();
       }
