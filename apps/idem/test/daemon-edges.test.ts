@@ -214,7 +214,10 @@ for (const dialect of DIALECTS) {
       });
       cleanups.push(() => ledger.close());
       const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), name);
-      return { hook, ledger, daemon, advance: (ms: number) => void (ahead += ms) };
+      const advance = (ms: number) => {
+        ahead += ms;
+      };
+      return { hook, ledger, daemon, advance };
     }
 
     it(
