@@ -298,123 +298,80 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    it("a second effect whose receipt cannot be stored, on a settled operation: one 'two effects' event, not one per retry", async () => {
-      // Attempt 1's request is out past its lease; a lookup finds nothing yet; attempt 3's request
-      // takes effect, its receipt recorded; then attempt 1's takes effect too, its receipt too large
-      // to store. The alert keeps the status: a retry after its commit must match nothing.
-      try {
-        let now = Date.now();
-        const effects: { key: string; id: string }[] = [];
-        const opens: (() => void)[] = [];
-        const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
-        let calls = 0;
-        const action = defineAction<{ to: string }, { id: string; pad: string }>({
-          type: "lost.two.unstorable",
-          capabilities: { lookup: true },
-          execute: async (_a, op) => {
-            const call = calls++;
-            await gates[call];
-            const id = `obj_${effects.length + 1}`;
-            effects.push({ key: op.key, id });
-            return { id, pad: "x".repeat(call === 0 ? 200 : 0) }; // attempt 1's too large to store
-          },
-          reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not at the provider" }),
-        });
-        const { ledger, lost } = await lossy("succeeded", "two effects", {
-          clock: () => now,
-          leaseMs: 30_000,
-          maxResultBytes: 50,
-          actions: [action],
-          budget: { attempts: 1 },
-        });
-        const tenant = uniqueTenant();
-        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
-        while (calls < 1) await sleep(5);
-        now += 31_000;
-        const [op] = await ledger.admin.list({ tenant });
-        const stop = new AbortController();
-        stop.abort();
-        await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
-        const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
-        while (calls < 2) await sleep(5);
-        opens[1]!();
-        expect(await third).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
-        opens[0]!();
-        const firstOut = await first;
-        const { operation, events } = await ledger.get({ tenant, id: op!.id });
-        expect(lost()).toBe(1);
-        expect(firstOut, story(events)).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
-        expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
-        expect(operation.reason, story(events)).toMatch(/^two effects: attempt 1's request took effect too/);
-        expect(
-          events.filter((e) => e.reason?.startsWith("two effects")),
-          story(events),
-        ).toHaveLength(1);
-        expect(effects).toHaveLength(2);
-      } finally {
-        await close();
-      }
-    });
-
-    it("the same, the retries then refused for a lease: one 'two effects' event, not another on the next look", async () => {
-      // The alert's first try commits, its answer lost; every retry is refused until the lease runs
-      // out, so the move throws. The next look read the row carrying this very alert and wrote it
-      // again: a second event, and the delivered alert due again.
-      try {
-        const LEASE = 2_000;
-        let now = Date.now();
-        const effects: { key: string; id: string }[] = [];
-        const opens: (() => void)[] = [];
-        const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
-        let calls = 0;
-        const action = defineAction<{ to: string }, { id: string; pad: string }>({
-          type: "lost.two.unstorable.outage",
-          capabilities: { lookup: true },
-          execute: async (_a, op) => {
-            const call = calls++;
-            await gates[call];
-            const id = `obj_${effects.length + 1}`;
-            effects.push({ key: op.key, id });
-            return { id, pad: "x".repeat(call === 0 ? 200 : 0) }; // attempt 1's too large to store
-          },
-          reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not at the provider" }),
-        });
-        const { ledger, lost } = await lossy(
-          "succeeded",
-          "two effects",
-          { clock: () => now, leaseMs: LEASE, maxResultBytes: 50, actions: [action], budget: { attempts: 1 } },
-          "lost",
-          LEASE + 500,
-        );
-        const tenant = uniqueTenant();
-        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
-        while (calls < 1) await sleep(5);
-        now += LEASE + 1_000;
-        const [op] = await ledger.admin.list({ tenant });
-        const stop = new AbortController();
-        stop.abort();
-        await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
-        const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
-        while (calls < 2) await sleep(5);
-        opens[1]!();
-        expect(await third).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
-        opens[0]!();
-        const firstOut = await first;
-        const { operation, events } = await ledger.get({ tenant, id: op!.id });
-        expect(lost()).toBe(1);
-        expect(firstOut, story(events)).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
-        expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
-        expect(operation.reason, story(events)).toMatch(/^two effects: attempt 1's request took effect too/);
-        // Before: two, the second written by the next look after the retries failed.
-        expect(
-          events.filter((e) => e.reason?.startsWith("two effects")),
-          story(events),
-        ).toHaveLength(1);
-        expect(effects).toHaveLength(2);
-      } finally {
-        await close();
-      }
-    });
+    // A second effect whose receipt cannot be stored, on a settled operation: attempt 1's request is
+    // out past its lease; a lookup finds nothing yet; attempt 3's request takes effect, its receipt
+    // recorded; then attempt 1's takes effect too, its receipt too large to store. The alert keeps
+    // the status: a retry after its commit must match nothing. With `refusedMs`, every retry is
+    // refused until the lease runs out, so the move throws; the next look read the row carrying
+    // this very alert and wrote it again (a second event, the delivered alert due again).
+    for (const c of [
+      {
+        name: "a second effect whose receipt cannot be stored, on a settled operation: one 'two effects' event, not one per retry",
+        type: "lost.two.unstorable",
+        leaseMs: 30_000,
+        refusedMs: 0,
+      },
+      {
+        name: "the same, the retries then refused for a lease: one 'two effects' event, not another on the next look",
+        type: "lost.two.unstorable.outage",
+        leaseMs: 2_000,
+        refusedMs: 2_500,
+      },
+    ])
+      it(c.name, async () => {
+        try {
+          let now = Date.now();
+          const effects: { key: string; id: string }[] = [];
+          const opens: (() => void)[] = [];
+          const gates = [0, 1].map(() => new Promise<void>((r) => opens.push(r)));
+          let calls = 0;
+          const action = defineAction<{ to: string }, { id: string; pad: string }>({
+            type: c.type,
+            capabilities: { lookup: true },
+            execute: async (_a, op) => {
+              const call = calls++;
+              await gates[call];
+              const id = `obj_${effects.length + 1}`;
+              effects.push({ key: op.key, id });
+              return { id, pad: "x".repeat(call === 0 ? 200 : 0) }; // attempt 1's too large to store
+            },
+            reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not at the provider" }),
+          });
+          const { ledger, lost } = await lossy(
+            "succeeded",
+            "two effects",
+            { clock: () => now, leaseMs: c.leaseMs, maxResultBytes: 50, actions: [action], budget: { attempts: 1 } },
+            "lost",
+            c.refusedMs,
+          );
+          const tenant = uniqueTenant();
+          const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+          while (calls < 1) await sleep(5);
+          now += c.leaseMs + 1_000;
+          const [op] = await ledger.admin.list({ tenant });
+          const stop = new AbortController();
+          stop.abort();
+          await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal });
+          const third = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+          while (calls < 2) await sleep(5);
+          opens[1]!();
+          expect(await third).toMatchObject({ status: "succeeded", attempt: 3, receipt: { id: "obj_1" } });
+          opens[0]!();
+          const firstOut = await first;
+          const { operation, events } = await ledger.get({ tenant, id: op!.id });
+          expect(lost()).toBe(1);
+          expect(firstOut, story(events)).toMatchObject({ name: "PayloadTooLargeError", operationId: op!.id });
+          expect(operation, story(events)).toMatchObject({ status: "succeeded", result: { id: "obj_1" } });
+          expect(operation.reason, story(events)).toMatch(/^two effects: attempt 1's request took effect too/);
+          expect(
+            events.filter((e) => e.reason?.startsWith("two effects")),
+            story(events),
+          ).toHaveLength(1);
+          expect(effects).toHaveLength(2);
+        } finally {
+          await close();
+        }
+      });
 
     it("a late receipt on an operation a person resolved as succeeded without one: one event, not one per retry", async () => {
       // Attempt 1's request is out past its lease; nothing can check the provider, so the daemon
