@@ -251,6 +251,15 @@ export interface ActionDefinition<A, R, I = A> {
   readonly receipt?: StandardSchemaV1<unknown, R>;
   /** Looks the effect up. Given exactly when `capabilities.lookup` is true (see `LookupContract`). */
   reconcile?(args: A, op: OperationContext): Promise<ReconcileResult<R>>;
+  /**
+   * The provider's own id of the effect a receipt describes (Stripe's object id, HubSpot's record
+   * id), where each effect gets an id of its own: a second effect would have another. A request's
+   * late answer whose receipt differs from the one recorded (a lookup's finding, shaped otherwise)
+   * is one effect told twice when their ids are equal, and alerted as a second effect when they
+   * are not. Not for an id every copy shares (a Message-ID set by us): without it, a late answer
+   * that differs from the recorded receipt is alerted for a person to check.
+   */
+  effectId?(receipt: R): string | undefined;
 }
 
 /**

@@ -732,7 +732,7 @@ export class Runner {
       checkSize("result", json, call.settings.maxResultBytes, row.id);
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
-      await this.unstorable(call, row, describeError(error), performed);
+      await this.unstorable(call, row, describeError(error), performed, receipt);
       // Named by its operation, as the too large one is: the effect happened, the caller must know which.
       if (error instanceof PayloadTooLargeError) throw error;
       throw error instanceof InvalidValueError
@@ -766,11 +766,18 @@ export class Runner {
    *   is named on it, not alerted, so that a later receipt of another request counts as a second.
    * A row settled `succeeded` keeps its receipt (the one replayed to every other caller), and the
    * refused proof goes to its history; but our own request's answer, on a row another attempt
-   * settled with a receipt, is a second effect (unless the provider deduped it onto the first),
-   * alerted as one, as `fenced` alerts a storable receipt that differs (this one, unstorable,
-   * cannot be the receipt recorded). Each move is retried through a brief outage (`moveDurably`).
+   * settled with a receipt, is a second effect (unless the provider deduped it onto the first, or
+   * its ids say it is the recorded one: `effectId`), alerted as one, as `fenced` alerts a storable
+   * receipt that differs (this one, unstorable, cannot be the receipt recorded). Each move is
+   * retried through a brief outage (`moveDurably`).
    */
-  private async unstorable<A, R>(call: Call<A, R>, row: Row, why: string, performed: boolean): Promise<void> {
+  private async unstorable<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    why: string,
+    performed: boolean,
+    receipt: R,
+  ): Promise<void> {
     const proof: StoredError = {
       kind: "invalid_result",
       reason: why,
@@ -796,7 +803,8 @@ export class Runner {
         // A lookup's finding, a person's "it happened" without a receipt, or the row settled at our
         // own attempt (a person's verdict while we held it): not another request's effect.
         const another = performed && now.result_json !== null && now.attempt !== row.attempt;
-        if (!another || dedupedOntoFirst(call.action, row, now)) return this.noteUnstorable(call, row, now, why);
+        if (!another || dedupedOntoFirst(call.action, row, now) || sameEffect(call.action, now.result_json!, receipt))
+          return this.noteUnstorable(call, row, now, why);
         const reason = `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`;
         // Our own alert, committed on a try whose answer was lost (as moveDurably tells its own
         // write): written again, it would be a second event and a delivered alert due again.
@@ -1050,7 +1058,8 @@ export class Runner {
    * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
    * settles a row that is not yet proven (unknown, pending, needs_review), and is never answered
    * as anything but an effect. `performed`: the receipt is our own request's (execute answered),
-   * not a lookup's finding, so one that differs from the recorded receipt is a second effect.
+   * not a lookup's finding, so one that differs from the recorded receipt is a second effect,
+   * unless the provider's ids say it is the same one (`effectId`: a lookup's finding says less).
    */
   private async fenced<A, R>(
     call: Call<A, R>,
@@ -1154,7 +1163,12 @@ export class Runner {
         // however its answer differs). Our caller gets its own receipt, not "already done
         // earlier", and a person hears of the second effect (the row keeps the receipt it
         // replays to every other caller).
-        if (now.result_json !== canonicalJson(receipt, "result") && !dedupedOntoFirst(call.action, mine, now)) {
+        const ours = canonicalJson(receipt, "result");
+        // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
+        // finding says less than the request's answer). Our caller gets its own request's answer.
+        if (ours !== now.result_json && sameEffect(call.action, now.result_json, receipt))
+          return { done: succeeded(mine, receipt, false) };
+        if (ours !== now.result_json && !dedupedOntoFirst(call.action, mine, now)) {
           const alerted = await this.moveDurably(call, now, "succeeded", {
             actor: call.actor,
             reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
@@ -1381,6 +1395,20 @@ function ofOperation(error: unknown, operationId: string | undefined): unknown {
   if (!(error instanceof LedgerUnavailableError) || error.operationId !== undefined || operationId === undefined)
     return error;
   return new LedgerUnavailableError(error.message, operationId, { cause: error.cause ?? error });
+}
+
+/**
+ * Whether the provider's ids (`effectId`) say the recorded receipt and ours describe one effect;
+ * false when the action gives none or either receipt has none (then a difference is alerted).
+ */
+function sameEffect(action: Pick<Action<unknown, unknown>, "effectId">, recorded: string, ours: unknown): boolean {
+  if (!action.effectId) return false;
+  try {
+    const id = action.effectId(ours);
+    return typeof id === "string" && id !== "" && id === action.effectId(JSON.parse(recorded));
+  } catch {
+    return false; // a receipt the action cannot read: not proven one effect
+  }
 }
 
 /**

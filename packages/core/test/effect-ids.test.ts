@@ -1,0 +1,124 @@
+/**
+ * A lookup records the receipt it found; then the request's own answer arrives, late. The two
+ * receipts are shaped differently (a lookup reads what the provider keeps, the request's answer
+ * says more: HubSpot's `new`, Stripe's request id), so compared as JSON they "differ", and one
+ * effect was alerted as two (helper-98's review). An action whose provider gives each effect an
+ * id of its own (`effectId`) tells them apart by it: the same id is one effect told twice, another
+ * id a second effect. Without one (a Message-ID every copy of an email shares) it stays alerted.
+ */
+import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { defineAction, type Ledger } from "@idem/core";
+import { DIALECTS } from "@idem/testkit";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+
+interface Receipt {
+  id: string;
+  new?: boolean;
+  pad?: string;
+}
+
+/**
+ * A provider without dedupe whose request commits, then answers late (held until `release`);
+ * its lookup reads what it keeps, the first object under the key: `{ id }`, without `new`.
+ */
+function provider(type: string, { ids, earlier, large }: { ids: boolean; earlier?: string; large?: boolean }) {
+  const effects: { key: string; id: string }[] = [];
+  let open: () => void = () => {};
+  const gate = new Promise<void>((r) => (open = r));
+  const action = defineAction<{ to: string }, Receipt>({
+    type,
+    capabilities: { lookup: true },
+    // An earlier effect under the key (one the ledger does not know of: a second one) when asked.
+    execute: async (_args, op) => {
+      if (earlier && effects.length === 0) effects.push({ key: op.key, id: earlier });
+      const id = `obj_${effects.length + 1}`;
+      effects.push({ key: op.key, id });
+      await gate;
+      return { id, new: true, ...(large && { pad: "x".repeat(500) }) };
+    },
+    reconcile: async (_args, op) => {
+      const hit = effects.find((e) => e.key === op.key);
+      return hit
+        ? { found: true as const, receipt: { id: hit.id } }
+        : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+    },
+    ...(ids && { effectId: (r: Receipt) => r.id }),
+  });
+  return { action, effects, release: () => open() };
+}
+
+async function until(cond: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await sleep(5);
+  }
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a lookup's receipt, then the request's own late answer, on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // `large`: the request's own receipt is too large to store (the lookup's is not).
+    const cases = [
+      { name: "the same id: one effect, not alerted", ids: true, alerted: false },
+      {
+        name: "the same id, its own receipt too large to store: one effect, not alerted",
+        ids: true,
+        large: true,
+        alerted: false,
+      },
+      { name: "no effect ids (a shared Message-ID): alerted, a person checks", ids: false, alerted: true },
+      { name: "no effect ids, its own receipt too large: alerted", ids: false, large: true, alerted: true },
+      { name: "another id: a second effect, alerted", ids: true, earlier: "obj_0", alerted: true },
+      {
+        name: "another id, its own receipt too large: a second effect, alerted",
+        ids: true,
+        earlier: "obj_0",
+        large: true,
+        alerted: true,
+      },
+    ];
+    for (const c of cases)
+      it(c.name, async () => {
+        let now = Date.now();
+        const p = provider(`late.ids.${c.ids}.${c.earlier ?? "none"}.${c.large === true}`, c);
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: 200,
+          actions: [p.action],
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => p.effects.length > 0);
+        now += 31_000; // attempt 1's request committed; its answer is still out when its lease runs out
+        const [op] = await ledger.admin.list({ tenant });
+        const found = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        expect(found).toMatchObject({ status: "succeeded", receipt: { id: c.earlier ?? "obj_1" } });
+        p.release();
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        // The caller is told its request took effect: its own receipt, or that it was too large.
+        if (c.large) expect((out as Error).name, story).toBe("PayloadTooLargeError");
+        else expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: c.earlier ? "obj_2" : "obj_1" } });
+        expect(
+          {
+            status: after.operation.status,
+            receipt: after.operation.result,
+            alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
+            twoEffects: /two effects/.test(after.operation.reason ?? ""),
+          },
+          story,
+        ).toEqual({
+          status: "succeeded",
+          // The receipt every other caller was given stays the one replayed.
+          receipt: { id: c.earlier ?? "obj_1" },
+          alerted: c.alerted,
+          twoEffects: c.alerted,
+        });
+      });
+  });
+}
