@@ -53,6 +53,9 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       capabilities: { lookup: true },
       receipt: hubspotReceiptSchema(objectType),
       providerReference: (_args, op) => `${unique}:${op.key}`,
+      // The record's id: the unique property allows one record per key, so a lookup's receipt
+      // (new: false) and the request's own late answer (new: true) naming it are one effect.
+      effectId: (receipt) => `${receipt.objectType}/${receipt.id}`,
       validate(args) {
         if (args.properties?.[unique] !== undefined)
           throw new Error(`${unique} is set by idem from the operation key; do not pass it`);

@@ -9,9 +9,11 @@ import {
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
+  HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
 } from "./hubspot-errors.js";
+import { evidenceOf, hostsOnly, type HubSpotError } from "./hubspot-evidence.js";
 
 /**
  * Categories of a batch error that refuse the input itself: HubSpot's final answer about these
@@ -104,13 +106,6 @@ function messagesOf(error: unknown): string[] {
   return messages.filter((m): m is string => typeof m === "string");
 }
 
-interface HubSpotError {
-  code?: number | string;
-  body?: { message?: string; category?: string; policyName?: string; correlationId?: string };
-  headers?: Record<string, string>;
-  message?: string;
-}
-
 export function classifyHubSpotError(error: unknown): Classification {
   if (error instanceof HubSpotReadBackError) {
     // The refusal may be our own record (an earlier attempt committed), and the read that would
@@ -138,8 +133,14 @@ export function classifyHubSpotError(error: unknown): Classification {
     // A GET, sent before any write: whatever became of it, no record was written. Its own class
     // otherwise (a 429's wait, a 401 or 403 alerted), named as the definition's read.
     const read = classifyHubSpotError(error.cause);
-    const reason = `${error.message}: ${read.reason}`;
+    const reason = `reading the definition of ${error.objectType}.${error.property} failed: ${read.reason}`;
     return read.kind === "ambiguous" ? { kind: "transient", reason: `not sent: ${reason}` } : { ...read, reason };
+  }
+  // ensureSchema's create of the property: its request's own class (a 5xx ambiguous: the property
+  // may exist, and ensureSchema run again finds it), named as that create.
+  if (error instanceof HubSpotSchemaCreateError) {
+    const create = classifyHubSpotError(error.cause);
+    return { ...create, reason: `creating ${error.objectType}.${error.property} failed: ${create.reason}` };
   }
   if (error instanceof HubSpotBatchInputError) {
     const what = error.errors.map((b) => `${b.category ?? "error"}: ${b.message ?? ""}`.trim()).join("; ");
@@ -149,11 +150,8 @@ export function classifyHubSpotError(error: unknown): Classification {
     return { kind: "ambiguous", reason: what ? `207 ${what}` : error.message };
   }
   const e = (error ?? {}) as HubSpotError;
-  const status = typeof e.code === "number" ? e.code : undefined;
-  const ids = e.body?.correlationId ? { providerRequestId: e.body.correlationId } : {};
-  const what = status
-    ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
-    : `${e.code ?? "error"}: ${hostsOnly(e.message ?? String(error))}`;
+  const { status, requestId, said: what } = evidenceOf(error);
+  const ids = requestId ? { providerRequestId: requestId } : {};
   if (status === undefined) {
     // We refused the server's TLS before the request was written: nothing sent, and every retry
     // meets the same certificate. A configuration (a CA bundle, a proxy) a person must fix.
@@ -197,21 +195,6 @@ export function tlsRefusal(error: unknown): string | undefined {
   return refused.refused === "certificate"
     ? `HubSpot's certificate is not trusted (${said}): a TLS-inspecting proxy or a private endpoint needs its CA trusted (NODE_EXTRA_CA_CERTS)`
     : `no TLS version both HubSpot and this process accept (${said})`;
-}
-
-/**
- * A network error's message with each URL cut to its host: node-fetch says "request to <url>
- * failed, reason: …", and the URL's path and query hold the operation key (a read by it), record
- * ids, a token where one goes in the query. An operator needs only which server refused.
- */
-function hostsOnly(message: string): string {
-  return message.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi, (url) => {
-    try {
-      return new URL(url).host;
-    } catch {
-      return "(a URL)";
-    }
-  });
 }
 
 function requestIdOf(c: Classification): string | undefined {

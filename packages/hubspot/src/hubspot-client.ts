@@ -51,8 +51,10 @@ export function createHubSpotClient(config: HubSpotConfig) {
     numberOfApiCallRetries: config.clientRetries ?? 0,
     httpAgent: timeoutAgent(config.basePath ?? "https://api.hubapi.com", config.timeoutMs ?? 20_000),
   });
-  // Bind now, with the decorators this constructor just set (see above).
-  return { objects: client.crm.objects, properties: client.crm.properties };
+  // Bind now, with the decorators this constructor just set (see above). The host names the
+  // server in errors the adapter raises (never the path, which may hold an operation key).
+  const host = new URL(config.basePath ?? "https://api.hubapi.com").host;
+  return { objects: client.crm.objects, properties: client.crm.properties, host };
 }
 
 /**

@@ -1,7 +1,10 @@
 /**
  * The errors the adapter raises itself, each carrying HubSpot's evidence; `classifyHubSpotError`
- * reads them. HTTP and network errors stay the client's own (ApiException, fetch errors).
+ * reads them. An action's HTTP and network errors stay the client's own (ApiException, fetch
+ * errors), which the ledger classifies; the schema's requests are wrapped (HubSpotSchemaReadError,
+ * HubSpotSchemaCreateError), as their callers (ensureSchema, a setup script) read them directly.
  */
+import { describeEvidence, evidenceOf } from "./hubspot-evidence.js";
 
 /** One entry of a batch answer's `errors`, as HubSpot sends it (every field optional in practice). */
 export interface HubSpotBatchError {
@@ -73,30 +76,114 @@ export class HubSpotSchemaError extends Error {
   ) {
     const d = options?.definition;
     super(
-      `${objectType}.${property} ${problem === "missing" ? "does not exist" : "is not a unique-value property"}: ` +
-        `HubSpot would not refuse a second record with the same key. Create it with ensureSchema(["${objectType}"]) ` +
-        `(a unique-value idem_external_id), or set uniqueProperty to a unique-value property` +
-        (d
-          ? ` (HubSpot's definition of it: type ${d.type}, fieldType ${d.fieldType}, hasUniqueValue: ${d.hasUniqueValue ?? "absent"})`
-          : ""),
+      problem === "missing" ? missing(objectType, property) : notUnique(objectType, property, d),
       options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.definition = d;
   }
 }
 
+const WHY = "HubSpot would not refuse a second record with the same key, and a read by it cannot prove a record absent";
+
+function missing(objectType: string, property: string): string {
+  return (
+    `${objectType}.${property} does not exist: ${WHY}. Create it with ensureSchema(["${objectType}"]) ` +
+    `(a unique-value ${property}), or set uniqueProperty to a unique-value property`
+  );
+}
+
 /**
- * Reading the definition of the key's property failed (429, a token without the schema read
- * scope, unreachable): no write was sent. `cause` is the read's error.
+ * Not "create it with ensureSchema": HubSpot sets hasUniqueValue only when a property is created
+ * (its property update, PATCH /crm/v3/properties/{objectType}/{name}, takes no hasUniqueValue), so
+ * no call can make this one unique-value. Archiving it loses the keys its records hold: only safe
+ * when no record, archived ones included, has a value in it.
  */
-export class HubSpotSchemaReadError extends Error {
-  override readonly name = "HubSpotSchemaReadError";
+function notUnique(objectType: string, property: string, d: HubSpotPropertyDefinition | undefined): string {
+  const seen = d
+    ? ` (HubSpot's definition of it: type ${d.type}, fieldType ${d.fieldType}, hasUniqueValue: ${d.hasUniqueValue ?? "absent"})`
+    : "";
+  return (
+    `${objectType}.${property} exists but is not a unique-value property${seen}: ${WHY}. ` +
+    "HubSpot makes a property unique-value only when it creates it, so ensureSchema cannot make an existing property unique-value. " +
+    `Set uniqueProperty to a new name and run ensureSchema(["${objectType}"]), which creates it unique-value; ` +
+    `or, only if no ${objectType} record (archived ones included) has a value in ${property}, ` +
+    "archive the property in HubSpot and run ensureSchema again"
+  );
+}
+
+/** The evidence of a schema request that failed, as the errors below carry it. */
+abstract class HubSpotSchemaRequestError extends Error {
+  /** The HTTP status, when an answer came. */
+  readonly status: number | undefined;
+  /** HubSpot's correlationId of the failed request, to quote to its support. */
+  readonly requestId: string | undefined;
+  /** The API host (never the path: a read's path holds the operation key). */
+  readonly host: string | undefined;
   constructor(
     readonly objectType: string,
     readonly property: string,
-    options: { cause: unknown },
+    doing: string,
+    hint: (status: number | undefined) => string | undefined,
+    options: { cause: unknown; host?: string | undefined },
   ) {
-    super(`reading the definition of ${objectType}.${property} failed`, options);
+    const ev = evidenceOf(options.cause, options.host);
+    const advice = hint(ev.status);
+    super(`${doing} ${objectType}.${property} failed: ${describeEvidence(ev)}${advice ? `: ${advice}` : ""}`, {
+      cause: options.cause,
+    });
+    this.status = ev.status;
+    this.requestId = ev.requestId;
+    this.host = ev.host;
+  }
+}
+
+const TOKEN_REFUSED = "HubSpot does not accept the access token (revoked, expired or mistyped)";
+
+/**
+ * Reading the definition of the key's property failed (429, a token without the schema read
+ * scope, unreachable): no write was sent. `cause` is the read's error; `status`, `requestId` and
+ * `host` its evidence.
+ */
+export class HubSpotSchemaReadError extends HubSpotSchemaRequestError {
+  override readonly name = "HubSpotSchemaReadError";
+  constructor(objectType: string, property: string, options: { cause: unknown; host?: string | undefined }) {
+    super(
+      objectType,
+      property,
+      "reading the definition of",
+      (status) =>
+        status === 401
+          ? TOKEN_REFUSED
+          : status === 403
+            ? `the token lacks the scope to read ${objectType} properties (HubSpot's crm.schemas scopes)`
+            : undefined,
+      options,
+    );
+  }
+}
+
+/**
+ * `ensureSchema`'s create of the key's property failed (a token without the schema write scope,
+ * the object type's limit of unique-value properties, 429, 5xx, unreachable). After a 5xx or no
+ * answer the property may exist: ensureSchema run again finds it. `cause` is the create's error.
+ */
+export class HubSpotSchemaCreateError extends HubSpotSchemaRequestError {
+  override readonly name = "HubSpotSchemaCreateError";
+  constructor(objectType: string, property: string, options: { cause: unknown; host?: string | undefined }) {
+    super(
+      objectType,
+      property,
+      "creating",
+      (status) =>
+        status === 401
+          ? TOKEN_REFUSED
+          : status === 403
+            ? `the token lacks the scope to create ${objectType} properties (HubSpot's crm.schemas write scopes)`
+            : status === 409
+              ? "HubSpot holds the name, though no live property has it (an archived property?): restore it in HubSpot, or set uniqueProperty to another name"
+              : undefined,
+      options,
+    );
   }
 }
 

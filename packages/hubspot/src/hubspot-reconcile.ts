@@ -96,8 +96,8 @@ export async function reconcileByRead(
   } catch (e) {
     // Waiting does not make a property unique-value: no later check can prove absence. A person
     // decides (needs_review), rather than checks repeated with backoff for ever (inconclusive).
-    if (e instanceof HubSpotSchemaError)
-      return { found: false, proof: "never", reason: `${e.message}; a read by it cannot prove the record absent` };
+    // (Its message says so: a read by it cannot prove a record absent.)
+    if (e instanceof HubSpotSchemaError) return { found: false, proof: "never", reason: e.message };
     // Kept in the ledger as the check's reason: the status and HubSpot's words, not the client's
     // whole dump of the answer (its body and headers).
     const ofSchema = e instanceof HubSpotSchemaReadError;

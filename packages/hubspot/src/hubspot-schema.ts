@@ -1,20 +1,31 @@
 /**
  * The property that carries operation keys: created where missing (`ensureUniqueProperty`, safe to
- * run again and by several processes at once: a 409 means another created it), and checked to be
- * unique-value before the adapter relies on it (`uniquePropertyCheck`).
+ * run again and by several processes at once: a 409 means another created it, and what it created
+ * is checked as a found one is), and checked to be unique-value before the adapter relies on it
+ * (`uniquePropertyCheck`). Requests that fail are raised as HubSpotSchemaReadError or
+ * HubSpotSchemaCreateError, with HubSpot's evidence and the client's error as `cause`.
  */
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
-import { HubSpotSchemaError, HubSpotSchemaReadError, type HubSpotPropertyDefinition } from "./hubspot-errors.js";
+import {
+  HubSpotSchemaCreateError,
+  HubSpotSchemaError,
+  HubSpotSchemaReadError,
+  type HubSpotPropertyDefinition,
+} from "./hubspot-errors.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
+/**
+ * "created" or "present" (unique-value); throws HubSpotSchemaError when a property of the name is
+ * not unique-value, which no call can change (see HubSpotSchemaError).
+ */
 export async function ensureUniqueProperty(
   api: Api,
   objectType: string,
   name: string,
   groupName: string,
 ): Promise<"created" | "present"> {
-  const existing = await getProperty(api, objectType, name);
+  const existing = await readDefinition(api, objectType, name);
   if (existing) {
     // Not made again: HubSpot keeps one property per name, and a create would be refused (409).
     if (!isUniqueId(objectType, existing)) throw notUnique(objectType, existing);
@@ -36,17 +47,24 @@ export async function ensureUniqueProperty(
     );
     return "created";
   } catch (e) {
-    if ((e as { code?: unknown }).code === 409) return "present"; // created concurrently
-    throw e;
+    if ((e as { code?: unknown }).code !== 409)
+      throw new HubSpotSchemaCreateError(objectType, name, { cause: e, host: api.host });
+    // Made since our read, by another process or a person: "present" only if unique-value, as
+    // one our read found. None live, an archived property holds the name.
+    const made = await readDefinition(api, objectType, name);
+    if (!made) throw new HubSpotSchemaCreateError(objectType, name, { cause: e, host: api.host });
+    if (!isUniqueId(objectType, made)) throw notUnique(objectType, made);
+    return "present";
   }
 }
 
-async function getProperty(api: Api, objectType: string, name: string) {
+/** HubSpot's definition of the property; undefined when it has none (404). */
+async function readDefinition(api: Api, objectType: string, name: string) {
   try {
     return await api.properties.coreApi.getByName(objectType, name, undefined, undefined, HUBSPOT_CALL_OPTIONS);
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
-    throw e;
+    throw new HubSpotSchemaReadError(objectType, name, { cause: e, host: api.host });
   }
 }
 
@@ -84,12 +102,7 @@ export function uniquePropertyCheck(api: Api) {
   const verdicts = new Map<string, Promise<void>>();
   const keyOf = (objectType: string, name: string) => `${objectType}\u0000${name}`;
   async function check(objectType: string, name: string): Promise<void> {
-    let p: Awaited<ReturnType<typeof getProperty>>;
-    try {
-      p = await getProperty(api, objectType, name);
-    } catch (e) {
-      throw new HubSpotSchemaReadError(objectType, name, { cause: e });
-    }
+    const p = await readDefinition(api, objectType, name);
     if (!p) throw new HubSpotSchemaError(objectType, name, "missing");
     if (!isUniqueId(objectType, p)) throw notUnique(objectType, p);
   }

@@ -5,10 +5,12 @@ export {
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
+  HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
 } from "./hubspot-errors.js";
 export type { HubSpotBatchError, HubSpotPropertyDefinition } from "./hubspot-errors.js";
+export type { HubSpotRequestEvidence } from "./hubspot-evidence.js";
 export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export { hubspotReceiptSchema } from "./hubspot-receipt.js";

@@ -117,11 +117,13 @@ describe("classifyHubSpotError", () => {
     expect(classifyHubSpotError(api(400, { correlationId: "c-1" }))).toMatchObject({ providerRequestId: "c-1" });
   });
 
-  it("a key property that is not unique-value: permanent, alerted, naming it and the fix", () => {
+  it("a key property that is not unique-value: permanent, alerted, naming it and what a person can do", () => {
     expect(classifyHubSpotError(new HubSpotSchemaError("deals", "erp_ref", "not_unique"))).toEqual({
       kind: "permanent",
       alert: true,
-      reason: expect.stringMatching(/^deals\.erp_ref is not a unique-value property: .*ensureSchema\(\["deals"\]\)/),
+      reason: expect.stringMatching(
+        /^deals\.erp_ref exists but is not a unique-value property: .*cannot make an existing property unique-value/,
+      ),
     });
   });
 

@@ -65,7 +65,9 @@ describe("ensureSchema", () => {
       property: "crm_ref",
       problem: "not_unique",
       definition: { name: "crm_ref", type: "string", fieldType: "text", hasUniqueValue: false },
-      message: expect.stringMatching(/^deals\.crm_ref is not a unique-value property: .*hasUniqueValue: false/),
+      message: expect.stringMatching(
+        /^deals\.crm_ref exists but is not a unique-value property \(.*hasUniqueValue: false/,
+      ),
     });
     expect(error).toBeInstanceOf(HubSpotSchemaError);
     expect(classifyHubSpotError(error)).toMatchObject({ kind: "permanent", alert: true });
@@ -99,7 +101,7 @@ for (const dialect of DIALECTS) {
           await p.drained();
           expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
           expect(out.status === "failed" && out.error.reason).toMatch(
-            /^deals\.erp_ref is not a unique-value property: .*ensureSchema\(\["deals"\]\)/,
+            /^deals\.erp_ref exists but is not a unique-value property .*uniqueProperty to a new name/,
           );
           const key = await keyOf(l, t, out.operationId);
           expect(sandbox.crm.all("deals").filter((r) => r.properties.erp_ref === key)).toHaveLength(0);
@@ -236,7 +238,7 @@ for (const dialect of DIALECTS) {
         });
         const { operation } = await l.get({ tenant: t, id: out.operationId });
         expect(operation.reason).toMatch(
-          new RegExp(`deals\\.${name} is not a unique-value property: .*cannot prove the record absent`),
+          new RegExp(`deals\\.${name} exists but is not a unique-value property .*cannot prove a record absent`),
         );
       });
     });
@@ -298,7 +300,7 @@ for (const dialect of DIALECTS) {
 
     describe("upsert mode: the key's property must be unique-value, as in create mode", () => {
       for (const [what, property, problem, definition] of [
-        ["not unique-value", "plain_ref", "is not a unique-value property", "GET 200"],
+        ["not unique-value", "plain_ref", "exists but is not a unique-value property", "GET 200"],
         ["missing (ensureSchema never run for it)", "erp_missing", "does not exist", "GET 404"],
       ] as const)
         it(`a property ${what}: HubSpot's 400 fails with an alert naming it and the fix, HubSpot's refusal kept as the cause`, async () => {
@@ -315,7 +317,7 @@ for (const dialect of DIALECTS) {
           // failed alike, and no one heard of it.
           expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
           expect(out.status === "failed" && out.error.reason).toMatch(
-            new RegExp(`^companies\\.${property} ${problem}: .*ensureSchema\\(\\["companies"\\]\\)`),
+            new RegExp(`^companies\\.${property} ${problem}[ :].*ensureSchema\\(\\["companies"\\]\\)`),
           );
           // The read by the key is refused alike (it proves nothing, the upsert goes); the upsert's
           // refusal names the property (HubSpot's words), and its definition, read then, says why.

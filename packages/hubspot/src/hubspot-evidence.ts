@@ -1,0 +1,55 @@
+/**
+ * What a person needs of a failed HubSpot request, and nothing more: the status, HubSpot's
+ * category and message, its correlationId (the request id its support asks for) and the host.
+ * Never the token, the request's path or query (a read's path holds the operation key), or the
+ * client's dump of the whole answer (its body and headers), which the error's `cause` keeps.
+ */
+
+/** The fields of @hubspot/api-client's ApiException (or a fetch error) read here. */
+export interface HubSpotError {
+  code?: number | string;
+  body?: { message?: string; category?: string; policyName?: string; correlationId?: string };
+  headers?: Record<string, string>;
+  message?: string;
+}
+
+export interface HubSpotRequestEvidence {
+  /** The HTTP status, when an answer came. */
+  readonly status: number | undefined;
+  /** HubSpot's correlationId for the request, when it answered one. */
+  readonly requestId: string | undefined;
+  /** The API host the request went to, when known. */
+  readonly host: string | undefined;
+  /** What the answer said: status, category and HubSpot's message; or the network error's code. */
+  readonly said: string;
+}
+
+export function evidenceOf(error: unknown, host?: string): HubSpotRequestEvidence {
+  const e = (error ?? {}) as HubSpotError;
+  const status = typeof e.code === "number" ? e.code : undefined;
+  const said = status
+    ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
+    : `${e.code ?? "error"}: ${hostsOnly(e.message ?? String(error))}`;
+  return { status, requestId: e.body?.correlationId, host, said };
+}
+
+/** The evidence as one line: "<said> (HubSpot request id …, host …)". */
+export function describeEvidence(ev: HubSpotRequestEvidence): string {
+  const refs = [ev.requestId && `HubSpot request id ${ev.requestId}`, ev.host && `host ${ev.host}`].filter(Boolean);
+  return refs.length ? `${ev.said} (${refs.join(", ")})` : ev.said;
+}
+
+/**
+ * A network error's message with each URL cut to its host: node-fetch says "request to <url>
+ * failed, reason: …", and the URL's path and query hold the operation key (a read by it), record
+ * ids, a token where one goes in the query. An operator needs only which server refused.
+ */
+export function hostsOnly(message: string): string {
+  return message.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi, (url) => {
+    try {
+      return new URL(url).host;
+    } catch {
+      return "(a URL)";
+    }
+  });
+}
