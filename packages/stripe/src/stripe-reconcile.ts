@@ -3,9 +3,10 @@
  * 24 h key retention, or when Stripe saved a 500 under the key. Customers and payment intents
  * are found through Search on `metadata['idem_operation']`, which lags writes by about a minute:
  * "not found" is inconclusive until the lag has passed, and absence is then proven by a consistent
- * list of the objects created around our attempts. Refunds have no Search: every page of the
- * refunds of the payment intent or charge the args name is read (a consistent list) and matched
- * on the same metadata. Every window is measured on the database clock (`op.now`), never ours.
+ * list of the objects created around our attempts. Refunds have no Search: the refunds of the
+ * payment intent or charge the args name are read (a consistent list, newest first, up to the
+ * same bound as those lists) and matched on the same metadata. Every window is measured on the
+ * database clock (`op.now`), never ours.
  *
  * An object with our key is ours when Stripe created it while our requests could have run, by the
  * ledger's clock. Stripe's `created` is Stripe's clock, and the ledger's may be off it: one created
@@ -33,8 +34,13 @@ export interface CreatedRange {
 
 /** How an effect is looked up. */
 export interface Lookup<A> {
-  /** The objects that carry our key (Search: its first SEARCH_HITS; a consistent list: all of them). */
-  find(stripe: Stripe, args: A, key: string): Promise<Found[]>;
+  /**
+   * The objects that carry our key (Search: its first SEARCH_HITS; a consistent list: those among
+   * its first MAX_LISTED, or TOO_MANY when it holds more and none of those read has our key).
+   */
+  find(stripe: Stripe, args: A, key: string): Promise<Found[] | typeof TOO_MANY>;
+  /** For a consistent `find`: what it lists, told to a person when it holds too many to read. */
+  listOf?(args: A): string;
   /** Whether `find` reads an index that lags (Search) or a consistent list. */
   readonly lags: boolean;
   /**
@@ -165,9 +171,12 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
   // customer to authenticate the card (200 requires_action). Found waiting with the decline on it,
   // it is that decline. Found waiting for authentication, it is that 200, read as the answer itself
   // is (succeeded: the intent we created, its status saying nothing is charged yet, as the charge
-  // tool's note does); unless our request could not have left it so (it asked Stripe to fail
-  // rather than wait, or named another card): confirmed again since. Waiting without the decline
-  // (an update clears it), for confirmation (another card attached since) or canceled: whether our
+  // tool's note does). So is one whose customer failed that authentication since: Stripe returns
+  // it to requires_payment_method with `payment_intent_authentication_failure`, an error only the
+  // customer's authentication leaves (docs.stripe.com/error-codes), never a confirmation's answer.
+  // Either way, unless our request could not have left it waiting (it asked Stripe to fail rather
+  // than wait, or named another card): confirmed again since. Waiting without the decline (an
+  // update clears it), for confirmation (another card attached since) or canceled: whether our
   // confirmation was declined cannot be told, and a person decides. Without confirm, whatever
   // became of the intent since is its customer's doing.
   judge: async (stripe, found, args) => {
@@ -176,18 +185,24 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
     if (!unpaid.includes(found.status ?? "")) return undefined;
     const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
     if (!unpaid.includes(pi.status)) return { found: true, receipt: toReceipt(pi, null, false) };
-    if (pi.status === "requires_action") {
-      const card = typeof pi.payment_method === "string" ? pi.payment_method : pi.payment_method?.id;
+    const e = pi.last_payment_error;
+    const authFailed = pi.status === "requires_payment_method" && e?.code === "payment_intent_authentication_failure";
+    if (pi.status === "requires_action" || authFailed) {
+      // The card asked to authenticate: the one on the intent, or the one whose authentication failed.
+      const pm = authFailed ? e?.payment_method : pi.payment_method;
+      const card = typeof pm === "string" ? pm : pm?.id;
       const failFast = args.error_on_requires_action === true || (args.off_session ?? false) !== false;
       if (!failFast && (typeof args.payment_method !== "string" || card === args.payment_method))
         return { found: true, receipt: toReceipt(pi, null, false) };
+      const seen = authFailed
+        ? `whose customer failed to authenticate the payment since (${e?.code})`
+        : "waiting for the customer to authenticate the payment (requires_action)";
       return {
         found: false,
         proof: "never",
-        reason: `found the payment intent ${pi.id}, created with confirm, waiting for the customer to authenticate the payment (requires_action), where our request could not have left it (${failFast ? "it asked Stripe to fail such a confirmation instead" : "it named another payment method"}): it was confirmed again since, and whether ours was declined cannot be told; look at it in the dashboard`,
+        reason: `found the payment intent ${pi.id}, created with confirm, ${seen}, where our request could not have left it waiting for that (${failFast ? "it asked Stripe to fail such a confirmation instead" : "it named another payment method"}): it was confirmed again since, and whether ours was declined cannot be told; look at it in the dashboard`,
       };
     }
-    const e = pi.last_payment_error;
     if (pi.status === "requires_payment_method" && e) {
       const code = [e.code, e.decline_code].filter(Boolean).join(" ");
       return {
@@ -214,15 +229,19 @@ export const searchCustomers: Lookup<unknown> = {
 type RefundTarget = { payment_intent?: string | undefined; charge?: string | undefined };
 
 export const listRefunds: Lookup<RefundTarget> = {
-  async find(stripe, args, key) {
-    const by = args.charge ? { charge: args.charge } : { payment_intent: args.payment_intent! };
-    // Auto-pagination reads every page (starting_after the last id): the match may be past the first 100.
-    const hits = [];
-    for await (const refund of stripe.refunds.list({ ...by, limit: 100 })) {
-      if (refund.metadata?.[METADATA_KEY] === key) hits.push(refund);
-    }
-    return hits;
-  },
+  // Bounded as the other lists are: a payment intent may be refunded in thousands of parts, and a
+  // read without end would hold the daemon's tick. Newest first, so a refund with our key read
+  // before the bound (an earlier operation's is older than ours) means ours, if made, was read too.
+  find: (stripe, args, key) =>
+    withKey(
+      stripe.refunds.list({
+        ...(args.charge ? { charge: args.charge } : { payment_intent: args.payment_intent! }),
+        limit: 100,
+      }),
+      key,
+    ),
+  listOf: (args) =>
+    args.charge ? `refunds of the charge ${args.charge}` : `refunds of the payment intent ${args.payment_intent}`,
   lags: false,
   blindSpot: (args) =>
     args.charge || args.payment_intent
@@ -252,7 +271,14 @@ export async function reconcileByLookup<A>(
   try {
     // Search's hits that are not ours (an earlier operation's) may hide ours behind them, and
     // one near our window may be ours through a wrong clock: the list around the window decides.
-    const hits = sortHits(await lookup.find(stripe, args, op.key), window);
+    const seen = await lookup.find(stripe, args, op.key);
+    if (seen === TOO_MANY)
+      return {
+        found: false,
+        proof: "never",
+        reason: `more than ${MAX_LISTED} ${lookup.listOf?.(args) ?? "objects in the list"}, none with our key among the newest ${MAX_LISTED} read: absence cannot be proven by reading them; look in the dashboard`,
+      };
+    const hits = sortHits(seen, window);
     if (hits.ours) return answerOf(stripe, lookup, hits.ours, args);
     skewed = hits.skewed;
   } catch (error) {

@@ -310,6 +310,59 @@ describe("Stripe lookups through a list of 2,000 objects (the most one lookup re
   });
 });
 
+describe("Stripe refund lookup through the refunds of a payment intent with 2,000 (the most one lookup reads)", () => {
+  let crowd: StripeSandbox;
+  let at: { port: number; apiKey: string };
+  beforeEach(async () => {
+    crowd = new StripeSandbox();
+    at = await crowd.start();
+  });
+  afterEach(() => crowd.close());
+
+  /** A payment intent with `total` refunds made now, ours at `oursAt` in the list's order (newest first, 1-based), if any. */
+  const refunded = async (total: number, key: string, oursAt?: number) => {
+    const pi = await stripe(at).client.paymentIntents.create({
+      amount: 1_000_000,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+    });
+    for (let i = total; i >= 1; i--)
+      crowd.objects.create("refunds", {
+        payment_intent: pi.id,
+        amount: 1,
+        ...(i === oursAt && { metadata: { idem_operation: key } }),
+      });
+    return pi.id;
+  };
+  const tooMany = {
+    found: false,
+    proof: "never",
+    reason: expect.stringMatching(/more than 2000 refunds .* none with our key among the newest 2000 read/),
+  };
+
+  it.each([
+    ["2,001 refunds, ours the 2,000th read", 2_001, 2_000, "found"],
+    ["exactly 2,000 refunds, none ours: the list ended", 2_000, undefined, { found: false, proof: "absent" }],
+    ["2,001 refunds, none ours", 2_001, undefined, tooMany],
+    ["2,001 refunds, ours the 2,001st (past the bound)", 2_001, 2_001, tooMany],
+  ] as const)("%s", async (_, total, oursAt, expected) => {
+    const key = newKey();
+    const pi = await refunded(total, key, oursAt);
+    const now = Date.now();
+    const out = await stripe(at).refundsCreate.reconcile!(
+      { payment_intent: pi, amount: 1 },
+      op(key, { createdAt: now - 25 * HOUR, lastAttemptAt: now, now }),
+    );
+    const ours = crowd.objects.all("refunds").find((r) => r.metadata.idem_operation === key);
+    // Before: every page was read: 2,001 none ours "absent" (refunded again), 2,001st found.
+    expect(out).toMatchObject(expected === "found" ? { found: true, receipt: { id: ours!.id } } : expected);
+    const listed = crowd.requests.filter((r) => r.method === "GET" && r.path === "/v1/refunds");
+    expect(listed.length).toBeLessThanOrEqual(21);
+  });
+});
+
 describe("Stripe refund lookup", () => {
   // Stripe forgot the key (first sent 25 h ago); the last attempt ran now, when these refunds are made:
   // only an object made while our requests could have run is ours.

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, describeResult, InvalidValueError, openLedger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { StripeSandbox } from "@idem/sandbox";
+import { StripeSandbox, type StripeObject } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
 
@@ -48,6 +48,24 @@ function stripe(extra: Partial<StripeConfig> = {}) {
   });
 }
 const piCount = () => sandbox.count("payment_intents");
+/**
+ * The customer fails the card's authentication (3D Secure) in their browser, after the intent
+ * answered requires_action: Stripe returns the intent to requires_payment_method and records the
+ * failure on it, naming the payment method that failed (as Stripe's intents show it).
+ */
+const failAuthentication = (pi: StripeObject) =>
+  Object.assign(pi, {
+    status: "requires_payment_method",
+    payment_method: null,
+    next_action: null,
+    last_payment_error: {
+      type: "invalid_request_error",
+      code: "payment_intent_authentication_failure",
+      message:
+        "The provided PaymentMethod has failed authentication. You can provide payment_method_data or a new PaymentMethod to attempt to fulfill this PaymentIntent again.",
+      payment_method: { id: pi.payment_method, object: "payment_method", type: "card" },
+    },
+  });
 const requestsFor = (key: string) => sandbox.requests.filter((r) => r.idempotencyKey === key);
 let n = 0;
 const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
@@ -327,6 +345,63 @@ for (const dialect of DIALECTS) {
         status: "pending_verification",
         state: "needs_review",
         reason: expect.stringMatching(/requires_action/),
+      });
+    });
+
+    it("a charge left waiting for authentication that the customer then fails reads the same answered or found past the key window: succeeded, the intent waiting for another payment method", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_threeDSecure2Required" };
+      const answered = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["3ds-failed", "answered"], args });
+      expect(answered).toMatchObject({ status: "succeeded", receipt: { status: "requires_action" } });
+      failAuthentication(sandbox.objects.all("payment_intents").at(-1)!);
+      // The answered path: the intent was created; what the customer did since changes nothing recorded.
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["3ds-failed", "answered"], args })).toMatchObject({
+        status: "succeeded",
+        replayed: true,
+      });
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["3ds-failed", "lost"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      failAuthentication(pi);
+      advance(25 * HOUR);
+      // Before: failed, "Stripe declined the payment intent … (payment_intent_authentication_failure)",
+      // where the answer itself (200 requires_action) had been recorded succeeded.
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: pi.id, object: "payment_intent", status: "requires_payment_method", requestId: null },
+      });
+      const made = [answered.status === "succeeded" ? answered.receipt!.id : "", pi.id];
+      expect(sandbox.objects.all("charges").filter((c) => made.includes(String(c.payment_intent)))).toHaveLength(0);
+    });
+
+    it("an authentication failure found on an intent our request asked Stripe to fail rather than wait: confirmed again since, a person decides", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const args = {
+        amount: 2000,
+        currency: "usd",
+        payment_method: "pm_card_threeDSecure2Required",
+        confirm: true,
+        allowed_payment_method_types: ["card"],
+        error_on_requires_action: true,
+      };
+      // Stripe answers 402 authentication_required (never requires_action); the answer is lost.
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["fail-fast-3ds-failed"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      // The customer's client confirmed it again since, and the customer failed the authentication.
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      failAuthentication(Object.assign(pi, { payment_method: "pm_card_threeDSecure2Required" }));
+      advance(25 * HOUR);
+      // Before: failed, read as our confirmation's decline.
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/payment_intent_authentication_failure/),
       });
     });
 
