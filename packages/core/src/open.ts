@@ -260,7 +260,7 @@ async function openPostgres(
   if (opts.preparedStatements === false) return { db };
   // A name per statement text: pg parses a named statement once per connection, then only binds.
   const names = new Map<string, string>();
-  const direct: DirectExecutor = async (text, parameters, asArrays) => {
+  const send = async (text: string, parameters: readonly unknown[], asArrays?: boolean) => {
     let name = names.get(text);
     if (name === undefined) {
       name = `idem_${sha256(text).slice(0, 24)}`;
@@ -274,6 +274,9 @@ async function openPostgres(
     });
     return { rows: res.rows, ...(res.rowCount !== null && { numAffectedRows: BigInt(res.rowCount) }) };
   };
+  // Never at once: every answer is a round trip away (see DirectExecutor).
+  const direct: DirectExecutor = (text, parameters, asArrays, atOnce) =>
+    atOnce ? undefined : send(text, parameters, asArrays);
   return { db, direct };
 }
 

@@ -15,12 +15,16 @@ const SLOT = "\u0000idem-slot:";
  * Runs a compiled hot query on the driver itself (see open.ts), skipping kysely's per-query
  * connection and plugin plumbing; returns undefined where it cannot, and kysely runs it.
  * `asArrays`: a read may answer its rows as arrays in select-list order, which both drivers make
- * faster than objects (16 columns: about a quarter of a SQLite replay).
+ * faster than objects (16 columns: about a quarter of a SQLite replay). `atOnce`: the answer now,
+ * synchronously, or undefined having sent nothing (no wait for a lock, no round trip): Postgres
+ * never answers so, and a statement sent anyway would be a second round trip whose answer and
+ * failure nobody reads.
  */
 export type DirectExecutor = (
   sql: string,
   parameters: readonly unknown[],
   asArrays?: boolean,
+  atOnce?: boolean,
 ) => QueryResult<any> | Promise<QueryResult<any>> | undefined;
 
 export class QueryCache<DB> {
@@ -43,7 +47,7 @@ export class QueryCache<DB> {
   runNow<R>(shape: string, values: Record<string, unknown>, asArrays = false): QueryResult<R> | undefined {
     const entry = this.enabled ? this.cache.get(shape) : undefined;
     if (!entry || !this.direct) return undefined;
-    const out = this.direct(entry.sql, this.parameters(entry, values), asArrays);
+    const out = this.direct(entry.sql, this.parameters(entry, values), asArrays, true);
     return out instanceof Promise ? undefined : out;
   }
 

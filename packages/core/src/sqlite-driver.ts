@@ -211,7 +211,7 @@ export function sqliteConnection(
   const waits = new LockWaits(database, busyTimeoutMs);
   const group = groupCommit ? new GroupCommit(database, busyTimeoutMs, checkFile) : undefined;
   const prepare = statementCache(database);
-  const direct: DirectExecutor = (text, parameters, asArrays) => {
+  const direct: DirectExecutor = (text, parameters, asArrays, atOnce) => {
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
     let stmt: Statement;
@@ -226,11 +226,19 @@ export function sqliteConnection(
     // happens after it, so a failed commit (SQLITE_FULL, SQLITE_IOERR) was swallowed and a claim
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader && stmt.readonly) {
-      return waits.run(() => {
+      const read = () => {
         const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
         return { rows: row === undefined ? [] : [row] };
-      });
+      };
+      if (!atOnce) return waits.run(read);
+      try {
+        return read();
+      } catch (error) {
+        if (isBusy(error)) return undefined; // a lock met: nothing read, nothing left waiting
+        throw error;
+      }
     }
+    if (atOnce) return undefined; // a write answers after its commit
     if (group) return group.write(() => runWrite(stmt, parameters)); // the group checks the file
     return waits.run(() => {
       checkFile();
