@@ -14,6 +14,7 @@ import {
   PayloadTooLargeError,
   type RunResult,
   type Status,
+  type StoredError,
   type Unsettled,
 } from "@idem/core";
 
@@ -34,7 +35,17 @@ export type Outcome =
    * The provider said no for good, or a person decided it did not happen (their note stays in the
    * ledger); retrying the same input cannot change it.
    */
-  | { readonly status: "failed"; readonly message: string; readonly operationId: string; readonly reason: string }
+  | {
+      readonly status: "failed";
+      readonly message: string;
+      readonly operationId: string;
+      readonly reason: string;
+      /**
+       * What the provider's answer named, as fields (its ids and codes: `payment_intent`,
+       * `decline_code`); absent when it named none, or when a person decided.
+       */
+      readonly evidence?: StoredError["evidence"];
+    }
   /**
    * Not settled yet: being performed or recorded, checked with the provider, or waiting for a
    * person (to decide, or to record an effect known done). Never to be retried by the model.
@@ -159,11 +170,16 @@ export function outcomeOf<R>(
     case "failed": {
       // A person's verdict: their note is for the audit trail (it may name the customer), not the model.
       const reason = result.resolution ? BY_A_PERSON : result.error.reason;
+      const evidence = result.resolution ? undefined : result.error.evidence;
+      const named = Object.entries(evidence ?? {})
+        .map(([k, v]) => `${k}: ${v}`)
+        .join("; ");
       return {
         status: "failed",
         operationId: result.operationId,
         reason,
-        message: `Failed because ${reason} (${op}).${result.replayed && !result.resolution ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
+        ...(named !== "" && { evidence }),
+        message: `Failed because ${reason}${named && ` (${named})`} (${op}).${result.replayed && !result.resolution ? " It failed earlier and was not tried again." : ""} Retrying the same input will not change it.`,
       };
     }
     case "pending_verification":

@@ -275,6 +275,53 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    it("a failure's evidence (the provider's ids and codes) is shown to the model as fields and in its message, on the call, its replay and the status tool", async () => {
+      const ledger = await db.open();
+      const tenant = `evidence-${dialect}`;
+      const evidence = { payment_intent: "pi_3Declined", code: "card_declined", decline_code: "insufficient_funds" };
+      const charge = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.charge-evidence",
+          capabilities: {},
+          async execute() {
+            throw new Error("402");
+          },
+          classify: () => ({ kind: "permanent", reason: "your card has insufficient funds", evidence }),
+        }),
+      };
+      const tool = guard(ledger, charge, { tenant });
+      const status = statusTool(ledger, { tenant });
+      const first = await tool({ noteId: "e1", text: "x" }, call);
+      const again = await tool({ noteId: "e1", text: "x" }, call);
+      const checked = await status({ operationId: (first as { operationId: string }).operationId }, call);
+      // Before: the ids were not shown at all (the reason a Stripe action gives names them in prose).
+      for (const read of [first, again, checked]) {
+        expect(read, JSON.stringify(read)).toMatchObject({ status: "failed", evidence });
+        expect(read.message).toMatch(
+          /^Failed because your card has insufficient funds \(payment_intent: pi_3Declined; code: card_declined; decline_code: insufficient_funds\) \(operation op_/,
+        );
+      }
+      // A failure without evidence reads as before: no empty brackets, no field.
+      const plain = await guard(
+        ledger,
+        {
+          ...note,
+          action: defineAction<{ text: string }, { id: string }>({
+            type: "test.charge-plain",
+            capabilities: {},
+            async execute() {
+              throw new Error("400");
+            },
+            classify: () => ({ kind: "permanent", reason: "amount too small" }),
+          }),
+        },
+        { tenant },
+      )({ noteId: "e2", text: "x" }, call);
+      expect(plain.message).toMatch(/^Failed because amount too small \(operation op_/);
+      expect(plain).not.toHaveProperty("evidence");
+    });
+
     it("other arguments for work that failed, or is still being checked: not called 'already done'", async () => {
       const ledger = await db.open({ budget: { attempts: 1 } });
       let answer: "declined" | "timeout" = "declined";

@@ -24,6 +24,21 @@ export interface Capabilities {
 }
 
 /**
+ * What the provider's answer names, as fields an agent and an operator read without parsing a
+ * reason: the provider's ids and codes only (`payment_intent: "pi_…"`, `decline_code:
+ * "insufficient_funds"`), never card data, customer content or secrets, since it is stored in
+ * the ledger and shown to the model. Bounded: at most `EVIDENCE_LIMITS.entries` entries, each key
+ * and value a non-empty string of at most `EVIDENCE_LIMITS.chars` characters, without control
+ * characters. An entry outside the bounds is dropped whole (never cut: a cut id names another
+ * object, or none), the first ones in the record's order kept, and the failure is recorded
+ * anyway, with the count dropped (`StoredError.evidenceDropped`).
+ */
+export type Evidence = Readonly<Record<string, string>>;
+
+/** The bounds of `Evidence`: how many entries are kept, and how long a key or a value may be. */
+export const EVIDENCE_LIMITS = { entries: 8, chars: 200 } as const;
+
+/**
  * The five failure classes of docs/design.md. `classify` maps a thrown error to one of them; an error
  * it does not recognise must be `ambiguous`, because a failure we cannot explain may have
  * committed.
@@ -31,12 +46,16 @@ export interface Capabilities {
 export type Classification =
   /** Caught before anything left the process (invalid input). `failed`, no retry. */
   | { readonly kind: "rejected"; readonly reason: string }
-  /** The provider said no for good (validation, auth, policy). `failed`; `alert` for auth/policy. */
+  /**
+   * The provider said no for good (validation, auth, policy). `failed`; `alert` for auth/policy.
+   * `evidence`: what the answer names (the object it created, its codes), stored with the failure.
+   */
   | {
       readonly kind: "permanent";
       readonly reason: string;
       readonly alert?: boolean;
       readonly providerRequestId?: string;
+      readonly evidence?: Evidence;
     }
   /** Rate limited: wait `retryAfterMs` (the provider's signal), then retry the same operation. */
   | {
@@ -162,8 +181,9 @@ export type ReconcileResult<R> =
   /**
    * The provider's record shows it refused the request (a card declined at confirmation): its
    * final answer, as if it had answered so. The operation fails, and the failure is replayed.
+   * `evidence`: what the record names (the object, its codes), as a permanent answer's.
    */
-  | { readonly found: false; readonly proof: "refused"; readonly reason: string };
+  | { readonly found: false; readonly proof: "refused"; readonly reason: string; readonly evidence?: Evidence };
 
 /** What an action sees of the operation it performs. */
 export interface OperationContext {

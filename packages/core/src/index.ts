@@ -1,9 +1,10 @@
-export { NOT_SENT_CODES, defineAction, neverSent, parseArgs, tlsRefused } from "./action.js";
+export { EVIDENCE_LIMITS, NOT_SENT_CODES, defineAction, neverSent, parseArgs, tlsRefused } from "./action.js";
 export type {
   Action,
   ActionDefinition,
   Capabilities,
   Classification,
+  Evidence,
   LookupContract,
   OperationContext,
   ReconcileResult,

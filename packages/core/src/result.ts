@@ -1,5 +1,5 @@
 /** What a `run` call returns, and what an agent's model may honestly be told about it. */
-import type { Classification } from "./action.js";
+import { EVIDENCE_LIMITS, type Classification, type Evidence } from "./action.js";
 import type { Status } from "./schema.js";
 
 /** A stored failure: the class and reason, never a stack or customer content. */
@@ -8,6 +8,13 @@ export interface StoredError {
   readonly reason: string;
   readonly alert?: boolean;
   readonly providerRequestId?: string;
+  /**
+   * `permanent` only: what the provider's answer, or its record a lookup read, names (the object
+   * it created, its codes; see `Evidence`), as the action gave it within the bounds.
+   */
+  readonly evidence?: Evidence;
+  /** How many entries of the action's evidence were outside the bounds and dropped (1: it was no record at all). */
+  readonly evidenceDropped?: number;
   /** False when a replay with the same key can only repeat this answer (see Classification). */
   readonly replayable?: boolean;
   /**
@@ -87,6 +94,42 @@ export type RunResult<R> =
 /** The statuses an operation can wait in (`pending_verification.state`): all but the settled two. */
 export type Unsettled = Exclude<Status, "succeeded" | "failed">;
 
+/**
+ * An action's evidence as stored: the entries within `EVIDENCE_LIMITS`, in the record's order,
+ * and the count of those dropped; nothing when it gave none. Never throws (a getter that throws,
+ * a value that is no record): bad evidence must not keep the failure from being recorded.
+ */
+export function boundEvidence(given: unknown): { evidence?: Evidence; evidenceDropped?: number } {
+  if (given === undefined) return {};
+  let entries: [string, unknown][];
+  try {
+    if (typeof given !== "object" || given === null || Array.isArray(given)) return { evidenceDropped: 1 };
+    entries = Object.entries(given);
+  } catch {
+    return { evidenceDropped: 1 };
+  }
+  const kept = entries
+    .filter(([k, v]) => fits(k) && typeof v === "string" && fits(v))
+    .slice(0, EVIDENCE_LIMITS.entries) as [string, string][];
+  const dropped = entries.length - kept.length;
+  return {
+    ...(kept.length > 0 && { evidence: Object.fromEntries(kept) }),
+    ...(dropped > 0 && { evidenceDropped: dropped }),
+  };
+}
+
+/** A key or value within the bounds: a control character would forge a line in a log or a model's text. */
+function fits(text: string): boolean {
+  return text.length > 0 && text.length <= EVIDENCE_LIMITS.chars && !/\p{Cc}/u.test(text);
+}
+
+/** Evidence as one short clause: `payment_intent: pi_…; decline_code: insufficient_funds`. */
+function describeEvidence(evidence: Evidence | undefined): string {
+  return Object.entries(evidence ?? {})
+    .map(([k, v]) => `${k}: ${v}`)
+    .join("; ");
+}
+
 /** The sentence to show a model: never a guessed success. */
 export function describeResult(result: RunResult<unknown>): string {
   switch (result.status) {
@@ -94,8 +137,10 @@ export function describeResult(result: RunResult<unknown>): string {
       if (result.receipt === null && result.resolution)
         return `already done earlier, as ${result.resolution.actor} decided: ${result.resolution.reason}`;
       return `${result.replayed ? "already done earlier" : "done"} (receipt ${JSON.stringify(result.receipt)})`;
-    case "failed":
-      return `failed: ${result.error.reason}`;
+    case "failed": {
+      const named = describeEvidence(result.error.evidence);
+      return `failed: ${result.error.reason}${named ? ` (${named})` : ""}`;
+    }
     case "pending_verification":
       return `pending verification (operation ${result.operationId}, ${result.state}): ${result.reason}; do not retry it yourself`;
   }

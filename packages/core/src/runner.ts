@@ -37,7 +37,7 @@ import {
   type RetryBudget,
   type Snapshot,
 } from "./policy.js";
-import type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
+import { boundEvidence, type Resolution, type RunResult, type StoredError, type Unsettled } from "./result.js";
 import type { Status } from "./schema.js";
 import type { Address, Outcome, Peek, Row, Store, TransitionPatch } from "./store.js";
 import type { Tracing } from "./tracing.js";
@@ -437,7 +437,7 @@ export class Runner {
     if (found.proof === "never") return this.toReview(call, row, found.reason);
     if (found.proof === "refused") {
       // The provider's own record of its final answer: what the request's answer would have said.
-      const error: StoredError = { kind: "permanent", reason: found.reason };
+      const error: StoredError = { kind: "permanent", reason: found.reason, ...boundEvidence(found.evidence) };
       const done = await this.moveDurably(call, row, "failed", {
         actor: call.actor,
         reason: `reconciled: ${found.reason}`,
@@ -580,6 +580,7 @@ export class Runner {
       reason: cls.reason,
       ...((cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert && { alert: true }),
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
+      ...(cls.kind === "permanent" && boundEvidence(cls.evidence)),
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     // Only this process knows how the attempt ended (not sent, refused): a brief outage of the

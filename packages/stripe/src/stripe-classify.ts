@@ -33,6 +33,8 @@ function classifyAnswer(error: unknown): Classification {
   const madeId: unknown = (error.payment_intent as { id?: unknown } | undefined)?.id;
   const made = typeof madeId === "string" ? `; payment intent ${madeId}` : "";
   const what = `${error.type}${error.code ? ` ${error.code}` : ""}: ${error.message}${decline}${made}`;
+  // The same ids and codes as fields, for an agent and an operator who must not parse the reason.
+  const named = evidenceOf({ payment_intent: madeId, code: error.code, decline_code: error.decline_code });
 
   if (error.type === "StripeConnectionError") {
     // Refused, unresolvable, or unreachable at connect: the request never reached Stripe. An
@@ -112,8 +114,19 @@ function classifyAnswer(error: unknown): Classification {
   // what was saved, marked as a replay (then looked up, above).
   if (status !== undefined && status > 500) return { kind: "ambiguous", reason: what, ...ids };
   // Wrong or revoked key, or not allowed: permanent, and a person must know.
-  if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
+  if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids, ...named };
   // Declines and validation errors: Stripe's final answer for these parameters.
-  if (status === 402 || status === 400 || status === 404) return { kind: "permanent", reason: what, ...ids };
+  if (status === 402 || status === 400 || status === 404) return { kind: "permanent", reason: what, ...ids, ...named };
   return { kind: "ambiguous", reason: `unexpected Stripe answer ${status}: ${what}`, ...ids };
+}
+
+/**
+ * The ids and codes Stripe's answer or record names, as `Classification.evidence`: those given as
+ * strings, in this order; nothing when none is. Never the card, its holder or a message.
+ */
+export function evidenceOf(fields: { payment_intent?: unknown; code?: unknown; decline_code?: unknown }): {
+  evidence?: Record<string, string>;
+} {
+  const given = Object.entries(fields).filter((e): e is [string, string] => typeof e[1] === "string" && e[1] !== "");
+  return given.length > 0 ? { evidence: Object.fromEntries(given) } : {};
 }

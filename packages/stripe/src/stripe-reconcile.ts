@@ -16,6 +16,7 @@
  */
 import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
+import { evidenceOf } from "./stripe-classify.js";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
 type Found = { id: string; object: string; status?: string | null; created?: number };
@@ -209,6 +210,8 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
         found: false,
         proof: "refused",
         reason: `Stripe declined the payment intent ${pi.id} at its confirmation (${code || "no code"}): ${e.message ?? "no message"}`,
+        // As the request's own answer would have named them (classifyStripeError).
+        ...evidenceOf({ payment_intent: pi.id, code: e.code, decline_code: e.decline_code }),
       };
     }
     return {

@@ -163,6 +163,31 @@ describe("classifyStripeError", () => {
     expect(cls.reason).not.toMatch(/0002|2031|Ada|pm_1/);
   });
 
+  it("gives a decline's payment intent and codes as evidence fields, and nothing of its card", () => {
+    const intent = {
+      id: "pi_declined",
+      object: "payment_intent",
+      last_payment_error: { code: "card_declined", payment_method: { id: "pm_1", card: { last4: "0002" } } },
+    };
+    const cls = classifyStripeError(
+      new E.StripeCardError(
+        raw(402, { code: "card_declined", decline_code: "insufficient_funds", payment_intent: intent }),
+      ),
+    );
+    // Before: only in the reason's text.
+    expect(cls).toMatchObject({ kind: "permanent" });
+    expect(cls.kind === "permanent" && cls.evidence).toEqual({
+      payment_intent: "pi_declined",
+      code: "card_declined",
+      decline_code: "insufficient_funds",
+    });
+    // A validation error names its code; one with none has no evidence.
+    const invalid = classifyStripeError(new E.StripeInvalidRequestError(raw(400, { code: "parameter_missing" })));
+    expect(invalid.kind === "permanent" && invalid.evidence).toEqual({ code: "parameter_missing" });
+    const bare = classifyStripeError(new E.StripeInvalidRequestError(raw(404)));
+    expect(bare.kind === "permanent" && bare.evidence).toBeUndefined();
+  });
+
   it("reads an answer that says nothing was done as unknown when stripe-node had sent the request more than once", () => {
     const limited = new E.StripeRateLimitError(raw(429));
     const declined = new E.StripeCardError(raw(402, { code: "card_declined" }));

@@ -721,6 +721,52 @@ for (const dialect of DIALECTS) {
       expect(requestsFor(key)).toHaveLength(1);
     });
 
+    it("a decline's payment intent, code and decline code are fields of the failure: on the caller's result, the stored operation and the model's sentence", async () => {
+      const l = await ledger();
+      const s = stripe();
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_chargeDeclinedInsufficientFunds" };
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-evidence"], args });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      const evidence = { payment_intent: pi.id, code: "card_declined", decline_code: "insufficient_funds" };
+      // Before: in the reason's text only.
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", evidence } });
+      expect((await l.get({ tenant: t, id: out.operationId })).operation.error).toMatchObject({ evidence });
+      expect(describeResult(out)).toContain(
+        `payment_intent: ${pi.id}; code: card_declined; decline_code: insufficient_funds`,
+      );
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-evidence"], args })).toMatchObject({
+        status: "failed",
+        replayed: true,
+        error: { evidence },
+      });
+    });
+
+    it("a decline whose answer was lost, found past the key window: the lookup gives the same evidence fields as the answer", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_chargeDeclinedInsufficientFunds" };
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-found-evidence"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      advance(25 * HOUR); // past the key window: the lookup finds the intent, waiting for another card
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      const evidence = { payment_intent: pi.id, code: "card_declined", decline_code: "insufficient_funds" };
+      // Before: in the reason's text only.
+      expect(settled).toMatchObject({ status: "failed", error: { kind: "permanent", evidence } });
+      expect((await l.get({ tenant: t, id: out.operationId })).operation).toMatchObject({
+        status: "failed",
+        error: { evidence },
+      });
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-found-evidence"], args })).toMatchObject({
+        status: "failed",
+        replayed: true,
+        error: { evidence },
+      });
+    });
+
     it("a reused key with other args fails closed before any request leaves", async () => {
       const l = await ledger();
       const s = stripe();
