@@ -24,16 +24,10 @@ import MailComposer from "nodemailer/lib/mail-composer";
 import { defineAction, type Action } from "@idem/core";
 import type { EmailConfig } from "./email-config.js";
 import { classifyEmailError } from "./email-classify.js";
-import { Mailbox, MailboxRefusedError } from "./email-mailbox.js";
+import { fileCopy } from "./email-append.js";
+import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import {
-  emailReceiptSchema,
-  foundReceipt,
-  recipientHash,
-  rejectionsOf,
-  type CopyNotFiled,
-  type EmailReceipt,
-} from "./email-receipt.js";
+import { emailReceiptSchema, foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
 import { JOURNAL_SETTLE_MS, SENT_SETTLE_MS, reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
@@ -169,12 +163,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       const raw = (message.bcc.length > 0 ? await rendered({ ...message, bcc: [] }) : whole).message as Buffer;
       const out = { from: envelope.from || "", to: envelope.to ?? [], raw, journal: journalAddress };
       const info = await sendRaw(config.smtp, out, op.signal);
-      // Sent already: a failed APPEND loses the copy, not the effect, so the send still succeeded.
-      // But without the copy no lookup can find this send, so the receipt says why it is missing
-      // (the one place that outlives this call). The sender's own copy keeps its Bcc, as a mail
-      // client's does (the same message: its Message-ID and date).
+      // Sent already: a failed APPEND loses the copy, not the effect, so the send still succeeded,
+      // and nothing below sends again. One that may pass is tried again (email-append.ts); without
+      // the copy no lookup can find this send, so the receipt says why it is missing (the one
+      // place that outlives this call). The sender's own copy keeps its Bcc, as a mail client's
+      // does (the same message: its Message-ID and date).
       const copyNotFiled =
-        copy.mode === "append" ? await sent.append(whole.message as Buffer).then(() => undefined, notFiled) : undefined;
+        copy.mode === "append" ? await fileCopy(sent, whole.message as Buffer, messageId, op.signal) : undefined;
       // Recipients by their hash only: the ledger keeps receipts, and an address is a customer's.
       return {
         messageId,
@@ -254,16 +249,6 @@ export function emailActions(config: EmailConfig): EmailActions {
       reason: `cannot look for ${messageId}: its first send made its copy with ${recorded}, and the config now says ${today}; that copy cannot be searched, so its absence proves nothing`,
     };
   }
-}
-
-/** What a receipt keeps of a failed APPEND of the Sent copy: refused for good, or failed (it may be there). */
-function notFiled(error: unknown): CopyNotFiled {
-  const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-  return {
-    refused: error instanceof MailboxRefusedError,
-    responseCode: error instanceof MailboxRefusedError ? (error.responseCode ?? null) : null,
-    reason: reason.slice(0, 1_000),
-  };
 }
 
 /**

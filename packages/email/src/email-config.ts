@@ -58,9 +58,11 @@ export interface SmtpConfig {
  *    journal must be delivered locally and promptly, never deferred for longer than that (a
  *    copy filed after the window reads absent, and the email is sent again).
  *  - append: we APPEND to Sent after sending; a crash in between leaves no copy, so absence
- *    proves nothing and an unknown outcome goes to review. An APPEND that fails (refused: no
- *    right to file into Sent, a quota) leaves the send succeeded, its receipt's `copyNotFiled`
- *    saying why no copy will be found.
+ *    proves nothing and an unknown outcome goes to review. An APPEND that fails for a reason that
+ *    may pass (a lost connection, NO [INUSE]) is tried again twice at most, never filing a second
+ *    copy (email-append.ts); one refused (no right to file into Sent, a quota) or still failing
+ *    leaves the send succeeded, its receipt's `copyNotFiled` saying why no copy will be found.
+ *    The message is never sent again for it.
  */
 export type CopyConfig =
   | { readonly mode: "provider-saves" }

@@ -13,6 +13,10 @@
  * it says does not exist (the configured name misspelt), and an APPEND it refuses (no right to file
  * into the mailbox, a quota). A SEARCH the server refuses stays unavailable (it may pass), with the
  * server's code and text: imapflow answers it `false` and hands the error only to its logger.
+ * Only a mailbox that can be opened counts: a LIST entry marked \NonExistent or \Noselect (a name
+ * that only holds other mailboxes, or one the server's config names special-use with nothing
+ * behind it) is never taken for the Sent folder, and a configured name the server lists only so
+ * is no mailbox (NONEXISTENT). Retrying a failed APPEND is email-append.ts's.
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
@@ -137,14 +141,43 @@ const SENT = "\\Sent";
  * The path of the mailbox a name means on a server, from its LIST: `\Sent` is the Sent folder
  * (SPECIAL-USE \Sent, else one named Sent); any other name is a path, as the server spells it
  * (mailbox names are case-sensitive but INBOX, RFC 3501), under the personal namespace's `prefix`
- * when it does not start with it (as imapflow opens it). Undefined when the server has no such
- * mailbox.
+ * when it does not start with it (as imapflow opens it). Only a mailbox that can be opened counts
+ * (`selectable`): undefined when the server has no such mailbox.
  */
 export function mailboxPath(name: string, boxes: readonly ListedMailbox[], prefix = ""): string | undefined {
+  const real = boxes.filter(selectable);
   if (name === SENT)
-    return (boxes.find((b) => b.specialUse === SENT) ?? boxes.find((b) => b.name.toLowerCase() === "sent"))?.path;
-  const path = name.toUpperCase() === "INBOX" ? "INBOX" : prefix && !name.startsWith(prefix) ? prefix + name : name;
-  return boxes.find((b) => b.path === path && !b.flags.has("\\NonExistent"))?.path;
+    // imapflow gives the \Sent special use to one listed name only, a \NonExistent one among
+    // them (it sorts before the real one by name): the attribute is what the server said.
+    return (
+      real.find((b) => b.specialUse === SENT) ??
+      real.find((b) => has(b, SENT)) ??
+      real.find((b) => b.name.toLowerCase() === "sent")
+    )?.path;
+  const path = listedPath(name, prefix);
+  return real.find((b) => b.path === path)?.path;
+}
+
+/** How the server's LIST spells the path `name` means (INBOX in capitals, under `prefix`). */
+function listedPath(name: string, prefix: string): string {
+  return name.toUpperCase() === "INBOX" ? "INBOX" : prefix && !name.startsWith(prefix) ? prefix + name : name;
+}
+
+/**
+ * Whether a listed name is a mailbox that can be opened. Not one marked `\NonExistent` (RFC 5258:
+ * listed because it has children, is subscribed or is named special-use in the server's config,
+ * RFC 6154) nor `\Noselect` (RFC 3501: it only holds other mailboxes): a SELECT or an APPEND of
+ * either fails, and neither holds a copy.
+ */
+function selectable(box: ListedMailbox): boolean {
+  return !has(box, "\\NonExistent") && !has(box, "\\Noselect");
+}
+
+/** A LIST attribute, case-insensitive as RFC 3501 has them. */
+function has(box: ListedMailbox, attribute: string): boolean {
+  const wanted = attribute.toLowerCase();
+  for (const flag of box.flags) if (flag.toLowerCase() === wanted) return true;
+  return false;
 }
 
 /** What imapflow keeps of a command the server answered NO or BAD (its ImapFlowError, as logged). */
@@ -223,7 +256,12 @@ export class Mailbox {
       } catch (cause) {
         const e = cause as CommandRefusal;
         const code = typeof e.serverResponseCode === "string" ? e.serverResponseCode : undefined;
-        if (e.responseStatus !== "NO" || code === undefined || !APPEND_REFUSED.has(code)) throw cause;
+        if (e.responseStatus === "NO" && !(code !== undefined && APPEND_REFUSED.has(code)))
+          throw new MailboxUnavailableError(
+            `IMAP ${this.imap.host}:${this.imap.port}: the APPEND to ${mailbox} was answered NO (${code ?? "no code"}: ${said(e)})`,
+            { cause },
+          );
+        if (e.responseStatus !== "NO") throw cause;
         const fix =
           code === "OVERQUOTA"
             ? "make room in the account, or raise its quota"
@@ -246,8 +284,15 @@ export class Mailbox {
   private opened(boxes: readonly ListedMailbox[]): string {
     if (this.path !== SENT) return this.path;
     const sent = mailboxPath(SENT, boxes);
-    if (sent === undefined)
-      throw new MailboxUnavailableError("no Sent folder (no SPECIAL-USE \\Sent, none named Sent): set sentMailbox");
+    if (sent === undefined) {
+      const phantom = boxes.find((b) => b.specialUse === SENT || has(b, SENT));
+      const listed = phantom
+        ? `; ${phantom.path} is listed as \\Sent but cannot be opened (${[...phantom.flags].join(" ")})`
+        : "";
+      throw new MailboxUnavailableError(
+        `no Sent folder (no SPECIAL-USE \\Sent, none named Sent${listed}): set sentMailbox`,
+      );
+    }
     return sent;
   }
 
@@ -308,6 +353,18 @@ export class Mailbox {
   }
 
   /**
+   * Whether the server's LIST has `mailbox` only as a name that cannot be opened (\Noselect,
+   * \NonExistent). False when the LIST fails: the SELECT's own failure is reported then.
+   */
+  private async onlyFolders(client: ImapFlow, mailbox: string): Promise<boolean> {
+    const boxes: readonly ListedMailbox[] | undefined = await client.list().catch(() => undefined);
+    if (!boxes) return false;
+    const prefix = client.namespace?.prefix ?? "";
+    const path = listedPath(mailbox, prefix);
+    return boxes.some((b) => b.path === path) && mailboxPath(mailbox, boxes, prefix) === undefined;
+  }
+
+  /**
    * The message with `messageId` in `mailbox`, if any. A SELECT the server answers NO [NOPERM]
    * (RFC 5530: the account's rights, an IMAP ACL, do not let it read the mailbox; a journal account
    * allowed to receive but not read, say) is a configuration a person must fix, not an outage; so
@@ -324,8 +381,15 @@ export class Mailbox {
   ): Promise<FoundMessage | undefined> {
     const where = `IMAP ${this.imap.host}:${this.imap.port}`;
     const user = this.imap.auth.user;
-    const lock = await client.getMailboxLock(mailbox).catch((cause: unknown) => {
+    const lock = await client.getMailboxLock(mailbox).catch(async (cause: unknown) => {
       const e = cause as CommandRefusal;
+      // Dovecot answers a SELECT of a name that only holds other mailboxes with a bare NO, and
+      // imapflow's own check lists it (\Noselect), so it is not `mailboxMissing`: the full LIST says.
+      const folders =
+        e.responseStatus === "NO" &&
+        e.serverResponseCode === undefined &&
+        e.mailboxMissing !== true &&
+        (await this.onlyFolders(client, mailbox));
       if (e.serverResponseCode === "NOPERM")
         throw new MailboxRefusedError(
           `${where}: ${user} may not read ${mailbox} (NOPERM: ${said(e)}): give the account the right to read it, or configure a mailbox it may read`,
@@ -333,15 +397,19 @@ export class Mailbox {
           "NOPERM",
           { cause },
         );
-      if (e.responseStatus === "NO" && (e.serverResponseCode === "NONEXISTENT" || e.mailboxMissing === true)) {
+      if (
+        e.responseStatus === "NO" &&
+        (e.serverResponseCode === "NONEXISTENT" || e.mailboxMissing === true || folders)
+      ) {
         // Named by the config, or by the server's own LIST as its Sent folder: either way the
         // server has none of that name now, and every later session will say the same.
         const named =
           this.path === SENT
             ? `the Sent folder its LIST names (${mailbox}); set ${this.setting} to the Sent folder's path`
             : `check ${this.setting} (mailbox names are case-sensitive, as the server's LIST spells them), or create the mailbox`;
+        const only = folders ? "; the server lists the name as one that holds only other mailboxes" : "";
         throw new MailboxRefusedError(
-          `${where}: ${user} has no mailbox ${mailbox} (NONEXISTENT: ${said(e)}): ${named}`,
+          `${where}: ${user} has no mailbox ${mailbox} (NONEXISTENT: ${said(e)}${only}): ${named}`,
           "mailbox",
           "NONEXISTENT",
           { cause },

@@ -44,13 +44,17 @@ export interface CopyNotFiled {
   /**
    * True when the server refused the APPEND until a person acts (`responseCode`: NOPERM, no right
    * to file into Sent; OVERQUOTA; TRYCREATE or NONEXISTENT, no such mailbox), so every later
-   * copy is lost too; false when it failed otherwise (the connection, a NO without a code): the
-   * copy may or may not be there.
+   * copy is lost too; false when it failed otherwise, after the few tries a failure that may pass
+   * gets (the connection, a NO [INUSE] or [UNAVAILABLE], a NO without a code): the copy may or
+   * may not be there.
    */
   readonly refused: boolean;
-  /** The server's response code, null when none was seen. */
+  /** The server's response code to the last try (INUSE, say, or NOPERM), null when none was seen. */
   readonly responseCode: string | null;
-  /** What failed, as the error said it (the account and mailbox, the server's text; never the message). */
+  /**
+   * What failed, as the error said it (the account and mailbox, the server's text; never the
+   * message), after "after N tries: " when it was tried more than once.
+   */
   readonly reason: string;
 }
 

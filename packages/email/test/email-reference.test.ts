@@ -109,4 +109,21 @@ describe("the same Sent folder named otherwise", () => {
     expect(mailboxPath("Sent", prefixed, "INBOX.")).toBe("INBOX.Sent");
     expect(mailboxPath("INBOX.Sent", prefixed, "INBOX.")).toBe("INBOX.Sent");
   });
+
+  it("counts only mailboxes that can be opened: never one listed \\NonExistent or \\Noselect", () => {
+    const box = (path: string, specialUse?: string, flags: string[] = []) => ({
+      path,
+      name: path.split("/").pop()!,
+      specialUse,
+      flags: new Set(flags),
+    });
+    // imapflow gives the special use to the phantom (sorted first); the real one keeps the attribute.
+    const phantom = box("Old Sent", "\\Sent", ["\\NonExistent", "\\HasChildren", "\\Noselect", "\\Sent"]);
+    expect(mailboxPath("\\Sent", [phantom, box("Sent Items", undefined, ["\\Sent"]), box("Sent")])).toBe("Sent Items");
+    expect(mailboxPath("\\Sent", [phantom, box("sent", undefined, ["\\Noselect"])])).toBeUndefined();
+    expect(mailboxPath("\\Sent", [phantom, box("Sent")])).toBe("Sent"); // by name, as without SPECIAL-USE
+    expect(mailboxPath("Archive", [box("Archive", undefined, ["\\Noselect", "\\HasChildren"])])).toBeUndefined();
+    expect(mailboxPath("Archive", [box("Archive", undefined, ["\\NONEXISTENT"])])).toBeUndefined(); // any case
+    expect(mailboxPath("Archive/2024", [box("Archive/2024", undefined, ["\\HasNoChildren"])])).toBe("Archive/2024");
+  });
 });

@@ -6,6 +6,9 @@
  *    behind a man in the middle that took STARTTLS out of the EHLO reply. Anything it does not
  *    know (STARTTLS among them) gets a 502.
  *  - `recordingProxy`: a pass-through to an IMAP server that keeps what clients wrote.
+ *  - `appendFaultProxy`: one that answers an APPEND NO, or drops the connection as its OK comes.
+ *  - `listRewritingProxy`: one that rewrites the server's LIST lines (attributes a server
+ *    configured otherwise would send).
  */
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
@@ -119,6 +122,121 @@ export async function recordingProxy(target: number) {
     port: (server.address() as AddressInfo).port,
     /** Everything the clients wrote, in order. */
     written,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** How `appendFaultProxy` fails the next APPEND: a tagged NO, or the connection closed before the OK. */
+export type AppendFault = { readonly kind: "no"; readonly answer: string } | { readonly kind: "drop-after-ok" };
+
+/**
+ * A pass-through to an IMAP server that fails APPENDs as `faults` says, one fault per APPEND, in
+ * order: `no` answers it with `answer` (`NO [INUSE] …`) and swallows its literal, so nothing
+ * reaches the server; `drop-after-ok` passes it on and closes the connection as the server's OK
+ * comes back, so the copy is filed and the client cannot tell. `appends` counts the APPENDs
+ * clients sent. imapflow writes an APPEND's command line at the start of a chunk (with LITERAL+,
+ * which Dovecot offers, its literal follows without waiting for a continuation).
+ */
+export async function appendFaultProxy(target: number) {
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(target, "127.0.0.1");
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("close", end);
+      s.on("error", end);
+    }
+    let swallow = 0; // bytes left of a literal answered NO
+    let dropTag: string | undefined;
+    client.on("data", (chunk: Buffer) => {
+      let data = chunk;
+      if (swallow > 0) {
+        const n = Math.min(swallow, data.length);
+        swallow -= n;
+        data = data.subarray(n);
+        if (data.length === 0) return;
+      }
+      const command = /^(\S+) APPEND [^\r\n]*\{(\d+)(\+?)\}\r\n/i.exec(data.toString("latin1", 0, 1_024));
+      if (command) {
+        proxy.appends++;
+        const fault = proxy.faults.shift();
+        if (fault?.kind === "no") {
+          // The literal and the CRLF that ends the command: what of them is not in this chunk comes next.
+          const rest = data.length - Buffer.byteLength(command[0], "latin1");
+          swallow = command[3] ? Math.max(0, Number(command[2]) + 2 - rest) : 0;
+          client.write(`${command[1]} ${fault.answer}\r\n`);
+          return;
+        }
+        if (fault?.kind === "drop-after-ok") dropTag = command[1];
+      }
+      upstream.write(data);
+    });
+    upstream.on("data", (chunk: Buffer) => {
+      const text = chunk.toString("latin1");
+      if (dropTag !== undefined && (text.startsWith(`${dropTag} `) || text.includes(`\r\n${dropTag} `))) return end();
+      client.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const proxy = {
+    port: (server.address() as AddressInfo).port,
+    /** The faults for the next APPENDs, first first; an APPEND with none left passes. */
+    faults: [] as AppendFault[],
+    appends: 0,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+  return proxy;
+}
+
+/**
+ * A pass-through to an IMAP server that rewrites each untagged LIST line the server sends
+ * (`* LIST (<attributes>) "/" <name>`) with `rewrite`: what a server configured otherwise would
+ * list. What the server sends is passed on up to its last complete line, each line whole.
+ */
+export async function listRewritingProxy(target: number, rewrite: (line: string) => string) {
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(target, "127.0.0.1");
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("close", end);
+      s.on("error", end);
+    }
+    client.pipe(upstream);
+    let pending = "";
+    upstream.on("data", (chunk: Buffer) => {
+      pending += chunk.toString("latin1");
+      const whole = pending.lastIndexOf("\r\n") + 2;
+      if (whole < 2) return;
+      const lines = pending.slice(0, whole).split("\r\n");
+      pending = pending.slice(whole);
+      const out = lines.map((l) => (l.startsWith("* LIST ") ? rewrite(l) : l)).join("\r\n");
+      client.write(Buffer.from(out, "latin1"));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

@@ -1,0 +1,112 @@
+/**
+ * The Sent copy in append mode, filed by us after the server accepted the message. An APPEND that
+ * fails for a reason that may pass (`appendMayPass`) is tried again with a growing pause (p-retry,
+ * as core retries), `APPEND_RETRY.retries` more times at most; a try after one that may have filed
+ * the copy (no answer came: a connection lost, a timeout) first looks for it, so a retry never
+ * files a second copy. What still fails is what the receipt's `copyNotFiled` says. Nothing here
+ * sends: the message went out already, whatever happens to its copy.
+ *
+ * Not covered: a server that files the copy after it answered NO, or after the look that follows a
+ * lost answer (Dovecot commits before its OK); a look that is refused (an account that may file
+ * into Sent but not read it) ends the tries, with that refusal as the reason.
+ */
+import pRetry from "p-retry";
+import { type Mailbox, MailboxRefusedError, MailboxUnavailableError } from "./email-mailbox.js";
+import type { CopyNotFiled } from "./email-receipt.js";
+
+/**
+ * Two more tries after the first, 200 ms then about 400 ms apart (spread up to twice that, so
+ * senders that failed together do not retry in step), none begun 20 s after the first: the
+ * operation's lease is held meanwhile, and a Sent folder still failing then is reported, not waited on.
+ */
+export const APPEND_RETRY = { retries: 2, minTimeout: 200, maxTimeout: 2_000, randomize: true, maxRetryTime: 20_000 };
+
+/**
+ * Codes of a NO that say the same APPEND fails again (RFC 5530; TOOBIG, RFC 7889): the message is
+ * over the server's limit (TOOBIG, LIMIT), the server will not do it (CANNOT), the command was ours
+ * to fix (CLIENTBUG), or the account's state is a person's (CONTACTADMIN, EXPIRED, PRIVACYREQUIRED).
+ */
+const FAILS_AGAIN: ReadonlySet<string> = new Set([
+  "TOOBIG",
+  "LIMIT",
+  "CANNOT",
+  "CLIENTBUG",
+  "CONTACTADMIN",
+  "EXPIRED",
+  "PRIVACYREQUIRED",
+]);
+
+/** What imapflow keeps of a command's failure: the tagged status and code, or a socket's error. */
+interface CommandFailure {
+  readonly responseStatus?: unknown;
+  readonly serverResponseCode?: unknown;
+}
+
+/** Whether a failed APPEND of the Sent copy may pass if tried again. */
+export function appendMayPass(error: unknown): boolean {
+  // Refused until a person acts: no right to file, a quota, no such mailbox, the sign-in, TLS.
+  if (error instanceof MailboxRefusedError) return false;
+  // Anything else that is no mailbox failure is a bug of ours: the same call fails the same way.
+  if (!(error instanceof MailboxUnavailableError)) return false;
+  const cause = (error.cause ?? {}) as CommandFailure;
+  // BAD: the server could not take the command as written; written again, it is the same.
+  if (cause.responseStatus === "BAD") return false;
+  const code = typeof cause.serverResponseCode === "string" ? cause.serverResponseCode : undefined;
+  if (cause.responseStatus === "NO" && code !== undefined && FAILS_AGAIN.has(code)) return false;
+  // A NO that may pass (INUSE, UNAVAILABLE, SERVERBUG, none said), a lost connection, a timeout,
+  // a session that did not open for now.
+  return true;
+}
+
+/** Whether a failed APPEND may have filed the copy: no tagged answer came (a NO or BAD filed nothing). */
+function mayHaveFiled(error: unknown): boolean {
+  const cause = (error instanceof Error ? error.cause : undefined) as CommandFailure | undefined;
+  return cause?.responseStatus !== "NO" && cause?.responseStatus !== "BAD";
+}
+
+/**
+ * Files `raw` (the message with Message-ID `messageId`) in `sent`, tried again as the module says.
+ * Undefined once it is there; else why not. No retry starts once `signal` is aborted (the lease
+ * lost, the caller gone); the first try is always made.
+ */
+export async function fileCopy(
+  sent: Mailbox,
+  raw: Buffer,
+  messageId: string,
+  signal: AbortSignal,
+): Promise<CopyNotFiled | undefined> {
+  let tries = 0;
+  let last: unknown;
+  try {
+    await pRetry(
+      async () => {
+        tries++;
+        if (tries > 1 && mayHaveFiled(last) && (await sent.find(messageId))) return;
+        await sent.append(raw);
+      },
+      {
+        ...APPEND_RETRY,
+        onFailedAttempt: ({ error }) => {
+          last = error;
+        },
+        shouldRetry: ({ error }) => !signal.aborted && appendMayPass(error),
+      },
+    );
+    return undefined;
+  } catch (error) {
+    return notFiled(error, tries);
+  }
+}
+
+/** What a receipt keeps of a failed APPEND of the Sent copy: refused for good, or failed (it may be there). */
+function notFiled(error: unknown, tries: number): CopyNotFiled {
+  const said = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  const cause = (error instanceof Error ? error.cause : undefined) as CommandFailure | undefined;
+  const code =
+    error instanceof MailboxRefusedError ? error.responseCode : (cause?.serverResponseCode as string | undefined);
+  return {
+    refused: error instanceof MailboxRefusedError,
+    responseCode: typeof code === "string" ? code.slice(0, 64) : null,
+    reason: (tries > 1 ? `after ${tries} tries: ${said}` : said).slice(0, 1_000),
+  };
+}

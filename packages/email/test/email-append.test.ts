@@ -1,0 +1,153 @@
+/**
+ * Append mode: the client files its own copy in Sent after the server accepted the message. An
+ * APPEND that fails for a reason that may pass (a NO [INUSE] or [UNAVAILABLE], the connection lost
+ * as the server's OK came back) is tried again, a few times, after looking whether the failed one
+ * filed the copy after all; one that still fails is in the receipt as not filed, with why. The
+ * message is never sent again for it. Real nodemailer, smtp-server, imapflow and Dovecot, with a
+ * proxy in front of Dovecot that fails APPENDs (loopback.ts).
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { MailSandbox, SENDER } from "@idem/sandbox";
+import { openLedger, type LedgerOptions } from "@idem/core";
+import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
+import {
+  emailActions,
+  emailReceiptSchema,
+  MailboxRefusedError,
+  MailboxUnavailableError,
+  type EmailReceipt,
+} from "@idem/email";
+import { appendMayPass } from "../src/email-append.js";
+import { appendFaultProxy } from "./loopback.js";
+import { fresh } from "./operation.js";
+
+let sandbox: MailSandbox;
+let started: Awaited<ReturnType<MailSandbox["start"]>>;
+let proxy: Awaited<ReturnType<typeof appendFaultProxy>>;
+beforeAll(async () => {
+  sandbox = new MailSandbox({ mode: "none" });
+  started = await sandbox.start();
+  proxy = await appendFaultProxy(started.imap.port);
+}, scaled(30_000));
+afterAll(async () => {
+  await proxy?.close();
+  await sandbox?.close();
+});
+beforeEach(() => {
+  proxy.faults.length = 0;
+  proxy.appends = 0;
+});
+
+const mail = () =>
+  emailActions({
+    smtp: { host: "127.0.0.1", port: started.smtp.port, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+    imap: { host: "127.0.0.1", port: proxy.port, auth: SENDER, requireTLS: false },
+    from: SENDER.user,
+    copy: { mode: "append" },
+  }).send;
+const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
+
+/** How many copies with this Message-ID Sent holds, read past the proxy. */
+async function copiesInSent(messageId: string): Promise<number> {
+  const client = sandbox.imap(SENDER);
+  await client.connect();
+  try {
+    const lock = await client.getMailboxLock("Sent");
+    try {
+      const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
+      return Array.isArray(uids) ? uids.length : Number.NaN;
+    } finally {
+      lock.release();
+    }
+  } finally {
+    await client.logout();
+  }
+}
+
+describe("append mode, an APPEND that fails for now", () => {
+  it("answered NO [INUSE] once: tried again, one copy filed, one message sent", async () => {
+    proxy.faults.push({ kind: "no", answer: "NO [INUSE] Mailbox is locked, try again" });
+    const receipt = await mail().execute(report, fresh());
+    // Before: copyNotFiled { refused: false } and no copy in Sent.
+    expect(receipt).toMatchObject({ sent: true });
+    expect(receipt).not.toHaveProperty("copyNotFiled");
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(proxy.appends).toBe(2);
+  });
+
+  it("the connection lost as the server's OK came back (the copy filed): found, not filed twice; one message", async () => {
+    proxy.faults.push({ kind: "drop-after-ok" });
+    const receipt = await mail().execute(report, fresh());
+    expect(receipt).not.toHaveProperty("copyNotFiled");
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(proxy.appends).toBe(1);
+  });
+
+  it("answered NO [UNAVAILABLE] every time: a bounded number of tries, then not filed, with the reason; one message", async () => {
+    for (let i = 0; i < 10; i++) proxy.faults.push({ kind: "no", answer: "NO [UNAVAILABLE] Try again later" });
+    const receipt = await mail().execute(report, fresh());
+    expect(receipt).toMatchObject({
+      sent: true,
+      copyNotFiled: {
+        refused: false,
+        responseCode: "UNAVAILABLE",
+        reason: expect.stringMatching(/after 3 tries.*UNAVAILABLE.*Try again later/),
+      },
+    });
+    expect(emailReceiptSchema["~standard"].validate(receipt)).toMatchObject({ value: receipt });
+    expect(proxy.appends).toBe(3);
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await copiesInSent(receipt.messageId)).toBe(0);
+  });
+
+  it("refused (NO [NOPERM]): not tried again, not filed, with the refusal; one message", async () => {
+    proxy.faults.push({ kind: "no", answer: "NO [NOPERM] Permission denied" });
+    const receipt = await mail().execute(report, fresh());
+    expect(receipt).toMatchObject({ copyNotFiled: { refused: true, responseCode: "NOPERM" } });
+    expect(proxy.appends).toBe(1);
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+  });
+});
+
+for (const dialect of DIALECTS) {
+  describe(`through the ledger on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
+
+    it("the first APPEND's answer lost (the copy filed): succeeded, one copy, replayed as is; one message", async () => {
+      const t = `t-${Math.random().toString(36).slice(2, 9)}`;
+      proxy.faults.push({ kind: "drop-after-ok" });
+      const l = await db.open();
+      const out = await l.run(mail(), { tenant: t, key: ["append-dropped"], args: report });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { sent: true } });
+      const receipt = (out as { receipt: EmailReceipt }).receipt;
+      expect(receipt).not.toHaveProperty("copyNotFiled");
+      const again = await l.run(mail(), { tenant: t, key: ["append-dropped"], args: report });
+      expect(again).toMatchObject({ status: "succeeded", replayed: true });
+      expect(sandbox.count(receipt.messageId)).toBe(1);
+      expect(await copiesInSent(receipt.messageId)).toBe(1);
+    });
+  });
+}
+
+describe("appendMayPass", () => {
+  const failed = (cause: object) => new MailboxUnavailableError("IMAP Sent: Command failed", { cause });
+  it("tries again a NO that may pass, a lost connection, a session that did not open", () => {
+    expect(appendMayPass(failed({ responseStatus: "NO", serverResponseCode: "INUSE" }))).toBe(true);
+    expect(appendMayPass(failed({ responseStatus: "NO", serverResponseCode: "UNAVAILABLE" }))).toBe(true);
+    expect(appendMayPass(failed({ responseStatus: "NO" }))).toBe(true); // no code: not said to be for good
+    expect(appendMayPass(failed({ code: "NoConnection" }))).toBe(true);
+    expect(appendMayPass(new MailboxUnavailableError("IMAP 127.0.0.1:1 unreachable: ECONNREFUSED"))).toBe(true);
+  });
+  it("not a refusal, a BAD, or a NO that says the same message will fail again", () => {
+    expect(appendMayPass(new MailboxRefusedError("may not file into Sent", "mailbox", "NOPERM"))).toBe(false);
+    expect(appendMayPass(new MailboxRefusedError("refused the sign-in", "sign-in", "AUTHENTICATIONFAILED"))).toBe(
+      false,
+    );
+    expect(appendMayPass(failed({ responseStatus: "BAD" }))).toBe(false);
+    expect(appendMayPass(failed({ responseStatus: "NO", serverResponseCode: "TOOBIG" }))).toBe(false);
+    expect(appendMayPass(failed({ responseStatus: "NO", serverResponseCode: "CANNOT" }))).toBe(false);
+    expect(appendMayPass(new TypeError("a bug"))).toBe(false);
+  });
+});
