@@ -395,7 +395,10 @@ export function program(): Command {
     .description("a person's verdict on a needs_review operation, on the version idem show printed (--seen)")
     .addOption(tenant())
     .option("--succeeded", "the effect happened")
-    .option("--failed", "the effect did not happen and must not be retried")
+    .option(
+      "--failed",
+      "the effect did not happen and must not be retried (refused on an operation whose effect is known to have happened: idem show says so)",
+    )
     .requiredOption("-r, --reason <text>", "why (recorded in the audit trail)")
     .option(
       "-e, --evidence <text>",
@@ -459,7 +462,7 @@ export function program(): Command {
   cmd
     .command("retry <id>")
     .description(
-      "mark a needs_review, unknown or failed operation as not done, to be run again with the same key, on the version idem show printed (--seen)",
+      "mark a needs_review, unknown or failed operation as not done, to be run again with the same key, on the version idem show printed (--seen); refused on one whose effect is known to have happened (idem show says so: resolve it --succeeded)",
     )
     .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")

@@ -41,6 +41,7 @@ import {
   type SinkName,
 } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
+import { performedProof } from "./decisions.js";
 import type { DaemonMetrics } from "./metrics.js";
 
 /** Pages of due alerts one tick goes through (daemon.batch each). */
@@ -403,8 +404,6 @@ export class Daemon {
  */
 function kindOf(op: Operation): AlertKind {
   if (op.status === "needs_review")
-    return op.error?.kind === "invalid_result" && (op.error.performedBy?.length ?? 0) > 1
-      ? "two_effects"
-      : "needs_review";
+    return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : "needs_review";
   return op.status === "succeeded" ? "two_effects" : "auth_failure";
 }

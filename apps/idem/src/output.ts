@@ -1,5 +1,6 @@
 /** Human and JSON renderings of operations for the CLI. */
 import type { Operation, OperationEvent } from "@idem/core";
+import { performedByWords, performedProof } from "./decisions.js";
 
 const time = (ms: number | null) =>
   ms === null
@@ -101,6 +102,7 @@ export function printOperation(
     ["first sent", time(o.firstSentAt)],
     ["updated", time(o.updatedAt)],
     ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
+    ...performedLine(o),
   ];
   for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${plain(v)}`);
   console.log("\nevents:");
@@ -108,6 +110,21 @@ export function printOperation(
     ["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"],
     x.events.map((e) => [time(e.at), e.from ?? "-", e.to, String(e.attempt), e.actor ?? "-", e.reason ?? ""]),
   );
+}
+
+/**
+ * For an operation whose effect is known performed (`performedProof`), the one decision core takes
+ * on it, said where the person reads the operation before deciding (as the console's page does).
+ */
+function performedLine(o: Operation): [string, string][] {
+  const proof = performedProof(o);
+  if (!proof) return [];
+  return [
+    [
+      "decide",
+      `only resolve --succeeded: its effect happened${performedByWords(proof)}, but its receipt could not be stored; resolve --failed and retry are refused`,
+    ],
+  ];
 }
 
 export function printStats(

@@ -599,6 +599,46 @@ export default {
       );
     });
 
+    it("show says an operation whose effect happened takes only resolve --succeeded; retry and resolve --failed are refused saying so (exit 4)", async () => {
+      // The SMS went out; its receipt holds a BigInt, which the ledger cannot store: parked with the proof.
+      const sent = defineAction<{ to: string }, { id: string; segments: bigint }>({
+        type: "sms.sent",
+        capabilities: {},
+        execute: async () => ({ id: "sms_5", segments: 2n }),
+      });
+      await expect(ledger.run(sent, { tenant: "performed", key: ["p"], args: { to: "+5" } })).rejects.toMatchObject({
+        name: "InvalidValueError",
+      });
+      const { id } = (await ledger.admin.list({ tenant: "performed" }))[0]!;
+      const show = await idem(["--ledger", url, "show", id, "--tenant", "performed"]);
+      expect(show.code, show.stderr).toBe(0);
+      // Before: nothing said which decision it takes; retry and resolve --failed were refused only once run.
+      expect(show.stdout).toMatch(
+        /^decide\s+only resolve --succeeded: its effect happened \(attempt 1's request\), but its receipt could not be stored; resolve --failed and retry are refused$/m,
+      );
+      const seen = await versionOf(ledger, "performed", id);
+      for (const decision of [["retry"], ["resolve", "--failed"]]) {
+        const out = await idem([
+          "--ledger",
+          url,
+          ...decision.slice(0, 1),
+          id,
+          ...decision.slice(1),
+          "--tenant",
+          "performed",
+          "--seen",
+          seen,
+          "--reason",
+          "not in the log",
+        ]);
+        expect(out.code, decision.join(" ")).toBe(4);
+        expect(out.stderr).toMatch(/its effect happened \(attempt 1\).*resolve it as succeeded/);
+      }
+      expect((await ledger.get({ tenant: "performed", id })).operation.status).toBe("needs_review");
+      // An operation without that proof has no such line.
+      expect((await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"])).stdout).not.toMatch(/^decide/m);
+    });
+
     it("prune deletes every expired operation of the tenant, a batch per statement; --max bounds a run and says more may remain (exit 5)", async () => {
       const done = defineAction({ type: "sms.done", capabilities: {}, execute: async () => ({ ok: true }) });
       const expiring = await openLedger(url, { retentionMs: 0 }); // completed rows are past retention at once

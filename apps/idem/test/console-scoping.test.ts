@@ -224,6 +224,80 @@ describe("what an operator is shown", () => {
     expect((await post(path, [["csrf", csrf], ["seen", seenMine], ...decision])).status).toBe(303);
     expect((await ledger.get({ tenant: "t-bob", id: mine.operationId })).operation.status).toBe("succeeded");
   });
+
+  it("a bulk decision that a selected operation, as the queue showed it, does not take decides none of the selection and says which and why; a stuck run offers no selection", async () => {
+    const tenant = "t-performed";
+    const open = await ledger.run(parked, { tenant, key: ["open"], args: {} });
+    // The SMS went out; its receipt holds a BigInt, which the ledger cannot store: parked with the proof.
+    const sent = defineAction<Record<string, never>, { id: string; segments: bigint }>({
+      type: "sms.sent",
+      capabilities: {},
+      execute: async () => ({ id: "sms_9", segments: 2n }),
+    });
+    await expect(ledger.run(sent, { tenant, key: ["done"], args: {} })).rejects.toMatchObject({
+      name: "InvalidValueError",
+    });
+    const done = (await ledger.admin.list({ tenant, action: "sms.sent" }))[0]!;
+    expect(done.error?.kind).toBe("invalid_result");
+    const stuck = await ledger.run(ok, { tenant, key: ["stuck"], args: {} });
+    await running(tenant, stuck.operationId, 3_600_000);
+    const statuses = async () =>
+      Promise.all(
+        [open.operationId, done.id, stuck.operationId].map(
+          async (id) => (await ledger.get({ tenant, id })).operation.status,
+        ),
+      );
+
+    const alice = await session(ALICE);
+    const queue = await (await get(alice, `/?tenant=${tenant}`)).text();
+    const csrf = /name="csrf" value="([^"]+)"/.exec(queue)![1]!;
+    // The queue's selections, as it shows them: the stuck run is listed, but nothing can be decided on it.
+    const boxes = [...queue.matchAll(/<input type="checkbox" name="ops" value="([^"]+)"[^>]*>/g)].map((m) => m[0]);
+    const value = (box: string) => /value="([^"]+)"/.exec(box)![1]!.replaceAll("&quot;", '"');
+    expect(queue).toContain(`data-operation="${stuck.operationId}"`);
+    expect(boxes.map((b) => JSON.parse(value(b)).id).sort()).toEqual([open.operationId, done.id].sort());
+    expect(boxes.find((b) => b.includes(done.id))).toContain('data-outcomes="succeeded"');
+    expect(boxes.find((b) => b.includes(open.operationId))).toContain('data-outcomes="succeeded failed retry"');
+
+    const bulk = async (outcome: string, ops: string[]) => {
+      const res = await fetch(`${web.url}/bulk`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { cookie: alice, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams([
+          ["csrf", csrf],
+          ["outcome", outcome],
+          ["reason", "checked the SMS log"],
+          ...ops.map((v): [string, string] => ["ops", v]),
+        ]),
+      });
+      expect(res.status).toBe(303);
+      const page = await (await get(alice, res.headers.get("location")!)).text();
+      return /data-testid="flash">([^<]*)</.exec(page)![1]!;
+    };
+    const all = boxes.map(value);
+    // Before: "failed" decided the open one and refused the performed one (half the selection written).
+    const failed = await bulk("failed", all);
+    expect(failed).toContain("Nothing was decided: 1 of 2 selected does not take “failed”");
+    expect(failed).toContain(
+      `${done.id}: its effect happened (attempt 1&#39;s request), but its receipt could not be stored: it takes only “succeeded”`,
+    );
+    expect(await bulk("retry", all)).toContain("Nothing was decided: 1 of 2 selected does not take a retry");
+    // The stuck run, selected by another client as the ledger shows it.
+    const { operation: s } = await ledger.get({ tenant, id: stuck.operationId });
+    const stuckBox = JSON.stringify({
+      tenant,
+      id: s.id,
+      seen: { status: s.status, attempt: s.attempt, checks: s.checks, updatedAt: s.updatedAt },
+    });
+    expect(await bulk("succeeded", [...all, stuckBox])).toContain(
+      `Nothing was decided: 1 of 3 selected does not take “succeeded” · ${s.id}: it is running: nothing can be decided on it while it runs`,
+    );
+    expect(await statuses()).toEqual(["needs_review", "needs_review", "running"]);
+    // What every one of them takes.
+    expect(await bulk("succeeded", all)).toBe("2 of 2 selected were decided: Resolved as succeeded.");
+    expect(await statuses()).toEqual(["succeeded", "succeeded", "running"]);
+  });
 });
 
 describe("idem show", () => {

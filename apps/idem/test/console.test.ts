@@ -82,6 +82,8 @@ for (const dialect of DIALECTS) {
     const bulkTenant = `bulk-${dialect}`;
     /** The test of the forms' choice: its own operations, none of the others'. */
     const choiceTenant = `choice-${dialect}`;
+    /** The test of a bulk selection with an operation whose effect happened: its own operations. */
+    const performedTenant = `performed-${dialect}`;
     let opId = "";
 
     beforeAll(async () => {
@@ -130,7 +132,7 @@ for (const dialect of DIALECTS) {
             port: 0,
             sessionSecretEnv: "CONSOLE_SECRET",
             operators: [
-              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant, bulkTenant, choiceTenant] },
+              { name: "alice", tokenEnv: "ALICE_TOKEN", tenants: [tenant, bulkTenant, choiceTenant, performedTenant] },
               { name: "bob", tokenEnv: "BOB_TOKEN", tenants: ["globex"] },
             ],
           },
@@ -350,6 +352,102 @@ for (const dialect of DIALECTS) {
         await page.locator("#one-evidence").fill("sms_42");
         await page.getByRole("button", { name: "Record the decision" }).click();
         await expect.poll(() => page.getByTestId("flash").textContent()).toContain("Resolved as succeeded");
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("a bulk selection with an operation whose effect happened offers only 'succeeded'; 'failed' posted anyway decides none of it and says which and why", async () => {
+      const parked = defineAction({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket hang up after send");
+        },
+      });
+      // The SMS went out; its receipt holds a BigInt, which the ledger cannot store: parked with the proof.
+      const sent = defineAction<{ to: string }, { id: string; segments: bigint }>({
+        type: "sms.send",
+        capabilities: {},
+        execute: async () => ({ id: "sms_77", segments: 2n }),
+      });
+      const open: string[] = [];
+      for (const k of ["a", "b"])
+        open.push(
+          (await ledger.run(parked, { tenant: performedTenant, key: ["open", k], args: { to: `+${k}` } })).operationId,
+        );
+      await expect(
+        ledger.run(sent, { tenant: performedTenant, key: ["done"], args: { to: "+300" } }),
+      ).rejects.toMatchObject({ name: "InvalidValueError" });
+      const [done] = (await ledger.admin.list({ tenant: performedTenant, status: "needs_review" })).filter(
+        (o) => o.error?.kind === "invalid_result",
+      );
+      expect(done).toBeDefined();
+      const statuses = async () =>
+        Promise.all(
+          [...open, done!.id].map(async (id) => (await ledger.get({ tenant: performedTenant, id })).operation.status),
+        );
+      const { context, page } = await signIn("alice");
+      try {
+        await page.goto(`${base}/?tenant=${performedTenant}`);
+        await expect.poll(() => page.locator("tr[data-operation]").count()).toBe(3);
+        const offered = () =>
+          page
+            .locator('form[action="/bulk"] input[name="outcome"]:enabled')
+            .evaluateAll((rs) => rs.map((r) => r.getAttribute("value")));
+        // Before: all three were offered for any selection, and core refused "failed" and a retry once submitted.
+        await page.getByLabel("Select all").check();
+        expect(await offered()).toEqual(["succeeded"]);
+        expect(await page.getByTestId("bulk-limits").textContent()).toMatch(
+          /^“failed” and a retry are not offered for this selection: 1 selected operation does not take them \(its Why says so\)/,
+        );
+        // Without it, every decision is offered again.
+        await page.getByLabel(`Select ${done!.id}`).uncheck();
+        expect(await offered()).toEqual(["succeeded", "failed", "retry"]);
+        expect(await page.getByTestId("bulk-limits").isVisible()).toBe(false);
+
+        // The whole selection posted with "failed" anyway (another client, a page without its script):
+        // nothing is decided, and the note names the operation and why.
+        const token = await page.locator('form[action="/bulk"] input[name="csrf"]').inputValue();
+        const picked = await page
+          .locator('input[name="ops"]')
+          .evaluateAll((bs) => bs.map((b) => (b as unknown as { value: string }).value));
+        const posted = await page.request.post(`${base}/bulk`, {
+          data: new URLSearchParams([
+            ["csrf", token],
+            ["filter.tenant", performedTenant],
+            ...picked.map((v): [string, string] => ["ops", v]),
+            ["outcome", "failed"],
+            ["reason", "none of them went out"],
+          ]).toString(),
+          headers: { Origin: base, "Content-Type": "application/x-www-form-urlencoded" },
+        });
+        expect(posted.ok()).toBe(true);
+        const note = await posted.text();
+        expect(note).toContain("Nothing was decided: 1 of 3 selected does not take “failed”");
+        expect(note).toContain(
+          `${done!.id}: its effect happened (attempt 1&#39;s request), but its receipt could not be stored: it takes only “succeeded”`,
+        );
+        expect(await statuses()).toEqual(["needs_review", "needs_review", "needs_review"]);
+
+        // The two others, as failed; then the performed one, as succeeded.
+        await page.goto(`${base}/?tenant=${performedTenant}`);
+        for (const id of open) await page.getByLabel(`Select ${id}`).check();
+        await page.getByLabel("It did not happen and must not be tried again: resolve as failed").check();
+        await page.locator("#bulk-reason").fill("not in the SMS provider's log");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await expect
+          .poll(() => page.getByTestId("flash").textContent())
+          .toBe("2 of 2 selected were decided: Resolved as failed.");
+        await page.getByLabel(`Select ${done!.id}`).check();
+        expect(await offered()).toEqual(["succeeded"]);
+        await page.getByLabel("It happened: resolve as succeeded").check();
+        await page.locator("#bulk-reason").fill("in the SMS provider's log");
+        await page.getByRole("button", { name: "Record the decision" }).click();
+        await expect
+          .poll(() => page.getByTestId("flash").textContent())
+          .toBe("1 of 1 selected was decided: Resolved as succeeded.");
+        expect(await statuses()).toEqual(["failed", "failed", "succeeded"]);
       } finally {
         await context.close();
       }

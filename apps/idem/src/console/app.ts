@@ -10,6 +10,7 @@ import {
   InvalidValueError,
   OperationNotFoundError,
   type Ledger,
+  type Operation,
   type Seen,
 } from "@idem/core";
 import { Hono, type Context } from "hono";
@@ -22,6 +23,7 @@ import ms from "ms";
 import type { Logger } from "pino";
 import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
+import { decisionsFor, type Outcome, performedProof } from "../decisions.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import {
@@ -29,12 +31,13 @@ import {
   flashNote,
   layout,
   loginPage,
+  OUTCOME_NAMES,
   operationPage,
   performedNote,
-  performedProof,
   queuePage,
   statsPage,
   type QueueRow,
+  untakenNote,
 } from "./pages.js";
 
 /** Failed sign-ins an address may make in a quarter of an hour. */
@@ -66,7 +69,6 @@ const BULK_BODY_MAX = QUEUE_ROWS * 2_500 + FORM_BODY_MAX;
 const BULK_NOTE_NAMES = 10;
 
 type Env = { Variables: { operator: Operator } };
-type Outcome = "succeeded" | "failed" | "retry";
 /** A person's decision, as a form gives it: the same for every operation of a bulk decision. */
 interface Decision {
   readonly outcome: Outcome;
@@ -335,9 +337,23 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     // The decision is the same for every operation: a form without one is said once, and nothing is decided.
     const decision = decisionOf(form);
     if (typeof decision === "string") return back(`${decision} Nothing was decided.`);
+    const targets = picked.map(pickedOf);
+    // A selected operation that, as the queue showed it, does not take this decision (core would
+    // refuse it: known performed, unknown, running) refuses the whole decision, before anything is
+    // written: the person decided for a selection, and half of it done is not what they asked.
+    // The page's script offers only what every selected row takes; this is for a form sent anyway.
+    // One that changed since it was shown is left to `decide`, which refuses it on its own.
+    const untaken: { id: string; message: string }[] = [];
+    for (const { tenant, id, seen } of targets) {
+      if (tenant === undefined || id === undefined) continue;
+      const now = (await find(operator, tenant, id))?.operation;
+      const shown = seenOf(seen);
+      if (!now || !shown || !sameVersion(now, shown)) continue;
+      if (!decisionsFor(now).includes(decision.outcome)) untaken.push({ id, message: untakenNote(now) });
+    }
+    if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, picked.length));
     const results: (Decided & { id: string })[] = [];
-    for (const item of picked) {
-      const { tenant, id, seen } = pickedOf(item);
+    for (const { tenant, id, seen } of targets) {
       // A selection that is no operation of the operator's tenants is "not found", as on its page.
       const result: Decided =
         tenant !== undefined && id !== undefined && allows(operator, tenant)
@@ -445,6 +461,26 @@ function bulkNote(results: readonly (Decided & { id: string })[]): string {
   const named = left.slice(0, BULK_NOTE_NAMES).map((r) => `${r.id}: ${r.message}`);
   const more = left.length > BULK_NOTE_NAMES ? [`and ${left.length - BULK_NOTE_NAMES} more not decided`] : [];
   return [head, ...named, ...more].join(" · ");
+}
+
+/**
+ * A bulk decision refused whole (some selected operations, as shown, do not take it): how many and
+ * which, the first `BULK_NOTE_NAMES` named with why, as short as `bulkNote` whatever the number.
+ */
+function untakenBulkNote(outcome: Outcome, untaken: readonly { id: string; message: string }[], selected: number) {
+  const one = untaken.length === 1;
+  const head = `Nothing was decided: ${untaken.length} of ${selected} selected ${one ? "does" : "do"} not take ${OUTCOME_NAMES[outcome]}`;
+  const named = untaken.slice(0, BULK_NOTE_NAMES).map((u) => `${u.id}: ${u.message}`);
+  const more = untaken.length > BULK_NOTE_NAMES ? [`and ${untaken.length - BULK_NOTE_NAMES} more`] : [];
+  const advice = `Deselect ${one ? "it" : "them"} and decide the rest again.`;
+  return [head, ...named, ...more, advice].join(" · ");
+}
+
+/** Whether an operation is as a page showed it (core's `Verdict.seen` check, read before deciding). */
+function sameVersion(o: Operation, seen: Seen): boolean {
+  return (
+    o.status === seen.status && o.attempt === seen.attempt && o.checks === seen.checks && o.updatedAt === seen.updatedAt
+  );
 }
 
 /** The operation as a page showed it: JSON in a hidden field (or a queue checkbox), checked before use. */

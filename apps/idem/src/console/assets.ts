@@ -40,12 +40,41 @@ ol.timeline li { padding: .2rem 0 .6rem 1rem; }
 label.inline { display: inline; }
 `;
 
-/** "Select all" on the queue; on an operation's page, live updates: a change disables the decision, and an end of them is shown. */
+/**
+ * "Select all" on the queue, and its decisions offered only as every selected row takes them
+ * (each row's data-outcomes, from decisionsFor; the console refuses the others whole anyway); on an
+ * operation's page, live updates: a change disables the decision, and an end of them is shown.
+ */
 const SCRIPT = `
 const all = document.getElementById("all");
+const limits = document.getElementById("bulk-limits");
+const names = { succeeded: "\u201csucceeded\u201d", failed: "\u201cfailed\u201d", retry: "a retry" };
+const offer = () => {
+  const picked = [...document.querySelectorAll('input[name="ops"]:checked')];
+  const radios = [...document.querySelectorAll('form[action="/bulk"] input[name="outcome"]')];
+  const refused = radios.filter((r) => picked.some((c) => !c.dataset.outcomes.split(" ").includes(r.value)));
+  for (const r of radios) {
+    r.disabled = refused.includes(r);
+    if (r.disabled) r.checked = false;
+  }
+  for (const b of document.querySelectorAll('form[action="/bulk"] button')) b.disabled = refused.length === radios.length;
+  if (!limits) return;
+  limits.hidden = refused.length === 0;
+  if (limits.hidden) return;
+  const list = refused.map((r) => names[r.value]);
+  const which = list.length > 1 ? list.slice(0, -1).join(", ") + " and " + list.at(-1) : list[0];
+  const rows = picked.filter((c) => refused.some((r) => !c.dataset.outcomes.split(" ").includes(r.value))).length;
+  const them = list.length > 1 ? "them" : "it";
+  limits.textContent = which + (list.length > 1 ? " are" : " is") + " not offered for this selection: " + rows +
+    (rows === 1 ? " selected operation does not take " + them + " (its Why says so). Deselect it" :
+      " selected operations do not take " + them + " (their Why says so). Deselect them") + " to choose " + them + ".";
+};
 if (all) all.addEventListener("change", (e) => {
   for (const c of document.querySelectorAll('input[name="ops"]')) c.checked = e.target.checked;
+  offer();
 });
+for (const c of document.querySelectorAll('input[name="ops"]')) c.addEventListener("change", offer);
+if (all) offer(); // a selection the browser kept (back, reload)
 const status = document.getElementById("status");
 if (status) {
   const live = new EventSource(location.pathname + "/live");

@@ -7,6 +7,7 @@
 import type { Operation, OperationEvent, Status, StoredError } from "@idem/core";
 import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
+import { decisionsFor, type Outcome, performedByWords, performedProof } from "../decisions.js";
 import { redactArgs } from "../output.js";
 import { ASSETS } from "./assets.js";
 import type { Operator } from "./auth.js";
@@ -77,13 +78,17 @@ ${
 <input type="hidden" name="csrf" value="${formToken}">
 ${FILTERS.filter((k) => f[k]).map((k) => html`<input type="hidden" name="filter.${k}" value="${f[k]}">`)}
 <table data-testid="queue"><thead><tr><th><input type="checkbox" aria-label="Select all" id="all"></th><th>Tenant</th><th>Operation</th><th>Status</th><th>Action</th><th>Age</th><th>Why</th></tr></thead><tbody>
-${rows.map(
-  (o) => html`<tr data-operation="${o.id}">
-<td><input type="checkbox" name="ops" value="${JSON.stringify({ tenant: o.tenant, id: o.id, seen: seenOf(o) })}" aria-label="Select ${o.id}"></td>
+${rows.map((o) => {
+  // A row is selectable for the decisions core takes on it (none: no selection); the page's script
+  // offers a selection only the decisions every selected row takes, and the console refuses the others.
+  const takes = decisionsFor(o);
+  return html`<tr data-operation="${o.id}">
+<td>${takes.length ? html`<input type="checkbox" name="ops" value="${JSON.stringify({ tenant: o.tenant, id: o.id, seen: seenOf(o) })}" data-outcomes="${takes.join(" ")}" aria-label="Select ${o.id}">` : ""}</td>
 <td>${o.tenant}</td><td><a href="/op/${encodeURIComponent(o.tenant)}/${o.id}">${o.id}</a><br><small>${o.keyLabel ?? "(hashed key)"}</small></td>
-<td class="status status-${o.status}">${o.status}</td><td>${o.action}</td><td>${age(now - o.createdAt)}</td><td>${o.why}</td></tr>`,
-)}
+<td class="status status-${o.status}">${o.status}</td><td>${o.action}</td><td>${age(now - o.createdAt)}</td><td>${o.why}${takes.length < 3 ? html`<br><small>${takesNote(o, takes)}</small>` : ""}</td></tr>`;
+})}
 </tbody></table>
+<p class="note" id="bulk-limits" data-testid="bulk-limits" hidden role="status"></p>
 ${decideFields("bulk")}
 </form>`
 }`;
@@ -94,10 +99,7 @@ ${decideFields("bulk")}
  * the person chooses one (the browser asks, and the console refuses a form without one), so a
  * reason typed for a whole selection never decides it by a default.
  */
-function decideFields(
-  id: string,
-  allowed: readonly ("succeeded" | "failed" | "retry")[] = ["succeeded", "failed", "retry"],
-): Html {
+function decideFields(id: string, allowed: readonly Outcome[] = ["succeeded", "failed", "retry"]): Html {
   const labels = {
     succeeded: "It happened: resolve as succeeded",
     failed: "It did not happen and must not be tried again: resolve as failed",
@@ -113,20 +115,41 @@ ${allowed.map(
 <button>Record the decision</button></fieldset>`;
 }
 
+/** A decision as the console's notes name it. */
+export const OUTCOME_NAMES: Readonly<Record<Outcome, string>> = {
+  succeeded: "“succeeded”",
+  failed: "“failed”",
+  retry: "a retry",
+};
+
+/** What a queue row takes, when not every decision (`decisionsFor`): said under its Why. */
+function takesNote(o: Operation, takes: readonly Outcome[]): string {
+  if (takes.length === 0)
+    return o.status === "running" ? "Nothing can be decided on it while it runs." : "Nothing to decide.";
+  return `Takes only ${takes.map((t) => OUTCOME_NAMES[t]).join(" or ")}${performedProof(o) ? ": its effect happened" : ""}.`;
+}
+
 /**
- * The proof on an operation whose effect is known performed (its receipt came back but could not
- * be stored), or undefined: core's `performedProof`, which core applies to its rows and does not
- * export for an `Operation`. Core refuses "failed" and a retry on such an operation.
+ * Why an operation, as it is, does not take a decision (`decisionsFor`), in a few words: a bulk
+ * decision that includes it is refused whole, and this names it.
  */
-export function performedProof(o: Operation): StoredError | undefined {
-  return o.status === "needs_review" && o.error?.kind === "invalid_result" ? o.error : undefined;
+export function untakenNote(o: Operation): string {
+  const proof = performedProof(o);
+  if (proof)
+    return `its effect happened${performedByWords(proof)}, but its receipt could not be stored: it takes only “succeeded”`;
+  const takes = decisionsFor(o);
+  return `it is ${o.status}: ${
+    takes.length
+      ? `it takes only ${takes.map((t) => OUTCOME_NAMES[t]).join(" or ")}`
+      : o.status === "running"
+        ? "nothing can be decided on it while it runs"
+        : "nothing is left to decide"
+  }`;
 }
 
 /** Why an operation known performed takes only "succeeded" (`performedProof`), as the console says it. */
 export function performedNote(proof: StoredError): string {
-  const by = proof.performedBy?.length
-    ? ` (attempt ${proof.performedBy.map((a) => `${a}'s`).join(" and ")} request)`
-    : "";
+  const by = performedByWords(proof);
   return `Its effect happened${by}, but its receipt could not be stored (${proof.reason.slice(0, 200)}): only “It happened: resolve as succeeded”, with the receipt you find at the provider, is accepted. “Failed” and a retry would say it did not happen (a retry would do it again).`;
 }
 
@@ -138,13 +161,7 @@ export function operationPage(
   const o = x.operation;
   const link = providerLink(o);
   const performed = performedProof(o);
-  const decidable: ("succeeded" | "failed" | "retry")[] = performed
-    ? ["succeeded"]
-    : o.status === "needs_review"
-      ? ["succeeded", "failed", "retry"]
-      : o.status === "unknown" || o.status === "failed"
-        ? ["retry"]
-        : [];
+  const decidable = decisionsFor(o);
   return html`<h1>Operation <code>${o.id}</code></h1>
 ${flash ?? ""}
 ${performed ? html`<p class="note" data-testid="performed">${performedNote(performed)}</p>` : ""}
