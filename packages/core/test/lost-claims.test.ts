@@ -5,7 +5,6 @@
  * action without lookup went to a person with no effect anywhere (helper-64's review; the tests
  * failed first). The call gives the row back: known not done, at once.
  */
-import { createServer, connect, type Server, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -16,6 +15,7 @@ import { DIALECTS, freshDatabase } from "@idem/testkit";
 import { TestProvider } from "./support/provider.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { dialectFor, hooked } from "./support/dialects.js";
+import { pgProxy } from "./support/pg-proxy.js";
 
 /** Postgres' ReadyForQuery message: the statement before it is committed (or rolled back). */
 const READY = Buffer.from([0x5a, 0, 0, 0, 5]);
@@ -26,19 +26,9 @@ const READY = Buffer.from([0x5a, 0, 0, 0, 5]);
  * the connection is cut: a commit whose answer was lost.
  */
 async function lossyProxy(target: URL) {
-  const sockets = new Set<Socket>();
   let marker: string | undefined;
   let cuts = 0;
-  const server: Server = createServer((client) => {
-    const upstream = connect(Number(target.port), target.hostname);
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => {});
-      s.on("close", () => {
-        client.destroy();
-        upstream.destroy();
-      });
-    }
+  const proxy = await pgProxy(target, (client, upstream) => {
     let mute = false;
     client.on("data", (chunk) => {
       upstream.write(chunk);
@@ -55,19 +45,13 @@ async function lossyProxy(target: URL) {
       upstream.destroy();
     });
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const url = new URL(target);
-  url.host = `127.0.0.1:${(server.address() as { port: number }).port}`;
   return {
-    url: url.toString(),
+    url: proxy.url,
     loseAnswerTo(m: string) {
       marker = m;
     },
     cuts: () => cuts,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise((r) => server.close(r));
-    },
+    close: () => proxy.close(),
   };
 }
 

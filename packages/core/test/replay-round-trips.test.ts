@@ -5,11 +5,11 @@
  * two round trips a replay, and with the database down the dropped read's failure was an
  * unhandled rejection, which ends a Node process. Counted at the wire, by a proxy.
  */
-import { createServer, connect, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { defineAction, openLedger, LedgerUnavailableError, type Ledger } from "@idem/core";
 import { freshDatabase } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
+import { pgProxy } from "./support/pg-proxy.js";
 
 /**
  * A TCP proxy to Postgres counting the statements its clients execute (Bind messages of the
@@ -17,20 +17,8 @@ import { uniqueTenant } from "./support/ledgers.js";
  * and cuts the open ones.
  */
 async function countingProxy(target: URL) {
-  const sockets = new Set<Socket>();
   let binds = 0;
-  let refusing = false;
-  const server: Server = createServer((client) => {
-    if (refusing) return void client.destroy();
-    const upstream = connect(Number(target.port), target.hostname);
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => {});
-      s.on("close", () => {
-        client.destroy();
-        upstream.destroy();
-      });
-    }
+  const proxy = await pgProxy(target, (client, upstream) => {
     // The client's messages: the startup message has no type byte, every later one has.
     let buffered = Buffer.alloc(0);
     let started = false;
@@ -50,21 +38,7 @@ async function countingProxy(target: URL) {
     });
     upstream.on("data", (chunk) => client.write(chunk));
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const url = new URL(target);
-  url.host = `127.0.0.1:${(server.address() as { port: number }).port}`;
-  return {
-    url: url.toString(),
-    binds: () => binds,
-    down() {
-      refusing = true;
-      for (const s of sockets) s.destroy();
-    },
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise((r) => server.close(r));
-    },
-  };
+  return { ...proxy, binds: () => binds };
 }
 
 describe("a replay of a settled operation on Postgres", () => {

@@ -94,54 +94,11 @@ export async function scriptedSmtp(): Promise<ScriptedSmtp> {
   return smtp;
 }
 
-/** A pass-through to a server on loopback that keeps what clients wrote (a login in clear text). */
-export async function recordingProxy(target: number) {
-  const sockets = new Set<Socket>();
-  const written: string[] = [];
-  const server = createServer((client) => {
-    const upstream = connect(target, "127.0.0.1");
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      const end = () => {
-        client.destroy();
-        upstream.destroy();
-        sockets.delete(client);
-        sockets.delete(upstream);
-      };
-      s.on("close", end);
-      s.on("error", end);
-    }
-    client.on("data", (chunk: Buffer) => {
-      written.push(chunk.toString("latin1"));
-      upstream.write(chunk);
-    });
-    upstream.pipe(client);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    port: (server.address() as AddressInfo).port,
-    /** Everything the clients wrote, in order. */
-    written,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-/** How `appendFaultProxy` fails the next APPEND: a tagged NO, or the connection closed before the OK. */
-export type AppendFault = { readonly kind: "no"; readonly answer: string } | { readonly kind: "drop-after-ok" };
-
 /**
- * A pass-through to an IMAP server that fails APPENDs as `faults` says, one fault per APPEND, in
- * order: `no` answers it with `answer` (`NO [INUSE] …`) and swallows its literal, so nothing
- * reaches the server; `drop-after-ok` passes it on and closes the connection as the server's OK
- * comes back, so the copy is filed and the client cannot tell. `appends` counts the APPENDs
- * clients sent. imapflow writes an APPEND's command line at the start of a chunk (with LITERAL+,
- * which Dovecot offers, its literal follows without waiting for a continuation).
+ * A pass-through to a server on loopback: each client gets its own upstream connection, and
+ * `wire` joins the two (`end` closes both). `close()` cuts every connection and stops listening.
  */
-export async function appendFaultProxy(target: number) {
+async function passThrough(target: number, wire: (client: Socket, upstream: Socket, end: () => void) => void) {
   const sockets = new Set<Socket>();
   const server = createServer((client) => {
     const upstream = connect(target, "127.0.0.1");
@@ -156,6 +113,51 @@ export async function appendFaultProxy(target: number) {
       s.on("close", end);
       s.on("error", end);
     }
+    wire(client, upstream, end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** A pass-through to a server on loopback that keeps what clients wrote (a login in clear text). */
+export async function recordingProxy(target: number) {
+  const written: string[] = [];
+  const proxy = await passThrough(target, (client, upstream) => {
+    client.on("data", (chunk: Buffer) => {
+      written.push(chunk.toString("latin1"));
+      upstream.write(chunk);
+    });
+    upstream.pipe(client);
+  });
+  /** Everything the clients wrote, in order. */
+  return { ...proxy, written };
+}
+
+/** How `appendFaultProxy` fails the next APPEND: a tagged NO, or the connection closed before the OK. */
+export type AppendFault = { readonly kind: "no"; readonly answer: string } | { readonly kind: "drop-after-ok" };
+
+/**
+ * A pass-through to an IMAP server that fails APPENDs as `faults` says, one fault per APPEND, in
+ * order: `no` answers it with `answer` (`NO [INUSE] …`) and swallows its literal, so nothing
+ * reaches the server; `drop-after-ok` passes it on and closes the connection as the server's OK
+ * comes back, so the copy is filed and the client cannot tell. `appends` counts the APPENDs
+ * clients sent. imapflow writes an APPEND's command line at the start of a chunk (with LITERAL+,
+ * which Dovecot offers, its literal follows without waiting for a continuation).
+ */
+export async function appendFaultProxy(target: number) {
+  const state = {
+    /** The faults for the next APPENDs, first first; an APPEND with none left passes. */
+    faults: [] as AppendFault[],
+    appends: 0,
+  };
+  const proxy = await passThrough(target, (client, upstream, end) => {
     let swallow = 0; // bytes left of a literal answered NO
     let dropTag: string | undefined;
     client.on("data", (chunk: Buffer) => {
@@ -168,8 +170,8 @@ export async function appendFaultProxy(target: number) {
       }
       const command = /^(\S+) APPEND [^\r\n]*\{(\d+)(\+?)\}\r\n/i.exec(data.toString("latin1", 0, 1_024));
       if (command) {
-        proxy.appends++;
-        const fault = proxy.faults.shift();
+        state.appends++;
+        const fault = state.faults.shift();
         if (fault?.kind === "no") {
           // The literal and the CRLF that ends the command: what of them is not in this chunk comes next.
           const rest = data.length - Buffer.byteLength(command[0], "latin1");
@@ -187,19 +189,7 @@ export async function appendFaultProxy(target: number) {
       client.write(chunk);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const proxy = {
-    port: (server.address() as AddressInfo).port,
-    /** The faults for the next APPENDs, first first; an APPEND with none left passes. */
-    faults: [] as AppendFault[],
-    appends: 0,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-  return proxy;
+  return Object.assign(state, proxy);
 }
 
 /**
@@ -208,20 +198,7 @@ export async function appendFaultProxy(target: number) {
  * list. What the server sends is passed on up to its last complete line, each line whole.
  */
 export async function listRewritingProxy(target: number, rewrite: (line: string) => string) {
-  const sockets = new Set<Socket>();
-  const server = createServer((client) => {
-    const upstream = connect(target, "127.0.0.1");
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("close", end);
-      s.on("error", end);
-    }
+  return passThrough(target, (client, upstream) => {
     client.pipe(upstream);
     let pending = "";
     upstream.on("data", (chunk: Buffer) => {
@@ -234,13 +211,4 @@ export async function listRewritingProxy(target: number, rewrite: (line: string)
       client.write(Buffer.from(out, "latin1"));
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    port: (server.address() as AddressInfo).port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
 }
