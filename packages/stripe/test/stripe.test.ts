@@ -23,6 +23,16 @@ const CARD = {
   automatic_payment_methods: { enabled: true, allow_redirects: "never" },
 } as const;
 
+/** A card that needs 3DS, confirmed as the charge tool does: Stripe fails it (402) rather than wait. */
+const FAIL_FAST_3DS = {
+  amount: 2000,
+  currency: "usd",
+  payment_method: "pm_card_threeDSecure2Required",
+  confirm: true,
+  allowed_payment_method_types: ["card"],
+  error_on_requires_action: true,
+};
+
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
 let skew = 0; // how far the ledger's clock (op.now for the adapter) is moved forward, with the sandbox's
@@ -321,14 +331,7 @@ for (const dialect of DIALECTS) {
       const t = tenant();
       // As the charge tool confirms: Stripe fails the confirmation (402 authentication_required)
       // rather than wait; the answer is lost.
-      const args = {
-        amount: 2000,
-        currency: "usd",
-        payment_method: "pm_card_threeDSecure2Required",
-        confirm: true,
-        allowed_payment_method_types: ["card"],
-        error_on_requires_action: true,
-      };
+      const args = FAIL_FAST_3DS;
       sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["fail-fast-3ds"], args });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
@@ -381,14 +384,7 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
       const t = tenant();
-      const args = {
-        amount: 2000,
-        currency: "usd",
-        payment_method: "pm_card_threeDSecure2Required",
-        confirm: true,
-        allowed_payment_method_types: ["card"],
-        error_on_requires_action: true,
-      };
+      const args = FAIL_FAST_3DS;
       // Stripe answers 402 authentication_required (never requires_action); the answer is lost.
       sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
       const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["fail-fast-3ds-failed"], args });
