@@ -99,10 +99,12 @@ export function stripeActions(config: StripeConfig): StripeActions {
       },
       classify: (error: unknown) => classifyStripeError(error, resent.has(error as object)),
       providerReference: (_args: A, op: { key: string }) => `idempotency-key:${op.key}`,
-      // Stripe's object id: a request deduped on our key answers the first one's object, a second
+      // A create's object id: a request deduped on our key answers the first one's object, a second
       // effect is another object. A lookup's receipt (no request id) and the request's own late
-      // answer naming one object are one effect, not alerted as two.
-      effectId: (receipt: StripeReceipt) => receipt.id,
+      // answer naming one object are one effect, not alerted as two. Not a generic POST's: one
+      // that updates an object (adds lines to an invoice) names the same object every time it
+      // takes effect, and two such effects must stay alerted.
+      ...(object !== undefined && { effectId: (receipt: StripeReceipt) => receipt.id }),
     };
     const dedupe = { retentionMs: STRIPE_KEY_RETENTION_MS };
     return lookup

@@ -951,6 +951,15 @@ describe("a generic POST's path", () => {
     expect(s.post("/v1/v2_lookalike").type).toBe("stripe.post:/v1/v2_lookalike");
     expect(sandbox.requests.length).toBe(sent);
   });
+
+  it("gives no effect id: an update names the same object each time it takes effect, and two must stay two", () => {
+    const s = stripe();
+    // Before: the object id, so after the key window a takeover's second add_lines and the first
+    // attempt's late answer (one invoice) would have been taken for one effect, not alerted.
+    expect(s.post("/v1/invoices/in_1/add_lines").effectId).toBeUndefined();
+    const receipt = { id: "pi_1", object: "payment_intent", status: "succeeded", requestId: "req_1", replayed: false };
+    expect(s.paymentIntentsCreate.effectId?.(receipt)).toBe("pi_1");
+  });
 });
 
 describe("Stripe test mode (live, opt-in)", () => {
