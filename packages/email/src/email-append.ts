@@ -1,16 +1,16 @@
 /**
  * The Sent copy in append mode, filed by us after the server accepted the message. An APPEND that
  * fails for a reason that may pass (`appendMayPass`) is tried again with a growing pause (p-retry,
- * as core retries), `APPEND_RETRY.retries` more times at most; a try after one that may have filed
- * the copy (no answer came: a connection lost, a timeout) first looks for it, so a retry never
- * files a second copy. What still fails is what the receipt's `copyNotFiled` says. Nothing here
+ * as core retries), `APPEND_RETRY.retries` more times at most; every try after one that may have
+ * filed the copy (no answer came: a connection lost, a timeout) first looks for it, so a retry
+ * never files a second copy. What still fails is what the receipt's `copyNotFiled` says. Nothing here
  * sends: the message went out already, whatever happens to its copy.
  *
  * Not covered: a server that files the copy after it answered NO, or after the look that follows a
  * lost answer (Dovecot commits before its OK); a look that is refused (an account that may file
  * into Sent but not read it) ends the tries, with that refusal as the reason.
  */
-import pRetry from "p-retry";
+import pRetry, { AbortError } from "p-retry";
 import { type Mailbox, MailboxRefusedError, MailboxUnavailableError } from "./email-mailbox.js";
 import type { CopyNotFiled } from "./email-receipt.js";
 
@@ -76,18 +76,28 @@ export async function fileCopy(
   signal: AbortSignal,
 ): Promise<CopyNotFiled | undefined> {
   let tries = 0;
-  let last: unknown;
+  let stopped: Error = new Error("not tried");
+  // Once an APPEND may have filed the copy, every later try looks first: a look that fails in
+  // between (a SEARCH answered NO) says nothing of the copy.
+  let maybeFiled = false;
   try {
     await pRetry(
       async () => {
+        // Aborted during the pause: no try, the last failure stands (p-retry throws the error given).
+        if (tries > 0 && signal.aborted) throw new AbortError(stopped);
         tries++;
-        if (tries > 1 && mayHaveFiled(last) && (await sent.find(messageId))) return;
-        await sent.append(raw);
+        if (maybeFiled && (await sent.find(messageId))) return;
+        try {
+          await sent.append(raw);
+        } catch (error) {
+          maybeFiled ||= mayHaveFiled(error);
+          throw error;
+        }
       },
       {
         ...APPEND_RETRY,
         onFailedAttempt: ({ error }) => {
-          last = error;
+          stopped = error;
         },
         shouldRetry: ({ error }) => !signal.aborted && appendMayPass(error),
       },

@@ -36,6 +36,7 @@ afterAll(async () => {
 beforeEach(() => {
   proxy.faults.length = 0;
   proxy.appends = 0;
+  proxy.refuseSelects = 0;
 });
 
 const mail = () =>
@@ -83,6 +84,19 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(sandbox.count(receipt.messageId)).toBe(1);
     expect(await copiesInSent(receipt.messageId)).toBe(1);
     expect(proxy.appends).toBe(1);
+  });
+
+  it("the copy filed though the answer was lost, then the look for it answered NO [INUSE]: looked for again, never filed twice", async () => {
+    proxy.faults.push({ kind: "drop-after-ok" });
+    proxy.refuseSelects = 1;
+    const receipt = await mail().execute(report, fresh());
+    // Before: the second try's failed look was taken for the last failure, and the third APPENDed
+    // without looking: two copies in Sent.
+    expect(receipt).not.toHaveProperty("copyNotFiled");
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(proxy.appends).toBe(1);
+    expect(proxy.refuseSelects).toBe(0); // the look was refused once
   });
 
   it("answered NO [UNAVAILABLE] every time: a bounded number of tries, then not filed, with the reason; one message", async () => {

@@ -6,7 +6,8 @@
  *    behind a man in the middle that took STARTTLS out of the EHLO reply. Anything it does not
  *    know (STARTTLS among them) gets a 502.
  *  - `recordingProxy`: a pass-through to an IMAP server that keeps what clients wrote.
- *  - `appendFaultProxy`: one that answers an APPEND NO, or drops the connection as its OK comes.
+ *  - `appendFaultProxy`: one that answers an APPEND NO, or drops the connection as its OK comes,
+ *    and a SELECT NO.
  *  - `listRewritingProxy`: one that rewrites the server's LIST lines (attributes a server
  *    configured otherwise would send).
  */
@@ -156,6 +157,11 @@ export async function appendFaultProxy(target: number) {
     /** The faults for the next APPENDs, first first; an APPEND with none left passes. */
     faults: [] as AppendFault[],
     appends: 0,
+    /**
+     * How many SELECT commands after an APPEND are answered NO [INUSE] (the mailbox locked for
+     * now); the look before sending passes.
+     */
+    refuseSelects: 0,
   };
   const proxy = await passThrough(target, (client, upstream, end) => {
     let swallow = 0; // bytes left of a literal answered NO
@@ -167,6 +173,12 @@ export async function appendFaultProxy(target: number) {
         swallow -= n;
         data = data.subarray(n);
         if (data.length === 0) return;
+      }
+      const select = /^(\S+) SELECT\b/i.exec(data.toString("latin1", 0, 64));
+      if (select && state.refuseSelects > 0 && state.appends > 0) {
+        state.refuseSelects--;
+        client.write(`${select[1]} NO [INUSE] Mailbox is locked, try again\r\n`);
+        return;
       }
       const command = /^(\S+) APPEND [^\r\n]*\{(\d+)(\+?)\}\r\n/i.exec(data.toString("latin1", 0, 1_024));
       if (command) {
