@@ -28,8 +28,8 @@ export interface Capabilities {
  * reason: the provider's ids and codes only (`payment_intent: "pi_…"`, `decline_code:
  * "insufficient_funds"`), never card data, customer content or secrets, since it is stored in
  * the ledger and shown to the model. Bounded: at most `EVIDENCE_LIMITS.entries` entries, each key
- * and value a non-empty string of at most `EVIDENCE_LIMITS.chars` characters, without control
- * characters. An entry outside the bounds is dropped whole (never cut: a cut id names another
+ * and value a non-empty string of at most `EVIDENCE_LIMITS.chars` characters, without control,
+ * format (bidi) or line-separator characters. An entry outside the bounds is dropped whole (never cut: a cut id names another
  * object, or none), the first ones in the record's order kept, and the failure is recorded
  * anyway, with the count dropped (`StoredError.evidenceDropped`).
  */

@@ -118,9 +118,13 @@ export function boundEvidence(given: unknown): { evidence?: Evidence; evidenceDr
   };
 }
 
-/** A key or value within the bounds: a control character would forge a line in a log or a model's text. */
+/**
+ * A key or value within the bounds. Without control characters (Cc), format characters (Cf: a
+ * bidi override makes an id read otherwise than it is) or line and paragraph separators (Zl,
+ * Zp): each would forge a line or a word in a log or a model's text.
+ */
 function fits(text: string): boolean {
-  return text.length > 0 && text.length <= EVIDENCE_LIMITS.chars && !/\p{Cc}/u.test(text);
+  return text.length > 0 && text.length <= EVIDENCE_LIMITS.chars && !/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u.test(text);
 }
 
 /** Evidence as one short clause: `payment_intent: pi_…; decline_code: insufficient_funds`. */

@@ -101,6 +101,8 @@ for (const dialect of DIALECTS) {
       many.k3 = 42; // not a string
       many.k4 = "two\nlines"; // a control character would forge a line in a log or a model's text
       many[`${"k".repeat(201)}`] = "v"; // a key too long
+      many.k11 = "one\u2028line"; // a line separator breaks a line as a newline does
+      many.k12 = "pi_\u202e1"; // a bidi override makes the text read otherwise than it is
       const { action } = refusing("card.evidence-bounds", () => ({
         kind: "permanent",
         reason: "declined",
@@ -108,15 +110,15 @@ for (const dialect of DIALECTS) {
       }));
       const input = { tenant: uniqueTenant(), key: ["bounds"], args: { to: "x" } };
       const out = await ledger.run(action, input);
-      // The acceptable entries (at most eight), in the action's order; the four others are counted.
+      // The acceptable entries (at most eight), in the action's order; the six others are counted.
       const kept = { k1: "v1", k5: "v5", k6: "v6", k7: "v7", k8: "v8", k9: "v9", k10: "v10" };
       expect(out).toMatchObject({
         status: "failed",
-        error: { reason: "declined", evidence: kept, evidenceDropped: 4 },
+        error: { reason: "declined", evidence: kept, evidenceDropped: 6 },
       });
       expect(out.status === "failed" && Object.keys(out.error.evidence ?? {})).toEqual(Object.keys(kept));
       const { operation } = await ledger.get({ tenant: input.tenant, id: out.operationId });
-      expect(operation.error).toMatchObject({ evidence: kept, evidenceDropped: 4 });
+      expect(operation.error).toMatchObject({ evidence: kept, evidenceDropped: 6 });
 
       // More than eight good entries: the first eight are kept, the rest counted.
       const nine: Record<string, string> = {};
