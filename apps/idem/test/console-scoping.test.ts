@@ -291,7 +291,17 @@ describe("what an operator is shown", () => {
       seen: { status: s.status, attempt: s.attempt, checks: s.checks, updatedAt: s.updatedAt },
     });
     expect(await bulk("succeeded", [...all, stuckBox])).toContain(
-      `Nothing was decided: 1 of 3 selected does not take “succeeded” · ${s.id}: it is running: nothing can be decided on it while it runs`,
+      `Nothing was decided: 1 of 3 selected does not take “succeeded” as shown · ${s.id}: it is running: nothing can be decided on it while it runs`,
+    );
+    expect(await statuses()).toEqual(["needs_review", "needs_review", "running"]);
+    // One changed since the queue showed it (another client's view, older): before, the other was
+    // decided and this one refused alone, half the selection written.
+    const openBox = all.find((v) => JSON.parse(v).id === open.operationId)!;
+    const older = JSON.parse(openBox);
+    const stale = JSON.stringify({ ...older, seen: { ...older.seen, updatedAt: older.seen.updatedAt - 1 } });
+    const changed = await bulk("succeeded", [stale, ...all.filter((v) => v !== openBox)]);
+    expect(changed).toContain(
+      `Nothing was decided: 1 of 2 selected does not take “succeeded” as shown · ${open.operationId}: it changed since the queue showed it (it is needs_review now) · Reload the queue and decide again.`,
     );
     expect(await statuses()).toEqual(["needs_review", "needs_review", "running"]);
     // What every one of them takes.

@@ -243,7 +243,7 @@ for (const dialect of DIALECTS) {
         await stale.getByRole("button", { name: "Record the decision" }).click();
         await expect
           .poll(() => stale.getByTestId("flash").textContent())
-          .toContain(`${opId}: Refused: the operation is succeeded`);
+          .toContain(`${opId}: it changed since the queue showed it (it is succeeded now)`);
         expect((await ledger.get({ tenant, id: opId })).operation.status).toBe("succeeded");
 
         // A form posted from another site is refused (its Origin), and so is one without the form's token.

@@ -342,14 +342,17 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     // refuse it: known performed, unknown, running) refuses the whole decision, before anything is
     // written: the person decided for a selection, and half of it done is not what they asked.
     // The page's script offers only what every selected row takes; this is for a form sent anyway.
-    // One that changed since it was shown is left to `decide`, which refuses it on its own.
-    const untaken: { id: string; message: string }[] = [];
+    // So does one that changed since it was shown (it may have become known performed): `decide`
+    // would refuse it alone and write the rest. Not found, or sent without a view: `decide` says so.
+    const untaken: { id: string; message: string; changed?: true }[] = [];
     for (const { tenant, id, seen } of targets) {
       if (tenant === undefined || id === undefined) continue;
       const now = (await find(operator, tenant, id))?.operation;
       const shown = seenOf(seen);
-      if (!now || !shown || !sameVersion(now, shown)) continue;
-      if (!decisionsFor(now).includes(decision.outcome)) untaken.push({ id, message: untakenNote(now) });
+      if (!now || !shown) continue;
+      if (!sameVersion(now, shown))
+        untaken.push({ id, message: `it changed since the queue showed it (it is ${now.status} now)`, changed: true });
+      else if (!decisionsFor(now).includes(decision.outcome)) untaken.push({ id, message: untakenNote(now) });
     }
     if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, picked.length));
     const results: (Decided & { id: string })[] = [];
@@ -467,12 +470,18 @@ function bulkNote(results: readonly (Decided & { id: string })[]): string {
  * A bulk decision refused whole (some selected operations, as shown, do not take it): how many and
  * which, the first `BULK_NOTE_NAMES` named with why, as short as `bulkNote` whatever the number.
  */
-function untakenBulkNote(outcome: Outcome, untaken: readonly { id: string; message: string }[], selected: number) {
+function untakenBulkNote(
+  outcome: Outcome,
+  untaken: readonly { id: string; message: string; changed?: true }[],
+  selected: number,
+) {
   const one = untaken.length === 1;
-  const head = `Nothing was decided: ${untaken.length} of ${selected} selected ${one ? "does" : "do"} not take ${OUTCOME_NAMES[outcome]}`;
+  const head = `Nothing was decided: ${untaken.length} of ${selected} selected ${one ? "does" : "do"} not take ${OUTCOME_NAMES[outcome]} as shown`;
   const named = untaken.slice(0, BULK_NOTE_NAMES).map((u) => `${u.id}: ${u.message}`);
   const more = untaken.length > BULK_NOTE_NAMES ? [`and ${untaken.length - BULK_NOTE_NAMES} more`] : [];
-  const advice = `Deselect ${one ? "it" : "them"} and decide the rest again.`;
+  const advice = untaken.some((u) => u.changed)
+    ? "Reload the queue and decide again."
+    : `Deselect ${one ? "it" : "them"} and decide the rest again.`;
   return [head, ...named, ...more, advice].join(" · ");
 }
 
