@@ -10,8 +10,8 @@
  * that cannot open says why: refused by us or by the server for good (MailboxRefusedError: the
  * certificate, TLS, the sign-in), or unavailable (MailboxUnavailableError: anything that may pass);
  * so does a mailbox the server will not let the account read (NOPERM: MailboxRefusedError too), one
- * it says does not exist (the configured name misspelt), and an APPEND it refuses (no right to file
- * into the mailbox, a quota). A SEARCH the server refuses stays unavailable (it may pass), with the
+ * it says does not exist (the configured name misspelt), an account whose LIST names no Sent folder
+ * (set `sentMailbox`), and an APPEND it refuses (no right to file into the mailbox, a quota). A SEARCH the server refuses stays unavailable (it may pass), with the
  * server's code and text: imapflow answers it `false` and hands the error only to its logger.
  * Only a mailbox that can be opened counts: a LIST entry marked \NonExistent or \Noselect (a name
  * that only holds other mailboxes, or one the server's config names special-use with nothing
@@ -289,8 +289,11 @@ export class Mailbox {
       const listed = phantom
         ? `; ${phantom.path} is listed as \\Sent but cannot be opened (${[...phantom.flags].join(" ")})`
         : "";
-      throw new MailboxUnavailableError(
-        `no Sent folder (no SPECIAL-USE \\Sent, none named Sent${listed}): set sentMailbox`,
+      // The account's configuration, not a passing failure: every later session lists the same.
+      throw new MailboxRefusedError(
+        `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} has no Sent folder (no SPECIAL-USE \\Sent, none named Sent${listed}): set sentMailbox`,
+        "mailbox",
+        "NONEXISTENT",
       );
     }
     return sent;

@@ -17,6 +17,8 @@ import { fresh } from "./operation.js";
 let sandbox: MailSandbox;
 let started: Awaited<ReturnType<MailSandbox["start"]>>;
 let proxy: Awaited<ReturnType<typeof listRewritingProxy>>;
+/** A server whose LIST names no Sent folder: its Sent listed as "Outbox", without `\\Sent`. */
+let noSent: Awaited<ReturnType<typeof listRewritingProxy>>;
 beforeAll(async () => {
   sandbox = new MailSandbox({ mode: "provider-saves" });
   started = await sandbox.start();
@@ -25,11 +27,18 @@ beforeAll(async () => {
   proxy = await listRewritingProxy(started.imap.port, (line) =>
     line.replace(/^\* LIST \((\\NonExistent[^)]*)\) "\/" "Old Sent"$/, '* LIST ($1 \\Sent) "/" "Old Sent"'),
   );
+  noSent = await listRewritingProxy(started.imap.port, (line) =>
+    line.replace(
+      /^\* LIST \(([^)]*)\) "\/" "?Sent"?$/,
+      (_, a: string) => `* LIST (${a.replace(/\s*\\Sent/i, "")}) "/" "Outbox"`,
+    ),
+  );
   await create(SENDER, "Old Sent/2024");
   await create(JOURNAL, "Archive/2024");
 }, scaled(30_000));
 afterAll(async () => {
   await proxy?.close();
+  await noSent?.close();
   await sandbox?.close();
 });
 
@@ -87,6 +96,31 @@ describe("a journal mailbox the LIST names only as a folder of folders (\\NonExi
       message: expect.stringMatching(
         /journal@idem\.test has no mailbox Archive .*holds only other mailboxes.*copy\.mailbox/,
       ),
+    });
+    expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
+    expect(sandbox.count()).toBe(before);
+  });
+});
+
+describe("an account whose LIST names no Sent folder (no SPECIAL-USE \\Sent, none named Sent)", () => {
+  it("the check before sending is refused as a configuration to fix, alerted; nothing sent", async () => {
+    sandbox.mode = "provider-saves";
+    const config: EmailConfig = {
+      smtp: smtp(),
+      imap: imapOf(SENDER, noSent.port),
+      from: SENDER.user,
+      copy: { mode: "provider-saves" },
+    };
+    const before = sandbox.count();
+    const error = await emailActions(config)
+      .send.execute(report, fresh())
+      .catch((e: unknown) => e);
+    // Before: MailboxUnavailableError, retried as transient every few seconds, and no one told.
+    expect(error).toMatchObject({
+      name: "MailboxRefusedError",
+      refused: "mailbox",
+      responseCode: "NONEXISTENT",
+      message: expect.stringMatching(/agent@idem\.test has no Sent folder .*set sentMailbox/),
     });
     expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
     expect(sandbox.count()).toBe(before);
