@@ -5,6 +5,7 @@
  * happened and, when it is not final, what happens next and how to check.
  */
 import {
+  describeEvidence,
   ArgsMismatchError,
   CompletionNotRecordedError,
   GuardrailError,
@@ -171,9 +172,7 @@ export function outcomeOf<R>(
       // A person's verdict: their note is for the audit trail (it may name the customer), not the model.
       const reason = result.resolution ? BY_A_PERSON : result.error.reason;
       const evidence = result.resolution ? undefined : result.error.evidence;
-      const named = Object.entries(evidence ?? {})
-        .map(([k, v]) => `${k}: ${v}`)
-        .join("; ");
+      const named = describeEvidence(evidence);
       return {
         status: "failed",
         operationId: result.operationId,

@@ -127,8 +127,8 @@ function fits(text: string): boolean {
   return text.length > 0 && text.length <= EVIDENCE_LIMITS.chars && !/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u.test(text);
 }
 
-/** Evidence as one short clause: `payment_intent: pi_…; decline_code: insufficient_funds`. */
-function describeEvidence(evidence: Evidence | undefined): string {
+/** Evidence as one short clause: `payment_intent: pi_…; decline_code: insufficient_funds` (empty for none). */
+export function describeEvidence(evidence: Evidence | undefined): string {
   return Object.entries(evidence ?? {})
     .map(([k, v]) => `${k}: ${v}`)
     .join("; ");

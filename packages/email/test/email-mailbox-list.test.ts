@@ -57,16 +57,30 @@ const imapOf = (auth: MailUser, port: number) => ({ host: "127.0.0.1", port, aut
 const smtp = () => ({ host: "127.0.0.1", port: started.smtp.port, auth: SENDER, timeoutMs: 2_500, requireTLS: false });
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
+/** The sender's config in provider-saves mode, its IMAP through `port`. */
+const providerSaves = (port: number): EmailConfig => ({
+  smtp: smtp(),
+  imap: imapOf(SENDER, port),
+  from: SENDER.user,
+  copy: { mode: "provider-saves" },
+});
+
+/** The check before sending refused as no such mailbox (`message`), a configuration to fix, alerted; nothing sent. */
+async function refusedBeforeSending(config: EmailConfig, message: RegExp): Promise<void> {
+  const before = sandbox.count();
+  const error = await emailActions(config)
+    .send.execute(report, fresh())
+    .catch((e: unknown) => e);
+  expect(error).toMatchObject({ name: "MailboxRefusedError", refused: "mailbox", responseCode: "NONEXISTENT" });
+  expect((error as Error).message).toMatch(message);
+  expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
+  expect(sandbox.count()).toBe(before);
+}
+
 describe("the Sent folder, when the LIST also flags \\Sent a name that does not exist", () => {
   it("the check, the send and the lookup use the Sent folder that exists; one message", async () => {
     sandbox.mode = "provider-saves";
-    const config: EmailConfig = {
-      smtp: smtp(),
-      imap: imapOf(SENDER, proxy.port),
-      from: SENDER.user,
-      copy: { mode: "provider-saves" },
-    };
-    const mail = emailActions(config).send;
+    const mail = emailActions(providerSaves(proxy.port)).send;
     const op = fresh();
     // Before: the check before sending selected "Old Sent": MailboxUnavailableError, nothing sent.
     const receipt = await mail.execute(report, op);
@@ -85,44 +99,17 @@ describe("a journal mailbox the LIST names only as a folder of folders (\\NonExi
       from: SENDER.user,
       copy: { mode: "journal", address: JOURNAL.user, imap: imapOf(JOURNAL, started.imap.port), mailbox: "Archive" },
     };
-    const before = sandbox.count();
-    const error = await emailActions(config)
-      .send.execute(report, fresh())
-      .catch((e: unknown) => e);
-    expect(error).toMatchObject({
-      name: "MailboxRefusedError",
-      refused: "mailbox",
-      responseCode: "NONEXISTENT",
-      message: expect.stringMatching(
-        /journal@idem\.test has no mailbox Archive .*holds only other mailboxes.*copy\.mailbox/,
-      ),
-    });
-    expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
-    expect(sandbox.count()).toBe(before);
+    await refusedBeforeSending(
+      config,
+      /journal@idem\.test has no mailbox Archive .*holds only other mailboxes.*copy\.mailbox/,
+    );
   });
 });
 
 describe("an account whose LIST names no Sent folder (no SPECIAL-USE \\Sent, none named Sent)", () => {
   it("the check before sending is refused as a configuration to fix, alerted; nothing sent", async () => {
     sandbox.mode = "provider-saves";
-    const config: EmailConfig = {
-      smtp: smtp(),
-      imap: imapOf(SENDER, noSent.port),
-      from: SENDER.user,
-      copy: { mode: "provider-saves" },
-    };
-    const before = sandbox.count();
-    const error = await emailActions(config)
-      .send.execute(report, fresh())
-      .catch((e: unknown) => e);
     // Before: MailboxUnavailableError, retried as transient every few seconds, and no one told.
-    expect(error).toMatchObject({
-      name: "MailboxRefusedError",
-      refused: "mailbox",
-      responseCode: "NONEXISTENT",
-      message: expect.stringMatching(/agent@idem\.test has no Sent folder .*set sentMailbox/),
-    });
-    expect(classifyEmailError(error)).toMatchObject({ kind: "permanent", alert: true });
-    expect(sandbox.count()).toBe(before);
+    await refusedBeforeSending(providerSaves(noSent.port), /agent@idem\.test has no Sent folder .*set sentMailbox/);
   });
 });
