@@ -315,7 +315,20 @@ export function defineAction<A, R, I = A>(
 
 /** Validates a value (args by default) with a Standard Schema; returns the schema's output or an `InvalidValueError` naming the field. */
 export async function parseArgs<A>(schema: StandardSchemaV1<unknown, A>, value: unknown, root = "args"): Promise<A> {
-  const result = await schema["~standard"].validate(value);
+  return parseArgsNow(schema, value, root);
+}
+
+/**
+ * `parseArgs`, answered at once when the schema validates synchronously (most do): a retry of a
+ * settled operation is then replayed without a promise on the way (Ledger.run). Throws, or answers
+ * a promise that rejects, with the same `InvalidValueError`.
+ */
+export function parseArgsNow<A>(schema: StandardSchemaV1<unknown, A>, value: unknown, root = "args"): A | Promise<A> {
+  const result = schema["~standard"].validate(value);
+  return result instanceof Promise ? result.then((r) => validated(r, root)) : validated(result, root);
+}
+
+function validated<A>(result: StandardSchemaV1.Result<A>, root: string): A {
   if (!result.issues) return result.value;
   const [first] = result.issues;
   const path = (first?.path ?? []).map((p) => (typeof p === "object" ? p.key : p));

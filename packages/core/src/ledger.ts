@@ -8,7 +8,7 @@
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Dialect } from "kysely";
-import { parseArgs, type Action } from "./action.js";
+import { parseArgsNow, type Action } from "./action.js";
 import { LedgerAdmin } from "./admin.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import {
@@ -173,12 +173,54 @@ export class Ledger {
    * caller bugs: `ArgsMismatchError`, `InvalidValueError`, `PayloadTooLargeError` (nothing written).
    */
   run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
-    // In flight from its first line (its args are parsed before it reaches the runner): a close
-    // begun meanwhile waits for it.
-    return this.#context.runner.track(() => this.#run(action, input));
+    const context = this.#context;
+    let call: Call<A, R> | Promise<Call<A, R>>;
+    try {
+      call = this.#call(action, input);
+      // A retry of a settled operation is answered at once, with no promise made on the way but
+      // the one returned (issue 16: a replay's awaits cost more than its code), unless its spans
+      // are recorded. Nothing runs after it that a close would have to wait for.
+      if (!(call instanceof Promise) && !context.tracing.recording()) {
+        const result = context.runner.replayNow(call);
+        if (result) return Promise.resolve(this.#answered(result, action.type, input.tenant));
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    // In flight from here, in the same turn as the checks above (args a schema parses at leisure
+    // included): a close begun meanwhile waits for it.
+    const made = call;
+    return context.runner.track(async () => this.#run(action.type, input.tenant, await made));
   }
 
-  async #run<A, R, I = A>(action: Action<A, R, I>, input: RunInput<A, I>): Promise<RunResult<R>> {
+  async #run<A, R>(type: string, tenant: string, call: Call<A, R>): Promise<RunResult<R>> {
+    const context = this.#context;
+    const result = await context.tracing.span<RunResult<R>>(
+      "idem.run",
+      { "idem.action": type, "idem.tenant": tenant },
+      (span) => {
+        const out = context.runner.run(call);
+        // Without a span (no tracing SDK) the runner's own promise is awaited: no extra hop.
+        if (!span) return out;
+        return out.then((o) => {
+          span.setAttributes(resultAttributes(o));
+          return o;
+        });
+      },
+    );
+    return this.#answered(result, type, tenant);
+  }
+
+  #answered<R>(result: RunResult<R>, action: string, tenant: string): RunResult<R> {
+    this.#options.onResult?.(result, { action, tenant });
+    return result;
+  }
+
+  /**
+   * The call `run` makes of its input, checked: at once, or once a schema that validates
+   * asynchronously has parsed the args. Throws (or rejects) with the caller's bad input.
+   */
+  #call<A, R, I>(action: Action<A, R, I>, input: RunInput<A, I>): Call<A, R> | Promise<Call<A, R>> {
     const context = this.#context;
     context.assertOpen();
     requireName(input.tenant, "tenant");
@@ -188,23 +230,7 @@ export class Ledger {
     const key = isOperationKey(input.key)
       ? keyFor(input.key, input.tenant, action.type)
       : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
-    let args: Call<A, R>["args"];
-    if (typeof input.args === "function") {
-      args = { kind: "lazy", make: input.args as () => A | Promise<A> };
-    } else {
-      const value = action.input ? await parseArgs(action.input, input.args) : (input.args as unknown as A);
-      const json = canonicalJson(value, "args");
-      checkSize("args", json, settings.maxArgsBytes);
-      try {
-        action.validate?.(value);
-      } catch (error) {
-        // The action's refusal, with its reason, as the typed error of a caller's bad input.
-        if (error instanceof IdemError) throw error;
-        throw new InvalidValueError("args", error instanceof Error ? error.message : String(error));
-      }
-      args = { kind: "given", value, json, hash: sha256(json) };
-    }
-    const call: Call<A, R> = {
+    const call = (args: Call<A, R>["args"]): Call<A, R> => ({
       // The runner sees args after the schema: the input type has done its work here.
       action: action as unknown as Action<A, R>,
       tenant: input.tenant,
@@ -222,24 +248,23 @@ export class Ledger {
               waitMs: input.waitMs ?? settings.waitMs,
               budget: { ...settings.budget, ...input.budget },
             },
+    });
+    const given = (value: A): Call<A, R> => {
+      const json = canonicalJson(value, "args");
+      checkSize("args", json, settings.maxArgsBytes);
+      try {
+        action.validate?.(value);
+      } catch (error) {
+        // The action's refusal, with its reason, as the typed error of a caller's bad input.
+        if (error instanceof IdemError) throw error;
+        throw new InvalidValueError("args", error instanceof Error ? error.message : String(error));
+      }
+      return call({ kind: "given", value, json, hash: sha256(json) });
     };
-    // A retry of a settled operation is answered at once, unless its spans are recorded.
-    let result = context.tracing.recording() ? undefined : context.runner.replayNow(call);
-    result ??= await context.tracing.span<RunResult<R>>(
-      "idem.run",
-      { "idem.action": action.type, "idem.tenant": input.tenant },
-      (span) => {
-        const out = context.runner.run(call);
-        // Without a span (no tracing SDK) the runner's own promise is awaited: no extra hop.
-        if (!span) return out;
-        return out.then((o) => {
-          span.setAttributes(resultAttributes(o));
-          return o;
-        });
-      },
-    );
-    this.#options.onResult?.(result, { action: action.type, tenant: input.tenant });
-    return result;
+    if (typeof input.args === "function") return call({ kind: "lazy", make: input.args as () => A | Promise<A> });
+    if (!action.input) return given(input.args as unknown as A);
+    const parsed = parseArgsNow(action.input, input.args);
+    return parsed instanceof Promise ? parsed.then(given) : given(parsed);
   }
 
   /**
