@@ -116,6 +116,26 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(await copiesInSent(receipt.messageId)).toBe(0);
   });
 
+  it("the operation aborted while waiting to try again: no further APPEND, not filed, with the last failure; one message", async () => {
+    proxy.faults.push({ kind: "no", answer: "NO [INUSE] Mailbox is locked, try again" });
+    // The signal aborts in the pause between the tries, exactly: once the NO came back, its first
+    // read (whether to try again) finds it live, every later one (the next try's) aborted. A
+    // timer racing the pause could not say which of the two checks stopped the retry.
+    const signal = new AbortController().signal;
+    let readsSinceNo = 0;
+    Object.defineProperty(signal, "aborted", { get: () => proxy.appends > 0 && readsSinceNo++ > 0 });
+    const receipt = await mail().execute(report, fresh(signal));
+    // Before aba6e21 the next try ran after the pause whatever the signal said: two APPENDs.
+    expect(readsSinceNo).toBe(2);
+    expect(proxy.appends).toBe(1);
+    expect(receipt).toMatchObject({
+      sent: true,
+      copyNotFiled: { refused: false, responseCode: "INUSE", reason: expect.stringMatching(/locked/) },
+    });
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await copiesInSent(receipt.messageId)).toBe(0);
+  });
+
   it("refused (NO [NOPERM]): not tried again, not filed, with the refusal; one message", async () => {
     proxy.faults.push({ kind: "no", answer: "NO [NOPERM] Permission denied" });
     const receipt = await mail().execute(report, fresh());
