@@ -10,16 +10,10 @@ import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
 import { ledgersFor } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
+import { CARD } from "./cards.js";
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
-const CARD = {
-  amount: 2000,
-  currency: "usd",
-  payment_method: "pm_card_visa",
-  confirm: true,
-  automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-} as const;
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };

@@ -11,17 +11,10 @@ import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox, type StripeObject } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
+import { CARD } from "./cards.js";
 
 const WORKER = fileURLToPath(new URL("./children/stripe-worker.ts", import.meta.url));
 const HOUR = 3_600_000;
-// Confirmed on the server without redirect-based payment methods: Stripe asks no return_url (as the child worker's).
-const CARD = {
-  amount: 2000,
-  currency: "usd",
-  payment_method: "pm_card_visa",
-  confirm: true,
-  automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-} as const;
 
 /** A card that needs 3DS, confirmed as the charge tool does: Stripe fails it (402) rather than wait. */
 const FAIL_FAST_3DS = {

@@ -6,6 +6,7 @@
  */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { forward } from "@idem/testkit";
 
 export interface HoldingProxy {
   readonly basePath: string;
@@ -18,29 +19,14 @@ export async function holdingProxy(target: string, hold: { method: string; path:
   const to = new URL(target);
   let held = false;
   const late: Promise<void>[] = [];
-  const forward = (req: IncomingMessage, body: Buffer, res: ServerResponse) =>
-    new Promise<void>((resolve) => {
-      const out = http.request(
-        {
-          host: to.hostname,
-          port: to.port,
-          method: req.method,
-          path: req.url,
-          headers: { ...req.headers, host: to.host },
-        },
-        (answer) => {
-          const parts: Buffer[] = [];
-          answer.on("data", (c: Buffer) => parts.push(c));
-          answer.on("end", () => {
-            if (!res.destroyed && !res.writableEnded)
-              res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(parts));
-            resolve();
-          });
-        },
-      );
-      out.on("error", () => resolve());
-      out.end(body);
-    });
+  /** Forwards the request; passes its answer on unless the client has gone; a failure answers nothing. */
+  const pass = (req: IncomingMessage, body: Buffer, res: ServerResponse) =>
+    forward(to, req, body).then(
+      (a) => {
+        if (!res.destroyed && !res.writableEnded) res.writeHead(a.status, a.headers).end(a.body);
+      },
+      () => {},
+    );
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -48,8 +34,8 @@ export async function holdingProxy(target: string, hold: { method: string; path:
       const body = Buffer.concat(chunks);
       if (!held && req.method === hold.method && (req.url ?? "").startsWith(hold.path)) {
         held = true;
-        late.push(new Promise<void>((resolve) => res.once("close", () => void forward(req, body, res).then(resolve))));
-      } else void forward(req, body, res);
+        late.push(new Promise<void>((resolve) => res.once("close", () => void pass(req, body, res).then(resolve))));
+      } else void pass(req, body, res);
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
