@@ -346,9 +346,9 @@ export class Store {
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
    * row that already holds it, with the database time to judge its lease.
    *
-   * A key this store has seen held by a row (the last KNOWN_KEYS it claimed or found) is a retry:
-   * it is read first, and a duplicate costs one plain read (on Postgres, a replay in 0.9x of a raw
-   * SELECT's time where the claim statement took 0.7x, measured by hand). The read is the
+   * A key this store has seen held by a row (at least the last KNOWN_KEYS it claimed or found) is a
+   * retry: it is read first, and a duplicate costs one plain read (on Postgres, a replay in 0.9x of
+   * a raw SELECT's time where the claim statement took 0.7x, measured by hand). The read is the
    * database's answer, not a cache: a row pruned meanwhile reads as absent, and the key is claimed.
    *
    * Any other key on Postgres is inserted first, so a fresh key costs one round trip. On SQLite,
@@ -362,13 +362,12 @@ export class Store {
   async claim(
     row: Omit<NewClaim, "id">,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek | Outcome } | undefined> {
-    const seen = row.key;
-    const known = this.known.has(seen); // kept while in flight: duplicates of it at once read first too
+    const known = this.known.has(row.key); // kept while in flight: duplicates of it at once read first too
     const insertFirst = !known && (this.dialect === "postgres" || (this.groupsCommits && this.claiming > 0));
     this.claiming += 1;
     try {
       const out = await this.claimRow(row, insertFirst);
-      if (out) this.known.add(seen);
+      if (out) this.known.add(row.key);
       return out;
     } finally {
       this.claiming -= 1;
