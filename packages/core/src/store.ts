@@ -816,8 +816,9 @@ export class Store {
   private async update(row: Row, to: Status, patch: TransitionPatch, returning: boolean) {
     const done = patch.completed === true;
     const keepLease = to === "running";
-    // The audit trigger records a change of status or attempt; a move that keeps both (a proof
-    // or an alert added to a row a person is deciding) writes its own event.
+    // Every move writes its own audit event: a change of status as the trigger would (migration
+    // 0010), one that keeps it (a proof or an alert added to a row a person is deciding) as
+    // `recordEvent` does.
     const self = row.status === to;
     const values: Record<string, unknown> = {
       // pending is "known not done" (the database refuses maybe_committed = 1 there); unknown is
@@ -889,7 +890,10 @@ export class Store {
               ...(patch.executionEnded && { last_execution_at: this.later("last_execution_at") }),
               ...(patch.executionEnded && has("firstSentAt") && { first_execution_at: this.earlier(v("firstSentAt")) }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
-              ...(self && this.appended(v("event"))),
+              // Its audit event, in this statement (migration 0010: the trigger writes none then).
+              ...(self
+                ? this.appended(v("event"))
+                : this.appendEvent(this.transitionEvent(v, has("provider_reference")))),
             })
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key"))
@@ -984,14 +988,36 @@ export class Store {
    * are counted. One JSON parameter: Postgres cannot type loose parameters of jsonb_build_object.
    */
   private appended(json: unknown) {
+    return this.appendEvent(
+      this.dialect === "postgres"
+        ? sql`cast(${json} as jsonb) || jsonb_build_object('at', ${this.now()})`
+        : sql`json_set(${json}, '$.at', ${this.now()})`,
+    );
+  }
+
+  /**
+   * A change of status's audit event as the trigger writes it (migrations 0003 and 0010), for
+   * `update`'s SET list, where a column names its value before the statement: the status it
+   * leaves, and what the statement writes (status, actor, reason, the reference if it sets one,
+   * and the `updated_at` it sets, the same expression in the same statement, so the same time).
+   */
+  private transitionEvent(v: (name: string) => any, setsReference: boolean): RawBuilder<unknown> {
+    const ref = setsReference ? v("provider_reference") : sql.ref("provider_reference");
+    return this.dialect === "postgres"
+      ? sql`jsonb_build_object('from', status, 'to', cast(${v("to")} as text), 'attempt', attempt, 'actor', cast(${v("actor")} as text), 'reason', cast(${v("reason")} as text), 'ref', cast(${ref} as text), 'at', ${this.later("updated_at")})`
+      : sql`json_object('from', status, 'to', ${v("to")}, 'attempt', attempt, 'actor', ${v("actor")}, 'reason', ${v("reason")}, 'ref', ${ref}, 'at', ${this.later("updated_at")})`;
+  }
+
+  /** SET fields appending the event `event` (a JSON object) to the history, capped as the trigger's appends are (0003). */
+  private appendEvent(event: RawBuilder<unknown>) {
     const full =
       this.dialect === "postgres"
         ? sql<boolean>`jsonb_array_length(history) >= ${HISTORY.cap}`
         : sql<boolean>`json_array_length(history) >= ${HISTORY.cap}`;
     const history =
       this.dialect === "postgres"
-        ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(cast(${json} as jsonb) || jsonb_build_object('at', ${this.now()}))`
-        : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', json_set(${json}, '$.at', ${this.now()}))`;
+        ? sql`(case when ${full} then history - ${sql.lit(HISTORY.head)} else history end) || jsonb_build_array(${event})`
+        : sql`json_insert(case when ${full} then json_remove(history, '$[${sql.lit(HISTORY.head)}]') else history end, '$[#]', ${event})`;
     return {
       history: history as any,
       history_elided: sql`history_elided + (case when ${full} then 1 else 0 end)` as any,

@@ -898,6 +898,7 @@ for (const dialect of DIALECTS) {
         "0007-retention-per-operation",
         "0008-daemon-heartbeats",
         "0009-first-execution",
+        "0010-transitions-write-their-event",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -947,6 +948,7 @@ for (const dialect of DIALECTS) {
         "0007-retention-per-operation",
         "0008-daemon-heartbeats",
         "0009-first-execution",
+        "0010-transitions-write-their-event",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1054,6 +1056,7 @@ for (const dialect of DIALECTS) {
           "0007-retention-per-operation",
           "0008-daemon-heartbeats",
           "0009-first-execution",
+          "0010-transitions-write-their-event",
         ]);
       } else {
         await bare.admin.migrate();

@@ -13,6 +13,7 @@ import * as m0006 from "./0006-operator-indexes.js";
 import * as m0007 from "./0007-retention-per-operation.js";
 import * as m0008 from "./0008-daemon-heartbeats.js";
 import * as m0009 from "./0009-first-execution.js";
+import * as m0010 from "./0010-transitions-write-their-event.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -26,6 +27,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0007-retention-per-operation": m0007,
   "0008-daemon-heartbeats": m0008,
   "0009-first-execution": m0009,
+  "0010-transitions-write-their-event": m0010,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
