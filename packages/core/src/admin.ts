@@ -199,7 +199,9 @@ export class LedgerAdmin {
   /** Applies pending migrations (`migrate: false` at open leaves them to this). */
   async migrate(): Promise<string[]> {
     this.#context.assertOpen();
-    return migrate(this.#context.db, this.#context.dialect);
+    const applied = await migrate(this.#context.db, this.#context.dialect);
+    this.#context.store.movesWriteEvents = true; // 0010 is in, whoever applied it
+    return applied;
   }
 
   /** A receipt a person gave, as the action's receipt schema reads it; refused when nothing can check it. */

@@ -23,6 +23,7 @@ import { LedgerDaemon } from "./daemon.js";
 import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError } from "./errors.js";
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
+import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
 import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
 import { checkSize, knownPerformed, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
@@ -114,6 +115,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
   };
   const { db, dialect, direct, groupsCommits, removeMade } = await connect(target, options);
+  const store = new Store(db, dialect, clock, direct, groupsCommits);
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
     const { pending, unknown } = await schemaStatus(db);
@@ -122,6 +124,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
         `this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`,
       );
     if (options.migrate !== false && pending.length) await migrate(db, dialect);
+    else if (pending.includes(MOVES_WRITE_EVENTS)) store.movesWriteEvents = false; // until admin.migrate()
   } catch (error) {
     await db.destroy();
     // A SQLite file this open made holds no ledger (its migrations commit as one, or not at all):
@@ -129,14 +132,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     removeMade?.();
     throw error;
   }
-  const context = new LedgerContext(
-    db,
-    dialect,
-    new Store(db, dialect, clock, direct, groupsCommits),
-    settings,
-    options.actions ?? [],
-    await tracing(),
-  );
+  const context = new LedgerContext(db, dialect, store, settings, options.actions ?? [], await tracing());
   const ledger = new Ledger(context, options);
   contexts.set(ledger, context);
   return ledger;

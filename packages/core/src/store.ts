@@ -343,6 +343,14 @@ export class Store {
   private readonly known = new RecentKeys(KNOWN_KEYS);
 
   /**
+   * Whether a change of status writes its audit event in its own statement: once migration 0010
+   * is applied (the trigger then skips a statement that did). A ledger opened with `migrate:
+   * false` before it leaves the events to the trigger until `admin.migrate()` applies it; written
+   * by both, each move would be recorded twice.
+   */
+  movesWriteEvents = true;
+
+  /**
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
    * row that already holds it, with the database time to judge its lease.
    *
@@ -820,6 +828,7 @@ export class Store {
     // 0010), one that keeps it (a proof or an alert added to a row a person is deciding) as
     // `recordEvent` does.
     const self = row.status === to;
+    const inline = this.movesWriteEvents;
     const values: Record<string, unknown> = {
       // pending is "known not done" (the database refuses maybe_committed = 1 there); unknown is
       // "may have committed": the store sets the flag so no caller can forget it.
@@ -853,13 +862,15 @@ export class Store {
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
-      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}`;
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}`;
     return this.guard(
       row.id,
       this.hot.run(
         `${shape}:${to === "pending" || to === "unknown"}`,
         (v) => {
           const now = this.now();
+          // One expression for the column and the event's time: a test clock is read once.
+          const updatedAt = this.later("updated_at");
           const q = this.db
             .updateTable("idem_operations")
             .set({
@@ -869,7 +880,7 @@ export class Store {
               // Strictly increasing, also within a millisecond: it is the version a person's
               // decision (`seen`) and an alert's acknowledgement name, so two transitions must
               // never share it (measured: no cost a guarded call shows, see the changeset).
-              updated_at: this.later("updated_at"),
+              updated_at: updatedAt,
               lease_owner: v("lease_owner"),
               lease_expires_at: v("lease_expires_at"),
               ...(has("result_json") && { result_json: v("result_json") }),
@@ -893,7 +904,7 @@ export class Store {
               // Its audit event, in this statement (migration 0010: the trigger writes none then).
               ...(self
                 ? this.appended(v("event"))
-                : this.appendEvent(this.transitionEvent(v, has("provider_reference")))),
+                : inline && this.appendEvent(this.transitionEvent(v, has("provider_reference"), updatedAt))),
             })
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key"))
@@ -1001,11 +1012,15 @@ export class Store {
    * leaves, and what the statement writes (status, actor, reason, the reference if it sets one,
    * and the `updated_at` it sets, the same expression in the same statement, so the same time).
    */
-  private transitionEvent(v: (name: string) => any, setsReference: boolean): RawBuilder<unknown> {
+  private transitionEvent(
+    v: (name: string) => any,
+    setsReference: boolean,
+    updatedAt: RawBuilder<number>,
+  ): RawBuilder<unknown> {
     const ref = setsReference ? v("provider_reference") : sql.ref("provider_reference");
     return this.dialect === "postgres"
-      ? sql`jsonb_build_object('from', status, 'to', cast(${v("to")} as text), 'attempt', attempt, 'actor', cast(${v("actor")} as text), 'reason', cast(${v("reason")} as text), 'ref', cast(${ref} as text), 'at', ${this.later("updated_at")})`
-      : sql`json_object('from', status, 'to', ${v("to")}, 'attempt', attempt, 'actor', ${v("actor")}, 'reason', ${v("reason")}, 'ref', ${ref}, 'at', ${this.later("updated_at")})`;
+      ? sql`jsonb_build_object('from', status, 'to', cast(${v("to")} as text), 'attempt', attempt, 'actor', cast(${v("actor")} as text), 'reason', cast(${v("reason")} as text), 'ref', cast(${ref} as text), 'at', ${updatedAt})`
+      : sql`json_object('from', status, 'to', ${v("to")}, 'attempt', attempt, 'actor', ${v("actor")}, 'reason', ${v("reason")}, 'ref', ${ref}, 'at', ${updatedAt})`;
   }
 
   /** SET fields appending the event `event` (a JSON object) to the history, capped as the trigger's appends are (0003). */

@@ -5,10 +5,12 @@
  * hold the two to the same event, and to one each.
  */
 import { describe, expect, it } from "vitest";
-import { sql } from "kysely";
-import { defineAction, type Ledger } from "@idem/core";
+import { Migrator, sql } from "kysely";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { DIALECTS } from "@idem/testkit";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { migrationProvider } from "../src/migrations/index.js";
+import { contextOf } from "../src/ledger.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -24,6 +26,11 @@ async function stored(ledger: Ledger, tenant: string, id: string) {
     unknown
   >[];
   return { history, updatedAt: Number(row.updated_at), ref: row.provider_reference };
+}
+
+/** An event of attempt 1, its fields in the order the trigger writes them. */
+function firstAttempt(from: string, to: string, actor: string, reason: string, ref: string, at: number) {
+  return { from, to, attempt: 1, actor, reason, ref, at };
 }
 
 for (const dialect of DIALECTS) {
@@ -47,20 +54,27 @@ for (const dialect of DIALECTS) {
         const { history, updatedAt, ref } = await stored(ledger, tenant, out.operationId);
         expect(ref).toBe("ref-7");
         expect(history).toHaveLength(2);
-        expect(history[1]).toEqual({
-          from: "running",
-          to: "succeeded",
-          attempt: 1,
-          actor: "agent-1",
-          reason: "the effect happened",
-          ref: "ref-7",
-          at: updatedAt,
-        });
+        expect(history[1]).toEqual(
+          firstAttempt("running", "succeeded", "agent-1", "the effect happened", "ref-7", updatedAt),
+        );
         const { events } = await ledger.get({ tenant, id: out.operationId });
         expect(events.map((e) => [e.from, e.to])).toEqual([
           [null, "running"],
           ["running", "succeeded"],
         ]);
+      } finally {
+        await ledger.close();
+      }
+    });
+
+    it("the event's time is the row's new updated_at, also under a test clock that moves at every read", async () => {
+      let t = 2_000_000_000_000;
+      const ledger = await db.open({ clock: () => t++ });
+      const tenant = uniqueTenant();
+      try {
+        const out = await ledger.run(referenced, { tenant, key: ["clock"], args: { n: 9 } });
+        const { history, updatedAt } = await stored(ledger, tenant, out.operationId);
+        expect(history.at(-1)!.at).toBe(updatedAt);
       } finally {
         await ledger.close();
       }
@@ -77,15 +91,7 @@ for (const dialect of DIALECTS) {
           where tenant_id = ${tenant} and id = ${out.operationId}`.execute(databaseOf(ledger));
         const { history, updatedAt } = await stored(ledger, tenant, out.operationId);
         expect(history).toHaveLength(3);
-        expect(history[2]).toEqual({
-          from: "succeeded",
-          to: "failed",
-          attempt: 1,
-          actor: "ops",
-          reason: "by hand",
-          ref: "ref-8",
-          at: updatedAt,
-        });
+        expect(history[2]).toEqual(firstAttempt("succeeded", "failed", "ops", "by hand", "ref-8", updatedAt));
         // Field for field as the ledger's own statement writes it: the same keys, in the same order.
         expect(Object.keys(history[2]!)).toEqual(Object.keys(before.history[1]!));
         // A statement that changes neither status nor attempt records nothing.
@@ -98,7 +104,7 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    it("each move of an unknown outcome to a person's verdict is one event: the runner's, the daemon's and the person's", async () => {
+    it("each move of an unknown outcome to a person's verdict is one event: the runner's and the person's", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();
       try {
@@ -122,6 +128,46 @@ for (const dialect of DIALECTS) {
         expect(history.map((e) => Object.keys(e))).toEqual(history.map(() => Object.keys(history[0]!)));
       } finally {
         await ledger.close();
+      }
+    });
+    it("a ledger opened with migrate: false before 0010 leaves the events to the trigger until admin.migrate()", async () => {
+      const url = await freshDatabase(dialect);
+      const bare = await openLedger(url, { migrate: false });
+      try {
+        await new Migrator({
+          db: databaseOf(bare),
+          migrationTableName: "idem_migration",
+          migrationLockTableName: "idem_migration_lock",
+          provider: migrationProvider(dialect),
+        }).migrateTo("0009-first-execution");
+        const run = async (key: string) => {
+          const out = await bare.run(referenced, { tenant: "acme", key: [key], args: { n: 1 } });
+          return (await stored(bare, "acme", out.operationId)).history.map((e) => `${e.from}>${e.to}`);
+        };
+        // This process still sends the statements of before 0010: its moves left to the 0003 trigger, once each.
+        const ledger = await openLedger(url, { migrate: false });
+        try {
+          expect(await ledger.admin.pendingMigrations()).toEqual(["0010-transitions-write-their-event"]);
+          const out = await ledger.run(referenced, { tenant: "acme", key: ["before"], args: { n: 1 } });
+          expect((await stored(ledger, "acme", out.operationId)).history.map((e) => `${e.from}>${e.to}`)).toEqual([
+            "null>running",
+            "running>succeeded",
+          ]);
+          expect(contextOf(ledger).store.movesWriteEvents).toBe(false);
+          expect(await ledger.admin.migrate()).toEqual(["0010-transitions-write-their-event"]);
+          expect(contextOf(ledger).store.movesWriteEvents).toBe(true); // its own statements write them now
+          const after = await ledger.run(referenced, { tenant: "acme", key: ["after"], args: { n: 1 } });
+          expect((await stored(ledger, "acme", after.operationId)).history.map((e) => `${e.from}>${e.to}`)).toEqual([
+            "null>running",
+            "running>succeeded",
+          ]);
+        } finally {
+          await ledger.close();
+        }
+        // Migrated by another process meanwhile: still once each (the 0010 trigger writes what this one leaves).
+        expect(await run("other")).toEqual(["null>running", "running>succeeded"]);
+      } finally {
+        await bare.close();
       }
     });
   });

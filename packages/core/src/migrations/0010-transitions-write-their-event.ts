@@ -13,6 +13,9 @@
  */
 import { HISTORY } from "./0003-sticky-maybe-committed.js";
 
+/** This migration's name: until it is applied, the ledger's moves leave their events to the trigger (Store.movesWriteEvents). */
+export const NAME = "0010-transitions-write-their-event";
+
 const { head, cap } = HISTORY;
 
 export const sqlite = [

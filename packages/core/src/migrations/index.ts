@@ -27,7 +27,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0007-retention-per-operation": m0007,
   "0008-daemon-heartbeats": m0008,
   "0009-first-execution": m0009,
-  "0010-transitions-write-their-event": m0010,
+  [m0010.NAME]: m0010,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
