@@ -281,10 +281,19 @@ export class Runner {
     if (isSettled(snap)) return { done: replayOf<R>(snap) };
     const elapsed = Date.now() - state.started;
     // A call already inside its own retry loop may wait out its backoff; a duplicate waits waitMs.
+    // A settlement waits for no one, but a row it left pending is its own retry loop too: its
+    // pause may end before the database's clock says the row is due (a timer counts from the
+    // loop's cached time), and it then waits the rest rather than end with its budget unspent.
     // A ledger closing neither waits nor sends: the next caller or the daemon will.
     const closing = this.closing(call);
-    const mayWaitMs =
-      state.settling || closing ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
+    const ownRetry = state.executed > 0 && (!state.settling || snap.status === "pending");
+    const mayWaitMs = closing
+      ? 0
+      : ownRetry
+        ? s.budget.elapsedMs - elapsed
+        : state.settling
+          ? 0
+          : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs,
       mayExecute: !closing && nextDelay(s.budget, state.executed, elapsed, 0) !== null,

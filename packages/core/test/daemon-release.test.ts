@@ -176,6 +176,36 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a settlement that waited out its own backoff executes again, though the database's clock says it is a little early", async () => {
+      // The process's timers can end a wait before the database's clock has moved as far (under
+      // load, a timer counts from the loop's cached time): here the database's clock runs at half
+      // the speed of the timers, so every wait ends early by its database time.
+      const start = Date.now();
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      const mail = p.action("mail", {});
+      const url = await freshDatabase(dialect);
+      const ledger = await openTestLedger(url, {
+        actions: [mail],
+        poolSize: 2,
+        budget: { baseDelayMs: 20 },
+        clock: () => start + Math.floor((Date.now() - start) / 2),
+      });
+      try {
+        const transient = { when: "before", cls: { kind: "transient", reason: "503" } } as const;
+        p.faults.push(transient);
+        const first = await ledger.run(mail, { tenant, key: ["k"], args: { to: "x" }, budget: { attempts: 1 } });
+        expect(first).toMatchObject({ state: "pending" });
+        p.faults.push(transient, transient);
+        const out = await ledger.daemon.settle({ tenant, id: first.operationId });
+        // Its budget's three executions: two transient answers, then the effect.
+        expect({ executions: p.calls - 1, status: out.status }).toEqual({ executions: 3, status: "succeeded" });
+        expect(p.effects).toHaveLength(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+
     it("budget: { attempts: 1 } executes once, whatever it answers; the next settlement tries again", async () => {
       const tenant = uniqueTenant();
       const p = new TestProvider();
