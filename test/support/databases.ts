@@ -13,16 +13,20 @@ export const DIALECTS = ["sqlite", "postgres"] as const;
 export type TestDialect = (typeof DIALECTS)[number];
 
 const cleanups: (() => Promise<void>)[] = [];
-let registered = false;
+
+// Registered as this module loads, while vitest collects the test file that imports it (each file
+// loads it anew): a hook registered later, from inside a beforeAll or a test, where freshDatabase
+// is called, is never run, and every file's databases and temp dirs were left behind.
+try {
+  afterAll(async () => {
+    for (const f of cleanups.splice(0).reverse()) await f();
+  });
+} catch {
+  // Loaded outside a test file (a script importing the testkit): nothing it makes is cleaned up.
+}
 
 function onFileEnd(fn: () => Promise<void>): void {
   cleanups.push(fn);
-  if (!registered) {
-    registered = true;
-    afterAll(async () => {
-      for (const f of cleanups.splice(0).reverse()) await f();
-    });
-  }
 }
 
 /** A new, empty database for this test file; its URL for `openLedger`. */
