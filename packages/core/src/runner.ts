@@ -286,14 +286,9 @@ export class Runner {
     // loop's cached time), and it then waits the rest rather than end with its budget unspent.
     // A ledger closing neither waits nor sends: the next caller or the daemon will.
     const closing = this.closing(call);
-    const ownRetry = state.executed > 0 && (!state.settling || snap.status === "pending");
-    const mayWaitMs = closing
-      ? 0
-      : ownRetry
-        ? s.budget.elapsedMs - elapsed
-        : state.settling
-          ? 0
-          : s.waitMs - state.waited;
+    const waitsForNoOne = state.settling && !(state.executed > 0 && snap.status === "pending");
+    const mayWaitMs =
+      waitsForNoOne || closing ? 0 : state.executed > 0 ? s.budget.elapsedMs - elapsed : s.waitMs - state.waited;
     const decision = decide(snapshotOf(snap), call.action.capabilities, {
       mayWaitMs,
       mayExecute: !closing && nextDelay(s.budget, state.executed, elapsed, 0) !== null,

@@ -130,6 +130,7 @@ for (const dialect of DIALECTS) {
         await ledger.close();
       }
     });
+
     it("a ledger opened with migrate: false before 0010 leaves the events to the trigger until admin.migrate()", async () => {
       const url = await freshDatabase(dialect);
       const bare = await openLedger(url, { migrate: false });
@@ -140,32 +141,25 @@ for (const dialect of DIALECTS) {
           migrationLockTableName: "idem_migration_lock",
           provider: migrationProvider(dialect),
         }).migrateTo("0009-first-execution");
-        const run = async (key: string) => {
-          const out = await bare.run(referenced, { tenant: "acme", key: [key], args: { n: 1 } });
-          return (await stored(bare, "acme", out.operationId)).history.map((e) => `${e.from}>${e.to}`);
+        // A guarded call on `ledger`, and the moves its history holds.
+        const moves = async (ledger: Ledger, key: string) => {
+          const out = await ledger.run(referenced, { tenant: "acme", key: [key], args: { n: 1 } });
+          return (await stored(ledger, "acme", out.operationId)).history.map((e) => `${e.from}>${e.to}`);
         };
         // This process still sends the statements of before 0010: its moves left to the 0003 trigger, once each.
         const ledger = await openLedger(url, { migrate: false });
         try {
           expect(await ledger.admin.pendingMigrations()).toEqual(["0010-transitions-write-their-event"]);
-          const out = await ledger.run(referenced, { tenant: "acme", key: ["before"], args: { n: 1 } });
-          expect((await stored(ledger, "acme", out.operationId)).history.map((e) => `${e.from}>${e.to}`)).toEqual([
-            "null>running",
-            "running>succeeded",
-          ]);
+          expect(await moves(ledger, "before")).toEqual(["null>running", "running>succeeded"]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(false);
           expect(await ledger.admin.migrate()).toEqual(["0010-transitions-write-their-event"]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(true); // its own statements write them now
-          const after = await ledger.run(referenced, { tenant: "acme", key: ["after"], args: { n: 1 } });
-          expect((await stored(ledger, "acme", after.operationId)).history.map((e) => `${e.from}>${e.to}`)).toEqual([
-            "null>running",
-            "running>succeeded",
-          ]);
+          expect(await moves(ledger, "after")).toEqual(["null>running", "running>succeeded"]);
         } finally {
           await ledger.close();
         }
         // Migrated by another process meanwhile: still once each (the 0010 trigger writes what this one leaves).
-        expect(await run("other")).toEqual(["null>running", "running>succeeded"]);
+        expect(await moves(bare, "other")).toEqual(["null>running", "running>succeeded"]);
       } finally {
         await bare.close();
       }
