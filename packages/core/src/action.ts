@@ -276,8 +276,9 @@ export interface ActionDefinition<A, R, I = A> {
    * id), where each effect gets an id of its own: a second effect would have another. A request's
    * late answer whose receipt differs from the one recorded (a lookup's finding, shaped otherwise)
    * is one effect told twice when their ids are equal, and alerted as a second effect when they
-   * are not. Not for an id every copy shares (a Message-ID set by us): without it, a late answer
-   * that differs from the recorded receipt is alerted for a person to check.
+   * are not. Not for an id every attempt shares (a Message-ID set by us, alone: email adds the
+   * attempt that sent it, which its copies name): without it, a late answer that differs from the
+   * recorded receipt is alerted for a person to check.
    */
   effectId?(receipt: R): string | undefined;
 }

@@ -27,7 +27,14 @@ import { classifyEmailError } from "./email-classify.js";
 import { fileCopy } from "./email-append.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
-import { emailReceiptSchema, foundReceipt, recipientHash, rejectionsOf, type EmailReceipt } from "./email-receipt.js";
+import {
+  emailReceiptSchema,
+  foundReceipt,
+  recipientHash,
+  rejectionsOf,
+  sendOf,
+  type EmailReceipt,
+} from "./email-receipt.js";
 import { JOURNAL_SETTLE_MS, SENT_SETTLE_MS, reconcileByCopy, type CopyPlace } from "./email-reconcile.js";
 import {
   CopyChangedError,
@@ -105,6 +112,11 @@ export function emailActions(config: EmailConfig): EmailActions {
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
+      // What tells this operation's sends apart is the action's to write: a caller's own would
+      // make a copy name another send (or another operation), and a late answer read as its own.
+      for (const name of Object.keys(args.headers ?? {}))
+        if (OWN_HEADERS.has(name.toLowerCase()))
+          throw new Error(`email.send: headers may not set ${name}: the action writes it on each send`);
       (args.attachments ?? []).forEach((a, i) => {
         const problem = attachmentProblem(a);
         if (problem)
@@ -119,7 +131,7 @@ export function emailActions(config: EmailConfig): EmailActions {
       const place = placeOf(messageId, recorded);
       // An earlier attempt's copy means it was sent: nothing more to do.
       const earlier = await place.mailbox?.find(messageId);
-      if (earlier) return foundReceipt(messageId, ref, false, earlier.mailbox);
+      if (earlier) return foundReceipt(messageId, ref, false, earlier);
       // An earlier attempt may have sent under another copy config, and the config changed since.
       // The ledger does not get here (an operation that may have been sent is looked up, not
       // executed; one known not sent gets a reference of today's config): a guard for a direct
@@ -142,7 +154,8 @@ export function emailActions(config: EmailConfig): EmailActions {
         ...(args.text !== undefined && { text: args.text }),
         ...(args.html !== undefined && { html: args.html }),
         ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
-        headers: { ...args.headers, "X-Idem-Key": op.key },
+        // The attempt tells this send's copies from another attempt's (`sendOf`): the Message-ID is theirs too.
+        headers: { ...args.headers, "X-Idem-Key": op.key, "X-Idem-Attempt": String(op.attempt) },
         date: new Date(),
       };
       // A render that fails (an attachment nodemailer will not read) failed before any connection.
@@ -180,9 +193,11 @@ export function emailActions(config: EmailConfig): EmailActions {
         rejected: info.rejected.map(recipientHash),
         rejections: rejectionsOf(info.rejected, info.rejectedCodes),
         ...(copyNotFiled && { copyNotFiled }),
+        attempt: op.attempt,
       };
     },
     classify: (error) => classifyEmailError(error),
+    effectId: sendOf,
     reconcile: (_args, op) => {
       const { messageId, recorded } = referenceOf(op);
       const place = placeOf(messageId, recorded);
@@ -250,6 +265,9 @@ export function emailActions(config: EmailConfig): EmailActions {
     };
   }
 }
+
+/** The headers each send gets from the action (lower case): the operation's key and the attempt that sent it. */
+const OWN_HEADERS: ReadonlySet<string> = new Set(["x-idem-key", "x-idem-attempt"]);
 
 /**
  * The one envelope address nodemailer reads in `address` (a display name taken off), for a config

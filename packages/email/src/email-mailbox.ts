@@ -111,6 +111,12 @@ function openFailure(cause: unknown, where: string, user: string): MailboxUnavai
 export interface FoundMessage {
   readonly mailbox: string;
   readonly uid: number;
+  /**
+   * The attempts whose sends the copies found say they are (their `X-Idem-Attempt`), ascending,
+   * each once; empty when none says (a copy sent by an earlier version, or headers that could not
+   * be read). Several: the message went out more than once.
+   */
+  readonly attempts: readonly number[];
 }
 
 /** A search for a Message-ID, and what another name of a mailbox means on that server. */
@@ -432,9 +438,26 @@ export class Mailbox {
         throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
       }
       const uid = uids[0];
-      return uid === undefined ? undefined : { mailbox, uid };
+      return uid === undefined ? undefined : { mailbox, uid, attempts: await attemptsOf(client, uids) };
     } finally {
       lock.release();
     }
+  }
+}
+
+/** `X-Idem-Attempt: <n>`, as email-actions.ts writes it on each send. */
+const ATTEMPT_HEADER = /^x-idem-attempt:[ \t]*(\d+)[ \t]*$/im;
+
+/**
+ * The attempts the copies `uids` name (FoundMessage.attempts). Only a detail of a copy found: a
+ * FETCH that fails leaves them unknown (empty), never the copy not found.
+ */
+async function attemptsOf(client: ImapFlow, uids: readonly number[]): Promise<number[]> {
+  try {
+    const copies = await client.fetchAll([...uids], { headers: ["x-idem-attempt"] }, { uid: true });
+    const named = copies.map((m) => ATTEMPT_HEADER.exec(m.headers?.toString("latin1") ?? "")?.[1]);
+    return [...new Set(named.filter((a) => a !== undefined).map(Number))].sort((a, b) => a - b);
+  } catch {
+    return [];
   }
 }

@@ -36,6 +36,11 @@ export interface SentEmailReceipt {
    * was filed, and in the other modes (the provider or the journal files the copy).
    */
   readonly copyNotFiled?: CopyNotFiled;
+  /**
+   * The attempt that sent it, as the message's `X-Idem-Attempt` header says: every copy of it
+   * names the same one. Absent from receipts stored by earlier versions.
+   */
+  readonly attempt?: number;
   readonly foundIn?: undefined;
 }
 
@@ -88,10 +93,44 @@ export interface FoundEmailReceipt {
   readonly rejections?: undefined;
   /** The mailbox where the copy was found. */
   readonly foundIn: string;
+  /**
+   * The attempts whose sends the copies found are (their `X-Idem-Attempt`), ascending: one when
+   * the message went out once. Absent when no copy says (sent by an earlier version), and from
+   * receipts stored by earlier versions.
+   */
+  readonly attempts?: readonly number[];
 }
 
-export function foundReceipt(messageId: string, ref: string, sent: boolean, foundIn: string): FoundEmailReceipt {
-  return { messageId, ref, sent, response: null, accepted: null, rejected: null, foundIn };
+export function foundReceipt(
+  messageId: string,
+  ref: string,
+  sent: boolean,
+  found: { readonly mailbox: string; readonly attempts: readonly number[] },
+): FoundEmailReceipt {
+  const { mailbox: foundIn, attempts } = found;
+  return {
+    messageId,
+    ref,
+    sent,
+    response: null,
+    accepted: null,
+    rejected: null,
+    foundIn,
+    ...(attempts.length > 0 && { attempts: [...attempts] }),
+  };
+}
+
+/**
+ * Which send a receipt describes (the action's `effectId`): the Message-ID, which every copy and
+ * every attempt shares, and the attempt that sent it. So a request's late answer and the copy a
+ * lookup found of that very send are one effect; a copy of another attempt's send, a second.
+ * Undefined when the receipt cannot say (copies of several sends, or a receipt without attempts):
+ * then a late answer that differs is alerted for a person to check.
+ */
+export function sendOf(receipt: EmailReceipt): string | undefined {
+  const attempt =
+    receipt.foundIn === undefined ? receipt.attempt : receipt.attempts?.length === 1 ? receipt.attempts[0] : undefined;
+  return attempt === undefined ? undefined : `${receipt.messageId} attempt ${attempt}`;
 }
 
 /**
@@ -120,6 +159,8 @@ const ref = z.string().regex(/^[A-HJKMNP-TV-Z0-9]{8}$/, "must be the 8-character
 const recipient = z
   .string()
   .regex(/^sha256:[0-9a-f]{64}$/, "must be recipientHash(address): a receipt never holds an address");
+/** An attempt of the operation, as the ledger numbers them (from 1). */
+const attempt = z.number().int().min(1);
 const rejection = z.object({
   recipient,
   kind: z.enum(["deferred", "refused"]),
@@ -136,6 +177,7 @@ const sentShape = z.object({
   copyNotFiled: z
     .object({ refused: z.boolean(), responseCode: z.string().max(64).nullable(), reason: z.string().min(1).max(1_000) })
     .exactOptional(),
+  attempt: attempt.exactOptional(),
   foundIn: z.undefined().exactOptional(),
 });
 /** A person found the copy (or the message itself): it went out, so `sent` defaults to true. */
@@ -147,6 +189,7 @@ const foundShape = z.object({
   accepted: z.null().default(null),
   rejected: z.null().default(null),
   foundIn: z.string().min(1).max(200),
+  attempts: z.array(attempt).min(1).max(100).exactOptional(),
 });
 
 /**

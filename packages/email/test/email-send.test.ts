@@ -17,6 +17,7 @@ import {
   SendAbortedError,
   classifyEmailError,
   emailActions,
+  emailReceiptSchema,
   messageIdFor,
   recipientHash,
   type CopyConfig,
@@ -325,6 +326,14 @@ describe("attachments are content only", () => {
     expect(() => journal().send.validate!(withAttachment({ filename: "x.txt", content: "hello" }))).not.toThrow();
   });
 
+  it("headers that would name another send (X-Idem-Key, X-Idem-Attempt, in any case) are refused before anything is claimed", () => {
+    for (const name of ["X-Idem-Attempt", "x-idem-attempt", "X-IDEM-KEY"])
+      expect(() => journal().send.validate!({ ...report, headers: { [name]: "1" } }), name).toThrow(
+        new RegExp(`headers may not set ${name}: the action writes it`),
+      );
+    expect(() => journal().send.validate!({ ...report, headers: { "X-Campaign": "weekly" } })).not.toThrow();
+  });
+
   it("a message that cannot be built (execute called past validation): nothing left the process, rejected", async () => {
     // Before: nodemailer's EFILEACCESS from the render, before any connection, was read as "no
     // answer from the SMTP server" (ambiguous): a person was asked about an email never sent.
@@ -344,18 +353,60 @@ describe("a receipt from a found copy", () => {
   it("says the recipients are not known (null), not that the server accepted nobody", async () => {
     const o = fresh();
     const mail = journal();
-    expect(await mail.send.execute(report, o)).toMatchObject({
+    const sent = await mail.send.execute(report, o);
+    expect(sent).toMatchObject({
       sent: true,
       accepted: expect.arrayContaining([recipientHash(JOURNAL.user)]),
+      attempt: 1,
     });
-    // Another attempt finds the copy before sending; a lookup settling an unknown outcome finds it too.
-    const found = { messageId: messageIdOf(o), foundIn: "INBOX", response: null, accepted: null, rejected: null };
-    expect(await mail.send.execute(report, o)).toEqual({ ...found, ref: expect.any(String), sent: false });
-    expect(await mail.send.reconcile!(report, o)).toEqual({
-      found: true,
-      receipt: { ...found, ref: expect.any(String), sent: true },
-    });
+    // Another attempt finds the copy before sending; a lookup settling an unknown outcome finds it
+    // too. The copy names the attempt that sent it (its X-Idem-Attempt header).
+    const found = {
+      messageId: messageIdOf(o),
+      foundIn: "INBOX",
+      response: null,
+      accepted: null,
+      rejected: null,
+      attempts: [1],
+    };
+    const before = await mail.send.execute(report, { ...o, attempt: 2 });
+    expect(before).toEqual({ ...found, ref: expect.any(String), sent: false });
+    const lookup = await mail.send.reconcile!(report, { ...o, attempt: 2 });
+    expect(lookup).toEqual({ found: true, receipt: { ...found, ref: expect.any(String), sent: true } });
     expect(sandbox.count(messageIdOf(o))).toBe(1);
+    // So each is the one send's (effectId): a late answer of attempt 1 after either is one effect.
+    const send = mail.send.effectId!;
+    expect([send(before), lookup.found && send(lookup.receipt)]).toEqual([send(sent), send(sent)]);
+    expect(send(sent)).toBe(`${messageIdOf(o)} attempt 1`);
+  });
+
+  it("says which send it is only when it can: not for copies of two sends, nor for a receipt without attempts", () => {
+    const mail = journal();
+    const base = { messageId: "<idem.a@idem.test>", ref: "ABCDEFGH", foundIn: "Sent", response: null } as const;
+    const found = { ...base, sent: true, accepted: null, rejected: null } as const;
+    const send = mail.send.effectId!;
+    expect(send({ ...found, attempts: [2] })).toBe("<idem.a@idem.test> attempt 2");
+    // Copies of attempts 1 and 2: two messages went out, and a late answer of either is not "the" one.
+    expect(send({ ...found, attempts: [1, 2] })).toBeUndefined();
+    // Stored by an earlier version (or recorded by a person without them): not known.
+    expect(send(found)).toBeUndefined();
+    const answered = {
+      messageId: base.messageId,
+      ref: base.ref,
+      sent: true,
+      response: "250 ok",
+      accepted: [],
+      rejected: [],
+    } as const;
+    expect(send(answered)).toBeUndefined();
+    expect(send({ ...answered, attempt: 3 })).toBe("<idem.a@idem.test> attempt 3");
+    // What a person records is read as the action stores it, attempts included.
+    expect(
+      emailReceiptSchema.parse({ messageId: base.messageId, ref: base.ref, foundIn: "Sent", attempts: [1] }),
+    ).toEqual({
+      ...found,
+      attempts: [1],
+    });
   });
 });
 

@@ -6,7 +6,8 @@
  *  - "none": nothing is filed (a plain Postfix; the client must APPEND its own copy).
  * The copy is filed before the SMTP reply, as those providers do once they accepted a message.
  *
- * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout),
+ * Faults: `hold_reply` (accept and file, then hold the reply past the client's timeout, or until
+ * `releaseHeldReplies`),
  * `drop_data` (read the body, then close the connection with no reply, taking nothing: a server
  * that failed before it committed the message, which the client cannot tell from one after),
  * `drop_at` (close the connection with no reply to the command its `match.method` names: "AUTH",
@@ -74,6 +75,8 @@ export class MailSandbox {
   /** The implicit-TLS SMTP server, with `tls`. */
   private smtps: SMTPServer | undefined;
   private proxy: ImapProxy | undefined;
+  /** Replies `hold_reply` holds now: each sends its 250 when its delay ends or `releaseHeldReplies` is called. */
+  private readonly held = new Set<() => void>();
   smtpPort = 0;
   imapPort = 0;
 
@@ -92,6 +95,16 @@ export class MailSandbox {
     return messageId === undefined
       ? this.received.length
       : this.received.filter((m) => m.messageId === messageId).length;
+  }
+
+  /**
+   * Sends every reply `hold_reply` holds now, at once: a test that has done what it wanted done
+   * while the client waited lets the answer arrive late, in its own time, instead of a delay's.
+   */
+  releaseHeldReplies(): number {
+    const replies = [...this.held];
+    for (const reply of replies) reply();
+    return replies.length;
   }
 
   /** `smtps` and `imaps` (the implicit-TLS ports) only with `tls`. */
@@ -230,9 +243,16 @@ export class MailSandbox {
   private reply(cb: (err?: Error | null) => void): void {
     const hold = this.faults.take("DATA", "", ["hold_reply"]);
     // "accepted, but the client timed out": the message is stored and filed; the 250 comes too late.
-    if (hold)
-      setTimeout(() => cb(), hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
-    else cb();
+    if (!hold) {
+      cb();
+      return;
+    }
+    const reply = () => {
+      clearTimeout(timer);
+      if (this.held.delete(reply)) cb();
+    };
+    this.held.add(reply);
+    const timer = setTimeout(reply, hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
   }
 
   private async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
