@@ -20,6 +20,7 @@ import {
   ESCALATED,
   LedgerUnavailableError,
   UnknownActionError,
+  performedProof,
   type DueOperation,
   type Ledger,
   type Operation,
@@ -41,7 +42,6 @@ import {
   type SinkName,
 } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
-import { performedProof } from "./decisions.js";
 import type { DaemonMetrics } from "./metrics.js";
 
 /** Pages of due alerts one tick goes through (daemon.batch each). */

@@ -4,19 +4,10 @@
  * decision core refuses. Core checks every decision again when it is made; this only keeps what a
  * person is offered truthful.
  */
-import type { Operation, StoredError } from "@idem/core";
+import { performedProof, type Operation, type StoredError } from "@idem/core";
 
 /** A person's decision: `admin.resolve`'s outcomes, or `admin.retry`. */
 export type Outcome = "succeeded" | "failed" | "retry";
-
-/**
- * The proof on an operation whose effect is known performed (its receipt came back but could not
- * be stored), or undefined: core's `performedProof`, which core applies to its rows and does not
- * export for an `Operation`. Core refuses "failed" and a retry on such an operation.
- */
-export function performedProof(o: Pick<Operation, "status" | "error">): StoredError | undefined {
-  return o.status === "needs_review" && o.error?.kind === "invalid_result" ? o.error : undefined;
-}
 
 /** Which attempts' requests took effect, as people are told it (empty when the proof names none). */
 export function performedByWords(proof: StoredError): string {

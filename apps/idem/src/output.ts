@@ -1,6 +1,6 @@
 /** Human and JSON renderings of operations for the CLI. */
-import type { Operation, OperationEvent } from "@idem/core";
-import { performedByWords, performedProof } from "./decisions.js";
+import { performedProof, type Operation, type OperationEvent } from "@idem/core";
+import { performedByWords } from "./decisions.js";
 
 const time = (ms: number | null) =>
   ms === null

@@ -17,7 +17,7 @@ import { InvalidTransitionError, InvalidValueError } from "./errors.js";
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
-import { performedProof } from "./runner.js";
+import { rowPerformedProof } from "./runner.js";
 import { STATUSES, type Status } from "./schema.js";
 import type { Row } from "./store.js";
 import type { LedgerStats, ListFilter } from "./reports.js";
@@ -224,7 +224,7 @@ export class LedgerAdmin {
  * they find at the provider or their evidence.
  */
 function refuseIfPerformed(row: Row, to: Status): void {
-  const proof = performedProof(row);
+  const proof = rowPerformedProof(row);
   if (!proof) return;
   const by = proof.performedBy?.length ? ` (attempt ${proof.performedBy.join(" and ")})` : "";
   throw new InvalidTransitionError(

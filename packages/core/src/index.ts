@@ -38,7 +38,7 @@ export { redactUrl } from "./open.js";
 export type { ConnectionOptions } from "./open.js";
 export { DEFAULT_BUDGET, ESCALATED } from "./policy.js";
 export type { RetryBudget } from "./policy.js";
-export { describeEvidence, describeResult } from "./result.js";
+export { describeEvidence, describeResult, performedProof } from "./result.js";
 export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 export type { Escalation } from "./runner.js";
 export { STATUSES } from "./schema.js";

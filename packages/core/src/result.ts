@@ -149,3 +149,17 @@ export function describeResult(result: RunResult<unknown>): string {
       return `pending verification (operation ${result.operationId}, ${result.state}): ${result.reason}; do not retry it yourself`;
   }
 }
+
+/**
+ * The proof on an operation whose effect is known performed: its receipt came back but could not
+ * be stored, so it waits for a person (needs_review) with the proof as its error
+ * (`invalid_result`). Undefined for any other. Core refuses "failed" and a retry on such an
+ * operation, and reads a second such proof as a second effect; so an operator's tool that offers
+ * decisions reads it here, as core does.
+ */
+export function performedProof(o: {
+  readonly status: Status;
+  readonly error: StoredError | null;
+}): StoredError | undefined {
+  return o.status === "needs_review" && o.error?.kind === "invalid_result" ? o.error : undefined;
+}

@@ -37,7 +37,14 @@ import {
   type RetryBudget,
   type Snapshot,
 } from "./policy.js";
-import { boundEvidence, type Resolution, type RunResult, type StoredError, type Unsettled } from "./result.js";
+import {
+  boundEvidence,
+  performedProof,
+  type Resolution,
+  type RunResult,
+  type StoredError,
+  type Unsettled,
+} from "./result.js";
 import type { Status } from "./schema.js";
 import type { Address, Outcome, Peek, Row, Store, TransitionPatch } from "./store.js";
 import type { Tracing } from "./tracing.js";
@@ -830,7 +837,7 @@ export class Runner {
         }
         continue;
       }
-      const earlier = performedProof(now);
+      const earlier = rowPerformedProof(now);
       if (earlier) {
         const by = earlier.performedBy ?? [];
         if (performed && by.includes(row.attempt)) return; // our own proof
@@ -1137,7 +1144,7 @@ export class Runner {
         // An effect already proven without its receipt (too large to store) by another attempt's
         // own request: ours is another one. A lookup's finding (no attempt named) may be this very
         // effect: not proven two, so the receipt is recorded and the proof kept in its history.
-        const proof = performedProof(now);
+        const proof = rowPerformedProof(now);
         const by = proof?.performedBy ?? [];
         const twice = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
         const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
@@ -1583,12 +1590,12 @@ export function pending<R>(row: Settled, reason: string, performed = false): Run
  * effect), a mismatch of args, and a person's decision (admin: no retry, no "failed").
  */
 export function knownPerformed(row: Pick<Row, "status" | "error_json">): boolean {
-  return performedProof(row) !== undefined;
+  return rowPerformedProof(row) !== undefined;
 }
 
-/** The proof on a row whose effect is known performed (see `knownPerformed`), or undefined. */
-export function performedProof(row: Pick<Row, "status" | "error_json">): StoredError | undefined {
+/** The proof on a row whose effect is known performed (result.ts `performedProof`), or undefined. */
+export function rowPerformedProof(row: Pick<Row, "status" | "error_json">): StoredError | undefined {
+  // Only a row waiting for a person can hold one: no other's error is parsed.
   if (row.status !== "needs_review" || row.error_json === null) return undefined;
-  const error = JSON.parse(row.error_json) as StoredError;
-  return error.kind === "invalid_result" ? error : undefined;
+  return performedProof({ status: row.status, error: JSON.parse(row.error_json) as StoredError });
 }

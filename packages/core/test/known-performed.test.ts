@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, defineAction, InvalidTransitionError, type Ledger } from "@idem/core";
+import { ArgsMismatchError, defineAction, InvalidTransitionError, performedProof, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -111,10 +111,10 @@ for (const dialect of DIALECTS) {
         operationId: op.id,
         to: "pending",
       });
-      expect((await ledger.get({ tenant, id: op.id })).operation).toMatchObject({
-        status: "needs_review",
-        updatedAt: op.updatedAt,
-      });
+      const unchanged = (await ledger.get({ tenant, id: op.id })).operation;
+      expect(unchanged).toMatchObject({ status: "needs_review", updatedAt: op.updatedAt });
+      // What an operator's tool reads of it (the console offers only "succeeded"): core's own predicate.
+      expect(performedProof(unchanged)).toMatchObject({ kind: "invalid_result" });
       const resolved = await ledger.admin.resolve({
         tenant,
         id: op.id,
@@ -125,6 +125,7 @@ for (const dialect of DIALECTS) {
         seen: op,
       });
       expect(resolved).toMatchObject({ status: "succeeded", resolution: { outcome: "succeeded" } });
+      expect(performedProof((await ledger.get({ tenant, id: op.id })).operation)).toBeUndefined();
       expect(p.effects).toHaveLength(1);
     });
 

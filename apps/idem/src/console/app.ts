@@ -9,6 +9,7 @@ import {
   InvalidTransitionError,
   InvalidValueError,
   OperationNotFoundError,
+  performedProof,
   type Ledger,
   type Operation,
   type Seen,
@@ -23,7 +24,7 @@ import ms from "ms";
 import type { Logger } from "pino";
 import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
-import { decisionsFor, type Outcome, performedProof } from "../decisions.js";
+import { decisionsFor, type Outcome } from "../decisions.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import {

@@ -4,10 +4,10 @@
  * of script (assets.ts, served as a file: the Content-Security-Policy allows no inline script)
  * only for live updates and "select all".
  */
-import type { Operation, OperationEvent, Status, StoredError } from "@idem/core";
+import { performedProof, type Operation, type OperationEvent, type Status, type StoredError } from "@idem/core";
 import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
-import { decisionsFor, type Outcome, performedByWords, performedProof } from "../decisions.js";
+import { decisionsFor, type Outcome, performedByWords } from "../decisions.js";
 import { redactArgs } from "../output.js";
 import { ASSETS } from "./assets.js";
 import type { Operator } from "./auth.js";
