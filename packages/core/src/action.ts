@@ -170,8 +170,13 @@ export function tlsRefused(
 
 /** What a lookup proved. */
 export type ReconcileResult<R> =
-  /** The effect exists; this is its receipt. */
-  | { readonly found: true; readonly receipt: R }
+  /**
+   * The effect exists; this is its receipt. `twice`: the lookup found it more than once (copies of
+   * two sends, two objects for one key), in words a person can check at the provider. The
+   * operation settles with `receipt` all the same (it happened: nothing runs again), alerted as
+   * two effects, never in silence.
+   */
+  | { readonly found: true; readonly receipt: R; readonly twice?: string }
   /** Proven absent (not merely not found): safe to run again with the same key. */
   | { readonly found: false; readonly proof: "absent"; readonly reason: string }
   /** Not found, but that proves nothing yet (search lag, settle window, provider down). */

@@ -414,7 +414,14 @@ export class Runner {
         reason: `lookup failed: ${describeError(error)}`,
       };
     }
-    if (found.found) return this.complete(call, row, found.receipt, "reconciled: the effect was found");
+    if (found.found) {
+      // Found more than once: settled as found (it happened), and a person hears of the second.
+      const twice = found.twice === undefined ? undefined : describeTwice(found.twice);
+      const reason = twice
+        ? `two effects: the lookup found the effect more than once (${twice}); a person must check the provider`
+        : "reconciled: the effect was found";
+      return this.complete(call, row, found.receipt, reason, false, twice !== undefined);
+    }
     // What the lookup proved is known to this process only: each move below is retried through a
     // brief outage of the ledger and recognises its own commit whose answer was lost
     // (`moveDurably`), as an execution's end is. Written once, a failure left the row running
@@ -737,6 +744,7 @@ export class Runner {
     receipt: R,
     reason: string,
     performed = false,
+    alert = false,
   ): Promise<Step<R>> {
     let json: string;
     try {
@@ -753,7 +761,7 @@ export class Runner {
     }
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
-    const done = await this.recordReceipt(call, row, json, stored, reason);
+    const done = await this.recordReceipt(call, row, json, stored, reason, { alert });
     return done
       ? { done: succeeded(done, stored, false) }
       : this.fenced(call, row, "succeeded", json, { receipt: stored, performed });
@@ -1337,6 +1345,11 @@ function verdictOf<R>(answer: ReconcileResult<R>): ReconcileResult<R> {
   if (typeof a !== "object" || a === null || typeof a.found !== "boolean")
     throw new Error(`the lookup answered no verdict (${describeValue(answer)}): expected { found: true | false, … }`);
   return answer;
+}
+
+/** A lookup's `twice`, as its alert says it: its words, or what it gave instead (an action's bug, still alerted). */
+function describeTwice(twice: unknown): string {
+  return typeof twice === "string" && twice.trim() !== "" ? twice.slice(0, 300) : `said as ${describeValue(twice)}`;
 }
 
 function describeValue(v: unknown): string {

@@ -240,6 +240,43 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
+    it("a lookup that finds the effect more than once settles it with the receipt, alerted as two effects, never in silence", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      let sends = 0;
+      const found = (twice?: unknown) =>
+        defineAction<{ to: string }, { id: string }>({
+          type: `found.twice.${String(twice)}`,
+          capabilities: { lookup: true },
+          execute: async () => {
+            sends += 1;
+            throw new Error("timeout after DATA");
+          },
+          classify: () => ({ kind: "ambiguous", reason: "timeout after DATA" }),
+          reconcile: async () =>
+            ({ found: true, receipt: { id: "obj_1" }, ...(twice !== undefined && { twice }) }) as never,
+        });
+      const cases = [
+        { twice: "obj_1 and obj_2 both carry the key", says: "obj_1 and obj_2 both carry the key", alerted: true },
+        // An action's bug (no words): still alerted, with what it gave.
+        { twice: 42, says: "said as 42", alerted: true },
+        { twice: undefined, says: undefined, alerted: false },
+      ];
+      for (const c of cases) {
+        const out = await ledger.run(found(c.twice), { tenant, key: [String(c.twice)], args: { to: "x" } });
+        expect(out).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+        const { operation } = await ledger.get({ tenant, id: out.operationId });
+        const alerted = (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === out.operationId);
+        expect({ reason: operation.reason, alerted }, String(c.twice)).toEqual({
+          reason: c.says
+            ? `two effects: the lookup found the effect more than once (${c.says}); a person must check the provider`
+            : "reconciled: the effect was found",
+          alerted: c.alerted,
+        });
+      }
+      expect(sends).toBe(3); // one send each, none again after the finding
+    });
+
     it("runs again with the same key when the lookup proves absence", async () => {
       const ledger = await db.open();
       const p = new TestProvider();

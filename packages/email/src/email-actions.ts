@@ -114,9 +114,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
       // What tells this operation's sends apart is the action's to write: a caller's own would
       // make a copy name another send (or another operation), and a late answer read as its own.
-      for (const name of Object.keys(args.headers ?? {}))
-        if (OWN_HEADERS.has(name.toLowerCase()))
-          throw new Error(`email.send: headers may not set ${name}: the action writes it on each send`);
+      for (const name of Object.keys(args.headers ?? {})) {
+        const own = OWN_HEADERS.get(headerName(name));
+        if (own)
+          throw new Error(
+            `email.send: headers may not set ${JSON.stringify(name)}: ${own}, the action writes it on each send`,
+          );
+      }
       (args.attachments ?? []).forEach((a, i) => {
         const problem = attachmentProblem(a);
         if (problem)
@@ -155,7 +159,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         ...(args.html !== undefined && { html: args.html }),
         ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
         // The attempt tells this send's copies from another attempt's (`sendOf`): the Message-ID is theirs too.
-        headers: { ...args.headers, "X-Idem-Key": op.key, "X-Idem-Attempt": String(op.attempt) },
+        headers: { ...args.headers, "X-Idem-Key": op.key, "X-Idem-Attempt": `${op.id}/${op.attempt}` },
         date: new Date(),
       };
       // A render that fails (an attachment nodemailer will not read) failed before any connection.
@@ -193,7 +197,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         rejected: info.rejected.map(recipientHash),
         rejections: rejectionsOf(info.rejected, info.rejectedCodes),
         ...(copyNotFiled && { copyNotFiled }),
-        attempt: op.attempt,
+        send: `${op.id}/${op.attempt}`,
       };
     },
     classify: (error) => classifyEmailError(error),
@@ -266,8 +270,21 @@ export function emailActions(config: EmailConfig): EmailActions {
   }
 }
 
-/** The headers each send gets from the action (lower case): the operation's key and the attempt that sent it. */
-const OWN_HEADERS: ReadonlySet<string> = new Set(["x-idem-key", "x-idem-attempt"]);
+/** The headers each send gets from the action, by their names in lower case: the operation's key and the send (operation and attempt). */
+const OWN_HEADERS: ReadonlyMap<string, string> = new Map([
+  ["x-idem-key", "X-Idem-Key"],
+  ["x-idem-attempt", "X-Idem-Attempt"],
+]);
+
+/** A header's name as nodemailer writes it (line breaks as spaces, trimmed, a trailing colon dropped), in lower case. */
+function headerName(name: string): string {
+  return name
+    .replace(/[\r\n]+/g, " ")
+    .trim()
+    .replace(/:+$/, "")
+    .trim()
+    .toLowerCase();
+}
 
 /**
  * The one envelope address nodemailer reads in `address` (a display name taken off), for a config

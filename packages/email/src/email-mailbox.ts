@@ -20,6 +20,7 @@
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
+import { MAX_COPIES } from "./email-receipt.js";
 import { tlsOptions, tlsRefusal } from "./email-tls.js";
 
 /** The mailbox could not be reached or read: nothing is known, nothing was sent because of it. */
@@ -112,11 +113,11 @@ export interface FoundMessage {
   readonly mailbox: string;
   readonly uid: number;
   /**
-   * The attempts whose sends the copies found say they are (their `X-Idem-Attempt`), ascending,
-   * each once; empty when none says (a copy sent by an earlier version, or headers that could not
-   * be read). Several: the message went out more than once.
+   * The sends the copies found are, each as its `X-Idem-Attempt` names it (`<operation id>/<attempt>`),
+   * sorted, each once; empty when that is not known of every copy (see `sendsOf`). Several: the
+   * message went out more than once.
    */
-  readonly attempts: readonly number[];
+  readonly sends: readonly string[];
 }
 
 /** A search for a Message-ID, and what another name of a mailbox means on that server. */
@@ -438,25 +439,39 @@ export class Mailbox {
         throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
       }
       const uid = uids[0];
-      return uid === undefined ? undefined : { mailbox, uid, attempts: await attemptsOf(client, uids) };
+      return uid === undefined ? undefined : { mailbox, uid, sends: await sendsOf(client, uids) };
     } finally {
       lock.release();
     }
   }
 }
 
-/** `X-Idem-Attempt: <n>`, as email-actions.ts writes it on each send. */
-const ATTEMPT_HEADER = /^x-idem-attempt:[ \t]*(\d+)[ \t]*$/im;
+/** The `X-Idem-Attempt` lines of a header block: `<operation id>/<attempt>`, as email-actions.ts writes it. */
+const ATTEMPT_LINES = /^x-idem-attempt:[ \t]*(.*?)[ \t]*$/gim;
+const SEND = /^[A-Za-z0-9_.-]{1,64}\/[1-9]\d{0,8}$/;
 
 /**
- * The attempts the copies `uids` name (FoundMessage.attempts). Only a detail of a copy found: a
- * FETCH that fails leaves them unknown (empty), never the copy not found.
+ * The sends the copies `uids` are (FoundMessage.sends), or none (unknown) unless every copy is read
+ * and names exactly one: a copy sent by an earlier version, one that vanished between the SEARCH
+ * and the FETCH, or one with two such lines could be another send, and a send left out would make
+ * two read as one. Only a detail of a copy found: a FETCH that fails leaves them unknown, never
+ * the copy not found.
  */
-async function attemptsOf(client: ImapFlow, uids: readonly number[]): Promise<number[]> {
+async function sendsOf(client: ImapFlow, uids: readonly number[]): Promise<string[]> {
+  if (uids.length > MAX_COPIES) return [];
   try {
     const copies = await client.fetchAll([...uids], { headers: ["x-idem-attempt"] }, { uid: true });
-    const named = copies.map((m) => ATTEMPT_HEADER.exec(m.headers?.toString("latin1") ?? "")?.[1]);
-    return [...new Set(named.filter((a) => a !== undefined).map(Number))].sort((a, b) => a - b);
+    if (copies.length !== uids.length) return [];
+    const sends = new Set<string>();
+    for (const copy of copies) {
+      const named = new Set(
+        [...(copy.headers?.toString("latin1") ?? "").matchAll(ATTEMPT_LINES)].map((m) => m[1] ?? ""),
+      );
+      const [only] = named;
+      if (named.size !== 1 || only === undefined || !SEND.test(only)) return [];
+      sends.add(only);
+    }
+    return [...sends].sort();
   } catch {
     return [];
   }

@@ -7,6 +7,9 @@ import { sensitiveHash } from "@idem/core";
 
 export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
 
+/** More copies of one message than this are not read (their sends unknown): it went out more than once anyway. */
+export const MAX_COPIES = 20;
+
 /** This attempt sent the message: the server's answer. */
 export interface SentEmailReceipt {
   readonly messageId: string;
@@ -37,10 +40,10 @@ export interface SentEmailReceipt {
    */
   readonly copyNotFiled?: CopyNotFiled;
   /**
-   * The attempt that sent it, as the message's `X-Idem-Attempt` header says: every copy of it
-   * names the same one. Absent from receipts stored by earlier versions.
+   * Which send it was: `<operation id>/<attempt>`, as the message's `X-Idem-Attempt` header
+   * says, so every copy of it names it too. Absent from receipts stored by earlier versions.
    */
-  readonly attempt?: number;
+  readonly send?: string;
   readonly foundIn?: undefined;
 }
 
@@ -94,20 +97,20 @@ export interface FoundEmailReceipt {
   /** The mailbox where the copy was found. */
   readonly foundIn: string;
   /**
-   * The attempts whose sends the copies found are (their `X-Idem-Attempt`), ascending: one when
-   * the message went out once. Absent when no copy says (sent by an earlier version), and from
-   * receipts stored by earlier versions.
+   * The sends the copies found are (each `<operation id>/<attempt>`, as its `X-Idem-Attempt`
+   * header names it), sorted: one when the message went out once. Absent when that is not known of
+   * every copy (one sent by an earlier version, say), and from receipts stored by earlier versions.
    */
-  readonly attempts?: readonly number[];
+  readonly sends?: readonly string[];
 }
 
 export function foundReceipt(
   messageId: string,
   ref: string,
   sent: boolean,
-  found: { readonly mailbox: string; readonly attempts: readonly number[] },
+  found: { readonly mailbox: string; readonly sends: readonly string[] },
 ): FoundEmailReceipt {
-  const { mailbox: foundIn, attempts } = found;
+  const { mailbox: foundIn, sends } = found;
   return {
     messageId,
     ref,
@@ -116,21 +119,22 @@ export function foundReceipt(
     accepted: null,
     rejected: null,
     foundIn,
-    ...(attempts.length > 0 && { attempts: [...attempts] }),
+    ...(sends.length > 0 && { sends: [...sends] }),
   };
 }
 
 /**
  * Which send a receipt describes (the action's `effectId`): the Message-ID, which every copy and
- * every attempt shares, and the attempt that sent it. So a request's late answer and the copy a
- * lookup found of that very send are one effect; a copy of another attempt's send, a second.
- * Undefined when the receipt cannot say (copies of several sends, or a receipt without attempts):
- * then a late answer that differs is alerted for a person to check.
+ * every attempt (and an operation pruned and run again under the key) shares, and the send:
+ * the operation and its attempt. So a request's late answer and the copy a lookup found of that
+ * very send are one effect; a copy of another send, a second. Undefined when the receipt cannot
+ * say (copies of several sends, not known of every copy, a receipt from an earlier version): then
+ * a late answer that differs is alerted for a person to check.
  */
 export function sendOf(receipt: EmailReceipt): string | undefined {
-  const attempt =
-    receipt.foundIn === undefined ? receipt.attempt : receipt.attempts?.length === 1 ? receipt.attempts[0] : undefined;
-  return attempt === undefined ? undefined : `${receipt.messageId} attempt ${attempt}`;
+  const send =
+    receipt.foundIn === undefined ? receipt.send : receipt.sends?.length === 1 ? receipt.sends[0] : undefined;
+  return send === undefined ? undefined : `${receipt.messageId} ${send}`;
 }
 
 /**
@@ -159,8 +163,16 @@ const ref = z.string().regex(/^[A-HJKMNP-TV-Z0-9]{8}$/, "must be the 8-character
 const recipient = z
   .string()
   .regex(/^sha256:[0-9a-f]{64}$/, "must be recipientHash(address): a receipt never holds an address");
-/** An attempt of the operation, as the ledger numbers them (from 1). */
-const attempt = z.number().int().min(1);
+/**
+ * A send, `<operation id>/<attempt>`, as a copy's `X-Idem-Attempt` header names it: a person who
+ * records one copies it from there (it decides whether a late answer is that send or a second).
+ */
+const send = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9_.-]{1,64}\/[1-9]\d{0,8}$/,
+    "must be <operation id>/<attempt>, as the copy's X-Idem-Attempt header says",
+  );
 const rejection = z.object({
   recipient,
   kind: z.enum(["deferred", "refused"]),
@@ -177,7 +189,7 @@ const sentShape = z.object({
   copyNotFiled: z
     .object({ refused: z.boolean(), responseCode: z.string().max(64).nullable(), reason: z.string().min(1).max(1_000) })
     .exactOptional(),
-  attempt: attempt.exactOptional(),
+  send: send.exactOptional(),
   foundIn: z.undefined().exactOptional(),
 });
 /** A person found the copy (or the message itself): it went out, so `sent` defaults to true. */
@@ -189,7 +201,7 @@ const foundShape = z.object({
   accepted: z.null().default(null),
   rejected: z.null().default(null),
   foundIn: z.string().min(1).max(200),
-  attempts: z.array(attempt).min(1).max(100).exactOptional(),
+  sends: z.array(send).min(1).max(MAX_COPIES).exactOptional(),
 });
 
 /**

@@ -70,7 +70,13 @@ export async function reconcileByCopy(
   if (!place.mailbox) return { found: false, proof: "never", reason: place.reason };
   // Unreachable IMAP throws: inconclusive, try later.
   const { found, searched, alias } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox);
-  if (found) return { found: true, receipt: foundReceipt(messageId, ref, true, found) };
+  if (found) {
+    const receipt = foundReceipt(messageId, ref, true, found);
+    // Copies of several sends: the message went out more than once, which a person must hear of.
+    if (found.sends.length < 2) return { found: true, receipt };
+    const twice = `${place.name} holds copies of ${messageId} from ${found.sends.length} sends (${found.sends.join(", ")})`;
+    return { found: true, receipt, twice };
+  }
   // The server could not say whether the recorded name is the mailbox searched (its LIST failed):
   // that is a check that could not run now, tried again later, not one for a person.
   if (place.recordedAs && alias?.error) throw alias.error;

@@ -326,11 +326,23 @@ describe("attachments are content only", () => {
     expect(() => journal().send.validate!(withAttachment({ filename: "x.txt", content: "hello" }))).not.toThrow();
   });
 
-  it("headers that would name another send (X-Idem-Key, X-Idem-Attempt, in any case) are refused before anything is claimed", () => {
-    for (const name of ["X-Idem-Attempt", "x-idem-attempt", "X-IDEM-KEY"])
-      expect(() => journal().send.validate!({ ...report, headers: { [name]: "1" } }), name).toThrow(
-        new RegExp(`headers may not set ${name}: the action writes it`),
-      );
+  it("headers that would name another send (X-Idem-Key, X-Idem-Attempt, however nodemailer would write the name) are refused before anything is claimed", () => {
+    // nodemailer trims a name, writes its line breaks as spaces and drops a trailing colon: each
+    // of these would be a second X-Idem-Attempt line, read before the action's own.
+    const names = [
+      "X-Idem-Attempt",
+      "x-idem-attempt",
+      "X-IDEM-KEY",
+      " x-idem-attempt",
+      "X-Idem-Attempt ",
+      "X-Idem-Attempt\n",
+      "X-Idem-Attempt:",
+    ];
+    for (const name of names)
+      expect(
+        () => journal().send.validate!({ ...report, headers: { [name]: "op_1/1" } }),
+        JSON.stringify(name),
+      ).toThrow(/headers may not set ".*": X-Idem-(Attempt|Key), the action writes it on each send/);
     expect(() => journal().send.validate!({ ...report, headers: { "X-Campaign": "weekly" } })).not.toThrow();
   });
 
@@ -357,17 +369,17 @@ describe("a receipt from a found copy", () => {
     expect(sent).toMatchObject({
       sent: true,
       accepted: expect.arrayContaining([recipientHash(JOURNAL.user)]),
-      attempt: 1,
+      send: `${o.id}/1`,
     });
     // Another attempt finds the copy before sending; a lookup settling an unknown outcome finds it
-    // too. The copy names the attempt that sent it (its X-Idem-Attempt header).
+    // too. The copy names the send it is (its X-Idem-Attempt header: the operation and attempt).
     const found = {
       messageId: messageIdOf(o),
       foundIn: "INBOX",
       response: null,
       accepted: null,
       rejected: null,
-      attempts: [1],
+      sends: [`${o.id}/1`],
     };
     const before = await mail.send.execute(report, { ...o, attempt: 2 });
     expect(before).toEqual({ ...found, ref: expect.any(String), sent: false });
@@ -377,17 +389,17 @@ describe("a receipt from a found copy", () => {
     // So each is the one send's (effectId): a late answer of attempt 1 after either is one effect.
     const send = mail.send.effectId!;
     expect([send(before), lookup.found && send(lookup.receipt)]).toEqual([send(sent), send(sent)]);
-    expect(send(sent)).toBe(`${messageIdOf(o)} attempt 1`);
+    expect(send(sent)).toBe(`${messageIdOf(o)} ${o.id}/1`);
   });
 
-  it("says which send it is only when it can: not for copies of two sends, nor for a receipt without attempts", () => {
+  it("says which send it is only when it can: not for copies of two sends, nor for a receipt without them", () => {
     const mail = journal();
     const base = { messageId: "<idem.a@idem.test>", ref: "ABCDEFGH", foundIn: "Sent", response: null } as const;
     const found = { ...base, sent: true, accepted: null, rejected: null } as const;
     const send = mail.send.effectId!;
-    expect(send({ ...found, attempts: [2] })).toBe("<idem.a@idem.test> attempt 2");
-    // Copies of attempts 1 and 2: two messages went out, and a late answer of either is not "the" one.
-    expect(send({ ...found, attempts: [1, 2] })).toBeUndefined();
+    expect(send({ ...found, sends: ["op_1/2"] })).toBe("<idem.a@idem.test> op_1/2");
+    // Copies of two sends: two messages went out, and a late answer of either is not "the" one.
+    expect(send({ ...found, sends: ["op_1/1", "op_1/2"] })).toBeUndefined();
     // Stored by an earlier version (or recorded by a person without them): not known.
     expect(send(found)).toBeUndefined();
     const answered = {
@@ -399,14 +411,12 @@ describe("a receipt from a found copy", () => {
       rejected: [],
     } as const;
     expect(send(answered)).toBeUndefined();
-    expect(send({ ...answered, attempt: 3 })).toBe("<idem.a@idem.test> attempt 3");
-    // What a person records is read as the action stores it, attempts included.
-    expect(
-      emailReceiptSchema.parse({ messageId: base.messageId, ref: base.ref, foundIn: "Sent", attempts: [1] }),
-    ).toEqual({
-      ...found,
-      attempts: [1],
-    });
+    expect(send({ ...answered, send: "op_1/3" })).toBe("<idem.a@idem.test> op_1/3");
+    // What a person records is read as the action stores it, the sends included, in their form.
+    const recorded = { messageId: base.messageId, ref: base.ref, foundIn: "Sent" };
+    expect(emailReceiptSchema.parse({ ...recorded, sends: ["op_1/1"] })).toEqual({ ...found, sends: ["op_1/1"] });
+    for (const sends of [[1], ["op_1"], ["op_1/0"], []])
+      expect(emailReceiptSchema.safeParse({ ...recorded, sends }).success, JSON.stringify(sends)).toBe(false);
   });
 });
 

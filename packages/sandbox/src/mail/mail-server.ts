@@ -182,6 +182,8 @@ export class MailSandbox {
   }
 
   async close(): Promise<void> {
+    // A held reply would keep its connection open until the client's own timeout: the close waits for it.
+    this.releaseHeldReplies();
     for (const smtp of [this.smtp, this.smtps]) if (smtp) await new Promise<void>((r) => smtp.close(() => r()));
     this.smtp = undefined;
     this.smtps = undefined;
