@@ -282,10 +282,12 @@ export interface ActionDefinition<A, R, I = A> {
    * late answer whose receipt differs from the one recorded (a lookup's finding, shaped otherwise)
    * is one effect told twice when their ids are equal, and alerted as a second effect when they
    * are not. Not for an id every attempt shares (a Message-ID set by us, alone: email adds the
-   * attempt that sent it, which its copies name): without it, a late answer that differs from the
-   * recorded receipt is alerted for a person to check.
+   * send, which its copies name): without it, a late answer that differs from the recorded
+   * receipt is alerted for a person to check. A lookup's finding of several effects (answered
+   * with `twice`, alerted so) gives each one's id: a late answer whose id is among them is one of
+   * those, not alerted again.
    */
-  effectId?(receipt: R): string | undefined;
+  effectId?(receipt: R): string | readonly string[] | undefined;
 }
 
 /**

@@ -1423,14 +1423,17 @@ function ofOperation(error: unknown, operationId: string | undefined): unknown {
 }
 
 /**
- * Whether the provider's ids (`effectId`) say the recorded receipt and ours describe one effect;
- * false when the action gives none or either receipt has none (then a difference is alerted).
+ * Whether the provider's ids (`effectId`) say the recorded receipt and ours describe one effect,
+ * or ours is one of the several a lookup's finding names (found `twice`, and alerted so); false
+ * when the action gives none or either receipt has none (then a difference is alerted).
  */
 function sameEffect(action: Pick<Action<unknown, unknown>, "effectId">, recorded: string, ours: unknown): boolean {
   if (!action.effectId) return false;
   try {
     const id = action.effectId(ours);
-    return typeof id === "string" && id !== "" && id === action.effectId(JSON.parse(recorded));
+    if (typeof id !== "string" || id === "") return false; // one request's answer is one effect, or says nothing
+    const known = action.effectId(JSON.parse(recorded));
+    return typeof known === "string" ? id === known : Array.isArray(known) && known.includes(id);
   } catch {
     return false; // a receipt the action cannot read: not proven one effect
   }

@@ -5,6 +5,8 @@
  * effect was alerted as two (helper-98's review). An action whose provider gives each effect an
  * id of its own (`effectId`) tells them apart by it: the same id is one effect told twice, another
  * id a second effect. Without one (a Message-ID every copy of an email shares) it stays alerted.
+ * A lookup that found several (answered `twice`, alerted so) gives each one's id: an answer of
+ * one of them is not alerted again.
  */
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -14,6 +16,8 @@ import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
 interface Receipt {
   id: string;
+  /** A lookup that read every object under the key (`all`): all of their ids. */
+  ids?: string[];
   new?: boolean;
   pad?: string;
 }
@@ -22,7 +26,10 @@ interface Receipt {
  * A provider without dedupe whose request commits, then answers late (held until `release`);
  * its lookup reads what it keeps, the first object under the key: `{ id }`, without `new`.
  */
-function provider(type: string, { ids, earlier, large }: { ids: boolean; earlier?: string; large?: boolean }) {
+function provider(
+  type: string,
+  { ids, earlier, large, all }: { ids: boolean; earlier?: string; large?: boolean; all?: boolean },
+) {
   const effects: { key: string; id: string }[] = [];
   let open: () => void = () => {};
   const gate = new Promise<void>((r) => (open = r));
@@ -38,12 +45,16 @@ function provider(type: string, { ids, earlier, large }: { ids: boolean; earlier
       return { id, new: true, ...(large && { pad: "x".repeat(500) }) };
     },
     reconcile: async (_args, op) => {
-      const hit = effects.find((e) => e.key === op.key);
-      return hit
-        ? { found: true as const, receipt: { id: hit.id } }
-        : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+      const hits = effects.filter((e) => e.key === op.key);
+      const hit = hits[0];
+      if (!hit) return { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+      // `all`: every object under the key, and more than one is said (`twice`).
+      if (all && hits.length > 1)
+        return { found: true as const, receipt: { id: hit.id, ids: hits.map((h) => h.id) }, twice: "two objects" };
+      return { found: true as const, receipt: { id: hit.id } };
     },
-    ...(ids && { effectId: (r: Receipt) => r.id }),
+    // A finding of several objects gives each one's id.
+    ...(ids && { effectId: (r: Receipt) => (r.ids && r.ids.length > 1 ? r.ids : r.id) }),
   });
   return { action, effects, release: () => open() };
 }
@@ -79,11 +90,29 @@ for (const dialect of DIALECTS) {
         large: true,
         alerted: true,
       },
+      // The lookup read both objects and said so (`twice`): alerted by it; our answer is one of them.
+      {
+        name: "the lookup found two (alerted), ours among them: not alerted again",
+        ids: true,
+        earlier: "obj_0",
+        all: true,
+        alerted: true,
+        lateAlerted: false,
+      },
+      {
+        name: "the lookup found two (alerted), ours among them, too large to store: not alerted again",
+        ids: true,
+        earlier: "obj_0",
+        all: true,
+        large: true,
+        alerted: true,
+        lateAlerted: false,
+      },
     ];
     for (const c of cases)
       it(c.name, async () => {
         let now = Date.now();
-        const p = provider(`late.ids.${c.ids}.${c.earlier ?? "none"}.${c.large === true}`, c);
+        const p = provider(`late.ids.${c.ids}.${c.earlier ?? "none"}.${c.large === true}.${"all" in c}`, c);
         const ledger: Ledger = await db.open({
           clock: () => now,
           leaseMs: 30_000,
@@ -97,6 +126,7 @@ for (const dialect of DIALECTS) {
         const [op] = await ledger.admin.list({ tenant });
         const found = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
         expect(found).toMatchObject({ status: "succeeded", receipt: { id: c.earlier ?? "obj_1" } });
+        const seen = "all" in c ? { ids: [c.earlier, "obj_2"] } : {};
         p.release();
         const out = await first;
         const after = await ledger.get({ tenant, id: op!.id });
@@ -110,14 +140,17 @@ for (const dialect of DIALECTS) {
             receipt: after.operation.result,
             alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
             twoEffects: /two effects/.test(after.operation.reason ?? ""),
+            // Said of our late answer (the request's own, or its proof), not of the lookup's finding.
+            lateAlerted: after.events.some((e) => /^two effects: attempt 1's request/.test(e.reason ?? "")),
           },
           story,
         ).toEqual({
           status: "succeeded",
           // The receipt every other caller was given stays the one replayed.
-          receipt: { id: c.earlier ?? "obj_1" },
+          receipt: { id: c.earlier ?? "obj_1", ...seen },
           alerted: c.alerted,
           twoEffects: c.alerted,
+          lateAlerted: "lateAlerted" in c ? c.lateAlerted : c.alerted,
         });
       });
   });

@@ -127,14 +127,16 @@ export function foundReceipt(
  * Which send a receipt describes (the action's `effectId`): the Message-ID, which every copy and
  * every attempt (and an operation pruned and run again under the key) shares, and the send:
  * the operation and its attempt. So a request's late answer and the copy a lookup found of that
- * very send are one effect; a copy of another send, a second. Undefined when the receipt cannot
- * say (copies of several sends, not known of every copy, a receipt from an earlier version): then
- * a late answer that differs is alerted for a person to check.
+ * very send are one effect; a copy of another send, a second. Copies of several sends: each
+ * one's. Undefined when the receipt cannot say (not known of every copy found, a receipt from an
+ * earlier version): then a late answer that differs is alerted for a person to check.
  */
-export function sendOf(receipt: EmailReceipt): string | undefined {
-  const send =
-    receipt.foundIn === undefined ? receipt.send : receipt.sends?.length === 1 ? receipt.sends[0] : undefined;
-  return send === undefined ? undefined : `${receipt.messageId} ${send}`;
+export function sendOf(receipt: EmailReceipt): string | readonly string[] | undefined {
+  const named = (send: string) => `${receipt.messageId} ${send}`;
+  if (receipt.foundIn === undefined) return receipt.send === undefined ? undefined : named(receipt.send);
+  const sends = receipt.sends ?? [];
+  // Copies of several sends (the lookup alerted them): a late answer of one of them is no other.
+  return sends.length === 0 ? undefined : sends.length === 1 ? named(sends[0]!) : sends.map(named);
 }
 
 /**
