@@ -32,6 +32,7 @@ import {
   foundReceipt,
   recipientHash,
   rejectionsOf,
+  sendName,
   sendOf,
   type EmailReceipt,
 } from "./email-receipt.js";
@@ -158,8 +159,8 @@ export function emailActions(config: EmailConfig): EmailActions {
         ...(args.text !== undefined && { text: args.text }),
         ...(args.html !== undefined && { html: args.html }),
         ...(args.attachments && { attachments: args.attachments.map((a) => ({ ...a })) }),
-        // The attempt tells this send's copies from another attempt's (`sendOf`): the Message-ID is theirs too.
-        headers: { ...args.headers, "X-Idem-Key": op.key, "X-Idem-Attempt": `${op.id}/${op.attempt}` },
+        // The send's name tells its copies from another send's (`sendOf`): the Message-ID is theirs too.
+        headers: { ...args.headers, "X-Idem-Key": op.key, "X-Idem-Attempt": sendName(op) },
         date: new Date(),
       };
       // A render that fails (an attachment nodemailer will not read) failed before any connection.
@@ -197,7 +198,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         rejected: info.rejected.map(recipientHash),
         rejections: rejectionsOf(info.rejected, info.rejectedCodes),
         ...(copyNotFiled && { copyNotFiled }),
-        send: `${op.id}/${op.attempt}`,
+        send: sendName(op),
       };
     },
     classify: (error) => classifyEmailError(error),

@@ -20,7 +20,7 @@
  */
 import { ImapFlow } from "imapflow";
 import type { ImapConfig } from "./email-config.js";
-import { MAX_COPIES } from "./email-receipt.js";
+import { MAX_COPIES, SEND_NAME } from "./email-receipt.js";
 import { tlsOptions, tlsRefusal } from "./email-tls.js";
 
 /** The mailbox could not be reached or read: nothing is known, nothing was sent because of it. */
@@ -448,7 +448,6 @@ export class Mailbox {
 
 /** The `X-Idem-Attempt` lines of a header block: `<operation id>/<attempt>`, as email-actions.ts writes it. */
 const ATTEMPT_LINES = /^x-idem-attempt:[ \t]*(.*?)[ \t]*$/gim;
-const SEND = /^[A-Za-z0-9_.-]{1,64}\/[1-9]\d{0,8}$/;
 
 /**
  * The sends the copies `uids` are (FoundMessage.sends), or none (unknown) unless every copy is read
@@ -468,7 +467,7 @@ async function sendsOf(client: ImapFlow, uids: readonly number[]): Promise<strin
         [...(copy.headers?.toString("latin1") ?? "").matchAll(ATTEMPT_LINES)].map((m) => m[1] ?? ""),
       );
       const [only] = named;
-      if (named.size !== 1 || only === undefined || !SEND.test(only)) return [];
+      if (named.size !== 1 || only === undefined || !SEND_NAME.test(only)) return [];
       sends.add(only);
     }
     return [...sends].sort();

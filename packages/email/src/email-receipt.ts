@@ -10,6 +10,14 @@ export type EmailReceipt = SentEmailReceipt | FoundEmailReceipt;
 /** More copies of one message than this are not read (their sends unknown): it went out more than once anyway. */
 export const MAX_COPIES = 20;
 
+/** A send's name, `<operation id>/<attempt>`: its receipt's `send`, and its message's `X-Idem-Attempt`. */
+export function sendName(op: { readonly id: string; readonly attempt: number }): string {
+  return `${op.id}/${op.attempt}`;
+}
+
+/** What `sendName` makes, as a copy's header or a person's receipt must give it. */
+export const SEND_NAME = /^[A-Za-z0-9_.-]{1,64}\/[1-9]\d{0,8}$/;
+
 /** This attempt sent the message: the server's answer. */
 export interface SentEmailReceipt {
   readonly messageId: string;
@@ -169,12 +177,7 @@ const recipient = z
  * A send, `<operation id>/<attempt>`, as a copy's `X-Idem-Attempt` header names it: a person who
  * records one copies it from there (it decides whether a late answer is that send or a second).
  */
-const send = z
-  .string()
-  .regex(
-    /^[A-Za-z0-9_.-]{1,64}\/[1-9]\d{0,8}$/,
-    "must be <operation id>/<attempt>, as the copy's X-Idem-Attempt header says",
-  );
+const send = z.string().regex(SEND_NAME, "must be <operation id>/<attempt>, as the copy's X-Idem-Attempt header says");
 const rejection = z.object({
   recipient,
   kind: z.enum(["deferred", "refused"]),
