@@ -416,11 +416,11 @@ export class Runner {
     }
     if (found.found) {
       // Found more than once: settled as found (it happened), and a person hears of the second.
-      const twice = found.twice === undefined ? undefined : describeTwice(found.twice);
-      const reason = twice
-        ? `two effects: the lookup found the effect more than once (${twice}); a person must check the provider`
-        : "reconciled: the effect was found";
-      return this.complete(call, row, found.receipt, reason, false, twice !== undefined);
+      const twice =
+        found.twice === undefined
+          ? undefined
+          : `two effects: the lookup found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
+      return this.complete(call, row, found.receipt, "reconciled: the effect was found", false, twice);
     }
     // What the lookup proved is known to this process only: each move below is retried through a
     // brief outage of the ledger and recognises its own commit whose answer was lost
@@ -737,6 +737,10 @@ export class Runner {
    * Records the receipt. The effect has happened, so a failing write is retried with backoff for
    * up to a lease; if the ledger stays unreachable the caller gets the receipt on a typed error.
    * `performed`: this attempt's own request made it (execute answered), not a lookup's finding.
+   * `twice`: the lookup said it found the effect more than once, in the reason to record instead.
+   * A receipt whose ids (`effectId`) name several effects is two effects too, however it came
+   * (a lookup that did not say so, an execute that found copies of earlier sends): the reason and
+   * the alert are the same, never a silent settlement.
    */
   private async complete<A, R>(
     call: Call<A, R>,
@@ -744,7 +748,7 @@ export class Runner {
     receipt: R,
     reason: string,
     performed = false,
-    alert = false,
+    twice?: string,
   ): Promise<Step<R>> {
     let json: string;
     try {
@@ -761,10 +765,11 @@ export class Runner {
     }
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
-    const done = await this.recordReceipt(call, row, json, stored, reason, { alert });
+    const several = twice ?? severalEffects(call.action, stored);
+    const done = await this.recordReceipt(call, row, json, stored, several ?? reason, { alert: several !== undefined });
     return done
       ? { done: succeeded(done, stored, false) }
-      : this.fenced(call, row, "succeeded", json, { receipt: stored, performed });
+      : this.fenced(call, row, "succeeded", json, { receipt: stored, performed, several });
   }
 
   /**
@@ -823,7 +828,7 @@ export class Runner {
         // A lookup's finding, a person's "it happened" without a receipt, or the row settled at our
         // own attempt (a person's verdict while we held it): not another request's effect.
         const another = performed && now.result_json !== null && now.attempt !== row.attempt;
-        if (!another || dedupedOntoFirst(call.action, row, now) || sameEffect(call.action, now.result_json!, receipt))
+        if (!another || dedupedOntoFirst(call.action, row, now) || namesEach(call.action, now.result_json!, receipt))
           return this.noteUnstorable(call, row, now, why);
         const reason = `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`;
         // Our own alert, committed on a try whose answer was lost (as moveDurably tells its own
@@ -1080,13 +1085,20 @@ export class Runner {
    * as anything but an effect. `performed`: the receipt is our own request's (execute answered),
    * not a lookup's finding, so one that differs from the recorded receipt is a second effect,
    * unless the provider's ids say it is the same one (`effectId`: a lookup's finding says less).
+   * `several`: the receipt tells of two effects (`complete`'s reason for it): alerted whatever the
+   * row became meanwhile, unless the receipt recorded already names each of them.
    */
   private async fenced<A, R>(
     call: Call<A, R>,
     mine: Row,
     wanted: string,
     detail: string,
-    { receipt, sent = true, performed = false }: { receipt?: R; sent?: boolean; performed?: boolean } = {},
+    {
+      receipt,
+      sent = true,
+      performed = false,
+      several,
+    }: { receipt?: R; sent?: boolean; performed?: boolean; several?: string | undefined } = {},
   ): Promise<Step<R>> {
     // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
     const unrecorded = (cause: unknown) =>
@@ -1154,18 +1166,21 @@ export class Runner {
         // effect: not proven two, so the receipt is recorded and the proof kept in its history.
         const proof = rowPerformedProof(now);
         const by = proof?.performedBy ?? [];
-        const twice = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
+        const second = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
+        const twice = second || several !== undefined;
         const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
         const proven = await this.recordReceipt(
           call,
           now,
           canonicalJson(receipt, "result"),
           receipt,
-          twice
-            ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
-            : proof
-              ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
-              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+          several !== undefined
+            ? `${several}${after && ` (recorded${after})`}`
+            : second
+              ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
+              : proof
+                ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
+                : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
           // A person's "it happened" agrees with the receipt; any other verdict is void now. Their
           // row keeps its status, so the write is on the row as read and noted: a retry after it
           // committed unseen matches nothing (moveDurably knows its own write), and another late
@@ -1177,6 +1192,26 @@ export class Runner {
         if (proven) return { done: succeeded(proven, receipt, false) };
         if (!lastLook) continue;
       }
+      if (
+        several !== undefined &&
+        receipt !== undefined &&
+        now.status === "succeeded" &&
+        now.result_json !== null &&
+        !namesEach(call.action, now.result_json, receipt)
+      ) {
+        // Settled by another receipt meanwhile, and ours tells of two effects: a person hears of
+        // them, whatever that receipt says (it is replayed to every other caller all the same).
+        const alerted = await this.moveDurably(call, now, "succeeded", {
+          actor: call.actor,
+          reason: `${several}; attempt ${mine.attempt} found this after the operation was settled by another receipt`,
+          alert: true,
+          unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks },
+        }).catch((error: unknown) => {
+          throw unrecorded(error);
+        });
+        if (alerted || lastLook) return { done: performed ? succeeded(mine, receipt, false) : replayOf<R>(now) };
+        continue;
+      }
       if (performed && receipt !== undefined && now.status === "succeeded" && now.result_json !== null) {
         // Settled by another attempt's receipt, and ours differs: our request took effect too,
         // unless the provider deduped it onto the first (then it is the same effect, told again,
@@ -1186,7 +1221,7 @@ export class Runner {
         const ours = canonicalJson(receipt, "result");
         // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
         // finding says less than the request's answer). Our caller gets its own request's answer.
-        if (ours !== now.result_json && sameEffect(call.action, now.result_json, receipt))
+        if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt))
           return { done: succeeded(mine, receipt, false) };
         if (ours !== now.result_json && !dedupedOntoFirst(call.action, mine, now)) {
           const alerted = await this.moveDurably(call, now, "succeeded", {
@@ -1423,19 +1458,46 @@ function ofOperation(error: unknown, operationId: string | undefined): unknown {
 }
 
 /**
- * Whether the provider's ids (`effectId`) say the recorded receipt and ours describe one effect,
- * or ours is one of the several a lookup's finding names (found `twice`, and alerted so); false
- * when the action gives none or either receipt has none (then a difference is alerted).
+ * What a receipt whose ids (`effectId`) name more than one effect says, as the reason recorded
+ * with it; undefined for one effect, none named, or a receipt the action cannot read.
  */
-function sameEffect(action: Pick<Action<unknown, unknown>, "effectId">, recorded: string, ours: unknown): boolean {
-  if (!action.effectId) return false;
+function severalEffects(action: Pick<Action<unknown, unknown>, "effectId">, receipt: unknown): string | undefined {
+  const ids = effectIds(action, receipt);
+  if (ids.length < 2) return undefined;
+  const named = ids.slice(0, 5).join(", ") + (ids.length > 5 ? `, and ${ids.length - 5} more` : "");
+  return `two effects: the receipt names ${ids.length} effects (${named.slice(0, 300)}); a person must check the provider`;
+}
+
+/**
+ * Whether the provider's ids (`effectId`) say each effect our receipt describes is one the
+ * recorded receipt describes: the same effect told twice (a lookup's finding says less than the
+ * request's answer), or one of several a finding named (alerted then). False when the action
+ * gives none or either receipt has none (then a difference is alerted).
+ */
+function namesEach(action: Pick<Action<unknown, unknown>, "effectId">, recorded: string, ours: unknown): boolean {
+  const mine = effectIds(action, ours);
+  if (mine.length === 0) return false;
+  const known = new Set(effectIds(action, parseOr(recorded)));
+  return mine.every((id) => known.has(id));
+}
+
+/** A receipt's distinct effect ids, none when the action gives none or cannot read it. */
+function effectIds(action: Pick<Action<unknown, unknown>, "effectId">, receipt: unknown): string[] {
+  if (!action.effectId) return [];
   try {
-    const id = action.effectId(ours);
-    if (typeof id !== "string" || id === "") return false; // one request's answer is one effect, or says nothing
-    const known = action.effectId(JSON.parse(recorded));
-    return typeof known === "string" ? id === known : Array.isArray(known) && known.includes(id);
+    const id = action.effectId(receipt);
+    const ids = typeof id === "string" ? [id] : Array.isArray(id) ? id : [];
+    return [...new Set(ids.filter((i): i is string => typeof i === "string" && i !== ""))];
   } catch {
-    return false; // a receipt the action cannot read: not proven one effect
+    return [];
+  }
+}
+
+function parseOr(json: string): unknown {
+  try {
+    return JSON.parse(json);
+  } catch {
+    return undefined;
   }
 }
 

@@ -153,5 +153,55 @@ for (const dialect of DIALECTS) {
           lateAlerted: "lateAlerted" in c ? c.lateAlerted : c.alerted,
         });
       });
+
+    it("a lookup that found two, its completion fenced by the request's late answer: alerted all the same", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let release: () => void = () => {};
+      const gate = new Promise<void>((r) => (release = r));
+      let first: Promise<unknown> = Promise.resolve();
+      const action = defineAction<{ to: string }, Receipt>({
+        type: "late.fenced.twice",
+        capabilities: { lookup: true },
+        // An earlier object under the key (one the ledger does not know of), then this request's.
+        execute: async () => {
+          effects.push("obj_0", "obj_1");
+          await gate;
+          return { id: "obj_1", new: true };
+        },
+        // The lookup reads both; meanwhile the request's answer arrives and is recorded first.
+        reconcile: async () => {
+          release();
+          await first;
+          return { found: true as const, receipt: { id: "obj_0", ids: [...effects] }, twice: "two objects" };
+        },
+        effectId: (r: Receipt) => (r.ids && r.ids.length > 1 ? r.ids : r.id),
+      });
+      const ledger: Ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action] });
+      const tenant = uniqueTenant();
+      first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => effects.length > 0);
+      now += 31_000; // attempt 1's request committed; its answer is still out when its lease runs out
+      const [op] = await ledger.admin.list({ tenant });
+      const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+      const after = await ledger.get({ tenant, id: op!.id });
+      const story = `settled: ${JSON.stringify(settled)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+      expect(await first, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      expect(
+        {
+          status: after.operation.status,
+          receipt: after.operation.result,
+          alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
+          reason: after.operation.reason,
+        },
+        story,
+      ).toEqual({
+        status: "succeeded",
+        receipt: { id: "obj_1", new: true }, // the first recorded, replayed to every other caller
+        alerted: true,
+        reason:
+          "two effects: the lookup found the effect more than once (two objects); a person must check the provider; attempt 2 found this after the operation was settled by another receipt",
+      });
+    });
   });
 }

@@ -277,6 +277,41 @@ for (const dialect of DIALECTS) {
       expect(sends).toBe(3); // one send each, none again after the finding
     });
 
+    it("a receipt whose ids name several effects is alerted as two effects, however it came (an execute's, a lookup's that did not say twice)", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      // An execute that finds what earlier sends left (email's check before sending) answers with
+      // a receipt of all of them; a lookup may read them all without saying `twice`.
+      const naming = (ids: string[], via: "execute" | "lookup") =>
+        defineAction<{ to: string }, { ids: string[] }>({
+          type: `names.${via}.${ids.length}`,
+          capabilities: { lookup: true },
+          execute: async () => {
+            if (via === "execute") return { ids };
+            throw new Error("timeout after DATA");
+          },
+          classify: () => ({ kind: "ambiguous", reason: "timeout after DATA" }),
+          reconcile: async () => ({ found: true, receipt: { ids } }),
+          effectId: (r) => (r.ids.length === 1 ? r.ids[0] : r.ids),
+        });
+      for (const via of ["execute", "lookup"] as const)
+        for (const ids of [["obj_1"], ["obj_1", "obj_2"], ["obj_1", "obj_1"]]) {
+          const out = await ledger.run(naming(ids, via), { tenant, key: [via, ...ids], args: { to: "x" } });
+          expect(out).toMatchObject({ status: "succeeded", receipt: { ids }, replayed: false });
+          const { operation } = await ledger.get({ tenant, id: out.operationId });
+          const alerted = (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === out.operationId);
+          const several = new Set(ids).size > 1;
+          expect({ reason: operation.reason, alerted }, `${via} ${ids}`).toEqual({
+            reason: several
+              ? "two effects: the receipt names 2 effects (obj_1, obj_2); a person must check the provider"
+              : via === "execute"
+                ? "the effect happened"
+                : "reconciled: the effect was found",
+            alerted: several,
+          });
+        }
+    });
+
     it("runs again with the same key when the lookup proves absence", async () => {
       const ledger = await db.open();
       const p = new TestProvider();
