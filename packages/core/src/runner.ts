@@ -756,7 +756,14 @@ export class Runner {
       checkSize("result", json, call.settings.maxResultBytes, row.id);
     } catch (error) {
       // The effect happened but its receipt cannot be kept: park it for a person, then tell the caller.
-      await this.unstorable(call, row, describeError(error), performed, receipt);
+      await this.unstorable(
+        call,
+        row,
+        describeError(error),
+        performed,
+        receipt,
+        twice ?? severalEffects(call.action, receipt),
+      );
       // Named by its operation, as the too large one is: the effect happened, the caller must know which.
       if (error instanceof PayloadTooLargeError) throw error;
       throw error instanceof InvalidValueError
@@ -802,15 +809,18 @@ export class Runner {
     why: string,
     performed: boolean,
     receipt: R,
+    /** The receipt tells of two effects (`complete`'s reason for it): said and alerted wherever the row is. */
+    several?: string,
   ): Promise<void> {
     const proof: StoredError = {
       kind: "invalid_result",
       reason: why,
       ...(performed && { performedBy: [row.attempt] }),
     };
+    const unstorable = `the effect happened but its receipt cannot be stored: ${why}`;
     const patch = {
       actor: call.actor,
-      reason: `the effect happened but its receipt cannot be stored: ${why}`,
+      reason: several === undefined ? unstorable : `${several}; ${unstorable}`,
       alert: true,
       error_json: JSON.stringify(proof),
       executionEnded: true,
@@ -828,9 +838,15 @@ export class Runner {
         // A lookup's finding, a person's "it happened" without a receipt, or the row settled at our
         // own attempt (a person's verdict while we held it): not another request's effect.
         const another = performed && now.result_json !== null && now.attempt !== row.attempt;
-        if (!another || dedupedOntoFirst(call.action, row, now) || namesEach(call.action, now.result_json!, receipt))
-          return this.noteUnstorable(call, row, now, why);
-        const reason = `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`;
+        const second =
+          another && !dedupedOntoFirst(call.action, row, now) && !namesEach(call.action, now.result_json!, receipt);
+        const reason =
+          several !== undefined && !alertedBefore(call.action, now, several, receipt)
+            ? `${several}; its receipt not storable (${why.slice(0, 200)}), and the operation was settled by another receipt`
+            : second
+              ? `two effects: attempt ${row.attempt}'s request took effect too, its receipt not storable (${why.slice(0, 200)}), and the receipt recorded at attempt ${now.attempt} is another; a person must check the provider`
+              : undefined;
+        if (reason === undefined) return this.noteUnstorable(call, row, now, why);
         // Our own alert, committed on a try whose answer was lost (as moveDurably tells its own
         // write): written again, it would be a second event and a delivered alert due again.
         const ours = (r: Row | undefined) => r?.status === "succeeded" && r.reason === reason && r.actor === call.actor;
@@ -854,21 +870,24 @@ export class Runner {
       if (earlier) {
         const by = earlier.performedBy ?? [];
         if (performed && by.includes(row.attempt)) return; // our own proof
+        // Ours tells of two effects not said on the row yet: said and alerted, whatever else is so.
+        const saySeveral = several !== undefined && !alertedBefore(call.action, now, several, receipt);
         // A lookup's finding, or our request's answer deduped onto the proven effect: the same one.
-        if (!performed || (by.length > 0 && dedupedOntoFirst(call.action, row, now)))
-          return this.noteUnstorable(call, row, now, why);
-        const named = { ...earlier, performedBy: [...by, row.attempt] } satisfies StoredError;
+        const same = !performed || (by.length > 0 && dedupedOntoFirst(call.action, row, now));
+        if (same && !saySeveral) return this.noteUnstorable(call, row, now, why);
+        const named = same ? earlier : ({ ...earlier, performedBy: [...by, row.attempt] } satisfies StoredError);
         // After a lookup's finding (no attempt named) ours is not proven a second effect, but it is
         // named on the proof: only noted, another attempt's own receipt later read the proof as the
         // lookup's alone and settled as one effect what were two. Its alert, if still due, stays.
         const { alert: _, ...quiet } = patch;
+        const told =
+          same || by.length > 0
+            ? `two effects: attempt ${row.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s; neither receipt could be stored (${why.slice(0, 200)}); a person must check the provider`
+            : `attempt ${row.attempt}'s request took effect, its receipt not storable either (${why.slice(0, 200)}); the effect a lookup found before is taken to be this one`;
         const added = await this.moveDurably(call, now, "needs_review", {
-          ...(by.length > 0 ? patch : quiet),
+          ...(by.length > 0 || saySeveral ? patch : quiet),
           ...asRead,
-          reason:
-            by.length > 0
-              ? `two effects: attempt ${row.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s; neither receipt could be stored (${why.slice(0, 200)}); a person must check the provider`
-              : `attempt ${row.attempt}'s request took effect, its receipt not storable either (${why.slice(0, 200)}); the effect a lookup found before is taken to be this one`,
+          reason: same ? patch.reason : saySeveral ? `${several}; ${told}` : told,
           error_json: JSON.stringify(named),
         }).catch(() => undefined);
         if (added) return;
@@ -1175,7 +1194,7 @@ export class Runner {
           canonicalJson(receipt, "result"),
           receipt,
           several !== undefined
-            ? `${several}${after && ` (recorded${after})`}`
+            ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
             : second
               ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
               : proof
@@ -1197,7 +1216,7 @@ export class Runner {
         receipt !== undefined &&
         now.status === "succeeded" &&
         now.result_json !== null &&
-        !namesEach(call.action, now.result_json, receipt)
+        !alertedBefore(call.action, now, several, receipt)
       ) {
         // Settled by another receipt meanwhile, and ours tells of two effects: a person hears of
         // them, whatever that receipt says (it is replayed to every other caller all the same).
@@ -1479,6 +1498,22 @@ function namesEach(action: Pick<Action<unknown, unknown>, "effectId">, recorded:
   if (mine.length === 0) return false;
   const known = new Set(effectIds(action, parseOr(recorded)));
   return mine.every((id) => known.has(id));
+}
+
+/**
+ * Whether the two effects `several` tells of were said on `row` already: it was recorded or
+ * alerted with this very finding (a lookup that took over while ours was out, our own alert whose
+ * answer was lost), or its receipt names each of ours, which itself is alerted when recorded. A
+ * receipt of one id says nothing of a second effect a lookup's `twice` tells of.
+ */
+function alertedBefore(
+  action: Pick<Action<unknown, unknown>, "effectId">,
+  row: Pick<Row, "reason" | "result_json">,
+  several: string,
+  ours: unknown,
+): boolean {
+  if (row.reason?.startsWith(several)) return true;
+  return row.result_json !== null && effectIds(action, ours).length > 1 && namesEach(action, row.result_json, ours);
 }
 
 /** A receipt's distinct effect ids, none when the action gives none or cannot read it. */

@@ -154,54 +154,122 @@ for (const dialect of DIALECTS) {
         });
       });
 
-    it("a lookup that found two, its completion fenced by the request's late answer: alerted all the same", async () => {
+    // The lookup's receipt names both (as committed), only one (its `twice` alone says the
+    // second: helper-111's A), or is too large to store (B). Each alerted once, the finding said.
+    for (const v of [
+      { name: "naming both", shape: "both" },
+      { name: "naming one, its twice telling the other", shape: "one" },
+      { name: "too large to store", shape: "large" },
+    ] as const)
+      it(`a lookup that found two (its receipt ${v.name}), its completion fenced by the request's late answer: alerted all the same`, async () => {
+        let now = Date.now();
+        const effects: string[] = [];
+        let release: () => void = () => {};
+        const gate = new Promise<void>((r) => (release = r));
+        let first: Promise<unknown> = Promise.resolve();
+        const action = defineAction<{ to: string }, Receipt>({
+          type: "late.fenced.twice",
+          capabilities: { lookup: true },
+          // An earlier object under the key (one the ledger does not know of), then this request's.
+          execute: async () => {
+            effects.push("obj_0", "obj_1");
+            await gate;
+            return { id: "obj_1", new: true };
+          },
+          // The lookup reads both; meanwhile the request's answer arrives and is recorded first.
+          reconcile: async () => {
+            release();
+            await first;
+            const receipt =
+              v.shape === "one"
+                ? { id: "obj_1" }
+                : { id: "obj_0", ids: [...effects], ...(v.shape === "large" && { pad: "x".repeat(500) }) };
+            return { found: true as const, receipt, twice: "two objects" };
+          },
+          effectId: (r: Receipt) => (r.ids && r.ids.length > 1 ? r.ids : r.id),
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: 200,
+          actions: [action],
+        });
+        const tenant = uniqueTenant();
+        first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => effects.length > 0);
+        now += 31_000; // attempt 1's request committed; its answer is still out when its lease runs out
+        const [op] = await ledger.admin.list({ tenant });
+        const settled = await ledger.daemon
+          .settle({ tenant, id: op!.id, actor: "daemon" })
+          .catch((e: unknown) => (e as Error).name);
+        // Before: the daemon's settlement replayed the row (too large: PayloadTooLargeError), no alert.
+        expect(settled).toEqual(
+          v.shape === "large" ? "PayloadTooLargeError" : expect.objectContaining({ status: "succeeded" }),
+        );
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `settled: ${JSON.stringify(settled)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(await first, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        expect(
+          {
+            status: after.operation.status,
+            receipt: after.operation.result,
+            alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
+            reason: after.operation.reason,
+            said: after.events.filter((e) => /two effects/.test(e.reason ?? "")).length,
+          },
+          story,
+        ).toEqual({
+          status: "succeeded",
+          receipt: { id: "obj_1", new: true }, // the first recorded, replayed to every other caller
+          alerted: true,
+          reason:
+            v.shape === "large"
+              ? expect.stringMatching(
+                  /^two effects: the lookup found the effect more than once \(two objects\); a person must check the provider; its receipt not storable \(.*\), and the operation was settled by another receipt$/,
+                )
+              : "two effects: the lookup found the effect more than once (two objects); a person must check the provider; attempt 2 found this after the operation was settled by another receipt",
+          said: 1,
+        });
+      });
+
+    // helper-111's C: two lookups of one row both find it twice (no effectId). Attempt 2's lookup
+    // outlasts its lease, attempt 3 takes over, finds it twice and records it (alerted); attempt
+    // 2's answer then comes back fenced: the same finding. One situation, one alert.
+    it("two lookups that both found it twice, the second fenced: one 'two effects' event", async () => {
       let now = Date.now();
-      const effects: string[] = [];
-      let release: () => void = () => {};
-      const gate = new Promise<void>((r) => (release = r));
-      let first: Promise<unknown> = Promise.resolve();
+      let lookups = 0;
+      let open: () => void = () => {};
+      const gate = new Promise<void>((r) => (open = r));
       const action = defineAction<{ to: string }, Receipt>({
-        type: "late.fenced.twice",
+        type: "fenced.two.lookups",
         capabilities: { lookup: true },
-        // An earlier object under the key (one the ledger does not know of), then this request's.
         execute: async () => {
-          effects.push("obj_0", "obj_1");
-          await gate;
-          return { id: "obj_1", new: true };
+          throw new Error("timeout after send");
         },
-        // The lookup reads both; meanwhile the request's answer arrives and is recorded first.
+        classify: () => ({ kind: "ambiguous", reason: "timeout after send" }),
         reconcile: async () => {
-          release();
-          await first;
-          return { found: true as const, receipt: { id: "obj_0", ids: [...effects] }, twice: "two objects" };
+          lookups++;
+          if (lookups === 1) await gate; // attempt 2's lookup is slow
+          return { found: true as const, receipt: { id: "obj_1" }, twice: "obj_1 and obj_2 both carry the key" };
         },
-        effectId: (r: Receipt) => (r.ids && r.ids.length > 1 ? r.ids : r.id),
       });
       const ledger: Ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action] });
       const tenant = uniqueTenant();
-      first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
-      await until(() => effects.length > 0);
-      now += 31_000; // attempt 1's request committed; its answer is still out when its lease runs out
-      const [op] = await ledger.admin.list({ tenant });
-      const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
-      const after = await ledger.get({ tenant, id: op!.id });
-      const story = `settled: ${JSON.stringify(settled)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
-      expect(await first, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
-      expect(
-        {
-          status: after.operation.status,
-          receipt: after.operation.result,
-          alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
-          reason: after.operation.reason,
-        },
-        story,
-      ).toEqual({
-        status: "succeeded",
-        receipt: { id: "obj_1", new: true }, // the first recorded, replayed to every other caller
-        alerted: true,
-        reason:
-          "two effects: the lookup found the effect more than once (two objects); a person must check the provider; attempt 2 found this after the operation was settled by another receipt",
-      });
+      const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const id = out.operationId;
+      now += 3_600_000; // due
+      const slow = ledger.daemon.settle({ tenant, id, actor: "daemon-a" }).catch((e: unknown) => e);
+      await until(() => lookups === 1);
+      now += 31_000; // attempt 2's lease ran out (by the ledger's clock) while it looked
+      const fast = await ledger.daemon.settle({ tenant, id, actor: "daemon-b" });
+      open();
+      const late = await slow;
+      const row = await ledger.get({ tenant, id });
+      const story = `fast: ${JSON.stringify(fast)}; slow: ${JSON.stringify(late)}; events: ${row.events.map((e) => `${e.from}>${e.to}@${e.attempt} [${e.actor}] ${e.reason}`).join(" | ")}`;
+      expect(fast, story).toMatchObject({ status: "succeeded" });
+      expect(row.events.filter((e) => /^two effects/.test(e.reason ?? "")).length, story).toBe(1);
+      expect((await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === id)).toBe(true);
     });
   });
 }
