@@ -357,6 +357,36 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a failure's page shows what names it at the provider as fields: the request id and each entry of evidence", async () => {
+      // A CRM create refused because the record exists: the provider's answer names the one it has.
+      const refused = defineAction<{ email: string }, { id: string }>({
+        type: "crm.create",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("409 conflict");
+        },
+        classify: () => ({
+          kind: "permanent",
+          reason: "the contact exists already",
+          providerRequestId: "req_<b>9</b>",
+          evidence: { existing_id: "501", code: "CONFLICT" },
+        }),
+      });
+      const out = await ledger.run(refused, { tenant, key: ["fields", 1], args: { email: "x@example.test" } });
+      expect(out).toMatchObject({ status: "failed" });
+      const { context, page } = await signIn("alice");
+      try {
+        await page.goto(`${base}/op/${tenant}/${out.operationId}`);
+        // Before: only "permanent: the contact exists already"; the request id and the record's id were not shown.
+        const fields = page.getByTestId("error-fields");
+        expect(await fields.locator("dt").allTextContents()).toEqual(["provider request id", "existing_id", "code"]);
+        expect(await fields.locator("dd").allTextContents()).toEqual(["req_<b>9</b>", "501", "CONFLICT"]);
+        expect(await page.getByTestId("error").textContent()).toMatch(/^permanent: the contact exists already/);
+      } finally {
+        await context.close();
+      }
+    });
+
     it("a bulk selection with an operation whose effect happened offers only 'succeeded'; 'failed' posted anyway decides none of it and says which and why", async () => {
       const parked = defineAction({
         type: "sms.send",

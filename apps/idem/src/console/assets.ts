@@ -22,6 +22,7 @@ pre { white-space: pre-wrap; word-break: break-all; margin: 0; }
 dl { display: grid; grid-template-columns: 11rem 1fr; gap: .3rem 1rem; }
 dt { color: var(--muted); }
 dd { margin: 0; }
+dl.fields { grid-template-columns: max-content 1fr; margin: .3rem 0 0; font-size: .9em; }
 .status { font-weight: 600; }
 .status-needs_review, .status-unknown { color: var(--warn); }
 .status-failed { color: var(--bad); }

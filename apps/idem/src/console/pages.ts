@@ -175,7 +175,7 @@ ${performed ? html`<p class="note" data-testid="performed">${performedNote(perfo
 <dt>Args</dt><dd><pre data-testid="args">${x.args === null ? "(not stored)" : JSON.stringify(redactArgs(x.args), null, 2)}</pre></dd>
 <dt>Receipt</dt><dd><pre>${o.result === null ? "-" : JSON.stringify(o.result, null, 2)}</pre></dd>
 <dt>Provider reference</dt><dd><code>${o.providerReference ?? "-"}</code>${link ? html` · <a href="${link.url}" rel="noreferrer">${link.label}</a>` : ""}</dd>
-<dt>Error</dt><dd>${o.error ? html`${o.error.kind}: ${o.error.reason}` : "-"}</dd>
+<dt>Error</dt><dd data-testid="error">${o.error ? errorOf(o.error) : "-"}</dd>
 <dt>Verdict</dt><dd data-testid="verdict">${
     o.resolution
       ? html`${o.resolution.outcome} by <strong>${o.resolution.actor}</strong>: ${o.resolution.reason}${o.resolution.evidence ? html` (evidence: ${o.resolution.evidence})` : ""}`
@@ -195,6 +195,26 @@ ${decideFields("one", decidable)}</form>`
     (e) =>
       html`<li><time>${when(e.at)}</time> · <span class="status status-${e.to}">${e.from ?? "new"} → ${e.to}</span> · attempt ${e.attempt} · <strong>${e.actor ?? "-"}</strong><br><small>${e.reason ?? ""}</small></li>`,
   )}</ol>`;
+}
+
+/**
+ * A stored failure as a person checks it at the provider: its class and reason, then what names
+ * it there as fields (the provider's request id, the evidence the action gave: the object it made,
+ * its codes), not left for them to find in the reason's words.
+ */
+function errorOf(e: StoredError): Html {
+  const fields: [string, string][] = [
+    ...(e.providerRequestId ? [["provider request id", e.providerRequestId] as [string, string]] : []),
+    ...Object.entries(e.evidence ?? {}),
+  ];
+  const dropped = e.evidenceDropped
+    ? html`<br><small>${e.evidenceDropped} more ${e.evidenceDropped === 1 ? "entry" : "entries"} of evidence not kept (past the bounds)</small>`
+    : "";
+  return html`${e.kind}: ${e.reason}${
+    fields.length
+      ? html`<dl class="fields" data-testid="error-fields">${fields.map(([k, v]) => html`<dt>${k}</dt><dd><code>${v}</code></dd>`)}</dl>`
+      : ""
+  }${dropped}`;
 }
 
 export interface StatsRow {
