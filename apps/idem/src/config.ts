@@ -175,6 +175,8 @@ const schema = z
               .regex(/^[a-z][a-z0-9_]*$/, "must be a HubSpot property's internal name (lowercase letters, digits, _)")
               .optional(),
             mode: z.enum(["upsert", "create"]).optional(),
+            // As the agents' actions have it: how long a lookup waits before "not found" proves absence.
+            settleMs: z.number().int().nonnegative().optional(),
           })
           .strict()
           .optional(),
@@ -414,6 +416,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       ...(p.hubspot.basePath && { basePath: p.hubspot.basePath }),
       ...(p.hubspot.uniqueProperty && { uniqueProperty: p.hubspot.uniqueProperty }),
       ...(p.hubspot.mode && { mode: p.hubspot.mode }),
+      ...(p.hubspot.settleMs !== undefined && { settleMs: p.hubspot.settleMs }),
     });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }

@@ -9,7 +9,13 @@
  * is refused for it. Unknown outcomes are settled by a consistent read.
  */
 import { defineAction, type Action } from "@idem/core";
-import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "./hubspot-client.js";
+import {
+  HUBSPOT_CALL_OPTIONS,
+  HUBSPOT_SETTLE_MS,
+  answersKept,
+  createHubSpotClient,
+  type HubSpotConfig,
+} from "./hubspot-client.js";
 import {
   classifyHubSpotError,
   existingIdOf,
@@ -19,7 +25,12 @@ import {
   propertyRefusal,
   tlsRefusal,
 } from "./hubspot-classify.js";
-import { HubSpotBatchInputError, HubSpotReadBackError, HubSpotSchemaError } from "./hubspot-errors.js";
+import {
+  HubSpotBatchInputError,
+  HubSpotReadBackError,
+  HubSpotResentError,
+  HubSpotSchemaError,
+} from "./hubspot-errors.js";
 import { hubspotReceiptSchema, type HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
@@ -44,6 +55,9 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
   // With client retries, one execution may send a request again after the first committed: what
   // its answer finds may be this operation's own record.
   const oneRequest = (config.clientRetries ?? 0) <= 1;
+  const settleMs = config.settleMs ?? HUBSPOT_SETTLE_MS;
+  if (!(Number.isInteger(settleMs) && settleMs >= 0))
+    throw new Error(`settleMs must be a whole number of ms >= 0 (got ${settleMs})`);
 
   function create(objectType: string): Action<HubSpotCreateArgs, HubSpotReceipt> {
     const known = cache.get(objectType);
@@ -86,9 +100,17 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         // The operation's first request that could write: a create refused for the key met a
         // record that was there before the operation began (see HubSpotReceipt.existedBefore).
         const first = unwritten && oneRequest;
+        const sent = answersKept();
         try {
-          return mode === "upsert" ? await upsert(args, op.key, idProperty) : await createOne(args, op.key, idProperty);
+          return mode === "upsert"
+            ? await upsert(args, op.key, idProperty, sent.options)
+            : await createOne(args, op.key, idProperty, sent.options);
         } catch (e) {
+          // Sent again by the client after a 5xx (which may follow a write): the last answer, a
+          // 429 or a 403 say, would be read as nothing written. A refusal of our key is read back.
+          const earlier = sent.earlier();
+          if (earlier.some((status) => status >= 500) && !isRefusal(e))
+            throw new HubSpotResentError(earlier, { cause: e });
           if (!isRefusal(e)) throw e;
           const ofKey = propertyRefusal(e, idProperty, op.key);
           // The key's property deleted since its check (kept for the process): HubSpot wrote nothing,
@@ -112,7 +134,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         }
       },
       classify: (error) => classifyHubSpotError(error),
-      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op),
+      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op, settleMs),
     });
     cache.set(objectType, action);
     return action;
@@ -159,11 +181,16 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
      * write of the key), or one our read could not see (it failed): updated with this call's
      * values, so not "there before, nothing written" (no existedBefore).
      */
-    async function upsert(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
+    async function upsert(
+      args: HubSpotCreateArgs,
+      key: string,
+      idProperty: string,
+      options: typeof HUBSPOT_CALL_OPTIONS,
+    ): Promise<HubSpotReceipt> {
       const out = await api.objects.batchApi.upsert(
         objectType,
         { inputs: [{ idProperty, id: key, properties: { ...args.properties } }] },
-        HUBSPOT_CALL_OPTIONS,
+        options,
       );
       const r = out.results[0];
       // HubSpot answers a refused input with 207 Multi-Status and no result, even for one
@@ -172,11 +199,16 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       return { objectType, id: r.id, new: r._new, externalId: key };
     }
 
-    async function createOne(args: HubSpotCreateArgs, key: string, idProperty: string): Promise<HubSpotReceipt> {
+    async function createOne(
+      args: HubSpotCreateArgs,
+      key: string,
+      idProperty: string,
+      options: typeof HUBSPOT_CALL_OPTIONS,
+    ): Promise<HubSpotReceipt> {
       const r = await api.objects.basicApi.create(
         objectType,
         { properties: { ...args.properties, [idProperty]: key }, associations: [] },
-        HUBSPOT_CALL_OPTIONS,
+        options,
       );
       return { objectType, id: r.id, new: true, externalId: key };
     }

@@ -9,6 +9,7 @@ import {
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
+  HubSpotResentError,
   HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
@@ -122,6 +123,19 @@ export function classifyHubSpotError(error: unknown): Classification {
       // missing read scope) fails every check until a person fixes it: alerted now.
       ...(read.kind === "rate_limited" && { retryAfterMs: read.retryAfterMs }),
       ...("alert" in read && read.alert && { alert: true }),
+    };
+  }
+  if (error instanceof HubSpotResentError) {
+    // The last request's answer says nothing of the earlier one's write: unknown, settled by the
+    // consistent read, whatever the last was (a 429's wait kept, a refused credential alerted).
+    const last = classifyHubSpotError(error.cause);
+    const id = requestIdOf(last);
+    return {
+      kind: "ambiguous",
+      reason: `${last.reason}; but the client had sent this write before (HubSpot answered ${error.answers.join(", ")}), and a request answered 5xx may have been written: the record may be ours`,
+      ...(id && { providerRequestId: id }),
+      ...(last.kind === "rate_limited" && { retryAfterMs: last.retryAfterMs }),
+      ...("alert" in last && last.alert && { alert: true }),
     };
   }
   // A lookup's read failed: the record stays unknown, whatever the read's class. Kept otherwise

@@ -35,7 +35,16 @@ export interface HubSpotConfig {
   readonly groupNames?: Readonly<Record<string, string>>;
   /** Longest wait for a byte of an answer. Default 20 s; a timeout after the request left is ambiguous. */
   readonly timeoutMs?: number;
+  /**
+   * How long after an attempt gave up on its write (a timeout, a lost answer) a lookup that finds
+   * no record still proves nothing: HubSpot may be writing a request our client stopped waiting
+   * for. Default 2 min; absence counts only after it (the operation stays unknown meanwhile).
+   */
+  readonly settleMs?: number;
 }
+
+/** The default of `HubSpotConfig.settleMs`. */
+export const HUBSPOT_SETTLE_MS = 2 * 60_000;
 
 /**
  * The options every call passes last. @hubspot/api-client 13's generated methods apply the
@@ -43,6 +52,32 @@ export interface HubSpotConfig {
  * middleware of its own: "append" to none keeps the configured ones. Without it, neither applies.
  */
 export const HUBSPOT_CALL_OPTIONS = { middleware: [] as never[], middlewareMergeStrategy: "append" as const };
+
+/**
+ * Call options for a write that keep what its requests were answered: with `clientRetries`, the
+ * client's retry decorator sends a write again after a 5xx (or a 429), and the error it finally
+ * throws is the last request's alone. `earlier()`: the HTTP statuses of the requests before the
+ * last (each was answered: the decorator retries on an answer only). Appended as
+ * `HUBSPOT_CALL_OPTIONS` is.
+ */
+export function answersKept(): { readonly options: typeof HUBSPOT_CALL_OPTIONS; earlier(): number[] } {
+  const answers: number[] = [];
+  let requests = 0;
+  const keep = {
+    pre: async <C>(context: C) => {
+      requests += 1;
+      return context;
+    },
+    post: async <C extends { httpStatusCode: number }>(context: C) => {
+      answers.push(context.httpStatusCode);
+      return context;
+    },
+  };
+  return {
+    options: { middleware: [keep as never], middlewareMergeStrategy: "append" },
+    earlier: () => answers.slice(0, Math.max(0, requests - 1)),
+  };
+}
 
 export function createHubSpotClient(config: HubSpotConfig) {
   const client = new Client({

@@ -47,6 +47,22 @@ export class HubSpotReadBackError extends Error {
   }
 }
 
+/**
+ * A write the client sent again (its retry decorator, `clientRetries`) after an earlier request of
+ * it was answered 5xx, which a gateway may answer after HubSpot wrote: the last answer (`cause`: a
+ * 429, a 403, a timeout) speaks of the last request only, so whether the write happened is not known.
+ */
+export class HubSpotResentError extends Error {
+  override readonly name = "HubSpotResentError";
+  constructor(
+    /** What HubSpot answered the requests before the last, in order (HTTP statuses). */
+    readonly answers: readonly number[],
+    options: { cause: unknown },
+  ) {
+    super(`the client sent the write again after HubSpot answered ${answers.join(", ")}`, options);
+  }
+}
+
 /** HubSpot's definition of a property, as its properties API answered: the fields the check reads. */
 export interface HubSpotPropertyDefinition {
   readonly name: string;

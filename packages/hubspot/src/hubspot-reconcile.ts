@@ -2,7 +2,8 @@
  * Settling an unknown create by a consistent read of the unique-value property (GET by
  * idProperty), not through Search, whose index lags writes. HubSpot's `archived` on that read means
  * "only archived", so a live record and one deleted since (in the recycling bin) take two reads; a
- * 404 from both is proof of absence, and the create can run again with the same external id, but
+ * 404 from both, once the settle window after the last attempt passed (a write HubSpot took may be
+ * applied after our client stopped waiting), is proof of absence, and the create can run again with the same external id, but
  * only for a unique-value property (read from HubSpot first, once per process): HubSpot answers a
  * read by any other property 400, and more than one record could carry the key in it. A 429 is
  * waited out as HubSpot's headers say.
@@ -83,6 +84,8 @@ export async function reconcileByRead(
   objectType: string,
   uniqueProperty: string,
   op: OperationContext,
+  /** See `HubSpotConfig.settleMs`. */
+  settleMs: number,
 ): Promise<ReconcileResult<HubSpotReceipt>> {
   const externalId = op.key;
   let live: FoundRecord | undefined;
@@ -120,11 +123,19 @@ export async function reconcileByRead(
   if (found && (live || madeWithin(found, op)))
     return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
   if (found) return outsideWindow(objectType, found, op);
-  return {
-    found: false,
-    proof: "absent",
-    reason: `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`,
-  };
+  const none = `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`;
+  // A write our attempt stopped waiting for may still be applied: found absent then, it ran again
+  // as "known not done", and its record, written after, read as one there before the operation.
+  // Both times are the database's (the clock windows are measured by).
+  const waited = op.now - op.lastAttemptAt;
+  if (waited < settleMs)
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: `${none} yet; a write HubSpot took before the attempt gave up may still be applied (${settleMs} ms settle window)`,
+      retryAfterMs: settleMs - waited,
+    };
+  return { found: false, proof: "absent", reason: none };
 }
 
 /**

@@ -5,13 +5,14 @@ export {
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
+  HubSpotResentError,
   HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
 } from "./hubspot-errors.js";
 export type { HubSpotBatchError, HubSpotPropertyDefinition } from "./hubspot-errors.js";
 export type { HubSpotRequestEvidence } from "./hubspot-evidence.js";
-export { HUBSPOT_CALL_OPTIONS, createHubSpotClient } from "./hubspot-client.js";
+export { HUBSPOT_CALL_OPTIONS, HUBSPOT_SETTLE_MS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export { hubspotReceiptSchema } from "./hubspot-receipt.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import {
@@ -46,8 +47,9 @@ describe("ensureSchema", () => {
 
 for (const dialect of DIALECTS) {
   describe(`HubSpot on ${dialect}`, () => {
-    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions, prepare: true });
-    const ledger = (o: LedgerOptions = {}) => db.open({ ...o });
+    // With a test clock where a test moves time (the settle window); the database's otherwise.
+    const db = ledgersFor(dialect, openTestLedger, { defaults: { poolSize: 2 } as TestLedgerOptions, prepare: true });
+    const ledger = (o: TestLedgerOptions = {}) => db.open({ ...o });
     const keyOf = async (l: Ledger, t: string, id: string) => (await l.get({ tenant: t, id })).operation.key;
     const recordsWith = (type: string, key: string) =>
       sandbox.crm.all(type).filter((r) => r.properties.idem_external_id === key);
@@ -338,15 +340,23 @@ for (const dialect of DIALECTS) {
       scaled(60_000),
     );
 
-    it("a 502 before anything was written: unknown, proven absent by the read, created once", async () => {
-      const l = await ledger({ budget: { baseDelayMs: 10 } });
+    it("a 502 before anything was written: unknown, proven absent by the read once the settle window passed, created once", async () => {
+      let now = Date.now();
+      const action = crm({ settleMs: 60_000 }).create("contacts");
+      const l = await ledger({ budget: { baseDelayMs: 10 }, clock: () => now, actions: [action] });
       const t = tenant();
       sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/contacts" } });
-      const out = await l.run(crm().create("contacts"), {
+      const first = await l.run(action, {
         tenant: t,
         key: ["gw"],
         args: { properties: { email: `gw-${t}@example.test` } },
       });
+      // Within the settle window a write HubSpot took may still be applied: not found proves nothing yet.
+      expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const early = await l.daemon.settle({ tenant: t, id: first.operationId, actor: "daemon" });
+      expect(early).toMatchObject({ status: "pending_verification", reason: expect.stringMatching(/settle window/) });
+      now += 61_000;
+      const out = await l.daemon.settle({ tenant: t, id: first.operationId, actor: "daemon" });
       expect(out).toMatchObject({ status: "succeeded", receipt: { new: true } });
       expect(recordsWith("contacts", await keyOf(l, t, out.operationId))).toHaveLength(1);
       // The 502 may have come after HubSpot wrote (a gateway's answer): unknown, and only the read
@@ -357,12 +367,15 @@ for (const dialect of DIALECTS) {
         "null->running",
         "running->unknown",
         "unknown->running",
+        "running->unknown",
+        "unknown->running",
         "running->pending",
         "pending->running",
         "running->succeeded",
       ]);
       expect(events[1]!.reason).toMatch(/^ambiguous: 502 SERVICE_UNAVAILABLE/);
-      expect(events[3]!.reason).toMatch(/^reconciled: no contacts with idem_external_id = the key/);
+      expect(events[3]!.reason).toMatch(/settle window/);
+      expect(events[5]!.reason).toMatch(/^reconciled: no contacts with idem_external_id = the key/);
     });
 
     it("create mode: a record that already carries the key is read back, not duplicated", async () => {

@@ -3,6 +3,9 @@
  * matching `hold` is forwarded only once its client has given up on it (its socket closed, as the
  * adapter's timeout closes it), as a request that reached HubSpot's edge and was committed after
  * the client timed out. Every other request is forwarded at once. Answers are passed on unchanged.
+ * With `releaseAfter`, the held request is forwarded once its client has given up and a request
+ * `releaseAfter` matches has been answered, before that answer is passed on: a write committed
+ * while a lookup was reading.
  */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -15,14 +18,24 @@ export interface HoldingProxy {
   close(): Promise<void>;
 }
 
-export async function holdingProxy(target: string, hold: { method: string; path: string }): Promise<HoldingProxy> {
+export async function holdingProxy(
+  target: string,
+  hold: { method: string; path: string; releaseAfter?: (req: IncomingMessage) => boolean },
+): Promise<HoldingProxy> {
   const to = new URL(target);
   let held = false;
   const late: Promise<void>[] = [];
+  /** The held request, once its client gave up, waiting for a request `releaseAfter` matches. */
+  let waiting: (() => Promise<void>) | undefined;
   /** Forwards the request; passes its answer on unless the client has gone; a failure answers nothing. */
   const pass = (req: IncomingMessage, body: Buffer, res: ServerResponse) =>
     forward(to, req, body).then(
-      (a) => {
+      async (a) => {
+        if (waiting && hold.releaseAfter?.(req)) {
+          const release = waiting;
+          waiting = undefined;
+          await release();
+        }
         if (!res.destroyed && !res.writableEnded) res.writeHead(a.status, a.headers).end(a.body);
       },
       () => {},
@@ -34,7 +47,15 @@ export async function holdingProxy(target: string, hold: { method: string; path:
       const body = Buffer.concat(chunks);
       if (!held && req.method === hold.method && (req.url ?? "").startsWith(hold.path)) {
         held = true;
-        late.push(new Promise<void>((resolve) => res.once("close", () => void pass(req, body, res).then(resolve))));
+        late.push(
+          new Promise<void>((resolve) =>
+            res.once("close", () => {
+              const go = () => pass(req, body, res).then(resolve);
+              if (hold.releaseAfter) waiting = go;
+              else void go();
+            }),
+          ),
+        );
       } else void pass(req, body, res);
     });
   });

@@ -13,7 +13,8 @@
  * token without the scope the endpoint needs), `locked` (423: HubSpot's lock while many writes
  * sync, 2 s), `migrating` (477 with Retry-After: the account moves between data centres) and
  * `bad_gateway` (502) before anything is written; after the write, `drop_after_commit` (the
- * connection closes with no answer), `delay_after_commit`, and `conflict_after_commit` (a 409
+ * connection closes with no answer), `bad_gateway_after_commit` (a gateway's 502 though HubSpot
+ * wrote), `delay_after_commit`, and `conflict_after_commit` (a 409
  * CONFLICT, as the loser of two racing writes of one unique value gets: the record exists,
  * written by the other; with `status: 400` the 400 validation error some report for a custom
  * unique property instead, naming it, and with `status: 207` a batch upsert's answer of that
@@ -39,6 +40,7 @@ export type HubSpotFaultKind =
   | "migrating"
   | "bad_gateway"
   | "drop_after_commit"
+  | "bad_gateway_after_commit"
   | "delay_after_commit"
   | "conflict_after_commit";
 
@@ -190,7 +192,16 @@ export class HubSpotSandbox {
       return send(res, e.status, e.body);
     }
     if (committed) this.events.emit("commit", committed);
-    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit", "conflict_after_commit"]);
+    const after = this.faults.take(method, path, [
+      "drop_after_commit",
+      "bad_gateway_after_commit",
+      "delay_after_commit",
+      "conflict_after_commit",
+    ]);
+    if (after?.kind === "bad_gateway_after_commit") {
+      record(502);
+      return send(res, 502, error("Bad gateway", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+    }
     if (after?.kind === "conflict_after_commit" && (after.status === 400 || after.status === 207)) {
       const refused = uniqueValueRefusal(committed?.objectType ?? "record", this.clashedProperty(body, committed));
       record(after.status);
