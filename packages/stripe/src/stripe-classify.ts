@@ -8,14 +8,20 @@ import { neverSent, tlsRefused, type Classification } from "@idem/core";
 /**
  * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
  * itself); an answer that says nothing was done speaks only for the last send, so it is ambiguous.
+ * So is a refusal Stripe gives before it reads the idempotency key (our credentials refused, 401
+ * or 403; its TLS refused by us), which a committed earlier send does not change: the alert
+ * stays, the outcome is unknown. A decline or a validation error is the key's saved answer, the
+ * first send's too.
  */
 export function classifyStripeError(error: unknown, resent = false): Classification {
   const cls = classifyAnswer(error);
-  if (!resent || (cls.kind !== "transient" && cls.kind !== "rate_limited")) return cls;
+  const refusedBeforeKey = cls.kind === "permanent" && cls.alert === true;
+  if (!resent || (cls.kind !== "transient" && cls.kind !== "rate_limited" && !refusedBeforeKey)) return cls;
   return {
     kind: "ambiguous",
     reason: `stripe-node sent the request again after its connection closed, and an earlier send may have run: ${cls.reason}`,
     ...(cls.providerRequestId !== undefined && { providerRequestId: cls.providerRequestId }),
+    ...(refusedBeforeKey && { alert: true }),
   };
 }
 

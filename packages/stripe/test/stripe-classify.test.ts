@@ -198,6 +198,11 @@ describe("classifyStripeError", () => {
     expect(classifyStripeError(refused, true)).toMatchObject({ kind: "ambiguous" });
     // Stripe's answer for the key (saved under it): the same whichever send it answered.
     expect(classifyStripeError(declined, true)).toMatchObject({ kind: "permanent" });
+    // Refused before Stripe reads the key (our credentials): the last send's alone, still alerted.
+    for (const denied of [new E.StripeAuthenticationError(raw(401)), new E.StripePermissionError(raw(403))]) {
+      expect(classifyStripeError(denied)).toMatchObject({ kind: "permanent", alert: true });
+      expect(classifyStripeError(denied, true)).toMatchObject({ kind: "ambiguous", alert: true });
+    }
   });
 });
 

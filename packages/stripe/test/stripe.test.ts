@@ -135,6 +135,26 @@ for (const dialect of DIALECTS) {
       expect(later.status === "succeeded" && later.receipt!.id).toBe(created.id);
     });
 
+    it("connection closed after commit, stripe-node's resend refused 401 (the key rolled meanwhile): unknown and alerted, not failed", async () => {
+      // helper-112: the 401 answers the resend only, before Stripe reads the key; the first send charged.
+      const l = await ledger({ budget: { attempts: 1 } });
+      const s = stripe();
+      const before = piCount();
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" } });
+      sandbox.faults.add({ kind: "unauthorized", match: { path: "/v1/payment_intents" }, skip: 1 });
+      const out = await l
+        .run(s.paymentIntentsCreate, { tenant: t, key: ["rolled"], args: CARD })
+        .finally(() => sandbox.faults.clear());
+      expect(piCount() - before).toBe(1);
+      expect(sandbox.requests.slice(-2).map((r) => r.status)).toEqual(["dropped", 401]);
+      // Before: failed ("permanent: 401"), replayed to every caller, though the card was charged.
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(/sent the request again after its connection closed.*401|Invalid API Key/);
+      expect((await l.daemon.alertsDue({ limit: 100 })).some((a) => a.id === out.operationId)).toBe(true);
+    });
+
     it("a 500 saved under the key is looked up, and a lagging search is not taken as absence", async () => {
       sandbox.searchLagMs = 60_000;
       try {

@@ -9,8 +9,8 @@
  * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
- * `Stripe-Version` is before 2015-09-08, as Stripe answered then) and `unavailable` (503) before
- * anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
+ * `Stripe-Version` is before 2015-09-08, as Stripe answered then), `unavailable` (503) and
+ * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
  * the 500; a 503 so saved is what a 503 that is not proven to come before execution may be), `drop_after_commit` (the
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
  * client's timeout) after the effect committed.
@@ -27,6 +27,7 @@ import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-object
 export type StripeFaultKind =
   | "rate_limit"
   | "unavailable"
+  | "unauthorized"
   | "delay_before_commit"
   | "error_after_commit"
   | "drop_after_commit"
@@ -119,7 +120,10 @@ export class StripeSandbox {
       this.requests.push({ method, path, idempotencyKey: idemKey, status, replayed });
 
     if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
-    if (header(req, "authorization") !== `Bearer ${this.apiKey}`) {
+    if (
+      header(req, "authorization") !== `Bearer ${this.apiKey}` ||
+      this.faults.take(method, path, ["unauthorized"]) !== undefined
+    ) {
       record(401);
       return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
     }
