@@ -10,7 +10,7 @@
  */
 import { defineAction, type Action } from "@idem/core";
 import {
-  HUBSPOT_CALL_OPTIONS,
+  type HUBSPOT_CALL_OPTIONS,
   HUBSPOT_SETTLE_MS,
   answersKept,
   createHubSpotClient,

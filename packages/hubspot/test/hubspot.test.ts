@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
+import { ArgsMismatchError, openLedger, operationKey, type Ledger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
