@@ -151,8 +151,25 @@ async function listAround<A>(
 /** What a payment intent's lookup reads of the args: the list's filter, and what the confirmation asked. */
 type IntentArgs = Pick<
   Stripe.PaymentIntentCreateParams,
-  "customer" | "confirm" | "payment_method" | "error_on_requires_action" | "off_session"
+  "customer" | "confirm" | "payment_method" | "error_on_requires_action" | "off_session" | "amount" | "currency"
 >;
+
+/**
+ * Why an intent carrying our key is not this operation's, if it asks for another amount or
+ * currency than the args: an earlier operation's with the same key, pruned from the ledger since,
+ * inside our attempts' window (Stripe then answers our request `idempotency_error`). Taken as
+ * ours, the caller read "charged" for a charge of another amount. A person decides.
+ */
+function otherCharge(found: Found, args: IntentArgs | undefined): string | undefined {
+  const pi = found as Found & { amount?: unknown; currency?: unknown };
+  const amountOff = typeof args?.amount === "number" && typeof pi.amount === "number" && pi.amount !== args.amount;
+  const currencyOff =
+    typeof args?.currency === "string" &&
+    typeof pi.currency === "string" &&
+    pi.currency.toLowerCase() !== args.currency.toLowerCase();
+  if (!amountOff && !currencyOff) return undefined;
+  return `found the payment intent ${found.id} with our key, for ${String(pi.amount)} ${String(pi.currency)} where this operation asks ${String(args?.amount)} ${String(args?.currency)}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
+}
 
 export const searchPaymentIntents: Lookup<IntentArgs> = {
   find: async (stripe, _args, key) =>
@@ -181,6 +198,8 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
   // confirmation was declined cannot be told, and a person decides. Without confirm, whatever
   // became of the intent since is its customer's doing.
   judge: async (stripe, found, args) => {
+    const other = otherCharge(found, args);
+    if (other) return { found: false, proof: "never", reason: other };
     if (args?.confirm !== true) return undefined;
     const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
     if (!unpaid.includes(found.status ?? "")) return undefined;
