@@ -128,6 +128,13 @@ export async function reconcileByRead(
   // as "known not done", and its record, written after, read as one there before the operation.
   // Both times are the database's (the clock windows are measured by).
   const waited = op.now - op.lastAttemptAt;
+  // Without the database's time (a hand-made context, an older runner) no window can be judged.
+  if (!Number.isFinite(waited))
+    return {
+      found: false,
+      proof: "inconclusive",
+      reason: `${none}; no database time (op.now) to judge the settle window`,
+    };
   if (waited < settleMs)
     return {
       found: false,

@@ -378,6 +378,34 @@ for (const dialect of DIALECTS) {
       expect(events[5]!.reason).toMatch(/^reconciled: no contacts with idem_external_id = the key/);
     });
 
+    it("a lookup without the database's time (op.now) proves nothing: no settle window can be judged", async () => {
+      const action = crm().create("contacts");
+      const at = Date.now() - 3_600_000;
+      const ctx = {
+        id: "op_x",
+        tenant: tenant(),
+        key: `no-now-${tenant()}`,
+        keyLabel: null,
+        attempt: 2,
+        createdAt: at,
+        lastAttemptAt: at,
+        providerReference: null,
+        signal: new AbortController().signal,
+      };
+      // Before (helper-114): NaN < settleMs is false, and absence was proven at once.
+      expect(
+        await action.reconcile!({ properties: {} }, { ...ctx, now: undefined as unknown as number }),
+      ).toMatchObject({
+        found: false,
+        proof: "inconclusive",
+        reason: expect.stringMatching(/no database time/),
+      });
+      expect(await action.reconcile!({ properties: {} }, { ...ctx, now: Date.now() })).toMatchObject({
+        found: false,
+        proof: "absent",
+      });
+    });
+
     it("create mode: a record that already carries the key is read back, not duplicated", async () => {
       const l = await ledger();
       const t = tenant();

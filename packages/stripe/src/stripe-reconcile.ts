@@ -162,13 +162,16 @@ type IntentArgs = Pick<
  */
 function otherCharge(found: Found, args: IntentArgs | undefined): string | undefined {
   const pi = found as Found & { amount?: unknown; currency?: unknown };
-  const amountOff = typeof args?.amount === "number" && typeof pi.amount === "number" && pi.amount !== args.amount;
+  // stripe-node form-encodes its params, so a caller's "2000" is the amount 2000 too.
+  const asked: unknown = args?.amount;
+  const amount = typeof asked === "string" && /^\d+$/.test(asked) ? Number(asked) : asked;
+  const amountOff = typeof amount === "number" && typeof pi.amount === "number" && pi.amount !== amount;
   const currencyOff =
     typeof args?.currency === "string" &&
     typeof pi.currency === "string" &&
     pi.currency.toLowerCase() !== args.currency.toLowerCase();
   if (!amountOff && !currencyOff) return undefined;
-  return `found the payment intent ${found.id} with our key, for ${String(pi.amount)} ${String(pi.currency)} where this operation asks ${String(args?.amount)} ${String(args?.currency)}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
+  return `found the payment intent ${found.id} with our key, for ${String(pi.amount)} ${String(pi.currency)} where this operation asks ${String(args?.amount)} ${String(args?.currency)}: an earlier operation with this key (pruned from the ledger since) made it, or its amount was changed since (an update, an incremental authorization), and whether ours ran cannot be told from it; look at it in the dashboard`;
 }
 
 export const searchPaymentIntents: Lookup<IntentArgs> = {

@@ -77,6 +77,33 @@ describe("Stripe reconcile windows use op.now", () => {
   });
 });
 
+describe("an intent with our key that asks for another amount or currency (helper-112, helper-114)", () => {
+  it("is not taken as this operation's: a person decides, told both amounts; the same charge is", async () => {
+    const s = stripe();
+    const key = newKey();
+    await s.client.paymentIntents.create({ amount: 2000, currency: "usd", metadata: { idem_operation: key } });
+    const now = Date.now() + 120_000; // past the search lag, inside the attempts' window's slack
+    const ask = (args: Record<string, unknown>) =>
+      s.paymentIntentsCreate.reconcile!(args as never, op(key, { createdAt: now - 60_000, now }));
+    // A JSON caller's amount as a string is the same amount to stripe-node (form-encoded).
+    for (const args of [
+      { amount: 3000, currency: "usd" },
+      { amount: "3000", currency: "usd" },
+      { amount: 2000, currency: "eur" },
+    ])
+      expect(await ask(args), JSON.stringify(args)).toMatchObject({
+        found: false,
+        proof: "never",
+        reason: expect.stringMatching(/for 2000 usd where this operation asks/),
+      });
+    for (const args of [
+      { amount: 2000, currency: "USD" },
+      { amount: "2000", currency: "usd" },
+    ])
+      expect(await ask(args), JSON.stringify(args)).toMatchObject({ found: true });
+  });
+});
+
 describe("Stripe lookups inside the key window, with Search far behind (an incident)", () => {
   const lagging = async <T>(fn: () => Promise<T>): Promise<T> => {
     const was = sandbox.searchLagMs;
