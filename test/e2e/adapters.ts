@@ -31,7 +31,10 @@ export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Acti
       return stripeActions({ apiKey: p.stripeKey, host: "127.0.0.1", port: p.stripePort, protocol: "http", timeoutMs })
         .paymentIntentsCreate;
     case "hubspot":
-      return hubspotActions({ accessToken: p.hubspotToken, basePath: p.hubspotBase }).create("contacts");
+      // A short settle window, as email's below: the sandbox applies a write before it answers.
+      return hubspotActions({ accessToken: p.hubspotToken, basePath: p.hubspotBase, settleMs: 300 }).create(
+        "contacts",
+      );
     default: {
       const auth = { user: p.mailUser, pass: p.mailPass };
       const mode = adapter.slice("email-".length) as "provider-saves" | "journal" | "append";
