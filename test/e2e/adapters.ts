@@ -32,9 +32,7 @@ export function actionFor(adapter: Adapter, p: Ports, timeoutMs = 120_000): Acti
         .paymentIntentsCreate;
     case "hubspot":
       // A short settle window, as email's below: the sandbox applies a write before it answers.
-      return hubspotActions({ accessToken: p.hubspotToken, basePath: p.hubspotBase, settleMs: 300 }).create(
-        "contacts",
-      );
+      return hubspotActions({ accessToken: p.hubspotToken, basePath: p.hubspotBase, settleMs: 300 }).create("contacts");
     default: {
       const auth = { user: p.mailUser, pass: p.mailPass };
       const mode = adapter.slice("email-".length) as "provider-saves" | "journal" | "append";
