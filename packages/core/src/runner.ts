@@ -1224,7 +1224,7 @@ export class Runner {
           actor: call.actor,
           reason: `${several}; attempt ${mine.attempt} found this after the operation was settled by another receipt`,
           alert: true,
-          unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks },
+          ...asNoted(noted, now, lastLook),
         }).catch((error: unknown) => {
           throw unrecorded(error);
         });
@@ -1247,8 +1247,7 @@ export class Runner {
             actor: call.actor,
             reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
             alert: true,
-            // As read and noted: a retry after this committed unseen must not write it twice.
-            unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks },
+            ...asNoted(noted, now, lastLook),
           }).catch((error: unknown) => {
             throw unrecorded(error);
           });
@@ -1488,15 +1487,29 @@ function severalEffects(action: Pick<Action<unknown, unknown>, "effectId">, rece
 }
 
 /**
+ * A fenced attempt's alert of a second effect is written on the row as read and noted: a retry
+ * after it committed unseen must not write it twice. On the last look (the row kept changing
+ * under us, other late answers noting themselves on it) it is written on the row as it is, its
+ * status and attempt: a person may hear of it twice then, never not at all.
+ */
+function asNoted(noted: { updatedAt: number }, now: Row, lastLook: boolean) {
+  return lastLook ? {} : { unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } };
+}
+
+/**
  * Whether the provider's ids (`effectId`) say each effect our receipt describes is one the
  * recorded receipt describes: the same effect told twice (a lookup's finding says less than the
  * request's answer), or one of several a finding named (alerted then). False when the action
  * gives none or either receipt has none (then a difference is alerted).
  */
-function namesEach(action: Pick<Action<unknown, unknown>, "effectId">, recorded: string, ours: unknown): boolean {
-  const mine = effectIds(action, ours);
+function namesEach(
+  action: Pick<Action<unknown, unknown>, "effectId">,
+  recorded: string,
+  ours: unknown,
+  mine = effectIds(action, ours),
+): boolean {
   if (mine.length === 0) return false;
-  const known = new Set(effectIds(action, parseOr(recorded)));
+  const known = new Set(effectIds(action, recorded, { stored: true }));
   return mine.every((id) => known.has(id));
 }
 
@@ -1513,26 +1526,26 @@ function alertedBefore(
   ours: unknown,
 ): boolean {
   if (row.reason?.startsWith(several)) return true;
-  return row.result_json !== null && effectIds(action, ours).length > 1 && namesEach(action, row.result_json, ours);
+  const mine = effectIds(action, ours);
+  return row.result_json !== null && mine.length > 1 && namesEach(action, row.result_json, ours, mine);
 }
 
-/** A receipt's distinct effect ids, none when the action gives none or cannot read it. */
-function effectIds(action: Pick<Action<unknown, unknown>, "effectId">, receipt: unknown): string[] {
+/**
+ * A receipt's distinct effect ids, none when the action gives none or cannot read it. `stored`:
+ * the receipt is the row's JSON text (`result_json`), parsed here, where a bad one reads as none.
+ */
+function effectIds(
+  action: Pick<Action<unknown, unknown>, "effectId">,
+  receipt: unknown,
+  { stored = false } = {},
+): string[] {
   if (!action.effectId) return [];
   try {
-    const id = action.effectId(receipt);
+    const id = action.effectId(stored ? JSON.parse(receipt as string) : receipt);
     const ids = typeof id === "string" ? [id] : Array.isArray(id) ? id : [];
     return [...new Set(ids.filter((i): i is string => typeof i === "string" && i !== ""))];
   } catch {
     return [];
-  }
-}
-
-function parseOr(json: string): unknown {
-  try {
-    return JSON.parse(json);
-  } catch {
-    return undefined;
   }
 }
 

@@ -10,8 +10,10 @@
  */
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
+import { sql } from "kysely";
 import { defineAction, type Ledger } from "@idem/core";
-import { DIALECTS } from "@idem/testkit";
+import { databaseOf } from "@idem/core/testing";
+import { DIALECTS, type TestDialect } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
 interface Receipt {
@@ -65,6 +67,34 @@ async function until(cond: () => boolean, ms = 10_000): Promise<void> {
     if (Date.now() > end) throw new Error("condition not met in time");
     await sleep(5);
   }
+}
+
+/**
+ * Another writer touching the tenant's settled row after each write to it, until an alert is on
+ * it: every write conditioned on the row as read (`unchangedSince`) then matches nothing, as when
+ * other late answers keep noting themselves on it.
+ */
+async function churn(ledger: Ledger, dialect: TestDialect, tenant: string): Promise<void> {
+  const db = databaseOf(ledger);
+  const name = `churn_${tenant.replace(/\W/g, "_")}`;
+  if (dialect === "sqlite") {
+    await sql
+      .raw(
+        `CREATE TRIGGER ${name} AFTER UPDATE ON idem_operations WHEN OLD.status = 'succeeded' AND NEW.status = 'succeeded' AND NEW.alert_pending = 0 AND NEW.tenant_id = '${tenant}' BEGIN UPDATE idem_operations SET updated_at = updated_at + 1 WHERE id = NEW.id; END`,
+      )
+      .execute(db);
+    return;
+  }
+  await sql
+    .raw(
+      `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF pg_trigger_depth() = 1 THEN UPDATE idem_operations SET updated_at = updated_at + 1 WHERE id = NEW.id; END IF; RETURN NULL; END $$`,
+    )
+    .execute(db);
+  await sql
+    .raw(
+      `CREATE TRIGGER ${name} AFTER UPDATE ON idem_operations FOR EACH ROW WHEN (OLD.status = 'succeeded' AND NEW.status = 'succeeded' AND NEW.alert_pending = 0 AND NEW.tenant_id = '${tenant}') EXECUTE FUNCTION ${name}()`,
+    )
+    .execute(db);
 }
 
 for (const dialect of DIALECTS) {
@@ -271,5 +301,70 @@ for (const dialect of DIALECTS) {
       expect(row.events.filter((e) => /^two effects/.test(e.reason ?? "")).length, story).toBe(1);
       expect((await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === id)).toBe(true);
     });
+  });
+
+  // Each look's alert matched nothing (the row changed after it was read), and on the fifth the
+  // fenced attempt gave up: the second effect was never alerted (the noticed list of stop 39).
+  describe(`two effects found while the settled row keeps changing, on ${dialect}`, () => {
+    const db = ledgers(dialect);
+    for (const v of [
+      { name: "the request's late answer, another id", several: false },
+      { name: "a lookup that found two", several: true },
+    ])
+      it(`${v.name}: alerted on the last look`, async () => {
+        let now = Date.now();
+        const effects: string[] = [];
+        let release: () => void = () => {};
+        const gate = new Promise<void>((r) => (release = r));
+        let first: Promise<unknown> = Promise.resolve();
+        let churning: Promise<void> = Promise.resolve();
+        const action = defineAction<{ to: string }, Receipt>({
+          type: `churn.${v.several}`,
+          capabilities: { lookup: true },
+          execute: async () => {
+            effects.push("obj_0", "obj_1");
+            await gate;
+            return { id: "obj_1", new: true };
+          },
+          reconcile: async () => {
+            if (!v.several) return { found: true as const, receipt: { id: "obj_0" } };
+            // The request's answer is recorded first; the lookup's finding of both comes after.
+            release();
+            await first;
+            await churning;
+            return { found: true as const, receipt: { id: "obj_0", ids: [...effects] }, twice: "two objects" };
+          },
+          effectId: (r: Receipt) => (r.ids && r.ids.length > 1 ? r.ids : r.id),
+        });
+        const ledger: Ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action] });
+        const tenant = uniqueTenant();
+        first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => effects.length > 0);
+        now += 31_000; // attempt 1's request committed; its answer is still out when its lease runs out
+        const [op] = await ledger.admin.list({ tenant });
+        if (v.several) churning = first.then(() => churn(ledger, dialect, tenant));
+        const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        if (!v.several) {
+          // The lookup recorded obj_0; the request's late answer (obj_1) is a second effect.
+          await churn(ledger, dialect, tenant);
+          release();
+        }
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `settled: ${JSON.stringify(settled)}; first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(out, story).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        // Five looks at the settled row, each noted, each alert write matching nothing but the last.
+        expect(
+          after.events.filter((e) => e.from === "succeeded" && /^fenced: /.test(e.reason ?? "")).length,
+          story,
+        ).toBe(5);
+        expect(
+          {
+            alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
+            reason: after.operation.reason,
+          },
+          story,
+        ).toEqual({ alerted: true, reason: expect.stringMatching(/^two effects: /) });
+      });
   });
 }
