@@ -9,7 +9,15 @@
  * model's input.
  */
 import type { StandardSchemaV1 } from "@standard-schema/spec";
-import { operationKey, parseArgs, type Action, type KeyPart, type Ledger, type RunResult } from "@idem/core";
+import {
+  operationKey,
+  parseArgs,
+  requireName,
+  type Action,
+  type KeyPart,
+  type Ledger,
+  type RunResult,
+} from "@idem/core";
 import { outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
@@ -19,8 +27,14 @@ export interface ToolCall<C = unknown> {
   readonly context: C;
   /** The framework's id of this tool call: changes when a model retries, so never part of a key. For logs and actors. */
   readonly callId?: string | undefined;
-  /** Aborted when the framework gives up on the call. */
+  /** Aborted when the framework gives up on the call: a request under way is aborted too (`run`'s `signal`). */
   readonly signal?: AbortSignal | undefined;
+  /**
+   * Aborted when the framework stops waiting for the call (a connection closing): the request
+   * under way ends and is recorded, nothing more is sent, and the outcome is the operation's
+   * state then (`run`'s `stop`).
+   */
+  readonly stop?: AbortSignal | undefined;
   /**
    * The framework already checked the input against the tool's schema (`inputSchemaOf`) and hands
    * over its output (the adapters set this). A schema is applied once: one that transforms (euros
@@ -92,9 +106,10 @@ export function guard<A, R, I, C = unknown>(
       const parts = identify(given, call);
       const key = operationKey({ tenant, action: def.action.type, parts });
       identity = `this work (${readable(key.label)})`;
-      const actor = options.actor === undefined ? call.callId : fromCall(options.actor, call);
+      const actor = options.actor === undefined ? actorOf(call.callId) : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
       call.signal?.throwIfAborted(); // given up before the ledger had it: nothing was done
+      call.stop?.throwIfAborted();
       started = true;
       result = await ledger.run(action, {
         tenant,
@@ -103,6 +118,7 @@ export function guard<A, R, I, C = unknown>(
         waitMs,
         ...(actor !== undefined && { actor }),
         ...(call.signal && { signal: call.signal }),
+        ...(call.stop && { stop: call.stop }),
       });
     } catch (error) {
       return describe(
@@ -118,6 +134,21 @@ export function guard<A, R, I, C = unknown>(
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
     return describe(outcomeOf(result, shown, def.foundEarlier));
   };
+}
+
+/**
+ * The framework's call id as the audit actor, when it can be one: cut to the ledger's 200
+ * characters, none when empty or unprintable (some providers send `""`). It is not the model's
+ * input: a refusal of it would tell the model to fix what it did not write.
+ */
+function actorOf(callId: string | undefined): string | undefined {
+  const cut = callId?.slice(0, 200);
+  try {
+    requireName(cut, "actor");
+    return cut;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The action without its input schema, whose output its args already are. */

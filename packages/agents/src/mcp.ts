@@ -53,10 +53,16 @@ export function toCallToolResult(outcome: Outcome): CallToolResult {
   };
 }
 
+/**
+ * The SDK aborts `extra.signal` when the client cancels the request and when the connection
+ * closes (`idem mcp` stopping): the call's `stop`, not its `signal`. The request under way ends
+ * and is recorded (aborted, its outcome would be unknown, and without a lookup a person's to
+ * decide), and nothing more is sent; the client reads no answer either way.
+ */
 const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpExtra) => C): ToolCall<C> => ({
   context: context?.(extra) as C,
   callId: String(extra.requestId),
-  signal: extra.signal,
+  stop: extra.signal,
   inputParsed,
 });
 

@@ -249,6 +249,12 @@ export function outcomeOfError(
     };
   if (error instanceof GuardrailError)
     return { status: "refused", message: `Not allowed: ${what.action} is not allowed here. Nothing was done.` };
+  // The application's setup (the tenant read from its context, the actor it set), not the model's input.
+  if (error instanceof InvalidValueError && (error.path === "tenant" || error.path === "actor"))
+    return {
+      status: "not_performed",
+      message: `Not performed: the tool is not set up right (${error.path}: ${error.reason}). Nothing was done. Tell the user; do not assume it happened, and do not change the input for it.`,
+    };
   if (error instanceof InvalidValueError)
     return refusedInput(`${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}`);
   if (error instanceof PayloadTooLargeError)

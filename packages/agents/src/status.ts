@@ -84,13 +84,15 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
     try {
       const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);
+      // A wait only reads: either signal ends it (MCP's connection closing is a `stop`).
+      const until = call.signal ?? call.stop;
       const result =
         waitMs > 0
           ? await ledger.wait({
               tenant,
               id: input.operationId,
               timeoutMs: waitMs,
-              ...(call.signal && { signal: call.signal }),
+              ...(until && { signal: until }),
             })
           : await ledger.status({ tenant, id: input.operationId });
       const tool = await toolOf(tenant, result);
