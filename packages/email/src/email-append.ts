@@ -115,7 +115,9 @@ function notFiled(error: unknown, tries: number): CopyNotFiled {
   const code =
     error instanceof MailboxRefusedError ? error.responseCode : (cause?.serverResponseCode as string | undefined);
   return {
-    refused: error instanceof MailboxRefusedError,
+    // A tagged NO or BAD that trying again would get again (TOOBIG, LIMIT, CONTACTADMIN…) filed
+    // nothing, and the next copy like it is refused too: refused, not "may or may not be there".
+    refused: error instanceof MailboxRefusedError || (!appendMayPass(error) && !mayHaveFiled(error)),
     responseCode: typeof code === "string" ? code.slice(0, 64) : null,
     reason: (tries > 1 ? `after ${tries} tries: ${said}` : said).slice(0, 1_000),
   };

@@ -83,8 +83,9 @@ export interface EmailConfig {
   readonly subjectWithRef?: (subject: string, ref: string) => string;
   /**
    * How long a copy may take to appear after a send before its absence proves the send did not
-   * happen: set it to the longest the copy can take. Default 60 s for a Sent copy (provider-saves:
-   * the provider files it as it accepts the message) and 30 minutes for a journal copy (the
+   * happen: set it to the longest the copy can take. Default 10 minutes for a Sent copy
+   * (provider-saves: the provider files it as it commits the message, which RFC 5321 lets a server
+   * do up to 10 minutes after the final ".") and 30 minutes for a journal copy (the
    * server's queue delivers it, and a deferred delivery waits for the queue's next run).
    * Measured on the ledger's database clock (`op.now`).
    */

@@ -118,6 +118,8 @@ export interface FoundMessage {
    * message went out more than once.
    */
   readonly sends: readonly string[];
+  /** How many copies the search found. */
+  readonly copies: number;
 }
 
 /** A search for a Message-ID, and what another name of a mailbox means on that server. */
@@ -439,7 +441,7 @@ export class Mailbox {
         throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
       }
       const uid = uids[0];
-      return uid === undefined ? undefined : { mailbox, uid, sends: await sendsOf(client, uids) };
+      return uid === undefined ? undefined : { mailbox, uid, sends: await sendsOf(client, uids), copies: uids.length };
     } finally {
       lock.release();
     }
@@ -454,13 +456,14 @@ const ATTEMPT_LINES = /^x-idem-attempt:[ \t]*(.*?)[ \t]*$/gim;
  * and names exactly one: a copy sent by an earlier version, one that vanished between the SEARCH
  * and the FETCH, or one with two such lines could be another send, and a send left out would make
  * two read as one. Only a detail of a copy found: a FETCH that fails leaves them unknown, never
- * the copy not found.
+ * the copy not found. Of more than MAX_COPIES copies the first MAX_COPIES are read: the sends
+ * they name when several (it went out more than once, whatever the rest say), else none.
  */
 async function sendsOf(client: ImapFlow, uids: readonly number[]): Promise<string[]> {
-  if (uids.length > MAX_COPIES) return [];
+  const read = uids.slice(0, MAX_COPIES);
   try {
-    const copies = await client.fetchAll([...uids], { headers: ["x-idem-attempt"] }, { uid: true });
-    if (copies.length !== uids.length) return [];
+    const copies = await client.fetchAll([...read], { headers: ["x-idem-attempt"] }, { uid: true });
+    if (copies.length !== read.length) return [];
     const sends = new Set<string>();
     for (const copy of copies) {
       const named = new Set(
@@ -470,7 +473,7 @@ async function sendsOf(client: ImapFlow, uids: readonly number[]): Promise<strin
       if (named.size !== 1 || only === undefined || !SEND_NAME.test(only)) return [];
       sends.add(only);
     }
-    return [...sends].sort();
+    return read.length < uids.length && sends.size < 2 ? [] : [...sends].sort();
   } catch {
     return [];
   }

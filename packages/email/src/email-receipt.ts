@@ -60,7 +60,8 @@ export interface CopyNotFiled {
   /**
    * True when the server refused the APPEND until a person acts (`responseCode`: NOPERM, no right
    * to file into Sent; OVERQUOTA; TRYCREATE or NONEXISTENT, no such mailbox), so every later
-   * copy is lost too; false when it failed otherwise, after the few tries a failure that may pass
+   * copy is lost too, or answered it with a refusal that trying again gets again (TOOBIG, LIMIT,
+   * CONTACTADMIN, a BAD: nothing filed); false when it failed otherwise, after the few tries a failure that may pass
    * gets (the connection, a NO [INUSE] or [UNAVAILABLE], a NO without a code): the copy may or
    * may not be there.
    */

@@ -11,10 +11,16 @@
  */
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import type { Lookup, Mailbox } from "./email-mailbox.js";
-import { foundReceipt, type EmailReceipt } from "./email-receipt.js";
+import { foundReceipt, MAX_COPIES, type EmailReceipt } from "./email-receipt.js";
 
-/** The default settle window of a Sent copy (provider-saves): the provider files it as it accepts the message. */
-export const SENT_SETTLE_MS = 60_000;
+/**
+ * The default settle window of a Sent copy (provider-saves): the provider files it as it commits
+ * the message, and RFC 5321 §4.5.3.2.6 lets a server take 10 minutes after the final "." to
+ * answer it (a content filter, a virus scan of a large message), while our client gives up after
+ * `timeoutMs`. A copy filed after the window reads absent and the email goes out again (RFC 1047's
+ * duplicate), so the window is the server's 10 minutes, counted from when our client gave up.
+ */
+export const SENT_SETTLE_MS = 10 * 60_000;
 
 /**
  * The default settle window of a journal copy, far longer than Sent's. The copy is a delivery
@@ -73,8 +79,13 @@ export async function reconcileByCopy(
   if (found) {
     const receipt = foundReceipt(messageId, ref, true, found);
     // Copies of several sends: the message went out more than once, which a person must hear of.
-    if (found.sends.length < 2) return { found: true, receipt };
-    const twice = `${place.name} holds copies of ${messageId} from ${found.sends.length} sends (${found.sends.join(", ")})`;
+    // So did one of more copies than are read (MAX_COPIES), whatever sends those read name.
+    const many = found.copies > MAX_COPIES;
+    if (found.sends.length < 2 && !many) return { found: true, receipt };
+    const twice =
+      found.sends.length < 2
+        ? `${place.name} holds ${found.copies} copies of ${messageId}, more than ${MAX_COPIES}: it went out more than once`
+        : `${place.name} holds copies of ${messageId} from ${found.sends.length}${many ? " or more" : ""} sends (${found.sends.join(", ")})`;
     return { found: true, receipt, twice };
   }
   // The server could not say whether the recorded name is the mailbox searched (its LIST failed):

@@ -143,6 +143,18 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(proxy.appends).toBe(1);
     expect(sandbox.count(receipt.messageId)).toBe(1);
   });
+
+  // A tagged NO that trying again gets again filed nothing: before, `refused: false` read "the
+  // copy may or may not be there" (helper-115).
+  for (const code of ["TOOBIG", "LIMIT", "CONTACTADMIN"])
+    it(`answered NO [${code}]: not tried again, refused (nothing filed); one message`, async () => {
+      proxy.faults.push({ kind: "no", answer: `NO [${code}] Not filed` });
+      const receipt = await mail().execute(report, fresh());
+      expect(receipt).toMatchObject({ copyNotFiled: { refused: true, responseCode: code } });
+      expect(proxy.appends).toBe(1);
+      expect(sandbox.count(receipt.messageId)).toBe(1);
+      expect(await copiesInSent(receipt.messageId)).toBe(0);
+    });
 });
 
 for (const dialect of DIALECTS) {

@@ -300,8 +300,27 @@ describe("the settle window uses op.now", () => {
       found: false,
       proof: "absent",
     });
-    // The provider files its Sent copy as it accepts the message: 60 s, as before.
-    expect(await byDefault({ mode: "provider-saves" }).send.reconcile!(report, minutesLater(2))).toMatchObject({
+  });
+
+  it("provider-saves without a settleMs waits out the server's 10 minutes after the final dot", async () => {
+    // Before: 60 s. The provider files its Sent copy as it commits the message, which RFC 5321
+    // §4.5.3.2.6 lets a server do up to 10 minutes after the final "." (a content filter, a virus
+    // scan of a large message), while our client gives up after `timeoutMs`: a commit 90 s after
+    // the dot read absent and the email went out again, the operation succeeded, no alert
+    // (RFC 1047's duplicate; helper-115).
+    const byDefault = emailActions({
+      smtp: { host: "127.0.0.1", port: ports.smtp, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+      imap: { host: "127.0.0.1", port: ports.imap, auth: SENDER, requireTLS: false },
+      from: SENDER.user,
+      copy: { mode: "provider-saves" },
+    });
+    const now = Date.now();
+    const minutesLater = (m: number) => op({ lastAttemptAt: now, now: now + m * 60_000 });
+    expect(await byDefault.send.reconcile!(report, minutesLater(2))).toMatchObject({
+      found: false,
+      proof: "inconclusive",
+    });
+    expect(await byDefault.send.reconcile!(report, minutesLater(11))).toMatchObject({
       found: false,
       proof: "absent",
     });
