@@ -46,7 +46,15 @@ import {
   type Unsettled,
 } from "./result.js";
 import type { Status } from "./schema.js";
-import type { Address, Outcome, Peek, Row, Store, TransitionPatch } from "./store.js";
+import {
+  storable,
+  type Address,
+  type Outcome,
+  type Peek,
+  type Row,
+  type Store,
+  type TransitionPatch,
+} from "./store.js";
 import type { Tracing } from "./tracing.js";
 
 export interface RunnerSettings {
@@ -1044,7 +1052,7 @@ export class Runner {
       now !== undefined &&
       now.status === to &&
       now.attempt === row.attempt &&
-      now.reason === patch.reason &&
+      now.reason === storable(patch.reason) &&
       now.actor === patch.actor;
     return own ? { id: now.id, attempt: now.attempt, status: to } : undefined;
   }

@@ -273,9 +273,18 @@ function eventJson(
     to: e.to,
     attempt: e.attempt,
     actor: e.actor,
-    reason: e.reason,
+    reason: storable(e.reason),
     ref: row.provider_reference,
   });
+}
+
+/**
+ * A reason as both databases store it. It may carry a provider's words (an error's message), and
+ * Postgres refuses U+0000 in text and jsonb (22021): the refused write read as an outage, retried
+ * for a lease, and left the row whose effect happened running (helper-116).
+ */
+export function storable(reason: string): string {
+  return reason.includes("\0") ? reason.replaceAll("\0", "\uFFFD") : reason;
 }
 
 /** The named fields of `o`. */
@@ -637,7 +646,7 @@ export class Store {
         lease_owner: to.owner,
         lease_expires_at: sql<number>`${now} + ${to.leaseMs}`,
         actor: to.actor,
-        reason: to.reason,
+        reason: storable(to.reason),
         next_check_at: null,
         updated_at: now,
         // Lazy args not generated yet (no args hash): nothing can be sent until they are stored.
@@ -695,7 +704,7 @@ export class Store {
           lease_expires_at: null,
           next_check_at: null,
           actor,
-          reason,
+          reason: storable(reason),
           updated_at: now,
         })
         .where("tenant_id", "=", at.tenant)
@@ -750,7 +759,7 @@ export class Store {
           lease_expires_at: null,
           next_check_at: now,
           actor: to.actor,
-          reason: to.reason,
+          reason: storable(to.reason),
           updated_at: now,
         })
         .where("tenant_id", "=", at.tenant)
@@ -840,7 +849,7 @@ export class Store {
       attempt: row.attempt,
       to,
       actor: patch.actor,
-      reason: patch.reason,
+      reason: storable(patch.reason),
       lease_owner: keepLease ? row.lease_owner : null,
       lease_expires_at: keepLease ? row.lease_expires_at : null,
       result_json: patch.result_json,
