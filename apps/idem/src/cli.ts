@@ -30,7 +30,7 @@ import {
   type Status,
 } from "@idem/core";
 import { alertActions, requireAlertSink } from "./alerts.js";
-import { ConfigError, actionsOf, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
+import { ConfigError, actionsOf, lastOfEachType, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
 import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
@@ -74,10 +74,10 @@ async function withLedger<T>(
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
   await options.beforeOpen?.(config);
   const schema = options.schema ?? "require";
-  // Built once, not per try. The ledger keeps one action per type, the last given.
+  // Built once, not per try. One action per type, the last given.
   const configured = options.actions ? await actionsOf(config) : [];
   const actions = options.actions
-    ? [...configured, ...(options.actions === true ? [] : options.actions.also(config))]
+    ? lastOfEachType([...configured, ...(options.actions === true ? [] : options.actions.also(config))])
     : undefined;
   const open = () =>
     openLedger(config.ledger, {

@@ -397,8 +397,8 @@ export function parseConfig(raw: unknown, source = "(inline)", overrides: { ledg
  * environment. Provider SDKs load only when configured, so `idem ls` starts fast.
  */
 export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]> {
-  // A tool's action is settled by the daemon like any other. The ledger keeps one action per type,
-  // the last given: tools' first, then the providers', and those listed in `actions` last, so that
+  // A tool's action is settled by the daemon like any other. One action per type is kept, the
+  // last given: tools' first, then the providers', and those listed in `actions` last, so that
   // an action listed wins over a tool's or a provider's of its type.
   const out: Action<any, any>[] = config.tools.map((t) => t.action);
   const p = config.providers;
@@ -479,7 +479,17 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       }).send,
     );
   }
-  return [...out, ...config.actions];
+  return lastOfEachType([...out, ...config.actions]);
+}
+
+/** One action of each type, the last given of it (the ledger refuses two different actions of one type). */
+export function lastOfEachType(actions: readonly Action<any, any>[]): Action<any, any>[] {
+  const byType = new Map<string, Action<any, any>>();
+  for (const a of actions) {
+    byType.delete(a.type);
+    byType.set(a.type, a);
+  }
+  return [...byType.values()];
 }
 
 /**

@@ -46,7 +46,10 @@ export interface LedgerOptions extends ConnectionOptions {
   readonly maxResultBytes?: number;
   /** How long completed operations are kept before `prune` may delete them; null keeps them. Default 30 days. */
   readonly retentionMs?: number | null;
-  /** Actions that `settle` (the daemon, `idem retry`) may run for stored operations. */
+  /**
+   * Actions that `settle` (the daemon, `idem retry`) may run for stored operations, each under its
+   * own type: two different actions of one type are refused (`LedgerConfigError`).
+   */
   readonly actions?: readonly Action<any, any>[];
   /** Worker identity recorded as lease owner. Default host:pid. */
   readonly owner?: string;
@@ -100,11 +103,30 @@ export async function openLedger(target: string | Dialect, options: LedgerOption
 }
 
 /**
+ * The daemon settles a stored operation with the action registered under its type: a second one
+ * of that type was kept in the first's place, silently, and settled the first's operations with
+ * its own provider config (another mailbox searched, the copy read as absent, the email sent
+ * again). The same action given twice is one.
+ */
+function oneActionPerType(actions: readonly Action<any, any>[]): void {
+  const byType = new Map<string, Action<any, any>>();
+  for (const a of actions) {
+    const other = byType.get(a.type);
+    if (other !== undefined && other !== a)
+      throw new LedgerConfigError(
+        `actions: two different actions have the type ${JSON.stringify(a.type)}; the daemon settles an operation with the one registered under its type, so give each its own (emailActions' \`type\`, say)`,
+      );
+    byType.set(a.type, a);
+  }
+}
+
+/**
  * `openLedger` with a clock replacing the database's (ms since epoch): for tests only, through
  * `@idem/core/testing`, which published builds do not contain.
  */
 export async function open(target: string | Dialect, options: LedgerOptions, clock?: () => number): Promise<Ledger> {
   if (options.owner !== undefined) requireName(options.owner, "owner");
+  oneActionPerType(options.actions ?? []);
   const settings: RunnerSettings = {
     owner: options.owner ?? `${hostname()}:${process.pid}`,
     leaseMs: positive(options.leaseMs ?? 30_000, "leaseMs"),

@@ -1,6 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArgsMismatchError, defineAction, describeResult, InvalidValueError, operationKey } from "@idem/core";
+import {
+  ArgsMismatchError,
+  defineAction,
+  describeResult,
+  InvalidValueError,
+  LedgerConfigError,
+  operationKey,
+} from "@idem/core";
 import { DIALECTS, scaled } from "@idem/testkit";
 import { openTestLedger } from "@idem/core/testing";
 import { dialectFor, hooked } from "./support/dialects.js";
@@ -49,6 +56,22 @@ for (const dialect of DIALECTS) {
       expect(mismatch.storedArgsHash).toMatch(/^[0-9a-f]{64}$/);
       expect(mismatch.givenArgsHash).not.toBe(mismatch.storedArgsHash);
       expect(p.calls).toBe(1);
+    });
+
+    // The daemon settles an operation with the action registered under its type: a second one of
+    // the type was kept in the first's place, silently (two mailers: one's operations looked up
+    // in the other's mailbox, read as absent, sent again; helper-115).
+    it("refuses two different actions of one type, and takes the same one given twice", async () => {
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const other = new TestProvider().action("mail.send", NEITHER);
+      const err = await db.open({ actions: [send, other] }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(LedgerConfigError);
+      expect((err as Error).message).toMatch(/^actions: two different actions have the type "mail\.send"/);
+      const ledger = await db.open({ actions: [send, send] });
+      expect(await ledger.run(send, { tenant: uniqueTenant(), key: ["k"], args: { to: "a" } })).toMatchObject({
+        status: "succeeded",
+      });
     });
 
     it("refuses a key from operationKey built for another action or tenant, running and writing nothing", async () => {

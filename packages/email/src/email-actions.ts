@@ -106,7 +106,7 @@ export function emailActions(config: EmailConfig): EmailActions {
   });
 
   const send = defineAction<EmailArgs, EmailReceipt>({
-    type: "email.send",
+    type: config.type ?? "email.send",
     capabilities: { lookup: true },
     receipt: emailReceiptSchema,
     providerReference: (_args, op) => formatReference(messageIdFor(op.key, domain), config),

@@ -90,4 +90,10 @@ export interface EmailConfig {
    * Measured on the ledger's database clock (`op.now`).
    */
   readonly settleMs?: number;
+  /**
+   * The send action's type, default `email.send`. A ledger with two mailers (another account, another
+   * copy config) needs one each: an operation's key and the daemon's settlement of it go by its
+   * type, and a ledger refuses two different actions of one type.
+   */
+  readonly type?: string;
 }

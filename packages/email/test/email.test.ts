@@ -102,6 +102,28 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    // Two mailers in one ledger (helper-115): both were `email.send`, so one took the other's
+    // operations (one key) and the daemon settled both with the mailer registered last.
+    it("two mailers, each its own type: one ledger takes both, and each sends its own message once", async () => {
+      const billing = emailActions(config("provider-saves", { type: "email.billing.send" }));
+      const support = emailActions(config("provider-saves"));
+      expect(
+        await ledger({ actions: [support.send, emailActions(config("append")).send] }).catch((e) => e),
+      ).toMatchObject({
+        name: "LedgerConfigError",
+      });
+      const l = await ledger({ actions: [billing.send, support.send] });
+      const t = tenant();
+      const a = await l.run(billing.send, { tenant: t, key: ["invoice", "42"], args: report });
+      const b = await l.run(support.send, { tenant: t, key: ["invoice", "42"], args: report });
+      expect([a.status, b.status, a.operationId === b.operationId]).toEqual(["succeeded", "succeeded", false]);
+      for (const op of [a, b]) expect(sandbox.count(await messageIdOf(l, t, op.operationId))).toBe(1);
+      expect((await l.admin.list({ tenant: t })).map((o) => o.action).sort()).toEqual([
+        "email.billing.send",
+        "email.send",
+      ]);
+    });
+
     for (const mode of ["journal", "append"] as const) {
       it(`${mode}: no recipient reads the Bcc list (the journal's address among it); the sender's Sent copy keeps it`, async () => {
         const l = await ledger();
