@@ -675,8 +675,14 @@ export function program(): Command {
           process.once("SIGTERM", stop);
           process.once("SIGINT", stop);
           log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
-          await daemon.run();
-          await web?.close();
+          try {
+            // It rejects for a ledger that must be reopened (daemon.ts): the process ends, as when stopped.
+            await daemon.run();
+          } finally {
+            process.off("SIGTERM", stop);
+            process.off("SIGINT", stop);
+            await web?.close();
+          }
           log.info("daemon stopped");
         },
         {

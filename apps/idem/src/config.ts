@@ -78,23 +78,42 @@ const emailTls = z.strictObject(
   },
 );
 
-/** An SMTP server (the email provider's and the email alert sink's): login names from the environment. */
+/** What an SMTP server's entry holds (the email provider's and the email alert sink's): login names from the environment. */
+const smtpFields = {
+  host: z.string(),
+  port,
+  secure: z.boolean().optional(),
+  /** Sign in only over TLS (STARTTLS when not `secure`): default true when signing in; false only for a server without TLS (loopback). */
+  requireTLS: z.boolean().optional(),
+  tls: emailTls.optional(),
+  userEnv: envName.optional(),
+  passEnv: envName.optional(),
+};
+
+/** The most one send or one IMAP session may take, in whole milliseconds (@idem/email's `deadlineMs`). */
+const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
+
+/** One of `userEnv` and `passEnv` without the other turned sign-in off without a word. */
+const bothOrNeither = [
+  (s: { userEnv?: string | undefined; passEnv?: string | undefined }) =>
+    (s.userEnv === undefined) === (s.passEnv === undefined),
+  { message: "give both userEnv and passEnv (signing in), or neither" },
+] as const;
+
+/** The email alert sink's SMTP server. */
 const smtpServer = z
-  .object({
-    host: z.string(),
-    port,
-    secure: z.boolean().optional(),
-    /** Sign in only over TLS (STARTTLS when not `secure`): default true when signing in; false only for a server without TLS (loopback). */
-    requireTLS: z.boolean().optional(),
-    tls: emailTls.optional(),
-    userEnv: envName.optional(),
-    passEnv: envName.optional(),
-  })
+  .object(smtpFields)
   .strict()
-  // One without the other turned sign-in off without a word.
-  .refine((s) => (s.userEnv === undefined) === (s.passEnv === undefined), {
-    message: "give both userEnv and passEnv (signing in), or neither",
-  });
+  .refine(...bothOrNeither);
+
+/**
+ * The email provider's SMTP server: `deadlineMs` bounds one send, from the connect to the last
+ * reply, whatever the server keeps writing (default 10 minutes, @idem/email's SMTP_DEADLINE_MS).
+ */
+const providerSmtpServer = z
+  .object({ ...smtpFields, deadlineMs })
+  .strict()
+  .refine(...bothOrNeither);
 
 /**
  * Why `url` cannot be a webhook's URL, or undefined when it can. Credentials in it are refused:
@@ -125,6 +144,8 @@ const imapServer = z
     tls: emailTls.optional(),
     userEnv: envName,
     passEnv: envName,
+    /** The most one session (a lookup, an APPEND) may take, whatever the server keeps writing: default 2 minutes. */
+    deadlineMs,
   })
   .strict();
 
@@ -182,7 +203,7 @@ const schema = z
           .optional(),
         email: z
           .object({
-            smtp: smtpServer,
+            smtp: providerSmtpServer,
             imap: imapServer,
             from: z.string().email(),
             copy: z.enum(["provider-saves", "journal", "append"]),
@@ -437,6 +458,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       port: i.port,
       secure: i.secure ?? false,
       ...(i.requireTLS !== undefined && { requireTLS: i.requireTLS }),
+      ...(i.deadlineMs !== undefined && { deadlineMs: i.deadlineMs }),
       ...tlsOf(config, i.tls, `${at}.tls`),
       auth: { user: secret(i.userEnv, `${at}.userEnv`), pass: secret(i.passEnv, `${at}.passEnv`) },
     });
@@ -459,6 +481,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
           port: e.smtp.port,
           secure: e.smtp.secure ?? false,
           ...(e.smtp.requireTLS !== undefined && { requireTLS: e.smtp.requireTLS }),
+          ...(e.smtp.deadlineMs !== undefined && { deadlineMs: e.smtp.deadlineMs }),
           ...tlsOf(config, e.smtp.tls, "providers.email.smtp.tls"),
           ...smtpAuth,
         },

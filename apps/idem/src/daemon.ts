@@ -13,7 +13,9 @@
  * not a claim later), then exits. While the ledger's database is unreachable (a restart, a
  * failover) or takes no writes (a full disk: reads still pass, so each tick begins with a write,
  * `ledger.daemon.heartbeat`) it keeps running: it says so once, reports it on /healthz, retries
- * every interval and says when it is back.
+ * every interval and says when it is back. A SQLite ledger whose file was deleted or replaced
+ * under it (made anew at its path) is no outage that passes: it says so and exits non-zero, for
+ * its supervisor to start it again on the file now at the path.
  */
 import type { Logger } from "pino";
 import {
@@ -76,7 +78,11 @@ export class Daemon {
       );
   }
 
-  /** Runs until `stop()`; resolves after the last tick finished. */
+  /**
+   * Runs until `stop()`; resolves after the last tick finished. Rejects with the
+   * `LedgerUnavailableError` of a ledger that must be reopened (`reopen`: its SQLite file was
+   * replaced or deleted), which no retry could get past.
+   */
   async run(): Promise<void> {
     while (!this.stopping) {
       try {
@@ -86,6 +92,16 @@ export class Daemon {
         const downMs = this.metrics.tick();
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
       } catch (error) {
+        if (error instanceof LedgerUnavailableError && error.reopen) {
+          // A SQLite file deleted or replaced under the ledger: this connection never writes
+          // again, so waiting is for ever. Its supervisor starts the daemon again, which opens
+          // the file now at the path.
+          this.log.fatal(
+            { err: error },
+            "the ledger's SQLite file was replaced or deleted since the daemon opened it: exiting; restart the daemon to open the ledger now at its path",
+          );
+          throw error;
+        }
         if (error instanceof LedgerUnavailableError) {
           if (this.metrics.unavailable(error))
             this.log.error({ err: error }, "the ledger database is unavailable; retrying every interval");

@@ -1064,6 +1064,27 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(parseConfig({ alerts: { log: true, tenant: "ops-alerts" } }).alerts.tenant).toBe("ops-alerts");
   });
 
+  it("reads the email provider's deadlines (smtp.deadlineMs, imap.deadlineMs), and refuses one that is no positive whole number of ms, naming the field", () => {
+    const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
+    const email = (smtp: object, imapMore: object = {}) => ({
+      providers: {
+        email: {
+          smtp: { host: "127.0.0.1", port: 25, ...smtp },
+          imap: { ...imap, ...imapMore },
+          from: "agent@example.test",
+          copy: "provider-saves",
+        },
+      },
+    });
+    // Before: refused as unknown keys, so a daemon's sends and lookups had only inactivity timeouts.
+    const read = parseConfig(email({ deadlineMs: 60_000 }, { deadlineMs: 30_000 })).providers.email;
+    expect(read).toMatchObject({ smtp: { deadlineMs: 60_000 }, imap: { deadlineMs: 30_000 } });
+    for (const bad of [0, -1, 1.5, 2 ** 31]) {
+      expect(() => parseConfig(email({ deadlineMs: bad }))).toThrow(/providers\.email\.smtp\.deadlineMs: /);
+      expect(() => parseConfig(email({}, { deadlineMs: bad }))).toThrow(/providers\.email\.imap\.deadlineMs: /);
+    }
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

@@ -4,7 +4,8 @@
  * daemon must keep running, say so on /healthz and resume by itself; the agents must survive and
  * go on; every job must end done exactly once at the target (effects are lines in a file). And a
  * daemon started before its database listens on its Unix socket waits for it, and one whose SQLite
- * ledger's disk fills (reads still pass, writes fail) says so on /healthz as for an outage.
+ * ledger's disk fills (reads still pass, writes fail) says so on /healthz as for an outage; one
+ * whose SQLite ledger is deleted and made anew under it is no outage: it exits for a restart.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
@@ -313,6 +314,7 @@ describe.skipIf(mountable !== "")("the daemon on a SQLite ledger whose disk fill
         // Every agent's call fails now: the ledger cannot take a claim.
         const refused = await ledger.run(mail, { tenant: "t", key: ["during"], args: {} }).catch((e: unknown) => e);
         expect(refused).toBeInstanceOf(LedgerUnavailableError);
+        expect(refused).toMatchObject({ reopen: false }); // an outage that may pass: waited out
         // Before: 200 and idem_ledger_up 1, its reads passing and its claims matching no row.
         await until(
           async () => (await health(metricsPort))?.status === 503 && (await up()) === "0",
@@ -341,6 +343,61 @@ describe.skipIf(mountable !== "")("the daemon on a SQLite ledger whose disk fill
           execFileSync("umount", ["-l", dir], { stdio: "pipe" });
         }
         rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    scaled(180_000),
+  );
+});
+
+describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
+  it(
+    "exits non-zero saying the file was replaced (not an outage to wait out), and started again runs on the new file",
+    async () => {
+      const path = join(tempDir(), "ledger.db");
+      const url = `sqlite:${path}`;
+      await (await openLedger(url)).close(); // migrated
+      const env = { LEDGER_URL: url, EFFECT_DIR: tempDir(), WEBHOOK_URL: "http://127.0.0.1:9/hook" };
+      const metricsPort = await freePort();
+      const first = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-replaced"], {
+        ...env,
+        METRICS_PORT: String(metricsPort),
+      });
+      let again: Child | undefined;
+      try {
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        // An operator's reset: the ledger deleted, then made anew at its path (idem migrate, an agent).
+        for (const suffix of ["", "-wal", "-shm"]) rmSync(path + suffix, { force: true });
+        const fresh = await openLedger(url);
+        const mail = defineAction({ type: "outage.mail", capabilities: {}, execute: async () => ({ id: "m1" }) });
+        try {
+          expect((await fresh.run(mail, { tenant: "t", key: ["after-reset"], args: {} })).status).toBe("succeeded");
+        } finally {
+          await fresh.close();
+        }
+        // Before: it never exited, retrying the lost file every interval (/healthz 503 for ever).
+        const { code, stderr } = await within(first.exited, scaled(30_000), "the daemon to exit");
+        expect(code, stderr).toBe(1);
+        expect(stderr).toMatch(/since the ledger opened it/);
+        const said = first.lines.map((l) => JSON.parse(l) as { level: number; msg: string });
+        expect(said).toContainEqual(
+          expect.objectContaining({ level: 60, msg: expect.stringMatching(/SQLite file was replaced or deleted/) }),
+        );
+        expect(said.map((l) => l.msg)).not.toContain("the ledger database is unavailable; retrying every interval");
+        // Its supervisor starts it again: it opens the file now at the path, and works there.
+        const port = await freePort();
+        again = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-replaced"], {
+          ...env,
+          METRICS_PORT: String(port),
+        });
+        await until(async () => (await health(port))?.ok === true, 60_000, "the restarted daemon to be healthy");
+        again.proc.kill("SIGTERM");
+        const stopped = await within(again.exited, scaled(30_000), "the restarted daemon to stop");
+        expect(stopped.code, stopped.stderr).toBe(0);
+      } finally {
+        for (const child of [first, again]) {
+          child?.proc.kill("SIGKILL"); // ended already, unless the test failed before
+          await child?.exited;
+        }
       }
     },
     scaled(180_000),

@@ -150,12 +150,23 @@ export class GuardrailError extends IdemError {
  * performed twice.
  */
 export class LedgerUnavailableError extends IdemError {
+  /**
+   * This ledger can never write again, however long one waits: its SQLite file (or the file's
+   * log or index) was deleted or replaced since it opened it (a ledger made anew at its path, a
+   * backup renamed over it). Close it and open the ledger again: the open opens the file at the
+   * path now. False for an outage that may pass (a restart, a full disk, a lock).
+   */
+  readonly reopen: boolean;
+
   constructor(
     message: string,
     readonly operationId?: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; reopen?: boolean },
   ) {
     super("LEDGER_UNAVAILABLE", message + (operationId ? ` (operation ${operationId})` : ""), options);
+    // Said again of an operation (the same failure, wrapped), it stays one that needs a reopen.
+    this.reopen =
+      options?.reopen ?? (options?.cause instanceof LedgerUnavailableError && options.cause.reopen === true);
   }
 }
 

@@ -34,7 +34,10 @@ import { resultAttributes, tracing } from "./tracing.js";
 export interface LedgerOptions extends ConnectionOptions {
   /** Apply pending migrations on open. Default true. */
   readonly migrate?: boolean;
-  /** Lease of a running attempt, extended by heartbeats while the action runs. Default 30 s. */
+  /**
+   * Lease of a running attempt, extended by heartbeats while the action runs. Default 30 s; at
+   * most 2147483647 ms (about 24.8 days, the longest a timer waits: the attempt's deadline is one).
+   */
   readonly leaseMs?: number;
   /** How long `run` waits for another worker's live lease to end in a receipt. Default 0 (answer "in progress" at once). */
   readonly waitMs?: number;
@@ -129,7 +132,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
   oneActionPerType(options.actions ?? []);
   const settings: RunnerSettings = {
     owner: options.owner ?? `${hostname()}:${process.pid}`,
-    leaseMs: positive(options.leaseMs ?? 30_000, "leaseMs"),
+    leaseMs: timerMs(options.leaseMs ?? 30_000, "leaseMs"),
     waitMs: options.waitMs ?? 0,
     budget: { ...DEFAULT_BUDGET, ...options.budget },
     maxArgsBytes: options.maxArgsBytes ?? 256 * 1024,
@@ -354,8 +357,15 @@ function keyFor(key: OperationKey, tenant: string, action: string): OperationKey
   return key;
 }
 
-function positive(n: number, what: string): number {
+/**
+ * A positive duration that a timer waits for: at most 2^31-1 ms (about 24.8 days). Node fires a
+ * longer timer at once: a lease of a month would end every attempt as soon as it began
+ * (`LeaseDeadlineError`), and a close would stop waiting for the calls in flight at once.
+ */
+function timerMs(n: number, what: string): number {
   if (!(n > 0)) throw new LedgerConfigError(`${what} must be positive`);
+  if (!(n <= 2 ** 31 - 1))
+    throw new LedgerConfigError(`${what} must be at most ${2 ** 31 - 1} ms, about 24.8 days (got ${n})`);
   return n;
 }
 

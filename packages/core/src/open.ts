@@ -63,30 +63,37 @@ export interface ConnectionOptions {
   readonly preparedStatements?: boolean;
   /**
    * Postgres: how long opening a connection may take (TCP, TLS, authentication) before it fails.
-   * Default 10 s, or the URL's `connect_timeout` (seconds, as in libpq).
+   * Default 10 s, or the URL's `connect_timeout` (seconds, as in libpq). At most 2147483647 ms
+   * (about 24.8 days, the longest a Node timer waits): a longer one is refused at open.
    */
   readonly connectTimeoutMs?: number;
   /**
    * Postgres: the longest a statement may run (the server's `statement_timeout`). The client also
    * gives up waiting 5 s after it, so a frozen or silently gone server fails a call instead of
-   * hanging it. Default 30 s, or the URL's `statement_timeout` (ms); 0 waits forever.
+   * hanging it. Default 30 s, or the URL's `statement_timeout` (ms); 0 waits forever. At most
+   * 2147483647 ms (about 24.8 days, Postgres's own maximum); at or near it, the client waits
+   * 2147483647 ms too (the longest a Node timer waits), not 5 s more.
    */
   readonly statementTimeoutMs?: number;
   /**
    * Postgres: the longest the client waits for one migration statement at open. A migration may
    * rewrite a large table, so the server's statement timeout does not apply to it; this bound is
    * what ends an open whose migrating server stopped answering (a frozen backend or host). Default
-   * 10 min; 0 waits for ever.
+   * 10 min; 0 waits for ever. At most 2147483647 ms (about 24.8 days).
    */
   readonly migrationTimeoutMs?: number;
-  /** Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the URL's `lock_timeout` (ms). */
+  /**
+   * Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the
+   * URL's `lock_timeout` (ms). At most 2147483647 ms (about 24.8 days, Postgres's own maximum).
+   */
   readonly lockTimeoutMs?: number;
   /**
    * Postgres: how long a pooled connection lives before it is replaced (when next idle). Default
-   * 60 s; 0 keeps connections for ever. A connection plans each prepared statement once: one
-   * planned while the ledger was small (a new ledger, before its table was analyzed) may read a
-   * tenant's rows, or the whole table, to find one key, and would go on doing so as the ledger
-   * grows. A new connection plans them again, with the table's current statistics.
+   * 60 s; 0 keeps connections for ever; at most 2147483647 ms (about 24.8 days). A connection
+   * plans each prepared statement once: one planned while the ledger was small (a new ledger,
+   * before its table was analyzed) may read a tenant's rows, or the whole table, to find one key,
+   * and would go on doing so as the ledger grows. A new connection plans them again, with the
+   * table's current statistics.
    */
   readonly connectionLifetimeMs?: number;
 }
@@ -220,7 +227,7 @@ async function openPostgres(
     // A failover without a RST: the kernel probes the idle connection and fails it.
     keepAlive: true,
     // Statements planned on a small table must not be kept as the table grows (connectionLifetimeMs).
-    maxLifetimeSeconds: (opts.connectionLifetimeMs ?? 60_000) / 1000,
+    maxLifetimeSeconds: t.lifetimeMs / 1000,
     keepAliveInitialDelayMillis: 10_000,
     types: {
       // INT8 (times in ms, counters) as numbers rather than strings; safe below 2^53.
@@ -234,7 +241,7 @@ async function openPostgres(
     ...config,
     max: opts.poolSize ?? 10,
     // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.
-    ...(t.statementMs > 0 && { query_timeout: t.statementMs + 5_000 }),
+    ...(t.statementMs > 0 && { query_timeout: t.readMs }),
   });
   // An idle client that errors (server restart) must not crash the process; the next query reconnects.
   pool.on("error", () => {});
@@ -249,9 +256,15 @@ async function openPostgres(
     await sql`select 1`.execute(db);
   } catch (cause) {
     await db.destroy();
-    const why = /timeout/i.test((cause as Error).message)
-      ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)`
-      : (cause as Error).message;
+    // Only the client's own timers mean no answer: a server's refusal may name a timeout setting
+    // too (an invalid `-c statement_timeout=…` in the URL's options), and is an answer.
+    const timedOut = clientTimeout(cause);
+    const why =
+      timedOut === "connect"
+        ? `no answer within ${t.connectMs} ms (connectTimeoutMs, or connect_timeout in the URL)`
+        : timedOut === "read"
+          ? `no answer to a statement within ${t.readMs} ms (statementTimeoutMs, or statement_timeout in the URL, and 5 s)`
+          : (cause as Error).message;
     throw new LedgerConfigError(`cannot connect to Postgres ledger ${redactUrl(url)}: ${why}`, {
       cause,
       unreachable: isUnreachable(cause),
@@ -305,11 +318,43 @@ function isUnreachable(cause: unknown): boolean {
 /** SQLite's answers that may pass: a full disk, an I/O error, a lock held elsewhere. */
 const SQLITE_PASSING = /^SQLITE_(FULL|IOERR|BUSY|LOCKED)/;
 
+/**
+ * Which of the client's own timers ended a call, if one did (pg 8, pg-pool 3): opening a
+ * connection (`connectionTimeoutMillis`: the client's "timeout expired", the pool's two) or
+ * waiting for a statement's answer (`query_timeout`). Only these mean that no answer came; the
+ * server's errors (a statement it cancelled, 57014; a setting it refused) are answers.
+ */
+function clientTimeout(cause: unknown): "connect" | "read" | undefined {
+  const message = (cause as Error | undefined)?.message;
+  if (message === "Query read timeout") return "read";
+  if (
+    message === "timeout expired" ||
+    message === "timeout exceeded when trying to connect" ||
+    message === "Connection terminated due to connection timeout"
+  )
+    return "connect";
+  return undefined;
+}
+
+/**
+ * The longest a Node timer waits, ms (about 24.8 days): a longer one fires at once (after 1 ms,
+ * with a TimeoutOverflowWarning). Postgres's `statement_timeout` and `lock_timeout` stop there too.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** The Postgres timeouts: an option wins, then the URL's parameter (as pg and libpq read it), then the default. */
 function timeouts(
   url: string,
   opts: ConnectionOptions,
-): { connectMs: number; statementMs: number; lockMs: number; migrationMs: number } {
+): {
+  connectMs: number;
+  statementMs: number;
+  /** The client's wait for a statement's answer: 5 s after the server's own limit, within a timer's. */
+  readMs: number;
+  lockMs: number;
+  migrationMs: number;
+  lifetimeMs: number;
+} {
   const params = urlParams(url);
   const pick = (
     given: number | undefined,
@@ -321,8 +366,21 @@ function timeouts(
     const n = given ?? (param === undefined ? fallback : Number(param) * scale);
     if (!Number.isFinite(n) || n < 0)
       throw new LedgerConfigError(`${what} must be a number of ms ≥ 0 (got ${given ?? param})`);
+    // Every one is a client timer (or the server's limit, where Postgres stops at the same value):
+    // a longer one would fire at once, failing every call as if the server had not answered.
+    if (Math.round(n) > MAX_TIMER_MS)
+      throw new LedgerConfigError(
+        `${what} must be at most ${MAX_TIMER_MS} ms, about 24.8 days (got ${given ?? `${param}${scale === 1 ? "" : " s"}`})`,
+      );
     return Math.round(n);
   };
+  const statementMs = pick(
+    opts.statementTimeoutMs,
+    params.get("statement_timeout") ?? undefined,
+    1,
+    30_000,
+    "statementTimeoutMs / statement_timeout",
+  );
   return {
     connectMs:
       pick(
@@ -332,13 +390,8 @@ function timeouts(
         10_000,
         "connectTimeoutMs / connect_timeout",
       ) || 10_000,
-    statementMs: pick(
-      opts.statementTimeoutMs,
-      params.get("statement_timeout") ?? undefined,
-      1,
-      30_000,
-      "statementTimeoutMs / statement_timeout",
-    ),
+    statementMs,
+    readMs: Math.min(statementMs + 5_000, MAX_TIMER_MS),
     lockMs: pick(
       opts.lockTimeoutMs,
       params.get("lock_timeout") ?? undefined,
@@ -347,6 +400,7 @@ function timeouts(
       "lockTimeoutMs / lock_timeout",
     ),
     migrationMs: pick(opts.migrationTimeoutMs, undefined, 1, 600_000, "migrationTimeoutMs"),
+    lifetimeMs: pick(opts.connectionLifetimeMs, undefined, 1, 60_000, "connectionLifetimeMs"),
   };
 }
 

@@ -18,6 +18,7 @@ import {
 } from "kysely";
 import { closeSync, fstatSync, openSync, readlinkSync, realpathSync, rmSync, statSync, type Stats } from "node:fs";
 import type { Database, Statement } from "better-sqlite3";
+import { LedgerUnavailableError } from "./errors.js";
 import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
 import type { DirectExecutor } from "./query-cache.js";
@@ -26,8 +27,8 @@ import type { DirectExecutor } from "./query-cache.js";
 type Prepare = (text: string) => Statement;
 
 /**
- * Throws when the ledger's file is no longer the one it opened (see `fileCheck`); `close` gives
- * back what the check holds, once the connection is closed.
+ * Throws (a `LedgerUnavailableError` marked `reopen`) when the ledger's file is no longer the one
+ * it opened (see `fileCheck`); `close` gives back what the check holds, once the connection is closed.
  */
 type FileCheck = (() => void) & { close?: () => void };
 
@@ -292,8 +293,12 @@ export function fileCheck(path: string): FileCheck {
       if (f.seen === undefined)
         f.seen = now; // not made yet when the ledger opened
       else if (now?.ino !== f.seen.ino || now.dev !== f.seen.dev)
-        throw new Error(
+        // Typed here, so that every caller (Store.guard passes an IdemError on) can tell it from
+        // an outage that may pass: this connection will never write again.
+        throw new LedgerUnavailableError(
           `the ${f.what} ${f.path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (reopen the ledger)`,
+          undefined,
+          { reopen: true },
         );
     }
   };

@@ -1,7 +1,8 @@
 /**
  * Opening a ledger that cannot be opened: a clear `LedgerConfigError` in bounded time, and nothing
  * left behind. A file that is not a database, a Postgres that accepts connections and never answers
- * (a frozen server, a wrong port behind a proxy), with the timeout from the options or the URL.
+ * (a frozen server, a wrong port behind a proxy), with the timeout from the options or the URL;
+ * timeouts up to the server's own maximum (a longer client timer would fire at once).
  * Descriptors are counted in /proc/self/fd: one leaked per failed open keeps a mount busy and,
  * for a process that retries, runs out.
  */
@@ -10,12 +11,14 @@ import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { createConnection, createServer, type Socket } from "node:net";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { Kysely, Migrator, PostgresDialect } from "kysely";
-import { LedgerConfigError, defineAction, openLedger, redactUrl } from "@idem/core";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Kysely, Migrator, PostgresDialect, sql } from "kysely";
+import { LedgerConfigError, defineAction, openLedger, redactUrl, type LedgerOptions } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
 import { freshDatabase, tempDir } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
 import { removeMade } from "../src/sqlite-driver.js";
+import { pgProxy } from "./support/pg-proxy.js";
 import Database from "better-sqlite3";
 
 const fds = () => readdirSync("/proc/self/fd");
@@ -234,6 +237,92 @@ describe("a Postgres that accepts connections and never answers", () => {
     await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger", { statementTimeoutMs: -1 })).rejects.toThrow(
       /statementTimeoutMs/,
     );
+  });
+});
+
+describe('Postgres timeouts up to the server\'s own maximum (2147483647 ms, a common "never")', () => {
+  // Node fires a timer of more than 2^31-1 ms after 1 ms (TimeoutOverflowWarning). The client's
+  // read timeout, 5 s past statement_timeout, failed every statement that took over 1 ms as "no
+  // answer within 10000 ms", unreachable, from a server that answered each one.
+  const MAX = 2 ** 31 - 1;
+  const overflows: string[] = [];
+  const onWarning = (w: Error) => {
+    if (w.name === "TimeoutOverflowWarning") overflows.push(w.message);
+  };
+  beforeEach(() => {
+    overflows.length = 0;
+    process.on("warning", onWarning);
+  });
+  afterEach(() => {
+    process.off("warning", onWarning);
+  });
+
+  /** The database one network hop away: every chunk, each way, `ms` late (in order). */
+  const hop = (ms: number) => (client: Socket, upstream: Socket) => {
+    client.on("data", (d: Buffer) => setTimeout(() => upstream.write(d), ms));
+    upstream.on("data", (d: Buffer) => setTimeout(() => client.write(d), ms));
+  };
+
+  it("statement_timeout at Postgres's maximum, as an option or in the URL: the ledger opens and works one hop away", async () => {
+    const direct = new URL(await freshDatabase("postgres"));
+    await (await openLedger(direct.toString())).close(); // migrated
+    const proxy = await pgProxy(direct, hop(5));
+    try {
+      const inUrl = new URL(proxy.url);
+      inUrl.searchParams.set("statement_timeout", String(MAX));
+      const opens: [string, { statementTimeoutMs?: number }][] = [
+        [proxy.url, { statementTimeoutMs: MAX }],
+        [inUrl.toString(), {}],
+      ];
+      for (const [i, [url, options]] of opens.entries()) {
+        const ledger = await openLedger(url, options);
+        try {
+          for (let k = 0; k < 3; k++)
+            expect((await ledger.run(noop, { tenant: "t", key: [`k${i}.${k}`], args: {} })).status).toBe("succeeded");
+          const shown = await sql<{ statement_timeout: string }>`show statement_timeout`.execute(databaseOf(ledger));
+          expect(shown.rows[0]?.statement_timeout).toBe(`${MAX}ms`); // the server's, as given
+        } finally {
+          await ledger.close();
+        }
+      }
+    } finally {
+      await proxy.close();
+    }
+    expect(overflows).toEqual([]);
+  });
+
+  it("longer than a timer can wait: refused at open as a wrong config naming the setting, before connecting", async () => {
+    const url = "postgres://idem:pw@127.0.0.1:1/ledger";
+    const refused: [LedgerOptions, string, RegExp][] = [
+      [{ statementTimeoutMs: MAX + 1 }, url, /statementTimeoutMs/],
+      [{}, `${url}?statement_timeout=${MAX + 1}`, /statement_timeout/],
+      [{ connectTimeoutMs: MAX + 1 }, url, /connectTimeoutMs/],
+      [{}, `${url}?connect_timeout=${Math.ceil(MAX / 1000)}`, /connect_timeout/], // seconds, as in libpq
+      [{ lockTimeoutMs: MAX + 1 }, url, /lockTimeoutMs/],
+      [{ migrationTimeoutMs: MAX + 1 }, url, /migrationTimeoutMs/],
+      [{ connectionLifetimeMs: MAX + 1 }, url, /connectionLifetimeMs/],
+      // An attempt's deadline is a timer too: a month's lease ended every attempt as it began.
+      [{ leaseMs: MAX + 1 }, url, /leaseMs/],
+      [{ leaseMs: MAX + 1 }, "sqlite::memory:", /leaseMs/],
+    ];
+    for (const [options, target, what] of refused) {
+      const { error } = await refusal(openLedger(target, options));
+      expect(error, JSON.stringify(options)).toBeInstanceOf(LedgerConfigError);
+      expect(error).toMatchObject({ unreachable: false });
+      expect((error as Error).message).toMatch(what);
+      expect((error as Error).message).toMatch(/at most 2147483647 ms/);
+    }
+    expect(overflows).toEqual([]);
+  });
+
+  it('the server refusing a timeout setting (options=-c statement_timeout=abc): its own words, not "no answer"', async () => {
+    const url = new URL(await freshDatabase("postgres"));
+    url.searchParams.set("options", "-c statement_timeout=abc");
+    const { error } = await refusal(openLedger(url.toString(), { connectTimeoutMs: 5_000 }));
+    expect(error).toBeInstanceOf(LedgerConfigError);
+    expect((error as Error).message).toMatch(/invalid value for parameter "statement_timeout"/);
+    expect((error as Error).message).not.toMatch(/no answer/);
+    expect(error).toMatchObject({ unreachable: false }); // a wrong config: waiting would not help
   });
 });
 

@@ -55,6 +55,8 @@ describe("a SQLite ledger's file", () => {
       const lost = first.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } });
       await expect(lost).rejects.toThrow(LedgerUnavailableError);
       await expect(lost).rejects.toThrow(/was deleted since the ledger opened it/);
+      // Not an outage that passes: this ledger must be opened again (the daemon exits for it).
+      await expect(lost).rejects.toMatchObject({ reopen: true });
       // Another process opens the path: a new, empty ledger, where k2 is fresh.
       const second = await open(path, { groupCommit });
       expect(await second.run(mail, { tenant: "t", key: ["k2"], args: { to: "x" } })).toMatchObject({
@@ -62,9 +64,9 @@ describe("a SQLite ledger's file", () => {
         replayed: false,
       });
       // The first ledger, on the file it opened, still writes nothing: the path names another file now.
-      await expect(first.run(mail, { tenant: "t", key: ["k3"], args: { to: "x" } })).rejects.toThrow(
-        /was replaced since the ledger opened it/,
-      );
+      const replaced = first.run(mail, { tenant: "t", key: ["k3"], args: { to: "x" } });
+      await expect(replaced).rejects.toThrow(/was replaced since the ledger opened it/);
+      await expect(replaced).rejects.toMatchObject({ reopen: true });
       expect(p.effects).toHaveLength(2); // k1 once, k2 once
       expect(new Set(p.effects.map((e) => e.key)).size).toBe(2);
     });

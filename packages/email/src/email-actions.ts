@@ -87,6 +87,9 @@ export function emailActions(config: EmailConfig): EmailActions {
     );
   // Checked here, not at the first send: a CA given as a file's name, or an option meant to turn
   // verification off, is a configuration error before anything runs (email-tls.ts).
+  checkDeadline(config.smtp.deadlineMs, "smtp.deadlineMs");
+  checkDeadline(config.imap.deadlineMs, "imap.deadlineMs");
+  if (copy.mode === "journal") checkDeadline(copy.imap.deadlineMs, "copy.imap.deadlineMs");
   parseTlsTrust(config.smtp.tls, "smtp.tls");
   parseTlsTrust(config.imap.tls, "imap.tls");
   if (copy.mode === "journal") parseTlsTrust(copy.imap.tls, "copy.imap.tls");
@@ -305,6 +308,16 @@ function attachmentProblem(attachment: unknown): string | undefined {
   // nodemailer reads a content object too ({ path }, a stream): only a string is content here.
   if (typeof given.content !== "string") return "has no content string";
   return undefined;
+}
+
+/**
+ * A deadline a timer can keep: a whole number of ms from 1 to 2^31 - 1 (Node fires a longer one at
+ * once, which would end every send as it starts), or undefined for the default.
+ */
+function checkDeadline(ms: number | undefined, name: string): void {
+  if (ms === undefined) return;
+  if (!Number.isInteger(ms) || ms < 1 || ms > 2_147_483_647)
+    throw new TypeError(`email: ${name} must be a whole number of milliseconds from 1 to 2147483647, not ${ms}`);
 }
 
 function list(v: string | readonly string[] | undefined): string[] {

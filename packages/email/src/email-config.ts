@@ -19,7 +19,34 @@ export interface ImapConfig {
    * email-tls.ts says; the certificate is always verified. Default: Node's bundled public CAs.
    */
   readonly tls?: TlsTrust;
+  /**
+   * The most one session may take (connect, sign-in, the commands of a lookup or an APPEND,
+   * logout), whatever traffic flows: imapflow's inactivity timeouts are reset by every line, so a
+   * server that keeps writing untagged `* OK` lines and never the tagged answer would hold the
+   * check before sending, and the operation's lease, forever. When it passes, the connection is
+   * closed and the session fails as unavailable: before a send nothing was sent, a lookup is
+   * inconclusive, an APPEND may have filed its copy. Default 2 minutes (IMAP_DEADLINE_MS).
+   */
+  readonly deadlineMs?: number;
 }
+
+/**
+ * The default `smtp.deadlineMs`. RFC 5321 §4.5.3.2 lets a server take up to 5 minutes on MAIL,
+ * RCPT and DATA and 10 on the final "." (3 minutes a data block for the client); no send has to
+ * wait that long at every step, and the 30 s inactivity timeout ends a silent server long before.
+ * This bounds only a server that keeps talking: 10 minutes is room for a large body on a slow
+ * link (25 MB at 1 Mbit/s takes under 4 minutes) and a slow final answer, and still an end to a
+ * send that would otherwise hold its operation `running` for good.
+ */
+export const SMTP_DEADLINE_MS = 600_000;
+
+/**
+ * The default `imap.deadlineMs`. A lookup is one LIST, SELECT, SEARCH and FETCH, each answered in
+ * well under a second by a healthy server; an APPEND uploads the message once. 2 minutes is room
+ * for a slow server and a copy of several MB on a slow link; raise it when larger copies are
+ * appended over a slower one (each APPEND cut off is tried again, then reported in the receipt).
+ */
+export const IMAP_DEADLINE_MS = 120_000;
 
 export interface SmtpConfig {
   readonly host: string;
@@ -43,6 +70,15 @@ export interface SmtpConfig {
   readonly tls?: TlsTrust;
   /** Connection, greeting and socket inactivity timeout. Default 30 s; a timeout after DATA is ambiguous. */
   readonly timeoutMs?: number;
+  /**
+   * The most one send may take, from the connect to the server's last reply, whatever traffic
+   * flows: `timeoutMs` is reset by every line, so a server (a tarpit, a broken proxy) that keeps
+   * writing continuation lines and never the last one would hold the send, and the operation's
+   * lease, forever. When it passes, the connection is closed and the send fails as a timeout at
+   * that point does: before the body was handed over nothing was sent (tried again), after it the
+   * outcome is unknown (reconciled). Default 10 minutes (SMTP_DEADLINE_MS).
+   */
+  readonly deadlineMs?: number;
 }
 
 /**

@@ -16,10 +16,13 @@
  * Only a mailbox that can be opened counts: a LIST entry marked \NonExistent or \Noselect (a name
  * that only holds other mailboxes, or one the server's config names special-use with nothing
  * behind it) is never taken for the Sent folder, and a configured name the server lists only so
- * is no mailbox (NONEXISTENT). Retrying a failed APPEND is email-append.ts's.
+ * is no mailbox (NONEXISTENT). A session ends by its deadline (`deadlineMs`: connect, commands and
+ * logout), not only by imapflow's inactivity timeouts, which any untagged line resets: past it the
+ * connection is closed and the session is unavailable (no tagged answer came: an APPEND may have
+ * filed its copy). Retrying a failed APPEND is email-append.ts's.
  */
 import { ImapFlow } from "imapflow";
-import type { ImapConfig } from "./email-config.js";
+import { IMAP_DEADLINE_MS, type ImapConfig } from "./email-config.js";
 import { MAX_COPIES, SEND_NAME } from "./email-receipt.js";
 import { tlsOptions, tlsRefusal } from "./email-tls.js";
 
@@ -349,18 +352,38 @@ export class Mailbox {
       socketTimeout: 30_000,
     });
     client.on("error", () => {}); // reported through the failing call below
+    // Closing the client rejects the command in flight (imapflow's NoConnection), so whatever the
+    // session awaits ends; the error it then throws is replaced by the deadline's. A result `fn`
+    // already returned stands: only the logout was cut off.
+    const deadlineMs = this.imap.deadlineMs ?? IMAP_DEADLINE_MS;
+    let expired = false;
+    const deadline = setTimeout(() => {
+      expired = true;
+      client.close();
+    }, deadlineMs);
+    const late = (cause: unknown) =>
+      new MailboxUnavailableError(
+        `IMAP ${this.imap.host}:${this.imap.port}: no complete answer within ${deadlineMs} ms (imap.deadlineMs): closed`,
+        { cause },
+      );
     try {
-      await client.connect();
-    } catch (cause) {
-      throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
-    }
-    try {
-      return await fn(client, () => refusal);
-    } catch (cause) {
-      if (cause instanceof MailboxUnavailableError) throw cause;
-      throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
+      try {
+        await client.connect();
+      } catch (cause) {
+        if (expired) throw late(cause);
+        throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
+      }
+      try {
+        return await fn(client, () => refusal);
+      } catch (cause) {
+        if (expired) throw late(cause);
+        if (cause instanceof MailboxUnavailableError) throw cause;
+        throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
+      } finally {
+        await client.logout().catch(() => client.close());
+      }
     } finally {
-      await client.logout().catch(() => client.close());
+      clearTimeout(deadline);
     }
   }
 

@@ -15,12 +15,16 @@
  * Signing in without implicit TLS requires STARTTLS unless the config says otherwise
  * (`requireTLS`): a server that does not offer it gets neither the password nor the message. The
  * server's certificate is verified against the config's `tls` trust (email-tls.ts).
+ * A send ends by its deadline (`deadlineMs`, from the connect to the last reply), not only by the
+ * inactivity timeout (`timeoutMs`) that any line from the server resets: a server that keeps
+ * writing continuation lines and never the last one is cut off, and the send fails as a timeout
+ * at that point does (`bodySent` decides).
  * Not supported: connection pooling, proxies, DKIM (a send is one short connection, as nodemailer's
  * non-pooled transport does it).
  */
 import { Readable } from "node:stream";
 import SMTPConnection from "nodemailer/lib/smtp-connection";
-import type { SmtpConfig } from "./email-config.js";
+import { SMTP_DEADLINE_MS, type SmtpConfig } from "./email-config.js";
 import { recipientHash } from "./email-receipt.js";
 import { tlsOptions } from "./email-tls.js";
 
@@ -131,6 +135,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
   // nodemailer's own rule for MAIL FROM (it refuses line breaks and angle brackets there).
   if (!out.from || /[\r\n<>]/.test(out.from)) return Promise.reject(new InvalidSenderError(out.from));
   const timeout = config.timeoutMs ?? 30_000;
+  const deadlineMs = config.deadlineMs ?? SMTP_DEADLINE_MS;
   const conn = new SMTPConnection({
     host: config.host,
     port: config.port,
@@ -157,13 +162,27 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
       settled = true;
       signal.removeEventListener("abort", onAbort);
       if (answer) {
+        // The deadline still closes a QUIT the server never answers; the connection's end clears it.
         conn.quit();
         resolve(answer);
       } else {
+        clearTimeout(deadline);
         conn.close();
         reject(failure(error, bodySent, recipients));
       }
     };
+    // Coded as nodemailer codes its own timeouts, so it is classified as a timeout at the same
+    // point is: `bodySent` (set by `failure`) says whether the message may have gone out.
+    const deadline = setTimeout(() => {
+      if (settled) return conn.close();
+      finish(
+        Object.assign(
+          new Error(`no complete answer from the SMTP server within ${deadlineMs} ms (smtp.deadlineMs): closed`),
+          { code: "ETIMEDOUT", command: "CONN", timeoutType: "DEADLINE" },
+        ),
+      );
+    }, deadlineMs);
+    conn.once("end", () => clearTimeout(deadline));
     const onAbort = () => finish(new SendAbortedError(bodySent, { cause: signal.reason }));
     signal.addEventListener("abort", onAbort, { once: true });
     conn.on("error", (e: unknown) => finish(e)); // `on`: a second error after the first must not go unhandled

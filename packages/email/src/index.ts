@@ -1,6 +1,7 @@
 export { emailActions } from "./email-actions.js";
 export type { EmailActions, EmailArgs } from "./email-actions.js";
 export { classifyEmailError } from "./email-classify.js";
+export { IMAP_DEADLINE_MS, SMTP_DEADLINE_MS } from "./email-config.js";
 export type { CopyConfig, EmailConfig, ImapConfig, SmtpConfig } from "./email-config.js";
 export { MailboxRefusedError, MailboxUnavailableError } from "./email-mailbox.js";
 export { messageIdFor, referenceFor } from "./email-message.js";

@@ -10,6 +10,8 @@
  *    and a SELECT NO.
  *  - `listRewritingProxy`: one that rewrites the server's LIST lines (attributes a server
  *    configured otherwise would send).
+ *  - `tricklingProxy`: one that withholds the tagged answer to a command and writes an untagged
+ *    `* OK` line every 300 ms instead, for good (a server stuck in a search, a broken proxy).
  */
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
@@ -18,7 +20,15 @@ export interface SmtpScript {
   rcpt?: (address: string) => string;
   /** The reply after the final dot. Default "250 2.0.0 queued as X". */
   final?: string;
+  /**
+   * Where the server starts to trickle: instead of its reply (to EHLO, or after the final dot) it
+   * writes one more `250-` continuation line every 300 ms and never the last line (a tarpit).
+   */
+  trickle?: "EHLO" | "final";
 }
+
+/** How often a trickling server writes its next line: well inside any inactivity timeout. */
+const TRICKLE_MS = 300;
 
 export interface ScriptedSmtp {
   readonly port: number;
@@ -40,6 +50,11 @@ export async function scriptedSmtp(): Promise<ScriptedSmtp> {
     socket.on("error", () => {});
     let pending = "";
     let body: string | undefined; // defined while in DATA
+    let trickling: NodeJS.Timeout | undefined;
+    const trickle = () => {
+      trickling = setInterval(() => socket.write("250-still thinking\r\n"), TRICKLE_MS);
+    };
+    socket.on("close", () => clearInterval(trickling));
     socket.write("220 scripted.test ESMTP\r\n");
     socket.on("data", (chunk: Buffer) => {
       pending += chunk.toString("latin1");
@@ -50,6 +65,7 @@ export async function scriptedSmtp(): Promise<ScriptedSmtp> {
           smtp.bodies.push(body + pending.slice(0, end));
           pending = pending.slice(end + 5);
           body = undefined;
+          if (smtp.script.trickle === "final") return trickle();
           socket.write(`${smtp.script.final ?? "250 2.0.0 queued as X"}\r\n`);
           continue;
         }
@@ -59,6 +75,7 @@ export async function scriptedSmtp(): Promise<ScriptedSmtp> {
         pending = pending.slice(eol + 2);
         smtp.lines.push(line);
         const verb = line.split(" ")[0]!.toUpperCase();
+        if (verb === "EHLO" && smtp.script.trickle === "EHLO") return trickle();
         if (verb === "EHLO") socket.write("250-scripted.test\r\n250-AUTH PLAIN LOGIN\r\n250 8BITMIME\r\n");
         else if (verb === "HELO") socket.write("250 scripted.test\r\n");
         else if (verb === "AUTH") socket.write("235 2.7.0 accepted\r\n");
@@ -223,4 +240,50 @@ export async function listRewritingProxy(target: number, rewrite: (line: string)
       client.write(Buffer.from(out, "latin1"));
     });
   });
+}
+
+/**
+ * A pass-through to an IMAP server that withholds the server's tagged answer to the next commands
+ * named in `hold` (verbs: `SEARCH` also holds a `UID SEARCH`), one each, in order: the command
+ * reaches the server (an APPEND files its copy), but the client gets only an untagged
+ * `* OK still working` every 300 ms, for good. Everything else passes, each line whole.
+ */
+export async function tricklingProxy(target: number) {
+  const state = {
+    /** The verbs whose next tagged answers are withheld, first first. */
+    hold: [] as string[],
+    /** How many answers were withheld. */
+    held: 0,
+  };
+  const proxy = await passThrough(target, (client, upstream) => {
+    const tags = new Set<string>();
+    let trickling: NodeJS.Timeout | undefined;
+    client.on("close", () => clearInterval(trickling));
+    client.on("data", (chunk: Buffer) => {
+      // imapflow writes each command line at the start of a chunk (an APPEND's literal after it).
+      const command = /^(\S+) (?:UID )?([A-Za-z]+)/.exec(chunk.toString("latin1", 0, 128));
+      if (command && command[2]!.toUpperCase() === state.hold[0]) {
+        state.hold.shift();
+        state.held++;
+        tags.add(command[1]!);
+        clearInterval(trickling);
+        trickling = setInterval(() => client.write("* OK still working\r\n"), TRICKLE_MS);
+      }
+      upstream.write(chunk);
+    });
+    let pending = "";
+    upstream.on("data", (chunk: Buffer) => {
+      pending += chunk.toString("latin1");
+      const whole = pending.lastIndexOf("\r\n") + 2;
+      if (whole < 2) return;
+      const lines = pending.slice(0, whole - 2).split("\r\n");
+      pending = pending.slice(whole);
+      const passed = lines.filter((l) => {
+        const tagged = /^(\S+) (?:OK|NO|BAD)\b/i.exec(l);
+        return !(tagged && tags.has(tagged[1]!));
+      });
+      if (passed.length > 0) client.write(Buffer.from(`${passed.join("\r\n")}\r\n`, "latin1"));
+    });
+  });
+  return Object.assign(state, proxy);
 }
