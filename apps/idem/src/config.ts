@@ -220,6 +220,8 @@ const schema = z
               .regex(/^[^\s<>]+$/, "must not hold a space or an angle bracket")
               .optional(),
             settleMs: z.number().int().positive().optional(),
+            // The agents' mailer's action type (emailActions' `type`), when not `email.send`.
+            type: z.string().min(1).max(200).optional(),
           })
           .strict()
           .optional(),
@@ -499,6 +501,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
         ...(e.sentMailbox && { sentMailbox: e.sentMailbox }),
         ...(e.messageIdDomain && { messageIdDomain: e.messageIdDomain }),
         ...(e.settleMs && { settleMs: e.settleMs }),
+        ...(e.type && { type: e.type }),
       }).send,
     );
   }

@@ -938,7 +938,7 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     ]);
   });
 
-  it("the daemon's email config can say what an agent's can (journal mailbox, Sent folder, Message-ID domain): the same reference", async () => {
+  it("the daemon's email config can say what an agent's can (journal mailbox, Sent folder, Message-ID domain, type): the same reference", async () => {
     // Before: no journalMailbox (always INBOX), so every pending email of an agent whose journal
     // is another mailbox was refused by the daemon's retry; no sentMailbox, so its lookups
     // searched another Sent folder than the agent's copies are in.
@@ -956,6 +956,7 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
           journalMailbox: "Journal/2026",
           sentMailbox: "Sent Items",
           messageIdDomain: "mail.example.test",
+          type: "email.billing.send",
         },
       },
     });
@@ -973,7 +974,10 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
       },
       sentMailbox: "Sent Items",
       messageIdDomain: "mail.example.test",
+      type: "email.billing.send",
     }).send;
+    // The type too: the daemon settles the agents' operations with the action of their type.
+    expect(send!.type).toBe(agents.type);
     const op = {
       id: "op_1",
       tenant: "t",
