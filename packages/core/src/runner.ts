@@ -991,9 +991,10 @@ export class Runner {
    * `write`, retried with backoff while the database fails (LedgerUnavailableError), for up to a
    * lease from now: what only this process knows (a receipt, "not sent", a refusal, the args
    * fixed before a send) must outlast a brief outage, and so must the read such a write is
-   * decided on (a late end's, in `fenced` and `lateEndDuring`). Any other error, and the last
-   * failure, are thrown. Every write retried is conditioned as it was (status, attempt), so a retry after
-   * another attempt took over matches nothing. The first try runs outside p-retry: setting it up
+   * decided on (a late end's, in `fenced` and `lateEndDuring`). Any other error (and one that
+   * needs the ledger reopened), and the last failure, are thrown. Every write retried is
+   * conditioned as it was (status, attempt), so a retry after another attempt took over matches
+   * nothing. The first try runs outside p-retry: setting it up
    * (options, an abort signal) cost about 5 % of a call's CPU, for a write that nearly always
    * succeeds at once. `unanswered` is set once a try failed: it may have committed all the same.
    */
@@ -1004,7 +1005,8 @@ export class Runner {
   ): Promise<T> {
     const started = performance.now();
     return write().catch((error: unknown) => {
-      if (!(error instanceof LedgerUnavailableError)) throw error;
+      // A ledger whose SQLite file was replaced never writes again (`reopen`): no retry passes.
+      if (!(error instanceof LedgerUnavailableError) || error.reopen) throw error;
       if (unanswered) unanswered.failed = true;
       // p-retry's first attempt is the one that just failed: it waits before the second.
       let retrying = false;
@@ -1019,7 +1021,7 @@ export class Runner {
         maxTimeout: 2_000,
         randomize: true, // workers that failed together do not retry together
         maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
-        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError,
+        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError && !error.reopen,
       });
     });
   }

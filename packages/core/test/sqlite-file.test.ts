@@ -72,6 +72,29 @@ describe("a SQLite ledger's file", () => {
     });
   }
 
+  // Its completion met the lost file, and the write was retried with backoff (`durably`) as if an
+  // outage could pass: a caller holding the effect's receipt waited seconds for nothing (helper-119).
+  it("deleted while an action runs: its receipt reaches the caller at once, not after a lease of retries", async () => {
+    const path = join(tempDir(), "ledger.db");
+    const ledger = await openTestLedger(`sqlite:${path}`, { leaseMs: 600_000 });
+    opened.push(ledger);
+    const p = new TestProvider();
+    const mail = p.action("mail", {});
+    let release: () => void = () => {};
+    p.gate = new Promise<void>((r) => (release = r));
+    const call = ledger.run(mail, { tenant: "t", key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+    await p.called();
+    removeLedger(path); // the effect is under way as the file goes
+    const released = performance.now();
+    release();
+    const out = await call;
+    // Before: 8 retries with backoff, 6-9 s, for a write that could never pass.
+    expect(performance.now() - released).toBeLessThan(3_000);
+    expect(out).toMatchObject({ name: "CompletionNotRecordedError", receipt: expect.anything() });
+    expect((out as Error).cause).toMatchObject({ reopen: true });
+    expect(p.effects).toHaveLength(1);
+  });
+
   for (const groupCommit of [true, false]) {
     it(`its log (-wal) deleted under an open ledger: no claim is acknowledged into the lost log, and what was acknowledged before is kept once it closes (groupCommit ${groupCommit})`, async () => {
       const path = join(tempDir(), "ledger.db");
