@@ -500,7 +500,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
             : { mode: e.copy },
         ...(e.sentMailbox && { sentMailbox: e.sentMailbox }),
         ...(e.messageIdDomain && { messageIdDomain: e.messageIdDomain }),
-        ...(e.settleMs && { settleMs: e.settleMs }),
+        ...(e.settleMs !== undefined && { settleMs: e.settleMs }),
         ...(e.type && { type: e.type }),
       }).send,
     );

@@ -142,7 +142,8 @@ export function guard<A, R, I, C = unknown>(
  * input: a refusal of it would tell the model to fix what it did not write.
  */
 function actorOf(callId: string | undefined): string | undefined {
-  const cut = callId?.slice(0, 200);
+  // Cut before a pair's first half, not inside the pair (half of one is no text).
+  const cut = callId?.slice(0, /[\uD800-\uDBFF]/.test(callId.charAt(199)) ? 199 : 200);
   try {
     requireName(cut, "actor");
     return cut;

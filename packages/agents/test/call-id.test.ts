@@ -92,6 +92,19 @@ for (const dialect of DIALECTS) {
       expect(events[0]?.actor).toBe(`call_${"x".repeat(195)}`);
     });
 
+    it("a long tool-call id with an emoji across its 200th character: cut before it, not inside it", async () => {
+      const ledger = await db.open();
+      const tenant = `cid-emoji-${dialect}`;
+      const out = await guard(ledger, note, { tenant })(
+        { noteId: "n-4", text: "hi" },
+        { context: undefined, callId: `${"x".repeat(199)}\u{1F600}tail` },
+      );
+      expect(out).toMatchObject({ status: "done" });
+      const [op] = await ledger.admin.list({ tenant });
+      const { events } = await ledger.get({ tenant, id: op!.id });
+      expect(events[0]?.actor).toBe("x".repeat(199));
+    });
+
     for (const bad of [
       { name: "a tenant read from the context that is empty", options: { tenant: () => "" } },
       { name: "an actor the application set that is too long", options: { tenant: "t", actor: "a".repeat(201) } },

@@ -278,13 +278,19 @@ function eventJson(
   });
 }
 
+/** Half of a UTF-16 surrogate pair without its other half: no character, with no UTF-8 form. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
 /**
- * A reason as both databases store it. It may carry a provider's words (an error's message), and
- * Postgres refuses U+0000 in text and jsonb (22021): the refused write read as an outage, retried
- * for a lease, and left the row whose effect happened running (helper-116).
+ * A reason as both databases store it, U+FFFD in place of what they cannot. It may carry a
+ * provider's words (an error's message), and a reason cut to a length may end inside a pair.
+ * Postgres refuses U+0000 in text and jsonb (22021), and a lone surrogate's JSON escape in jsonb
+ * (22P02): the refused write read as an outage, retried for a lease, and left the row whose effect
+ * happened running (helper-116). SQLite stored U+FFFD for a lone surrogate: the row then read
+ * otherwise than written, and a lost answer's own write was taken for another's (helper-120).
  */
 export function storable(reason: string): string {
-  return reason.includes("\0") ? reason.replaceAll("\0", "\uFFFD") : reason;
+  return reason.replaceAll("\0", "\uFFFD").replace(LONE_SURROGATE, "\uFFFD");
 }
 
 /** The named fields of `o`. */

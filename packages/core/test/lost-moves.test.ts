@@ -159,6 +159,26 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it("a refusal whose reason holds a lone surrogate: its own failure, not a fence, recorded as failed: its own failure", async () => {
+      try {
+        const p = new TestProvider();
+        const action = p.action("lost.failed.cut", {});
+        p.faults.push({ when: "before", cls: { kind: "permanent", reason: "validation: refused \uD83D" } });
+        const { ledger, lost } = await lossy("failed", "validation: refused", { actions: [action] });
+        const tenant = uniqueTenant();
+        const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "a" } });
+        const { events } = await ledger.get({ tenant, id: out.operationId });
+        expect(lost()).toBe(1);
+        expect(out, story(events)).toMatchObject({ status: "failed", replayed: false, attempt: 1 });
+        expect(
+          events.filter((e) => e.reason?.startsWith("fenced")),
+          story(events),
+        ).toEqual([]);
+      } finally {
+        await close();
+      }
+    });
+
     it("a 503 before execution recorded as pending: the call goes on to its next attempt, not 'moved meanwhile'", async () => {
       try {
         const p = new TestProvider();

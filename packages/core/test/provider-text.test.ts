@@ -34,6 +34,18 @@ for (const dialect of DIALECTS) {
       expect(events.map((e) => e.reason)).toContainEqual(expect.stringContaining("socket hang up after \uFFFD\u0001"));
       expect(operation.reason).toBe("inconclusive: index lags \uFFFD"); // the lookup's, which ran next
       expect(effects).toBe(1);
+      // Half of an emoji (a provider's text cut inside a pair) reads back as written: U+FFFD.
+      const cut = defineAction<{ to: string }, { id: string }>({
+        type: "cut.mail",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("refused \uD83D");
+        },
+        classify: (e) => ({ kind: "permanent", reason: (e as Error).message }),
+      });
+      const refused = await ledger.run(cut, { tenant, key: ["c"], args: { to: "x" } });
+      expect(refused).toMatchObject({ status: "failed", replayed: false });
+      expect((await ledger.get({ tenant, id: refused.operationId })).operation.reason).toBe("refused \uFFFD");
       // The daemon's lookup, whose reason holds one too, is stored as well.
       const settled = await ledger.daemon.settle({ tenant, id: operation.id, actor: "daemon" });
       expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
