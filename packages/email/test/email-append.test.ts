@@ -48,23 +48,6 @@ const mail = () =>
   }).send;
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
-/** How many copies with this Message-ID Sent holds, read past the proxy. */
-async function copiesInSent(messageId: string): Promise<number> {
-  const client = sandbox.imap(SENDER);
-  await client.connect();
-  try {
-    const lock = await client.getMailboxLock("Sent");
-    try {
-      const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
-      return Array.isArray(uids) ? uids.length : Number.NaN;
-    } finally {
-      lock.release();
-    }
-  } finally {
-    await client.logout();
-  }
-}
-
 describe("append mode, an APPEND that fails for now", () => {
   it("answered NO [INUSE] once: tried again, one copy filed, one message sent", async () => {
     proxy.faults.push({ kind: "no", answer: "NO [INUSE] Mailbox is locked, try again" });
@@ -73,7 +56,7 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(receipt).toMatchObject({ sent: true });
     expect(receipt).not.toHaveProperty("copyNotFiled");
     expect(sandbox.count(receipt.messageId)).toBe(1);
-    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
     expect(proxy.appends).toBe(2);
   });
 
@@ -82,7 +65,7 @@ describe("append mode, an APPEND that fails for now", () => {
     const receipt = await mail().execute(report, fresh());
     expect(receipt).not.toHaveProperty("copyNotFiled");
     expect(sandbox.count(receipt.messageId)).toBe(1);
-    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
     expect(proxy.appends).toBe(1);
   });
 
@@ -94,7 +77,7 @@ describe("append mode, an APPEND that fails for now", () => {
     // without looking: two copies in Sent.
     expect(receipt).not.toHaveProperty("copyNotFiled");
     expect(sandbox.count(receipt.messageId)).toBe(1);
-    expect(await copiesInSent(receipt.messageId)).toBe(1);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
     expect(proxy.appends).toBe(1);
     expect(proxy.refuseSelects).toBe(0); // the look was refused once
   });
@@ -113,7 +96,7 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(emailReceiptSchema["~standard"].validate(receipt)).toMatchObject({ value: receipt });
     expect(proxy.appends).toBe(3);
     expect(sandbox.count(receipt.messageId)).toBe(1);
-    expect(await copiesInSent(receipt.messageId)).toBe(0);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(0);
   });
 
   it("the operation aborted while waiting to try again: no further APPEND, not filed, with the last failure; one message", async () => {
@@ -133,7 +116,7 @@ describe("append mode, an APPEND that fails for now", () => {
       copyNotFiled: { refused: false, responseCode: "INUSE", reason: expect.stringMatching(/locked/) },
     });
     expect(sandbox.count(receipt.messageId)).toBe(1);
-    expect(await copiesInSent(receipt.messageId)).toBe(0);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(0);
   });
 
   it("refused (NO [NOPERM]): not tried again, not filed, with the refusal; one message", async () => {
@@ -153,7 +136,7 @@ describe("append mode, an APPEND that fails for now", () => {
       expect(receipt).toMatchObject({ copyNotFiled: { refused: true, responseCode: code } });
       expect(proxy.appends).toBe(1);
       expect(sandbox.count(receipt.messageId)).toBe(1);
-      expect(await copiesInSent(receipt.messageId)).toBe(0);
+      expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(0);
     });
 });
 
@@ -172,7 +155,7 @@ for (const dialect of DIALECTS) {
       const again = await l.run(mail(), { tenant: t, key: ["append-dropped"], args: report });
       expect(again).toMatchObject({ status: "succeeded", replayed: true });
       expect(sandbox.count(receipt.messageId)).toBe(1);
-      expect(await copiesInSent(receipt.messageId)).toBe(1);
+      expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
     });
   });
 }

@@ -30,24 +30,18 @@ const report = { to: "client@example.test", subject: "Weekly report", text: "Num
 
 /** Files a copy of `messageId` in Sent for each of `sends` (its X-Idem-Attempt). */
 async function fileCopies(messageId: string, sends: readonly string[]): Promise<void> {
-  const client = sandbox.imap(SENDER);
-  await client.connect();
-  try {
-    for (const send of sends) {
-      const raw = [
-        `From: ${SENDER.user}`,
-        "To: client@example.test",
-        "Subject: Weekly report",
-        `Message-ID: ${messageId}`,
-        `X-Idem-Attempt: ${send}`,
-        "",
-        "Numbers.",
-        "",
-      ].join("\r\n");
-      await client.append("Sent", Buffer.from(raw), ["\\Seen"]);
-    }
-  } finally {
-    await client.logout();
+  for (const send of sends) {
+    const raw = [
+      `From: ${SENDER.user}`,
+      "To: client@example.test",
+      "Subject: Weekly report",
+      `Message-ID: ${messageId}`,
+      `X-Idem-Attempt: ${send}`,
+      "",
+      "Numbers.",
+      "",
+    ].join("\r\n");
+    await sandbox.file(SENDER, "Sent", Buffer.from(raw));
   }
 }
 

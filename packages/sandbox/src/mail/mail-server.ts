@@ -257,7 +257,28 @@ export class MailSandbox {
     const timer = setTimeout(reply, hold.delayMs ?? 30_000).unref(); // a held reply must not keep the process alive
   }
 
-  private async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
+  /**
+   * How many messages with `messageId` the user's `mailbox` holds: the copies counted at the
+   * target, by the server's own search (not through the adapter's lookup).
+   */
+  async copies(user: MailUser, mailbox: string, messageId: string): Promise<number> {
+    const client = this.imap(user);
+    await client.connect();
+    try {
+      const lock = await client.getMailboxLock(mailbox);
+      try {
+        const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
+        return Array.isArray(uids) ? uids.length : Number.NaN;
+      } finally {
+        lock.release();
+      }
+    } finally {
+      await client.logout();
+    }
+  }
+
+  /** Files `raw` into the user's `mailbox`, as the server files its copies (tests plant others so). */
+  async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
     const client = this.imap(user);
     await client.connect();
     try {
