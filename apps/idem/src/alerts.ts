@@ -178,6 +178,17 @@ function webhookRequest(url: string, init: RequestInit): Request {
   }
 }
 
+/** A signal aborted after `ms`, its reason naming the deadline (told apart from the operation's own signal). */
+function deadline(ms: number): AbortSignal {
+  const controller = new AbortController();
+  const reason = Object.assign(
+    new Error(`no complete answer from the SMTP server within ${ms} ms (alerts.email.smtp.deadlineMs): closed`),
+    { name: DEADLINE },
+  );
+  setTimeout(() => controller.abort(reason), ms).unref();
+  return controller.signal;
+}
+
 /** fetch's refusal of a port it blocks (6000, 6667…), which it gives before connecting. */
 const isBlockedPort = (error: unknown) =>
   error instanceof TypeError && (error.cause as { message?: unknown } | undefined)?.message === "bad port";
@@ -196,6 +207,16 @@ export function requireAlertSink(config: IdemConfig): void {
 
 /** How long a sink that refuses every alert (a refused sign-in, account or policy) is left before it is asked again. */
 const REFUSING_EVERY_ALERT_MS = 10 * 60_000;
+
+/**
+ * The default `alerts.email.smtp.deadlineMs`: the most one delivery may take, from the connect to
+ * the last reply, whatever the server keeps writing (nodemailer's inactivity timeout is reset by
+ * every line, so a server writing continuation lines forever held the daemon's tick forever). An
+ * alert is small: a server that has not answered it in a minute is not going to.
+ */
+const ALERT_EMAIL_DEADLINE_MS = 60_000;
+/** The name of the abort reason a delivery cut off at its deadline carries. */
+const DEADLINE = "DeliveryDeadline";
 
 /**
  * The SMTP stages before the message: the server's greeting and EHLO, MAIL FROM and RCPT TO.
@@ -221,7 +242,12 @@ function classifyEmailDelivery(error: unknown): Classification {
     response?: string;
     responseCode?: number;
     timeoutType?: string;
+    cause?: { name?: string; message?: string };
   };
+  // Cut off at the deadline (the connect and the greeting have timeouts of their own, shorter):
+  // the server was talking, and may have taken the alert without its last reply reaching us.
+  if (e.code === "EABORT" && e.cause?.name === DEADLINE)
+    return { kind: "ambiguous", reason: `no answer from the SMTP server: ${e.cause.message}` };
   const what = `${e.code ?? "error"}: ${String((error as Error | undefined)?.message ?? error)}`;
   const refusesEveryAlert = (why: string): Classification => ({
     kind: "rate_limited",
@@ -378,6 +404,7 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
   }
   if (a.email) {
     const e = a.email;
+    const deadlineMs = e.smtp.deadlineMs ?? ALERT_EMAIL_DEADLINE_MS;
     const auth =
       e.smtp.userEnv && e.smtp.passEnv
         ? {
@@ -397,6 +424,9 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
       ...tlsOf(config, e.smtp.tls, "alerts.email.smtp.tls"),
       ...auth,
       socketTimeout: 30_000,
+      // Within the deadline, so a server that never greets is "not reached" (nothing sent), not cut off.
+      connectionTimeout: Math.min(30_000, Math.floor(deadlineMs / 3)),
+      greetingTimeout: Math.min(30_000, Math.floor(deadlineMs / 3)),
     });
     const domain = e.from.split("@")[1]!;
     sinks.push({
@@ -411,6 +441,7 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
             subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`,
             text: alertText(alert),
             messageId: `<alert.${op.key.slice(0, 40)}@${domain}>`,
+            signal: AbortSignal.any([op.signal, deadline(deadlineMs)]),
           });
           return { delivered: true as const, detail: String(info.response ?? "") };
         },

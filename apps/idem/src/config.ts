@@ -100,17 +100,12 @@ const bothOrNeither = [
   { message: "give both userEnv and passEnv (signing in), or neither" },
 ] as const;
 
-/** The email alert sink's SMTP server. */
-const smtpServer = z
-  .object(smtpFields)
-  .strict()
-  .refine(...bothOrNeither);
-
 /**
- * The email provider's SMTP server: `deadlineMs` bounds one send, from the connect to the last
- * reply, whatever the server keeps writing (default 10 minutes, @idem/email's SMTP_DEADLINE_MS).
+ * An SMTP server (the email provider's and the email alert sink's): `deadlineMs` bounds one send,
+ * from the connect to the last reply, whatever the server keeps writing (default: the provider's
+ * 10 minutes, @idem/email's SMTP_DEADLINE_MS; an alert's 1 minute, alerts.ts).
  */
-const providerSmtpServer = z
+const smtpServer = z
   .object({ ...smtpFields, deadlineMs })
   .strict()
   .refine(...bothOrNeither);
@@ -203,7 +198,7 @@ const schema = z
           .optional(),
         email: z
           .object({
-            smtp: providerSmtpServer,
+            smtp: smtpServer,
             imap: imapServer,
             from: z.string().email(),
             copy: z.enum(["provider-saves", "journal", "append"]),

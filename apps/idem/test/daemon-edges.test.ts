@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
-import { createServer as createTcpServer, type AddressInfo } from "node:net";
+import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { defineAction, openLedger, type Ledger, type OperationContext } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
@@ -78,18 +78,32 @@ function capture() {
   return { log, lines };
 }
 
-/** Where a test SMTP server refuses (and with what reply); `undefined`: it takes the message. */
-type Refusal = { at: "greeting" | "MAIL" | "RCPT" | "DATA"; reply: string };
+/**
+ * Where a test SMTP server refuses (and with what reply), or where it trickles (writes a
+ * continuation line every 100 ms, never the last one); `undefined`: it takes the message.
+ */
+type Refusal =
+  | { at: "greeting" | "MAIL" | "RCPT" | "DATA"; reply: string }
+  | { at: "greeting" | "DATA"; trickle: true };
 
 /** A small SMTP server: `refuse()` is asked on each connection; it keeps each message it took. */
 async function smtpServer(refuse: () => Refusal | undefined) {
   const taken: string[] = [];
   let connections = 0;
+  const sockets = new Set<Socket>();
   const server = createTcpServer((socket) => {
     connections += 1;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
     socket.on("error", () => {});
     const r = refuse();
-    if (r?.at === "greeting") return void socket.end(`${r.reply}\r\n`);
+    const trickle = (code: number) => {
+      const timer = setInterval(() => socket.write(`${code}-still working\r\n`), 100);
+      socket.on("close", () => clearInterval(timer));
+    };
+    const reply = r && "reply" in r ? r.reply : undefined;
+    if (r?.at === "greeting" && reply === undefined) return trickle(220);
+    if (r?.at === "greeting") return void socket.end(`${reply}\r\n`);
     socket.write("220 test ESMTP\r\n");
     let buffered = "";
     let inData = false;
@@ -105,7 +119,8 @@ async function smtpServer(refuse: () => Refusal | undefined) {
             continue;
           }
           inData = false;
-          if (r?.at === "DATA") socket.write(`${r.reply}\r\n`);
+          if (r?.at === "DATA" && reply === undefined) trickle(250);
+          else if (r?.at === "DATA") socket.write(`${reply}\r\n`);
           else {
             taken.push(message);
             socket.write("250 OK queued\r\n");
@@ -130,7 +145,11 @@ async function smtpServer(refuse: () => Refusal | undefined) {
     port: (server.address() as AddressInfo).port,
     taken,
     connections: () => connections,
-    close: () => new Promise<void>((r) => server.close(() => r())),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -879,6 +898,58 @@ for (const dialect of DIALECTS) {
           stillDue: false,
         });
       });
+
+    // A server that keeps writing continuation lines reset nodemailer's inactivity timeout with
+    // each: before, the tick never ended (at DATA; at the greeting, nodemailer's 30 s greeting
+    // timeout ended it). Never greeted: nothing sent, the alert stays due. After the body: it may
+    // have been taken, a person decides.
+    for (const [at, status, said] of [
+      ["greeting", "pending", /no greeting from the SMTP server, nothing sent/],
+      [
+        "DATA",
+        "needs_review",
+        /no complete answer from the SMTP server within \d+ ms \(alerts\.email\.smtp\.deadlineMs\)/,
+      ],
+    ] as const)
+      it(
+        `alert: an SMTP server that keeps writing continuation lines at ${at} and never the last one is cut off within alerts.email.smtp.deadlineMs (${status}); the tick ends, and the sink is not asked again within it`,
+        async () => {
+          const smtp = await smtpServer(() => ({ at, trickle: true }));
+          cleanups.push(smtp.close);
+          const url = await freshDatabase(dialect);
+          const config = parseConfig({
+            ledger: url,
+            alerts: {
+              log: false,
+              email: {
+                smtp: { host: "127.0.0.1", port: smtp.port, deadlineMs: scaled(1_500) },
+                from: "idem@example.test",
+                to: ["ops@example.test"],
+              },
+            },
+          });
+          const ledger = await openLedger(url, { poolSize: 2, actions: alertActions(config, silent) });
+          cleanups.push(() => ledger.close());
+          const t = tenant();
+          for (const k of ["r1", "r2"]) await ledger.run(lostAnswer, { tenant: t, key: [k], args: { note: "x" } });
+          const daemon = new Daemon(ledger, config, silent, new DaemonMetrics(ledger, 1_000), "d-smtp-trickle");
+          // Before: every line reset nodemailer's inactivity timeout, and the tick never ended.
+          const tick = await daemon.tick();
+          const deliveries = await ledger.admin.list({ tenant: config.alerts.tenant });
+          expect({
+            tick,
+            connections: smtp.connections(),
+            deliveries: deliveries.map((d) => d.status),
+          }).toEqual({
+            tick: { failed: 0, undelivered: 2 },
+            connections: 1, // the second alert waits for the next tick, not for another deadline
+            deliveries: [status],
+          });
+          const { events } = await ledger.get({ tenant: config.alerts.tenant, id: deliveries[0]!.id });
+          expect(events.map((e) => e.reason).join("\n")).toMatch(said);
+        },
+        scaled(30_000),
+      );
 
     it(
       "alert: a webhook delivery that ends in review (the answer lost after the body was sent) counts as undelivered, and so does a person's retry of it that ends there again",
