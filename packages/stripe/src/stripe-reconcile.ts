@@ -174,6 +174,12 @@ function otherCharge(found: Found, args: IntentArgs | undefined): string | undef
   return `found the payment intent ${found.id} with our key, for ${String(pi.amount)} ${String(pi.currency)} where this operation asks ${String(args?.amount)} ${String(args?.currency)}: an earlier operation with this key (pruned from the ledger since) made it, or its amount was changed since (an update, an incremental authorization), and whether ours ran cannot be told from it; look at it in the dashboard`;
 }
 
+/**
+ * A boolean parameter as Stripe reads it: stripe-node form-encodes its params, so "true" is the
+ * confirmation Stripe runs too (as otherCharge reads an amount "2000").
+ */
+const stripeTrue = (v: unknown) => v === true || v === "true";
+
 export const searchPaymentIntents: Lookup<IntentArgs> = {
   find: async (stripe, _args, key) =>
     (await stripe.paymentIntents.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: SEARCH_HITS })).data,
@@ -203,7 +209,7 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
   judge: async (stripe, found, args) => {
     const other = otherCharge(found, args);
     if (other) return { found: false, proof: "never", reason: other };
-    if (args?.confirm !== true) return undefined;
+    if (!stripeTrue(args?.confirm)) return undefined;
     const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
     if (!unpaid.includes(found.status ?? "")) return undefined;
     const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
@@ -214,7 +220,9 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
       // The card asked to authenticate: the one on the intent, or the one whose authentication failed.
       const pm = authFailed ? e?.payment_method : pi.payment_method;
       const card = typeof pm === "string" ? pm : pm?.id;
-      const failFast = args.error_on_requires_action === true || (args.off_session ?? false) !== false;
+      const off: unknown = args.off_session;
+      const failFast =
+        stripeTrue(args.error_on_requires_action) || (off !== undefined && off !== false && off !== "false");
       if (!failFast && (typeof args.payment_method !== "string" || card === args.payment_method))
         return { found: true, receipt: toReceipt(pi, null, false) };
       const seen = authFailed
@@ -244,14 +252,40 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
   },
 };
 
-export const searchCustomers: Lookup<unknown> = {
+/** What a customer's lookup reads of the args: what the found customer is compared on. */
+type CustomerArgs = Pick<Stripe.CustomerCreateParams, "email" | "name">;
+
+export const searchCustomers: Lookup<CustomerArgs> = {
   find: async (stripe, _args, key) =>
     (await stripe.customers.search({ query: `metadata['${METADATA_KEY}']:'${key}'`, limit: SEARCH_HITS })).data,
   lags: true,
   confirm: (stripe, _args, key, created) => withKey(stripe.customers.list({ created, limit: 100 }), key),
+  // As a payment intent's (otherCharge): a customer with our key and another email or name than
+  // the args give is an earlier operation's with the same key, pruned from the ledger since
+  // (Stripe then answers our request `idempotency_error`), or one changed since. Taken as ours,
+  // the caller read "created" for a customer that is not the one asked for. A person decides.
+  judge: async (_stripe, found, args) => {
+    const c = found as Found & { email?: unknown; name?: unknown };
+    const off = (["email", "name"] as const).filter(
+      (f) =>
+        typeof args?.[f] === "string" &&
+        typeof c[f] === "string" &&
+        (c[f] as string).toLowerCase() !== (args[f] as string).toLowerCase(),
+    );
+    if (off.length === 0) return undefined;
+    return {
+      found: false,
+      proof: "never",
+      reason: `found the customer ${found.id} with our key, with another ${off.join(" and ")} than this operation gives: an earlier operation with this key (pruned from the ledger since) made it, or it was changed since, and whether ours ran cannot be told from it; look at it in the dashboard`,
+    };
+  },
 };
 
-type RefundTarget = { payment_intent?: string | undefined; charge?: string | undefined };
+type RefundTarget = {
+  payment_intent?: string | undefined;
+  charge?: string | undefined;
+  amount?: number | string | undefined;
+};
 
 export const listRefunds: Lookup<RefundTarget> = {
   // Bounded as the other lists are: a payment intent may be refunded in thousands of parts, and a
@@ -268,6 +302,21 @@ export const listRefunds: Lookup<RefundTarget> = {
   listOf: (args) =>
     args.charge ? `refunds of the charge ${args.charge}` : `refunds of the payment intent ${args.payment_intent}`,
   lags: false,
+  // As a payment intent's (otherCharge): a refund with our key for another amount than the args
+  // ask is an earlier operation's with the same key, pruned from the ledger since (Stripe then
+  // answers our request `idempotency_error`). Taken as ours, the caller read "refunded" for a
+  // refund of another amount. A person decides.
+  judge: async (_stripe, found, args) => {
+    const re = found as Found & { amount?: unknown; currency?: unknown };
+    const asked: unknown = args?.amount;
+    const amount = typeof asked === "string" && /^\d+$/.test(asked) ? Number(asked) : asked;
+    if (typeof amount !== "number" || typeof re.amount !== "number" || re.amount === amount) return undefined;
+    return {
+      found: false,
+      proof: "never",
+      reason: `found the refund ${found.id} with our key, for ${re.amount} ${String(re.currency)} where this operation asks ${amount}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`,
+    };
+  },
   blindSpot: (args) =>
     args.charge || args.payment_intent
       ? undefined

@@ -98,6 +98,71 @@ describe("Stripe: keys an earlier operation used, and errors after the send (sql
       if (gap.ms < HOUR) expect(operation.reason).toMatch(/for 2000 usd where this operation asks 3000 usd/);
     });
 
+  it("B, a refund: a key reused with other params 2 min later (400 idempotency_error) is not read as done with the other request's refund", async () => {
+    // As B for a charge: the app keeps completed operations a minute; order ord-9 is refunded
+    // 1000, pruned, then refunded again with a corrected amount (2500). Stripe still holds the
+    // key and answers 400 idempotency_error; the refund list shows the earlier refund with our key.
+    const s = stripe();
+    const l = await ledger({ retentionMs: 60_000, actions: [s.refundsCreate] });
+    const t = tenant();
+    const pi = await s.client.paymentIntents.create({ ...CARD, amount: 5000 });
+    const first = await l.run(s.refundsCreate, {
+      tenant: t,
+      key: ["refund", "ord-9"],
+      args: { payment_intent: pi.id, amount: 1000 },
+    });
+    expect(first.status).toBe("succeeded");
+    advance(2 * 60_000);
+    expect(await l.admin.prune({ tenant: t })).toBe(1);
+    const before = sandbox.count("refunds");
+    const again = await l.run(s.refundsCreate, {
+      tenant: t,
+      key: ["refund", "ord-9"],
+      args: { payment_intent: pi.id, amount: 2500 },
+    });
+    expect(sandbox.count("refunds") - before).toBe(0); // nothing was refunded for 2500
+    const id = again.status === "succeeded" ? again.receipt!.id : null;
+    const refunded = id ? sandbox.objects.get("refunds", id) : undefined;
+    // "succeeded" must not name a refund of another amount: the caller would read 2500 refunded.
+    expect({ status: again.status, amountOfReceipt: refunded?.amount ?? null }).not.toMatchObject({
+      status: "succeeded",
+      amountOfReceipt: 1000,
+    });
+    expect(again).toMatchObject({ status: "pending_verification", state: "needs_review" });
+  });
+
+  it("B, a customer: a key reused with other params 2 min later (400 idempotency_error) is not read as done with the other request's customer", async () => {
+    // As B for a charge: a customer for signup su-3 is created as a@example.com, pruned, then
+    // created again with the corrected email. Stripe answers 400 idempotency_error; Search and the
+    // list show the earlier customer with our key.
+    const s = stripe();
+    const l = await ledger({ retentionMs: 60_000, actions: [s.customersCreate] });
+    const t = tenant();
+    const first = await l.run(s.customersCreate, {
+      tenant: t,
+      key: ["signup", "su-3"],
+      args: { email: "a@example.com" },
+    });
+    expect(first.status).toBe("succeeded");
+    advance(2 * 60_000);
+    expect(await l.admin.prune({ tenant: t })).toBe(1);
+    const before = sandbox.count("customers");
+    const again = await l.run(s.customersCreate, {
+      tenant: t,
+      key: ["signup", "su-3"],
+      args: { email: "b@example.com" },
+    });
+    expect(sandbox.count("customers") - before).toBe(0); // no customer b@example.com was created
+    const id = again.status === "succeeded" ? again.receipt!.id : null;
+    const made = id ? sandbox.objects.get("customers", id) : undefined;
+    // "succeeded" must not name a customer with another email: none with b@example.com exists.
+    expect({ status: again.status, emailOfReceipt: made?.email ?? null }).not.toMatchObject({
+      status: "succeeded",
+      emailOfReceipt: "a@example.com",
+    });
+    expect(again).toMatchObject({ status: "pending_verification", state: "needs_review" });
+  });
+
   it("A: past the key window, Search's hit on an older operation's intent (same key, pruned) is not taken as this operation's effect", async () => {
     // 31 days ago invoice in_2 was charged 2000 (default 30-day retention, then pruned). It is
     // charged again (README: a pruned key runs again) for 3000; the request times out before

@@ -488,6 +488,24 @@ for (const dialect of DIALECTS) {
       ).toHaveLength(0);
     });
 
+    it("a declined charge sent with confirm as a form value (the string true), its answer lost, found past the key window: failed with the decline, as answered", async () => {
+      // stripe-node form-encodes its params, so confirm "true" is the confirmation Stripe runs (as
+      // the lookup already reads an amount "2000"); the answer to it was the 402 decline.
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const declined = { ...CARD, confirm: "true", payment_method: "pm_card_chargeDeclined" } as unknown as typeof CARD;
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["declined-form"], args: declined });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      advance(25 * HOUR);
+      const settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({
+        status: "failed",
+        error: { kind: "permanent", reason: expect.stringMatching(/card_declined generic_decline/) },
+      });
+    });
+
     it("a declined charge whose answer was lost and whose intent changed since (another card attached), Search still behind the change: a person decides, not failed", async () => {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
