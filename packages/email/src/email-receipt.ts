@@ -111,15 +111,20 @@ export interface FoundEmailReceipt {
    * every copy (one sent by an earlier version, say), and from receipts stored by earlier versions.
    */
   readonly sends?: readonly string[];
+  /**
+   * How many copies were found, when more than MAX_COPIES (only the first are read): the message
+   * went out more than once, whatever sends those name. Absent otherwise.
+   */
+  readonly copies?: number;
 }
 
 export function foundReceipt(
   messageId: string,
   ref: string,
   sent: boolean,
-  found: { readonly mailbox: string; readonly sends: readonly string[] },
+  found: { readonly mailbox: string; readonly sends: readonly string[]; readonly copies?: number },
 ): FoundEmailReceipt {
-  const { mailbox: foundIn, sends } = found;
+  const { mailbox: foundIn, sends, copies = 0 } = found;
   return {
     messageId,
     ref,
@@ -129,6 +134,7 @@ export function foundReceipt(
     rejected: null,
     foundIn,
     ...(sends.length > 0 && { sends: [...sends] }),
+    ...(copies > MAX_COPIES && { copies }),
   };
 }
 
@@ -144,6 +150,14 @@ export function sendOf(receipt: EmailReceipt): string | readonly string[] | unde
   const named = (send: string) => `${receipt.messageId} ${send}`;
   if (receipt.foundIn === undefined) return receipt.send === undefined ? undefined : named(receipt.send);
   const sends = receipt.sends ?? [];
+  // More copies than are read, naming fewer than two sends: more than one went out all the same,
+  // one of them unnamed (so a late answer is never taken for it).
+  const many = (receipt.copies ?? 0) > MAX_COPIES && sends.length < 2;
+  if (many)
+    return [
+      sends.length === 1 ? named(sends[0]!) : `${receipt.messageId} (a send of its ${receipt.copies} copies)`,
+      `${receipt.messageId} (another send of its ${receipt.copies} copies)`,
+    ];
   // Copies of several sends (the lookup alerted them): a late answer of one of them is no other.
   return sends.length === 0 ? undefined : sends.length === 1 ? named(sends[0]!) : sends.map(named);
 }
@@ -208,6 +222,11 @@ const foundShape = z.object({
   rejected: z.null().default(null),
   foundIn: z.string().min(1).max(200),
   sends: z.array(send).min(1).max(MAX_COPIES).exactOptional(),
+  copies: z
+    .number()
+    .int()
+    .min(MAX_COPIES + 1)
+    .exactOptional(),
 });
 
 /**

@@ -5,6 +5,8 @@
  * are said to have gone out more than once whatever those name.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { operationKey } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
 import { MailSandbox, SENDER } from "@idem/sandbox";
 import { scaled } from "@idem/testkit";
 import { emailActions, messageIdFor } from "@idem/email";
@@ -62,5 +64,39 @@ describe("copies of many sends", () => {
       );
       const found = await mail().send.reconcile!(report, o);
       expect(found).toMatchObject({ found: true, twice: expect.stringMatching(c.twice) });
+    });
+});
+
+/**
+ * The check before sending finds the copies (a key that comes again after its operation was
+ * pruned: a new operation, whose earlier sends are in Sent). It sends nothing more, and the
+ * ledger alerts when the receipt names more than one send (the action's effectId). Before, 21
+ * copies whose first 20 name one send read as that one send: no alert, where the lookup said
+ * "it went out more than once" (helper-120).
+ */
+describe("copies of many sends, found by the check before sending", () => {
+  for (const c of [
+    { copies: 1, sends: 1, alerted: false },
+    { copies: 2, sends: 2, alerted: true },
+    { copies: 21, sends: 1, alerted: true },
+  ])
+    it(`${c.copies} copies of ${c.sends} send(s): not sent again, ${c.alerted ? "" : "not "}alerted`, async () => {
+      const { send } = mail();
+      const ledger = await openTestLedger("sqlite::memory:", { actions: [send] });
+      try {
+        const tenant = `many-${c.copies}-${c.sends}-${Math.random().toString(36).slice(2, 7)}`;
+        const key = operationKey({ tenant, action: send.type, parts: ["weekly"] });
+        const messageId = messageIdFor(key.hash, SENDER.user.split("@")[1]!);
+        await fileCopies(
+          messageId,
+          Array.from({ length: c.copies }, (_, i) => `op_pruned${i % c.sends}/1`),
+        );
+        const out = await ledger.run(send, { tenant, key, args: report });
+        expect(out).toMatchObject({ status: "succeeded", receipt: { messageId, foundIn: "Sent", sent: false } });
+        const alerted = (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === out.operationId);
+        expect({ sentNow: sandbox.count(messageId), alerted }).toEqual({ sentNow: 0, alerted: c.alerted });
+      } finally {
+        await ledger.close();
+      }
     });
 });
