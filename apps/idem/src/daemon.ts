@@ -45,6 +45,7 @@ import {
 } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
+import { stuckRuns } from "./stuck.js";
 
 /** Pages of due alerts one tick goes through (daemon.batch each). */
 const ALERT_PAGES = 10;
@@ -310,13 +311,11 @@ export class Daemon {
 
   private async alertStuck(down: Set<string>, undelivered: Set<string>): Promise<void> {
     const t = this.config.thresholds;
-    const least = Math.min(t.stuckAfterMs, ...Object.values(t.perAction));
-    const running = await this.ledger.daemon.stuck({ olderThanMs: least });
+    // Each threshold read apart: another action's many runs within their own, longer one must not hide these.
+    const running = await stuckRuns(this.ledger, t);
     // Not the daemon's own deliveries (a slow sink is said in their log lines), but every other
     // operation, also of a tenant the config names as the alerts' own.
-    const stuck = running.filter(
-      (op) => op.runningForMs >= (t.perAction[op.action] ?? t.stuckAfterMs) && !isAlertDelivery(this.config, op),
-    );
+    const stuck = running.filter((op) => !isAlertDelivery(this.config, op));
     this.metrics.stuck.set(stuck.length);
     for (const op of stuck) {
       if (this.stopping) return;
@@ -368,6 +367,16 @@ export class Daemon {
       if (this.stopping) return;
       if (isAlertDelivery(this.config, op)) {
         await this.ledger.daemon.ackAlert(op); // a delivery in review was logged when it failed
+        continue;
+      }
+      // Taken over since its alerted transition (an unknown outcome checked again, by a caller or
+      // another replica): it is neither failed nor in review now. Left due, unacknowledged: the
+      // attempt's end says what it is (a success clears the alert; a refusal again keeps it due).
+      if (op.status === "running") continue;
+      // Known not done since (a refused check, then one that proved the effect absent): nothing for
+      // a person now, and no failure; a refusal of its next run is alerted as that run's own.
+      if (op.status === "pending") {
+        await this.ledger.daemon.ackAlert(op);
         continue;
       }
       const done =

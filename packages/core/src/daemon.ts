@@ -241,19 +241,23 @@ export class LedgerDaemon {
    * Operations running (under a live or dead lease) for longer than `olderThanMs` in their current
    * attempt, with how long (`runningForMs`, by the database clock). `tenants`, `action`: only
    * these (the limit applies after them: another tenant's many stuck rows do not hide these).
+   * `exceptActions`: not these action types (read apart with their own threshold: their many
+   * long runs, within it, must not hide another action's stuck run behind the limit).
    */
   async stuck(options: {
     readonly olderThanMs: number;
     readonly limit?: number;
     readonly tenants?: readonly string[];
     readonly action?: string;
+    readonly exceptActions?: readonly string[];
   }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
     requireWhole(options.olderThanMs, "olderThanMs", 0);
     for (const t of options.tenants ?? []) requireName(t, "tenants");
     if (options.action !== undefined) requireName(options.action, "action");
+    for (const a of options.exceptActions ?? []) requireName(a, "exceptActions");
     if (options.tenants?.length === 0) return [];
-    const only = { tenants: options.tenants, action: options.action };
+    const only = { tenants: options.tenants, action: options.action, exceptActions: options.exceptActions };
     return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000, only)).map((r) => ({
       ...toOperation(r),
       runningForMs: r.age_ms,

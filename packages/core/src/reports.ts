@@ -120,7 +120,11 @@ export class Reports {
   async stuck(
     olderThanMs: number,
     limit: number,
-    only: { readonly tenants?: readonly string[] | undefined; readonly action?: string | undefined } = {},
+    only: {
+      readonly tenants?: readonly string[] | undefined;
+      readonly action?: string | undefined;
+      readonly exceptActions?: readonly string[] | undefined;
+    } = {},
   ): Promise<(Row & { age_ms: number })[]> {
     let q = this.store.db
       .selectFrom("idem_operations")
@@ -130,6 +134,7 @@ export class Reports {
       .where("updated_at", "<=", sql<number>`${this.store.now()} - ${olderThanMs}`);
     if (only.tenants) q = q.where("tenant_id", "in", only.tenants);
     if (only.action !== undefined) q = q.where("action", "=", only.action);
+    if (only.exceptActions?.length) q = q.where("action", "not in", only.exceptActions);
     const rows = await this.store.guard(undefined, q.orderBy("updated_at").limit(limit).execute());
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }

@@ -112,6 +112,11 @@ interface CallState {
   readonly settling: boolean;
   /** The operation, once a claim or a read named it (the database failing after that is said of it). */
   operationId?: string;
+  /**
+   * Lazy args this call generated but could not store (its lease passed on meanwhile): sent by its
+   * next attempt, so that the generator runs once per call.
+   */
+  generated?: { args: unknown };
 }
 
 export class Runner {
@@ -516,7 +521,7 @@ export class Runner {
         if (args === undefined) {
           // Lazy args never stored: no attempt got as far as executing. Generate them now, once,
           // under the lease (a slow model call keeps it), and store them before anything is sent.
-          const made = await this.generate(call, row, beforeSend);
+          const made = await this.generate(call, state, row, beforeSend);
           if (!("args" in made)) return { step: made };
           args = made.args;
         } else if (row.args_hash === null && call.args.kind === "given") {
@@ -674,6 +679,7 @@ export class Runner {
    */
   private async generate<A, R>(
     call: Call<A, R>,
+    state: CallState,
     row: Row,
     beforeSend: (what: string, patch: Parameters<Store["patchRunning"]>[1]) => Promise<true | Step<R>>,
   ): Promise<{ args: A } | Step<R>> {
@@ -687,11 +693,25 @@ export class Runner {
     let made: A;
     let json: string;
     try {
-      made = await call.args.make();
+      made = state.generated ? (state.generated.args as A) : await call.args.make();
       json = canonicalJson(made, "args");
       checkSize("args", json, call.settings.maxArgsBytes, row.id);
       call.action.validate?.(made);
     } catch (error) {
+      if (call.signal?.aborted) {
+        // The caller gave up while its args were made (a generator that honours the same signal
+        // rejects with its reason): no refusal of the work, and nothing was sent. Known not done,
+        // for a caller with args, and the caller hears its own reason, as after a lookup it gave
+        // up. Failed here, every later call of this work was answered "failed" for good.
+        await this.store
+          .move(row, "pending", {
+            actor: call.actor,
+            reason: "the caller gave up while its args were generated; nothing was sent",
+            noExecutionSince: row.last_execution_at,
+          })
+          .catch(() => undefined);
+        call.signal.throwIfAborted();
+      }
       const err: StoredError = { kind: "rejected", reason: describeError(error) };
       const done = await this.moveDurably(call, row, "failed", {
         actor: call.actor,
@@ -704,7 +724,23 @@ export class Runner {
       return { done: failed(done, err, false) };
     }
     const stored = await beforeSend("args", { args_hash: sha256(json), args_json: json });
-    return stored === true ? { args: made } : stored;
+    if (stored === true) return { args: made };
+    // Not stored, nothing sent: our lease passed on while the args were made (a daemon found it run
+    // out and gave the row back as known not done), or the ledger failed and the row was given
+    // back. A row left pending without args is run by no one but a caller that has them: this
+    // one decides again, with the args it holds (the attempt sent nothing, so it is not counted).
+    // Answered "pending", the caller (a model: "do not retry") waited for a run that never came.
+    if (
+      !state.settling &&
+      "done" in stored &&
+      stored.done.status === "pending_verification" &&
+      stored.done.state === "pending"
+    ) {
+      state.generated = { args: made };
+      state.executed -= 1;
+      return { again: 0 };
+    }
+    return stored;
   }
 
   /**
@@ -1658,12 +1694,26 @@ function context(
 
 /** A classify that throws must not lose the outcome: treat it as ambiguous. */
 function safeClassify<A, R>(action: Action<A, R>, error: unknown, ctx: OperationContext): Classification {
+  let cls: Classification;
   try {
-    return action.classify(error, ctx);
+    cls = action.classify(error, ctx);
   } catch (bug) {
     return { kind: "ambiguous", reason: `classify threw (${describeError(bug)}) on ${describeError(error)}` };
   }
+  // A JavaScript classify may return anything (a missing return): what is no classification is
+  // not understood, so it may have committed, as when classify throws. Read as one, it threw a
+  // TypeError out of the call and left the row running until its lease ran out.
+  const c = cls as unknown as { kind?: unknown; reason?: unknown } | null | undefined;
+  if (typeof c !== "object" || c === null || !CLASSES.includes(c.kind as Classification["kind"]))
+    return {
+      kind: "ambiguous",
+      reason: `classify answered no classification (${describeValue(cls)}) on ${describeError(error)}`,
+    };
+  if (typeof c.reason !== "string") return { ...cls, reason: describeError(error) } as Classification;
+  return cls;
 }
+
+const CLASSES: readonly Classification["kind"][] = ["rejected", "permanent", "rate_limited", "transient", "ambiguous"];
 
 export function checkSize(what: "args" | "result", json: string, limit: number, operationId?: string): void {
   const bytes = Buffer.byteLength(json);

@@ -134,7 +134,8 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         }
       },
       classify: (error) => classifyHubSpotError(error),
-      reconcile: (_args, op) => reconcileByRead(api, schema, objectType, idPropertyOf(op), op, settleMs),
+      reconcile: (args, op) =>
+        reconcileByRead(api, schema, objectType, idPropertyOf(op), op, args.properties ?? {}, settleMs),
     });
     cache.set(objectType, action);
     return action;

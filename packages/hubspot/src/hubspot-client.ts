@@ -36,12 +36,21 @@ export interface HubSpotConfig {
   /** Longest wait for a byte of an answer. Default 20 s; a timeout after the request left is ambiguous. */
   readonly timeoutMs?: number;
   /**
+   * Longest wait for a whole answer, from the request's start: an answer that keeps coming (a byte
+   * now and then, each resetting `timeoutMs`) and never ends is cut here, as a timeout is (ambiguous
+   * after the request left). Default 2 min.
+   */
+  readonly deadlineMs?: number;
+  /**
    * How long after an attempt gave up on its write (a timeout, a lost answer) a lookup that finds
    * no record still proves nothing: HubSpot may be writing a request our client stopped waiting
    * for. Default 2 min; absence counts only after it (the operation stays unknown meanwhile).
    */
   readonly settleMs?: number;
 }
+
+/** The default of `HubSpotConfig.deadlineMs`. */
+export const HUBSPOT_DEADLINE_MS = 2 * 60_000;
 
 /** The default of `HubSpotConfig.settleMs`. */
 export const HUBSPOT_SETTLE_MS = 2 * 60_000;
@@ -84,7 +93,11 @@ export function createHubSpotClient(config: HubSpotConfig) {
     accessToken: config.accessToken,
     ...(config.basePath !== undefined && { basePath: config.basePath }),
     numberOfApiCallRetries: config.clientRetries ?? 0,
-    httpAgent: timeoutAgent(config.basePath ?? "https://api.hubapi.com", config.timeoutMs ?? 20_000),
+    httpAgent: timeoutAgent(
+      config.basePath ?? "https://api.hubapi.com",
+      config.timeoutMs ?? 20_000,
+      config.deadlineMs ?? HUBSPOT_DEADLINE_MS,
+    ),
   });
   // Bind now, with the decorators this constructor just set (see above). The host names the
   // server in errors the adapter raises (never the path, which may hold an operation key).
@@ -92,14 +105,33 @@ export function createHubSpotClient(config: HubSpotConfig) {
   return { objects: client.crm.objects, properties: client.crm.properties, host };
 }
 
+/** `http.Agent#addRequest`: how each ClientRequest reaches its agent (node's, not in its types). */
+type AddRequest = { addRequest(req: http.ClientRequest, options: unknown): void };
+
 /**
  * An agent whose sockets are destroyed after `ms` without a byte, in a request or idle in the
  * pool: node's own socket timeout only emits an event, which the client's fetch does not listen to.
+ * Each request is also destroyed `deadlineMs` after it started unless its answer ended (its
+ * `close`): bytes trickling for ever reset the socket's timeout, never this.
  */
-function timeoutAgent(basePath: string, ms: number): http.Agent {
+function timeoutAgent(basePath: string, ms: number, deadlineMs: number): http.Agent {
   if (!(Number.isFinite(ms) && ms > 0)) throw new Error(`timeoutMs must be a number of ms > 0 (got ${ms})`);
+  if (!(Number.isFinite(deadlineMs) && deadlineMs > 0 && deadlineMs <= 2 ** 31 - 1))
+    throw new Error(`deadlineMs must be a number of ms > 0 and at most 2^31-1 (got ${deadlineMs})`);
   const Base = basePath.startsWith("http:") ? http.Agent : https.Agent;
+  const addRequest = (Base.prototype as unknown as AddRequest).addRequest;
   class TimeoutAgent extends Base {
+    addRequest(req: http.ClientRequest, options: unknown): void {
+      const deadline = setTimeout(
+        () =>
+          req.destroy(
+            Object.assign(new Error(`no complete answer from HubSpot within ${deadlineMs} ms`), { code: "ETIMEDOUT" }),
+          ),
+        deadlineMs,
+      );
+      req.once("close", () => clearTimeout(deadline));
+      addRequest.call(this, req, options);
+    }
     override createConnection(...args: Parameters<http.Agent["createConnection"]>): Socket {
       const socket = super.createConnection(...args) as Socket;
       socket.setTimeout(ms, () =>

@@ -12,8 +12,11 @@
  * key: an earlier operation's, pruned from the ledger since, and ours. The read shows one. It is
  * ours only if HubSpot created it while our requests could have run (the operation's claim to its
  * last attempt, with some slack for clocks): one made outside that window is another operation's,
- * and ours, deleted since, could be behind it, so a person decides. A live record is the only one
- * with the key: whenever it was made, it is the record a create with the key meets.
+ * and ours, deleted since, could be behind it, so a person decides. Inside the window too, when its
+ * values differ from the args (hubspot-values.ts): the slack lets in a record an earlier operation
+ * with the key made minutes before this one began, with other args, and deleted since. A live
+ * record is the only one with the key: whenever it was made, and whatever its values, it is the
+ * record a create with the key meets.
  * Not covered: a record purged since (90 days after its deletion, or at once by a GDPR delete)
  * reads as absent, and is created again.
  */
@@ -23,13 +26,18 @@ import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import type { UniquePropertyCheck } from "./hubspot-schema.js";
+import { differingProperties } from "./hubspot-values.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
-/** A record read by the key: its id, and when HubSpot created it (ms, HubSpot's clock) if it said. */
+/**
+ * A record read by the key: its id, when HubSpot created it (ms, HubSpot's clock) if it said, and
+ * the values it returned of the properties asked for (a property it does not have is left out).
+ */
 export interface FoundRecord {
   readonly id: string;
   readonly createdAt?: number;
+  readonly properties: Readonly<Record<string, string | null>>;
 }
 
 /**
@@ -49,8 +57,8 @@ function madeWithin(record: FoundRecord, op: OperationContext): boolean {
 
 /**
  * The record carrying `externalId` in `uniqueProperty`: live ones only, or (`archived: true`)
- * archived ones only, as HubSpot's `archived` parameter reads. Undefined on a 404; throws when the
- * read proves nothing (unreachable, refused).
+ * archived ones only, as HubSpot's `archived` parameter reads, with its values of `properties`
+ * too. Undefined on a 404; throws when the read proves nothing (unreachable, refused).
  */
 export async function readByExternalId(
   api: Api,
@@ -58,12 +66,13 @@ export async function readByExternalId(
   uniqueProperty: string,
   externalId: string,
   archived = false,
+  properties: readonly string[] = [],
 ): Promise<FoundRecord | undefined> {
   try {
     const r = await api.objects.basicApi.getById(
       objectType,
       externalId,
-      [uniqueProperty],
+      [uniqueProperty, ...properties],
       undefined,
       undefined,
       archived,
@@ -71,7 +80,7 @@ export async function readByExternalId(
       HUBSPOT_CALL_OPTIONS,
     );
     const createdAt = r.createdAt instanceof Date ? r.createdAt.getTime() : Number.NaN;
-    return { id: r.id, ...(Number.isFinite(createdAt) && { createdAt }) };
+    return { id: r.id, ...(Number.isFinite(createdAt) && { createdAt }), properties: r.properties ?? {} };
   } catch (e) {
     if ((e as { code?: unknown }).code === 404) return undefined;
     throw e; // unreachable or refused: the lookup proves nothing
@@ -84,6 +93,8 @@ export async function reconcileByRead(
   objectType: string,
   uniqueProperty: string,
   op: OperationContext,
+  /** The args' properties: what a record this operation made holds (compared on a deleted record). */
+  given: Readonly<Record<string, string>>,
   /** See `HubSpotConfig.settleMs`. */
   settleMs: number,
 ): Promise<ReconcileResult<HubSpotReceipt>> {
@@ -94,8 +105,9 @@ export async function reconcileByRead(
     await schema.require(objectType, uniqueProperty);
     live = await readByExternalId(api, objectType, uniqueProperty, externalId);
     // A record deleted since our attempt made it is still the effect that happened: without the
-    // second read it was "proven absent" and created again.
-    if (!live) archived = await readByExternalId(api, objectType, uniqueProperty, externalId, true);
+    // second read it was "proven absent" and created again. Its values are read to tell it from an
+    // earlier operation's with the key (see above).
+    if (!live) archived = await readByExternalId(api, objectType, uniqueProperty, externalId, true, Object.keys(given));
   } catch (e) {
     // Waiting does not make a property unique-value: no later check can prove absence. A person
     // decides (needs_review), rather than checks repeated with backoff for ever (inconclusive).
@@ -119,10 +131,11 @@ export async function reconcileByRead(
     // untrusted certificate fails every later check alike, and is alerted now.
     throw failed;
   }
-  const found = live ?? archived;
-  if (found && (live || madeWithin(found, op)))
-    return { found: true, receipt: { objectType, id: found.id, new: false, externalId } };
-  if (found) return outsideWindow(objectType, found, op);
+  if (live) return { found: true, receipt: { objectType, id: live.id, new: false, externalId } };
+  if (archived && !madeWithin(archived, op)) return outsideWindow(objectType, archived, op);
+  const differ = archived ? differingProperties(given, archived.properties) : [];
+  if (archived && differ.length > 0) return otherValues(objectType, archived, differ);
+  if (archived) return { found: true, receipt: { objectType, id: archived.id, new: false, externalId } };
   const none = `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`;
   // A write our attempt stopped waiting for may still be applied: found absent then, it ran again
   // as "known not done", and its record, written after, read as one there before the operation.
@@ -163,5 +176,31 @@ function outsideWindow(objectType: string, r: FoundRecord, op: OperationContext)
       "by the ledger's clock): an earlier operation with this key, pruned from the ledger since, made it, " +
       "or the ledger's clock is off HubSpot's; a read shows one deleted record per key, so one of ours deleted since may be " +
       "behind it: look in HubSpot's recycling bin",
+  };
+}
+
+/**
+ * A record in the recycling bin with our key, made inside our attempts' window, whose values of
+ * `differ` are not the args': an earlier operation's with other args (pruned from the ledger
+ * since, its record made minutes before this operation began, inside the clocks' slack), or ours
+ * edited before it was deleted. Settled to it, the caller would be told done for a record that is
+ * not there, holding other values. The reason names the properties, never their values (reasons
+ * are stored).
+ */
+function otherValues(objectType: string, r: FoundRecord, differ: readonly string[]): ReconcileResult<HubSpotReceipt> {
+  const what = objectType.replace(/ies$/, "y").replace(/s$/, "");
+  const shown = differ.slice(0, 5).join(", ") + (differ.length > 5 ? ` and ${differ.length - 5} more` : "");
+  const when =
+    r.createdAt === undefined
+      ? "at a time HubSpot did not say"
+      : `${new Date(r.createdAt).toISOString()}, while our requests could have run`;
+  return {
+    found: false,
+    proof: "never",
+    reason:
+      `${what} ${r.id} in the recycling bin carries the key and was created ${when}, ` +
+      `but its values of ${shown} differ from this operation's args: an earlier operation with this key, pruned ` +
+      "from the ledger since, made it with other args, or ours was edited before it was deleted; a read shows one " +
+      "deleted record per key, so one of ours deleted since may be behind it: look in HubSpot's recycling bin",
   };
 }

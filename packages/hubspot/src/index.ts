@@ -12,7 +12,7 @@ export {
 } from "./hubspot-errors.js";
 export type { HubSpotBatchError, HubSpotPropertyDefinition } from "./hubspot-errors.js";
 export type { HubSpotRequestEvidence } from "./hubspot-evidence.js";
-export { HUBSPOT_CALL_OPTIONS, HUBSPOT_SETTLE_MS, createHubSpotClient } from "./hubspot-client.js";
+export { HUBSPOT_CALL_OPTIONS, HUBSPOT_DEADLINE_MS, HUBSPOT_SETTLE_MS, createHubSpotClient } from "./hubspot-client.js";
 export type { HubSpotConfig } from "./hubspot-client.js";
 export { hubspotReceiptSchema } from "./hubspot-receipt.js";
 export type { HubSpotReceipt } from "./hubspot-receipt.js";

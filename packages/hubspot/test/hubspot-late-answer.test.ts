@@ -4,7 +4,8 @@
  * the late answer's (`new: true`) are built by different code (hubspot-reconcile.ts,
  * hubspot-actions.ts); the action's `effectId` must call them one effect when they name one record
  * (no "two effects" alert), and two when the lookup found another record with our key (one deleted
- * since, which frees the key for ours: alerted, never a silent duplicate). Through the real
+ * since, which frees the key for ours: alerted, never a silent duplicate). A deleted one whose
+ * values are not the args' the lookup does not take: a person is asked, and our late answer settles it. Through the real
  * @hubspot/api-client to the HubSpot sandbox, in both modes, counted at the target: the sandbox's
  * records with our key, deleted ones too.
  */
@@ -81,17 +82,20 @@ for (const dialect of DIALECTS) {
         }).toEqual({ status: "succeeded", id, alerted: false, twoEffects: false });
       });
 
-      it(`${mode}: the lookup found a deleted record with our key, and ours commits late: two effects, alerted`, async () => {
+      /** Made out of band with our key and `dealname`, and deleted since (the recycling bin): the lookup finds it. */
+      const binnedWith = (dealname: string) => async (key: string) => {
         const api = createHubSpotClient(server);
-        const out = await lateCreate(mode, "request", async (key) => {
-          // Made out of band with our key and deleted since (the recycling bin): the lookup finds it.
-          const other = await api.objects.basicApi.create(
-            "deals",
-            { properties: { dealname: "Out of band", idem_external_id: key }, associations: [] },
-            HUBSPOT_CALL_OPTIONS,
-          );
-          await api.objects.basicApi.archive("deals", other.id, HUBSPOT_CALL_OPTIONS);
-        });
+        const other = await api.objects.basicApi.create(
+          "deals",
+          { properties: { dealname, idem_external_id: key }, associations: [] },
+          HUBSPOT_CALL_OPTIONS,
+        );
+        await api.objects.basicApi.archive("deals", other.id, HUBSPOT_CALL_OPTIONS);
+      };
+
+      it(`${mode}: the lookup found a deleted record with our key and our values, and ours commits late: two effects, alerted`, async () => {
+        // Its values are the args': the lookup cannot tell it from ours, and takes it.
+        const out = await lateCreate(mode, "request", binnedWith("Late"));
         const deals = dealsWith(out.key);
         expect(deals.map((d) => d.archived)).toEqual([true, false]);
         const [first, second] = deals.map((d) => d.id);
@@ -104,6 +108,24 @@ for (const dialect of DIALECTS) {
           alerted: out.alerted,
           twoEffects: out.twoEffects,
         }).toEqual({ status: "succeeded", id: first, alerted: true, twoEffects: true });
+      });
+
+      it(`${mode}: the lookup found a deleted record with our key and other values: a person is asked, and ours, committed late, settles it`, async () => {
+        const out = await lateCreate(mode, "request", binnedWith("Out of band"));
+        const deals = dealsWith(out.key);
+        expect(deals.map((d) => d.archived)).toEqual([true, false]);
+        const [first, second] = deals.map((d) => d.id);
+        expect(out.found).toMatchObject({
+          status: "pending_verification",
+          state: "needs_review",
+          reason: expect.stringContaining(`deal ${first} in the recycling bin carries the key`),
+        });
+        expect(out.caller).toMatchObject({ status: "succeeded", receipt: { id: second, new: true } });
+        expect({
+          status: out.operation.status,
+          id: (out.operation.result as { id: string }).id,
+          twoEffects: out.twoEffects,
+        }).toEqual({ status: "succeeded", id: second, twoEffects: false });
       });
     }
   });

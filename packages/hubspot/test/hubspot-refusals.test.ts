@@ -268,7 +268,7 @@ for (const dialect of DIALECTS) {
         // Before: succeeded with our record, whose email is not the one asked for (HubSpot wrote nothing).
         expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
         expect(out.status === "failed" && out.error.reason).toBe(
-          `409 CONFLICT: Contact already exists. Existing ID: ${other.id}`,
+          `409 OBJECT_ALREADY_EXISTS: Contact already exists. Existing ID: ${other.id}`,
         );
         expect(sandbox.crm.get("contacts", ours.id)!.properties.email).toBe(`old-${t}@example.test`);
         expect(sandbox.crm.get("contacts", other.id)!.properties.firstname).toBe("Grace");

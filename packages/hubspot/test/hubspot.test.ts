@@ -176,6 +176,46 @@ for (const dialect of DIALECTS) {
       });
     }
 
+    for (const mode of ["upsert", "create"] as const)
+      it(`${mode}: a key that comes again minutes after its operation was pruned, its record deleted since: a write refused before anything was written is not settled to the deleted record`, async () => {
+        const action = crm({ mode, settleMs: 0 }).create("deals");
+        const l = await ledger({ retentionMs: 1, budget: { attempts: 3, baseDelayMs: 10 }, actions: [action] });
+        const t = tenant();
+        const first = await l.run(action, {
+          tenant: t,
+          key: ["binned-soon"],
+          args: { properties: { dealname: "Q1" } },
+        });
+        expect(first).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const old = first.status === "succeeded" ? first.receipt!.id : "";
+        // A person deletes the deal; the operation's retention passes; the key comes again with new args.
+        sandbox.crm.archive("deals", old);
+        await sleep(20);
+        expect(await l.admin.prune({ tenant: t })).toBe(1);
+        // This time HubSpot writes nothing, and its answer (a gateway's 502) cannot say so: unknown.
+        sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        const again = await l
+          .run(action, { tenant: t, key: ["binned-soon"], args: { properties: { dealname: "Q2" } } })
+          .finally(() => sandbox.faults.clear());
+        const key = await keyOf(l, t, again.operationId);
+        const live = recordsWith("deals", key).filter((r) => !r.archived);
+        // Before: succeeded with the deal deleted before this operation began (dealname Q1, in the
+        // recycling bin), no live deal with the key: the model told "done" for a deal that is not there.
+        const told = again.status === "succeeded" ? { id: again.receipt!.id } : { status: again.status };
+        expect(told).not.toEqual({ id: old });
+        if (again.status === "succeeded") expect(live.map((r) => r.id)).toEqual([again.receipt!.id]);
+        // Its values are not the args': a person decides, told the record and which properties
+        // differ, never their values (the reason is stored).
+        expect(again).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        const { operation } = await l.get({ tenant: t, id: again.operationId });
+        expect(operation.reason).toMatch(
+          new RegExp(
+            `^deal ${old} in the recycling bin carries the key .* its values of dealname differ from this operation's args`,
+          ),
+        );
+        expect(operation.reason).not.toMatch(/Q1|Q2/);
+      });
+
     it("a person resolving it as succeeded records the record they found as its receipt, checked as one", async () => {
       const action = crm().create("deals");
       const l = await ledger({ budget: { attempts: 3, baseDelayMs: 10 }, actions: [action] });
@@ -570,8 +610,9 @@ for (const dialect of DIALECTS) {
           args: { properties: { email, firstname: "Ada" } },
         });
         expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        // HubSpot's message only: its `errors` repeat the email, which the reason does not copy.
         expect(out.status === "failed" && out.error.reason).toBe(
-          `409 CONFLICT: Contact already exists. Existing ID: ${other.id}`,
+          `409 OBJECT_ALREADY_EXISTS: Contact already exists. Existing ID: ${other.id}`,
         );
         const withEmail = sandbox.crm.all("contacts").filter((r) => r.properties.email === email);
         expect(withEmail.map((r) => [r.id, r.properties.firstname])).toEqual([[other.id, "Grace"]]);
@@ -717,7 +758,13 @@ describe("HubSpot sandbox unique values", () => {
       api.objects.basicApi.create("contacts", { properties: { email }, associations: [] }, HUBSPOT_CALL_OPTIONS),
     ).rejects.toMatchObject({
       code: 409,
-      body: { category: "CONFLICT", message: `Contact already exists. Existing ID: ${first.id}` },
+      // HubSpot's answer since 2024 (OBJECT_ALREADY_EXISTS; CONFLICT before), the email in `errors`.
+      body: {
+        category: "OBJECT_ALREADY_EXISTS",
+        error: "CONTACT_EXISTS",
+        message: `Contact already exists. Existing ID: ${first.id}`,
+        errors: [{ message: `A contact with email ${email} already exists. Existing ID: ${first.id}`, in: "email" }],
+      },
     });
     expect(sandbox.crm.all("contacts").filter((r) => r.properties.email === email)).toHaveLength(1);
   });
@@ -740,7 +787,7 @@ describe("HubSpot sandbox unique values", () => {
       ),
     ).rejects.toMatchObject({
       code: 409,
-      body: { category: "CONFLICT", message: `Contact already exists. Existing ID: ${first.id}` },
+      body: { category: "OBJECT_ALREADY_EXISTS", message: `Contact already exists. Existing ID: ${first.id}` },
     });
     expect(
       await api.objects.basicApi.getById(

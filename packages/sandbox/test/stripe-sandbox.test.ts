@@ -78,6 +78,53 @@ describe("Stripe sandbox idempotency", () => {
     expect(b.id).not.toBe(a.id);
   });
 
+  it("refuses a key reused on another endpoint (400 idempotency_error), whatever the parameters", async () => {
+    // "Idempotency errors occur when an Idempotency-Key is re-used on a request that does not match
+    // the first request's API endpoint and parameters" (Stripe's ApiErrorType.IDEMPOTENCY_ERROR).
+    const idempotencyKey = key();
+    await client.customers.create({ description: "x" }, { idempotencyKey });
+    const err = await client.products.create({ name: "x" }, { idempotencyKey }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Stripe.errors.StripeIdempotencyError);
+    expect(err).toMatchObject({ statusCode: 400 });
+    expect(sandbox.count("products")).toBe(0);
+  });
+
+  it("keeps a key past 24 hours when keyRetentionMs says so (Stripe prunes keys at least 24 h old, not at 24 h)", async () => {
+    const late = new StripeSandbox({ keyRetentionMs: 48 * 3_600_000 });
+    const at = await late.start();
+    try {
+      const c = new Stripe(at.apiKey, { host: "127.0.0.1", port: at.port, protocol: "http", maxNetworkRetries: 0 });
+      const idempotencyKey = key();
+      const a = await c.customers.create({ email: "kept@example.com" }, { idempotencyKey });
+      late.advance(30 * 3_600_000);
+      const b = await c.customers.create({ email: "kept@example.com" }, { idempotencyKey });
+      expect(b.id).toBe(a.id);
+      expect(b.lastResponse.headers["idempotent-replayed"]).toBe("true");
+      late.advance(19 * 3_600_000);
+      const d = await c.customers.create({ email: "kept@example.com" }, { idempotencyKey });
+      expect(d.id).not.toBe(a.id);
+    } finally {
+      await late.close();
+    }
+  });
+
+  it("saves a 500 that came before the effect (error_before_effect): replayed, nothing done", async () => {
+    const idempotencyKey = key();
+    const before = sandbox.count("customers");
+    sandbox.faults.add({ kind: "error_before_effect", match: { path: "/v1/customers" } });
+    const e1 = await client.customers
+      .create({ email: "broke@example.com" }, { idempotencyKey })
+      .catch((e: unknown) => e);
+    const e2 = await client.customers
+      .create({ email: "broke@example.com" }, { idempotencyKey })
+      .catch((e: unknown) => e);
+    expect(e1).toMatchObject({ statusCode: 500 });
+    expect((e1 as Stripe.errors.StripeError).headers?.["idempotent-replayed"]).toBeUndefined();
+    expect(e2).toMatchObject({ statusCode: 500 });
+    expect((e2 as Stripe.errors.StripeError).headers?.["idempotent-replayed"]).toBe("true");
+    expect(sandbox.count("customers")).toBe(before);
+  });
+
   it("does not save 401, 429 or validation failures under the key", async () => {
     const idempotencyKey = key();
     sandbox.faults.add({ kind: "rate_limit", match: { path: "/v1/payment_intents" }, retryAfterSec: 2 });

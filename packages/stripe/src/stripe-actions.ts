@@ -10,8 +10,9 @@
  *
  * Not supported: API v2 paths (`post("/v2/…")` is refused: its idempotency differs from v1's);
  * cancelling a request on `op.signal`. stripe-node 23's request options take no
- * AbortSignal (stripe/stripe-node#2240 was declined), so a request runs until `timeoutMs`; a lost
- * lease is harmless here because every attempt carries the same key.
+ * AbortSignal (stripe/stripe-node#2240 was declined), so a request runs until `timeoutMs` (no
+ * byte) or `deadlineMs` (no end); a lost lease is harmless here because every attempt carries the
+ * same key.
  */
 import type Stripe from "stripe";
 import { defineAction, InvalidValueError, type Action, type OperationContext } from "@idem/core";

@@ -4,6 +4,7 @@
  */
 import Stripe from "stripe";
 import { neverSent, tlsRefused, type Classification } from "@idem/core";
+import { deadlineOf } from "./stripe-http-client.js";
 
 /**
  * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
@@ -57,6 +58,10 @@ function classifyAnswer(error: unknown): Classification {
         reason: `not sent: ${tls.refused === "certificate" ? "Stripe's certificate is not trusted (trust the proxy's CA with NODE_EXTRA_CA_CERTS)" : "no TLS version both Stripe and this process accept"} (${tls.code}): ${error.message}`,
         alert: true,
       };
+    // Cut at our deadline (an answer that never ended): stripe-node words it as its own timeout,
+    // naming `timeoutMs`; the reason names the deadline that cut it. Stripe may have executed it.
+    const cut = deadlineOf(error.detail);
+    if (cut) return { kind: "ambiguous", reason: `connection cut after sending: ${cut.message}` };
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }

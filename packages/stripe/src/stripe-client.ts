@@ -3,9 +3,12 @@
  * host/port/protocol for a local server). stripe-node's own retries are off by default: the
  * ledger owns the retry budget, and a retry that stripe-node makes still carries our key (it
  * retries once on a closed connection even then, though the first send may have run: an answer to
- * such a retry that says nothing was done is read as unknown, see stripe-actions.ts).
+ * such a retry that says nothing was done is read as unknown, see stripe-actions.ts). Every
+ * request has a deadline (`deadlineMs`) as well as stripe-node's inactivity timeout
+ * (stripe-http-client.ts).
  */
 import Stripe from "stripe";
+import { DeadlineHttpClient, STRIPE_DEADLINE_MS } from "./stripe-http-client.js";
 
 export interface StripeConfig {
   /** Secret key (sk_test_… or sk_live_…); never stored in the ledger or logged. */
@@ -14,8 +17,19 @@ export interface StripeConfig {
   readonly host?: string;
   readonly port?: number;
   readonly protocol?: "http" | "https";
-  /** Per-request timeout. Default 20 s; a timeout after the request left is ambiguous. */
+  /**
+   * Longest wait for a byte of an answer (stripe-node's `timeout`, a socket inactivity timeout:
+   * each byte resets it). Default 20 s; a timeout after the request left is ambiguous.
+   */
   readonly timeoutMs?: number;
+  /**
+   * Longest wait for a whole answer, from the request's start, for every request the client makes
+   * (writes, and the lookups' Search, lists and retrieves): an answer that keeps coming (a byte now
+   * and then, each resetting `timeoutMs`) and never ends is cut here, as a timeout is (ambiguous
+   * after the request left: unknown, settled by a replay with our key or a lookup). Default 2 min;
+   * a whole number of ms, at most 2^31-1.
+   */
+  readonly deadlineMs?: number;
   /** stripe-node's own network retries (same idempotency key). Default 0. */
   readonly maxNetworkRetries?: number;
   /**
@@ -32,6 +46,7 @@ export function createStripeClient(config: StripeConfig): Stripe {
     ...(config.port !== undefined && { port: config.port }),
     ...(config.protocol !== undefined && { protocol: config.protocol }),
     timeout: config.timeoutMs ?? 20_000,
+    httpClient: new DeadlineHttpClient(config.deadlineMs ?? STRIPE_DEADLINE_MS),
     maxNetworkRetries: config.maxNetworkRetries ?? 0,
     telemetry: false,
   });

@@ -1,9 +1,11 @@
 /** classifyStripeError against the SDK's own error classes, one case per reason. */
 import { describe, expect, it } from "vitest";
+import { createServer, type AddressInfo, type Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
 import Stripe from "stripe";
 import { openLedger } from "@idem/core";
-import { untrustedServer } from "@idem/testkit";
-import { classifyStripeError, stripeActions } from "@idem/stripe";
+import { scaled, untrustedServer } from "@idem/testkit";
+import { classifyStripeError, StripeDeadlineError, stripeActions } from "@idem/stripe";
 
 const E = Stripe.errors;
 const raw = (statusCode: number, extra: Record<string, unknown> = {}) => ({
@@ -228,5 +230,61 @@ describe("a Stripe endpoint whose certificate this process does not trust (a TLS
       await ledger.close();
       await server.close();
     }
+  });
+});
+
+describe("a request cut at its deadline (deadlineMs)", () => {
+  it("before the answer's head (a head trickled a byte at a time): ambiguous, the reason naming the deadline, the socket closed", async () => {
+    // Each byte of the head resets stripe-node's inactivity timeout; the deadline cuts the
+    // request, which had left: never "not sent".
+    const sockets = new Set<Socket>();
+    const server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on("error", () => {});
+      socket.once("data", () => {
+        socket.write("HTTP/1.1 200 OK\r\nx-slow: ");
+        const t = setInterval(() => socket.write("a"), 50);
+        socket.on("close", () => {
+          clearInterval(t);
+          sockets.delete(socket);
+        });
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const { client } = stripeActions({
+        apiKey: "sk_test_x",
+        host: "127.0.0.1",
+        port,
+        protocol: "http",
+        timeoutMs: 1_000,
+        deadlineMs: 300,
+      });
+      // Bounded here: a request never cut fails in seconds, not at the test's timeout.
+      const error = await Promise.race([
+        client.customers.create({ email: "a@b.c" }).then(
+          () => undefined,
+          (e: unknown) => e,
+        ),
+        sleep(scaled(5_000)).then(() => "still waiting"),
+      ]);
+      expect(error).toBeInstanceOf(E.StripeConnectionError);
+      expect((error as Stripe.errors.StripeConnectionError).detail).toBeInstanceOf(StripeDeadlineError);
+      expect(classifyStripeError(error)).toEqual({
+        kind: "ambiguous",
+        reason: "connection cut after sending: no complete answer from Stripe within 300 ms (deadlineMs)",
+      });
+      for (const until = Date.now() + scaled(1_000); sockets.size > 0 && Date.now() < until; ) await sleep(20);
+      expect(sockets.size).toBe(0);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    }
+  });
+
+  it("refuses a deadline that is not a whole number of ms from 1 to 2^31-1 when the actions are made", () => {
+    for (const deadlineMs of [0, -1, 1.5, Number.NaN, 2 ** 31])
+      expect(() => stripeActions({ apiKey: "sk_test_x", deadlineMs })).toThrow(/deadlineMs must be/);
   });
 });

@@ -25,6 +25,7 @@ import type { Logger } from "pino";
 import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { decisionsFor, type Outcome } from "../decisions.js";
+import { stuckRuns } from "../stuck.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import {
@@ -561,14 +562,15 @@ async function queue(
     // Scoped in the query, so the limit applies to the operator's rows: another tenant's many
     // stuck runs must not hide these.
     const tenants = f.tenant !== undefined ? [f.tenant] : operator.tenants === "*" ? undefined : [...operator.tenants];
-    for (const o of await ledger.daemon.stuck({
-      olderThanMs: Math.min(t.stuckAfterMs, ...Object.values(t.perAction)),
+    // Each threshold read apart (stuck.ts): another action's many runs within their own must not hide these either.
+    const stuck = await stuckRuns(ledger, t, {
       limit: QUEUE_STUCK,
       ...(tenants && { tenants }),
       ...(f.action && { action: f.action }),
-    })) {
+    });
+    // At most QUEUE_STUCK in all (a read a threshold), the longest running first.
+    for (const o of stuck.sort((a, b) => b.runningForMs - a.runningForMs).slice(0, QUEUE_STUCK)) {
       if (!allows(operator, o.tenant)) continue;
-      if (o.runningForMs < (t.perAction[o.action] ?? t.stuckAfterMs)) continue;
       // "Older than", as for the other rows: by the operation's age.
       if (f.olderThanMs !== undefined && o.runningForMs + (o.updatedAt - o.createdAt) < f.olderThanMs) continue;
       rows.push({ ...o, why: `running for ${ms(o.runningForMs)}` });

@@ -2,7 +2,7 @@
  * CRM records and properties as HubSpot's v3 API documents them, for the subset idem uses:
  * records per object type with string properties; properties per type, of which at most 10 may
  * be unique-value; a contact's `email` is unique too, as on HubSpot, whatever its case (a second
- * contact with it: 409 "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
+ * contact with it: 409 OBJECT_ALREADY_EXISTS "Contact already exists. Existing ID: …"); a create, or an upsert (creating or updating),
  * that repeats a unique value another record holds is refused (409, "Existing ID: …"); batch
  * upsert by a unique `idProperty`; reads by id or by a unique idProperty (consistent; any other
  * idProperty is refused 400); search sees a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
@@ -252,14 +252,7 @@ export class CrmStore {
       const clash = this.live(objectType).find((r) => r !== self && same(objectType, name, r.properties[name], v));
       if (!clash) continue;
       if ((UNIQUE_BUILT_IN[objectType] ?? []).includes(name))
-        throw new HubSpotFailure(
-          409,
-          error(
-            `${capitalized(singular(objectType))} already exists. Existing ID: ${clash.id}`,
-            "CONFLICT",
-            "CONFLICT",
-          ),
-        );
+        throw new HubSpotFailure(409, exists(objectType, name, v, clash.id));
       if (this.duplicateValueStatus === 400) throw new HubSpotFailure(400, uniqueValueRefusal(objectType, name));
       throw new HubSpotFailure(
         409,
@@ -320,6 +313,27 @@ export class CrmStore {
     }
     return p;
   }
+}
+
+/**
+ * HubSpot's 409 for a contact whose email another contact has, as HubSpot answers it since 2024
+ * (a real answer quoted in community.hubspot.com/t5/APIs-Integrations/Updated-409-Conflict-responses/m-p/951534):
+ * category OBJECT_ALREADY_EXISTS (CONFLICT before), `error` CONTACT_EXISTS, the existing id in the
+ * message, and per property in `errors` with the value itself (the email). Its `identityProfile`
+ * (the contact's identities) is left out.
+ */
+function exists(objectType: string, property: string, value: string, existingId: string): Record<string, unknown> {
+  const what = singular(objectType);
+  return {
+    status: "error",
+    message: `${capitalized(what)} already exists. Existing ID: ${existingId}`,
+    errors: [
+      { message: `A ${what} with ${property} ${value} already exists. Existing ID: ${existingId}`, in: property },
+    ],
+    correlationId: crypto.randomUUID(),
+    category: "OBJECT_ALREADY_EXISTS",
+    error: `${what.toUpperCase()}_EXISTS`,
+  };
 }
 
 /**

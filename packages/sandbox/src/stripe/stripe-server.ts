@@ -6,11 +6,17 @@
  * Idempotency as Stripe documents it: the first response for a key is saved and replayed with
  * `Idempotent-Replayed: true`; the same key with other parameters is 400 `idempotency_error`; a
  * request while the first is still executing is 409 `idempotency_key_in_use`; keys are forgotten
- * after 24 h (the clock is injectable); 401, 429 and validation failures are not saved.
+ * once they are 24 h old (`keyRetentionMs`; the clock is injectable); 401, 429 and validation
+ * failures are not saved. Stripe promises only that a key lives at least that long ("you can
+ * remove keys from the system automatically after they're at least 24 hours old",
+ * docs.stripe.com/api/idempotent_requests): a longer `keyRetentionMs` is a Stripe that prunes late.
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
  * `Stripe-Version` is before 2015-09-08, as Stripe answered then), `unavailable` (503) and
- * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
+ * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_before_effect` (the
+ * endpoint began executing and failed before its effect: a 500, or the fault's `status`, saved
+ * under the key with nothing done, which Stripe's "including 500 errors" allows as much as a 500
+ * after the effect); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
  * the 500; a 503 so saved is what a 503 that is not proven to come before execution may be), `drop_after_commit` (the
  * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
  * client's timeout) after the effect committed.
@@ -29,6 +35,7 @@ export type StripeFaultKind =
   | "unavailable"
   | "unauthorized"
   | "delay_before_commit"
+  | "error_before_effect"
   | "error_after_commit"
   | "drop_after_commit"
   | "delay_after_commit";
@@ -38,6 +45,11 @@ export interface StripeSandboxOptions {
   readonly apiKey?: string;
   /** How far Search's index lags writes: a new object is not in it, an update not seen, for this long. Default 0. */
   readonly searchLagMs?: number;
+  /**
+   * How long a key and its saved answer are kept, from the key's first request. Default 24 h, the
+   * least Stripe documents; Stripe may prune later, so a longer one is a faithful Stripe too.
+   */
+  readonly keyRetentionMs?: number;
 }
 
 interface Saved {
@@ -57,7 +69,7 @@ export interface StripeRequestRecord {
   readonly replayed: boolean;
 }
 
-const KEY_RETENTION_MS = 24 * 3_600_000;
+const DAY_MS = 24 * 3_600_000;
 
 export class StripeSandbox {
   readonly faults = new FaultPlan<StripeFaultKind>();
@@ -66,6 +78,7 @@ export class StripeSandbox {
   readonly requests: StripeRequestRecord[] = [];
   readonly objects: StripeObjects;
   searchLagMs: number;
+  readonly keyRetentionMs: number;
   private clockOffsetMs = 0;
   private readonly saved = new Map<string, Saved>();
   private readonly apiKey: string;
@@ -74,6 +87,7 @@ export class StripeSandbox {
   constructor(options: StripeSandboxOptions = {}) {
     this.apiKey = options.apiKey ?? "sk_test_idem_sandbox";
     this.searchLagMs = options.searchLagMs ?? 0;
+    this.keyRetentionMs = options.keyRetentionMs ?? DAY_MS;
     this.objects = new StripeObjects(
       () => this.now(),
       () => this.searchLagMs,
@@ -151,8 +165,8 @@ export class StripeSandbox {
     const slot = method === "POST" && idemKey ? `${this.apiKey}:${idemKey}` : undefined;
     const fingerprint = `${method} ${path} ${canonicalParams(params)}`;
     let saved = slot ? this.saved.get(slot) : undefined;
-    if (saved && this.now() - saved.at > KEY_RETENTION_MS) {
-      this.saved.delete(slot!); // Stripe prunes keys after 24 hours
+    if (saved && this.now() - saved.at > this.keyRetentionMs) {
+      this.saved.delete(slot!); // pruned: Stripe does so once a key is at least 24 hours old
       saved = undefined;
     }
     if (saved && saved.fingerprint !== fingerprint) {
@@ -189,7 +203,10 @@ export class StripeSandbox {
     let status: number;
     let out: string;
     let committed: StripeObject | undefined;
+    const broke = this.faults.take(method, path, ["error_before_effect"]);
     try {
+      if (broke)
+        throw new StripeFailure(broke.status ?? 500, { type: "api_error", message: "An unknown error occurred." });
       const result = this.execute(method, path, params);
       [status, out] = [200, JSON.stringify(result)];
       if (method === "POST") committed = result as StripeObject;

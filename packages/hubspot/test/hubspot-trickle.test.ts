@@ -1,0 +1,115 @@
+/**
+ * An answer that keeps coming and never ends: HubSpot (or a proxy in front of it) commits the
+ * write, sends the answer's head and then one byte of its body every 200 ms, never the last.
+ * Each byte resets the socket's inactivity timeout (`timeoutMs`), so the write never ends: the
+ * operation stays `running` under a lease its heartbeat keeps renewing, and `run` never returns,
+ * though the record exists and a read by the key would say so. Now each request has a deadline
+ * (`deadlineMs`) from its start: past it the request is cut, ambiguous as a timeout is, and the
+ * read by the key finds the record.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { LedgerOptions } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import { HubSpotSandbox } from "@idem/sandbox";
+import { DIALECTS, forward, ledgersFor, scaled } from "@idem/testkit";
+import { hubspotActions } from "@idem/hubspot";
+
+let sandbox: HubSpotSandbox;
+let server: { basePath: string; accessToken: string };
+let proxy: { basePath: string; cut(): void; close(): Promise<void> };
+beforeAll(async () => {
+  sandbox = new HubSpotSandbox();
+  server = await sandbox.start();
+  await hubspotActions({ accessToken: server.accessToken, basePath: server.basePath }).ensureSchema(["companies"]);
+  proxy = await tricklingAnswers(server.basePath, "POST");
+});
+afterAll(async () => {
+  await proxy?.close();
+  await sandbox?.close();
+});
+
+/**
+ * Forwards every request to `target`; a `method` request's answer (after the target committed)
+ * is sent as its head and then a space every 200 ms, never ended.
+ */
+async function tricklingAnswers(target: string, method: string) {
+  const to = new URL(target);
+  const timers = new Set<NodeJS.Timeout>();
+  const srv = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", async () => {
+      const a = await forward(to, req, Buffer.concat(chunks));
+      if (req.method !== method) return void res.writeHead(a.status, a.headers).end(a.body);
+      res.writeHead(a.status, { "content-type": "application/json;charset=utf-8" });
+      const t = setInterval(() => res.write(" "), 200);
+      timers.add(t);
+      res.on("close", () => {
+        clearInterval(t);
+        timers.delete(t);
+      });
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
+  return {
+    basePath: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+    /** Ends every connection (a trickling answer too): a test that failed lets its call go. */
+    cut: () => srv.closeAllConnections(),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const t of timers) clearInterval(t);
+        srv.closeAllConnections();
+        srv.close(() => r());
+      }),
+  };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`HubSpot answering a write that never ends, on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openTestLedger, { defaults: { poolSize: 2 } as TestLedgerOptions });
+    let n = 0;
+    const tenant = () => `trickle${++n}-${Math.random().toString(36).slice(2, 7)}`;
+
+    for (const mode of ["upsert", "create"] as const) {
+      it(
+        `${mode}: a body trickled for ever after HubSpot wrote: the call ends (unknown, then found), not running for ever`,
+        async () => {
+          const action = hubspotActions({
+            accessToken: server.accessToken,
+            basePath: proxy.basePath,
+            mode,
+            timeoutMs: 1_000,
+            deadlineMs: 2_000,
+            settleMs: 0,
+          }).create("companies");
+          const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 10 } } as LedgerOptions);
+          const t = tenant();
+          const started = Date.now();
+          const run = ledger.run(action, {
+            tenant: t,
+            key: ["trickle"],
+            args: { properties: { name: "Trickle Ltd" } },
+          });
+          const bound = scaled(15_000);
+          const out = await Promise.race([run, sleep(bound).then(() => "still running" as const)]);
+          const [row] = await ledger.admin.list({ tenant: t });
+          proxy.cut();
+          await run;
+          const records = sandbox.crm.all("companies").filter((r) => r.properties.idem_external_id === row?.key);
+          expect(records).toHaveLength(1); // HubSpot wrote it at once
+          // Before: "still running" after 15 s (and for ever), the row running under a renewed lease.
+          // Cut at the deadline, unknown, then found by the read (settleMs 0).
+          expect({ out: out === "still running" ? out : out.status, row: row?.status }).toEqual({
+            out: "succeeded",
+            row: "succeeded",
+          });
+          expect(Date.now() - started).toBeLessThan(bound);
+        },
+        scaled(60_000),
+      );
+    }
+  });
+}
