@@ -79,8 +79,10 @@ async function withLedger<T>(
   const actions = options.actions
     ? lastOfEachType([...configured, ...(options.actions === true ? [] : options.actions.also(config))])
     : undefined;
-  const open = () =>
-    openLedger(config.ledger, {
+  // The schema check is part of the open: a database that goes away between the two (a restart, a
+  // failover) is waited for as one that went away during the open, not a failure (exit 1).
+  const open = async () => {
+    const ledger = await openLedger(config.ledger, {
       migrate: schema === "migrate",
       create: schema !== "require",
       leaseMs: config.daemon.leaseMs,
@@ -89,13 +91,20 @@ async function withLedger<T>(
       ...(actions && { actions }),
       ...(options.onResult && { onResult: options.onResult }),
     });
+    try {
+      const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
+      if (pending.length)
+        throw new ConfigError(
+          `the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`,
+        );
+    } catch (error) {
+      await ledger.close();
+      throw error;
+    }
+    return ledger;
+  };
   const ledger = options.waitForDatabase ? await openWaiting(open, options.waitForDatabase) : await open();
   try {
-    const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
-    if (pending.length)
-      throw new ConfigError(
-        `the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`,
-      );
     return await fn(ledger, config, configured);
   } finally {
     await ledger.close();

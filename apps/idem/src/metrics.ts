@@ -187,13 +187,16 @@ export class DaemonMetrics {
       } else if (req.url === "/healthz") {
         // Healthy: the last tick reached the ledger and wrote to it, recently. During an outage (the
         // database down, or taking no writes: a full disk) the daemon keeps running and retrying;
-        // the body says since when and why, for the operator and the probe.
+        // the body says since when and why, for the operator and the probe. A tick that has not
+        // come back (a frozen database: its statement fails only at the client's read timeout,
+        // statementTimeoutMs + 5 s) makes it unhealthy here first; the ledger is then "unknown",
+        // not "up", until that statement's failure says "unavailable" (or the tick ends).
         const last = Math.max(this.lastTickAt, this.lastProgressAt);
         const fresh = Date.now() - last < Math.max(3 * this.intervalMs, 10_000);
         const ok = fresh && !this.outage;
         const body = {
           ok,
-          ledger: this.outage ? "unavailable" : "up",
+          ledger: this.outage ? "unavailable" : fresh ? "up" : "unknown",
           lastTickAt: this.lastTickAt,
           lastProgressAt: this.lastProgressAt,
           ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }),

@@ -5,18 +5,22 @@
  * go on; every job must end done exactly once at the target (effects are lines in a file). And a
  * daemon started before its database listens on its Unix socket waits for it, and one whose SQLite
  * ledger's disk fills (reads still pass, writes fail) says so on /healthz as for an outage; one
- * whose SQLite ledger is deleted and made anew under it is no outage: it exits for a restart.
+ * whose SQLite ledger is deleted and made anew under it is no outage: it exits for a restart. A
+ * frozen database makes /healthz unhealthy within 10 s (the ledger "unknown" until the client's
+ * read timeout says "unavailable"); a connection cut between the open and its schema check is
+ * waited through as during the open.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createConnection, createServer, type Server } from "node:net";
+import { createConnection, createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LedgerUnavailableError, defineAction, openLedger } from "@idem/core";
 import {
   freePort,
+  freshDatabase,
   kill9,
   scaled,
   startChild,
@@ -233,6 +237,48 @@ describe("the daemon and agents through Postgres restarts", () => {
   );
 
   it(
+    "a frozen database: /healthz 503 within 10 s of the last tick (ledger unknown, not up), and the ledger unavailable once the client's read timeout (statement timeout + 5 s) ends the tick",
+    async () => {
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-frozen"], {
+        LEDGER_URL: url,
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+      });
+      children.push(daemon);
+      const seen: { at: number; status: number; ledger: string }[] = [];
+      try {
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        await server.freeze();
+        const frozenAt = performance.now();
+        await until(
+          async () => {
+            const h = await health(metricsPort);
+            if (h) seen.push({ at: Math.round(performance.now() - frozenAt), status: h.status, ledger: h.ledger });
+            return h?.ledger === "unavailable";
+          },
+          90_000,
+          "/healthz to say the ledger is unavailable",
+        );
+        // Measured: 503 after 9.8 s (the last tick 10 s old), "unavailable" after 35 s (the
+        // heartbeat's statement failing at the client's read timeout, 30 s + 5 s). Before, the body
+        // said "ledger":"up" with each 503 between the two.
+        const first503 = seen.find((s) => s.status === 503)!;
+        expect(first503.at).toBeLessThan(scaled(12_000));
+        expect(seen.at(-1)!.at).toBeLessThan(scaled(40_000));
+        expect(seen.filter((s) => s.status === 503 && s.ledger === "up")).toEqual([]);
+        expect(seen.filter((s) => s.status === 503).map((s) => s.ledger)).toContain("unknown");
+      } finally {
+        await server.thaw();
+        daemon.proc.kill("SIGKILL");
+        await daemon.exited;
+      }
+    },
+    scaled(240_000),
+  );
+
+  it(
     "started before its database listens on its Unix socket: waits for it (not exit 2), starts once it does",
     async () => {
       const dir = tempDir(); // the socket's directory; the server that would make the socket is not there
@@ -401,5 +447,73 @@ describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
       }
     },
     scaled(180_000),
+  );
+});
+
+describe("the daemon whose Postgres blips right after the open", () => {
+  it(
+    "the schema check that follows the open is waited through as the open is (not exit 1)",
+    async (ctx) => {
+      const url = await freshDatabase("postgres");
+      await (await openLedger(url)).close(); // migrated: the daemon opens without migrating
+      // In front of the database: the connection carrying the second read of the schema's version
+      // (the daemon's check for pending migrations, right after its open read it) is cut, as a
+      // restart or a failover would cut it; every other statement passes.
+      let reads = 0;
+      const { hostname, port } = new URL(url);
+      const sockets = new Set<Socket>();
+      const proxy = createServer((client) => {
+        const upstream = createConnection(Number(port), hostname);
+        for (const s of [client, upstream]) {
+          sockets.add(s);
+          s.on("error", () => {});
+          s.on("close", () => {
+            client.destroy();
+            upstream.destroy();
+            sockets.delete(s);
+          });
+        }
+        client.on("data", (chunk: Buffer) => {
+          if (chunk.includes("idem_migration")) reads += 1;
+          if (reads === 2 && chunk.includes("idem_migration")) return void client.destroy();
+          upstream.write(chunk);
+        });
+        upstream.pipe(client);
+      });
+      await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+      const target = new URL(url);
+      target.host = `127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-blip"], {
+        LEDGER_URL: target.toString(),
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: "http://127.0.0.1:9/hook",
+        METRICS_PORT: String(metricsPort),
+      });
+      ctx.onTestFailed(() =>
+        console.error(`reads ${reads}; daemon's last lines:\n${daemon.lines.slice(-8).join("\n")}`),
+      );
+      try {
+        // Before: "cannot read the ledger's schema version: Connection terminated unexpectedly", exit 1.
+        const first = await Promise.race([
+          until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy").then(
+            () => "healthy",
+          ),
+          daemon.exited.then((e) => `exited ${e.code}: ${e.stderr.trim().split("\n").pop()}`),
+        ]);
+        expect(first).toBe("healthy");
+        expect(reads).toBeGreaterThanOrEqual(3); // the cut read, then the open tried again
+        expect(daemon.lines.join("\n")).toMatch(/the ledger database is unreachable; waiting for it/);
+        daemon.proc.kill("SIGTERM");
+        const { code, stderr } = await within(daemon.exited, scaled(30_000), "the daemon to stop");
+        expect(code, stderr).toBe(0);
+      } finally {
+        daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
+        await daemon.exited;
+        for (const s of sockets) s.destroy();
+        await new Promise((r) => proxy.close(r));
+      }
+    },
+    scaled(120_000),
   );
 });

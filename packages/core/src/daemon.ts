@@ -10,7 +10,7 @@ import { heartbeat } from "./daemon-heartbeat.js";
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import { escalationReason, hours, pastEscalation, waitedMs, type RetryBudget } from "./policy.js";
+import { budgetProblem, escalationReason, hours, pastEscalation, waitedMs, type RetryBudget } from "./policy.js";
 import { pending, type Call, type Escalation, type RunnerSettings } from "./runner.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
@@ -271,6 +271,8 @@ function settingsOf(settings: RunnerSettings, options: SettleOptions): RunnerSet
   if (budget === undefined && timeoutMs === undefined) return settings;
   for (const [name, value] of Object.entries(budget ?? {}))
     if (value !== undefined) requireWhole(value, `budget.${name}`, name === "attempts" || name === "elapsedMs" ? 1 : 0);
+  const badBudget = budget && budgetProblem(budget);
+  if (badBudget) throw new InvalidValueError(badBudget.path, badBudget.reason);
   if (timeoutMs !== undefined) requireWhole(timeoutMs, "timeoutMs", 1);
   const merged = { ...settings.budget, ...budget };
   return {

@@ -24,7 +24,7 @@ import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError } from 
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
-import { DEFAULT_BUDGET, type RetryBudget } from "./policy.js";
+import { DEFAULT_BUDGET, budgetProblem, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
 import { checkSize, knownPerformed, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
 import type { Status } from "./schema.js";
@@ -130,6 +130,8 @@ function oneActionPerType(actions: readonly Action<any, any>[]): void {
 export async function open(target: string | Dialect, options: LedgerOptions, clock?: () => number): Promise<Ledger> {
   if (options.owner !== undefined) requireName(options.owner, "owner");
   oneActionPerType(options.actions ?? []);
+  const badBudget = budgetProblem(options.budget ?? {});
+  if (badBudget) throw new LedgerConfigError(`${badBudget.path} ${badBudget.reason}`);
   const settings: RunnerSettings = {
     owner: options.owner ?? `${hostname()}:${process.pid}`,
     leaseMs: timerMs(options.leaseMs ?? 30_000, "leaseMs"),
@@ -246,6 +248,8 @@ export class Ledger {
     context.assertOpen();
     requireName(input.tenant, "tenant");
     if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
+    const badBudget = input.budget && budgetProblem(input.budget);
+    if (badBudget) throw new InvalidValueError(badBudget.path, badBudget.reason);
     this.#checkAllowed(input.tenant, action.type);
     const settings = context.settings;
     const key = isOperationKey(input.key)

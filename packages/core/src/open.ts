@@ -64,7 +64,9 @@ export interface ConnectionOptions {
   /**
    * Postgres: how long opening a connection may take (TCP, TLS, authentication) before it fails.
    * Default 10 s, or the URL's `connect_timeout` (seconds, as in libpq). At most 2147483647 ms
-   * (about 24.8 days, the longest a Node timer waits): a longer one is refused at open.
+   * (about 24.8 days, the longest a Node timer waits): a longer one is refused at open. 0 (libpq's
+   * `connect_timeout=0`, "wait for ever") is refused at open too: a connect to a frozen server
+   * would hold every call for ever.
    */
   readonly connectTimeoutMs?: number;
   /**
@@ -381,15 +383,22 @@ function timeouts(
     30_000,
     "statementTimeoutMs / statement_timeout",
   );
+  const connectMs = pick(
+    opts.connectTimeoutMs,
+    params.get("connect_timeout") ?? undefined,
+    1000,
+    10_000,
+    "connectTimeoutMs / connect_timeout",
+  );
+  // libpq reads connect_timeout=0 as "wait for ever"; it was read here as the default (10 s),
+  // silently. Waiting for ever is not to be had: a connect to a frozen server (it takes the TCP
+  // connection and never answers) would hold every call waiting for a connection, for ever.
+  if (connectMs === 0)
+    throw new LedgerConfigError(
+      `${opts.connectTimeoutMs === undefined ? "connect_timeout=0 (to libpq: wait for ever)" : "connectTimeoutMs 0"} is refused: a ledger never waits for ever for a connection, which a frozen server would make it do; give a time (connect_timeout in seconds, connectTimeoutMs in ms), or none for 10 s`,
+    );
   return {
-    connectMs:
-      pick(
-        opts.connectTimeoutMs,
-        params.get("connect_timeout") ?? undefined,
-        1000,
-        10_000,
-        "connectTimeoutMs / connect_timeout",
-      ) || 10_000,
+    connectMs,
     statementMs,
     readMs: Math.min(statementMs + 5_000, MAX_TIMER_MS),
     lockMs: pick(

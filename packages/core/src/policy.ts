@@ -319,9 +319,36 @@ export function spread(ms: number, random = Math.random): number {
 /**
  * A provider's wait (Retry-After) plus up to a tenth more (at most a second): never shorter than
  * the provider asked, and the callers it held back together do not all return on the same tick.
+ * The wait comes off the network, and becomes a stored time (`next_check_at`): one past
+ * MAX_WAIT_MS (a Retry-After of 1e17 s, a server's or a proxy's bug) is kept at it, where it was a
+ * time past Postgres's bigint whose transition failed as an outage of the ledger database, retried
+ * for the lease and leaving the operation running (and on SQLite a row never due again); one that
+ * is no number of ms ≥ 0 (NaN, negative) is no signal.
  */
 export function afterProvider(ms: number, random = Math.random): number {
-  return Math.round(ms + random() * Math.min(ms / 10, 1_000));
+  const wait = ms >= 0 ? Math.min(ms, MAX_WAIT_MS) : 0;
+  return Math.round(wait + random() * Math.min(wait / 10, 1_000));
+}
+
+/** The longest wait the ledger stores or keeps a timer for: 2147483647 ms, about 24.8 days (the longest a timer waits). */
+export const MAX_WAIT_MS = 2 ** 31 - 1;
+
+/**
+ * What is wrong with a retry budget's delays, if anything: they become stored times (a check's
+ * `next_check_at`, even after an attempt that may have committed) and timers, so each must be a
+ * number of ms from 0 to MAX_WAIT_MS. A larger one failed that write on Postgres (past its bigint)
+ * as an outage of the ledger database, where it is the caller's value.
+ */
+export function budgetProblem(budget: Partial<RetryBudget>): { path: string; reason: string } | undefined {
+  for (const name of ["baseDelayMs", "maxDelayMs"] as const) {
+    const v: unknown = budget[name];
+    if (v !== undefined && !(typeof v === "number" && v >= 0 && v <= MAX_WAIT_MS))
+      return {
+        path: `budget.${name}`,
+        reason: `must be a number of ms from 0 to ${MAX_WAIT_MS} (about 24.8 days) (got ${String(v)})`,
+      };
+  }
+  return undefined;
 }
 
 /** Retry budget of one `run` call: attempts and elapsed time, outside the model. */

@@ -230,6 +230,20 @@ describe("a Postgres that accepts connections and never answers", () => {
     expect(fds().length).toBeLessThanOrEqual(before);
   });
 
+  it("refuses a connect timeout of 0 (libpq: wait for ever), naming it, before connecting", async () => {
+    const url = "postgres://idem:pw@127.0.0.1:1/ledger";
+    // Before: read as the default (10 s), silently; here the connection refused (unreachable).
+    for (const [target, options, what] of [
+      [`${url}?connect_timeout=0`, {}, /connect_timeout=0 \(to libpq: wait for ever\) is refused/],
+      [url, { connectTimeoutMs: 0 }, /connectTimeoutMs 0 is refused/],
+    ] as const) {
+      const { error } = await refusal(openLedger(target, options));
+      expect(error).toBeInstanceOf(LedgerConfigError);
+      expect(error).toMatchObject({ unreachable: false });
+      expect((error as Error).message).toMatch(what);
+    }
+  });
+
   it("refuses timeouts that are not durations", async () => {
     await expect(openLedger("postgres://idem:pw@127.0.0.1:1/ledger?connect_timeout=soon")).rejects.toThrow(
       /connect_timeout/,
