@@ -178,15 +178,18 @@ function webhookRequest(url: string, init: RequestInit): Request {
   }
 }
 
-/** A signal aborted after `ms`, its reason naming the deadline (told apart from the operation's own signal). */
-function deadline(ms: number): AbortSignal {
+/**
+ * A signal aborted after `ms`, its reason naming the deadline (told apart from the operation's own
+ * signal); `clear` when the delivery ended.
+ */
+function deadline(ms: number): { signal: AbortSignal; clear: () => void } {
   const controller = new AbortController();
   const reason = Object.assign(
     new Error(`no complete answer from the SMTP server within ${ms} ms (alerts.email.smtp.deadlineMs): closed`),
     { name: DEADLINE },
   );
-  setTimeout(() => controller.abort(reason), ms).unref();
-  return controller.signal;
+  const timer = setTimeout(() => controller.abort(reason), ms);
+  return { signal: controller.signal, clear: () => clearTimeout(timer) };
 }
 
 /** fetch's refusal of a port it blocks (6000, 6667…), which it gives before connecting. */
@@ -435,15 +438,20 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
         type: typeOf("email"),
         capabilities: {},
         execute: async (alert, op) => {
-          const info = await transport.sendMail({
-            from: e.from,
-            to: e.to,
-            subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`,
-            text: alertText(alert),
-            messageId: `<alert.${op.key.slice(0, 40)}@${domain}>`,
-            signal: AbortSignal.any([op.signal, deadline(deadlineMs)]),
-          });
-          return { delivered: true as const, detail: String(info.response ?? "") };
+          const cutOff = deadline(deadlineMs);
+          try {
+            const info = await transport.sendMail({
+              from: e.from,
+              to: e.to,
+              subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`,
+              text: alertText(alert),
+              messageId: `<alert.${op.key.slice(0, 40)}@${domain}>`,
+              signal: AbortSignal.any([op.signal, cutOff.signal]),
+            });
+            return { delivered: true as const, detail: String(info.response ?? "") };
+          } finally {
+            cutOff.clear();
+          }
         },
         classify: classifyEmailDelivery,
       }),

@@ -268,7 +268,16 @@ const schema = z
          * daemon reports any running operation stuck), so one that matches none of the config's
          * actions is not refused: the daemon warns of it at start (`unmatchedThresholds`).
          */
-        perAction: z.record(z.string(), z.number().int().positive()).default({}),
+        // Keys are action types (the ledger's names): one it could never hold is refused, not matched by no row.
+        perAction: z
+          .record(z.string(), z.number().int().positive())
+          .default({})
+          .superRefine((thresholds, ctx) => {
+            for (const key of Object.keys(thresholds)) {
+              const problem = ledgerName.safeParse(key).error?.issues[0]?.message;
+              if (problem) ctx.addIssue({ code: "custom", path: [key], message: `an action type ${problem}` });
+            }
+          }),
       })
       .strict()
       .default({ stuckAfterMs: 300_000, perAction: {} }),

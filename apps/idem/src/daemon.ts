@@ -375,7 +375,9 @@ export class Daemon {
       if (op.status === "running") continue;
       // Known not done since (a refused check, then one that proved the effect absent): nothing for
       // a person now, and no failure; a refusal of its next run is alerted as that run's own.
-      if (op.status === "pending") {
+      // Failed since by a refusal that asks no alert of its own (a refused check, then a run refused
+      // for its content): the alert is an earlier state's, and said now it would be untrue.
+      if (op.status === "pending" || (op.status === "failed" && op.error?.alert !== true)) {
         await this.ledger.daemon.ackAlert(op);
         continue;
       }

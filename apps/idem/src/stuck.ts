@@ -4,18 +4,8 @@
  * own limit: read once at the least of them, the oldest rows (an action's many long runs, still
  * within its own longer threshold) filled the limit and hid another action's stuck run.
  */
-import { requireName, type Ledger, type Operation } from "@idem/core";
+import type { Ledger, Operation } from "@idem/core";
 import type { IdemConfig } from "./config.js";
-
-/** An action type a `perAction` key can name (a malformed key names none, and matches no row). */
-function isName(key: string): boolean {
-  try {
-    requireName(key, "thresholds.perAction");
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /**
  * Running operations past their threshold, oldest first within each threshold, at most `limit`
@@ -26,7 +16,7 @@ export async function stuckRuns(
   thresholds: IdemConfig["thresholds"],
   only: { readonly limit?: number; readonly tenants?: readonly string[]; readonly action?: string } = {},
 ): Promise<(Operation & { runningForMs: number })[]> {
-  const own = Object.entries(thresholds.perAction).filter(([action]) => isName(action));
+  const own = Object.entries(thresholds.perAction); // names, as the config's schema checks them
   const scope = {
     ...(only.limit !== undefined && { limit: only.limit }),
     ...(only.tenants && { tenants: only.tenants }),

@@ -1068,6 +1068,16 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(parseConfig({ alerts: { log: true, tenant: "ops-alerts" } }).alerts.tenant).toBe("ops-alerts");
   });
 
+  it("refuses a thresholds.perAction key no action type could be (the stuck read could never match it), naming it", () => {
+    for (const key of ["", "tab\there", "a".repeat(201)])
+      expect(() => parseConfig({ thresholds: { perAction: { [key]: 60_000 } } })).toThrow(
+        /thresholds\.perAction\..*: an action type must be a non-empty printable string/,
+      );
+    expect(parseConfig({ thresholds: { perAction: { "mail.send": 60_000 } } }).thresholds.perAction).toEqual({
+      "mail.send": 60_000,
+    });
+  });
+
   it("reads the email provider's deadlines (smtp.deadlineMs, imap.deadlineMs), and refuses one that is no positive whole number of ms, naming the field", () => {
     const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
     const email = (smtp: object, imapMore: object = {}) => ({

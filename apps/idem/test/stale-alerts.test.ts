@@ -163,6 +163,57 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "an unknown outcome whose check was refused, then proven not done and run again to a refusal that is no credential's (failed, no alert of its own), is never alerted as 'failed on authentication or policy'",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        let lookups = 0;
+        // The first check is refused (a revoked key); with the key fixed, the next proves absence;
+        // the run after is refused for its content (a 400: a validation error, no credential's).
+        const note = defineAction<{ to: string }, { id: string }>({
+          type: "crm.note",
+          capabilities: { lookup: true },
+          execute: async (_args, op) => {
+            if (op.attempt === 1) throw new Error("timeout after send");
+            throw Object.assign(new Error("400 invalid email"), { status: 400 });
+          },
+          classify: (e) => {
+            const status = (e as { status?: number }).status;
+            if (status === 401) return { kind: "permanent", reason: "api key revoked", alert: true };
+            if (status === 400) return { kind: "permanent", reason: "400 invalid email" };
+            return { kind: "ambiguous", reason: "timeout after send" };
+          },
+          reconcile: async () => {
+            lookups += 1;
+            if (lookups === 1) throw Object.assign(new Error("401 api key revoked"), { status: 401 });
+            return { found: false, proof: "absent", reason: "no such note" };
+          },
+        });
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const ledger = await openTestLedger(url, {
+          poolSize: 3,
+          actions: [...alertActions(config, log), note],
+          budget: { attempts: 1 },
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const first = await ledger.run(note, { tenant: t, key: ["n"], args: { to: "a@example.com" } });
+        expect(first).toMatchObject({ state: "unknown" });
+        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
+        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
+        expect((await ledger.get({ tenant: t, id: first.operationId })).operation).toMatchObject({
+          status: "failed",
+        });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-h7-failed");
+        await daemon.tick();
+        await daemon.tick();
+        const said = lines.filter((l) => l.alert?.operationId === first.operationId);
+        for (const l of said) expect({ kind: l.alert!.kind, msg: l.msg }).not.toMatchObject({ kind: "auth_failure" });
+      },
+      scaled(60_000),
+    );
+
+    it(
       "a run past its threshold is alerted as stuck though a thousand longer runs of another action, within their own longer threshold, started before it",
       async () => {
         const url = await freshDatabase(dialect);
