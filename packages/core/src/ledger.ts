@@ -135,11 +135,16 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
   const settings: RunnerSettings = {
     owner: options.owner ?? `${hostname()}:${process.pid}`,
     leaseMs: timerMs(options.leaseMs ?? 30_000, "leaseMs"),
-    waitMs: options.waitMs ?? 0,
+    waitMs: whole(options.waitMs ?? 0, "waitMs", 0, 2 ** 31 - 1),
     budget: { ...DEFAULT_BUDGET, ...options.budget },
-    maxArgsBytes: options.maxArgsBytes ?? 256 * 1024,
-    maxResultBytes: options.maxResultBytes ?? 64 * 1024,
-    retentionMs: options.retentionMs === undefined ? 30 * 24 * 3600 * 1000 : options.retentionMs,
+    maxArgsBytes: whole(options.maxArgsBytes ?? 256 * 1024, "maxArgsBytes", 1, MAX_JSON_BYTES),
+    maxResultBytes: whole(options.maxResultBytes ?? 64 * 1024, "maxResultBytes", 1, MAX_JSON_BYTES),
+    retentionMs:
+      options.retentionMs === undefined
+        ? 30 * 24 * 3600 * 1000
+        : options.retentionMs === null
+          ? null
+          : whole(options.retentionMs, "retentionMs", 0, Number.MAX_SAFE_INTEGER),
   };
   const { db, dialect, direct, groupsCommits, removeMade } = await connect(target, options);
   const store = new Store(db, dialect, clock, direct, groupsCommits);
@@ -250,6 +255,9 @@ export class Ledger {
     if (input.actor !== undefined && input.actor !== null) requireName(input.actor, "actor");
     const badBudget = input.budget && budgetProblem(input.budget);
     if (badBudget) throw new InvalidValueError(badBudget.path, badBudget.reason);
+    const waitMs = input.waitMs;
+    if (waitMs !== undefined && !(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= 2 ** 31 - 1))
+      throw new InvalidValueError("waitMs", `must be a whole number of ms from 0 to ${2 ** 31 - 1}`);
     this.#checkAllowed(input.tenant, action.type);
     const settings = context.settings;
     const key = isOperationKey(input.key)
@@ -366,6 +374,23 @@ function keyFor(key: OperationKey, tenant: string, action: string): OperationKey
  * longer timer at once: a lease of a month would end every attempt as soon as it began
  * (`LeaseDeadlineError`), and a close would stop waiting for the calls in flight at once.
  */
+/**
+ * The most a size limit may allow: half of the largest value SQLite stores (1e9 bytes, its default
+ * SQLITE_MAX_LENGTH) and of Postgres's 1 GB, so a JSON text under the limit is always storable.
+ */
+const MAX_JSON_BYTES = 500_000_000;
+
+/**
+ * `n`, a whole number from `min` to `max`, or refused at open naming `what`. Each becomes a limit
+ * a call checks or a stored value: NaN disabled a size limit, and a NaN retention reached the
+ * database on every call as a value it refuses, read as an outage of the ledger.
+ */
+function whole(n: number, what: string, min: number, max: number): number {
+  if (!(Number.isInteger(n) && n >= min && n <= max))
+    throw new LedgerConfigError(`${what} must be a whole number from ${min} to ${max} (got ${n})`);
+  return n;
+}
+
 function timerMs(n: number, what: string): number {
   if (!(n > 0)) throw new LedgerConfigError(`${what} must be positive`);
   if (!(n <= 2 ** 31 - 1))

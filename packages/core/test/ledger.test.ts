@@ -74,6 +74,37 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    // Each becomes a stored value (retention_ms) or a limit a call checks: NaN disabled a size limit,
+    // and a NaN retention reached the database as a value it refuses, on every call, read as an outage.
+    for (const [option, value] of [
+      ["maxArgsBytes", Number.NaN],
+      ["maxArgsBytes", 0],
+      ["maxResultBytes", 2e9],
+      ["maxResultBytes", 1.5],
+      ["waitMs", -1],
+      ["waitMs", Number.NaN],
+      ["retentionMs", Number.NaN],
+      ["retentionMs", -5],
+      ["retentionMs", Number.POSITIVE_INFINITY],
+    ] as const)
+      it(`refuses ${option}: ${value} at open, naming it`, async () => {
+        const err = await db.open({ [option]: value }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(LedgerConfigError);
+        expect((err as Error).message).toMatch(new RegExp(`^${option} must be a whole number`));
+      });
+
+    it("refuses a call's waitMs that is no whole number of ms a timer takes, writing nothing", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const send = p.action("mail.send", NEITHER);
+      const tenant = uniqueTenant();
+      for (const waitMs of [Number.NaN, -1, 1.5, 2 ** 31])
+        await expect(ledger.run(send, { tenant, key: ["k"], args: { to: "a" }, waitMs })).rejects.toThrow(
+          InvalidValueError,
+        );
+      expect({ calls: p.calls, rows: await ledger.admin.list({ tenant }) }).toEqual({ calls: 0, rows: [] });
+    });
+
     it("refuses a key from operationKey built for another action or tenant, running and writing nothing", async () => {
       const ledger = await db.open();
       const p = new TestProvider();
