@@ -84,6 +84,9 @@ const NEXT: Record<Unsettled, string> = {
 const BY_A_PERSON = "a person checked it and decided it did not happen";
 
 /** An effect whose receipt could not be stored: known done, so a person records it, and nothing is left to decide. */
+/** The paths of the values the application sets (guard's options), never the model's input. */
+const SETUP = /^(tenant|actor|waitMs)$/;
+
 const PERFORMED_UNRECORDED = "it was performed, but its result could not be recorded; a person will record it";
 
 /**
@@ -249,8 +252,8 @@ export function outcomeOfError(
     };
   if (error instanceof GuardrailError)
     return { status: "refused", message: `Not allowed: ${what.action} is not allowed here. Nothing was done.` };
-  // The application's setup (the tenant read from its context, the actor it set), not the model's input.
-  if (error instanceof InvalidValueError && (error.path === "tenant" || error.path === "actor"))
+  // The application's setup (the tenant read from its context, the actor and wait it set), not the model's input.
+  if (error instanceof InvalidValueError && SETUP.test(error.path))
     return {
       status: "not_performed",
       message: `Not performed: the tool is not set up right (${error.path}: ${error.reason}). Nothing was done. Tell the user; do not assume it happened, and do not change the input for it.`,

@@ -108,13 +108,14 @@ for (const dialect of DIALECTS) {
     for (const bad of [
       { name: "a tenant read from the context that is empty", options: { tenant: () => "" } },
       { name: "an actor the application set that is too long", options: { tenant: "t", actor: "a".repeat(201) } },
+      { name: "a waitMs the application set that no timer takes", options: { tenant: "t", waitMs: 2 ** 31 } },
     ])
       it(`${bad.name}: not performed, the tool's setup, not the model's input to fix`, async () => {
         const ledger = await db.open();
         const before = sent;
         const out = await guard(ledger, note, bad.options)({ noteId: "n-3", text: "hi" }, { context: undefined });
         expect(out).toMatchObject({ status: "not_performed" });
-        expect(out.message).toMatch(/^Not performed: the tool is not set up right \((tenant|actor): /);
+        expect(out.message).toMatch(/^Not performed: the tool is not set up right \((tenant|actor|waitMs): /);
         expect(out.message).not.toMatch(/fix the input/);
         expect(sent - before).toBe(0);
       });
