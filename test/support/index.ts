@@ -7,3 +7,4 @@ export { startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-s
 export { machineFactor, scaled } from "./machine.js";
 export { untrustedServer, type UntrustedServer } from "./untrusted-tls.js";
 export { forward, gatedProxy, type Forwarded, type GatedProxy } from "./gated-proxy.js";
+export { pgProxy, type PgProxy } from "./pg-proxy.js";

@@ -90,10 +90,11 @@ export class DaemonMetrics {
     registers: [this.registry],
   });
   readonly results = runResultCounters(this.registry);
-  readonly ledgerUp = new Gauge({
+  readonly ledgerUp: Gauge = new Gauge({
     name: "idem_ledger_up",
-    help: "1 when the daemon's last tick reached the ledger database and wrote to it, 0 while it cannot",
+    help: "1 when the daemon's last tick reached the ledger database and wrote to it, recently; 0 while it cannot, or while a tick has not come back (a frozen database), as /healthz says",
     registers: [this.registry],
+    collect: (): void => this.ledgerUp.set(this.health().ledger === "up" ? 1 : 0),
   });
   private lastTickAt = 0;
   private lastProgressAt = 0;
@@ -152,7 +153,6 @@ export class DaemonMetrics {
   tick(): number | undefined {
     this.lastTickAt = Date.now();
     this.ticks.inc();
-    this.ledgerUp.set(1);
     const down = this.outage && this.lastTickAt - this.outage.since;
     this.outage = undefined;
     return down;
@@ -169,10 +169,29 @@ export class DaemonMetrics {
   /** A tick failed because the ledger is unavailable; returns true for the first failure of an outage. */
   unavailable(error: Error): boolean {
     this.errors.inc();
-    this.ledgerUp.set(0);
     const first = this.outage === undefined;
     this.outage = { since: this.outage?.since ?? Date.now(), error: error.message };
     return first;
+  }
+
+  /**
+   * Healthy: the last tick reached the ledger and wrote to it, recently. During an outage (the
+   * database down, or taking no writes: a full disk) the daemon keeps running and retrying; the
+   * body says since when and why, for the operator and the probe. A tick that has not come back (a
+   * frozen database: its statement fails only at the client's read timeout, statementTimeoutMs +
+   * 5 s) makes it unhealthy first; the ledger is then "unknown", not "up", until that statement's
+   * failure says "unavailable" (or the tick ends).
+   */
+  private health() {
+    const last = Math.max(this.lastTickAt, this.lastProgressAt);
+    const fresh = Date.now() - last < Math.max(3 * this.intervalMs, 10_000);
+    return {
+      ok: fresh && !this.outage,
+      ledger: this.outage ? "unavailable" : fresh ? "up" : "unknown",
+      lastTickAt: this.lastTickAt,
+      lastProgressAt: this.lastProgressAt,
+      ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }),
+    };
   }
 
   async listen(port: number, host: string): Promise<number> {
@@ -185,23 +204,8 @@ export class DaemonMetrics {
           res.writeHead(500).end(String(e));
         }
       } else if (req.url === "/healthz") {
-        // Healthy: the last tick reached the ledger and wrote to it, recently. During an outage (the
-        // database down, or taking no writes: a full disk) the daemon keeps running and retrying;
-        // the body says since when and why, for the operator and the probe. A tick that has not
-        // come back (a frozen database: its statement fails only at the client's read timeout,
-        // statementTimeoutMs + 5 s) makes it unhealthy here first; the ledger is then "unknown",
-        // not "up", until that statement's failure says "unavailable" (or the tick ends).
-        const last = Math.max(this.lastTickAt, this.lastProgressAt);
-        const fresh = Date.now() - last < Math.max(3 * this.intervalMs, 10_000);
-        const ok = fresh && !this.outage;
-        const body = {
-          ok,
-          ledger: this.outage ? "unavailable" : fresh ? "up" : "unknown",
-          lastTickAt: this.lastTickAt,
-          lastProgressAt: this.lastProgressAt,
-          ...(this.outage && { unavailableSince: this.outage.since, error: this.outage.error }),
-        };
-        res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
+        const body = this.health();
+        res.writeHead(body.ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
       } else {
         res.writeHead(404).end();
       }

@@ -13,7 +13,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createConnection, createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import { createConnection, createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -22,6 +22,7 @@ import {
   freePort,
   freshDatabase,
   kill9,
+  pgProxy,
   scaled,
   startChild,
   startPgServer,
@@ -237,7 +238,7 @@ describe("the daemon and agents through Postgres restarts", () => {
   );
 
   it(
-    "a frozen database: /healthz 503 within 10 s of the last tick (ledger unknown, not up), and the ledger unavailable once the client's read timeout (statement timeout + 5 s) ends the tick",
+    "a frozen database: /healthz 503 within 10 s of the last tick (ledger unknown, not up; idem_ledger_up 0), and the ledger unavailable once the client's read timeout (statement timeout + 5 s) ends the tick",
     async () => {
       const metricsPort = await freePort();
       const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-frozen"], {
@@ -248,6 +249,10 @@ describe("the daemon and agents through Postgres restarts", () => {
       });
       children.push(daemon);
       const seen: { at: number; status: number; ledger: string }[] = [];
+      // One scrape while the ledger is unknown (a scrape waits up to 5 s for the frozen count).
+      let upWhileUnknown: string | undefined;
+      const up = async () =>
+        /^idem_ledger_up (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())?.[1];
       try {
         await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
         await server.freeze();
@@ -256,6 +261,7 @@ describe("the daemon and agents through Postgres restarts", () => {
           async () => {
             const h = await health(metricsPort);
             if (h) seen.push({ at: Math.round(performance.now() - frozenAt), status: h.status, ledger: h.ledger });
+            if (h?.ledger === "unknown" && upWhileUnknown === undefined) upWhileUnknown = await up();
             return h?.ledger === "unavailable";
           },
           90_000,
@@ -269,6 +275,8 @@ describe("the daemon and agents through Postgres restarts", () => {
         expect(seen.at(-1)!.at).toBeLessThan(scaled(40_000));
         expect(seen.filter((s) => s.status === 503 && s.ledger === "up")).toEqual([]);
         expect(seen.filter((s) => s.status === 503).map((s) => s.ledger)).toContain("unknown");
+        // Before: idem_ledger_up 1 while "unknown", until the tick's statement failed (35 s).
+        expect(upWhileUnknown).toBe("0");
       } finally {
         await server.thaw();
         daemon.proc.kill("SIGKILL");
@@ -460,19 +468,7 @@ describe("the daemon whose Postgres blips right after the open", () => {
       // (the daemon's check for pending migrations, right after its open read it) is cut, as a
       // restart or a failover would cut it; every other statement passes.
       let reads = 0;
-      const { hostname, port } = new URL(url);
-      const sockets = new Set<Socket>();
-      const proxy = createServer((client) => {
-        const upstream = createConnection(Number(port), hostname);
-        for (const s of [client, upstream]) {
-          sockets.add(s);
-          s.on("error", () => {});
-          s.on("close", () => {
-            client.destroy();
-            upstream.destroy();
-            sockets.delete(s);
-          });
-        }
+      const proxy = await pgProxy(new URL(url), (client, upstream) => {
         client.on("data", (chunk: Buffer) => {
           if (chunk.includes("idem_migration")) reads += 1;
           if (reads === 2 && chunk.includes("idem_migration")) return void client.destroy();
@@ -480,12 +476,9 @@ describe("the daemon whose Postgres blips right after the open", () => {
         });
         upstream.pipe(client);
       });
-      await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-      const target = new URL(url);
-      target.host = `127.0.0.1:${(proxy.address() as AddressInfo).port}`;
       const metricsPort = await freePort();
       const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-blip"], {
-        LEDGER_URL: target.toString(),
+        LEDGER_URL: proxy.url,
         EFFECT_DIR: tempDir(),
         WEBHOOK_URL: "http://127.0.0.1:9/hook",
         METRICS_PORT: String(metricsPort),
@@ -510,8 +503,7 @@ describe("the daemon whose Postgres blips right after the open", () => {
       } finally {
         daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
         await daemon.exited;
-        for (const s of sockets) s.destroy();
-        await new Promise((r) => proxy.close(r));
+        await proxy.close();
       }
     },
     scaled(120_000),

@@ -11,11 +11,10 @@ import pg from "pg";
 import type { CompiledQuery } from "kysely";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
-import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { DIALECTS, freshDatabase, pgProxy } from "@idem/testkit";
 import { TestProvider } from "./support/provider.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { dialectFor, hooked } from "./support/dialects.js";
-import { pgProxy } from "./support/pg-proxy.js";
 
 /** Postgres' ReadyForQuery message: the statement before it is committed (or rolled back). */
 const READY = Buffer.from([0x5a, 0, 0, 0, 5]);

@@ -15,10 +15,9 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Kysely, Migrator, PostgresDialect, sql } from "kysely";
 import { LedgerConfigError, defineAction, openLedger, redactUrl, type LedgerOptions } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { freshDatabase, tempDir } from "@idem/testkit";
+import { freshDatabase, pgProxy, tempDir } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
 import { removeMade } from "../src/sqlite-driver.js";
-import { pgProxy } from "./support/pg-proxy.js";
 import Database from "better-sqlite3";
 
 const fds = () => readdirSync("/proc/self/fd");

@@ -7,9 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { defineAction, openLedger, LedgerUnavailableError, type Ledger } from "@idem/core";
-import { freshDatabase } from "@idem/testkit";
+import { freshDatabase, pgProxy } from "@idem/testkit";
 import { uniqueTenant } from "./support/ledgers.js";
-import { pgProxy } from "./support/pg-proxy.js";
 
 /**
  * A TCP proxy to Postgres counting the statements its clients execute (Bind messages of the
