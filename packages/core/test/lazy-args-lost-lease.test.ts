@@ -8,26 +8,43 @@
  */
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { defineAction } from "@idem/core";
+import { defineAction, type Ledger, type Operation } from "@idem/core";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
+
+/** A mail action that records what it sent; `found` says whether its lookup finds the first send. */
+function mailAction(found: (sent: readonly { to: string }[]) => boolean) {
+  const sent: { to: string }[] = [];
+  const action = defineAction<{ to: string }, { id: string }>({
+    type: "mail",
+    capabilities: { lookup: true },
+    execute: async (args) => {
+      sent.push(args);
+      return { id: `m${sent.length}` };
+    },
+    reconcile: async () =>
+      found(sent) ? { found: true, receipt: { id: "m1" } } : { found: false, proof: "absent", reason: "none" },
+  });
+  return { action, sent };
+}
+
+/** The tenant's one operation, once the call in flight has claimed it (polled: the claim is the call's own step). */
+async function claimed(ledger: Ledger, tenant: string): Promise<Operation> {
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const [op] = await ledger.admin.list({ tenant });
+    if (op) return op;
+    await sleep(5);
+  }
+  throw new Error("the call never claimed its operation");
+}
 
 for (const dialect of DIALECTS) {
   describe(`lazy args that outlast their lease, ${dialect}`, () => {
     const db = ledgers(dialect);
 
     it("a caller whose row was released while it generated its args runs it with them, not 'pending' for ever", async () => {
-      const sent: { to: string }[] = [];
-      const mail = defineAction<{ to: string }, { id: string }>({
-        type: "mail",
-        capabilities: { lookup: true },
-        execute: async (args) => {
-          sent.push(args);
-          return { id: `m${sent.length}` };
-        },
-        reconcile: async () =>
-          sent.length > 0 ? { found: true, receipt: { id: "m1" } } : { found: false, proof: "absent", reason: "none" },
-      });
+      const { action: mail, sent } = mailAction((sent) => sent.length > 0);
       let at = 1_900_000_000_000;
       const clock = () => at;
       // A long lease: no heartbeat fires during the test; the clock's jump is the time they failed.
@@ -45,18 +62,16 @@ for (const dialect of DIALECTS) {
           return { to: "x" };
         },
       });
-      const deadline = Date.now() + 20_000;
-      while ((await daemon.admin.list({ tenant })).length === 0 && Date.now() < deadline) await sleep(5);
-      const [op] = await daemon.admin.list({ tenant });
+      const op = await claimed(daemon, tenant);
       at += 2 * leaseMs; // the caller's lease ran out while its model was generating
-      const released = await daemon.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+      const released = await daemon.daemon.settle({ tenant, id: op.id, actor: "daemon" });
       expect(released).toMatchObject({ status: "pending_verification", state: "pending" });
       generate();
       const out = await run;
       // Before: pending_verification (state pending), "attempt 1 was moved meanwhile", nothing sent.
       expect(out).toMatchObject({ status: "succeeded", replayed: false });
       expect(sent).toEqual([{ to: "x" }]);
-      const after = await daemon.status({ tenant, id: op!.id });
+      const after = await daemon.status({ tenant, id: op.id });
       expect(after).toMatchObject({ status: "succeeded" });
     });
   });
@@ -67,16 +82,7 @@ for (const dialect of DIALECTS) {
     const db = ledgers(dialect);
 
     it("a caller that gives up while its args are generated leaves the operation known not done, not failed for good", async () => {
-      const sent: { to: string }[] = [];
-      const mail = defineAction<{ to: string }, { id: string }>({
-        type: "mail",
-        capabilities: { lookup: true },
-        execute: async (args) => {
-          sent.push(args);
-          return { id: `m${sent.length}` };
-        },
-        reconcile: async () => ({ found: false, proof: "absent", reason: "none" }),
-      });
+      const { action: mail, sent } = mailAction(() => false);
       const ledger = await db.open({ actions: [mail] });
       const tenant = uniqueTenant();
       const controller = new AbortController();
@@ -88,8 +94,7 @@ for (const dialect of DIALECTS) {
       const run = ledger
         .run(mail, { tenant, key: ["lazy"], args: () => model(controller.signal), signal: controller.signal })
         .catch((e: unknown) => e);
-      const deadline = Date.now() + 20_000;
-      while ((await ledger.admin.list({ tenant })).length === 0 && Date.now() < deadline) await sleep(5);
+      await claimed(ledger, tenant);
       controller.abort(new Error("the user closed the chat"));
       const out = await run;
       const [op] = await ledger.admin.list({ tenant });
