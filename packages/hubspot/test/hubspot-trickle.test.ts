@@ -5,67 +5,30 @@
  * operation stays `running` under a lease its heartbeat keeps renewing, and `run` never returns,
  * though the record exists and a read by the key would say so. Now each request has a deadline
  * (`deadlineMs`) from its start: past it the request is cut, ambiguous as a timeout is, and the
- * read by the key finds the record.
+ * read by the key finds the record. Through the real @hubspot/api-client to the HubSpot sandbox
+ * (its `trickle_after_commit` fault), on SQLite and Postgres.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { LedgerOptions } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { HubSpotSandbox } from "@idem/sandbox";
-import { DIALECTS, forward, ledgersFor, scaled } from "@idem/testkit";
+import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
 import { hubspotActions } from "@idem/hubspot";
 
 let sandbox: HubSpotSandbox;
 let server: { basePath: string; accessToken: string };
-let proxy: { basePath: string; cut(): void; close(): Promise<void> };
 beforeAll(async () => {
   sandbox = new HubSpotSandbox();
   server = await sandbox.start();
   await hubspotActions({ accessToken: server.accessToken, basePath: server.basePath }).ensureSchema(["companies"]);
-  proxy = await tricklingAnswers(server.basePath, "POST");
 });
-afterAll(async () => {
-  await proxy?.close();
-  await sandbox?.close();
+// A test that failed must not leave a trickle armed, nor its call waiting on one.
+afterEach(() => {
+  sandbox.faults.clear();
+  sandbox.trickling.cut();
 });
-
-/**
- * Forwards every request to `target`; a `method` request's answer (after the target committed)
- * is sent as its head and then a space every 200 ms, never ended.
- */
-async function tricklingAnswers(target: string, method: string) {
-  const to = new URL(target);
-  const timers = new Set<NodeJS.Timeout>();
-  const srv = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", async () => {
-      const a = await forward(to, req, Buffer.concat(chunks));
-      if (req.method !== method) return void res.writeHead(a.status, a.headers).end(a.body);
-      res.writeHead(a.status, { "content-type": "application/json;charset=utf-8" });
-      const t = setInterval(() => res.write(" "), 200);
-      timers.add(t);
-      res.on("close", () => {
-        clearInterval(t);
-        timers.delete(t);
-      });
-    });
-  });
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
-  return {
-    basePath: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
-    /** Ends every connection (a trickling answer too): a test that failed lets its call go. */
-    cut: () => srv.closeAllConnections(),
-    close: () =>
-      new Promise<void>((r) => {
-        for (const t of timers) clearInterval(t);
-        srv.closeAllConnections();
-        srv.close(() => r());
-      }),
-  };
-}
+afterAll(() => sandbox?.close());
 
 for (const dialect of DIALECTS) {
   describe(`HubSpot answering a write that never ends, on ${dialect}`, () => {
@@ -79,7 +42,7 @@ for (const dialect of DIALECTS) {
         async () => {
           const action = hubspotActions({
             accessToken: server.accessToken,
-            basePath: proxy.basePath,
+            basePath: server.basePath,
             mode,
             timeoutMs: 1_000,
             deadlineMs: 2_000,
@@ -87,6 +50,12 @@ for (const dialect of DIALECTS) {
           }).create("companies");
           const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 10 } } as LedgerOptions);
           const t = tenant();
+          // Every POST's answer: the write's, and any other the call makes.
+          sandbox.faults.add({
+            kind: "trickle_after_commit",
+            match: { method: "POST" },
+            times: Number.POSITIVE_INFINITY,
+          });
           const started = Date.now();
           const run = ledger.run(action, {
             tenant: t,
@@ -96,7 +65,7 @@ for (const dialect of DIALECTS) {
           const bound = scaled(15_000);
           const out = await Promise.race([run, sleep(bound).then(() => "still running" as const)]);
           const [row] = await ledger.admin.list({ tenant: t });
-          proxy.cut();
+          sandbox.trickling.cut(); // lets a call that never ended go
           await run;
           const records = sandbox.crm.all("companies").filter((r) => r.properties.idem_external_id === row?.key);
           expect(records).toHaveLength(1); // HubSpot wrote it at once

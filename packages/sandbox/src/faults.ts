@@ -19,6 +19,8 @@ export interface Fault<K extends string = string> {
   readonly times?: number;
   /** For delays: how long to hold the response. */
   readonly delayMs?: number;
+  /** For a trickle: the time between two bytes of the never-ending body. Default 200. */
+  readonly intervalMs?: number;
   /** For rate limits: the Retry-After the server announces, in seconds. */
   readonly retryAfterSec?: number;
   /** For an error after the effect committed: the HTTP status answered (and saved). Default 500. */

@@ -1,5 +1,6 @@
 export { FaultPlan } from "./faults.js";
 export type { Fault, FaultMatch } from "./faults.js";
+export type { TricklingAnswers } from "./trickle.js";
 export { StripeSandbox } from "./stripe/stripe-server.js";
 export type { StripeFaultKind, StripeRequestRecord, StripeSandboxOptions } from "./stripe/stripe-server.js";
 export type { StripeObject } from "./stripe/stripe-objects.js";

@@ -7,23 +7,21 @@
  * (Search) is given up by the runner after the settlement's time bound, but its socket trickles
  * on, never closed. Now each request has a deadline (`deadlineMs`) from its start: past it the
  * request is cut, ambiguous as a timeout is, and the replay with our key (or the lookup) finds
- * the intent. Through the real stripe SDK to the Stripe sandbox, on SQLite and Postgres.
+ * the intent. Through the real stripe SDK to the Stripe sandbox (its `trickle_after_commit` fault),
+ * on SQLite and Postgres.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
-import { DIALECTS, forward, ledgersFor, scaled } from "@idem/testkit";
+import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
 import { stripeActions } from "@idem/stripe";
 import { CARD } from "./cards.js";
 
 const HOUR = 3_600_000;
 
 let sandbox: StripeSandbox;
-let server: { port: number; url: string; apiKey: string };
-let proxy: TricklingProxy;
+let server: { port: number; apiKey: string };
 let skew = 0; // how far the ledger's clock is moved forward, with the sandbox's
 const advance = (ms: number) => {
   skew += ms;
@@ -33,85 +31,28 @@ const advance = (ms: number) => {
 beforeAll(async () => {
   sandbox = new StripeSandbox();
   server = await sandbox.start();
-  proxy = await tricklingProxy(server.url);
 });
 // A test that failed must not leave its call waiting on a trickle (the ledger's close awaits it).
-afterEach(() => proxy?.cut());
-afterAll(async () => {
-  await proxy?.close();
-  await sandbox?.close();
-});
+afterEach(() => cut());
+afterAll(() => sandbox?.close());
 
-interface TricklingProxy {
-  readonly port: number;
-  /** Trickles the answers of the next `times` requests of `method` whose path begins with `path`. */
-  trickle(match: { method: string; path: string; times?: number }): void;
-  /**
-   * Answers still trickling once those the client closed are seen closed here (a close reaches
-   * the proxy a moment after the client's): each is a connection the client holds open.
-   */
-  open(): Promise<number>;
-  /** Ends every connection (a trickling answer too), and trickles nothing more. */
-  cut(): void;
-  close(): Promise<void>;
+/** Trickles nothing more, and ends every answer still trickling. */
+function cut() {
+  sandbox.faults.clear();
+  sandbox.trickling.cut();
 }
 
 /**
- * Forwards every request to `target`; an armed match's answer (after the target committed) is
- * sent as its head and then a space every 200 ms, never ended.
+ * Answers still trickling once those the client closed are seen closed here (a close reaches
+ * the sandbox a moment after the client's): each is a connection the client holds open.
  */
-async function tricklingProxy(target: string): Promise<TricklingProxy> {
-  const to = new URL(target);
-  let armed: { method: string; path: string; times: number } | undefined;
-  const trickling = new Set<NodeJS.Timeout>();
-  const srv = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", async () => {
-      const slow = armed && armed.times > 0 && req.method === armed.method && req.url?.startsWith(armed.path);
-      if (slow && armed) armed.times -= 1;
-      const a = await forward(to, req, Buffer.concat(chunks)).catch(() => undefined);
-      if (!a) return void res.destroy();
-      if (!slow) return void res.writeHead(a.status, a.headers).end(a.body);
-      res.writeHead(a.status, { "content-type": "application/json", "request-id": "req_trickle" });
-      const t = setInterval(() => res.write(" "), 200);
-      trickling.add(t);
-      res.on("close", () => {
-        clearInterval(t);
-        trickling.delete(t);
-      });
-    });
-  });
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
-  const cut = () => {
-    armed = undefined;
-    for (const t of trickling) clearInterval(t);
-    trickling.clear();
-    srv.closeAllConnections();
-  };
-  return {
-    port: (srv.address() as AddressInfo).port,
-    trickle: (m) => {
-      armed = { method: m.method, path: m.path, times: m.times ?? 1 };
-    },
-    open: async () => {
-      for (const until = Date.now() + scaled(1_000); trickling.size > 0 && Date.now() < until; ) await sleep(20);
-      return trickling.size;
-    },
-    cut,
-    close: () =>
-      new Promise<void>((r) => {
-        cut();
-        srv.close(() => r());
-      }),
-  };
-}
+const stillTrickling = () => sandbox.trickling.countAfter(scaled(1_000));
 
 const stripe = () =>
   stripeActions({
     apiKey: server.apiKey,
     host: "127.0.0.1",
-    port: proxy.port,
+    port: server.port,
     protocol: "http",
     timeoutMs: 1_000,
     deadlineMs: 2_000,
@@ -130,15 +71,15 @@ for (const dialect of DIALECTS) {
       const s = stripe();
       const l = await ledger({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [s.paymentIntentsCreate] });
       const t = tenant();
-      proxy.trickle({ method: "POST", path: "/v1/payment_intents" });
+      sandbox.faults.add({ kind: "trickle_after_commit", match: { method: "POST", path: "/v1/payment_intents" } });
       const started = Date.now();
       const run = l.run(s.paymentIntentsCreate, { tenant: t, key: ["order", "trickle"], args: CARD });
       // Bounded here: a hang fails in seconds, not at the test's timeout.
       const bound = scaled(15_000);
       const out = await Promise.race([run, sleep(bound).then(() => "still running" as const)]);
       const [row] = await l.admin.list({ tenant: t });
-      const open = await proxy.open();
-      proxy.cut();
+      const open = await stillTrickling();
+      cut();
       await run.catch(() => undefined);
       const intents = intentsWith(row!.key);
       expect(intents).toHaveLength(1); // Stripe made it at once
@@ -177,16 +118,20 @@ for (const dialect of DIALECTS) {
       expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
       advance(25 * HOUR); // past Stripe's key window: settled by Search, not a replay
       // Search, and the consistent list that answers when Search fails: both trickle.
-      proxy.trickle({ method: "GET", path: "/v1/payment_intents", times: 10 });
+      sandbox.faults.add({
+        kind: "trickle_after_commit",
+        match: { method: "GET", path: "/v1/payment_intents" },
+        times: 10,
+      });
       const started = Date.now();
       const settling = l.daemon.settle({ tenant: t, id: first.operationId, timeoutMs: limit });
       const settled = await Promise.race([settling, sleep(limit + scaled(5_000)).then(() => "still running" as const)]);
       const took = Date.now() - started;
       // Before: the runner gave the lookup up at `limit`, but its request (Search) was still open
-      // at the proxy, a socket trickling for ever (one more every settlement). Now Search is cut
+      // at the sandbox, a socket trickling for ever (one more every settlement). Now Search is cut
       // at the deadline, then the list: an inconclusive check, its reason the deadline.
-      const open = await proxy.open();
-      proxy.cut();
+      const open = await stillTrickling();
+      cut();
       await settling.catch(() => undefined);
       expect({
         open,

@@ -14,16 +14,18 @@
  * sync, 2 s), `migrating` (477 with Retry-After: the account moves between data centres) and
  * `bad_gateway` (502) before anything is written; after the write, `drop_after_commit` (the
  * connection closes with no answer), `bad_gateway_after_commit` (a gateway's 502 though HubSpot
- * wrote), `delay_after_commit`, and `conflict_after_commit` (a 409
- * CONFLICT, as the loser of two racing writes of one unique value gets: the record exists,
- * written by the other; with `status: 400` the 400 validation error some report for a custom
- * unique property instead, naming it, and with `status: 207` a batch upsert's answer of that
- * refusal, per input).
+ * wrote), `delay_after_commit`, `trickle_after_commit` (the answer's head, then its body a byte
+ * every `intervalMs`, never ended: see trickle.ts; a 204 has no body and goes out whole) and
+ * `conflict_after_commit` (a 409 CONFLICT, as the loser of two racing writes of one unique
+ * value gets: the record exists, written by the other; with `status: 400` the 400 validation
+ * error some report for a custom unique property instead, naming it, and with `status: 207` a
+ * batch upsert's answer of that refusal, per input).
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
+import { TricklingAnswers } from "../trickle.js";
 import {
   CrmStore,
   HubSpotFailure,
@@ -42,6 +44,7 @@ export type HubSpotFaultKind =
   | "drop_after_commit"
   | "bad_gateway_after_commit"
   | "delay_after_commit"
+  | "trickle_after_commit"
   | "conflict_after_commit";
 
 export interface HubSpotSandboxOptions {
@@ -58,6 +61,8 @@ export class HubSpotSandbox {
    */
   readonly events = new EventEmitter();
   readonly requests: { method: string; path: string; status: number | "dropped" }[] = [];
+  /** Answers of `trickle_after_commit` still trickling. */
+  readonly trickling = new TricklingAnswers();
   readonly crm: CrmStore;
   indexLagMs: number;
   private readonly token: string;
@@ -87,6 +92,7 @@ export class HubSpotSandbox {
   }
 
   async close(): Promise<void> {
+    this.trickling.cut();
     await closeHard(this.server);
     this.server = undefined;
   }
@@ -196,6 +202,7 @@ export class HubSpotSandbox {
       "drop_after_commit",
       "bad_gateway_after_commit",
       "delay_after_commit",
+      "trickle_after_commit",
       "conflict_after_commit",
     ]);
     if (after?.kind === "bad_gateway_after_commit") {
@@ -233,6 +240,10 @@ export class HubSpotSandbox {
       record("dropped");
       req.socket.destroy();
       return;
+    }
+    if (after?.kind === "trickle_after_commit") {
+      record(status);
+      return this.trickling.start(res, status, { "content-type": "application/json;charset=utf-8" }, after.intervalMs);
     }
     if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status);

@@ -18,8 +18,10 @@
  * under the key with nothing done, which Stripe's "including 500 errors" allows as much as a 500
  * after the effect); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
  * the 500; a 503 so saved is what a 503 that is not proven to come before execution may be), `drop_after_commit` (the
- * connection is closed with no answer) and `delay_after_commit` (the answer is held past the
- * client's timeout) after the effect committed.
+ * connection is closed with no answer), `delay_after_commit` (the answer is held past the
+ * client's timeout) and `trickle_after_commit` (the answer's head, then its body a byte every
+ * `intervalMs`, never ended: see trickle.ts) after the effect committed (a read: after it
+ * executed), its answer saved under the key as usual.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
@@ -27,6 +29,7 @@ import { randomBytes } from "node:crypto";
 import qs from "qs";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
+import { TricklingAnswers } from "../trickle.js";
 import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
 
@@ -38,7 +41,8 @@ export type StripeFaultKind =
   | "error_before_effect"
   | "error_after_commit"
   | "drop_after_commit"
-  | "delay_after_commit";
+  | "delay_after_commit"
+  | "trickle_after_commit";
 
 export interface StripeSandboxOptions {
   /** The secret key requests must carry. Default "sk_test_idem_sandbox". */
@@ -76,6 +80,8 @@ export class StripeSandbox {
   /** Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect. */
   readonly events = new EventEmitter();
   readonly requests: StripeRequestRecord[] = [];
+  /** Answers of `trickle_after_commit` still trickling. */
+  readonly trickling = new TricklingAnswers();
   readonly objects: StripeObjects;
   searchLagMs: number;
   readonly keyRetentionMs: number;
@@ -116,6 +122,7 @@ export class StripeSandbox {
   }
 
   async close(): Promise<void> {
+    this.trickling.cut();
     await closeHard(this.server);
     this.server = undefined;
   }
@@ -234,7 +241,7 @@ export class StripeSandbox {
     return this.answer(req, res, method, path, status, out, { "request-id": requestId }, record);
   }
 
-  /** Sends a response, unless a fault drops or delays it. */
+  /** Sends a response, unless a fault drops, delays or trickles it. */
   private async answer(
     req: IncomingMessage,
     res: ServerResponse,
@@ -246,7 +253,7 @@ export class StripeSandbox {
     record: (s: number | "dropped", r?: boolean) => void,
   ): Promise<void> {
     const replayed = headers["idempotent-replayed"] === "true";
-    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit"]);
+    const after = this.faults.take(method, path, ["drop_after_commit", "delay_after_commit", "trickle_after_commit"]);
     if (after?.kind === "drop_after_commit") {
       record("dropped", replayed);
       req.socket.destroy();
@@ -256,11 +263,14 @@ export class StripeSandbox {
     record(status, replayed);
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
-    send(res, status, body, {
+    const head = {
+      "content-type": "application/json",
       ...headers,
       ...(idemKey && { "idempotency-key": idemKey }),
       "request-id": headers["request-id"] ?? `req_${randomBytes(7).toString("hex")}`,
-    });
+    };
+    if (after?.kind === "trickle_after_commit") return this.trickling.start(res, status, head, after.intervalMs);
+    send(res, status, body, head);
   }
 
   private execute(method: string, path: string, params: Record<string, unknown>): unknown {
