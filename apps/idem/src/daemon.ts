@@ -20,6 +20,7 @@
 import type { Logger } from "pino";
 import {
   ESCALATED,
+  ESCALATED_NOT_DONE,
   LedgerUnavailableError,
   UnknownActionError,
   performedProof,
@@ -202,7 +203,11 @@ export class Daemon {
             ...(sink && { budget: DELIVERY_BUDGET }),
           }),
         );
-        if (out.status === "pending_verification" && out.state === "needs_review" && out.reason.startsWith(ESCALATED))
+        if (
+          out.status === "pending_verification" &&
+          out.state === "needs_review" &&
+          (out.reason.startsWith(ESCALATED) || out.reason.startsWith(ESCALATED_NOT_DONE))
+        )
           this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });

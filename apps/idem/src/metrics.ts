@@ -71,7 +71,7 @@ export class DaemonMetrics {
   });
   readonly escalations = new Counter({
     name: "idem_escalations_total",
-    help: "Unknown operations sent to review after too many checks or too long",
+    help: "Operations sent to review by the daemon's limits: unknown outcomes after too many checks or too long, work known not done after too many tries the provider refused",
     registers: [this.registry],
   });
   readonly stuck = new Gauge({

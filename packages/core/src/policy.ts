@@ -141,7 +141,10 @@ export interface Caller {
    * the row's schedule (`nextCheckAt`) does not hold it back.
    */
   readonly dueNow?: boolean;
-  /** The daemon's escalation limits for unknown outcomes, when the caller is the daemon. */
+  /**
+   * The daemon's escalation limits, when the caller is the daemon: for unknown outcomes (checks,
+   * age), and for work known not done that the provider refused on every try (`maxChecks` tries).
+   */
   readonly escalate?: { readonly maxChecks: number; readonly maxAgeMs: number } | undefined;
 }
 
@@ -175,6 +178,8 @@ export function keySentAt(s: Pick<Snapshot, "firstExecutionAt" | "createdAt">): 
 
 /** How an escalation's reason begins (the daemon counts escalations by it). */
 export const ESCALATED = "still unknown after";
+/** How the reason begins when work known not done goes to a person after `maxChecks` refused tries. */
+export const ESCALATED_NOT_DONE = "still not done after";
 
 /** What an escalation's age is measured on: the database clock, and when the outcome became unknown. */
 export interface Age {
@@ -261,6 +266,14 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       return recover(s, caps, c, "outcome unknown");
     }
     case "pending": {
+      // Each try the provider refused for now (503, a rate limit) counted a check: past the
+      // daemon's limit a person decides whether the work is still wanted, rather than a provider
+      // down for days being tried for ever and the work done whenever it comes back.
+      if (c.escalate && s.checks >= c.escalate.maxChecks)
+        return {
+          kind: "review",
+          reason: `${ESCALATED_NOT_DONE} ${s.checks} tries the provider refused for now; a person must decide whether to run it again`,
+        };
       if (!s.hasArgs && !c.hasArgs)
         return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
       if (!c.mayExecute)

@@ -26,7 +26,6 @@ import {
   PayloadTooLargeError,
 } from "./errors.js";
 import {
-  afterProvider,
   backoff,
   checkDelay,
   decide,
@@ -633,9 +632,13 @@ export class Runner {
     const b = call.settings.budget;
     const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
     // The row keeps the longer of the provider's signal and our backoff, even past our budget.
+    // Work known not done that the provider refused for now: each try counts a check, and the row
+    // waits as an unknown outcome's checks do (doubling, capped at an hour), so that the daemon's
+    // tries of a provider down for hours back off instead of coming every tick (escalated past
+    // maxChecks). An outcome that becomes unknown here starts its own checks.
     const checkAfterMs =
       to === "pending"
-        ? Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed))
+        ? Math.max(backoff(b, state.executed), checkDelay(b.baseDelayMs, row.checks, providerWait))
         : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
     const moved = await this.moveDurably(call, row, to, {
       actor: call.actor,
@@ -643,10 +646,10 @@ export class Runner {
       error_json: JSON.stringify(error),
       checkAfterMs,
       // A replay of an unknown outcome that proved nothing is one more check; one never sent is neither.
-      ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : row.checks }),
+      ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : 0 }),
       // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
       ...(error.alert && { alert: true }),
-      ...(to === "pending" && { noExecutionSince: row.last_execution_at }),
+      ...(to === "pending" && { noExecutionSince: row.last_execution_at, checks: row.checks + 1 }),
     });
     if (!moved) {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
