@@ -90,7 +90,11 @@ const smtpFields = {
   passEnv: envName.optional(),
 };
 
-/** The most one send or one IMAP session may take, in whole milliseconds (@idem/email's `deadlineMs`). */
+/**
+ * The most one exchange with a provider may take, whatever it keeps sending, in whole milliseconds
+ * and at most 2^31-1 (a timer's limit), as the adapters take their `deadlineMs`: one send or one
+ * IMAP session (@idem/email), one request (@idem/stripe, @idem/hubspot).
+ */
 const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
 
 /** One of `userEnv` and `passEnv` without the other turned sign-in off without a word. */
@@ -175,6 +179,20 @@ const schema = z
             host: z.string().optional(),
             port: port.optional(),
             protocol: z.enum(["http", "https"]).optional(),
+            // As the agents' actions have it: a replay with their key is the same request only
+            // under their API version (another may encode or answer it otherwise). Default: the SDK's.
+            apiVersion: z
+              .string()
+              .regex(
+                /^\d{4}-\d{2}-\d{2}(\.[a-z]+)?$/,
+                "must be a Stripe API version, as 2025-03-31.basil or 2024-06-20",
+              )
+              .optional(),
+            /** The most one request (a replay, a Search, a list) may take: default 2 min (@idem/stripe's STRIPE_DEADLINE_MS). */
+            deadlineMs,
+            // How long Stripe Search may lag a write, in whole ms: "not found" before then proves
+            // nothing. Default the adapter's 90 s; at most 2^31-1 (24 days, far past any lag).
+            searchLagMs: z.number().int().min(0).max(2_147_483_647).optional(),
           })
           .strict()
           .optional(),
@@ -193,6 +211,8 @@ const schema = z
             mode: z.enum(["upsert", "create"]).optional(),
             // As the agents' actions have it: how long a lookup waits before "not found" proves absence.
             settleMs: z.number().int().nonnegative().optional(),
+            /** The most one request (a write, a read by the key) may take: default 2 min (@idem/hubspot's HUBSPOT_DEADLINE_MS). */
+            deadlineMs,
           })
           .strict()
           .optional(),
@@ -444,6 +464,7 @@ export async function actionsOf(config: IdemConfig): Promise<Action<any, any>[]>
       ...(p.hubspot.uniqueProperty && { uniqueProperty: p.hubspot.uniqueProperty }),
       ...(p.hubspot.mode && { mode: p.hubspot.mode }),
       ...(p.hubspot.settleMs !== undefined && { settleMs: p.hubspot.settleMs }),
+      ...(p.hubspot.deadlineMs !== undefined && { deadlineMs: p.hubspot.deadlineMs }),
     });
     for (const t of p.hubspot.objectTypes) out.push(h.create(t));
   }
@@ -586,6 +607,9 @@ async function stripeOf(config: IdemConfig) {
     ...(p.host !== undefined && { host: p.host }),
     ...(p.port !== undefined && { port: p.port }),
     ...(p.protocol !== undefined && { protocol: p.protocol }),
+    ...(p.apiVersion !== undefined && { apiVersion: p.apiVersion }),
+    ...(p.deadlineMs !== undefined && { deadlineMs: p.deadlineMs }),
+    ...(p.searchLagMs !== undefined && { searchLagMs: p.searchLagMs }),
   });
   return { actions, tools: stripeTools(actions) };
 }

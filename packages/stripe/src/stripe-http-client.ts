@@ -38,6 +38,29 @@ export function deadlineOf(detail: unknown): StripeDeadlineError | undefined {
   return inner instanceof StripeDeadlineError ? inner : undefined;
 }
 
+/**
+ * `error`, or, when it is stripe-node's error for a request cut at its deadline, the same error
+ * (a StripeConnectionError with its detail and request id) worded as what happened. stripe-node
+ * words every request that ends with ETIMEDOUT as its own inactivity timeout ("Request aborted due
+ * to timeout being reached (20000ms)", naming `timeoutMs`), a cut at the deadline too: a lookup's
+ * failure, stored as its message ("lookup failed: …"), then told an operator of a timeout that
+ * never ran out and nothing of the deadline to raise. Classified as before (its type and detail
+ * are kept); an execution's reason names the deadline already (classifyStripeError).
+ */
+export function deadlineWorded(error: unknown): unknown {
+  if (!(error instanceof Stripe.errors.StripeConnectionError)) return error;
+  const cut = deadlineOf(error.detail);
+  if (!cut) return error;
+  const worded = new Stripe.errors.StripeConnectionError({
+    message: `the request was cut at its deadline: ${cut.message}`,
+    ...(error.detail !== undefined && { detail: error.detail }),
+    ...(error.requestId !== undefined && { requestId: error.requestId }),
+  });
+  // stripe-node's errors are all named "Error": the type says which this is, where it is read.
+  worded.name = "StripeConnectionError";
+  return worded;
+}
+
 // As stripe-node's NodeHttpClient: one keep-alive agent per protocol for the process.
 const httpAgent = new http.Agent({ keepAlive: true });
 const httpsAgent = new https.Agent({ keepAlive: true });

@@ -17,6 +17,7 @@
 import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { evidenceOf } from "./stripe-classify.js";
+import { deadlineWorded } from "./stripe-http-client.js";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
 type Found = { id: string; object: string; status?: string | null; created?: number };
@@ -330,7 +331,24 @@ export interface ReconcileWindows {
   readonly keyRetentionMs: number;
 }
 
-export async function reconcileByLookup<A>(
+/**
+ * Looks the effect of `op` up. A request that fails throws its error, which the runner stores as
+ * the check's reason ("lookup failed: …"): one cut at our deadline is worded as that, not as
+ * stripe-node's inactivity timeout (deadlineWorded).
+ */
+export function reconcileByLookup<A>(
+  stripe: Stripe,
+  lookup: Lookup<A>,
+  args: A,
+  op: OperationContext,
+  w: ReconcileWindows,
+): Promise<ReconcileResult<StripeReceipt>> {
+  return lookUp(stripe, lookup, args, op, w).catch((error: unknown) => {
+    throw deadlineWorded(error);
+  });
+}
+
+async function lookUp<A>(
   stripe: Stripe,
   lookup: Lookup<A>,
   args: A,
@@ -363,7 +381,8 @@ export async function reconcileByLookup<A>(
     if (inList === TOO_MANY) return tooMany("Stripe Search failed");
     if (inList.ours) return answerOf(stripe, lookup, inList.ours, args);
     skewed = inList.skewed;
-    listed = `Stripe Search failed (${(error as Error)?.message ?? String(error)})`;
+    const why = deadlineWorded(error);
+    listed = `Stripe Search failed (${(why as Error)?.message ?? String(why)})`;
   }
   // Without the database's time no window can be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).

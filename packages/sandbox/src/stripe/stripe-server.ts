@@ -69,6 +69,8 @@ export interface StripeRequestRecord {
   readonly method: string;
   readonly path: string;
   readonly idempotencyKey: string | undefined;
+  /** The API version the request asked for (its `Stripe-Version` header), if any. */
+  readonly stripeVersion: string | undefined;
   readonly status: number | "dropped";
   readonly replayed: boolean;
 }
@@ -137,8 +139,9 @@ export class StripeSandbox {
         ? (qs.parse(body, { depth: 5, arrayLimit: 100 }) as Record<string, unknown>)
         : (qs.parse(url.search.slice(1)) as Record<string, unknown>);
     const idemKey = header(req, "idempotency-key");
+    const stripeVersion = header(req, "stripe-version");
     const record = (status: number | "dropped", replayed = false) =>
-      this.requests.push({ method, path, idempotencyKey: idemKey, status, replayed });
+      this.requests.push({ method, path, idempotencyKey: idemKey, stripeVersion, status, replayed });
 
     if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
     if (
