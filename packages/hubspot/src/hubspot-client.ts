@@ -125,7 +125,9 @@ function timeoutAgent(basePath: string, ms: number, deadlineMs: number): http.Ag
       const deadline = setTimeout(
         () =>
           req.destroy(
-            Object.assign(new Error(`no complete answer from HubSpot within ${deadlineMs} ms`), { code: "ETIMEDOUT" }),
+            Object.assign(new Error(`no complete answer from HubSpot within ${deadlineMs} ms (deadlineMs)`), {
+              code: "ETIMEDOUT",
+            }),
           ),
         deadlineMs,
       );
@@ -135,7 +137,9 @@ function timeoutAgent(basePath: string, ms: number, deadlineMs: number): http.Ag
     override createConnection(...args: Parameters<http.Agent["createConnection"]>): Socket {
       const socket = super.createConnection(...args) as Socket;
       socket.setTimeout(ms, () =>
-        socket.destroy(Object.assign(new Error(`no answer from HubSpot within ${ms} ms`), { code: "ETIMEDOUT" })),
+        socket.destroy(
+          Object.assign(new Error(`no answer from HubSpot within ${ms} ms (timeoutMs)`), { code: "ETIMEDOUT" }),
+        ),
       );
       return socket;
     }

@@ -76,6 +76,11 @@ for (const dialect of DIALECTS) {
             row: "succeeded",
           });
           expect(Date.now() - started).toBeLessThan(bound);
+          // The cut is said as the deadline it was, naming the setting to raise.
+          const { events } = await ledger.get({ tenant: t, id: row!.id });
+          expect(events.map((e) => e.reason)).toContainEqual(
+            expect.stringMatching(/no complete answer from HubSpot within 2000 ms \(deadlineMs\)/),
+          );
         },
         scaled(60_000),
       );
