@@ -17,7 +17,7 @@ import { InvalidTransitionError, InvalidValueError } from "./errors.js";
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
-import { rowPerformedProof } from "./runner.js";
+import { rowPerformedProof } from "./row-results.js";
 import { STATUSES, type Status } from "./schema.js";
 import type { Row } from "./store.js";
 import type { LedgerStats, ListFilter } from "./reports.js";

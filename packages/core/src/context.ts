@@ -9,7 +9,9 @@ import { InvalidTransitionError, InvalidValueError, LedgerConfigError, Operation
 import { requireName, requireText } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
 import type { StoredError } from "./result.js";
-import { Runner, resolutionOf, type RunnerSettings } from "./runner.js";
+import type { RunnerSettings } from "./call.js";
+import { resolutionOf } from "./row-results.js";
+import { Runner } from "./runner.js";
 import type { Resolution } from "./result.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Reports } from "./reports.js";

@@ -11,7 +11,8 @@ import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
 import { budgetProblem, escalationReason, hours, pastEscalation, waitedMs, type RetryBudget } from "./policy.js";
-import { pending, type Call, type Escalation, type RunnerSettings } from "./runner.js";
+import type { Call, Escalation, RunnerSettings } from "./call.js";
+import { pending } from "./row-results.js";
 import type { Status } from "./schema.js";
 import { resultAttributes } from "./tracing.js";
 import type { Row, TenantActions } from "./store.js";
@@ -199,7 +200,7 @@ export class LedgerDaemon {
           : `known not done, its last attempt ${hours(waitedMs(age))} h ago (${row.checks} checks), and no action of type ${row.action} is registered to run it again; a person must decide`;
       // Retried through a brief outage, a lost answer recognised as its own (`moveDurably`):
       // written once, the settlement failed, the row left unalerted (or parked unbeknown to us).
-      const parked = await this.#context.runner.moveDurably(
+      const parked = await this.#context.runner.writes.moveDurably(
         { tenant: row.tenant_id, settings: this.#context.settings },
         row,
         "needs_review",

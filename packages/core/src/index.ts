@@ -10,6 +10,7 @@ export type {
   ReconcileResult,
 } from "./action.js";
 export type { LedgerAdmin, Resolve } from "./admin.js";
+export type { Escalation } from "./call.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
 export type { Operation, OperationEvent, OperationRef, Seen, Verdict } from "./context.js";
@@ -40,7 +41,6 @@ export { DEFAULT_BUDGET, ESCALATED, ESCALATED_NOT_DONE } from "./policy.js";
 export type { RetryBudget } from "./policy.js";
 export { describeEvidence, describeResult, performedProof } from "./result.js";
 export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
-export type { Escalation } from "./runner.js";
 export { STATUSES } from "./schema.js";
 export type { Status } from "./schema.js";
 export type { LedgerStats, ListFilter, StatsRow, UnsettledStatus } from "./reports.js";

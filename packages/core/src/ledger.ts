@@ -26,7 +26,8 @@ import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.j
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
 import { DEFAULT_BUDGET, budgetProblem, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
-import { checkSize, knownPerformed, pending, replayOf, type Call, type RunnerSettings } from "./runner.js";
+import type { Call, RunnerSettings } from "./call.js";
+import { checkSize, knownPerformed, pending, replayOf } from "./row-results.js";
 import type { Status } from "./schema.js";
 import { Store, type Row } from "./store.js";
 import { resultAttributes, tracing } from "./tracing.js";

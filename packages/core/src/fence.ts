@@ -1,0 +1,240 @@
+/**
+ * `fenced`: what an attempt does once a write of its own matched no row, because a newer attempt
+ * or a person changed the row meanwhile (the fence). The refused write is recorded as evidence on
+ * the row, a receipt we hold still settles a row not yet proven, a second effect is alerted, and
+ * an ambiguous end reopens a row settled without it. It writes through the durable writes only.
+ */
+import { canonicalJson } from "./canonical.js";
+import type { Call, Step } from "./call.js";
+import type { DurableWrites } from "./durable-writes.js";
+import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach } from "./effects.js";
+import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
+import { knownPerformed, pending, replayOf, rowPerformedProof, succeeded } from "./row-results.js";
+import type { Row } from "./store.js";
+
+/**
+ * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
+ * write is refused and recorded as evidence), or the row is not where we left it, which is not a
+ * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
+ * settles a row that is not yet proven (unknown, pending, needs_review), and is never answered
+ * as anything but an effect. `performed`: the receipt is our own request's (execute answered),
+ * not a lookup's finding, so one that differs from the recorded receipt is a second effect,
+ * unless the provider's ids say it is the same one (`effectId`: a lookup's finding says less).
+ * `several`: the receipt tells of two effects (`complete`'s reason for it): alerted whatever the
+ * row became meanwhile, unless the receipt recorded already names each of them.
+ */
+export async function fenced<A, R>(
+  writes: DurableWrites,
+  call: Call<A, R>,
+  mine: Row,
+  wanted: string,
+  detail: string,
+  {
+    receipt,
+    sent = true,
+    performed = false,
+    several,
+  }: { receipt?: R; sent?: boolean; performed?: boolean; several?: string | undefined } = {},
+): Promise<Step<R>> {
+  // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
+  const unrecorded = (cause: unknown) =>
+    receipt === undefined ? cause : new CompletionNotRecordedError(mine.id, mine.attempt, receipt, { cause });
+  // An ended execution (a receipt, or an end that may have committed) says our request was out
+  // until now: what others decided meanwhile may not know it. Each write below is conditioned on
+  // the row as read; one that finds the row changed reads it again and decides anew.
+  const ended = receipt !== undefined || (wanted === "unknown" && sent);
+  for (let look = 1; ; look++) {
+    // Retried through a brief outage, as the moves below are: read once, an outage here left an
+    // ambiguous end unnoted, and the row pending (run again) while our request may have committed.
+    const now = await writes
+      .durably(call, () => writes.store.findById(call.tenant, mine.id))
+      .catch((error: unknown) => {
+        throw unrecorded(error);
+      });
+    if (!now || (now.status === "running" && now.attempt === mine.attempt)) {
+      const cause = new LedgerUnavailableError(
+        `attempt ${mine.attempt}'s write of ${wanted} matched no row, yet no other attempt holds the operation`,
+        mine.id,
+      );
+      throw unrecorded(cause);
+    }
+    const lastLook = look >= 5;
+    // Evidence of the refused write; a receipt must not be lost to it, so with one it is best effort.
+    // It also moves last_execution_at: a lookup another attempt is making, or its own end saying
+    // nothing was done, proves nothing of our request (reconcile and perform condition on it).
+    const noted = await writes.store
+      .recordEvent(now, {
+        attempt: mine.attempt,
+        actor: call.actor,
+        to: now.status,
+        reason: `fenced: attempt ${mine.attempt} tried to write ${wanted} (${detail.slice(0, 300)}); the operation is at attempt ${now.attempt}, ${now.status}`,
+        executionEnded: ended,
+        ...(ended && { firstSentAt: firstSentOf(mine) }),
+        unchanged: ended && !lastLook,
+      })
+      .catch((error: unknown) => {
+        if (receipt === undefined) throw error;
+        return { updatedAt: now.updated_at }; // not noted: the row as read
+      });
+    if (!noted) continue; // changed since read: decide on the row as it is now
+    // A receipt we hold proves the effect. It settles a row not yet proven (a later attempt's
+    // included: looking it up, or sending too, which no write of ours can stop now), and outranks
+    // a verdict given without it: "failed" (a later attempt refused, say "already exists" as ours
+    // had committed; a person who found nothing yet) is replaced, and a person's "succeeded"
+    // with no receipt to give gets this one.
+    const unproven =
+      now.status === "unknown" || now.status === "pending" || now.status === "needs_review" || now.status === "running";
+    const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
+    if (receipt !== undefined && (unproven || verdictWithout)) {
+      const overruled = now.status === "failed";
+      const after = overruled
+        ? now.resolution_json !== null
+          ? ", after a person resolved it as failed"
+          : `, after attempt ${now.attempt} failed`
+        : unproven
+          ? now.status === "running"
+            ? `, while attempt ${now.attempt} held it`
+            : ""
+          : ", after a person resolved it as succeeded without one";
+      // An effect already proven without its receipt (too large to store) by another attempt's
+      // own request: ours is another one. A lookup's finding (no attempt named) may be this very
+      // effect: not proven two, so the receipt is recorded and the proof kept in its history.
+      const proof = rowPerformedProof(now);
+      const by = proof?.performedBy ?? [];
+      const second = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
+      const twice = second || several !== undefined;
+      const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
+      const proven = await writes.recordReceipt(
+        call,
+        now,
+        canonicalJson(receipt, "result"),
+        receipt,
+        several !== undefined
+          ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
+          : second
+            ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
+            : proof
+              ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
+              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+        // A person's "it happened" agrees with the receipt; any other verdict is void now. Their
+        // row keeps its status, so the write is on the row as read and noted: a retry after it
+        // committed unseen matches nothing (moveDurably knows its own write), and another late
+        // receipt written meanwhile is read again, and found to be a second effect if it differs.
+        now.status === "succeeded"
+          ? { keepVerdict: true, alert: twice, unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } }
+          : { alert: twice },
+      );
+      if (proven) return { done: succeeded(proven, receipt, false) };
+      if (!lastLook) continue;
+    }
+    if (
+      several !== undefined &&
+      receipt !== undefined &&
+      now.status === "succeeded" &&
+      now.result_json !== null &&
+      !alertedBefore(call.action, now, several, receipt)
+    ) {
+      // Settled by another receipt meanwhile, and ours tells of two effects: a person hears of
+      // them, whatever that receipt says (it is replayed to every other caller all the same).
+      const alerted = await writes
+        .moveDurably(call, now, "succeeded", {
+          actor: call.actor,
+          reason: `${several}; attempt ${mine.attempt} found this after the operation was settled by another receipt`,
+          alert: true,
+          ...asNoted(noted, now, lastLook),
+        })
+        .catch((error: unknown) => {
+          throw unrecorded(error);
+        });
+      if (alerted || lastLook) return { done: performed ? succeeded(mine, receipt, false) : replayOf<R>(now) };
+      continue;
+    }
+    if (performed && receipt !== undefined && now.status === "succeeded" && now.result_json !== null) {
+      // Settled by another attempt's receipt, and ours differs: our request took effect too,
+      // unless the provider deduped it onto the first (then it is the same effect, told again,
+      // however its answer differs). Our caller gets its own receipt, not "already done
+      // earlier", and a person hears of the second effect (the row keeps the receipt it
+      // replays to every other caller).
+      const ours = canonicalJson(receipt, "result");
+      // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
+      // finding says less than the request's answer). Our caller gets its own request's answer.
+      if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt))
+        return { done: succeeded(mine, receipt, false) };
+      if (ours !== now.result_json && !dedupedOntoFirst(call.action, mine, now)) {
+        const alerted = await writes
+          .moveDurably(call, now, "succeeded", {
+            actor: call.actor,
+            reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
+            alert: true,
+            ...asNoted(noted, now, lastLook),
+          })
+          .catch((error: unknown) => {
+            throw unrecorded(error);
+          });
+        if (alerted || lastLook) return { done: succeeded(mine, receipt, false) };
+        continue;
+      }
+    }
+    // Still unrecorded after every look (the row kept changing under us): the effect happened,
+    // and the caller holds its receipt, whatever the row says now.
+    if (receipt !== undefined && now.status !== "succeeded")
+      throw unrecorded(
+        new LedgerUnavailableError(
+          `attempt ${mine.attempt}'s receipt could not be recorded: the operation kept changing (${now.status} at attempt ${now.attempt})`,
+          mine.id,
+        ),
+      );
+    if (wanted === "unknown" && sent && (now.status === "pending" || now.status === "failed")) {
+      // Absence was proven, or the operation failed (a later attempt refused, a person found
+      // nothing), while this attempt was still in flight: its ambiguous end voids that. Unknown
+      // again, looked up; after a failure, a person decides (the refusal may be our effect's
+      // "already exists"), and the operation is no longer settled.
+      // Retried through a brief outage (`moveDurably`): left pending, the row would be run
+      // again while our request may have committed; left failed, replayed as no effect.
+      const reopened =
+        now.status === "pending"
+          ? await writes.moveDurably(call, now, "unknown", {
+              actor: call.actor,
+              reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
+              checkAfterMs: call.settings.budget.baseDelayMs,
+              executionEnded: true,
+              firstSentAt: firstSentOf(mine),
+            })
+          : await writes.moveDurably(call, now, "needs_review", {
+              actor: call.actor,
+              reason: `attempt ${mine.attempt}, still in flight when the operation failed, may have committed: ${detail.slice(0, 200)}; a person decides`,
+              alert: true,
+              reopened: true,
+            });
+      if (reopened) {
+        const what =
+          reopened.status === "unknown"
+            ? `outcome unknown: attempt ${mine.attempt} may have committed`
+            : `attempt ${mine.attempt} may have committed after the operation failed; a person decides`;
+        return { done: pending(reopened, what) };
+      }
+      if (!lastLook) continue;
+    }
+    // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
+    if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
+    // At our own attempt nothing took the lease from us: a person, the daemon, or an earlier
+    // attempt's proof (its effect happened, its receipt too large to store) moved the row.
+    const performedBefore = knownPerformed(now);
+    const why = performedBefore
+      ? `an earlier attempt's effect happened (its receipt could not be stored) while attempt ${mine.attempt} held the operation; a person records it`
+      : now.attempt === mine.attempt
+        ? `attempt ${mine.attempt} was moved meanwhile (by a person or the daemon); the operation is ${now.status}`
+        : `lease lost to attempt ${now.attempt}; the operation is ${now.status}`;
+    return { done: pending(now, why, performedBefore) };
+  }
+}
+
+/**
+ * A fenced attempt's alert of a second effect is written on the row as read and noted: a retry
+ * after it committed unseen must not write it twice. On the last look (the row kept changing
+ * under us, other late answers noting themselves on it) it is written on the row as it is, its
+ * status and attempt: a person may hear of it twice then, never not at all.
+ */
+function asNoted(noted: { updatedAt: number }, now: Row, lastLook: boolean) {
+  return lastLook ? {} : { unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } };
+}

@@ -1,0 +1,130 @@
+/**
+ * The lease an attempt holds while its action runs (`withLease`): a heartbeat extends it, and a
+ * local deadline aborts the action's signal once no heartbeat succeeded for most of a lease, since
+ * another worker may then take over. Also the OperationContext the action is handed, its signal
+ * made only when read.
+ */
+import type { OperationContext } from "./action.js";
+import type { Call, Held } from "./call.js";
+import { firstSentOf } from "./effects.js";
+import { LeaseDeadlineError } from "./errors.js";
+import type { Row, Store } from "./store.js";
+
+/**
+ * Runs `fn` while a heartbeat keeps our lease. The action's signal aborts when the lease is lost,
+ * when the caller gives up, or locally when no heartbeat succeeded for most of a lease (the
+ * database is unreachable: another worker may take over once the lease runs out).
+ */
+export async function withLease<A, R, T>(
+  store: Store,
+  call: Call<A, R>,
+  mine: Held,
+  /** `abandon`: aborts the action's signal, when its answer is no longer awaited (a lookup given up). */
+  fn: (ctx: OperationContext, held: () => boolean, abandon: (reason: Error) => void) => Promise<T>,
+  lastAttemptAt?: number,
+  /** Whether an earlier attempt may have taken effect (`OperationContext.mayHaveCommitted`); a lookup's: yes. */
+  mayHaveCommitted = true,
+): Promise<T> {
+  const { row } = mine;
+  const leaseMs = call.settings.leaseMs;
+  const controller = new LazyAbort();
+  const onAbort = () => controller.abort(call.signal?.reason);
+  call.signal?.addEventListener("abort", onAbort, { once: true });
+  if (call.signal?.aborted) onAbort(); // given up while the lease was being granted: no event comes
+  let finished = false;
+  // The lease counts from when the statement that granted or extended it was SENT: a conservative end.
+  const margin = Math.min(Math.floor(leaseMs / 5), 2_000);
+  const clock = store.local;
+  let until = 0;
+  let lost = false;
+  let deadline: NodeJS.Timeout | undefined;
+  const armDeadline = (from: number) => {
+    until = from + leaseMs - margin;
+    clearTimeout(deadline);
+    deadline = setTimeout(
+      () => {
+        lost = true;
+        controller.abort(new LeaseDeadlineError(row.id, row.attempt));
+      },
+      Math.max(0, until - clock()),
+    );
+  };
+  armDeadline(mine.since);
+  const timer = setInterval(
+    () => {
+      const asked = clock();
+      store.heartbeat(row, leaseMs).then(
+        (kept) => {
+          if (finished) return; // answered after the call ended: nothing to keep, no deadline to arm
+          if (kept) return armDeadline(asked);
+          lost = true;
+          controller.abort(new Error(`lease of attempt ${row.attempt} lost`));
+        },
+        () => {}, // unreachable for now: the deadline above stops the action if it lasts
+      );
+    },
+    Math.max(10, Math.floor(leaseMs / 3)),
+  );
+  // The heartbeat alone does not keep the process running: an action that waits on nothing
+  // (it ignored its signal) after the ledger closed must not hold the process open for ever.
+  timer.unref();
+  // Read synchronously, before a request is sent: the deadline's timer may not have fired yet
+  // when the answer that granted the lease arrived late.
+  const held = () => !lost && clock() < until;
+  try {
+    return await fn(context(row, controller, lastAttemptAt, mayHaveCommitted), held, (reason) =>
+      controller.abort(reason),
+    );
+  } finally {
+    finished = true;
+    clearInterval(timer);
+    clearTimeout(deadline);
+    call.signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+/**
+ * An AbortController made when its signal is first read: most actions never read it, and making
+ * one costs more (~5 µs) than the rest of a replayed call's bookkeeping.
+ */
+class LazyAbort {
+  private controller: AbortController | undefined;
+  private reason: { value: unknown } | undefined;
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.reason) this.controller.abort(this.reason.value);
+    }
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (this.controller) this.controller.abort(reason);
+    else this.reason ??= { value: reason };
+  }
+}
+
+function context(
+  row: Row & { db_now: number },
+  abort: LazyAbort,
+  lastAttemptAt = row.updated_at,
+  mayHaveCommitted = true,
+): OperationContext {
+  return {
+    id: row.id,
+    tenant: row.tenant_id,
+    key: row.key,
+    keyLabel: row.key_label,
+    attempt: row.attempt,
+    createdAt: row.created_at,
+    firstSentAt: firstSentOf(row),
+    lastAttemptAt,
+    mayHaveCommitted,
+    now: row.db_now,
+    providerReference: row.provider_reference,
+    get signal() {
+      return abort.signal;
+    },
+  };
+}
