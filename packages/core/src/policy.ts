@@ -44,17 +44,21 @@ export function recoveryFor(
         until: firstSentAt + usable,
       };
   }
+  // Why the key does not answer: past its retention, or a replay would only repeat what the
+  // provider saved under it (the key is still kept then).
+  const keyDone = !caps.dedupe
+    ? undefined
+    : last?.replayable === false
+      ? "a replay with the key would only repeat the provider's saved answer"
+      : "key retention passed";
   // A lookup can find the effect (or prove its absence) whatever its age.
   if (caps.lookup)
-    return {
-      kind: "reconcile",
-      reason: caps.dedupe ? "key retention passed; looking the effect up" : "looking the effect up",
-    };
+    return { kind: "reconcile", reason: keyDone ? `${keyDone}; looking the effect up` : "looking the effect up" };
   // Neither: replaying could duplicate, assuming absence could lose the effect.
   return {
     kind: "review",
-    reason: caps.dedupe
-      ? "key retention passed and the provider cannot be queried"
+    reason: keyDone
+      ? `${keyDone} and the provider cannot be queried`
       : "the provider neither dedupes nor can be queried",
   };
 }

@@ -35,6 +35,14 @@ describe("recoveryFor (the replay policy table)", () => {
     expect(recoveryFor(stripeLike, 0, HOUR, { replayable: false }).kind).toBe("reconcile");
     expect(recoveryFor({ dedupe: { retentionMs: 24 * HOUR } }, 0, HOUR, { replayable: false }).kind).toBe("review");
     expect(recoveryFor(stripeLike, 0, HOUR, { replayable: true }).kind).toBe("replay");
+    // The key is still kept: the reason says why it does not answer (before: "key retention passed").
+    expect(recoveryFor(stripeLike, 0, HOUR, { replayable: false }).reason).toBe(
+      "a replay with the key would only repeat the provider's saved answer; looking the effect up",
+    );
+    expect(recoveryFor({ dedupe: { retentionMs: 24 * HOUR } }, 0, HOUR, { replayable: false }).reason).toBe(
+      "a replay with the key would only repeat the provider's saved answer and the provider cannot be queried",
+    );
+    expect(recoveryFor(stripeLike, 0, 30 * HOUR).reason).toBe("key retention passed; looking the effect up");
   });
   it("reconciles a provider that can only be queried", () => {
     expect(recoveryFor({ lookup: true }, 0, 1).kind).toBe("reconcile");
