@@ -253,6 +253,70 @@ describe("Stripe sandbox idempotency", () => {
   });
 });
 
+describe("Stripe sandbox API versions", () => {
+  const under = (apiVersion: string) =>
+    new Stripe(apiKey, {
+      host: "127.0.0.1",
+      port,
+      protocol: "http",
+      maxNetworkRetries: 0,
+      apiVersion: apiVersion as Stripe.LatestApiVersion,
+    });
+  /** The day after the date of stripe-node's pinned default, with its release's name: not released yet. */
+  const afterDefault = () => {
+    const [date, name] = Stripe.API_VERSION.split(".");
+    const next = new Date(Date.parse(`${date}T00:00:00Z`) + 86_400_000).toISOString().slice(0, 10);
+    return `${next}.${name}`;
+  };
+
+  it.each([
+    ["not a calendar date", "2024-13-45"],
+    ["a day its month does not have", "2023-02-30"],
+    ["a date not written YYYY-MM-DD", "2019-2-19"],
+    ["a release since acacia without its name", "2024-12-18"],
+    ["a date before acacia with a release's name", "2024-06-20.basil"],
+    ["a date with another release's name", "2025-04-30.acacia"],
+    ["a date before Stripe's first version", "2011-06-20"],
+    ["a date after the newest version known (stripe-node's default)", afterDefault()],
+    ["a word", "latest"],
+    ["a version with a beta the sandbox does not know", "2024-06-20; some_beta=v1"],
+  ])(
+    "refuses %s (%s) with Stripe's 400, before the idempotency layer: nothing saved, nothing run",
+    async (_what, version) => {
+      const idempotencyKey = key();
+      const before = sandbox.count("customers");
+      const refused = await under(version)
+        .customers.create({ email: "v@example.com" }, { idempotencyKey })
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+      expect(refused).toMatchObject({
+        statusCode: 400,
+        rawType: "invalid_request_error",
+        code: undefined,
+        message: `Invalid Stripe API version: ${version}`,
+      });
+      expect(sandbox.requests.at(-1)).toMatchObject({ status: 400, stripeVersion: version, idempotencyKey });
+      expect(sandbox.count("customers")).toBe(before);
+      // The same key and parameters under the SDK's version run for the first time.
+      const ok = await client.customers.create({ email: "v@example.com" }, { idempotencyKey });
+      expect(ok.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+      expect(sandbox.count("customers")).toBe(before + 1);
+    },
+  );
+
+  it.each([
+    ["stripe-node's default", Stripe.API_VERSION],
+    ["Stripe's first version", "2011-06-21"],
+    ["a version before acacia", "2024-06-20"],
+    ["acacia's first version", "2024-09-30.acacia"],
+    ["a basil version", "2025-04-30.basil"],
+  ])("takes %s (%s)", async (_what, version) => {
+    const made = await under(version).customers.create({ email: "w@example.com" }, { idempotencyKey: key() });
+    expect(made.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+    expect(sandbox.requests.at(-1)).toMatchObject({ status: 200, stripeVersion: version });
+  });
+});
+
 describe("Stripe sandbox lists and refunds", () => {
   const paid = async (amount = 20_000) => client.paymentIntents.create({ ...card, amount }, { idempotencyKey: key() });
 

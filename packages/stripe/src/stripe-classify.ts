@@ -10,9 +10,9 @@ import { deadlineOf } from "./stripe-http-client.js";
  * `resent`: stripe-node had sent the request more than once (it retries a closed connection by
  * itself); an answer that says nothing was done speaks only for the last send, so it is ambiguous.
  * So is a refusal Stripe gives before it reads the idempotency key (our credentials refused, 401
- * or 403; its TLS refused by us), which a committed earlier send does not change: the alert
- * stays, the outcome is unknown. A decline or a validation error is the key's saved answer, the
- * first send's too.
+ * or 403; an API version it does not know; its TLS refused by us), which a committed earlier send
+ * does not change: the alert stays, the outcome is unknown. A decline or a validation error is the
+ * key's saved answer, the first send's too.
  */
 export function classifyStripeError(error: unknown, resent = false): Classification {
   const cls = classifyAnswer(error);
@@ -25,6 +25,9 @@ export function classifyStripeError(error: unknown, resent = false): Classificat
     ...(refusedBeforeKey && { alert: true }),
   };
 }
+
+/** How Stripe's 400 for a `Stripe-Version` it does not know begins ("… version: 2024-13-45"). */
+const API_VERSION_REFUSED = "Invalid Stripe API version: ";
 
 function classifyAnswer(error: unknown): Classification {
   if (!(error instanceof Stripe.errors.StripeError)) {
@@ -124,6 +127,28 @@ function classifyAnswer(error: unknown): Classification {
   // our key inside Stripe's window either runs the request once (nothing was saved) or returns
   // what was saved, marked as a replay (then looked up, above).
   if (status !== undefined && status > 500) return { kind: "ambiguous", reason: what, ...ids };
+  // Stripe does not know the API version this process sends (its `apiVersion` setting misspelled,
+  // or newer than Stripe has released). Stripe refuses it before its idempotency layer: nothing
+  // ran, nothing was saved under our key, and it says nothing of an earlier attempt with the key.
+  // A setup refusal, as a revoked key is: permanent, and a person must know (a replay of an
+  // attempt that may have committed stays unknown). Matched on Stripe's words, the only mark the
+  // wire gives it: no `code` is seen with it, and a validation error words its message otherwise.
+  // It names no parameter: one that does (a webhook endpoint's `api_version`) refused the request's
+  // own arguments, Stripe's final answer for them.
+  if (
+    status === 400 &&
+    error.rawType === "invalid_request_error" &&
+    !error.param &&
+    error.message.startsWith(API_VERSION_REFUSED)
+  ) {
+    return {
+      kind: "permanent",
+      reason: `Stripe does not know the API version this process sends (its apiVersion setting): ${what}`,
+      alert: true,
+      ...ids,
+      ...named,
+    };
+  }
   // Wrong or revoked key, or not allowed: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids, ...named };
   // Declines and validation errors: Stripe's final answer for these parameters.

@@ -30,6 +30,14 @@ describe("classifyStripeError", () => {
     ],
     ["a missing resource", new E.StripeInvalidRequestError(raw(404)), { kind: "permanent" }],
     ["a bad API key", new E.StripeAuthenticationError(raw(401)), { kind: "permanent", alert: true }],
+    // refused before Stripe's idempotency layer, for this process's setup (its apiVersion): a person must know
+    [
+      "an API version Stripe does not know",
+      E.StripeError.generate(
+        raw(400, { type: "invalid_request_error", message: "Invalid Stripe API version: 2024-13-45" }),
+      ),
+      { kind: "permanent", alert: true, providerRequestId: "req_123" },
+    ],
     ["a permission denial", new E.StripePermissionError(raw(403)), { kind: "permanent", alert: true }],
     // a request with our key already ran: its effect stands, never "failed"; looked up, not replayed
     [
@@ -133,6 +141,42 @@ describe("classifyStripeError", () => {
     }
   });
 
+  it("reads a 400 that names an api_version parameter, or only mentions a version, as the request's own refusal: no alert", () => {
+    for (const error of [
+      // the request's own argument (a webhook endpoint's api_version): Stripe's answer for it
+      new E.StripeInvalidRequestError(
+        raw(400, {
+          type: "invalid_request_error",
+          param: "api_version",
+          message: "Invalid Stripe API version: 2024-13-45",
+        }),
+      ),
+      new E.StripeInvalidRequestError(
+        raw(400, { type: "invalid_request_error", message: "This API version does not support the parameter." }),
+      ),
+    ]) {
+      const cls = classifyStripeError(error);
+      expect(cls.kind).toBe("permanent");
+      expect(cls.kind === "permanent" && cls.alert).toBeFalsy();
+    }
+  });
+
+  it("says a refused API version is this process's setting, with Stripe's words", () => {
+    const cls = classifyStripeError(
+      new E.StripeInvalidRequestError(
+        raw(400, { type: "invalid_request_error", message: "Invalid Stripe API version: 2024-13-45" }),
+      ),
+    );
+    // Before: permanent without an alert, "StripeInvalidRequestError: Invalid Stripe API version: 2024-13-45".
+    expect(cls).toEqual({
+      kind: "permanent",
+      alert: true,
+      providerRequestId: "req_123",
+      reason:
+        "Stripe does not know the API version this process sends (its apiVersion setting): StripeInvalidRequestError: Invalid Stripe API version: 2024-13-45",
+    });
+  });
+
   it("keeps the decline code in the reason", () => {
     const cls = classifyStripeError(
       new E.StripeCardError(raw(402, { code: "card_declined", decline_code: "insufficient_funds" })),
@@ -200,8 +244,14 @@ describe("classifyStripeError", () => {
     expect(classifyStripeError(refused, true)).toMatchObject({ kind: "ambiguous" });
     // Stripe's answer for the key (saved under it): the same whichever send it answered.
     expect(classifyStripeError(declined, true)).toMatchObject({ kind: "permanent" });
-    // Refused before Stripe reads the key (our credentials): the last send's alone, still alerted.
-    for (const denied of [new E.StripeAuthenticationError(raw(401)), new E.StripePermissionError(raw(403))]) {
+    // Refused before Stripe reads the key (our credentials, our API version): the last send's alone, still alerted.
+    for (const denied of [
+      new E.StripeAuthenticationError(raw(401)),
+      new E.StripePermissionError(raw(403)),
+      new E.StripeInvalidRequestError(
+        raw(400, { type: "invalid_request_error", message: "Invalid Stripe API version: 2024-13-45" }),
+      ),
+    ]) {
       expect(classifyStripeError(denied)).toMatchObject({ kind: "permanent", alert: true });
       expect(classifyStripeError(denied, true)).toMatchObject({ kind: "ambiguous", alert: true });
     }

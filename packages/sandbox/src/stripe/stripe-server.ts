@@ -11,6 +11,13 @@
  * remove keys from the system automatically after they're at least 24 hours old",
  * docs.stripe.com/api/idempotent_requests): a longer `keyRetentionMs` is a Stripe that prunes late.
  *
+ * A `Stripe-Version` Stripe does not know is refused as Stripe refuses it: 400
+ * `invalid_request_error`, "Invalid Stripe API version: <the header>", with no `code` (none is seen
+ * in public reports), after the API key is checked and before the idempotency layer: nothing is
+ * saved under the key, nothing runs. Which versions it knows: stripe-versions.ts (a calendar date
+ * from 2011-06-21 to stripe-node's pinned default, named by its release from 2024-09-30.acacia
+ * on). A request without the header is taken, under the account's default version.
+ *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
  * `Stripe-Version` is before 2015-09-08, as Stripe answered then), `unavailable` (503) and
  * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_before_effect` (the
@@ -32,6 +39,7 @@ import { closeHard, listen, readBody } from "../http.js";
 import { TricklingAnswers } from "../trickle.js";
 import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
+import { isStripeVersion } from "./stripe-versions.js";
 
 export type StripeFaultKind =
   | "rate_limit"
@@ -151,11 +159,18 @@ export class StripeSandbox {
       record(401);
       return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
     }
+    if (stripeVersion !== undefined && !isStripeVersion(stripeVersion)) {
+      record(400);
+      return sendError(res, 400, {
+        type: "invalid_request_error",
+        message: `Invalid Stripe API version: ${stripeVersion}`,
+      });
+    }
     const before = this.faults.take(method, path, ["rate_limit", "unavailable"]);
     if (before?.kind === "rate_limit") {
       // Before API version 2015-09-08 Stripe's rate limiter answered 400 with the code `rate_limit`
       // (docs.stripe.com/changelog/2015-09-08/rate-limited-requests-return-429-no-rate-limit).
-      const status = (header(req, "stripe-version") ?? "9") < "2015-09-08" ? 400 : 429;
+      const status = (stripeVersion ?? "9") < "2015-09-08" ? 400 : 429;
       record(status);
       return sendError(
         res,
