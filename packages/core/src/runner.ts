@@ -598,6 +598,15 @@ export class Runner {
       recoveryFor(call.action.capabilities, firstSentOf(mine.row), mine.row.db_now, error).kind === "review"
     )
       return { again: 0 };
+    // A replay refused for our setup (a revoked credential; alerted): the call's next replay meets
+    // the same refusal until a person fixes it. Unknown, alerted; checked again when due.
+    if (to === "unknown" && error.alert)
+      return {
+        done: pending(
+          moved,
+          `outcome unknown (${cls.kind}: ${cls.reason}); a person must fix the setup, verification continues`,
+        ),
+      };
     // A ledger closing tries nothing again: the next caller or the daemon will.
     const closing = this.closing(call);
     const wait = closing ? null : nextDelay(b, state.executed, Date.now() - state.started, checkAfterMs);
