@@ -1,6 +1,7 @@
 /**
  * The IMAP side, through imapflow: find a message by Message-ID in the Sent folder (found by
- * SPECIAL-USE \Sent, by name as a fallback, or as configured) or in a journal mailbox, and
+ * SPECIAL-USE \Sent, by name as a fallback, or as configured; when the server flags several
+ * mailboxes \Sent, each of them is searched) or in a journal mailbox, and
  * APPEND a copy. A lookup can also ask, in the same session, whether another name (a Sent folder
  * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
  * says, never the spelling. One short session per call: these run once per send, not per message
@@ -246,7 +247,15 @@ export class Mailbox {
       }
       const prefix = client.namespace?.prefix ?? "";
       const mailbox = this.opened(boxes);
-      const found = await this.search(client, mailbox, messageId, refused);
+      let found = await this.search(client, mailbox, messageId, refused);
+      // The server may give \Sent to several mailboxes (RFC 6154 §2; Dovecot's stock config marks
+      // "Sent" and "Sent Messages"), and imapflow hands its special use to one of them, by name: the
+      // provider may file into another. Not found in the one picked, the copy is looked for in each
+      // of the others, so "not found" covers every mailbox the server calls Sent.
+      for (const other of this.otherSent(boxes, mailbox)) {
+        if (found) break;
+        found = await this.search(client, other, messageId, refused);
+      }
       if (alias === undefined) return { found, searched: mailbox };
       if (listError) return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError } };
       const path = mailboxPath(alias, boxes, prefix);
@@ -290,6 +299,17 @@ export class Mailbox {
         );
       }
     });
+  }
+
+  /**
+   * With the Sent folder found by the server's LIST (no `sentMailbox`), the other mailboxes that
+   * can be opened and that the server flags \Sent too, besides `opened`; none otherwise.
+   */
+  private otherSent(boxes: readonly ListedMailbox[], opened: string): string[] {
+    if (this.path !== SENT) return [];
+    return boxes
+      .filter((b) => selectable(b) && b.path !== opened && (b.specialUse === SENT || has(b, SENT)))
+      .map((b) => b.path);
   }
 
   /** The mailbox to open: the configured path, or the Sent folder the server lists (`boxes`). */

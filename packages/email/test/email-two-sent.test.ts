@@ -1,0 +1,68 @@
+/**
+ * An account whose server flags two selectable mailboxes `\Sent` (RFC 6154 §2: a server may give
+ * one special use to several mailboxes; Dovecot's stock 15-mailboxes.conf marks both "Sent" and
+ * "Sent Messages", and a German client creates "Gesendet"). imapflow hands its `specialUse` to one
+ * of them (by name), while the provider files its copies into the other. The sandbox's Dovecot
+ * marks only its "Sent", so a proxy adds `\Sent` to the line it sends for "Gesendet". Real Dovecot,
+ * imapflow's own LIST parsing, nodemailer and smtp-server; messages counted at the SMTP server.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MailSandbox, SENDER } from "@idem/sandbox";
+import { scaled } from "@idem/testkit";
+import { emailActions, type EmailConfig } from "@idem/email";
+import { listRewritingProxy } from "./loopback.js";
+import { op } from "./operation.js";
+
+let sandbox: MailSandbox;
+let started: Awaited<ReturnType<MailSandbox["start"]>>;
+let proxy: Awaited<ReturnType<typeof listRewritingProxy>>;
+beforeAll(async () => {
+  sandbox = new MailSandbox({ mode: "provider-saves" });
+  started = await sandbox.start();
+  // What Dovecot lists with "Gesendet" marked \Sent in its config too: both are real mailboxes.
+  proxy = await listRewritingProxy(started.imap.port, (line) =>
+    line.replace(/^\* LIST \(([^)]*)\) "\/" "?Gesendet"?$/, '* LIST ($1 \\Sent) "/" Gesendet'),
+  );
+  const client = sandbox.imap(SENDER);
+  await client.connect();
+  try {
+    await client.mailboxCreate("Gesendet");
+  } finally {
+    await client.logout();
+  }
+}, scaled(30_000));
+afterAll(async () => {
+  await proxy?.close();
+  await sandbox?.close();
+});
+
+const config = (): EmailConfig => ({
+  smtp: { host: "127.0.0.1", port: started.smtp.port, auth: SENDER, timeoutMs: 2_500, requireTLS: false },
+  imap: { host: "127.0.0.1", port: proxy.port, auth: SENDER, requireTLS: false },
+  from: SENDER.user,
+  copy: { mode: "provider-saves" },
+  settleMs: 300,
+});
+const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
+
+describe("two mailboxes the server flags \\Sent, the provider filing into one of them", () => {
+  it("a send whose answer was lost is never proven absent past the window, nor sent again; one message", async () => {
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    // The first send: accepted, its copy filed in "Sent" by the provider (its answer then lost).
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
+    // Looked up well past the settle window, as the daemon does for an unknown outcome.
+    // Before: only "Gesendet" (imapflow's pick) was searched: "absent", and the runner sent again.
+    const later = { ...first, now: now + 3_600_000 };
+    const verdict = await mail.reconcile!(report, later);
+    expect(verdict).not.toMatchObject({ proof: "absent" });
+    expect(verdict).toMatchObject({ found: true, receipt: { foundIn: "Sent" } });
+    // The next attempt's check before sending finds it too: nothing sent.
+    const again = await mail.execute(report, { ...later, attempt: 2 });
+    expect(again).toMatchObject({ sent: false, foundIn: "Sent" });
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+  });
+});
