@@ -196,7 +196,10 @@ export class Daemon {
             tenant: row.tenant,
             id: row.id,
             actor: this.actor,
-            escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs },
+            // Not a delivery's: its sink's tries refused (down, failing, a bad authorization) would
+            // send it to a person after maxChecks, and `deliver` then acknowledges its alert unsent.
+            // It stays due until a sink takes it; each tick says why (`undelivered`, the log).
+            ...(!sink && { escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } }),
             stop: this.stopped.signal,
             timeoutMs: Math.max(1, Math.floor(claimEnds - performance.now())),
             // A delivery is one request a tick, as `deliver` makes it (alerts.ts).

@@ -216,14 +216,14 @@ for (const dialect of DIALECTS) {
      * moves on: a delivery left pending falls due for the next tick's settling (the other path
      * that sends it) without a wait.
      */
-    async function webhookDaemon(status: number, name: string) {
-      const hook = await receiver(() => status);
+    async function webhookDaemon(status: number | (() => number), name: string, settings: { maxChecks?: number } = {}) {
+      const hook = await receiver(typeof status === "number" ? () => status : status);
       cleanups.push(hook.close);
       const url = await freshDatabase(dialect);
       const config = parseConfig({
         ledger: url,
         alerts: { log: false, webhook: { url: hook.url, format: "json" } },
-        daemon: { intervalMs: 50 },
+        daemon: { intervalMs: 50, ...settings },
       });
       let ahead = 0;
       const ledger = await openTestLedger(url, {
@@ -258,6 +258,35 @@ for (const dialect of DIALECTS) {
         expect(asked, "webhook requests per tick").toEqual([1, 1, 1]);
         expect(hook.taken).toHaveLength(0);
         expect((await ledger.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(parked.operationId);
+      },
+      scaled(60_000),
+    );
+
+    it(
+      "alert: a webhook down for more than maxChecks tries keeps the alert due; once back, the alert is delivered",
+      async () => {
+        let answer = 503;
+        const { hook, ledger, daemon, advance } = await webhookDaemon(() => answer, "d-long-down", { maxChecks: 3 });
+        const parked = await ledger.run(lostAnswer, { tenant: tenant(), key: ["r"], args: { note: "x" } });
+        expect(parked).toMatchObject({ state: "needs_review" });
+        // The receiver is down for hours: each tick's delivery and, once due, its settling meet a 503.
+        for (let tick = 0; tick < 6; tick++) {
+          await daemon.tick();
+          advance(2 * 3_600_000);
+        }
+        answer = 200;
+        for (let tick = 0; tick < 3; tick++) {
+          await daemon.tick();
+          advance(2 * 3_600_000);
+        }
+        const [delivery] = await ledger.admin.list({ tenant: "idem-alerts" });
+        // Before the fix: the delivery, never sent, went to review after maxChecks tries ("still not
+        // done after 3 tries"), the alert was acknowledged as in a person's hands, and never sent.
+        expect({
+          delivered: hook.taken.filter((a) => a.operationId === parked.operationId).length,
+          stillDue: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === parked.operationId),
+          delivery: delivery?.status,
+        }).toEqual({ delivered: 1, stillDue: false, delivery: "succeeded" });
       },
       scaled(60_000),
     );

@@ -197,6 +197,8 @@ export async function fenced<A, R>(
               actor: call.actor,
               reason: `attempt ${mine.attempt}, still in flight when absence was proven, may have committed: ${detail.slice(0, 200)}`,
               checkAfterMs: call.settings.budget.baseDelayMs,
+              // Known not done until now, its checks were tries refused: this outcome has had none.
+              checks: 0,
               executionEnded: true,
               firstSentAt: firstSentOf(mine),
             })

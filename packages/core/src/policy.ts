@@ -101,7 +101,7 @@ export interface Snapshot {
   readonly attempt: number;
   readonly leaseExpiresAt: number | null;
   readonly nextCheckAt: number | null;
-  /** Inconclusive checks of an unknown outcome so far. */
+  /** Inconclusive checks of an unknown outcome so far; of work known not done, tries the provider refused. */
   readonly checks: number;
   /** An attempt may have committed and nothing has proven otherwise yet (sticky, see docs/design.md). */
   readonly maybeCommitted: boolean;
@@ -270,6 +270,10 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       return recover(s, caps, c, "outcome unknown");
     }
     case "pending": {
+      // Only a caller can run it (its args are not stored): its tries are its own to make, and the
+      // daemon, which can make none, parks nothing for them.
+      if (!s.hasArgs && !c.hasArgs)
+        return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
       // Each try the provider refused for now (503, a rate limit) counted a check: past the
       // daemon's limit a person decides whether the work is still wanted, rather than a provider
       // down for days being tried for ever and the work done whenever it comes back.
@@ -278,8 +282,6 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
           kind: "review",
           reason: `${ESCALATED_NOT_DONE} ${s.checks} tries the provider refused for now; a person must decide whether to run it again`,
         };
-      if (!s.hasArgs && !c.hasArgs)
-        return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
       if (!c.mayExecute)
         return {
           kind: "answer",

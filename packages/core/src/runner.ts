@@ -20,7 +20,16 @@ import { firstSentOf, severalEffects } from "./effects.js";
 import { ArgsMismatchError, InvalidValueError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
 import { fenced } from "./fence.js";
 import { withLease } from "./lease.js";
-import { backoff, checkDelay, decide, nextDelay, recoveryFor, statusAfter, type Snapshot } from "./policy.js";
+import {
+  afterProvider,
+  backoff,
+  checkDelay,
+  decide,
+  nextDelay,
+  recoveryFor,
+  statusAfter,
+  type Snapshot,
+} from "./policy.js";
 import { boundEvidence, type RunResult, type StoredError } from "./result.js";
 import { checkSize, failed, knownPerformed, pending, replayOf, succeeded } from "./row-results.js";
 import type { Address, Outcome, Peek, Row, Store } from "./store.js";
@@ -569,14 +578,22 @@ export class Runner {
     const b = call.settings.budget;
     const providerWait = "retryAfterMs" in cls ? cls.retryAfterMs : undefined;
     // The row keeps the longer of the provider's signal and our backoff, even past our budget.
-    // Work known not done that the provider refused for now: each try counts a check, and the row
-    // waits as an unknown outcome's checks do (doubling, capped at an hour), so that the daemon's
-    // tries of a provider down for hours back off instead of coming every tick (escalated past
-    // maxChecks). An outcome that becomes unknown here starts its own checks.
+    // Work known not done that the provider refused for now: each try sent counts a check, and a
+    // settlement's row waits as an unknown outcome's checks do (doubling, capped at an hour), so
+    // that the daemon's tries of a provider down for hours back off instead of coming every tick
+    // (escalated past maxChecks). A caller's row waits its own backoff: its next try within the
+    // call is bound by it, and after many of the daemon's tries it was past the call's budget (one
+    // try, "retry budget spent"). A rate limit is neither: the provider said when to come back, and
+    // its wait binds every caller, so it is kept as asked and no try it refused counts toward a
+    // person. An outcome that becomes unknown here starts its own checks.
+    const counted = sent && cls.kind !== "rate_limited";
+    const ownWait = Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed));
     const checkAfterMs =
-      to === "pending"
-        ? Math.max(backoff(b, state.executed), checkDelay(b.baseDelayMs, row.checks, providerWait))
-        : checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait);
+      to !== "pending"
+        ? checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait)
+        : state.settling && counted
+          ? Math.max(ownWait, checkDelay(b.baseDelayMs, row.checks, providerWait))
+          : ownWait;
     const moved = await this.writes.moveDurably(call, row, to, {
       actor: call.actor,
       reason: `${cls.kind}: ${cls.reason}`,
@@ -586,7 +603,11 @@ export class Runner {
       ...(to === "unknown" && sent && { executionEnded: true, checks: maybeCommitted ? row.checks + 1 : 0 }),
       // A refused credential a person must hear of, though the outcome stays unknown (statusAfter).
       ...(error.alert && { alert: true }),
-      ...(to === "pending" && { noExecutionSince: row.last_execution_at, checks: row.checks + 1 }),
+      // Not sent (the lease ran out, the caller gave up, closing), or rate limited: not counted.
+      ...(to === "pending" && {
+        noExecutionSince: row.last_execution_at,
+        checks: counted ? row.checks + 1 : row.checks,
+      }),
     });
     if (!moved) {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
@@ -799,7 +820,8 @@ export class Runner {
       actor: call.actor,
       reason,
       error_json: JSON.stringify(error),
-      ...(to === "unknown" ? { checkAfterMs: 0, checks: now.checks } : { alert: true }),
+      // The row's checks were tries of work known not done: the earlier attempt's outcome has had none.
+      ...(to === "unknown" ? { checkAfterMs: 0, checks: 0 } : { alert: true }),
     });
     return moved ? { done: pending(moved, reason) } : undefined;
   }

@@ -761,6 +761,8 @@ export class Store {
             to.status === "pending"
               ? sql<number>`case when ${lateEnd} then 1 else ${to.maybeCommitted} end`
               : to.maybeCommitted,
+          // Unknown after all: the row's checks were tries of work known not done, none of this outcome.
+          ...(to.status === "pending" && { checks: sql<number>`case when ${lateEnd} then 0 else checks end` }),
           lease_owner: null,
           lease_expires_at: null,
           next_check_at: now,

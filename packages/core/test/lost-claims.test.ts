@@ -12,7 +12,7 @@ import type { CompiledQuery } from "kysely";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, pgProxy } from "@idem/testkit";
-import { TestProvider } from "./support/provider.js";
+import { answering, TestProvider } from "./support/provider.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { dialectFor, hooked } from "./support/dialects.js";
 
@@ -186,50 +186,65 @@ for (const dialect of DIALECTS) {
     // helper-76's review: the late "may have committed" end was recorded on the row the lost
     // takeover held (fenced), and the give-back then made it pending, known not done: the next
     // call sent again (two effects, both databases).
-    it("the row goes back unknown, not pending: the next call looks it up and finds the effect", async () => {
-      let now = Date.now();
-      const clock = () => now;
-      const p = slowProvider("lost.takeover.late");
-      const a: Ledger = await db.open({ clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
-      const tenant = uniqueTenant();
-      const actor = `lossy-${Math.random().toString(36).slice(2)}`;
-      p.hold();
-      // Attempt 1 sends; its answer is slow, and its lease runs out by the database clock.
-      const first = a.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
-      while (p.calls() < 1) await sleep(5);
-      now += 31_000;
-      const [op] = await a.admin.list({ tenant });
-      // The daemon, stopping (it looks up but sends nothing), finds nothing yet: pending.
-      const stop = new AbortController();
-      stop.abort();
-      expect(await a.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
-        state: "pending",
-      });
-      // Caller 3's takeover commits but its answer is lost; meanwhile attempt 1 commits and times out.
-      let lost = false;
-      const lossy = hooked(await dialectFor(dialect, db.url()), {
-        async query(q, run) {
-          const out = await run();
-          if (lost || !isTakeover(q) || !q.parameters.includes(actor)) return out;
-          lost = true;
-          p.release();
-          await first; // attempt 1's late timeout, recorded while attempt 3 holds the row
-          throw new Error("connection reset after commit (test)");
-        },
-      });
-      const b = await openTestLedger(lossy, { clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
-      try {
-        await expect(b.run(p.action, { tenant, key: ["k"], args: { to: "x" }, actor })).rejects.toMatchObject({
-          name: "LedgerUnavailableError",
+    // With tries refused before (pending, counted): the unknown outcome starts its checks from 0,
+    // not from those tries (before the fix: checks 2, read as inconclusive checks of attempt 1's).
+    it.each([0, 2])(
+      "the row goes back unknown, not pending: the next call looks it up and finds the effect (%i tries refused before)",
+      async (refused) => {
+        let now = Date.now();
+        const clock = () => now;
+        const p = slowProvider("lost.takeover.late");
+        const a: Ledger = await db.open({ clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
+        const tenant = uniqueTenant();
+        const actor = `lossy-${Math.random().toString(36).slice(2)}`;
+        p.hold();
+        // Attempt 1 sends; its answer is slow, and its lease runs out by the database clock.
+        const first = a.run(p.action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        while (p.calls() < 1) await sleep(5);
+        now += 31_000;
+        const [op] = await a.admin.list({ tenant });
+        // The daemon, stopping (it looks up but sends nothing), finds nothing yet: pending.
+        const stop = new AbortController();
+        stop.abort();
+        expect(await a.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop: stop.signal })).toMatchObject({
+          state: "pending",
         });
-        expect(lost).toBe(true);
-      } finally {
-        await b.close();
-      }
-      expect((await a.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "unknown", attempt: 3 });
-      const again = await a.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
-      expect(again).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
-      expect(p.effects).toHaveLength(1);
-    });
+        const unavailable = answering(p.action, { kind: "transient", reason: "503 before execution" });
+        unavailable.answer();
+        for (let i = 0; i < refused; i++)
+          expect(await a.run(unavailable.action, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+            state: "pending",
+          });
+        // Caller 3's takeover commits but its answer is lost; meanwhile attempt 1 commits and times out.
+        let lost = false;
+        const lossy = hooked(await dialectFor(dialect, db.url()), {
+          async query(q, run) {
+            const out = await run();
+            if (lost || !isTakeover(q) || !q.parameters.includes(actor)) return out;
+            lost = true;
+            p.release();
+            await first; // attempt 1's late timeout, recorded while attempt 3 holds the row
+            throw new Error("connection reset after commit (test)");
+          },
+        });
+        const b = await openTestLedger(lossy, { clock, leaseMs: 30_000, actions: [p.action], budget: { attempts: 1 } });
+        try {
+          await expect(b.run(p.action, { tenant, key: ["k"], args: { to: "x" }, actor })).rejects.toMatchObject({
+            name: "LedgerUnavailableError",
+          });
+          expect(lost).toBe(true);
+        } finally {
+          await b.close();
+        }
+        expect((await a.get({ tenant, id: op!.id })).operation).toMatchObject({
+          status: "unknown",
+          attempt: 3 + refused,
+          checks: 0,
+        });
+        const again = await a.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
+        expect(again).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        expect(p.effects).toHaveLength(1);
+      },
+    );
   });
 }

@@ -8,19 +8,12 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { CompiledQuery } from "kysely";
-import {
-  defineAction,
-  type Action,
-  type Classification,
-  type Ledger,
-  type Operation,
-  type OperationEvent,
-} from "@idem/core";
+import { defineAction, type Classification, type Ledger, type Operation, type OperationEvent } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
-import { ProviderError, TestProvider } from "./support/provider.js";
+import { answering, TestProvider } from "./support/provider.js";
 
 const isMove = (q: CompiledQuery, to: string, reason: string) =>
   q.sql.startsWith('update "idem_operations" set "status"') &&
@@ -29,26 +22,6 @@ const isMove = (q: CompiledQuery, to: string, reason: string) =>
 
 const story = (events: readonly OperationEvent[]) =>
   events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
-
-/** `action`'s type and lookup, its request held until `answer()`, then answered with `cls` (a later attempt's provider). */
-function answering(action: Action<{ to: string }, { id: string }>, cls: Classification) {
-  let answer: () => void = () => {};
-  const answered = new Promise<void>((r) => (answer = r));
-  let entered: () => void = () => {};
-  const sent = new Promise<void>((r) => (entered = r));
-  const refusing = defineAction<{ to: string }, { id: string }>({
-    type: action.type,
-    capabilities: { lookup: true },
-    execute: async () => {
-      entered();
-      await answered;
-      throw new ProviderError(cls);
-    },
-    classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
-    reconcile: action.reconcile!,
-  });
-  return { action: refusing, sent, answer };
-}
 
 /**
  * A move's answer lost after its commit, or the database unreachable for the move (nothing

@@ -13,9 +13,17 @@ export class TricklingAnswers {
   private readonly open = new Map<ServerResponse, NodeJS.Timeout>();
   private readonly closed = new EventEmitter();
 
-  /** Sends the head, then a space every `intervalMs` (default 200), until the connection closes. */
+  /**
+   * Sends the head, then a space every `intervalMs` (default 200), until the connection closes. An
+   * answer that carries no body (204, 304) goes out whole: Node drops its body's bytes, so its head,
+   * which waits for the first of them, never went out at all.
+   */
   start(res: ServerResponse, status: number, headers: Record<string, string>, intervalMs = 200): void {
     res.writeHead(status, headers);
+    if (status === 204 || status === 304) {
+      res.end();
+      return;
+    }
     this.open.set(res, setInterval(() => res.write(" "), intervalMs).unref());
     res.on("close", () => {
       clearInterval(this.open.get(res));

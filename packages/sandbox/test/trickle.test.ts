@@ -93,3 +93,30 @@ describe.each([
     }
   });
 });
+
+it("HubSpot sandbox, trickle_after_commit on an answer with no body (204): it goes out whole", async () => {
+  const sandbox = new HubSpotSandbox();
+  const { basePath, accessToken } = await sandbox.start();
+  const headers = { authorization: `Bearer ${accessToken}`, "content-type": "application/json" };
+  try {
+    const made = (await (
+      await fetch(`${basePath}/crm/v3/objects/companies`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ properties: { name: "Archived Ltd" } }),
+      })
+    ).json()) as { id: string };
+    sandbox.faults.add({ kind: "trickle_after_commit", match: { method: "DELETE" } });
+    // Before the fix: nothing went out (a 204 takes no byte of body, and its head waited for one),
+    // an answer that never came rather than one that never ended.
+    const res = await fetch(`${basePath}/crm/v3/objects/companies/${made.id}`, {
+      method: "DELETE",
+      headers,
+      signal: AbortSignal.timeout(scaled(10_000)),
+    });
+    expect(res.status).toBe(204);
+    expect(sandbox.trickling.count).toBe(0);
+  } finally {
+    await sandbox.close();
+  }
+});

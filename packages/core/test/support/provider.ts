@@ -6,6 +6,7 @@
  */
 import {
   defineAction,
+  type Action,
   type ActionDefinition,
   type Capabilities,
   type Classification,
@@ -86,4 +87,24 @@ export class TestProvider {
       }),
     } as ActionDefinition<Args, Receipt> & LookupContract<Args, Receipt>);
   }
+}
+
+/** `action`'s type and lookup, its request held until `answer()`, then answered with `cls` (a later attempt's provider). */
+export function answering(action: Action<{ to: string }, { id: string }>, cls: Classification) {
+  let answer: () => void = () => {};
+  const answered = new Promise<void>((r) => (answer = r));
+  let entered: () => void = () => {};
+  const sent = new Promise<void>((r) => (entered = r));
+  const refusing = defineAction<{ to: string }, { id: string }>({
+    type: action.type,
+    capabilities: { lookup: true },
+    execute: async () => {
+      entered();
+      await answered;
+      throw new ProviderError(cls);
+    },
+    classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+    reconcile: action.reconcile!,
+  });
+  return { action: refusing, sent, answer };
 }
