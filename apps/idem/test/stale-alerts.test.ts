@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { Writable } from "node:stream";
-import { defineAction } from "@idem/core";
+import { defineAction, type Classification } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
@@ -108,53 +108,69 @@ for (const dialect of DIALECTS) {
       scaled(60_000),
     );
 
+    /**
+     * An unknown outcome whose first check is refused (a revoked key) and whose next proves it
+     * absent, both by agents' calls before any daemon's alert pass; the run after is refused
+     * `rerun` (its error's status and its class). Then two ticks of a daemon named `name`.
+     */
+    async function refusedThenAbsent(
+      rerun: { status: number; message: string; cls: Classification },
+      expected: "pending" | "failed",
+      name: string,
+    ) {
+      const url = await freshDatabase(dialect);
+      const { log, lines } = capture();
+      let lookups = 0;
+      const note = defineAction<{ to: string }, { id: string }>({
+        type: "crm.note",
+        capabilities: { lookup: true },
+        execute: async (_args, op) => {
+          if (op.attempt === 1) throw new Error("timeout after send");
+          throw Object.assign(new Error(rerun.message), { status: rerun.status });
+        },
+        classify: (e) => {
+          const status = (e as { status?: number }).status;
+          if (status === 401) return { kind: "permanent", reason: "api key revoked", alert: true };
+          if (status === rerun.status) return rerun.cls;
+          return { kind: "ambiguous", reason: "timeout after send" };
+        },
+        reconcile: async () => {
+          lookups += 1;
+          if (lookups === 1) throw Object.assign(new Error("401 api key revoked"), { status: 401 });
+          return { found: false, proof: "absent", reason: "no such note" };
+        },
+      });
+      const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+      const ledger = await openTestLedger(url, {
+        poolSize: 3,
+        actions: [...alertActions(config, log), note],
+        budget: { attempts: 1 },
+      });
+      cleanups.push(() => ledger.close());
+      const t = tenant();
+      const first = await ledger.run(note, { tenant: t, key: ["n"], args: { to: "a@example.com" } });
+      expect(first).toMatchObject({ state: "unknown" });
+      // Checked by agents' calls (or another replica) before any daemon's alert pass: refused, then absent.
+      await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
+      await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
+      expect((await ledger.get({ tenant: t, id: first.operationId })).operation).toMatchObject({
+        status: expected,
+      });
+      const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), name);
+      await daemon.tick();
+      await daemon.tick();
+      return lines.filter((l) => l.alert?.operationId === first.operationId);
+    }
+
     it(
       "an unknown outcome whose check was refused, then proven not done (pending, its run failing transiently), is never alerted as 'failed on authentication or policy'",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        let lookups = 0;
-        // The first check is refused (a revoked key); with the key fixed, the next proves absence;
-        // each run after meets a provider briefly down (503 before executing).
-        const note = defineAction<{ to: string }, { id: string }>({
-          type: "crm.note",
-          capabilities: { lookup: true },
-          execute: async (_args, op) => {
-            if (op.attempt === 1) throw new Error("timeout after send");
-            throw Object.assign(new Error("503"), { status: 503 });
-          },
-          classify: (e) => {
-            const status = (e as { status?: number }).status;
-            if (status === 401) return { kind: "permanent", reason: "api key revoked", alert: true };
-            if (status === 503) return { kind: "transient", reason: "503 before executing" };
-            return { kind: "ambiguous", reason: "timeout after send" };
-          },
-          reconcile: async () => {
-            lookups += 1;
-            if (lookups === 1) throw Object.assign(new Error("401 api key revoked"), { status: 401 });
-            return { found: false, proof: "absent", reason: "no such note" };
-          },
-        });
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
-        const ledger = await openTestLedger(url, {
-          poolSize: 3,
-          actions: [...alertActions(config, log), note],
-          budget: { attempts: 1 },
-        });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const first = await ledger.run(note, { tenant: t, key: ["n"], args: { to: "a@example.com" } });
-        expect(first).toMatchObject({ state: "unknown" });
-        // Checked by agents' calls (or another replica) before any daemon's alert pass: refused, then absent.
-        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
-        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
-        expect((await ledger.get({ tenant: t, id: first.operationId })).operation).toMatchObject({
-          status: "pending",
-        });
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-h3-pending");
-        await daemon.tick();
-        await daemon.tick();
-        const said = lines.filter((l) => l.alert?.operationId === first.operationId);
+        // Each run after the proof meets a provider briefly down (503 before executing).
+        const said = await refusedThenAbsent(
+          { status: 503, message: "503", cls: { kind: "transient", reason: "503 before executing" } },
+          "pending",
+          "d-h3-pending",
+        );
         // Before: "failed on authentication or policy" about an operation known not done, to be run again.
         for (const l of said) expect({ kind: l.alert!.kind, msg: l.msg }).not.toMatchObject({ kind: "auth_failure" });
         for (const l of said) expect(l.msg).not.toMatch(/failed on authentication or policy/);
@@ -165,49 +181,12 @@ for (const dialect of DIALECTS) {
     it(
       "an unknown outcome whose check was refused, then proven not done and run again to a refusal that is no credential's (failed, no alert of its own), is never alerted as 'failed on authentication or policy'",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        let lookups = 0;
-        // The first check is refused (a revoked key); with the key fixed, the next proves absence;
-        // the run after is refused for its content (a 400: a validation error, no credential's).
-        const note = defineAction<{ to: string }, { id: string }>({
-          type: "crm.note",
-          capabilities: { lookup: true },
-          execute: async (_args, op) => {
-            if (op.attempt === 1) throw new Error("timeout after send");
-            throw Object.assign(new Error("400 invalid email"), { status: 400 });
-          },
-          classify: (e) => {
-            const status = (e as { status?: number }).status;
-            if (status === 401) return { kind: "permanent", reason: "api key revoked", alert: true };
-            if (status === 400) return { kind: "permanent", reason: "400 invalid email" };
-            return { kind: "ambiguous", reason: "timeout after send" };
-          },
-          reconcile: async () => {
-            lookups += 1;
-            if (lookups === 1) throw Object.assign(new Error("401 api key revoked"), { status: 401 });
-            return { found: false, proof: "absent", reason: "no such note" };
-          },
-        });
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
-        const ledger = await openTestLedger(url, {
-          poolSize: 3,
-          actions: [...alertActions(config, log), note],
-          budget: { attempts: 1 },
-        });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const first = await ledger.run(note, { tenant: t, key: ["n"], args: { to: "a@example.com" } });
-        expect(first).toMatchObject({ state: "unknown" });
-        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
-        await ledger.daemon.settle({ tenant: t, id: first.operationId, actor: "agent" });
-        expect((await ledger.get({ tenant: t, id: first.operationId })).operation).toMatchObject({
-          status: "failed",
-        });
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-h7-failed");
-        await daemon.tick();
-        await daemon.tick();
-        const said = lines.filter((l) => l.alert?.operationId === first.operationId);
+        // The run after the proof is refused for its content (a 400: a validation error, no credential's).
+        const said = await refusedThenAbsent(
+          { status: 400, message: "400 invalid email", cls: { kind: "permanent", reason: "400 invalid email" } },
+          "failed",
+          "d-h7-failed",
+        );
         for (const l of said) expect({ kind: l.alert!.kind, msg: l.msg }).not.toMatchObject({ kind: "auth_failure" });
       },
       scaled(60_000),
