@@ -2,7 +2,8 @@
  * The IMAP side, through imapflow: find a message by Message-ID in the Sent folder (found by
  * SPECIAL-USE \Sent, by name as a fallback, or as configured; when the server flags several
  * mailboxes \Sent, each of them is searched) or in a journal mailbox, and
- * APPEND a copy. A lookup can also ask, in the same session, whether another name (a Sent folder
+ * APPEND a copy. A lookup whose "not found" would send again searches every mailbox the account
+ * lists (`everywhere`): the copy may have been moved since. A lookup can also ask, in the same session, whether another name (a Sent folder
  * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
  * says, never the spelling. One short session per call: these run once per send, not per message
  * read. Without implicit TLS, a session signs in only after STARTTLS unless the config says
@@ -137,6 +138,11 @@ export interface Lookup {
    * be told (the LIST failed). Absent when no other name was asked about.
    */
   readonly alias?: { readonly same: boolean; readonly path: string | undefined; readonly error?: Error };
+  /**
+   * Asked to look `everywhere` and not found where the copy is filed: how many of the account's
+   * other mailboxes were searched too, and those the account may not read (NOPERM), not searched.
+   */
+  readonly elsewhere?: { readonly searched: number; readonly unread: readonly string[] };
 }
 
 /** The part of imapflow's LIST answer (ListResponse) that naming a mailbox needs. */
@@ -232,12 +238,19 @@ export class Mailbox {
    * name: `\Sent`, or a path) is the mailbox searched. One LIST answers both. A LIST that fails
    * leaves the alias unresolved (`error`), not the search: a copy found still counts; without an
    * alias, a Sent folder that cannot be listed makes the lookup fail, as before.
+   *
+   * `everywhere`, for a lookup whose "not found" would send again: the copy not found where it
+   * is filed is looked for in every other mailbox of the account the LIST gives. The copy may
+   * have been moved since the send: its Sent folder renamed ("Sent 2025", the server making a new,
+   * empty Sent), a rule that files sent mail into an archive, an archiver that drains a journal.
+   * Searching only the mailbox of today's name would prove it absent and send it again.
    */
-  async lookup(messageId: string, alias?: string): Promise<Lookup> {
+  async lookup(messageId: string, alias?: string, options: { everywhere?: boolean } = {}): Promise<Lookup> {
+    const everywhere = options.everywhere ?? false;
     return this.session(async (client, refused) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
-      if (this.path === SENT || alias !== undefined) {
+      if (this.path === SENT || alias !== undefined || everywhere) {
         try {
           boxes = await client.list();
         } catch (cause) {
@@ -252,16 +265,55 @@ export class Mailbox {
       // "Sent" and "Sent Messages"), and imapflow hands its special use to one of them, by name: the
       // provider may file into another. Not found in the one picked, the copy is looked for in each
       // of the others, so "not found" covers every mailbox the server calls Sent.
-      for (const other of this.otherSent(boxes, mailbox)) {
+      const sent = this.otherSent(boxes, mailbox);
+      for (const other of sent) {
         if (found) break;
         found = await this.search(client, other, messageId, refused);
       }
-      if (alias === undefined) return { found, searched: mailbox };
-      if (listError) return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError } };
+      // Not found where it is filed, and the other mailboxes cannot be listed: not found proves nothing.
+      if (everywhere && !found && listError) throw listError;
+      const elsewhere =
+        everywhere && !found ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused) : undefined;
+      if (elsewhere?.found) found = elsewhere.found;
+      const rest = elsewhere && { elsewhere: { searched: elsewhere.searched, unread: elsewhere.unread } };
+      if (alias === undefined) return { found, searched: mailbox, ...rest };
+      if (listError)
+        return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError }, ...rest };
       const path = mailboxPath(alias, boxes, prefix);
       const searched = this.path === SENT ? mailbox : mailboxPath(mailbox, boxes, prefix);
-      return { found, searched: mailbox, alias: { same: path !== undefined && path === searched, path } };
+      return { found, searched: mailbox, alias: { same: path !== undefined && path === searched, path }, ...rest };
     });
+  }
+
+  /**
+   * The copy looked for in each mailbox of the LIST (`boxes`) that can be opened, besides those
+   * `done`, until one holds it. One the account may not read (NOPERM: an IMAP ACL) is left out
+   * and named, for the reason: the provider files as the account, and a mailbox it cannot read
+   * is no place its copy was moved by the account's own rules or clients. Any other failure (one
+   * renamed or deleted between the LIST and its SELECT, a SEARCH refused) fails the lookup: a
+   * mailbox not searched is not one the copy is proven absent from.
+   */
+  private async searchRest(
+    client: ImapFlow,
+    boxes: readonly ListedMailbox[],
+    done: readonly string[],
+    messageId: string,
+    refused: () => CommandRefusal | undefined,
+  ): Promise<{ found: FoundMessage | undefined; searched: number; unread: string[] }> {
+    const unread: string[] = [];
+    let searched = 0;
+    for (const box of boxes) {
+      if (!selectable(box) || done.includes(box.path)) continue;
+      try {
+        const found = await this.search(client, box.path, messageId, refused);
+        searched++;
+        if (found) return { found, searched, unread };
+      } catch (cause) {
+        if (!(cause instanceof MailboxRefusedError && cause.responseCode === "NOPERM")) throw cause;
+        unread.push(box.path);
+      }
+    }
+    return { found: undefined, searched, unread };
   }
 
   /**

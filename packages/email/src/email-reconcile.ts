@@ -2,7 +2,8 @@
  * Settling an unknown send by looking for its copy, honest about what "not found" proves for the
  * way the copy was made at the send (recorded in the reference, email-reference.ts), whatever the
  * config says today: with provider-saves and journal, absence counts only after the settle window
- * (copies can appear late); with append, never (a crash between send and APPEND leaves no copy);
+ * (copies can appear late), and then only once no mailbox of the account holds the copy (it may
+ * have been moved since: a Sent folder renamed, an archive rule); with append, never (a crash between send and APPEND leaves no copy);
  * in a journal today's config cannot search, never either; in a Sent folder of the same account
  * that today's config names otherwise than the record (`\Sent` for the special-use folder, or its
  * path), only once the server says both names are one mailbox. A journal copy is complete proof
@@ -74,8 +75,18 @@ export async function reconcileByCopy(
   settleMs: number,
 ): Promise<ReconcileResult<EmailReceipt>> {
   if (!place.mailbox) return { found: false, proof: "never", reason: place.reason };
+  // Past the window, "not found" sends again: then the copy is looked for in every mailbox of the
+  // account, not only where it was filed (moved since: a Sent folder renamed, an archive rule).
+  const settled = place.absence === "settles" && Number.isFinite(op.now) && op.now - op.lastAttemptAt >= settleMs;
   // Unreachable IMAP throws: inconclusive, try later.
-  const { found, searched, alias } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox);
+  const {
+    found,
+    searched,
+    alias,
+    elsewhere: scan,
+  } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox, {
+    everywhere: settled,
+  });
   if (found) {
     const receipt = foundReceipt(messageId, ref, true, found);
     // Copies of several sends: the message went out more than once, which a person must hear of.
@@ -114,10 +125,13 @@ export async function reconcileByCopy(
       retryAfterMs,
     };
   }
+  const others = scan
+    ? `, nor in the account's ${scan.searched} other mailboxes${scan.unread.length > 0 ? ` (not searched, the account may not read them: ${scan.unread.join(", ")})` : ""}`
+    : "";
   return {
     found: false,
     proof: "absent",
-    reason: `no copy of ${messageId} in ${place.name} after the settle window${place.note}`,
+    reason: `no copy of ${messageId} in ${place.name} after the settle window${others}${place.note}`,
   };
 }
 

@@ -540,7 +540,7 @@ describe("the copy recorded at the first send decides, not today's config", () =
           found: false,
           proof: "absent",
           reason: expect.stringMatching(
-            /after the settle window \(copy recorded at its first send: .*; the config now says /,
+            /after the settle window, nor in the account's \d+ other mailboxes \(copy recorded at its first send: .*; the config now says /,
           ),
         });
         expect(sandbox.count(messageIdOf(o))).toBe(0);
