@@ -19,10 +19,9 @@
  */
 import type { Logger } from "pino";
 import {
-  ESCALATED,
-  ESCALATED_NOT_DONE,
   LedgerUnavailableError,
   UnknownActionError,
+  isEscalation,
   performedProof,
   type DueOperation,
   type Ledger,
@@ -206,11 +205,7 @@ export class Daemon {
             ...(sink && { budget: DELIVERY_BUDGET }),
           }),
         );
-        if (
-          out.status === "pending_verification" &&
-          out.state === "needs_review" &&
-          (out.reason.startsWith(ESCALATED) || out.reason.startsWith(ESCALATED_NOT_DONE))
-        )
+        if (out.status === "pending_verification" && out.state === "needs_review" && isEscalation(out.reason))
           this.metrics.escalations.inc();
         const outcome = out.status === "pending_verification" ? `pending_verification:${out.state}` : out.status;
         this.metrics.reconciliations.inc({ outcome });

@@ -71,7 +71,7 @@ export class DaemonMetrics {
   });
   readonly escalations = new Counter({
     name: "idem_escalations_total",
-    help: "Operations sent to review by the daemon's limits: unknown outcomes after too many checks or too long, work known not done after too many tries the provider refused",
+    help: "Operations sent to review by the daemon's limits: unknown outcomes after too many checks or too long, work known not done after too many tries the provider refused (or too long, its action not in the daemon's config)",
     registers: [this.registry],
   });
   readonly stuck = new Gauge({

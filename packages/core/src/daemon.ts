@@ -10,7 +10,13 @@ import { heartbeat } from "./daemon-heartbeat.js";
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
 import type { RunResult } from "./result.js";
-import { budgetProblem, escalationReason, hours, pastEscalation, waitedMs, type RetryBudget } from "./policy.js";
+import {
+  budgetProblem,
+  escalationReason,
+  notDoneEscalationReason,
+  pastEscalation,
+  type RetryBudget,
+} from "./policy.js";
 import type { Call, Escalation, RunnerSettings } from "./call.js";
 import { pending } from "./row-results.js";
 import type { Status } from "./schema.js";
@@ -179,7 +185,9 @@ export class LedgerDaemon {
    * An operation this ledger has no action for: untouched (`UnknownActionError`), unless it is an
    * unknown outcome or a pending one past the escalation's limits, which goes to a person,
    * alerted, as if checked: no daemon of this config can ever check or run it, and the caller was
-   * told the daemon would.
+   * told the daemon would. That is an escalation as any other (`isEscalation`): its reason begins
+   * with the limit it passed, as decide()'s do. Not a pending one whose args are not stored: only
+   * its caller can run it, and decide() leaves it to that caller too.
    */
   async #unsettleable(row: Row & { db_now: number }, options: SettleOptions): Promise<RunResult<unknown>> {
     // Aged as decide() ages an unknown outcome: from its last execution, not its creation.
@@ -190,14 +198,14 @@ export class LedgerDaemon {
       lastExecutionAt: row.last_execution_at,
     };
     if (
-      (row.status === "unknown" || row.status === "pending") &&
+      (row.status === "unknown" || (row.status === "pending" && row.args_json !== null)) &&
       options.escalate &&
       pastEscalation(options.escalate, age)
     ) {
       const reason =
         row.status === "unknown"
           ? `${escalationReason(options.escalate, age)}, and no action of type ${row.action} is registered to check it; a person must decide`
-          : `known not done, its last attempt ${hours(waitedMs(age))} h ago (${row.checks} checks), and no action of type ${row.action} is registered to run it again; a person must decide`;
+          : `${notDoneEscalationReason(options.escalate, age)}, and no action of type ${row.action} is registered to run it again; a person must decide whether to run it again`;
       // Retried through a brief outage, a lost answer recognised as its own (`moveDurably`):
       // written once, the settlement failed, the row left unalerted (or parked unbeknown to us).
       const parked = await this.#context.runner.writes.moveDurably(

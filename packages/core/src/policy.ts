@@ -180,10 +180,23 @@ export function keySentAt(s: Pick<Snapshot, "firstExecutionAt" | "createdAt">): 
   return s.firstExecutionAt ?? s.createdAt;
 }
 
-/** How an escalation's reason begins (the daemon counts escalations by it). */
+/**
+ * How an escalation's reason begins when an unknown outcome goes to a person (`escalationReason`).
+ * `isEscalation` tells every escalation's reason; this prefix alone misses work known not done.
+ */
 export const ESCALATED = "still unknown after";
-/** How the reason begins when work known not done goes to a person after `maxChecks` refused tries. */
+/** How it begins when work known not done goes to a person (`notDoneEscalationReason`). */
 export const ESCALATED_NOT_DONE = "still not done after";
+
+/**
+ * Whether `reason` is an escalation's: the daemon sent the operation to a person because it passed
+ * the daemon's limits (`maxChecks`, `maxAgeMs`), an unknown outcome or work known not done, its
+ * action registered with the daemon or not. A review that passed no limit (nothing can check the
+ * provider, args not stored) is not one. `idem_escalations_total` counts the settlements it accepts.
+ */
+export function isEscalation(reason: string): boolean {
+  return reason.startsWith(ESCALATED) || reason.startsWith(ESCALATED_NOT_DONE);
+}
 
 /** What an escalation's age is measured on: the database clock, and when the outcome became unknown. */
 export interface Age {
@@ -213,8 +226,23 @@ export function pastEscalation(e: Caller["escalate"], s: Age): boolean {
 /** An escalation's reason: the limit it passed, said as what it measures. */
 export function escalationReason(e: NonNullable<Caller["escalate"]>, s: Age): string {
   return s.checks >= e.maxChecks
-    ? `${ESCALATED} ${s.checks} inconclusive checks`
-    : `${ESCALATED} ${hours(waitedMs(s))} h since its last execution ended (${s.checks} inconclusive checks)`;
+    ? `${ESCALATED} ${counted(s.checks, "inconclusive check", "inconclusive checks")}`
+    : `${ESCALATED} ${hours(waitedMs(s))} h since its last execution ended (${counted(s.checks, "inconclusive check", "inconclusive checks")})`;
+}
+
+/**
+ * The reason work known not done goes to a person: the limit it passed, said as what it measures.
+ * Its checks are the tries the provider refused for now; its age counts from its last attempt.
+ */
+export function notDoneEscalationReason(e: NonNullable<Caller["escalate"]>, s: Age): string {
+  return s.checks >= e.maxChecks
+    ? `${ESCALATED_NOT_DONE} ${counted(s.checks, "try", "tries")} the provider refused for now`
+    : `${ESCALATED_NOT_DONE} ${hours(waitedMs(s))} h since its last attempt (${counted(s.checks, "try", "tries")} the provider refused for now)`;
+}
+
+/** `n` and the noun, one or many: "1 try", "0 tries". */
+function counted(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`;
 }
 
 /** ms as hours with one decimal. */
@@ -280,7 +308,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (c.escalate && s.checks >= c.escalate.maxChecks)
         return {
           kind: "review",
-          reason: `${ESCALATED_NOT_DONE} ${s.checks} tries the provider refused for now; a person must decide whether to run it again`,
+          reason: `${notDoneEscalationReason(c.escalate, s)}; a person must decide whether to run it again`,
         };
       if (!c.mayExecute)
         return {

@@ -11,6 +11,7 @@ import {
   PayloadTooLargeError,
   UnknownActionError,
   defineAction,
+  isEscalation,
   openLedger,
   type Ledger,
 } from "@idem/core";
@@ -695,6 +696,7 @@ for (const dialect of DIALECTS) {
         state: "needs_review",
         reason: expect.stringMatching(/^still unknown after .*no action of type crm\.note/),
       });
+      expect(late.status === "pending_verification" && isEscalation(late.reason)).toBe(true);
       expect((await daemon.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(out.operationId);
       expect(p.effects).toHaveLength(1);
     });
@@ -719,10 +721,39 @@ for (const dialect of DIALECTS) {
       expect(late).toMatchObject({
         status: "pending_verification",
         state: "needs_review",
-        reason: expect.stringMatching(/^known not done, .*no action of type crm\.task is registered to run it/),
+        reason: expect.stringMatching(
+          /^still not done after 2 h since its last attempt \(1 try the provider refused for now\), and no action of type crm\.task is registered to run it/,
+        ),
       });
+      // An escalation as any other: `idem_escalations_total` counts it (apps/idem escalations.test).
+      expect(late.status === "pending_verification" && isEscalation(late.reason)).toBe(true);
       expect((await daemon.daemon.alertsDue({ limit: 100 })).map((a) => a.id)).toContain(out.operationId);
       expect(p.effects).toHaveLength(0);
+    });
+
+    it("a pending operation of an unregistered action type whose args are not stored is left to its caller past the limits, as decide() leaves it", async () => {
+      // helper-136: the daemon with the action answers "a caller with the args must run it again"
+      // and parks nothing; without the action it sent the row to a person, so the caller's own
+      // later call (the only one that can run it) found it waiting for a person.
+      let now = Date.now();
+      const app = await db.open({ budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+      const action = p.action("crm.private", {});
+      const out = await app.run(action, { tenant, key: ["t"], args: { to: "x" }, storeArgs: false });
+      expect(out).toMatchObject({ state: "pending" });
+      const daemon = await db.open({ actions: [], clock: () => now });
+      now += 2 * HOUR;
+      const late = await daemon.daemon
+        .settle({ tenant, id: out.operationId, actor: "daemon", escalate: { maxChecks: 5, maxAgeMs: HOUR } })
+        .catch((e: unknown) => e);
+      expect(late).toBeInstanceOf(UnknownActionError);
+      expect((await daemon.get({ tenant, id: out.operationId })).operation.status).toBe("pending");
+      // Its caller, with the args, runs it.
+      const again = await app.run(action, { tenant, key: ["t"], args: { to: "x" }, storeArgs: false });
+      expect(again).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
     });
 
     it("an old operation's first unknown outcome is looked up before a person is asked: the escalation's age counts from its last execution", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_BUDGET } from "@idem/core";
+import { DEFAULT_BUDGET, isEscalation } from "@idem/core";
 // The policy's pure functions are internal: unit-tested here from the source, as the runner uses them.
 import {
   TAKEOVER_FROM,
@@ -7,6 +7,7 @@ import {
   checkDelay,
   keySentAt,
   nextDelay,
+  notDoneEscalationReason,
   pastEscalation,
   recoveryFor,
   statusAfter,
@@ -239,5 +240,66 @@ describe("decide (one snapshot, one decision)", () => {
     expect(decide({ ...later, rateLimited: true }, {}, caller).kind).toBe("answer");
     expect(decide({ ...base, hasArgs: false }, {}, { ...caller, hasArgs: false }).kind).toBe("answer");
     expect(decide(base, {}, { ...caller, mayExecute: false }).kind).toBe("answer");
+  });
+});
+
+describe("isEscalation (what idem_escalations_total counts), on the reasons decide() gives", () => {
+  const escalate = { maxChecks: 5, maxAgeMs: 24 * HOUR };
+  const daemon: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: false, dueNow: true, escalate };
+  const unknown: Snapshot = {
+    status: "unknown",
+    attempt: 1,
+    leaseExpiresAt: null,
+    nextCheckAt: 0,
+    checks: 0,
+    maybeCommitted: true,
+    hasArgs: true,
+    createdAt: 0,
+    lastExecutionAt: 0,
+    firstExecutionAt: 0,
+    now: HOUR,
+  };
+  const pending: Snapshot = { ...unknown, status: "pending", maybeCommitted: false };
+  /** decide()'s reason, checked to be a review's when `review`. */
+  const reason = (s: Snapshot, caps: Parameters<typeof decide>[1], review = true) => {
+    const d = decide(s, caps, daemon);
+    expect(d.kind).toBe(review ? "review" : "answer");
+    return "reason" in d ? d.reason : "";
+  };
+
+  it("the daemon's limits passed: an unknown outcome's checks or age, work known not done refused maxChecks times", () => {
+    const escalations = [
+      reason({ ...unknown, checks: 5 }, { lookup: true }),
+      reason({ ...unknown, now: 25 * HOUR }, { lookup: true }),
+      reason({ ...pending, checks: 5 }, {}),
+    ];
+    expect(escalations).toEqual([
+      "still unknown after 5 inconclusive checks; a person must decide",
+      "still unknown after 25 h since its last execution ended (0 inconclusive checks); a person must decide",
+      "still not done after 5 tries the provider refused for now; a person must decide whether to run it again",
+    ]);
+    for (const r of escalations) expect(isEscalation(r), r).toBe(true);
+  });
+  it("a review that passed no limit, and an answer, are not escalations", () => {
+    const others = [
+      // Nothing can check the provider: a person at once, whatever the limits.
+      reason(unknown, {}),
+      reason({ ...unknown, status: "running", leaseExpiresAt: 0 }, {}),
+      // The args are not stored: neither a replay nor a lookup can be made.
+      reason({ ...unknown, hasArgs: false }, { lookup: true }),
+      reason({ ...unknown, hasArgs: false }, { dedupe: { retentionMs: 24 * HOUR } }),
+      // Already with a person; known not done with no args to run it (a caller's to run).
+      reason({ ...unknown, status: "needs_review" }, {}, false),
+      reason({ ...pending, checks: 5, hasArgs: false }, {}, false),
+    ];
+    for (const r of others) expect(isEscalation(r), r).toBe(false);
+  });
+  it("the reasons of work known not done say the limit passed: its tries, or its age since its last attempt", () => {
+    expect(notDoneEscalationReason(escalate, { ...pending, checks: 5 })).toBe(
+      "still not done after 5 tries the provider refused for now",
+    );
+    const old = notDoneEscalationReason(escalate, { ...pending, checks: 2, now: 25 * HOUR });
+    expect(old).toBe("still not done after 25 h since its last attempt (2 tries the provider refused for now)");
+    expect(isEscalation(old)).toBe(true);
   });
 });
