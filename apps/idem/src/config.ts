@@ -181,6 +181,8 @@ const schema = z
             protocol: z.enum(["http", "https"]).optional(),
             // As the agents' actions have it: a replay with their key is the same request only
             // under their API version (another may encode or answer it otherwise). Default: the SDK's.
+            // Its date is checked to be a calendar date when the actions are made (stripeOf): the
+            // check is @idem/stripe's, an optional peer this schema does not load.
             apiVersion: z
               .string()
               .regex(
@@ -312,9 +314,15 @@ const schema = z
          * slowest lookup of the config's actions.
          */
         claimMs: z.number().int().positive().default(60_000),
-        /** Inconclusive lookups before an unknown operation goes to review. */
+        /**
+         * Inconclusive lookups before an unknown operation goes to review; also the tries the
+         * provider refused for now (a 503) before work known not done does.
+         */
         maxChecks: z.number().int().positive().default(20),
-        /** Age after which an unknown operation goes to review. */
+        /**
+         * Age after which an unknown operation goes to review (from its last execution); also a
+         * pending one of an action this config lacks (from its last attempt).
+         */
         maxAgeMs: z
           .number()
           .int()
@@ -597,11 +605,16 @@ export async function toolsOf(config: IdemConfig): Promise<ConfigTool[]> {
 async function stripeOf(config: IdemConfig) {
   const p = config.providers.stripe;
   if (!p) return undefined;
-  const { stripeActions, stripeTools } = await importOptional(
+  const { stripeActions, stripeApiVersionProblem, stripeTools } = await importOptional(
     "@idem/stripe",
     "providers.stripe",
     () => import("@idem/stripe"),
   );
+  // Well formed (the schema's check) is not enough: 2024-02-30 would be refused by Stripe at the
+  // daemon's first replay (the operation left unknown, alerted), rather than at its start.
+  const versionProblem = p.apiVersion === undefined ? undefined : stripeApiVersionProblem(p.apiVersion);
+  if (versionProblem)
+    throw new ConfigError(`invalid config ${config.source}:\n  providers.stripe.apiVersion: ${versionProblem}`);
   const actions = stripeActions({
     apiKey: secret(p.apiKeyEnv, "providers.stripe.apiKeyEnv"),
     ...(p.host !== undefined && { host: p.host }),

@@ -14,7 +14,7 @@ import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
 import { hubspotActions } from "@idem/hubspot";
 import { stripeActions } from "@idem/stripe";
 import { pino } from "pino";
-import { ConfigError, actionsOf, parseConfig } from "../src/config.js";
+import { ConfigError, actionsOf, parseConfig, toolsOf } from "../src/config.js";
 import { Daemon } from "../src/daemon.js";
 import { DaemonMetrics } from "../src/metrics.js";
 import { until } from "./support.js";
@@ -119,6 +119,34 @@ describe("providers.stripe and providers.hubspot settings, read", () => {
       expect(read, JSON.stringify(providers)).toThrow(ConfigError);
       expect(read, JSON.stringify(providers)).toThrow(new RegExp(`\\n  providers\\.${field.replace(".", "\\.")}: `));
     }
+  });
+
+  it("refuses a Stripe apiVersion that is not a calendar date, naming the setting, before any request", async () => {
+    // Well formed, so the schema takes it (it cannot load @idem/stripe, an optional peer, to ask):
+    // the adapter's check does, when the daemon's (or `idem mcp`'s) Stripe actions are made.
+    const refusal = async (apiVersion: string, of: typeof actionsOf | typeof toolsOf) => {
+      const config = parseConfig({ providers: { stripe: stripeSection({ apiVersion }) } }, "idem.config.json");
+      return of(config).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    };
+    const sent = stripe.requests.length;
+    for (const [apiVersion, why] of [
+      ["2024-13-45", "there is no month 13"],
+      ["2024-02-30", "month 02 of 2024 has 29 days"],
+      ["2025-02-29.basil", "month 02 of 2025 has 28 days"],
+    ] as const)
+      for (const of of [actionsOf, toolsOf]) {
+        // Before: taken; Stripe refused the version at the daemon's first replay.
+        const error = await refusal(apiVersion, of);
+        expect(error, `${apiVersion} (${of.name})`).toBeInstanceOf(ConfigError);
+        expect((error as ConfigError).message).toBe(
+          `invalid config idem.config.json:\n  providers.stripe.apiVersion: ${apiVersion.slice(0, 10)} is not a calendar date: ${why}`,
+        );
+      }
+    expect(await refusal("2024-02-29", actionsOf)).toBeUndefined();
+    expect(stripe.requests.length).toBe(sent);
   });
 });
 

@@ -2,6 +2,7 @@
  * The Stripe sandbox keeps Stripe's documented idempotency, list and refund semantics, checked
  * with the real stripe SDK over HTTP (no ledger involved).
  */
+import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Stripe from "stripe";
 import { StripeSandbox } from "@idem/sandbox";
@@ -57,13 +58,17 @@ describe("Stripe sandbox idempotency", () => {
 
   it("answers 409 idempotency_key_in_use while the first request executes", async () => {
     const idempotencyKey = key();
-    sandbox.faults.add({ kind: "delay_before_commit", match: { path: "/v1/customers" }, delayMs: 300 });
-    const first = client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
-    await new Promise((r) => setTimeout(r, 100));
+    // Held until released, not for a while: the second request comes while the first executes
+    // however slow the machine. The first's own timeout is past the hold's.
+    sandbox.faults.add({ kind: "delay_before_commit", match: { path: "/v1/customers" }, delayMs: 30_000 });
+    const held = once(sandbox.events, "held");
+    const first = client.customers.create({ email: "slow@example.com" }, { idempotencyKey, timeout: 60_000 });
+    expect(await held).toEqual([{ path: "/v1/customers", idempotencyKey }]);
     const second = await client.customers
       .create({ email: "slow@example.com" }, { idempotencyKey })
       .catch((e: unknown) => e);
     expect(second).toMatchObject({ statusCode: 409, code: "idempotency_key_in_use" });
+    expect(sandbox.releaseHeldRequests()).toBe(1);
     const created = await first;
     const third = await client.customers.create({ email: "slow@example.com" }, { idempotencyKey });
     expect(third.id).toBe(created.id);

@@ -1,5 +1,6 @@
 export { stripeActions, STRIPE_KEY_RETENTION_MS } from "./stripe-actions.js";
 export type { StripeActions, StripeParams } from "./stripe-actions.js";
+export { stripeApiVersionProblem } from "./stripe-api-version.js";
 export { classifyStripeError } from "./stripe-classify.js";
 export { createStripeClient } from "./stripe-client.js";
 export { StripeDeadlineError, STRIPE_DEADLINE_MS } from "./stripe-http-client.js";

@@ -48,6 +48,12 @@ export interface StripeActions {
 }
 
 export function stripeActions(config: StripeConfig): StripeActions {
+  // A window that is not a whole number of ms ends at once (NaN and negative comparisons): Search's
+  // "not found" would be read before the index could show the write. At most 2^31-1, as the
+  // daemon's config has it: the wait before a lookup's next try is taken from it.
+  const lagMs = config.searchLagMs ?? 90_000;
+  if (!(Number.isInteger(lagMs) && lagMs >= 0 && lagMs <= 2 ** 31 - 1))
+    throw new RangeError(`searchLagMs must be a whole number of ms >= 0 and at most 2^31-1 (got ${lagMs})`);
   const stripe = createStripeClient(config);
   /**
    * Requests sent so far by each execute in flight, by our key (an attempt that lost its lease may
@@ -60,7 +66,7 @@ export function stripeActions(config: StripeConfig): StripeActions {
     for (const c of sends.get(request.idempotency_key ?? "") ?? []) c.sent += 1;
   });
   const resent = new WeakSet<object>();
-  const windows = { lagMs: config.searchLagMs ?? 90_000, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
+  const windows = { lagMs, keyRetentionMs: STRIPE_KEY_RETENTION_MS };
 
   /** `object`: the Stripe object type the action makes (its receipt's `object`), undefined for a generic POST. */
   function action<A extends object>(

@@ -26,7 +26,7 @@ export function classifyStripeError(error: unknown, resent = false): Classificat
   };
 }
 
-/** How Stripe's 400 for a `Stripe-Version` it does not know begins ("… version: 2024-13-45"). */
+/** How Stripe's 400 for a `Stripe-Version` it does not know begins ("… version: 2024-12-18"). */
 const API_VERSION_REFUSED = "Invalid Stripe API version: ";
 
 function classifyAnswer(error: unknown): Classification {

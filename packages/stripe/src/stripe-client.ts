@@ -8,11 +8,19 @@
  * (stripe-http-client.ts).
  */
 import Stripe from "stripe";
+import { stripeApiVersionProblem } from "./stripe-api-version.js";
 import { DeadlineHttpClient, STRIPE_DEADLINE_MS } from "./stripe-http-client.js";
 
 export interface StripeConfig {
   /** Secret key (sk_test_… or sk_live_…); never stored in the ledger or logged. */
   readonly apiKey: string;
+  /**
+   * The API version every request is sent under (`Stripe-Version`): a replay with our key is the
+   * same request only under the version the first send had. Default: stripe-node's pinned one.
+   * Refused when the client is made (RangeError) unless written `YYYY-MM-DD` or `YYYY-MM-DD.name`
+   * with a calendar date (stripe-api-version.ts); Stripe refuses one it never released at the
+   * first request.
+   */
   readonly apiVersion?: string;
   readonly host?: string;
   readonly port?: number;
@@ -34,12 +42,15 @@ export interface StripeConfig {
   readonly maxNetworkRetries?: number;
   /**
    * How long Stripe Search may lag behind a write: "not found" before then proves nothing.
-   * Default 90 s. Measured on the ledger's database clock (`op.now`), like every window.
+   * Default 90 s; a whole number of ms from 0 to 2^31-1 (a RangeError when the actions are made).
+   * Measured on the ledger's database clock (`op.now`), like every window.
    */
   readonly searchLagMs?: number;
 }
 
 export function createStripeClient(config: StripeConfig): Stripe {
+  const versionProblem = config.apiVersion === undefined ? undefined : stripeApiVersionProblem(config.apiVersion);
+  if (versionProblem) throw new RangeError(`apiVersion: ${versionProblem}`);
   return new Stripe(config.apiKey, {
     ...(config.apiVersion !== undefined && { apiVersion: config.apiVersion as Stripe.LatestApiVersion }),
     ...(config.host !== undefined && { host: config.host }),

@@ -16,8 +16,12 @@ import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { stripeActions, type StripeConfig } from "@idem/stripe";
 import { CARD } from "./cards.js";
 
-/** Not a date: the version a misspelled config sends. */
-const NO_SUCH_VERSION = "2024-13-45";
+/**
+ * A release's date without its name (2024-12-18.acacia): the version a misspelled config sends.
+ * Written as a version, on the calendar, so taken when the actions are made (stripe-config.test:
+ * one that is not, 2024-13-45, is refused there); Stripe refuses it.
+ */
+const NO_SUCH_VERSION = "2024-12-18";
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
@@ -74,7 +78,7 @@ for (const dialect of DIALECTS) {
       // Before: failed ("permanent: … Invalid Stripe API version"), replayed to every caller as nothing done.
       expect(refused).toMatchObject({ status: "pending_verification", state: "unknown" });
       const after = await l.get({ tenant: t, id });
-      expect(after.operation.reason).toMatch(/API version .*Invalid Stripe API version: 2024-13-45/);
+      expect(after.operation.reason).toMatch(/API version .*Invalid Stripe API version: 2024-12-18/);
       expect((await l.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === id)).toBe(true);
       // A caller through that ledger reads "pending verification", not "failed".
       expect(
@@ -101,7 +105,7 @@ for (const dialect of DIALECTS) {
         error: {
           kind: "permanent",
           alert: true,
-          reason: expect.stringMatching(/its apiVersion setting.*Invalid Stripe API version: 2024-13-45/),
+          reason: expect.stringMatching(/its apiVersion setting.*Invalid Stripe API version: 2024-12-18/),
         },
       });
       const [op] = await l.admin.list({ tenant: t });

@@ -20,7 +20,9 @@
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
  * `Stripe-Version` is before 2015-09-08, as Stripe answered then), `unavailable` (503) and
- * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits; `delay_before_commit` (the request executes slowly, its key in flight); `error_before_effect` (the
+ * `unauthorized` (401, as a key revoked or rolled meanwhile is answered) before anything commits;
+ * `delay_before_commit` (the request executes slowly, its key in flight: held for `delayMs`, or
+ * until `releaseHeldRequests`, the sandbox emitting "held" once it holds it); `error_before_effect` (the
  * endpoint began executing and failed before its effect: a 500, or the fault's `status`, saved
  * under the key with nothing done, which Stripe's "including 500 errors" allows as much as a 500
  * after the effect); `error_after_commit` (500, or the fault's `status`, saved under the key: Stripe documents
@@ -87,7 +89,10 @@ const DAY_MS = 24 * 3_600_000;
 
 export class StripeSandbox {
   readonly faults = new FaultPlan<StripeFaultKind>();
-  /** Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect. */
+  /**
+   * Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect, and "held"
+   * ({ path, idempotencyKey }) when `delay_before_commit` holds a request, its key in flight.
+   */
   readonly events = new EventEmitter();
   readonly requests: StripeRequestRecord[] = [];
   /** Answers of `trickle_after_commit` still trickling. */
@@ -97,6 +102,8 @@ export class StripeSandbox {
   readonly keyRetentionMs: number;
   private clockOffsetMs = 0;
   private readonly saved = new Map<string, Saved>();
+  /** Requests `delay_before_commit` holds now: each goes on when its delay ends or `releaseHeldRequests` is called. */
+  private readonly held = new Set<() => void>();
   private readonly apiKey: string;
   private server: Server | undefined;
 
@@ -131,7 +138,19 @@ export class StripeSandbox {
     return { host: "127.0.0.1", port: bound, url: `http://127.0.0.1:${bound}`, apiKey: this.apiKey };
   }
 
+  /**
+   * Lets every request `delay_before_commit` holds now go on at once, and returns how many: a test
+   * that has done what it wanted done while a request executed (a second request with its key)
+   * ends the hold then, rather than guessing a delay long enough on a loaded machine.
+   */
+  releaseHeldRequests(): number {
+    const held = [...this.held];
+    for (const release of held) release();
+    return held.length;
+  }
+
   async close(): Promise<void> {
+    this.releaseHeldRequests();
     this.trickling.cut();
     await closeHard(this.server);
     this.server = undefined;
@@ -224,7 +243,7 @@ export class StripeSandbox {
 
     if (slot) this.saved.set(slot, { fingerprint, at: this.now(), state: "in_flight" });
     const slow = this.faults.take(method, path, ["delay_before_commit"]);
-    if (slow) await new Promise((r) => setTimeout(r, slow.delayMs ?? 1_000));
+    if (slow) await this.hold(slow.delayMs ?? 1_000, { path, idempotencyKey: idemKey });
     let status: number;
     let out: string;
     let committed: StripeObject | undefined;
@@ -257,6 +276,19 @@ export class StripeSandbox {
       this.saved.set(slot, { fingerprint, at: this.saved.get(slot)!.at, state: "done", status, body: out, requestId });
     if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed });
     return this.answer(req, res, method, path, status, out, { "request-id": requestId }, record);
+  }
+
+  /** Holds a request (`delay_before_commit`) for `ms` or until `releaseHeldRequests`, saying so ("held"). */
+  private hold(ms: number, request: { path: string; idempotencyKey: string | undefined }): Promise<void> {
+    return new Promise((resolve) => {
+      const release = () => {
+        clearTimeout(timer);
+        if (this.held.delete(release)) resolve();
+      };
+      this.held.add(release);
+      const timer = setTimeout(release, ms).unref(); // a held request must not keep the process alive
+      this.events.emit("held", request);
+    });
   }
 
   /** Sends a response, unless a fault drops, delays or trickles it. */
