@@ -59,12 +59,21 @@ export function toCallToolResult(outcome: Outcome): CallToolResult {
  * and is recorded (aborted, its outcome would be unknown, and without a lookup a person's to
  * decide), and nothing more is sent; the client reads no answer either way.
  */
-const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpExtra) => C): ToolCall<C> => ({
-  context: context?.(extra) as C,
-  callId: String(extra.requestId),
-  stop: extra.signal,
-  inputParsed,
-});
+const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpExtra) => C): ToolCall<C> => {
+  let read: { value: C } | undefined;
+  return {
+    // Read when guard or the status tool first needs it, inside their own error handling: the
+    // application's `context` throwing (a request without its authInfo) reads as an outcome, not
+    // as the SDK's error result, which shows the model the exception's message.
+    get context() {
+      read ??= { value: context?.(extra) as C };
+      return read.value;
+    },
+    callId: String(extra.requestId),
+    stop: extra.signal,
+    inputParsed,
+  };
+};
 
 /**
  * What the SDK is given as a tool's input schema: an object schema that accepts any arguments

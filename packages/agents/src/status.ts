@@ -85,7 +85,7 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
       const tenant = fromCall(options.tenant, call);
       const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);
       // A wait only reads: either signal ends it (MCP's connection closing is a `stop`).
-      const until = call.signal ?? call.stop;
+      const until = call.signal && call.stop ? AbortSignal.any([call.signal, call.stop]) : (call.signal ?? call.stop);
       const result =
         waitMs > 0
           ? await ledger.wait({

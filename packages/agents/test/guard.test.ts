@@ -74,6 +74,36 @@ for (const dialect of DIALECTS) {
       expect(reminded).toEqual(["2026-12-24T09:00:00Z"]);
     });
 
+    it("a definition without its own input that maps the action's checked input to args: the action's schema is applied once", async () => {
+      // The model fills in the action's schema, guard applies it, and `args` maps its output to the
+      // action's args. Before: the ledger applied the schema again to those args, so 12.50 euros
+      // went out as 125,000 cents (and the field `args` added was dropped by the schema).
+      const ledger = await db.open();
+      const charged: unknown[] = [];
+      const charge = defineAction<{ invoice: string; euros: number; via?: string }, { ok: true }>({
+        type: "test.charge-mapped",
+        capabilities: {},
+        input: z.object({ invoice: z.string(), euros: z.number().transform((e) => Math.round(e * 100)) }),
+        execute: async (a) => {
+          charged.push(a);
+          return { ok: true };
+        },
+      });
+      const tool = guard(
+        ledger,
+        {
+          name: "charge",
+          description: "Charge an invoice in euros.",
+          action: charge,
+          args: (i: { invoice: string; euros: number }) => ({ ...i, via: "agent" }),
+          key: (i: { invoice: string }) => ["charge", i.invoice],
+        },
+        { tenant: `mapped-${dialect}` },
+      );
+      expect(await tool({ invoice: "inv-m", euros: 12.5 }, call)).toMatchObject({ status: "done" });
+      expect(charged).toEqual([{ invoice: "inv-m", euros: 1250, via: "agent" }]);
+    });
+
     it("a summary that throws after the effect: the model still reads done, without the summary", async () => {
       const ledger = await db.open();
       const tool = guard(ledger, note, {
@@ -406,6 +436,35 @@ for (const dialect of DIALECTS) {
         /^Could not check operation "op_\w+" now \(\w+\): it may or may not have happened/,
       );
       expect(closed.message).not.toMatch(/failed before doing anything/);
+    });
+
+    it("the status tool's wait ends when the call's stop aborts, also when it has a signal", async () => {
+      // Before: the wait listened to `signal` only when both were given, so a connection closing
+      // (`stop`) left it polling for up to 50 s.
+      const ledger = await db.open();
+      const tenant = `wait-stop-${dialect}`;
+      const lost = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.lost-wait",
+          capabilities: {},
+          async execute() {
+            throw Object.assign(new Error("socket hang up"), { code: "ECONNRESET" });
+          },
+        }),
+      };
+      const parked = await guard(ledger, lost, { tenant })({ noteId: "w1", text: "x" }, call);
+      expect(parked).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const stop = new AbortController();
+      const signal = new AbortController();
+      setTimeout(() => stop.abort(), 200);
+      const started = performance.now();
+      const checked = await statusTool(ledger, { tenant })(
+        { operationId: (parked as { operationId: string }).operationId, waitMs: 20_000 },
+        { ...call, signal: signal.signal, stop: stop.signal },
+      );
+      expect(checked).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(performance.now() - started).toBeLessThan(10_000); // not the 20 s asked for
     });
 
     it("refuses to build a tool without a business identity", async () => {

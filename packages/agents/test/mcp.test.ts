@@ -226,6 +226,51 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    it("a run context that cannot be read from the request: an outcome that names no error text, not the SDK's error result", async () => {
+      // The application reads the tenant from the request (its authInfo); a request without it
+      // made `context` throw outside guard. Before: the SDK answered the exception's message as
+      // the tool's result ("Cannot read properties of undefined …", or the application's own
+      // words), the raw exception guard never lets a model read.
+      const ledger = await db.open();
+      const stripe = stripeActions({
+        apiKey: stripeServer.apiKey,
+        host: "127.0.0.1",
+        port: stripeServer.port,
+        protocol: "http",
+      });
+      const charge = stripeTools(stripe).charge;
+      let signedIn = false;
+      let reads = 0;
+      const context = () => {
+        reads += 1;
+        if (!signedIn) throw new Error("no bearer token for sk_live_secret in this request");
+        return { tenantId: `t-mcp-ctx-${dialect}-${rnd()}` };
+      };
+      const tenant = (c: { context: { tenantId: string } }) => c.context.tenantId;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerGuardedTool(server, ledger, charge, { tenant, context });
+      registerStatusTool(server, ledger, { tenant, tools: [charge], context });
+      const client = await connect(server);
+      const before = stripeBox.count("payment_intents");
+      const invoice = { invoiceId: `inv-ctx-${rnd()}`, amount: 100, currency: "eur" };
+      const out = await client.callTool({ name: "charge_invoice", arguments: invoice });
+      const checked = await client.callTool({ name: "operation_status", arguments: { operationId: "op_unknown" } });
+      expect([out.structuredContent, checked.structuredContent], JSON.stringify([out, checked])).toMatchObject([
+        { status: "not_performed", message: expect.stringMatching(/^Not performed: the tool failed before doing/) },
+        { status: "unconfirmed", message: expect.stringMatching(/^Could not check operation "op_unknown" now/) },
+      ]);
+      expect([out.isError, checked.isError]).toEqual([true, false]);
+      expect(JSON.stringify([out, checked])).not.toMatch(/bearer|sk_live/);
+      expect(stripeBox.count("payment_intents")).toBe(before);
+      // A request that can be read: its context is read once per call (tenant, then key and actor).
+      signedIn = true;
+      reads = 0;
+      const done = await client.callTool({ name: "charge_invoice", arguments: invoice });
+      expect(done.structuredContent).toMatchObject({ status: "done" });
+      expect(reads).toBe(1);
+      expect(stripeBox.count("payment_intents")).toBe(before + 1);
+    });
+
     it("the status tool answers another tenant's operation id with 'no operation here', not its outcome", async () => {
       const ledger = await db.open();
       const stripe = stripeActions({
