@@ -197,6 +197,8 @@ export class Reports {
    * The DELETE repeats the conditions: on Postgres a row changed while the statement waited for
    * its lock is checked again against the DELETE's own WHERE only, and a failed operation that an
    * operator sent back to pending meanwhile would otherwise be deleted, and so run again as new.
+   * A row whose alert is still due (a failure a person must hear of, two effects) waits for the
+   * daemon to deliver it: deleted first, the alert would never be sent.
    */
   async prune(tenant: string, limit: number): Promise<number> {
     const completed = ["succeeded", "failed"] as const;
@@ -207,6 +209,7 @@ export class Reports {
       .where("expires_at", "<=", this.store.now())
       .orderBy("expires_at")
       .where("status", "in", completed)
+      .where("alert_pending", "=", 0)
       .limit(limit);
     const res = await this.store.guard(
       undefined,
@@ -216,6 +219,7 @@ export class Reports {
         .where("tenant_id", "=", tenant)
         .where("expires_at", "<=", this.store.now())
         .where("status", "in", completed)
+        .where("alert_pending", "=", 0)
         .executeTakeFirst(),
     );
     return Number(res.numDeletedRows);

@@ -513,6 +513,24 @@ for (const dialect of DIALECTS) {
       expect(await keep.admin.prune({ tenant })).toBe(0);
     });
 
+    it("does not prune a completed operation whose alert is still due: a person hears of it first", async () => {
+      // Before: a failure alerted (a revoked key) or a success with two effects, past its
+      // retention while the daemon or its alert sink was down, was deleted with its alert unsent.
+      const ledger = await db.open({ retentionMs: 0 });
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "permanent", reason: "401 invalid token", alert: true } });
+      const out = await ledger.run(p.action("mail", {}), { tenant, key: ["alerted"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "failed", error: { alert: true } });
+      const [due] = (await ledger.daemon.alertsDue({ limit: 100 })).filter((a) => a.id === out.operationId);
+      expect(due).toBeDefined();
+      expect(await ledger.admin.prune({ tenant })).toBe(0);
+      expect((await ledger.get({ tenant, id: out.operationId })).operation.status).toBe("failed");
+      // Delivered and acknowledged: pruned as any other.
+      await ledger.daemon.ackAlert(due!);
+      expect(await ledger.admin.prune({ tenant })).toBe(1);
+    });
+
     it("keeps an operation for the retention of the ledger that claimed it, whoever completes it", async () => {
       // The application keeps its operations; the daemon and a person (idem resolve) open the
       // ledger with another retention. Their completion must not make the key prunable, or a
