@@ -34,6 +34,15 @@ afterEach(async () => {
 });
 
 const rnd = () => Math.random().toString(36).slice(2, 7);
+/** The Stripe actions, against the sandbox; `extra`: other settings (a client timeout). */
+const stripeHere = (extra: Partial<Parameters<typeof stripeActions>[0]> = {}) =>
+  stripeActions({
+    apiKey: stripeServer.apiKey,
+    host: "127.0.0.1",
+    port: stripeServer.port,
+    protocol: "http",
+    ...extra,
+  });
 
 /** A client linked in memory to `server`, closed (with the server) after the test. */
 async function connect(server: McpServer): Promise<Client> {
@@ -84,12 +93,7 @@ for (const dialect of DIALECTS) {
       // Before: the SDK checked the arguments itself and answered "MCP error -32602: Input
       // validation error …", with no outcome for the model.
       const ledger = await db.open();
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-      });
+      const stripe = stripeHere();
       const tenant = `t-mcp-inv-${dialect}-${rnd()}`;
       const server = new McpServer({ name: "idem", version: "0.1.0" });
       registerGuardedTool(server, ledger, stripeTools(stripe).charge, { tenant });
@@ -116,13 +120,7 @@ for (const dialect of DIALECTS) {
 
     it("the status tool as `idem mcp` registers it reads a settled charge as charge_invoice does: waiting for the customer", async () => {
       // Before: registered with the tenant only, it read "Done" with nothing of the payment's state.
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-        timeoutMs: 300,
-      });
+      const stripe = stripeHere({ timeoutMs: 300 });
       const charge = stripeTools(stripe).charge;
       const ledger = await db.open({ budget: { attempts: 1 }, actions: [charge.action] } as LedgerOptions);
       const tenant = `t-mcp-st-${dialect}-${rnd()}`;
@@ -152,12 +150,7 @@ for (const dialect of DIALECTS) {
       // asks a tool that returns it to put the serialized JSON in a text block too). Before: the
       // text was "Done (operation op_…)." only, and nothing said no money moved.
       const ledger = await db.open();
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-      });
+      const stripe = stripeHere();
       const charge = stripeTools(stripe).charge;
       const tenant = `t-mcp-text-${dialect}-${rnd()}`;
       const server = new McpServer({ name: "idem", version: "0.1.0" });
@@ -185,12 +178,7 @@ for (const dialect of DIALECTS) {
       // Before: the SDK checked the arguments against the status tool's zod schema and answered
       // "MCP error -32602: Input validation error …", with no outcome for the model.
       const ledger = await db.open();
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-      });
+      const stripe = stripeHere();
       const tenant = `t-mcp-sbad-${dialect}-${rnd()}`;
       const charge = stripeTools(stripe).charge;
       const server = new McpServer({ name: "idem", version: "0.1.0" });
@@ -232,12 +220,7 @@ for (const dialect of DIALECTS) {
       // the tool's result ("Cannot read properties of undefined …", or the application's own
       // words), the raw exception guard never lets a model read.
       const ledger = await db.open();
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-      });
+      const stripe = stripeHere();
       const charge = stripeTools(stripe).charge;
       let signedIn = false;
       let reads = 0;
@@ -273,12 +256,7 @@ for (const dialect of DIALECTS) {
 
     it("the status tool answers another tenant's operation id with 'no operation here', not its outcome", async () => {
       const ledger = await db.open();
-      const stripe = stripeActions({
-        apiKey: stripeServer.apiKey,
-        host: "127.0.0.1",
-        port: stripeServer.port,
-        protocol: "http",
-      });
+      const stripe = stripeHere();
       const charge = stripeTools(stripe).charge;
       const mine = new McpServer({ name: "a", version: "1" });
       registerGuardedTool(mine, ledger, charge, { tenant: `t-a-${dialect}` });
