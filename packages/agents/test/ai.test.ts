@@ -5,6 +5,7 @@
  * in parallel in one step. Counted at the target: one PaymentIntent per invoice. The model reads
  * done / already done / refused, never an exception.
  */
+import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
@@ -267,6 +268,7 @@ for (const dialect of DIALECTS) {
         operation_status: aiStatusTool(ledger, { tenant, tools: [def] }),
       };
       sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 1_000 });
+      const late = once(sandbox.events, "late");
       const first = await generateText({
         model: scriptedModel([
           [{ toolName: "charge", input: { invoiceId: `inv-st-${tenant}`, amount: 500, currency: "eur" } }],
@@ -277,7 +279,7 @@ for (const dialect of DIALECTS) {
       const pending = first.steps[0]!.toolResults[0]!.output as Outcome;
       expect(pending).toMatchObject({ status: "pending_verification" });
       const operationId = (pending as { operationId: string }).operationId;
-      await new Promise((r) => setTimeout(r, 1_200)); // the intent's late answer has come and gone
+      await late; // the intent's late answer has come and gone
       // The daemon settles it: it replays the same key, and Stripe answers with the saved intent.
       expect(await ledger.daemon.settle({ tenant, id: operationId })).toMatchObject({
         status: "succeeded",

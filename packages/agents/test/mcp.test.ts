@@ -4,6 +4,7 @@
  * applies it once (a schema that transforms is applied once) and answers input it refuses with
  * an outcome; the status tool reads a settled operation as the tool that made it.
  */
+import { once } from "node:events";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
@@ -129,13 +130,14 @@ for (const dialect of DIALECTS) {
       registerStatusTool(server, ledger, { tenant, tools: [charge] });
       const client = await connect(server);
       stripeBox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 1_000 });
+      const late = once(stripeBox.events, "late");
       const first = await client.callTool({
         name: "charge_invoice",
         arguments: { invoiceId: `inv-${tenant}`, amount: 700, currency: "usd" },
       });
       expect(first.structuredContent).toMatchObject({ status: "pending_verification" });
       const operationId = (first.structuredContent as { operationId: string }).operationId;
-      await new Promise((r) => setTimeout(r, 1_200)); // the intent's late answer has come and gone
+      await late; // the intent's late answer has come and gone
       await ledger.daemon.settle({ tenant, id: operationId });
       const checked = await client.callTool({ name: "operation_status", arguments: { operationId } });
       expect(checked.structuredContent, JSON.stringify(checked)).toMatchObject({

@@ -90,8 +90,9 @@ const DAY_MS = 24 * 3_600_000;
 export class StripeSandbox {
   readonly faults = new FaultPlan<StripeFaultKind>();
   /**
-   * Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect, and "held"
-   * ({ path, idempotencyKey }) when `delay_before_commit` holds a request, its key in flight.
+   * Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect, "held"
+   * ({ path, idempotencyKey }) when `delay_before_commit` holds a request, its key in flight, and
+   * "late" ({ path, idempotencyKey }) when the answer `delay_after_commit` held goes out at last.
    */
   readonly events = new EventEmitter();
   readonly requests: StripeRequestRecord[] = [];
@@ -309,7 +310,10 @@ export class StripeSandbox {
       req.socket.destroy();
       return;
     }
-    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
+    if (after?.kind === "delay_after_commit") {
+      await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
+      this.events.emit("late", { path, idempotencyKey: header(req, "idempotency-key") });
+    }
     record(status, replayed);
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
