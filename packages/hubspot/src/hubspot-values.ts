@@ -16,7 +16,7 @@
  * A property absent from `read` is not compared; one read as null is empty.
  */
 export function differingProperties(
-  given: Readonly<Record<string, string>>,
+  given: Readonly<Record<string, string | null>>,
   read: Readonly<Record<string, string | null | undefined>>,
 ): string[] {
   const differ: string[] = [];
@@ -28,12 +28,15 @@ export function differingProperties(
   return differ.sort();
 }
 
-/** Whether HubSpot, sent `given`, could read back `held`. */
-export function sameValue(given: string, held: string | null): boolean {
+/**
+ * Whether HubSpot, sent `given`, could read back `held`. `given` may be null though the args are
+ * typed as text (a model's JSON): HubSpot stores no value for it, never the text "null".
+ */
+export function sameValue(given: string | null, held: string | null): boolean {
   // Values as text: HubSpot trims them, and lowercases a contact's email (a change of case alone is
   // not worth a person's time whatever the property). A value of only spaces is stored empty, and
-  // an empty one reads as null.
-  const a = text(String(given));
+  // an empty one reads as null. A number or boolean a JavaScript caller passed is sent as its text.
+  const a = text(given === null || given === undefined ? "" : String(given));
   const b = text(held ?? "");
   if (a === b) return true;
   if (a === "" || b === "") return false;

@@ -19,6 +19,8 @@ describe("sameValue", () => {
     ["a boolean in another case", "True", "true"],
     ["an empty value, read as null", "", null],
     ["only spaces, stored empty", "   ", null],
+    ["a null (untyped JSON args), read as null", null, null],
+    ["a null, read as empty", null, ""],
   ])("%s: the same", (_, given, held) => {
     expect(sameValue(given, held)).toBe(true);
   });
@@ -31,6 +33,7 @@ describe("sameValue", () => {
     ["none where the record holds one", "", "Ada"],
     ["other checkboxes", "a;b", "a;c"],
     ["a number against a date", "1200", "2024-01-15"],
+    ["a null where the record holds one", null, "null"],
   ])("%s: differs", (_, given, held) => {
     expect(sameValue(given, held)).toBe(false);
   });

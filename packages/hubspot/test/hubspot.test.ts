@@ -125,6 +125,41 @@ for (const dialect of DIALECTS) {
         expect(recordsWith("deals", row!.key)).toHaveLength(1);
       });
 
+      it(`${mode}: an unknown create with a null value (untyped JSON args), its record archived since: settled to it, not sent to a person`, async () => {
+        const l = await ledger({ budget: { attempts: 1 } });
+        const t = tenant();
+        sandbox.faults.add({ kind: "drop_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        sandbox.faults.add({
+          kind: "bad_gateway",
+          match: { method: "GET", path: "/crm/v3/objects/deals" },
+          times: 100,
+        });
+        // A model's JSON: `null` where HubSpot's types say string. HubSpot stores no value for it.
+        const properties = { dealname: "Null amount", amount: null } as unknown as Record<string, string>;
+        try {
+          const out = await l.run(crm({ mode }).create("deals"), {
+            tenant: t,
+            key: ["null-value"],
+            args: { properties },
+          });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        } finally {
+          sandbox.faults.clear();
+        }
+        const [row] = await l.admin.list({ tenant: t });
+        const [record] = recordsWith("deals", row!.key);
+        expect(record!.properties.amount ?? "").toBe("");
+        sandbox.crm.archive("deals", record!.id);
+        const daemon = await ledger({ actions: [crm({ mode }).create("deals")] });
+        // Before: the args' null compared as the text "null" against the record's empty amount, "its
+        // values of amount differ", and our own deal went to a person (needs_review).
+        expect(await daemon.daemon.settle({ tenant: t, id: row!.id })).toMatchObject({
+          status: "succeeded",
+          receipt: { id: record!.id, new: false },
+        });
+        expect(recordsWith("deals", row!.key)).toHaveLength(1);
+      });
+
       it(`${mode}: a key that comes again after its operation was pruned: the record is returned as there before, and not written again`, async () => {
         const l = await ledger({ retentionMs: 1 });
         const t = tenant();

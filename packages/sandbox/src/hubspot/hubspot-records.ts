@@ -268,7 +268,12 @@ export class CrmStore {
   /** The values as strings, or HubSpot's VALIDATION_ERROR naming each value it refuses. */
   private checkProperties(objectType: string, properties: Record<string, unknown>): Record<string, string> {
     const known = this.props(objectType);
-    const values = Object.fromEntries(Object.entries(properties ?? {}).map(([k, v]) => [k, String(v)]));
+    // HubSpot's values are strings (numbers and booleans sent as JSON are taken as their text); a
+    // JSON null is no value, as the empty string HubSpot documents for clearing one: never the
+    // text "null".
+    const values = Object.fromEntries(
+      Object.entries(properties ?? {}).map(([k, v]) => [k, v === null || v === undefined ? "" : String(v)]),
+    );
     const invalid = Object.keys(values)
       .filter((k) => !known.has(k))
       .map((name) => ({
