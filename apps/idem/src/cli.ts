@@ -567,10 +567,19 @@ export function program(): Command {
   cmd
     .command("stats")
     .description("operations not settled yet (running, unknown, pending, needs_review) by tenant, action and status")
-    .option("-t, --tenant <tenant>", "only this tenant")
-    .action(async (o: { tenant?: string }) => {
+    .addOption(
+      new Option("-t, --tenant <tenant>", "only this tenant (without it or IDEM_TENANT: every tenant)").env(
+        "IDEM_TENANT",
+      ),
+    )
+    .option("--all-tenants", "every tenant, whatever IDEM_TENANT says")
+    .action(async (o: { tenant?: string; allTenants?: boolean }, command: Command) => {
+      // As ls: a shell scoped to a tenant (IDEM_TENANT) is not shown the others' work unless asked.
+      if (o.allTenants && o.tenant !== undefined && command.getOptionValueSource("tenant") === "cli")
+        throw new InvalidValueError("stats", "give --tenant or --all-tenants, not both");
+      const tenant = o.allTenants ? undefined : o.tenant;
       await withLedger(g(), async (ledger) => {
-        const stats = await ledger.admin.stats(o.tenant === undefined ? {} : { tenant: o.tenant });
+        const stats = await ledger.admin.stats(tenant === undefined ? {} : { tenant });
         // --json: the object as the API returns it ({ unsettled: [...] }), so a field added later is not a new shape.
         if (g().json === true) console.log(JSON.stringify(stats));
         else printStats([...stats.unsettled], false);

@@ -22,7 +22,8 @@ export function operationVersion(o: Pick<Operation, "status" | "attempt" | "chec
 
 /** A page of operations; a full page ends with the command for the next one. With `tenants`, a TENANT column. */
 export function printOperations(ops: Operation[], json: boolean, page: { tenants: boolean; limit: number }): void {
-  if (json) return void console.log(JSON.stringify(ops.map((o) => ({ ...o, version: operationVersion(o) }))));
+  if (json)
+    return void console.log(JSON.stringify(ops.map((o) => ({ ...shownOperation(o), version: operationVersion(o) }))));
   if (!ops.length) return void console.log("no operations");
   const rows = ops.map((o) => [
     ...(page.tenants ? [o.tenant] : []),
@@ -48,9 +49,9 @@ function keyCell(o: Operation): string {
 }
 
 /**
- * Args as an operator needs them to decide a case (recipient, subject, amount), without what they
- * must not see: fields named like secrets are replaced, attachments shown by name and size, long
- * texts (bodies) cut.
+ * Args (and receipts) as an operator needs them to decide a case (recipient, subject, amount, the
+ * provider's ids), without what they must not see: fields named like secrets are replaced,
+ * attachments shown by name and size, long texts (bodies) cut.
  */
 export function redactArgs(value: unknown, key = ""): unknown {
   if (/pass(word)?|secret|token|authorization|api[-_]?key|card|cvc|cvv|iban|ssn/i.test(key)) return "[redacted]";
@@ -69,14 +70,22 @@ export function redactArgs(value: unknown, key = ""): unknown {
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, redactArgs(v, k)]));
 }
 
+/**
+ * An operation as it is printed: its receipt redacted as args are (an action's receipt may hold a
+ * provider's secret, a PaymentIntent's client_secret, an access token); callers still replay it whole.
+ */
+export function shownOperation(o: Operation): Operation {
+  return o.result === null ? o : { ...o, result: redactArgs(o.result) };
+}
+
 export function printOperation(
   x: { operation: Operation; events: OperationEvent[]; args?: unknown },
   json: boolean,
 ): void {
   const args = x.args === undefined || x.args === null ? null : redactArgs(x.args);
   const version = operationVersion(x.operation);
-  if (json) return void console.log(JSON.stringify({ ...x, args, version }));
-  const o = x.operation;
+  const o = shownOperation(x.operation);
+  if (json) return void console.log(JSON.stringify({ ...x, operation: o, args, version }));
   const lines: [string, string][] = [
     ["id", o.id],
     ["tenant", o.tenant],

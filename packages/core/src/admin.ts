@@ -93,6 +93,14 @@ export class LedgerAdmin {
       verdict.outcome === "succeeded" && verdict.receipt !== undefined
         ? await this.#checkedReceipt(row.action, row.id, verdict.receipt)
         : undefined;
+    const receiptJson = receipt === undefined ? null : canonicalJson(receipt, "receipt");
+    // Every later caller replays it: no larger than a receipt the runner would keep.
+    const bytes = receiptJson === null ? 0 : Buffer.byteLength(receiptJson);
+    if (bytes > context.settings.maxResultBytes)
+      throw new InvalidValueError(
+        "receipt",
+        `is ${bytes} bytes, over this ledger's limit of ${context.settings.maxResultBytes} (maxResultBytes): record the provider's ids in it, or give evidence instead`,
+      );
     const reason = `resolved by a person: ${verdict.reason}`;
     const resolution = {
       outcome: verdict.outcome,
@@ -111,7 +119,7 @@ export class LedgerAdmin {
       unchangedSince: { updatedAt: row.updated_at, checks: row.checks },
       resolution_json: JSON.stringify(resolution),
       ...(verdict.outcome === "succeeded"
-        ? { result_json: receipt === undefined ? null : canonicalJson(receipt, "receipt"), error_json: null } // as the runner's success: the earlier error is over
+        ? { result_json: receiptJson, error_json: null } // as the runner's success: the earlier error is over
         : { error_json: JSON.stringify({ kind: "permanent", reason } satisfies StoredError) }),
     });
     if (!done) throw new InvalidTransitionError(row.id, "changed concurrently", verdict.outcome);
