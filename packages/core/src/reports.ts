@@ -79,6 +79,11 @@ export type ListFilter = (
   readonly limit?: number;
   /** Rows created before this operation id (keyset pagination, newest first: ids are time-ordered). */
   readonly before?: string;
+  /**
+   * Only rows at least one check (a lookup or a replay) has looked at: an unknown outcome that
+   * its checks could not settle. Applied before `limit`, so newer rows not checked yet do not hide them.
+   */
+  readonly checked?: boolean;
 };
 
 export class Reports {
@@ -112,6 +117,7 @@ export class Reports {
     if (f.olderThanMs !== undefined)
       q = q.where("created_at", "<=", sql<number>`${this.store.now()} - ${f.olderThanMs}`);
     if (f.before !== undefined) q = q.where("id", "<", f.before);
+    if (f.checked === true) q = q.where("checks", ">", 0);
     // (tenant_id, id) and (status, tenant_id, id) are indexes: one tenant's newest first without a sort
     return q.orderBy("id", "desc").limit(limit);
   }

@@ -325,7 +325,11 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   app.post("/bulk", async (c) => {
     const operator = c.var.operator;
     const form = await c.req.parseBody({ all: true });
-    const picked = ([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string");
+    // A selection named twice (the same operation as the same view) is decided once: its second
+    // decision would be refused, and the note would say it was not decided.
+    const picked = [
+      ...new Set(([] as unknown[]).concat(form.ops ?? []).filter((v): v is string => typeof v === "string")),
+    ];
     // Back to the queue as it was filtered (the form carries its filters), with the note.
     const filters = new URLSearchParams(
       FILTERS.flatMap((k): [string, string][] => {
@@ -407,7 +411,13 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const { outcome, reason, evidence } = decision;
     const common = { tenant: ref.tenant, id: ref.id, actor: operator.name, reason, seen };
     try {
-      if (outcome === "retry") await ledger.admin.retry(common);
+      // A retry keeps no evidence apart (it is no verdict): what the person checked goes with the
+      // reason into the audit trail, rather than nowhere.
+      if (outcome === "retry")
+        await ledger.admin.retry({
+          ...common,
+          ...(evidence !== undefined && { reason: `${reason} (evidence: ${evidence})` }),
+        });
       else await ledger.admin.resolve({ ...common, outcome, ...(evidence !== undefined && { evidence }) });
     } catch (error) {
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
@@ -552,10 +562,10 @@ async function queue(
       rows.push({ ...o, why: o.reason ?? "a person must decide" });
   }
   if (!f.status || f.status === "unknown") {
-    // Past its checks: at least one lookup or replay could not settle it.
-    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "unknown" })) {
-      if (o.checks > 0) rows.push({ ...o, why: `outcome unknown after ${o.checks} check${o.checks === 1 ? "" : "s"}` });
-    }
+    // Past its checks: at least one lookup or replay could not settle it. Asked of the ledger, before
+    // its limit: newer outcomes not checked yet (an outage) must not hide these.
+    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "unknown", checked: true }))
+      rows.push({ ...o, why: `outcome unknown after ${o.checks} check${o.checks === 1 ? "" : "s"}` });
   }
   if (!f.status || f.status === "running") {
     const t = config.thresholds;

@@ -173,7 +173,7 @@ ${performed ? html`<p class="note" data-testid="performed">${performedNote(perfo
 <dt>Identity</dt><dd>${o.keyLabel ?? "(hashed only)"}</dd>
 <dt>Why</dt><dd>${o.reason ?? "-"}</dd>
 <dt>Args</dt><dd><pre data-testid="args">${x.args === null ? "(not stored)" : JSON.stringify(redactArgs(x.args), null, 2)}</pre></dd>
-<dt>Receipt</dt><dd><pre>${o.result === null ? "-" : JSON.stringify(o.result, null, 2)}</pre></dd>
+<dt>Receipt</dt><dd><pre>${o.result === null ? "-" : JSON.stringify(redactArgs(o.result), null, 2)}</pre></dd>
 <dt>Provider reference</dt><dd><code>${o.providerReference ?? "-"}</code>${link ? html` · <a href="${link.url}" rel="noreferrer">${link.label}</a>` : ""}</dd>
 <dt>Error</dt><dd data-testid="error">${o.error ? errorOf(o.error) : "-"}</dd>
 <dt>Verdict</dt><dd data-testid="verdict">${

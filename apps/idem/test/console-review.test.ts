@@ -1,0 +1,142 @@
+/**
+ * Defects of the console found in review (helper-143), over real HTTP against the console server
+ * on SQLite and Postgres; each test failed first: the queue hid unknown outcomes its checks could
+ * not settle behind newer ones not checked yet, a retry's evidence was dropped from the audit
+ * trail, and a bulk selection naming one operation twice said it was both decided and not.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
+import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
+import { parseConfig } from "@idem/cli";
+import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+
+const TOKEN = "alice-token-review-0147";
+
+/** No capability, and its send may have happened: a person decides. */
+const parked = defineAction({
+  type: "sms.parked",
+  capabilities: {},
+  execute: async () => {
+    throw new Error("socket hang up after send");
+  },
+});
+
+for (const dialect of DIALECTS) {
+  describe(`the console's review on ${dialect}`, { timeout: scaled(120_000) }, () => {
+    let ledger: Ledger;
+    let web: ConsoleServer;
+    beforeAll(async () => {
+      process.env.IDEM_REVIEW_ALICE = TOKEN;
+      const url = await freshDatabase(dialect);
+      ledger = await openLedger(url);
+      web = await serveConsole(
+        ledger,
+        parseConfig({
+          ledger: url,
+          console: { port: 0, operators: [{ name: "alice", tokenEnv: "IDEM_REVIEW_ALICE", tenants: "*" }] },
+        }),
+        pino({ level: "silent" }),
+      );
+    }, scaled(60_000));
+    afterAll(async () => {
+      await web?.close();
+      await ledger?.close();
+    });
+
+    let n = 0;
+    const session = async () => {
+      const res = await fetch(`${web.url}/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: {
+          origin: web.url,
+          "x-forwarded-for": `198.51.100.${++n}`,
+          "content-type": "application/x-www-form-urlencoded",
+        },
+        body: new URLSearchParams({ token: TOKEN }),
+      });
+      expect(res.status).toBe(303);
+      return res.headers.get("set-cookie")!.split(";")[0]!;
+    };
+    const get = (cookie: string, path: string) =>
+      fetch(new URL(path, web.url), { redirect: "manual", headers: { cookie } });
+    /** Posts a console form as its page would: with the page's form token and Origin. */
+    const post = async (cookie: string, path: string, fields: [string, string][]) => {
+      const csrf = /name="csrf" value="([^"]+)"/.exec(await (await get(cookie, "/")).text())![1]!;
+      return fetch(`${web.url}${path}`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams([["csrf", csrf], ...fields]),
+      });
+    };
+    /** The note of the page a decision's redirect leads to. */
+    const noteAfter = async (cookie: string, res: Response) => {
+      expect(res.status).toBe(303);
+      const page = await (await get(cookie, res.headers.get("location")!)).text();
+      return /data-testid="flash">([^<]*)</.exec(page)?.[1];
+    };
+    const seenOf = async (tenant: string, id: string) => {
+      const { operation: o } = await ledger.get({ tenant, id });
+      return { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
+    };
+
+    it("the queue shows an unknown outcome its checks could not settle, even behind 500 newer ones not checked yet", async () => {
+      const tenant = `t-unknown-${dialect}`;
+      const checked = await ledger.run(parked, { tenant, key: ["checked"], args: {} });
+      // An outage at the provider: 500 newer sends of the tenant, their outcome unknown, not checked yet.
+      for (let i = 0; i < 500; i++) await ledger.run(parked, { tenant, key: ["fresh", i], args: {} });
+      await databaseOf(ledger)
+        .updateTable("idem_operations")
+        .set({ status: "unknown", checks: 0 } as never)
+        .where("tenant_id", "=", tenant)
+        .execute();
+      // The older one: three checks could not settle it.
+      await databaseOf(ledger)
+        .updateTable("idem_operations")
+        .set({ checks: 3 } as never)
+        .where("tenant_id", "=", tenant)
+        .where("id", "=", checked.operationId)
+        .execute();
+      const cookie = await session();
+      for (const path of [`/?tenant=${tenant}`, `/?tenant=${tenant}&status=unknown`, "/"]) {
+        const page = await (await get(cookie, path)).text();
+        expect(page, path).toContain(`data-operation="${checked.operationId}"`);
+        expect(page, path).toContain("outcome unknown after 3 checks");
+      }
+    });
+
+    it("a retry decided with evidence keeps the evidence in the audit trail", async () => {
+      const tenant = `t-evidence-${dialect}`;
+      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
+      const cookie = await session();
+      const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
+        ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
+        ["outcome", "retry"],
+        ["reason", "not in the provider's log"],
+        ["evidence", "SMS log searched for +15550100, 09:00-10:00: nothing"],
+      ]);
+      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
+      expect(operation.status).toBe("pending");
+      expect(events.at(-1)?.reason).toContain("SMS log searched for +15550100, 09:00-10:00: nothing");
+    });
+
+    it("a bulk selection naming an operation twice decides it once and says so, not that it was refused", async () => {
+      const tenant = `t-twice-${dialect}`;
+      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
+      const pick = JSON.stringify({ tenant, id: op.operationId, seen: await seenOf(tenant, op.operationId) });
+      const cookie = await session();
+      const res = await post(cookie, "/bulk", [
+        ["outcome", "succeeded"],
+        ["reason", "found in the provider's log"],
+        ["ops", pick],
+        ["ops", pick],
+      ]);
+      expect(await noteAfter(cookie, res)).toBe("1 of 1 selected was decided: Resolved as succeeded.");
+      expect((await ledger.get({ tenant, id: op.operationId })).operation.status).toBe("succeeded");
+    });
+  });
+}
