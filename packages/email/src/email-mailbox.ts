@@ -3,7 +3,8 @@
  * SPECIAL-USE \Sent, by name as a fallback, or as configured; when the server flags several
  * mailboxes \Sent, each of them is searched) or in a journal mailbox, and
  * APPEND a copy. A lookup whose "not found" would send again searches every mailbox the account
- * lists (`everywhere`): the copy may have been moved since. A lookup can also ask, in the same session, whether another name (a Sent folder
+ * lists (`everywhere`; each opened read-only, each with a deadline of its own): the copy may have
+ * been moved since. A lookup can also ask, in the same session, whether another name (a Sent folder
  * recorded as `\Sent` and configured as "Sent", say) is the mailbox searched: the server's LIST
  * says, never the spelling. One short session per call: these run once per send, not per message
  * read. Without implicit TLS, a session signs in only after STARTTLS unless the config says
@@ -140,9 +141,9 @@ export interface Lookup {
   readonly alias?: { readonly same: boolean; readonly path: string | undefined; readonly error?: Error };
   /**
    * Asked to look `everywhere` and not found where the copy is filed: how many of the account's
-   * other mailboxes were searched too, and those the account may not read (NOPERM), not searched.
+   * other mailboxes were searched too (every one it lists that can be opened).
    */
-  readonly elsewhere?: { readonly searched: number; readonly unread: readonly string[] };
+  readonly elsewhere?: { readonly searched: number };
 }
 
 /** The part of imapflow's LIST answer (ListResponse) that naming a mailbox needs. */
@@ -247,7 +248,7 @@ export class Mailbox {
    */
   async lookup(messageId: string, alias?: string, options: { everywhere?: boolean } = {}): Promise<Lookup> {
     const everywhere = options.everywhere ?? false;
-    return this.session(async (client, refused) => {
+    return this.session(async (client, refused, renew) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
       if (this.path === SENT || alias !== undefined || everywhere) {
@@ -273,9 +274,11 @@ export class Mailbox {
       // Not found where it is filed, and the other mailboxes cannot be listed: not found proves nothing.
       if (everywhere && !found && listError) throw listError;
       const elsewhere =
-        everywhere && !found ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused) : undefined;
+        everywhere && !found
+          ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused, renew)
+          : undefined;
       if (elsewhere?.found) found = elsewhere.found;
-      const rest = elsewhere && { elsewhere: { searched: elsewhere.searched, unread: elsewhere.unread } };
+      const rest = elsewhere && { elsewhere: { searched: elsewhere.searched } };
       if (alias === undefined) return { found, searched: mailbox, ...rest };
       if (listError)
         return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError }, ...rest };
@@ -287,11 +290,14 @@ export class Mailbox {
 
   /**
    * The copy looked for in each mailbox of the LIST (`boxes`) that can be opened, besides those
-   * `done`, until one holds it. One the account may not read (NOPERM: an IMAP ACL) is left out
-   * and named, for the reason: the provider files as the account, and a mailbox it cannot read
-   * is no place its copy was moved by the account's own rules or clients. Any other failure (one
-   * renamed or deleted between the LIST and its SELECT, a SEARCH refused) fails the lookup: a
-   * mailbox not searched is not one the copy is proven absent from.
+   * `done`, until one holds it. A mailbox not searched is not one the copy is proven absent from,
+   * so any failure fails the lookup. One the account may not read (NOPERM: an IMAP ACL) is
+   * refused until a person acts: a mailbox the account may list but not read it may still file
+   * into (RFC 4314's insert right: its clients' COPY and MOVE, its rules), so the copy may have
+   * been moved there. One renamed or deleted between the LIST and its SELECT is unavailable, not
+   * refused: the next lookup lists it as it is now. Each mailbox gets the session's deadline anew
+   * (`renew`): the deadline is for a server that stops answering, and an account of a thousand
+   * mailboxes on a server a round trip of 50 ms away takes longer than the whole of it.
    */
   private async searchRest(
     client: ImapFlow,
@@ -299,21 +305,33 @@ export class Mailbox {
     done: readonly string[],
     messageId: string,
     refused: () => CommandRefusal | undefined,
-  ): Promise<{ found: FoundMessage | undefined; searched: number; unread: string[] }> {
-    const unread: string[] = [];
+    renew: () => void,
+  ): Promise<{ found: FoundMessage | undefined; searched: number }> {
     let searched = 0;
     for (const box of boxes) {
       if (!selectable(box) || done.includes(box.path)) continue;
+      renew();
       try {
         const found = await this.search(client, box.path, messageId, refused);
         searched++;
-        if (found) return { found, searched, unread };
+        if (found) return { found, searched };
       } catch (cause) {
-        if (!(cause instanceof MailboxRefusedError && cause.responseCode === "NOPERM")) throw cause;
-        unread.push(box.path);
+        if (!(cause instanceof MailboxRefusedError)) throw cause;
+        const where = `IMAP ${this.imap.host}:${this.imap.port}`;
+        if (cause.responseCode === "NOPERM")
+          throw new MailboxRefusedError(
+            `${where}: ${this.imap.auth.user} may not read ${box.path} (NOPERM), so a copy moved there cannot be looked for, and not found elsewhere proves nothing: give the account the right to read it (IMAP ACL: read)`,
+            "mailbox",
+            "NOPERM",
+            { cause },
+          );
+        throw new MailboxUnavailableError(
+          `${where}: ${box.path}, listed a moment before, could not be opened (renamed or deleted since?): ${cause.message}`,
+          { cause },
+        );
       }
     }
-    return { found: undefined, searched, unread };
+    return { found: undefined, searched };
   }
 
   /**
@@ -384,11 +402,12 @@ export class Mailbox {
   }
 
   /**
-   * One session: `fn` gets the client, and `refused()`, the last command the server answered NO or
-   * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else).
+   * One session: `fn` gets the client, `refused()`, the last command the server answered NO or
+   * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else), and
+   * `renew()`, which starts the deadline again from now (for each step of a long search).
    */
   private async session<T>(
-    fn: (client: ImapFlow, refused: () => CommandRefusal | undefined) => Promise<T>,
+    fn: (client: ImapFlow, refused: () => CommandRefusal | undefined, renew: () => void) => Promise<T>,
   ): Promise<T> {
     const secure = this.imap.secure ?? false;
     let refusal: CommandRefusal | undefined;
@@ -429,10 +448,17 @@ export class Mailbox {
     // already returned stands: only the logout was cut off.
     const deadlineMs = this.imap.deadlineMs ?? IMAP_DEADLINE_MS;
     let expired = false;
-    const deadline = setTimeout(() => {
-      expired = true;
-      client.close();
-    }, deadlineMs);
+    const arm = () =>
+      setTimeout(() => {
+        expired = true;
+        client.close();
+      }, deadlineMs);
+    let deadline = arm();
+    const renew = () => {
+      if (expired) return;
+      clearTimeout(deadline);
+      deadline = arm();
+    };
     const late = (cause: unknown) =>
       new MailboxUnavailableError(
         `IMAP ${this.imap.host}:${this.imap.port}: no complete answer within ${deadlineMs} ms (imap.deadlineMs): closed`,
@@ -446,7 +472,7 @@ export class Mailbox {
         throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
       }
       try {
-        return await fn(client, () => refusal);
+        return await fn(client, () => refusal, renew);
       } catch (cause) {
         if (expired) throw late(cause);
         if (cause instanceof MailboxUnavailableError) throw cause;
@@ -488,7 +514,8 @@ export class Mailbox {
   ): Promise<FoundMessage | undefined> {
     const where = `IMAP ${this.imap.host}:${this.imap.port}`;
     const user = this.imap.auth.user;
-    const lock = await client.getMailboxLock(mailbox).catch(async (cause: unknown) => {
+    // Read-only (EXAMINE): a SELECT would take \Recent off the new mail of the mailboxes it opens.
+    const lock = await client.getMailboxLock(mailbox, { readOnly: true }).catch(async (cause: unknown) => {
       const e = cause as CommandRefusal;
       // Dovecot answers a SELECT of a name that only holds other mailboxes with a bare NO, and
       // imapflow's own check lists it (\Noselect), so it is not `mailboxMissing`: the full LIST says.

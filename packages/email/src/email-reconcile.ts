@@ -125,9 +125,7 @@ export async function reconcileByCopy(
       retryAfterMs,
     };
   }
-  const others = scan
-    ? `, nor in the account's ${scan.searched} other mailboxes${scan.unread.length > 0 ? ` (not searched, the account may not read them: ${scan.unread.join(", ")})` : ""}`
-    : "";
+  const others = scan ? `, nor in the account's ${scan.searched} other mailboxes` : "";
   return {
     found: false,
     proof: "absent",

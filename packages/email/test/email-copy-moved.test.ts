@@ -14,7 +14,7 @@ import type { Ledger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { JOURNAL, MailSandbox, SENDER, type MailUser } from "@idem/sandbox";
 import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
-import { emailActions, type EmailConfig } from "@idem/email";
+import { classifyEmailError, emailActions, MailboxRefusedError, type EmailConfig } from "@idem/email";
 import { op } from "./operation.js";
 
 let sandbox: MailSandbox;
@@ -77,6 +77,12 @@ const CASES = [
     foundIn: "Sent 2025",
   },
   {
+    name: "the Sent folder renamed to a name the wire spells in modified UTF-7",
+    mode: "provider-saves",
+    moved: (id: string) => move(SENDER, "Sent", "Отправленные/Gesendet 2025 & Co", id),
+    foundIn: "Отправленные/Gesendet 2025 & Co",
+  },
+  {
     name: "a rule that files sent mail into an archive",
     mode: "provider-saves",
     moved: (id: string) => move(SENDER, "Sent", "Archive/Sent", id),
@@ -107,13 +113,8 @@ describe("a copy moved after its send, the outcome unknown: looked up past the w
       expect(verdict).toMatchObject({ found: true, receipt: { messageId: receipt.messageId, foundIn: c.foundIn } });
     });
 
-  it("a send the server never took is still proven absent past the window, the other mailboxes searched named, one the account may not read named as not searched", async () => {
-    await asUser(SENDER, async (client) => {
-      await client.mailboxCreate("Archive/Old").catch(() => undefined);
-      await client.mailboxCreate("Private").catch(() => undefined);
-    });
-    // May see "Private" and file into it, not read it: its SELECT is answered NO [NOPERM].
-    sandbox.dovecot.rights([`Private user=${SENDER.user} li`]);
+  it("a send the server never took is still proven absent past the window, the other mailboxes searched named", async () => {
+    await asUser(SENDER, (client) => client.mailboxCreate("Archive/Old").catch(() => undefined));
     const mail = emailActions(config("provider-saves")).send;
     const now = Date.now();
     const never = op({ lastAttemptAt: now, now: now + 3_600_000 });
@@ -121,10 +122,32 @@ describe("a copy moved after its send, the outcome unknown: looked up past the w
     expect(verdict).toMatchObject({
       found: false,
       proof: "absent",
-      reason: expect.stringMatching(
-        /after the settle window, nor in the account's \d+ other mailboxes \(not searched, the account may not read them: Private\)/,
-      ),
+      reason: expect.stringMatching(/after the settle window, nor in the account's \d+ other mailboxes/),
     });
+  });
+
+  it("the copy moved by the account's own client into a mailbox it may file into, not read: never proven absent, the lookup refused until a person gives the right; one message", async () => {
+    await asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
+    const mail = emailActions(config("provider-saves")).send;
+    const now = Date.now();
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    // May see "Private" and file into it (COPY, MOVE: RFC 4314's insert), not read it: its SELECT
+    // is answered NO [NOPERM].
+    sandbox.dovecot.rights([`Private user=${SENDER.user} li`]);
+    await move(SENDER, "Sent", "Private", receipt.messageId);
+    const later = { ...first, now: now + 3_600_000 };
+    const verdict = await mail.reconcile!(report, later).catch((error: unknown) => error as Error);
+    // Before: { found: false, proof: "absent" } ("not searched, the account may not read them: Private"), sent again.
+    if (!(verdict instanceof Error) && verdict.found === false && verdict.proof === "absent")
+      await mail.execute(report, { ...later, attempt: 2 });
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(verdict).toBeInstanceOf(MailboxRefusedError);
+    expect(verdict).toMatchObject({ responseCode: "NOPERM", message: expect.stringMatching(/may not read Private/) });
+    expect(classifyEmailError(verdict)).toMatchObject({ alert: true });
+    // Given the right to read it, the next check settles by the copy there.
+    sandbox.dovecot.rights([]);
+    expect(await mail.reconcile!(report, later)).toMatchObject({ found: true, receipt: { foundIn: "Private" } });
   });
 
   it("within the window only where the copy is filed is searched: not found is inconclusive, as before", async () => {
@@ -165,6 +188,32 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count(messageId)).toBe(1);
       const again = await ledger.run(mail.send, { tenant: t, key: ["renamed"], args: report });
       expect(again).toMatchObject({ status: "succeeded", replayed: true });
+      expect(sandbox.count(messageId)).toBe(1);
+    });
+
+    it("the copy moved into a mailbox the account may file into, not read: stays unknown (the lookup refused, alerted), never sent again; one message", async () => {
+      let now = Date.now();
+      const mail = emailActions(config("provider-saves"));
+      const ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [mail.send] });
+      const t = `unread-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      await asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
+      sandbox.faults.add({ kind: "hold_reply", delayMs: scaled(120_000) });
+      const accepted = once(sandbox.events, "accepted");
+      const first = ledger.run(mail.send, { tenant: t, key: ["unread"], args: report });
+      await accepted;
+      const [row] = await ledger.admin.list({ tenant: t });
+      const messageId = row!.providerReference!.split(" ")[0]!;
+      sandbox.dovecot.rights([`Private user=${SENDER.user} li`]);
+      await move(SENDER, "Sent", "Private", messageId);
+      now += 31_000;
+      // Before: proven absent ("not searched, the account may not read them: Private") and sent again.
+      const settled = await ledger.daemon.settle({ tenant: t, id: row!.id, actor: "daemon" });
+      expect(settled).toMatchObject({ status: "pending_verification" });
+      expect(sandbox.count(messageId)).toBe(1);
+      const [after] = await ledger.admin.list({ tenant: t });
+      expect(after).toMatchObject({ status: "unknown" });
+      sandbox.releaseHeldReplies();
+      await first.catch(() => undefined);
       expect(sandbox.count(messageId)).toBe(1);
     });
   });

@@ -7,11 +7,13 @@
  *    know (STARTTLS among them) gets a 502.
  *  - `recordingProxy`: a pass-through to an IMAP server that keeps what clients wrote.
  *  - `appendFaultProxy`: one that answers an APPEND NO, or drops the connection as its OK comes,
- *    and a SELECT NO.
+ *    and a SELECT (or EXAMINE) NO.
  *  - `listRewritingProxy`: one that rewrites the server's LIST lines (attributes a server
  *    configured otherwise would send).
  *  - `tricklingProxy`: one that withholds the tagged answer to a command and writes an untagged
  *    `* OK` line every 300 ms instead, for good (a server stuck in a search, a broken proxy).
+ *  - `slowProxy`: one that passes each SELECT and EXAMINE on only after a delay, as a server far
+ *    away answers (a round trip of a WAN link).
  */
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
@@ -175,8 +177,8 @@ export async function appendFaultProxy(target: number) {
     faults: [] as AppendFault[],
     appends: 0,
     /**
-     * How many SELECT commands after an APPEND are answered NO [INUSE] (the mailbox locked for
-     * now); the look before sending passes.
+     * How many SELECT (or EXAMINE: a lookup opens its mailbox read-only) commands after an APPEND
+     * are answered NO [INUSE] (the mailbox locked for now); the look before sending passes.
      */
     refuseSelects: 0,
   };
@@ -191,7 +193,7 @@ export async function appendFaultProxy(target: number) {
         data = data.subarray(n);
         if (data.length === 0) return;
       }
-      const select = /^(\S+) SELECT\b/i.exec(data.toString("latin1", 0, 64));
+      const select = /^(\S+) (?:SELECT|EXAMINE)\b/i.exec(data.toString("latin1", 0, 64));
       if (select && state.refuseSelects > 0 && state.appends > 0) {
         state.refuseSelects--;
         client.write(`${select[1]} NO [INUSE] Mailbox is locked, try again\r\n`);
@@ -286,4 +288,22 @@ export async function tricklingProxy(target: number) {
     });
   });
   return Object.assign(state, proxy);
+}
+
+/**
+ * A pass-through to an IMAP server that holds each SELECT and EXAMINE `delayMs` before passing it
+ * on (a server one round trip of a slow link away); everything else passes at once, in order.
+ */
+export async function slowProxy(target: number, delayMs: number) {
+  return passThrough(target, (client, upstream) => {
+    upstream.pipe(client);
+    let queue = Promise.resolve();
+    client.on("data", (chunk: Buffer) => {
+      const slow = /^\S+ (?:SELECT|EXAMINE)\b/i.test(chunk.toString("latin1", 0, 64));
+      queue = queue.then(async () => {
+        if (slow) await new Promise((r) => setTimeout(r, delayMs));
+        upstream.write(chunk);
+      });
+    });
+  });
 }

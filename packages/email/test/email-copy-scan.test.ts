@@ -1,0 +1,135 @@
+/**
+ * The search of every mailbox of the account that a lookup makes past the settle window, before
+ * "not found" sends again (email-copy-moved.test: why): what it costs the account and the lookup.
+ * An account of many mailboxes on a server far away outlasts the session's deadline, which
+ * bounds a server that does not answer, not how many mailboxes the account has: every lookup
+ * failed, and the send never settled. Each mailbox is opened read-only (EXAMINE): a SELECT of
+ * each would take the \Recent mark off the new mail in every one of the person's mailboxes. A
+ * mailbox listed and gone by its SELECT (renamed meanwhile) fails the lookup as unavailable, to
+ * be tried again, not as a refusal a person must fix. Real Dovecot, imapflow and smtp-server;
+ * proxies on loopback for a slow server (slowProxy) and a LIST that names a mailbox gone since
+ * (listRewritingProxy); messages counted at the SMTP server.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MailSandbox, SENDER, type MailUser } from "@idem/sandbox";
+import { scaled } from "@idem/testkit";
+import {
+  classifyEmailError,
+  emailActions,
+  MailboxRefusedError,
+  MailboxUnavailableError,
+  type EmailConfig,
+} from "@idem/email";
+import { listRewritingProxy, slowProxy } from "./loopback.js";
+import { op } from "./operation.js";
+
+/** Each SELECT or EXAMINE held this long: 40 mailboxes take 3 s, each well inside DEADLINE_MS. */
+const ROUND_TRIP_MS = 75;
+const MAILBOXES = 40;
+const DEADLINE_MS = 1_000;
+
+let sandbox: MailSandbox;
+let started: Awaited<ReturnType<MailSandbox["start"]>>;
+let slow: Awaited<ReturnType<typeof slowProxy>>;
+/** Lists a "Sent 2024" that is not there: renamed between the LIST and its SELECT. */
+let gone: Awaited<ReturnType<typeof listRewritingProxy>>;
+beforeAll(async () => {
+  sandbox = new MailSandbox({ mode: "provider-saves" });
+  started = await sandbox.start();
+  slow = await slowProxy(started.imap.port, ROUND_TRIP_MS);
+  gone = await listRewritingProxy(started.imap.port, (line) =>
+    /^\* LIST \([^)]*\) "\/" "?Sent"?$/.test(line) ? `${line}\r\n* LIST (\\HasNoChildren) "/" "Sent 2024"` : line,
+  );
+}, scaled(30_000));
+afterAll(async () => {
+  await slow?.close();
+  await gone?.close();
+  await sandbox?.close();
+});
+
+function config(imapPort: number, extra: Partial<EmailConfig["imap"]> = {}): EmailConfig {
+  return {
+    smtp: { host: "127.0.0.1", port: started.smtp.port, auth: SENDER, timeoutMs: scaled(60_000), requireTLS: false },
+    imap: { host: "127.0.0.1", port: imapPort, auth: SENDER, requireTLS: false, ...extra },
+    from: SENDER.user,
+    copy: { mode: "provider-saves" },
+    settleMs: 300,
+  };
+}
+const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
+
+async function asUser(user: MailUser, fn: (client: ReturnType<MailSandbox["imap"]>) => Promise<unknown>) {
+  const client = sandbox.imap(user);
+  await client.connect();
+  try {
+    await fn(client);
+  } finally {
+    await client.logout();
+  }
+}
+
+describe("the search of every mailbox past the settle window", () => {
+  it("an account of many mailboxes on a slow server: the search outlasts imap.deadlineMs, every mailbox answering in time, and still settles; one message", async () => {
+    const last = `Archive/${MAILBOXES - 1}`;
+    await asUser(SENDER, async (client) => {
+      for (let i = 0; i < MAILBOXES; i++) await client.mailboxCreate(`Archive/${i}`);
+    });
+    try {
+      const mail = emailActions(config(slow.port, { deadlineMs: DEADLINE_MS })).send;
+      const now = Date.now();
+      const first = op({ lastAttemptAt: now, now });
+      const receipt = await mail.execute(report, first);
+      await asUser(SENDER, async (client) => {
+        const lock = await client.getMailboxLock("Sent");
+        try {
+          await client.messageMove({ header: { "message-id": receipt.messageId } }, last);
+        } finally {
+          lock.release();
+        }
+      });
+      // Before: "no complete answer within 1000 ms (imap.deadlineMs)", at every check.
+      const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+      expect(verdict).toMatchObject({ found: true, receipt: { messageId: receipt.messageId, foundIn: last } });
+      expect(sandbox.count(receipt.messageId)).toBe(1);
+    } finally {
+      await asUser(SENDER, async (client) => {
+        for (let i = 0; i < MAILBOXES; i++) await client.mailboxDelete(`Archive/${i}`);
+        await client.mailboxDelete("Archive").catch(() => undefined);
+      });
+    }
+  }, 30_000);
+
+  it("each mailbox is opened read-only: the person's new mail keeps its \\Recent mark", async () => {
+    await asUser(SENDER, (client) => client.mailboxCreate("Clients"));
+    await sandbox.file(
+      SENDER,
+      "Clients",
+      Buffer.from("Subject: hello\r\nMessage-ID: <new@example.test>\r\n\r\nNew.\r\n"),
+    );
+    const mail = emailActions(config(started.imap.port)).send;
+    const now = Date.now();
+    const verdict = await mail.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 }));
+    expect(verdict).toMatchObject({ found: false, proof: "absent" });
+    let recent: number | undefined;
+    await asUser(SENDER, async (client) => {
+      const status = await client.status("Clients", { recent: true });
+      recent = status ? status.recent : undefined;
+    });
+    // Before: 0, the lookup's SELECT took it.
+    expect(recent).toBe(1);
+  });
+
+  it("a mailbox listed and gone by its SELECT (renamed meanwhile): the lookup fails as unavailable, tried again, no person alerted", async () => {
+    const mail = emailActions(config(gone.port)).send;
+    const now = Date.now();
+    const failed = await mail.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 })).then(
+      (verdict) => verdict,
+      (error: unknown) => error,
+    );
+    expect(failed).toBeInstanceOf(MailboxUnavailableError);
+    // Before: MailboxRefusedError NONEXISTENT, "check sentMailbox … or create the mailbox", alerted.
+    expect(failed).not.toBeInstanceOf(MailboxRefusedError);
+    expect(classifyEmailError(failed)).not.toMatchObject({ alert: true });
+    expect((failed as Error).message).toMatch(/Sent 2024/);
+  });
+});
