@@ -264,13 +264,11 @@ export class Mailbox {
       let found = await this.search(client, mailbox, messageId, refused);
       // The server may give \Sent to several mailboxes (RFC 6154 §2; Dovecot's stock config marks
       // "Sent" and "Sent Messages"), and imapflow hands its special use to one of them, by name: the
-      // provider may file into another. Not found in the one picked, the copy is looked for in each
-      // of the others, so "not found" covers every mailbox the server calls Sent.
+      // provider may file into another. The copy is looked for in each of the others, so "not
+      // found" covers every mailbox the server calls Sent, and copies of two sends, one in each,
+      // read as two (`merged`): stopped at the first, the second send went unsaid.
       const sent = this.otherSent(boxes, mailbox);
-      for (const other of sent) {
-        if (found) break;
-        found = await this.search(client, other, messageId, refused);
-      }
+      for (const other of sent) found = merged(found, await this.search(client, other, messageId, refused));
       // Not found where it is filed, and the other mailboxes cannot be listed: not found proves nothing.
       if (everywhere && !found && listError) throw listError;
       const elsewhere =
@@ -568,6 +566,18 @@ export class Mailbox {
       lock.release();
     }
   }
+}
+
+/**
+ * Copies found in two mailboxes as one finding: the first's place, every copy counted, and the
+ * sends both name. Sends unknown of either part (`[]`, see `sendsOf`) leave them unknown, unless
+ * the parts already name two or more: it went out more than once, whatever the rest are.
+ */
+function merged(a: FoundMessage | undefined, b: FoundMessage | undefined): FoundMessage | undefined {
+  if (!a || !b) return a ?? b;
+  const sends = [...new Set([...a.sends, ...b.sends])].sort();
+  const known = a.sends.length > 0 && b.sends.length > 0;
+  return { ...a, copies: a.copies + b.copies, sends: known || sends.length >= 2 ? sends : [] };
 }
 
 /** The `X-Idem-Attempt` lines of a header block: `<operation id>/<attempt>`, as email-actions.ts writes it. */

@@ -65,4 +65,32 @@ describe("two mailboxes the server flags \\Sent, the provider filing into one of
     expect(again).toMatchObject({ sent: false, foundIn: "Sent" });
     expect(sandbox.count(receipt.messageId)).toBe(1);
   });
+
+  it("copies of two sends, one in each: the lookup reads both and says it went out twice", async () => {
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(1);
+    // Another send's copy of the same message (another operation under the key, pruned and run
+    // again), filed in the other \Sent mailbox.
+    const raw = [
+      `From: ${SENDER.user}`,
+      "To: client@example.test",
+      "Subject: Weekly report",
+      `Message-ID: ${receipt.messageId}`,
+      "X-Idem-Attempt: op_other/1",
+      "",
+      "Numbers.",
+      "",
+    ].join("\r\n");
+    await sandbox.file(SENDER, "Gesendet", Buffer.from(raw));
+    // Before: the lookup stopped at the first mailbox with a copy, read one send, and said nothing.
+    const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+    expect(verdict).toMatchObject({
+      found: true,
+      receipt: { sends: [`${first.id}/1`, "op_other/1"].sort() },
+      twice: expect.stringContaining("from 2 sends"),
+    });
+  });
 });
