@@ -54,7 +54,12 @@ function keyCell(o: Operation): string {
  * attachments shown by name and size, long texts (bodies) cut.
  */
 export function redactArgs(value: unknown, key = ""): unknown {
-  if (/pass(word)?|secret|token|authorization|api[-_]?key|card|cvc|cvv|iban|ssn/i.test(key)) return "[redacted]";
+  if (
+    /pass(word)?|secret|token|authorization|api[-_]?key|card|cvc|cvv|iban|ssn|cookie|credential|private[-_]?key|signature|account[-_]?(number|no)|routing[-_]?(number|no)/i.test(
+      key,
+    )
+  )
+    return "[redacted]";
   if (typeof value === "string")
     return value.length > 200 ? `${value.slice(0, 200)}… (${value.length} characters)` : value;
   if (Array.isArray(value)) return value.map((v) => redactArgs(v, key));

@@ -579,6 +579,11 @@ export default {
         text: body,
         apiKey: "sk_live_do_not_show",
         attachments: [{ filename: "inv.pdf", content: "JVBERi0x".repeat(100), contentType: "application/pdf" }],
+        // Named otherwise than the first secrets (helper-141, helper-143): before, shown whole.
+        headers: { Cookie: "sid=cookie_do_not_show" },
+        credentials: { user: "svc", pass: "cred_do_not_show" },
+        private_key: "pk_do_not_show",
+        bank: { account_number: "acct_do_not_show", routing_number: "rout_do_not_show" },
       };
       const id = (await ledger.run(mail, { tenant: "shown", key: ["m"], args })).operationId;
       const out = await idem(["--ledger", url, "--json", "show", id, "--tenant", "shown"]);
@@ -592,6 +597,8 @@ export default {
       });
       expect(shown.args.text).toMatch(/… \(600 characters\)$/);
       expect(out.stdout).not.toContain("sk_live_do_not_show");
+      for (const secret of ["cookie", "cred", "pk", "acct", "rout"])
+        expect(out.stdout).not.toContain(`${secret}_do_not_show`);
       expect(out.stdout).not.toContain("JVBERi0xJVBERi0x");
       const human = await idem(["--ledger", url, "show", id, "--tenant", "shown"]);
       expect(human.stdout).toMatch(
