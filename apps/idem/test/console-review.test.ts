@@ -124,6 +124,25 @@ for (const dialect of DIALECTS) {
       expect(events.at(-1)?.reason).toContain("SMS log searched for +15550100, 09:00-10:00: nothing");
     });
 
+    it("a retry whose reason and evidence together pass the reason's limit is decided, the evidence cut to fit", async () => {
+      // helper-144's review: the evidence appended to a reason of 1,990 characters passed core's
+      // 2,000 and the retry was refused, blaming the reason the person wrote within its limit.
+      const tenant = `t-evidence-long-${dialect}`;
+      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
+      const cookie = await session();
+      const reason = `not in the provider's log ${"x".repeat(1_960)}`;
+      const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
+        ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
+        ["outcome", "retry"],
+        ["reason", reason],
+        ["evidence", "SMS log searched for +15550100, 09:00-10:00: nothing"],
+      ]);
+      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
+      expect(operation.status).toBe("pending");
+      expect(events.at(-1)?.reason).toContain(reason);
+    });
+
     it("a bulk selection naming an operation twice decides it once and says so, not that it was refused", async () => {
       const tenant = `t-twice-${dialect}`;
       const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });

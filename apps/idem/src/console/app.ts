@@ -413,11 +413,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     try {
       // A retry keeps no evidence apart (it is no verdict): what the person checked goes with the
       // reason into the audit trail, rather than nowhere.
-      if (outcome === "retry")
-        await ledger.admin.retry({
-          ...common,
-          ...(evidence !== undefined && { reason: `${reason} (evidence: ${evidence})` }),
-        });
+      if (outcome === "retry") await ledger.admin.retry({ ...common, reason: withEvidence(reason, evidence) });
       else await ledger.admin.resolve({ ...common, outcome, ...(evidence !== undefined && { evidence }) });
     } catch (error) {
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
@@ -505,6 +501,22 @@ function sameVersion(o: Operation, seen: Seen): boolean {
 }
 
 /** The operation as a page showed it: JSON in a hidden field (or a queue checkbox), checked before use. */
+/** Core's limit on a decision's reason (`requireVerdict`). */
+const REASON_MAX = 2_000;
+
+/**
+ * A retry's reason with the evidence the person gave (a retry keeps none apart), cut to fit the
+ * reason's limit: the person's reason whole, the evidence shortened, never a refusal for a reason
+ * written within its limit.
+ */
+function withEvidence(reason: string, evidence: string | undefined): string {
+  if (evidence === undefined) return reason;
+  const whole = `${reason} (evidence: ${evidence})`;
+  if (whole.length <= REASON_MAX) return whole;
+  const room = REASON_MAX - `${reason} (evidence: …)`.length;
+  return room > 0 ? `${reason} (evidence: ${evidence.slice(0, room)}…)` : reason;
+}
+
 function seenOf(value: unknown): Seen | undefined {
   let s: Partial<Record<keyof Seen, unknown>>;
   try {
