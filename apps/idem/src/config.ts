@@ -186,7 +186,7 @@ const schema = z
             apiVersion: z
               .string()
               .regex(
-                /^\d{4}-\d{2}-\d{2}(\.[a-z]+)?$/,
+                /^\d{4}-\d{2}-\d{2}(\.[a-z]+)?(; ?[a-z0-9_]+=v\d+)*$/,
                 "must be a Stripe API version, as 2025-03-31.basil or 2024-06-20",
               )
               .optional(),

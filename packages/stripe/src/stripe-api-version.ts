@@ -4,14 +4,15 @@
  * version"), in the middle of a run or of the daemon's replays, where it can only be alerted.
  *
  * Checked: the form, `YYYY-MM-DD` optionally followed by `.<release name>` in lowercase letters
- * (2024-06-20, 2025-03-31.basil), and that the date is a day of the calendar (not 2024-13-45 nor
+ * (2024-06-20, 2025-03-31.basil), then any preview features (`; feature_beta=v3`), and that the date is a day of the calendar (not 2024-13-45 nor
  * 2024-02-30). Not checked, since it changes with every Stripe release and this package would be
  * wrong the day after one: whether Stripe released that version (a date between two releases, a
  * date after 2024-09-30 without its release's name, a name that is not its date's release).
  * Stripe's refusal of those is a setup error (stripe-classify.ts: permanent, alerted).
  */
 
-const FORM = /^(\d{4})-(\d{2})-(\d{2})(?:\.[a-z]+)?$/;
+/** Preview features follow the version (stripe-node's README: `2022-08-01; feature_beta=v3`). */
+const FORM = /^(\d{4})-(\d{2})-(\d{2})(?:\.[a-z]+)?(?:; ?[a-z0-9_]+=v\d+)*$/;
 
 /**
  * What is wrong with `version` as a Stripe API version, or undefined when nothing is (see the

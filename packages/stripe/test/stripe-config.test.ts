@@ -13,6 +13,9 @@ const made = (more: { apiVersion?: string; searchLagMs?: number }) => () =>
 describe("stripeApiVersionProblem", () => {
   it.each([
     ["a version before Stripe named its releases", "2024-06-20"],
+    // stripe-node's README: preview features are asked for in apiVersion (helper-144's review: refused).
+    ["a preview feature after the version, as stripe-node documents", "2022-08-01; feature_beta=v3"],
+    ["two preview features", "2025-03-31.basil; feature_beta=v3; other_beta=v1"],
     ["a named release", "2025-03-31.basil"],
     ["the 29th of February of a leap year", "2024-02-29"],
     ["the 29th of February of a year divisible by 400", "2000-02-29"],
@@ -38,9 +41,9 @@ describe("stripeApiVersionProblem", () => {
     ["a word", "latest"],
     ["a date not written YYYY-MM-DD", "2019-2-19"],
     ["a release name in capitals", "2025-03-31.Basil"],
-    ["a beta flag after the version", "2024-06-20; some_beta=v1"],
     ["another header after it", "2024-06-20\r\nStripe-Account: acct_1"],
     ["nothing", ""],
+    ["a preview feature without its version", "2024-06-20; feature_beta"],
   ])("refuses %s as not written as a Stripe API version", (_, version) => {
     expect(stripeApiVersionProblem(version)).toMatch(/^not a Stripe API version: .* \(YYYY-MM-DD/);
   });
