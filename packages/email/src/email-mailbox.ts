@@ -266,9 +266,16 @@ export class Mailbox {
       // "Sent" and "Sent Messages"), and imapflow hands its special use to one of them, by name: the
       // provider may file into another. The copy is looked for in each of the others, so "not
       // found" covers every mailbox the server calls Sent, and copies of two sends, one in each,
-      // read as two (`merged`): stopped at the first, the second send went unsaid.
+      // read as two (`merged`): stopped at the first, the second send went unsaid. One that cannot
+      // be read once a copy is found leaves the copy found standing: only "not found" needs them all.
       const sent = this.otherSent(boxes, mailbox);
-      for (const other of sent) found = merged(found, await this.search(client, other, messageId, refused));
+      for (const other of sent) {
+        const more = await this.search(client, other, messageId, refused).catch((cause: unknown) => {
+          if (found) return undefined;
+          throw cause;
+        });
+        found = merged(found, more);
+      }
       // Not found where it is filed, and the other mailboxes cannot be listed: not found proves nothing.
       if (everywhere && !found && listError) throw listError;
       const elsewhere =

@@ -17,7 +17,7 @@ let sandbox: MailSandbox;
 let started: Awaited<ReturnType<MailSandbox["start"]>>;
 let proxy: Awaited<ReturnType<typeof listRewritingProxy>>;
 beforeAll(async () => {
-  sandbox = new MailSandbox({ mode: "provider-saves" });
+  sandbox = new MailSandbox({ mode: "provider-saves", acl: true });
   started = await sandbox.start();
   // What Dovecot lists with "Gesendet" marked \Sent in its config too: both are real mailboxes.
   proxy = await listRewritingProxy(started.imap.port, (line) =>
@@ -92,5 +92,34 @@ describe("two mailboxes the server flags \\Sent, the provider filing into one of
       receipt: { sends: [`${first.id}/1`, "op_other/1"].sort() },
       twice: expect.stringContaining("from 2 sends"),
     });
+  });
+
+  it("a copy found in one, the other not readable by the account: the copy found counts, not a failed lookup", async () => {
+    // helper-144's review of d1478a7: every \\Sent mailbox is read for the copies in each, and one
+    // the account may not read failed a lookup that had found the copy.
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    const client = sandbox.imap(SENDER);
+    await client.connect();
+    try {
+      const lock = await client.getMailboxLock("Sent");
+      try {
+        await client.messageMove({ header: { "message-id": receipt.messageId } }, "Gesendet");
+      } finally {
+        lock.release();
+      }
+    } finally {
+      await client.logout();
+    }
+    sandbox.dovecot.rights([`Sent user=${SENDER.user} li`]);
+    try {
+      const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+      expect(verdict).toMatchObject({ found: true, receipt: { foundIn: "Gesendet" } });
+    } finally {
+      sandbox.dovecot.rights([]);
+    }
+    expect(sandbox.count(receipt.messageId)).toBe(1);
   });
 });

@@ -310,11 +310,11 @@ export class StripeSandbox {
       req.socket.destroy();
       return;
     }
-    if (after?.kind === "delay_after_commit") {
-      await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
-      this.events.emit("late", { path, idempotencyKey: header(req, "idempotency-key") });
-    }
+    if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status, replayed);
+    // Recorded first: a test that awaits "late" finds the request in `requests`.
+    if (after?.kind === "delay_after_commit")
+      this.events.emit("late", { path, idempotencyKey: header(req, "idempotency-key") });
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
     const head = {
