@@ -17,7 +17,13 @@ import type { Call, Escalation, Held, RunnerSettings, Step } from "./call.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { DurableWrites } from "./durable-writes.js";
 import { firstSentOf, severalEffects } from "./effects.js";
-import { ArgsMismatchError, InvalidValueError, LedgerUnavailableError, PayloadTooLargeError } from "./errors.js";
+import {
+  ArgsMismatchError,
+  InvalidValueError,
+  LedgerUnavailableError,
+  OperationNotFoundError,
+  PayloadTooLargeError,
+} from "./errors.js";
 import { fenced } from "./fence.js";
 import { withLease } from "./lease.js";
 import {
@@ -161,7 +167,10 @@ export class Runner {
         if ("done" in step) return step.done;
         await this.pause(call, step.again);
         snap = await this.store.peek(call.tenant, call.key.hash);
-        if (!snap) throw new LedgerUnavailableError("the operation disappeared while it was being settled", row.id);
+        // Deleted meanwhile (pruned once completed, or by a person): what a settlement of an
+        // operation already gone answers. Not the database failing: the daemon would end its
+        // tick and report an outage.
+        if (!snap) throw new OperationNotFoundError(call.tenant, row.id);
       }
     } catch (error) {
       throw ofOperation(error, row.id);
