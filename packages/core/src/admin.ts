@@ -3,6 +3,7 @@
  * a person, prune, count, migrate. Every decision is checked against the operation's current
  * status in the same statement that records it, with the person's name in the audit trail.
  */
+import { sql } from "kysely";
 import { parseArgs } from "./action.js";
 import { canonicalJson } from "./canonical.js";
 import {
@@ -196,6 +197,18 @@ export class LedgerAdmin {
     requireWhole(sinceMs, "sinceMs", 1);
     requireWhole(bucketMs, "bucketMs", 1);
     return this.#context.reports.activity(tenants, sinceMs, bucketMs);
+  }
+
+  /**
+   * The database's clock (ms since the epoch), the one every time in the ledger is written on: an
+   * age shown to a person (`now - createdAt`) is measured on it, not on the reader's host clock,
+   * which may run apart from it (another machine).
+   */
+  async now(): Promise<number> {
+    this.#context.assertOpen();
+    const store = this.#context.store;
+    const { rows } = await store.guard(undefined, sql<{ now: number }>`select ${store.now()} as now`.execute(store.db));
+    return Number(rows[0]?.now);
   }
 
   /** The migrations this ledger still needs (opened with `migrate: false`); empty when it is current. */

@@ -513,6 +513,20 @@ for (const dialect of DIALECTS) {
       expect(await keep.admin.prune({ tenant })).toBe(0);
     });
 
+    it("admin.now reads the database's clock, the one rows are written on", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      const before = await ledger.admin.now();
+      const out = await ledger.run(new TestProvider().action("mail", {}), { tenant, key: ["now"], args: { to: "x" } });
+      const after = await ledger.admin.now();
+      const { createdAt } = (await ledger.get({ tenant, id: out.operationId })).operation;
+      expect(Number.isInteger(before)).toBe(true);
+      expect(before).toBeLessThanOrEqual(createdAt);
+      expect(createdAt).toBeLessThanOrEqual(after);
+      // The database and this host share a clock here: within a minute of each other.
+      expect(Math.abs(after - Date.now())).toBeLessThan(60_000);
+    });
+
     it("does not prune a completed operation whose alert is still due: a person hears of it first", async () => {
       // Before: a failure alerted (a revoked key) or a success with two effects, past its
       // retention while the daemon or its alert sink was down, was deleted with its alert unsent.

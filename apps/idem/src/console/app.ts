@@ -237,7 +237,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       olderThanMs: typeof parsed === "number" ? Math.round(parsed) : undefined,
     });
     const flash = flashOf(c);
-    return page(c, "Queue", queuePage(rows, f, access.formToken(operator), Date.now(), flash));
+    // Ages on the database's clock, on which createdAt was written (the console may run elsewhere).
+    return page(c, "Queue", queuePage(rows, f, access.formToken(operator), await ledger.admin.now(), flash));
   });
 
   app.get("/stats", async (c) => {
@@ -256,7 +257,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       (r) => allows(operator, r.tenant) && (asked === undefined || r.tenant === asked),
     );
     const activity = await ledger.admin.activity(tenant === undefined ? {} : { tenant });
-    return page(c, "Stats", statsPage(rows, activity, Date.now(), asked));
+    return page(c, "Stats", statsPage(rows, activity, await ledger.admin.now(), asked));
   });
 
   app.get("/op/:tenant/:id", async (c) => {
