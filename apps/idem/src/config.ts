@@ -422,7 +422,7 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
         )
       : undefined;
     try {
-      if (file.endsWith(".json")) raw = JSON.parse(await readFile(file, "utf8"));
+      if (file.endsWith(".json")) raw = parseJsonFile(await readFile(file, "utf8"));
       else if (tsx)
         raw = ((await tsx.tsImport(pathToFileURL(file).href, import.meta.url)) as { default?: unknown }).default;
       else raw = ((await import(pathToFileURL(file).href)) as { default?: unknown }).default;
@@ -435,6 +435,27 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
       throw new ConfigError(`invalid config ${file}: it has no default export (export default { ledger: … })`);
   }
   return parseConfig(raw ?? {}, file ?? "(defaults)", overrides);
+}
+
+/**
+ * A JSON config file's content. Refused without the parser's message: Node's quotes the text
+ * around the fault, and a ledger URL's password or a token may be there. Where the parser gives a
+ * position, its line and column are said instead.
+ */
+function parseJsonFile(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    const at = /at position (\d+)/.exec((cause as Error).message)?.[1];
+    let where = "";
+    if (at !== undefined) {
+      const before = text.slice(0, Number(at)).split("\n");
+      where = ` at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`;
+    }
+    throw new ConfigError(
+      `not valid JSON${where} (the text there is not repeated: it may hold a secret); check it with a JSON linter`,
+    );
+  }
 }
 
 /** Validates a configuration object (what a config file exports). */

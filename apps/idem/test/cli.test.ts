@@ -763,6 +763,23 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     }
   });
 
+  it("a config file that is not valid JSON is refused saying where, without repeating its text (a secret may be near the fault)", async () => {
+    // helper-141: Node's JSON.parse quotes about 10 characters around the fault, and a ledger URL's
+    // password one typo away from it was printed.
+    const file = join(tempDir(), "idem.config.json");
+    writeFileSync(file, '{\n  "ledger": postgres://idem:s3cretpass@db.internal/idem\n}\n');
+    const out = await idem(["--config", file, "migrate"]);
+    expect(out.code, out.stderr).toBe(2);
+    expect(out.stderr).toMatch(/cannot read config .*: not valid JSON/);
+    expect(out.stderr).not.toMatch(/s3cret|postgres:/);
+    // Where the parser gives a position: its line and column.
+    writeFileSync(file, '{\n  "ledger": "postgres://idem:s3cretpass@db.internal/idem",\n}\n');
+    const comma = await idem(["--config", file, "migrate"]);
+    expect(comma.code, comma.stderr).toBe(2);
+    expect(comma.stderr).toMatch(/not valid JSON at line 3, column 1/);
+    expect(comma.stderr).not.toMatch(/s3cret|postgres:/);
+  });
+
   it("refuses a daemon whose alerts go nowhere (alerts.log false, no webhook, no email): exit 2 naming alerts, run once or serving its console", async () => {
     const dir = tempDir();
     const ledger = `sqlite:${join(dir, "l.db")}`;
