@@ -43,7 +43,6 @@ import {
   InvalidTransitionError,
   LedgerUnavailableError,
   type ActionDefinition,
-  type Capabilities,
   type Classification,
   type Ledger,
   type LookupContract,
@@ -54,47 +53,25 @@ import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/t
 import { DIALECTS, scaled, type TestDialect } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers } from "./support/ledgers.js";
+import {
+  CAPS,
+  dedupes,
+  Fail,
+  LEASE_MS,
+  MARGIN_MS,
+  MAX_JUMP_MS,
+  RETENTION_MS,
+  rng,
+  seedsOf,
+  type Kind,
+} from "./support/sim.js";
 
 const SEEDS: Record<TestDialect, number> = { sqlite: 1_000, postgres: 600 };
-// Virtual times. Leases expire only when the script jumps the clock (real heartbeats never fire:
-// the real lease is long). No jump is longer than half the dedupe margin: the margin is what
-// absorbs the time between a decision to replay and the request reaching the provider.
-const LEASE_MS = 30_000;
-const RETENTION_MS = 10 * 60_000;
-const MARGIN_MS = 120_000;
-const MAX_JUMP_MS = MARGIN_MS / 2;
 /** How often a request is held in flight (an execute, a lookup), outside the drain. */
 const HOLD_EXECUTE = 0.3;
 const HOLD_LOOKUP = 0.3;
 /** The provider fiber's steps before it answers whatever is still held at once (so every caller ends). */
 const PROVIDER_STEPS = 60;
-
-/** mulberry32: a small seeded generator, so a seed replays the same script. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-class Fail extends Error {
-  constructor(readonly cls: Classification) {
-    super(cls.reason);
-  }
-}
-
-type Kind = "dedupe" | "lookup" | "both" | "neither";
-const CAPS: Record<Kind, Capabilities> = {
-  dedupe: { dedupe: { retentionMs: RETENTION_MS, marginMs: MARGIN_MS } },
-  lookup: { lookup: true },
-  both: { dedupe: { retentionMs: RETENTION_MS, marginMs: MARGIN_MS }, lookup: true },
-  neither: {},
-};
-const dedupes = (kind: Kind) => kind === "dedupe" || kind === "both";
 
 /** A run or a settle: the requests its attempts sent, so we know when the runner went past their answers. */
 interface CallToken {
@@ -853,9 +830,7 @@ function check(w: World, ops: Operation[], told: Told[]): string[] {
 for (const dialect of DIALECTS.filter((d) => !process.env.SIM_DIALECT || d === process.env.SIM_DIALECT)) {
   describe(`interleavings on existing rows, ${dialect}`, () => {
     const db = ledgers(dialect);
-    const only = process.env.SIM_SEED === undefined ? undefined : Number(process.env.SIM_SEED);
-    const from = Number(process.env.SIM_SEED_FROM ?? 1);
-    const seeds = only === undefined ? Number(process.env.SIM_SEEDS ?? SEEDS[dialect]) : 1;
+    const { only, from, seeds } = seedsOf(SEEDS, dialect);
 
     it(
       `${seeds} seeded schedules: never a second effect, every operation settled, every answer true`,

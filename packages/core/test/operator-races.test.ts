@@ -42,7 +42,6 @@ import {
   LedgerUnavailableError,
   OperationNotFoundError,
   type ActionDefinition,
-  type Capabilities,
   type Classification,
   type Ledger,
   type LookupContract,
@@ -53,43 +52,13 @@ import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/t
 import { DIALECTS, scaled, type TestDialect } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { ledgers } from "./support/ledgers.js";
+import { CAPS, dedupes, Fail, LEASE_MS, MAX_JUMP_MS, RETENTION_MS, rng, seedsOf, type Kind } from "./support/sim.js";
 
 const SEEDS: Record<TestDialect, number> = { sqlite: 300, postgres: 200 };
-const LEASE_MS = 30_000;
-const RETENTION_MS = 10 * 60_000;
-const MARGIN_MS = 120_000;
-const MAX_JUMP_MS = MARGIN_MS / 2;
 /** How long a new effect stays out of the provider's search index (lookups answer inconclusive meanwhile). */
 const LOOKUP_LAG_MS = 5_000;
 /** A real worker stops sending this long after its lease was granted (the local deadline: lease minus 2 s). */
 const DEADLINE_MS = LEASE_MS - 2_000;
-
-/** mulberry32: a small seeded generator, so a seed replays the same script. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-class Fail extends Error {
-  constructor(readonly cls: Classification) {
-    super(cls.reason);
-  }
-}
-
-type Kind = "dedupe" | "lookup" | "both" | "neither";
-const CAPS: Record<Kind, Capabilities> = {
-  dedupe: { dedupe: { retentionMs: RETENTION_MS, marginMs: MARGIN_MS } },
-  lookup: { lookup: true },
-  both: { dedupe: { retentionMs: RETENTION_MS, marginMs: MARGIN_MS }, lookup: true },
-  neither: {},
-};
-const dedupes = (kind: Kind) => kind === "dedupe" || kind === "both";
 
 /** How a key's row is made before the race. */
 const STARTS = [
@@ -774,9 +743,7 @@ async function check(w: World, ledger: Ledger, tenant: string, ops: Operation[],
 for (const dialect of DIALECTS.filter((d) => !process.env.SIM_DIALECT || d === process.env.SIM_DIALECT)) {
   describe(`operators, callers and the daemon racing on existing rows, ${dialect}`, () => {
     const db = ledgers(dialect);
-    const only = process.env.SIM_SEED === undefined ? undefined : Number(process.env.SIM_SEED);
-    const from = Number(process.env.SIM_SEED_FROM ?? 1);
-    const seeds = only === undefined ? Number(process.env.SIM_SEEDS ?? SEEDS[dialect]) : 1;
+    const { only, from, seeds } = seedsOf(SEEDS, dialect);
 
     it(
       `${seeds} seeded schedules: never a second effect in silence, every operation settled, every answer true`,

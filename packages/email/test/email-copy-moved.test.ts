@@ -44,19 +44,9 @@ function config(mode: "provider-saves" | "journal", extra: Partial<EmailConfig> 
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
-/** `fn` with a session of `user`'s, as a person's mail client or the server's rules act. */
-async function asUser(user: MailUser, fn: (client: ReturnType<MailSandbox["imap"]>) => Promise<unknown>) {
-  const client = sandbox.imap(user);
-  await client.connect();
-  try {
-    await fn(client);
-  } finally {
-    await client.logout();
-  }
-}
 /** Moves every copy of `messageId` from `from` into `to` (created if need be). */
 const move = (user: MailUser, from: string, to: string, messageId: string) =>
-  asUser(user, async (client) => {
+  sandbox.asUser(user, async (client) => {
     await client.mailboxCreate(to).catch(() => undefined);
     const lock = await client.getMailboxLock(from);
     try {
@@ -71,7 +61,7 @@ const CASES = [
     name: "the Sent folder renamed (a new, empty Sent made in its place)",
     mode: "provider-saves",
     moved: async (id: string) => {
-      await asUser(SENDER, (c) => c.mailboxRename("Sent", "Sent 2025"));
+      await sandbox.asUser(SENDER, (c) => c.mailboxRename("Sent", "Sent 2025"));
       expect(await sandbox.copies(SENDER, "Sent", id)).toBe(0);
     },
     foundIn: "Sent 2025",
@@ -114,7 +104,7 @@ describe("a copy moved after its send, the outcome unknown: looked up past the w
     });
 
   it("a send the server never took is still proven absent past the window, the other mailboxes searched named", async () => {
-    await asUser(SENDER, (client) => client.mailboxCreate("Archive/Old").catch(() => undefined));
+    await sandbox.asUser(SENDER, (client) => client.mailboxCreate("Archive/Old").catch(() => undefined));
     const mail = emailActions(config("provider-saves")).send;
     const now = Date.now();
     const never = op({ lastAttemptAt: now, now: now + 3_600_000 });
@@ -127,7 +117,7 @@ describe("a copy moved after its send, the outcome unknown: looked up past the w
   });
 
   it("the copy moved by the account's own client into a mailbox it may file into, not read: never proven absent, the lookup refused until a person gives the right; one message", async () => {
-    await asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
+    await sandbox.asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
     const mail = emailActions(config("provider-saves")).send;
     const now = Date.now();
     const first = op({ lastAttemptAt: now, now });
@@ -175,7 +165,7 @@ for (const dialect of DIALECTS) {
       await accepted;
       const [row] = await ledger.admin.list({ tenant: t });
       const messageId = row!.providerReference!.split(" ")[0]!;
-      await asUser(SENDER, async (client) => {
+      await sandbox.asUser(SENDER, async (client) => {
         await client.mailboxDelete(`Sent ${dialect}`).catch(() => undefined);
         await client.mailboxRename("Sent", `Sent ${dialect}`);
       });
@@ -196,7 +186,7 @@ for (const dialect of DIALECTS) {
       const mail = emailActions(config("provider-saves"));
       const ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [mail.send] });
       const t = `unread-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
-      await asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
+      await sandbox.asUser(SENDER, (client) => client.mailboxCreate("Private").catch(() => undefined));
       sandbox.faults.add({ kind: "hold_reply", delayMs: scaled(120_000) });
       const accepted = once(sandbox.events, "accepted");
       const first = ledger.run(mail.send, { tenant: t, key: ["unread"], args: report });

@@ -11,7 +11,7 @@
  * (listRewritingProxy); messages counted at the SMTP server.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MailSandbox, SENDER, type MailUser } from "@idem/sandbox";
+import { MailSandbox, SENDER } from "@idem/sandbox";
 import { scaled } from "@idem/testkit";
 import {
   classifyEmailError,
@@ -58,20 +58,10 @@ function config(imapPort: number, extra: Partial<EmailConfig["imap"]> = {}): Ema
 }
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
-async function asUser(user: MailUser, fn: (client: ReturnType<MailSandbox["imap"]>) => Promise<unknown>) {
-  const client = sandbox.imap(user);
-  await client.connect();
-  try {
-    await fn(client);
-  } finally {
-    await client.logout();
-  }
-}
-
 describe("the search of every mailbox past the settle window", () => {
   it("an account of many mailboxes on a slow server: the search outlasts imap.deadlineMs, every mailbox answering in time, and still settles; one message", async () => {
     const last = `Archive/${MAILBOXES - 1}`;
-    await asUser(SENDER, async (client) => {
+    await sandbox.asUser(SENDER, async (client) => {
       for (let i = 0; i < MAILBOXES; i++) await client.mailboxCreate(`Archive/${i}`);
     });
     try {
@@ -79,7 +69,7 @@ describe("the search of every mailbox past the settle window", () => {
       const now = Date.now();
       const first = op({ lastAttemptAt: now, now });
       const receipt = await mail.execute(report, first);
-      await asUser(SENDER, async (client) => {
+      await sandbox.asUser(SENDER, async (client) => {
         const lock = await client.getMailboxLock("Sent");
         try {
           await client.messageMove({ header: { "message-id": receipt.messageId } }, last);
@@ -92,7 +82,7 @@ describe("the search of every mailbox past the settle window", () => {
       expect(verdict).toMatchObject({ found: true, receipt: { messageId: receipt.messageId, foundIn: last } });
       expect(sandbox.count(receipt.messageId)).toBe(1);
     } finally {
-      await asUser(SENDER, async (client) => {
+      await sandbox.asUser(SENDER, async (client) => {
         for (let i = 0; i < MAILBOXES; i++) await client.mailboxDelete(`Archive/${i}`);
         await client.mailboxDelete("Archive").catch(() => undefined);
       });
@@ -100,7 +90,7 @@ describe("the search of every mailbox past the settle window", () => {
   }, 30_000);
 
   it("each mailbox is opened read-only: the person's new mail keeps its \\Recent mark", async () => {
-    await asUser(SENDER, (client) => client.mailboxCreate("Clients"));
+    await sandbox.asUser(SENDER, (client) => client.mailboxCreate("Clients"));
     await sandbox.file(
       SENDER,
       "Clients",
@@ -111,7 +101,7 @@ describe("the search of every mailbox past the settle window", () => {
     const verdict = await mail.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 }));
     expect(verdict).toMatchObject({ found: false, proof: "absent" });
     let recent: number | undefined;
-    await asUser(SENDER, async (client) => {
+    await sandbox.asUser(SENDER, async (client) => {
       const status = await client.status("Clients", { recent: true });
       recent = status ? status.recent : undefined;
     });

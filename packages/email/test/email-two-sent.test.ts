@@ -101,18 +101,14 @@ describe("two mailboxes the server flags \\Sent, the provider filing into one of
     const now = Date.now();
     const first = op({ lastAttemptAt: now, now });
     const receipt = await mail.execute(report, first);
-    const client = sandbox.imap(SENDER);
-    await client.connect();
-    try {
+    await sandbox.asUser(SENDER, async (client) => {
       const lock = await client.getMailboxLock("Sent");
       try {
         await client.messageMove({ header: { "message-id": receipt.messageId } }, "Gesendet");
       } finally {
         lock.release();
       }
-    } finally {
-      await client.logout();
-    }
+    });
     sandbox.dovecot.rights([`Sent user=${SENDER.user} li`]);
     try {
       const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });

@@ -262,9 +262,7 @@ export class MailSandbox {
    * target, by the server's own search (not through the adapter's lookup).
    */
   async copies(user: MailUser, mailbox: string, messageId: string): Promise<number> {
-    const client = this.imap(user);
-    await client.connect();
-    try {
+    return this.asUser(user, async (client) => {
       const lock = await client.getMailboxLock(mailbox);
       try {
         const uids = await client.search({ header: { "message-id": messageId } }, { uid: true });
@@ -272,6 +270,18 @@ export class MailSandbox {
       } finally {
         lock.release();
       }
+    });
+  }
+
+  /**
+   * `fn` with a signed-in session of the user's, logged out after: what a person's mail client
+   * or the server's rules do to a mailbox (rename it, move a copy, change rights' effects).
+   */
+  async asUser<T>(user: MailUser, fn: (client: ImapFlow) => Promise<T>): Promise<T> {
+    const client = this.imap(user);
+    await client.connect();
+    try {
+      return await fn(client);
     } finally {
       await client.logout();
     }
@@ -279,12 +289,6 @@ export class MailSandbox {
 
   /** Files `raw` into the user's `mailbox`, as the server files its copies (tests plant others so). */
   async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
-    const client = this.imap(user);
-    await client.connect();
-    try {
-      await client.append(mailbox, raw, ["\\Seen"]);
-    } finally {
-      await client.logout();
-    }
+    await this.asUser(user, (client) => client.append(mailbox, raw, ["\\Seen"]));
   }
 }
