@@ -26,6 +26,7 @@ import {
   type LedgerOptions,
   type Operation,
   type OperationRef,
+  type RunResult,
   type Seen,
   type Status,
 } from "@idem/core";
@@ -37,7 +38,7 @@ import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 
-const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5 } as const;
+const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6 } as const;
 
 /** The exit code a program's command chose when it did its work but not all of it (printed already); else 0. */
 const finishedWith = new WeakMap<Command, number>();
@@ -493,8 +494,11 @@ export function program(): Command {
             await onTheVersionShown(ledger, ref, seen, () =>
               ledger.admin.retry({ ...ref, reason: o.reason, actor: actorOf(o.actor), seen }),
             );
-            if (o.now) await runRetried(ledger, ref, actorOf(o.actor), g().json === true);
+            const ran = o.now ? await runRetried(ledger, ref, actorOf(o.actor), g().json === true) : undefined;
             printOperation(await ledger.get(ref), g().json === true);
+            // The run answered, but not done (declined, a person must decide, the outcome unknown
+            // again): a script must not read that as exit 0. What it ended as is printed above.
+            if (ran !== undefined && ran !== "succeeded") finishedWith.set(cmd, EXIT.notDone);
           },
           {
             // An alert delivery is settled with its sink, as the daemon would (the log sink's line on stderr).
@@ -739,15 +743,19 @@ export function program(): Command {
 }
 
 /**
- * Runs an operation just retried (`idem retry --now`). The retry is recorded whatever happens
- * here: a failure says so, with where the operation is now (printed too), and exits 1, never 2
+ * Runs an operation just retried (`idem retry --now`) and returns the status it ended in. The
+ * retry is recorded whatever happens here: a failure says so, with where the operation is now (printed too), and exits 1, never 2
  * (bad usage: nothing done), since the run may have performed its effect before it failed (a
  * receipt that could not be kept).
  */
-async function runRetried(ledger: Ledger, ref: OperationRef, actor: string, json: boolean): Promise<void> {
+async function runRetried(
+  ledger: Ledger,
+  ref: OperationRef,
+  actor: string,
+  json: boolean,
+): Promise<RunResult<unknown>["status"]> {
   try {
-    await ledger.daemon.settle({ ...ref, actor });
-    return;
+    return (await ledger.daemon.settle({ ...ref, actor })).status;
   } catch (error) {
     const why =
       error instanceof UnknownActionError

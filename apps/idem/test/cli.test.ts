@@ -548,6 +548,56 @@ export default {
       }
     });
 
+    it("idem retry --now exits 0 only when the run succeeded: declined or sent to a person is exit 6, printed as it is", async () => {
+      const dir = tempDir();
+      const file = join(dir, "idem.config.mjs");
+      // The run's answer is named by the number it sends to.
+      writeFileSync(
+        file,
+        `export default {
+  ledger: ${JSON.stringify(url)},
+  actions: [{
+    type: "sms.send",
+    capabilities: {},
+    execute: async (args) => {
+      if (args.to === "+ok") return { sid: "SM1" };
+      throw new Error(args.to);
+    },
+    classify: (error) =>
+      error.message === "+declined"
+        ? { kind: "permanent", reason: "number blocked" }
+        : { kind: "ambiguous", reason: "timeout after send" },
+  }],
+};
+`,
+      );
+      for (const [to, code, status] of [
+        ["+ok", 0, "succeeded"],
+        ["+declined", 6, "failed"],
+        ["+timeout", 6, "needs_review"], // nothing can check this provider: a person decides
+      ] as const) {
+        const t = `rerun-ends${to.slice(1)}`;
+        const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to } });
+        const out = await idem([
+          "--config",
+          file,
+          "retry",
+          id,
+          "--tenant",
+          t,
+          "--seen",
+          await versionOf(ledger, t, id),
+          "--reason",
+          "checked: never sent",
+          "--now",
+        ]);
+        // Before: exit 0 for all three, so a script read a declined card as done.
+        expect(out.code, `${to}: ${out.stderr}`).toBe(code);
+        expect(out.stdout).toMatch(new RegExp(`^status\\s+${status}$`, "m"));
+        expect((await ledger.get({ tenant: t, id })).operation.status).toBe(status);
+      }
+    });
+
     it("ls never shows two long keys alike: a cut label ends with the start of the key's hash", async () => {
       const long = "weekly-report-for-the-customer-with-a-long-name";
       const sms = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
