@@ -270,6 +270,13 @@ async function onTheVersionShown(ledger: Ledger, ref: OperationRef, seen: Seen, 
     const { operation: now } = await ledger.get(ref);
     const shown = operationVersion(seen);
     if (operationVersion(now) === shown) throw error;
+    // A version moves forward (its attempt, its time) from when the row was made: one ahead of the
+    // row's, or older than the row, was most likely mistyped, and "changed since" would mislead.
+    if (seen.updatedAt > now.updatedAt || seen.attempt > now.attempt || seen.updatedAt < now.createdAt)
+      throw new InvalidValueError(
+        "seen",
+        `${shown} is ${seen.updatedAt < now.createdAt ? "older than operation " + ref.id + " itself" : "ahead of operation " + ref.id + "'s version"} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
+      );
     throw new ChangedSinceShownError(ref, shown, now, error);
   }
 }

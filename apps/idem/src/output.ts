@@ -1,5 +1,5 @@
 /** Human and JSON renderings of operations for the CLI. */
-import { performedProof, type Operation, type OperationEvent } from "@idem/core";
+import { performedProof, type Evidence, type Operation, type OperationEvent } from "@idem/core";
 import { performedByWords } from "./decisions.js";
 
 const time = (ms: number | null) =>
@@ -77,10 +77,14 @@ export function redactArgs(value: unknown, key = ""): unknown {
 
 /**
  * An operation as it is printed: its receipt redacted as args are (an action's receipt may hold a
- * provider's secret, a PaymentIntent's client_secret, an access token); callers still replay it whole.
+ * provider's secret, a PaymentIntent's client_secret, an access token); callers still replay it
+ * whole. So is its failure's evidence, which an action names as it likes (a `token` among them).
  */
 export function shownOperation(o: Operation): Operation {
-  return o.result === null ? o : { ...o, result: redactArgs(o.result) };
+  const result = o.result === null ? null : redactArgs(o.result);
+  const error =
+    o.error?.evidence === undefined ? o.error : { ...o.error, evidence: redactArgs(o.error.evidence) as Evidence };
+  return { ...o, result, error };
 }
 
 export function printOperation(

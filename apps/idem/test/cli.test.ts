@@ -266,6 +266,22 @@ for (const dialect of DIALECTS) {
       expect(malformed.stderr).toMatch(
         /--seen <version>' argument '2' is invalid\. Expected a version as idem show prints it/,
       );
+      // Well formed but mistyped (a digit off): never this operation's version. Before: "changed
+      // since it was shown" (exit 4), sending the person to look for a change that never was.
+      const current = await versionOf(ledger, "acme", id);
+      const [st, at, ck, up] = current.split(".");
+      for (const [typo, words] of [
+        [`${st}.${Number(at) + 1}.${ck}.${up}`, "ahead of"],
+        [`${st}.${at}.${ck}.${Number(up) + 10_000}`, "ahead of"],
+        [`${st}.${at}.${ck}.${Number(up) - 86_400_000}`, "older than"],
+      ] as const) {
+        const mistyped = await retry("--seen", typo);
+        expect(mistyped.code, mistyped.stderr).toBe(2);
+        expect(mistyped.stderr).toBe(
+          `idem: seen: ${typo} is ${words} operation ${id}${words === "ahead of" ? "'s version" : " itself"} (it is now ${current}): a mistyped version? Nothing was decided. Give the version idem show ${id} --tenant acme prints\n`,
+        );
+      }
+      expect(await versionOf(ledger, "acme", id)).toBe(current); // nothing decided
       const stale = await retry("--seen", shown);
       expect(stale.code).toBe(4);
       expect(stale.stderr).toMatch(
@@ -654,6 +670,44 @@ export default {
       expect(human.stdout).toMatch(
         /^args\s+\{"apiKey":"\[redacted\]",.*"subject":"Your invoice",.*"to":"ada@example.com"\}$/m,
       );
+    });
+
+    it("show keeps secrets out of a failure's evidence too, the codes an operator needs shown", async () => {
+      const declined = defineAction({
+        type: "pay.declined",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("declined");
+        },
+        // The action names its evidence as it likes: a token among the codes.
+        classify: () => ({
+          kind: "permanent",
+          reason: "card declined",
+          evidence: { decline_code: "insufficient_funds", payment_token: "tok_do_not_show" },
+        }),
+      });
+      const run = await ledger.run(declined, { tenant: "shown-error", key: ["d"], args: { amount: 5 } });
+      expect(run.status).toBe("failed");
+      for (const json of [true, false]) {
+        const out = await idem([
+          "--ledger",
+          url,
+          ...(json ? ["--json"] : []),
+          "show",
+          run.operationId,
+          "--tenant",
+          "shown-error",
+        ]);
+        expect(out.code, out.stderr).toBe(0);
+        // Before: the evidence printed whole.
+        expect(out.stdout).not.toContain("tok_do_not_show");
+        expect(out.stdout).toContain("insufficient_funds");
+        if (json)
+          expect(JSON.parse(out.stdout).operation.error.evidence).toEqual({
+            decline_code: "insufficient_funds",
+            payment_token: "[redacted]",
+          });
+      }
     });
 
     it("show says an operation whose effect happened takes only resolve --succeeded; retry and resolve --failed are refused saying so (exit 4)", async () => {
