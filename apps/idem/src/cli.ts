@@ -275,7 +275,7 @@ async function onTheVersionShown(ledger: Ledger, ref: OperationRef, seen: Seen, 
     if (seen.updatedAt > now.updatedAt || seen.attempt > now.attempt || seen.updatedAt < now.createdAt)
       throw new InvalidValueError(
         "seen",
-        `${shown} is ${seen.updatedAt < now.createdAt ? "older than operation " + ref.id + " itself" : "ahead of operation " + ref.id + "'s version"} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
+        `${shown} is ${seen.updatedAt < now.createdAt ? `older than operation ${ref.id} itself` : `ahead of operation ${ref.id}'s version`} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
       );
     throw new ChangedSinceShownError(ref, shown, now, error);
   }
