@@ -322,6 +322,39 @@ describe("Stripe sandbox API versions", () => {
   });
 });
 
+describe("Stripe sandbox: a payment intent's statuses as the request's API version names them", () => {
+  // docs.stripe.com/changelog/2019-02-11/renames-several-statuses-payment-intents
+  const declined = { ...card, payment_method: "pm_card_chargeDeclined" };
+  const waiting = { ...card, payment_method: "pm_card_authenticationRequired" };
+  const under = (apiVersion: string) =>
+    new Stripe(apiKey, {
+      host: "127.0.0.1",
+      port,
+      protocol: "http",
+      maxNetworkRetries: 0,
+      apiVersion: apiVersion as Stripe.LatestApiVersion,
+    });
+
+  it("before 2019-02-11: requires_source and requires_source_action, in the answer, the decline, a retrieve, a list and Search", async () => {
+    const old = under("2018-11-08");
+    const refused = await old.paymentIntents.create(declined, { idempotencyKey: key() }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ statusCode: 402, payment_intent: { status: "requires_source" } });
+    const id = (refused as { payment_intent: { id: string } }).payment_intent.id;
+    expect((await old.paymentIntents.retrieve(id)).status).toBe("requires_source");
+    expect(sandbox.objects.get("payment_intents", id)?.status).toBe("requires_payment_method"); // kept as it is
+    const pending = await old.paymentIntents.create(waiting, { idempotencyKey: key() });
+    expect(pending.status).toBe("requires_source_action");
+    const listed = await old.paymentIntents.list({ limit: 100 });
+    expect(listed.data.find((p) => p.id === id)?.status).toBe("requires_source");
+    const found = await old.paymentIntents.search({ query: `status:'requires_payment_method'`, limit: 100 });
+    expect(found.data.find((p) => p.id === id)?.status).toBe("requires_source");
+    // Under today's versions the same intents read by today's names.
+    expect((await client.paymentIntents.retrieve(id)).status).toBe("requires_payment_method");
+    expect((await client.paymentIntents.retrieve(pending.id)).status).toBe("requires_action");
+    expect((await under("2019-02-11").paymentIntents.retrieve(id)).status).toBe("requires_payment_method");
+  });
+});
+
 describe("Stripe sandbox lists and refunds", () => {
   const paid = async (amount = 20_000) => client.paymentIntents.create({ ...card, amount }, { idempotencyKey: key() });
 

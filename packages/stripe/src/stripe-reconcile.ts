@@ -157,12 +157,17 @@ type IntentArgs = Pick<
 
 /**
  * Why an intent carrying our key is not this operation's, if it asks for another amount or
- * currency than the args: an earlier operation's with the same key, pruned from the ledger since,
- * inside our attempts' window (Stripe then answers our request `idempotency_error`). Taken as
- * ours, the caller read "charged" for a charge of another amount. A person decides.
+ * currency than the args, or belongs to another customer: an earlier operation's with the same
+ * key, pruned from the ledger since, inside our attempts' window (Stripe then answers our request
+ * `idempotency_error`). Taken as ours, the caller read "charged" for a charge of another amount,
+ * or of another customer's card while the one asked for was never charged. A person decides.
  */
 function otherCharge(found: Found, args: IntentArgs | undefined): string | undefined {
-  const pi = found as Found & { amount?: unknown; currency?: unknown };
+  const pi = found as Found & { amount?: unknown; currency?: unknown; customer?: unknown };
+  // A customer's id is Stripe's, kept as given (an intent's customer may be expanded to the object).
+  const holder: unknown = typeof pi.customer === "object" ? (pi.customer as { id?: unknown } | null)?.id : pi.customer;
+  if (typeof args?.customer === "string" && typeof holder === "string" && holder !== args.customer)
+    return `found the payment intent ${found.id} with our key, for the customer ${holder} where this operation asks ${args.customer}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
   // stripe-node form-encodes its params, so a caller's "2000" is the amount 2000 too.
   const asked: unknown = args?.amount;
   const amount = typeof asked === "string" && /^\d+$/.test(asked) ? Number(asked) : asked;
@@ -180,6 +185,21 @@ function otherCharge(found: Found, args: IntentArgs | undefined): string | undef
  * confirmation Stripe runs too (as otherCharge reads an amount "2000").
  */
 const stripeTrue = (v: unknown) => v === true || v === "true";
+
+/**
+ * A payment intent's status by the names API versions since 2019-02-11 give it: before, Stripe
+ * named an intent waiting for another payment method `requires_source` and one waiting for the
+ * customer `requires_source_action` (docs.stripe.com/changelog/2019-02-11/renames-several-statuses-payment-intents),
+ * and a client pinned to such a version reads those. Read as they were, a declined confirmation
+ * found by a lookup was no unpaid status at all: "succeeded", charged, for a card declined.
+ */
+export function intentStatus(status: string | null | undefined): string {
+  return status === "requires_source"
+    ? "requires_payment_method"
+    : status === "requires_source_action"
+      ? "requires_action"
+      : (status ?? "");
+}
 
 export const searchPaymentIntents: Lookup<IntentArgs> = {
   find: async (stripe, _args, key) =>
@@ -212,12 +232,14 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
     if (other) return { found: false, proof: "never", reason: other };
     if (!stripeTrue(args?.confirm)) return undefined;
     const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
-    if (!unpaid.includes(found.status ?? "")) return undefined;
+    if (!unpaid.includes(intentStatus(found.status))) return undefined;
     const pi = await stripe.paymentIntents.retrieve(found.id); // Search may lag the intent's updates
-    if (!unpaid.includes(pi.status)) return { found: true, receipt: toReceipt(pi, null, false) };
+    // The receipt keeps Stripe's word for the status; the verdict reads it by today's names.
+    const status = intentStatus(pi.status);
+    if (!unpaid.includes(status)) return { found: true, receipt: toReceipt(pi, null, false) };
     const e = pi.last_payment_error;
-    const authFailed = pi.status === "requires_payment_method" && e?.code === "payment_intent_authentication_failure";
-    if (pi.status === "requires_action" || authFailed) {
+    const authFailed = status === "requires_payment_method" && e?.code === "payment_intent_authentication_failure";
+    if (status === "requires_action" || authFailed) {
       // The card asked to authenticate: the one on the intent, or the one whose authentication failed.
       const pm = authFailed ? e?.payment_method : pi.payment_method;
       const card = typeof pm === "string" ? pm : pm?.id;
@@ -235,7 +257,7 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
         reason: `found the payment intent ${pi.id}, created with confirm, ${seen}, where our request could not have left it waiting for that (${failFast ? "it asked Stripe to fail such a confirmation instead" : "it named another payment method"}): it was confirmed again since, and whether ours was declined cannot be told; look at it in the dashboard`,
       };
     }
-    if (pi.status === "requires_payment_method" && e) {
+    if (status === "requires_payment_method" && e) {
       const code = [e.code, e.decline_code].filter(Boolean).join(" ");
       return {
         found: false,

@@ -34,6 +34,7 @@ import { z } from "zod";
 import type Stripe from "stripe";
 import type { StripeActions } from "./stripe-actions.js";
 import type { StripeReceipt } from "./stripe-receipt.js";
+import { intentStatus } from "./stripe-reconcile.js";
 
 const chargeInput = z.object({
   // Compared without surrounding spaces (a retry's " in_1" is "in_1"); case is kept: ids may differ by case.
@@ -79,7 +80,10 @@ const summary = (r: StripeReceipt) =>
     : {
         id: r.id,
         status: r.status,
-        note: NOT_PAID[r.status ?? ""] ?? `not known to be paid: the payment's status is ${r.status ?? "not recorded"}`,
+        // By today's names: a client pinned before 2019-02-11 reads `requires_source` (intentStatus).
+        note:
+          NOT_PAID[intentStatus(r.status)] ??
+          `not known to be paid: the payment's status is ${r.status ?? "not recorded"}`,
       };
 
 export function stripeTools(actions: StripeActions) {

@@ -40,6 +40,11 @@ const stripe = (extra: Partial<StripeConfig> = {}) =>
     timeoutMs: 5_000,
     ...extra,
   });
+let skew = 0; // how far the ledger's clock (op.now for the adapter) is moved forward, with the sandbox's
+const advance = (ms: number) => {
+  skew += ms;
+  sandbox.advance(ms);
+};
 const tenant = () => `v-${Math.random().toString(36).slice(2, 8)}`;
 const intentsWith = (key: string) =>
   sandbox.objects.all("payment_intents").filter((pi) => pi.metadata?.idem_operation === key);
@@ -111,6 +116,58 @@ for (const dialect of DIALECTS) {
       const [op] = await l.admin.list({ tenant: t });
       expect((await l.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === op!.id)).toBe(true);
       expect(sandbox.count("payment_intents") - before).toBe(0);
+    });
+  });
+
+  describe(`a Stripe API version from before 2019-02-11 (a payment intent's old status names), on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openTestLedger, { defaults: { poolSize: 2 } as TestLedgerOptions, prepare: true });
+    // Before 2019-02-11 Stripe names an intent waiting for another payment method `requires_source`
+    // and one waiting for the customer `requires_source_action`
+    // (docs.stripe.com/changelog/2019-02-11/renames-several-statuses-payment-intents).
+    const OLD_VERSION = "2018-11-08";
+    /** Confirmed as an integration of that time does: the card is the only payment method type. */
+    const declined = {
+      amount: 2000,
+      currency: "usd",
+      payment_method: "pm_card_chargeDeclined",
+      confirm: true,
+      payment_method_types: ["card"],
+    };
+    const open = (actions: ReturnType<typeof stripe>) =>
+      db.open({ clock: () => Date.now() + skew, budget: { attempts: 1 }, actions: [actions.paymentIntentsCreate] });
+
+    it("a declined charge whose answer was lost, found past the key window: failed with the decline, as answered, not succeeded", async () => {
+      const agent = stripe({ apiVersion: OLD_VERSION });
+      const l = await open(agent);
+      const t = tenant();
+      // Answered, the decline is a failure under that version too.
+      const answered = await l.run(agent.paymentIntentsCreate, { tenant: t, key: ["answered"], args: declined });
+      expect(answered).toMatchObject({
+        status: "failed",
+        error: { kind: "permanent", evidence: { code: "card_declined", decline_code: "generic_decline" } },
+      });
+      // Stripe declines it and saves the 402 under our key; the answer is lost, and on stripe-node's resend.
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l
+        .run(agent.paymentIntentsCreate, { tenant: t, key: ["lost"], args: declined })
+        .finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const id = out.status === "pending_verification" ? out.operationId : "";
+      const { operation } = await l.get({ tenant: t, id });
+      expect(intentsWith(operation.key)).toHaveLength(1);
+      advance(25 * 3_600_000); // past the key window: the lookup finds the intent, waiting for another card
+      const settled = await l.daemon.settle({ tenant: t, id });
+      expect(settled).toMatchObject({
+        status: "failed",
+        error: {
+          kind: "permanent",
+          reason: expect.stringMatching(/declined .*\(card_declined generic_decline\)/),
+          evidence: { code: "card_declined", decline_code: "generic_decline" },
+        },
+      });
+      expect(
+        sandbox.objects.all("charges").filter((c) => c.payment_intent === intentsWith(operation.key)[0]!.id),
+      ).toEqual([]);
     });
   });
 }

@@ -128,6 +128,9 @@ describe("charge_invoice's summary of the payment intent", () => {
     ["requires_action", /not charged: .*authenticate/],
     ["requires_capture", /authorized, not collected/],
     ["canceled", /not charged: .*canceled/],
+    // The names an API version before 2019-02-11 gives the two waiting statuses.
+    ["requires_source", /not charged: .*waits for the customer to pay/],
+    ["requires_source_action", /not charged: .*authenticate/],
     ["a_status_stripe_adds_later", /not known to be paid: .*a_status_stripe_adds_later/],
     [null, /not known to be paid/],
   ])("says %s is not paid", (status, note) => {

@@ -908,6 +908,30 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    it("a key reused for another customer, the earlier operation pruned, inside Stripe's key window (400 idempotency_error): not read as done with the other customer's intent", async () => {
+      // An app that keeps completed operations a short while (retentionMs): the invoice was charged
+      // to the wrong customer, and is charged again, to the right one, under the same key 2 min
+      // later. Stripe still holds the key and answers 400 idempotency_error; the intent the lookup
+      // finds with our key is for the same amount, but the other customer's.
+      const s = stripe();
+      const l = await ledger({ retentionMs: 60_000, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const [wrong, right] = [await s.client.customers.create({}), await s.client.customers.create({})];
+      const key = ["charge", "in_customer"];
+      const first = await l.run(s.paymentIntentsCreate, { tenant: t, key, args: { ...CARD, customer: wrong.id } });
+      expect(first.status).toBe("succeeded");
+      advance(2 * 60_000);
+      expect(await l.admin.prune({ tenant: t })).toBe(1);
+      const before = piCount();
+      const again = await l.run(s.paymentIntentsCreate, { tenant: t, key, args: { ...CARD, customer: right.id } });
+      expect(sandbox.requests.at(-2)).toMatchObject({ method: "POST", status: 400 }); // idempotency_error
+      expect(piCount() - before).toBe(0); // the right customer was not charged
+      // Before: succeeded, naming the wrong customer's intent.
+      expect(again).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const { operation } = await l.get({ tenant: t, id: again.operationId });
+      expect(operation.reason).toContain(`for the customer ${wrong.id} where this operation asks ${right.id}`);
+    });
+
     it(
       "SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent",
       async () => {

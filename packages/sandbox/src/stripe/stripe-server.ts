@@ -16,7 +16,9 @@
  * in public reports), after the API key is checked and before the idempotency layer: nothing is
  * saved under the key, nothing runs. Which versions it knows: stripe-versions.ts (a calendar date
  * from 2011-06-21 to stripe-node's pinned default, named by its release from 2024-09-30.acacia
- * on). A request without the header is taken, under the account's default version.
+ * on). A request without the header is taken, under the account's default version. A payment
+ * intent's statuses are named as the request's version names them (`requires_source` before
+ * 2019-02-11: stripe-versions.ts `renderedFor`); the objects are otherwise the same under every version.
  *
  * Faults (see FaultPlan): `rate_limit` (429 + Retry-After; 400 `rate_limit` to a request whose
  * `Stripe-Version` is before 2015-09-08, as Stripe answered then), `unavailable` (503) and
@@ -41,7 +43,7 @@ import { closeHard, listen, readBody } from "../http.js";
 import { TricklingAnswers } from "../trickle.js";
 import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
-import { isStripeVersion } from "./stripe-versions.js";
+import { isStripeVersion, renderedFor } from "./stripe-versions.js";
 
 export type StripeFaultKind =
   | "rate_limit"
@@ -253,7 +255,7 @@ export class StripeSandbox {
       if (broke)
         throw new StripeFailure(broke.status ?? 500, { type: "api_error", message: "An unknown error occurred." });
       const result = this.execute(method, path, params);
-      [status, out] = [200, JSON.stringify(result)];
+      [status, out] = [200, JSON.stringify(renderedFor(stripeVersion, result))];
       if (method === "POST") committed = result as StripeObject;
     } catch (e) {
       if (!(e instanceof StripeFailure)) throw e;
@@ -262,7 +264,7 @@ export class StripeSandbox {
         record(e.status);
         return sendError(res, e.status, e.error);
       }
-      [status, out] = [e.status, JSON.stringify({ error: e.error })];
+      [status, out] = [e.status, JSON.stringify(renderedFor(stripeVersion, { error: e.error }))];
       if (e.error.payment_intent) committed = e.error.payment_intent as StripeObject;
     }
     // A 500 after the effect is what Stripe saved under the key: replays return it too.

@@ -50,3 +50,33 @@ export function isStripeVersion(version: string): boolean {
   const release = RELEASES.findLast(([from]) => date >= from);
   return name === release?.[1];
 }
+
+/**
+ * The first API version that names a payment intent's statuses as they are named now
+ * (docs.stripe.com/changelog/2019-02-11/renames-several-statuses-payment-intents): before it,
+ * `requires_payment_method` was `requires_source` and `requires_action` was `requires_source_action`.
+ */
+const INTENT_STATUSES_RENAMED = "2019-02-11";
+const OLD_INTENT_STATUS: Readonly<Record<string, string>> = {
+  requires_payment_method: "requires_source",
+  requires_action: "requires_source_action",
+};
+
+/**
+ * An answer's body as Stripe renders it under `version` (the request's `Stripe-Version`; none: the
+ * account's default, taken as the newest): payment intents, wherever the body holds one (the
+ * object, a list's or a search's `data`, a decline's `error.payment_intent`), with their statuses
+ * named as that version names them. A copy: the objects kept are not changed. Only the status
+ * names are modelled; other fields a version renamed (`next_source_action`) are not.
+ */
+export function renderedFor(version: string | undefined, body: unknown): unknown {
+  if (version === undefined || version.slice(0, 10) >= INTENT_STATUSES_RENAMED) return body;
+  const walk = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(walk);
+    if (v === null || typeof v !== "object") return v;
+    const copy = Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    const old = copy.object === "payment_intent" ? OLD_INTENT_STATUS[String(copy.status)] : undefined;
+    return old ? { ...copy, status: old } : copy;
+  };
+  return walk(body);
+}
