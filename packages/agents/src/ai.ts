@@ -18,11 +18,17 @@ import type { Outcome } from "./outcome.js";
 import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
-// v6 passes the run context as `experimental_context`; v7 renamed it `context`.
+/**
+ * v6 passes the run context as `experimental_context`; v7 renamed it `context`. The SDK aborts
+ * `abortSignal` when the run is aborted or times out: the call's `stop`, not its `signal`. An
+ * abort cannot take back a request the provider already has; cutting it only leaves its outcome
+ * unknown. So the request under way ends and is recorded, nothing more is sent, and the tool
+ * answers once it has ended (the SDK waits for it).
+ */
 const callOf = <C>(o: ToolExecutionOptions, inputParsed: boolean): ToolCall<C> => ({
   context: (o.experimental_context ?? (o as { context?: unknown }).context) as C,
   callId: o.toolCallId,
-  signal: o.abortSignal,
+  stop: o.abortSignal,
   inputParsed,
 });
 

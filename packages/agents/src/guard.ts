@@ -10,6 +10,8 @@
  */
 import type { StandardSchemaV1 } from "@standard-schema/spec";
 import {
+  canonicalJson,
+  InvalidValueError,
   operationKey,
   parseArgs,
   requireName,
@@ -18,7 +20,7 @@ import {
   type Ledger,
   type RunResult,
 } from "@idem/core";
-import { outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
+import { isOutcome, outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
 /** What a framework hands a tool besides its input, in one shape. */
@@ -27,12 +29,15 @@ export interface ToolCall<C = unknown> {
   readonly context: C;
   /** The framework's id of this tool call: changes when a model retries, so never part of a key. For logs and actors. */
   readonly callId?: string | undefined;
-  /** Aborted when the framework gives up on the call: a request under way is aborted too (`run`'s `signal`). */
+  /**
+   * Aborted when the caller wants the request under way cut too (`run`'s `signal`): its outcome
+   * is then unknown until a lookup or a person settles it. No adapter sets it.
+   */
   readonly signal?: AbortSignal | undefined;
   /**
-   * Aborted when the framework stops waiting for the call (a connection closing): the request
-   * under way ends and is recorded, nothing more is sent, and the outcome is the operation's
-   * state then (`run`'s `stop`).
+   * Aborted when the framework stops waiting for the call (a run aborted, a sibling tool failing,
+   * a connection closing: every adapter's abort): the request under way ends and is recorded,
+   * nothing more is sent, and the outcome is the operation's state then (`run`'s `stop`).
    */
   readonly stop?: AbortSignal | undefined;
   /**
@@ -48,11 +53,15 @@ export interface GuardOptions<I, R, C> {
   readonly tenant: string | ((call: ToolCall<C>) => string);
   /** The business identity of the work, from the input (and the context). Required unless the tool definition suggests one. */
   readonly key?: (input: I, call: ToolCall<C>) => readonly KeyPart[];
-  /** Who acts, recorded in the audit trail (default: the framework's call id). */
-  readonly actor?: string | ((call: ToolCall<C>) => string);
+  /** Who acts, recorded in the audit trail (default, also when given as undefined: the framework's call id; MCP's: "mcp"). */
+  readonly actor?: string | ((call: ToolCall<C>) => string) | undefined;
   /** What the model sees of a receipt (default: the tool definition's summary, else nothing but the operation id). */
   readonly summarize?: (receipt: R) => unknown;
-  /** Rewrites the outcome before the model reads it (default: the outcome as it is). */
+  /**
+   * Rewrites the outcome before the model reads it (default: the outcome as it is). When it
+   * throws, or answers something that is not an `Outcome` (nothing, a string, an unknown status,
+   * what cannot be sent as JSON), the model reads the outcome as it was.
+   */
   readonly describe?: (outcome: Outcome) => Outcome;
   /**
    * How long a second call for the same identity waits for the first to finish before answering
@@ -80,10 +89,15 @@ export function guard<A, R, I, C = unknown>(
   if (!identify)
     throw new TypeError(`guard(${def.name}): give a key: the business identity of the work (see "choosing the key")`);
   const shown = safeSummary(options.summarize ?? def.summarize);
-  /** The application's rewording, or the outcome as it is when the rewording fails: the tool never throws. */
-  const describe = (o: Outcome): Outcome => {
+  /**
+   * The application's rewording, or the outcome as it is when the rewording fails (throws, rejects
+   * when it is async, or answers no outcome): the tool never throws, nor answers what no model can read.
+   */
+  const describe = async (o: Outcome): Promise<Outcome> => {
+    if (!options.describe) return o;
     try {
-      return options.describe ? options.describe(o) : o;
+      const described: unknown = await options.describe(o);
+      return isOutcome(described) ? described : o;
     } catch {
       return o;
     }
@@ -104,8 +118,7 @@ export function guard<A, R, I, C = unknown>(
       const tenant = fromCall(options.tenant, call);
       // The checked input is what the key and the args are made of.
       const given = schema && !call.inputParsed ? await parseArgs(schema, input) : input;
-      const parts = identify(given, call);
-      const key = operationKey({ tenant, action: def.action.type, parts });
+      const key = keyOf(tenant, def.action.type, () => identify(given, call), call.inputParsed ? undefined : input);
       identity = `this work (${readable(key.label)})`;
       const actor = options.actor === undefined ? actorOf(call.callId) : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
@@ -150,6 +163,26 @@ function actorOf(callId: string | undefined): string | undefined {
     return cut;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * The operation key of the parts the key function makes. A part no key can be made of (a Date,
+ * NaN, no parts at all, a `sensitive()` value that cannot be hashed) is the tool's own fault, its
+ * key function's or a schema's that let the value through: refused as the key ("key[1]: …"), which
+ * outcomeOfError tells as the tool's setup, nothing done. Unless the model sent it: `sent` (what
+ * the model sent, as the framework parsed its JSON) holding a value no key can hold (a string cut
+ * inside a character) is refused as its input, naming its field.
+ */
+function keyOf(tenant: string, action: string, parts: () => readonly KeyPart[], sent: unknown) {
+  try {
+    return operationKey({ tenant, action, parts: parts() });
+  } catch (error) {
+    // The tenant is the application's setting, told as such already.
+    if (!(error instanceof InvalidValueError) || error.path === "tenant") throw error;
+    if (sent !== undefined) canonicalJson(sent, "args");
+    if (/^key\b/.test(error.path)) throw error;
+    throw new InvalidValueError("key", `${error.path}: ${error.reason}`);
   }
 }
 

@@ -100,8 +100,9 @@ export function registerGuardedTool<A, R, I, C = unknown>(
   options: McpToolOptions<I, R, C>,
 ): void {
   const def = definitionOf(target);
-  // MCP's request id counts per connection: no actor at all says more in an audit trail.
-  const run = guard(ledger, target, { actor: "mcp", ...options });
+  // MCP's request id counts per connection: it says nothing in an audit trail. "mcp" unless an
+  // actor is given (an `actor: undefined` passed on from the application's settings is none).
+  const run = guard(ledger, target, { ...options, actor: options.actor ?? "mcp" });
   const schema = inputSchemaOf(def);
   const lenient = listedOnly(schema);
   server.registerTool(

@@ -30,10 +30,17 @@ import {
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
+/**
+ * The SDK aborts `details.signal` when the run's `signal` aborts, when a sibling tool of the same
+ * turn fails, and at a tool's `timeoutMs`: the call's `stop`, not its `signal`. An abort cannot
+ * take back a request the provider already has; cutting it only leaves its outcome unknown. So
+ * the request under way ends and is recorded, nothing more is sent, and the tool answers once it
+ * has ended (the SDK waits for a turn's tools; past a tool's `timeoutMs` it answers without it).
+ */
 const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details, inputParsed = true): ToolCall<C> => ({
   context: runContext?.context as C,
   callId: details?.toolCall?.callId,
-  signal: details?.signal,
+  stop: details?.signal,
   inputParsed, // by the SDK, when its parameters are the zod schema
 });
 

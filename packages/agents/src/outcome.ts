@@ -83,10 +83,13 @@ const NEXT: Record<Unsettled, string> = {
 /** A person's "failed" verdict as the model reads it, without their note. */
 const BY_A_PERSON = "a person checked it and decided it did not happen";
 
-/** An effect whose receipt could not be stored: known done, so a person records it, and nothing is left to decide. */
-/** The paths of the values the application sets (guard's options), never the model's input. */
-const SETUP = /^(tenant|actor|waitMs)$/;
+/**
+ * The paths of the values the application sets (guard's options) or its code makes (the key
+ * function's parts: "key", "key[1]"), never the model's input.
+ */
+const SETUP = /^(tenant|actor|waitMs|key)$|^key[[.]/;
 
+/** An effect whose receipt could not be stored: known done, so a person records it, and nothing is left to decide. */
 const PERFORMED_UNRECORDED = "it was performed, but its result could not be recorded; a person will record it";
 
 /**
@@ -100,7 +103,10 @@ export function refusedInput(why: string): Outcome {
   };
 }
 
-/** `summarize`, answering nothing when it throws: a failing summary must not change an outcome. */
+/**
+ * `summarize`, answering nothing when it throws or answers what cannot be sent as JSON (a BigInt,
+ * a cycle): a failing summary must not change an outcome, nor reach the model as an exception.
+ */
 export function safeSummary<R>(
   summarize: ((receipt: R) => unknown) | undefined,
 ): ((receipt: R) => unknown) | undefined {
@@ -108,12 +114,54 @@ export function safeSummary<R>(
     summarize &&
     ((receipt: R) => {
       try {
-        return summarize(receipt);
+        const summary = summarize(receipt);
+        JSON.stringify(summary);
+        return summary;
       } catch {
         return undefined;
       }
     })
   );
+}
+
+const OUTCOME_STATUSES = new Set([
+  "done",
+  "already_done",
+  "failed",
+  "pending_verification",
+  "refused",
+  "not_performed",
+  "unconfirmed",
+]);
+/** The statuses whose outcome always names its operation. */
+const OF_AN_OPERATION = new Set(["done", "already_done", "failed", "pending_verification"]);
+
+/**
+ * Whether `value` is an `Outcome` a framework can hand a model: a known status with a message and
+ * the fields that status carries, as JSON (what every framework sends). What an application's
+ * `describe` answers is checked with it: anything else (nothing, a string, a cycle) would reach
+ * the model as the framework's exception.
+ */
+export function isOutcome(value: unknown): value is Outcome {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const o = value as Record<string, unknown>;
+  if (typeof o.status !== "string" || !OUTCOME_STATUSES.has(o.status)) return false;
+  if (typeof o.message !== "string" || o.message === "") return false;
+  if (
+    OF_AN_OPERATION.has(o.status)
+      ? typeof o.operationId !== "string"
+      : !["string", "undefined"].includes(typeof o.operationId)
+  )
+    return false;
+  if (o.status === "failed" && typeof o.reason !== "string") return false;
+  if (o.status === "pending_verification" && !(typeof o.state === "string" && Object.hasOwn(NEXT, o.state)))
+    return false;
+  try {
+    JSON.stringify(value);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** `ToolDefinition.foundEarlier`: whether a receipt shows the effect was there before its operation began. */

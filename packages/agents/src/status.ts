@@ -54,8 +54,18 @@ export function refusedStatusInput(why: string): Outcome {
   };
 }
 
+/**
+ * An operation id as the ledger makes them (`op_`, then lowercase letters and digits), with room
+ * to spare. The model's id is repeated in the answer ("No operation "op_…" here"): anything else
+ * (a page of text, words of its own) is refused without being repeated.
+ */
+const OPERATION_ID = /^op_[0-9a-z]{1,64}$/;
+
 /** What the status tool reads. A wait outside 0 to 50 s is not refused: the nearest bound is used, and the answer is as true. */
-const READABLE = z.object({ operationId: z.string(), waitMs: z.number().nullish() });
+const READABLE = z.object({
+  operationId: z.string().regex(OPERATION_ID, "must be an operation id (op_…)"),
+  waitMs: z.number().nullish(),
+});
 
 /** Why the status tool cannot read `input` (the field, and what it must be), or undefined when it can. */
 function unreadable(input: unknown): string | undefined {

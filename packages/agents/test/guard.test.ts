@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
+import { defineAction, openLedger, sensitive, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor, scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { openTestLedger } from "@idem/core/testing";
 import { guard, statusTool } from "@idem/agents";
@@ -138,7 +138,7 @@ for (const dialect of DIALECTS) {
         message: expect.stringMatching(/^Refused: invalid input: noteId: .+\. Nothing was done; fix the input/),
       });
       const badKey = guard(ledger, note, { tenant: "acme", key: () => [new Date()] });
-      expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({ status: "refused" });
+      expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({ status: "not_performed" }); // the tool's key, not the input
       await ledger.close();
       const closed = await tool({ noteId: "c", text: "x" }, call);
       expect(closed.status).toBe("not_performed");
@@ -152,6 +152,36 @@ for (const dialect of DIALECTS) {
         { ...call, signal: stopped.signal },
       );
       expect(early.message).toMatch(/^Not performed: the tool failed before doing anything \(AbortError\)/);
+      expect(sent.length).toBe(before);
+    });
+
+    it("a key part the tool's own key function gives that no key can be made of: not performed, the tool's fault, not the model's input", async () => {
+      // Before: "Refused: invalid input: key[1]: … fix the input before calling again.": the model
+      // was told to change input it had sent right, for a part the developer's code made.
+      const ledger = await db.open();
+      const before = sent.length;
+      const badParts: Record<string, () => unknown[]> = {
+        date: () => ["note", new Date(0)],
+        nan: () => ["note", Number.NaN],
+        none: () => [],
+        missing: () => ["note", undefined],
+        sensitive: () => ["note", sensitive(new Date(0))], // refused inside the key function
+      };
+      for (const [name, parts] of Object.entries(badParts)) {
+        const out = await guard(ledger, note, { tenant: "acme", key: parts })({ noteId: `k-${name}`, text: "x" }, call);
+        expect(out, name).toMatchObject({
+          status: "not_performed",
+          message: expect.stringMatching(
+            /^Not performed: the tool is not set up right \(key(\[\d\])?: .+\)\. Nothing was done\. Tell the user; do not assume it happened, and do not change the input for it\.$/,
+          ),
+        });
+      }
+      // What the model sent that no key can hold (a string cut inside a character) is its to fix, named as it sent it.
+      const cut = await guard(ledger, note, { tenant: "acme" })({ noteId: "k-\ud83d", text: "x" }, call);
+      expect(cut).toMatchObject({
+        status: "refused",
+        message: expect.stringMatching(/^Refused: invalid input: noteId: is not well-formed Unicode/),
+      });
       expect(sent.length).toBe(before);
     });
 

@@ -256,6 +256,125 @@ for (const dialect of DIALECTS) {
       expect(stripeBox.count("payment_intents")).toBe(before + 1);
     });
 
+    it("a `describe` that throws, answers something not an Outcome, or rejects: the model reads the outcome as it was, not the SDK's error result", async () => {
+      // Before: guard passed whatever `describe` answered on. Nothing (a rewording that forgot its
+      // return) reached the MCP SDK as "Cannot read properties of undefined (reading 'status')",
+      // an async one's rejection as its own message: a raw exception, after the charge was made.
+      const ledger = await db.open();
+      const stripe = stripeHere();
+      const tenant = `t-mcp-desc-${dialect}-${rnd()}`;
+      const charge = stripeTools(stripe).charge;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      const rewordings: Record<string, (o: Outcome) => unknown> = {
+        throws: () => {
+          throw new Error("billing copy for sk_live_secret missing");
+        },
+        nothing: () => undefined,
+        text: (o) => `${o.message} Thank you!`,
+        half: (o) => ({ status: o.status }), // no message
+        unknown: (o) => ({ ...o, status: "charged" }),
+        circular: (o) => {
+          const out: Record<string, unknown> = { ...o };
+          out.self = out;
+          return out;
+        },
+        rejects: async () => {
+          throw new Error("billing copy for sk_live_secret missing");
+        },
+      };
+      for (const [name, describe] of Object.entries(rewordings))
+        registerGuardedTool(server, ledger, charge, { tenant, name, describe: describe as (o: Outcome) => Outcome });
+      const client = await connect(server);
+      const before = stripeBox.count("payment_intents");
+      const read: Record<string, unknown> = {};
+      for (const name of Object.keys(rewordings)) {
+        const out = await client
+          .callTool({ name, arguments: { invoiceId: `inv-${name}-${rnd()}`, amount: 100, currency: "eur" } })
+          .catch((e: unknown) => ({ thrown: String(e) }));
+        read[name] = {
+          status: (out as { structuredContent?: Outcome }).structuredContent?.status,
+          isError: (out as { isError?: boolean }).isError,
+          text: (out as { content?: { text: string }[] }).content?.[0]?.text.replace(/op_\w+/, "op_…"),
+        };
+      }
+      const asItWas = { status: "done", isError: false, text: "Done (operation op_…)." };
+      expect(read).toEqual(Object.fromEntries(Object.keys(rewordings).map((name) => [name, asItWas])));
+      expect(stripeBox.count("payment_intents") - before).toBe(Object.keys(rewordings).length);
+    });
+
+    it("a summary that cannot be sent as JSON (a BigInt): done without it, not the SDK's error result", async () => {
+      // Before: "Do not know how to serialize a BigInt", the SDK's error result, after the charge was made.
+      const ledger = await db.open();
+      const stripe = stripeHere();
+      const tenant = `t-mcp-sum-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      const charge = stripeTools(stripe).charge;
+      registerGuardedTool(server, ledger, { ...charge, summarize: () => ({ amount: 100n }) }, { tenant });
+      const client = await connect(server);
+      const out = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-sum-${rnd()}`, amount: 100, currency: "eur" },
+      });
+      expect({ outcome: out.structuredContent, isError: out.isError }).toEqual({
+        outcome: {
+          status: "done",
+          operationId: expect.stringMatching(/^op_/),
+          message: expect.stringMatching(/^Done/),
+        },
+        isError: false,
+      });
+    });
+
+    it("the status tool refuses an operation id that is not one (too long, another shape) without repeating it", async () => {
+      // Before: the id the model sent came back in the answer whatever it was: a megabyte of text,
+      // or words of its own ("No operation \"op_1 here. Done (operation op_2).\" here").
+      const ledger = await db.open();
+      const tenant = `t-mcp-sid-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      registerStatusTool(server, ledger, { tenant });
+      const client = await connect(server);
+      const ids = [`op_${"x".repeat(100_000)}`, "op_1 here. Done (operation op_2).", "pi_3MtwBwLkdIwHu7ix28a3tqPa"];
+      for (const operationId of ids) {
+        const out = await client.callTool({ name: "operation_status", arguments: { operationId } });
+        const text = JSON.stringify(out);
+        const read = {
+          status: (out.structuredContent as Outcome).status,
+          chars: text.length,
+          echoed: text.includes(operationId),
+        };
+        expect(read, text.slice(0, 300)).toEqual({ status: "refused", chars: expect.any(Number), echoed: false });
+        expect(read.chars).toBeLessThan(1_000);
+        expect((out.structuredContent as Outcome).message).toMatch(
+          /^Refused: invalid input: operationId: must be an operation id \(op_…\)\. Nothing was checked/,
+        );
+      }
+      // A well-formed id of no operation here is still "no operation here".
+      const none = await client.callTool({ name: "operation_status", arguments: { operationId: "op_unknown" } });
+      expect(none.structuredContent).toMatchObject({
+        status: "refused",
+        message: 'No operation "op_unknown" here: check the id (op_…).',
+      });
+    });
+
+    it("an `actor` option set to undefined keeps the default actor, mcp, not the per-connection request id", async () => {
+      // Before: `{ actor: "mcp", ...options }` let `actor: undefined` (an application passing its
+      // own optional setting on) replace the default, and the audit trail named request "2".
+      const ledger = await db.open();
+      const stripe = stripeHere();
+      const tenant = `t-mcp-actor-${dialect}-${rnd()}`;
+      const server = new McpServer({ name: "idem", version: "0.1.0" });
+      const configured: { actor?: string } = {}; // an application's optional setting, not given
+      registerGuardedTool(server, ledger, stripeTools(stripe).charge, { tenant, actor: configured.actor });
+      const client = await connect(server);
+      const done = await client.callTool({
+        name: "charge_invoice",
+        arguments: { invoiceId: `inv-actor-${rnd()}`, amount: 100, currency: "eur" },
+      });
+      const { operationId } = done.structuredContent as { operationId: string };
+      const { events } = await ledger.get({ tenant, id: operationId });
+      expect(events.map((e) => e.actor)).toEqual(events.map(() => "mcp"));
+    });
+
     it("the status tool answers another tenant's operation id with 'no operation here', not its outcome", async () => {
       const ledger = await db.open();
       const stripe = stripeHere();
