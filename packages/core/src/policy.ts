@@ -313,7 +313,8 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       if (!c.mayExecute)
         return {
           kind: "answer",
-          reason: `known not done; ${c.closing ?? "retry budget spent"}, the daemon or a later call retries`,
+          // Without stored args only a caller can run it: the daemon never claims it (0011).
+          reason: `known not done; ${c.closing ?? "retry budget spent"}, ${s.hasArgs ? "the daemon or a later call retries" : "a later call with the args retries (they are not stored: the daemon cannot)"}`,
         };
       const bound = !c.dueNow && (c.retrying === true || s.rateLimited === true);
       const dueIn = bound ? (s.nextCheckAt ?? 0) - s.now : 0;

@@ -1125,7 +1125,13 @@ export class Store {
     const due = await this.guard(
       undefined,
       claim(
-        (q) => q.where("status", "in", [UNKNOWN, PENDING]).where("next_check_at", "<=", now),
+        // A pending row whose args are not stored is a caller's to run, never the daemon's: left
+        // out (and out of the due index since migration 0011, whose terms these are).
+        (q) =>
+          q
+            .where("status", "in", [UNKNOWN, PENDING])
+            .where((eb: any) => eb.or([eb("status", "=", UNKNOWN), eb("args_json", "is not", null)]))
+            .where("next_check_at", "<=", now),
         "next_check_at",
         left,
       ),

@@ -149,10 +149,16 @@ for (const dialect of DIALECTS) {
         // This process still sends the statements of before 0010: its moves left to the 0003 trigger, once each.
         const ledger = await openLedger(url, { migrate: false });
         try {
-          expect(await ledger.admin.pendingMigrations()).toEqual(["0010-transitions-write-their-event"]);
+          expect(await ledger.admin.pendingMigrations()).toEqual([
+            "0010-transitions-write-their-event",
+            "0011-due-rows-have-args",
+          ]);
           expect(await moves(ledger, "before")).toEqual(["null>running", "running>succeeded"]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(false);
-          expect(await ledger.admin.migrate()).toEqual(["0010-transitions-write-their-event"]);
+          expect(await ledger.admin.migrate()).toEqual([
+            "0010-transitions-write-their-event",
+            "0011-due-rows-have-args",
+          ]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(true); // its own statements write them now
           expect(await moves(ledger, "after")).toEqual(["null>running", "running>succeeded"]);
         } finally {

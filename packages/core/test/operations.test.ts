@@ -788,6 +788,43 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
+    it("the daemon never claims a pending operation whose args are not stored: only its caller can run it", async () => {
+      // helper-142: such a row was claimed every claimMs, for ever, to answer "a caller with the
+      // args must run it again" (a daemon lacking the action counted an error each time).
+      let now = Date.now();
+      const app = await db.open({ budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const p = new TestProvider();
+      const action = p.action("crm.unstored", {});
+      const pending = async (key: string, storeArgs: boolean) => {
+        p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+        const out = await app.run(action, { tenant, key: [key], args: { to: key }, storeArgs });
+        expect(out).toMatchObject({ state: "pending" });
+        return out.operationId;
+      };
+      const unstored = await pending("unstored", false);
+      const stored = await pending("stored", true);
+      const daemon = await db.open({ actions: [action], clock: () => now });
+      const ours = async () =>
+        (await daemon.daemon.claimDue({ limit: 1_000, claimMs: 60_000 }))
+          .filter((c) => c.tenant === tenant)
+          .map((c) => c.id);
+      for (let round = 0; round < 3; round++) {
+        now += 2 * HOUR; // every claim long expired
+        expect(await ours()).toEqual(round === 0 ? [stored] : []);
+        if (round === 0) await daemon.daemon.settle({ tenant, id: stored, actor: "daemon" });
+      }
+      expect((await daemon.get({ tenant, id: stored })).operation.status).toBe("succeeded");
+      expect((await daemon.get({ tenant, id: unstored })).operation.status).toBe("pending");
+      // Its caller, with the args, runs it.
+      expect(
+        await app.run(action, { tenant, key: ["unstored"], args: { to: "unstored" }, storeArgs: false }),
+      ).toMatchObject({
+        status: "succeeded",
+      });
+      expect(p.effects).toHaveLength(2);
+    });
+
     it("an old operation's first unknown outcome is looked up before a person is asked: the escalation's age counts from its last execution", async () => {
       // The review of 66d1b33: the age counted from the operation's creation, so an operation known
       // not done for a day, then run (its answer lost), went to a person on the daemon's first look,
@@ -962,6 +999,7 @@ for (const dialect of DIALECTS) {
         "0008-daemon-heartbeats",
         "0009-first-execution",
         "0010-transitions-write-their-event",
+        "0011-due-rows-have-args",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -1012,6 +1050,7 @@ for (const dialect of DIALECTS) {
         "0008-daemon-heartbeats",
         "0009-first-execution",
         "0010-transitions-write-their-event",
+        "0011-due-rows-have-args",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1120,6 +1159,7 @@ for (const dialect of DIALECTS) {
           "0008-daemon-heartbeats",
           "0009-first-execution",
           "0010-transitions-write-their-event",
+          "0011-due-rows-have-args",
         ]);
       } else {
         await bare.admin.migrate();

@@ -240,6 +240,15 @@ describe("decide (one snapshot, one decision)", () => {
     expect(decide({ ...later, rateLimited: true }, {}, caller).kind).toBe("answer");
     expect(decide({ ...base, hasArgs: false }, {}, { ...caller, hasArgs: false }).kind).toBe("answer");
     expect(decide(base, {}, { ...caller, mayExecute: false }).kind).toBe("answer");
+    // Who may run it, truthfully: the daemon never claims a row without stored args (0011). Before,
+    // both said "the daemon or a later call retries".
+    expect(decide(base, {}, { ...caller, mayExecute: false })).toMatchObject({
+      reason: "known not done; retry budget spent, the daemon or a later call retries",
+    });
+    expect(decide({ ...base, hasArgs: false }, {}, { ...caller, mayExecute: false })).toMatchObject({
+      reason:
+        "known not done; retry budget spent, a later call with the args retries (they are not stored: the daemon cannot)",
+    });
   });
 });
 

@@ -269,6 +269,17 @@ for (const dialect of DIALECTS) {
       expect(stuck.indexes).toEqual([["idem_operations_running"]]);
     });
 
+    it("the daemon's claim reads the expired leases and the due rows through their partial indexes", async () => {
+      // Migration 0011 added a term to the due index's predicate: SQLite uses a partial index only
+      // when the query holds each of its terms, so a claim written otherwise reads the whole table.
+      const claimed = await plans(() => ledger.daemon.claimDue({ limit: 1_000, claimMs: 1 }));
+      // Postgres reads each twice: the candidates, then the rows the update takes.
+      expect(claimed.indexes.map((used) => [...new Set(used.filter((i) => PARTIAL.has(i)))])).toEqual([
+        ["idem_operations_running"],
+        ["idem_operations_due"],
+      ]);
+    });
+
     it("charts one tenant's recent operations from its rows only", async () => {
       const recent = await plans(() => ledger.admin.activity({ tenant: subject, sinceMs: 3 * HOUR }));
       const total = recent.out.reduce((n, a) => n + a.count, 0);

@@ -14,6 +14,7 @@ import * as m0007 from "./0007-retention-per-operation.js";
 import * as m0008 from "./0008-daemon-heartbeats.js";
 import * as m0009 from "./0009-first-execution.js";
 import * as m0010 from "./0010-transitions-write-their-event.js";
+import * as m0011 from "./0011-due-rows-have-args.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -28,6 +29,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0008-daemon-heartbeats": m0008,
   "0009-first-execution": m0009,
   [m0010.NAME]: m0010,
+  "0011-due-rows-have-args": m0011,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);
