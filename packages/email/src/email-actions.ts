@@ -47,7 +47,7 @@ import {
   sameAccountMailbox,
   sentPlace,
 } from "./email-reference.js";
-import { InvalidMessageError, sendRaw } from "./email-smtp.js";
+import { InvalidMessageError, SendAbortedError, sendRaw } from "./email-smtp.js";
 import { parseTlsTrust } from "./email-tls.js";
 
 export interface EmailArgs {
@@ -116,6 +116,14 @@ export function emailActions(config: EmailConfig): EmailActions {
     validate(args) {
       if (!args.subject?.trim()) throw new Error("email.send needs a subject");
       if (!list(args.to).length) throw new Error("email.send needs at least one recipient");
+      // Only strings: nodemailer writes a string's line breaks as spaces, but an object's value
+      // (`{ prepared: true, value }`) as it is, so its CR LF would add header lines or end the
+      // header before the Message-ID, leaving a copy no lookup finds (proven absent: sent again).
+      const nonString = Object.entries(args.headers ?? {}).find(([, value]) => typeof value !== "string");
+      if (nonString)
+        throw new Error(
+          `email.send: headers[${JSON.stringify(nonString[0])}] must be a string (nodemailer writes another value's line breaks into the header as they are)`,
+        );
       // What tells this operation's sends apart is the action's to write: a caller's own would
       // make a copy name another send (or another operation), and a late answer read as its own.
       for (const name of Object.keys(args.headers ?? {})) {
@@ -138,7 +146,12 @@ export function emailActions(config: EmailConfig): EmailActions {
       const ref = referenceFor(op.key);
       const place = placeOf(messageId, recorded);
       // An earlier attempt's copy means it was sent: nothing more to do.
-      const earlier = await place.mailbox?.find(messageId);
+      // Cancelled during the check (the signal closes its session): nothing sent, as a send
+      // cancelled before its body is.
+      const earlier = await place.mailbox?.find(messageId, op.signal).catch((cause: unknown) => {
+        if (op.signal.aborted) throw new SendAbortedError(false, { cause: op.signal.reason ?? cause });
+        throw cause;
+      });
       if (earlier) return foundReceipt(messageId, ref, false, earlier);
       // An earlier attempt may have sent under another copy config, and the config changed since.
       // The ledger does not get here (an operation that may have been sent is looked up, not
@@ -307,6 +320,14 @@ function attachmentProblem(attachment: unknown): string | undefined {
   for (const key of ["path", "href", "raw"]) if (given[key] !== undefined) return `gives a ${key}`;
   // nodemailer reads a content object too ({ path }, a stream): only a string is content here.
   if (typeof given.content !== "string") return "has no content string";
+  // Its part's headers are written as the message's are: an object's value with its line breaks.
+  const headers = given.headers;
+  if (headers !== undefined) {
+    if (typeof headers !== "object" || headers === null || Array.isArray(headers))
+      return "has headers that are no record of strings";
+    const bad = Object.entries(headers).find(([, value]) => typeof value !== "string");
+    if (bad) return `has headers[${JSON.stringify(bad[0])}] that must be a string`;
+  }
   return undefined;
 }
 

@@ -126,6 +126,12 @@ export interface FoundMessage {
   readonly sends: readonly string[];
   /** How many copies the search found. */
   readonly copies: number;
+  /**
+   * How many of them were not read (more than MAX_COPIES in one mailbox: only the first are):
+   * what they name is not known, so it may be another send. Copies in several mailboxes, each
+   * read, are not: every one of them names its send.
+   */
+  readonly unread: number;
 }
 
 /** A search for a Message-ID, and what another name of a mailbox means on that server. */
@@ -141,9 +147,15 @@ export interface Lookup {
   readonly alias?: { readonly same: boolean; readonly path: string | undefined; readonly error?: Error };
   /**
    * Asked to look `everywhere` and not found where the copy is filed: how many of the account's
-   * other mailboxes were searched too (every one it lists that can be opened).
+   * other mailboxes were searched too (every one it lists that can be opened), besides `searched`
+   * and `alsoSent`.
    */
   readonly elsewhere?: { readonly searched: number };
+  /**
+   * The other mailboxes the server flags \Sent, searched besides `searched` (RFC 6154 §2 lets a
+   * server give the special use to several); empty when none, or the mailbox was configured.
+   */
+  readonly alsoSent: readonly string[];
 }
 
 /** The part of imapflow's LIST answer (ListResponse) that naming a mailbox needs. */
@@ -230,8 +242,9 @@ export class Mailbox {
     private readonly setting = "the mailbox setting",
   ) {}
 
-  async find(messageId: string): Promise<FoundMessage | undefined> {
-    return (await this.lookup(messageId)).found;
+  /** `signal`: aborting it ends the search at once (the session closed), as unavailable. */
+  async find(messageId: string, signal?: AbortSignal): Promise<FoundMessage | undefined> {
+    return (await this.lookup(messageId, undefined, signal ? { signal } : {})).found;
   }
 
   /**
@@ -245,10 +258,19 @@ export class Mailbox {
    * have been moved since the send: its Sent folder renamed ("Sent 2025", the server making a new,
    * empty Sent), a rule that files sent mail into an archive, an archiver that drains a journal.
    * Searching only the mailbox of today's name would prove it absent and send it again.
+   *
+   * `signal`: the caller's bound (a settlement's `timeoutMs`, a lease lost). Each mailbox has a
+   * deadline of its own, so a scan of many has none as a whole but this: once it aborts, the
+   * session is closed and the lookup fails as unavailable, whatever it had searched (a part of
+   * the account searched proves nothing absent).
    */
-  async lookup(messageId: string, alias?: string, options: { everywhere?: boolean } = {}): Promise<Lookup> {
+  async lookup(
+    messageId: string,
+    alias?: string,
+    options: { everywhere?: boolean; signal?: AbortSignal } = {},
+  ): Promise<Lookup> {
     const everywhere = options.everywhere ?? false;
-    return this.session(async (client, refused, renew) => {
+    return this.session(options.signal, async (client, refused, renew) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
       if (this.path === SENT || alias !== undefined || everywhere) {
@@ -283,7 +305,7 @@ export class Mailbox {
           ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused, renew)
           : undefined;
       if (elsewhere?.found) found = elsewhere.found;
-      const rest = elsewhere && { elsewhere: { searched: elsewhere.searched } };
+      const rest = { alsoSent: sent, ...(elsewhere && { elsewhere: { searched: elsewhere.searched } }) };
       if (alias === undefined) return { found, searched: mailbox, ...rest };
       if (listError)
         return { found, searched: mailbox, alias: { same: false, path: undefined, error: listError }, ...rest };
@@ -345,7 +367,7 @@ export class Mailbox {
    * MailboxUnavailableError (a connection lost, a NO without a code: the copy may or may not be there).
    */
   async append(raw: Buffer): Promise<void> {
-    await this.session(async (client) => {
+    await this.session(undefined, async (client) => {
       const mailbox = this.opened(this.path === SENT ? await client.list() : []);
       try {
         await client.append(mailbox, raw, ["\\Seen"]);
@@ -409,11 +431,21 @@ export class Mailbox {
   /**
    * One session: `fn` gets the client, `refused()`, the last command the server answered NO or
    * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else), and
-   * `renew()`, which starts the deadline again from now (for each step of a long search).
+   * `renew()`, which starts the deadline again from now (for each step of a long search). The
+   * session ends when `signal` aborts as at its deadline (closed; unavailable, saying so), but
+   * that no `renew()` starts it again.
    */
   private async session<T>(
+    signal: AbortSignal | undefined,
     fn: (client: ImapFlow, refused: () => CommandRefusal | undefined, renew: () => void) => Promise<T>,
   ): Promise<T> {
+    const where = `IMAP ${this.imap.host}:${this.imap.port}`;
+    const givenUp = (cause: unknown) =>
+      new MailboxUnavailableError(
+        `${where}: the lookup was given up before it could answer (${describe(signal?.reason)}): closed, nothing proven`,
+        { cause },
+      );
+    if (signal?.aborted) throw givenUp(signal.reason);
     const secure = this.imap.secure ?? false;
     let refusal: CommandRefusal | undefined;
     const quiet = () => {};
@@ -460,10 +492,16 @@ export class Mailbox {
       }, deadlineMs);
     let deadline = arm();
     const renew = () => {
-      if (expired) return;
+      if (expired || aborted) return;
       clearTimeout(deadline);
       deadline = arm();
     };
+    let aborted = false;
+    const onAbort = () => {
+      aborted = true;
+      client.close();
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
     const late = (cause: unknown) =>
       new MailboxUnavailableError(
         `IMAP ${this.imap.host}:${this.imap.port}: no complete answer within ${deadlineMs} ms (imap.deadlineMs): closed`,
@@ -473,12 +511,18 @@ export class Mailbox {
       try {
         await client.connect();
       } catch (cause) {
+        if (aborted) throw givenUp(cause);
         if (expired) throw late(cause);
         throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
       }
       try {
-        return await fn(client, () => refusal, renew);
+        const result = await fn(client, () => refusal, renew);
+        // An answer made of a session cut short (a search loop that reads a closed client as
+        // done) is no answer: only one the whole session gave counts.
+        if (aborted) throw givenUp(signal?.reason);
+        return result;
       } catch (cause) {
+        if (aborted) throw givenUp(cause);
         if (expired) throw late(cause);
         if (cause instanceof MailboxUnavailableError) throw cause;
         throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
@@ -487,6 +531,7 @@ export class Mailbox {
       }
     } finally {
       clearTimeout(deadline);
+      signal?.removeEventListener("abort", onAbort);
     }
   }
 
@@ -568,7 +613,9 @@ export class Mailbox {
         throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
       }
       const uid = uids[0];
-      return uid === undefined ? undefined : { mailbox, uid, sends: await sendsOf(client, uids), copies: uids.length };
+      if (uid === undefined) return undefined;
+      const sends = await sendsOf(client, uids);
+      return { mailbox, uid, sends, copies: uids.length, unread: Math.max(0, uids.length - MAX_COPIES) };
     } finally {
       lock.release();
     }
@@ -584,7 +631,14 @@ function merged(a: FoundMessage | undefined, b: FoundMessage | undefined): Found
   if (!a || !b) return a ?? b;
   const sends = [...new Set([...a.sends, ...b.sends])].sort();
   const known = a.sends.length > 0 && b.sends.length > 0;
-  return { ...a, copies: a.copies + b.copies, sends: known || sends.length >= 2 ? sends : [] };
+  // Each part's copies beyond MAX_COPIES are the ones not read; their sum alone is no such count
+  // (two mailboxes of 11 copies each, every one read, naming one send, are one send).
+  return {
+    ...a,
+    copies: a.copies + b.copies,
+    unread: a.unread + b.unread,
+    sends: known || sends.length >= 2 ? sends : [],
+  };
 }
 
 /** The `X-Idem-Attempt` lines of a header block: `<operation id>/<attempt>`, as email-actions.ts writes it. */
@@ -616,4 +670,10 @@ async function sendsOf(client: ImapFlow, uids: readonly number[]): Promise<strin
   } catch {
     return [];
   }
+}
+
+/** An abort's reason, for a message. */
+function describe(reason: unknown): string {
+  if (reason instanceof Error) return reason.message;
+  return reason === undefined ? "aborted" : String(reason);
 }

@@ -112,8 +112,9 @@ export interface FoundEmailReceipt {
    */
   readonly sends?: readonly string[];
   /**
-   * How many copies were found, when more than MAX_COPIES (only the first are read): the message
-   * went out more than once, whatever sends those name. Absent otherwise.
+   * How many copies were found, when some were not read (more than MAX_COPIES in one mailbox: only
+   * the first are): the message went out more than once, whatever sends those name. Absent
+   * otherwise, also for copies in several \Sent mailboxes that add up to more but were all read.
    */
   readonly copies?: number;
 }
@@ -122,9 +123,15 @@ export function foundReceipt(
   messageId: string,
   ref: string,
   sent: boolean,
-  found: { readonly mailbox: string; readonly sends: readonly string[]; readonly copies?: number },
+  found: {
+    readonly mailbox: string;
+    readonly sends: readonly string[];
+    readonly copies?: number;
+    /** Copies not read (more than MAX_COPIES in one mailbox); `copies` is kept only then. */
+    readonly unread?: number;
+  },
 ): FoundEmailReceipt {
-  const { mailbox: foundIn, sends, copies = 0 } = found;
+  const { mailbox: foundIn, sends, copies = 0, unread = 0 } = found;
   return {
     messageId,
     ref,
@@ -134,7 +141,8 @@ export function foundReceipt(
     rejected: null,
     foundIn,
     ...(sends.length > 0 && { sends: [...sends] }),
-    ...(copies > MAX_COPIES && { copies }),
+    // Not for copies in several mailboxes, each read, that only add up to more: what they name is known.
+    ...(unread > 0 && copies > MAX_COPIES && { copies }),
   };
 }
 

@@ -79,19 +79,24 @@ export async function reconcileByCopy(
   // account, not only where it was filed (moved since: a Sent folder renamed, an archive rule).
   const settled = place.absence === "settles" && Number.isFinite(op.now) && op.now - op.lastAttemptAt >= settleMs;
   // Unreachable IMAP throws: inconclusive, try later.
+  // The settlement's bound (`op.signal`: its timeoutMs, a lease lost) ends the lookup, however many
+  // mailboxes are left to search: unavailable, so inconclusive, never "absent" from a part.
   const {
     found,
     searched,
     alias,
+    alsoSent,
     elsewhere: scan,
   } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox, {
     everywhere: settled,
+    signal: op.signal,
   });
   if (found) {
     const receipt = foundReceipt(messageId, ref, true, found);
     // Copies of several sends: the message went out more than once, which a person must hear of.
-    // So did one of more copies than are read (MAX_COPIES), whatever sends those read name.
-    const many = found.copies > MAX_COPIES;
+    // So did one of more copies than are read (MAX_COPIES in a mailbox), whatever sends those read
+    // name. Not copies of one send in several \Sent mailboxes that only add up to more: all read.
+    const many = found.unread > 0;
     if (found.sends.length < 2 && !many) return { found: true, receipt };
     const twice =
       found.sends.length < 2
@@ -125,7 +130,13 @@ export async function reconcileByCopy(
       retryAfterMs,
     };
   }
-  const others = scan ? `, nor in the account's ${scan.searched} other mailboxes` : "";
+  // Every mailbox searched besides the one named: the other \Sent ones (named) and the rest.
+  const also = alsoSent.length > 0 ? ` (${alsoSent.join(", ")}, flagged \\Sent too, among them)` : "";
+  const others = scan
+    ? `, nor in the account's ${scan.searched + alsoSent.length} other mailboxes${also}`
+    : alsoSent.length > 0
+      ? `, nor in ${alsoSent.join(", ")}, flagged \\Sent too`
+      : "";
   return {
     found: false,
     proof: "absent",

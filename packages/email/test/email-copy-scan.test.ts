@@ -11,8 +11,10 @@
  * (listRewritingProxy); messages counted at the SMTP server.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Ledger } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { MailSandbox, SENDER } from "@idem/sandbox";
-import { scaled } from "@idem/testkit";
+import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
 import {
   classifyEmailError,
   emailActions,
@@ -122,4 +124,91 @@ describe("the search of every mailbox past the settle window", () => {
     expect(classifyEmailError(failed)).not.toMatchObject({ alert: true });
     expect((failed as Error).message).toMatch(/Sent 2024/);
   });
+});
+
+/**
+ * The scan has no deadline as a whole (each mailbox has its own), so only the caller's bound can
+ * end it: a settlement's `timeoutMs`, reaching the lookup as `op.signal`. Before, nothing reached
+ * it: the settlement gave up on time (core stops awaiting a lookup past its bound), but the
+ * session went on searching every mailbox, and a lookup called with a signal that aborted
+ * answered "absent" once it was through.
+ */
+describe("the settlement's bound reaches the scan of every mailbox", () => {
+  let scan: Awaited<ReturnType<typeof slowProxy>>;
+  /** Aborts the lookup when the scan EXAMINEs its fifth mailbox (set by a test; cleared after). */
+  let atFifth: (() => void) | undefined;
+  beforeAll(async () => {
+    scan = await slowProxy(started.imap.port, ROUND_TRIP_MS, (n) => {
+      if (n === 5) atFifth?.();
+    });
+    await sandbox.asUser(SENDER, async (client) => {
+      for (let i = 0; i < MAILBOXES; i++) await client.mailboxCreate(`Deep/${i}`);
+    });
+  }, scaled(30_000));
+  afterAll(async () => {
+    await scan?.close();
+    await sandbox.asUser(SENDER, async (client) => {
+      for (let i = 0; i < MAILBOXES; i++) await client.mailboxDelete(`Deep/${i}`).catch(() => undefined);
+      await client.mailboxDelete("Deep").catch(() => undefined);
+    });
+  });
+
+  it("a lookup whose signal aborts mid-scan fails at once, unavailable, its session closed: never 'absent' from a part", async () => {
+    const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS })).send;
+    const controller = new AbortController();
+    atFifth = () => controller.abort(new Error("the settlement's time bound"));
+    scan.selects = 0;
+    try {
+      const now = Date.now();
+      // Never sent: no copy anywhere, so the lookup scans every mailbox past the window.
+      const verdict = await mail.reconcile!(
+        report,
+        op({ lastAttemptAt: now, now: now + 3_600_000 }, controller.signal),
+      ).then(
+        (v) => v,
+        (error: unknown) => error,
+      );
+      // Before: { found: false, proof: "absent" }, once the whole account was searched.
+      expect(verdict).toBeInstanceOf(MailboxUnavailableError);
+      expect((verdict as Error).message).toMatch(/given up .*the settlement's time bound/);
+      await scan.idle();
+      expect(scan.selects).toBeLessThan(MAILBOXES);
+    } finally {
+      atFifth = undefined;
+    }
+  }, 30_000);
+
+  for (const dialect of DIALECTS) {
+    describe(`on ${dialect}`, () => {
+      const db = ledgersFor<Ledger, TestLedgerOptions>(dialect, openTestLedger, { defaults: { poolSize: 2 } });
+
+      it("a settlement with timeoutMs returns unknown within it, and its lookup's session ends with it; nothing sent", async () => {
+        let now = Date.now();
+        const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS }));
+        const ledger = await db.open({ clock: () => now, actions: [mail.send] });
+        const t = `bound-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+        // The server reads the body and closes without a reply, taking nothing: unknown.
+        sandbox.faults.add({ kind: "drop_data" });
+        const out = await ledger.run(mail.send, { tenant: t, key: ["bounded"], args: report, budget: { attempts: 1 } });
+        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+        const [row] = await ledger.admin.list({ tenant: t });
+        const messageId = row!.providerReference!.split(" ")[0]!;
+        await scan.idle();
+        scan.selects = 0;
+        // Past the settle window by the database clock: not found would be searched for everywhere.
+        now += 3_600_000;
+        const settled = await ledger.daemon.settle({ tenant: t, id: row!.id, actor: "daemon", timeoutMs: 1_000 });
+        // Core gave up on the lookup at its bound, before the scan (40 mailboxes of 75 ms) was through.
+        const atReturn = scan.selects;
+        expect(atReturn).toBeLessThan(MAILBOXES);
+        expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
+        const [after] = await ledger.admin.list({ tenant: t });
+        expect(after).toMatchObject({ status: "unknown" });
+        // Before: the session went on EXAMINEing every mailbox after the settlement returned.
+        await scan.idle();
+        expect(scan.selects).toBeLessThan(MAILBOXES);
+        expect(sandbox.count(messageId)).toBe(0);
+      }, 30_000);
+    });
+  }
 });

@@ -119,3 +119,76 @@ describe("two mailboxes the server flags \\Sent, the provider filing into one of
     expect(sandbox.count(receipt.messageId)).toBe(1);
   });
 });
+
+/** A copy of `messageId` naming `send` (its X-Idem-Attempt), as the provider files one. */
+function copyOf(messageId: string, send: string): Buffer {
+  return Buffer.from(
+    [
+      `From: ${SENDER.user}`,
+      "To: client@example.test",
+      "Subject: Weekly report",
+      `Message-ID: ${messageId}`,
+      `X-Idem-Attempt: ${send}`,
+      "",
+      "Numbers.",
+      "",
+    ].join("\r\n"),
+  );
+}
+
+describe("what a lookup over both \\Sent mailboxes says", () => {
+  it("absent past the window: the reason counts every mailbox searched besides the one named, the other \\Sent among them", async () => {
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    // Never sent: no copy anywhere.
+    const verdict = await mail.reconcile!(report, op({ lastAttemptAt: now, now: now + 3_600_000 }));
+    let selectable = 0;
+    await sandbox.asUser(SENDER, async (client) => {
+      for (const box of await client.list())
+        if (![...box.flags].some((f) => /^\\(NonExistent|Noselect)$/i.test(f))) selectable++;
+    });
+    expect(selectable).toBeGreaterThan(2);
+    // Before: "nor in the account's N other mailboxes", N leaving out "Gesendet", searched too.
+    expect(verdict).toMatchObject({
+      found: false,
+      proof: "absent",
+      reason: expect.stringContaining(`nor in the account's ${selectable - 1} other mailboxes`),
+    });
+    // And names the other \Sent mailbox (imapflow's pick is one of the two, by name; the other is "also").
+    expect((verdict as { reason: string }).reason).toMatch(/ \((Sent|Gesendet), flagged \\Sent too, among them\)$/);
+  });
+
+  it("copies of one send in both, more than MAX_COPIES together but each read: one send, not 'twice'", async () => {
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    const send = `${first.id}/1`;
+    // 11 in each (with the provider's own in Sent): 22, more than 20, every one read, every one
+    // naming the one send (a rule that copies sent mail, a client that saves its own as well).
+    for (let i = 0; i < 10; i++) await sandbox.file(SENDER, "Sent", copyOf(receipt.messageId, send));
+    for (let i = 0; i < 11; i++) await sandbox.file(SENDER, "Gesendet", copyOf(receipt.messageId, send));
+    const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+    // Before: twice "Sent holds 22 copies …, more than 20: it went out more than once".
+    expect(verdict).toMatchObject({ found: true, receipt: { sends: [send] } });
+    expect(verdict).not.toHaveProperty("twice");
+    expect((verdict as { receipt: object }).receipt).not.toHaveProperty("copies");
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+  });
+
+  it("more than MAX_COPIES in one of them (some not read), naming one send: still said to have gone out more than once", async () => {
+    const mail = emailActions(config()).send;
+    const now = Date.now();
+    const first = op({ lastAttemptAt: now, now });
+    const receipt = await mail.execute(report, first);
+    const send = `${first.id}/1`;
+    for (let i = 0; i < 20; i++) await sandbox.file(SENDER, "Sent", copyOf(receipt.messageId, send));
+    await sandbox.file(SENDER, "Gesendet", copyOf(receipt.messageId, send));
+    const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+    expect(verdict).toMatchObject({
+      found: true,
+      receipt: { copies: 22 },
+      twice: expect.stringMatching(/holds 22 copies of .*, more than 20: it went out more than once$/),
+    });
+  });
+});

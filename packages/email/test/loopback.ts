@@ -293,17 +293,40 @@ export async function tricklingProxy(target: number) {
 /**
  * A pass-through to an IMAP server that holds each SELECT and EXAMINE `delayMs` before passing it
  * on (a server one round trip of a slow link away); everything else passes at once, in order.
+ * `selects` counts the SELECTs and EXAMINEs clients sent (`onSelect` is told of each, with the
+ * count), `open` the client connections still open; `idle()` resolves once none is.
  */
-export async function slowProxy(target: number, delayMs: number) {
-  return passThrough(target, (client, upstream) => {
+export async function slowProxy(target: number, delayMs: number, onSelect?: (selects: number) => void) {
+  const state = { selects: 0, open: 0 };
+  let waiting: (() => void)[] = [];
+  const proxy = await passThrough(target, (client, upstream) => {
+    state.open++;
+    client.once("close", () => {
+      state.open--;
+      if (state.open === 0) for (const resolve of waiting.splice(0)) resolve();
+    });
     upstream.pipe(client);
     let queue = Promise.resolve();
     client.on("data", (chunk: Buffer) => {
       const slow = /^\S+ (?:SELECT|EXAMINE)\b/i.test(chunk.toString("latin1", 0, 64));
+      if (slow) onSelect?.(++state.selects);
       queue = queue.then(async () => {
         if (slow) await new Promise((r) => setTimeout(r, delayMs));
         upstream.write(chunk);
       });
     });
+  });
+  const idle = () =>
+    state.open === 0
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => {
+          waiting.push(resolve);
+        });
+  return Object.assign(state, proxy, {
+    idle,
+    close: async () => {
+      waiting = [];
+      await proxy.close();
+    },
   });
 }

@@ -6,8 +6,15 @@
  * such a retry that says nothing was done is read as unknown, see stripe-actions.ts). Every
  * request has a deadline (`deadlineMs`) as well as stripe-node's inactivity timeout
  * (stripe-http-client.ts).
+ *
+ * Not supported: Connect's connected accounts (stripe-node's `stripeAccount` and `stripeContext`,
+ * the `Stripe-Account` / `Stripe-Context` headers). Every request goes to the API key's own
+ * account; an account named in the config or in a request's args is refused (`InvalidValueError`
+ * naming it), since half of it (the write on one account, its replay or lookups on another, an
+ * operation the daemon cannot tell the account of) would charge or look in the wrong place.
  */
 import Stripe from "stripe";
+import { InvalidValueError } from "@idem/core";
 import { stripeApiVersionProblem } from "./stripe-api-version.js";
 import { DeadlineHttpClient, STRIPE_DEADLINE_MS } from "./stripe-http-client.js";
 
@@ -46,11 +53,37 @@ export interface StripeConfig {
    * Measured on the ledger's database clock (`op.now`), like every window.
    */
   readonly searchLagMs?: number;
+  /**
+   * Not supported (connected accounts): refused with an `InvalidValueError` naming it. Given, it
+   * was ignored before, and the card charged on the platform account.
+   */
+  readonly stripeAccount?: never;
+  /** Not supported (connected accounts, API v2 contexts): refused as `stripeAccount` is. */
+  readonly stripeContext?: never;
+}
+
+/** stripe-node's options that name the account a request acts on (a connected account). */
+const ACCOUNT_OPTIONS = ["stripeAccount", "stripeContext"] as const;
+
+/**
+ * Throws an `InvalidValueError` (path: `prefix` + the option) when `given` names a connected
+ * account. Own properties only, as stripe-node reads options; one set to undefined is absent, as
+ * stripe-node reads it too (the platform account).
+ */
+export function refuseConnectedAccount(given: object, prefix = ""): void {
+  for (const option of ACCOUNT_OPTIONS)
+    if (Object.hasOwn(given, option) && (given as Record<string, unknown>)[option] !== undefined)
+      throw new InvalidValueError(
+        `${prefix}${option}`,
+        "connected accounts are not supported: every request (the write, its replay, each lookup) goes to the API key's own account, and no account is recorded for the daemon's reconcile; nothing was sent",
+      );
 }
 
 export function createStripeClient(config: StripeConfig): Stripe {
   const versionProblem = config.apiVersion === undefined ? undefined : stripeApiVersionProblem(config.apiVersion);
   if (versionProblem) throw new RangeError(`apiVersion: ${versionProblem}`);
+  // A JavaScript caller's (TypeScript refuses it): ignored, the card was charged on the platform.
+  refuseConnectedAccount(config);
   return new Stripe(config.apiKey, {
     ...(config.apiVersion !== undefined && { apiVersion: config.apiVersion as Stripe.LatestApiVersion }),
     ...(config.host !== undefined && { host: config.host }),

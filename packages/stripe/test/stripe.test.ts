@@ -5,7 +5,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { fileURLToPath } from "node:url";
-import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, describeResult, InvalidValueError, openLedger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox, type StripeObject } from "@idem/sandbox";
@@ -939,7 +938,9 @@ for (const dialect of DIALECTS) {
         const before = piCount();
         sandbox.faults.add({ kind: "delay_after_commit", match: { path: "/v1/payment_intents" }, delayMs: 60_000 });
         const committed = new Promise<{ object: { id: string } }>((resolve) => sandbox.events.once("commit", resolve));
-        const leaseMs = 1_500;
+        // Long enough that the killed worker's lease cannot run out by itself during the test: it
+        // runs out only because the test's ledger reads the database clock moved past it.
+        const leaseMs = 60_000;
         const child = startChild(WORKER, [], {
           LEDGER_URL: db.url(),
           TENANT: t,
@@ -951,12 +952,18 @@ for (const dialect of DIALECTS) {
         const { object } = await committed;
         await kill9(child);
         expect(piCount() - before).toBe(1);
-        // the database clock, as the killed worker had: earlier tests moved the test clock by days
-        const l = await db.open();
-        const s = stripe();
-        const [row] = await l.admin.list({ tenant: t });
+        // The database clock, as the killed worker had (earlier tests moved the test clock by days,
+        // past Stripe's key window), moved forward past the worker's lease: no wait for it to run out.
+        const watcher = await db.open();
+        const [row] = await watcher.admin.list({ tenant: t });
         expect(row).toMatchObject({ status: "running", attempt: 1 });
-        await sleep(leaseMs + 200);
+        const s = stripe();
+        const sent = sandbox.requests.length;
+        // Inside the lease, the operation is the killed worker's: nothing is sent.
+        const held = await watcher.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD, waitMs: 0 });
+        expect(held).toMatchObject({ status: "pending_verification", state: "running" });
+        expect(sandbox.requests.length).toBe(sent);
+        const l = await db.open({ clock: () => Date.now() + leaseMs + 1_000 });
         const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["killed"], args: CARD });
         expect(out).toMatchObject({ status: "succeeded", attempt: 2, receipt: { id: object.id, replayed: true } });
         expect(piCount() - before).toBe(1);

@@ -83,6 +83,11 @@ export interface StripeRequestRecord {
   readonly idempotencyKey: string | undefined;
   /** The API version the request asked for (its `Stripe-Version` header), if any. */
   readonly stripeVersion: string | undefined;
+  /**
+   * The connected account the request named (its `Stripe-Account` header), if any. Recorded only:
+   * the sandbox keeps no objects per account, so a test can see a request that asked for one.
+   */
+  readonly stripeAccount: string | undefined;
   readonly status: number | "dropped";
   readonly replayed: boolean;
 }
@@ -170,8 +175,9 @@ export class StripeSandbox {
         : (qs.parse(url.search.slice(1)) as Record<string, unknown>);
     const idemKey = header(req, "idempotency-key");
     const stripeVersion = header(req, "stripe-version");
+    const stripeAccount = header(req, "stripe-account");
     const record = (status: number | "dropped", replayed = false) =>
-      this.requests.push({ method, path, idempotencyKey: idemKey, stripeVersion, status, replayed });
+      this.requests.push({ method, path, idempotencyKey: idemKey, stripeVersion, stripeAccount, status, replayed });
 
     if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
     if (
