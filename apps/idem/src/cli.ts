@@ -37,6 +37,7 @@ import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
+import { parseReceipt } from "./receipt.js";
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6 } as const;
 
@@ -61,6 +62,12 @@ async function withLedger<T>(
   options: {
     /** Open the ledger with the config's actions (to settle stored operations), and these besides. */
     actions?: boolean | { also: (config: IdemConfig) => readonly Action<any, any>[] };
+    /**
+     * With `actions`: when the config's actions cannot be built (a provider's credentials not in
+     * this environment: a `ConfigError`), this hears why and the ledger opens without them, rather
+     * than the command failing. For a command that performs no action (the console).
+     */
+    withoutActions?: (error: ConfigError) => void;
     schema?: "require" | "create" | "migrate";
     onResult?: LedgerOptions["onResult"];
     /**
@@ -76,7 +83,13 @@ async function withLedger<T>(
   await options.beforeOpen?.(config);
   const schema = options.schema ?? "require";
   // Built once, not per try. One action per type, the last given.
-  const configured = options.actions ? await actionsOf(config) : [];
+  const configured = options.actions
+    ? await actionsOf(config).catch((error: unknown) => {
+        if (!(error instanceof ConfigError) || !options.withoutActions) throw error;
+        options.withoutActions(error);
+        return [];
+      })
+    : [];
   const actions = options.actions
     ? lastOfEachType([...configured, ...(options.actions === true ? [] : options.actions.also(config))])
     : undefined;
@@ -190,14 +203,6 @@ function portNumber(v: string): number {
 /** Commander's error text ("error: …\n") as the rest of idem says it. */
 const usageMessage = (str: string) => str.trimEnd().replace(/^error: /, "");
 const actorOf = (given?: string) => given ?? `${process.env.USER ?? "operator"}@${hostname()}`;
-/** A JSON value given on the command line (`--receipt`). */
-function json(v: string): unknown {
-  try {
-    return JSON.parse(v);
-  } catch {
-    throw new InvalidArgumentError("Expected JSON.");
-  }
-}
 /** `<status>.<attempt>.<checks>.<updatedAt>`, as `idem show` prints it (`operationVersion`). */
 const VERSION = /^([a-z_]+)\.(\d+)\.(\d+)\.(\d+)$/;
 /** A version as `idem show` prints it, for `--seen`: the operation as the person saw it. */
@@ -421,11 +426,9 @@ export function program(): Command {
       "-e, --evidence <text>",
       'what you checked: the provider\'s id or link, "found in Sent" (kept with your verdict)',
     )
-    .addOption(
-      new Option(
-        "--receipt <json>",
-        "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)",
-      ).argParser(json),
+    .option(
+      "--receipt <json>",
+      "with --succeeded: the receipt you found, checked by the action's receipt schema (needs the config's actions)",
     )
     .addOption(seenOption())
     .addOption(retiredAttemptOption())
@@ -440,7 +443,7 @@ export function program(): Command {
           failed?: boolean;
           reason: string;
           evidence?: string;
-          receipt?: unknown;
+          receipt?: string;
           seen?: Seen;
           attempt?: string;
           actor?: string;
@@ -450,6 +453,8 @@ export function program(): Command {
           throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
         if (o.failed && o.receipt !== undefined)
           throw new InvalidValueError("resolve", "--receipt goes with --succeeded");
+        // Read as the console reads it (receipt.ts); the ledger checks it against the action's schema.
+        const receipt = o.receipt === undefined ? undefined : parseReceipt(o.receipt);
         const ref = { tenant: o.tenant, id };
         const seen = requireSeen(o, ref, "resolve");
         await withLedger(
@@ -465,7 +470,7 @@ export function program(): Command {
             await onTheVersionShown(ledger, ref, seen, () =>
               ledger.admin.resolve(
                 o.succeeded
-                  ? { ...common, outcome: "succeeded", ...(o.receipt !== undefined && { receipt: o.receipt }) }
+                  ? { ...common, outcome: "succeeded", ...(receipt !== undefined && { receipt }) }
                   : { ...common, outcome: "failed" },
               ),
             );
@@ -631,10 +636,11 @@ export function program(): Command {
     )
     .action(async (o: { port?: number }) => {
       const log = pino({ base: { console: hostname() } });
+      let built = true;
       await withLedger(
         g(),
-        async (ledger, config) => {
-          await warnOfUnmatchedThresholdsInConsole(config, log);
+        async (ledger, config, configured) => {
+          if (built) warnOfUnmatchedThresholds(config, configured, log);
           const web = await serveConsole(
             ledger,
             o.port === undefined ? config : { ...config, console: { ...config.console, port: o.port } },
@@ -648,7 +654,19 @@ export function program(): Command {
           });
           await web.close();
         },
-        {},
+        {
+          // A receipt given with a decision is checked by its action's receipt schema, which the
+          // ledger must know. The console performs no action: it may run without the providers'
+          // credentials, and then says what it cannot check.
+          actions: true,
+          withoutActions: (error) => {
+            built = false;
+            log.warn(
+              { err: error },
+              `the config's actions could not be built, so a receipt given with a decision is refused (evidence is taken) and thresholds.perAction is not checked against them: ${error.message}`,
+            );
+          },
+        },
       );
     });
 
@@ -813,27 +831,6 @@ function warnOfUnmatchedThresholds(config: IdemConfig, configured: readonly Acti
       { key, known },
       `thresholds.perAction[${JSON.stringify(key)}] names no action of this config${near ? ` (did you mean ${near}?)` : ""}: it applies only if agents run actions of that type; the config's are ${known.join(", ") || "none"}`,
     );
-}
-
-/**
- * The console's `warnOfUnmatchedThresholds`. The config's actions are built with their providers'
- * credentials, which a console may rightly run without (it performs no action): then it says the
- * keys could not be checked, and starts. Without `perAction` keys nothing is built.
- */
-async function warnOfUnmatchedThresholdsInConsole(config: IdemConfig, log: Logger): Promise<void> {
-  if (Object.keys(config.thresholds.perAction).length === 0) return;
-  let configured: Action<any, any>[];
-  try {
-    configured = await actionsOf(config);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    log.warn(
-      { err: error },
-      `thresholds.perAction could not be checked against the actions of this config: ${error.message}`,
-    );
-    return;
-  }
-  warnOfUnmatchedThresholds(config, configured, log);
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -11,6 +11,7 @@ import { dirname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { IdemError, requireName, type Action, type InvalidValueError } from "@idem/core";
+import { readJson } from "./json-text.js";
 
 /** The config file or the command line cannot be used (code `CONFIG`; the command exits 2). */
 export class ConfigError extends IdemError {
@@ -438,24 +439,15 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
 }
 
 /**
- * A JSON config file's content. Refused without the parser's message: Node's quotes the text
- * around the fault, and a ledger URL's password or a token may be there. Where the parser gives a
- * position, its line and column are said instead.
+ * A JSON config file's content. Refused without the parser's message (`readJson`): a ledger URL's
+ * password or a token may be in the text around the fault.
  */
 function parseJsonFile(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch (cause) {
-    const at = /at position (\d+)/.exec((cause as Error).message)?.[1];
-    let where = "";
-    if (at !== undefined) {
-      const before = text.slice(0, Number(at)).split("\n");
-      where = ` at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`;
-    }
-    throw new ConfigError(
-      `not valid JSON${where} (the text there is not repeated: it may hold a secret); check it with a JSON linter`,
-    );
-  }
+  const read = readJson(text);
+  if (read.ok) return read.value;
+  throw new ConfigError(
+    `not valid JSON${read.where} (the text there is not repeated: it may hold a secret); check it with a JSON linter`,
+  );
 }
 
 /** Validates a configuration object (what a config file exports). */

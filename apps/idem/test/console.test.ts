@@ -334,7 +334,7 @@ for (const dialect of DIALECTS) {
             .evaluateAll((rs) => rs.map((r) => r.getAttribute("value"))),
         ).toEqual(["succeeded"]);
         expect(await page.getByTestId("performed").textContent()).toMatch(
-          /effect happened \(attempt 1's request\).*receipt could not be stored.*only .It happened: resolve as succeeded., with the receipt you find at the provider, is accepted/,
+          /effect happened \(attempt 1's request\).*receipt could not be stored.*only .It happened: resolve as succeeded., with the receipt you find at the provider \(the Receipt field of its page\) or your evidence, is accepted/,
         );
         // A form posted anyway (another client, an old page) is refused with the same why, nothing decided.
         const token = await page.locator('#decide input[name="csrf"]').inputValue();
@@ -740,7 +740,7 @@ describe("the console behind an authenticating proxy, and beside the daemon", { 
     const { child: bare } = await serving(config, ["console"], { IDEM_TEST_STRIPE_KEY: "" });
     try {
       expect(warningsOf(bare.lines).map((w) => w.msg)).toEqual([
-        "thresholds.perAction could not be checked against the actions of this config: invalid config: providers.stripe.apiKeyEnv: environment variable IDEM_TEST_STRIPE_KEY is not set",
+        "the config's actions could not be built, so a receipt given with a decision is refused (evidence is taken) and thresholds.perAction is not checked against them: invalid config: providers.stripe.apiKeyEnv: environment variable IDEM_TEST_STRIPE_KEY is not set",
       ]);
     } finally {
       await kill9(bare);

@@ -25,6 +25,7 @@ import type { Logger } from "pino";
 import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { decisionsFor, type Outcome } from "../decisions.js";
+import { parseReceipt } from "../receipt.js";
 import { stuckRuns } from "../stuck.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
@@ -33,6 +34,7 @@ import {
   flashNote,
   layout,
   loginPage,
+  OUTCOME_LABELS,
   OUTCOME_NAMES,
   operationPage,
   performedNote,
@@ -76,6 +78,8 @@ interface Decision {
   readonly outcome: Outcome;
   readonly reason: string;
   readonly evidence: string | undefined;
+  /** With "succeeded" on an operation's page: the receipt the person found, as `idem resolve --receipt` takes it. */
+  readonly receipt?: unknown;
 }
 /** What became of one operation's decision. */
 type Decided = { ok: true; message: string } | { ok: false; status: 403 | 404 | 409; message: string };
@@ -157,7 +161,11 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   );
   // Sign-ins per address, and for the whole console as a backstop: guessing tokens gets
   // SIGN_IN_FAILURES tries an address a quarter of an hour. A try is counted before the token is
-  // checked (so that requests sent together cannot all pass the check) and given back if it signed in.
+  // checked (so that requests sent together cannot all pass the check) and given back if it signed
+  // in: only that try. A sign-in does not clear the address's earlier failures, or a holder of one
+  // token could guess at the others' without end, signing in with their own between guesses. A
+  // failure is counted against its address (and the backstop) only, never against an operator:
+  // a token names no operator until it matches, and a remote guesser must not lock anyone out.
   const perAddress = new RateLimiterMemory({ points: SIGN_IN_FAILURES, duration: 15 * 60 });
   const everyone = new RateLimiterMemory({ points: SIGN_IN_FAILURES_ALL, duration: 15 * 60 });
   app.post("/login", async (c) => {
@@ -188,7 +196,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         401,
       );
     }
-    await Promise.all([perAddress.delete(peer), everyone.reward("all")]);
+    await Promise.all([perAddress.reward(peer, 1), everyone.reward("all", 1)]);
     log.info({ operator: operator.name }, "console sign-in");
     return c.redirect("/", 303);
   });
@@ -301,7 +309,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const found = await visible(c);
     if (!found) return page(c, "Not found", flashNote("error", "No such operation for the tenants you may see."), 404);
     const form = await c.req.parseBody();
-    const decision = decisionOf(form);
+    const decision = decisionOf(form, { receipt: true });
     const result =
       typeof decision === "string"
         ? ({ ok: false, status: 409, message: decision } as const)
@@ -344,33 +352,38 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     // The decision is the same for every operation: a form without one is said once, and nothing is decided.
     const decision = decisionOf(form);
     if (typeof decision === "string") return back(`${decision} Nothing was decided.`);
-    const targets = picked.map(pickedOf);
-    // A selected operation that, as the queue showed it, does not take this decision (core would
-    // refuse it: known performed, unknown, running) refuses the whole decision, before anything is
-    // written: the person decided for a selection, and half of it done is not what they asked.
-    // The page's script offers only what every selected row takes; this is for a form sent anyway.
-    // So does one that changed since it was shown (it may have become known performed): `decide`
-    // would refuse it alone and write the rest. Not found, or sent without a view: `decide` says so.
+    // Every selection is checked before anything is written, and one that is not as the queue
+    // showed it refuses the whole decision: the person decided for a selection, and half of it done
+    // is not what they asked. Not one the queue made (unreadable, no view of the operation: a form
+    // made elsewhere, or edited), or no operation of the operator's tenants ("not found", as on
+    // its page: another tenant's is not told apart): the queue never showed it. Changed since it
+    // was shown (it may have become known performed): `decide` would refuse it alone and write the
+    // rest. Not taking this decision as shown (core would refuse it: known performed, unknown,
+    // running): the page's script offers only what every selected row takes; this is for a form
+    // sent anyway.
+    const targets: { tenant: string; id: string; seen: Seen }[] = [];
+    const unshown: { id: string; message: string }[] = [];
     const untaken: { id: string; message: string; changed?: true }[] = [];
-    for (const { tenant, id, seen } of targets) {
-      if (tenant === undefined || id === undefined) continue;
-      const now = (await find(operator, tenant, id))?.operation;
+    for (const { tenant, id, seen } of picked.map(pickedOf)) {
+      if (tenant === undefined || id === undefined) {
+        unshown.push({ id: "(unreadable)", message: "not a selection the queue made" });
+        continue;
+      }
       const shown = seenOf(seen);
-      if (!now || !shown) continue;
-      if (!sameVersion(now, shown))
+      const now = (await find(operator, tenant, id))?.operation;
+      if (!now) unshown.push({ id, message: "not found" });
+      else if (!shown) unshown.push({ id, message: "sent without the view the queue showed of it" });
+      else if (!sameVersion(now, shown))
         untaken.push({ id, message: `it changed since the queue showed it (it is ${now.status} now)`, changed: true });
       else if (!decisionsFor(now).includes(decision.outcome)) untaken.push({ id, message: untakenNote(now) });
+      else targets.push({ tenant, id, seen: shown });
     }
+    if (unshown.length > 0) return back(unshownBulkNote(unshown, picked.length));
     if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, picked.length));
+    // What is refused now changed after the check above (another person, the daemon): said one by one.
     const results: (Decided & { id: string })[] = [];
-    for (const { tenant, id, seen } of targets) {
-      // A selection that is no operation of the operator's tenants is "not found", as on its page.
-      const result: Decided =
-        tenant !== undefined && id !== undefined && allows(operator, tenant)
-          ? await decide(operator, { tenant, id }, decision, seen)
-          : { ok: false, status: 404, message: "not found" };
-      results.push({ ...result, id: id ?? "a selection" });
-    }
+    for (const { tenant, id, seen } of targets)
+      results.push({ ...(await decide(operator, { tenant, id }, decision, seen)), id });
     // The note travels in the redirect's URL: it counts, and names only the first few left undecided.
     return back(bulkNote(results));
   });
@@ -409,13 +422,20 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const seen = seenOf(shown);
     // Every decision is checked against the operation as the person saw it; a form without that view is refused.
     if (!seen) return { ok: false, status: 409, message: "Refused: reload the page and decide again." };
-    const { outcome, reason, evidence } = decision;
+    const { outcome, reason, evidence, receipt } = decision;
     const common = { tenant: ref.tenant, id: ref.id, actor: operator.name, reason, seen };
     try {
       // A retry keeps no evidence apart (it is no verdict): what the person checked goes with the
       // reason into the audit trail, rather than nowhere.
       if (outcome === "retry") await ledger.admin.retry({ ...common, reason: withEvidence(reason, evidence) });
-      else await ledger.admin.resolve({ ...common, outcome, ...(evidence !== undefined && { evidence }) });
+      else
+        await ledger.admin.resolve({
+          ...common,
+          outcome,
+          ...(evidence !== undefined && { evidence }),
+          // Checked by the ledger as the CLI's is: the action's receipt schema, maxResultBytes.
+          ...(outcome === "succeeded" && receipt !== undefined && { receipt }),
+        });
     } catch (error) {
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
       if (error instanceof InvalidTransitionError) {
@@ -448,14 +468,27 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   return app;
 }
 
-/** The decision a form asks for, or what it lacks (said to the person). */
-function decisionOf(form: Record<string, unknown>): Decision | string {
+/**
+ * The decision a form asks for, or what it lacks or gets wrong (said to the person). `receipt`:
+ * the form has a receipt field (an operation's page; a bulk decision has none, and one sent is not read).
+ */
+function decisionOf(form: Record<string, unknown>, fields: { receipt?: boolean } = {}): Decision | string {
   const outcome = form.outcome;
   const reason = typeof form.reason === "string" ? form.reason.trim() : "";
   const evidence = typeof form.evidence === "string" && form.evidence.trim() ? form.evidence.trim() : undefined;
+  const receiptText = fields.receipt && typeof form.receipt === "string" ? form.receipt.trim() : "";
   if (outcome !== "succeeded" && outcome !== "failed" && outcome !== "retry") return "Choose a decision.";
   if (!reason) return "A decision needs a reason.";
-  return { outcome, reason, evidence };
+  if (!receiptText) return { outcome, reason, evidence };
+  // As `idem resolve --receipt` with --failed: a receipt says it happened, the other decisions that it did not.
+  if (outcome !== "succeeded")
+    return `Refused: a receipt goes with ${OUTCOME_LABELS.succeeded} only; nothing was decided.`;
+  try {
+    return { outcome, reason, evidence, receipt: parseReceipt(receiptText) };
+  } catch (error) {
+    if (error instanceof InvalidValueError) return `Refused: ${error.message}`;
+    throw error;
+  }
 }
 
 /**
@@ -492,6 +525,18 @@ function untakenBulkNote(
     ? "Reload the queue and decide again."
     : `Deselect ${one ? "it" : "them"} and decide the rest again.`;
   return [head, ...named, ...more, advice].join(" · ");
+}
+
+/**
+ * A bulk decision refused whole because some of its selections are no operation the queue showed
+ * this operator (not found, unreadable, without their view): which, as short as `bulkNote`.
+ */
+function unshownBulkNote(unshown: readonly { id: string; message: string }[], selected: number) {
+  const one = unshown.length === 1;
+  const head = `Nothing was decided: ${unshown.length} of ${selected} selected ${one ? "is" : "are"} not ${one ? "an operation" : "operations"} the queue showed you`;
+  const named = unshown.slice(0, BULK_NOTE_NAMES).map((u) => `${u.id}: ${u.message}`);
+  const more = unshown.length > BULK_NOTE_NAMES ? [`and ${unshown.length - BULK_NOTE_NAMES} more`] : [];
+  return [head, ...named, ...more, "Reload the queue and decide again."].join(" · ");
 }
 
 /** Whether an operation is as a page showed it (core's `Verdict.seen` check, read before deciding). */

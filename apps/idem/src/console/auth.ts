@@ -2,8 +2,10 @@
  * Who is looking at the console, and what they may see. Three modes, from the config's `console`
  * section: a token per operator (signed in once, then a signed session cookie), a header set by
  * an authenticating reverse proxy, or, only on a loopback address and only when asked for, no
- * sign-in at all. Every state-changing form carries a token derived from the operator's identity
- * and the session key (checked with the request's Origin), so another site cannot post for them.
+ * sign-in at all. Every state-changing form carries a token derived from the operator's session
+ * (by token: the session's own id; by proxy or without sign-in, which have no session: the
+ * operator's name) and the session key, checked with the request's Origin, so another site cannot
+ * post for them and a form token copied from one session is refused in any other.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
@@ -16,6 +18,11 @@ export interface Operator {
   readonly name: string;
   /** The tenants this operator may see and decide; "*" for every tenant. */
   readonly tenants: "*" | readonly string[];
+  /**
+   * The signed-in session the request came with (sign-in by token), whose forms alone it may post;
+   * undefined when the proxy names the operator or there is no sign-in.
+   */
+  readonly session?: string;
 }
 
 const COOKIE = "idem_console";
@@ -83,7 +90,9 @@ export class Access {
     const [name, until, id, tag] = JSON.parse(value) as [string, number, string?, string?];
     if (!(Date.now() < until) || id === undefined || this.#signedOut.has(id)) return undefined;
     const entry = this.#tokens.find((t) => t.operator.name === name);
-    return entry && tag === this.#tagOf(entry.digest) ? { operator: entry.operator, id, until } : undefined;
+    return entry && tag === this.#tagOf(entry.digest)
+      ? { operator: { ...entry.operator, session: id }, id, until }
+      : undefined;
   }
 
   /** Names the token a session was opened with, without revealing anything of it. */
@@ -160,9 +169,15 @@ export class Access {
     return !this.settings.insecureNoAuth && !this.settings.proxyHeader;
   }
 
-  /** The anti-forgery token of this operator's forms. */
+  /**
+   * The anti-forgery token of this operator's forms, bound to their session when they signed in
+   * by token: a token read from another session's page (another operator's, or their own signed
+   * out) does not post in this one.
+   */
   formToken(operator: Operator): string {
-    return createHmac("sha256", this.#key).update(`form:${operator.name}`).digest("base64url");
+    return createHmac("sha256", this.#key)
+      .update(`form:${operator.name}\n${operator.session ?? ""}`)
+      .digest("base64url");
   }
 
   /**

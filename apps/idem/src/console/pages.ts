@@ -94,24 +94,44 @@ ${decideFields("bulk")}
 }`;
 }
 
+/** Each decision as its radio button says it. */
+const LABELS: Readonly<Record<Outcome, string>> = {
+  succeeded: "It happened: resolve as succeeded",
+  failed: "It did not happen and must not be tried again: resolve as failed",
+  retry: "It did not happen: run it again with the same key",
+};
+
+/** A decision as the console's notes quote its button. */
+export const OUTCOME_LABELS: Readonly<Record<Outcome, string>> = {
+  succeeded: `“${LABELS.succeeded}”`,
+  failed: `“${LABELS.failed}”`,
+  retry: `“${LABELS.retry}”`,
+};
+
 /**
- * The decision fields: outcome, the required reason, evidence. No outcome is chosen beforehand:
- * the person chooses one (the browser asks, and the console refuses a form without one), so a
- * reason typed for a whole selection never decides it by a default.
+ * The decision fields: outcome, the required reason, evidence, and, on an operation's page that
+ * takes "succeeded", the receipt found at the provider (as `idem resolve --receipt`: JSON, checked
+ * by the action's receipt schema; a bulk decision has none, one receipt being one operation's). No
+ * outcome is chosen beforehand: the person chooses one (the browser asks, and the console refuses
+ * a form without one), so a reason typed for a whole selection never decides it by a default.
  */
-function decideFields(id: string, allowed: readonly Outcome[] = ["succeeded", "failed", "retry"]): Html {
-  const labels = {
-    succeeded: "It happened: resolve as succeeded",
-    failed: "It did not happen and must not be tried again: resolve as failed",
-    retry: "It did not happen: run it again with the same key",
-  };
+function decideFields(
+  id: string,
+  allowed: readonly Outcome[] = ["succeeded", "failed", "retry"],
+  fields: { receipt?: boolean } = {},
+): Html {
   return html`<fieldset class="decide"><legend>Decision</legend>
 ${allowed.map(
   (o) =>
-    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" required> <label class="inline" for="${id}-${o}">${labels[o]}</label></div>`,
+    html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" required> <label class="inline" for="${id}-${o}">${LABELS[o]}</label></div>`,
 )}
 <label for="${id}-reason">Reason (recorded with your name)</label><textarea id="${id}-reason" name="reason" rows="2" required></textarea>
 <label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence">
+${
+  fields.receipt && allowed.includes("succeeded")
+    ? html`<label for="${id}-receipt">Receipt you found at the provider, when it happened (optional: its object as JSON; checked by the action's receipt schema, then replayed to every later caller)</label><textarea id="${id}-receipt" name="receipt" rows="3" spellcheck="false"></textarea>`
+    : ""
+}
 <button>Record the decision</button></fieldset>`;
 }
 
@@ -150,7 +170,7 @@ export function untakenNote(o: Operation): string {
 /** Why an operation known performed takes only "succeeded" (`performedProof`), as the console says it. */
 export function performedNote(proof: StoredError): string {
   const by = performedByWords(proof);
-  return `Its effect happened${by}, but its receipt could not be stored (${proof.reason.slice(0, 200)}): only “It happened: resolve as succeeded”, with the receipt you find at the provider, is accepted. “Failed” and a retry would say it did not happen (a retry would do it again).`;
+  return `Its effect happened${by}, but its receipt could not be stored (${proof.reason.slice(0, 200)}): only ${OUTCOME_LABELS.succeeded}, with the receipt you find at the provider (the Receipt field of its page) or your evidence, is accepted. “Failed” and a retry would say it did not happen (a retry would do it again).`;
 }
 
 export function operationPage(
@@ -187,7 +207,7 @@ ${
   decidable.length
     ? html`<form method="post" action="/op/${encodeURIComponent(o.tenant)}/${o.id}/decide" id="decide">
 <input type="hidden" name="csrf" value="${formToken}"><input type="hidden" name="seen" value="${JSON.stringify(seenOf(o))}">
-${decideFields("one", decidable)}</form>`
+${decideFields("one", decidable, { receipt: true })}</form>`
     : ""
 }
 <h2>History</h2>

@@ -1,0 +1,273 @@
+/**
+ * The console's decision forms, over real HTTP against the console server on SQLite and Postgres
+ * (found in review; each test failed first): a form token is bound to the session whose page
+ * carried it, an operation's "It happened" takes the receipt found at the provider (checked as
+ * `idem resolve --receipt` checks it), and a bulk form naming a selection the queue did not show
+ * (no such operation, another tenant's, no view) is refused whole, nothing decided.
+ */
+import { writeFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { DIALECTS, freshDatabase, kill9, scaled, startChild, tempDir } from "@idem/testkit";
+import { parseConfig } from "@idem/cli";
+import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import { CLI } from "./support.js";
+
+const TOKENS = { alice: "alice-token-forms-0151", bob: "bob-token-forms-0151" };
+
+/** A receipt schema (Standard Schema, as zod's) that takes any receipt with an sid. */
+const sidReceipt = {
+  "~standard": {
+    version: 1 as const,
+    vendor: "test",
+    validate: (v: unknown) =>
+      typeof (v as { sid?: unknown } | null)?.sid === "string"
+        ? { value: v as { sid: string } }
+        : { issues: [{ message: "needs an sid" }] },
+  },
+};
+
+/** No capability, and its send may have happened: a person decides. Its receipt has an sid. */
+const parked = defineAction({
+  type: "sms.parked",
+  capabilities: {},
+  receipt: sidReceipt,
+  execute: async (): Promise<{ sid: string }> => {
+    throw new Error("socket hang up after send");
+  },
+});
+
+for (const dialect of DIALECTS) {
+  describe(`the console's forms on ${dialect}`, { timeout: scaled(120_000) }, () => {
+    let url = "";
+    let ledger: Ledger;
+    let web: ConsoleServer;
+    const acme = `acme-${dialect}`;
+    const globex = `globex-${dialect}`;
+    beforeAll(async () => {
+      process.env.IDEM_FORMS_ALICE = TOKENS.alice;
+      process.env.IDEM_FORMS_BOB = TOKENS.bob;
+      url = await freshDatabase(dialect);
+      // As the daemon's console: the ledger knows the config's actions, so a receipt can be checked.
+      ledger = await openLedger(url, { actions: [parked] });
+      web = await serveConsole(
+        ledger,
+        parseConfig({
+          ledger: url,
+          console: {
+            port: 0,
+            operators: [
+              { name: "alice", tokenEnv: "IDEM_FORMS_ALICE", tenants: "*" },
+              { name: "bob", tokenEnv: "IDEM_FORMS_BOB", tenants: [acme] },
+            ],
+          },
+        }),
+        pino({ level: "silent" }),
+      );
+    }, scaled(60_000));
+    afterAll(async () => {
+      await web?.close();
+      await ledger?.close();
+    });
+
+    let n = 0;
+    const session = async (token: string, base = web.url) => {
+      const res = await fetch(`${base}/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: {
+          origin: base,
+          "x-forwarded-for": `198.51.100.${++n}`,
+          "content-type": "application/x-www-form-urlencoded",
+        },
+        body: new URLSearchParams({ token }),
+      });
+      expect(res.status).toBe(303);
+      return res.headers.get("set-cookie")!.split(";")[0]!;
+    };
+    const get = (cookie: string, path: string, base = web.url) =>
+      fetch(new URL(path, base), { redirect: "manual", headers: { cookie } });
+    /** The form token of a page as this session is shown it. */
+    const formTokenOf = async (cookie: string, path = "/", base = web.url) =>
+      /name="csrf" value="([^"]+)"/.exec(await (await get(cookie, path, base)).text())![1]!;
+    /** Posts a console form as its page would (Origin), with this form token. */
+    const postWith = (cookie: string, csrf: string, path: string, fields: [string, string][], base = web.url) =>
+      fetch(`${base}${path}`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { cookie, origin: base, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams([["csrf", csrf], ...fields]),
+      });
+    /** Posts a console form as its page would: with the page's own form token. */
+    const post = async (cookie: string, path: string, fields: [string, string][], base = web.url) =>
+      postWith(cookie, await formTokenOf(cookie, "/", base), path, fields, base);
+    /** The note of the page a decision's redirect leads to. */
+    const noteAfter = async (cookie: string, res: Response) => {
+      expect(res.status).toBe(303);
+      const page = await (await get(cookie, res.headers.get("location")!)).text();
+      return /data-testid="flash">([^<]*)</.exec(page)?.[1];
+    };
+    /** An operation waiting for a person, how its page shows it (`seen`) and as a queue checkbox. */
+    const waiting = async (tenant: string, key: string, on = ledger) => {
+      const out = await on.run(parked, { tenant, key: [key], args: { to: "+15550100" } });
+      const { operation: o } = await on.get({ tenant, id: out.operationId });
+      expect(o.status).toBe("needs_review");
+      const seen = { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
+      return { id: o.id, seen: JSON.stringify(seen), pick: JSON.stringify({ tenant, id: o.id, seen }) };
+    };
+    const statusOf = async (tenant: string, id: string) => (await ledger.get({ tenant, id })).operation.status;
+
+    it("a form posted with another session's form token is refused, nothing written, even the same operator's", async () => {
+      const op = await waiting(acme, "session-bound");
+      const first = await session(TOKENS.alice);
+      const second = await session(TOKENS.alice);
+      const path = `/op/${acme}/${op.id}`;
+      const fields: [string, string][] = [
+        ["seen", op.seen],
+        ["outcome", "retry"],
+        ["reason", "not in the provider's log"],
+      ];
+      // Before: 303, decided; the token was the operator's, the same in every session of theirs.
+      const crossed = await postWith(second, await formTokenOf(first, path), `${path}/decide`, fields);
+      expect(crossed.status).toBe(403);
+      expect(await crossed.text()).toMatch(/this form is out of date or not from the console/);
+      expect(await statusOf(acme, op.id)).toBe("needs_review");
+      // Another operator's session's token too.
+      const bob = await session(TOKENS.bob);
+      expect((await postWith(bob, await formTokenOf(first, path), `${path}/decide`, fields)).status).toBe(403);
+      expect(await statusOf(acme, op.id)).toBe("needs_review");
+      // A session's own token still decides.
+      const own = await postWith(second, await formTokenOf(second, path), `${path}/decide`, fields);
+      expect(await noteAfter(second, own)).toBe("Marked not done: it will run again with the same key.");
+      expect(await statusOf(acme, op.id)).toBe("pending");
+    });
+
+    it("an operation resolved as succeeded takes the receipt found at the provider, checked by the action's receipt schema and the ledger's maxResultBytes", async () => {
+      const op = await waiting(acme, "receipt");
+      const cookie = await session(TOKENS.alice);
+      const path = `/op/${acme}/${op.id}`;
+      // Before: the page told the person to give the receipt, and had no field for it.
+      const page = await (await get(cookie, path)).text();
+      expect(page).toMatch(/<textarea id="one-receipt" name="receipt"/);
+      const resolve = (outcome: string, receipt: string) =>
+        post(cookie, `${path}/decide`, [
+          ["seen", op.seen],
+          ["outcome", outcome],
+          ["reason", "found in the provider's log"],
+          ["receipt", receipt],
+        ]);
+      const refusals: [string, string, RegExp][] = [
+        ["succeeded", "{nope", /Refused: receipt: is not valid JSON at line 1, column 2/],
+        ["succeeded", '{"id":"SM1"}', /Refused: receipt: needs an sid/],
+        [
+          "succeeded",
+          JSON.stringify({ sid: "SM1", body: "x".repeat(70_000) }),
+          /Refused: receipt: is \d+ bytes, over this ledger(&#39;|')s limit of 65536 \(maxResultBytes\)/,
+        ],
+        ["failed", '{"sid":"SM1"}', /Refused: a receipt goes with “It happened: resolve as succeeded” only/],
+      ];
+      for (const [outcome, receipt, said] of refusals) {
+        const refused = await resolve(outcome, receipt);
+        expect(refused.status, receipt.slice(0, 20)).toBe(409);
+        expect(await refused.text()).toMatch(said);
+        const { operation, events } = await ledger.get({ tenant: acme, id: op.id });
+        expect(operation).toMatchObject({ status: "needs_review", result: null, resolution: null });
+        expect(events.at(-1)?.to).toBe("needs_review");
+      }
+      // Only a receipt the schema takes is stored, and every later caller replays it.
+      expect(await noteAfter(cookie, await resolve("succeeded", ' {"sid":"SM1"} '))).toBe("Resolved as succeeded.");
+      expect((await ledger.get({ tenant: acme, id: op.id })).operation).toMatchObject({
+        status: "succeeded",
+        result: { sid: "SM1" },
+        resolution: { outcome: "succeeded", actor: "alice" },
+      });
+      const replay = await ledger.run(parked, { tenant: acme, key: ["receipt"], args: { to: "+15550100" } });
+      expect(replay).toMatchObject({ status: "succeeded", receipt: { sid: "SM1" }, replayed: true });
+    });
+
+    it("idem console opens its ledger with the config's actions, so a receipt is checked and stored", async () => {
+      const file = `${tempDir()}/idem.config.mjs`;
+      writeFileSync(
+        file,
+        `export default {
+  ledger: ${JSON.stringify(url)},
+  actions: [{
+    type: "sms.parked",
+    capabilities: {},
+    execute: async () => ({ sid: "SM0" }),
+    receipt: { "~standard": { version: 1, vendor: "test", validate: (v) => (typeof v?.sid === "string" ? { value: v } : { issues: [{ message: "needs an sid" }] }) } },
+  }],
+  console: { port: 0, operators: [{ name: "alice", tokenEnv: "IDEM_FORMS_ALICE", tenants: "*" }] },
+};
+`,
+      );
+      const op = await waiting(globex, "receipt-cli");
+      const child = startChild(CLI, ["--config", file, "console"]);
+      try {
+        const base = /"url":"([^"]+)"/.exec(await child.waitFor(/serving the console/))![1]!;
+        const cookie = await session(TOKENS.alice, base);
+        const resolve = (receipt: string) =>
+          post(
+            cookie,
+            `/op/${globex}/${op.id}/decide`,
+            [
+              ["seen", op.seen],
+              ["outcome", "succeeded"],
+              ["reason", "found in the provider's log"],
+              ["receipt", receipt],
+            ],
+            base,
+          );
+        const refused = await resolve('{"id":"SM2"}');
+        expect(refused.status).toBe(409);
+        expect(await refused.text()).toMatch(/Refused: receipt: needs an sid/);
+        expect((await resolve('{"sid":"SM2"}')).status).toBe(303);
+        expect((await ledger.get({ tenant: globex, id: op.id })).operation).toMatchObject({
+          status: "succeeded",
+          result: { sid: "SM2" },
+        });
+      } finally {
+        await kill9(child);
+      }
+    });
+
+    it("a bulk form naming a selection the queue did not show is refused whole: nothing decided, the forged ones named", async () => {
+      const cookie = await session(TOKENS.bob); // acme only
+      const decision: [string, string][] = [
+        ["outcome", "succeeded"],
+        ["reason", "found in the provider's log"],
+      ];
+      const other = await waiting(globex, "bulk-other-tenant");
+      const forgeries: [string, string, string][] = [
+        // An id that is no operation.
+        [
+          "no such operation",
+          JSON.stringify({ tenant: acme, id: "op_forged", seen: JSON.parse(other.seen) }),
+          "op_forged: not found",
+        ],
+        // Another tenant's operation, as bob's queue never shows it: "not found", as on its page.
+        ["another tenant's", other.pick, `${other.id}: not found`],
+        // An operation of bob's tenant without the view a queue row carries.
+        ["sent without its view", "", "without the view the queue showed"],
+        // Not a queue row's value at all.
+        ["not a queue row", "op_123", "not a selection the queue made"],
+      ];
+      for (const [what, forged, said] of forgeries) {
+        const real = await waiting(acme, `bulk-real-${what}`);
+        const viewless = await waiting(acme, `bulk-viewless-${what}`);
+        const pick = forged === "" ? JSON.stringify({ tenant: acme, id: viewless.id }) : forged;
+        const note = await noteAfter(
+          cookie,
+          await post(cookie, "/bulk", [...decision, ["ops", real.pick], ["ops", pick]]),
+        );
+        // Before: "1 of 2 selected was decided: Resolved as succeeded. · …", the real one decided.
+        expect(note, what).toMatch(/^Nothing was decided: 1 of 2 selected /);
+        expect(note, what).toContain(said);
+        expect(await statusOf(acme, real.id), what).toBe("needs_review");
+        expect(await statusOf(acme, viewless.id), what).toBe("needs_review");
+      }
+      expect(await statusOf(globex, other.id)).toBe("needs_review");
+    });
+  });
+}
