@@ -12,6 +12,24 @@ import { operationVersion } from "../src/output.js";
 import { CLI, idem } from "./support.js";
 
 /** The version `idem show` prints of the operation as it is now: what a person who just looked decides on. */
+/** `idem retry --now` of `id` with the config `file`, on the version the ledger has now. */
+async function retryNow(ledger: Ledger, file: string, tenant: string, id: string) {
+  const seen = await versionOf(ledger, tenant, id);
+  return idem([
+    "--config",
+    file,
+    "retry",
+    id,
+    "--tenant",
+    tenant,
+    "--seen",
+    seen,
+    "--reason",
+    "checked: never sent",
+    "--now",
+  ]);
+}
+
 async function versionOf(ledger: Ledger, tenant: string, id: string): Promise<string> {
   return operationVersion((await ledger.get({ tenant, id })).operation);
 }
@@ -532,19 +550,7 @@ export default {
       ] as const) {
         const t = `rerun${to.slice(1)}`;
         const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to } });
-        const out = await idem([
-          "--config",
-          file,
-          "retry",
-          id,
-          "--tenant",
-          t,
-          "--seen",
-          await versionOf(ledger, t, id),
-          "--reason",
-          "checked: never sent",
-          "--now",
-        ]);
+        const out = await retryNow(ledger, file, t, id);
         // Before: exit 2 ("bad usage") for the NaN, and for both only the run's error, as if nothing was done.
         expect(out.code, out.stderr).toBe(1);
         expect(out.stderr).toMatch(
@@ -594,19 +600,7 @@ export default {
       ] as const) {
         const t = `rerun-ends${to.slice(1)}`;
         const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms"], args: { to } });
-        const out = await idem([
-          "--config",
-          file,
-          "retry",
-          id,
-          "--tenant",
-          t,
-          "--seen",
-          await versionOf(ledger, t, id),
-          "--reason",
-          "checked: never sent",
-          "--now",
-        ]);
+        const out = await retryNow(ledger, file, t, id);
         // Before: exit 0 for all three, so a script read a declined card as done.
         expect(out.code, `${to}: ${out.stderr}`).toBe(code);
         expect(out.stdout).toMatch(new RegExp(`^status\\s+${status}$`, "m"));
