@@ -109,6 +109,15 @@ const FAILED_THIS_TIME: ReadonlySet<number> = new Set([500, 502, 504]);
 const CONNECT_TIMEOUT = "UND_ERR_CONNECT_TIMEOUT";
 
 /**
+ * The most one webhook request may take, from its start to the answer's status. Longer than
+ * undici's connect timeout (10 s, which fetch gives no way to change): a receiver never connected
+ * to (its host dropping the attempt) fails as that, "not reached", nothing sent. A deadline of
+ * 10 s, as before, cut the connect first, and the delivery went to review as "may have been
+ * sent", its alert acknowledged, though no byte had left this process.
+ */
+const WEBHOOK_DEADLINE_MS = 20_000;
+
+/**
  * HTTP failures of the webhook sink, whose URL is `url` (never kept in a reason: a Slack
  * webhook's URL is itself a secret).
  */
@@ -126,6 +135,14 @@ function classifyDelivery(url: string) {
       return {
         kind: "transient",
         reason: `receiver answered ${status}, nothing delivered${status === 503 ? "" : " (check alerts.webhook: its URL and authorization)"}`,
+      };
+    // A redirect (the URL moved, an upgrade to https, a sign-in page): the receiver did not take
+    // it, and it is not sent elsewhere (the Location may be another host). Its Location is not
+    // quoted (it may hold a token, as the URL does).
+    if (status !== undefined && status >= 300 && status < 400)
+      return {
+        kind: "transient",
+        reason: `receiver answered ${status} (a redirect), nothing delivered: redirects are not followed; set alerts.webhook to the URL that takes alerts`,
       };
     if (status !== undefined && FAILED_THIS_TIME.has(status))
       return {
@@ -293,6 +310,23 @@ function classifyEmailDelivery(error: unknown): Classification {
   return { kind: "ambiguous", reason: `no answer from the SMTP server: ${what}` };
 }
 
+/**
+ * The recipients nodemailer says the server refused (RCPT TO) while it took the message for the
+ * others, with the server's reply to each; undefined when it refused none.
+ */
+function refusedRecipients(info: {
+  rejected?: unknown;
+  rejectedErrors?: unknown;
+}): { addresses: string[]; said: string } | undefined {
+  const addresses = Array.isArray(info.rejected) ? info.rejected.map(String) : [];
+  if (addresses.length === 0) return undefined;
+  const replies = Array.isArray(info.rejectedErrors)
+    ? info.rejectedErrors.map((e) => String((e as { response?: unknown }).response ?? "").slice(0, 200))
+    : [];
+  const said = addresses.map((a, i) => (replies[i] ? `${a} (${replies[i]})` : a)).join(", ");
+  return { addresses, said };
+}
+
 /** The sinks, as the config names them; a delivery to one is an operation of type `idem.alert.<name>`. */
 const SINK_NAMES = ["log", "webhook", "email"] as const;
 export type SinkName = (typeof SINK_NAMES)[number];
@@ -389,7 +423,10 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
             method: "POST",
             headers: { "content-type": "application/json", "idempotency-key": op.key, ...authorization },
             body: JSON.stringify(body),
-            signal: AbortSignal.any([op.signal, AbortSignal.timeout(10_000)]),
+            // Followed, a 301/302/303 became a GET without the alert, which a page answered 200:
+            // counted delivered, never posted; a 307/308 posted it wherever the Location said.
+            redirect: "manual",
+            signal: AbortSignal.any([op.signal, AbortSignal.timeout(WEBHOOK_DEADLINE_MS)]),
           });
           const res = await fetch(request).catch((error: unknown) => {
             if (!isBlockedPort(error)) throw error;
@@ -448,7 +485,17 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
               messageId: `<alert.${op.key.slice(0, 40)}@${domain}>`,
               signal: AbortSignal.any([op.signal, cutOff.signal]),
             });
-            return { delivered: true as const, detail: String(info.response ?? "") };
+            const detail = String(info.response ?? "");
+            // Refused for some of `to` and taken for the rest: delivered (sent again, it would
+            // reach the others twice), but an address that gets no alerts is said each time, not
+            // passed over (the server's last reply, all the receipt kept, was the others' 250).
+            const refused = refusedRecipients(info);
+            if (refused === undefined) return { delivered: true as const, detail };
+            log.warn(
+              { sink: "email", operationId: alert.operationId, refused: refused.addresses },
+              `alert emailed, but the SMTP server refused it for ${refused.said}: they get no alerts; check alerts.email.to`,
+            );
+            return { delivered: true as const, detail: `${detail}; refused for ${refused.said}` };
           } finally {
             cutOff.clear();
           }

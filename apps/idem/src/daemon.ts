@@ -387,10 +387,37 @@ export class Daemon {
       const done =
         op.status === "unknown"
           ? await this.alertCheckRefused(op, down, undelivered)
-          : await this.deliver(alertOf(kindOf(op), op), op.updatedAt, down, undelivered);
+          : await this.alertRaised(op, down, undelivered);
       if (done) await this.ledger.daemon.ackAlert(op);
       this.metrics.progress();
     }
+  }
+
+  /**
+   * The alert of the transition that raised it (to review, failed on a refused credential, two
+   * effects), keyed by that transition and saying since when, not by the row's version: an
+   * earlier attempt's request that ends late is noted in the history and moves `updatedAt`
+   * without a transition. Keyed by the version, the same alert got a second key, and a sink that
+   * had it pending was sent it twice; the acknowledgement (by the version read) missed it, and the
+   * next pass delivers it under the same key: a replay, nothing sent again.
+   */
+  private async alertRaised(op: Operation, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
+    const since = await this.raisedAt(op);
+    return this.deliver(alertOf(kindOf(op), op, { attempt: op.attempt, since }), since, down, undelivered);
+  }
+
+  /**
+   * When the row became what it is: the last event to its status, at its attempt, with its reason
+   * (only a transition writes the row's reason; a noted event writes its own to the history
+   * alone). The row's version when that event was elided from a long history.
+   */
+  private async raisedAt(op: Operation): Promise<number> {
+    const { events } = await this.ledger.get({ tenant: op.tenant, id: op.id });
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i]!;
+      if (e.to === op.status && e.attempt === op.attempt && e.reason === op.reason) return e.at;
+    }
+    return op.updatedAt;
   }
 
   /**
