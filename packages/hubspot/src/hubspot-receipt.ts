@@ -22,6 +22,13 @@ export interface HubSpotReceipt {
    * `_new: false` at the first request, which had written.
    */
   readonly existedBefore?: true;
+  /**
+   * True when the record was in HubSpot's recycling bin (deleted since this operation made it)
+   * when the lookup settled the operation to it: the effect happened, but no live record holds
+   * it (a person may restore it within 90 days). Absent for a live record, and on receipts stored
+   * by earlier versions.
+   */
+  readonly archived?: true;
 }
 
 /**
@@ -30,7 +37,8 @@ export interface HubSpotReceipt {
  * (`deals`), any for none given; `id` HubSpot's record id (`hs_object_id`, digits); `externalId`
  * the operation key the record carries (64 hex, as `idem show` gives it). Fields besides these are
  * dropped (never the record's properties); `new` defaults to false (found, not known to be made
- * by this operation), and `existedBefore` is kept only when given as true.
+ * by this operation), and `existedBefore` and `archived` (the record is in the recycling bin) are
+ * kept only when given as true.
  */
 export function hubspotReceiptSchema(objectType?: string) {
   return z.object({
@@ -39,5 +47,6 @@ export function hubspotReceiptSchema(objectType?: string) {
     new: z.boolean().default(false),
     externalId: z.string().regex(/^[0-9a-f]{64}$/, "must be the operation key (64 hex) the record carries"),
     existedBefore: z.literal(true).exactOptional(),
+    archived: z.literal(true).exactOptional(),
   });
 }

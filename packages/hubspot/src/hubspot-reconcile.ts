@@ -25,8 +25,8 @@ import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
-import type { UniquePropertyCheck } from "./hubspot-schema.js";
-import { differingProperties } from "./hubspot-values.js";
+import { propertyShapes, type UniquePropertyCheck } from "./hubspot-schema.js";
+import { differingProperties, type PropertyShape } from "./hubspot-values.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -101,6 +101,7 @@ export async function reconcileByRead(
   const externalId = op.key;
   let live: FoundRecord | undefined;
   let archived: FoundRecord | undefined;
+  let shapes: Record<string, PropertyShape> = {};
   try {
     await schema.require(objectType, uniqueProperty);
     live = await readByExternalId(api, objectType, uniqueProperty, externalId);
@@ -108,6 +109,16 @@ export async function reconcileByRead(
     // second read it was "proven absent" and created again. Its values are read to tell it from an
     // earlier operation's with the key (see above).
     if (!live) archived = await readByExternalId(api, objectType, uniqueProperty, externalId, true, Object.keys(given));
+    // How HubSpot keeps the values it returned (text exactly, numbers as numbers, times in UTC):
+    // read only for a record whose values decide.
+    if (archived && madeWithin(archived, op)) {
+      const held = archived.properties;
+      shapes = await propertyShapes(
+        api,
+        objectType,
+        Object.keys(given).filter((name) => held[name] !== undefined),
+      );
+    }
   } catch (e) {
     // Waiting does not make a property unique-value: no later check can prove absence. A person
     // decides (needs_review), rather than checks repeated with backoff for ever (inconclusive).
@@ -133,9 +144,11 @@ export async function reconcileByRead(
   }
   if (live) return { found: true, receipt: { objectType, id: live.id, new: false, externalId } };
   if (archived && !madeWithin(archived, op)) return outsideWindow(objectType, archived, op);
-  const differ = archived ? differingProperties(given, archived.properties) : [];
+  const differ = archived ? differingProperties(given, archived.properties, shapes) : [];
   if (archived && differ.length > 0) return otherValues(objectType, archived, differ);
-  if (archived) return { found: true, receipt: { objectType, id: archived.id, new: false, externalId } };
+  // Ours, deleted since: the effect that happened, and the receipt says it is not a live record.
+  if (archived)
+    return { found: true, receipt: { objectType, id: archived.id, new: false, externalId, archived: true } };
   const none = `no ${objectType} with ${uniqueProperty} = the key, live or archived (consistent reads)`;
   // A write our attempt stopped waiting for may still be applied: found absent then, it ran again
   // as "known not done", and its record, written after, read as one there before the operation.

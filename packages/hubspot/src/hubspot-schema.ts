@@ -12,6 +12,7 @@ import {
   HubSpotSchemaReadError,
   type HubSpotPropertyDefinition,
 } from "./hubspot-errors.js";
+import type { PropertyShape } from "./hubspot-values.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
 
@@ -66,6 +67,29 @@ async function readDefinition(api: Api, objectType: string, name: string) {
     if ((e as { code?: unknown }).code === 404) return undefined;
     throw new HubSpotSchemaReadError(objectType, name, { cause: e, host: api.host });
   }
+}
+
+/**
+ * How HubSpot keeps the values of these properties (their definitions' type and fieldType), to
+ * compare a record's values with the args' (hubspot-values.ts). A property HubSpot has no
+ * definition of is left out (a read does not return it either). Read one request per property, on
+ * the rare path that needs them (a deleted record with our key); throws HubSpotSchemaReadError
+ * when a definition cannot be read, which proves nothing.
+ */
+export async function propertyShapes(
+  api: Api,
+  objectType: string,
+  names: readonly string[],
+): Promise<Record<string, PropertyShape>> {
+  const shapes: Record<string, PropertyShape> = {};
+  for (const name of names) {
+    const p = await readDefinition(api, objectType, name);
+    if (!p) continue;
+    // HubSpot keeps a contact's email lowercased (a change of case alone is the same contact).
+    const caseless = objectType === "contacts" && name === "email";
+    shapes[name] = { type: p.type, fieldType: p.fieldType, ...(caseless && { caseless }) };
+  }
+  return shapes;
 }
 
 /**

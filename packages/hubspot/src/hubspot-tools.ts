@@ -13,7 +13,8 @@
  * pruned from the ledger since) and this call did not write (`existedBefore`), with a `note` that
  * the names given were not written (else the model tells the user the CRM holds them). A record
  * found after a lost answer is most likely this call's own, and one an upsert updated was written
- * by it: each reads done, without `new`.
+ * by it: each reads done, without `new`. One deleted since (settled to our record in HubSpot's
+ * recycling bin, `archived`) reads `archived: true` with a `note` that it is not a live contact.
  */
 import { z } from "zod";
 import { sensitive } from "@idem/core";
@@ -29,6 +30,9 @@ export type HubSpotContactInput = z.output<typeof contactInput>;
 
 /** What a model reads of a contact found already there: its names (maybe other ones) left as they were. */
 const NOT_WRITTEN = "the contact was already there: the names given were not written, it is as it was";
+/** What a model reads of a contact this call made that someone deleted since (HubSpot's recycling bin). */
+const DELETED =
+  "the contact was created, then deleted in HubSpot since: it is in the recycling bin, not a live contact";
 
 export function hubspotTools(actions: HubSpotActions) {
   return {
@@ -48,6 +52,7 @@ export function hubspotTools(actions: HubSpotActions) {
       summarize: (r: HubSpotReceipt) => ({
         id: r.id,
         ...(r.new ? { new: true } : r.existedBefore && { new: false, note: NOT_WRITTEN }),
+        ...(r.archived && { archived: true, note: DELETED }),
       }),
       // Only a receipt of a record this call did not write: "not repeated" must be true.
       foundEarlier: (r: HubSpotReceipt) => r.existedBefore === true,

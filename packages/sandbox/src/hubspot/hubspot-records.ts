@@ -46,13 +46,40 @@ export class HubSpotFailure {
  */
 export class InputRefusal extends HubSpotFailure {}
 
-const BUILT_IN: Record<string, string[]> = {
-  contacts: ["email", "firstname", "lastname", "phone", "company", "lifecyclestage"],
+/**
+ * Built-in properties per object type, with HubSpot's types where a value is not plain text (what
+ * the adapter compares a read by: hubspot-values.ts); a name alone is a text property.
+ */
+const BUILT_IN: Record<string, (string | [name: string, type: string, fieldType: string])[]> = {
+  contacts: ["email", "firstname", "lastname", "phone", "company", ["lifecyclestage", "enumeration", "select"]],
   companies: ["name", "domain", "industry"],
-  deals: ["dealname", "amount", "dealstage", "pipeline", "closedate"],
-  tickets: ["subject", "content", "hs_pipeline", "hs_pipeline_stage", "hs_ticket_priority"],
-  notes: ["hs_note_body", "hs_timestamp"],
+  deals: [
+    "dealname",
+    ["amount", "number", "number"],
+    ["dealstage", "enumeration", "select"],
+    ["pipeline", "enumeration", "select"],
+    ["closedate", "datetime", "date"],
+  ],
+  tickets: [
+    "subject",
+    "content",
+    ["hs_pipeline", "enumeration", "select"],
+    ["hs_pipeline_stage", "enumeration", "select"],
+    ["hs_ticket_priority", "enumeration", "select"],
+  ],
+  notes: ["hs_note_body", ["hs_timestamp", "datetime", "date"]],
 };
+/**
+ * What a read returns when it names no properties: the type's defaults, as HubSpot's CRM objects
+ * API lists them ("Properties returned by default"), with the ones every read returns (READ_ALWAYS).
+ */
+const READ_BY_DEFAULT: Record<string, string[]> = {
+  companies: ["name", "domain"],
+  contacts: ["firstname", "lastname", "email"],
+  deals: ["dealname", "amount", "closedate", "pipeline", "dealstage"],
+  tickets: ["content", "hs_pipeline", "hs_pipeline_stage", "hs_ticket_category", "hs_ticket_priority", "subject"],
+};
+const READ_ALWAYS = ["hs_object_id", "createdate", "lastmodifieddate"];
 const UNIQUE_LIMIT = 10;
 /**
  * Built-in properties whose values HubSpot keeps unique without calling them unique-value
@@ -174,6 +201,27 @@ export class CrmStore {
         r.archived === archived &&
         (idProperty ? same(objectType, idProperty, r.properties[idProperty], id) : r.id === id),
     );
+  }
+
+  /**
+   * A record's properties as a read returns them (GET /crm/v3/objects/{objectType}/{id}): those
+   * `asked` (HubSpot's `properties` parameter), else the type's defaults, and the ones every read
+   * returns. HubSpot's reference for the parameter: "A comma separated list of the properties to be
+   * returned in the response. If any of the specified properties are not present on the requested
+   * object(s), they will be ignored." A property the type has but the record holds no value in
+   * comes back all the same, empty (null; singer-io/tap-hubspot#300 reports the v3 API answering
+   * it rather than leaving the key out): the adapter compares such a value with the args' as empty
+   * (hubspot-values.ts), where one left out is not compared.
+   */
+  readProperties(objectType: string, record: CrmRecord, asked: readonly string[]): Record<string, string | null> {
+    const names = asked.length > 0 ? asked : (READ_BY_DEFAULT[objectType] ?? []);
+    const known = this.props(objectType);
+    const out: Record<string, string | null> = {};
+    for (const name of [...names, ...READ_ALWAYS]) {
+      if (!known.has(name) && !READ_ALWAYS.includes(name)) continue; // not a property of the type: ignored
+      out[name] = record.properties[name] ?? null;
+    }
+    return out;
   }
 
   /**
@@ -302,17 +350,13 @@ export class CrmStore {
     let p = this.properties.get(objectType);
     if (!p) {
       p = new Map(
-        (BUILT_IN[objectType] ?? ["name"]).map((name) => [
-          name,
-          {
+        (BUILT_IN[objectType] ?? ["name"]).map((entry) => {
+          const [name, type, fieldType] = typeof entry === "string" ? [entry, "string", "text"] : entry;
+          return [
             name,
-            label: name,
-            type: "string",
-            fieldType: "text",
-            groupName: `${objectType}information`,
-            hasUniqueValue: false,
-          },
-        ]),
+            { name, label: name, type, fieldType, groupName: `${objectType}information`, hasUniqueValue: false },
+          ];
+        }),
       );
       this.properties.set(objectType, p);
     }

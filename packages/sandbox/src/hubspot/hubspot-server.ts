@@ -330,6 +330,12 @@ export class HubSpotSandbox {
         try {
           upserted = this.crm.upsert(objectType, input.idProperty ?? "hs_object_id", input.id, input.properties ?? {});
         } catch (e) {
+          // A unique value another record holds is refused for the whole batch (409), not per
+          // input: HubSpot documents 207 Multi-Status for batch inputs it refuses, but answers a
+          // conflict in a batch upsert with a whole 409 ("Contacts API Batch Upsert return 409
+          // instead of 207", community.hubspot.com/t5/APIs-Integrations/Contacts-API-Batch-Upsert-return-409-instead-of-207/td-p/1051941,
+          // as airbytehq/airbyte#76340 splits batches to find the input). The adapter reads either
+          // back (hubspot-actions.ts), and a 409 names the existing record, which it judges by.
           if (!(e instanceof InputRefusal)) throw e;
           // Per input, as HubSpot answers a batch upsert (hubspot-api-ruby#403): no result, the
           // error in `errors`.
@@ -376,7 +382,14 @@ export class HubSpotSandbox {
             404,
             error(`Object not found.  objectId are usually numeric.`, "OBJECT_NOT_FOUND", "OBJECT_NOT_FOUND"),
           );
-        return [200, view(record)];
+        // Only the properties asked for (the client repeats `properties`; HubSpot takes a comma
+        // separated list too), else the type's defaults: see CrmStore.readProperties.
+        const asked = q
+          .getAll("properties")
+          .flatMap((p) => p.split(","))
+          .map((p) => p.trim())
+          .filter((p) => p !== "");
+        return [200, { ...view(record), properties: this.crm.readProperties(objectType, record, asked) }];
       }
     }
     throw new HubSpotFailure(404, error(`No route for ${method} ${path}`, "NOT_FOUND", "OBJECT_NOT_FOUND"));
