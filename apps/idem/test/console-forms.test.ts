@@ -118,6 +118,28 @@ for (const dialect of DIALECTS) {
     };
     const statusOf = async (tenant: string, id: string) => (await ledger.get({ tenant, id })).operation.status;
 
+    it("an operation's page keeps secrets out of a failure's evidence, as idem show does, the codes shown", async () => {
+      // The review of 80f716e: show and ls --json redact a failure's evidence; the operation's page
+      // printed it whole (a payment_token among the decline codes).
+      const declined = defineAction({
+        type: "pay.declined",
+        capabilities: {},
+        execute: async (): Promise<{ id: string }> => {
+          throw new Error("declined");
+        },
+        classify: () => ({
+          kind: "permanent",
+          reason: "card declined",
+          evidence: { decline_code: "insufficient_funds", payment_token: "tok_do_not_show" },
+        }),
+      });
+      const out = await ledger.run(declined, { tenant: acme, key: ["evidence"], args: { amount: 5 } });
+      expect(out.status).toBe("failed");
+      const page = await (await get(await session(TOKENS.alice), `/op/${acme}/${out.operationId}`)).text();
+      expect(page).toContain("insufficient_funds");
+      expect(page).not.toContain("tok_do_not_show");
+    });
+
     it("a form posted with another session's form token is refused, nothing written, even the same operator's", async () => {
       const op = await waiting(acme, "session-bound");
       const first = await session(TOKENS.alice);

@@ -165,9 +165,17 @@ type IntentArgs = Pick<
 function otherCharge(found: Found, args: IntentArgs | undefined): string | undefined {
   const pi = found as Found & { amount?: unknown; currency?: unknown; customer?: unknown };
   // A customer's id is Stripe's, kept as given (an intent's customer may be expanded to the object).
-  const holder: unknown = typeof pi.customer === "object" ? (pi.customer as { id?: unknown } | null)?.id : pi.customer;
-  if (typeof args?.customer === "string" && typeof holder === "string" && holder !== args.customer)
-    return `found the payment intent ${found.id} with our key, for the customer ${holder} where this operation asks ${args.customer}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
+  // None is a holder too: an intent of no customer (a guest's card) is not this customer's charge,
+  // nor one of a customer the charge of an operation that names none ("" unsets it, as Stripe reads it).
+  const held: unknown = typeof pi.customer === "object" ? (pi.customer as { id?: unknown } | null)?.id : pi.customer;
+  const holder = held === undefined || held === null || held === "" ? null : held;
+  const given: unknown = args?.customer;
+  const asks = given === undefined || given === null || given === "" ? null : given;
+  const named = (c: unknown) => (c === null ? "no customer" : `the customer ${String(c)}`);
+  // Only an intent as Stripe renders it, which always has the field (null when none), is compared.
+  const comparable = (c: unknown) => c === null || typeof c === "string";
+  if (args !== undefined && "customer" in pi && comparable(asks) && comparable(holder) && holder !== asks)
+    return `found the payment intent ${found.id} with our key, for ${named(holder)} where this operation asks ${asks === null ? "no customer" : String(asks)}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
   // stripe-node form-encodes its params, so a caller's "2000" is the amount 2000 too.
   const asked: unknown = args?.amount;
   const amount = typeof asked === "string" && /^\d+$/.test(asked) ? Number(asked) : asked;

@@ -931,6 +931,31 @@ for (const dialect of DIALECTS) {
       expect(operation.reason).toContain(`for the customer ${wrong.id} where this operation asks ${right.id}`);
     });
 
+    it("a key reused with a customer where the earlier, pruned operation named none, or the other way round (400 idempotency_error): not read as done", async () => {
+      // The review of b849609: the customer check compared two ids only, so an intent with our key
+      // and no customer (a guest charge) was taken as this customer's charge, and one of a customer
+      // as a charge that named none, the card asked for never charged.
+      const s = stripe();
+      const l = await ledger({ retentionMs: 60_000, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const customer = await s.client.customers.create({});
+      for (const [name, earlier, later] of [
+        ["guest, then the customer", {}, { customer: customer.id }],
+        ["the customer, then a guest", { customer: customer.id }, {}],
+      ] as const) {
+        const key = ["charge", "in_holder", name];
+        const first = await l.run(s.paymentIntentsCreate, { tenant: t, key, args: { ...CARD, ...earlier } });
+        expect(first.status, name).toBe("succeeded");
+        advance(2 * 60_000);
+        expect(await l.admin.prune({ tenant: t }), name).toBe(1);
+        const before = piCount();
+        const again = await l.run(s.paymentIntentsCreate, { tenant: t, key, args: { ...CARD, ...later } });
+        expect(sandbox.requests.at(-2), name).toMatchObject({ method: "POST", status: 400 }); // idempotency_error
+        expect(piCount() - before, name).toBe(0);
+        expect(again, name).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      }
+    });
+
     it(
       "SIGKILL after the request reached Stripe: after the lease, the replay by key yields the same PaymentIntent",
       async () => {

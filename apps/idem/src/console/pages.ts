@@ -225,7 +225,8 @@ ${decideFields("one", decidable, { receipt: true })}</form>`
 function errorOf(e: StoredError): Html {
   const fields: [string, string][] = [
     ...(e.providerRequestId ? [["provider request id", e.providerRequestId] as [string, string]] : []),
-    ...Object.entries(e.evidence ?? {}),
+    // Redacted as idem show redacts it: an action names its evidence as it likes (a token among the codes).
+    ...Object.entries(redactArgs(e.evidence ?? {}) as Record<string, string>),
   ];
   const dropped = e.evidenceDropped
     ? html`<br><small>${e.evidenceDropped} more ${e.evidenceDropped === 1 ? "entry" : "entries"} of evidence not kept (past the bounds)</small>`
