@@ -24,8 +24,8 @@ export interface Call<A, R> {
   readonly tenant: string;
   readonly key: { hash: string; label: string | null };
   /** Given args, hashed up front; or a generator run once, for the first attempt only. */
-  readonly args:
-    | { kind: "given"; value: A; hash: string; json: string }
+  readonly args: /** `stored`: read from the row (the daemon's), not checked by this version's `validate` as a caller's are. */
+    | { kind: "given"; value: A; hash: string; json: string; stored?: true }
     | { kind: "lazy"; make: () => A | Promise<A> }
     /** Settling without a caller: only the args stored by an earlier attempt can be used. */
     | { kind: "stored" };

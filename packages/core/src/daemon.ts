@@ -163,7 +163,7 @@ export class LedgerDaemon {
       storeArgs: true,
       args:
         row.args_json !== null && row.args_hash !== null
-          ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash }
+          ? { kind: "given", value: JSON.parse(row.args_json), json: row.args_json, hash: row.args_hash, stored: true }
           : { kind: "stored" },
       settings,
       stop: options.stop,

@@ -499,6 +499,20 @@ export class Runner {
           if (!moved) return { step: await fenced(this.writes, call, row, "unknown", "args", { sent: false }) };
           throw new ArgsMismatchError(row.id, row.args_hash, call.args.hash, call.action.type, "unknown");
         }
+        // Args stored by an earlier attempt (the daemon's and a lazy caller's only ones) were
+        // checked by the version that stored them: one whose validate has since learnt to refuse
+        // what is unsafe to send (an email header value nodemailer writes as it is) must not send
+        // them unchecked. Refused, nothing is sent: rejected (failed, or unknown when an earlier
+        // attempt may have sent them, statusAfter). A caller's own args were checked by `run`.
+        const checked = call.args.kind === "given" && call.args.stored !== true;
+        if (!checked && row.args_json !== null && call.action.validate) {
+          try {
+            call.action.validate(args);
+          } catch (error) {
+            const reason = `the stored args are refused by the action's validation, nothing sent: ${describeError(error)}`;
+            return { ok: false, cls: { kind: "rejected", reason }, row, sent: false };
+          }
+        }
         // The reference is made before the first send and kept once an attempt may have sent. An
         // operation no attempt may have performed yet (known not sent: pending, or never tried)
         // gets the reference of this attempt's config: the earlier one describes no effect, and

@@ -59,13 +59,20 @@ export interface EmailArgs {
   readonly html?: string;
   /**
    * Inline content only (strings, base64 with `encoding`): one that names a `path`, an `href` or
-   * `raw` is refused before anything is claimed, so nothing is read from disk or a URL.
+   * `raw` is refused before anything is claimed, so nothing is read from disk or a URL; so is any
+   * other key than these, and a value of another type (nodemailer writes an object's value into
+   * the part's header as it is, line breaks and all).
    */
   readonly attachments?: readonly {
     filename: string;
     content: string;
     encoding?: "base64" | "utf8";
     contentType?: string;
+    /** The Content-ID an HTML part refers to (`<img src="cid:…">`), without angle brackets. */
+    cid?: string;
+    contentDisposition?: "attachment" | "inline";
+    /** The part's own header lines; not those nodemailer writes itself (Content-Type, Content-ID, …). */
+    headers?: Readonly<Record<string, string>>;
   }[];
   readonly headers?: Readonly<Record<string, string>>;
 }
@@ -132,6 +139,14 @@ export function emailActions(config: EmailConfig): EmailActions {
           throw new Error(
             `email.send: headers may not set ${JSON.stringify(name)}: ${own}, the action writes it on each send`,
           );
+        // nodemailer writes these itself: a caller's Content-Type went out beside its own (two, a
+        // message each reader parses its own way), a Bcc into the message every recipient reads,
+        // a MIME-Version in place of its own; the others it drops without a word.
+        const written = MESSAGE_HEADERS.get(headerName(name));
+        if (written)
+          throw new Error(
+            `email.send: headers may not set ${JSON.stringify(name)}: nodemailer writes it (${written}); nothing was sent`,
+          );
       }
       (args.attachments ?? []).forEach((a, i) => {
         const problem = attachmentProblem(a);
@@ -195,7 +210,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       // What every recipient gets has no Bcc header (nodemailer's stream transport keeps it), or
       // each would read who else had a blind copy, the journal among them: those are envelope only.
       const raw = (message.bcc.length > 0 ? await rendered({ ...message, bcc: [] }) : whole).message as Buffer;
-      const out = { from: envelope.from || "", to: envelope.to ?? [], raw, journal: journalAddress };
+      const out = {
+        from: envelope.from || "",
+        to: envelope.to ?? [],
+        raw,
+        journal: journalAddress,
+        content: contentOf(args, message.subject),
+      };
       const info = await sendRaw(config.smtp, out, op.signal);
       // Sent already: a failed APPEND loses the copy, not the effect, so the send still succeeded,
       // and nothing below sends again. One that may pass is tried again (email-append.ts); without
@@ -293,6 +314,43 @@ const OWN_HEADERS: ReadonlyMap<string, string> = new Map([
   ["x-idem-attempt", "X-Idem-Attempt"],
 ]);
 
+/**
+ * The message headers nodemailer writes itself, by their names in lower case, with what args set
+ * instead (checked against nodemailer 10.6: what it does with a caller's header of that name).
+ */
+const MESSAGE_HEADERS: ReadonlyMap<string, string> = new Map([
+  ["content-type", "from the text, HTML and attachments; a second one would go out beside it"],
+  ["content-transfer-encoding", "from the content; a caller's is dropped"],
+  ["mime-version", "as 1.0; a caller's would replace it"],
+  ["message-id", "the action's own, which every lookup searches by"],
+  ["date", "the time of the send; a caller's is dropped"],
+  ["from", "from the config's from"],
+  ["sender", "from the config; a caller's is no envelope sender"],
+  ["to", "from args.to"],
+  ["cc", "from args.cc"],
+  ["bcc", "from args.bcc, never into the message: a caller's Bcc header every recipient would read"],
+  ["subject", "from args.subject, with its reference"],
+]);
+
+/** The part headers nodemailer writes itself for an attachment, with what args set instead. */
+const PART_HEADERS: ReadonlyMap<string, string> = new Map([
+  ["content-type", "contentType (a second Content-Type would go out beside nodemailer's)"],
+  ["content-transfer-encoding", "encoding (nodemailer's replaces it)"],
+  ["content-disposition", "contentDisposition (nodemailer's replaces it)"],
+  ["content-id", "cid (nodemailer's replaces it)"],
+]);
+
+/** The keys an attachment may have: content only, and how nodemailer names and places it. */
+const ATTACHMENT_KEYS = new Set([
+  "filename",
+  "content",
+  "encoding",
+  "contentType",
+  "cid",
+  "contentDisposition",
+  "headers",
+]);
+
 /** A header's name as nodemailer writes it (line breaks as spaces, trimmed, a trailing colon dropped), in lower case. */
 function headerName(name: string): string {
   return name
@@ -314,12 +372,36 @@ function envelopeAddress(address: string): string {
   return to[0];
 }
 
-/** Why an attachment would make nodemailer read a file or a URL (or is no content), or undefined. */
+/**
+ * Why an attachment would make nodemailer read a file or a URL, write something into its part's
+ * header as it is (an object's value: `{ prepared: true, value }` keeps its line breaks), or is
+ * no content; undefined when it is none of these. Checked against nodemailer 10.6: a string's
+ * line breaks become spaces (or nothing) in contentType, cid and contentDisposition, an object's
+ * are written as they are.
+ */
 function attachmentProblem(attachment: unknown): string | undefined {
   const given = (attachment ?? {}) as Record<string, unknown>;
   for (const key of ["path", "href", "raw"]) if (given[key] !== undefined) return `gives a ${key}`;
+  const other = Object.keys(given).find((key) => !ATTACHMENT_KEYS.has(key) && given[key] !== undefined);
+  if (other !== undefined) return `gives ${other}, which is not one of ${[...ATTACHMENT_KEYS].join(", ")}`;
   // nodemailer reads a content object too ({ path }, a stream): only a string is content here.
   if (typeof given.content !== "string") return "has no content string";
+  for (const key of ["filename", "contentType", "cid"] as const) {
+    const value = given[key];
+    if (value === undefined) continue;
+    if (typeof value !== "string" || /[\r\n]/.test(value))
+      return `has a ${key} that must be a string without a line break`;
+  }
+  if (given.cid !== undefined && /[<>\s]/.test(given.cid as string))
+    return "has a cid that must be a string without a line break, a space or an angle bracket (nodemailer adds the brackets)";
+  if (
+    given.contentDisposition !== undefined &&
+    given.contentDisposition !== "attachment" &&
+    given.contentDisposition !== "inline"
+  )
+    return 'has a contentDisposition that must be "attachment" or "inline"';
+  if (given.encoding !== undefined && given.encoding !== "base64" && given.encoding !== "utf8")
+    return 'has an encoding that must be "base64" or "utf8"';
   // Its part's headers are written as the message's are: an object's value with its line breaks.
   const headers = given.headers;
   if (headers !== undefined) {
@@ -327,8 +409,25 @@ function attachmentProblem(attachment: unknown): string | undefined {
       return "has headers that are no record of strings";
     const bad = Object.entries(headers).find(([, value]) => typeof value !== "string");
     if (bad) return `has headers[${JSON.stringify(bad[0])}] that must be a string`;
+    const written = Object.keys(headers).find((name) => PART_HEADERS.has(headerName(name)));
+    if (written !== undefined)
+      return `has headers that may not set ${JSON.stringify(written)}: nodemailer writes it, set ${PART_HEADERS.get(headerName(written))}`;
   }
   return undefined;
+}
+
+/**
+ * What the message says, as given and as sent: cut out of a server's reply before the ledger keeps
+ * it (email-reply.ts). An attachment's content in base64 also as its text, as a server quotes it.
+ */
+function contentOf(args: EmailArgs, subject: string): string[] {
+  const fields = [args.subject, subject, args.text ?? "", args.html ?? "", ...Object.values(args.headers ?? {})];
+  fields.push(...list(args.to), ...list(args.cc), ...list(args.bcc));
+  for (const a of args.attachments ?? []) {
+    fields.push(a.filename, a.content, ...Object.values(a.headers ?? {}));
+    if (a.encoding === "base64") fields.push(Buffer.from(a.content, "base64").toString("utf8"));
+  }
+  return fields.filter((f): f is string => typeof f === "string");
 }
 
 /**

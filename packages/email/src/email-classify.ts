@@ -1,6 +1,7 @@
 /**
  * Maps nodemailer errors (and our pre-send check) to the failure classes of @idem/core. An SMTP
- * reply is definitive: 4xx means not accepted, try later; 5xx means refused. Without a reply (or
+ * reply is definitive: 4xx means not accepted, try later; 5xx means refused; but a 4xx after the
+ * body is no proof that nothing was queued, so the copy decides (below). Without a reply (or
  * with one that is no verdict: after the data only 250, 4yz and 5yz are), what decides is
  * whether the body was handed to the server (`bodySent`, on every error a send rejects with,
  * email-smtp.ts): before, nothing was sent whatever the error (a server drops a transaction it
@@ -110,6 +111,19 @@ export function classifyEmailError(error: unknown): Classification {
     return { kind: "permanent", reason: `not sent: ${untrusted}`, alert: true };
   if (typeof e.responseCode === "number") {
     // The server answered: 4xx (including 421) did not accept the message, 5xx refused it.
+    // But a 4xx after the body is not trusted as "not accepted": RFC 5321 says it is, yet a server
+    // that queued the message and then answered 451 (a before-queue filter timing out after the
+    // next hop took it, a queue that committed before a local error) exists, and a retry would be
+    // a second email no one hears of. The Message-ID makes the copy findable, so the outcome is
+    // unknown and the copy decides: found, sent once; proven absent past the settle window, sent
+    // again (greylisting after DATA waits that window, well inside any greylist's retry period);
+    // where absence cannot be proven (append), a person decides. Greylisting at RCPT TO, the usual
+    // kind, held the body back (`bodySent` false) and is still retried at once.
+    if (e.responseCode >= 400 && e.responseCode < 500 && bodySentOf(error) === true)
+      return {
+        kind: "ambiguous",
+        reason: `deferred by the SMTP server after the message (${what}): it may have queued it all the same, so its copy decides`,
+      };
     if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };
     // A 5xx to MAIL FROM refuses the sender (not allowed, authentication required): every send
     // from it will be, until a person fixes the config or the account. Not a 552 there: it

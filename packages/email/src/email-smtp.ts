@@ -25,7 +25,7 @@
 import { Readable } from "node:stream";
 import SMTPConnection from "nodemailer/lib/smtp-connection";
 import { SMTP_DEADLINE_MS, type SmtpConfig } from "./email-config.js";
-import { recipientHash } from "./email-receipt.js";
+import { scrubReply, type MessageContent } from "./email-reply.js";
 import { tlsOptions } from "./email-tls.js";
 
 /** What the server said about a message it took. */
@@ -123,12 +123,18 @@ export interface Outgoing {
   readonly raw: Buffer;
   /** The journal address among `to`, parsed the same way: the body goes out only once the server accepted it. */
   readonly journal?: string | undefined;
+  /**
+   * What the message says (subject, text, HTML, attachments, header values): cut out of the
+   * server's text before it is kept (email-reply.ts), since a content filter's reply quotes it.
+   */
+  readonly content?: readonly string[] | undefined;
 }
 
 /**
  * Sends `out.raw` to `out.to` over one SMTP connection. Resolves with the server's answer, or
- * rejects with an error carrying `bodySent` (SendFailure); recipient addresses in nodemailer's
- * and the server's text are replaced by their hash (`recipientHash`), since reasons are stored.
+ * rejects with an error carrying `bodySent` (SendFailure). nodemailer's and the server's text
+ * is scrubbed (`scrubReply`: recipients hashed, the message's content cut out, bounded), since
+ * reasons and receipts are stored.
  */
 export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal): Promise<SmtpAnswer> {
   if (signal.aborted) return Promise.reject(new SendAbortedError(false, { cause: signal.reason }));
@@ -153,6 +159,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
   });
   const envelope: TrackedEnvelope = { from: out.from, to: [...out.to] };
   const recipients = out.to.filter((a) => a.toLowerCase() !== out.journal?.toLowerCase());
+  const content: MessageContent = { recipients, fields: out.content ?? [] };
   let bodySent = false;
 
   return new Promise<SmtpAnswer>((resolve, reject) => {
@@ -168,7 +175,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
       } else {
         clearTimeout(deadline);
         conn.close();
-        reject(failure(error, bodySent, recipients));
+        reject(failure(error, bodySent, content));
       }
     };
     // Coded as nodemailer codes its own timeouts, so it is classified as a timeout at the same
@@ -215,7 +222,7 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
           const rejected = info.rejected.map(String);
           const codes = info.rejectedErrors ?? [];
           return finish(null, {
-            response: redact(String(info.response ?? ""), recipients),
+            response: scrubReply(String(info.response ?? ""), content),
             accepted: info.accepted.map(String),
             rejected,
             rejectedCodes: rejected.map((r) => codes.find((c) => c.recipient === r)?.responseCode),
@@ -230,27 +237,16 @@ export function sendRaw(config: SmtpConfig, out: Outgoing, signal: AbortSignal):
 }
 
 /**
- * The error a send rejects with: ours as they are (they know `bodySent`), nodemailer's with
- * `bodySent` set and the recipients' addresses hashed out of its message and the server's reply.
+ * The error a send rejects with: ours as they are (they know `bodySent`, and quote no server), nodemailer's with
+ * `bodySent` set and its message and the server's reply scrubbed (`scrubReply`).
  */
-function failure(error: unknown, bodySent: boolean, recipients: readonly string[]): SendFailure {
+function failure(error: unknown, bodySent: boolean, content: MessageContent): SendFailure {
   if (error instanceof SendAbortedError || error instanceof EnvelopeRefusedError) return error;
   const e = error instanceof Error ? error : new Error(String(error), { cause: error });
   const reply = (e as { response?: unknown }).response;
-  e.message = redact(e.message, recipients);
-  if (typeof reply === "string") Object.assign(e, { response: redact(reply, recipients) });
+  e.message = scrubReply(e.message, content);
+  if (typeof reply === "string") Object.assign(e, { response: scrubReply(reply, content) });
   return Object.assign(e, { bodySent });
-}
-
-/** `text` with each of `addresses` (any case) replaced by its hash. */
-function redact(text: string, addresses: readonly string[]): string {
-  let out = text;
-  for (const a of addresses) {
-    if (!a) continue;
-    const escaped = a.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    out = out.replace(new RegExp(escaped, "gi"), recipientHash(a));
-  }
-  return out;
 }
 
 /**

@@ -76,9 +76,16 @@ describe("classifyEmailError", () => {
       err({ code: "ECONNECTION", command: "CONN", bodySent: true }),
       "ambiguous",
     ],
-    // A reply still decides, body or not.
+    // A refusal still decides, body or not; a 4xx after the body is no proof nothing was queued
+    // (a server that queued it, then answered 451): the copy decides. Before: transient, sent again.
     ["552 after the body", err({ code: "EMESSAGE", responseCode: 552, command: "DATA", bodySent: true }), "permanent"],
-    ["451 after the body", err({ code: "EMESSAGE", responseCode: 451, command: "DATA", bodySent: true }), "transient"],
+    ["451 after the body", err({ code: "EMESSAGE", responseCode: 451, command: "DATA", bodySent: true }), "ambiguous"],
+    ["421 after the body", err({ code: "EMESSAGE", responseCode: 421, command: "DATA", bodySent: true }), "ambiguous"],
+    [
+      "451 to DATA, no body",
+      err({ code: "EMESSAGE", responseCode: 451, command: "DATA", bodySent: false }),
+      "transient",
+    ],
     ["an address refused locally, no body", err({ code: "EENVELOPE", command: "API", bodySent: false }), "permanent"],
     ["a configured from without an address", new InvalidSenderError("Agent"), "permanent"],
     // After the body only 250, 4yz or 5yz is a verdict (RFC 5321 §4.2, §4.3.2); nodemailer fails

@@ -25,10 +25,14 @@ import {
 import { listRewritingProxy, slowProxy } from "./loopback.js";
 import { op } from "./operation.js";
 
-/** Each SELECT or EXAMINE held this long: 40 mailboxes take 3 s, each well inside DEADLINE_MS. */
-const ROUND_TRIP_MS = 75;
+/**
+ * Each SELECT or EXAMINE held for 7.5 % of DEADLINE_MS: 40 mailboxes take three deadlines, each
+ * well inside one. Both scale with the machine's load, so a loaded machine's pause of a second
+ * (measured: one mailbox past a fixed 1,000 ms with three suites running) keeps inside the deadline.
+ */
+const DEADLINE_MS = scaled(1_000);
+const ROUND_TRIP_MS = Math.round(DEADLINE_MS * 0.075);
 const MAILBOXES = 40;
-const DEADLINE_MS = 1_000;
 
 let sandbox: MailSandbox;
 let started: Awaited<ReturnType<MailSandbox["start"]>>;
@@ -61,35 +65,39 @@ function config(imapPort: number, extra: Partial<EmailConfig["imap"]> = {}): Ema
 const report = { to: "client@example.test", subject: "Weekly report", text: "Numbers." };
 
 describe("the search of every mailbox past the settle window", () => {
-  it("an account of many mailboxes on a slow server: the search outlasts imap.deadlineMs, every mailbox answering in time, and still settles; one message", async () => {
-    const last = `Archive/${MAILBOXES - 1}`;
-    await sandbox.asUser(SENDER, async (client) => {
-      for (let i = 0; i < MAILBOXES; i++) await client.mailboxCreate(`Archive/${i}`);
-    });
-    try {
-      const mail = emailActions(config(slow.port, { deadlineMs: DEADLINE_MS })).send;
-      const now = Date.now();
-      const first = op({ lastAttemptAt: now, now });
-      const receipt = await mail.execute(report, first);
+  it(
+    "an account of many mailboxes on a slow server: the search outlasts imap.deadlineMs, every mailbox answering in time, and still settles; one message",
+    async () => {
+      const last = `Archive/${MAILBOXES - 1}`;
       await sandbox.asUser(SENDER, async (client) => {
-        const lock = await client.getMailboxLock("Sent");
-        try {
-          await client.messageMove({ header: { "message-id": receipt.messageId } }, last);
-        } finally {
-          lock.release();
-        }
+        for (let i = 0; i < MAILBOXES; i++) await client.mailboxCreate(`Archive/${i}`);
       });
-      // Before: "no complete answer within 1000 ms (imap.deadlineMs)", at every check.
-      const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
-      expect(verdict).toMatchObject({ found: true, receipt: { messageId: receipt.messageId, foundIn: last } });
-      expect(sandbox.count(receipt.messageId)).toBe(1);
-    } finally {
-      await sandbox.asUser(SENDER, async (client) => {
-        for (let i = 0; i < MAILBOXES; i++) await client.mailboxDelete(`Archive/${i}`);
-        await client.mailboxDelete("Archive").catch(() => undefined);
-      });
-    }
-  }, 30_000);
+      try {
+        const mail = emailActions(config(slow.port, { deadlineMs: DEADLINE_MS })).send;
+        const now = Date.now();
+        const first = op({ lastAttemptAt: now, now });
+        const receipt = await mail.execute(report, first);
+        await sandbox.asUser(SENDER, async (client) => {
+          const lock = await client.getMailboxLock("Sent");
+          try {
+            await client.messageMove({ header: { "message-id": receipt.messageId } }, last);
+          } finally {
+            lock.release();
+          }
+        });
+        // Before: "no complete answer within 1000 ms (imap.deadlineMs)", at every check.
+        const verdict = await mail.reconcile!(report, { ...first, now: now + 3_600_000 });
+        expect(verdict).toMatchObject({ found: true, receipt: { messageId: receipt.messageId, foundIn: last } });
+        expect(sandbox.count(receipt.messageId)).toBe(1);
+      } finally {
+        await sandbox.asUser(SENDER, async (client) => {
+          for (let i = 0; i < MAILBOXES; i++) await client.mailboxDelete(`Archive/${i}`);
+          await client.mailboxDelete("Archive").catch(() => undefined);
+        });
+      }
+    },
+    scaled(30_000),
+  );
 
   it("each mailbox is opened read-only: the person's new mail keeps its \\Recent mark", async () => {
     await sandbox.asUser(SENDER, (client) => client.mailboxCreate("Clients"));
@@ -153,62 +161,75 @@ describe("the settlement's bound reaches the scan of every mailbox", () => {
     });
   });
 
-  it("a lookup whose signal aborts mid-scan fails at once, unavailable, its session closed: never 'absent' from a part", async () => {
-    const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS })).send;
-    const controller = new AbortController();
-    atFifth = () => controller.abort(new Error("the settlement's time bound"));
-    scan.selects = 0;
-    try {
-      const now = Date.now();
-      // Never sent: no copy anywhere, so the lookup scans every mailbox past the window.
-      const verdict = await mail.reconcile!(
-        report,
-        op({ lastAttemptAt: now, now: now + 3_600_000 }, controller.signal),
-      ).then(
-        (v) => v,
-        (error: unknown) => error,
-      );
-      // Before: { found: false, proof: "absent" }, once the whole account was searched.
-      expect(verdict).toBeInstanceOf(MailboxUnavailableError);
-      expect((verdict as Error).message).toMatch(/given up .*the settlement's time bound/);
-      await scan.idle();
-      expect(scan.selects).toBeLessThan(MAILBOXES);
-    } finally {
-      atFifth = undefined;
-    }
-  }, 30_000);
+  it(
+    "a lookup whose signal aborts mid-scan fails at once, unavailable, its session closed: never 'absent' from a part",
+    async () => {
+      const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS })).send;
+      const controller = new AbortController();
+      atFifth = () => controller.abort(new Error("the settlement's time bound"));
+      scan.selects = 0;
+      try {
+        const now = Date.now();
+        // Never sent: no copy anywhere, so the lookup scans every mailbox past the window.
+        const verdict = await mail.reconcile!(
+          report,
+          op({ lastAttemptAt: now, now: now + 3_600_000 }, controller.signal),
+        ).then(
+          (v) => v,
+          (error: unknown) => error,
+        );
+        // Before: { found: false, proof: "absent" }, once the whole account was searched.
+        expect(verdict).toBeInstanceOf(MailboxUnavailableError);
+        expect((verdict as Error).message).toMatch(/given up .*the settlement's time bound/);
+        await scan.idle();
+        expect(scan.selects).toBeLessThan(MAILBOXES);
+      } finally {
+        atFifth = undefined;
+      }
+    },
+    scaled(30_000),
+  );
 
   for (const dialect of DIALECTS) {
     describe(`on ${dialect}`, () => {
       const db = ledgersFor<Ledger, TestLedgerOptions>(dialect, openTestLedger, { defaults: { poolSize: 2 } });
 
-      it("a settlement with timeoutMs returns unknown within it, and its lookup's session ends with it; nothing sent", async () => {
-        let now = Date.now();
-        const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS }));
-        const ledger = await db.open({ clock: () => now, actions: [mail.send] });
-        const t = `bound-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
-        // The server reads the body and closes without a reply, taking nothing: unknown.
-        sandbox.faults.add({ kind: "drop_data" });
-        const out = await ledger.run(mail.send, { tenant: t, key: ["bounded"], args: report, budget: { attempts: 1 } });
-        expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
-        const [row] = await ledger.admin.list({ tenant: t });
-        const messageId = row!.providerReference!.split(" ")[0]!;
-        await scan.idle();
-        scan.selects = 0;
-        // Past the settle window by the database clock: not found would be searched for everywhere.
-        now += 3_600_000;
-        const settled = await ledger.daemon.settle({ tenant: t, id: row!.id, actor: "daemon", timeoutMs: 1_000 });
-        // Core gave up on the lookup at its bound, before the scan (40 mailboxes of 75 ms) was through.
-        const atReturn = scan.selects;
-        expect(atReturn).toBeLessThan(MAILBOXES);
-        expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
-        const [after] = await ledger.admin.list({ tenant: t });
-        expect(after).toMatchObject({ status: "unknown" });
-        // Before: the session went on EXAMINEing every mailbox after the settlement returned.
-        await scan.idle();
-        expect(scan.selects).toBeLessThan(MAILBOXES);
-        expect(sandbox.count(messageId)).toBe(0);
-      }, 30_000);
+      it(
+        "a settlement with timeoutMs returns unknown within it, and its lookup's session ends with it; nothing sent",
+        async () => {
+          let now = Date.now();
+          const mail = emailActions(config(scan.port, { deadlineMs: DEADLINE_MS }));
+          const ledger = await db.open({ clock: () => now, actions: [mail.send] });
+          const t = `bound-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+          // The server reads the body and closes without a reply, taking nothing: unknown.
+          sandbox.faults.add({ kind: "drop_data" });
+          const out = await ledger.run(mail.send, {
+            tenant: t,
+            key: ["bounded"],
+            args: report,
+            budget: { attempts: 1 },
+          });
+          expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const [row] = await ledger.admin.list({ tenant: t });
+          const messageId = row!.providerReference!.split(" ")[0]!;
+          await scan.idle();
+          scan.selects = 0;
+          // Past the settle window by the database clock: not found would be searched for everywhere.
+          now += 3_600_000;
+          const settled = await ledger.daemon.settle({ tenant: t, id: row!.id, actor: "daemon", timeoutMs: 1_000 });
+          // Core gave up on the lookup at its bound, before the scan (40 mailboxes of ROUND_TRIP_MS each) was through.
+          const atReturn = scan.selects;
+          expect(atReturn).toBeLessThan(MAILBOXES);
+          expect(settled).toMatchObject({ status: "pending_verification", state: "unknown" });
+          const [after] = await ledger.admin.list({ tenant: t });
+          expect(after).toMatchObject({ status: "unknown" });
+          // Before: the session went on EXAMINEing every mailbox after the settlement returned.
+          await scan.idle();
+          expect(scan.selects).toBeLessThan(MAILBOXES);
+          expect(sandbox.count(messageId)).toBe(0);
+        },
+        scaled(30_000),
+      );
     });
   }
 });

@@ -67,10 +67,10 @@ describe("a reply after the body that is no verdict (RFC 5321 §4.2, §4.3.2: on
     });
   }
 
-  it("a 5yz after the body still refuses (permanent), a 4yz still defers (transient)", async () => {
+  it("a 5yz after the body still refuses (permanent); a 4yz may have been queued all the same (ambiguous: the copy decides)", async () => {
     for (const [final, kind] of [
       ["554 5.6.0 refused", "permanent"],
-      ["451 4.3.0 try later", "transient"],
+      ["451 4.3.0 try later", "ambiguous"],
     ] as const) {
       smtp.script = { final };
       const error = await mailer()

@@ -12,8 +12,12 @@
  * that failed before it committed the message, which the client cannot tell from one after),
  * `drop_at` (close the connection with no reply to the command its `match.method` names: "AUTH",
  * "MAIL", "RCPT" (the addresses `match.path` matches) or "DATA", before any body; the first of
- * them without a `match`), `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550 at RCPT TO for the addresses
- * the fault's `match.path` matches; the others are still accepted), `refuse_auth` (535) and, on
+ * them without a `match`), `reject_421` (421 at MAIL FROM, before DATA), `reject_rcpt` (550, or the fault's `status`: a 450 is
+ * greylisting, at RCPT TO for the addresses the fault's `match.path` matches; the others are still accepted), `refuse_data` (read the body,
+ * take nothing, and answer the fault's `status`, 554 by default, with a reply that quotes the
+ * message's subject and the first line of its text, as content filters do), `defer_taken` (store
+ * and file the message, then answer the fault's `status`, 451 by default: a server that queued it
+ * and said "try again", a before-queue filter timing out after the next hop took it), `refuse_auth` (535) and, on
  * the IMAP side, `refuse_search` (a SEARCH answered NO [UNAVAILABLE]; imap-proxy.ts).
  *
  * TLS (`tls`: a certificate and its key): SMTP offers STARTTLS, and a second SMTP port speaks
@@ -37,6 +41,8 @@ export type MailFaultKind =
   | "drop_at"
   | "reject_421"
   | "reject_rcpt"
+  | "refuse_data"
+  | "defer_taken"
   | "refuse_auth"
   | "refuse_search";
 
@@ -159,8 +165,13 @@ export class MailSandbox {
       },
       onRcptTo: (address, session, cb) => {
         if (this.faults.take("RCPT", address.address, ["drop_at"])) return this.hangUp(session);
-        if (this.faults.take("RCPT", address.address, ["reject_rcpt"]))
-          return cb(Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 }));
+        const rejected = this.faults.take("RCPT", address.address, ["reject_rcpt"]);
+        if (rejected)
+          return cb(
+            Object.assign(new Error(`Mailbox unavailable: ${address.address}`), {
+              responseCode: rejected.status ?? 550,
+            }),
+          );
         return cb();
       },
       onData: (stream, session, cb) => {
@@ -168,8 +179,14 @@ export class MailSandbox {
         // and sends no body.
         if (this.faults.take("DATA", "", ["drop_at"])) return this.hangUp(session);
         if (this.faults.take("DATA", "", ["drop_data"])) return void this.drop(stream, session);
+        const refused = this.faults.take("DATA", "", ["refuse_data"]);
+        if (refused) return void this.refuse(stream, refused.status ?? 554).then(cb, cb);
+        const deferred = this.faults.take("DATA", "", ["defer_taken"]);
         void this.accept(stream, session).then(
-          () => this.reply(cb),
+          () =>
+            deferred
+              ? cb(answer(deferred.status ?? 451, "Error: queue file write error, try again later"))
+              : this.reply(cb),
           (e: Error) => cb(e),
         );
       },
@@ -224,6 +241,21 @@ export class MailSandbox {
     if (this.copyDelayMs > 0) setTimeout(() => void fileCopies().catch(() => {}), this.copyDelayMs);
     else await fileCopies();
     this.events.emit("accepted", msg);
+  }
+
+  /**
+   * Reads the body and takes nothing: the refusal a content filter answers, quoting what it
+   * matched (the subject, the first line of the text).
+   */
+  private async refuse(stream: SMTPServerDataStream, status: number): Promise<Error> {
+    const chunks: Buffer[] = [];
+    for await (const c of stream) chunks.push(c as Buffer);
+    const parsed = await simpleParser(Buffer.concat(chunks));
+    const line = (parsed.text ?? "").split(/\r?\n/)[0] ?? "";
+    return answer(
+      status,
+      `Message refused by policy: subject "${parsed.subject ?? ""}" and text "${line}" look like spam`,
+    );
   }
 
   /** Reads the body and closes the session's connection without a reply: nothing is taken. */
@@ -291,4 +323,10 @@ export class MailSandbox {
   async file(user: MailUser, mailbox: string, raw: Buffer): Promise<void> {
     await this.asUser(user, (client) => client.append(mailbox, raw, ["\\Seen"]));
   }
+}
+
+/** An smtp-server reply: `status`, its enhanced code (RFC 3463) by class, then `text`. */
+function answer(status: number, text: string): Error {
+  const enhanced = status >= 500 ? "5.7.1" : "4.3.0";
+  return Object.assign(new Error(`${enhanced} ${text}`), { responseCode: status });
 }
