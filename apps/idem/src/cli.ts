@@ -488,6 +488,10 @@ export function program(): Command {
     )
     .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")
+    .option(
+      "-e, --evidence <text>",
+      "what you checked: the provider's log searched, a dashboard link (kept in the retry's audit event)",
+    )
     .addOption(seenOption())
     .addOption(retiredAttemptOption())
     .option("--actor <name>", "who decides (default: $USER@host)")
@@ -496,7 +500,15 @@ export function program(): Command {
     .action(
       async (
         id: string,
-        o: { tenant: string; reason: string; seen?: Seen; attempt?: string; actor?: string; now?: boolean },
+        o: {
+          tenant: string;
+          reason: string;
+          evidence?: string;
+          seen?: Seen;
+          attempt?: string;
+          actor?: string;
+          now?: boolean;
+        },
       ) => {
         const ref = { tenant: o.tenant, id };
         const seen = requireSeen(o, ref, "retry");
@@ -504,7 +516,13 @@ export function program(): Command {
           g(),
           async (ledger) => {
             await onTheVersionShown(ledger, ref, seen, () =>
-              ledger.admin.retry({ ...ref, reason: o.reason, actor: actorOf(o.actor), seen }),
+              ledger.admin.retry({
+                ...ref,
+                reason: o.reason,
+                actor: actorOf(o.actor),
+                ...(o.evidence !== undefined && { evidence: o.evidence }),
+                seen,
+              }),
             );
             const ran = o.now ? await runRetried(ledger, ref, actorOf(o.actor), g().json === true) : undefined;
             printOperation(await ledger.get(ref), g().json === true);

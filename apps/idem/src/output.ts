@@ -126,7 +126,15 @@ export function printOperation(
   console.log("\nevents:");
   table(
     ["AT", "FROM", "TO", "ATTEMPT", "ACTOR", "REASON"],
-    x.events.map((e) => [time(e.at), e.from ?? "-", e.to, String(e.attempt), e.actor ?? "-", e.reason ?? ""]),
+    x.events.map((e) => [
+      time(e.at),
+      e.from ?? "-",
+      e.to,
+      String(e.attempt),
+      e.actor ?? "-",
+      // A retry's evidence (a verdict's is on the verdict line), said as the verdict line says it.
+      `${e.reason ?? ""}${e.evidence === undefined ? "" : ` (evidence: ${e.evidence})`}`,
+    ]),
   );
 }
 

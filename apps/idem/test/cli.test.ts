@@ -313,6 +313,47 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 2 });
     });
 
+    it("retry --evidence keeps what the person checked in the retry's audit event, apart from the reason; show prints it", async () => {
+      const t = "evidence";
+      const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms", "e"], args: { to: "+400" } });
+      const evidence = "SMS log searched for +400, 09:00-10:00: nothing";
+      const decide = async (...more: string[]) =>
+        idem([
+          "--ledger",
+          url,
+          "--json",
+          "retry",
+          id,
+          "--tenant",
+          t,
+          "--seen",
+          await versionOf(ledger, t, id),
+          ...more,
+        ]);
+      // Bounded as resolve's: refused (exit 2), nothing decided.
+      const over = await decide("--reason", "not sent", "--evidence", "x".repeat(1_001));
+      expect(over.code).toBe(2);
+      expect(over.stderr).toMatch(/"evidence: must be a string of at most 1000 characters"/);
+      expect((await ledger.get({ tenant: t, id })).operation.status).toBe("needs_review");
+      const out = await decide("--reason", "not in the SMS log", "--evidence", evidence, "--actor", "ops:bob");
+      expect(out.code, out.stderr).toBe(0);
+      const { events } = await ledger.get({ tenant: t, id });
+      expect(events.at(-1)).toMatchObject({
+        to: "pending",
+        actor: "ops:bob",
+        reason: "retry asked: not in the SMS log",
+        evidence,
+      });
+      expect(JSON.parse(out.stdout).events.at(-1)).toMatchObject({ evidence });
+      const shown = await idem(["--ledger", url, "show", id, "--tenant", t]);
+      expect(shown.stdout).toMatch(
+        new RegExp(
+          `needs_review\\s+pending\\s+2\\s+ops:bob\\s+retry asked: not in the SMS log \\(evidence: ${evidence.replace("+", "\\+")}\\)$`,
+          "m",
+        ),
+      );
+    });
+
     it("retry and resolve without --seen are refused (exit 2), saying to read the version with idem show: a retry checked at attempt 2 never applies to attempt 4", async () => {
       const t = "bound";
       const { operationId: id } = await ledger.run(parked, { tenant: t, key: ["sms", "b"], args: { to: "+300" } });

@@ -2,7 +2,8 @@
  * Defects of the console found in review (helper-143), over real HTTP against the console server
  * on SQLite and Postgres; each test failed first: the queue hid unknown outcomes its checks could
  * not settle behind newer ones not checked yet, a retry's evidence was dropped from the audit
- * trail, and a bulk selection naming one operation twice said it was both decided and not.
+ * trail (then kept only inside its reason, cut to fit: now in the retry's own audit event), and a
+ * bulk selection naming one operation twice said it was both decided and not.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pino } from "pino";
@@ -108,39 +109,62 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    it("a retry decided with evidence keeps the evidence in the audit trail", async () => {
+    it("a retry decided with evidence keeps it in the retry's audit event, apart from the reason, and its page shows it", async () => {
       const tenant = `t-evidence-${dialect}`;
+      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
+      const cookie = await session();
+      const evidence = "SMS log searched for +15550100, 09:00-10:00: nothing";
+      const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
+        ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
+        ["outcome", "retry"],
+        ["reason", "not in the provider's log"],
+        ["evidence", evidence],
+      ]);
+      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
+      expect(operation.status).toBe("pending");
+      expect(events.at(-1)).toMatchObject({
+        to: "pending",
+        reason: "retry asked: not in the provider's log",
+        evidence,
+      });
+      const page = await (await get(cookie, `/op/${tenant}/${op.operationId}`)).text();
+      expect(page).toContain(`<small data-testid="event-evidence">evidence: ${evidence}</small>`);
+    });
+
+    it("a retry's reason written to its limit keeps the person's evidence whole, not cut to fit the reason", async () => {
+      // helper-144's review: the evidence appended to a reason of 1,990 characters passed core's
+      // 2,000 and the retry was refused; then it was cut to fit. Kept apart, neither is cut.
+      const tenant = `t-evidence-long-${dialect}`;
+      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
+      const cookie = await session();
+      const reason = `not in the provider's log ${"x".repeat(1_960)}`;
+      const evidence = `SMS log searched for +15550100, 09:00-10:00: nothing ${"y".repeat(900)}`;
+      const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
+        ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
+        ["outcome", "retry"],
+        ["reason", reason],
+        ["evidence", evidence],
+      ]);
+      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
+      expect(operation.status).toBe("pending");
+      expect(events.at(-1)).toMatchObject({ reason: `retry asked: ${reason}`, evidence });
+    });
+
+    it("a retry's evidence past a verdict's 1,000 characters is refused, as a verdict's is, nothing decided", async () => {
+      const tenant = `t-evidence-over-${dialect}`;
       const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
       const cookie = await session();
       const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
         ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
         ["outcome", "retry"],
         ["reason", "not in the provider's log"],
-        ["evidence", "SMS log searched for +15550100, 09:00-10:00: nothing"],
+        ["evidence", "z".repeat(1_001)],
       ]);
-      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
-      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
-      expect(operation.status).toBe("pending");
-      expect(events.at(-1)?.reason).toContain("SMS log searched for +15550100, 09:00-10:00: nothing");
-    });
-
-    it("a retry whose reason and evidence together pass the reason's limit is decided, the evidence cut to fit", async () => {
-      // helper-144's review: the evidence appended to a reason of 1,990 characters passed core's
-      // 2,000 and the retry was refused, blaming the reason the person wrote within its limit.
-      const tenant = `t-evidence-long-${dialect}`;
-      const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
-      const cookie = await session();
-      const reason = `not in the provider's log ${"x".repeat(1_960)}`;
-      const res = await post(cookie, `/op/${tenant}/${op.operationId}/decide`, [
-        ["seen", JSON.stringify(await seenOf(tenant, op.operationId))],
-        ["outcome", "retry"],
-        ["reason", reason],
-        ["evidence", "SMS log searched for +15550100, 09:00-10:00: nothing"],
-      ]);
-      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
-      const { operation, events } = await ledger.get({ tenant, id: op.operationId });
-      expect(operation.status).toBe("pending");
-      expect(events.at(-1)?.reason).toContain(reason);
+      expect(res.status).toBe(409);
+      expect(await res.text()).toContain("Refused: evidence: must be a string of at most 1000 characters");
+      expect((await ledger.get({ tenant, id: op.operationId })).operation.status).toBe("needs_review");
     });
 
     it("a bulk selection naming an operation twice decides it once and says so, not that it was refused", async () => {

@@ -21,7 +21,7 @@ import type { StoredError } from "./result.js";
 import { rowPerformedProof } from "./row-results.js";
 import { STATUSES, type Status } from "./schema.js";
 import type { Row } from "./store.js";
-import type { LedgerStats, ListFilter } from "./reports.js";
+import type { LedgerStats, ListFilter, ReadsAtOnce, StuckFilter } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
 export type Resolve = OperationRef &
@@ -46,6 +46,17 @@ export type Resolve = OperationRef &
       }
   );
 
+/** A person's word that an operation was not done (`admin.retry`): run it again with the same key. */
+export type Retry = OperationRef &
+  Verdict & {
+    /**
+     * What the person checked (the provider's log searched, a dashboard link), at most 1,000
+     * characters as a verdict's: kept in the retry's audit event (`OperationEvent.evidence`), apart
+     * from the reason. A retry is no verdict, so the operation keeps none.
+     */
+    readonly evidence?: string;
+  };
+
 export class LedgerAdmin {
   readonly #context: LedgerContext;
 
@@ -61,16 +72,30 @@ export class LedgerAdmin {
    */
   async list(filter: ListFilter): Promise<Operation[]> {
     this.#context.assertOpen();
-    if (filter.allTenants === true) {
-      if (filter.tenant !== undefined) throw new InvalidValueError("tenant", "give a tenant or allTenants, not both");
-    } else if (filter.tenant !== undefined) requireTenants(filter.tenant);
-    else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
-    if (filter.before !== undefined) requireName(filter.before, "before");
-    if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
-    if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
-    if (filter.status !== undefined) requireStatuses(filter.status);
+    requireListFilter(filter);
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
     return (await this.#context.reports.list(filter)).map(toOperation);
+  }
+
+  /**
+   * Several lists (as `list` takes them) and stuck reads (as `ledger.daemon.stuck` takes them)
+   * answered by one statement, so from one snapshot of the ledger: an operation that changes status
+   * meanwhile is in the answer of the status it had, never in two answers or in none, as it could
+   * be when they are read one after another. For a page that shows several statuses at once (the
+   * console's queue). Each read keeps its own index, filters and limit.
+   */
+  async readAtOnce(reads: ReadsAtOnce): Promise<{
+    lists: Operation[][];
+    stuck: (Operation & { runningForMs: number })[][];
+  }> {
+    this.#context.assertOpen();
+    for (const f of reads.lists ?? []) requireListFilter(f);
+    for (const f of reads.stuck ?? []) requireStuckFilter(f);
+    const out = await this.#context.reports.atOnce(reads);
+    return {
+      lists: out.lists.map((rows) => rows.map(toOperation)),
+      stuck: out.stuck.map((rows) => rows.map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }))),
+    };
   }
 
   /**
@@ -130,11 +155,20 @@ export class LedgerAdmin {
   /**
    * Marks an operation as known not done so the next call or the daemon runs it again with the
    * same key: for `needs_review` after a person checked the provider, or `failed` after the cause
-   * was fixed.
+   * was fixed. `evidence`, when given, is kept in the retry's audit event.
    */
-  async retry(verdict: OperationRef & Verdict): Promise<Operation> {
+  async retry(verdict: Retry): Promise<Operation> {
     const context = this.#context;
     requireVerdict(verdict);
+    if (verdict.evidence !== undefined) {
+      requireText(verdict.evidence, "evidence", 1_000);
+      // Before 0010 the trigger writes the event, and it knows only the row's columns.
+      if (!context.store.movesWriteEvents)
+        throw new InvalidValueError(
+          "evidence",
+          "a retry's evidence is kept in its audit event, which this ledger writes only once migrated (run idem migrate): nothing was decided",
+        );
+    }
     const row = await context.find(verdict);
     context.checkSeen(row, verdict, "pending");
     if (!["needs_review", "failed", "unknown"].includes(row.status))
@@ -145,6 +179,7 @@ export class LedgerAdmin {
     const back = await context.store.transition(row, "pending", {
       actor: verdict.actor,
       reason: `retry asked: ${verdict.reason}`,
+      ...(verdict.evidence !== undefined && { evidence: verdict.evidence }),
       checkAfterMs: 0,
       checks: 0,
       result_json: null,
@@ -253,6 +288,27 @@ function refuseIfPerformed(row: Row, to: Status): void {
     `${row.status}: its effect happened${by}, but the receipt could not be stored (${proof.reason.slice(0, 200)}); resolve it as succeeded, with the receipt or evidence you find at the provider`,
     to,
   );
+}
+
+/** Refuses a list's filter `admin.list` would refuse. */
+function requireListFilter(filter: ListFilter): void {
+  if (filter.allTenants === true) {
+    if (filter.tenant !== undefined) throw new InvalidValueError("tenant", "give a tenant or allTenants, not both");
+  } else if (filter.tenant !== undefined) requireTenants(filter.tenant);
+  else throw new InvalidValueError("tenant", "give a tenant, a list of tenants, or allTenants: true");
+  if (filter.before !== undefined) requireName(filter.before, "before");
+  if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
+  if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
+  if (filter.status !== undefined) requireStatuses(filter.status);
+}
+
+/** Refuses a stuck read `ledger.daemon.stuck` would refuse. */
+function requireStuckFilter(f: StuckFilter): void {
+  requireWhole(f.olderThanMs, "olderThanMs", 0);
+  if (f.limit !== undefined) requireWhole(f.limit, "limit", 1);
+  for (const t of f.tenants ?? []) requireName(t, "tenants");
+  if (f.action !== undefined) requireName(f.action, "action");
+  for (const a of f.exceptActions ?? []) requireName(a, "exceptActions");
 }
 
 /** A misspelt status would list nothing, which reads as "none of those": say it instead. */

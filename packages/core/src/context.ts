@@ -64,6 +64,12 @@ export interface OperationEvent {
   readonly reason: string | null;
   readonly providerReference: string | null;
   readonly at: number;
+  /**
+   * What the person who made this transition checked, when it was a retry given evidence
+   * (`admin.retry`): a retry is no verdict, so the operation keeps none, and this is its record.
+   * A verdict's evidence is the operation's `resolution.evidence`. Absent otherwise.
+   */
+  readonly evidence?: string;
 }
 
 /** Names an operation: every call about one stored operation takes these two. */
@@ -205,5 +211,6 @@ export function toEvent(e: HistoryEvent & { seq: number }): OperationEvent {
     reason: e.reason,
     providerReference: e.ref,
     at: e.at,
+    ...(typeof e.evidence === "string" && { evidence: e.evidence }),
   };
 }

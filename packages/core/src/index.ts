@@ -9,7 +9,7 @@ export type {
   OperationContext,
   ReconcileResult,
 } from "./action.js";
-export type { LedgerAdmin, Resolve } from "./admin.js";
+export type { LedgerAdmin, Resolve, Retry } from "./admin.js";
 export type { Escalation } from "./call.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
@@ -43,4 +43,4 @@ export { describeEvidence, describeResult, performedProof } from "./result.js";
 export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 export { STATUSES } from "./schema.js";
 export type { Status } from "./schema.js";
-export type { LedgerStats, ListFilter, StatsRow, UnsettledStatus } from "./reports.js";
+export type { LedgerStats, ListFilter, ReadsAtOnce, StatsRow, StuckFilter, UnsettledStatus } from "./reports.js";

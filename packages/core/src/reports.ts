@@ -86,6 +86,22 @@ export type ListFilter = (
   readonly checked?: boolean;
 };
 
+/** Which running operations `ledger.daemon.stuck` (and `admin.readAtOnce`) returns: past `olderThanMs` in their attempt. */
+export interface StuckFilter {
+  readonly olderThanMs: number;
+  /** At most this many (default 1,000), the longest running first. */
+  readonly limit?: number;
+  readonly tenants?: readonly string[];
+  readonly action?: string;
+  readonly exceptActions?: readonly string[];
+}
+
+/** What `admin.readAtOnce` reads: lists and stuck runs, each answered apart, all in one statement. */
+export interface ReadsAtOnce {
+  readonly lists?: readonly ListFilter[];
+  readonly stuck?: readonly StuckFilter[];
+}
+
 export class Reports {
   constructor(private readonly store: Store) {}
 
@@ -105,6 +121,58 @@ export class Reports {
     // two of them. It is listed once.
     const byId = new Map(each.flat().map((row) => [row.id, row]));
     return [...byId.values()].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, limit);
+  }
+
+  /**
+   * Several lists and stuck reads answered by one statement: each the statement `list` or `stuck`
+   * sends (per status for a list of several, each on its index, each with its limit), joined with
+   * UNION ALL, so the database answers all of them from one snapshot. Read one after another, a
+   * row that changed status between them was in two answers or in none (an unknown outcome
+   * escalated to needs_review between the two reads of an operator's queue was in neither).
+   * `lists[i]` answers `reads.lists[i]`, `stuck[j]` answers `reads.stuck[j]`.
+   */
+  async atOnce(reads: ReadsAtOnce): Promise<{ lists: Row[][]; stuck: (Row & { age_ms: number })[][] }> {
+    const lists = reads.lists ?? [];
+    const stucks = reads.stuck ?? [];
+    // Each arm: its read's own statement as a subquery (so its ORDER BY and LIMIT stay its own),
+    // tagged with which read it answers. A list's arms have no age (0).
+    const arms: { read: number; query: any }[] = [];
+    lists.forEach((f, read) => {
+      if (Array.isArray(f.tenant) && f.tenant.length === 0) return; // no tenant: nothing
+      const statuses =
+        f.status === undefined ? [undefined] : [...new Set(typeof f.status === "string" ? [f.status] : f.status)];
+      for (const status of statuses)
+        arms.push({ read, query: this.#listed(f, status, f.limit ?? 100).select(sql<number>`0`.as("age_ms")) });
+    });
+    stucks.forEach((f, j) => {
+      if (f.tenants?.length === 0) return;
+      arms.push({ read: lists.length + j, query: this.#stuck(f.olderThanMs, f.limit ?? 1_000, f) });
+    });
+    const answers: Row[][] = [...lists, ...stucks].map(() => []);
+    if (arms.length > 0) {
+      const [first, ...rest] = arms.map(({ read, query }, i) =>
+        this.store.db
+          .selectFrom(query.as(`read_${i}`))
+          .select([...ROW_COLUMNS, "age_ms", sql<number>`${sql.lit(read)}`.as("read")] as any),
+      );
+      const union = rest.reduce((all: any, arm) => all.unionAll(arm), first);
+      const rows = (await this.store.guard(undefined, union.execute())) as (Row & { age_ms: unknown; read: unknown })[];
+      for (const { read, age_ms, ...row } of rows)
+        answers[Number(read)]!.push({ ...row, age_ms: Number(age_ms) } as Row);
+    }
+    return {
+      // A list of several statuses, merged as `list` merges them: newest first, its limit in all.
+      lists: lists.map((f, i) =>
+        answers[i]!.map(({ age_ms, ...row }: Row & { age_ms?: number }) => row as Row)
+          .sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
+          .slice(0, f.limit ?? 100),
+      ),
+      stuck: stucks.map((_, j) =>
+        (answers[lists.length + j] as (Row & { age_ms: number })[]).sort(
+          (a, b) => Number(a.updated_at) - Number(b.updated_at),
+        ),
+      ),
+    };
   }
 
   #listed(f: ListFilter, status: Status | undefined, limit: number) {
@@ -132,17 +200,31 @@ export class Reports {
       readonly exceptActions?: readonly string[] | undefined;
     } = {},
   ): Promise<(Row & { age_ms: number })[]> {
+    const rows = await this.store.guard(undefined, this.#stuck(olderThanMs, limit, only).execute());
+    return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
+  }
+
+  #stuck(
+    olderThanMs: number,
+    limit: number,
+    only: {
+      readonly tenants?: readonly string[] | undefined;
+      readonly action?: string | undefined;
+      readonly exceptActions?: readonly string[] | undefined;
+    },
+  ) {
     let q = this.store.db
       .selectFrom("idem_operations")
       .select(ROW_COLUMNS)
       .select(sql<number>`${this.store.now()} - updated_at`.as("age_ms"))
       .where("status", "=", RUNNING)
       .where("updated_at", "<=", sql<number>`${this.store.now()} - ${olderThanMs}`);
-    if (only.tenants) q = q.where("tenant_id", "in", only.tenants);
+    // The tenant as a value, as a list of running rows names it: through (tenant_id, id) SQLite
+    // walked every row of the tenants to find their few running ones.
+    if (only.tenants) q = q.where(TENANT_VALUE, "in", only.tenants);
     if (only.action !== undefined) q = q.where("action", "=", only.action);
     if (only.exceptActions?.length) q = q.where("action", "not in", only.exceptActions);
-    const rows = await this.store.guard(undefined, q.orderBy("updated_at").limit(limit).execute());
-    return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
+    return q.orderBy("updated_at").limit(limit);
   }
 
   /**

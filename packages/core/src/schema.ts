@@ -77,6 +77,8 @@ export interface HistoryEvent {
   reason: string | null;
   ref: string | null;
   at: number;
+  /** What a person checked before a retry (`admin.retry`'s `evidence`); absent on every other event. */
+  evidence?: string;
 }
 
 /** The daemons' heartbeats (migration 0008): one row per daemon name, written at every tick. */

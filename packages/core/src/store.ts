@@ -29,6 +29,13 @@ export interface TransitionPatch {
   provider_reference?: string | null;
   /** A person's verdict (JSON), or null to clear it. */
   resolution_json?: string | null;
+  /**
+   * What a person checked before a decision that is no verdict (a retry), kept in the transition's
+   * audit event (`evidence`), not on the row: the row's verdict (`resolution_json`) is cleared by
+   * a retry, and the event is what the person's decision leaves. Needs migration 0010 (events
+   * written by the statement, which the caller checks: the trigger's events carry none).
+   */
+  evidence?: string;
   /** When the daemon should look again, in ms from now (database clock); null clears it. */
   checkAfterMs?: number | null;
   checks?: number;
@@ -266,7 +273,7 @@ function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
 /** An audit event as one JSON text, shaped as the trigger's (migration 0003); the database adds its time. */
 function eventJson(
   row: Pick<Row, "status" | "provider_reference">,
-  e: { to: Status; attempt: number; actor: string | null; reason: string },
+  e: { to: Status; attempt: number; actor: string | null; reason: string; evidence?: string | undefined },
 ): string {
   return JSON.stringify({
     from: row.status,
@@ -275,6 +282,8 @@ function eventJson(
     actor: e.actor,
     reason: storable(e.reason),
     ref: row.provider_reference,
+    // Only a person's decision carries it: every other event keeps the trigger's shape.
+    ...(e.evidence !== undefined && { evidence: storable(e.evidence) }),
   });
 }
 
@@ -872,14 +881,23 @@ export class Store {
       seenChecks: patch.unchangedSince?.checks,
       seenExecution: patch.noExecutionSince,
       firstSentAt: patch.firstSentAt,
-      event: self ? eventJson(row, { to, attempt: row.attempt, actor: patch.actor, reason: patch.reason }) : undefined,
+      evidence: patch.evidence === undefined ? undefined : storable(patch.evidence),
+      event: self
+        ? eventJson(row, {
+            to,
+            attempt: row.attempt,
+            actor: patch.actor,
+            reason: patch.reason,
+            evidence: patch.evidence,
+          })
+        : undefined,
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
-      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}`;
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}:${has("evidence")}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -921,7 +939,8 @@ export class Store {
               // Its audit event, in this statement (migration 0010: the trigger writes none then).
               ...(self
                 ? this.appended(v("event"))
-                : inline && this.appendEvent(this.transitionEvent(v, has("provider_reference"), updatedAt))),
+                : inline &&
+                  this.appendEvent(this.transitionEvent(v, has("provider_reference"), has("evidence"), updatedAt))),
             })
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key"))
@@ -1032,12 +1051,19 @@ export class Store {
   private transitionEvent(
     v: (name: string) => any,
     setsReference: boolean,
+    withEvidence: boolean,
     updatedAt: RawBuilder<number>,
   ): RawBuilder<unknown> {
     const ref = setsReference ? v("provider_reference") : sql.ref("provider_reference");
+    // A person's evidence (a retry's) after the trigger's fields; any other event has none.
+    const evidence = withEvidence
+      ? this.dialect === "postgres"
+        ? sql`, 'evidence', cast(${v("evidence")} as text)`
+        : sql`, 'evidence', ${v("evidence")}`
+      : sql``;
     return this.dialect === "postgres"
-      ? sql`jsonb_build_object('from', status, 'to', cast(${v("to")} as text), 'attempt', attempt, 'actor', cast(${v("actor")} as text), 'reason', cast(${v("reason")} as text), 'ref', cast(${ref} as text), 'at', ${updatedAt})`
-      : sql`json_object('from', status, 'to', ${v("to")}, 'attempt', attempt, 'actor', ${v("actor")}, 'reason', ${v("reason")}, 'ref', ${ref}, 'at', ${updatedAt})`;
+      ? sql`jsonb_build_object('from', status, 'to', cast(${v("to")} as text), 'attempt', attempt, 'actor', cast(${v("actor")} as text), 'reason', cast(${v("reason")} as text), 'ref', cast(${ref} as text), 'at', ${updatedAt}${evidence})`
+      : sql`json_object('from', status, 'to', ${v("to")}, 'attempt', attempt, 'actor', ${v("actor")}, 'reason', ${v("reason")}, 'ref', ${ref}, 'at', ${updatedAt}${evidence})`;
   }
 
   /** SET fields appending the event `event` (a JSON object) to the history, capped as the trigger's appends are (0003). */

@@ -436,6 +436,83 @@ for (const dialect of DIALECTS) {
       expect(provider.effects).toHaveLength(1);
     });
 
+    it("a retry keeps the person's evidence in its audit event, bounded as a verdict's; one without keeps the event as it was", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      const { id } = await parked(ledger, tenant, "r-evidence");
+      const evidence = `SMS log searched for +15550100, 09:00-10:00: nothing ${"·".repeat(900)}`;
+      // Over a verdict's 1,000 characters, or with a NUL: refused, nothing written.
+      const before = await ledger.get({ tenant, id });
+      for (const bad of ["x".repeat(1_001), "found\u0000nothing"]) {
+        const refused = await ledger.admin
+          .retry({ tenant, id, reason: "not in the SMS console", actor: "ops:bob", evidence: bad })
+          .catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(InvalidValueError);
+        expect((refused as InvalidValueError).message).toMatch(/^evidence: /);
+      }
+      expect(await ledger.get({ tenant, id })).toEqual(before);
+
+      const back = await ledger.admin.retry({
+        tenant,
+        id,
+        reason: "not in the SMS console",
+        actor: "ops:bob",
+        evidence,
+        seen: before.operation,
+      });
+      expect(back).toMatchObject({ status: "pending", resolution: null });
+      const { events } = await ledger.get({ tenant, id });
+      // Whole and apart from the reason, which stays the person's own.
+      expect(events.at(-1)).toMatchObject({
+        from: "needs_review",
+        to: "pending",
+        actor: "ops:bob",
+        reason: "retry asked: not in the SMS console",
+        evidence,
+      });
+      // The events before it carry none.
+      expect(events.slice(0, -1).every((e) => !("evidence" in e))).toBe(true);
+
+      // Without evidence, the event is as before: no field at all.
+      const other = await parked(ledger, tenant, "r-no-evidence");
+      await ledger.admin.retry({ tenant, id: other.id, reason: "not in the SMS console", actor: "ops:bob" });
+      const last = (await ledger.get({ tenant, id: other.id })).events.at(-1)!;
+      expect(last).toMatchObject({ to: "pending", reason: "retry asked: not in the SMS console" });
+      expect("evidence" in last).toBe(false);
+    });
+
+    it("a ledger before migration 0010 refuses a retry's evidence (its trigger writes the event), deciding nothing", async () => {
+      const url = await freshDatabase(dialect);
+      const bare = await openLedger(url, { migrate: false });
+      try {
+        await new Migrator({
+          db: databaseOf(bare),
+          migrationTableName: "idem_migration",
+          migrationLockTableName: "idem_migration_lock",
+          provider: migrationProvider(dialect),
+        }).migrateTo("0009-first-execution");
+        const ledger = await openLedger(url, { migrate: false });
+        try {
+          const tenant = uniqueTenant();
+          const { id } = await parked(ledger, tenant, "old");
+          const refused = await ledger.admin
+            .retry({ tenant, id, reason: "not sent", actor: "ops", evidence: "SMS log" })
+            .catch((e: unknown) => e);
+          expect(refused).toBeInstanceOf(InvalidValueError);
+          expect((refused as InvalidValueError).message).toMatch(/run idem migrate/);
+          expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
+          // Without evidence it is decided as ever.
+          expect(await ledger.admin.retry({ tenant, id, reason: "not sent", actor: "ops" })).toMatchObject({
+            status: "pending",
+          });
+        } finally {
+          await ledger.close();
+        }
+      } finally {
+        await bare.close();
+      }
+    });
+
     it("lists by status, action and age, newest first", async () => {
       const ledger = await db.open();
       const tenant = uniqueTenant();

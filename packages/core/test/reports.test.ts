@@ -267,6 +267,50 @@ for (const dialect of DIALECTS) {
         expect.arrayContaining(["op_02", "op_06"]),
       );
       expect(stuck.indexes).toEqual([["idem_operations_running"]]);
+      // Of some tenants (an operator's): still their running rows only, not every row of theirs.
+      const theirs = await plans(() => ledger.daemon.stuck({ olderThanMs: 60_000, tenants: [subject, other] }));
+      expect(ids(theirs.out)).toEqual(["op_02", "op_06"]);
+      expect(theirs.indexes).toEqual([["idem_operations_running"]]);
+    });
+
+    it("reads several lists and stuck runs in one statement (one snapshot), each through its own index", async () => {
+      const read = await plans(() =>
+        ledger.admin.readAtOnce({
+          lists: [
+            { tenant: [subject, other], status: "needs_review", limit: 2 },
+            { allTenants: true, status: "unknown", limit: 500 },
+            { tenant: subject, status: ["pending", "needs_review"] },
+            { tenant: [], status: "needs_review" },
+          ],
+          stuck: [
+            { olderThanMs: 60_000, tenants: [subject] },
+            { olderThanMs: 60_000, tenants: [] },
+          ],
+        }),
+      );
+      expect(read.out.lists.map(ids)).toEqual([
+        ["op_12", "op_11"],
+        ["op_10", "op_03"],
+        ["op_11", "op_05", "op_04", "op_01"],
+        [],
+      ]);
+      expect(read.out.stuck.map(ids)).toEqual([["op_02", "op_06"], []]);
+      expect(read.out.stuck[0]!.every((o) => o.runningForMs >= 60_000)).toBe(true);
+      // One statement, each arm on its index: the status index for the lists, the running index for stuck runs.
+      expect(read.indexes).toHaveLength(1);
+      expect([...read.indexes[0]!].sort()).toEqual([
+        "idem_operations_running",
+        "idem_operations_status",
+        "idem_operations_status",
+        "idem_operations_status",
+        "idem_operations_status",
+      ]);
+      // Refused as list and stuck refuse them.
+      await expect(
+        ledger.admin.readAtOnce({ lists: [{ tenant: subject, status: "nope" as Status }] }),
+      ).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(ledger.admin.readAtOnce({ stuck: [{ olderThanMs: -1 }] })).rejects.toBeInstanceOf(InvalidValueError);
+      expect(await ledger.admin.readAtOnce({})).toEqual({ lists: [], stuck: [] });
     });
 
     it("the daemon's claim reads the expired leases and the due rows through their partial indexes", async () => {

@@ -26,7 +26,7 @@ import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { decisionsFor, type Outcome } from "../decisions.js";
 import { parseReceipt } from "../receipt.js";
-import { stuckRuns } from "../stuck.js";
+import { stuckReads } from "../stuck.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import {
@@ -425,9 +425,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const { outcome, reason, evidence, receipt } = decision;
     const common = { tenant: ref.tenant, id: ref.id, actor: operator.name, reason, seen };
     try {
-      // A retry keeps no evidence apart (it is no verdict): what the person checked goes with the
-      // reason into the audit trail, rather than nowhere.
-      if (outcome === "retry") await ledger.admin.retry({ ...common, reason: withEvidence(reason, evidence) });
+      // A retry is no verdict: what the person checked is kept in its audit event, apart from the reason.
+      if (outcome === "retry") await ledger.admin.retry({ ...common, ...(evidence !== undefined && { evidence }) });
       else
         await ledger.admin.resolve({
           ...common,
@@ -547,22 +546,6 @@ function sameVersion(o: Operation, seen: Seen): boolean {
 }
 
 /** The operation as a page showed it: JSON in a hidden field (or a queue checkbox), checked before use. */
-/** Core's limit on a decision's reason (`requireVerdict`). */
-const REASON_MAX = 2_000;
-
-/**
- * A retry's reason with the evidence the person gave (a retry keeps none apart), cut to fit the
- * reason's limit: the person's reason whole, the evidence shortened, never a refusal for a reason
- * written within its limit.
- */
-function withEvidence(reason: string, evidence: string | undefined): string {
-  if (evidence === undefined) return reason;
-  const whole = `${reason} (evidence: ${evidence})`;
-  if (whole.length <= REASON_MAX) return whole;
-  const room = REASON_MAX - `${reason} (evidence: …)`.length;
-  return room > 0 ? `${reason} (evidence: ${evidence.slice(0, room)}…)` : reason;
-}
-
 function seenOf(value: unknown): Seen | undefined {
   let s: Partial<Record<keyof Seen, unknown>>;
   try {
@@ -614,35 +597,44 @@ async function queue(
     ...(f.olderThanMs !== undefined && { olderThanMs: f.olderThanMs }),
     limit: QUEUE_PER_STATUS,
   };
-  const rows: QueueRow[] = [];
-  if (!f.status || f.status === "needs_review") {
-    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "needs_review" }))
-      rows.push({ ...o, why: o.reason ?? "a person must decide" });
-  }
-  if (!f.status || f.status === "unknown") {
-    // Past its checks: at least one lookup or replay could not settle it. Asked of the ledger, before
-    // its limit: newer outcomes not checked yet (an outage) must not hide these.
-    for (const o of await ledger.admin.list({ ...scope, ...filters, status: "unknown", checked: true }))
-      rows.push({ ...o, why: `outcome unknown after ${o.checks} check${o.checks === 1 ? "" : "s"}` });
-  }
-  if (!f.status || f.status === "running") {
-    const t = config.thresholds;
-    // Scoped in the query, so the limit applies to the operator's rows: another tenant's many
-    // stuck runs must not hide these.
-    const tenants = f.tenant !== undefined ? [f.tenant] : operator.tenants === "*" ? undefined : [...operator.tenants];
+  const wants = (status: string) => !f.status || f.status === status;
+  const t = config.thresholds;
+  // Scoped in the query, so the limit applies to the operator's rows: another tenant's many
+  // stuck runs must not hide these.
+  const tenants = f.tenant !== undefined ? [f.tenant] : operator.tenants === "*" ? undefined : [...operator.tenants];
+  // One statement for the whole page (one snapshot): read status by status, an operation that
+  // changed status between the reads (an unknown outcome escalated to needs_review) was shown twice,
+  // or not at all. Each read keeps its own index and limit.
+  const read = await ledger.admin.readAtOnce({
+    lists: [
+      ...(wants("needs_review") ? [{ ...scope, ...filters, status: "needs_review" as const }] : []),
+      // Past its checks: at least one lookup or replay could not settle it. Asked of the ledger, before
+      // its limit: newer outcomes not checked yet (an outage) must not hide these.
+      ...(wants("unknown") ? [{ ...scope, ...filters, status: "unknown" as const, checked: true }] : []),
+    ],
     // Each threshold read apart (stuck.ts): another action's many runs within their own must not hide these either.
-    const stuck = await stuckRuns(ledger, t, {
-      limit: QUEUE_STUCK,
-      ...(tenants && { tenants }),
-      ...(f.action && { action: f.action }),
+    stuck: wants("running")
+      ? stuckReads(t, { limit: QUEUE_STUCK, ...(tenants && { tenants }), ...(f.action && { action: f.action }) })
+      : [],
+  });
+  const rows: QueueRow[] = [];
+  for (const o of read.lists.flat())
+    rows.push({
+      ...o,
+      why:
+        o.status === "needs_review"
+          ? (o.reason ?? "a person must decide")
+          : `outcome unknown after ${o.checks} check${o.checks === 1 ? "" : "s"}`,
     });
-    // At most QUEUE_STUCK in all (a read a threshold), the longest running first.
-    for (const o of stuck.sort((a, b) => b.runningForMs - a.runningForMs).slice(0, QUEUE_STUCK)) {
-      if (!allows(operator, o.tenant)) continue;
-      // "Older than", as for the other rows: by the operation's age.
-      if (f.olderThanMs !== undefined && o.runningForMs + (o.updatedAt - o.createdAt) < f.olderThanMs) continue;
-      rows.push({ ...o, why: `running for ${ms(o.runningForMs)}` });
-    }
+  // At most QUEUE_STUCK in all (a read a threshold), the longest running first.
+  for (const o of read.stuck
+    .flat()
+    .sort((a, b) => b.runningForMs - a.runningForMs)
+    .slice(0, QUEUE_STUCK)) {
+    if (!allows(operator, o.tenant)) continue;
+    // "Older than", as for the other rows: by the operation's age.
+    if (f.olderThanMs !== undefined && o.runningForMs + (o.updatedAt - o.createdAt) < f.olderThanMs) continue;
+    rows.push({ ...o, why: `running for ${ms(o.runningForMs)}` });
   }
   return rows.sort((a, b) => (a.id < b.id ? 1 : -1));
 }

@@ -126,7 +126,7 @@ ${allowed.map(
     html`<div><input type="radio" id="${id}-${o}" name="outcome" value="${o}" required> <label class="inline" for="${id}-${o}">${LABELS[o]}</label></div>`,
 )}
 <label for="${id}-reason">Reason (recorded with your name)</label><textarea id="${id}-reason" name="reason" rows="2" required></textarea>
-<label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence">
+<label for="${id}-evidence">Evidence (what you checked: the provider's id or link)</label><input id="${id}-evidence" name="evidence" maxlength="1000">
 ${
   fields.receipt && allowed.includes("succeeded")
     ? html`<label for="${id}-receipt">Receipt you found at the provider, when it happened (optional: its object as JSON; checked by the action's receipt schema, then replayed to every later caller)</label><textarea id="${id}-receipt" name="receipt" rows="3" spellcheck="false"></textarea>`
@@ -213,7 +213,7 @@ ${decideFields("one", decidable, { receipt: true })}</form>`
 <h2>History</h2>
 <ol class="timeline" data-testid="history">${x.events.map(
     (e) =>
-      html`<li><time>${when(e.at)}</time> · <span class="status status-${e.to}">${e.from ?? "new"} → ${e.to}</span> · attempt ${e.attempt} · <strong>${e.actor ?? "-"}</strong><br><small>${e.reason ?? ""}</small></li>`,
+      html`<li><time>${when(e.at)}</time> · <span class="status status-${e.to}">${e.from ?? "new"} → ${e.to}</span> · attempt ${e.attempt} · <strong>${e.actor ?? "-"}</strong><br><small>${e.reason ?? ""}</small>${e.evidence === undefined ? "" : html`<br><small data-testid="event-evidence">evidence: ${e.evidence}</small>`}</li>`,
   )}</ol>`;
 }
 
