@@ -102,6 +102,11 @@ export interface ReadsAtOnce {
   readonly stuck?: readonly StuckFilter[];
 }
 
+/** `rows` newest first (ids grow with time), the first `limit` of them. */
+function newest(rows: Row[], limit: number): Row[] {
+  return rows.sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, limit);
+}
+
 export class Reports {
   constructor(private readonly store: Store) {}
 
@@ -119,8 +124,7 @@ export class Reports {
     );
     // The statements read one after another: a row that changed status between them may be in
     // two of them. It is listed once.
-    const byId = new Map(each.flat().map((row) => [row.id, row]));
-    return [...byId.values()].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, limit);
+    return newest([...new Map(each.flat().map((row) => [row.id, row])).values()], limit);
   }
 
   /**
@@ -163,9 +167,10 @@ export class Reports {
     return {
       // A list of several statuses, merged as `list` merges them: newest first, its limit in all.
       lists: lists.map((f, i) =>
-        answers[i]!.map(({ age_ms, ...row }: Row & { age_ms?: number }) => row as Row)
-          .sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
-          .slice(0, f.limit ?? 100),
+        newest(
+          answers[i]!.map(({ age_ms, ...row }: Row & { age_ms?: number }) => row as Row),
+          f.limit ?? 100,
+        ),
       ),
       stuck: stucks.map((_, j) =>
         (answers[lists.length + j] as (Row & { age_ms: number })[]).sort(

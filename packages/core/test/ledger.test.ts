@@ -776,6 +776,29 @@ for (const dialect of DIALECTS) {
       expect(p.effects.map((e) => e.args)).toEqual([{ to: "summary #1" }]);
     });
 
+    it("validates lazily generated args once, as a caller's own args are, through a retry", async () => {
+      const ledger = await db.open({ budget: { baseDelayMs: 5 } });
+      let validated = 0;
+      let sends = 0;
+      const mail = defineAction({
+        type: "mail.lazy-validated",
+        capabilities: DEDUPE,
+        validate: (args: { to: string }) => {
+          validated++;
+          if (!args.to) throw new Error("mail needs a recipient");
+        },
+        execute: async (args: { to: string }) => {
+          if (++sends === 1) throw new Error("421 try later");
+          return { sentTo: args.to };
+        },
+        classify: (error) => ({ kind: "transient", reason: String(error) }),
+      });
+      const out = await ledger.run(mail, { tenant: uniqueTenant(), key: ["lazy-v"], args: () => ({ to: "a@x" }) });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { sentTo: "a@x" } });
+      expect(sends).toBe(2);
+      expect(validated).toBe(1);
+    });
+
     it("records an audit event with the actor for every transition", async () => {
       const ledger = await db.open();
       const p = new TestProvider();

@@ -45,10 +45,14 @@ export function hashRecipients(text: string, addresses: readonly string[]): stri
   let out = text;
   for (const a of addresses) {
     if (!a) continue;
-    const escaped = a.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    out = out.replace(new RegExp(escaped, "gi"), recipientHash(a));
+    out = out.replace(new RegExp(escapeRegExp(a), "gi"), recipientHash(a));
   }
   return out;
+}
+
+/** `text` matched literally in a RegExp. */
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
 function cutQuotes(text: string, fields: readonly string[]): string {
@@ -67,8 +71,7 @@ function cutQuotes(text: string, fields: readonly string[]): string {
   for (const field of said) {
     const f = field.trim();
     if (f.length >= QUOTE_CHARS || f.length < 3) continue;
-    const escaped = f.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    for (const m of lower.matchAll(new RegExp(`(?<![\\p{L}\\p{N}])${escaped}(?![\\p{L}\\p{N}])`, "gu")))
+    for (const m of lower.matchAll(new RegExp(`(?<![\\p{L}\\p{N}])${escapeRegExp(f)}(?![\\p{L}\\p{N}])`, "gu")))
       quoted.fill(1, m.index, m.index + f.length);
   }
   // The codes an operator reads are the server's, whatever the message says.
