@@ -21,7 +21,7 @@ import type { StoredError } from "./result.js";
 import { rowPerformedProof } from "./row-results.js";
 import { STATUSES, type Status } from "./schema.js";
 import type { Row } from "./store.js";
-import type { LedgerStats, ListFilter, ReadsAtOnce, StuckFilter } from "./reports.js";
+import { requireStuckFilter, type LedgerStats, type ListFilter, type ReadsAtOnce } from "./reports.js";
 
 /** A person's verdict on a `needs_review` operation. */
 export type Resolve = OperationRef &
@@ -300,15 +300,6 @@ function requireListFilter(filter: ListFilter): void {
   if (filter.limit !== undefined) requireWhole(filter.limit, "limit", 1);
   if (filter.olderThanMs !== undefined) requireWhole(filter.olderThanMs, "olderThanMs", 0);
   if (filter.status !== undefined) requireStatuses(filter.status);
-}
-
-/** Refuses a stuck read `ledger.daemon.stuck` would refuse. */
-function requireStuckFilter(f: StuckFilter): void {
-  requireWhole(f.olderThanMs, "olderThanMs", 0);
-  if (f.limit !== undefined) requireWhole(f.limit, "limit", 1);
-  for (const t of f.tenants ?? []) requireName(t, "tenants");
-  if (f.action !== undefined) requireName(f.action, "action");
-  for (const a of f.exceptActions ?? []) requireName(a, "exceptActions");
 }
 
 /** A misspelt status would list nothing, which reads as "none of those": say it instead. */

@@ -9,6 +9,7 @@ import { toOperation, type LedgerContext, type Operation, type OperationRef } fr
 import { heartbeat } from "./daemon-heartbeat.js";
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
+import { requireStuckFilter } from "./reports.js";
 import type { RunResult } from "./result.js";
 import {
   budgetProblem,
@@ -261,10 +262,7 @@ export class LedgerDaemon {
     readonly exceptActions?: readonly string[];
   }): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
-    requireWhole(options.olderThanMs, "olderThanMs", 0);
-    for (const t of options.tenants ?? []) requireName(t, "tenants");
-    if (options.action !== undefined) requireName(options.action, "action");
-    for (const a of options.exceptActions ?? []) requireName(a, "exceptActions");
+    requireStuckFilter(options);
     if (options.tenants?.length === 0) return [];
     const only = { tenants: options.tenants, action: options.action, exceptActions: options.exceptActions };
     return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000, only)).map((r) => ({

@@ -12,6 +12,7 @@
  * chart counts the rows of its window.
  */
 import { sql, type Expression, type SqlBool } from "kysely";
+import { requireName, requireWhole } from "./keys.js";
 import type { Status } from "./schema.js";
 import { ROW_COLUMNS, RUNNING, type Row, type Store } from "./store.js";
 
@@ -105,6 +106,15 @@ export interface ReadsAtOnce {
 /** `rows` newest first (ids grow with time), the first `limit` of them. */
 function newest(rows: Row[], limit: number): Row[] {
   return rows.sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, limit);
+}
+
+/** Refuses a stuck read's filter (`ledger.daemon.stuck`, `admin.readAtOnce`) before any is sent. */
+export function requireStuckFilter(f: StuckFilter): void {
+  requireWhole(f.olderThanMs, "olderThanMs", 0);
+  if (f.limit !== undefined) requireWhole(f.limit, "limit", 1);
+  for (const t of f.tenants ?? []) requireName(t, "tenants");
+  if (f.action !== undefined) requireName(f.action, "action");
+  for (const a of f.exceptActions ?? []) requireName(a, "exceptActions");
 }
 
 export class Reports {

@@ -313,6 +313,14 @@ for (const dialect of DIALECTS) {
       expect(await ledger.admin.readAtOnce({})).toEqual({ lists: [], stuck: [] });
     });
 
+    it("the daemon's stuck read refuses a limit that is not a whole number from 1, as the operators' reads do", async () => {
+      for (const limit of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+        await expect(ledger.daemon.stuck({ olderThanMs: 0, limit })).rejects.toThrow(InvalidValueError);
+        await expect(ledger.daemon.stuck({ olderThanMs: 0, limit })).rejects.toThrow(/limit/);
+      }
+      expect(await ledger.daemon.stuck({ olderThanMs: 0, limit: 1, tenants: [subject] })).toHaveLength(1);
+    });
+
     it("the daemon's claim reads the expired leases and the due rows through their partial indexes", async () => {
       // Migration 0011 added a term to the due index's predicate: SQLite uses a partial index only
       // when the query holds each of its terms, so a claim written otherwise reads the whole table.
