@@ -47,6 +47,7 @@ import {
   sameAccountMailbox,
   sentPlace,
 } from "./email-reference.js";
+import type { MessageContent } from "./email-reply.js";
 import { InvalidMessageError, SendAbortedError, sendRaw } from "./email-smtp.js";
 import { parseTlsTrust } from "./email-tls.js";
 
@@ -160,10 +161,13 @@ export function emailActions(config: EmailConfig): EmailActions {
       const { messageId, recorded } = referenceOf(op);
       const ref = referenceFor(op.key);
       const place = placeOf(messageId, recorded);
+      const subject = withRef(args.subject, ref);
+      // What the message says: kept out of what a server answers (SMTP and IMAP alike), as stored.
+      const content = messageContent(args, subject);
       // An earlier attempt's copy means it was sent: nothing more to do.
       // Cancelled during the check (the signal closes its session): nothing sent, as a send
       // cancelled before its body is.
-      const earlier = await place.mailbox?.find(messageId, op.signal).catch((cause: unknown) => {
+      const earlier = await place.mailbox?.find(messageId, { signal: op.signal, content }).catch((cause: unknown) => {
         if (op.signal.aborted) throw new SendAbortedError(false, { cause: op.signal.reason ?? cause });
         throw cause;
       });
@@ -185,7 +189,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         to: list(args.to),
         cc: list(args.cc),
         bcc: [...list(args.bcc), ...bcc],
-        subject: withRef(args.subject, ref),
+        subject,
         messageId,
         ...(args.text !== undefined && { text: args.text }),
         ...(args.html !== undefined && { html: args.html }),
@@ -215,7 +219,7 @@ export function emailActions(config: EmailConfig): EmailActions {
         to: envelope.to ?? [],
         raw,
         journal: journalAddress,
-        content: contentOf(args, message.subject),
+        content: content.fields,
       };
       const info = await sendRaw(config.smtp, out, op.signal);
       // Sent already: a failed APPEND loses the copy, not the effect, so the send still succeeded,
@@ -224,7 +228,9 @@ export function emailActions(config: EmailConfig): EmailActions {
       // place that outlives this call). The sender's own copy keeps its Bcc, as a mail client's
       // does (the same message: its Message-ID and date).
       const copyNotFiled =
-        copy.mode === "append" ? await fileCopy(sent, whole.message as Buffer, messageId, op.signal) : undefined;
+        copy.mode === "append"
+          ? await fileCopy(sent, whole.message as Buffer, messageId, op.signal, content)
+          : undefined;
       // Recipients by their hash only: the ledger keeps receipts, and an address is a customer's.
       return {
         messageId,
@@ -240,13 +246,15 @@ export function emailActions(config: EmailConfig): EmailActions {
     },
     classify: (error) => classifyEmailError(error),
     effectId: sendOf,
-    reconcile: (_args, op) => {
+    reconcile: (args, op) => {
       const { messageId, recorded } = referenceOf(op);
       const place = placeOf(messageId, recorded);
       // A journal copy comes through the server's queue, a Sent copy as the provider accepts the
       // message: their own default windows (email-reconcile.ts).
       const settleMs = config.settleMs ?? (journal && place.mailbox === journal ? JOURNAL_SETTLE_MS : SENT_SETTLE_MS);
-      return reconcileByCopy(place, messageId, referenceFor(op.key), op, settleMs);
+      const ref = referenceFor(op.key);
+      const content = messageContent(args, withRef(args.subject, ref));
+      return reconcileByCopy(place, messageId, ref, op, settleMs, content);
     },
   });
   return { send };
@@ -428,6 +436,22 @@ function contentOf(args: EmailArgs, subject: string): string[] {
     if (a.encoding === "base64") fields.push(Buffer.from(a.content, "base64").toString("utf8"));
   }
   return fields.filter((f): f is string => typeof f === "string");
+}
+
+/**
+ * What the message says, for a server's text to be kept without it (email-reply.ts): its fields
+ * (`contentOf`) and its recipients' addresses as the envelope has them (nodemailer's parse of To,
+ * Cc and Bcc, display names taken off), each to be hashed.
+ */
+function messageContent(args: EmailArgs, subject: string): MessageContent {
+  try {
+    const addresses = { to: list(args.to), cc: list(args.cc), bcc: list(args.bcc) };
+    return { recipients: new MailComposer(addresses).compile().getEnvelope().to, fields: contentOf(args, subject) };
+  } catch {
+    // Args an earlier version stored that do not read so (a lookup reads the stored ones, unchecked):
+    // a lookup must not fail on them. A server's text is still bounded and on one line.
+    return { recipients: [], fields: [] };
+  }
 }
 
 /**

@@ -13,6 +13,7 @@
 import pRetry, { AbortError } from "p-retry";
 import { type Mailbox, MailboxRefusedError, MailboxUnavailableError } from "./email-mailbox.js";
 import type { CopyNotFiled } from "./email-receipt.js";
+import type { MessageContent } from "./email-reply.js";
 
 /**
  * Two more tries after the first, 200 ms then about 400 ms apart (spread up to twice that, so
@@ -67,13 +68,17 @@ function mayHaveFiled(error: unknown): boolean {
 /**
  * Files `raw` (the message with Message-ID `messageId`) in `sent`, tried again as the module says.
  * Undefined once it is there; else why not. No retry starts once `signal` is aborted (the lease
- * lost, the caller gone); the first try is always made.
+ * lost, the caller gone), and a look for the copy in flight then ends at once (its session closed:
+ * it may be there), as every lookup does; the first APPEND is always made, and not cut short (a
+ * request sent is answered). `content`: what the message says, kept out of the reason a server's
+ * refusal gives (a filter quotes the message it refused).
  */
 export async function fileCopy(
   sent: Mailbox,
   raw: Buffer,
   messageId: string,
   signal: AbortSignal,
+  content: MessageContent,
 ): Promise<CopyNotFiled | undefined> {
   let tries = 0;
   let stopped: Error = new Error("not tried");
@@ -86,9 +91,9 @@ export async function fileCopy(
         // Aborted during the pause: no try, the last failure stands (p-retry throws the error given).
         if (tries > 0 && signal.aborted) throw new AbortError(stopped);
         tries++;
-        if (maybeFiled && (await sent.find(messageId))) return;
+        if (maybeFiled && (await sent.find(messageId, { signal, content }))) return;
         try {
-          await sent.append(raw);
+          await sent.append(raw, { content });
         } catch (error) {
           maybeFiled ||= mayHaveFiled(error);
           throw error;

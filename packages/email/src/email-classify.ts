@@ -125,6 +125,12 @@ export function classifyEmailError(error: unknown): Classification {
         reason: `deferred by the SMTP server after the message (${what}): it may have queued it all the same, so its copy decides`,
       };
     if (e.responseCode >= 400 && e.responseCode < 500) return { kind: "transient", reason: what };
+    // A 5xx after the body stays a refusal, unlike a 4xx there: it is what content filters answer
+    // every message they refuse (RFC 5321 §4.2.5: no delivery is attempted after it). Read as
+    // unknown, each would be sent again past the settle window, to be refused again (append: each
+    // left to a person), and the agent told "pending" instead of why. A server that queued it all
+    // the same leaves a ledger that says failed, not a second email: failed is final for the key,
+    // and a person's retry looks for the copy first (email-replies.test).
     // A 5xx to MAIL FROM refuses the sender (not allowed, authentication required): every send
     // from it will be, until a person fixes the config or the account. Not a 552 there: it
     // refuses this message's declared size.

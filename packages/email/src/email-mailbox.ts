@@ -23,10 +23,15 @@
  * logout), not only by imapflow's inactivity timeouts, which any untagged line resets: past it the
  * connection is closed and the session is unavailable (no tagged answer came: an APPEND may have
  * filed its copy). Retrying a failed APPEND is email-append.ts's.
+ * What a server says in an error (a NO's text, a sign-in refusal's, a line imapflow could not
+ * parse) is kept as an SMTP reply is (`scrubReply`): the message's content (`content`, when the
+ * caller gives it) cut out, its recipients hashed, bounded; errors reach the ledger as reasons,
+ * and a filter refusing an APPEND quotes the message it refused.
  */
 import { ImapFlow } from "imapflow";
 import { IMAP_DEADLINE_MS, type ImapConfig } from "./email-config.js";
 import { MAX_COPIES, SEND_NAME } from "./email-receipt.js";
+import { scrubReply, type MessageContent } from "./email-reply.js";
 import { tlsOptions, tlsRefusal } from "./email-tls.js";
 
 /** The mailbox could not be reached or read: nothing is known, nothing was sent because of it. */
@@ -78,7 +83,7 @@ const SIGN_IN_NOT_NOW: ReadonlySet<string> = new Set(["UNAVAILABLE", "LIMIT", "I
  * unavailable. Reads imapflow's marks: `tlsFailed` (a STARTTLS that was required and not made),
  * `authenticationFailed` with the server's `serverResponseCode` (a tagged NO or BAD to the login).
  */
-function openFailure(cause: unknown, where: string, user: string): MailboxUnavailableError {
+function openFailure(cause: unknown, where: string, user: string, content: MessageContent): MailboxUnavailableError {
   const e = (cause ?? {}) as {
     message?: string;
     code?: string;
@@ -87,6 +92,8 @@ function openFailure(cause: unknown, where: string, user: string): MailboxUnavai
     serverResponseCode?: string;
     responseText?: string;
   };
+  // What the server (or imapflow, quoting it) said: kept as an SMTP reply is.
+  const text = (said: unknown) => scrubReply(String(said), content);
   const tls = tlsRefusal(cause);
   if (tls) return new MailboxRefusedError(`${where}, no login sent: ${tls}`, "tls", e.code, { cause });
   // Required STARTTLS the server does not offer (or a man in the middle took out of its
@@ -94,25 +101,25 @@ function openFailure(cause: unknown, where: string, user: string): MailboxUnavai
   // off (a socket error's code): that may pass.
   if (e.tlsFailed && (e.code === undefined || e.code === "STARTTLS_INJECTION"))
     return new MailboxRefusedError(
-      `${where} would not start TLS (requireTLS), no login sent: ${e.message ?? "no reason given"}`,
+      `${where} would not start TLS (requireTLS), no login sent: ${text(e.message ?? "no reason given")}`,
       "tls",
       e.code,
       { cause },
     );
   if (e.tlsFailed)
-    return new MailboxUnavailableError(`${where} would not start TLS (requireTLS), no login sent: ${e.message}`, {
+    return new MailboxUnavailableError(`${where} would not start TLS (requireTLS), no login sent: ${text(e.message)}`, {
       cause,
     });
   const code = e.serverResponseCode;
   if (e.authenticationFailed && !(code !== undefined && SIGN_IN_NOT_NOW.has(code)))
     return new MailboxRefusedError(
-      `${where} refused the sign-in of ${user} (${code ?? "no code"}: ${e.responseText ?? e.message ?? "no text"}): fix the credentials`,
+      `${where} refused the sign-in of ${user} (${code ?? "no code"}: ${text(e.responseText ?? e.message ?? "no text")}): fix the credentials`,
       "sign-in",
       code,
       { cause },
     );
   const why = e.authenticationFailed ? `refused the sign-in for now (${code})` : "unreachable";
-  return new MailboxUnavailableError(`${where} ${why}: ${e.message ?? String(cause)}`, { cause });
+  return new MailboxUnavailableError(`${where} ${why}: ${text(e.message ?? String(cause))}`, { cause });
 }
 
 export interface FoundMessage {
@@ -221,12 +228,23 @@ interface CommandRefusal {
   readonly mailboxMissing?: unknown;
 }
 
-/** At most 200 characters of what the server said, for a reason (never a message's content: servers answer commands). */
-function said(refusal: CommandRefusal): string {
+/**
+ * What the server said, for a reason: scrubbed (`scrubReply`), since a server may quote what it
+ * was given (a filter refusing an APPEND quotes the message's subject, a refusal names an address).
+ */
+function said(refusal: CommandRefusal, content: MessageContent): string {
   return typeof refusal.responseText === "string" && refusal.responseText
-    ? refusal.responseText.slice(0, 200)
+    ? scrubReply(refusal.responseText, content)
     : "no text";
 }
+
+/** An error's message, for a reason: imapflow's can quote what the server sent (a line it could not parse). */
+function messageOf(cause: unknown, content: MessageContent): string {
+  return scrubReply(cause instanceof Error ? cause.message : String(cause), content);
+}
+
+/** No message known: a server's text is still bounded and kept on one line. */
+const NO_CONTENT: MessageContent = { recipients: [], fields: [] };
 
 /** RFC 5530's codes, and RFC 3501's TRYCREATE, with which an APPEND is refused until a person acts. */
 const APPEND_REFUSED: ReadonlySet<string> = new Set(["NOPERM", "OVERQUOTA", "TRYCREATE", "NONEXISTENT"]);
@@ -242,9 +260,15 @@ export class Mailbox {
     private readonly setting = "the mailbox setting",
   ) {}
 
-  /** `signal`: aborting it ends the search at once (the session closed), as unavailable. */
-  async find(messageId: string, signal?: AbortSignal): Promise<FoundMessage | undefined> {
-    return (await this.lookup(messageId, undefined, signal ? { signal } : {})).found;
+  /**
+   * `signal`: aborting it ends the search at once (the session closed), as unavailable. `content`:
+   * what the message says, cut out of what the server says in an error (module doc).
+   */
+  async find(
+    messageId: string,
+    options: { signal?: AbortSignal | undefined; content?: MessageContent | undefined } = {},
+  ): Promise<FoundMessage | undefined> {
+    return (await this.lookup(messageId, undefined, options)).found;
   }
 
   /**
@@ -263,14 +287,21 @@ export class Mailbox {
    * deadline of its own, so a scan of many has none as a whole but this: once it aborts, the
    * session is closed and the lookup fails as unavailable, whatever it had searched (a part of
    * the account searched proves nothing absent).
+   *
+   * `content`: what the message says, cut out of what the server says in an error (module doc).
    */
   async lookup(
     messageId: string,
     alias?: string,
-    options: { everywhere?: boolean; signal?: AbortSignal } = {},
+    options: {
+      everywhere?: boolean | undefined;
+      signal?: AbortSignal | undefined;
+      content?: MessageContent | undefined;
+    } = {},
   ): Promise<Lookup> {
     const everywhere = options.everywhere ?? false;
-    return this.session(options.signal, async (client, refused, renew) => {
+    const content = options.content ?? NO_CONTENT;
+    return this.session(options.signal, content, async (client, refused, renew) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
       if (this.path === SENT || alias !== undefined || everywhere) {
@@ -278,12 +309,12 @@ export class Mailbox {
           boxes = await client.list();
         } catch (cause) {
           if (this.path === SENT) throw cause;
-          listError = new MailboxUnavailableError(`IMAP LIST failed: ${(cause as Error).message}`, { cause });
+          listError = new MailboxUnavailableError(`IMAP LIST failed: ${messageOf(cause, content)}`, { cause });
         }
       }
       const prefix = client.namespace?.prefix ?? "";
       const mailbox = this.opened(boxes);
-      let found = await this.search(client, mailbox, messageId, refused);
+      let found = await this.search(client, mailbox, messageId, refused, content);
       // The server may give \Sent to several mailboxes (RFC 6154 §2; Dovecot's stock config marks
       // "Sent" and "Sent Messages"), and imapflow hands its special use to one of them, by name: the
       // provider may file into another. The copy is looked for in each of the others, so "not
@@ -292,7 +323,7 @@ export class Mailbox {
       // be read once a copy is found leaves the copy found standing: only "not found" needs them all.
       const sent = this.otherSent(boxes, mailbox);
       for (const other of sent) {
-        const more = await this.search(client, other, messageId, refused).catch((cause: unknown) => {
+        const more = await this.search(client, other, messageId, refused, content).catch((cause: unknown) => {
           if (found) return undefined;
           throw cause;
         });
@@ -302,7 +333,7 @@ export class Mailbox {
       if (everywhere && !found && listError) throw listError;
       const elsewhere =
         everywhere && !found
-          ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused, renew)
+          ? await this.searchRest(client, boxes, [mailbox, ...sent], messageId, refused, renew, content)
           : undefined;
       if (elsewhere?.found) found = elsewhere.found;
       const rest = { alsoSent: sent, ...(elsewhere && { elsewhere: { searched: elsewhere.searched } }) };
@@ -333,13 +364,14 @@ export class Mailbox {
     messageId: string,
     refused: () => CommandRefusal | undefined,
     renew: () => void,
+    content: MessageContent,
   ): Promise<{ found: FoundMessage | undefined; searched: number }> {
     let searched = 0;
     for (const box of boxes) {
       if (!selectable(box) || done.includes(box.path)) continue;
       renew();
       try {
-        const found = await this.search(client, box.path, messageId, refused);
+        const found = await this.search(client, box.path, messageId, refused, content);
         searched++;
         if (found) return { found, searched };
       } catch (cause) {
@@ -365,9 +397,12 @@ export class Mailbox {
    * Files `raw` into the mailbox. Refused by the server until a person acts (no right to file
    * into it, a quota, no such mailbox): MailboxRefusedError `mailbox` with its code; otherwise
    * MailboxUnavailableError (a connection lost, a NO without a code: the copy may or may not be there).
+   * `content`: what the message says (`raw`'s subject, text, recipients), cut out of what the
+   * server says in an error: a filter that refuses the copy quotes it.
    */
-  async append(raw: Buffer): Promise<void> {
-    await this.session(undefined, async (client) => {
+  async append(raw: Buffer, options: { content?: MessageContent | undefined } = {}): Promise<void> {
+    const content = options.content ?? NO_CONTENT;
+    await this.session(undefined, content, async (client) => {
       const mailbox = this.opened(this.path === SENT ? await client.list() : []);
       try {
         await client.append(mailbox, raw, ["\\Seen"]);
@@ -376,7 +411,7 @@ export class Mailbox {
         const code = typeof e.serverResponseCode === "string" ? e.serverResponseCode : undefined;
         if (e.responseStatus === "NO" && !(code !== undefined && APPEND_REFUSED.has(code)))
           throw new MailboxUnavailableError(
-            `IMAP ${this.imap.host}:${this.imap.port}: the APPEND to ${mailbox} was answered NO (${code ?? "no code"}: ${said(e)})`,
+            `IMAP ${this.imap.host}:${this.imap.port}: the APPEND to ${mailbox} was answered NO (${code ?? "no code"}: ${said(e, content)})`,
             { cause },
           );
         if (e.responseStatus !== "NO") throw cause;
@@ -389,7 +424,7 @@ export class Mailbox {
         const what =
           code === "NOPERM" ? "may not file into" : code === "OVERQUOTA" ? "is over quota for" : "has no mailbox";
         throw new MailboxRefusedError(
-          `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} ${what} ${mailbox} (${code}: ${said(e)}): ${fix}`,
+          `IMAP ${this.imap.host}:${this.imap.port}: ${this.imap.auth.user} ${what} ${mailbox} (${code}: ${said(e, content)}): ${fix}`,
           "mailbox",
           code,
           { cause },
@@ -433,10 +468,11 @@ export class Mailbox {
    * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else), and
    * `renew()`, which starts the deadline again from now (for each step of a long search). The
    * session ends when `signal` aborts as at its deadline (closed; unavailable, saying so), but
-   * that no `renew()` starts it again.
+   * that no `renew()` starts it again. Errors say what the server said without `content` (module doc).
    */
   private async session<T>(
     signal: AbortSignal | undefined,
+    content: MessageContent,
     fn: (client: ImapFlow, refused: () => CommandRefusal | undefined, renew: () => void) => Promise<T>,
   ): Promise<T> {
     const where = `IMAP ${this.imap.host}:${this.imap.port}`;
@@ -513,7 +549,7 @@ export class Mailbox {
       } catch (cause) {
         if (aborted) throw givenUp(cause);
         if (expired) throw late(cause);
-        throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user);
+        throw openFailure(cause, `IMAP ${this.imap.host}:${this.imap.port}`, this.imap.auth.user, content);
       }
       try {
         const result = await fn(client, () => refusal, renew);
@@ -525,7 +561,7 @@ export class Mailbox {
         if (aborted) throw givenUp(cause);
         if (expired) throw late(cause);
         if (cause instanceof MailboxUnavailableError) throw cause;
-        throw new MailboxUnavailableError(`IMAP ${this.path}: ${(cause as Error).message}`, { cause });
+        throw new MailboxUnavailableError(`IMAP ${this.path}: ${messageOf(cause, content)}`, { cause });
       } finally {
         await client.logout().catch(() => client.close());
       }
@@ -561,6 +597,7 @@ export class Mailbox {
     mailbox: string,
     messageId: string,
     refused: () => CommandRefusal | undefined,
+    content: MessageContent,
   ): Promise<FoundMessage | undefined> {
     const where = `IMAP ${this.imap.host}:${this.imap.port}`;
     const user = this.imap.auth.user;
@@ -576,7 +613,7 @@ export class Mailbox {
         (await this.onlyFolders(client, mailbox));
       if (e.serverResponseCode === "NOPERM")
         throw new MailboxRefusedError(
-          `${where}: ${user} may not read ${mailbox} (NOPERM: ${said(e)}): give the account the right to read it, or configure a mailbox it may read`,
+          `${where}: ${user} may not read ${mailbox} (NOPERM: ${said(e, content)}): give the account the right to read it, or configure a mailbox it may read`,
           "mailbox",
           "NOPERM",
           { cause },
@@ -593,7 +630,7 @@ export class Mailbox {
             : `check ${this.setting} (mailbox names are case-sensitive, as the server's LIST spells them), or create the mailbox`;
         const only = folders ? "; the server lists the name as one that holds only other mailboxes" : "";
         throw new MailboxRefusedError(
-          `${where}: ${user} has no mailbox ${mailbox} (NONEXISTENT: ${said(e)}${only}): ${named}`,
+          `${where}: ${user} has no mailbox ${mailbox} (NONEXISTENT: ${said(e, content)}${only}): ${named}`,
           "mailbox",
           "NONEXISTENT",
           { cause },
@@ -608,7 +645,7 @@ export class Mailbox {
       if (!Array.isArray(uids)) {
         const e = refused();
         const how = e
-          ? ` (${typeof e.serverResponseCode === "string" ? e.serverResponseCode : `${String(e.responseStatus)}, no code`}: ${said(e)})`
+          ? ` (${typeof e.serverResponseCode === "string" ? e.serverResponseCode : `${String(e.responseStatus)}, no code`}: ${said(e, content)})`
           : "";
         throw new MailboxUnavailableError(`${where} ${mailbox}: the server refused the search for ${messageId}${how}`);
       }

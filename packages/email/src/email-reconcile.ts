@@ -13,6 +13,7 @@
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import type { Lookup, Mailbox } from "./email-mailbox.js";
 import { foundReceipt, MAX_COPIES, type EmailReceipt } from "./email-receipt.js";
+import type { MessageContent } from "./email-reply.js";
 
 /**
  * The default settle window of a Sent copy (provider-saves): the provider files it as it commits
@@ -73,6 +74,8 @@ export async function reconcileByCopy(
   ref: string,
   op: OperationContext,
   settleMs: number,
+  /** What the message says, kept out of what a server's error says (email-mailbox.ts). */
+  content: MessageContent,
 ): Promise<ReconcileResult<EmailReceipt>> {
   if (!place.mailbox) return { found: false, proof: "never", reason: place.reason };
   // Past the window, "not found" sends again: then the copy is looked for in every mailbox of the
@@ -90,6 +93,7 @@ export async function reconcileByCopy(
   } = await place.mailbox.lookup(messageId, place.recordedAs?.mailbox, {
     everywhere: settled,
     signal: op.signal,
+    content,
   });
   if (found) {
     const receipt = foundReceipt(messageId, ref, true, found);

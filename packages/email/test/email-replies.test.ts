@@ -108,6 +108,29 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count() - before).toBe(1);
     });
 
+    // Left failed on purpose (a 4xx after the body is not): RFC 5321 §4.2.5 has a server that
+    // answers 5yz after the data make no attempt to deliver, and content filters answer so for
+    // every message they refuse; read as unknown, each refusal would be looked up, sent again
+    // past the settle window and refused again (append: sent to a person), and the agent would
+    // hear "pending" instead of "refused by policy". A server that queues anyway costs a ledger
+    // that says failed, not a second email: failed is final for the key, and a person's retry
+    // first looks for the copy.
+    it("provider-saves: a server that queued and filed the message, then answered 554: failed and replayed, never sent again; a person's retry finds the copy", async () => {
+      const l = await db.open({ budget: { baseDelayMs: 10 } });
+      const mail = emailActions(config("provider-saves"));
+      const t = tenant();
+      const before = sandbox.count();
+      sandbox.faults.add({ kind: "defer_taken", status: 554 });
+      const out = await l.run(mail.send, { tenant: t, key: ["queued-554"], args: letter });
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+      const again = await l.run(mail.send, { tenant: t, key: ["queued-554"], args: letter });
+      expect(again).toMatchObject({ status: "failed", replayed: true });
+      await l.admin.retry({ tenant: t, id: out.operationId, actor: "ops", reason: "the filter was fixed" });
+      const retried = await l.run(mail.send, { tenant: t, key: ["queued-554"], args: letter });
+      expect(retried).toMatchObject({ status: "succeeded", receipt: { sent: false, foundIn: "Sent" } });
+      expect(sandbox.count() - before).toBe(1);
+    });
+
     it("greylisting at RCPT TO (450): not sent, retried with the same Message-ID, sent once; never unknown", async () => {
       const l = await db.open({ budget: { baseDelayMs: 10 } });
       const mail = emailActions(config("append"));

@@ -7,7 +7,7 @@
  *    know (STARTTLS among them) gets a 502.
  *  - `recordingProxy`: a pass-through to an IMAP server that keeps what clients wrote.
  *  - `appendFaultProxy`: one that answers an APPEND NO, or drops the connection as its OK comes,
- *    and a SELECT (or EXAMINE) NO.
+ *    a SELECT (or EXAMINE) NO, and a SEARCH NO or never.
  *  - `listRewritingProxy`: one that rewrites the server's LIST lines (attributes a server
  *    configured otherwise would send).
  *  - `tricklingProxy`: one that withholds the tagged answer to a command and writes an untagged
@@ -164,17 +164,31 @@ export async function recordingProxy(target: number) {
 export type AppendFault = { readonly kind: "no"; readonly answer: string } | { readonly kind: "drop-after-ok" };
 
 /**
+ * What `appendFaultProxy` does with the next SEARCH (a `UID SEARCH` too): passes it on, answers it
+ * with `answer` (`NO [UNAVAILABLE] …`) instead, or holds it (never passed on, never answered).
+ */
+export type SearchFault =
+  | { readonly kind: "pass" }
+  | { readonly kind: "no"; readonly answer: string }
+  | { readonly kind: "hold" };
+
+/**
  * A pass-through to an IMAP server that fails APPENDs as `faults` says, one fault per APPEND, in
  * order: `no` answers it with `answer` (`NO [INUSE] …`) and swallows its literal, so nothing
  * reaches the server; `drop-after-ok` passes it on and closes the connection as the server's OK
  * comes back, so the copy is filed and the client cannot tell. `appends` counts the APPENDs
  * clients sent. imapflow writes an APPEND's command line at the start of a chunk (with LITERAL+,
- * which Dovecot offers, its literal follows without waiting for a continuation).
+ * which Dovecot offers, its literal follows without waiting for a continuation). `searches` does
+ * the same for SEARCHes, and `onHold` is told when one is held.
  */
 export async function appendFaultProxy(target: number) {
   const state = {
     /** The faults for the next APPENDs, first first; an APPEND with none left passes. */
     faults: [] as AppendFault[],
+    /** The faults for the next SEARCHes, first first; a SEARCH with none left passes. */
+    searches: [] as SearchFault[],
+    /** Told when a SEARCH is held (set by a test). */
+    onHold: undefined as (() => void) | undefined,
     appends: 0,
     /**
      * How many SELECT (or EXAMINE: a lookup opens its mailbox read-only) commands after an APPEND
@@ -199,6 +213,10 @@ export async function appendFaultProxy(target: number) {
         client.write(`${select[1]} NO [INUSE] Mailbox is locked, try again\r\n`);
         return;
       }
+      const search = /^(\S+) (?:UID )?SEARCH\b/i.exec(data.toString("latin1", 0, 64));
+      const searchFault = search ? state.searches.shift() : undefined;
+      if (search && searchFault?.kind === "no") return void client.write(`${search[1]} ${searchFault.answer}\r\n`);
+      if (searchFault?.kind === "hold") return state.onHold?.();
       const command = /^(\S+) APPEND [^\r\n]*\{(\d+)(\+?)\}\r\n/i.exec(data.toString("latin1", 0, 1_024));
       if (command) {
         state.appends++;
