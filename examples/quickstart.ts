@@ -3,7 +3,7 @@
  * ledger on a SQLite file, then the same job run again, as a retrying agent would. The second
  * call is answered from the ledger with the first receipt; the outbox still holds one message.
  *
- *   pnpm demo
+ *   pnpm example
  */
 import { appendFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { defineAction, describeResult, openLedger } from "@idem/core";

@@ -8,7 +8,9 @@
  * - an ESM TypeScript file and a CommonJS TypeScript project (`module: node16`, which reaches the
  *   ESM-only packages with `await import()`, as their READMEs say) typecheck strictly against the
  *   packages' own declarations, and the CommonJS one runs;
- * - a package a user must add (a database driver, a provider, tsx, the MCP SDK) is named when missing.
+ * - a package a user must add (a database driver, a provider, tsx, the MCP SDK) is named when missing;
+ * - each package's code imports only the packages its manifest declares (installed alone, nothing
+ *   hoisted by another would be there), and no source ships that its build leaves out (test-only code).
  * It needs the npm registry: when it cannot be reached the suite fails saying so, it never skips.
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -22,8 +24,10 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
+import { builtinModules, createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { delimiter, join, relative, sep } from "node:path";
+import type * as TypeScript from "typescript";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { freshDatabase } from "@idem/testkit";
@@ -255,6 +259,51 @@ it(
       pg: { optional: true },
       "@opentelemetry/api": { optional: true },
     });
+  },
+  LONG,
+);
+
+/** Every file under `dir`, as paths relative to it. */
+const filesUnder = (dir: string): string[] =>
+  readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => relative(dir, join(e.parentPath, e.name)));
+
+it(
+  "imports only packages its manifest declares, and ships no source file its build leaves out (test-only code)",
+  () => {
+    // Another package's dependency may be hoisted beside it here, so a run would not show a missing
+    // one: a user who installs the package alone gets ERR_MODULE_NOT_FOUND. The compiler the user
+    // installed reads each import, static or dynamic, as the emitted code and declarations have it.
+    const ts = createRequire(join(project, "package.json"))("typescript") as typeof TypeScript;
+    const builtin = new Set(builtinModules);
+    for (const { name } of packages) {
+      const dir = join(project, "node_modules", name);
+      const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, any>;
+      const declared = new Set(
+        ["dependencies", "peerDependencies", "optionalDependencies"].flatMap((f) => Object.keys(manifest[f] ?? {})),
+      );
+      // npm may nest a dependency under the package (another version than the one hoisted).
+      const files = filesUnder(dir).filter((f) => !f.startsWith(`node_modules${sep}`));
+      const undeclared = new Set<string>();
+      for (const file of files.filter((f) => !f.startsWith(`src${sep}`) && /\.(m?js|d\.ts)$/.test(f))) {
+        const { importedFiles } = ts.preProcessFile(readFileSync(join(dir, file), "utf8"), true, true);
+        for (const { fileName: spec } of importedFiles) {
+          if (spec.startsWith(".") || spec.startsWith("node:") || builtin.has(spec)) continue;
+          const pkg = spec
+            .split("/")
+            .slice(0, spec.startsWith("@") ? 2 : 1)
+            .join("/");
+          if (pkg !== name && !declared.has(pkg)) undeclared.add(`${pkg} (${file})`);
+        }
+      }
+      expect([...undeclared], `${name} imports packages it does not declare`).toEqual([]);
+      // src/ ships as the sources of dist's maps: a file with no build is not the package's code.
+      const unbuilt = files.filter(
+        (f) => f.startsWith(`src${sep}`) && !files.includes(f.replace(/^src/, "dist").replace(/\.ts$/, ".js")),
+      );
+      expect(unbuilt, `${name} ships sources it does not build`).toEqual([]);
+    }
   },
   LONG,
 );
