@@ -10,7 +10,8 @@
  *
  * Not supported: API v2 paths (`post("/v2/…")` is refused: its idempotency differs from v1's);
  * connected accounts (`stripeAccount` or `stripeContext`, in the config or in args, is refused
- * naming it: see stripe-client.ts);
+ * naming it: see stripe-client.ts); stripe-node's other request options in args (`idempotencyKey`,
+ * `apiKey`, `timeout` …: refused naming the field, since stripe-node would send them as parameters);
  * cancelling a request on `op.signal`. stripe-node 23's request options take no
  * AbortSignal (stripe/stripe-node#2240 was declined), so a request runs until `timeoutMs` (no
  * byte) or `deadlineMs` (no end); a lost lease is harmless here because every attempt carries the
@@ -18,7 +19,7 @@
  */
 import type Stripe from "stripe";
 import { defineAction, InvalidValueError, type Action, type OperationContext } from "@idem/core";
-import { createStripeClient, refuseConnectedAccount, type StripeConfig } from "./stripe-client.js";
+import { createStripeClient, refuseRequestOptions, type StripeConfig } from "./stripe-client.js";
 import { classifyStripeError } from "./stripe-classify.js";
 import {
   listRefunds,
@@ -81,9 +82,10 @@ export function stripeActions(config: StripeConfig): StripeActions {
       type,
       // What a person may record as the receipt when resolving an operation as succeeded.
       receipt: stripeReceiptSchema(object),
-      // stripe-node's per-request option where a caller might put it: stripe-node would send it as
-      // a parameter (Stripe: 400 parameter_unknown; a lenient server charges the platform account).
-      validate: (args: A) => refuseConnectedAccount(args, "args."),
+      // stripe-node's per-request options where a caller might put them: stripe-node would send
+      // them as parameters (Stripe: 400 parameter_unknown; a lenient server charges the platform
+      // account, or an SDK reading them as options sends the caller's idempotency key, not ours).
+      validate: (args: A) => refuseRequestOptions(args, "args."),
       async execute(args: A, op: OperationContext) {
         // The marker a lookup finds the object by. Only where there is a lookup: a generic POST
         // may update an object, and would overwrite the marker of the operation that created it.

@@ -68,6 +68,20 @@ function classifyAnswer(error: unknown): Classification {
     // Timeout or reset after the request left: Stripe may have executed it.
     return { kind: "ambiguous", reason: `connection lost after sending: ${error.message}` };
   }
+  // idempotency_key_in_use: a request with our key is still executing at Stripe (our earlier
+  // attempt). That proves nothing about its outcome, so not transient: unknown, and a replay with
+  // the key once Stripe finished returns what it saved. Read by its code before its status or
+  // type: Stripe documents the code, not the status (a 409, stripe-node retrying it as a conflict;
+  // answered as a 400 it would read as other parameters, or as a refusal: "failed" while the
+  // earlier attempt may still charge). Stripe documents no other 409; any other conflict is read
+  // the same way, since it too says nothing of our request.
+  if (error.code === "idempotency_key_in_use" || status === 409) {
+    const why =
+      error.code === "idempotency_key_in_use"
+        ? "an earlier request with our key is still executing"
+        : "conflict with another request";
+    return { kind: "ambiguous", reason: `${why}: ${what}`, ...ids };
+  }
   // Same key, other parameters: a request with our key already ran at Stripe (the ledger's args
   // hash kept the arguments; an SDK or API-version change may encode them differently). Whatever
   // it did stands, so never "failed, nothing happened": unknown, looked up, not replayed (a replay
@@ -79,17 +93,6 @@ function classifyAnswer(error: unknown): Classification {
       replayable: false,
       ...ids,
     };
-  }
-  // 409 idempotency_key_in_use: a request with our key is still executing at Stripe (our earlier
-  // attempt). That proves nothing about its outcome, so not transient: unknown, and a replay with
-  // the key once Stripe finished returns what it saved. Stripe documents no other 409; any other
-  // conflict is read the same way, since it too says nothing of our request.
-  if (status === 409) {
-    const why =
-      error.code === "idempotency_key_in_use"
-        ? "an earlier request with our key is still executing"
-        : "conflict with another request";
-    return { kind: "ambiguous", reason: `${why}: ${what}`, ...ids };
   }
   // Stripe's rate limiter: a 429, or on API versions before 2015-09-08 a 400 with the code
   // `rate_limit` (docs.stripe.com/changelog/2015-09-08), which stripe-node reads as a

@@ -79,6 +79,46 @@ export function refuseConnectedAccount(given: object, prefix = ""): void {
       );
 }
 
+/**
+ * stripe-node's per-request options (its `OPTIONS_KEYS`), its older name for the API version, and
+ * its client's address settings: names a caller may think a call's args take. stripe-node 23 sends
+ * the args as the request's parameters, these names too (Stripe: 400 parameter_unknown); an SDK
+ * that read them as options would send the caller's `idempotencyKey` or `headers` in place of our
+ * key. No Stripe v1 endpoint takes a top-level parameter of these names (camelCase, or the SDK's
+ * own `timeout`, `headers`, `host`, `streaming` …), so refusing them refuses no real parameter.
+ */
+const REQUEST_OPTIONS = [
+  "idempotencyKey",
+  "apiKey",
+  "apiVersion",
+  "stripeVersion",
+  "maxNetworkRetries",
+  "timeout",
+  "apiBase",
+  "authenticator",
+  "headers",
+  "additionalHeaders",
+  "streaming",
+  "host",
+  "port",
+  "protocol",
+] as const;
+
+/**
+ * Throws an `InvalidValueError` (path: `prefix` + the name) when a call's args hold a stripe-node
+ * request option (connected accounts first, with their own reason): the adapter sets the options
+ * itself, our idempotency key among them. Own properties set to a value, as refuseConnectedAccount.
+ */
+export function refuseRequestOptions(args: object, prefix = "args."): void {
+  refuseConnectedAccount(args, prefix);
+  for (const option of REQUEST_OPTIONS)
+    if (Object.hasOwn(args, option) && (args as Record<string, unknown>)[option] !== undefined)
+      throw new InvalidValueError(
+        `${prefix}${option}`,
+        "a stripe-node request option, not a Stripe parameter: stripe-node would send it to Stripe as a parameter (400 parameter_unknown), and the adapter sets the request's options itself (its idempotency key is the operation's, its version and timeouts the client's config); nothing was sent",
+      );
+}
+
 export function createStripeClient(config: StripeConfig): Stripe {
   const versionProblem = config.apiVersion === undefined ? undefined : stripeApiVersionProblem(config.apiVersion);
   if (versionProblem) throw new RangeError(`apiVersion: ${versionProblem}`);

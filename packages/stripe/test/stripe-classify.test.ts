@@ -125,6 +125,21 @@ describe("classifyStripeError", () => {
     expect(classifyStripeError(error)).toMatchObject(expected);
   });
 
+  it("reads idempotency_key_in_use as our key still executing whatever the status and type say, never as other parameters or a refusal", () => {
+    // Stripe documents the code (a request with the key is executing), not its status: answered as
+    // a 400, stripe-node makes it a StripeIdempotencyError (type idempotency_error) or a
+    // StripeInvalidRequestError. Read as "other parameters" it was looked up as if done; read as a
+    // validation error it was "failed" while the earlier attempt could still charge.
+    for (const type of ["idempotency_error", "invalid_request_error"])
+      for (const statusCode of [400, 409]) {
+        const error = E.StripeError.generate(raw(statusCode, { type, code: "idempotency_key_in_use" }));
+        const cls = classifyStripeError(error);
+        expect(cls, `${statusCode} ${type}`).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
+        expect(cls.kind === "ambiguous" && cls.replayable, `${statusCode} ${type}`).not.toBe(false);
+        expect(cls.reason, `${statusCode} ${type}`).toMatch(/still executing/);
+      }
+  });
+
   it("leaves a 409 replayable: a later replay with the key returns what Stripe saved", () => {
     const cls = classifyStripeError(
       new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),

@@ -11,6 +11,12 @@
  * remove keys from the system automatically after they're at least 24 hours old",
  * docs.stripe.com/api/idempotent_requests): a longer `keyRetentionMs` is a Stripe that prunes late.
  *
+ * A top-level parameter an endpoint the sandbox implements does not take is refused as Stripe
+ * refuses it, 400 `parameter_unknown` (stripe-params.ts), a validation failure: nothing saved
+ * under the key. A `Stripe-Account` header is answered 403 `invalid_request_error`
+ * `account_invalid` ("The provided key '…' does not have access to account '…' (or that account
+ * does not exist)…"), after the API key is checked: the sandbox knows no connected account.
+ *
  * A `Stripe-Version` Stripe does not know is refused as Stripe refuses it: 400
  * `invalid_request_error`, "Invalid Stripe API version: <the header>", with no `code` (none is seen
  * in public reports), after the API key is checked and before the idempotency layer: nothing is
@@ -43,6 +49,7 @@ import { closeHard, listen, readBody } from "../http.js";
 import { TricklingAnswers } from "../trickle.js";
 import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
+import { refuseUnknownParams } from "./stripe-params.js";
 import { isStripeVersion, renderedFor } from "./stripe-versions.js";
 
 export type StripeFaultKind =
@@ -84,8 +91,9 @@ export interface StripeRequestRecord {
   /** The API version the request asked for (its `Stripe-Version` header), if any. */
   readonly stripeVersion: string | undefined;
   /**
-   * The connected account the request named (its `Stripe-Account` header), if any. Recorded only:
-   * the sandbox keeps no objects per account, so a test can see a request that asked for one.
+   * The connected account the request named (its `Stripe-Account` header), if any. The sandbox
+   * knows no connected account: such a request is answered 403 `account_invalid`, as Stripe
+   * answers an account the key cannot reach.
    */
   readonly stripeAccount: string | undefined;
   readonly status: number | "dropped";
@@ -186,6 +194,15 @@ export class StripeSandbox {
     ) {
       record(401);
       return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
+    }
+    if (stripeAccount !== undefined) {
+      // The sandbox knows no connected account: Stripe's answer to one the key cannot reach.
+      record(403);
+      return sendError(res, 403, {
+        type: "invalid_request_error",
+        code: "account_invalid",
+        message: `The provided key '${masked(this.apiKey)}' does not have access to account '${stripeAccount}' (or that account does not exist). Application access may have been revoked.`,
+      });
     }
     if (stripeVersion !== undefined && !isStripeVersion(stripeVersion)) {
       record(400);
@@ -345,6 +362,9 @@ export class StripeSandbox {
       );
     const resource = parts[1];
     const id = parts[2];
+    const kind =
+      method === "POST" ? (id ? "update" : "create") : !id ? "list" : id === "search" ? "search" : "retrieve";
+    if (parts.length <= 3) refuseUnknownParams(resource, kind, params);
     if (method === "POST" && !id) return this.objects.create(resource, params);
     if (method === "POST" && parts.length === 3) {
       const updated = this.objects.update(resource, id!, params);
@@ -389,6 +409,13 @@ export class StripeSandbox {
       ["customers", "payment_intents", "charges", "refunds"].map((r) => [r, this.objects.count(r)]),
     );
   }
+}
+
+/** An API key as Stripe's messages show it: its prefix, then stars but for the last four characters. */
+function masked(key: string): string {
+  const prefix = /^[a-z]+_(?:test_|live_)?/.exec(key)?.[0] ?? "";
+  const rest = key.slice(prefix.length);
+  return `${prefix}${"*".repeat(Math.max(rest.length - 4, 0))}${rest.slice(-4)}`;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

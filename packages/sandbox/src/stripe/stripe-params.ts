@@ -1,0 +1,94 @@
+/**
+ * The top-level parameters Stripe takes on the endpoints the sandbox implements: a request with
+ * any other is refused as Stripe refuses it, 400 `invalid_request_error` `parameter_unknown`
+ * naming it ("Received unknown parameter: <name>"), before it executes (nothing saved under its
+ * key). The lists are stripe-node 23.1's `…CreateParams`, `…UpdateParams`, `…ListParams` (with
+ * its pagination), `…SearchParams` and `…RetrieveParams` for customers, payment intents, refunds
+ * and charges, plus `payment_method_types`, which older API versions take on a payment intent.
+ *
+ * Not modelled: nested parameters (`automatic_payment_methods[foo]` is taken); a parameter taken
+ * under some API versions only (each is taken under every version); the endpoints the sandbox
+ * keeps as given (any other POSTed resource, `/confirm` and the like), which take anything.
+ */
+import { StripeFailure } from "./stripe-objects.js";
+
+const PAGE = ["limit", "starting_after", "ending_before", "expand"];
+const SEARCH = ["query", "limit", "page", "expand"];
+const RETRIEVE = ["expand"];
+
+const CUSTOMER_WRITE = [
+  ...["address", "balance", "business_name", "cash_balance", "description", "email", "expand", "individual_name"],
+  ...["invoice_prefix", "invoice_settings", "metadata", "name", "next_invoice_sequence", "phone"],
+  ...["preferred_locales", "shipping", "source", "tax", "tax_exempt", "validate"],
+];
+const PAYMENT_INTENT_UPDATE = [
+  ...["allowed_payment_method_types", "amount", "amount_details", "application_fee_amount", "capture_method"],
+  ...["currency", "customer", "customer_account", "description", "excluded_payment_method_types", "expand"],
+  ...["hooks", "metadata", "payment_details", "payment_method", "payment_method_configuration"],
+  ...["payment_method_data", "payment_method_options", "payment_method_types", "receipt_email"],
+  ...["setup_future_usage", "shipping", "statement_descriptor", "statement_descriptor_suffix"],
+  ...["transfer_data", "transfer_group"],
+];
+
+/** By resource: what its create, update (POST to an object), list, search and retrieve take. */
+const PARAMS: Readonly<Record<string, Readonly<Partial<Record<Kind, ReadonlySet<string>>>>>> = {
+  customers: kinds({
+    create: [...CUSTOMER_WRITE, "payment_method", "tax_id_data", "test_clock"],
+    update: [...CUSTOMER_WRITE, "default_source"],
+    list: [...PAGE, "created", "email", "test_clock"],
+  }),
+  payment_intents: kinds({
+    create: [
+      ...PAYMENT_INTENT_UPDATE,
+      ...["automatic_payment_methods", "confirm", "confirmation_method", "confirmation_token"],
+      ...["error_on_requires_action", "mandate", "mandate_data", "off_session", "on_behalf_of"],
+      ...["radar_options", "return_url", "use_stripe_sdk"],
+    ],
+    update: PAYMENT_INTENT_UPDATE,
+    list: [...PAGE, "created", "customer", "customer_account"],
+    retrieve: [...RETRIEVE, "client_secret"],
+  }),
+  refunds: kinds({
+    create: [
+      ...["amount", "charge", "currency", "customer", "expand", "instructions_email", "metadata", "origin"],
+      ...["payment_intent", "reason", "refund_application_fee", "reverse_transfer"],
+    ],
+    update: ["expand", "metadata"],
+    list: [...PAGE, "charge", "created", "payment_intent"],
+  }),
+  // Made by confirming a payment intent; a POST to /v1/charges is kept as given, as any other.
+  charges: kinds({
+    update: ["customer", "description", "expand", "fraud_details", "metadata", "receipt_email", "shipping"],
+    list: [...PAGE, "created", "customer", "payment_intent", "transfer_group"],
+  }),
+};
+
+type Kind = "create" | "update" | "list" | "search" | "retrieve";
+
+/**
+ * Throws Stripe's 400 `parameter_unknown` (a validation failure: nothing executes, nothing is
+ * saved under the key) when `params` hold a top-level name the endpoint does not take; an endpoint
+ * the sandbox does not know the parameters of takes any.
+ */
+export function refuseUnknownParams(resource: string, kind: Kind, params: Record<string, unknown>): void {
+  const known = PARAMS[resource]?.[kind];
+  if (!known) return;
+  const unknown = Object.keys(params).filter((name) => !known.has(name));
+  if (unknown.length === 0) return;
+  throw new StripeFailure(
+    400,
+    {
+      type: "invalid_request_error",
+      code: "parameter_unknown",
+      param: unknown[0]!,
+      message: `Received unknown parameter${unknown.length > 1 ? "s" : ""}: ${unknown.join(", ")}`,
+    },
+    true,
+  );
+}
+
+/** Each kind given, and Search and retrieve as most resources take them. */
+function kinds(given: Partial<Record<Kind, readonly string[]>>): Partial<Record<Kind, ReadonlySet<string>>> {
+  const all = { search: SEARCH, retrieve: RETRIEVE, ...given };
+  return Object.fromEntries(Object.entries(all).map(([kind, names]) => [kind, new Set(names)]));
+}
