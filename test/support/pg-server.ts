@@ -434,3 +434,40 @@ export async function whileLocked(
     await client.end().catch(() => {});
   }
 }
+
+/**
+ * Locks `table` (access exclusive) in the database at `url` until `release()`, so that every
+ * statement on it waits: a database slower than its callers wait for. `release()` resolves once
+ * no other backend of the database runs a statement (those that waited have answered).
+ */
+export async function lockTable(url: string, table: string, timeoutMs = 30_000): Promise<{ release(): Promise<void> }> {
+  const client = new pg.Client({ connectionString: url });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    await client.query("begin");
+    await client.query(`lock table ${pg.escapeIdentifier(table)} in access exclusive mode`);
+  } catch (error) {
+    await client.end().catch(() => {});
+    throw error;
+  }
+  return {
+    async release() {
+      try {
+        await client.query("commit");
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          const { rows } = await client.query<{ n: number }>(
+            "select count(*)::int as n from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() and state <> 'idle'",
+          );
+          if (rows[0]!.n === 0) return;
+          if (Date.now() > deadline)
+            throw new Error(`${rows[0]!.n} statements still ran ${timeoutMs} ms after ${table} was unlocked`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
+  };
+}

@@ -21,6 +21,7 @@ import {
   UnknownActionError,
   openLedger,
   redactUrl,
+  requireName,
   type Action,
   type Ledger,
   type LedgerOptions,
@@ -763,7 +764,9 @@ export function program(): Command {
             });
             onResult = metrics.results.onResult; // the daemon's own calls (alert deliveries) feed its counters
             if (o.once || config.daemon.metricsPort === undefined) return;
-            const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost);
+            const port = await metrics.listen(config.daemon.metricsPort, config.daemon.metricsHost, (err) =>
+              log.error({ err }, "the /metrics server failed; the daemon goes on"),
+            );
             log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
           },
           ...(!o.once && {
@@ -832,6 +835,17 @@ function mcpTenant(given: string | undefined, source: string | undefined, config
     );
   const tenant = given ?? configured;
   if (!tenant) throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
+  // Checked here, as the config checks mcp.tenant: served, every call would answer "not set up
+  // right" and every status check "check again later", for as long as the server ran.
+  try {
+    requireName(tenant, "tenant");
+  } catch (error) {
+    const from = source === "env" ? "IDEM_TENANT" : "--tenant";
+    throw new ConfigError(
+      `idem mcp: ${from} ${JSON.stringify(tenant)} is no tenant: ${(error as InvalidValueError).reason}`,
+      { cause: error },
+    );
+  }
   return tenant;
 }
 

@@ -42,6 +42,9 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   await server.connect(new StdioServerTransport());
   const stop = () => void server.close();
   process.stdin.once("end", stop); // the client went away
+  // Or stopped reading (its end of our output closed): a write meets EPIPE. Without a listener that
+  // is an unhandled 'error' that ends the process mid-call; it is a client gone, as above.
+  process.stdout.on("error", stop);
   // Stopped by its supervisor: no new call; the caller (idem's withLedger) then closes the
   // ledger, which lets the calls in flight record their effects (Node's default ends mid-call).
   process.once("SIGTERM", stop);

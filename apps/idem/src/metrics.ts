@@ -108,38 +108,45 @@ export class DaemonMetrics {
     private readonly intervalMs: number,
     options: { statsTtlMs?: number; perTenant?: boolean } = {},
   ) {
-    const metrics = this;
     const statsTtlMs = options.statsTtlMs ?? 15_000;
     const perTenant = options.perTenant === true;
     collectDefaultMetrics({ register: this.registry });
     type Counted = { at: number; rows: Awaited<ReturnType<Ledger["admin"]["stats"]>>["unsettled"] };
     let cache: Counted | undefined;
     let counting: Promise<Counted> | undefined; // one count at a time, shared by overlapping scrapes
+    /** The rows to show: cached, else counted now; undefined while the ledger is not open or does not answer. */
+    const counted = async (): Promise<Counted["rows"] | undefined> => {
+      const ledger = this.ledger;
+      if (!ledger) return undefined; // not open yet: no rows to count
+      if (cache && Date.now() - cache.at <= statsTtlMs) return cache.rows;
+      // A ledger that does not answer (down, frozen) leaves the gauge out of this scrape: the
+      // rest, idem_ledger_up 0 first, is what the scraper needs then, within its timeout.
+      // Cached when it answers, not when a scrape still waits for it: a count that takes longer
+      // than a scrape waits (a large backlog, a loaded database) is shown by the next scrape;
+      // dropped, each scrape began a count of its own and gave up on it, and none was ever shown.
+      counting ??= ledger.admin
+        .stats()
+        .then((s) => (cache = { at: Date.now(), rows: s.unsettled }))
+        .finally(() => (counting = undefined));
+      return (await answerWithin(counting, STATS_WAIT_MS))?.rows;
+    };
     new Gauge({
       name: "idem_unsettled_operations",
       help: `Operations not settled yet (running, unknown, pending, needs_review) by status and action${perTenant ? " and tenant" : ""}`,
       labelNames: perTenant ? ["status", "action", "tenant"] : ["status", "action"],
       registers: [this.registry],
       async collect() {
+        const rows = await counted();
+        // Emptied and filled in one go, after the wait: a scrape that began meanwhile (an HA pair of
+        // scrapers, a person's curl) emptied it before its own wait, and filled before ours, the
+        // sums (inc) counted each row twice.
         this.reset();
-        const ledger = metrics.ledger;
-        if (!ledger) return; // not open yet: no rows to count
-        if (!cache || Date.now() - cache.at > statsTtlMs) {
-          // A ledger that does not answer (down, frozen) leaves the gauge out of this scrape: the
-          // rest, idem_ledger_up 0 first, is what the scraper needs then, within its timeout.
-          counting ??= ledger.admin
-            .stats()
-            .then((s) => ({ at: Date.now(), rows: s.unsettled }))
-            .finally(() => (counting = undefined));
-          const counted = await answerWithin(counting, STATS_WAIT_MS);
-          if (!counted) return;
-          cache = counted;
-        }
+        if (!rows) return;
         if (perTenant) {
-          for (const r of cache.rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
+          for (const r of rows) this.set({ status: r.status, action: r.action, tenant: r.tenant }, r.count);
           return;
         }
-        for (const r of cache.rows) this.inc({ status: r.status, action: r.action }, r.count);
+        for (const r of rows) this.inc({ status: r.status, action: r.action }, r.count);
       },
     });
   }
@@ -194,7 +201,11 @@ export class DaemonMetrics {
     };
   }
 
-  async listen(port: number, host: string): Promise<number> {
+  /**
+   * Serves /metrics and /healthz. `onError`: a server error once listening (EMFILE on accept),
+   * said and survived: the daemon's settling does not stop for its metrics endpoint.
+   */
+  async listen(port: number, host: string, onError: (error: Error) => void = () => undefined): Promise<number> {
     this.server = createServer(async (req, res) => {
       if (req.url === "/metrics") {
         try {
@@ -216,7 +227,10 @@ export class DaemonMetrics {
       this.server!.once("error", (cause: Error) =>
         reject(new ConfigError(`cannot serve /metrics on ${host}:${port}: ${cause.message}`, { cause })),
       );
-      this.server!.listen(port, host, resolve);
+      this.server!.listen(port, host, () => {
+        this.server!.removeAllListeners("error").on("error", onError);
+        resolve();
+      });
     });
     return (this.server.address() as AddressInfo).port;
   }

@@ -4,6 +4,7 @@
  * truthful result, never a protocol error; the status tool reports the operation.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -118,9 +119,57 @@ describe("idem mcp's tenant", () => {
       await ledger.close();
     }
   });
+
+  it("a --tenant or IDEM_TENANT no ledger can hold (a tab or newline from a secret file) is refused at start (exit 2), not served", async () => {
+    const dir = tempDir();
+    const url = await freshDatabase("sqlite");
+    await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+    const env = { LEDGER_URL: url, EFFECT_DIR: dir }; // no TENANT: no mcp.tenant, the operator's value is the tenant
+    for (const [flags, more] of [
+      [["--tenant", "acme\t"], {}],
+      [[], { IDEM_TENANT: "acme\n" }],
+    ] as const) {
+      const out = await idem(["--config", MCP_CONFIG, "mcp", ...flags], { ...env, ...more }, { noInput: true });
+      // Before: exit 0 after serving: every call read "not set up right", every status check
+      // "could not check now, check again later", for as long as the server ran.
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr).toMatch(/tenant.*must be a non-empty printable string/);
+      expect(out.stdout).toBe(""); // nothing served
+    }
+  });
 });
 
 describe("idem mcp stopped", () => {
+  it("a host that stops reading its output (EPIPE) stops the server as a client gone, not an unhandled error", async () => {
+    const url = await freshDatabase("sqlite");
+    await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+    const child = spawn(
+      process.execPath,
+      ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+      { env: { ...process.env, LEDGER_URL: url, EFFECT_DIR: tempDir(), TENANT: "acme" } },
+    );
+    try {
+      let stderr = "";
+      child.stderr.on("data", (d) => (stderr += d));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+      // The host's end of the server's output closed: the server's first answer meets EPIPE. Its
+      // input stays open, so only that tells the server its client is gone.
+      child.stdout.destroy();
+      const initialize = {
+        jsonrpc: "2.0",
+        id: 1,
+        method: "initialize",
+        params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } },
+      };
+      child.stdin.write(`${JSON.stringify(initialize)}\n`);
+      // Before: "Unhandled 'error' event ... EPIPE", exit 1, with any call in flight cut short.
+      expect(await exited, stderr).toBe(0);
+      expect(stderr).not.toMatch(/Unhandled|EPIPE/);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+
   it("on SIGTERM with a call in flight records its effect before it exits: the row is not left running for the daemon", async () => {
     const dir = tempDir();
     const url = await freshDatabase("sqlite");

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { defineAction, openLedger } from "@idem/core";
-import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { DIALECTS, freshDatabase, lockTable } from "@idem/testkit";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { ConfigError, DaemonMetrics, runResultCounters } from "@idem/cli";
@@ -20,6 +20,25 @@ describe("/healthz", () => {
     } finally {
       await metrics.close();
       await ledger.close();
+    }
+  });
+});
+
+describe("the /metrics server failing once it listens", () => {
+  it("an error (EMFILE on accept) is said each time and survived: the server goes on serving", async () => {
+    const metrics = new DaemonMetrics(undefined, 1_000);
+    const said: string[] = [];
+    try {
+      const port = await metrics.listen(0, "127.0.0.1", (e) => said.push(e.message));
+      // What net.Server emits when accept fails (too many open files). Before: the listen's one-off
+      // listener took the first one silently, and the second was an unhandled 'error' (the daemon gone).
+      const server = (metrics as unknown as { server: Server }).server;
+      for (let i = 0; i < 2; i++)
+        server.emit("error", Object.assign(new Error("accept EMFILE"), { code: "EMFILE", syscall: "accept" }));
+      expect(said).toEqual(["accept EMFILE", "accept EMFILE"]);
+      expect((await fetch(`http://127.0.0.1:${port}/metrics`)).status).toBe(200);
+    } finally {
+      await metrics.close();
     }
   });
 });
@@ -55,6 +74,39 @@ describe("/metrics while the ledger cannot count", () => {
       await metrics.close();
     }
   });
+});
+
+describe("/metrics when every count takes longer than a scrape waits, on postgres", () => {
+  it("shows the count that came in after a scrape gave up on it, not never a count", async () => {
+    // A large backlog or a loaded database: the count answers after the scrape's 5 s. Before, its
+    // answer was dropped, each scrape began a count of its own and gave up on it: the gauge was
+    // never shown, when it matters most.
+    const url = await freshDatabase("postgres");
+    const ledger = await openLedger(url, { lockTimeoutMs: 120_000 });
+    let lock: { release(): Promise<void> } | undefined;
+    try {
+      const parked = defineAction({
+        type: "sms.parked",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("timeout after send");
+        },
+      });
+      await ledger.run(parked, { tenant: "t", key: ["p"], args: {} }); // needs_review: unsettled
+      const metrics = new DaemonMetrics(ledger, 1_000, { statsTtlMs: 600_000 });
+      lock = await lockTable(url, "idem_operations"); // counts are slow: each waits on this lock
+      expect(await metrics.registry.metrics()).not.toMatch(/^idem_unsettled_operations\{/m); // gave up at 5 s
+      await lock.release(); // that count answers now, after its scrape
+      lock = undefined;
+      lock = await lockTable(url, "idem_operations"); // and the next one is as slow
+      expect(await metrics.registry.metrics()).toMatch(
+        /^idem_unsettled_operations\{status="needs_review",action="sms.parked"\} 1$/m,
+      );
+    } finally {
+      await lock?.release();
+      await ledger.close();
+    }
+  }, 120_000);
 });
 
 describe("the metrics port", () => {
@@ -120,6 +172,31 @@ for (const dialect of DIALECTS) {
         );
       }
       await ledger.close();
+    });
+
+    it("two scrapes at once while the ledger counts read the same counts, not twice them", async () => {
+      // Two Prometheus servers (an HA pair) scraping the same daemon, or a person's curl during a
+      // scrape: both wait for the one count. Before, each emptied the gauge before waiting and
+      // added the rows after it, so both scrapes read 2 where the ledger held 1.
+      const ledger = await openLedger(await freshDatabase(dialect));
+      const lost = defineAction({
+        type: "sms.lost",
+        capabilities: {},
+        execute: async () => {
+          throw new Error("socket closed after the request was sent");
+        },
+      });
+      await ledger.run(lost, { tenant: "a", key: ["k"], args: {} });
+      const metrics = new DaemonMetrics(ledger, 1_000);
+      try {
+        // As the server answers two requests: each one's registry.metrics(), the second begun
+        // while the first waits for the count.
+        const both = await Promise.all([metrics.registry.metrics(), metrics.registry.metrics()]);
+        for (const text of both)
+          expect(text).toMatch(/^idem_unsettled_operations\{status="needs_review",action="sms.lost"\} 1$/m);
+      } finally {
+        await ledger.close();
+      }
     });
   });
 }

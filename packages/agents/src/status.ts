@@ -24,6 +24,12 @@ export interface StatusInput {
 /** The longest wait a status check takes: below an MCP client's usual 60 s request timeout. */
 export const MAX_WAIT_MS = 50_000;
 
+/**
+ * How long after its wait a status check answers at the latest, whatever the ledger's reads take:
+ * "could not check now" then (a wait of 50 s is answered within 55 s).
+ */
+export const CHECK_MS = 5_000;
+
 export const STATUS_TOOL = {
   name: "operation_status",
   description:
@@ -88,22 +94,16 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
       return undefined; // the outcome is known: a failed read only loses its summary
     }
   }
-  return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
-    const why = unreadable(input);
-    if (why !== undefined) return refusedStatusInput(why);
+  /** What became of the operation, read within `waitMs` (and whatever the reads take); `given` ends the wait. */
+  async function check(input: StatusInput, call: ToolCall<C>, waitMs: number, given: AbortSignal): Promise<Outcome> {
     try {
       const tenant = fromCall(options.tenant, call);
-      const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);
-      // A wait only reads: either signal ends it (MCP's connection closing is a `stop`).
-      const until = call.signal && call.stop ? AbortSignal.any([call.signal, call.stop]) : (call.signal ?? call.stop);
+      // A wait only reads: either signal ends it (MCP's connection closing is a `stop`), and so
+      // does this check giving up on the ledger.
+      const until = AbortSignal.any([given, ...(call.signal ? [call.signal] : []), ...(call.stop ? [call.stop] : [])]);
       const result =
         waitMs > 0
-          ? await ledger.wait({
-              tenant,
-              id: input.operationId,
-              timeoutMs: waitMs,
-              ...(until && { signal: until }),
-            })
+          ? await ledger.wait({ tenant, id: input.operationId, timeoutMs: waitMs, signal: until })
           : await ledger.status({ tenant, id: input.operationId });
       const tool = await toolOf(tenant, result);
       const summarize = tool?.summarize ? safeSummary<unknown>(tool.summarize) : fallback;
@@ -126,11 +126,37 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
       }
       // The check failed (the ledger unreachable or closed, the call stopped): nothing is known
       // of the operation either way, and nothing was done by this check.
-      const name = error instanceof Error ? error.name : typeof error;
-      return {
-        status: "unconfirmed",
-        message: `Could not check operation ${JSON.stringify(input.operationId)} now (${name}): it may or may not have happened. Check again later with this tool; do not repeat the original action.`,
-      };
+      return unchecked(input.operationId, error instanceof Error ? error.name : typeof error);
     }
+  }
+  return async (input: StatusInput, call: ToolCall<C>): Promise<Outcome> => {
+    const why = unreadable(input);
+    if (why !== undefined) return refusedStatusInput(why);
+    const waitMs = Math.min(Math.max(input.waitMs ?? 0, 0), MAX_WAIT_MS);
+    // A database that stops answering (a frozen server, a network dropping packets) fails a read
+    // only at its client's read timeout (Postgres: the statement timeout and 5 s, 35 s by
+    // default), after a wait of up to 50 s: past an MCP client's 60 s, whose model then read its
+    // host's timeout error, not this answer. The read that hangs is left to fail on its own.
+    const givenUp = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<Outcome>((resolve) => {
+      timer = setTimeout(() => {
+        givenUp.abort();
+        resolve(unchecked(input.operationId, `no answer from the ledger within ${(waitMs + CHECK_MS) / 1_000} s`));
+      }, waitMs + CHECK_MS);
+    });
+    try {
+      return await Promise.race([check(input, call, waitMs, givenUp.signal), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}
+
+/** What the model reads when the check itself failed (`why`): nothing is known of the operation, nothing was done. */
+function unchecked(operationId: string, why: string): Outcome {
+  return {
+    status: "unconfirmed",
+    message: `Could not check operation ${JSON.stringify(operationId)} now (${why}): it may or may not have happened. Check again later with this tool; do not repeat the original action.`,
   };
 }
