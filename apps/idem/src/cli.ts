@@ -3,7 +3,7 @@
  * 1 failure (the ledger's database unreachable included), 2 bad usage or configuration, 3 no such
  * operation (for this tenant), 4 the operation is not in a status that allows it, or (a decision)
  * changed since it was shown, 5 `idem prune` stopped at its `--max` with more possibly left (run
- * it again).
+ * it again), 6 `idem retry --now` ran the operation and it did not succeed.
  */
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -195,6 +195,18 @@ function duration(v: string): number {
     throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
   return Math.round(n); // the ledger compares whole milliseconds (a bigint on Postgres)
 }
+/**
+ * A value that must be given, for `--ledger` and `--config`: an empty one (a script's unset
+ * variable, `--ledger "$LEDGER_URL"`) read as absent, so the command acted on another ledger than
+ * the script named: the config's, or `./idem.db`, which `idem migrate` created and migrated.
+ */
+function given(expected: string): (v: string) => string {
+  return (v) => {
+    if (v.trim() === "")
+      throw new InvalidArgumentError(`Expected ${expected}, not an empty value (an unset variable?).`);
+    return v;
+  };
+}
 /** A TCP port for `--port`: 0 to 65535. */
 function portNumber(v: string): number {
   const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
@@ -328,8 +340,17 @@ function version(): string {
 export function program(): Command {
   const cmd = new Command("idem")
     .description("Side effects of AI agents, exactly once: the ledger's operators' tool and reconcile daemon")
-    .option("-c, --config <path>", "config file (default: idem.config.ts|js|json in the working directory)")
-    .option("--ledger <url>", "ledger URL, overriding the config (sqlite:PATH or postgres://…)")
+    .addOption(
+      new Option(
+        "-c, --config <path>",
+        "config file (default: idem.config.ts|js|json in the working directory)",
+      ).argParser(given("a path to the config file")),
+    )
+    .addOption(
+      new Option("--ledger <url>", "ledger URL, overriding the config (sqlite:PATH or postgres://…)").argParser(
+        given("a ledger URL: sqlite:PATH or postgres://…"),
+      ),
+    )
     .option("--json", "machine-readable output")
     .version(version(), "-V, --version")
     .exitOverride()

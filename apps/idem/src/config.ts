@@ -97,6 +97,11 @@ const smtpFields = {
  * IMAP session (@idem/email), one request (@idem/stripe, @idem/hubspot).
  */
 const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
+/**
+ * A time the daemon waits with a timer, whole ms: at most 2^31-1 (about 24.8 days), the longest a
+ * Node timer waits. A longer one fires after 1 ms: the daemon ticked without pause.
+ */
+const timerMs = z.number().int().positive().max(2_147_483_647);
 
 /** One of `userEnv` and `passEnv` without the other turned sign-in off without a word. */
 const bothOrNeither = [
@@ -306,7 +311,7 @@ const schema = z
       .default({ stuckAfterMs: 300_000, perAction: {} }),
     daemon: z
       .object({
-        intervalMs: z.number().int().positive().default(1_000),
+        intervalMs: timerMs.default(1_000),
         batch: z.number().int().positive().default(100),
         /**
          * How long a claimed row is hidden from other daemons; also the longest a tick settles for.
@@ -314,7 +319,7 @@ const schema = z
          * (inconclusive: the operation stays unknown, checked again later). Give it more than the
          * slowest lookup of the config's actions.
          */
-        claimMs: z.number().int().positive().default(60_000),
+        claimMs: timerMs.default(60_000),
         /**
          * Inconclusive lookups before an unknown operation goes to review; also the tries the
          * provider refused for now (a 503) before work known not done does.
@@ -330,7 +335,7 @@ const schema = z
           .positive()
           .default(24 * 3_600_000),
         /** Lease of the daemon's own attempts. */
-        leaseMs: z.number().int().positive().default(30_000),
+        leaseMs: timerMs.default(30_000),
         metricsPort: port.optional(),
         metricsHost: z.string().default("127.0.0.1"),
         /** Label `idem_unsettled_operations` by tenant too: one series per tenant, status and action (opt-in: tenants can be many). */
@@ -435,7 +440,9 @@ export async function loadConfig(path?: string, overrides: { ledger?: string } =
     if (raw === undefined)
       throw new ConfigError(`invalid config ${file}: it has no default export (export default { ledger: … })`);
   }
-  return parseConfig(raw ?? {}, file ?? "(defaults)", overrides);
+  // A file's content is checked as it is: one that holds null (a template that rendered nothing)
+  // is refused as the object it is not, not read as no file at all (the defaults: ./idem.db).
+  return parseConfig(file ? raw : {}, file ?? "(defaults)", overrides);
 }
 
 /**

@@ -1262,6 +1262,20 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     }
   });
 
+  it("refuses daemon.intervalMs, claimMs or leaseMs past the longest a timer waits (2^31-1 ms), naming the field: the daemon's timers fired at once", async () => {
+    // Before: accepted, and Node fired each such timer after 1 ms: a daemon with an interval of
+    // about 35 days ticked without pause, against the ledger, logging a warning each time.
+    for (const field of ["intervalMs", "claimMs", "leaseMs"]) {
+      expect(() => parseConfig({ daemon: { [field]: 2 ** 31 } })).toThrow(new RegExp(`daemon\\.${field}: `));
+      expect(parseConfig({ daemon: { [field]: 2 ** 31 - 1 } }).daemon).toMatchObject({ [field]: 2 ** 31 - 1 });
+    }
+    const file = join(tempDir(), "idem.config.json");
+    writeFileSync(file, JSON.stringify({ ledger: "sqlite::memory:", daemon: { intervalMs: 3_000_000_000 } }));
+    const out = await idem(["--config", file, "daemon", "--once"]);
+    expect(out.code, out.stderr).toBe(2);
+    expect(out.stderr).toMatch(/daemon\.intervalMs: Too big/);
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(

@@ -4,13 +4,16 @@
  */
 import { createServer, type Server } from "node:http";
 import { spawn } from "node:child_process";
-import { fileURLToPath } from "node:url";
+import { createRequire } from "node:module";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import type { AddressInfo } from "node:net";
 import { scaled } from "@idem/testkit";
 
 export const CLI = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
 export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", import.meta.url));
 export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
+/** tsx's loader by its path: `--import tsx` is resolved from the child's working directory, which may be a temp dir. */
+const TSX = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 
 /** A local webhook receiver that keeps every alert it is sent. */
 export async function webhookReceiver(): Promise<{
@@ -79,16 +82,18 @@ export async function moreTicks(port: number, n = 3, baseMs = 60_000): Promise<v
 
 /**
  * Runs `idem …` to completion. `noInput`: its stdin is at its end from the start (`idem mcp`
- * serves until then, so it ends too).
+ * serves until then, so it ends too). `cwd`: its working directory (where a default config or
+ * ledger would be looked for), else this process's.
  */
 export function idem(
   args: string[],
   env: Record<string, string> = {},
-  options: { noInput?: boolean } = {},
+  options: { noInput?: boolean; cwd?: string } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, ["--conditions=idem-source", "--import", "tsx", CLI, ...args], {
+    const p = spawn(process.execPath, ["--conditions=idem-source", "--import", TSX, CLI, ...args], {
       env: { ...process.env, ...env },
+      ...(options.cwd !== undefined && { cwd: options.cwd }),
     });
     if (options.noInput) p.stdin.end();
     let stdout = "";

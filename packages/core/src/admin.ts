@@ -192,11 +192,17 @@ export class LedgerAdmin {
     return toOperation(back);
   }
 
-  /** Deletes this tenant's completed operations past their retention; returns how many. */
+  /**
+   * Deletes this tenant's completed operations past their retention, at most `limit` (a whole
+   * number, at least 1; default 10,000) in this one statement; returns how many.
+   */
   async prune(options: { readonly tenant: string; readonly limit?: number }): Promise<number> {
     this.#context.assertOpen();
     requireName(options.tenant, "tenant");
-    return this.#context.reports.prune(options.tenant, options.limit ?? 10_000);
+    const limit = options.limit ?? 10_000;
+    // Checked here: SQLite reads LIMIT -1 as no limit, and Postgres's refusal would read as an outage.
+    requireWhole(limit, "limit", 1);
+    return this.#context.reports.prune(options.tenant, limit);
   }
 
   /**

@@ -623,11 +623,20 @@ async function migrateToLatest(
   dialect: DialectName,
   opts: { disableTransactions?: boolean } = {},
 ): Promise<string[]> {
+  // kysely looks for its tables in every schema unless told which: beside a ledger in another
+  // schema of the database, it took that one's for this one's and failed on its lock row ("relation
+  // idem_migration_lock does not exist"), so a second ledger (search_path in the URL) could never
+  // be migrated. This ledger's are where the migrations create its tables: the current schema.
+  const schema =
+    dialect === "postgres"
+      ? (await sql<{ schema: string | null }>`select current_schema() as schema`.execute(db)).rows[0]?.schema
+      : undefined;
   const migrator = new Migrator({
     db,
     provider: migrationProvider(dialect),
     migrationTableName: "idem_migration",
     migrationLockTableName: "idem_migration_lock",
+    ...(schema && { migrationTableSchema: schema }),
     ...opts,
   });
   const { error, results } = await migrator.migrateToLatest();
