@@ -739,8 +739,21 @@ export function program(): Command {
           warnOfUnmatchedThresholds(config, configured, log);
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
+          const stop = () => {
+            log.info("stopping: finishing the work in flight");
+            daemon.stop();
+          };
           if (o.once) {
-            const { failed, undelivered } = await daemon.tick();
+            // As the daemon's loop: a pass stopped (a cron job's timeout, a container's end) lets
+            // the request in flight finish and be recorded, sends no other and gives back the rest
+            // of its claim. Node's default ended it mid-request, the row left running for the
+            // next pass, which sends an effect nothing can look up to a person.
+            process.once("SIGTERM", stop);
+            process.once("SIGINT", stop);
+            const { failed, undelivered } = await daemon.tick().finally(() => {
+              process.off("SIGTERM", stop);
+              process.off("SIGINT", stop);
+            });
             // A cron job hears of it: exit 1, the rows and deliveries named in the log above.
             const said = [
               ...(failed ? [`${failed} due operation(s) could not be settled`] : []),
@@ -755,10 +768,6 @@ export function program(): Command {
           }
           const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
           if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
-          const stop = () => {
-            log.info("stopping: finishing the work in flight");
-            daemon.stop();
-          };
           process.once("SIGTERM", stop);
           process.once("SIGINT", stop);
           log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");

@@ -255,12 +255,26 @@ export class Daemon {
    * provider's Retry-After), saying it is making progress meanwhile so that /healthz does not call
    * a working daemon dead; for at most a claim's time, the longest one may rightly take (a
    * settlement ends by its claim's end). One that takes longer (a request that never answers, the
-   * action's client having no timeout) makes the daemon unhealthy: it is stuck.
+   * action's client having no timeout) makes the daemon unhealthy: it is stuck. Progress is a
+   * heartbeat that the ledger took, each interval, not the work merely being under way: a
+   * database that froze meanwhile answers none, and /healthz says so (it said "up" for the
+   * whole claim while the request waited on the provider and no statement came back).
    */
   private async busy<T>(work: () => Promise<T>): Promise<T> {
     const until = Date.now() + this.config.daemon.claimMs;
+    let beating = false; // one beat at a time: a frozen database's beats would pile up
     const timer = setInterval(() => {
-      if (Date.now() < until) this.metrics.progress();
+      if (beating || Date.now() >= until) return;
+      beating = true;
+      this.ledger.daemon
+        .heartbeat(this.name)
+        .then(
+          () => {
+            if (Date.now() < until) this.metrics.progress();
+          },
+          () => {}, // the tick's own statements report an outage; a missed beat only withholds progress
+        )
+        .finally(() => (beating = false));
     }, this.config.daemon.intervalMs);
     try {
       return await work();

@@ -1244,6 +1244,64 @@ for (const dialect of DIALECTS) {
     );
 
     it(
+      "idem daemon --once: SIGTERM during a run finishes that request and records it, sends no other, exits 0",
+      async () => {
+        const dir = tempDir();
+        const t = tenant();
+        // Two operations known not done, for the pass to run (`file.neither`: nothing can look it
+        // up, so an effect not recorded goes to a person). The provider answers 10 s after each
+        // effect: the stop comes before the first run ends, however loaded the machine.
+        const refused = {
+          ...fileAction("neither", dir),
+          execute: async () => {
+            throw new Error("503 before the provider executed");
+          },
+          classify: () => ({ kind: "transient", reason: "503", retryAfterMs: 0 }) as const,
+        };
+        // A database of its own: a pass settles every due row, none of the other tests' here.
+        const own = await freshDatabase(dialect);
+        const agent = await openLedger(own, { poolSize: 1, budget: { attempts: 1 } });
+        const ids: string[] = [];
+        try {
+          for (const k of ["a", "b"]) {
+            const out = await agent.run(refused, { tenant: t, key: [k], args: { note: "x" } });
+            expect(out).toMatchObject({ state: "pending" });
+            ids.push(out.operationId);
+          }
+        } finally {
+          await agent.close();
+        }
+        const pass = startChild(CLI, ["--config", CONFIG, "daemon", "--once", "--name", "d-once-stop"], {
+          LEDGER_URL: own,
+          EFFECT_DIR: dir,
+          WEBHOOK_URL: hook.url,
+          EXECUTE_DELAY_MS: "10000",
+        });
+        try {
+          await until(() => lines(join(dir, "effects")).length >= 1, 90_000, "the pass's first run to start");
+          pass.proc.kill("SIGTERM");
+          const { code, signal, stderr } = await pass.exited;
+          // Before: killed by the signal mid-request, the row left running for the next pass
+          // (which sends a `neither` action's to a person: its effect is not known).
+          expect({ code, signal }, stderr).toEqual({ code: 0, signal: null });
+        } finally {
+          pass.proc.kill("SIGKILL"); // ended already, unless the test failed before
+          await pass.exited;
+        }
+        const effects = lines(join(dir, "effects"));
+        expect(effects).toHaveLength(1); // the request in flight, and no other
+        const reader = await openLedger(own, { poolSize: 1 });
+        const ops = await Promise.all(ids.map(async (id) => (await reader.get({ tenant: t, id })).operation));
+        await reader.close();
+        const ran = ops.find((o) => o.key === effects[0]![0])!;
+        expect(ran).toMatchObject({ status: "succeeded", result: { id: effects[0]![1] } });
+        // The other is due again at once, not once the pass's claim ends.
+        expect(ops.find((o) => o !== ran)).toMatchObject({ status: "pending" });
+      },
+      scaled(120_000),
+    );
+
+    it(
       "serves /metrics and /healthz",
       async () => {
         const port = await freePort();

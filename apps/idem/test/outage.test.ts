@@ -6,9 +6,9 @@
  * daemon started before its database listens on its Unix socket waits for it, and one whose SQLite
  * ledger's disk fills (reads still pass, writes fail) says so on /healthz as for an outage; one
  * whose SQLite ledger is deleted and made anew under it is no outage: it exits for a restart. A
- * frozen database makes /healthz unhealthy within 10 s (the ledger "unknown" until the client's
- * read timeout says "unavailable"); a connection cut between the open and its schema check is
- * waited through as during the open.
+ * frozen database makes /healthz unhealthy within 10 s, a settlement in flight or not (the ledger
+ * "unknown" until the client's read timeout says "unavailable"); a connection cut between the open
+ * and its schema check is waited through as during the open.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
@@ -31,7 +31,7 @@ import {
   type Child,
   type PgServer,
 } from "@idem/testkit";
-import { lines } from "./fixtures/file-actions.js";
+import { fileAction, lines } from "./fixtures/file-actions.js";
 import { CLI, CONFIG, idem, until, webhookReceiver } from "./support.js";
 
 const AGENT = fileURLToPath(new URL("./fixtures/agent.ts", import.meta.url));
@@ -277,6 +277,72 @@ describe("the daemon and agents through Postgres restarts", () => {
         expect(seen.filter((s) => s.status === 503).map((s) => s.ledger)).toContain("unknown");
         // Before: idem_ledger_up 1 while "unknown", until the tick's statement failed (35 s).
         expect(upWhileUnknown).toBe("0");
+      } finally {
+        await server.thaw();
+        daemon.proc.kill("SIGKILL");
+        await daemon.exited;
+      }
+    },
+    scaled(240_000),
+  );
+
+  it(
+    "a database that freezes while a settlement is in flight: /healthz 503 within 10 s (idem_ledger_up 0), not healthy for the settlement's claim",
+    async () => {
+      const dir = tempDir();
+      const tenant = `frozen-settle-${process.pid}`;
+      // Work known not done, for the daemon to run: its request (a provider that answers 30 s
+      // after the effect) is in flight at the freeze.
+      const agent = await openLedger(url, { poolSize: 1, budget: { attempts: 1 } });
+      try {
+        const refused = {
+          ...fileAction("neither", dir),
+          execute: async () => {
+            throw new Error("503 before the provider executed");
+          },
+          classify: () => ({ kind: "transient", reason: "503", retryAfterMs: 0 }) as const,
+        };
+        const out = await agent.run(refused, { tenant, key: ["k"], args: { note: "x" } });
+        expect(out).toMatchObject({ state: "pending" });
+      } finally {
+        await agent.close();
+      }
+      const metricsPort = await freePort();
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-frozen-settle"], {
+        LEDGER_URL: url,
+        EFFECT_DIR: dir,
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+        EXECUTE_DELAY_MS: "30000",
+      });
+      children.push(daemon);
+      const up = async () =>
+        /^idem_ledger_up (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())?.[1];
+      // Each answer with when its request was sent: the daemon heard it no earlier.
+      const seen: { sent: number; status: number; ledger: string }[] = [];
+      let upLate: string | undefined; // idem_ledger_up scraped 10 s after the freeze
+      try {
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        await until(() => lines(join(dir, "effects")).length >= 1, 60_000, "the daemon's run to start");
+        await server.freeze();
+        const frozenAt = performance.now();
+        await until(
+          async () => {
+            const sent = Math.round(performance.now() - frozenAt);
+            const h = await health(metricsPort);
+            if (h) seen.push({ sent, status: h.status, ledger: h.ledger });
+            if (sent >= 10_000 && h?.ledger !== "unavailable") upLate ??= await up();
+            return h?.ledger === "unavailable";
+          },
+          90_000,
+          "/healthz to say the ledger is unavailable",
+        );
+        // Nothing reached the ledger since the freeze: asked 10 s after it, the daemon is unhealthy.
+        // Before: 200 and "ledger":"up" for as long as the run was in flight (30 s, up to claimMs),
+        // counted as progress every interval though none of its statements (the lease's) came back.
+        expect(seen.filter((s) => s.sent >= 10_000 && s.status !== 503)).toEqual([]);
+        expect(seen.filter((s) => s.status === 503 && s.ledger === "up")).toEqual([]);
+        expect(upLate).toBe("0");
       } finally {
         await server.thaw();
         daemon.proc.kill("SIGKILL");
