@@ -5,41 +5,23 @@
  * behind the console's host. Real HTTP against the console server, on SQLite and Postgres.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
-import { defineAction, type Ledger } from "@idem/core";
+import type { Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { parseConfig } from "@idem/cli";
-import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import type { ConsoleServer } from "../src/console/server.js";
+import { browserOn, parked, serveFor } from "./console-support.js";
 
 const TOKEN = "alice-token-clock-0001";
 const HOUR = 3_600_000;
-
-/** No capability, and its send may have happened: a person decides. */
-const parked = defineAction({
-  type: "sms.parked",
-  capabilities: {},
-  execute: async () => {
-    throw new Error("socket hang up after send");
-  },
-});
 
 for (const dialect of DIALECTS) {
   describe(`the console's clock on ${dialect}`, { timeout: scaled(120_000) }, () => {
     let ledger: Ledger;
     let web: ConsoleServer;
     beforeAll(async () => {
-      process.env.IDEM_CLOCK_ALICE = TOKEN;
       const url = await freshDatabase(dialect);
       ledger = await openTestLedger(url, { clock: () => Date.now() - 3 * HOUR });
-      web = await serveConsole(
-        ledger,
-        parseConfig({
-          ledger: url,
-          console: { port: 0, operators: [{ name: "alice", tokenEnv: "IDEM_CLOCK_ALICE", tenants: "*" }] },
-        }),
-        pino({ level: "silent" }),
-      );
+      web = await serveFor(ledger, url, [{ name: "alice", token: TOKEN, tenants: "*" }]);
     }, scaled(60_000));
     afterAll(async () => {
       await web?.close();
@@ -49,14 +31,7 @@ for (const dialect of DIALECTS) {
     it("the queue's age of an operation just parked reads minutes, not the 3 h between the clocks", async () => {
       const tenant = `t-clock-${dialect}`;
       const op = await ledger.run(parked, { tenant, key: ["sms"], args: {} });
-      const login = await fetch(`${web.url}/login`, {
-        method: "POST",
-        redirect: "manual",
-        headers: { origin: web.url, "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({ token: TOKEN }),
-      });
-      expect(login.status).toBe(303);
-      const cookie = login.headers.get("set-cookie")!.split(";")[0]!;
+      const cookie = await browserOn(() => web.url).session(TOKEN);
       const page = await (await fetch(`${web.url}/?tenant=${tenant}`, { headers: { cookie } })).text();
       const row = new RegExp(`data-operation="${op.operationId}"[\\s\\S]*?</tr>`).exec(page)?.[0] ?? "";
       expect(row).toContain("needs_review");

@@ -7,11 +7,10 @@
  */
 import { writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { DIALECTS, freshDatabase, kill9, scaled, startChild, tempDir } from "@idem/testkit";
-import { parseConfig } from "@idem/cli";
-import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import type { ConsoleServer } from "../src/console/server.js";
+import { browserOn, serveFor } from "./console-support.js";
 import { CLI } from "./support.js";
 
 const TOKENS = { alice: "alice-token-forms-0151", bob: "bob-token-forms-0151" };
@@ -46,68 +45,20 @@ for (const dialect of DIALECTS) {
     const acme = `acme-${dialect}`;
     const globex = `globex-${dialect}`;
     beforeAll(async () => {
-      process.env.IDEM_FORMS_ALICE = TOKENS.alice;
-      process.env.IDEM_FORMS_BOB = TOKENS.bob;
       url = await freshDatabase(dialect);
       // As the daemon's console: the ledger knows the config's actions, so a receipt can be checked.
       ledger = await openLedger(url, { actions: [parked] });
-      web = await serveConsole(
-        ledger,
-        parseConfig({
-          ledger: url,
-          console: {
-            port: 0,
-            operators: [
-              { name: "alice", tokenEnv: "IDEM_FORMS_ALICE", tenants: "*" },
-              { name: "bob", tokenEnv: "IDEM_FORMS_BOB", tenants: [acme] },
-            ],
-          },
-        }),
-        pino({ level: "silent" }),
-      );
+      web = await serveFor(ledger, url, [
+        { name: "alice", token: TOKENS.alice, tenants: "*" },
+        { name: "bob", token: TOKENS.bob, tenants: [acme] },
+      ]);
     }, scaled(60_000));
     afterAll(async () => {
       await web?.close();
       await ledger?.close();
     });
 
-    let n = 0;
-    const session = async (token: string, base = web.url) => {
-      const res = await fetch(`${base}/login`, {
-        method: "POST",
-        redirect: "manual",
-        headers: {
-          origin: base,
-          "x-forwarded-for": `198.51.100.${++n}`,
-          "content-type": "application/x-www-form-urlencoded",
-        },
-        body: new URLSearchParams({ token }),
-      });
-      expect(res.status).toBe(303);
-      return res.headers.get("set-cookie")!.split(";")[0]!;
-    };
-    const get = (cookie: string, path: string, base = web.url) =>
-      fetch(new URL(path, base), { redirect: "manual", headers: { cookie } });
-    /** The form token of a page as this session is shown it. */
-    const formTokenOf = async (cookie: string, path = "/", base = web.url) =>
-      /name="csrf" value="([^"]+)"/.exec(await (await get(cookie, path, base)).text())![1]!;
-    /** Posts a console form as its page would (Origin), with this form token. */
-    const postWith = (cookie: string, csrf: string, path: string, fields: [string, string][], base = web.url) =>
-      fetch(`${base}${path}`, {
-        method: "POST",
-        redirect: "manual",
-        headers: { cookie, origin: base, "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams([["csrf", csrf], ...fields]),
-      });
-    /** Posts a console form as its page would: with the page's own form token. */
-    const post = async (cookie: string, path: string, fields: [string, string][], base = web.url) =>
-      postWith(cookie, await formTokenOf(cookie, "/", base), path, fields, base);
-    /** The note of the page a decision's redirect leads to. */
-    const noteAfter = async (cookie: string, res: Response) => {
-      expect(res.status).toBe(303);
-      const page = await (await get(cookie, res.headers.get("location")!)).text();
-      return /data-testid="flash">([^<]*)</.exec(page)?.[1];
-    };
+    const { session, get, formTokenOf, postWith, post, noteAfter } = browserOn(() => web.url);
     /** An operation waiting for a person, how its page shows it (`seen`) and as a queue checkbox. */
     const waiting = async (tenant: string, key: string, on = ledger) => {
       const out = await on.run(parked, { tenant, key: [key], args: { to: "+15550100" } });
@@ -225,6 +176,7 @@ for (const dialect of DIALECTS) {
 `,
       );
       const op = await waiting(globex, "receipt-cli");
+      process.env.IDEM_FORMS_ALICE = TOKENS.alice; // the child's operator, as its config names it
       const child = startChild(CLI, ["--config", file, "console"]);
       try {
         const base = /"url":"([^"]+)"/.exec(await child.waitFor(/serving the console/))![1]!;

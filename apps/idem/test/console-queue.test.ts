@@ -7,24 +7,14 @@
  * twice, or not at all.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
-import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { parseConfig } from "@idem/cli";
 import { dialectFor, hooked } from "../../../packages/core/test/support/dialects.js";
-import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import type { ConsoleServer } from "../src/console/server.js";
+import { browserOn, parked, serveFor } from "./console-support.js";
 
 const TOKEN = "alice-token-queue-0151";
-
-/** No capability, and its send may have happened: a person decides. */
-const parked = defineAction({
-  type: "sms.parked",
-  capabilities: {},
-  execute: async () => {
-    throw new Error("socket hang up after send");
-  },
-});
 
 for (const dialect of DIALECTS) {
   describe(`the console's queue on ${dialect}`, { timeout: scaled(120_000) }, () => {
@@ -35,7 +25,6 @@ for (const dialect of DIALECTS) {
     let between: (() => Promise<void>) | undefined;
     let web: ConsoleServer;
     beforeAll(async () => {
-      process.env.IDEM_QUEUE_ALICE = TOKEN;
       const url = await freshDatabase(dialect);
       writer = await openLedger(url);
       ledger = await openLedger(
@@ -51,14 +40,7 @@ for (const dialect of DIALECTS) {
           },
         }),
       );
-      web = await serveConsole(
-        ledger,
-        parseConfig({
-          ledger: url,
-          console: { port: 0, operators: [{ name: "alice", tokenEnv: "IDEM_QUEUE_ALICE", tenants: "*" }] },
-        }),
-        pino({ level: "silent" }),
-      );
+      web = await serveFor(ledger, url, [{ name: "alice", token: TOKEN, tenants: "*" }]);
     }, scaled(60_000));
     afterAll(async () => {
       await web?.close();
@@ -66,16 +48,8 @@ for (const dialect of DIALECTS) {
       await writer?.close();
     });
 
-    const session = async () => {
-      const res = await fetch(`${web.url}/login`, {
-        method: "POST",
-        redirect: "manual",
-        headers: { origin: web.url, "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({ token: TOKEN }),
-      });
-      expect(res.status).toBe(303);
-      return res.headers.get("set-cookie")!.split(";")[0]!;
-    };
+    const browser = browserOn(() => web.url);
+    const session = () => browser.session(TOKEN);
     /** Sets a row's status (and checks) as another process's statement would. */
     const move = (tenant: string, id: string, status: "unknown" | "needs_review", checks: number) =>
       databaseOf(writer)
@@ -97,16 +71,12 @@ for (const dialect of DIALECTS) {
         await move(tenant, escalated, "needs_review", 2);
         await move(tenant, reopened, "unknown", 3);
       };
-      const page = await (
-        await fetch(new URL(`/?tenant=${tenant}`, web.url), { redirect: "manual", headers: { cookie } })
-      ).text();
+      const page = await (await browser.get(cookie, `/?tenant=${tenant}`)).text();
       expect(between).toBeUndefined(); // the change was made while the page was read
       const shown = (id: string) => page.split(`data-operation="${id}"`).length - 1;
       expect({ escalated: shown(escalated), reopened: shown(reopened) }).toEqual({ escalated: 1, reopened: 1 });
       // Read again, each as it is now.
-      const after = await (
-        await fetch(new URL(`/?tenant=${tenant}`, web.url), { redirect: "manual", headers: { cookie } })
-      ).text();
+      const after = await (await browser.get(cookie, `/?tenant=${tenant}`)).text();
       expect(after.split(`data-operation="${escalated}"`).length - 1).toBe(1);
       expect(after).toContain("outcome unknown after 3 checks");
     });

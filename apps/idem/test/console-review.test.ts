@@ -6,79 +6,31 @@
  * bulk selection naming one operation twice said it was both decided and not.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pino } from "pino";
-import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { parseConfig } from "@idem/cli";
-import { serveConsole, type ConsoleServer } from "../src/console/server.js";
+import type { ConsoleServer } from "../src/console/server.js";
+import { browserOn, parked, serveFor } from "./console-support.js";
 
 const TOKEN = "alice-token-review-0147";
-
-/** No capability, and its send may have happened: a person decides. */
-const parked = defineAction({
-  type: "sms.parked",
-  capabilities: {},
-  execute: async () => {
-    throw new Error("socket hang up after send");
-  },
-});
 
 for (const dialect of DIALECTS) {
   describe(`the console's review on ${dialect}`, { timeout: scaled(120_000) }, () => {
     let ledger: Ledger;
     let web: ConsoleServer;
     beforeAll(async () => {
-      process.env.IDEM_REVIEW_ALICE = TOKEN;
       const url = await freshDatabase(dialect);
       ledger = await openLedger(url);
-      web = await serveConsole(
-        ledger,
-        parseConfig({
-          ledger: url,
-          console: { port: 0, operators: [{ name: "alice", tokenEnv: "IDEM_REVIEW_ALICE", tenants: "*" }] },
-        }),
-        pino({ level: "silent" }),
-      );
+      web = await serveFor(ledger, url, [{ name: "alice", token: TOKEN, tenants: "*" }]);
     }, scaled(60_000));
     afterAll(async () => {
       await web?.close();
       await ledger?.close();
     });
 
-    let n = 0;
-    const session = async () => {
-      const res = await fetch(`${web.url}/login`, {
-        method: "POST",
-        redirect: "manual",
-        headers: {
-          origin: web.url,
-          "x-forwarded-for": `198.51.100.${++n}`,
-          "content-type": "application/x-www-form-urlencoded",
-        },
-        body: new URLSearchParams({ token: TOKEN }),
-      });
-      expect(res.status).toBe(303);
-      return res.headers.get("set-cookie")!.split(";")[0]!;
-    };
-    const get = (cookie: string, path: string) =>
-      fetch(new URL(path, web.url), { redirect: "manual", headers: { cookie } });
-    /** Posts a console form as its page would: with the page's form token and Origin. */
-    const post = async (cookie: string, path: string, fields: [string, string][]) => {
-      const csrf = /name="csrf" value="([^"]+)"/.exec(await (await get(cookie, "/")).text())![1]!;
-      return fetch(`${web.url}${path}`, {
-        method: "POST",
-        redirect: "manual",
-        headers: { cookie, origin: web.url, "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams([["csrf", csrf], ...fields]),
-      });
-    };
-    /** The note of the page a decision's redirect leads to. */
-    const noteAfter = async (cookie: string, res: Response) => {
-      expect(res.status).toBe(303);
-      const page = await (await get(cookie, res.headers.get("location")!)).text();
-      return /data-testid="flash">([^<]*)</.exec(page)?.[1];
-    };
+    const browser = browserOn(() => web.url);
+    const session = () => browser.session(TOKEN);
+    const { get, post, noteAfter } = browser;
     const seenOf = async (tenant: string, id: string) => {
       const { operation: o } = await ledger.get({ tenant, id });
       return { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
