@@ -124,6 +124,12 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
           message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).`,
         };
       }
+      // A tenant the ledger refuses is the application's setup: checking again cannot help.
+      if (error instanceof InvalidValueError)
+        return {
+          status: "unconfirmed",
+          message: `Could not check operation ${JSON.stringify(input.operationId)}: the status tool is not set up right (${error.path}: ${error.reason}). Nothing was checked, so this says nothing about the operation, and checking again will not help until the setup is fixed. Tell the user; do not repeat the original action.`,
+        };
       // The check failed (the ledger unreachable or closed, the call stopped): nothing is known
       // of the operation either way, and nothing was done by this check.
       return unchecked(input.operationId, error instanceof Error ? error.name : typeof error);

@@ -221,6 +221,20 @@ for (const dialect of DIALECTS) {
       expect(performed).toBe(1);
     });
 
+    it("the status tool under a tenant the ledger refuses (the application's setup) says so, never 'check again later'", async () => {
+      const ledger = await db.open();
+      const out = await guard(ledger, note, { tenant: "acme" })({ noteId: `setup-${dialect}`, text: "x" }, call);
+      const id = (out as { operationId: string }).operationId;
+      // A tenant read from the run context, with the newline a secret file ends with.
+      const checked = await statusTool(ledger, { tenant: () => "acme\n" })({ operationId: id }, call);
+      // Before: "unconfirmed ... Check again later with this tool", which can never succeed.
+      expect(checked, JSON.stringify(checked)).toMatchObject({ status: "unconfirmed" });
+      expect(checked.message).toMatch(/the status tool is not set up right \(tenant: /);
+      expect(checked.message).toMatch(/Tell the user/);
+      expect(checked.message).not.toMatch(/check again later/i);
+      expect(checked.message).toMatch(/do not repeat the original action/);
+    });
+
     it("other arguments for work performed whose receipt could not be kept: not 'a person will decide whether it happened'", async () => {
       const ledger = await db.open({ maxResultBytes: 100 });
       let performed = 0;
