@@ -95,7 +95,9 @@ const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
 
 /**
  * Webhook answers of a receiver (or the gateway in front of it) that failed on this request: 500
- * (an error page), 502 (the gateway could not reach it), 504 (the gateway gave up waiting). They
+ * (an error page), 502 (the gateway could not reach it), 504 (the gateway gave up waiting), and
+ * the two 4xx that say the request was not processed yet: 408 (it waited too long for the
+ * request), 425 (too early, try again). They
  * may come after the receiver took the alert, but the request carries an `idempotency-key` header
  * (a receiver that reads it drops the second), and a duplicate alert costs a person a second look
  * where a lost one costs the incident it was about: tried again at the next tick, never "may have
@@ -103,7 +105,7 @@ const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
  * the tick: a delivery is one request a tick (`deliver`), so a receiver that takes alerts and
  * answers 500 gets one copy a tick, not one per retry.
  */
-const FAILED_THIS_TIME: ReadonlySet<number> = new Set([500, 502, 504]);
+const FAILED_THIS_TIME: ReadonlySet<number> = new Set([408, 425, 500, 502, 504]);
 
 /** undici's connect timeout: the connection was never made, so no byte of the request left. */
 const CONNECT_TIMEOUT = "UND_ERR_CONNECT_TIMEOUT";

@@ -121,6 +121,28 @@ for (const dialect of DIALECTS) {
       );
     }
 
+    for (const status of [408, 425]) {
+      it(
+        `a receiver answering ${status} (it did not take the request, yet) keeps the alert due: tried again next tick, not refused for good`,
+        async () => {
+          const hook = await redirecting(status);
+          cleanups.push(hook.close);
+          const { daemon, lines, stillDue, delivery } = await alerting(hook.url, `d-not-yet-${status}`);
+          const tick = await daemon.tick();
+          // Before: "another 4xx refuses this alert itself": the delivery failed for good and the
+          // alert was acknowledged, though the receiver had not processed the request.
+          expect({ delivery: await delivery(), stillDue: await stillDue(), undelivered: tick.undelivered }).toEqual({
+            delivery: "pending",
+            stillDue: true,
+            undelivered: 1,
+          });
+          const said = lines.find((l) => l.delivery?.reason !== undefined)?.delivery?.reason;
+          expect(said).toMatch(new RegExp(`receiver answered ${status}; tried again next tick`));
+        },
+        scaled(60_000),
+      );
+    }
+
     it(
       "a receiver whose host drops the connection attempt (never connected) keeps the alert due, the delivery not in review: nothing was sent",
       async () => {
