@@ -11,11 +11,10 @@
  *   await generateText({ model, tools: { charge, operation_status: aiStatusTool(ledger, { tenant, tools: [stripeTools(stripe).charge] }) }, experimental_context: { tenantId } });
  */
 import { asSchema, jsonSchema, tool, type Tool, type ToolExecutionOptions } from "ai";
-import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
+import { STATUS_TOOL, listedStatusInput, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /**
@@ -58,9 +57,7 @@ export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOpt
   const check = statusTool<C>(ledger, options);
   return tool({
     description: STATUS_TOOL.description,
-    inputSchema: listedOnly(
-      z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() }),
-    ),
+    inputSchema: listedOnly(listedStatusInput("optional")),
     execute: (input: StatusInput, o: ToolExecutionOptions) => check(input, callOf<C>(o, false)),
   }) as Tool<StatusInput, Outcome>;
 }

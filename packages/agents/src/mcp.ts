@@ -20,7 +20,7 @@ import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import type { Outcome } from "./outcome.js";
-import { MAX_WAIT_MS, STATUS_TOOL, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
+import { STATUS_TOOL, listedStatusInput, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
 import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
@@ -125,7 +125,7 @@ export function registerStatusTool<C = unknown>(
   options: StatusToolOptions<C> & { context?: (extra: McpExtra) => C },
 ): void {
   const check = statusTool<C>(ledger, options);
-  const schema = z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).optional() });
+  const schema = listedStatusInput("optional");
   server.registerTool(
     STATUS_TOOL.name,
     {

@@ -20,8 +20,8 @@ import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import { refusedInput, type Outcome } from "./outcome.js";
 import {
-  MAX_WAIT_MS,
   STATUS_TOOL,
+  listedStatusInput,
   refusedStatusInput,
   statusTool,
   type StatusInput,
@@ -115,7 +115,7 @@ function statusErrorFunction(_context: RunContext<unknown>, error: unknown): str
 export function openaiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOptions<C>) {
   const check = statusTool<C>(ledger, options);
   return uncheckedTool(
-    z.object({ operationId: z.string(), waitMs: z.number().int().min(0).max(MAX_WAIT_MS).nullable() }),
+    listedStatusInput("nullable"),
     { name: STATUS_TOOL.name, description: STATUS_TOOL.description },
     (input: unknown, call: ToolCall<C>) => check(input as StatusInput, call),
     statusErrorFunction,

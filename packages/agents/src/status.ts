@@ -73,6 +73,20 @@ const READABLE = z.object({
   waitMs: z.number().nullish(),
 });
 
+/**
+ * The status tool's input as the frameworks list it to the model, the id's form included (a model
+ * shown only "a string" sent words of its own). Listed, not checked: the tool reads its input
+ * itself (READABLE) and refuses what it cannot read. `absentWait`: how the framework marks a wait
+ * left out (OpenAI's strict mode asks for every field, null when absent).
+ */
+export function listedStatusInput(absentWait: "optional" | "nullable") {
+  const waitMs = z.number().int().min(0).max(MAX_WAIT_MS);
+  return z.object({
+    operationId: z.string().regex(OPERATION_ID),
+    waitMs: absentWait === "optional" ? waitMs.optional() : waitMs.nullable(),
+  });
+}
+
 /** Why the status tool cannot read `input` (the field, and what it must be), or undefined when it can. */
 function unreadable(input: unknown): string | undefined {
   const parsed = READABLE.safeParse(input);

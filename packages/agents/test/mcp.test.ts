@@ -211,7 +211,11 @@ for (const dialect of DIALECTS) {
       const listed = (await client.listTools()).tools.find((t) => t.name === "operation_status");
       expect(listed!.inputSchema).toMatchObject({
         type: "object",
-        properties: { operationId: { type: "string" }, waitMs: { type: "integer", minimum: 0, maximum: 50_000 } },
+        // The id's form, shown to the model (before: any string, refused when called).
+        properties: {
+          operationId: { type: "string", pattern: "^op_[0-9a-z]{1,64}$" },
+          waitMs: { type: "integer", minimum: 0, maximum: 50_000 },
+        },
         required: ["operationId"],
       });
     });

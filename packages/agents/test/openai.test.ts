@@ -263,7 +263,8 @@ for (const dialect of DIALECTS) {
       expect(status.strict).toBe(true);
       expect(status.parameters).toMatchObject({
         properties: {
-          operationId: { type: "string" },
+          // The id's form, shown to the model (before: any string, refused when called).
+          operationId: { type: "string", pattern: "^op_[0-9a-z]{1,64}$" },
           waitMs: { anyOf: [{ type: "integer", minimum: 0, maximum: 50_000 }, { type: "null" }] },
         },
         required: ["operationId", "waitMs"],
