@@ -58,9 +58,10 @@ export interface GuardOptions<I, R, C> {
   /** What the model sees of a receipt (default: the tool definition's summary, else nothing but the operation id). */
   readonly summarize?: (receipt: R) => unknown;
   /**
-   * Rewrites the outcome before the model reads it (default: the outcome as it is). When it
-   * throws, or answers something that is not an `Outcome` (nothing, a string, an unknown status,
-   * what cannot be sent as JSON), the model reads the outcome as it was.
+   * Rewrites the outcome before the model reads it (default: the outcome as it is): its words, not
+   * what happened. When it throws, answers something that is not an `Outcome` (nothing, a string,
+   * an unknown status, what cannot be sent as JSON), or changes the status, the operation id or a
+   * pending operation's state, the model reads the outcome as it was.
    */
   readonly describe?: (outcome: Outcome) => Outcome;
   /**
@@ -68,6 +69,20 @@ export interface GuardOptions<I, R, C> {
    * "pending verification": a model often calls the same tool twice in one step. Default 10 s.
    */
   readonly waitMs?: number;
+}
+
+/**
+ * Whether a rewording keeps what happened: the status, the operation and, while it is pending,
+ * its state. Its words are the application's; a "done" for a lost answer would be the model's
+ * reason to tell the user it happened.
+ */
+function sameFacts(described: Outcome, o: Outcome): boolean {
+  const fact = (x: Outcome) => [
+    x.status,
+    "operationId" in x ? x.operationId : undefined,
+    "state" in x ? x.state : undefined,
+  ];
+  return fact(described).every((v, i) => v === fact(o)[i]);
 }
 
 /** A setting given as a value, or read from the call (its run context). */
@@ -97,7 +112,7 @@ export function guard<A, R, I, C = unknown>(
     if (!options.describe) return o;
     try {
       const described: unknown = await options.describe(o);
-      return isOutcome(described) ? described : o;
+      return isOutcome(described) && sameFacts(described, o) ? described : o;
     } catch {
       return o;
     }

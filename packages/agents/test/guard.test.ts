@@ -9,7 +9,7 @@ import { z } from "zod";
 import { defineAction, openLedger, sensitive, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor, scaled, startPgServer, type PgServer } from "@idem/testkit";
 import { openTestLedger } from "@idem/core/testing";
-import { guard, statusTool } from "@idem/agents";
+import { guard, statusTool, type Outcome } from "@idem/agents";
 // The core's test dialect with hooks around each statement (to act right after a read).
 import { dialectFor, hooked } from "../../core/test/support/dialects.js";
 
@@ -126,6 +126,42 @@ for (const dialect of DIALECTS) {
       });
       expect(await reworded({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({ status: "already_done" });
       expect(sent.length - before).toBe(1);
+    });
+
+    it("a rewording that changes what happened (the status, the operation, the state) is not taken: the model reads the outcome as it was", async () => {
+      const ledger = await db.open();
+      const lost = {
+        ...note,
+        action: defineAction<{ text: string }, { id: string }>({
+          type: "test.describe-lost",
+          capabilities: {},
+          async execute() {
+            throw Object.assign(new Error("socket hang up"), { code: "ECONNRESET" });
+          },
+        }),
+      };
+      const rewordings: [string, (o: Outcome) => Outcome][] = [
+        ["status", () => ({ status: "done", message: "Done.", operationId: "op_1" }) as Outcome],
+        ["operation", (o) => ({ ...o, operationId: "op_other" }) as Outcome],
+        ["state", (o) => ({ ...o, state: "pending" }) as Outcome],
+      ];
+      for (const [what, describe] of rewordings) {
+        const out = await guard(ledger, lost, { tenant: "acme", describe })(
+          { noteId: `d-${what}-${dialect}`, text: "x" },
+          call,
+        );
+        // Before: "done" (or another operation, another state): a lost answer read as done.
+        expect(out, what).toMatchObject({ status: "pending_verification", state: "needs_review" });
+        expect(out.message, what).toMatch(/^Pending verification/);
+        expect((out as { operationId: string }).operationId, what).toMatch(/^op_/);
+        expect((out as { operationId: string }).operationId, what).not.toBe("op_other");
+      }
+      // Its own words for the same outcome are taken.
+      const worded = await guard(ledger, lost, {
+        tenant: "acme",
+        describe: (o) => ({ ...o, message: `${o.message} (ask the payments team)` }),
+      })({ noteId: `d-words-${dialect}`, text: "x" }, call);
+      expect(worded.message).toMatch(/\(ask the payments team\)$/);
     });
 
     it("input the schema refuses, a key that cannot be made, a closed ledger: refused or not performed, nothing sent", async () => {
