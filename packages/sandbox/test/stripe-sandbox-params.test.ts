@@ -6,20 +6,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Stripe from "stripe";
-import { StripeSandbox } from "@idem/sandbox";
+import type { StripeSandbox } from "@idem/sandbox";
+import { startStripeSandbox } from "./stripe-client.js";
 
 let sandbox: StripeSandbox;
 let client: Stripe;
 beforeAll(async () => {
-  sandbox = new StripeSandbox();
-  const started = await sandbox.start();
-  client = new Stripe(started.apiKey, {
-    host: "127.0.0.1",
-    port: started.port,
-    protocol: "http",
-    maxNetworkRetries: 0,
-    timeout: 3_000,
-  });
+  ({ sandbox, client } = await startStripeSandbox());
 });
 afterAll(() => sandbox.close());
 
@@ -116,5 +109,100 @@ describe("Stripe sandbox: a connected account", () => {
     expect(sandbox.count("customers")).toBe(before);
     const made = await client.customers.create({ email: "c@example.com" }, { idempotencyKey });
     expect(made.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+  });
+});
+
+describe("Stripe sandbox: a connected account named by Stripe-Context (h163)", () => {
+  it("answers it as a Stripe-Account (403 account_invalid), nothing made or saved", async () => {
+    const idempotencyKey = key();
+    const before = sandbox.count("customers");
+    const err = await client.customers
+      .create({ email: "d@example.com" }, { idempotencyKey, stripeContext: "acct_1Unknown" })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Stripe.errors.StripePermissionError);
+    expect(err).toMatchObject({
+      statusCode: 403,
+      rawType: "invalid_request_error",
+      code: "account_invalid",
+      message: expect.stringMatching(
+        /^The provided key 'sk_test_\*+\w{4}' does not have access to account 'acct_1Unknown'/,
+      ),
+    });
+    expect(sandbox.requests.at(-1)).toMatchObject({ status: 403, stripeContext: "acct_1Unknown" });
+    expect(sandbox.count("customers")).toBe(before);
+    const made = await client.customers.create({ email: "d@example.com" }, { idempotencyKey });
+    expect(made.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+  });
+});
+
+describe("Stripe sandbox: nested parameters (h163)", () => {
+  it("refuses an unknown name inside a parameter it checks (400 parameter_unknown naming its path), nothing made or saved", async () => {
+    const idempotencyKey = key();
+    const before = sandbox.count("payment_intents");
+    const apm = { enabled: true, allow_redirects: "never", colour: "red" } as never;
+    const err = await client.paymentIntents
+      .create({ ...card, automatic_payment_methods: apm }, { idempotencyKey })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject(unknown("automatic_payment_methods[colour]"));
+    expect(sandbox.count("payment_intents")).toBe(before);
+    const pi = await client.paymentIntents.create(card, { idempotencyKey });
+    expect(pi.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+    const calls: [string, () => Promise<unknown>][] = [
+      ["created[after]", () => client.customers.list({ created: { gte: 0, after: 1 } as never })],
+      ["address[town]", () => client.customers.create({ address: { city: "Oslo", town: "x" } as never })],
+      [
+        "shipping[address][town]",
+        () => client.customers.create({ shipping: { name: "N", address: { city: "Oslo", town: "x" } as never } }),
+      ],
+      ["created[after]", () => client.refunds.list({ payment_intent: pi.id, created: { after: 1 } as never })],
+    ];
+    for (const [param, call] of calls) {
+      const e = await call().then(
+        () => "taken",
+        (x: unknown) => x,
+      );
+      expect(e, param).toMatchObject(unknown(param));
+    }
+  });
+
+  it("takes the nested names Stripe documents, and any key in metadata", async () => {
+    await client.customers.create({
+      address: { city: "Oslo", country: "NO", line1: "l1", line2: "l2", postal_code: "0150", state: "O" },
+      shipping: { name: "N", phone: "+47", address: { city: "Oslo", country: "NO" } },
+      metadata: { anything: "goes", idem_operation: "k" },
+    });
+    await client.customers.list({ created: { gt: 0, gte: 0, lt: 2 ** 31, lte: 2 ** 31 } });
+  });
+});
+
+describe("Stripe sandbox: answers Stripe gives for what is not there (h163)", () => {
+  it("an update to a missing object is 404 resource_missing naming it, as a retrieve is; nothing saved under the key", async () => {
+    const idempotencyKey = key();
+    for (const [what, call] of [
+      ["customer", () => client.customers.update("cus_missing", { name: "N" }, { idempotencyKey })],
+      ["payment_intent", () => client.paymentIntents.update("pi_missing", { description: "d" })],
+      ["product", () => client.products.update("prod_missing", { name: "Tea" })],
+    ] as const) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err, what).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+      expect(err, what).toMatchObject({
+        statusCode: 404,
+        rawType: "invalid_request_error",
+        code: "resource_missing",
+        param: "id",
+        message: `No such ${what}: '${what === "customer" ? "cus" : what === "product" ? "prod" : "pi"}_missing'`,
+      });
+    }
+    const made = await client.customers.create({ email: "e@example.com" }, { idempotencyKey });
+    expect(made.lastResponse.headers["idempotent-replayed"]).toBeUndefined();
+  });
+
+  it("has no Search of refunds (Stripe has none): /v1/refunds/search is a refund's id, and there is no such refund", async () => {
+    const err = await client.rawRequest("GET", "/v1/refunds/search").catch((e: unknown) => e);
+    expect(err).toMatchObject({ statusCode: 404, code: "resource_missing", message: "No such refund: 'search'" });
+    const query = await client
+      .rawRequest("GET", `/v1/refunds/search?query=${encodeURIComponent("metadata['idem_operation']:'k'")}`)
+      .catch((e: unknown) => e);
+    expect(query).toMatchObject({ statusCode: 400, code: "parameter_unknown", param: "query" });
   });
 });

@@ -6,23 +6,14 @@ import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Stripe from "stripe";
 import { StripeSandbox } from "@idem/sandbox";
+import { startStripeSandbox } from "./stripe-client.js";
 
 let sandbox: StripeSandbox;
 let client: Stripe;
 let port = 0;
 let apiKey = "";
 beforeAll(async () => {
-  sandbox = new StripeSandbox();
-  const started = await sandbox.start();
-  port = started.port;
-  apiKey = started.apiKey;
-  client = new Stripe(started.apiKey, {
-    host: "127.0.0.1",
-    port,
-    protocol: "http",
-    maxNetworkRetries: 0,
-    timeout: 3_000,
-  });
+  ({ sandbox, client, port, apiKey } = await startStripeSandbox());
 });
 afterAll(() => sandbox.close());
 
@@ -478,9 +469,13 @@ describe("Stripe sandbox confirmation and test payment methods", () => {
     const err = await failure(client.paymentIntents.create(args, { idempotencyKey }));
     expect(err).toBeInstanceOf(Stripe.errors.StripeCardError);
     expect(err).toMatchObject({ statusCode: 402, code: "card_declined", decline_code: "insufficient_funds" });
+    // The card it was tried on is named by the error and on the intent, which itself waits for another.
+    const card = { id: "pm_card_chargeDeclinedInsufficientFunds", object: "payment_method" };
+    expect(err?.payment_method).toMatchObject(card);
     expect(err?.payment_intent).toMatchObject({
       status: "requires_payment_method",
-      last_payment_error: { code: "card_declined", decline_code: "insufficient_funds" },
+      payment_method: null,
+      last_payment_error: { code: "card_declined", decline_code: "insufficient_funds", payment_method: card },
     });
     const again = await failure(client.paymentIntents.create(args, { idempotencyKey }));
     expect(again?.headers?.["idempotent-replayed"]).toBe("true");

@@ -13,6 +13,7 @@
  * within a day of that window (SKEW_BAND_S) is either ours, seen through a wrong clock, or an
  * earlier operation's with the same key pruned from the ledger within a day; a person decides. One
  * further off is an earlier operation's (a month-old charge of the same invoice), not this one's.
+ * Two or more in the window are two effects: settled as found, and alerted (`twice`, answerOf).
  */
 import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
@@ -85,14 +86,26 @@ function bandRange(w: AttemptWindow): CreatedRange {
 const within = (created: number, r: CreatedRange) => created >= r.gte && created <= r.lte;
 
 /**
- * Of the objects with our key: the one made in our attempt window (ours; one without `created`
- * too, as before windows were judged), else one made within a day of it (a person's question).
+ * Of the objects with our key: those made in our attempt window (ours; one without `created`
+ * too, as before windows were judged), oldest first, else one made within a day of it (a
+ * person's question). More than one in the window is more than one effect (see answerOf).
  */
-function sortHits(hits: readonly Found[], w: AttemptWindow): { ours?: Found; skewed?: Found } {
+function sortHits(hits: readonly Found[], w: AttemptWindow): { ours?: Found[]; skewed?: Found } {
   const [r, band] = [attemptRange(w), bandRange(w)];
-  const ours = hits.find((o) => typeof o.created !== "number" || within(o.created, r));
+  const ours = oldestFirst(hits.filter((o) => typeof o.created !== "number" || within(o.created, r)));
   const skewed = hits.find((o) => typeof o.created === "number" && within(o.created, band));
-  return ours ? { ours } : skewed ? { skewed } : {};
+  return ours.length > 0 ? { ours } : skewed ? { skewed } : {};
+}
+
+/** By Stripe's `created`, oldest first (one without it first, as the receipt a lookup always gave). */
+function oldestFirst(found: readonly Found[]): Found[] {
+  return [...found].sort((a, b) => (a.created ?? Number.NEGATIVE_INFINITY) - (b.created ?? Number.NEGATIVE_INFINITY));
+}
+
+/** The objects of `a` and `b`, each once (by id): Search's hits and the list's name the same objects. */
+function union(a: readonly Found[], b: readonly Found[]): Found[] {
+  const ids = new Set(a.map((o) => o.id));
+  return [...a, ...b.filter((o) => !ids.has(o.id))];
 }
 
 /**
@@ -133,11 +146,11 @@ async function listAround<A>(
   args: A,
   key: string,
   w: AttemptWindow,
-): Promise<{ ours?: Found; skewed?: Found } | typeof TOO_MANY> {
+): Promise<{ ours?: Found[]; skewed?: Found } | typeof TOO_MANY> {
   const [r, band] = [attemptRange(w), bandRange(w)];
   const inWindow = await lookup.confirm!(stripe, args, key, r);
   if (inWindow === TOO_MANY) return TOO_MANY;
-  if (inWindow[0]) return { ours: inWindow[0] };
+  if (inWindow.length > 0) return { ours: oldestFirst(inWindow) };
   for (const side of [
     { gte: band.gte, lte: r.gte - 1 },
     { gte: r.lte + 1, lte: band.lte },
@@ -156,14 +169,31 @@ type IntentArgs = Pick<
 >;
 
 /**
+ * Stripe's test payment methods (`pm_card_visa`, docs.stripe.com/testing): each names a kind of
+ * test card, for which Stripe makes a new payment method with an id of its own, so the intent
+ * never carries the name given. Test mode only: live requests name real payment methods.
+ */
+const TEST_PAYMENT_METHOD = /^pm_card_/;
+
+/** An id as Stripe renders a reference: the id, or the expanded object's. */
+const idOf = (ref: unknown): unknown => (ref !== null && typeof ref === "object" ? (ref as { id?: unknown }).id : ref);
+
+/**
  * Why an intent carrying our key is not this operation's, if it asks for another amount or
- * currency than the args, or belongs to another customer: an earlier operation's with the same
- * key, pruned from the ledger since, inside our attempts' window (Stripe then answers our request
- * `idempotency_error`). Taken as ours, the caller read "charged" for a charge of another amount,
- * or of another customer's card while the one asked for was never charged. A person decides.
+ * currency than the args, belongs to another customer or was made with another payment method:
+ * an earlier operation's with the same key, pruned from the ledger since, inside our attempts'
+ * window (Stripe then answers our request `idempotency_error`). Taken as ours, the caller read
+ * "charged" for a charge of another amount, or of another customer's card or another card while
+ * the one asked for was never charged. A person decides.
  */
 function otherCharge(found: Found, args: IntentArgs | undefined): string | undefined {
-  const pi = found as Found & { amount?: unknown; currency?: unknown; customer?: unknown };
+  const pi = found as Found & {
+    amount?: unknown;
+    currency?: unknown;
+    customer?: unknown;
+    payment_method?: unknown;
+    last_payment_error?: { payment_method?: unknown } | null;
+  };
   // A customer's id is Stripe's, kept as given (an intent's customer may be expanded to the object).
   // None is a holder too: an intent of no customer (a guest's card) is not this customer's charge,
   // nor one of a customer the charge of an operation that names none ("" unsets it, as Stripe reads it).
@@ -176,6 +206,20 @@ function otherCharge(found: Found, args: IntentArgs | undefined): string | undef
   const comparable = (c: unknown) => c === null || typeof c === "string";
   if (args !== undefined && "customer" in pi && comparable(asks) && comparable(holder) && holder !== asks)
     return `found the payment intent ${found.id} with our key, for ${named(holder)} where this operation asks ${asks === null ? "no customer" : String(asks)}: an earlier operation with this key (pruned from the ledger since) made it, and whether ours ran cannot be told from it; look at it in the dashboard`;
+  // The card, as the customer: only when the args name one (an intent made without one is paid
+  // with the customer's own, whichever). A declined confirmation leaves the intent without one,
+  // the card it was made with named on its `last_payment_error` (as an authentication that failed
+  // does). A test payment method's name is never the intent's (TEST_PAYMENT_METHOD): not compared.
+  const card: unknown = args?.payment_method;
+  const madeWith = idOf(pi.payment_method) ?? idOf(pi.last_payment_error?.payment_method);
+  if (
+    typeof card === "string" &&
+    card !== "" &&
+    !TEST_PAYMENT_METHOD.test(card) &&
+    typeof madeWith === "string" &&
+    madeWith !== card
+  )
+    return `found the payment intent ${found.id} with our key, made with the payment method ${madeWith} where this operation names ${card}: an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard`;
   // stripe-node form-encodes its params, so a caller's "2000" is the amount 2000 too.
   const asked: unknown = args?.amount;
   const amount = typeof asked === "string" && /^\d+$/.test(asked) ? Number(asked) : asked;
@@ -390,6 +434,7 @@ async function lookUp<A>(
   const window = { from: op.createdAt, to: op.lastAttemptAt };
   let listed: string | undefined; // why only the consistent list was read: Search failed
   let skewed: Found | undefined; // an object with our key within a day of our window, not in it
+  let searched: Found[] | undefined; // the hits in our window of `find` (Search, or a consistent list)
   try {
     // Search's hits that are not ours (an earlier operation's) may hide ours behind them, and
     // one near our window may be ours through a wrong clock: the list around the window decides.
@@ -401,7 +446,7 @@ async function lookUp<A>(
         reason: `more than ${MAX_LISTED} ${lookup.listOf?.(args) ?? "objects in the list"}, none with our key among the newest ${MAX_LISTED} read: absence cannot be proven by reading them; look in the dashboard`,
       };
     const hits = sortHits(seen, window);
-    if (hits.ours) return answerOf(stripe, lookup, hits.ours, args);
+    searched = hits.ours;
     skewed = hits.skewed;
   } catch (error) {
     // Search refused or down (Stripe does not offer it everywhere; an incident): the consistent
@@ -414,6 +459,7 @@ async function lookUp<A>(
     const why = deadlineWorded(error);
     listed = `Stripe Search failed (${(why as Error)?.message ?? String(why)})`;
   }
+  if (searched) return answerOf(stripe, lookup, await withListed(stripe, lookup, args, op.key, window, searched), args);
   // Without the database's time no window can be judged (a runner that does not fill `now`):
   // not found proves nothing yet, rather than everything (NaN comparisons are all false).
   if (!Number.isFinite(op.now))
@@ -484,14 +530,61 @@ function outsideWindow(o: Found, w: AttemptWindow): ReconcileResult<StripeReceip
   };
 }
 
-/** An object found with our key: the effect, or what its lookup's judge makes of it (a refusal, a person's question). */
+/**
+ * Search's hits in our window, with those of the consistent list of the window that Search does
+ * not show yet: a second object with our key made minutes ago (a later attempt's, once Stripe
+ * forgot the key) is not in Search for as long as it lags, and "found" would settle on the first
+ * alone. A list of more than MAX_LISTED adds nothing (Search's hits are all that can be told).
+ */
+async function withListed<A>(
+  stripe: Stripe,
+  lookup: Lookup<A>,
+  args: A,
+  key: string,
+  w: AttemptWindow,
+  hits: Found[],
+): Promise<Found[]> {
+  if (!lookup.lags || !lookup.confirm) return hits;
+  const listed = await lookup.confirm(stripe, args, key, attemptRange(w));
+  return listed === TOO_MANY ? hits : oldestFirst(union(hits, listed));
+}
+
+/** How many of the objects in our window are judged (each may cost a read): the rest are named only. */
+const JUDGED = 5;
+
+/**
+ * The objects found with our key in our window: the effect, or what its lookup's judge makes of it
+ * (a refusal, a person's question). More than one is more than one effect (Stripe dedupes a key it
+ * still holds, so a second object with it came from a request made after it forgot the key, or not
+ * by us): settled as found with the oldest taken as ours (nothing runs again), and `twice` naming
+ * each so that a person is alerted; or, when none is judged this operation's effect, a person's
+ * question naming each. Never one of them in silence.
+ */
 async function answerOf<A>(
   stripe: Stripe,
   lookup: Lookup<A>,
-  found: Found,
+  found: readonly Found[],
   args: A,
 ): Promise<ReconcileResult<StripeReceipt>> {
-  return (await lookup.judge?.(stripe, found, args)) ?? { found: true, receipt: toReceipt(found, null, false) };
+  const judge = async (o: Found): Promise<ReconcileResult<StripeReceipt>> =>
+    (await lookup.judge?.(stripe, o, args)) ?? { found: true, receipt: toReceipt(o, null, false) };
+  if (found.length === 1) return judge(found[0]!);
+  const verdicts: ReconcileResult<StripeReceipt>[] = [];
+  for (const o of found.slice(0, JUDGED)) verdicts.push(await judge(o));
+  // The ids first: an alert keeps the first 300 characters of this.
+  const named = found
+    .slice(0, JUDGED)
+    .map((o, i) => {
+      const v = verdicts[i]!;
+      return `${o.id} ${v.found ? (v.receipt.status ?? "found") : v.proof === "refused" ? "declined" : "not judged ours"}`;
+    })
+    .join(", ");
+  const more = found.length > JUDGED ? `, and ${found.length - JUDGED} more` : "";
+  const what = `${found.length} ${found[0]!.object} objects carry our key, created while our requests could run (${named}${more})`;
+  const ours = verdicts.find((v) => v.found);
+  if (ours?.found) return { found: true, receipt: ours.receipt, twice: what };
+  const why = verdicts.map((v) => (v.found ? "" : v.reason)).join("; ");
+  return { found: false, proof: "never", reason: `${what}: ${why}; look at them in the dashboard` };
 }
 
 function tooMany(search: string): ReconcileResult<StripeReceipt> {

@@ -39,16 +39,19 @@ describe("classifyStripeError", () => {
       { kind: "permanent", alert: true, providerRequestId: "req_123" },
     ],
     ["a permission denial", new E.StripePermissionError(raw(403)), { kind: "permanent", alert: true }],
-    // a request with our key already ran: its effect stands, never "failed"; looked up, not replayed
+    // a request with our key already ran: its effect stands, never "failed"; looked up, not replayed.
+    // Built as stripe-node builds an answer's error (StripeError.generate is its generateV1Error):
+    // a StripeIdempotencyError only for a 400 or 404 of type idempotency_error.
     [
       "the key reused with other parameters",
-      new E.StripeIdempotencyError(raw(400, { type: "idempotency_error" })),
+      E.StripeError.generate(raw(400, { type: "idempotency_error" })),
       { kind: "ambiguous", replayable: false },
     ],
-    // proves nothing about the earlier request with our key: unknown, replayed later (never "nothing happened")
+    // proves nothing about the earlier request with our key: unknown, replayed later (never "nothing
+    // happened"). A 409 is a StripeAPIError to stripe-node, whatever its type.
     [
       "our key still in flight at Stripe",
-      new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),
+      E.StripeError.generate(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),
       { kind: "ambiguous" },
     ],
     ["another 409 conflict", new E.StripeAPIError(raw(409, { code: "some_conflict" })), { kind: "ambiguous" }],
@@ -141,9 +144,9 @@ describe("classifyStripeError", () => {
   });
 
   it("leaves a 409 replayable: a later replay with the key returns what Stripe saved", () => {
-    const cls = classifyStripeError(
-      new E.StripeIdempotencyError(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" })),
-    );
+    const error = E.StripeError.generate(raw(409, { type: "idempotency_error", code: "idempotency_key_in_use" }));
+    expect(error).toBeInstanceOf(E.StripeAPIError); // as stripe-node makes a 409, never a StripeIdempotencyError
+    const cls = classifyStripeError(error);
     expect(cls).toMatchObject({ kind: "ambiguous", providerRequestId: "req_123" });
     expect(cls.kind === "ambiguous" && cls.replayable).not.toBe(false);
     expect(cls.reason).toMatch(/still executing/);

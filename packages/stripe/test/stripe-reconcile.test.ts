@@ -104,6 +104,128 @@ describe("an intent with our key that asks for another amount or currency (helpe
   });
 });
 
+describe("Stripe lookups that find more than one object with our key in our window (h163)", () => {
+  it("the second not in Search yet (it lags): the list of our window finds it, and the lookup says twice", async () => {
+    const s = stripe();
+    const key = newKey();
+    const was = sandbox.searchLagMs;
+    sandbox.advance(-5 * 60_000);
+    const first = await s.client.paymentIntents.create({
+      amount: 700,
+      currency: "usd",
+      metadata: { idem_operation: key },
+    });
+    sandbox.advance(5 * 60_000);
+    sandbox.searchLagMs = 3 * 60_000; // Search shows the first, made 5 min ago, not the second, made now
+    try {
+      const second = await s.client.paymentIntents.create({
+        amount: 700,
+        currency: "usd",
+        metadata: { idem_operation: key },
+      });
+      const now = Date.now();
+      const out = await s.paymentIntentsCreate.reconcile!(
+        { amount: 700, currency: "usd" },
+        op(key, { createdAt: now - 6 * 60_000, lastAttemptAt: now, now: now + 25 * HOUR }),
+      );
+      // Before: { found: true, receipt: { id: first.id } }, no twice.
+      expect(out).toMatchObject({
+        found: true,
+        receipt: { id: first.id },
+        twice: expect.stringMatching(new RegExp(`^2 payment_intent objects carry our key.*${first.id}.*${second.id}`)),
+      });
+    } finally {
+      sandbox.searchLagMs = was;
+    }
+  });
+
+  it("two refunds with our key in our window: found, and twice", async () => {
+    const s = stripe();
+    const key = newKey();
+    const pi = await s.client.paymentIntents.create({
+      amount: 5_000,
+      currency: "usd",
+      payment_method: "pm_card_visa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+    });
+    const refunds = [];
+    for (let i = 0; i < 2; i++)
+      refunds.push(
+        await s.client.refunds.create({ payment_intent: pi.id, amount: 100, metadata: { idem_operation: key } }),
+      );
+    const now = Date.now();
+    const out = await s.refundsCreate.reconcile!(
+      { payment_intent: pi.id, amount: 100 },
+      op(key, { createdAt: now - 60_000, now: now + 25 * HOUR }),
+    );
+    expect(out).toMatchObject({ found: true, twice: expect.stringMatching(/^2 refund objects carry our key/) });
+    expect((out as { twice: string }).twice).toContain(refunds[1]!.id);
+  });
+});
+
+describe("an intent with our key made with another payment method than the args name (h163)", () => {
+  const at = () => {
+    const now = Date.now() + 120_000; // past the search lag, inside the attempts' window's slack
+    return { createdAt: now - 60_000, now };
+  };
+
+  it("is not this operation's charge: a person decides; the same card, or a test card's name, is", async () => {
+    const s = stripe();
+    const key = newKey();
+    await s.client.paymentIntents.create({
+      amount: 2000,
+      currency: "usd",
+      payment_method: "pm_1BobsVisa",
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+      metadata: { idem_operation: key },
+    });
+    const ask = (payment_method: string) =>
+      s.paymentIntentsCreate.reconcile!(
+        { amount: 2000, currency: "usd", payment_method, confirm: true },
+        op(key, at()),
+      );
+    expect(await ask("pm_1AlicesVisa")).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(
+        /made with the payment method pm_1BobsVisa where this operation names pm_1AlicesVisa/,
+      ),
+    });
+    expect(await ask("pm_1BobsVisa")).toMatchObject({ found: true });
+    // Stripe makes a payment method of its own for a test card's name: the intent never carries it.
+    expect(await ask("pm_card_visa")).toMatchObject({ found: true });
+  });
+
+  it("declined on another card (the card on its last_payment_error): a person decides, not read as our decline", async () => {
+    const s = stripe();
+    const key = newKey();
+    await expect(
+      s.client.paymentIntents.create({
+        amount: 2000,
+        currency: "usd",
+        payment_method: "pm_card_chargeDeclined",
+        confirm: true,
+        automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+        metadata: { idem_operation: key },
+      }),
+    ).rejects.toMatchObject({ code: "card_declined" });
+    const out = await s.paymentIntentsCreate.reconcile!(
+      { amount: 2000, currency: "usd", payment_method: "pm_1AlicesVisa", confirm: true },
+      op(key, at()),
+    );
+    // Before: { found: false, proof: "refused" }: Alice's card read as declined, though never tried.
+    expect(out).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(
+        /made with the payment method pm_card_chargeDeclined where this operation names pm_1AlicesVisa/,
+      ),
+    });
+  });
+});
+
 describe("Stripe lookups inside the key window, with Search far behind (an incident)", () => {
   const lagging = async <T>(fn: () => Promise<T>): Promise<T> => {
     const was = sandbox.searchLagMs;

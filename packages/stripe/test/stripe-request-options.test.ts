@@ -10,10 +10,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidValueError } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { StripeSandbox } from "@idem/sandbox";
+import type { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { stripeActions, type StripeActions } from "@idem/stripe";
+import type { StripeActions } from "@idem/stripe";
 import { CARD } from "./cards.js";
+import { actionsOn, type SandboxServer, startSandbox } from "./sandbox.js";
 
 /** stripe-node's request options, its older name for the version, and its client's address settings. */
 const OPTIONS: [string, unknown][] = [
@@ -28,15 +29,13 @@ const OPTIONS: [string, unknown][] = [
 ];
 
 let sandbox: StripeSandbox;
-let server: { port: number; apiKey: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new StripeSandbox();
-  server = await sandbox.start();
+  ({ sandbox, server } = await startSandbox());
 });
 afterAll(() => sandbox.close());
 
-const stripe = () =>
-  stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000 });
+const stripe = () => actionsOn(server);
 let n = 0;
 const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
 

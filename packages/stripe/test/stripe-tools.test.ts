@@ -5,20 +5,19 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { StripeSandbox } from "@idem/sandbox";
+import type { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { stripeActions, stripeTools } from "@idem/stripe";
+import { actionsOn, type SandboxServer, startSandbox } from "./sandbox.js";
 
 let sandbox: StripeSandbox;
-let server: { port: number; apiKey: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new StripeSandbox();
-  server = await sandbox.start();
+  ({ sandbox, server } = await startSandbox());
 });
 afterAll(() => sandbox.close());
 
-const stripe = () =>
-  stripeActions({ apiKey: server.apiKey, host: "127.0.0.1", port: server.port, protocol: "http", timeoutMs: 5_000 });
+const stripe = () => actionsOn(server);
 let n = 0;
 const tenant = () => `tools-${++n}-${Math.random().toString(36).slice(2, 7)}`;
 const chargesOf = (pi: string) => sandbox.objects.all("charges").filter((c) => c.payment_intent === pi);

@@ -45,6 +45,7 @@ export class StripeFailure {
       param?: string;
       decline_code?: string;
       payment_intent?: unknown;
+      payment_method?: unknown;
     },
     /** Validation failures happen before execution: Stripe saves no idempotent result for them. */
     readonly beforeExecution = false,
@@ -236,8 +237,9 @@ export class StripeObjects {
       latest_charge: null,
       // what the customer's client (Stripe.js) would do next: authenticate the card
       next_action: status === "requires_action" ? { type: "use_stripe_sdk", use_stripe_sdk: {} } : null,
-      // as Stripe records a failed confirmation on the intent
-      last_payment_error: failure ? { ...failure } : null,
+      // as Stripe records a failed confirmation on the intent, with the card it was tried on
+      // (the intent's own `payment_method` is cleared: it waits for another)
+      last_payment_error: failure ? { ...failure, payment_method: paymentMethodOf(pm!) } : null,
     });
     if (status === "succeeded") {
       const charge = this.store("charges", {
@@ -254,7 +256,7 @@ export class StripeObjects {
     }
     if (failure) {
       // Stripe creates the intent and reports the failure with it; the result is saved under the key.
-      throw new StripeFailure(402, { ...failure, payment_intent: pi });
+      throw new StripeFailure(402, { ...failure, payment_intent: pi, payment_method: paymentMethodOf(pm!) });
     }
     return pi;
   }
@@ -323,6 +325,14 @@ export class StripeObjects {
     this.changes.set(obj.id, [{ at: this.now(), before: undefined }]);
     return obj;
   }
+}
+
+/**
+ * The payment method a failed confirmation was tried on, as Stripe's error and `last_payment_error`
+ * name it: the object (its id and type here; Stripe's has the card's details too).
+ */
+function paymentMethodOf(id: string): { id: string; object: "payment_method"; type: "card" } {
+  return { id, object: "payment_method", type: "card" };
 }
 
 function invalid(param: string, code: string | undefined, message: string): StripeFailure {

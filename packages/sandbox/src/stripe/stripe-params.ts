@@ -1,14 +1,18 @@
 /**
- * The top-level parameters Stripe takes on the endpoints the sandbox implements: a request with
- * any other is refused as Stripe refuses it, 400 `invalid_request_error` `parameter_unknown`
- * naming it ("Received unknown parameter: <name>"), before it executes (nothing saved under its
- * key). The lists are stripe-node 23.1's `…CreateParams`, `…UpdateParams`, `…ListParams` (with
- * its pagination), `…SearchParams` and `…RetrieveParams` for customers, payment intents, refunds
- * and charges, plus `payment_method_types`, which older API versions take on a payment intent.
+ * The parameters Stripe takes on the endpoints the sandbox implements: a request with any other
+ * is refused as Stripe refuses it, 400 `invalid_request_error` `parameter_unknown` naming it
+ * ("Received unknown parameter: <name>", a nested one by its path: `shipping[address][town]`),
+ * before it executes (nothing saved under its key). The lists are stripe-node 23.1's
+ * `…CreateParams`, `…UpdateParams`, `…ListParams` (with its pagination), `…SearchParams` and
+ * `…RetrieveParams` for customers, payment intents, refunds and charges, plus
+ * `payment_method_types`, which older API versions take on a payment intent. Inside a parameter,
+ * the names of those whose shape is given here (NESTED: an address, a shipping, a `created` range,
+ * `automatic_payment_methods` …) are checked too; `metadata` takes any name.
  *
- * Not modelled: nested parameters (`automatic_payment_methods[foo]` is taken); a parameter taken
- * under some API versions only (each is taken under every version); the endpoints the sandbox
- * keeps as given (any other POSTed resource, `/confirm` and the like), which take anything.
+ * Not modelled: the names inside other nested parameters (`payment_method_options[…]` is taken);
+ * a value of the wrong type (a string where Stripe wants a hash); a parameter taken under some API
+ * versions only (each is taken under every version); the endpoints the sandbox keeps as given (any
+ * other POSTed resource, `/confirm` and the like), which take anything.
  */
 import { StripeFailure } from "./stripe-objects.js";
 
@@ -29,6 +33,36 @@ const PAYMENT_INTENT_UPDATE = [
   ...["setup_future_usage", "shipping", "statement_descriptor", "statement_descriptor_suffix"],
   ...["transfer_data", "transfer_group"],
 ];
+
+/** The names inside a nested parameter: each taken as a value, or with the names inside it. */
+type Shape = { readonly [name: string]: Shape | true };
+
+const names = (...list: string[]): Shape => Object.fromEntries(list.map((n) => [n, true]));
+const ADDRESS = names("city", "country", "line1", "line2", "postal_code", "state");
+/** A list's `created` range (`created[gte]=…`); a single timestamp is a value, not checked here. */
+const RANGE = names("gt", "gte", "lt", "lte");
+
+/**
+ * By resource, then parameter: the shapes Stripe documents (stripe-node 23.1's params) for the
+ * nested parameters checked; one not named here takes any names inside it.
+ */
+const NESTED: Readonly<Record<string, Readonly<Record<string, Shape>>>> = {
+  customers: {
+    address: ADDRESS,
+    shipping: { address: ADDRESS, name: true, phone: true },
+    invoice_settings: names("custom_fields", "default_payment_method", "footer", "rendering_options"),
+    tax: names("ip_address", "validate_location"),
+    created: RANGE,
+  },
+  payment_intents: {
+    automatic_payment_methods: names("enabled", "allow_redirects"),
+    shipping: { address: ADDRESS, carrier: true, name: true, phone: true, tracking_number: true },
+    transfer_data: names("amount", "destination"),
+    created: RANGE,
+  },
+  refunds: { created: RANGE },
+  charges: { created: RANGE },
+};
 
 /** By resource: what its create, update (POST to an object), list, search and retrieve take. */
 const PARAMS: Readonly<Record<string, Readonly<Partial<Record<Kind, ReadonlySet<string>>>>>> = {
@@ -73,7 +107,12 @@ type Kind = "create" | "update" | "list" | "search" | "retrieve";
 export function refuseUnknownParams(resource: string, kind: Kind, params: Record<string, unknown>): void {
   const known = PARAMS[resource]?.[kind];
   if (!known) return;
-  const unknown = Object.keys(params).filter((name) => !known.has(name));
+  const top = Object.keys(params).filter((name) => !known.has(name));
+  const nested = NESTED[resource] ?? {};
+  const unknown =
+    top.length > 0
+      ? top
+      : Object.entries(params).flatMap(([name, value]) => (nested[name] ? unknownIn(name, value, nested[name]) : []));
   if (unknown.length === 0) return;
   throw new StripeFailure(
     400,
@@ -85,6 +124,16 @@ export function refuseUnknownParams(resource: string, kind: Kind, params: Record
     },
     true,
   );
+}
+
+/** The paths of the names inside `value` that `shape` does not take (`shipping[address][town]`). */
+function unknownIn(path: string, value: unknown, shape: Shape): string[] {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return [];
+  return Object.entries(value).flatMap(([name, inner]) => {
+    const sub = shape[name];
+    const at = `${path}[${name}]`;
+    return sub === undefined ? [at] : sub === true ? [] : unknownIn(at, inner, sub);
+  });
 }
 
 /** Each kind given, and Search and retrieve as most resources take them. */

@@ -11,11 +11,13 @@
  * remove keys from the system automatically after they're at least 24 hours old",
  * docs.stripe.com/api/idempotent_requests): a longer `keyRetentionMs` is a Stripe that prunes late.
  *
- * A top-level parameter an endpoint the sandbox implements does not take is refused as Stripe
- * refuses it, 400 `parameter_unknown` (stripe-params.ts), a validation failure: nothing saved
- * under the key. A `Stripe-Account` header is answered 403 `invalid_request_error`
+ * A parameter an endpoint the sandbox implements does not take (top-level, or a name inside one
+ * whose shape it knows) is refused as Stripe refuses it, 400 `parameter_unknown` (stripe-params.ts),
+ * a validation failure: nothing saved under the key. A `Stripe-Account` header, or a
+ * `Stripe-Context` (which names an account too), is answered 403 `invalid_request_error`
  * `account_invalid` ("The provided key '…' does not have access to account '…' (or that account
  * does not exist)…"), after the API key is checked: the sandbox knows no connected account.
+ * Endpoints and their answers: stripe-routes.ts; keys and their saved answers: stripe-keys.ts.
  *
  * A `Stripe-Version` Stripe does not know is refused as Stripe refuses it: 400
  * `invalid_request_error`, "Invalid Stripe API version: <the header>", with no `code` (none is seen
@@ -42,15 +44,15 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
-import { randomBytes } from "node:crypto";
 import qs from "qs";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
 import { TricklingAnswers } from "../trickle.js";
-import { PAGE_PARAMS, page, searchCursor, searchPage } from "./stripe-list.js";
+import { fingerprintOf, StripeKeys } from "./stripe-keys.js";
 import { StripeFailure, StripeObjects, type StripeObject } from "./stripe-objects.js";
-import { refuseUnknownParams } from "./stripe-params.js";
+import { routeStripe } from "./stripe-routes.js";
 import { isStripeVersion, renderedFor } from "./stripe-versions.js";
+import { header, masked, requestId, send, sendError } from "./stripe-wire.js";
 
 export type StripeFaultKind =
   | "rate_limit"
@@ -75,15 +77,6 @@ export interface StripeSandboxOptions {
   readonly keyRetentionMs?: number;
 }
 
-interface Saved {
-  fingerprint: string;
-  at: number;
-  state: "in_flight" | "done";
-  status?: number;
-  body?: string;
-  requestId?: string;
-}
-
 export interface StripeRequestRecord {
   readonly method: string;
   readonly path: string;
@@ -96,6 +89,8 @@ export interface StripeRequestRecord {
    * answers an account the key cannot reach.
    */
   readonly stripeAccount: string | undefined;
+  /** The account a `Stripe-Context` header named, if any: answered as a `Stripe-Account` is. */
+  readonly stripeContext: string | undefined;
   readonly status: number | "dropped";
   readonly replayed: boolean;
 }
@@ -117,7 +112,7 @@ export class StripeSandbox {
   searchLagMs: number;
   readonly keyRetentionMs: number;
   private clockOffsetMs = 0;
-  private readonly saved = new Map<string, Saved>();
+  private readonly keys: StripeKeys;
   /** Requests `delay_before_commit` holds now: each goes on when its delay ends or `releaseHeldRequests` is called. */
   private readonly held = new Set<() => void>();
   private readonly apiKey: string;
@@ -131,6 +126,7 @@ export class StripeSandbox {
       () => this.now(),
       () => this.searchLagMs,
     );
+    this.keys = new StripeKeys(() => this.now(), this.keyRetentionMs);
   }
 
   /** The sandbox's clock: real time plus whatever `advance` added. */
@@ -184,8 +180,18 @@ export class StripeSandbox {
     const idemKey = header(req, "idempotency-key");
     const stripeVersion = header(req, "stripe-version");
     const stripeAccount = header(req, "stripe-account");
+    const stripeContext = header(req, "stripe-context");
     const record = (status: number | "dropped", replayed = false) =>
-      this.requests.push({ method, path, idempotencyKey: idemKey, stripeVersion, stripeAccount, status, replayed });
+      this.requests.push({
+        method,
+        path,
+        idempotencyKey: idemKey,
+        stripeVersion,
+        stripeAccount,
+        stripeContext,
+        status,
+        replayed,
+      });
 
     if (path === "/_sandbox/counts") return send(res, 200, JSON.stringify(this.counts()));
     if (
@@ -195,13 +201,14 @@ export class StripeSandbox {
       record(401);
       return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
     }
-    if (stripeAccount !== undefined) {
+    const account = stripeAccount ?? stripeContext;
+    if (account !== undefined) {
       // The sandbox knows no connected account: Stripe's answer to one the key cannot reach.
       record(403);
       return sendError(res, 403, {
         type: "invalid_request_error",
         code: "account_invalid",
-        message: `The provided key '${masked(this.apiKey)}' does not have access to account '${stripeAccount}' (or that account does not exist). Application access may have been revoked.`,
+        message: `The provided key '${masked(this.apiKey)}' does not have access to account '${account}' (or that account does not exist). Application access may have been revoked.`,
       });
     }
     if (stripeVersion !== undefined && !isStripeVersion(stripeVersion)) {
@@ -233,12 +240,8 @@ export class StripeSandbox {
     }
 
     const slot = method === "POST" && idemKey ? `${this.apiKey}:${idemKey}` : undefined;
-    const fingerprint = `${method} ${path} ${canonicalParams(params)}`;
-    let saved = slot ? this.saved.get(slot) : undefined;
-    if (saved && this.now() - saved.at > this.keyRetentionMs) {
-      this.saved.delete(slot!); // pruned: Stripe does so once a key is at least 24 hours old
-      saved = undefined;
-    }
+    const fingerprint = fingerprintOf(method, path, params);
+    const saved = slot ? this.keys.held(slot) : undefined; // pruned: Stripe does so once a key is at least 24 hours old
     if (saved && saved.fingerprint !== fingerprint) {
       record(400);
       return sendError(res, 400, {
@@ -267,7 +270,7 @@ export class StripeSandbox {
       );
     }
 
-    if (slot) this.saved.set(slot, { fingerprint, at: this.now(), state: "in_flight" });
+    if (slot) this.keys.begin(slot, fingerprint);
     const slow = this.faults.take(method, path, ["delay_before_commit"]);
     if (slow) await this.hold(slow.delayMs ?? 1_000, { path, idempotencyKey: idemKey });
     let status: number;
@@ -277,13 +280,13 @@ export class StripeSandbox {
     try {
       if (broke)
         throw new StripeFailure(broke.status ?? 500, { type: "api_error", message: "An unknown error occurred." });
-      const result = this.execute(method, path, params);
+      const result = routeStripe(this.objects, method, path, params);
       [status, out] = [200, JSON.stringify(renderedFor(stripeVersion, result))];
       if (method === "POST") committed = result as StripeObject;
     } catch (e) {
       if (!(e instanceof StripeFailure)) throw e;
       if (e.beforeExecution) {
-        if (slot) this.saved.delete(slot); // failed validation: nothing saved under the key
+        if (slot) this.keys.forget(slot); // failed validation: nothing saved under the key
         record(e.status);
         return sendError(res, e.status, e.error);
       }
@@ -297,11 +300,10 @@ export class StripeSandbox {
       const message = status === 503 ? "The service is temporarily unavailable." : "An unknown error occurred.";
       out = JSON.stringify({ error: { type: "api_error", message } });
     }
-    const requestId = `req_${randomBytes(7).toString("hex")}`;
-    if (slot)
-      this.saved.set(slot, { fingerprint, at: this.saved.get(slot)!.at, state: "done", status, body: out, requestId });
+    const id = requestId();
+    if (slot) this.keys.finish(slot, fingerprint, { status, body: out, requestId: id });
     if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed });
-    return this.answer(req, res, method, path, status, out, { "request-id": requestId }, record);
+    return this.answer(req, res, method, path, status, out, { "request-id": id }, record);
   }
 
   /** Holds a request (`delay_before_commit`) for `ms` or until `releaseHeldRequests`, saying so ("held"). */
@@ -346,62 +348,10 @@ export class StripeSandbox {
       "content-type": "application/json",
       ...headers,
       ...(idemKey && { "idempotency-key": idemKey }),
-      "request-id": headers["request-id"] ?? `req_${randomBytes(7).toString("hex")}`,
+      "request-id": headers["request-id"] ?? requestId(),
     };
     if (after?.kind === "trickle_after_commit") return this.trickling.start(res, status, head, after.intervalMs);
     send(res, status, body, head);
-  }
-
-  private execute(method: string, path: string, params: Record<string, unknown>): unknown {
-    const parts = path.split("/").filter(Boolean); // ["v1", resource, id?]
-    if (parts[0] !== "v1" || !parts[1])
-      throw new StripeFailure(
-        404,
-        { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` },
-        true,
-      );
-    const resource = parts[1];
-    const id = parts[2];
-    const kind =
-      method === "POST" ? (id ? "update" : "create") : !id ? "list" : id === "search" ? "search" : "retrieve";
-    if (parts.length <= 3) refuseUnknownParams(resource, kind, params);
-    if (method === "POST" && !id) return this.objects.create(resource, params);
-    if (method === "POST" && parts.length === 3) {
-      const updated = this.objects.update(resource, id!, params);
-      if (updated) return updated;
-    }
-    if (method === "GET" && id === "search") {
-      const hits = this.objects.search(resource, String(params.query ?? ""), searchCursor(params));
-      return { object: "search_result", url: path, ...searchPage(hits, params) };
-    }
-    if (method === "GET" && id) {
-      const obj = this.objects.get(resource, id);
-      if (!obj)
-        throw new StripeFailure(
-          404,
-          {
-            type: "invalid_request_error",
-            code: "resource_missing",
-            param: "id",
-            message: `No such ${resource.replace(/s$/, "")}: '${id}'`,
-          },
-          true,
-        );
-      return obj;
-    }
-    if (method === "GET") {
-      const filter = Object.fromEntries(Object.entries(params).filter(([k]) => !PAGE_PARAMS.has(k)));
-      return {
-        object: "list",
-        url: path,
-        ...page(this.objects.list(resource, filter), params, resource.replace(/s$/, "")),
-      };
-    }
-    throw new StripeFailure(
-      404,
-      { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path}).` },
-      true,
-    );
   }
 
   private counts(): Record<string, number> {
@@ -409,36 +359,4 @@ export class StripeSandbox {
       ["customers", "payment_intents", "charges", "refunds"].map((r) => [r, this.objects.count(r)]),
     );
   }
-}
-
-/** An API key as Stripe's messages show it: its prefix, then stars but for the last four characters. */
-function masked(key: string): string {
-  const prefix = /^[a-z]+_(?:test_|live_)?/.exec(key)?.[0] ?? "";
-  const rest = key.slice(prefix.length);
-  return `${prefix}${"*".repeat(Math.max(rest.length - 4, 0))}${rest.slice(-4)}`;
-}
-
-function header(req: IncomingMessage, name: string): string | undefined {
-  const v = req.headers[name];
-  return Array.isArray(v) ? v[0] : v;
-}
-
-/** Parameter order must not matter to the idempotency fingerprint. */
-function canonicalParams(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalParams).join(",")}]`;
-  if (v && typeof v === "object")
-    return `{${Object.keys(v)
-      .sort()
-      .map((k) => `${k}:${canonicalParams((v as Record<string, unknown>)[k])}`)
-      .join(",")}}`;
-  return JSON.stringify(v ?? null);
-}
-
-function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { "content-type": "application/json", ...headers });
-  res.end(body);
-}
-
-function sendError(res: ServerResponse, status: number, error: object, headers: Record<string, string> = {}): void {
-  send(res, status, JSON.stringify({ error }), { "request-id": `req_${randomBytes(7).toString("hex")}`, ...headers });
 }
