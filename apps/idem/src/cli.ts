@@ -733,51 +733,63 @@ export function program(): Command {
       const opened = withLedger(
         g(),
         async (ledger, config, configured) => {
-          process.off("SIGTERM", stopWaiting);
-          process.off("SIGINT", stopWaiting);
-          if (waiting.signal.aborted) return; // stopped as the database came back
-          warnOfUnmatchedThresholds(config, configured, log);
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
           const stop = () => {
             log.info("stopping: finishing the work in flight");
             daemon.stop();
+            // Bounded: a database or provider that does not answer (a frozen one: its client's read
+            // timeout, 35 s by default) would hold the stop past a supervisor's grace (Kubernetes:
+            // 30 s), which then kills it anyway. What is still in flight stays under its lease, and
+            // is settled by the replay policy once that expires, as after a crash.
+            const ms = config.daemon.stopTimeoutMs;
+            setTimeout(() => {
+              log.error(
+                { stopTimeoutMs: ms },
+                `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`,
+              );
+              process.exit(EXIT.failure);
+            }, ms).unref();
           };
-          if (o.once) {
-            // As the daemon's loop: a pass stopped (a cron job's timeout, a container's end) lets
-            // the request in flight finish and be recorded, sends no other and gives back the rest
-            // of its claim. Node's default ended it mid-request, the row left running for the
-            // next pass, which sends an effect nothing can look up to a person.
-            process.once("SIGTERM", stop);
-            process.once("SIGINT", stop);
-            const { failed, undelivered } = await daemon.tick().finally(() => {
-              process.off("SIGTERM", stop);
-              process.off("SIGINT", stop);
-            });
-            // A cron job hears of it: exit 1, the rows and deliveries named in the log above.
-            const said = [
-              ...(failed ? [`${failed} due operation(s) could not be settled`] : []),
-              ...(undelivered
-                ? [
-                    `${undelivered} alert delivery(ies) were not taken by their sink (down, not reached, refusing, or no answer: in review, for a person to check; the log says why)`,
-                  ]
-                : []),
-            ];
-            if (said.length) throw new Error(`${said.join("; ")}; see the log`);
-            return;
-          }
-          const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
-          if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
+          // The stop's handlers come before the wait's go: between the two, a signal found none, and
+          // Node's default killed the daemon without a graceful stop (its console starting to listen).
           process.once("SIGTERM", stop);
           process.once("SIGINT", stop);
-          log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
+          process.off("SIGTERM", stopWaiting);
+          process.off("SIGINT", stopWaiting);
           try {
-            // It rejects for a ledger that must be reopened (daemon.ts): the process ends, as when stopped.
-            await daemon.run();
+            if (waiting.signal.aborted) return; // stopped as the database came back
+            warnOfUnmatchedThresholds(config, configured, log);
+            if (o.once) {
+              // As the daemon's loop: a pass stopped (a cron job's timeout, a container's end) lets
+              // the request in flight finish and be recorded, sends no other and gives back the rest
+              // of its claim. Node's default ended it mid-request, the row left running for the
+              // next pass, which sends an effect nothing can look up to a person.
+              const { failed, undelivered } = await daemon.tick();
+              // A cron job hears of it: exit 1, the rows and deliveries named in the log above.
+              const said = [
+                ...(failed ? [`${failed} due operation(s) could not be settled`] : []),
+                ...(undelivered
+                  ? [
+                      `${undelivered} alert delivery(ies) were not taken by their sink (down, not reached, refusing, or no answer: in review, for a person to check; the log says why)`,
+                    ]
+                  : []),
+              ];
+              if (said.length) throw new Error(`${said.join("; ")}; see the log`);
+              return;
+            }
+            const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
+            if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
+            log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
+            try {
+              // It rejects for a ledger that must be reopened (daemon.ts): the process ends, as when stopped.
+              await daemon.run();
+            } finally {
+              await web?.close();
+            }
           } finally {
             process.off("SIGTERM", stop);
             process.off("SIGINT", stop);
-            await web?.close();
           }
           log.info("daemon stopped");
         },

@@ -336,6 +336,12 @@ const schema = z
           .default(24 * 3_600_000),
         /** Lease of the daemon's own attempts. */
         leaseMs: timerMs.default(30_000),
+        /**
+         * How long a stop (SIGTERM, SIGINT) waits for the work in flight before the daemon exits
+         * anyway (exit 1), its operations left to their leases: within Kubernetes' default grace
+         * of 30 s, though a frozen database answers only at its client's read timeout (35 s).
+         */
+        stopTimeoutMs: timerMs.default(20_000),
         metricsPort: port.optional(),
         metricsHost: z.string().default("127.0.0.1"),
         /** Label `idem_unsettled_operations` by tenant too: one series per tenant, status and action (opt-in: tenants can be many). */
@@ -351,6 +357,7 @@ const schema = z
         maxChecks: 20,
         maxAgeMs: 24 * 3_600_000,
         leaseMs: 30_000,
+        stopTimeoutMs: 20_000,
         metricsHost: "127.0.0.1",
         metricsPerTenant: false,
         console: false,

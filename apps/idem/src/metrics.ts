@@ -74,10 +74,21 @@ export class DaemonMetrics {
     help: "Operations sent to review by the daemon's limits: unknown outcomes after too many checks or too long, work known not done after too many tries the provider refused (or too long, its action not in the daemon's config)",
     registers: [this.registry],
   });
-  readonly stuck = new Gauge({
+  /**
+   * The last tick's count, shown only while the ledger is up (as /healthz says): before the first
+   * tick and during an outage (down, frozen) the sample is left out, rather than a 0 that was never
+   * read or a count that is no longer true. `absent(idem_stuck_operations)` (or `idem_ledger_up 0`)
+   * is what a rule sees then.
+   */
+  private stuckCount: number | undefined;
+  private readonly stuck: Gauge = new Gauge({
     name: "idem_stuck_operations",
-    help: "Operations running longer than their threshold at the last tick",
+    help: "Operations running longer than their threshold, as the daemon's last tick counted them; absent before its first tick and while the ledger is not up (idem_ledger_up 0)",
     registers: [this.registry],
+    collect: (): void => {
+      if (this.stuckCount !== undefined && this.health().ledger === "up") this.stuck.set(this.stuckCount);
+      else this.stuck.remove({}); // a gauge without labels otherwise shows 0
+    },
   });
   readonly ticks = new Counter({
     name: "idem_daemon_ticks_total",
@@ -86,7 +97,7 @@ export class DaemonMetrics {
   });
   readonly errors = new Counter({
     name: "idem_daemon_errors_total",
-    help: "Daemon loop iterations that failed",
+    help: "Daemon failures: ticks that failed (the ledger unavailable included), due operations that could not be settled, and tries to open the ledger while its database was unreachable",
     registers: [this.registry],
   });
   readonly results = runResultCounters(this.registry);
@@ -151,6 +162,11 @@ export class DaemonMetrics {
     });
   }
 
+  /** The count of stuck operations a tick read (`idem_stuck_operations`). */
+  stuckRead(count: number): void {
+    this.stuckCount = count;
+  }
+
   /** The ledger, once opened after a wait for its database. */
   attach(ledger: Ledger): void {
     this.ledger = ledger;
@@ -207,14 +223,16 @@ export class DaemonMetrics {
    */
   async listen(port: number, host: string, onError: (error: Error) => void = () => undefined): Promise<number> {
     this.server = createServer(async (req, res) => {
-      if (req.url === "/metrics") {
+      // By its path: a scraper may add parameters (`params` in Prometheus' scrape config).
+      const path = (req.url ?? "").split("?")[0];
+      if (path === "/metrics") {
         try {
           const body = await this.registry.metrics();
           res.writeHead(200, { "content-type": this.registry.contentType }).end(body);
         } catch (e) {
           res.writeHead(500).end(String(e));
         }
-      } else if (req.url === "/healthz") {
+      } else if (path === "/healthz") {
         const body = this.health();
         res.writeHead(body.ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
       } else {

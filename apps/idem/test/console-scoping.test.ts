@@ -4,10 +4,12 @@
  * filtered by age, a live page that ends with its session, `idem show` printing no forged lines.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rmSync } from "node:fs";
+import { Writable } from "node:stream";
 import { pino } from "pino";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { freshDatabase } from "@idem/testkit";
+import { DIALECTS, freshDatabase, pgProxy } from "@idem/testkit";
 import { parseConfig } from "@idem/cli";
 import { serveConsole, type ConsoleServer } from "../src/console/server.js";
 import { idem } from "./support.js";
@@ -335,3 +337,62 @@ describe("idem show", () => {
     expect(shown.stdout).not.toContain("\u001b");
   });
 });
+
+for (const dialect of DIALECTS) {
+  describe(`the console while the ledger's database is gone, on ${dialect}`, () => {
+    it("each request says the ledger is unavailable (503), and the log has one concise line per failure, no stack trace", async () => {
+      // Postgres behind a proxy that goes down; SQLite's file deleted under the ledger (its reads
+      // still answer from the open file: a decision, a write, is what fails there).
+      const url = await freshDatabase(dialect);
+      const proxy = dialect === "postgres" ? await pgProxy(new URL(url)) : undefined;
+      const ledger = await openLedger(proxy?.url ?? url, { poolSize: 1 });
+      await ledger.run(parked, { tenant: "t", key: ["k"], args: {} }); // needs_review: a person decides
+      const [op] = await ledger.admin.list({ tenant: "t" });
+      const said: { level: number; msg: string }[] = [];
+      const log = pino(
+        new Writable({
+          write(chunk, _encoding, done) {
+            for (const line of String(chunk).split("\n").filter(Boolean)) said.push(JSON.parse(line));
+            done();
+          },
+        }),
+      );
+      const web = await serveConsole(
+        ledger,
+        parseConfig({ ledger: url, console: { port: 0, insecureNoAuth: true } }),
+        log,
+      );
+      try {
+        const path = `/op/t/${op!.id}`;
+        const page = await (await fetch(`${web.url}${path}`)).text();
+        const csrf = /name="csrf" value="([^"]+)"/.exec(page)![1]!;
+        const seen = { status: op!.status, attempt: op!.attempt, checks: op!.checks, updatedAt: op!.updatedAt };
+        const decide = () =>
+          fetch(`${web.url}${path}/decide`, {
+            method: "POST",
+            redirect: "manual",
+            headers: { origin: web.url, "content-type": "application/x-www-form-urlencoded" },
+            body: new URLSearchParams({ csrf, seen: JSON.stringify(seen), outcome: "failed", reason: "checked" }),
+          });
+        if (proxy) proxy.down();
+        else for (const suffix of ["", "-wal", "-shm"]) rmSync(url.slice("sqlite:".length) + suffix, { force: true });
+        const answers = [await decide(), await decide(), ...(proxy ? [await fetch(`${web.url}/`)] : [])];
+        for (const res of answers) {
+          expect(res.status).toBe(503);
+          expect(await res.text()).toMatch(/ledger/);
+        }
+        const failures = said.filter((l) => l.level >= 40);
+        // Before: an error line per request with the error's whole stack (a dozen frames and its cause's).
+        expect(failures).toHaveLength(answers.length);
+        for (const line of failures) {
+          expect(JSON.stringify(line)).not.toMatch(/"stack"|\\n\s+at /);
+          expect(line.msg).toMatch(/^console request failed: the ledger is unavailable/);
+        }
+      } finally {
+        await web.close();
+        await ledger.close().catch(() => {});
+        await proxy?.close();
+      }
+    });
+  });
+}

@@ -1399,3 +1399,42 @@ describe("three daemons on one Postgres ledger", () => {
     scaled(300_000),
   );
 });
+
+for (const dialect of DIALECTS) {
+  describe(`idem daemon stopped as it starts, on ${dialect}`, () => {
+    it(
+      "a SIGTERM between the open and the loop (warning of its thresholds, its console starting to listen) stops it gracefully: exit 0",
+      async () => {
+        const dir = tempDir();
+        const ledger = await freshDatabase(dialect);
+        await (await openLedger(ledger)).close(); // migrated
+        // Many thresholds naming no action of the config: a warning each, said once the ledger is
+        // open and before the loop starts, for as long as the signal takes to arrive.
+        const perAction = Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`batch.job${i}`, 3_600_000]));
+        const file = join(dir, "idem.config.json");
+        writeFileSync(
+          file,
+          JSON.stringify({
+            ledger,
+            alerts: { log: true },
+            thresholds: { perAction },
+            daemon: { console: true },
+            console: { port: 0, insecureNoAuth: true },
+          }),
+        );
+        const daemon = startChild(CLI, ["--config", file, "daemon", "--name", "d-early-stop"]);
+        try {
+          await daemon.waitFor(/names no action of this config/, 60_000);
+          daemon.proc.kill("SIGTERM");
+          // Before: killed by the signal (no handler between the wait's and the loop's), no exit code.
+          const { code, signal, stderr } = await daemon.exited;
+          expect({ code, signal }, stderr).toEqual({ code: 0, signal: null });
+        } finally {
+          daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
+          await daemon.exited;
+        }
+      },
+      scaled(120_000),
+    );
+  });
+}

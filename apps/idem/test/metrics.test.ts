@@ -1,11 +1,17 @@
 /** Run-result counters any process can wire into its ledger (agents: duplicates answered from the ledger). */
 import { describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
-import { defineAction, openLedger } from "@idem/core";
-import { DIALECTS, freshDatabase, lockTable } from "@idem/testkit";
+import { pino } from "pino";
+import { LedgerUnavailableError, defineAction, openLedger } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { DIALECTS, freshDatabase, lockTable, scaled } from "@idem/testkit";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { ConfigError, DaemonMetrics, runResultCounters } from "@idem/cli";
+import { ConfigError, Daemon, DaemonMetrics, alertActions, parseConfig, runResultCounters } from "@idem/cli";
+import { until } from "./support.js";
+
+/** The sample of `name` without labels in a scrape, or undefined when the scrape has none. */
+const sample = (text: string, name: string) => new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1];
 
 describe("/healthz", () => {
   it("healthy while a long tick makes progress, not only when ticks end", async () => {
@@ -109,6 +115,37 @@ describe("/metrics when every count takes longer than a scrape waits, on postgre
   }, 120_000);
 });
 
+describe("/metrics with a query string", () => {
+  it("is served as /metrics (a scrape config's params), and /healthz as /healthz", async () => {
+    const metrics = new DaemonMetrics(undefined, 1_000);
+    try {
+      const port = await metrics.listen(0, "127.0.0.1");
+      // Before: 404 for both, a scraper with `params` saw the target down.
+      const scraped = await fetch(`http://127.0.0.1:${port}/metrics?format=prometheus`);
+      expect(scraped.status).toBe(200);
+      expect(await scraped.text()).toMatch(/^idem_ledger_up 0$/m);
+      expect((await fetch(`http://127.0.0.1:${port}/healthz?probe=k8s`)).status).toBe(503); // no tick yet
+      expect((await fetch(`http://127.0.0.1:${port}/metricsx`)).status).toBe(404);
+    } finally {
+      await metrics.close();
+    }
+  });
+});
+
+describe("idem_stuck_operations before the daemon has read it", () => {
+  it("is absent, not a 0 nobody read", async () => {
+    const ledger = await openLedger("sqlite::memory:");
+    try {
+      const text = await new DaemonMetrics(ledger, 1_000).registry.metrics();
+      // Before: "idem_stuck_operations 0" from the start, whatever the ledger held.
+      expect(sample(text, "idem_stuck_operations")).toBeUndefined();
+      expect(text).toMatch(/^# HELP idem_daemon_errors_total .*could not be settled/m);
+    } finally {
+      await ledger.close();
+    }
+  });
+});
+
 describe("the metrics port", () => {
   it("in use: a ConfigError naming it, not an unhandled error event", async () => {
     const taken: Server = createServer();
@@ -173,6 +210,75 @@ for (const dialect of DIALECTS) {
       }
       await ledger.close();
     });
+
+    it(
+      "idem_stuck_operations counts every stuck run: past the read's 1,000, not hidden by the daemon's own deliveries, and absent during an outage",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const config = parseConfig({
+          ledger: url,
+          alerts: { log: true },
+          thresholds: { stuckAfterMs: 60_000 },
+          daemon: { intervalMs: 1_000 },
+        });
+        const silent = pino({ level: "silent" });
+        let now = Date.now();
+        let release: () => void = () => {};
+        const released = new Promise<void>((r) => (release = r));
+        const hangs = (type: string) =>
+          defineAction<{ n: number }, { id: string }>({
+            type,
+            capabilities: {},
+            execute: async () => {
+              await released; // the provider does not answer
+              return { id: "done" };
+            },
+          });
+        const ledger = await openTestLedger(url, {
+          clock: () => now,
+          poolSize: 4,
+          leaseMs: 24 * 3_600_000,
+          actions: alertActions(config, silent),
+        });
+        const runs: Promise<unknown>[] = [];
+        const running = async (n: number) =>
+          until(
+            async () => (await ledger.admin.stats()).unsettled.reduce((s, r) => s + r.count, 0) === n,
+            60_000,
+            `${n} runs to be running`,
+          );
+        try {
+          // A thousand of the daemon's own deliveries to a webhook that does not answer, oldest;
+          // then 1,001 runs of an application's action.
+          const delivery = hangs("idem.alert.webhook");
+          for (let i = 0; i < 1_000; i++)
+            runs.push(ledger.run(delivery, { tenant: config.alerts.tenant, key: ["d", i], args: { n: i } }));
+          await running(1_000);
+          now += 60_000;
+          const send = hangs("mail.send");
+          for (let i = 0; i < 1_001; i++) runs.push(ledger.run(send, { tenant: "t", key: ["s", i], args: { n: i } }));
+          await running(2_001);
+          now += 10 * 60_000; // all running for 10 minutes or more: stuck
+          const metrics = new DaemonMetrics(ledger, 1_000);
+          const daemon = new Daemon(ledger, config, silent, metrics, "d-stuck-count");
+          // Stopping: the tick reads and counts the stuck runs, and sends none of their 1,001 alerts.
+          daemon.stop();
+          await daemon.tick();
+          metrics.tick(); // as the daemon's loop marks a tick done
+          // Before: 0, the read's 1,000 rows all deliveries, left out after it.
+          expect(sample(await metrics.registry.metrics(), "idem_stuck_operations")).toBe("1001");
+          // The next tick finds the ledger unavailable, as the daemon's loop says it: the count is
+          // no longer known. Before: 1001 (the last value) for as long as the outage lasted.
+          metrics.unavailable(new LedgerUnavailableError("the ledger database is unavailable"));
+          expect(sample(await metrics.registry.metrics(), "idem_stuck_operations")).toBeUndefined();
+        } finally {
+          release();
+          await Promise.allSettled(runs);
+          await ledger.close();
+        }
+      },
+      scaled(180_000),
+    );
 
     it("two scrapes at once while the ledger counts read the same counts, not twice them", async () => {
       // Two Prometheus servers (an HA pair) scraping the same daemon, or a person's curl during a

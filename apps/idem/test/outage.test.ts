@@ -353,6 +353,46 @@ describe("the daemon and agents through Postgres restarts", () => {
   );
 
   it(
+    "a stop on a frozen database exits within daemon.stopTimeoutMs (20 s), inside Kubernetes' 30 s grace, not at the client's read timeout",
+    async () => {
+      const metricsPort = await freePort();
+      // A statement timeout of 60 s: the client's read timeout (65 s) is well past the grace, as
+      // the default 35 s is past it for a stop that comes as a statement begins.
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", "d-frozen-stop"], {
+        LEDGER_URL: `${url}?statement_timeout=60000`,
+        EFFECT_DIR: tempDir(),
+        WEBHOOK_URL: hook.url,
+        METRICS_PORT: String(metricsPort),
+      });
+      children.push(daemon);
+      try {
+        await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
+        await server.freeze();
+        // A tick waits on the frozen database: 503 with the ledger unknown (its statement not back).
+        await until(
+          async () => (await health(metricsPort))?.ledger === "unknown",
+          60_000,
+          "/healthz to say a tick has not come back",
+        );
+        const stoppedAt = performance.now();
+        daemon.proc.kill("SIGTERM");
+        const { code, stderr } = await within(daemon.exited, scaled(120_000), "the daemon to stop");
+        const tookMs = performance.now() - stoppedAt;
+        // Before: 55 s and more, the stop waiting for the frozen statement's read timeout (65 s
+        // after it began): a supervisor's grace (30 s) ended first, and it was killed.
+        expect(tookMs, stderr).toBeLessThan(30_000);
+        expect(code).toBe(1); // not a graceful stop: the work in flight was left to its lease
+        expect(daemon.lines.join("\n")).toMatch(/the work in flight did not end within 20000 ms of the stop: exiting/);
+      } finally {
+        await server.thaw();
+        daemon.proc.kill("SIGKILL");
+        await daemon.exited;
+      }
+    },
+    scaled(240_000),
+  );
+
+  it(
     "started before its database listens on its Unix socket: waits for it (not exit 2), starts once it does",
     async () => {
       const dir = tempDir(); // the socket's directory; the server that would make the socket is not there

@@ -9,7 +9,7 @@ import { toOperation, type LedgerContext, type Operation, type OperationRef } fr
 import { heartbeat } from "./daemon-heartbeat.js";
 import { InvalidValueError, UnknownActionError } from "./errors.js";
 import { requireName, requireWhole } from "./keys.js";
-import { requireStuckFilter } from "./reports.js";
+import { requireStuckFilter, type StuckFilter } from "./reports.js";
 import type { RunResult } from "./result.js";
 import {
   budgetProblem,
@@ -252,24 +252,33 @@ export class LedgerDaemon {
    * attempt, with how long (`runningForMs`, by the database clock). `tenants`, `action`: only
    * these (the limit applies after them: another tenant's many stuck rows do not hide these).
    * `exceptActions`: not these action types (read apart with their own threshold: their many
-   * long runs, within it, must not hide another action's stuck run behind the limit).
+   * long runs, within it, must not hide another action's stuck run behind the limit). `except`:
+   * not these action types in this tenant (the daemon's own alert deliveries), also before the limit.
    */
-  async stuck(options: {
-    readonly olderThanMs: number;
-    readonly limit?: number;
-    readonly tenants?: readonly string[];
-    readonly action?: string;
-    readonly exceptActions?: readonly string[];
-  }): Promise<(Operation & { runningForMs: number })[]> {
+  async stuck(options: StuckFilter): Promise<(Operation & { runningForMs: number })[]> {
     this.#context.assertOpen();
     requireStuckFilter(options);
     if (options.tenants?.length === 0) return [];
-    const only = { tenants: options.tenants, action: options.action, exceptActions: options.exceptActions };
-    return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000, only)).map((r) => ({
-      ...toOperation(r),
-      runningForMs: r.age_ms,
-    }));
+    return (await this.#context.reports.stuck(options.olderThanMs, options.limit ?? 1_000, stuckOnly(options))).map(
+      (r) => ({ ...toOperation(r), runningForMs: r.age_ms }),
+    );
   }
+
+  /**
+   * How many operations `stuck` finds with these options and no limit: the count a gauge shows,
+   * which a read's limit must not cap (its rows are for alerts, a page at a time).
+   */
+  async countStuck(options: Omit<StuckFilter, "limit">): Promise<number> {
+    this.#context.assertOpen();
+    requireStuckFilter(options);
+    if (options.tenants?.length === 0) return 0;
+    return this.#context.reports.countStuck(options.olderThanMs, stuckOnly(options));
+  }
+}
+
+/** What narrows a stuck read besides its threshold and limit. */
+function stuckOnly(f: Omit<StuckFilter, "limit">) {
+  return { tenants: f.tenants, action: f.action, exceptActions: f.exceptActions, except: f.except };
 }
 
 /** The ledger's settings with a settlement's own budget and time bound (`SettleOptions`). */

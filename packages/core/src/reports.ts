@@ -14,7 +14,7 @@
 import { sql, type Expression, type SqlBool } from "kysely";
 import { requireName, requireWhole } from "./keys.js";
 import type { Status } from "./schema.js";
-import { ROW_COLUMNS, RUNNING, type Row, type Store } from "./store.js";
+import { ROW_COLUMNS, RUNNING, type Row, type Store, type TenantActions } from "./store.js";
 
 /** An operation not settled yet: what `admin.stats` counts. */
 export type UnsettledStatus = "running" | "unknown" | "pending" | "needs_review";
@@ -95,6 +95,11 @@ export interface StuckFilter {
   readonly tenants?: readonly string[];
   readonly action?: string;
   readonly exceptActions?: readonly string[];
+  /**
+   * Not these action types in this tenant (the daemon's own alert deliveries), left out before
+   * the limit: many of them must not fill it and hide the runs it reads for.
+   */
+  readonly except?: TenantActions;
 }
 
 /** What `admin.readAtOnce` reads: lists and stuck runs, each answered apart, all in one statement. */
@@ -115,7 +120,19 @@ export function requireStuckFilter(f: StuckFilter): void {
   for (const t of f.tenants ?? []) requireName(t, "tenants");
   if (f.action !== undefined) requireName(f.action, "action");
   for (const a of f.exceptActions ?? []) requireName(a, "exceptActions");
+  if (f.except) {
+    requireName(f.except.tenant, "except.tenant");
+    for (const a of f.except.actions) requireName(a, "except.actions");
+  }
 }
+
+/** What narrows a stuck read besides its threshold and limit. */
+type StuckOnly = {
+  readonly tenants?: readonly string[] | undefined;
+  readonly action?: string | undefined;
+  readonly exceptActions?: readonly string[] | undefined;
+  readonly except?: TenantActions | undefined;
+};
 
 export class Reports {
   constructor(private readonly store: Store) {}
@@ -206,32 +223,30 @@ export class Reports {
   }
 
   /** Running rows older than `olderThanMs` in their attempt, with their age by the database clock. */
-  async stuck(
-    olderThanMs: number,
-    limit: number,
-    only: {
-      readonly tenants?: readonly string[] | undefined;
-      readonly action?: string | undefined;
-      readonly exceptActions?: readonly string[] | undefined;
-    } = {},
-  ): Promise<(Row & { age_ms: number })[]> {
+  async stuck(olderThanMs: number, limit: number, only: StuckOnly = {}): Promise<(Row & { age_ms: number })[]> {
     const rows = await this.store.guard(undefined, this.#stuck(olderThanMs, limit, only).execute());
     return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
   }
 
-  #stuck(
-    olderThanMs: number,
-    limit: number,
-    only: {
-      readonly tenants?: readonly string[] | undefined;
-      readonly action?: string | undefined;
-      readonly exceptActions?: readonly string[] | undefined;
-    },
-  ) {
-    let q = this.store.db
-      .selectFrom("idem_operations")
+  /** How many running rows `stuck` would return with no limit (through the same index). */
+  async countStuck(olderThanMs: number, only: StuckOnly = {}): Promise<number> {
+    const q = this.#stuckRows(olderThanMs, only).select((eb) => eb.fn.countAll<number>().as("count"));
+    const row = await this.store.guard(undefined, q.executeTakeFirst());
+    return Number(row?.count ?? 0);
+  }
+
+  #stuck(olderThanMs: number, limit: number, only: StuckOnly) {
+    return this.#stuckRows(olderThanMs, only)
       .select(ROW_COLUMNS)
       .select(sql<number>`${this.store.now()} - updated_at`.as("age_ms"))
+      .orderBy("updated_at")
+      .limit(limit);
+  }
+
+  /** The running rows past `olderThanMs` that a stuck read chooses from, before its order and limit. */
+  #stuckRows(olderThanMs: number, only: StuckOnly) {
+    let q = this.store.db
+      .selectFrom("idem_operations")
       .where("status", "=", RUNNING)
       .where("updated_at", "<=", sql<number>`${this.store.now()} - ${olderThanMs}`);
     // The tenant as a value, as a list of running rows names it: through (tenant_id, id) SQLite
@@ -239,7 +254,10 @@ export class Reports {
     if (only.tenants) q = q.where(TENANT_VALUE, "in", only.tenants);
     if (only.action !== undefined) q = q.where("action", "=", only.action);
     if (only.exceptActions?.length) q = q.where("action", "not in", only.exceptActions);
-    return q.orderBy("updated_at").limit(limit);
+    const except = only.except;
+    if (except?.actions.length)
+      q = q.where((eb) => eb.not(eb.and([eb("tenant_id", "=", except.tenant), eb("action", "in", except.actions)])));
+    return q;
   }
 
   /**

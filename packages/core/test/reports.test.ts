@@ -271,6 +271,16 @@ for (const dialect of DIALECTS) {
       const theirs = await plans(() => ledger.daemon.stuck({ olderThanMs: 60_000, tenants: [subject, other] }));
       expect(ids(theirs.out)).toEqual(["op_02", "op_06"]);
       expect(theirs.indexes).toEqual([["idem_operations_running"]]);
+      // Counted with no limit, a tenant's actions left out (the daemon's own deliveries): the same index.
+      const counted = await plans(() =>
+        ledger.daemon.countStuck({
+          olderThanMs: 60_000,
+          tenants: [subject, other],
+          except: { tenant: other, actions: ["mail.send"] },
+        }),
+      );
+      expect(counted.out).toBe(theirs.out.filter((o) => o.tenant !== other || o.action !== "mail.send").length);
+      expect(counted.indexes).toEqual([["idem_operations_running"]]);
     });
 
     it("reads several lists and stuck runs in one statement (one snapshot), each through its own index", async () => {

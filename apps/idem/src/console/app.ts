@@ -148,11 +148,16 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     if (error instanceof HTTPException) return error.getResponse(); // the CSRF check's 403
     // A filter the ledger refuses (a tenant name, a duration): the operator's input, said as such.
     const refused = error instanceof IdemError && error.code === "INVALID_VALUE";
-    if (!refused) log.error({ err: error }, "console request failed");
+    const unavailable = error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE";
+    // An outage fails every page view alike: one line each, saying why, not a stack trace each
+    // (the daemon beside it says the outage once, with its own).
+    if (unavailable)
+      log.warn({ path: c.req.path }, `console request failed: the ledger is unavailable: ${error.message}`);
+    else if (!refused) log.error({ err: error }, "console request failed");
     const text = error instanceof IdemError ? error.message : "the console could not complete this request";
     return c.html(
       layout("Error", undefined, undefined, flashNote("error", text)),
-      refused ? 400 : error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE" ? 503 : 500,
+      refused ? 400 : unavailable ? 503 : 500,
     );
   });
 
