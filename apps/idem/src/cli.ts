@@ -8,13 +8,13 @@
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import ms from "ms";
 import pRetry from "p-retry";
 import { pino, type Logger } from "pino";
 import {
   IdemError,
   LedgerConfigError,
   InvalidTransitionError,
+  NewerLedgerError,
   InvalidValueError,
   OperationNotFoundError,
   STATUSES,
@@ -39,6 +39,7 @@ import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 import { parseReceipt } from "./receipt.js";
+import { readDuration } from "./durations.js";
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6 } as const;
 
@@ -70,6 +71,8 @@ async function withLedger<T>(
      */
     withoutActions?: (error: ConfigError) => void;
     schema?: "require" | "create" | "migrate";
+    /** How a migration waits (`idem migrate`'s flags), over the config's `migrations`. */
+    migrations?: IdemConfig["migrations"];
     onResult?: LedgerOptions["onResult"];
     /**
      * Wait for an unreachable database (the daemon), saying so here, until `signal` aborts;
@@ -101,10 +104,18 @@ async function withLedger<T>(
       migrate: schema === "migrate",
       create: schema !== "require",
       leaseMs: config.daemon.leaseMs,
+      ...migrationOptions({ ...config.migrations, ...options.migrations }),
       // What this command completes (settled, resolved) is kept as long as the applications keep theirs.
       ...(config.retentionMs !== undefined && { retentionMs: config.retentionMs }),
       ...(actions && { actions }),
       ...(options.onResult && { onResult: options.onResult }),
+    }).catch((error: unknown) => {
+      // The operator of this command upgrades it, not the library inside it.
+      if (!(error instanceof NewerLedgerError)) throw error;
+      throw new ConfigError(
+        `this ledger was migrated by a newer idem (${error.migrations.join(", ")}) than this idem command (@idem/cli ${version()}): upgrade @idem/cli to use it`,
+        { cause: error },
+      );
     });
     try {
       const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
@@ -124,6 +135,16 @@ async function withLedger<T>(
   } finally {
     await ledger.close();
   }
+}
+
+/** The config's `migrations` (or `idem migrate`'s flags) as `openLedger` takes them. */
+function migrationOptions(
+  m: IdemConfig["migrations"],
+): Pick<LedgerOptions, "migrationTimeoutMs" | "migrationLockPatienceMs"> {
+  return {
+    ...(m.timeoutMs !== undefined && { migrationTimeoutMs: m.timeoutMs }),
+    ...(m.lockPatienceMs !== undefined && { migrationLockPatienceMs: m.lockPatienceMs }),
+  };
 }
 
 /**
@@ -183,17 +204,23 @@ function atLeastOne(v: string): number {
   if (!(n >= 1 && Number.isSafeInteger(n))) throw new InvalidArgumentError("Expected a whole number, 1 or more.");
   return n;
 }
-/** A duration in whole milliseconds: plain milliseconds, or an `ms` string (90s, 10m, 2h); never negative. */
+/** A duration in whole milliseconds (`readDuration`: 1M, a month or a minute, is refused). */
 function duration(v: string): number {
-  let n: unknown;
-  try {
-    n = /^\d+$/.test(v) ? Number(v) : ms(v as ms.StringValue);
-  } catch {
-    n = undefined; // ms throws on an empty string
-  }
-  if (typeof n !== "number" || !(n >= 0 && n <= Number.MAX_SAFE_INTEGER))
-    throw new InvalidArgumentError("Expected a duration: milliseconds, or 90s, 10m, 2h.");
-  return Math.round(n); // the ledger compares whole milliseconds (a bigint on Postgres)
+  const read = readDuration(v);
+  if ("problem" in read)
+    throw new InvalidArgumentError(
+      read.problem.startsWith("must be")
+        ? "Expected a duration: milliseconds, or 90s, 10m, 2h, 30d."
+        : `${read.problem.charAt(0).toUpperCase()}${read.problem.slice(1)}.`,
+    );
+  return read.ms;
+}
+/** A duration a timer can wait (`duration`), at most 2^31-1 ms (about 24.8 days). */
+function timerDuration(v: string): number {
+  const n = duration(v);
+  if (n > 2_147_483_647)
+    throw new InvalidArgumentError("Expected at most 2147483647 ms (about 24.8 days), such as 2h.");
+  return n;
 }
 /**
  * A value that must be given, for `--ledger` and `--config`: an empty one (a script's unset
@@ -382,7 +409,7 @@ export function program(): Command {
     .addOption(
       new Option(
         "--older-than <duration>",
-        "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h)",
+        "only operations created at least this long ago (milliseconds, or 90s, 10m, 2h, 30d; not 1M: say 1m or 30d)",
       ).argParser(duration),
     )
     .addOption(new Option("-n, --limit <n>", `at most this many, 1 to ${LIMIT_MAX}`).argParser(count).default(50))
@@ -603,7 +630,19 @@ export function program(): Command {
   cmd
     .command("migrate")
     .description("apply pending ledger migrations")
-    .action(async () => {
+    .addOption(
+      new Option(
+        "--timeout <duration>",
+        "Postgres: the longest one migration statement may go unanswered (a wait for another process's migration included), over the config's migrations.timeoutMs (default 10m; 0 waits for ever)",
+      ).argParser(timerDuration),
+    )
+    .addOption(
+      new Option(
+        "--lock-patience <duration>",
+        "Postgres: how long to keep trying for the tables' locks (held by a long transaction), over migrations.lockPatienceMs (default 60s)",
+      ).argParser(timerDuration),
+    )
+    .action(async (o: { timeout?: number; lockPatience?: number }) => {
       await withLedger(
         g(),
         async (ledger) => {
@@ -616,7 +655,13 @@ export function program(): Command {
                 : "the ledger is up to date",
           );
         },
-        { schema: "create" },
+        {
+          schema: "create",
+          migrations: {
+            ...(o.timeout !== undefined && { timeoutMs: o.timeout }),
+            ...(o.lockPatience !== undefined && { lockPatienceMs: o.lockPatience }),
+          },
+        },
       );
     });
 

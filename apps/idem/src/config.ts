@@ -103,6 +103,17 @@ const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
  */
 const timerMs = z.number().int().positive().max(2_147_483_647);
 
+/**
+ * A provider's settle window (`settleMs`: how long "not found" proves nothing), whole ms: at most
+ * 2^31-1, as the daemon's timers. A longer one is no window anyone means (past 24.8 days), and the
+ * wait it asks for (the next check) would overflow a timer.
+ */
+const settleMs = z
+  .number()
+  .int()
+  .nonnegative()
+  .max(2_147_483_647, "must be at most 2147483647 ms (about 24.8 days): a settle window longer than a timer can wait");
+
 /** One of `userEnv` and `passEnv` without the other turned sign-in off without a word. */
 const bothOrNeither = [
   (s: { userEnv?: string | undefined; passEnv?: string | undefined }) =>
@@ -163,6 +174,21 @@ const schema = z
      * the applications' own `retentionMs` (openLedger's). Default: the core's, 30 days.
      */
     retentionMs: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
+    /**
+     * How a Postgres ledger is migrated (`idem migrate`, whose flags win, and `idem daemon
+     * --migrate`), whole ms: `timeoutMs`, the longest one migration statement may go unanswered
+     * (default 10 minutes; 0 waits for ever: a big table's rewrite may need more); `lockPatienceMs`,
+     * how long the migration keeps trying for the tables' locks while a long transaction holds them
+     * (default 60 s; another process's migration is waited for within `timeoutMs`). A SQLite ledger's migration waits for its write
+     * lock as any writer does.
+     */
+    migrations: z
+      .object({
+        timeoutMs: z.number().int().min(0).max(2_147_483_647).optional(),
+        lockPatienceMs: z.number().int().min(0).max(2_147_483_647).optional(),
+      })
+      .strict()
+      .default({}),
     actions: z.array(z.custom<Action>(isAction, "must be an action made with defineAction")).default([]),
     /** Tools for agents (`idem mcp`): an action, the model's input, the business identity, what the model reads. */
     tools: z
@@ -218,7 +244,7 @@ const schema = z
               .optional(),
             mode: z.enum(["upsert", "create"]).optional(),
             // As the agents' actions have it: how long a lookup waits before "not found" proves absence.
-            settleMs: z.number().int().nonnegative().optional(),
+            settleMs: settleMs.optional(),
             /** The most one request (a write, a read by the key) may take: default 2 min (@idem/hubspot's HUBSPOT_DEADLINE_MS). */
             deadlineMs,
           })
@@ -242,7 +268,7 @@ const schema = z
               .string()
               .regex(/^[^\s<>]+$/, "must not hold a space or an angle bracket")
               .optional(),
-            settleMs: z.number().int().positive().optional(),
+            settleMs: settleMs.positive().optional(),
             // The agents' mailer's action type (emailActions' `type`), when not `email.send`.
             type: z.string().min(1).max(200).optional(),
           })

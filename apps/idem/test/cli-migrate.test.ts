@@ -9,7 +9,35 @@ import { join } from "node:path";
 import { defineAction, openLedger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
+import { parseConfig } from "../src/config.js";
 import { idem } from "./support.js";
+
+/** kysely's migration lock (an advisory lock on Postgres), as another process migrating holds it. */
+const MIGRATION_LOCK = "3853314791062309107";
+
+/**
+ * Holds the locks `take` takes in a transaction of its own (a table a long report reads, kysely's
+ * migration lock), as another process would, until the returned function commits it.
+ */
+async function heldElsewhere(
+  db: ReturnType<typeof databaseOf>,
+  take: (trx: ReturnType<typeof databaseOf>) => Promise<unknown>,
+): Promise<() => Promise<void>> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let taken!: () => void;
+  const holding = new Promise<void>((resolve) => (taken = resolve));
+  const done = db.transaction().execute(async (trx) => {
+    await take(trx);
+    taken();
+    await released;
+  });
+  await Promise.race([holding, done]);
+  return async () => {
+    release();
+    await done;
+  };
+}
 
 /** What `idem ls` says of a ledger nobody migrated: refused either way, nothing written to it. */
 const UNTOUCHED = /needs migrations 0001-init|no SQLite ledger at/;
@@ -86,5 +114,118 @@ describe("idem migrate of ledgers in several schemas of one Postgres database", 
       expect(out.code, out.stderr).toBe(0);
       expect(JSON.parse(out.stdout).map((o: { keyLabel: string }) => o.keyLabel)).toEqual([JSON.stringify([label])]);
     }
+  });
+
+  it("a schema first in the search path, with public after it, is read as its own ledger: not migrated, then migrated, never public's", async () => {
+    const base = await freshDatabase("postgres");
+    const first = await openLedger(base); // a ledger in public, as most have
+    await databaseOf(first).schema.createSchema("tenant_b").execute();
+    const done = defineAction({ type: "sms.send", capabilities: {}, execute: async () => ({ ok: true }) });
+    await first.run(done, { tenant: "acme", key: ["in public"], args: {} });
+    await first.close();
+    const u = new URL(base);
+    u.searchParams.set("options", "-c search_path=tenant_b,public");
+    const inB = u.toString();
+    // Before: the version was read from public's idem_migration (tenant_b has none yet), so the
+    // ledger in tenant_b passed for migrated: ls listed public's operations, and migrate said
+    // "the ledger is up to date", creating nothing in tenant_b.
+    const ls = await idem(["--ledger", inB, "ls", "--tenant", "acme"]);
+    expect(ls.code, ls.stdout + ls.stderr).toBe(2);
+    expect(ls.stderr).toMatch(/needs migrations 0001-init, .*run `idem migrate` first/);
+    const migrated = await idem(["--ledger", inB, "--json", "migrate"]);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(JSON.parse(migrated.stdout).applied[0]).toBe("0001-init");
+    const listed = await idem(["--ledger", inB, "--json", "ls", "--tenant", "acme"]);
+    expect([listed.code, listed.stdout]).toEqual([0, "[]\n"]);
+    const inPublic = await idem(["--ledger", base, "--json", "ls", "--tenant", "acme"]);
+    expect(JSON.parse(inPublic.stdout).map((o: { keyLabel: string }) => o.keyLabel)).toEqual([
+      JSON.stringify(["in public"]),
+    ]);
+  });
+});
+
+describe("how long idem migrate waits, on Postgres (migrations in the config, flags of idem migrate)", {
+  timeout: scaled(240_000),
+}, () => {
+  it("migrations.lockPatienceMs or --lock-patience bounds the wait for a table's lock (a long transaction reading it): exit 1 saying so, not the built-in minute", async () => {
+    const url = await freshDatabase("postgres");
+    const ledger = await openLedger(url);
+    let release: (() => Promise<void>) | undefined;
+    try {
+      // A ledger one migration behind (0011 drops and makes an index of idem_operations again),
+      // and a long report reading idem_operations: the migration cannot take the table meanwhile.
+      const db = databaseOf(ledger);
+      await db
+        .deleteFrom("idem_migration" as never)
+        .where("name" as never, "=", "0011-due-rows-have-args" as never)
+        .execute();
+      release = await heldElsewhere(db, (trx) =>
+        trx
+          .selectFrom("idem_operations")
+          .select((eb) => eb.fn.countAll().as("n"))
+          .execute(),
+      );
+      const file = join(tempDir(), "idem.config.json");
+      writeFileSync(file, JSON.stringify({ ledger: url, migrations: { lockPatienceMs: 1_000 } }));
+      // Before: the config's section refused as unknown (exit 2), the flag unknown (exit 2), and no
+      // way to wait other than 60 s.
+      for (const args of [
+        ["--config", file, "migrate"],
+        ["--ledger", url, "migrate", "--lock-patience", "1s"],
+      ]) {
+        const started = Date.now();
+        const out = await idem(args);
+        expect(out.code, `${args.join(" ")}: ${out.stderr}`).toBe(1);
+        expect(out.stderr).toMatch(/the migration's locks were not free within 1000 ms/);
+        expect(Date.now() - started, args.join(" ")).toBeLessThan(45_000); // the built-in patience is 60 s
+      }
+      await release();
+      release = undefined;
+      const migrated = await idem(["--ledger", url, "--json", "migrate", "--lock-patience", "1s"]);
+      expect([migrated.code, migrated.stdout], migrated.stderr).toEqual([
+        0,
+        `${JSON.stringify({ applied: ["0011-due-rows-have-args"] })}\n`,
+      ]);
+    } finally {
+      await release?.();
+      await ledger.close();
+    }
+  });
+
+  it("migrations.timeoutMs or --timeout bounds a migration statement without an answer (another process holding the migration lock): exit 1 saying so, not 10 minutes", async () => {
+    const url = await freshDatabase("postgres");
+    const other = await openLedger(url, { migrate: false }); // not migrated: no table made
+    // Another process migrating, and taking its time.
+    const release = await heldElsewhere(databaseOf(other), (trx) =>
+      trx
+        .selectNoFrom((eb) => eb.fn("pg_advisory_xact_lock", [eb.cast(eb.val(MIGRATION_LOCK), "bigint")]).as("held"))
+        .execute(),
+    );
+    try {
+      const file = join(tempDir(), "idem.config.json");
+      writeFileSync(file, JSON.stringify({ ledger: url, migrations: { timeoutMs: 2_000 } }));
+      // Before: the config's section refused as unknown (exit 2), the flag unknown; the built-in bound is 10 minutes.
+      for (const args of [
+        ["--config", file, "migrate"],
+        ["--ledger", url, "migrate", "--timeout", "2s"],
+      ]) {
+        const started = Date.now();
+        const out = await idem(args);
+        expect(out.code, `${args.join(" ")}: ${out.stderr}`).toBe(1);
+        expect(out.stderr).toMatch(/a migration statement had no answer within 2000 ms \(migrationTimeoutMs\)/);
+        expect(Date.now() - started, args.join(" ")).toBeLessThan(60_000);
+      }
+    } finally {
+      await release();
+      await other.close();
+    }
+  });
+
+  it("refuses a migrations setting or flag past 2^31-1 ms, naming it (exit 2)", async () => {
+    for (const field of ["timeoutMs", "lockPatienceMs"])
+      expect(() => parseConfig({ migrations: { [field]: 2 ** 31 } })).toThrow(new RegExp(`migrations\\.${field}: `));
+    const out = await idem(["--ledger", "sqlite::memory:", "migrate", "--timeout", "30d"]);
+    expect(out.code, out.stderr).toBe(2);
+    expect(out.stderr).toMatch(/--timeout <duration>' argument '30d' is invalid/);
   });
 });

@@ -856,6 +856,27 @@ describe("idem flag values", { timeout: scaled(120_000) }, () => {
     expect(existsSync(db)).toBe(false);
   });
 
+  it("--older-than 1M is refused as ambiguous (a month to many, a minute to ms), naming what to say instead; 1m, 2h, 30d are read", async () => {
+    const db = join(tempDir(), "x.db");
+    // Before: read as one minute, listing what was created over a minute ago as "a month old".
+    const months = ["1M", "1 M", "6M"].map((month) =>
+      idem(["--ledger", `sqlite:${db}`, "ls", "--tenant", "acme", "--older-than", month]),
+    );
+    for (const out of await Promise.all(months)) {
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr).toMatch(
+        /argument '[^']+' is invalid\. [^.]+ is ambiguous: say \S+m for minutes, or days for months \(30d\)/,
+      );
+    }
+    expect(existsSync(db)).toBe(false);
+    const url = `sqlite:${join(tempDir(), "ok.db")}`;
+    expect((await idem(["--ledger", url, "migrate"])).code).toBe(0);
+    const fine = ["1m", "2h", "30d", "90s"].map((age) =>
+      idem(["--ledger", url, "ls", "--tenant", "acme", "--older-than", age]),
+    );
+    for (const out of await Promise.all(fine)) expect(out.code, out.stderr).toBe(0);
+  });
+
   it("a valid --limit still limits the listing", async () => {
     const url = `sqlite:${join(tempDir(), "ok.db")}`;
     const done = defineAction({ type: "sms.send", capabilities: {}, execute: async () => ({ ok: true }) });
@@ -1276,6 +1297,27 @@ describe("idem config", { timeout: scaled(120_000) }, () => {
     expect(out.stderr).toMatch(/daemon\.intervalMs: Too big/);
   });
 
+  it("refuses providers.hubspot.settleMs or providers.email.settleMs past 2^31-1 ms (about 24.8 days), naming the field, as the daemon's timers are bounded", () => {
+    const imap = { host: "127.0.0.1", port: 143, userEnv: "HOME", passEnv: "HOME" };
+    const email = (settleMs: number) => ({
+      email: { smtp: { host: "127.0.0.1", port: 25 }, imap, from: "a@example.test", copy: "append", settleMs },
+    });
+    const hubspot = (settleMs: number) => ({ hubspot: { accessTokenEnv: "HOME", settleMs } });
+    for (const [providers, field] of [
+      [email, "email"],
+      [hubspot, "hubspot"],
+    ] as const) {
+      // Before: read, whatever its size (3e9 ms: a settle window of 35 days, or 1e300).
+      for (const settleMs of [2 ** 31, 3_000_000_000, 1e300])
+        expect(() => parseConfig({ providers: providers(settleMs) }), `${field} ${settleMs}`).toThrow(
+          new RegExp(`providers\\.${field}\\.settleMs: must be at most 2147483647 ms \\(about 24\\.8 days\\)`),
+        );
+      expect(parseConfig({ providers: providers(2 ** 31 - 1) }).providers[field]).toMatchObject({
+        settleMs: 2 ** 31 - 1,
+      });
+    }
+  });
+
   it("names the missing environment variable of a provider's secret", async () => {
     const file = join(tempDir(), "idem.config.json");
     writeFileSync(
@@ -1321,8 +1363,15 @@ for (const dialect of DIALECTS) {
       await l.close();
       const out = await idem(["--ledger", url, "ls", "--tenant", "acme"]);
       expect(out.code).toBe(2);
-      expect(out.stderr).toMatch(/migrated by a newer idem \(9999-from-the-future\): upgrade/);
-      await expect(openLedger(url)).rejects.toThrow(/newer idem/);
+      // Before: "upgrade @idem/core to use it", a package the operator of the command does not install.
+      const cli = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version;
+      expect(out.stderr).toBe(
+        `idem: this ledger was migrated by a newer idem (9999-from-the-future) than this idem command (@idem/cli ${cli}): upgrade @idem/cli to use it\n`,
+      );
+      // A library user upgrades the library.
+      await expect(openLedger(url)).rejects.toThrow(
+        /newer idem \(9999-from-the-future\): upgrade @idem\/core to use it/,
+      );
     });
   });
 }

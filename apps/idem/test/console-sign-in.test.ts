@@ -253,6 +253,10 @@ describe("console sign-in", () => {
     expect(await negative.text()).toMatch(/olderThan: must be a duration/);
     expect((await get("?olderThan=soon")).status).toBe(400); // not silently unfiltered
     expect((await get("?olderThan=0.0001s")).status).toBe(200); // whole milliseconds
+    // Before: 1M filtered by one minute (ms reads M as m), where many mean a month.
+    const month = await get("?olderThan=1M");
+    expect(month.status).toBe(400);
+    expect(await month.text()).toMatch(/olderThan: 1M is ambiguous: say 1m for minutes, or days for months \(30d\)/);
     const control = await get(`?tenant=${encodeURIComponent("a\u0001b")}`);
     expect(control.status).toBe(400);
     expect(await control.text()).toMatch(/tenant/);

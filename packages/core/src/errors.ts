@@ -110,6 +110,17 @@ export class LedgerConfigError extends IdemError {
   }
 }
 
+/**
+ * The ledger was migrated by a newer release of idem (`migrations`: the ones this release does not
+ * know), and this one must not write to it. The message says to upgrade @idem/core; a program that
+ * people upgrade under another name (the `idem` command: @idem/cli) says its own.
+ */
+export class NewerLedgerError extends LedgerConfigError {
+  constructor(readonly migrations: readonly string[]) {
+    super(`this ledger was migrated by a newer idem (${migrations.join(", ")}): upgrade @idem/core to use it`);
+  }
+}
+
 /** No operation with that id exists for that tenant (another tenant's id is reported the same way). */
 export class OperationNotFoundError extends IdemError {
   constructor(

@@ -26,6 +26,7 @@ export {
   LeaseDeadlineError,
   LedgerConfigError,
   LedgerUnavailableError,
+  NewerLedgerError,
   OperationNotFoundError,
   PayloadTooLargeError,
   UnknownActionError,

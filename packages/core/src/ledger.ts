@@ -20,7 +20,7 @@ import {
   type OperationRef,
 } from "./context.js";
 import { LedgerDaemon } from "./daemon.js";
-import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError } from "./errors.js";
+import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError, NewerLedgerError } from "./errors.js";
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
@@ -151,11 +151,8 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
   const store = new Store(db, dialect, clock, direct, groupsCommits);
   try {
     // One read of the schema decides both: refuse a newer ledger, and migrate only when behind.
-    const { pending, unknown } = await schemaStatus(db);
-    if (unknown.length)
-      throw new LedgerConfigError(
-        `this ledger was migrated by a newer idem (${unknown.join(", ")}): upgrade @idem/core to use it`,
-      );
+    const { pending, unknown } = await schemaStatus(db, dialect);
+    if (unknown.length) throw new NewerLedgerError(unknown);
     if (options.migrate !== false && pending.length) await migrate(db, dialect);
     else if (pending.includes(MOVES_WRITE_EVENTS)) store.movesWriteEvents = false; // until admin.migrate()
   } catch (error) {

@@ -85,6 +85,15 @@ export interface ConnectionOptions {
    */
   readonly migrationTimeoutMs?: number;
   /**
+   * Postgres: how long a migration keeps trying for the locks of the ledger's tables (held by a
+   * long transaction: a report, a dump) before the open or `admin.migrate()` fails, unreachable
+   * (worth trying again). Each wait is short (500 ms), so the ledger's statements queued behind the
+   * migration go first between tries. Default 60 s; 0 tries once; at most 2147483647 ms (about
+   * 24.8 days). The migration lock of another process migrating is waited for in one statement
+   * (kysely's, for up to an hour), so within `migrationTimeoutMs`.
+   */
+  readonly migrationLockPatienceMs?: number;
+  /**
    * Postgres: the longest a statement waits for a row lock (`lock_timeout`). Default 10 s, or the
    * URL's `lock_timeout` (ms). At most 2147483647 ms (about 24.8 days, Postgres's own maximum).
    */
@@ -115,6 +124,23 @@ export interface Connection {
 }
 
 export async function connect(target: string | Dialect, opts: ConnectionOptions): Promise<Connection> {
+  const patience = opts.migrationLockPatienceMs ?? MIGRATION_PATIENCE_MS;
+  if (!Number.isInteger(patience) || patience < 0 || patience > MAX_TIMER_MS)
+    throw new LedgerConfigError(
+      `migrationLockPatienceMs must be a whole number of ms from 0 to ${MAX_TIMER_MS} (got ${String(opts.migrationLockPatienceMs)})`,
+    );
+  const connection = await connectTo(target, opts);
+  opened.set(connection.db, { dialect: connection.dialect, migrationLockPatienceMs: patience });
+  return connection;
+}
+
+/**
+ * What `connect` knew of each ledger's database, by the Kysely instance it made: read by the
+ * schema's functions (`schemaStatus`, `migrate`), which `admin` calls with that instance alone.
+ */
+const opened = new WeakMap<Kysely<IdemDatabase>, { dialect: DialectName; migrationLockPatienceMs: number }>();
+
+async function connectTo(target: string | Dialect, opts: ConnectionOptions): Promise<Connection> {
   if (typeof target !== "string") {
     const adapter = target.createAdapter();
     const dialect: DialectName | undefined =
@@ -249,10 +275,13 @@ async function openPostgres(
   pool.on("error", () => {});
   const db = new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool }) });
   // Migrations run on a connection of their own with a client-side read timeout of their own (see migrate).
-  migrationConnections.set(db, () => {
-    const one = new pg.Pool({ ...config, max: 1, ...(t.migrationMs > 0 && { query_timeout: t.migrationMs }) });
-    one.on("error", () => {});
-    return new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool: one }) });
+  migrationConnections.set(db, {
+    timeoutMs: t.migrationMs,
+    open: () => {
+      const one = new pg.Pool({ ...config, max: 1, ...(t.migrationMs > 0 && { query_timeout: t.migrationMs }) });
+      one.on("error", () => {});
+      return new Kysely<IdemDatabase>({ dialect: new PostgresDialect({ pool: one }) });
+    },
   });
   try {
     await sql`select 1`.execute(db);
@@ -543,8 +572,11 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
     // server's statement timeout, and where the ledger opened the pool (a connection of its own)
     // with the client's read timeout of migrations (migrationTimeoutMs), not the statements'. Its lock waits are short, and tried again: a migration queued for a
     // table behind a long reader (a report, pg_dump) would queue every worker's statement behind
-    // it; a second process waits out the first's migration lock so too.
-    const own = migrationConnections.get(db)?.();
+    // it. A second process waits for the first's migration lock in one statement (kysely sets
+    // that statement's lock_timeout to an hour), so within migrationTimeoutMs, not by these tries.
+    const migrating = migrationConnections.get(db);
+    const own = migrating?.open();
+    const patience = opened.get(db)?.migrationLockPatienceMs ?? MIGRATION_PATIENCE_MS;
     try {
       return await (own ?? db).connection().execute(async (conn) => {
         await sql`set statement_timeout = 0`.execute(conn);
@@ -556,8 +588,14 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
             minTimeout: 50,
             maxTimeout: 1_000,
             randomize: true,
-            maxRetryTime: MIGRATION_PATIENCE_MS,
-            shouldRetry: ({ error }) => (error as { cause?: { code?: unknown } }).cause?.code === "55P03",
+            maxRetryTime: patience,
+            shouldRetry: ({ error }) => lockNotFree(error),
+          }).catch((error: unknown) => {
+            if (!lockNotFree(error)) throw error;
+            throw new LedgerConfigError(
+              `ledger migration failed: the migration's locks were not free within ${patience} ms (migrationLockPatienceMs): a long transaction on the ledger's tables (a report, a dump); try again, or give it longer`,
+              { cause: error, unreachable: true },
+            );
           });
         } finally {
           // Best effort: on a connection that broke, the first error is the one to report.
@@ -566,6 +604,18 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
         }
       });
     } catch (error) {
+      // A statement past the read timeout ends its connection, and kysely's release of its
+      // migration lock then fails on it: that failure ("not queryable") is what reaches here.
+      const cause = error instanceof LedgerConfigError ? error.cause : error;
+      if (
+        migrating &&
+        migrating.timeoutMs > 0 &&
+        /Query read timeout|not queryable/.test(String((cause as Error)?.message))
+      )
+        throw new LedgerConfigError(
+          `ledger migration failed: a migration statement had no answer within ${migrating.timeoutMs} ms (migrationTimeoutMs): another process migrating (holding the migration lock) or a server that stopped answering; try again, or give it longer (${(cause as Error).message})`,
+          { cause: error, unreachable: true },
+        );
       throw schemaError("ledger migration failed", error);
     } finally {
       await own?.destroy();
@@ -574,13 +624,19 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
   return migrateSqlite(db);
 }
 
+/** A migration's statement that gave up waiting for a lock (`lock_timeout`, 55P03). */
+const lockNotFree = (error: unknown) => (error as { cause?: { code?: unknown } }).cause?.code === "55P03";
+
 /** A migration's wait for one lock, before it lets the statements queued behind it through. */
 const MIGRATION_LOCK_WAIT_MS = 500;
-/** How long a migration keeps trying for its locks; then the open fails, unreachable (worth trying again). */
+/** How long a migration keeps trying for its locks by default (`migrationLockPatienceMs`); then the open fails, unreachable. */
 const MIGRATION_PATIENCE_MS = 60_000;
 
 /** Kysely instances on a connection of their own for migrations, for pools this module opened. */
-const migrationConnections = new WeakMap<Kysely<IdemDatabase>, () => Kysely<IdemDatabase>>();
+const migrationConnections = new WeakMap<
+  Kysely<IdemDatabase>,
+  { readonly open: () => Kysely<IdemDatabase>; readonly timeoutMs: number }
+>();
 
 /** A failure to read or change the schema, typed: `unreachable` when it may pass (a restart, a lock, a full disk). */
 function schemaError(what: string, error: unknown): LedgerConfigError {
@@ -648,10 +704,23 @@ async function migrateToLatest(
  * The ledger's schema against this release: migrations it still needs, and migrations it has that
  * this release does not know (a newer idem migrated it: this one must not write to it).
  */
-export async function schemaStatus(db: Kysely<IdemDatabase>): Promise<{ pending: string[]; unknown: string[] }> {
+export async function schemaStatus(
+  db: Kysely<IdemDatabase>,
+  dialect: DialectName | undefined = opened.get(db)?.dialect,
+): Promise<{ pending: string[]; unknown: string[] }> {
   let applied: string[] = [];
   try {
-    applied = (await sql<{ name: string }>`select name from idem_migration`.execute(db)).rows.map((r) => r.name);
+    // On Postgres, the migration table of the ledger's own schema, where its migrations run
+    // (migrateToLatest): named bare, it was the first of the search path's, so a schema not
+    // migrated yet before public (search_path=b,public) was read by public's, as up to date.
+    const schema =
+      dialect === "postgres"
+        ? (await sql<{ schema: string | null }>`select current_schema() as schema`.execute(db)).rows[0]?.schema
+        : undefined;
+    const table = schema ? sql.id(schema, "idem_migration") : sql.id("idem_migration");
+    if (dialect !== "postgres" || schema)
+      applied = (await sql<{ name: string }>`select name from ${table}`.execute(db)).rows.map((r) => r.name);
+    // No schema of the search path exists: nothing applied (the migrations will say why they cannot run).
   } catch (error) {
     // No migration table: nothing applied yet. Any other failure (a lock, a restart, a damaged
     // file) says nothing about the schema, and must not read as "run the migrations".

@@ -320,29 +320,47 @@ export class Reports {
    * operator sent back to pending meanwhile would otherwise be deleted, and so run again as new.
    * A row whose alert is still due (a failure a person must hear of, two effects) waits for the
    * daemon to deliver it: deleted first, the alert would never be sent.
+   *
+   * 0 means none is left to delete (a caller's loop stops there), so a statement that deleted none
+   * is not taken for that: on Postgres a batch beside another prune of the tenant chooses the rows
+   * the other is deleting, waits for them, and finds them gone, while the tenant's later ones
+   * remain. It is sent again (a new snapshot) until it deletes some or none are left.
    */
   async prune(tenant: string, limit: number): Promise<number> {
-    const completed = ["succeeded", "failed"] as const;
-    const doomed = this.store.db
+    for (;;) {
+      const deleted = await this.#prune(tenant, limit);
+      if (deleted > 0) return deleted;
+      const left = await this.store.guard(undefined, this.#expired(tenant).select("id").limit(1).execute());
+      if (left.length === 0) return 0;
+    }
+  }
+
+  /** The tenant's operations that prune may delete now, oldest expiry first. */
+  #expired(tenant: string) {
+    return this.store.db
       .selectFrom("idem_operations")
-      .select("id")
       .where("tenant_id", "=", tenant)
       .where("expires_at", "<=", this.store.now())
       .orderBy("expires_at")
-      .where("status", "in", completed)
-      .where("alert_pending", "=", 0)
-      .limit(limit);
+      .where("status", "in", COMPLETED)
+      .where("alert_pending", "=", 0);
+  }
+
+  async #prune(tenant: string, limit: number): Promise<number> {
     const res = await this.store.guard(
       undefined,
       this.store.db
         .deleteFrom("idem_operations")
-        .where("id", "in", doomed)
+        .where("id", "in", this.#expired(tenant).select("id").limit(limit))
         .where("tenant_id", "=", tenant)
         .where("expires_at", "<=", this.store.now())
-        .where("status", "in", completed)
+        .where("status", "in", COMPLETED)
         .where("alert_pending", "=", 0)
         .executeTakeFirst(),
     );
     return Number(res.numDeletedRows);
   }
 }
+
+/** What prune deletes once expired: operations whose outcome is known and replayed. */
+const COMPLETED = ["succeeded", "failed"] as const satisfies readonly Status[];

@@ -26,6 +26,7 @@ import { RateLimiterMemory } from "rate-limiter-flexible";
 import type { IdemConfig } from "../config.js";
 import { decisionsFor, type Outcome } from "../decisions.js";
 import { parseReceipt } from "../receipt.js";
+import { readDuration } from "../durations.js";
 import { stuckReads } from "../stuck.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
@@ -241,14 +242,14 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       status: c.req.query("status") || undefined,
       olderThan: c.req.query("olderThan") || undefined,
     };
-    const parsed = f.olderThan ? ms(f.olderThan as ms.StringValue) : undefined;
-    // Whole milliseconds, as the ledger takes them; a duration that is none (or negative) is refused, not ignored.
-    if (f.olderThan && !(typeof parsed === "number" && parsed >= 0))
-      throw new InvalidValueError("olderThan", "must be a duration such as 30m or 2h");
-    const rows = await queue(ledger, config, operator, {
-      ...f,
-      olderThanMs: typeof parsed === "number" ? Math.round(parsed) : undefined,
-    });
+    // Whole milliseconds, as the ledger takes them; a duration that is none (negative, 1M) is refused, not ignored.
+    const parsed = f.olderThan ? readDuration(f.olderThan) : undefined;
+    if (parsed && "problem" in parsed)
+      throw new InvalidValueError(
+        "olderThan",
+        parsed.problem.startsWith("must be") ? "must be a duration such as 30m, 2h or 30d" : parsed.problem,
+      );
+    const rows = await queue(ledger, config, operator, { ...f, olderThanMs: parsed?.ms });
     const flash = flashOf(c);
     // Ages on the database's clock, on which createdAt was written (the console may run elsewhere).
     return page(c, "Queue", queuePage(rows, f, access.formToken(operator), await ledger.admin.now(), flash));
