@@ -533,7 +533,7 @@ export function program(): Command {
   cmd
     .command("retry <id>")
     .description(
-      "mark a needs_review, unknown or failed operation as not done, to be run again with the same key, on the version idem show printed (--seen); refused on one whose effect is known to have happened (idem show says so: resolve it --succeeded)",
+      "mark a needs_review, unknown or failed operation as not done, to be run again with the same key, on the version idem show printed (--seen); one whose last run may have done it (unknown, or needs_review after it) is looked up first where its action can be, and settles as succeeded if found (a request may land after you looked); refused on one whose effect is known to have happened (idem show says so: resolve it --succeeded)",
     )
     .addOption(tenant())
     .requiredOption("-r, --reason <text>", "why it is known not done")

@@ -72,7 +72,9 @@ for (const dialect of DIALECTS) {
         ["reason", "not in the provider's log"],
         ["evidence", evidence],
       ]);
-      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      expect(await noteAfter(cookie, res)).toBe(
+        "Marked not done: it will run again with the same key (looked up first where its last run may have done it).",
+      );
       const { operation, events } = await ledger.get({ tenant, id: op.operationId });
       expect(operation.status).toBe("pending");
       expect(events.at(-1)).toMatchObject({
@@ -98,7 +100,9 @@ for (const dialect of DIALECTS) {
         ["reason", reason],
         ["evidence", evidence],
       ]);
-      expect(await noteAfter(cookie, res)).toBe("Marked not done: it will run again with the same key.");
+      expect(await noteAfter(cookie, res)).toBe(
+        "Marked not done: it will run again with the same key (looked up first where its last run may have done it).",
+      );
       const { operation, events } = await ledger.get({ tenant, id: op.operationId });
       expect(operation.status).toBe("pending");
       expect(events.at(-1)).toMatchObject({ reason: `retry asked: ${reason}`, evidence });

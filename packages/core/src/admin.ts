@@ -154,8 +154,16 @@ export class LedgerAdmin {
 
   /**
    * Marks an operation as known not done so the next call or the daemon runs it again with the
-   * same key: for `needs_review` after a person checked the provider, or `failed` after the cause
-   * was fixed. `evidence`, when given, is kept in the retry's audit event.
+   * same key: for `needs_review` or `unknown` after a person checked the provider, or `failed`
+   * after the cause was fixed. `evidence`, when given, is kept in the retry's audit event.
+   *
+   * An operation whose last execution may have committed (`unknown`, or `needs_review` after
+   * one) is looked up first by whoever runs it next, when its action can be: the request may land
+   * after the person looked. Found, it settles as succeeded (alerted: nothing runs twice); not
+   * provable yet (a settle window, an index that lags), it stays pending and is looked at again;
+   * proven absent, or by a lookup that never can prove it (the person's word is the proof then),
+   * it runs. An action that dedupes on the key, while the provider keeps it, runs at once (the
+   * provider answers the first result); one that can neither, on the person's word.
    */
   async retry(verdict: Retry): Promise<Operation> {
     const context = this.#context;
@@ -175,8 +183,20 @@ export class LedgerAdmin {
       throw new InvalidTransitionError(row.id, row.status, "pending");
     // Running it again would repeat an effect known to have happened.
     refuseIfPerformed(row, "pending");
+    // Its last execution may have committed: the person found nothing at the provider, but the
+    // request may land after they looked (mail queued at the server, an index that lags). The
+    // runner that takes it, which knows the action's settle windows, looks it up first (`lookFirst`).
+    // A failed operation's provider refused it: no effect to wait for.
+    const lookFirst = row.status === "unknown" || (row.status === "needs_review" && row.maybe_committed === 1);
+    if (lookFirst && !context.store.looksFirst)
+      throw new InvalidTransitionError(
+        row.id,
+        `${row.status}: its last execution may have committed, and a retry of it is looked up first, which this ledger records only once migrated (run idem migrate, or admin.migrate()); nothing was decided`,
+        "pending",
+      );
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await context.store.transition(row, "pending", {
+      lookFirst,
       actor: verdict.actor,
       reason: `retry asked: ${verdict.reason}`,
       ...(verdict.evidence !== undefined && { evidence: verdict.evidence }),
@@ -263,6 +283,7 @@ export class LedgerAdmin {
     this.#context.assertOpen();
     const applied = await migrate(this.#context.db, this.#context.dialect);
     this.#context.store.movesWriteEvents = true; // 0010 is in, whoever applied it
+    this.#context.store.looksFirst = true; // and 0012
     return applied;
   }
 

@@ -13,7 +13,7 @@ import type { RunnerSettings } from "./call.js";
 import { resolutionOf } from "./row-results.js";
 import { Runner } from "./runner.js";
 import type { Resolution } from "./result.js";
-import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
+import type { HistoryEvent, IdemDatabase, OperationRow, Status } from "./schema.js";
 import { Reports } from "./reports.js";
 import type { Row, Store } from "./store.js";
 import type { Tracing } from "./tracing.js";
@@ -173,7 +173,7 @@ export function requireVerdict(verdict: Verdict): void {
   requireText(verdict.reason, "reason", 2_000);
 }
 
-export function toOperation(r: Row): Operation {
+export function toOperation(r: OperationRow): Operation {
   return {
     id: r.id,
     tenant: r.tenant_id,

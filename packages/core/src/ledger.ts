@@ -24,6 +24,7 @@ import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError, NewerL
 import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
+import { NAME as LOOK_FIRST } from "./migrations/0012-look-first-after-retry.js";
 import { DEFAULT_BUDGET, budgetProblem, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
 import type { Call, RunnerSettings } from "./call.js";
@@ -154,7 +155,11 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
     const { pending, unknown } = await schemaStatus(db, dialect);
     if (unknown.length) throw new NewerLedgerError(unknown);
     if (options.migrate !== false && pending.length) await migrate(db, dialect);
-    else if (pending.includes(MOVES_WRITE_EVENTS)) store.movesWriteEvents = false; // until admin.migrate()
+    else {
+      // Until admin.migrate(): statements of the schema this ledger has.
+      if (pending.includes(MOVES_WRITE_EVENTS)) store.movesWriteEvents = false;
+      if (pending.includes(LOOK_FIRST)) store.looksFirst = false;
+    }
   } catch (error) {
     await db.destroy();
     // A SQLite file this open made holds no ledger (its migrations commit as one, or not at all):

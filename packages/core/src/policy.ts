@@ -107,6 +107,12 @@ export interface Snapshot {
   readonly maybeCommitted: boolean;
   /** The args are stored with the operation (lazy args are stored just before the first execution). */
   readonly hasArgs: boolean;
+  /**
+   * A person reopened the operation from a state that may have committed (`look_first`, migration
+   * 0012): pending by their word, but the earlier request may land after they looked, so its effect
+   * is looked up before it runs again; also the lookup's own running row. Absent: false.
+   */
+  readonly lookFirst?: boolean | undefined;
   readonly createdAt: number;
   /**
    * When the last attempt's request ended, or may have (a dead worker's lease), by the database
@@ -276,8 +282,9 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
         return { kind: "wait", ms: Math.min(c.mayWaitMs, leaseLeft + 5) };
       }
       const why = `attempt ${s.attempt}'s lease expired`;
-      // The dead attempt never stored args, so it never executed: known not done.
-      if (!s.maybeCommitted) {
+      // The dead attempt never stored args, so it never executed: known not done. Unless it was
+      // the lookup of a person's retry (lookFirst): that one died before it proved anything.
+      if (!s.maybeCommitted && !s.lookFirst) {
         if ((s.hasArgs || c.hasArgs) && c.mayExecute) return { kind: "execute", reason: `${why} before it executed` };
         return { kind: "release", reason: `${why} before it executed: known not done` };
       }
@@ -301,7 +308,17 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
       // Only a caller can run it (its args are not stored): its tries are its own to make, and the
       // daemon, which can make none, parks nothing for them.
       if (!s.hasArgs && !c.hasArgs)
-        return { kind: "answer", reason: "known not done; a caller with the args must run it again" };
+        return {
+          kind: "answer",
+          reason: s.lookFirst
+            ? `${REOPENED}, by a caller with the args, which must run it again`
+            : "known not done; a caller with the args must run it again",
+        };
+      // A person's retry of an outcome that may have committed: what would recover it, were it
+      // unknown, decides whether it may run now. A lookup looks first (`lookAfterRetry`); a key the
+      // provider still holds is replayed (below); an action that can neither runs on their word.
+      const reopened = s.lookFirst ? recoveryFor(caps, keySentAt(s), s.now, { replayable: s.replayable }) : undefined;
+      if (reopened?.kind === "reconcile") return lookAfterRetry(s, c, reopened.reason);
       // Each try the provider refused for now (503, a rate limit) counted a check: past the
       // daemon's limit a person decides whether the work is still wanted, rather than a provider
       // down for days being tried for ever and the work done whenever it comes back.
@@ -323,9 +340,38 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
         if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `known not done; retried in ${dueIn} ms` };
         return { kind: "wait", ms: dueIn };
       }
+      if (reopened?.kind === "replay")
+        return {
+          kind: "execute",
+          reason: `retried by a person, its last execution may have committed: ${reopened.reason}`,
+          replayUntil: reopened.until,
+        };
       return { kind: "execute", reason: "retry of work known not done" };
     }
   }
+}
+
+/** Why a person's retry of an outcome that may have committed is not run at once. */
+const REOPENED = "retried by a person, but its last execution may have committed: its effect is looked up first";
+
+/**
+ * A pending row a person reopened from a state that may have committed, whose action can be
+ * looked up: the look is scheduled as an unknown outcome's checks are (due when the last one
+ * asked, counted toward `maxChecks`), but not by the row's age, which counts from the earlier
+ * execution a person has just decided on.
+ */
+function lookAfterRetry(s: Snapshot, c: Caller, why: string): Decision {
+  if (c.escalate && s.checks >= c.escalate.maxChecks)
+    return {
+      kind: "review",
+      reason: `${ESCALATED} ${counted(s.checks, "inconclusive check", "inconclusive checks")} since a person's retry; a person must decide`,
+    };
+  const dueIn = c.dueNow ? 0 : (s.nextCheckAt ?? 0) - s.now;
+  if (dueIn > 0) {
+    if (c.mayWaitMs < dueIn) return { kind: "answer", reason: `${REOPENED}; next look in ${dueIn} ms` };
+    return { kind: "wait", ms: dueIn };
+  }
+  return { kind: "reconcile", reason: `${REOPENED}: ${why}` };
 }
 
 /** The replay policy for an attempt that may have committed. */

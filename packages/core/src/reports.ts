@@ -14,7 +14,8 @@
 import { sql, type Expression, type SqlBool } from "kysely";
 import { requireName, requireWhole } from "./keys.js";
 import type { Status } from "./schema.js";
-import { ROW_COLUMNS, RUNNING, type Row, type Store, type TenantActions } from "./store.js";
+import type { OperationRow as Row } from "./schema.js";
+import { ROW_COLUMNS, RUNNING, type Store, type TenantActions } from "./store.js";
 
 /** An operation not settled yet: what `admin.stats` counts. */
 export type UnsettledStatus = "running" | "unknown" | "pending" | "needs_review";

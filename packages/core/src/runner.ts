@@ -327,7 +327,10 @@ export class Runner {
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
         const mine = { row, since };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
-        if (decision.kind === "execute") return this.perform(call, mine, state, snap.maybe_committed === 1);
+        // A replay with the key (replayUntil) may repeat an earlier attempt that committed, also on a
+        // row a person reopened (lookFirst): a transient answer to it proves nothing of that one.
+        if (decision.kind === "execute")
+          return this.perform(call, mine, state, snap.maybe_committed === 1 || decision.replayUntil !== undefined);
         return this.reconcile(call, mine);
       }
     }
@@ -336,6 +339,9 @@ export class Runner {
   /** Looks the effect up under our lease: found, proven absent, refused, or still unknown (counted, backed off). */
   private async reconcile<A, R>(call: Call<A, R>, mine: Held): Promise<Step<R>> {
     const row = mine.row;
+    // A person's retry of an outcome that may have committed (look_first): their word that it was
+    // not done stands once the lookup cannot contradict it; until then the row stays pending.
+    const reopened = row.look_first === 1;
     const args = this.argsFor(call, row) as A; // decide() sent rows without args to review
     // No effect is younger than the last execution, or than a dead worker's lease (our takeover
     // of its row recorded that end as the last execution); inconclusive checks do not restart it.
@@ -363,15 +369,16 @@ export class Runner {
       );
     } catch (error) {
       if (call.signal?.aborted) {
-        // The caller gave up: no check was made. Back to unknown, due at once, and the caller
-        // hears its own reason, whatever the move did (fenced, or failed: our lease then expires
-        // and the daemon takes the row).
+        // The caller gave up: no check was made. Back to unknown (or to a person's retry, still to
+        // be looked up), due at once, and the caller hears its own reason, whatever the move did
+        // (fenced, or failed: our lease then expires and the daemon takes the row).
         await this.store
-          .move(row, "unknown", {
+          .move(row, reopened ? "pending" : "unknown", {
             actor: call.actor,
             reason: "the caller gave up during the lookup",
             checkAfterMs: 0,
             checks: row.checks,
+            ...(reopened && { lookFirst: true }),
           })
           .catch(() => undefined);
         call.signal.throwIfAborted();
@@ -388,19 +395,27 @@ export class Runner {
         found.twice === undefined
           ? undefined
           : `two effects: the lookup found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
+      // A person's retry found done: they hear of it (their look at the provider was too early).
+      if (reopened) return this.complete(call, row, found.receipt, REOPENED_FOUND, false, twice, true);
       return this.complete(call, row, found.receipt, "reconciled: the effect was found", false, twice);
     }
     // What the lookup proved is known to this process only: each move below is retried through a
     // brief outage of the ledger and recognises its own commit whose answer was lost
     // (`moveDurably`), as an execution's end is. Written once, a failure left the row running
     // until its lease ran out, and the caller read LedgerUnavailableError for a lookup that answered.
-    if (found.proof === "absent") {
+    // A lookup that can never prove absence leaves a person's retry to their word: they decided,
+    // knowing what the provider shows. Anywhere else a person decides (below).
+    if (found.proof === "absent" || (found.proof === "never" && reopened)) {
       const back = await this.writes.moveDurably(call, row, "pending", {
         actor: call.actor,
-        reason: `reconciled: ${found.reason}`,
+        reason:
+          found.proof === "absent"
+            ? `reconciled: ${found.reason}`
+            : `the lookup cannot prove absence (${found.reason}): run on the word of the person who retried it`,
         checkAfterMs: 0,
         checks: 0,
         noExecutionSince: row.last_execution_at,
+        lookFirst: false,
       });
       if (back) return { again: 0 };
       // An earlier attempt, its request still out when we took over, answered while we looked
@@ -434,6 +449,20 @@ export class Runner {
       return done ? { done: failed(done, error, false) } : fenced(this.writes, call, row, "failed", found.reason);
     }
     const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
+    if (reopened) {
+      // Pending by a person's word, looked at again when due; never run before a look answers.
+      const later = await this.writes.moveDurably(call, row, "pending", {
+        actor: call.actor,
+        reason: `${REOPENED_INCONCLUSIVE}: ${found.reason}`,
+        checkAfterMs,
+        checks: row.checks + 1,
+        lookFirst: true,
+        ...(refused ? { alert: true } : {}),
+      });
+      return later
+        ? { done: pending(later, `${REOPENED_INCONCLUSIVE} (${found.reason}); it is looked at again later`) }
+        : fenced(this.writes, call, row, "pending", found.reason, { sent: false });
+    }
     const still = await this.writes.moveDurably(call, row, "unknown", {
       actor: call.actor,
       reason: `inconclusive: ${found.reason}`,
@@ -796,6 +825,7 @@ export class Runner {
     reason: string,
     performed = false,
     twice?: string,
+    alert = false,
   ): Promise<Step<R>> {
     let json: string;
     try {
@@ -821,7 +851,7 @@ export class Runner {
     const stored = JSON.parse(json) as R;
     const several = twice ?? severalEffects(call.action, stored);
     const done = await this.writes.recordReceipt(call, row, json, stored, several ?? reason, {
-      alert: several !== undefined,
+      alert: alert || several !== undefined,
     });
     return done
       ? { done: succeeded(done, stored, false) }
@@ -873,6 +903,13 @@ export class Runner {
   }
 }
 
+/** What a lookup after a person's retry (of an outcome that may have committed) says when it finds the effect. */
+const REOPENED_FOUND =
+  "reconciled after a person's retry: the effect was found (the earlier attempt committed after all); not run again";
+/** ... and when it proves nothing yet. */
+const REOPENED_INCONCLUSIVE =
+  "retried by a person, but its last execution may have committed: its effect is looked up first, and the lookup proved nothing yet";
+
 /** Tells this process's calls apart from another's under the same owner (a restarted worker). */
 const PROCESS_TAG = randomUUID().slice(0, 8);
 let calls = 0;
@@ -912,6 +949,7 @@ function snapshotOf(p: Peek): Snapshot {
     checks: p.checks,
     maybeCommitted: p.maybe_committed === 1,
     hasArgs: p.has_args === 1,
+    lookFirst: p.look_first === 1,
     createdAt: p.created_at,
     lastExecutionAt: p.last_execution_at,
     firstExecutionAt: p.first_execution_at === null ? null : Number(p.first_execution_at),

@@ -49,6 +49,13 @@ export interface OperationsTable {
    * retention counts from here. NULL on rows from before 0009: they count from `created_at`.
    */
   first_execution_at: number | null;
+  /**
+   * 1 on a `pending` row a person reopened from a state that may have committed (migration 0012),
+   * and on the `running` row of the lookup that follows: its effect is looked up before it runs
+   * again (a late request may land after the person looked). NULL otherwise: cleared once the row
+   * executes or settles. NULL too on a ledger this process reads before 0012 (see `Store.looksFirst`).
+   */
+  look_first: number | null;
   created_at: number;
   updated_at: number;
   completed_at: number | null;
@@ -95,5 +102,9 @@ export interface IdemDatabase {
   idem_daemons: DaemonsTable;
 }
 
-/** A row as the ledger reads it: everything but the history, which only `events` reads, and the retention, which only a completion reads. */
-export type OperationRow = Omit<OperationsTable, "history" | "history_elided" | "retention_ms">;
+/**
+ * A row as the ledger lists it: everything but the history, which only `events` reads, the
+ * retention, which only a completion reads, and `look_first`, which only the reads a decision is
+ * made on (store.ts `Row`) hold.
+ */
+export type OperationRow = Omit<OperationsTable, "history" | "history_elided" | "retention_ms" | "look_first">;

@@ -10,15 +10,16 @@
  */
 import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
-import { sql, type Kysely, type RawBuilder } from "kysely";
+import { sql, type AliasedRawBuilder, type Kysely, type RawBuilder } from "kysely";
 import { IdemError, LedgerUnavailableError } from "./errors.js";
 import { QueryCache, rowObject, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
 import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
 import { TAKEOVER_FROM } from "./policy.js";
-import type { HistoryEvent, IdemDatabase, OperationRow, Status } from "./schema.js";
+import type { HistoryEvent, IdemDatabase, OperationRow, OperationsTable, Status } from "./schema.js";
 
-export type Row = OperationRow;
+/** A row as a decision reads it: what lists read, and whether a person's retry asks for a look first. */
+export type Row = OperationRow & Pick<OperationsTable, "look_first">;
 
 /** Fields a transition may set besides status. */
 export interface TransitionPatch {
@@ -61,6 +62,14 @@ export interface TransitionPatch {
    * claimed since keeps the retention its claim recorded.
    */
   retentionMs?: number | null;
+  /**
+   * A pending row's `look_first` (migration 0012): true when a person reopens an operation that
+   * may have committed (its effect is looked up before it runs again), or a lookup that proved
+   * nothing leaves it so; false once a proof answers it. Left as it is when not given by a move
+   * to `pending` or `running`; every other move clears it (the row settled, or may have committed
+   * again and is reconciled as such).
+   */
+  lookFirst?: boolean;
   /**
    * Only if the row is still as a person saw it (besides the status and attempt every transition
    * is conditioned on): last changed at this time, after this many checks.
@@ -216,17 +225,17 @@ const PEEK_COLUMNS = [
 ] as const;
 
 /** The peek's select list, in order (its rows may come back as arrays). */
-const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "db_now"] as const;
+const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "look_first", "db_now"] as const;
 
 /** A settled operation as a duplicate reads it (see OUTCOME_COLUMNS). */
 export type Outcome = Pick<Row, (typeof OUTCOME_COLUMNS)[number]> & { status: "succeeded" | "failed" };
 
 /** Postgres claim-or-peek: the row's columns it returns, and its whole select list in order. */
 const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "updated_at"] as const;
-const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "db_now"] as const;
+const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "look_first", "db_now"] as const;
 
 /** The snapshot a duplicate call decides on (see `peek`), with the database time it was read at. */
-export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number]> & { has_args: number; db_now: number };
+export type Peek = Pick<Row, (typeof PEEK_COLUMNS)[number] | "look_first"> & { has_args: number; db_now: number };
 
 /** Action types in one tenant (the daemon's claim filters). */
 export interface TenantActions {
@@ -242,7 +251,7 @@ export interface Address {
 }
 
 /** A fresh claim's row but for the columns the database's clock fills in (CLOCK_COLUMNS). */
-function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number]> {
+function runningRow(c: NewClaim): Omit<Row, (typeof CLOCK_COLUMNS)[number] | "look_first"> {
   return {
     id: c.id,
     tenant_id: c.tenant,
@@ -305,6 +314,11 @@ export function storable(reason: string): string {
 /** The named fields of `o`. */
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
   return Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
+}
+
+/** `look_first` as read: 1, or null (a pool we did not configure may read a SMALLINT otherwise). */
+function lookFirstOf(value: unknown): 1 | null {
+  return value === null || value === undefined || Number(value) !== 1 ? null : 1;
 }
 
 /**
@@ -373,6 +387,19 @@ export class Store {
    * by both, each move would be recorded twice.
    */
   movesWriteEvents = true;
+
+  /**
+   * Whether the ledger holds `look_first` (migration 0012): a ledger opened with `migrate: false`
+   * before it reads NULL in its place and writes none, until `admin.migrate()` applies it. No
+   * person's retry can have set it there (`admin.retry` refuses to reopen a row that may have
+   * committed without it), and a process of the release before 0012 refuses a ledger past it.
+   */
+  looksFirst = true;
+
+  /** `look_first` for a select list, or NULL in its place before migration 0012 (`looksFirst`). */
+  lookFirst(): AliasedRawBuilder<number | null, "look_first"> {
+    return (this.looksFirst ? sql<number | null>`look_first` : sql<number | null>`null`).as("look_first");
+  }
 
   /**
    * Claims a key: inserts a running row for it (attempt 1, our lease), or returns a peek at the
@@ -457,7 +484,11 @@ export class Store {
       if (existing) return { fresh: false, row: existing };
       throw error;
     }
-    if (inserted) return { fresh: true, row: { ...runningRow(claim), ...inserted, db_now: Number(inserted.db_now) } };
+    if (inserted)
+      return {
+        fresh: true,
+        row: { ...runningRow(claim), ...inserted, look_first: null, db_now: Number(inserted.db_now) },
+      };
     const existing = await this.peek(row.tenant, row.key);
     return existing && { fresh: false, row: existing };
   }
@@ -483,7 +514,7 @@ export class Store {
     const { rows } = await this.guard(
       undefined,
       this.hot.run<Out>(
-        "claim-or-peek",
+        `claim-or-peek:${this.looksFirst}`,
         (v) => {
           const now = this.now();
           const hasArgs = sql<number>`(case when args_json is null then 0 else 1 end)`;
@@ -497,12 +528,19 @@ export class Store {
               sql<number>`1`.as("fresh"),
               ...CLAIMED_COLUMNS.map((c) => `ins.${c}` as const),
               "ins.has_args",
+              sql<number | null>`null`.as("look_first"), // a fresh claim: nobody reopened it
               "ins.db_now",
             ])
             .unionAll(
               this.db
                 .selectFrom("idem_operations")
-                .select([sql<number>`0`.as("fresh"), ...CLAIMED_COLUMNS, hasArgs.as("has_args"), now.as("db_now")])
+                .select([
+                  sql<number>`0`.as("fresh"),
+                  ...CLAIMED_COLUMNS,
+                  hasArgs.as("has_args"),
+                  this.lookFirst(),
+                  now.as("db_now"),
+                ])
                 .where("tenant_id", "=", v("tenant"))
                 .where("key", "=", v("key"))
                 .where(sql<boolean>`not exists (select 1 from ins)`) as any,
@@ -516,9 +554,20 @@ export class Store {
     const dbNow = Number(out?.db_now);
     // Only what the database computed comes back for a fresh claim (its clock); the rest is what we inserted.
     if (out?.fresh === 1)
-      return { fresh: true, row: { ...runningRow(claim), ...pick(out, CLOCK_COLUMNS), db_now: dbNow } };
+      return {
+        fresh: true,
+        row: { ...runningRow(claim), ...pick(out, CLOCK_COLUMNS), look_first: null, db_now: dbNow },
+      };
     if (out)
-      return { fresh: false, row: { ...pick(out, PEEK_COLUMNS), has_args: Number(out.has_args), db_now: dbNow } };
+      return {
+        fresh: false,
+        row: {
+          ...pick(out, PEEK_COLUMNS),
+          has_args: Number(out.has_args),
+          look_first: lookFirstOf(out.look_first),
+          db_now: dbNow,
+        },
+      };
     const existing = await this.peek(claim.tenant, claim.key);
     return existing && { fresh: false, row: existing };
   }
@@ -574,12 +623,13 @@ export class Store {
     const { rows } = await this.guard(
       undefined,
       this.hot.run(
-        "peek",
+        `peek:${this.looksFirst}`,
         (v) =>
           this.db
             .selectFrom("idem_operations")
             .select(PEEK_COLUMNS)
             .select(sql<number>`(case when args_json is null then 0 else 1 end)`.as("has_args"))
+            .select(this.lookFirst())
             .select(this.now().as("db_now"))
             .where("tenant_id", "=", v("tenant"))
             .where("key", "=", v("key")),
@@ -591,6 +641,7 @@ export class Store {
     // A row of its own (from an array, or the driver's): set in place, copying it costs a replay more.
     const row = rowObject<Peek>(PEEK_NAMES, rows[0]);
     row.has_args = Number(row.has_args);
+    row.look_first = lookFirstOf(row.look_first);
     row.db_now = Number(row.db_now);
     return row;
   }
@@ -623,12 +674,13 @@ export class Store {
       this.db
         .selectFrom("idem_operations")
         .select(ROW_COLUMNS)
+        .select(this.lookFirst())
         .select(this.now().as("db_now"))
         .where("tenant_id", "=", tenant)
         .where("id", "=", id)
         .executeTakeFirst(),
     );
-    return row && { ...row, db_now: Number(row.db_now) };
+    return row && { ...row, look_first: lookFirstOf(row.look_first), db_now: Number(row.db_now) };
   }
 
   /**
@@ -667,6 +719,8 @@ export class Store {
         // Lazy args not generated yet (no args hash): nothing can be sent until they are stored.
         ...(to.execute
           ? {
+              // It runs now: a person's reopening is answered (looked up first, or needing no look).
+              ...(this.looksFirst && { look_first: null }),
               last_execution_at: now,
               maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end`,
               // The key's first send. Known not done (pending, or a dead attempt that never sent):
@@ -674,7 +728,11 @@ export class Store {
               // only come from a request from now on, and its key's retention starts no earlier.
               // May have committed (a replay): the first send counted so far (creation on a row
               // from before migration 0009: earlier, the safe side), whatever this attempt sends.
-              first_execution_at: sql<number>`case when maybe_committed = 1 then coalesce(first_execution_at, created_at) else ${now} end`,
+              // So may a person's reopening of one (look_first): their word is no proof that the
+              // provider forgot a key the earlier attempt sent.
+              first_execution_at: this.looksFirst
+                ? sql<number>`case when maybe_committed = 1 or look_first = 1 then coalesce(first_execution_at, created_at) else ${now} end`
+                : sql<number>`case when maybe_committed = 1 then coalesce(first_execution_at, created_at) else ${now} end`,
             }
           : from.status === "running" && {
               // A dead worker may have been sending until its lease ran out: every later check
@@ -699,8 +757,11 @@ export class Store {
           ? q.where("first_execution_at", "is", null)
           : q.where("first_execution_at", "=", from.first_execution_at);
     }
-    const row = await this.guard(at.id, q.returning(ROW_COLUMNS).returning(now.as("db_now")).executeTakeFirst());
-    return row && { ...row, db_now: Number(row.db_now) };
+    const row = await this.guard(
+      at.id,
+      q.returning(ROW_COLUMNS).returning(this.lookFirst()).returning(now.as("db_now")).executeTakeFirst(),
+    );
+    return row && { ...row, look_first: lookFirstOf(row.look_first), db_now: Number(row.db_now) };
   }
 
   /**
@@ -772,6 +833,9 @@ export class Store {
               : to.maybeCommitted,
           // Unknown after all: the row's checks were tries of work known not done, none of this outcome.
           ...(to.status === "pending" && { checks: sql<number>`case when ${lateEnd} then 0 else checks end` }),
+          // And reconciled as such: a person's retry (look_first) is no longer what it waits on.
+          ...(to.status === "pending" &&
+            this.looksFirst && { look_first: sql<number | null>`case when ${lateEnd} then null else look_first end` }),
           lease_owner: null,
           lease_expires_at: null,
           next_check_at: now,
@@ -834,7 +898,8 @@ export class Store {
    * when another attempt or a person changed it first (the fence).
    */
   async transition(row: Row, to: Status, patch: TransitionPatch): Promise<Row | undefined> {
-    return (await this.update(row, to, patch, true)).rows[0] as Row | undefined;
+    const moved = (await this.update(row, to, patch, true)).rows[0] as Row | undefined;
+    return moved && { ...moved, look_first: lookFirstOf(moved.look_first) };
   }
 
   /** `transition` for the runner, which needs to know only that it won: nothing read back. */
@@ -881,6 +946,7 @@ export class Store {
       seenChecks: patch.unchangedSince?.checks,
       seenExecution: patch.noExecutionSince,
       firstSentAt: patch.firstSentAt,
+      lookFirst: patch.lookFirst === undefined ? undefined : patch.lookFirst ? 1 : null,
       evidence: patch.evidence === undefined ? undefined : storable(patch.evidence),
       event: self
         ? eventJson(row, {
@@ -895,13 +961,13 @@ export class Store {
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
     const shape =
-      `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
+      `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt", "lookFirst"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
-      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}:${has("evidence")}`;
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}:${has("evidence")}:${this.looksFirst}`;
     return this.guard(
       row.id,
       this.hot.run(
-        `${shape}:${to === "pending" || to === "unknown"}`,
+        `${shape}:${to}`,
         (v) => {
           const now = this.now();
           // One expression for the column and the event's time: a test clock is read once.
@@ -936,6 +1002,16 @@ export class Store {
               ...(patch.executionEnded && { last_execution_at: this.later("last_execution_at") }),
               ...(patch.executionEnded && has("firstSentAt") && { first_execution_at: this.earlier(v("firstSentAt")) }),
               ...((to === "pending" || to === "unknown") && { maybe_committed: v("maybe") }),
+              // A person's retry no lookup has answered yet (look_first), sent to a person again
+              // (its looks escalated): it may still have committed, so a retry of it looks first again.
+              ...(to === "needs_review" &&
+                this.looksFirst && {
+                  maybe_committed: sql<number>`case when look_first = 1 then 1 else maybe_committed end`,
+                }),
+              ...(this.looksFirst &&
+                (has("lookFirst")
+                  ? { look_first: v("lookFirst") }
+                  : to !== "pending" && to !== "running" && { look_first: null })),
               // Its audit event, in this statement (migration 0010: the trigger writes none then).
               ...(self
                 ? this.appended(v("event"))
@@ -956,7 +1032,7 @@ export class Store {
               : patch.noExecutionSince === null
                 ? seen.where("last_execution_at", "is", null)
                 : seen.where("last_execution_at", "=", v("seenExecution"));
-          return returning ? fenced.returning(ROW_COLUMNS) : fenced;
+          return returning ? fenced.returning(ROW_COLUMNS).returning(this.lookFirst()) : fenced;
         },
         values,
       ),
@@ -1202,7 +1278,7 @@ export class Store {
     return released;
   }
 
-  async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<Row[]> {
+  async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<OperationRow[]> {
     let q = this.db
       .selectFrom("idem_operations")
       .select(ROW_COLUMNS)

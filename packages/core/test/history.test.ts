@@ -152,12 +152,14 @@ for (const dialect of DIALECTS) {
           expect(await ledger.admin.pendingMigrations()).toEqual([
             "0010-transitions-write-their-event",
             "0011-due-rows-have-args",
+            "0012-look-first-after-retry",
           ]);
           expect(await moves(ledger, "before")).toEqual(["null>running", "running>succeeded"]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(false);
           expect(await ledger.admin.migrate()).toEqual([
             "0010-transitions-write-their-event",
             "0011-due-rows-have-args",
+            "0012-look-first-after-retry",
           ]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(true); // its own statements write them now
           expect(await moves(ledger, "after")).toEqual(["null>running", "running>succeeded"]);

@@ -501,7 +501,23 @@ for (const dialect of DIALECTS) {
           expect(refused).toBeInstanceOf(InvalidValueError);
           expect((refused as InvalidValueError).message).toMatch(/run idem migrate/);
           expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
-          // Without evidence it is decided as ever.
+          // Without evidence, this one is refused too: it may have committed, so its retry is looked
+          // up first, and the ledger records that only from 0012 on.
+          await expect(ledger.admin.retry({ tenant, id, reason: "not sent", actor: "ops" })).rejects.toMatchObject({
+            name: "InvalidTransitionError",
+            message: expect.stringMatching(/looked up first.*run idem migrate/),
+          });
+          expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
+          // A failed operation's retry (the provider refused it: nothing to look for) is decided as ever.
+          const p = new TestProvider();
+          p.faults.push({ when: "before", cls: { kind: "permanent", reason: "400 invalid number" } });
+          const refusedOp = await ledger.run(p.action("sms", {}), { tenant, key: ["refused"], args: { to: "x" } });
+          expect(refusedOp.status).toBe("failed");
+          expect(
+            await ledger.admin.retry({ tenant, id: refusedOp.operationId, reason: "number fixed", actor: "ops" }),
+          ).toMatchObject({ status: "pending" });
+          // Once migrated (by this process here), decided as ever, the look recorded.
+          await ledger.admin.migrate();
           expect(await ledger.admin.retry({ tenant, id, reason: "not sent", actor: "ops" })).toMatchObject({
             status: "pending",
           });
@@ -1077,6 +1093,7 @@ for (const dialect of DIALECTS) {
         "0009-first-execution",
         "0010-transitions-write-their-event",
         "0011-due-rows-have-args",
+        "0012-look-first-after-retry",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -1128,6 +1145,7 @@ for (const dialect of DIALECTS) {
         "0009-first-execution",
         "0010-transitions-write-their-event",
         "0011-due-rows-have-args",
+        "0012-look-first-after-retry",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1237,6 +1255,7 @@ for (const dialect of DIALECTS) {
           "0009-first-execution",
           "0010-transitions-write-their-event",
           "0011-due-rows-have-args",
+          "0012-look-first-after-retry",
         ]);
       } else {
         await bare.admin.migrate();

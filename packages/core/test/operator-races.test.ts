@@ -14,7 +14,9 @@
  * the send on, and only its answer is late (a timeout after the commit, a lost answer, a receipt
  * after the lease ran out). Its answers: a receipt, a timeout after the commit, 409 "key in use"
  * (nothing committed), 503 and 429 before executing, a permanent refusal (only of a key with no
- * effect: a provider that has the key answers its first result or makes the effect). Lookups
+ * effect: a provider that has the key answers its first result or makes the effect). A request of
+ * an unknown or needs_review row may have been queued (its answer a timeout): it lands later, inside
+ * a settle window, or never, and the lookup says inconclusive meanwhile. Lookups
  * answer found, absent, fail, or inconclusive: an index that lags (a fresh effect not shown yet).
  *
  * Counted at the provider after each seed (see `check`), per operation (a key pruned and claimed
@@ -57,6 +59,11 @@ import { CAPS, dedupes, Fail, LEASE_MS, MAX_JUMP_MS, RETENTION_MS, rng, seedsOf,
 const SEEDS: Record<TestDialect, number> = { sqlite: 300, postgres: 200 };
 /** How long a new effect stays out of the provider's search index (lookups answer inconclusive meanwhile). */
 const LOOKUP_LAG_MS = 5_000;
+/**
+ * How long a request the provider queued (a mail server that accepted a message it delivers later)
+ * may take to land; one not landed by then never does. Its lookup says so meanwhile (inconclusive).
+ */
+const SETTLE_MS = 4 * 60_000;
 /** A real worker stops sending this long after its lease was granted (the local deadline: lease minus 2 s). */
 const DEADLINE_MS = LEASE_MS - 2_000;
 
@@ -82,11 +89,12 @@ type Forced =
   | "transient"
   | "ambiguous, committed"
   | "ambiguous, lost"
+  | "ambiguous, queued"
   | "hang, committed"
   | "hang, lost";
 
 /** The provider's roll (see execute) that gives each forced answer. */
-const FORCED_ROLL: Record<Exclude<Forced, "hang, committed" | "hang, lost">, number> = {
+const FORCED_ROLL: Record<Exclude<Forced, "hang, committed" | "hang, lost" | "ambiguous, queued">, number> = {
   ok: 0.9,
   permanent: 0.17,
   transient: 0.02,
@@ -107,6 +115,10 @@ interface Req {
   /** The database time the action saw (`op.now`), read after the statement that granted the lease. */
   readonly grantedAt: number;
   committed: boolean;
+  /** Queued by the provider (answered with a timeout at once): it lands, or is dropped, later. */
+  queued?: boolean;
+  /** When a queued request landed (its effect exists from then). */
+  landedAt?: number;
   /** The effect it made (not a deduped replay of the first). */
   created?: string;
   effectId?: string;
@@ -118,6 +130,14 @@ interface Req {
 interface Decision {
   readonly key: string;
   readonly verdict: Verdict;
+  /**
+   * Whether the operation they saw may have committed (unknown, or needs_review after an execution
+   * whose outcome was not known), and whether they gave that view (`seen`: refused if it changed).
+   */
+  readonly mayHaveCommitted: boolean;
+  readonly seen: boolean;
+  /** When they looked at the provider. */
+  readonly lookedAt: number;
   /** The key's effects when the person looked at the provider, and when the decision was accepted. */
   readonly looked: number;
   readonly accepted: number;
@@ -131,6 +151,8 @@ interface World {
   readonly effects: Map<string, { id: string; at: number; by: number }[]>;
   readonly requests: Req[];
   readonly hung: Req[];
+  /** Requests the provider queued, not landed yet. */
+  readonly queued: Req[];
   /** Lazy generators the setup holds back (a model still writing while its caller's lease ran out). */
   readonly models: (() => void)[];
   readonly forced: Forced[];
@@ -177,6 +199,18 @@ function commit(w: World, r: Req): void {
   note(w, `R${r.n} ${r.name} (a${r.attempt}) committed ${r.effectId}${r.created ? "" : " (deduped)"}`);
 }
 
+/** A queued request lands (its effect made now), or, past the settle window, is dropped for good. */
+function land(w: World, r: Req): void {
+  if (w.now - r.sentAt >= SETTLE_MS) {
+    note(w, `R${r.n} ${r.name} (a${r.attempt}) dropped by the server`);
+    count("queued requests dropped");
+    return;
+  }
+  count("queued requests landed");
+  r.landedAt = w.now;
+  commit(w, r);
+}
+
 function simAction(kind: Kind) {
   type Args = { amount: number; draft?: number };
   type Receipt = { id: string };
@@ -199,13 +233,19 @@ function simAction(kind: Kind) {
       w.requests.push(req);
       const forced = w.phase === "setup" ? w.forced.shift() : undefined;
       note(w, `R${req.n} ${req.name} (a${req.attempt}) sent ${req.args}${forced ? ` (${forced})` : ""}`);
-      const has = (w.effects.get(op.key)?.length ?? 0) > 0;
+      // A request it queued under the key counts: refused only a key it holds nothing for.
+      const has = (w.effects.get(op.key)?.length ?? 0) > 0 || w.queued.some((r) => r.key === op.key);
       if (forced === "hang, committed" || forced === "hang, lost") {
         if (forced === "hang, committed") commit(w, req);
         w.hung.push(req);
         const a = await new Promise<{ receipt: Receipt } | { cls: Classification }>((r) => (req.answer = r));
         if ("cls" in a) throw new Fail(a.cls);
         return a.receipt;
+      }
+      if (forced === "ambiguous, queued") {
+        req.queued = true;
+        w.queued.push(req);
+        throw new Fail({ kind: "ambiguous", reason: "timeout after the server queued it" });
       }
       const roll = forced ? FORCED_ROLL[forced] : w.phase === "drain" ? 0.9 : w.random();
       if (roll < 0.05) throw new Fail({ kind: "transient", reason: "503 before execution" });
@@ -227,6 +267,9 @@ function simAction(kind: Kind) {
         const w = world!;
         const hit = w.effects.get(op.key)?.[0];
         await yields(w, 4);
+        // A request the provider queued has not landed yet: not found, but not absent either.
+        if (!hit && w.queued.some((r) => r.key === op.key))
+          return { found: false, proof: "inconclusive", reason: "queued at the server", retryAfterMs: 5 } as const;
         const roll = w.phase === "race" ? w.random() : 0.9;
         // A search index that lags: an effect younger than the lag is not shown yet, and the action
         // says so (inconclusive), never "absent".
@@ -298,6 +341,7 @@ async function runSeed(
     effects: new Map(),
     requests: [],
     hung: [],
+    queued: [],
     models: [],
     forced: [],
     decisions: [],
@@ -420,7 +464,11 @@ async function runSeed(
       }
       case "unknown":
       case "needs_review": {
-        await once(random() < 0.5 ? "ambiguous, committed" : "ambiguous, lost", random() < 0.2 ? "hash only" : how);
+        const r = random();
+        await once(
+          r < 0.3 ? "ambiguous, committed" : r < 0.55 ? "ambiguous, lost" : "ambiguous, queued",
+          random() < 0.2 ? "hash only" : how,
+        );
         const op = await opOf(key);
         if (start === "needs_review" && op?.status === "unknown") {
           advance(w, 1_000, "checks due");
@@ -478,10 +526,14 @@ async function runSeed(
   };
   // The provider's side: answers what is out, and lets a held-back model finish.
   const provider = async () => {
-    for (let step = 0; w.hung.length + w.models.length > 0; step++) {
+    for (let step = 0; w.hung.length + w.models.length + w.queued.length > 0; step++) {
       await yields(w, 12);
       await yieldToLoop();
       if (step < 40 && random() < 0.7) continue;
+      if (w.queued.length && random() < 0.4) {
+        land(w, w.queued.shift()!);
+        continue;
+      }
       if (w.models.length && random() < 0.5) {
         note(w, "a model finishes writing");
         w.models.shift()!();
@@ -520,6 +572,14 @@ async function runSeed(
       );
       if (!view) continue; // pruned since the list
       const looked = w.effects.get(view.key)?.length ?? 0;
+      const lookedAt = w.now;
+      // What the ledger knows of it and the console does not show: whether it may have committed.
+      const flag = await sql<{ maybe_committed: number }>`
+        SELECT maybe_committed FROM idem_operations WHERE tenant_id = ${tenant} AND id = ${view.id}`.execute(
+        databaseOf(ledger),
+      );
+      const mayHaveCommitted =
+        view.status === "unknown" || (view.status === "needs_review" && Number(flag.rows[0]?.maybe_committed) === 1);
       const verdict = verdictOn(view.status, looked > 0, random);
       if (!verdict) continue;
       const withSeen = random() < 0.7;
@@ -544,9 +604,11 @@ async function runSeed(
             evidence: "checked the provider's dashboard",
           });
         const accepted = w.effects.get(view.key)?.length ?? 0;
-        w.decisions.push({ key: view.key, verdict, looked, accepted });
+        w.decisions.push({ key: view.key, verdict, mayHaveCommitted, seen: withSeen, lookedAt, looked, accepted });
         note(w, `person's ${verdict} of ${name} accepted${withSeen ? "" : " (no view given)"}`);
-        count(`person ${verdict} of ${view.status} accepted${withSeen ? "" : " without seen"}`);
+        count(
+          `person ${verdict} of ${view.status}${mayHaveCommitted ? " (may have committed)" : ""} accepted${withSeen ? "" : " without seen"}`,
+        );
         // `idem retry --now`: the daemon's settlement runs it at once, racing the callers.
         if (verdict === "retry" && random() < 0.5) await settle(view.id);
       } catch (e) {
@@ -587,13 +649,16 @@ async function runSeed(
   for (const { how, key, e } of gone)
     if (w.pruned.has(e.operationId!)) count("calls whose operation was pruned under them");
     else problems.push(`${how} run of ${key} threw ${String(e)}`);
-  // Quiet: every call ended and every request answered. Nothing known not done has its effect.
+  // Quiet: every call ended and every request answered. Nothing known not done has its effect. A
+  // person's retry still to be looked up (look_first) is not known not done: its runner looks first.
+  const toLook = await marked(ledger, tenant);
   for (const op of await ledger.admin.list({ tenant }))
-    if (op.status === "pending" && effectsOf(w, op.id).length > 0 && !excusedByPerson(w, op.key))
+    if (op.status === "pending" && effectsOf(w, op.id).length > 0 && !excusedByPerson(w, op.key) && !toLook.has(op.id))
       problems.push(`${kind}: ${label(op)} pending (known not done) with its effect present, nothing in flight`);
 
   // Drain: the provider behaves, time passes, the daemon settles what is due.
   w.phase = "drain";
+  for (const r of w.queued.splice(0)) land(w, r);
   for (let round = 0; round < 40; round++) {
     advance(w, MAX_JUMP_MS, "drain");
     const due = (await ledger.daemon.claimDue({ limit: 50, claimMs: 30_000 })).filter((r) => r.tenant === tenant);
@@ -634,15 +699,40 @@ async function runSeed(
 }
 let dumps = 0;
 
-/** A person's decision accepted after the provider changed since they looked: they decided on a stale view. */
+/**
+ * A person's decision that the effect did not happen, taken on a view of the provider that went
+ * stale: an effect appeared after they looked (made meanwhile, or a queued request that landed
+ * later). Not a retry, decided on that view, of an outcome that may have committed (unknown, or
+ * needs_review after it) of an action that can be looked up: the ledger looks the effect up before
+ * such a retry runs (migration 0012).
+ */
 function excusedByPerson(w: World, key: string): boolean {
-  return w.decisions.some((d) => d.key === key && d.verdict !== "resolve succeeded" && d.accepted > d.looked);
+  const landedSince = (at: number) =>
+    w.requests.some((r) => r.key === key && r.landedAt !== undefined && r.landedAt >= at);
+  const looksFirst = (d: Decision) =>
+    d.verdict === "retry" && d.mayHaveCommitted && d.seen && CAPS[w.kind].lookup === true;
+  return w.decisions.some(
+    (d) =>
+      d.key === key &&
+      d.verdict !== "resolve succeeded" &&
+      (d.accepted > d.looked || landedSince(d.lookedAt)) &&
+      !looksFirst(d),
+  );
 }
 
 /** The effects of one operation: made by its requests, or the key's first one that its requests were answered (deduped). */
 function effectsOf(w: World, id: string): { id: string; at: number; by: number }[] {
   const mine = w.requests.filter((r) => r.op === id);
   return [...w.effects.values()].flat().filter((e) => mine.some((r) => r.effectId === e.id));
+}
+
+/** The tenant's pending operations a person's retry left to be looked up first (`look_first`, migration 0012). */
+async function marked(ledger: Ledger, tenant: string): Promise<Set<string>> {
+  const { rows } = await sql<{ id: string }>`
+    SELECT id FROM idem_operations WHERE tenant_id = ${tenant} AND status = 'pending' AND look_first = 1`.execute(
+    databaseOf(ledger),
+  );
+  return new Set(rows.map((r) => r.id));
 }
 
 /** More than one effect made for one operation, but by a request a real worker would not have sent, or a person's stale decision. */
@@ -668,6 +758,7 @@ async function check(w: World, ledger: Ledger, tenant: string, ops: Operation[],
       SELECT id, args_json, alert_pending FROM idem_operations WHERE tenant_id = ${tenant}`.execute(databaseOf(ledger))
   ).rows;
   const stored = new Map(rows.map((r) => [r.id, r.args_json]));
+  const toLook = await marked(ledger, tenant);
   const alerted = new Set(rows.filter((r) => Number(r.alert_pending) === 1).map((r) => r.id));
   for (const op of ops) {
     const name = label(op);
@@ -676,7 +767,9 @@ async function check(w: World, ledger: Ledger, tenant: string, ops: Operation[],
     const excused = excusedByPerson(w, op.key);
     if (op.status === "pending") {
       if (stored.get(op.id) !== null) problems.push(`${kind}: ${name} ended pending with its args stored`);
-      if (hit.length > 0 && !excused) problems.push(`${kind}: ${name} ended pending with its effect present`);
+      // A person's retry whose args are not stored waits for a caller that has them, which looks first.
+      if (hit.length > 0 && !excused && !toLook.has(op.id))
+        problems.push(`${kind}: ${name} ended pending with its effect present`);
     } else if (!["succeeded", "failed", "needs_review"].includes(op.status))
       problems.push(`${kind}: ${name} ended ${op.status}`);
     if (op.status === "needs_review" && !alerted.has(op.id) && !op.reason?.startsWith("resolved"))

@@ -252,6 +252,64 @@ describe("decide (one snapshot, one decision)", () => {
   });
 });
 
+describe("decide on a person's retry of an outcome that may have committed (lookFirst)", () => {
+  // Pending by the person's word; the earlier execution (lastExecutionAt 0) may land late.
+  const reopened: Snapshot = {
+    status: "pending",
+    attempt: 2,
+    leaseExpiresAt: null,
+    nextCheckAt: 1_000,
+    checks: 0,
+    maybeCommitted: false,
+    hasArgs: true,
+    createdAt: 0,
+    lastExecutionAt: 0,
+    firstExecutionAt: 0,
+    now: 1_000,
+    lookFirst: true,
+  };
+  const caller: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: true };
+  const both = { dedupe: { retentionMs: 24 * HOUR }, lookup: true };
+
+  it("an action that can be looked up looks first, when due, and the daemon escalates its looks by count, not by the row's age", () => {
+    expect(decide(reopened, { lookup: true }, caller)).toMatchObject({
+      kind: "reconcile",
+      reason: expect.stringMatching(/looked up first/),
+    });
+    const later = { ...reopened, nextCheckAt: 61_000, checks: 1 };
+    expect(decide(later, { lookup: true }, caller)).toMatchObject({
+      kind: "answer",
+      reason: expect.stringMatching(/looked up first; next look in 60000 ms/),
+    });
+    expect(decide(later, { lookup: true }, { ...caller, mayWaitMs: 60_000 })).toEqual({ kind: "wait", ms: 60_000 });
+    expect(decide(later, { lookup: true }, { ...caller, dueNow: true }).kind).toBe("reconcile");
+    // Retried a week after its execution: the age limit that sends an unknown outcome to a person does not apply.
+    const old = { ...reopened, now: 7 * 24 * HOUR };
+    const escalate = { maxChecks: 3, maxAgeMs: HOUR };
+    expect(decide({ ...old, nextCheckAt: old.now }, { lookup: true }, { ...caller, escalate }).kind).toBe("reconcile");
+    const review = decide({ ...old, checks: 3 }, { lookup: true }, { ...caller, escalate });
+    expect(review).toMatchObject({ kind: "review", reason: expect.stringMatching(/since a person's retry/) });
+    expect(isEscalation((review as { reason: string }).reason)).toBe(true);
+  });
+  it("a key the provider still holds is replayed, inside its window; an action that can neither runs on the person's word", () => {
+    expect(decide(reopened, both, caller)).toMatchObject({ kind: "execute", replayUntil: 23 * HOUR });
+    expect(decide({ ...reopened, now: 30 * HOUR }, both, caller).kind).toBe("reconcile");
+    expect(decide(reopened, {}, caller)).toEqual({ kind: "execute", reason: "retry of work known not done" });
+    expect(decide({ ...reopened, lookFirst: false }, { lookup: true }, caller).kind).toBe("execute");
+    // Args not stored: only a caller that has them can look (and run), and the answer says so, not "known not done".
+    expect(decide({ ...reopened, hasArgs: false }, { lookup: true }, { ...caller, hasArgs: false })).toMatchObject({
+      kind: "answer",
+      reason: expect.stringMatching(/looked up first, by a caller with the args/),
+    });
+  });
+  it("its lookup's worker died (running, lease expired, nothing committed by it): looked up again, never run blind", () => {
+    const dead = { ...reopened, status: "running" as const, leaseExpiresAt: 900 };
+    expect(decide(dead, { lookup: true }, caller).kind).toBe("reconcile");
+    // Before 0012's mark, as a dead attempt that never executed: run at once.
+    expect(decide({ ...dead, lookFirst: false }, { lookup: true }, caller).kind).toBe("execute");
+  });
+});
+
 describe("isEscalation (what idem_escalations_total counts), on the reasons decide() gives", () => {
   const escalate = { maxChecks: 5, maxAgeMs: 24 * HOUR };
   const daemon: Caller = { mayWaitMs: 0, mayExecute: true, hasArgs: false, dueNow: true, escalate };

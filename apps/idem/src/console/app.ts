@@ -58,6 +58,12 @@ const SIGN_IN_FAILURES_ALL = 100;
 const LIVE_STREAMS = 16;
 const LIVE_STREAM_MS = 10 * 60_000;
 
+/**
+ * What a retry's note says. An operation whose last run may have done it is looked up first (where
+ * its action can be): a request that landed after the person looked settles it, not a second run.
+ */
+const RETRIED =
+  "Marked not done: it will run again with the same key (looked up first where its last run may have done it).";
 /** Rows the queue shows at most: `admin.list`'s per status, and `daemon.stuck`'s for the stuck ones. */
 const QUEUE_PER_STATUS = 500;
 const QUEUE_STUCK = 1_000;
@@ -465,8 +471,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     log.info({ operator: operator.name, tenant: ref.tenant, operationId: ref.id, outcome }, "console decision");
     return {
       ok: true,
-      message:
-        outcome === "retry" ? "Marked not done: it will run again with the same key." : `Resolved as ${outcome}.`,
+      message: outcome === "retry" ? RETRIED : `Resolved as ${outcome}.`,
     };
   }
 

@@ -15,6 +15,7 @@ import * as m0008 from "./0008-daemon-heartbeats.js";
 import * as m0009 from "./0009-first-execution.js";
 import * as m0010 from "./0010-transitions-write-their-event.js";
 import * as m0011 from "./0011-due-rows-have-args.js";
+import * as m0012 from "./0012-look-first-after-retry.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -30,6 +31,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   "0009-first-execution": m0009,
   [m0010.NAME]: m0010,
   "0011-due-rows-have-args": m0011,
+  [m0012.NAME]: m0012,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);

@@ -1,0 +1,219 @@
+/**
+ * A person's retry of an operation whose last execution may have committed (`admin.retry` of an
+ * `unknown` row, or of a `needs_review` one that may have): they looked at the provider and found
+ * nothing, but the earlier request can land late (mail queued at the server, its copy in Sent only
+ * after the lookup's settle window; a search index that lags). The next run looks the effect up
+ * first, as it would for an unknown outcome, with the settle window counted from the earlier
+ * execution: found settles it (alerted, nothing runs twice), inconclusive leaves it pending for a
+ * later look, and only absence proven, or a lookup that can never prove it (the person's word is
+ * the proof then), runs it. A retry of a `failed` operation (the provider refused: no effect)
+ * runs at once. Each test failed first: two effects at the provider.
+ */
+import { describe, expect, it } from "vitest";
+import { sql } from "kysely";
+import { defineAction, type Ledger } from "@idem/core";
+import { databaseOf } from "@idem/core/testing";
+import { DIALECTS } from "@idem/testkit";
+import { ProviderError } from "./support/provider.js";
+import { ledgers, uniqueTenant } from "./support/ledgers.js";
+
+/** How long after a send its copy may still be missing from the provider's records (a settle window). */
+const SETTLE_MS = 60_000;
+
+/**
+ * A mail server with a settle window: a message it accepted is queued, and lands (is sent, its copy
+ * filed where the lookup reads) when the test says so. `execute` checks the copies before sending
+ * (email's pre-send check), as the email adapter does. The first send's answer is lost (a timeout
+ * after the server accepted it). `lookup: "settling"` answers inconclusive inside the settle window
+ * (counted from `op.lastAttemptAt` on the database clock) and absent after it; `"never"`: the
+ * copies are the client's own (APPEND), so no lookup can prove absence.
+ */
+function mailServer(lookup: "settling" | "never", loseFirst = true) {
+  const landed: { key: string; id: string }[] = [];
+  const queued: { key: string; id: string }[] = [];
+  let sends = 0;
+  let lookups = 0;
+  const action = defineAction<{ to: string }, { id: string }>({
+    type: `mail.${lookup}`,
+    capabilities: { lookup: true },
+    execute: async (_args, op) => {
+      const copy = landed.find((m) => m.key === op.key);
+      if (copy) return copy; // the pre-send check found an earlier send's copy
+      sends += 1;
+      const message = { key: op.key, id: `msg_${sends}` };
+      if (sends === 1 && loseFirst) {
+        queued.push(message); // accepted, not delivered yet; its answer is lost
+        throw new ProviderError({ kind: "ambiguous", reason: "timeout after DATA" });
+      }
+      landed.push(message);
+      return message;
+    },
+    classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+    reconcile: async (_args, op) => {
+      lookups += 1;
+      const copy = landed.find((m) => m.key === op.key);
+      if (copy) return { found: true as const, receipt: copy };
+      if (lookup === "never")
+        return { found: false as const, proof: "never" as const, reason: "copies are appended by the client" };
+      if (op.now - op.lastAttemptAt < SETTLE_MS)
+        return {
+          found: false as const,
+          proof: "inconclusive" as const,
+          reason: "inside the settle window",
+          retryAfterMs: SETTLE_MS - (op.now - op.lastAttemptAt),
+        };
+      return { found: false as const, proof: "absent" as const, reason: "no copy past the settle window" };
+    },
+  });
+  return {
+    action,
+    /** Messages delivered: the effects counted at the provider. */
+    landed,
+    /** The queued message reaches its recipient (and Sent). */
+    land: () => landed.push(...queued.splice(0)),
+    sends: () => sends,
+    lookups: () => lookups,
+  };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a person's retry of an outcome that may have committed, ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    async function unknownOutcome(server: ReturnType<typeof mailServer>) {
+      let now = Date.now();
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        actions: [server.action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      const first = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
+      return { ledger, tenant, id: first.operationId, advance: (ms: number) => (now += ms) };
+    }
+
+    const alerted = async (ledger: Ledger, tenant: string, id: string) =>
+      Number(
+        (
+          await sql<{
+            alert_pending: number;
+          }>`SELECT alert_pending FROM idem_operations WHERE tenant_id = ${tenant} AND id = ${id}`.execute(
+            databaseOf(ledger),
+          )
+        ).rows[0]?.alert_pending,
+      );
+
+    it("a caller after the retry looks first: inside the settle window it waits, and the late message is found, not sent again", async () => {
+      const server = mailServer("settling");
+      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      advance(1_000);
+      // The person looks at the provider: nothing there yet (the message is still queued).
+      expect(server.landed).toHaveLength(0);
+      const back = await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+      expect(back.status).toBe("pending");
+      const again = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect(server.sends(), JSON.stringify(again)).toBe(1); // before: the caller sent a second message at once
+      expect(again).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect((again as { reason: string }).reason).toMatch(/looked up first.*settle window/);
+      server.land();
+      advance(SETTLE_MS);
+      const settled = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
+      expect(server.landed).toHaveLength(1);
+      expect(server.sends()).toBe(1);
+      const { operation, events } = await ledger.get({ tenant, id });
+      expect(operation.reason).toMatch(/person's retry/);
+      expect(await alerted(ledger, tenant, id)).toBe(1); // the person hears their retry found the effect
+      expect(events.map((e) => e.to)).toEqual([
+        "running",
+        "unknown",
+        "pending",
+        "running",
+        "pending",
+        "running",
+        "succeeded",
+      ]);
+    });
+
+    it("the daemon's settlement after the retry (idem retry --now) looks first too, and is due again after the window", async () => {
+      const server = mailServer("settling");
+      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      // Escalated to a person first: a needs_review row that may have committed.
+      expect(
+        await ledger.daemon.settle({ tenant, id, actor: "daemon", escalate: { maxChecks: 0, maxAgeMs: 1 } }),
+      ).toMatchObject({ state: "needs_review" });
+      advance(1_000);
+      await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+      const out = await ledger.daemon.settle({ tenant, id, actor: "daemon" });
+      expect(server.sends(), JSON.stringify(out)).toBe(1);
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      const { operation } = await ledger.get({ tenant, id });
+      expect(operation.nextCheckAt! - operation.updatedAt).toBeGreaterThanOrEqual(SETTLE_MS - 1_000);
+      server.land();
+      advance(SETTLE_MS);
+      expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: "msg_1" },
+      });
+      expect(server.landed).toHaveLength(1);
+    });
+
+    it("looks that prove nothing past the daemon's limit go to a person, who may retry again: still looked up first", async () => {
+      const server = mailServer("settling");
+      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+      const escalate = { maxChecks: 1, maxAgeMs: 3_600_000 };
+      expect(await ledger.daemon.settle({ tenant, id, actor: "daemon", escalate })).toMatchObject({ state: "pending" });
+      expect(await ledger.daemon.settle({ tenant, id, actor: "daemon", escalate })).toMatchObject({
+        state: "needs_review",
+        reason: expect.stringMatching(/since a person's retry/),
+      });
+      expect(await alerted(ledger, tenant, id)).toBe(1);
+      await ledger.admin.retry({ tenant, id, actor: "bob", reason: "still nothing in Sent" });
+      const out = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect(server.sends(), JSON.stringify(out)).toBe(1); // before: sent at once, the person's review having lost "may have committed"
+      expect(out).toMatchObject({ state: "pending" });
+      server.land();
+      advance(SETTLE_MS);
+      expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ status: "succeeded" });
+      expect(server.landed).toHaveLength(1);
+    });
+
+    it("past the settle window with no copy, absence is proven and it runs; a lookup that can never prove absence takes the person's word", async () => {
+      for (const lookup of ["settling", "never"] as const) {
+        const server = mailServer(lookup);
+        const { ledger, tenant, id, advance } = await unknownOutcome(server);
+        advance(SETTLE_MS + 1_000); // the first message was lost for good: it never lands
+        await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+        const out = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+        expect(out, lookup).toMatchObject({ status: "succeeded", receipt: { id: "msg_2" } });
+        expect(server.lookups(), lookup).toBe(1);
+        expect(server.landed).toHaveLength(1);
+      }
+    });
+
+    it("a retry of a failed operation (no effect) runs at once, without a look", async () => {
+      const server = mailServer("settling", false);
+      let now = Date.now();
+      const ledger = await db.open({ clock: () => now, actions: [server.action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      const refusing = defineAction<{ to: string }, { id: string }>({
+        type: server.action.type,
+        capabilities: { lookup: true },
+        execute: async () => {
+          throw new ProviderError({ kind: "permanent", reason: "550 mailbox unavailable" });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: server.action.reconcile!,
+      });
+      const first = await ledger.run(refusing, { tenant, key: ["k"], args: { to: "x" } });
+      expect(first.status).toBe("failed");
+      now += 1_000;
+      await ledger.admin.retry({ tenant, id: first.operationId, actor: "alice", reason: "mailbox fixed" });
+      const out = await ledger.run(server.action, { tenant, key: ["k"], args: { to: "x" } });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
+      expect(server.lookups()).toBe(0);
+    });
+  });
+}
