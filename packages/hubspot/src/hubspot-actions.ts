@@ -35,6 +35,9 @@ import { hubspotReceiptSchema, type HubSpotReceipt } from "./hubspot-receipt.js"
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
 
+/** What ends the provider reference of an operation whose writes are creates (mode "create"). */
+const CREATE_MODE = " (create mode)";
+
 export interface HubSpotCreateArgs {
   readonly properties: Readonly<Record<string, string>>;
 }
@@ -66,7 +69,8 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       type: `hubspot.${objectType}.create`,
       capabilities: { lookup: true },
       receipt: hubspotReceiptSchema(objectType),
-      providerReference: (_args, op) => `${unique}:${op.key}`,
+      // `property:key`, marked when every write is a create (what a lookup may conclude: see createsOnly).
+      providerReference: (_args, op) => `${unique}:${op.key}${mode === "create" ? CREATE_MODE : ""}`,
       // The record's id: the unique property allows one record per key, so a lookup's receipt
       // (new: false) and the request's own late answer (new: true) naming it are one effect.
       effectId: (receipt) => `${receipt.objectType}/${receipt.id}`,
@@ -135,7 +139,16 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       },
       classify: (error) => classifyHubSpotError(error),
       reconcile: (args, op) =>
-        reconcileByRead(api, schema, objectType, idPropertyOf(op), op, args.properties ?? {}, settleMs),
+        reconcileByRead(
+          api,
+          schema,
+          objectType,
+          idPropertyOf(op),
+          op,
+          args.properties ?? {},
+          settleMs,
+          createsOnly(op),
+        ),
     });
     cache.set(objectType, action);
     return action;
@@ -265,6 +278,16 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
     const ref = op.providerReference;
     const colon = ref?.lastIndexOf(":") ?? -1;
     return ref && colon > 0 ? ref.slice(0, colon) : unique;
+  }
+
+  /**
+   * Whether the operation's writes that may have reached HubSpot were all creates: its reference,
+   * made again before any attempt run from known not done, says so, whatever mode is configured
+   * today (a daemon's config may differ from the workers'). References made by earlier versions
+   * do not: not known, so false.
+   */
+  function createsOnly(op: { readonly providerReference: string | null }): boolean {
+    return op.providerReference?.endsWith(CREATE_MODE) === true;
   }
 
   async function ensureSchema(objectTypes: readonly string[]) {

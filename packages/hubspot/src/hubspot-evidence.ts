@@ -27,9 +27,13 @@ export interface HubSpotRequestEvidence {
 export function evidenceOf(error: unknown, host?: string): HubSpotRequestEvidence {
   const e = (error ?? {}) as HubSpotError;
   const status = typeof e.code === "number" ? e.code : undefined;
-  const said = status
-    ? `${status} ${e.body?.category ?? ""}: ${e.body?.message ?? ""}`.trim()
-    : `${e.code ?? "error"}: ${hostsOnly(e.message ?? String(error))}`;
+  // A body that is not HubSpot's JSON (a proxy's or gateway's page, handed over as text) is not
+  // quoted: it is no evidence of HubSpot's, and may be anything.
+  const said = !status
+    ? `${e.code ?? "error"}: ${hostsOnly(e.message ?? String(error))}`
+    : typeof e.body !== "object" || e.body === null
+      ? `${status} (an answer without HubSpot's JSON error body)`
+      : `${status} ${e.body.category ?? ""}: ${e.body.message ?? ""}`.trim();
   return { status, requestId: e.body?.correlationId, host, said };
 }
 

@@ -18,8 +18,9 @@ export interface HubSpotReceipt {
    * Absent otherwise: on a create; on an upsert that wrote (HubSpot's `_new: false` is an update
    * of a record our read did not see: a racing write, or a read that failed); on a record found
    * after a lost answer (a replay, a lookup), most likely made by this operation's own earlier
-   * request. Receipts stored by earlier versions lack it, except that those set it on an upsert's
-   * `_new: false` at the first request, which had written.
+   * request, unless (mode "create") HubSpot created that live record before the operation began,
+   * so refused every create of it: then set. Receipts stored by earlier versions lack it, except
+   * that those set it on an upsert's `_new: false` at the first request, which had written.
    */
   readonly existedBefore?: true;
   /**

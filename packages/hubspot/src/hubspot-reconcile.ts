@@ -55,10 +55,16 @@ function madeWithin(record: FoundRecord, op: OperationContext): boolean {
   return record.createdAt >= op.createdAt - BEFORE_MS && record.createdAt <= op.lastAttemptAt + AFTER_MS;
 }
 
+/** Whether HubSpot created the record before the operation began (its creation, less the clocks' slack). */
+function madeBefore(record: FoundRecord, op: OperationContext): boolean {
+  return record.createdAt !== undefined && record.createdAt < op.createdAt - BEFORE_MS;
+}
+
 /**
  * The record carrying `externalId` in `uniqueProperty`: live ones only, or (`archived: true`)
  * archived ones only, as HubSpot's `archived` parameter reads, with its values of `properties`
- * too. Undefined on a 404; throws when the read proves nothing (unreachable, refused).
+ * too. Undefined on HubSpot's 404 (see `notFoundByHubSpot`); throws when the read proves nothing
+ * (unreachable, refused, a 404 that is not HubSpot's).
  */
 export async function readByExternalId(
   api: Api,
@@ -82,9 +88,21 @@ export async function readByExternalId(
     const createdAt = r.createdAt instanceof Date ? r.createdAt.getTime() : Number.NaN;
     return { id: r.id, ...(Number.isFinite(createdAt) && { createdAt }), properties: r.properties ?? {} };
   } catch (e) {
-    if ((e as { code?: unknown }).code === 404) return undefined;
+    if (notFoundByHubSpot(e)) return undefined;
     throw e; // unreachable or refused: the lookup proves nothing
   }
+}
+
+/**
+ * HubSpot's own answer that no record matched: a 404 whose JSON says category OBJECT_NOT_FOUND
+ * ("Object not found.  objectId are usually numeric."). A 404 from anything in front of HubSpot (a
+ * proxy's or gateway's page, which the client hands over as text) says nothing of the record: taken
+ * as absence, it "proved" an operation's written record absent, and the write was sent again.
+ */
+function notFoundByHubSpot(error: unknown): boolean {
+  const e = error as { code?: unknown; body?: unknown } | null;
+  const body = e?.body as { category?: unknown } | null | undefined;
+  return e?.code === 404 && typeof body === "object" && body?.category === "OBJECT_NOT_FOUND";
 }
 
 export async function reconcileByRead(
@@ -97,6 +115,11 @@ export async function reconcileByRead(
   given: Readonly<Record<string, string>>,
   /** See `HubSpotConfig.settleMs`. */
   settleMs: number,
+  /**
+   * Whether every write of the operation that may have reached HubSpot was a create (mode
+   * "create", as its provider reference records): a create never writes to a record with the key.
+   */
+  createsOnly: boolean,
 ): Promise<ReconcileResult<HubSpotReceipt>> {
   const externalId = op.key;
   let live: FoundRecord | undefined;
@@ -142,7 +165,17 @@ export async function reconcileByRead(
     // untrusted certificate fails every later check alike, and is alerted now.
     throw failed;
   }
-  if (live) return { found: true, receipt: { objectType, id: live.id, new: false, externalId } };
+  // A live record HubSpot made before the operation began refused every create of it (the key is
+  // unique-value): this operation wrote nothing to it, as a create refused for the key tells when
+  // its answer comes (HubSpotReceipt.existedBefore), not "most likely ours". An upsert that went
+  // unanswered may have written over it: nothing more is claimed.
+  if (live) {
+    const before = createsOnly && madeBefore(live, op);
+    return {
+      found: true,
+      receipt: { objectType, id: live.id, new: false, externalId, ...(before && { existedBefore: true }) },
+    };
+  }
   if (archived && !madeWithin(archived, op)) return outsideWindow(objectType, archived, op);
   const differ = archived ? differingProperties(given, archived.properties, shapes) : [];
   if (archived && differ.length > 0) return otherValues(objectType, archived, differ);

@@ -12,7 +12,8 @@
  * names `retryAfterSec`, which HubSpot does not document for 429s), `missing_scopes` (403: a
  * token without the scope the endpoint needs), `locked` (423: HubSpot's lock while many writes
  * sync, 2 s), `migrating` (477 with Retry-After: the account moves between data centres) and
- * `bad_gateway` (502) before anything is written; after the write, `drop_after_commit` (the
+ * `bad_gateway` (502) and `not_found_page` (a 404 page in HTML, as a proxy or gateway in front of
+ * HubSpot answers: not HubSpot's JSON) before anything is written; after the write, `drop_after_commit` (the
  * connection closes with no answer), `bad_gateway_after_commit` (a gateway's 502 though HubSpot
  * wrote), `delay_after_commit`, `trickle_after_commit` (the answer's head, then its body a byte
  * every `intervalMs`, never ended: see trickle.ts; a 204 has no body and goes out whole) and
@@ -41,6 +42,7 @@ export type HubSpotFaultKind =
   | "locked"
   | "migrating"
   | "bad_gateway"
+  | "not_found_page"
   | "drop_after_commit"
   | "bad_gateway_after_commit"
   | "delay_after_commit"
@@ -134,6 +136,7 @@ export class HubSpotSandbox {
       "locked",
       "migrating",
       "bad_gateway",
+      "not_found_page",
     ]);
     if (before?.kind === "rate_limit") {
       record(429);
@@ -185,6 +188,13 @@ export class HubSpotSandbox {
     if (before?.kind === "bad_gateway") {
       record(502);
       return send(res, 502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+    }
+    if (before?.kind === "not_found_page") {
+      // Not HubSpot's answer (its JSON, category OBJECT_NOT_FOUND): a proxy's or gateway's page.
+      record(404);
+      res.writeHead(404, { "content-type": "text/html; charset=utf-8" });
+      res.end("<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>");
+      return;
     }
 
     let status = 200;
