@@ -265,10 +265,13 @@ function simAction(kind: Kind) {
     ...(CAPS[kind].lookup && {
       async reconcile(_args: Args, op: { key: string }) {
         const w = world!;
+        // One read, at one moment (answered a few turns later): the effects and the queue as they
+        // were then. Read apart, a request that landed between the two was neither (absent).
         const hit = w.effects.get(op.key)?.[0];
+        const queued = w.queued.some((r) => r.key === op.key);
         await yields(w, 4);
         // A request the provider queued has not landed yet: not found, but not absent either.
-        if (!hit && w.queued.some((r) => r.key === op.key))
+        if (!hit && queued)
           return { found: false, proof: "inconclusive", reason: "queued at the server", retryAfterMs: 5 } as const;
         const roll = w.phase === "race" ? w.random() : 0.9;
         // A search index that lags: an effect younger than the lag is not shown yet, and the action
