@@ -209,7 +209,7 @@ function duration(v: string): number {
   const read = readDuration(v);
   if ("problem" in read)
     throw new InvalidArgumentError(
-      read.problem.startsWith("must be")
+      read.kind === "unreadable"
         ? "Expected a duration: milliseconds, or 90s, 10m, 2h, 30d."
         : `${read.problem.charAt(0).toUpperCase()}${read.problem.slice(1)}.`,
     );

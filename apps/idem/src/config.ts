@@ -102,6 +102,8 @@ const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
  * Node timer waits. A longer one fires after 1 ms: the daemon ticked without pause.
  */
 const timerMs = z.number().int().positive().max(2_147_483_647);
+/** As `timerMs`, where 0 has a meaning of its own (each option says which: wait for ever, try once, no lag). */
+const timerMsOrZero = z.number().int().nonnegative().max(2_147_483_647);
 
 /**
  * A provider's settle window (`settleMs`: how long "not found" proves nothing), whole ms: at most
@@ -184,8 +186,8 @@ const schema = z
      */
     migrations: z
       .object({
-        timeoutMs: z.number().int().min(0).max(2_147_483_647).optional(),
-        lockPatienceMs: z.number().int().min(0).max(2_147_483_647).optional(),
+        timeoutMs: timerMsOrZero.optional(),
+        lockPatienceMs: timerMsOrZero.optional(),
       })
       .strict()
       .default({}),
@@ -226,7 +228,7 @@ const schema = z
             deadlineMs,
             // How long Stripe Search may lag a write, in whole ms: "not found" before then proves
             // nothing. Default the adapter's 90 s; at most 2^31-1 (24 days, far past any lag).
-            searchLagMs: z.number().int().min(0).max(2_147_483_647).optional(),
+            searchLagMs: timerMsOrZero.optional(),
           })
           .strict()
           .optional(),

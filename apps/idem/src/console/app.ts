@@ -253,7 +253,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     if (parsed && "problem" in parsed)
       throw new InvalidValueError(
         "olderThan",
-        parsed.problem.startsWith("must be") ? "must be a duration such as 30m, 2h or 30d" : parsed.problem,
+        parsed.kind === "unreadable" ? "must be a duration such as 30m, 2h or 30d" : parsed.problem,
       );
     const rows = await queue(ledger, config, operator, { ...f, olderThanMs: parsed?.ms });
     const flash = flashOf(c);
