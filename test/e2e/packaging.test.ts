@@ -35,6 +35,12 @@ import { freshDatabase } from "@idem/testkit";
 const REPO = fileURLToPath(new URL("../..", import.meta.url));
 /** What a user installs beside the packages: the drivers, and the compiler and Node types for the typechecks. */
 const EXTRAS = ["better-sqlite3@12.11.1", "pg@8.23.1", "typescript@5.9.3", "@types/node@20.19.43"];
+/**
+ * The oldest Node the packages run on, as their `engines` and READMEs say: 20.3 added
+ * `AbortSignal.any`, which core's runner, the agents' status tool and the CLI's alerts call (every
+ * dependency asks for 20.0 or later). Node 20.19 is needed only to `require()` the packages.
+ */
+const NODE_FLOOR = "20.3";
 /** Generous: on a loaded two-core machine, packing builds six packages and npm compiles better-sqlite3. */
 const LONG = 10 * 60_000;
 
@@ -229,18 +235,28 @@ afterAll(async () => {
 });
 
 it(
-  "installs manifests a registry can take: versions for workspace ranges, engines, repository, exports with types first, README, LICENSE, no tests",
+  "installs manifests a registry can take: versions for workspace ranges, engines as the READMEs say, repository, exports with types first and no workspace condition, no scripts, README, LICENSE, no tests",
   () => {
     for (const { name } of packages) {
       const dir = join(project, "node_modules", name);
       const text = readFileSync(join(dir, "package.json"), "utf8");
       const manifest = JSON.parse(text) as Record<string, any>;
       expect(text, name).not.toContain("workspace:");
-      expect(manifest.engines?.node, name).toMatch(/^>=20/);
+      expect(manifest.engines, name).toEqual({ node: `>=${NODE_FLOOR}` });
+      const readme = readFileSync(join(dir, "README.md"), "utf8");
+      expect(readme, `${name} README`).toContain(`Node ${NODE_FLOOR} or later`);
+      expect(readme, `${name} README`).not.toMatch(/Node 20 or later/);
       expect(manifest.repository?.url, name).toMatch(/^git\+https:/);
       expect(manifest.license, name).toBe("MIT");
-      expect(manifest.scripts?.prepack, `${name}: publish scripts are stripped`).toBeUndefined();
+      // The workspace's build scripts mean nothing to a user, and a lifecycle one would run at theirs.
+      expect(manifest.scripts, `${name}: scripts are the workspace's`).toBeUndefined();
+      // src/*.ts ships (dist's maps point at it), but under a workspace condition a user's bundler or
+      // `node --conditions` would load TypeScript in place of the build.
+      expect(text, `${name}: the workspace's idem-source condition`).not.toContain("idem-source");
+      // Tools read a package's manifest through its exports (require.resolve("<name>/package.json")).
+      expect(manifest.exports["./package.json"], name).toBe("./package.json");
       for (const [sub, conditions] of Object.entries(manifest.exports as Record<string, Record<string, string>>)) {
+        if (sub === "./package.json") continue;
         const keys = Object.keys(conditions);
         expect(keys.indexOf("types"), `${name} ${sub}`).toBeGreaterThanOrEqual(0);
         expect(keys.indexOf("types"), `${name} ${sub}: types before default`).toBeLessThan(keys.indexOf("default"));
@@ -259,6 +275,64 @@ it(
       pg: { optional: true },
       "@opentelemetry/api": { optional: true },
     });
+  },
+  LONG,
+);
+
+it(
+  "loads every entry point and each package's manifest as a user's tools do, under any conditions they pass",
+  async () => {
+    // A bundler or `node --conditions` may name any condition; the workspace's must not be one the
+    // packages answer. Each entry point is loaded, and each manifest resolved, from the user's project.
+    // Each spec: the file it resolves to (relative to its package) and what loading it gives.
+    const script = `
+import { createRequire } from "node:module";
+import { join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+const require = createRequire(import.meta.url);
+const out = {};
+for (const spec of process.argv.slice(2)) {
+  const pkg = join(process.cwd(), "node_modules", ...spec.split("/").slice(0, 2));
+  let resolved, loaded;
+  try {
+    resolved = relative(pkg, fileURLToPath(import.meta.resolve(spec)));
+    loaded = spec.endsWith("/package.json") ? require(require.resolve(spec)).name : "exports " + Object.keys(await import(spec)).length;
+  } catch (error) {
+    const missing = /Cannot find package '([^']+)'/.exec(error.message);
+    loaded = error.code === "ERR_MODULE_NOT_FOUND" && missing ? "missing " + missing[1] : String(error.code ?? error);
+  }
+  out[spec] = { resolved, loaded };
+}
+console.log(JSON.stringify(out));
+`;
+    write(join(project, "entries.mjs"), script);
+    const expected: Record<string, { resolved: unknown; loaded: unknown }> = {};
+    for (const { name } of packages) {
+      const dir = join(project, "node_modules", name);
+      const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, any>;
+      // An entry point of an optional peer the user did not install (the AI SDK's) says which.
+      const absent = Object.keys(manifest.peerDependenciesMeta ?? {}).filter(
+        (p) => !existsSync(join(project, "node_modules", p)),
+      );
+      for (const sub of Object.keys(manifest.exports).filter((s) => s !== "./package.json")) {
+        expected[sub === "." ? name : `${name}/${sub.slice(2)}`] = {
+          resolved: expect.stringMatching(/^dist\/[\w/-]+\.js$/),
+          loaded: expect.stringMatching(
+            new RegExp(`^(exports [1-9]\\d*|missing (${absent.map((p) => p.replace(/[./]/g, "\\$&")).join("|")}))$`),
+          ),
+        };
+      }
+      expected[`${name}/package.json`] = { resolved: "package.json", loaded: name };
+    }
+    for (const conditions of [[], ["--conditions=idem-source"]]) {
+      const out = JSON.parse(
+        await ok(process.execPath, [...conditions, "entries.mjs", ...Object.keys(expected)], {
+          cwd: project,
+          timeoutMs: 120_000,
+        }),
+      );
+      expect(out, `node ${conditions.join(" ")}`).toEqual(expected);
+    }
   },
   LONG,
 );
@@ -351,6 +425,10 @@ try {
     const help = await run("npx", ["--no", "--", "idem", "--help"], { cwd: project, timeoutMs: 120_000 });
     expect(help.code, help.stderr).toBe(0);
     expect(help.stdout).toMatch(/Usage: idem/);
+    const cli = JSON.parse(readFileSync(join(project, "node_modules/@idem/cli/package.json"), "utf8"));
+    expect(await ok("npx", ["--no", "--", "idem", "--version"], { cwd: project, timeoutMs: 120_000 })).toBe(
+      `${cli.version}\n`,
+    );
     const listed = JSON.parse(
       await ok("npx", ["--no", "--", "idem", "--ledger", sqliteUrl, "--json", "ls", "--tenant", "acme"], {
         cwd: project,
