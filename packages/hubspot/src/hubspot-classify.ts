@@ -6,6 +6,7 @@
  */
 import { neverSent, tlsRefused, type Classification } from "@idem/core";
 import {
+  NOT_HUBSPOTS,
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
@@ -14,7 +15,7 @@ import {
   HubSpotSchemaError,
   HubSpotSchemaReadError,
 } from "./hubspot-errors.js";
-import { evidenceOf, hostsOnly, type HubSpotError } from "./hubspot-evidence.js";
+import { evidenceOf, hostsOnly, notFoundInFront, type HubSpotError } from "./hubspot-evidence.js";
 
 /**
  * Categories of a batch error that refuse the input itself: HubSpot's final answer about these
@@ -144,10 +145,13 @@ export function classifyHubSpotError(error: unknown): Classification {
   // A misconfigured key property: nothing was sent, and nothing will be until a person fixes it.
   if (error instanceof HubSpotSchemaError) return { kind: "permanent", reason: error.message, alert: true };
   if (error instanceof HubSpotSchemaReadError) {
-    // A GET, sent before any write: whatever became of it, no record was written. Its own class
-    // otherwise (a 429's wait, a 401 or 403 alerted), named as the definition's read.
+    // A GET, sent before any write: whatever became of it, no record was written, so a read that
+    // may pass later (unanswered, or a 404 answered in front of HubSpot, not its word on the
+    // property) leaves the work to run again. Its own class otherwise (a 429's wait, a 401 or 403
+    // alerted), named as the definition's read.
     const read = classifyHubSpotError(error.cause);
     const reason = `reading the definition of ${error.objectType}.${error.property} failed: ${read.reason}`;
+    if (notFoundInFront(error.cause)) return { kind: "transient", reason: `not sent: ${reason}: ${NOT_HUBSPOTS}` };
     return read.kind === "ambiguous" ? { kind: "transient", reason: `not sent: ${reason}` } : { ...read, reason };
   }
   // ensureSchema's create of the property: its request's own class (a 5xx ambiguous: the property

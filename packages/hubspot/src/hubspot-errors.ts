@@ -4,7 +4,7 @@
  * errors), which the ledger classifies; the schema's requests are wrapped (HubSpotSchemaReadError,
  * HubSpotSchemaCreateError), as their callers (ensureSchema, a setup script) read them directly.
  */
-import { describeEvidence, evidenceOf } from "./hubspot-evidence.js";
+import { describeEvidence, evidenceOf, notFoundInFront } from "./hubspot-evidence.js";
 
 /** One entry of a batch answer's `errors`, as HubSpot sends it (every field optional in practice). */
 export interface HubSpotBatchError {
@@ -143,7 +143,7 @@ abstract class HubSpotSchemaRequestError extends Error {
     options: { cause: unknown; host?: string | undefined },
   ) {
     const ev = evidenceOf(options.cause, options.host);
-    const advice = hint(ev.status);
+    const advice = notFoundInFront(options.cause) ? NOT_HUBSPOTS : hint(ev.status);
     super(`${doing} ${objectType}.${property} failed: ${describeEvidence(ev)}${advice ? `: ${advice}` : ""}`, {
       cause: options.cause,
     });
@@ -153,12 +153,16 @@ abstract class HubSpotSchemaRequestError extends Error {
   }
 }
 
+/** Why a 404 without HubSpot's JSON error tells nothing of the property (see notFoundInFront). */
+export const NOT_HUBSPOTS =
+  "not HubSpot's answer (a proxy or gateway in front of HubSpot answered 404): HubSpot's answer was not received, so whether the property exists is not known";
+
 const TOKEN_REFUSED = "HubSpot does not accept the access token (revoked, expired or mistyped)";
 
 /**
  * Reading the definition of the key's property failed (429, a token without the schema read
- * scope, unreachable): no write was sent. `cause` is the read's error; `status`, `requestId` and
- * `host` its evidence.
+ * scope, unreachable, a 404 answered in front of HubSpot): no write was sent. `cause` is the
+ * read's error; `status`, `requestId` and `host` its evidence.
  */
 export class HubSpotSchemaReadError extends HubSpotSchemaRequestError {
   override readonly name = "HubSpotSchemaReadError";

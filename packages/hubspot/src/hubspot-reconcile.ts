@@ -24,6 +24,7 @@ import type { OperationContext, ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
+import { notFoundByHubSpot } from "./hubspot-evidence.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import { propertyShapes, type UniquePropertyCheck } from "./hubspot-schema.js";
 import { differingProperties, type PropertyShape } from "./hubspot-values.js";
@@ -93,18 +94,6 @@ export async function readByExternalId(
   }
 }
 
-/**
- * HubSpot's own answer that no record matched: a 404 whose JSON says category OBJECT_NOT_FOUND
- * ("Object not found.  objectId are usually numeric."). A 404 from anything in front of HubSpot (a
- * proxy's or gateway's page, which the client hands over as text) says nothing of the record: taken
- * as absence, it "proved" an operation's written record absent, and the write was sent again.
- */
-function notFoundByHubSpot(error: unknown): boolean {
-  const e = error as { code?: unknown; body?: unknown } | null;
-  const body = e?.body as { category?: unknown } | null | undefined;
-  return e?.code === 404 && typeof body === "object" && body?.category === "OBJECT_NOT_FOUND";
-}
-
 export async function reconcileByRead(
   api: Api,
   schema: UniquePropertyCheck,
@@ -152,7 +141,9 @@ export async function reconcileByRead(
     const ofSchema = e instanceof HubSpotSchemaReadError;
     const cause = ofSchema ? e.cause : e;
     const read = classifyHubSpotError(cause);
-    const failed = new HubSpotLookupError(objectType, uniqueProperty, ofSchema ? "definition" : "record", read.reason, {
+    // The definition read may be of a value's property (propertyShapes), not the key's: named as read.
+    const property = ofSchema ? e.property : uniqueProperty;
+    const failed = new HubSpotLookupError(objectType, property, ofSchema ? "definition" : "record", read.reason, {
       cause,
     });
     // Refused 400, the property is no longer unique-value or is gone since its kept verdict: the

@@ -12,6 +12,7 @@ import {
   HubSpotSchemaReadError,
   type HubSpotPropertyDefinition,
 } from "./hubspot-errors.js";
+import { propertyNotFoundByHubSpot } from "./hubspot-evidence.js";
 import type { PropertyShape } from "./hubspot-values.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
@@ -59,12 +60,17 @@ export async function ensureUniqueProperty(
   }
 }
 
-/** HubSpot's definition of the property; undefined when it has none (404). */
+/**
+ * HubSpot's definition of the property; undefined when HubSpot answers it has none (its 404 with
+ * its JSON error). Any other failure throws HubSpotSchemaReadError, a 404 page from a proxy or
+ * gateway in front of HubSpot too: read as "missing", it told an operator to create a property
+ * that exists, and ensureSchema to create it again.
+ */
 async function readDefinition(api: Api, objectType: string, name: string) {
   try {
     return await api.properties.coreApi.getByName(objectType, name, undefined, undefined, HUBSPOT_CALL_OPTIONS);
   } catch (e) {
-    if ((e as { code?: unknown }).code === 404) return undefined;
+    if (propertyNotFoundByHubSpot(e)) return undefined;
     throw new HubSpotSchemaReadError(objectType, name, { cause: e, host: api.host });
   }
 }

@@ -8,24 +8,22 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type LedgerOptions } from "@idem/core";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import {
   HUBSPOT_CALL_OPTIONS,
   createHubSpotClient,
-  hubspotActions,
   hubspotReceiptSchema,
   hubspotTools,
   type HubSpotConfig,
   type HubSpotReceipt,
 } from "@idem/hubspot";
+import { actionsOn, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await crm().ensureSchema(["contacts", "deals"]);
+  ({ sandbox, server } = await startSandbox(["contacts", "deals"]));
   // A text property whose values look like numbers (an account code keeps its leading zero).
   sandbox.crm.createProperty("deals", {
     name: "account_code",
@@ -37,10 +35,8 @@ beforeAll(async () => {
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
-let n = 0;
-const tenant = () => `bv${++n}-${Math.random().toString(36).slice(2, 7)}`;
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
+const tenant = tenants("bv");
 
 describe("the sandbox's read by id, as HubSpot's", () => {
   it("returns the properties asked for (an empty one as null, one the type does not have left out), else the type's defaults", async () => {

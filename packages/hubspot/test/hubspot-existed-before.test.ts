@@ -9,23 +9,20 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { openLedger, type LedgerOptions } from "@idem/core";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { hubspotActions, hubspotTools, type HubSpotConfig } from "@idem/hubspot";
+import { hubspotTools, type HubSpotConfig } from "@idem/hubspot";
+import { actionsOn, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await crm().ensureSchema(["contacts"]);
+  ({ sandbox, server } = await startSandbox(["contacts"]));
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
-let n = 0;
-const tenant = () => `rb${++n}-${Math.random().toString(36).slice(2, 7)}`;
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
+const tenant = tenants("rb");
 
 for (const dialect of DIALECTS) {
   describe(`existedBefore after a first attempt refused before any write, on ${dialect}`, () => {

@@ -11,22 +11,20 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, gatedProxy, ledgersFor, scaled } from "@idem/testkit";
-import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import { HUBSPOT_CALL_OPTIONS, createHubSpotClient, type HubSpotConfig } from "@idem/hubspot";
+import { actionsOn, type SandboxServer, startSandbox } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await crm().ensureSchema(["deals"]);
+  ({ sandbox, server } = await startSandbox(["deals"]));
 });
 afterAll(() => sandbox.close());
 
 // The client waits longer than any hold: the answer is late, not lost.
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, timeoutMs: scaled(60_000), ...extra });
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, { timeoutMs: scaled(60_000), ...extra });
 const dealsWith = (key: string) => sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === key);
 
 for (const dialect of DIALECTS) {

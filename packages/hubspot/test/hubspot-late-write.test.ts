@@ -12,28 +12,20 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LedgerOptions } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
-import {
-  HUBSPOT_SETTLE_MS,
-  hubspotActions,
-  hubspotTools,
-  type HubSpotConfig,
-  type HubSpotReceipt,
-} from "@idem/hubspot";
+import { HUBSPOT_SETTLE_MS, hubspotTools, type HubSpotConfig, type HubSpotReceipt } from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
+import { actionsOn, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await hubspotActions({ accessToken: server.accessToken, basePath: server.basePath }).ensureSchema(["contacts"]);
+  ({ sandbox, server } = await startSandbox(["contacts"]));
 });
 afterAll(() => sandbox.close());
 
-let n = 0;
-const tenant = () => `lw${++n}-${Math.random().toString(36).slice(2, 7)}`;
+const tenant = tenants("lw");
 const WRITE = {
   upsert: { method: "POST", path: "/crm/v3/objects/contacts/batch/upsert" },
   create: { method: "POST", path: "/crm/v3/objects/contacts" },
@@ -46,7 +38,7 @@ for (const dialect of DIALECTS) {
     /** The contact tool over `basePath`, and a ledger on a test clock that knows its action. */
     async function setup(basePath: string, config: Partial<HubSpotConfig>) {
       const clock = { now: Date.now() };
-      const tool = hubspotTools(hubspotActions({ accessToken: server.accessToken, basePath, ...config })).createContact;
+      const tool = hubspotTools(actionsOn(server, { basePath, ...config })).createContact;
       const options: TestLedgerOptions = {
         clock: () => clock.now,
         actions: [tool.action],

@@ -7,24 +7,21 @@
  * upsert mode the upsert was sent again over the record.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openLedger, type LedgerOptions } from "@idem/core";
-import { HubSpotSandbox } from "@idem/sandbox";
+import { openLedger, operationKey, type LedgerOptions } from "@idem/core";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
-import { hubspotActions, type HubSpotConfig } from "@idem/hubspot";
+import { HubSpotSchemaReadError, classifyHubSpotError, type HubSpotConfig } from "@idem/hubspot";
+import { actionsOn, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await crm().ensureSchema(["deals"]);
+  ({ sandbox, server } = await startSandbox(["deals"]));
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
-let n = 0;
-const tenant = () => `nf${++n}-${Math.random().toString(36).slice(2, 7)}`;
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
+const tenant = tenants("nf");
 const WRITE = {
   upsert: { method: "POST", path: "/crm/v3/objects/deals/batch/upsert" },
   create: { method: "POST", path: "/crm/v3/objects/deals" },
@@ -67,3 +64,106 @@ for (const dialect of DIALECTS) {
       });
   });
 }
+
+/**
+ * The key property's definition read (GET /crm/v3/properties/deals/idem_external_id) answered a
+ * 404 page that is not HubSpot's: HubSpot's answer was not received, so nothing is known of the
+ * property. Before: read as "the property does not exist", so create mode failed with an alert
+ * telling an operator to create a property that exists, and a lookup sent the operation to a
+ * person for the same wrong reason.
+ */
+const DEFINITION = { method: "GET", path: "/crm/v3/properties/deals/" } as const;
+
+for (const dialect of DIALECTS) {
+  describe(`a property definition read answered a 404 page that is not HubSpot's, on ${dialect}`, () => {
+    const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
+
+    it("create mode's check before the first write: nothing sent, pending (not failed 'does not exist'); then created once", async () => {
+      const action = crm({ mode: "create" }).create("deals");
+      const l = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
+      const t = tenant();
+      const before = sandbox.requests.length;
+      sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+      const run = () =>
+        l.run(action, { tenant: t, key: ["definition-page"], args: { properties: { dealname: "Definition page" } } });
+      const out = await run().finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(
+        /^transient: not sent: reading the definition of deals\.idem_external_id failed: 404 \(an answer without HubSpot's JSON error body\).*not HubSpot's answer/,
+      );
+      expect(operation.reason).not.toMatch(/does not exist|<|Not Found/);
+      const writes = sandbox.requests.slice(before).filter((r) => r.method === "POST");
+      expect(writes).toEqual([]);
+      expect(await run()).toMatchObject({ status: "succeeded", receipt: { new: true } });
+      expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === operation.key)).toHaveLength(1);
+    });
+
+    it("a lookup's check of the key property: unknown, not sent to a person as 'does not exist'; then found", async () => {
+      const action = crm({ settleMs: 0 }).create("deals");
+      const l = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: WRITE.upsert });
+      sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+      const out = await l
+        .run(action, { tenant: t, key: ["lookup-page"], args: { properties: { dealname: "Lookup page" } } })
+        .finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(
+        /HubSpot read of the definition of deals\.idem_external_id failed: 404 \(an answer without HubSpot's JSON error body\)/,
+      );
+      expect(operation.reason).not.toMatch(/does not exist|<|Not Found/);
+      const deals = sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === operation.key);
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: deals[0]!.id, new: false },
+      });
+      expect(deals).toHaveLength(1);
+    });
+
+    it("a deleted record's value shapes: unknown, naming the property read, not 'its values differ'", async () => {
+      const action = crm().create("deals");
+      const l = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
+      const t = tenant();
+      const key = operationKey({ tenant: t, action: "hubspot.deals.create", parts: ["shape-page"] }).hash;
+      // Ours, deleted since; HubSpot keeps a number in its own form ("1200" for "1200.00").
+      const old = sandbox.crm.create("deals", { dealname: "Q1", amount: "1200", idem_external_id: key });
+      sandbox.crm.archive("deals", old.id);
+      sandbox.faults.add({ kind: "bad_gateway", match: WRITE.upsert });
+      sandbox.faults.add({ kind: "not_found_page", match: { ...DEFINITION, path: "/crm/v3/properties/deals/amount" } });
+      const out = await l
+        .run(action, { tenant: t, key: ["shape-page"], args: { properties: { dealname: "Q1", amount: "1200.00" } } })
+        .finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const { operation } = await l.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(
+        /HubSpot read of the definition of deals\.amount failed: 404 \(an answer without HubSpot's JSON error body\)/,
+      );
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: old.id, archived: true },
+      });
+    });
+  });
+}
+
+describe("ensureSchema, its definition read answered a 404 page that is not HubSpot's", () => {
+  it("a read error saying HubSpot's answer was not received, not a create refused for an archived property", async () => {
+    sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+    const error = await crm()
+      .ensureSchema(["deals"])
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      .finally(() => sandbox.faults.clear());
+    expect(error).toBeInstanceOf(HubSpotSchemaReadError);
+    expect(error).toMatchObject({ status: 404, objectType: "deals", property: "idem_external_id" });
+    expect((error as Error).message).toMatch(
+      /^reading the definition of deals\.idem_external_id failed: 404 \(an answer without HubSpot's JSON error body\).*not HubSpot's answer/,
+    );
+    expect((error as Error).message).not.toMatch(/archived|<|Not Found/);
+    expect(classifyHubSpotError(error)).toMatchObject({ kind: "transient" });
+  });
+});

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openLedger, operationKey, type Ledger, type LedgerOptions } from "@idem/core";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import {
   HUBSPOT_CALL_OPTIONS,
@@ -19,42 +19,26 @@ import {
 } from "@idem/hubspot";
 import { holdingProxy } from "./support/holding-proxy.js";
 import { untrustedServer, type UntrustedServer } from "@idem/testkit";
+import { actionsOn, plainProperty, property, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 let untrusted: UntrustedServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
+  ({ sandbox, server } = await startSandbox(["contacts", "companies", "deals"]));
   untrusted = await untrustedServer();
-  await crm().ensureSchema(["contacts", "companies", "deals"]);
 });
 afterAll(async () => {
   await untrusted.close();
   await sandbox.close();
 });
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
-let n = 0;
-const tenant = () => `r${++n}-${Math.random().toString(36).slice(2, 7)}`;
-
-/** A plain text property (not unique-value), as an operator might configure by mistake. */
-function plainProperty(objectType: string, name: string): void {
-  if (!sandbox.crm.getProperty(objectType, name))
-    sandbox.crm.createProperty(objectType, {
-      name,
-      label: name,
-      type: "string",
-      fieldType: "text",
-      groupName: `${objectType}information`,
-      hasUniqueValue: false,
-    });
-}
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
+const tenant = tenants("r");
 
 describe("ensureSchema", () => {
   it("a property of the name that is not unique-value: a HubSpotSchemaError naming it, with HubSpot's definition of it, alerted", async () => {
-    plainProperty("deals", "crm_ref");
+    plainProperty(sandbox, "deals", "crm_ref");
     const error = await crm({ uniqueProperty: "crm_ref" })
       .ensureSchema(["deals"])
       .catch((e: unknown) => e);
@@ -84,7 +68,7 @@ for (const dialect of DIALECTS) {
 
     describe("create mode: the key's property must be unique-value", () => {
       it("a property that is not: failed with an alert naming it and the fix, before any create (a create committed late made two records)", async () => {
-        plainProperty("deals", "erp_ref");
+        plainProperty(sandbox, "deals", "erp_ref");
         // The first create reaches HubSpot only after the client timed out; the lookup (a 404 read
         // as absence) then let the create go again: two deals carried the key.
         const p = await holdingProxy(server.basePath, { method: "POST", path: "/crm/v3/objects/deals" });
@@ -298,13 +282,40 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    // HubSpot refuses a value not among an enumeration's options (400 VALIDATION_ERROR, INVALID_OPTION;
+    // a batch answers it per input, 207), as the sandbox now does: the caller's data, nothing written.
+    for (const [mode, status] of [
+      ["upsert", "207"],
+      ["create", "400"],
+    ] as const)
+      it(`${mode}: a value not among an enumeration's options: failed with HubSpot's words, nothing written`, async () => {
+        property(sandbox, "deals", "deal_tier", {
+          type: "enumeration",
+          fieldType: "select",
+          options: ["gold", "silver"].map((value) => ({ label: value, value })),
+        });
+        const l = await ledger();
+        const t = tenant();
+        const out = await l.run(crm({ mode }).create("deals"), {
+          tenant: t,
+          key: ["tier"],
+          args: { properties: { dealname: "Tin deal", deal_tier: "tin" } },
+        });
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        expect(out.status === "failed" && out.error.reason).toMatch(
+          new RegExp(`^${status} VALIDATION_ERROR: .*tin was not one of the allowed options: \\[gold, silver\\]`),
+        );
+        const key = await keyOf(l, t, out.operationId);
+        expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === key)).toEqual([]);
+      });
+
     describe("upsert mode: the key's property must be unique-value, as in create mode", () => {
       for (const [what, property, problem, definition] of [
         ["not unique-value", "plain_ref", "exists but is not a unique-value property", "GET 200"],
         ["missing (ensureSchema never run for it)", "erp_missing", "does not exist", "GET 404"],
       ] as const)
         it(`a property ${what}: HubSpot's 400 fails with an alert naming it and the fix, HubSpot's refusal kept as the cause`, async () => {
-          plainProperty("companies", "plain_ref");
+          plainProperty(sandbox, "companies", "plain_ref");
           const l = await ledger();
           const t = tenant();
           const sent = sandbox.requests.length;

@@ -4,44 +4,31 @@
  * 429, 5xx). The real @hubspot/api-client over HTTP to the HubSpot sandbox.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import {
   HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
   classifyHubSpotError,
-  hubspotActions,
   type HubSpotConfig,
 } from "@idem/hubspot";
+import { actionsOn, plainProperty, type SandboxServer, startSandbox } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
+  ({ sandbox, server } = await startSandbox());
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
 const host = () => new URL(server.basePath).host;
 const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
 
 /** A plain text property (not unique-value), as an operator or another tool might have made it. */
-function plainProperty(objectType: string, name: string): void {
-  sandbox.crm.createProperty(objectType, {
-    name,
-    label: name,
-    type: "string",
-    fieldType: "text",
-    groupName: `${objectType}information`,
-    hasUniqueValue: false,
-  });
-}
-
 describe("ensureSchema: a property of the name that is not unique-value", () => {
   it("refuses with what is wrong and what a person can do, not 'create it with ensureSchema'", async () => {
-    plainProperty("deals", "idem_external_id");
+    plainProperty(sandbox, "deals", "idem_external_id");
     const error = await crm()
       .ensureSchema(["deals"])
       .catch((e: unknown) => e);
@@ -70,7 +57,7 @@ describe("ensureSchema: a property of the name that is not unique-value", () => 
     const create = sandbox.crm.createProperty.bind(sandbox.crm);
     sandbox.crm.createProperty = (objectType, p) => {
       sandbox.crm.createProperty = create;
-      plainProperty(objectType, p.name ?? "");
+      plainProperty(sandbox, objectType, p.name ?? "");
       return create(objectType, p);
     };
     try {

@@ -12,16 +12,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { LedgerOptions } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, ledgersFor, scaled } from "@idem/testkit";
-import { hubspotActions } from "@idem/hubspot";
+import { actionsOn, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await hubspotActions({ accessToken: server.accessToken, basePath: server.basePath }).ensureSchema(["companies"]);
+  ({ sandbox, server } = await startSandbox(["companies"]));
 });
 // A test that failed must not leave a trickle armed, nor its call waiting on one.
 afterEach(() => {
@@ -33,16 +31,13 @@ afterAll(() => sandbox?.close());
 for (const dialect of DIALECTS) {
   describe(`HubSpot answering a write that never ends, on ${dialect}`, () => {
     const db = ledgersFor(dialect, openTestLedger, { defaults: { poolSize: 2 } as TestLedgerOptions });
-    let n = 0;
-    const tenant = () => `trickle${++n}-${Math.random().toString(36).slice(2, 7)}`;
+    const tenant = tenants("trickle");
 
     for (const mode of ["upsert", "create"] as const) {
       it(
         `${mode}: a body trickled for ever after HubSpot wrote: the call ends (unknown, then found), not running for ever`,
         async () => {
-          const action = hubspotActions({
-            accessToken: server.accessToken,
-            basePath: server.basePath,
+          const action = actionsOn(server, {
             mode,
             timeoutMs: 1_000,
             deadlineMs: 2_000,

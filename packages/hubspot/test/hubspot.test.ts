@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArgsMismatchError, openLedger, operationKey, type Ledger } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
-import { HubSpotSandbox } from "@idem/sandbox";
+import type { HubSpotSandbox } from "@idem/sandbox";
 import { DIALECTS, kill9, ledgersFor, scaled, startChild } from "@idem/testkit";
 import {
   HUBSPOT_CALL_OPTIONS,
@@ -17,6 +17,7 @@ import {
   hubspotTools,
   type HubSpotConfig,
 } from "@idem/hubspot";
+import { actionsOn, plainProperty, type SandboxServer, startSandbox, tenants } from "./support/sandbox.js";
 
 const WORKER = fileURLToPath(new URL("./children/hubspot-worker.ts", import.meta.url));
 /** A lead of its own per operation: HubSpot keeps a contact's email unique, across keys too. */
@@ -24,18 +25,14 @@ const leadOf = (t: string) => ({ properties: { email: `lead-${t}@example.test`, 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 let sandbox: HubSpotSandbox;
-let server: { basePath: string; accessToken: string };
+let server: SandboxServer;
 beforeAll(async () => {
-  sandbox = new HubSpotSandbox();
-  server = await sandbox.start();
-  await crm().ensureSchema(["contacts", "companies", "deals"]);
+  ({ sandbox, server } = await startSandbox(["contacts", "companies", "deals"]));
 });
 afterAll(() => sandbox.close());
 
-const crm = (extra: Partial<HubSpotConfig> = {}) =>
-  hubspotActions({ accessToken: server.accessToken, basePath: server.basePath, ...extra });
-let n = 0;
-const tenant = () => `t${++n}-${Math.random().toString(36).slice(2, 7)}`;
+const crm = (extra: Partial<HubSpotConfig> = {}) => actionsOn(server, extra);
+const tenant = tenants("t");
 
 describe("ensureSchema", () => {
   it("creates the unique-value property once, and is safe to run again", async () => {
@@ -840,15 +837,7 @@ describe("HubSpot sandbox unique values", () => {
   });
 
   it("a read by an idProperty that is not unique-value is refused 400, as HubSpot documents idProperty", async () => {
-    if (!sandbox.crm.getProperty("companies", "plain_ref"))
-      sandbox.crm.createProperty("companies", {
-        name: "plain_ref",
-        label: "Plain ref",
-        type: "string",
-        fieldType: "text",
-        groupName: "companyinformation",
-        hasUniqueValue: false,
-      });
+    plainProperty(sandbox, "companies", "plain_ref");
     const api = createHubSpotClient(server);
     const email = `by-email-${Math.random().toString(36).slice(2)}@example.test`;
     await api.objects.basicApi.create(

@@ -10,4 +10,4 @@ export { JOURNAL, MailSandbox, SENDER } from "./mail/mail-server.js";
 export type { CopyMode, MailFaultKind, MailSandboxOptions, ReceivedMessage } from "./mail/mail-server.js";
 export { HubSpotSandbox } from "./hubspot/hubspot-server.js";
 export type { HubSpotFaultKind, HubSpotSandboxOptions } from "./hubspot/hubspot-server.js";
-export type { CrmRecord, PropertyDef } from "./hubspot/hubspot-records.js";
+export type { CrmRecord, PropertyDef, PropertyOption } from "./hubspot/hubspot-records.js";

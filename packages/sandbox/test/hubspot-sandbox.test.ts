@@ -49,3 +49,143 @@ describe("HubSpot sandbox refusals, in HubSpot's words", () => {
     expect(sandbox.crm.all("companies")).toHaveLength(0);
   });
 });
+
+const api = (method: string, path: string, body?: unknown) =>
+  fetch(`${server.basePath}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${server.accessToken}`, "content-type": "application/json" },
+    ...(body !== undefined && { body: JSON.stringify(body) }),
+  });
+
+describe("HubSpot sandbox records, as HubSpot keeps them", () => {
+  // HubSpot's CRM search guide lists each object's default properties: contacts carry
+  // `lastmodifieddate`, companies, deals, tickets and the others `hs_lastmodifieddate`
+  // (developers.hubspot.com/docs/api/crm/search, "Default returned properties"). A write moves it,
+  // with the record's `updatedAt`. Before: `lastmodifieddate` on every type, never moved by an update.
+  it.each([
+    ["contacts", "lastmodifieddate", { email: "modified@example.test" }, { firstname: "Ada" }],
+    ["deals", "hs_lastmodifieddate", { dealname: "Before" }, { dealname: "After" }],
+  ])("an upsert that updates a %s record moves its %s with updatedAt", async (objectType, modified, first, then) => {
+    ensureKeyProperty(objectType);
+    const input = (properties: Record<string, string>) => ({
+      idProperty: "sandbox_ref",
+      id: `M-${objectType}`,
+      properties,
+    });
+    const made = (await (await upsert(objectType, input(first))).json()) as UpsertAnswer;
+    const created = made.results[0]!;
+    expect(created.properties[modified]).toBe(created.createdAt);
+    sandbox.advance(60_000);
+    const updated = (await (await upsert(objectType, input(then))).json()) as UpsertAnswer;
+    const record = updated.results[0]!;
+    expect(record.new).toBe(false);
+    expect(Date.parse(record.updatedAt) - Date.parse(created.updatedAt)).toBeGreaterThanOrEqual(60_000);
+    expect(record.properties[modified]).toBe(record.updatedAt);
+    expect(record.properties.createdate).toBe(created.createdAt);
+    // A read returns it by default, and only the type's own name of it.
+    const read = (await (await api("GET", `/crm/v3/objects/${objectType}/${record.id}`)).json()) as Answered;
+    expect(read.properties[modified]).toBe(record.updatedAt);
+    const other = modified === "lastmodifieddate" ? "hs_lastmodifieddate" : "lastmodifieddate";
+    expect(read.properties).not.toHaveProperty(other);
+  });
+
+  // HubSpot refuses a value not among an enumeration property's options: 400 VALIDATION_ERROR,
+  // each refused value listed with error INVALID_OPTION, as HubSpot answered in
+  // gregorspan/csc-frodx#21 ("reports was not one of the allowed options: [PRODUCT_ISSUE, …]") and
+  // gitcoinco/code_fund_ads#479. Before: any value was stored as sent.
+  describe("an enumeration property's options", () => {
+    beforeAll(() => {
+      for (const [name, fieldType] of [
+        ["deal_tier", "select"],
+        ["deal_regions", "checkbox"],
+      ] as const)
+        sandbox.crm.createProperty("deals", {
+          name,
+          label: name,
+          type: "enumeration",
+          fieldType,
+          groupName: "dealinformation",
+          options: ["gold", "silver", "emea", "apac"].map((value, displayOrder) => ({
+            label: value,
+            value,
+            displayOrder,
+            hidden: false,
+          })),
+        });
+    });
+
+    it("a create with a value not among them: 400 VALIDATION_ERROR, INVALID_OPTION naming it, nothing written", async () => {
+      const before = sandbox.crm.all("deals").length;
+      const res = await api("POST", "/crm/v3/objects/deals", { properties: { dealname: "Tin", deal_tier: "tin" } });
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as { category?: string; message?: string };
+      expect(body.category).toBe("VALIDATION_ERROR");
+      const [refused] = JSON.parse(/^Property values were not valid: (\[.*\])$/s.exec(body.message ?? "")![1]!) as {
+        error: string;
+        name: string;
+        message: string;
+      }[];
+      expect(refused).toMatchObject({ error: "INVALID_OPTION", name: "deal_tier" });
+      expect(refused!.message).toMatch(/^tin was not one of the allowed options: \[gold, silver, emea, apac\]$/);
+      expect(sandbox.crm.all("deals")).toHaveLength(before);
+    });
+
+    it("a batch upsert with one: its input refused (207), as HubSpot answers a batch", async () => {
+      ensureKeyProperty("deals");
+      const res = await upsert("deals", {
+        idProperty: "sandbox_ref",
+        id: "E-1",
+        properties: { deal_regions: "emea;mars" },
+      });
+      expect(res.status).toBe(207);
+      const body = (await res.json()) as { results: unknown[]; errors: { category: string; message: string }[] };
+      expect(body.results).toEqual([]);
+      expect(body.errors[0]).toMatchObject({
+        category: "VALIDATION_ERROR",
+        message: expect.stringMatching(/mars was not one of the allowed options/),
+      });
+    });
+
+    it("values among them, several checkboxes joined by ';', or none (cleared): taken", async () => {
+      const res = await api("POST", "/crm/v3/objects/deals", {
+        properties: { dealname: "Gold", deal_tier: "gold", deal_regions: "emea;apac" },
+      });
+      expect(res.status).toBe(201);
+      const cleared = await api("POST", "/crm/v3/objects/deals", { properties: { dealname: "None", deal_tier: "" } });
+      expect(cleared.status).toBe(201);
+    });
+  });
+
+  // HubSpot sends its rate-limit headers on its answers, not only on a 429 (developer changelog
+  // 2018-11-06, "Rate limit information headers will be included in HTTP responses"; for OAuth
+  // tokens since "Rate limit headers will now appear for OAuth authenticated calls").
+  it("every answer carries the X-HubSpot-RateLimit headers, Remaining counting the window's requests", async () => {
+    const first = await api("GET", "/crm/v3/properties/deals");
+    const second = await api("GET", "/crm/v3/objects/deals/999999");
+    expect(second.status).toBe(404);
+    for (const res of [first, second]) {
+      expect(res.headers.get("x-hubspot-ratelimit-interval-milliseconds")).toBe("10000");
+      expect(Number(res.headers.get("x-hubspot-ratelimit-max"))).toBeGreaterThan(0);
+      expect(Number(res.headers.get("x-hubspot-ratelimit-daily"))).toBeGreaterThan(0);
+    }
+    const remaining = (res: Response) => Number(res.headers.get("x-hubspot-ratelimit-remaining"));
+    const daily = (res: Response) => Number(res.headers.get("x-hubspot-ratelimit-daily-remaining"));
+    expect(remaining(second)).toBe(remaining(first) - 1);
+    expect(daily(second)).toBe(daily(first) - 1);
+  });
+});
+
+type Answered = { id: string; createdAt: string; updatedAt: string; properties: Record<string, string | null> };
+type UpsertAnswer = { results: (Answered & { new: boolean })[] };
+
+function ensureKeyProperty(objectType: string): void {
+  if (!sandbox.crm.getProperty(objectType, "sandbox_ref"))
+    sandbox.crm.createProperty(objectType, {
+      name: "sandbox_ref",
+      label: "sandbox_ref",
+      type: "string",
+      fieldType: "text",
+      groupName: `${objectType}information`,
+      hasUniqueValue: true,
+    });
+}

@@ -6,7 +6,11 @@
  * that repeats a unique value another record holds is refused (409, "Existing ID: …"); batch
  * upsert by a unique `idProperty`; reads by id or by a unique idProperty (consistent; any other
  * idProperty is refused 400); search sees a record only `indexLagMs` after it was written. Property values are checked as HubSpot does
- * for the ones idem's tests use: unknown properties and a contact email that is no address.
+ * for the ones idem's tests use: unknown properties, a contact email that is no address, and an
+ * enumeration value not among the property's options. Values are kept as sent: HubSpot's own forms
+ * of numbers, booleans and dates on a read are not documented (its date properties refuse a time
+ * that is not midnight UTC, which is not checked here). A write moves the record's last-modified
+ * property (`modifiedProperty`) and `updatedAt`.
  * Archiving (HubSpot's DELETE, the recycling bin) keeps the record, readable only with
  * `archived=true`; it leaves search, and its unique values are free again (HubSpot's knowledge
  * base: a deleted contact cannot be restored while an active one has its email). Records are
@@ -30,6 +34,19 @@ export interface PropertyDef {
   fieldType: string;
   groupName: string;
   hasUniqueValue: boolean;
+  /**
+   * An enumeration's options: a value not among them is refused (INVALID_OPTION). Absent or
+   * empty, nothing is checked, as for properties whose options live outside the definition
+   * (pipelines' stages, owners: `externalOptions`), which the built-in ones here stand for.
+   */
+  options?: PropertyOption[];
+}
+
+export interface PropertyOption {
+  label: string;
+  value: string;
+  displayOrder?: number;
+  hidden?: boolean;
 }
 
 export class HubSpotFailure {
@@ -71,7 +88,7 @@ const BUILT_IN: Record<string, (string | [name: string, type: string, fieldType:
 };
 /**
  * What a read returns when it names no properties: the type's defaults, as HubSpot's CRM objects
- * API lists them ("Properties returned by default"), with the ones every read returns (READ_ALWAYS).
+ * API lists them ("Properties returned by default"), with the ones every read returns (`readAlways`).
  */
 const READ_BY_DEFAULT: Record<string, string[]> = {
   companies: ["name", "domain"],
@@ -79,7 +96,15 @@ const READ_BY_DEFAULT: Record<string, string[]> = {
   deals: ["dealname", "amount", "closedate", "pipeline", "dealstage"],
   tickets: ["content", "hs_pipeline", "hs_pipeline_stage", "hs_ticket_category", "hs_ticket_priority", "subject"],
 };
-const READ_ALWAYS = ["hs_object_id", "createdate", "lastmodifieddate"];
+/**
+ * The property that holds when a record was last written: `lastmodifieddate` on contacts,
+ * `hs_lastmodifieddate` on the other types, as HubSpot's CRM search guide lists their default
+ * properties (developers.hubspot.com/docs/api/crm/search, "Default returned properties").
+ */
+function modifiedProperty(objectType: string): string {
+  return objectType === "contacts" ? "lastmodifieddate" : "hs_lastmodifieddate";
+}
+const readAlways = (objectType: string) => ["hs_object_id", "createdate", modifiedProperty(objectType)];
 const UNIQUE_LIMIT = 10;
 /**
  * Built-in properties whose values HubSpot keeps unique without calling them unique-value
@@ -145,6 +170,7 @@ export class CrmStore {
       fieldType: p.fieldType,
       groupName: p.groupName,
       hasUniqueValue: p.hasUniqueValue === true,
+      ...(p.options && { options: p.options.map((o) => ({ ...o })) }),
     };
     props.set(def.name, def);
     return def;
@@ -180,8 +206,9 @@ export class CrmStore {
     // keeps its own values, but may not take one another record holds.
     this.refuseUniqueClash(objectType, existing ? values : { ...values, [idProperty]: id }, existing);
     if (existing) {
-      Object.assign(existing.properties, values);
-      existing.updatedAt = new Date(this.now()).toISOString();
+      const at = new Date(this.now()).toISOString();
+      Object.assign(existing.properties, values, { [modifiedProperty(objectType)]: at });
+      existing.updatedAt = at;
       existing.writtenAtMs = this.now();
       return { record: existing, isNew: false };
     }
@@ -216,9 +243,10 @@ export class CrmStore {
   readProperties(objectType: string, record: CrmRecord, asked: readonly string[]): Record<string, string | null> {
     const names = asked.length > 0 ? asked : (READ_BY_DEFAULT[objectType] ?? []);
     const known = this.props(objectType);
+    const always = readAlways(objectType);
     const out: Record<string, string | null> = {};
-    for (const name of [...names, ...READ_ALWAYS]) {
-      if (!known.has(name) && !READ_ALWAYS.includes(name)) continue; // not a property of the type: ignored
+    for (const name of [...names, ...always]) {
+      if (!known.has(name) && !always.includes(name)) continue; // not a property of the type: ignored
       out[name] = record.properties[name] ?? null;
     }
     return out;
@@ -252,7 +280,7 @@ export class CrmStore {
     const id = String(this.nextId++);
     const record: CrmRecord = {
       id,
-      properties: { ...values, hs_object_id: id, createdate: at, lastmodifieddate: at },
+      properties: { ...values, hs_object_id: id, createdate: at, [modifiedProperty(objectType)]: at },
       createdAt: at,
       updatedAt: at,
       archived: false,
@@ -330,6 +358,10 @@ export class CrmStore {
         error: "PROPERTY_DOESNT_EXIST",
         name,
       }));
+    for (const [name, value] of Object.entries(values)) {
+      const refused = refusedOption(known.get(name), value);
+      if (refused) invalid.push({ isValid: false, message: refused, error: "INVALID_OPTION", name });
+    }
     const email = values.email;
     if (objectType === "contacts" && email && !/^[^@\s]+@[^@\s]+\.[^@\s.]+$/.test(email))
       invalid.push({
@@ -362,6 +394,20 @@ export class CrmStore {
     }
     return p;
   }
+}
+
+/**
+ * HubSpot's words for a value not among an enumeration's options, as it answered in
+ * gregorspan/csc-frodx#21 ("reports was not one of the allowed options: [PRODUCT_ISSUE,
+ * BILLING_ISSUE, …]"); undefined when the value is taken. Multiple checkboxes (`fieldType:
+ * checkbox`) take several values joined by ";", each checked; an empty value clears.
+ */
+function refusedOption(def: PropertyDef | undefined, value: string): string | undefined {
+  if (def?.type !== "enumeration" || !def.options?.length || value === "") return undefined;
+  const allowed = def.options.map((o) => o.value);
+  const given = def.fieldType === "checkbox" ? value.split(";") : [value];
+  const wrong = given.find((v) => !allowed.includes(v));
+  return wrong === undefined ? undefined : `${wrong} was not one of the allowed options: [${allowed.join(", ")}]`;
 }
 
 /**

@@ -2,8 +2,8 @@
  * A local HubSpot for the CRM v3 subset idem uses, spoken to through the real
  * @hubspot/api-client: objects create / get (with idProperty and `archived`) / archive (DELETE,
  * 204) / batch upsert / search, and the properties API (create, read, delete) with unique-value properties. Errors carry
- * HubSpot's JSON (`status`, `message`, `category`, `correlationId`); 429s carry `policyName` and
- * the X-HubSpot-RateLimit headers. A batch upsert whose input HubSpot refuses (a validation
+ * HubSpot's JSON (`status`, `message`, `category`, `correlationId`); 429s carry `policyName`.
+ * Every answer of HubSpot's carries the X-HubSpot-RateLimit headers (hubspot-rate-limits.ts). A batch upsert whose input HubSpot refuses (a validation
  * error) is answered 207 Multi-Status, `{ status, results: [], numErrors, errors }`, as HubSpot
  * answers it even for a single input (a create answers the same refusal 400).
  *
@@ -27,6 +27,7 @@ import { EventEmitter } from "node:events";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
 import { TricklingAnswers } from "../trickle.js";
+import { RateLimitHeaders } from "./hubspot-rate-limits.js";
 import {
   CrmStore,
   HubSpotFailure,
@@ -69,14 +70,20 @@ export class HubSpotSandbox {
   indexLagMs: number;
   private readonly token: string;
   private server: Server | undefined;
+  private skewMs = 0;
+  private readonly limits: RateLimitHeaders;
 
   constructor(options: HubSpotSandboxOptions = {}) {
     this.token = options.accessToken ?? "pat-sandbox-idem";
     this.indexLagMs = options.indexLagMs ?? 0;
-    this.crm = new CrmStore(
-      () => Date.now(),
-      () => this.indexLagMs,
-    );
+    const now = () => Date.now() + this.skewMs;
+    this.crm = new CrmStore(now, () => this.indexLagMs);
+    this.limits = new RateLimitHeaders(now);
+  }
+
+  /** Moves HubSpot's clock forward (record times, search lag, rate-limit windows), as time passing would. */
+  advance(ms: number): void {
+    this.skewMs += ms;
   }
 
   /**
@@ -138,35 +145,25 @@ export class HubSpotSandbox {
       "bad_gateway",
       "not_found_page",
     ]);
+    // HubSpot's answers carry its rate-limit headers (hubspot-rate-limits.ts); a page in front of it does not.
+    const limits = before?.kind === "not_found_page" ? {} : this.limits.count(before?.kind === "rate_limit");
+    const reply = (status: number, body: unknown, headers: Record<string, string> = {}) =>
+      send(res, status, body, { ...limits, ...headers });
     if (before?.kind === "rate_limit") {
       record(429);
-      return send(
-        res,
+      return reply(
         429,
         {
           ...error("You have reached your ten_secondly_rolling limit.", "RATE_LIMIT", "RATE_LIMITS"),
           errorType: "RATE_LIMIT",
           policyName: "TEN_SECONDLY_ROLLING",
         },
-        {
-          // As HubSpot's usage guidelines describe them: Max requests per window of
-          // Interval-Milliseconds (the ten-secondly rolling window), Remaining in it; the Secondly
-          // pair is deprecated but still sent; Daily for private apps' tokens.
-          "x-hubspot-ratelimit-interval-milliseconds": "10000",
-          "x-hubspot-ratelimit-max": "100",
-          "x-hubspot-ratelimit-remaining": "0",
-          "x-hubspot-ratelimit-secondly": "10",
-          "x-hubspot-ratelimit-secondly-remaining": "0",
-          "x-hubspot-ratelimit-daily": "250000",
-          "x-hubspot-ratelimit-daily-remaining": "249000",
-          ...(before.retryAfterSec !== undefined && { "retry-after": String(before.retryAfterSec) }),
-        },
+        before.retryAfterSec !== undefined ? { "retry-after": String(before.retryAfterSec) } : {},
       );
     }
     if (before?.kind === "missing_scopes") {
       record(403);
-      return send(
-        res,
+      return reply(
         403,
         error(
           "This app hasn't been granted all required scopes to make this call.",
@@ -177,17 +174,17 @@ export class HubSpotSandbox {
     }
     if (before?.kind === "locked") {
       record(423);
-      return send(res, 423, error("The resource is locked; retry in 2 seconds", "LOCKED", "LOCKED"));
+      return reply(423, error("The resource is locked; retry in 2 seconds", "LOCKED", "LOCKED"));
     }
     if (before?.kind === "migrating") {
       record(477);
-      return send(res, 477, error("This account is being migrated", "MIGRATION_IN_PROGRESS", "MIGRATION"), {
+      return reply(477, error("This account is being migrated", "MIGRATION_IN_PROGRESS", "MIGRATION"), {
         "retry-after": String(before.retryAfterSec ?? 60),
       });
     }
     if (before?.kind === "bad_gateway") {
       record(502);
-      return send(res, 502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+      return reply(502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
     }
     if (before?.kind === "not_found_page") {
       // Not HubSpot's answer (its JSON, category OBJECT_NOT_FOUND): a proxy's or gateway's page.
@@ -205,7 +202,7 @@ export class HubSpotSandbox {
     } catch (e) {
       if (!(e instanceof HubSpotFailure)) throw e;
       record(e.status);
-      return send(res, e.status, e.body);
+      return reply(e.status, e.body);
     }
     if (committed) this.events.emit("commit", committed);
     const after = this.faults.take(method, path, [
@@ -217,15 +214,15 @@ export class HubSpotSandbox {
     ]);
     if (after?.kind === "bad_gateway_after_commit") {
       record(502);
-      return send(res, 502, error("Bad gateway", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+      return reply(502, error("Bad gateway", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
     }
     if (after?.kind === "conflict_after_commit" && (after.status === 400 || after.status === 207)) {
       const refused = uniqueValueRefusal(committed?.objectType ?? "record", this.clashedProperty(body, committed));
       record(after.status);
-      if (after.status === 400) return send(res, 400, refused);
+      if (after.status === 400) return reply(400, refused);
       const { status, category, message } = refused;
       const now = new Date().toISOString();
-      return send(res, 207, {
+      return reply(207, {
         status: "COMPLETE",
         results: [],
         numErrors: 1,
@@ -236,8 +233,7 @@ export class HubSpotSandbox {
     }
     if (after?.kind === "conflict_after_commit") {
       record(409);
-      return send(
-        res,
+      return reply(
         409,
         error(
           `A record with this unique value already exists. Existing ID: ${committed?.record.id}`,
@@ -253,11 +249,16 @@ export class HubSpotSandbox {
     }
     if (after?.kind === "trickle_after_commit") {
       record(status);
-      return this.trickling.start(res, status, { "content-type": "application/json;charset=utf-8" }, after.intervalMs);
+      return this.trickling.start(
+        res,
+        status,
+        { ...limits, "content-type": "application/json;charset=utf-8" },
+        after.intervalMs,
+      );
     }
     if (after?.kind === "delay_after_commit") await new Promise((r) => setTimeout(r, after.delayMs ?? 30_000).unref());
     record(status);
-    if (!res.destroyed && !req.socket.destroyed) send(res, status, out);
+    if (!res.destroyed && !req.socket.destroyed) reply(status, out);
   }
 
   /**
