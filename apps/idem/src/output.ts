@@ -120,6 +120,7 @@ export function printOperation(
     ["first sent", time(o.firstSentAt)],
     ["updated", time(o.updatedAt)],
     ["lease", o.leaseOwner ? `${o.leaseOwner} until ${time(o.leaseExpiresAt)}` : "-"],
+    ...lookFirstLine(o, args !== null),
     ...performedLine(o),
   ];
   for (const [k, v] of lines) console.log(`${k.padEnd(13)} ${plain(v)}`);
@@ -136,6 +137,24 @@ export function printOperation(
       `${e.reason ?? ""}${e.evidence === undefined ? "" : ` (evidence: ${e.evidence})`}`,
     ]),
   );
+}
+
+/**
+ * For an operation a person retried while its last run may have done it (`lookFirst`): what its
+ * next run does before sending, and who can make it, said where a person reads it (a reopened row
+ * would otherwise read as plain pending work, known not done).
+ */
+function lookFirstLine(o: Operation, argsStored: boolean): [string, string][] {
+  if (!o.lookFirst) return [];
+  const who = argsStored
+    ? "whoever runs it next (a call, the daemon)"
+    : "the next call that brings its args (they are not stored: the daemon cannot look)";
+  return [
+    [
+      "looks first",
+      `its last run may have done it: ${who} checks the provider before sending again (found, it is done; an action that cannot check runs on the retry's word)`,
+    ],
+  ];
 }
 
 /**

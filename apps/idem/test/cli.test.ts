@@ -83,6 +83,34 @@ for (const dialect of DIALECTS) {
       expect(JSON.parse(listed.stdout)).toEqual([expect.objectContaining({ id: reviewId, version })]);
     });
 
+    it("a retry of an operation whose last run may have done it is shown as looked up first (show, retry, ls --json)", async () => {
+      const tenant = "look-first";
+      const { operationId: id } = await ledger.run(parked, { tenant, key: ["sms", 3], args: { to: "+300" } });
+      const before = JSON.parse((await idem(["--ledger", url, "--json", "show", id, "--tenant", tenant])).stdout);
+      expect(before.operation).toMatchObject({ status: "needs_review", lookFirst: false });
+      const retried = await idem([
+        "--ledger",
+        url,
+        "retry",
+        id,
+        "--tenant",
+        tenant,
+        "--seen",
+        await versionOf(ledger, tenant, id),
+        "--reason",
+        "nothing in the SMS log",
+      ]);
+      expect(retried.code, retried.stderr).toBe(0);
+      // Before: a plain pending row, read as known not done, though its next run looks first.
+      expect(retried.stdout).toMatch(/^looks first\s+its last run may have done it: whoever runs it next/m);
+      const shown = JSON.parse((await idem(["--ledger", url, "--json", "show", id, "--tenant", tenant])).stdout);
+      expect(shown.operation).toMatchObject({ status: "pending", lookFirst: true });
+      const listed = JSON.parse((await idem(["--ledger", url, "--json", "ls", "--tenant", tenant])).stdout);
+      expect(listed).toEqual([expect.objectContaining({ id, lookFirst: true })]);
+      const human = await idem(["--ledger", url, "show", reviewId, "--tenant", "acme"]);
+      expect(human.stdout).not.toMatch(/^looks first/m);
+    });
+
     it("another tenant's operator cannot see or resolve the operation (exit 3), and nothing changes", async () => {
       const show = await idem(["--ledger", url, "show", reviewId, "--tenant", "globex"]);
       expect(show.code).toBe(3);

@@ -163,7 +163,9 @@ export class LedgerAdmin {
    * provable yet (a settle window, an index that lags), it stays pending and is looked at again;
    * proven absent, or by a lookup that never can prove it (the person's word is the proof then),
    * it runs. An action that dedupes on the key, while the provider keeps it, runs at once (the
-   * provider answers the first result); one that can neither, on the person's word.
+   * provider answers the first result); one that can neither, on the person's word. The operation
+   * shows it (`lookFirst`) until a look answers. Its args not stored, only a call that brings them
+   * can look (the daemon cannot); when that look proves nothing it comes back to a person, alerted.
    */
   async retry(verdict: Retry): Promise<Operation> {
     const context = this.#context;

@@ -13,7 +13,7 @@ import type { RunnerSettings } from "./call.js";
 import { resolutionOf } from "./row-results.js";
 import { Runner } from "./runner.js";
 import type { Resolution } from "./result.js";
-import type { HistoryEvent, IdemDatabase, OperationRow, Status } from "./schema.js";
+import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Reports } from "./reports.js";
 import type { Row, Store } from "./store.js";
 import type { Tracing } from "./tracing.js";
@@ -52,6 +52,17 @@ export interface Operation {
   readonly updatedAt: number;
   readonly completedAt: number | null;
   readonly expiresAt: number | null;
+  /**
+   * A person retried this operation while its last execution may have committed (`admin.retry` of
+   * an `unknown` one, or of a `needs_review` one that may have), and no lookup has answered since:
+   * whoever runs it next checks the provider before anything is sent again (looks the effect up, or
+   * replays the key the provider still keeps; an action that can do neither runs on the person's
+   * word). Found, it settles as succeeded. Its lookup reads the args: an operation whose args are
+   * not stored waits for a call that brings them (the daemon cannot look). True also on the
+   * `running` operation of that lookup; false once a lookup answers or the operation settles, and
+   * on a ledger before migration 0012.
+   */
+  readonly lookFirst: boolean;
 }
 
 export interface OperationEvent {
@@ -173,7 +184,7 @@ export function requireVerdict(verdict: Verdict): void {
   requireText(verdict.reason, "reason", 2_000);
 }
 
-export function toOperation(r: OperationRow): Operation {
+export function toOperation(r: Row): Operation {
   return {
     id: r.id,
     tenant: r.tenant_id,
@@ -198,6 +209,7 @@ export function toOperation(r: OperationRow): Operation {
     updatedAt: r.updated_at,
     completedAt: r.completed_at,
     expiresAt: r.expires_at,
+    lookFirst: r.look_first !== null && Number(r.look_first) === 1,
   };
 }
 

@@ -408,11 +408,21 @@ const WAITING_FOR: Record<Exclude<Status, "succeeded" | "failed">, string> = {
   pending: "it is known not done and will be run again with the same key",
 };
 
+/**
+ * Why a row a person's retry marked (`look_first`) waits: it is not known not done, and only a
+ * lookup that reads the args can settle that, which the daemon cannot make without them stored.
+ */
+function reopenedWaiting(r: Row): string {
+  if (r.status === "running") return "a worker is looking its effect up now, after a person's retry";
+  return `retried by a person, but its last execution may have committed: its effect is looked up first, where its action can be, and it runs again with the same key only if not found${r.args_json === null ? "; its args are not stored, so only a call that brings them can look (the daemon cannot)" : ""}`;
+}
+
 function outcomeOf(r: Row): RunResult<unknown> {
   if (r.status === "succeeded" || r.status === "failed") return replayOf(r);
   // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
   const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
   // Its receipt could not be stored: it happened, and a person records it (nothing to decide).
   const performed = knownPerformed(r);
-  return pending(r, (performed ? "a person must record its outcome" : WAITING_FOR[r.status]) + why, performed);
+  const waiting = r.look_first === 1 ? reopenedWaiting(r) : WAITING_FOR[r.status];
+  return pending(r, (performed ? "a person must record its outcome" : waiting) + why, performed);
 }

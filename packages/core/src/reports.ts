@@ -14,8 +14,7 @@
 import { sql, type Expression, type SqlBool } from "kysely";
 import { requireName, requireWhole } from "./keys.js";
 import type { Status } from "./schema.js";
-import type { OperationRow as Row } from "./schema.js";
-import { ROW_COLUMNS, RUNNING, type Store, type TenantActions } from "./store.js";
+import { ROW_COLUMNS, RUNNING, type Row, type Store, type TenantActions } from "./store.js";
 
 /** An operation not settled yet: what `admin.stats` counts. */
 export type UnsettledStatus = "running" | "unknown" | "pending" | "needs_review";
@@ -185,7 +184,7 @@ export class Reports {
       const [first, ...rest] = arms.map(({ read, query }, i) =>
         this.store.db
           .selectFrom(query.as(`read_${i}`))
-          .select([...ROW_COLUMNS, "age_ms", sql<number>`${sql.lit(read)}`.as("read")] as any),
+          .select([...ROW_COLUMNS, "look_first", "age_ms", sql<number>`${sql.lit(read)}`.as("read")] as any),
       );
       const union = rest.reduce((all: any, arm) => all.unionAll(arm), first);
       const rows = (await this.store.guard(undefined, union.execute())) as (Row & { age_ms: unknown; read: unknown })[];
@@ -209,7 +208,8 @@ export class Reports {
   }
 
   #listed(f: ListFilter, status: Status | undefined, limit: number) {
-    let q = this.store.db.selectFrom("idem_operations").select(ROW_COLUMNS);
+    // The mark of a person's retry, an operator reads with the row (NULL before migration 0012).
+    let q = this.store.db.selectFrom("idem_operations").select(ROW_COLUMNS).select(this.store.lookFirst());
     const tenant = status === "running" ? TENANT_VALUE : "tenant_id";
     if (typeof f.tenant === "string") q = q.where(tenant, "=", f.tenant);
     else if (f.tenant !== undefined) q = q.where(tenant, "in", [...f.tenant]);
@@ -239,6 +239,7 @@ export class Reports {
   #stuck(olderThanMs: number, limit: number, only: StuckOnly) {
     return this.#stuckRows(olderThanMs, only)
       .select(ROW_COLUMNS)
+      .select(this.store.lookFirst())
       .select(sql<number>`${this.store.now()} - updated_at`.as("age_ms"))
       .orderBy("updated_at")
       .limit(limit);

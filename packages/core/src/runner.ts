@@ -449,6 +449,12 @@ export class Runner {
       return done ? { done: failed(done, error, false) } : fenced(this.writes, call, row, "failed", found.reason);
     }
     const checkAfterMs = checkDelay(call.settings.budget.baseDelayMs, row.checks, found.retryAfterMs);
+    // Its args are not stored: the lookup reads them, so no one can look again but a later call
+    // that brings them, and the daemon never claims such a row (0011). Left pending, it waited for
+    // a call that may never come, its caller told it would be looked at again. As an unknown
+    // outcome with no stored args does, it goes to a person, alerted (who may retry it again).
+    if (reopened && row.args_json === null)
+      return this.toReview(call, row, `${REOPENED_INCONCLUSIVE} (${found.reason}), and ${NO_LOOK_WITHOUT_ARGS}`);
     if (reopened) {
       // Pending by a person's word, looked at again when due; never run before a look answers.
       const later = await this.writes.moveDurably(call, row, "pending", {
@@ -909,6 +915,10 @@ const REOPENED_FOUND =
 /** ... and when it proves nothing yet. */
 const REOPENED_INCONCLUSIVE =
   "retried by a person, but its last execution may have committed: its effect is looked up first, and the lookup proved nothing yet";
+
+/** Why a person's retry whose args are not stored is back with a person after a look that proved nothing. */
+const NO_LOOK_WITHOUT_ARGS =
+  "its args are not stored, so only a call that brings them can look again (the daemon cannot); a person must decide: resolve it, or retry it again for the next such call";
 
 /** Tells this process's calls apart from another's under the same owner (a restarted worker). */
 const PROCESS_TAG = randomUUID().slice(0, 8);

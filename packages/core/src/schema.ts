@@ -103,8 +103,9 @@ export interface IdemDatabase {
 }
 
 /**
- * A row as the ledger lists it: everything but the history, which only `events` reads, the
- * retention, which only a completion reads, and `look_first`, which only the reads a decision is
- * made on (store.ts `Row`) hold.
+ * The columns read by name (store.ts `ROW_COLUMNS`): everything but the history, which only
+ * `events` reads, the retention, which only a completion reads, and `look_first`, which a ledger
+ * opened without migrating may lack (before 0012): every read selects it as `Store.lookFirst()`,
+ * NULL in its place there, and store.ts `Row` adds it.
  */
 export type OperationRow = Omit<OperationsTable, "history" | "history_elided" | "retention_ms" | "look_first">;

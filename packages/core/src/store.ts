@@ -18,7 +18,7 @@ import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
 import { TAKEOVER_FROM } from "./policy.js";
 import type { HistoryEvent, IdemDatabase, OperationRow, OperationsTable, Status } from "./schema.js";
 
-/** A row as a decision reads it: what lists read, and whether a person's retry asks for a look first. */
+/** A row as the ledger reads it: its named columns, and whether a person's retry asks for a look first. */
 export type Row = OperationRow & Pick<OperationsTable, "look_first">;
 
 /** Fields a transition may set besides status. */
@@ -1278,10 +1278,11 @@ export class Store {
     return released;
   }
 
-  async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<OperationRow[]> {
+  async alertsDue(limit: number, after?: { updatedAt: number; id: string }): Promise<Row[]> {
     let q = this.db
       .selectFrom("idem_operations")
       .select(ROW_COLUMNS)
+      .select(this.lookFirst())
       .where("alert_pending", "=", sql.lit(1))
       .orderBy("updated_at")
       .orderBy("id")

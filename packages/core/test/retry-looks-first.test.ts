@@ -10,10 +10,11 @@
  * runs at once. Each test failed first: two effects at the provider.
  */
 import { describe, expect, it } from "vitest";
-import { sql } from "kysely";
-import { defineAction, type Ledger } from "@idem/core";
+import { Migrator, sql } from "kysely";
+import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { DIALECTS } from "@idem/testkit";
+import { DIALECTS, freshDatabase } from "@idem/testkit";
+import { migrationProvider } from "../src/migrations/index.js";
 import { ProviderError } from "./support/provider.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 
@@ -80,7 +81,7 @@ for (const dialect of DIALECTS) {
   describe(`a person's retry of an outcome that may have committed, ${dialect}`, () => {
     const db = ledgers(dialect);
 
-    async function unknownOutcome(server: ReturnType<typeof mailServer>) {
+    async function unknownOutcome(server: ReturnType<typeof mailServer>, storeArgs = true) {
       let now = Date.now();
       const ledger: Ledger = await db.open({
         clock: () => now,
@@ -88,7 +89,7 @@ for (const dialect of DIALECTS) {
         budget: { attempts: 1 },
       });
       const tenant = uniqueTenant();
-      const first = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      const first = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" }, storeArgs });
       expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
       return { ledger, tenant, id: first.operationId, advance: (ms: number) => (now += ms) };
     }
@@ -190,6 +191,100 @@ for (const dialect of DIALECTS) {
         expect(out, lookup).toMatchObject({ status: "succeeded", receipt: { id: "msg_2" } });
         expect(server.lookups(), lookup).toBe(1);
         expect(server.landed).toHaveLength(1);
+      }
+    });
+
+    it("the mark is shown: the retry's answer, get, lists and status say the next run looks first, until a look answers", async () => {
+      const server = mailServer("settling");
+      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      expect((await ledger.get({ tenant, id })).operation.lookFirst).toBe(false); // unknown: not a person's retry
+      advance(1_000);
+      const back = await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+      // Before: a reopened row read as plain pending work, known not done, until its first look.
+      expect(back).toMatchObject({ status: "pending", lookFirst: true });
+      expect((await ledger.get({ tenant, id })).operation.lookFirst).toBe(true);
+      expect(await ledger.admin.list({ tenant, status: "pending" })).toEqual([
+        expect.objectContaining({ id, lookFirst: true }),
+      ]);
+      const { lists } = await ledger.admin.readAtOnce({ lists: [{ tenant, status: ["pending", "unknown"] }] });
+      expect(lists[0]).toEqual([expect.objectContaining({ id, lookFirst: true })]);
+      const told = await ledger.status({ tenant, id });
+      expect(told).toMatchObject({ status: "pending_verification", state: "pending" });
+      expect((told as { reason: string }).reason).toMatch(/may have committed: its effect is looked up first/);
+      expect((told as { reason: string }).reason).not.toMatch(/known not done/);
+      // A look that proves nothing keeps the mark; the one that finds the effect settles it.
+      await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "pending", lookFirst: true });
+      server.land();
+      advance(SETTLE_MS);
+      await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+      expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "succeeded", lookFirst: false });
+      expect(server.sends()).toBe(1);
+    });
+
+    it("args not stored: the daemon cannot look, so a caller's look that proves nothing goes to a person, not left pending for nobody", async () => {
+      const server = mailServer("settling");
+      const { ledger, tenant, id, advance } = await unknownOutcome(server, false);
+      advance(1_000);
+      const back = await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+      expect(back).toMatchObject({ status: "pending", lookFirst: true });
+      // Only a call with the args can look (the lookup reads them): said so, and nothing claimed.
+      const told = (await ledger.status({ tenant, id })) as { reason: string };
+      expect(told.reason).toMatch(/args are not stored/);
+      expect(await ledger.daemon.claimDue({ limit: 10, claimMs: 1_000 })).toEqual([]);
+      const again = await ledger.run(server.action, {
+        tenant,
+        key: ["invoice", "1"],
+        args: { to: "x" },
+        storeArgs: false,
+      });
+      expect(server.sends()).toBe(1);
+      expect(server.lookups()).toBe(1);
+      // Before: pending, "looked at again later", due for a daemon that never claims it (0011).
+      expect(again, JSON.stringify(again)).toMatchObject({
+        status: "pending_verification",
+        state: "needs_review",
+        reason: expect.stringMatching(/args are not stored/),
+      });
+      expect(await alerted(ledger, tenant, id)).toBe(1);
+      // The person may retry again: still looked up first, and found once it landed.
+      server.land();
+      advance(SETTLE_MS);
+      await ledger.admin.retry({ tenant, id, actor: "alice", reason: "a caller will bring the args" });
+      expect(
+        await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" }, storeArgs: false }),
+      ).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
+      expect(server.landed).toHaveLength(1);
+      expect(server.sends()).toBe(1);
+    });
+
+    it("on a ledger before migration 0012 (opened without migrating) every operation reads lookFirst false", async () => {
+      const url = await freshDatabase(dialect);
+      const bare = await openLedger(url, { migrate: false });
+      try {
+        await new Migrator({
+          db: databaseOf(bare),
+          migrationTableName: "idem_migration",
+          migrationLockTableName: "idem_migration_lock",
+          provider: migrationProvider(dialect),
+        }).migrateTo("0011-due-rows-have-args");
+        const server = mailServer("settling");
+        const ledger = await openLedger(url, { migrate: false, actions: [server.action], budget: { attempts: 1 } });
+        try {
+          const tenant = uniqueTenant();
+          const out = await ledger.run(server.action, { tenant, key: ["old"], args: { to: "x" } });
+          expect(out).toMatchObject({ state: "unknown" });
+          const id = out.operationId;
+          expect((await ledger.get({ tenant, id })).operation.lookFirst).toBe(false);
+          expect((await ledger.admin.list({ tenant }))[0]).toMatchObject({ id, lookFirst: false });
+          const { lists } = await ledger.admin.readAtOnce({ lists: [{ tenant, status: "unknown" }] });
+          expect(lists[0]).toEqual([expect.objectContaining({ id, lookFirst: false })]);
+          expect(await ledger.status({ tenant, id })).toMatchObject({ state: "unknown" });
+        } finally {
+          await ledger.close();
+        }
+      } finally {
+        await bare.close();
       }
     });
 
