@@ -469,8 +469,13 @@ describe("Stripe sandbox confirmation and test payment methods", () => {
     const err = await failure(client.paymentIntents.create(args, { idempotencyKey }));
     expect(err).toBeInstanceOf(Stripe.errors.StripeCardError);
     expect(err).toMatchObject({ statusCode: 402, code: "card_declined", decline_code: "insufficient_funds" });
-    // The card it was tried on is named by the error and on the intent, which itself waits for another.
-    const card = { id: "pm_card_chargeDeclinedInsufficientFunds", object: "payment_method" };
+    // The card it was tried on is named by the error and on the intent, which itself waits for another:
+    // the payment method Stripe made for the test card's name, with the card's details.
+    const card = {
+      id: expect.stringMatching(/^pm_(?!card_)/),
+      object: "payment_method",
+      card: { brand: "visa", last4: "9995" },
+    };
     expect(err?.payment_method).toMatchObject(card);
     expect(err?.payment_intent).toMatchObject({
       status: "requires_payment_method",
@@ -494,9 +499,81 @@ describe("Stripe sandbox confirmation and test payment methods", () => {
       status: "requires_payment_method",
       last_payment_error: null,
     });
-    expect(await client.paymentIntents.update(id, { payment_method: "pm_card_visa" })).toMatchObject({
-      status: "requires_confirmation",
-      payment_method: "pm_card_visa",
+    const updated = await client.paymentIntents.update(id, { payment_method: "pm_card_visa" });
+    expect(updated).toMatchObject({ status: "requires_confirmation", payment_method: expect.stringMatching(/^pm_/) });
+    expect(updated.payment_method).not.toBe("pm_card_visa");
+  });
+
+  it("makes a payment method of its own for each use of a test card's name, retrievable with the card's details", async () => {
+    // docs.stripe.com/testing: `pm_card_visa` names a kind of test card; each request that names it
+    // gets a new PaymentMethod (pm_…), as a card collected by Stripe.js would be. Before, the
+    // sandbox kept the name as the intent's payment_method, which Stripe never does.
+    const a = await client.paymentIntents.create(card, { idempotencyKey: key() });
+    const b = await client.paymentIntents.create(card, { idempotencyKey: key() });
+    const ids = [a.payment_method, b.payment_method];
+    for (const id of ids) expect(id).toMatch(/^pm_(?!card_)/);
+    expect(ids[0]).not.toBe(ids[1]);
+    expect(await client.paymentMethods.retrieve(ids[0] as string)).toMatchObject({
+      id: ids[0],
+      object: "payment_method",
+      type: "card",
+      card: { brand: "visa", last4: "4242" },
+      customer: null,
+    });
+    // The same request replayed under its key names the same payment method, made once.
+    const idempotencyKey = key();
+    const first = await client.paymentIntents.create(card, { idempotencyKey });
+    const made = sandbox.count("payment_methods");
+    expect((await client.paymentIntents.create(card, { idempotencyKey })).payment_method).toBe(first.payment_method);
+    expect(sandbox.count("payment_methods")).toBe(made);
+    // A name Stripe has no test card for is refused before anything runs, as an unknown id is.
+    const unknown = await failure(
+      client.paymentIntents.create({ ...card, payment_method: "pm_card_nonesuch" }, { idempotencyKey: key() }),
+    );
+    expect(unknown).toMatchObject({ statusCode: 400, code: "resource_missing", param: "payment_method" });
+  });
+
+  it("makes the payment method of payment_method_data for the request: a card by number or a test token, its billing details as given", async () => {
+    const billing_details = { name: "Bob", email: "bob@example.com" };
+    const byNumber = await client.paymentIntents.create(
+      {
+        amount: 1500,
+        currency: "eur",
+        confirm: true,
+        automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+        payment_method_data: {
+          type: "card",
+          card: { number: "4000 0566 5566 5556", exp_month: 12, exp_year: 34, cvc: "123" },
+          billing_details,
+        } as unknown as Stripe.PaymentIntentCreateParams.PaymentMethodData,
+      },
+      { idempotencyKey: key() },
+    );
+    expect(byNumber).toMatchObject({ status: "succeeded", payment_method: expect.stringMatching(/^pm_/) });
+    expect(await client.paymentMethods.retrieve(byNumber.payment_method as string)).toMatchObject({
+      type: "card",
+      card: { last4: "5556", exp_month: 12, exp_year: 2034 },
+      billing_details,
+    });
+    const byToken = await failure(
+      client.paymentIntents.create(
+        {
+          amount: 1500,
+          currency: "eur",
+          confirm: true,
+          automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+          payment_method_data: {
+            type: "card",
+            card: { token: "tok_chargeDeclined" },
+          } as unknown as Stripe.PaymentIntentCreateParams.PaymentMethodData,
+        },
+        { idempotencyKey: key() },
+      ),
+    );
+    expect(byToken).toMatchObject({
+      statusCode: 402,
+      code: "card_declined",
+      payment_method: { card: { last4: "0002" } },
     });
   });
 

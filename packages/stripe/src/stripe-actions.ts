@@ -115,10 +115,14 @@ export function stripeActions(config: StripeConfig): StripeActions {
       providerReference: (_args: A, op: { key: string }) => `idempotency-key:${op.key}`,
       // A create's object id: a request deduped on our key answers the first one's object, a second
       // effect is another object. A lookup's receipt (no request id) and the request's own late
-      // answer naming one object are one effect, not alerted as two. Not a generic POST's: one
-      // that updates an object (adds lines to an invoice) names the same object every time it
-      // takes effect, and two such effects must stay alerted.
-      ...(object !== undefined && { effectId: (receipt: StripeReceipt) => receipt.id }),
+      // answer naming one object are one effect, not alerted as two; a lookup that found several
+      // names each (`others`, alerted once as two effects), and a late answer naming one of them
+      // is that incident again. Not a generic POST's: one that updates an object (adds lines to
+      // an invoice) names the same object every time it takes effect, and two such effects must
+      // stay alerted.
+      ...(object !== undefined && {
+        effectId: (receipt: StripeReceipt) => (receipt.others?.length ? [receipt.id, ...receipt.others] : receipt.id),
+      }),
     };
     const dedupe = { retentionMs: STRIPE_KEY_RETENTION_MS };
     return lookup

@@ -12,6 +12,13 @@ export interface StripeReceipt {
   readonly requestId: string | null;
   /** Stripe answered from its idempotency cache (`Idempotent-Replayed: true`). */
   readonly replayed: boolean;
+  /**
+   * The other objects with our key a lookup found made while our requests could run, when it
+   * found more than one (settled with `twice`, a person alerted): each another effect. The
+   * action's `effectId` names them with `id`, so that a request's late answer naming one of them
+   * is that same incident, not alerted again. Absent otherwise.
+   */
+  readonly others?: readonly string[];
 }
 
 export function toReceipt(

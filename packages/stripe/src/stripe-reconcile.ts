@@ -19,6 +19,7 @@ import type Stripe from "stripe";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { evidenceOf } from "./stripe-classify.js";
 import { deadlineWorded } from "./stripe-http-client.js";
+import { idOf, namedCard, otherInlineMethod } from "./stripe-payment-methods.js";
 import { METADATA_KEY, toReceipt, type StripeReceipt } from "./stripe-receipt.js";
 
 type Found = { id: string; object: string; status?: string | null; created?: number };
@@ -165,18 +166,15 @@ async function listAround<A>(
 /** What a payment intent's lookup reads of the args: the list's filter, and what the confirmation asked. */
 type IntentArgs = Pick<
   Stripe.PaymentIntentCreateParams,
-  "customer" | "confirm" | "payment_method" | "error_on_requires_action" | "off_session" | "amount" | "currency"
+  | "customer"
+  | "confirm"
+  | "payment_method"
+  | "payment_method_data"
+  | "error_on_requires_action"
+  | "off_session"
+  | "amount"
+  | "currency"
 >;
-
-/**
- * Stripe's test payment methods (`pm_card_visa`, docs.stripe.com/testing): each names a kind of
- * test card, for which Stripe makes a new payment method with an id of its own, so the intent
- * never carries the name given. Test mode only: live requests name real payment methods.
- */
-const TEST_PAYMENT_METHOD = /^pm_card_/;
-
-/** An id as Stripe renders a reference: the id, or the expanded object's. */
-const idOf = (ref: unknown): unknown => (ref !== null && typeof ref === "object" ? (ref as { id?: unknown }).id : ref);
 
 /**
  * Why an intent carrying our key is not this operation's, if it asks for another amount or
@@ -209,16 +207,11 @@ function otherCharge(found: Found, args: IntentArgs | undefined): string | undef
   // The card, as the customer: only when the args name one (an intent made without one is paid
   // with the customer's own, whichever). A declined confirmation leaves the intent without one,
   // the card it was made with named on its `last_payment_error` (as an authentication that failed
-  // does). A test payment method's name is never the intent's (TEST_PAYMENT_METHOD): not compared.
-  const card: unknown = args?.payment_method;
+  // does). A test payment method's name is never the intent's (namedCard): not compared. A card
+  // given inline is compared by what Stripe keeps of it (the judge: it takes a read).
+  const card = namedCard(args?.payment_method);
   const madeWith = idOf(pi.payment_method) ?? idOf(pi.last_payment_error?.payment_method);
-  if (
-    typeof card === "string" &&
-    card !== "" &&
-    !TEST_PAYMENT_METHOD.test(card) &&
-    typeof madeWith === "string" &&
-    madeWith !== card
-  )
+  if (card !== undefined && typeof madeWith === "string" && madeWith !== card)
     return `found the payment intent ${found.id} with our key, made with the payment method ${madeWith} where this operation names ${card}: an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard`;
   // stripe-node form-encodes its params, so a caller's "2000" is the amount 2000 too.
   const asked: unknown = args?.amount;
@@ -280,7 +273,20 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
   // confirmation was declined cannot be told, and a person decides. Without confirm, whatever
   // became of the intent since is its customer's doing.
   judge: async (stripe, found, args) => {
-    const other = otherCharge(found, args);
+    const asFound = found as Found & {
+      payment_method?: unknown;
+      last_payment_error?: { payment_method?: unknown } | null;
+    };
+    const other =
+      otherCharge(found, args) ??
+      (namedCard(args?.payment_method) === undefined
+        ? await otherInlineMethod(
+            stripe,
+            found.id,
+            asFound.payment_method ?? asFound.last_payment_error?.payment_method,
+            args?.payment_method_data,
+          )
+        : undefined);
     if (other) return { found: false, proof: "never", reason: other };
     if (!stripeTrue(args?.confirm)) return undefined;
     const unpaid = ["requires_payment_method", "requires_confirmation", "requires_action", "canceled"];
@@ -293,12 +299,13 @@ export const searchPaymentIntents: Lookup<IntentArgs> = {
     const authFailed = status === "requires_payment_method" && e?.code === "payment_intent_authentication_failure";
     if (status === "requires_action" || authFailed) {
       // The card asked to authenticate: the one on the intent, or the one whose authentication failed.
-      const pm = authFailed ? e?.payment_method : pi.payment_method;
-      const card = typeof pm === "string" ? pm : pm?.id;
+      // A test card's name is never the intent's (namedCard): not compared, as in otherCharge.
+      const card = idOf(authFailed ? e?.payment_method : pi.payment_method);
+      const named = namedCard(args.payment_method);
       const off: unknown = args.off_session;
       const failFast =
         stripeTrue(args.error_on_requires_action) || (off !== undefined && off !== false && off !== "false");
-      if (!failFast && (typeof args.payment_method !== "string" || card === args.payment_method))
+      if (!failFast && (named === undefined || card === named))
         return { found: true, receipt: toReceipt(pi, null, false) };
       const seen = authFailed
         ? `whose customer failed to authenticate the payment since (${e?.code})`
@@ -551,14 +558,19 @@ async function withListed<A>(
 
 /** How many of the objects in our window are judged (each may cost a read): the rest are named only. */
 const JUDGED = 5;
+/**
+ * How many of the other objects a receipt names (`others`): a late answer naming one past them is
+ * alerted again (a person told twice, never not at all), and the receipt stays small.
+ */
+const NAMED_OTHERS = 20;
 
 /**
  * The objects found with our key in our window: the effect, or what its lookup's judge makes of it
  * (a refusal, a person's question). More than one is more than one effect (Stripe dedupes a key it
  * still holds, so a second object with it came from a request made after it forgot the key, or not
- * by us): settled as found with the oldest taken as ours (nothing runs again), and `twice` naming
- * each so that a person is alerted; or, when none is judged this operation's effect, a person's
- * question naming each. Never one of them in silence.
+ * by us): settled as found with the oldest taken as ours (nothing runs again), its receipt naming
+ * the others (`others`), and `twice` naming each so that a person is alerted; or, when none is
+ * judged this operation's effect, a person's question naming each. Never one of them in silence.
  */
 async function answerOf<A>(
   stripe: Stripe,
@@ -582,7 +594,14 @@ async function answerOf<A>(
   const more = found.length > JUDGED ? `, and ${found.length - JUDGED} more` : "";
   const what = `${found.length} ${found[0]!.object} objects carry our key, created while our requests could run (${named}${more})`;
   const ours = verdicts.find((v) => v.found);
-  if (ours?.found) return { found: true, receipt: ours.receipt, twice: what };
+  if (ours?.found) {
+    // The receipt names the others too: a late answer naming one is this incident, alerted once.
+    const others = found
+      .map((o) => o.id)
+      .filter((id) => id !== ours.receipt.id)
+      .slice(0, NAMED_OTHERS);
+    return { found: true, receipt: { ...ours.receipt, others }, twice: what };
+  }
   const why = verdicts.map((v) => (v.found ? "" : v.reason)).join("; ");
   return { found: false, proof: "never", reason: `${what}: ${why}; look at them in the dashboard` };
 }

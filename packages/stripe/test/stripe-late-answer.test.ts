@@ -8,6 +8,7 @@
  * counted at the target: the sandbox's payment intents with our key.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { operationKey } from "@idem/core";
 import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
 import { StripeSandbox } from "@idem/sandbox";
 import { DIALECTS, gatedProxy, ledgersFor, scaled } from "@idem/testkit";
@@ -37,27 +38,37 @@ for (const dialect of DIALECTS) {
     /**
      * Holds the create's answer (`hold: "answer"`: the intent is made now) or the create itself
      * (`"request"`: made on release); meanwhile, a day on, the daemon settles the operation by
-     * lookup; then lets the create go on. `meanwhile` runs before the lookup, with our key.
+     * lookup; then lets the create go on. `meanwhile` runs before the lookup, with our key;
+     * `before`, with our key too, before the operation begins. `ack`: the alert of the lookup's
+     * settlement is delivered (acknowledged, as the daemon's sinks do) before the answer goes on.
      */
-    async function lateCreate(hold: "answer" | "request", meanwhile?: (key: string) => Promise<void>) {
+    async function lateCreate(
+      hold: "answer" | "request",
+      meanwhile?: (key: string) => Promise<void>,
+      { before, ack = false }: { before?: (key: string) => Promise<void>; ack?: boolean } = {},
+    ) {
       const proxy = await gatedProxy(server.url, { method: "POST", path: "/v1/payment_intents", hold });
       try {
         const s = stripe(proxy.port);
         let skew = 0;
         const l = await db.open({ clock: () => Date.now() + skew, actions: [s.paymentIntentsCreate] });
         const tenant = `late-${Math.random().toString(36).slice(2, 8)}`;
-        const run = l.run(s.paymentIntentsCreate, { tenant, key: ["order", "late"], args: CARD });
+        const parts = ["order", "late"];
+        await before?.(operationKey({ tenant, action: s.paymentIntentsCreate.type, parts }).hash);
+        const run = l.run(s.paymentIntentsCreate, { tenant, key: parts, args: CARD });
         await proxy.held;
         const [op] = await l.admin.list({ tenant });
         await meanwhile?.(op!.key);
         skew += 25 * HOUR; // its lease long gone, and Stripe's key window: settled by Search, not a replay
         const found = await l.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        const alertedAtSettle = (await l.daemon.alertsDue({ limit: 1_000 })).find((a) => a.id === op!.id);
+        if (ack && alertedAtSettle) await l.daemon.ackAlert(alertedAtSettle);
         proxy.release();
         const caller = await run;
         const { operation, events } = await l.get({ tenant, id: op!.id });
         const alerted = (await l.daemon.alertsDue({ limit: 1_000 })).some((a) => a.id === op!.id);
         const twoEffects = [operation.reason, ...events.map((e) => e.reason)].some((r) => /two effects/.test(r ?? ""));
-        return { key: op!.key, found, caller, operation, alerted, twoEffects };
+        return { key: op!.key, found, caller, operation, alerted, alertedAtSettle: !!alertedAtSettle, twoEffects };
       } finally {
         await proxy.close();
       }
@@ -96,6 +107,39 @@ for (const dialect of DIALECTS) {
         alerted: out.alerted,
         twoEffects: out.twoEffects,
       }).toEqual({ status: "succeeded", id: first, alerted: true, twoEffects: true });
+    });
+
+    it("the lookup found two intents with our key, ours among them, and its answer comes late: one incident, alerted once; the receipt names both", async () => {
+      const other = stripe(server.port).client;
+      let earlier = "";
+      const out = await lateCreate("answer", undefined, {
+        // Made out of band with our key just before our request (another process): older than ours.
+        before: async (key) => {
+          earlier = (await other.paymentIntents.create({ ...CARD, metadata: { idem_operation: key } })).id;
+        },
+        ack: true,
+      });
+      const intents = intentsWith(out.key).map((pi) => pi.id);
+      expect(intents).toHaveLength(2);
+      const ours = intents.find((id) => id !== earlier)!;
+      // The lookup settled on the older and alerted both: the incident, told once. Before: alerted
+      // again once acknowledged ("two effects: attempt 1's request took effect too …") for the
+      // second intent the first alert already named.
+      expect({
+        alertedAtSettle: out.alertedAtSettle,
+        status: out.operation.status,
+        reason: out.operation.reason,
+        alerted: out.alerted,
+      }).toEqual({
+        alertedAtSettle: true,
+        status: "succeeded",
+        reason: expect.stringMatching(new RegExp(`^two effects: the lookup found .*${earlier}.*${ours}`)),
+        alerted: false,
+      });
+      // The receipt recorded and replayed names both; the late caller is told its own request's.
+      expect(out.found).toMatchObject({ status: "succeeded", receipt: { id: earlier, others: [ours] } });
+      expect(out.operation.result).toMatchObject({ id: earlier, others: [ours] });
+      expect(out.caller).toMatchObject({ status: "succeeded", receipt: { id: ours } });
     });
   });
 }

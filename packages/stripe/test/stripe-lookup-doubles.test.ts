@@ -89,5 +89,32 @@ for (const dialect of DIALECTS) {
         /made with the payment method pm_1BobsVisa where this operation names pm_1AlicesVisa/,
       );
     });
+
+    it("an intent with our key made with another card given inline: not this operation's charge, a person decides", async () => {
+      // As above, the card given inline (payment_method_data): Stripe makes a new payment method
+      // from it for each request, so only what it keeps of the card tells them apart.
+      const s = stripe();
+      const l = await ledger({ retentionMs: 60_000, actions: [s.paymentIntentsCreate] });
+      const t = tenant(dialect);
+      const key = ["charge", "in_8"];
+      const inline = (number: string) =>
+        ({
+          ...CARD,
+          payment_method: undefined,
+          payment_method_data: { type: "card", card: { number, exp_month: 12, exp_year: 2034, cvc: "123" } },
+        }) as unknown as typeof CARD;
+      expect((await l.run(s.paymentIntentsCreate, { tenant: t, key, args: inline("4242424242424242") })).status).toBe(
+        "succeeded",
+      );
+      advance(2 * 60_000);
+      expect(await l.admin.prune({ tenant: t })).toBe(1);
+      const before = sandbox.count("payment_intents");
+      const again = await l.run(s.paymentIntentsCreate, { tenant: t, key, args: inline("5555555555554444") });
+      expect(sandbox.count("payment_intents") - before).toBe(0); // the other card was never charged
+      // Before: { status: "succeeded", receipt: the first card's intent }.
+      expect(again).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const { operation } = await l.get({ tenant: t, id: again.operationId });
+      expect(operation.reason).toMatch(/\(the card ending 4242\), not the card this operation gives inline/);
+    });
   });
 }

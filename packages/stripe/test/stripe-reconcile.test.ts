@@ -201,16 +201,19 @@ describe("an intent with our key made with another payment method than the args 
   it("declined on another card (the card on its last_payment_error): a person decides, not read as our decline", async () => {
     const s = stripe();
     const key = newKey();
-    await expect(
-      s.client.paymentIntents.create({
+    const declined = await s.client.paymentIntents
+      .create({
         amount: 2000,
         currency: "usd",
         payment_method: "pm_card_chargeDeclined",
         confirm: true,
         automatic_payment_methods: { enabled: true, allow_redirects: "never" },
         metadata: { idem_operation: key },
-      }),
-    ).rejects.toMatchObject({ code: "card_declined" });
+      })
+      .catch((e: { code?: string; payment_method?: { id: string } }) => e);
+    expect(declined).toMatchObject({ code: "card_declined" });
+    // The payment method Stripe made for the test card's name, named on the intent's last_payment_error.
+    const tried = (declined as { payment_method: { id: string } }).payment_method.id;
     const out = await s.paymentIntentsCreate.reconcile!(
       { amount: 2000, currency: "usd", payment_method: "pm_1AlicesVisa", confirm: true },
       op(key, at()),
@@ -219,10 +222,59 @@ describe("an intent with our key made with another payment method than the args 
     expect(out).toMatchObject({
       found: false,
       proof: "never",
-      reason: expect.stringMatching(
-        /made with the payment method pm_card_chargeDeclined where this operation names pm_1AlicesVisa/,
+      reason: expect.stringContaining(
+        `made with the payment method ${tried} where this operation names pm_1AlicesVisa`,
       ),
     });
+  });
+});
+
+describe("an intent with our key made with another card given inline (payment_method_data)", () => {
+  const at = () => {
+    const now = Date.now() + 120_000; // past the search lag, inside the attempts' window's slack
+    return { createdAt: now - 60_000, now };
+  };
+  type Data = Stripe.PaymentIntentCreateParams.PaymentMethodData;
+  const bobs = {
+    type: "card",
+    card: { number: "4242424242424242", exp_month: 12, exp_year: 2034, cvc: "123" },
+    billing_details: { name: "Bob", email: "bob@example.com" },
+  } as unknown as Data;
+
+  it("is not this operation's charge: a person decides; the same card, its values form-encoded, is", async () => {
+    const s = stripe();
+    const key = newKey();
+    const made = await s.client.paymentIntents.create({
+      amount: 2000,
+      currency: "usd",
+      payment_method_data: bobs,
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+      metadata: { idem_operation: key },
+    });
+    const ask = (payment_method_data: unknown) =>
+      s.paymentIntentsCreate.reconcile!(
+        { amount: 2000, currency: "usd", payment_method_data: payment_method_data as Data, confirm: true },
+        op(key, at()),
+      );
+    const person = (what: RegExp) => ({ found: false, proof: "never", reason: expect.stringMatching(what) });
+    // Before: { found: true }, Alice's card read as charged, though never tried.
+    expect(
+      await ask({ ...bobs, card: { number: "5555555555554444", exp_month: 12, exp_year: 2034, cvc: "1" } }),
+    ).toMatchObject(person(new RegExp(`${made.payment_method as string} .*card ending 4242.*not the card`)));
+    expect(await ask({ ...bobs, billing_details: { name: "Alice" } })).toMatchObject(person(/billing name/));
+    expect(await ask({ ...bobs, card: { number: "4242424242424242", exp_month: 1, exp_year: 2034 } })).toMatchObject(
+      person(/expiry/),
+    );
+    // The same card, as stripe-node sends it (strings, a two-digit year, spaces, the email's case).
+    const same = {
+      type: "card",
+      card: { number: "4242 4242 4242 4242", exp_month: "12", exp_year: "34", cvc: "123" },
+      billing_details: { name: "Bob", email: "Bob@Example.com" },
+    };
+    expect(await ask(same)).toMatchObject({ found: true, receipt: { id: made.id } });
+    // A token's card cannot be told from the intent's payment method: not compared.
+    expect(await ask({ type: "card", card: { token: "tok_visa" } })).toMatchObject({ found: true });
   });
 });
 

@@ -352,7 +352,7 @@ for (const dialect of DIALECTS) {
       // The application confirmed it again since, with the customer there to authenticate.
       Object.assign(pi, {
         status: "requires_action",
-        payment_method: "pm_card_threeDSecure2Required",
+        payment_method: "pm_1ConfirmedAgain3DS",
         last_payment_error: null,
       });
       advance(25 * HOUR);
@@ -403,7 +403,7 @@ for (const dialect of DIALECTS) {
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       // The customer's client confirmed it again since, and the customer failed the authentication.
       const pi = sandbox.objects.all("payment_intents").at(-1)!;
-      failAuthentication(Object.assign(pi, { payment_method: "pm_card_threeDSecure2Required" }));
+      failAuthentication(Object.assign(pi, { payment_method: "pm_1ConfirmedAgain3DS" }));
       advance(25 * HOUR);
       // Before: failed, read as our confirmation's decline.
       expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
@@ -1049,6 +1049,8 @@ describe("a generic POST's path", () => {
     expect(s.post("/v1/invoices/in_1/add_lines").effectId).toBeUndefined();
     const receipt = { id: "pi_1", object: "payment_intent", status: "succeeded", requestId: "req_1", replayed: false };
     expect(s.paymentIntentsCreate.effectId?.(receipt)).toBe("pi_1");
+    // A lookup's receipt of two intents with our key names both (stripe-late-answer.test.ts).
+    expect(s.paymentIntentsCreate.effectId?.({ ...receipt, others: ["pi_2"] })).toEqual(["pi_1", "pi_2"]);
   });
 });
 

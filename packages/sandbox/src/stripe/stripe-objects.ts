@@ -1,7 +1,8 @@
 /**
  * The Stripe resources the sandbox keeps, with the validation and outcomes Stripe documents for
  * test mode: customers, payment intents (confirmed with one of Stripe's test payment methods, see
- * TEST_CARDS; any other succeeds and makes the intent's `latest_charge`), the charges those make,
+ * stripe-cards.ts, each use of whose name makes a new payment method, kept to be retrieved; any
+ * other payment method succeeds), the charges those make,
  * refunds of a `payment_intent` or a `charge` (at most what was captured), and any other POSTed
  * resource kept as given. Lists filter on fields (`?payment_intent=`, `?charge=`, `?created=` as
  * one timestamp or a range), newest first.
@@ -14,7 +15,8 @@
  *
  * An update takes the fields given and merges metadata key by key; on a payment intent it clears
  * `last_payment_error` ("cleared if the PaymentIntent is later updated for any reason"), and a new
- * `payment_method` on one not yet paid needs a confirmation again (`requires_confirmation`).
+ * `payment_method` on one not yet paid needs a confirmation again (`requires_confirmation`); a
+ * test card's name given there is a new payment method too.
  *
  * A confirmation is checked as Stripe checks it on API versions since 2023-08-16
  * (docs.stripe.com/changelog/2023-08-16/automatic-payment-methods), whatever `Stripe-Version` the
@@ -25,6 +27,14 @@
  * later (`/confirm`), manual capture, customers' saved payment methods.
  */
 import { randomBytes } from "node:crypto";
+import {
+  AUTHENTICATION_REQUIRED,
+  type CardError,
+  inlinePaymentMethod,
+  isTestCardName,
+  paymentMethodFields,
+  testCard,
+} from "./stripe-cards.js";
 
 export type StripeObject = {
   id: string;
@@ -52,45 +62,12 @@ export class StripeFailure {
   ) {}
 }
 
-const PREFIX: Record<string, string> = { customers: "cus", payment_intents: "pi", charges: "ch", refunds: "re" };
-
-/** A payment error as Stripe reports it, in the 402 and on the intent's `last_payment_error`. */
-type CardError = { type: "card_error"; code: string; decline_code: string; message: string };
-
-/**
- * Stripe's test payment methods (docs.stripe.com/testing) whose confirmation does not simply
- * succeed: declined ones, and cards whose issuer asks the customer to authenticate (3D Secure).
- * Such a card leaves the intent in `requires_action`, uncharged; where the customer cannot act
- * (`off_session`) or the caller said it cannot (`error_on_requires_action`), Stripe fails the
- * confirmation instead with a 402 `authentication_required` and the intent waits for another
- * payment method (docs.stripe.com/declines/codes, docs.stripe.com/api/errors).
- */
-const TEST_CARDS: Record<string, { decline: CardError } | { authenticate: true }> = {
-  pm_card_chargeDeclined: {
-    decline: {
-      type: "card_error",
-      code: "card_declined",
-      decline_code: "generic_decline",
-      message: "Your card was declined.",
-    },
-  },
-  pm_card_chargeDeclinedInsufficientFunds: {
-    decline: {
-      type: "card_error",
-      code: "card_declined",
-      decline_code: "insufficient_funds",
-      message: "Your card has insufficient funds.",
-    },
-  },
-  pm_card_authenticationRequired: { authenticate: true },
-  pm_card_threeDSecure2Required: { authenticate: true },
-};
-
-const AUTHENTICATION_REQUIRED: CardError = {
-  type: "card_error",
-  code: "authentication_required",
-  decline_code: "authentication_required",
-  message: "Your card was declined. This transaction requires authentication.",
+const PREFIX: Record<string, string> = {
+  customers: "cus",
+  payment_intents: "pi",
+  charges: "ch",
+  refunds: "re",
+  payment_methods: "pm",
 };
 
 export class StripeObjects {
@@ -142,8 +119,11 @@ export class StripeObjects {
   update(resource: string, id: string, params: Record<string, unknown>): StripeObject | undefined {
     const obj = this.get(resource, id);
     if (!obj) return undefined;
-    this.changing(obj);
     const { metadata: _, ...fields } = params;
+    // A test card's name given to an intent is a new payment method, as at its creation.
+    if (resource === "payment_intents" && typeof fields.payment_method === "string")
+      fields.payment_method = this.paymentMethodFor(fields.payment_method, testCardNamed(fields.payment_method))?.id;
+    this.changing(obj);
     const waiting = ["requires_payment_method", "requires_confirmation", "requires_action"].includes(
       String(obj.status),
     );
@@ -207,13 +187,23 @@ export class StripeObjects {
     if (typeof p.currency !== "string" || !/^[a-z]{3}$/.test(p.currency))
       throw invalid("currency", "parameter_missing", "Missing required param: currency.");
     const confirm = flag(p.confirm);
-    const pm = typeof p.payment_method === "string" ? p.payment_method : null;
+    const named = typeof p.payment_method === "string" ? p.payment_method : null;
+    const data = !named && typeof p.payment_method_data === "object" ? p.payment_method_data : null;
+    const inline = data ? inlinePaymentMethod(data as Record<string, unknown>, base.created, invalid) : undefined;
+    const test = named ? testCardNamed(named) : inline?.test;
     if (confirm) checkConfirmation(p);
-    const card = pm ? TEST_CARDS[pm] : undefined;
+    const card = test?.outcome;
     const failFast = flag(p.error_on_requires_action) || offSession(p);
     // What the confirmation met: a decline, the customer's authentication (or its refusal), or a charge.
     const failure: CardError | undefined =
       !confirm || !card ? undefined : "decline" in card ? card.decline : failFast ? AUTHENTICATION_REQUIRED : undefined;
+    // Made once the request is valid: the payment method of a test card's name is Stripe's own.
+    const method = named
+      ? this.paymentMethodFor(named, test)
+      : inline
+        ? this.store("payment_methods", inline.fields as Omit<StripeObject, "id">)
+        : undefined;
+    const pm = method?.id ?? null;
     const status = !pm
       ? "requires_payment_method"
       : !confirm
@@ -239,7 +229,7 @@ export class StripeObjects {
       next_action: status === "requires_action" ? { type: "use_stripe_sdk", use_stripe_sdk: {} } : null,
       // as Stripe records a failed confirmation on the intent, with the card it was tried on
       // (the intent's own `payment_method` is cleared: it waits for another)
-      last_payment_error: failure ? { ...failure, payment_method: paymentMethodOf(pm!) } : null,
+      last_payment_error: failure ? { ...failure, payment_method: structuredClone(method) } : null,
     });
     if (status === "succeeded") {
       const charge = this.store("charges", {
@@ -256,7 +246,7 @@ export class StripeObjects {
     }
     if (failure) {
       // Stripe creates the intent and reports the failure with it; the result is saved under the key.
-      throw new StripeFailure(402, { ...failure, payment_intent: pi, payment_method: paymentMethodOf(pm!) });
+      throw new StripeFailure(402, { ...failure, payment_intent: pi, payment_method: structuredClone(method) });
     }
     return pi;
   }
@@ -313,6 +303,16 @@ export class StripeObjects {
     });
   }
 
+  /**
+   * The payment method a request names: for a test card's name, a new one Stripe makes for this
+   * use (stripe-cards.ts), kept to be retrieved; any other id as given (a payment method the
+   * sandbox does not keep: its type only, as the error of a confirmation tried on it names it).
+   */
+  private paymentMethodFor(name: string, test: ReturnType<typeof testCard>): { id: string; [k: string]: unknown } {
+    if (test) return this.store("payment_methods", paymentMethodFields(test, Math.floor(this.now() / 1000)));
+    return { id: name, object: "payment_method", type: "card" };
+  }
+
   private store(resource: string, fields: Omit<StripeObject, "id">): StripeObject {
     const obj = {
       id: `${PREFIX[resource] ?? resource.slice(0, 4)}_${randomBytes(12).toString("hex")}`,
@@ -328,11 +328,14 @@ export class StripeObjects {
 }
 
 /**
- * The payment method a failed confirmation was tried on, as Stripe's error and `last_payment_error`
- * name it: the object (its id and type here; Stripe's has the card's details too).
+ * The test card `name` names, if it is given as one (undefined: any other id, kept as given);
+ * a test card's name Stripe does not have is refused as an unknown payment method.
  */
-function paymentMethodOf(id: string): { id: string; object: "payment_method"; type: "card" } {
-  return { id, object: "payment_method", type: "card" };
+function testCardNamed(name: string): ReturnType<typeof testCard> {
+  if (!isTestCardName(name)) return undefined;
+  const card = testCard(name);
+  if (!card) throw invalid("payment_method", "resource_missing", `No such PaymentMethod: '${name}'`);
+  return card;
 }
 
 function invalid(param: string, code: string | undefined, message: string): StripeFailure {

@@ -1,0 +1,108 @@
+/**
+ * Whether the payment method a payment intent was made with is the one its args give, for a
+ * lookup's judge (stripe-reconcile.ts): an intent with our key made with another card is not this
+ * operation's charge. Given by id (`payment_method`), it is compared by id, except a test card's
+ * name (TEST_PAYMENT_METHOD). Given inline (`payment_method_data`), Stripe makes a new payment
+ * method from it for each request, so it is compared by what Stripe keeps of it: its type, the
+ * billing details given, and a card number's last four digits and expiry, each read as Stripe
+ * reads the form-encoded value ("12" is 12, a year "34" is 2034).
+ *
+ * Not compared: a card given by token (the payment method keeps no token, and a token names no
+ * card the args show), and `payment_method_options`, which say how the card is charged (3D Secure
+ * asked, capture later, saved for later), not which card or how much: the intent's status, which
+ * the receipt keeps, tells what came of them.
+ */
+import type Stripe from "stripe";
+
+/**
+ * Stripe's test payment methods (`pm_card_visa`, docs.stripe.com/testing): each names a kind of
+ * test card, for which Stripe makes a new payment method with an id of its own, so the intent
+ * never carries the name given. Test mode only: live requests name real payment methods.
+ */
+const TEST_PAYMENT_METHOD = /^pm_card_/;
+
+/**
+ * The payment method the args name, if an intent's can be compared with it by id: a test
+ * payment method's name never can (Stripe makes a new one for each use), nor "" (none).
+ */
+export const namedCard = (pm: unknown): string | undefined =>
+  typeof pm === "string" && pm !== "" && !TEST_PAYMENT_METHOD.test(pm) ? pm : undefined;
+
+/** An id as Stripe renders a reference: the id, or the expanded object's. */
+export const idOf = (ref: unknown): unknown =>
+  ref !== null && typeof ref === "object" ? (ref as { id?: unknown }).id : ref;
+
+type Fields = Record<string, unknown>;
+const fields = (v: unknown): Fields | undefined =>
+  v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Fields) : undefined;
+
+/** A whole number as Stripe reads a form-encoded one; undefined for anything else. */
+function whole(v: unknown): number | undefined {
+  const n = typeof v === "string" && /^\s*\d+\s*$/.test(v) ? Number(v) : v;
+  return typeof n === "number" && Number.isInteger(n) ? n : undefined;
+}
+
+/** Billing details compared without case: an email's and a country code's. */
+const CASELESS = new Set(["email", "country"]);
+
+/**
+ * What Stripe keeps of the inline `data` that differs in `pm`, the payment method it made (each a
+ * phrase), none when all it keeps agrees. A field is compared only where `pm` renders it (Stripe
+ * renders a billing detail as null when none was given) and the args give it.
+ */
+export function inlineDifferences(data: unknown, pm: unknown): string[] {
+  const given = fields(data);
+  const held = fields(pm);
+  if (!given || !held) return [];
+  const off: string[] = [];
+  if (typeof given.type === "string" && typeof held.type === "string" && given.type !== held.type)
+    off.push(`type (${held.type})`);
+  const billing = (g: Fields | undefined, h: Fields | undefined, path: string) => {
+    for (const [name, value] of Object.entries(g ?? {})) {
+      if (name === "address" && h && name in h) {
+        billing(fields(value), fields(h.address) ?? {}, "billing address");
+        continue;
+      }
+      if (typeof value !== "string" || !h || !(name in h)) continue;
+      const have = h[name];
+      const same = (a: string, b: string) =>
+        CASELESS.has(name) ? a.trim().toLowerCase() === b.trim().toLowerCase() : a.trim() === b.trim();
+      if (typeof have !== "string" || !same(value, have)) off.push(`${path} ${name}`);
+    }
+  };
+  billing(fields(given.billing_details), fields(held.billing_details), "billing");
+  const card = fields(given.card);
+  const kept = fields(held.card);
+  if (card && kept) {
+    const digits = typeof card.number === "string" ? card.number.replace(/[\s-]/g, "") : undefined;
+    if (digits && typeof kept.last4 === "string" && !digits.endsWith(kept.last4)) off.push("card number");
+    const year = whole(card.exp_year);
+    const expiry = [whole(card.exp_month), year !== undefined && year < 100 ? 2000 + year : year];
+    const keptExpiry = [kept.exp_month, kept.exp_year];
+    if (expiry.some((v, i) => v !== undefined && typeof keptExpiry[i] === "number" && v !== keptExpiry[i]))
+      off.push("expiry");
+  }
+  return off;
+}
+
+/**
+ * Why an intent with our key was not made with the card the args give inline, if it was not: the
+ * payment method it was made with (expanded on a declined confirmation's `last_payment_error`,
+ * else read by id) compared with `data` (inlineDifferences).
+ */
+export async function otherInlineMethod(
+  stripe: Stripe,
+  intentId: string,
+  madeWith: unknown,
+  data: unknown,
+): Promise<string | undefined> {
+  const id = idOf(madeWith);
+  if (!fields(data) || typeof id !== "string") return undefined;
+  const pm: unknown =
+    fields(madeWith)?.object === "payment_method" ? madeWith : await stripe.paymentMethods.retrieve(id);
+  const off = inlineDifferences(data, pm);
+  if (off.length === 0) return undefined;
+  const last4 = fields(fields(pm)?.card)?.last4;
+  const what = typeof last4 === "string" ? `the card ending ${last4}` : "its details";
+  return `found the payment intent ${intentId} with our key, made with the payment method ${id} (${what}), not the card this operation gives inline (another ${off.join(", ")}): an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard`;
+}
