@@ -60,12 +60,12 @@ export type Outcome =
   /** Not attempted, nothing done: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /**
-   * Not done: the ledger could not be reached (at most the call was recorded, and may be done
-   * once later), is closed, or the tool failed before doing anything; a repeat is safe.
+   * Not done: the ledger is closed, or the tool failed before doing anything; a repeat is safe.
    */
   | { readonly status: "not_performed"; readonly message: string }
   /**
-   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, or a
+   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, the
+   * ledger could not be read or written (whatever an earlier call did is not known then), or a
    * status check could not read the ledger. It may have happened; the same input again is safe
    * and says what happened.
    */
@@ -346,12 +346,14 @@ export function outcomeOfError(
         operationId: error.operationId,
         message: `Not confirmed (operation ${error.operationId}): the ledger became unavailable during the call, so it may or may not have happened. Do not tell the user either way; check later with the status tool and this operation id, or call this tool again later with the same input (it is never done twice).`,
       };
-    // Before it held one: nothing was sent, or (rarely) its claim was recorded and nothing more,
-    // which the next call with the same input or the daemon may run, once.
+    // Before it held one: this call sent nothing, or (rarely) its claim was recorded and nothing
+    // more, which the next call with the same input or the daemon may run, once. But the ledger
+    // was not read either: an earlier call may have done this work (a model asking again), so
+    // "not done" would be the model's reason to tell the user so, or a person's to redo it.
     return {
-      status: "not_performed",
+      status: "unconfirmed",
       message:
-        "Not performed: the ledger is unavailable right now, so this was not done (at most it was recorded, and may be done once later). Do not tell the user it happened; trying again later with the same input is safe (it is never done twice).",
+        "Not confirmed: the ledger is unavailable right now, so whether this work was already done (by an earlier call) could not be read; this call sent nothing (at most it recorded the work, which may then be done once later). Do not tell the user either way; calling this tool again later with the same input is safe (it is never done twice) and says what happened.",
     };
   }
   const name = error instanceof Error ? error.name : typeof error;
