@@ -135,7 +135,9 @@ export function statusTool<C = unknown>(ledger: Ledger, options: StatusToolOptio
       if (error instanceof OperationNotFoundError || badId) {
         return {
           status: "refused",
-          message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…).`,
+          // Or pruned: an id the ledger gave once, whose operation settled long ago. Said so, the
+          // model does not read "the id was wrong" into work that was done.
+          message: `No operation ${JSON.stringify(input.operationId)} here: check the id (op_…). An operation is also removed once its retention ended, after it settled (done or failed), so an id given long ago may be gone for that reason.`,
         };
       }
       // A tenant the ledger refuses is the application's setup: checking again cannot help.

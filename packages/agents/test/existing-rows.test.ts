@@ -188,6 +188,20 @@ for (const dialect of DIALECTS) {
       expect(other.message).toMatch(/a person will decide whether it happened/);
       expect(sends).toBe(1);
     });
+
+    it("work done whose operation was pruned after its retention: the status tool does not say the id was wrong", async () => {
+      const ledger = await db.open({ retentionMs: 0 } as LedgerOptions);
+      const { tool, release } = slowNote("test.pruned");
+      release();
+      const done = await guard(ledger, tool, { tenant: "acme" })({ noteId: "r1", text: "hi" }, { context: {} });
+      expect(done).toMatchObject({ status: "done" });
+      const id = (done as { operationId: string }).operationId;
+      expect(await ledger.admin.prune({ tenant: "acme" })).toBe(1);
+      const checked = await statusTool(ledger, { tenant: "acme" })({ operationId: id }, { context: {} });
+      // Before: "No operation … here: check the id", of an id the ledger itself had given.
+      expect(checked).toMatchObject({ status: "refused" });
+      expect(checked.message).toMatch(/removed once its retention ended/);
+    });
   });
 }
 

@@ -356,7 +356,8 @@ for (const dialect of DIALECTS) {
       const none = await client.callTool({ name: "operation_status", arguments: { operationId: "op_unknown" } });
       expect(none.structuredContent).toMatchObject({
         status: "refused",
-        message: 'No operation "op_unknown" here: check the id (op_…).',
+        message:
+          'No operation "op_unknown" here: check the id (op_…). An operation is also removed once its retention ended, after it settled (done or failed), so an id given long ago may be gone for that reason.',
       });
     });
 
