@@ -80,6 +80,10 @@ const NEXT: Record<Unsettled, string> = {
   pending: "it will be run again with the same identity, once",
 };
 
+/** A running operation whose worker stopped (its lease ended): it is neither done nor being done now. */
+const STALLED =
+  "the worker that ran it stopped before recording its outcome, so its outcome will be checked with the provider; it is done once at most";
+
 /** A person's "failed" verdict as the model reads it, without their note. */
 const BY_A_PERSON = "a person checked it and decided it did not happen";
 
@@ -237,7 +241,7 @@ export function outcomeOf<R>(
         status: "pending_verification",
         operationId: result.operationId,
         state: result.state,
-        message: `Pending verification (${op}): ${result.performed ? PERFORMED_UNRECORDED : NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
+        message: `Pending verification (${op}): ${result.performed ? PERFORMED_UNRECORDED : result.stalled ? STALLED : NEXT[result.state]}. Do not retry it; check later with the status tool and this operation id.`,
       };
   }
 }

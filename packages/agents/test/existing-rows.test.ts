@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor, pgProxy } from "@idem/testkit";
-import { openTestLedger } from "@idem/core/testing";
+import { databaseOf, openTestLedger } from "@idem/core/testing";
 import { guard, statusTool } from "@idem/agents";
 // The core's test dialect with hooks around each statement (to act right after a read).
 import { dialectFor, hooked } from "../../core/test/support/dialects.js";
@@ -37,6 +37,13 @@ function slowNote(type: string) {
     key: (i: { noteId: string }) => ["note", i.noteId],
   };
   return { tool, sent, release, executing };
+}
+
+/** The tenant's newest operation (the one a call in flight made). */
+async function lastOperation(ledger: Awaited<ReturnType<typeof openLedger>>) {
+  const [op] = await ledger.admin.list({ tenant: "acme", limit: 1 });
+  if (!op) throw new Error("no operation");
+  return op;
 }
 
 for (const dialect of DIALECTS) {
@@ -187,6 +194,32 @@ for (const dialect of DIALECTS) {
       expect(other).toMatchObject({ status: "refused" });
       expect(other.message).toMatch(/a person will decide whether it happened/);
       expect(sends).toBe(1);
+    });
+
+    it("work whose worker stopped (its lease ended): the status tool does not say it is being performed", async () => {
+      const ledger = await db.open();
+      const { tool, release, executing } = slowNote("test.stalled");
+      const first = guard(ledger, tool, { tenant: "acme" })({ noteId: "s1", text: "hi" }, { context: {} });
+      await executing;
+      try {
+        const operation = await lastOperation(ledger);
+        // As a worker that died leaves it: running, its lease ended (its creation time, on the
+        // database's clock: so ended by that clock, whatever this process's says).
+        await databaseOf(ledger)
+          .updateTable("idem_operations")
+          .set((eb) => ({ lease_expires_at: eb.ref("created_at") }))
+          .where("id", "=", operation.id)
+          .execute();
+        const checked = await statusTool(ledger, { tenant: "acme" })({ operationId: operation.id }, { context: {} });
+        // Before: "it is being performed, or its outcome is being recorded", of a worker that is gone.
+        expect(checked).toMatchObject({ status: "pending_verification", state: "running" });
+        expect(checked.message).toMatch(/the worker that ran it stopped before recording its outcome/);
+        expect(checked.message).toMatch(/Do not retry it/);
+        expect(await ledger.status({ tenant: "acme", id: operation.id })).toMatchObject({ stalled: true });
+      } finally {
+        release();
+      }
+      await first;
     });
 
     it("work done whose operation was pruned after its retention: the status tool does not say the id was wrong", async () => {

@@ -401,6 +401,10 @@ function timerMs(n: number, what: string): number {
   return n;
 }
 
+/** A running row no lease holds now (`stalled`). */
+const STALLED =
+  "no worker holds it now (its lease ended before its outcome was recorded: a worker that stopped, or lost the database): the next caller or the daemon takes it over, checking with the provider first where it may have been sent";
+
 const WAITING_FOR: Record<Exclude<Status, "succeeded" | "failed">, string> = {
   running: "a worker is performing it now",
   unknown: "the outcome is unknown and is being checked with the provider",
@@ -417,8 +421,12 @@ function reopenedWaiting(r: Row): string {
   return `retried by a person, but its last execution may have committed: its effect is looked up first, where its action can be, and it runs again with the same key only if not found${r.args_json === null ? "; its args are not stored, so only a call that brings them can look (the daemon cannot)" : ""}`;
 }
 
-function outcomeOf(r: Row): RunResult<unknown> {
+function outcomeOf(r: Row & { db_now: number }): RunResult<unknown> {
   if (r.status === "succeeded" || r.status === "failed") return replayOf(r);
+  // A running row whose lease ended (by the database's clock) is no worker's now: "performing it"
+  // would be untrue of a worker that crashed. Its attempt may have sent all the same.
+  const stalled = r.status === "running" && r.lease_expires_at !== null && r.lease_expires_at <= r.db_now;
+  if (stalled) return pending(r, STALLED, false, true);
   // A running row's reason is how its attempt began ("claimed"); the others' say why they wait.
   const why = r.status === "running" || !r.reason ? "" : ` (${r.reason})`;
   // Its receipt could not be stored: it happened, and a person records it (nothing to decide).

@@ -81,6 +81,9 @@ export type RunResult<R> =
    * budget ran out with the work known undone (`pending`). Never report this as done.
    * `performed`: the effect is known to have happened but its receipt could not be stored
    * (`needs_review`, error kind `invalid_result`): a person records it; it is never run again.
+   * `stalled` (`ledger.status`): running, but its lease ended by the database clock: its worker
+   * stopped (a crash) or lost the database. The next caller or the daemon takes it over, checking
+   * with the provider first where the attempt may have sent.
    */
   | {
       readonly status: "pending_verification";
@@ -89,6 +92,7 @@ export type RunResult<R> =
       readonly operationId: string;
       readonly attempt: number;
       readonly performed?: true;
+      readonly stalled?: true;
     };
 
 /** The statuses an operation can wait in (`pending_verification.state`): all but the settled two. */

@@ -52,7 +52,7 @@ export function succeeded<R>(row: Settled, receipt: R, replayed: boolean): RunRe
 export function failed<R>(row: Settled, error: StoredError, replayed: boolean): RunResult<R> {
   return { status: "failed", error, replayed, operationId: row.id, attempt: row.attempt };
 }
-export function pending<R>(row: Settled, reason: string, performed = false): RunResult<R> {
+export function pending<R>(row: Settled, reason: string, performed = false, stalled = false): RunResult<R> {
   // Callers pass unsettled rows only: a settled one is replayed (replayOf), never reported pending.
   return {
     status: "pending_verification",
@@ -61,6 +61,7 @@ export function pending<R>(row: Settled, reason: string, performed = false): Run
     operationId: row.id,
     attempt: row.attempt,
     ...(performed && { performed: true }),
+    ...(stalled && { stalled: true }),
   };
 }
 
