@@ -57,6 +57,8 @@ const SIGN_IN_FAILURES_ALL = 100;
  */
 const LIVE_STREAMS = 16;
 const LIVE_STREAM_MS = 10 * 60_000;
+/** A live stream's last word while the ledger cannot be read. */
+const UNAVAILABLE = "unavailable";
 
 /**
  * What a retry's note says. An operation whose last run may have done it is looked up first (where
@@ -88,8 +90,16 @@ interface Decision {
   /** With "succeeded" on an operation's page: the receipt the person found, as `idem resolve --receipt` takes it. */
   readonly receipt?: unknown;
 }
-/** What became of one operation's decision. */
-type Decided = { ok: true; message: string } | { ok: false; status: 403 | 404 | 409; message: string };
+/**
+ * What became of one operation's decision. `outage`: the ledger failed during it (`unknown`: it
+ * may have been written, a commit whose answer was lost; `undecided`: it was not, the operation
+ * read back unchanged or changed by another) or before it (`untried`, in a bulk decision cut by
+ * the outage).
+ */
+type Decided =
+  | { ok: true; message: string }
+  | { ok: false; status: 403 | 404 | 409; message: string }
+  | { ok: false; status: 503; message: string; outage: "unknown" | "undecided" | "untried" };
 
 export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, log: Logger): Hono<Env> {
   const app = new Hono<Env>();
@@ -232,7 +242,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     c: Context<Env>,
     title: string,
     body: Parameters<typeof layout>[3],
-    status: 200 | 403 | 404 | 409 = 200,
+    status: 200 | 403 | 404 | 409 | 503 = 200,
   ) => c.html(layout(title, c.var.operator, access.formToken(c.var.operator), body), status);
 
   app.post("/logout", async (c) => {
@@ -303,10 +313,17 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
           // The session may end while the page is open (signed out, its token replaced): so does the stream.
           const still = await access.operatorOf(c);
           if (!still || still.name !== who || !allows(still, ref.tenant)) break;
-          const now = await ledger.get(ref).catch(() => undefined); // an outage: say nothing, try again
-          const state = now && JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
-          if (state && state !== last) await stream.writeSSE({ data: state });
-          last = state ?? last;
+          const now = await ledger.get(ref).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))));
+          if (now instanceof IdemError && now.code === "LEDGER_UNAVAILABLE") {
+            // Said once, and the stream stays open: the page says its status may be old, and the
+            // state is sent again once a read passes. Silent, the page looked live through the outage.
+            if (last !== UNAVAILABLE) await stream.writeSSE({ event: "unavailable", data: now.message });
+            last = UNAVAILABLE;
+          } else if (!(now instanceof Error)) {
+            const state = JSON.stringify({ status: now.operation.status, updatedAt: now.operation.updatedAt });
+            if (state !== last) await stream.writeSSE({ data: state });
+            last = state;
+          }
           await stream.sleep(1_000);
         }
       } finally {
@@ -326,6 +343,9 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       typeof decision === "string"
         ? ({ ok: false, status: 409, message: decision } as const)
         : await decide(c.var.operator, found.operation, decision, form.seen);
+    // The ledger failed: its page cannot be read back to show the note on.
+    if (!result.ok && result.status === 503)
+      return page(c, found.operation.id, flashNote("error", result.message), 503);
     if (!result.ok)
       return page(
         c,
@@ -394,8 +414,32 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, picked.length));
     // What is refused now changed after the check above (another person, the daemon): said one by one.
     const results: (Decided & { id: string })[] = [];
-    for (const { tenant, id, seen } of targets)
-      results.push({ ...(await decide(operator, { tenant, id }, decision, seen)), id });
+    for (const { tenant, id, seen } of targets) {
+      // After an outage the rest are not tried: each would wait on the same database (a frozen one: its timeouts).
+      const cut = results.some((r) => "outage" in r);
+      results.push({
+        ...(cut
+          ? ({ ok: false, status: 503, message: "not decided: not tried", outage: "untried" } as const)
+          : await decide(operator, { tenant, id }, decision, seen)),
+        id,
+      });
+    }
+    if (results.some((r) => "outage" in r)) {
+      // Said here, on a page of its own: the queue a redirect leads to cannot be read now, and its
+      // error page would hide that some rows were decided. Every row is named, by what became of it.
+      const by = (f: (r: Decided) => boolean) => results.filter(f).map((r) => r.id);
+      log.warn(
+        {
+          operator: operator.name,
+          outcome: decision.outcome,
+          decided: by((r) => r.ok),
+          unknown: by((r) => "outage" in r && r.outage === "unknown"),
+          undecided: by((r) => !r.ok && !("outage" in r && r.outage === "unknown")),
+        },
+        "a bulk decision was cut by a ledger outage",
+      );
+      return page(c, "Bulk decision", flashNote("error", outageBulkNote(results)), 503);
+    }
     // The note travels in the redirect's URL: it counts, and names only the first few left undecided.
     return back(bulkNote(results));
   });
@@ -466,6 +510,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       }
       if (error instanceof IdemError && error.code === "INVALID_VALUE")
         return { ok: false, status: 409, message: `Refused: ${error.message}` };
+      if (error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE")
+        return afterOutage(operator, ref, decision, seen, error);
       throw error;
     }
     log.info({ operator: operator.name, tenant: ref.tenant, operationId: ref.id, outcome }, "console decision");
@@ -475,7 +521,70 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     };
   }
 
+  /**
+   * What became of a decision the ledger failed during: read back, when the ledger still answers
+   * reads (a full or read-only disk), the operation tells (as shown: not decided; this person's
+   * event since: decided; changed otherwise: not by this decision). Unread (the database gone), a
+   * commit whose answer was lost may have landed: not known, never "not decided".
+   */
+  async function afterOutage(
+    operator: Operator,
+    ref: { tenant: string; id: string },
+    decision: Decision,
+    seen: Seen,
+    error: IdemError,
+  ): Promise<Decided> {
+    // One line, no stack: an outage fails every request alike (as onError says it).
+    log.warn(
+      { operator: operator.name, tenant: ref.tenant, operationId: ref.id, outcome: decision.outcome },
+      `console request failed: the ledger is unavailable: ${error.message}`,
+    );
+    const now = await ledger.get(ref).catch(() => undefined);
+    if (!now)
+      return {
+        ok: false,
+        status: 503,
+        outage: "unknown",
+        message: `not known whether it was decided: the ledger became unavailable during the decision (${error.message}); look at it again once the ledger is back`,
+      };
+    if (sameVersion(now.operation, seen))
+      return {
+        ok: false,
+        status: 503,
+        outage: "undecided",
+        message: `not decided: the ledger takes no writes now (${error.message})`,
+      };
+    // Its transition from the state shown, made by this person since (its reason is core's wording).
+    const ours = now.events.some((e) => e.actor === operator.name && e.from === seen.status && e.at >= seen.updatedAt);
+    if (ours) return { ok: true, message: decision.outcome === "retry" ? RETRIED : `Resolved as ${decision.outcome}.` };
+    return {
+      ok: false,
+      status: 503,
+      outage: "undecided",
+      message: `not decided: it changed meanwhile (it is ${now.operation.status} now), and the ledger takes no writes now (${error.message})`,
+    };
+  }
+
   return app;
+}
+
+/**
+ * A bulk decision cut by a ledger outage, said on its own page (not carried in a URL): every
+ * selected row by what became of it, decided, not known (a commit whose answer was lost) or not.
+ */
+function outageBulkNote(results: readonly (Decided & { id: string })[]): string {
+  const decided = results.filter((r) => r.ok);
+  const unknown = results.filter((r) => "outage" in r && r.outage === "unknown");
+  const left = results.filter((r) => !r.ok && !unknown.includes(r));
+  const untried = left.filter((r) => "outage" in r && r.outage === "untried");
+  const said = left.filter((r) => !untried.includes(r));
+  return [
+    `The ledger became unavailable during this decision: ${decided.length} of ${results.length} selected ${decided.length === 1 ? "was" : "were"} decided${decided[0] ? ` (${decided[0].message})` : ""}${decided.length ? `: ${decided.map((r) => r.id).join(", ")}` : "."}`,
+    ...unknown.map((r) => `${r.id}: ${r.message}`),
+    ...said.map((r) => `${r.id}: ${r.message}`),
+    ...(untried.length ? [`not decided, not tried: ${untried.map((r) => r.id).join(", ")}`] : []),
+    "Decide what is left once the ledger is back.",
+  ].join(" · ");
 }
 
 /**

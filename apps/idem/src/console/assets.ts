@@ -79,7 +79,11 @@ if (all) offer(); // a selection the browser kept (back, reload)
 const status = document.getElementById("status");
 if (status) {
   const live = new EventSource(location.pathname + "/live");
+  const unavailable = document.getElementById("live-unavailable");
+  // The ledger cannot be read: the status shown may be old until a state comes again.
+  live.addEventListener("unavailable", () => { unavailable.hidden = false; });
   live.onmessage = (m) => {
+    unavailable.hidden = true;
     const now = JSON.parse(m.data);
     if (String(now.updatedAt) === status.dataset.updated) return;
     status.textContent = now.status; status.className = "status status-" + now.status;

@@ -186,7 +186,8 @@ export function operationPage(
 ${flash ?? ""}
 ${performed ? html`<p class="note" data-testid="performed">${performedNote(performed)}</p>` : ""}
 <p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
-<p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, or signed out): <a href="">reload this page</a> before deciding.</p>
+<p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, signed out, or the ledger unavailable): <a href="">reload this page</a> before deciding.</p>
+<p class="note" id="live-unavailable" hidden role="status">The ledger is unavailable: the status shown may be old. It is updated once the ledger answers again.</p>
 <dl data-testid="operation">
 <dt>Status</dt><dd><span class="status status-${o.status}" id="status" data-updated="${o.updatedAt}">${o.status}</span> (attempt ${o.attempt})</dd>
 <dt>Tenant</dt><dd>${o.tenant}</dd><dt>Action</dt><dd>${o.action}</dd>
