@@ -459,12 +459,14 @@ export class Daemon {
       // a person now, and no failure; a refusal of its next run is alerted as that run's own.
       // Failed since by a refusal that asks no alert of its own (a refused check, then a run refused
       // for its content): the alert is an earlier state's, and said now it would be untrue.
-      if (op.status === "pending" || (op.status === "failed" && op.error?.alert !== true)) {
+      // Not a row a person's retry marked (lookFirst): not known not done, its look refused (a
+      // revoked key) is alerted as an unknown outcome's is, or no one hears why it waits.
+      if ((op.status === "pending" && !op.lookFirst) || (op.status === "failed" && op.error?.alert !== true)) {
         await this.ledger.daemon.ackAlert(op);
         continue;
       }
       const done =
-        op.status === "unknown"
+        op.status === "unknown" || op.status === "pending"
           ? await this.alertCheckRefused(op, down, undelivered)
           : await this.alertRaised(op, down, undelivered);
       if (done) await this.ledger.daemon.ackAlert(op);
@@ -518,6 +520,12 @@ export class Daemon {
    */
   private async unknownSince(op: Operation): Promise<{ attempt: number; since: number }> {
     const { events } = await this.ledger.get({ tenant: op.tenant, id: op.id });
+    // A row a person's retry marked (lookFirst): unknown again since that retry, each look of it
+    // refused one more check of the same outcome (one alert for the retry, not one a look).
+    if (op.status === "pending") {
+      const retried = events.findLast((e) => e.to === "pending" && (e.from === "unknown" || e.from === "needs_review"));
+      return retried ? { attempt: retried.attempt, since: retried.at } : { attempt: op.attempt, since: op.updatedAt };
+    }
     let first: OperationEvent | undefined;
     for (let i = events.length - 1; i >= 0; i--) {
       const e = events[i]!;

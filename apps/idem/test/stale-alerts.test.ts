@@ -265,5 +265,57 @@ for (const dialect of DIALECTS) {
       },
       scaled(180_000),
     );
+    it(
+      "a person's retry whose look first is refused (a revoked key) is alerted, not acknowledged unsent as a row known not done",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        let lookups = 0;
+        const note = defineAction<{ to: string }, { id: string }>({
+          type: "crm.note",
+          capabilities: { lookup: true },
+          execute: async () => {
+            throw new Error("timeout after send");
+          },
+          // The key is revoked after the send: every lookup is refused.
+          classify: (e) =>
+            (e as { status?: number }).status === 401
+              ? { kind: "permanent", reason: "api key revoked", alert: true }
+              : { kind: "ambiguous", reason: "timeout after send" },
+          reconcile: async () => {
+            lookups += 1;
+            throw Object.assign(new Error("401 api key revoked"), { status: 401 });
+          },
+        });
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const ledger = await openTestLedger(url, {
+          poolSize: 3,
+          actions: [...alertActions(config, log), note],
+          budget: { attempts: 1 },
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const input = { tenant: t, key: ["n"], args: { to: "a@example.com" } };
+        const first = await ledger.run(note, input);
+        expect(first).toMatchObject({ state: "unknown" });
+        // A person found nothing and retries: the row is pending, marked to be looked up first.
+        await ledger.admin.retry({ tenant: t, id: first.operationId, actor: "alice", reason: "nothing there" });
+        // The caller's look first is refused for good: pending still (never run unproven), alerted.
+        const again = await ledger.run(note, input);
+        expect(again).toMatchObject({ state: "pending" });
+        const { operation } = await ledger.get({ tenant: t, id: first.operationId });
+        expect(operation).toMatchObject({ status: "pending", lookFirst: true });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-h3-marked");
+        await daemon.tick();
+        // Before: no alert; the daemon acknowledged it as a row known not done, and the revoked key
+        // kept every later look refused in silence.
+        const said = lines.filter((l) => l.alert?.operationId === first.operationId).map((l) => l.alert!.kind);
+        expect(said).toEqual(["check_refused"]);
+        await daemon.tick();
+        expect(lines.filter((l) => l.alert?.operationId === first.operationId)).toHaveLength(1);
+        expect(lookups).toBeGreaterThan(0);
+      },
+      scaled(60_000),
+    );
   });
 }
