@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { Writable } from "node:stream";
-import { defineAction, type Classification } from "@idem/core";
+import { defineAction, type Classification, type ReconcileResult } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { pino } from "pino";
@@ -33,6 +33,25 @@ function capture() {
   return { log, lines };
 }
 
+/** A provider's refusal of a revoked key: classified by `lostNote` as permanent, alerted. */
+const revoked = () => Object.assign(new Error("401 api key revoked"), { status: 401 });
+
+/** A note whose send's answer is lost (unknown), looked up by `reconcile`. */
+function lostNote(reconcile: () => Promise<ReconcileResult<{ id: string }>>) {
+  return defineAction<{ to: string }, { id: string }>({
+    type: "crm.note",
+    capabilities: { lookup: true },
+    execute: async () => {
+      throw new Error("timeout after send");
+    },
+    classify: (e) =>
+      (e as { status?: number }).status === 401
+        ? { kind: "permanent", reason: "api key revoked", alert: true }
+        : { kind: "ambiguous", reason: "timeout after send" },
+    reconcile,
+  });
+}
+
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
@@ -49,22 +68,11 @@ for (const dialect of DIALECTS) {
         let open: () => void = () => {};
         const gate = new Promise<void>((r) => (open = r));
         // A lookup that the provider first refuses (a revoked key), then, with the key fixed, answers late.
-        const mail = defineAction<{ to: string }, { id: string }>({
-          type: "crm.note",
-          capabilities: { lookup: true },
-          execute: async () => {
-            throw new Error("timeout after send");
-          },
-          classify: (e) =>
-            (e as { status?: number }).status === 401
-              ? { kind: "permanent", reason: "api key revoked", alert: true }
-              : { kind: "ambiguous", reason: "timeout after send" },
-          reconcile: async () => {
-            lookups += 1;
-            if (lookups === 1) throw Object.assign(new Error("401 api key revoked"), { status: 401 });
-            await gate;
-            return { found: true, receipt: { id: "note_1" } };
-          },
+        const mail = lostNote(async () => {
+          lookups += 1;
+          if (lookups === 1) throw revoked();
+          await gate;
+          return { found: true, receipt: { id: "note_1" } };
         });
         const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
         const ledger = await openTestLedger(url, {
@@ -271,21 +279,10 @@ for (const dialect of DIALECTS) {
         const url = await freshDatabase(dialect);
         const { log, lines } = capture();
         let lookups = 0;
-        const note = defineAction<{ to: string }, { id: string }>({
-          type: "crm.note",
-          capabilities: { lookup: true },
-          execute: async () => {
-            throw new Error("timeout after send");
-          },
-          // The key is revoked after the send: every lookup is refused.
-          classify: (e) =>
-            (e as { status?: number }).status === 401
-              ? { kind: "permanent", reason: "api key revoked", alert: true }
-              : { kind: "ambiguous", reason: "timeout after send" },
-          reconcile: async () => {
-            lookups += 1;
-            throw Object.assign(new Error("401 api key revoked"), { status: 401 });
-          },
+        // The key is revoked after the send: every lookup is refused.
+        const note = lostNote(async () => {
+          lookups += 1;
+          throw revoked();
         });
         const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
         const ledger = await openTestLedger(url, {
