@@ -129,8 +129,10 @@ export function classifyEmailError(error: unknown): Classification {
     // every message they refuse (RFC 5321 §4.2.5: no delivery is attempted after it). Read as
     // unknown, each would be sent again past the settle window, to be refused again (append: each
     // left to a person), and the agent told "pending" instead of why. A server that queued it all
-    // the same leaves a ledger that says failed, not a second email: failed is final for the key,
-    // and a person's retry looks for the copy first (email-replies.test).
+    // the same leaves a ledger that says failed, not a second email: failed is final for the key.
+    // A person's retry runs it as known not sent: the check before sending looks once, with no
+    // settle window, so it finds a copy already filed (email-replies.test) but not one the server
+    // files later, and then sends again (README: wait out the settle window before retrying).
     // A 5xx to MAIL FROM refuses the sender (not allowed, authentication required): every send
     // from it will be, until a person fixes the config or the account. Not a 552 there: it
     // refuses this message's declared size.
