@@ -1,9 +1,10 @@
 /**
  * The `idem` command. Human output by default, `--json` for scripts. Exit codes: 0 done,
  * 1 failure (the ledger's database unreachable included), 2 bad usage or configuration, 3 no such
- * operation (for this tenant), 4 the operation is not in a status that allows it, or (a decision)
- * changed since it was shown, 5 `idem prune` stopped at its `--max` with more possibly left (run
- * it again), 6 `idem retry --now` ran the operation and it did not succeed.
+ * operation (for this tenant), 4 the operation is not in a status that allows it (asking again
+ * will not help), 5 `idem prune` stopped at its `--max` with more possibly left (run it again),
+ * 6 `idem retry --now` ran the operation and it did not succeed, 7 a decision's operation changed
+ * since it was shown (show it again and decide on what it is now).
  */
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -11,11 +12,13 @@ import { Command, CommanderError, InvalidArgumentError, Option } from "commander
 import pRetry from "p-retry";
 import { pino, type Logger } from "pino";
 import {
+  ChangedSinceSeenError,
   IdemError,
   LedgerConfigError,
   InvalidTransitionError,
   NewerLedgerError,
   InvalidValueError,
+  MigrationWaitError,
   OperationNotFoundError,
   STATUSES,
   UnknownActionError,
@@ -25,7 +28,6 @@ import {
   type Action,
   type Ledger,
   type LedgerOptions,
-  type Operation,
   type OperationRef,
   type RunResult,
   type Seen,
@@ -41,7 +43,7 @@ import { operationVersion, printOperation, printOperations, printStats } from ".
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
 
-const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6 } as const;
+const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
 /** The exit code a program's command chose when it did its work but not all of it (printed already); else 0. */
 const finishedWith = new WeakMap<Command, number>();
@@ -111,7 +113,7 @@ async function withLedger<T>(
       ...(options.onResult && { onResult: options.onResult }),
     }).catch((error: unknown) => {
       // The operator of this command upgrades it, not the library inside it.
-      if (!(error instanceof NewerLedgerError)) throw error;
+      if (!(error instanceof NewerLedgerError)) throw inOperatorsTerms(error, options.migrations !== undefined);
       throw new ConfigError(
         `this ledger was migrated by a newer idem (${error.migrations.join(", ")}) than this idem command (@idem/cli ${version()}): upgrade @idem/cli to use it`,
         { cause: error },
@@ -135,6 +137,21 @@ async function withLedger<T>(
   } finally {
     await ledger.close();
   }
+}
+
+/**
+ * A migration that gave up waiting, naming what this command's user sets (the config's
+ * `migrations`, and `idem migrate`'s flag when `flags`) rather than `openLedger`'s option, which
+ * they never see. Any other error as it is.
+ */
+function inOperatorsTerms(error: unknown, flags: boolean): unknown {
+  if (!(error instanceof MigrationWaitError)) return error;
+  const [flag, key] =
+    error.waitedFor === "locks"
+      ? ["--lock-patience", "migrations.lockPatienceMs"]
+      : ["--timeout", "migrations.timeoutMs"];
+  const setting = flags ? `${flag} of idem migrate, or ${key} in the config` : `${key} in the config`;
+  return new MigrationWaitError(error.waitedFor, error.limitMs, { cause: error, setting });
 }
 
 /** The config's `migrations` (or `idem migrate`'s flags) as `openLedger` takes them. */
@@ -258,14 +275,14 @@ function seenVersion(v: string): Seen {
 const seenOption = () =>
   new Option(
     "--seen <version>",
-    "the version of the operation you checked, as idem show printed it (required): refused (exit 4) if the operation changed in any way since",
+    "the version of the operation you checked, as idem show printed it (required): refused (exit 7) if the operation changed in any way since",
   ).argParser(seenVersion);
 /** `--attempt`, which `--seen` replaced: still read, only to say so (hidden from the help). */
 const retiredAttemptOption = () => new Option("-a, --attempt <n>").hideHelp();
 const decisionHelp = `
 Decide on what you were shown: \`idem show <id> --tenant <tenant>\` prints the operation's version
 (<status>.<attempt>.<checks>.<updatedAt>); give it as --seen. If the operation changed since (a late
-answer that it may have been done, a check, another person's decision), nothing is decided (exit 4):
+answer that it may have been done, a check, another person's decision), nothing is decided (exit 7):
 show it again and decide on what you see now.`;
 
 /**
@@ -289,40 +306,39 @@ function requireSeen(o: { seen?: Seen; attempt?: string }, ref: OperationRef, wh
   );
 }
 
-/** A decision refused because the operation changed since the person was shown it (exit 4). */
+/** A decision refused because the operation changed since the person was shown it (exit 7). */
 class ChangedSinceShownError extends IdemError {
   override readonly name = "ChangedSinceShownError";
-  constructor(ref: OperationRef, shown: string, now: Operation, cause: unknown) {
+  constructor(ref: OperationRef, error: ChangedSinceSeenError) {
     super(
-      "INVALID_TRANSITION",
-      `operation ${ref.id} changed since it was shown (version ${shown}): it is now ${now.status} at attempt ${now.attempt} (version ${operationVersion(now)}); nothing was decided. Show it again (idem show ${ref.id} --tenant ${ref.tenant}) and decide on what you see now`,
-      { cause },
+      "CHANGED_SINCE_SEEN",
+      `operation ${ref.id} changed since it was shown (version ${operationVersion(error.seen)}): it is now ${error.now.status} at attempt ${error.now.attempt} (version ${operationVersion(error.now)}); nothing was decided. Show it again (idem show ${ref.id} --tenant ${ref.tenant}) and decide on what you see now`,
+      { cause: error },
     );
   }
 }
 
 /**
  * Runs a person's decision bound to the operation as they were shown it (`seen`, which `decide`
- * passes to the ledger: it refuses a decision on another version, in the same transaction). A
- * refusal is said as such when the operation changed since; one for its status (unchanged) as the
- * ledger says it.
+ * passes to the ledger: it refuses a decision on another version, in the same transaction, as
+ * `ChangedSinceSeenError`, apart from a status that does not allow it). A stale view is said with
+ * the command to show it again; a version that the operation cannot have had, as mistyped.
  */
 async function onTheVersionShown(ledger: Ledger, ref: OperationRef, seen: Seen, decide: () => Promise<unknown>) {
   try {
     await decide();
   } catch (error) {
-    if (!(error instanceof InvalidTransitionError)) throw error;
-    const { operation: now } = await ledger.get(ref);
-    const shown = operationVersion(seen);
-    if (operationVersion(now) === shown) throw error;
+    if (!(error instanceof ChangedSinceSeenError)) throw error;
+    const now = error.now;
     // A version moves forward (its attempt, its time) from when the row was made: one ahead of the
     // row's, or older than the row, was most likely mistyped, and "changed since" would mislead.
-    if (seen.updatedAt > now.updatedAt || seen.attempt > now.attempt || seen.updatedAt < now.createdAt)
+    const older = seen.updatedAt < (await ledger.get(ref)).operation.createdAt;
+    if (seen.updatedAt > now.updatedAt || seen.attempt > now.attempt || older)
       throw new InvalidValueError(
         "seen",
-        `${shown} is ${seen.updatedAt < now.createdAt ? `older than operation ${ref.id} itself` : `ahead of operation ${ref.id}'s version`} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
+        `${operationVersion(seen)} is ${older ? `older than operation ${ref.id} itself` : `ahead of operation ${ref.id}'s version`} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
       );
-    throw new ChangedSinceShownError(ref, shown, now, error);
+    throw new ChangedSinceShownError(ref, error);
   }
 }
 
@@ -646,7 +662,9 @@ export function program(): Command {
       await withLedger(
         g(),
         async (ledger) => {
-          const applied = await ledger.admin.migrate();
+          const applied = await ledger.admin.migrate().catch((error: unknown) => {
+            throw inOperatorsTerms(error, true);
+          });
           console.log(
             g().json
               ? JSON.stringify({ applied })
@@ -968,9 +986,11 @@ export async function main(argv: string[]): Promise<number> {
           ? EXIT.usage
           : error instanceof OperationNotFoundError
             ? EXIT.notFound
-            : error instanceof InvalidTransitionError || error instanceof ChangedSinceShownError
-              ? EXIT.refused
-              : EXIT.failure;
+            : error instanceof IdemError && error.code === "CHANGED_SINCE_SEEN"
+              ? EXIT.changed // before InvalidTransitionError: the ledger's is one of those
+              : error instanceof InvalidTransitionError
+                ? EXIT.refused
+                : EXIT.failure;
     const message = (error as Error).message;
     if (json)
       console.error(

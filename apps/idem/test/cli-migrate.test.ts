@@ -178,6 +178,9 @@ describe("how long idem migrate waits, on Postgres (migrations in the config, fl
         const out = await idem(args);
         expect(out.code, `${args.join(" ")}: ${out.stderr}`).toBe(1);
         expect(out.stderr).toMatch(/the migration's locks were not free within 1000 ms/);
+        // What the command's user sets, not the library's option they never see.
+        expect(out.stderr).toContain("(--lock-patience of idem migrate, or migrations.lockPatienceMs in the config)");
+        expect(out.stderr).not.toContain("migrationLockPatienceMs");
         expect(Date.now() - started, args.join(" ")).toBeLessThan(45_000); // the built-in patience is 60 s
       }
       await release();
@@ -213,7 +216,11 @@ describe("how long idem migrate waits, on Postgres (migrations in the config, fl
         const started = Date.now();
         const out = await idem(args);
         expect(out.code, `${args.join(" ")}: ${out.stderr}`).toBe(1);
-        expect(out.stderr).toMatch(/a migration statement had no answer within 2000 ms \(migrationTimeoutMs\)/);
+        expect(out.stderr).toMatch(
+          /a migration statement had no answer within 2000 ms \(--timeout of idem migrate, or migrations\.timeoutMs in the config\)/,
+        );
+        // Before: ended with the lock release's failure on the connection the timeout had ended.
+        expect(out.stderr).not.toMatch(/not queryable|migrationTimeoutMs/);
         expect(Date.now() - started, args.join(" ")).toBeLessThan(60_000);
       }
     } finally {

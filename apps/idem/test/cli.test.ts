@@ -270,7 +270,7 @@ for (const dialect of DIALECTS) {
       expect(again.code).toBe(4);
     });
 
-    it("retry of an unknown operation is bound to the version the operator was shown: without --seen refused (exit 2), an older version refused (exit 4), saying to show it again", async () => {
+    it("retry of an unknown operation is bound to the version the operator was shown: without --seen refused (exit 2), an older version refused (exit 7, a stale view), saying to show it again", async () => {
       // An unknown outcome the daemon keeps checking: a provider that dedupes on our key, whose answer was lost.
       const charge = defineAction({
         type: "charge.lost",
@@ -329,13 +329,29 @@ for (const dialect of DIALECTS) {
       }
       expect(await versionOf(ledger, "acme", id)).toBe(current); // nothing decided
       const stale = await retry("--seen", shown);
-      expect(stale.code).toBe(4);
+      expect(stale.code).toBe(7); // a stale view, apart from a status that does not allow it (4)
       expect(stale.stderr).toMatch(
         new RegExp(
           `^idem: operation ${id} changed since it was shown \\(version ${shown.replaceAll(".", "\\.")}\\): it is now unknown at attempt 2 \\(version \\S+\\); nothing was decided\\. Show it again \\(idem show ${id} --tenant acme\\) and decide on what you see now\n$`,
         ),
       );
       expect((await ledger.get({ tenant: "acme", id })).operation.status).toBe("unknown"); // nothing changed
+      // A script reads the code: read it again and decide, rather than give up as on INVALID_TRANSITION.
+      const json = await idem([
+        "--ledger",
+        url,
+        "--json",
+        "retry",
+        id,
+        "--tenant",
+        "acme",
+        "--reason",
+        "x",
+        "--seen",
+        shown,
+      ]);
+      expect(json.code).toBe(7);
+      expect(JSON.parse(json.stderr)).toMatchObject({ error: "CHANGED_SINCE_SEEN" });
       const ok = await retry("--seen", await versionOf(ledger, "acme", id));
       expect(ok.code, ok.stderr).toBe(0);
       expect((await ledger.get({ tenant: "acme", id })).operation).toMatchObject({ status: "pending", attempt: 2 });
@@ -408,7 +424,7 @@ for (const dialect of DIALECTS) {
       expect(resolve.code, resolve.stderr).toBe(2);
       expect(resolve.stderr).toMatch(/resolve needs --seen <version>/);
       const stale = await decide("retry", "--seen", shown, "--reason", "B: checked, never sent");
-      expect(stale.code).toBe(4);
+      expect(stale.code).toBe(7);
       expect(stale.stderr).toMatch(
         /changed since it was shown .*: it is now needs_review at attempt 4 .*Show it again/,
       );
@@ -430,9 +446,14 @@ for (const dialect of DIALECTS) {
       const wrong = await decide("resolve", "--succeeded", "--seen", await versionOf(ledger, t, id), "--reason", "x");
       expect(wrong.code).toBe(4);
       expect(wrong.stderr).toMatch(/is failed; it cannot become succeeded this way/);
+      const wrongJson = await idem([
+        ...["--ledger", url, "--json", "resolve", id, "--tenant", t, "--succeeded"],
+        ...["--seen", await versionOf(ledger, t, id), "--reason", "x"],
+      ]);
+      expect([wrongJson.code, JSON.parse(wrongJson.stderr).error]).toEqual([4, "INVALID_TRANSITION"]);
     });
 
-    it("retry and resolve are bound to the view idem show printed (--seen): a late 'may have committed' answer recorded after the person looked, at the same attempt, refuses the decision (exit 4)", async () => {
+    it("retry and resolve are bound to the view idem show printed (--seen): a late 'may have committed' answer recorded after the person looked, at the same attempt, refuses the decision (exit 7, a stale view)", async () => {
       let open: () => void = () => {};
       const gate = new Promise<void>((r) => (open = r));
       let effects = 0;
@@ -508,7 +529,7 @@ for (const dialect of DIALECTS) {
             "--reason",
             "nothing at the provider",
           ]);
-          expect(out.code, `${verdict.join(" ")}: ${out.stderr}`).toBe(4);
+          expect(out.code, `${verdict.join(" ")}: ${out.stderr}`).toBe(7);
           expect(out.stderr).toMatch(/changed since it was shown.*Show it again .* and decide on what you see now/);
         }
         expect((await ledger.get({ tenant: t, id })).operation).toEqual(after); // nothing decided

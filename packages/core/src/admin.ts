@@ -148,7 +148,7 @@ export class LedgerAdmin {
         ? { result_json: receiptJson, error_json: null } // as the runner's success: the earlier error is over
         : { error_json: JSON.stringify({ kind: "permanent", reason } satisfies StoredError) }),
     });
-    if (!done) throw new InvalidTransitionError(row.id, "changed concurrently", verdict.outcome);
+    if (!done) throw await context.changedWhileDeciding(row, verdict, verdict.outcome);
     return toOperation(done);
   }
 
@@ -210,7 +210,7 @@ export class LedgerAdmin {
       alert: false,
       unchangedSince: { updatedAt: row.updated_at, checks: row.checks }, // the row as checked above
     });
-    if (!back) throw new InvalidTransitionError(row.id, "changed concurrently", "pending");
+    if (!back) throw await context.changedWhileDeciding(row, verdict, "pending");
     return toOperation(back);
   }
 

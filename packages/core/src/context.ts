@@ -5,7 +5,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Action } from "./action.js";
-import { InvalidTransitionError, InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
+import { ChangedSinceSeenError, InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
 import { requireName, requireText } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
 import type { StoredError } from "./result.js";
@@ -96,7 +96,7 @@ export interface Verdict {
   readonly reason: string;
   /**
    * The operation as the person saw it (from `get` or `list`): the decision is refused
-   * (`InvalidTransitionError`) if the operation changed since, so a stale page cannot decide it.
+   * (`ChangedSinceSeenError`) if the operation changed since, so a stale page cannot decide it.
    * Status, attempt and checks tell apart changes made within the same millisecond.
    */
   readonly seen?: Seen;
@@ -169,9 +169,25 @@ export class LedgerContext {
       s.checks !== row.checks ||
       s.updatedAt !== row.updated_at
     ) {
-      throw new InvalidTransitionError(row.id, `${row.status} and changed since it was shown`, to);
+      throw new ChangedSinceSeenError(row.id, to, s, seenOf(row), true);
     }
   }
+
+  /**
+   * The refusal of a decision taken on `row` whose write found the operation changed meanwhile
+   * (another decision, the daemon): read again, so the refusal says what it is now. Gone (pruned
+   * meanwhile), it is not found.
+   */
+  async changedWhileDeciding(row: Row, verdict: Verdict & OperationRef, to: string): Promise<ChangedSinceSeenError> {
+    const now = await this.store.findById(verdict.tenant, row.id);
+    if (!now) throw new OperationNotFoundError(verdict.tenant, row.id);
+    return new ChangedSinceSeenError(row.id, to, verdict.seen ?? seenOf(row), seenOf(now), verdict.seen !== undefined);
+  }
+}
+
+/** What identifies the row's state (`Seen`), as a decision names it. */
+function seenOf(r: Row): Seen {
+  return { status: r.status, attempt: r.attempt, checks: r.checks, updatedAt: r.updated_at };
 }
 
 export function requireVerdict(verdict: Verdict): void {

@@ -3,6 +3,7 @@
  * for caller bugs and broken configuration, and each carries its evidence so an operator can act
  * without reproducing the call. Every error keeps `{ cause }` when it wraps another.
  */
+import type { Seen } from "./context.js";
 import type { Status } from "./schema.js";
 
 /** Every `code` an `IdemError` can carry: a closed set, so a `switch` over it can be exhaustive. */
@@ -14,6 +15,8 @@ export type IdemErrorCode =
   | "LEDGER_CONFIG"
   | "NOT_FOUND"
   | "INVALID_TRANSITION"
+  /** A decision taken on a view of the operation that is no longer current (`ChangedSinceSeenError`). */
+  | "CHANGED_SINCE_SEEN"
   | "GUARDRAIL"
   | "LEDGER_UNAVAILABLE"
   | "COMPLETION_NOT_RECORDED"
@@ -121,6 +124,35 @@ export class NewerLedgerError extends LedgerConfigError {
   }
 }
 
+/**
+ * Postgres: a migration gave up waiting, at open or in `admin.migrate()`: for the locks of the
+ * ledger's tables (`waitedFor: "locks"`: a long transaction on them, a report, a dump; bounded by
+ * `migrationLockPatienceMs`) or for a statement's answer (`"answer"`: another process migrating,
+ * or a server that stopped answering; bounded by `migrationTimeoutMs`). Unreachable: trying again,
+ * or with a longer bound, may work. `setting` is how the message names the bound: the option by
+ * default; a program whose users set it otherwise (a flag, a config key) gives its own.
+ */
+export class MigrationWaitError extends LedgerConfigError {
+  /** The `openLedger` option that bounds this wait. */
+  readonly option: "migrationLockPatienceMs" | "migrationTimeoutMs";
+
+  constructor(
+    readonly waitedFor: "locks" | "answer",
+    readonly limitMs: number,
+    options: { cause?: unknown; setting?: string } = {},
+  ) {
+    const option = waitedFor === "locks" ? "migrationLockPatienceMs" : "migrationTimeoutMs";
+    const setting = options.setting ?? option;
+    super(
+      waitedFor === "locks"
+        ? `ledger migration failed: the migration's locks were not free within ${limitMs} ms (${setting}): a long transaction on the ledger's tables (a report, a dump); try again, or give it longer`
+        : `ledger migration failed: a migration statement had no answer within ${limitMs} ms (${setting}): another process migrating (holding the migration lock) or a server that stopped answering; try again, or give it longer`,
+      { cause: options.cause, unreachable: true },
+    );
+    this.option = option;
+  }
+}
+
 /** No operation with that id exists for that tenant (another tenant's id is reported the same way). */
 export class OperationNotFoundError extends IdemError {
   constructor(
@@ -131,14 +163,51 @@ export class OperationNotFoundError extends IdemError {
   }
 }
 
-/** A manual transition was asked of an operation in a status that does not allow it. */
+/**
+ * A manual transition was asked of an operation in a status that does not allow it (code
+ * `INVALID_TRANSITION`): asking again will not help. Its subclass `ChangedSinceSeenError` (code
+ * `CHANGED_SINCE_SEEN`) is the refusal of a decision taken on a view that is no longer current,
+ * which may be taken again on the operation as it is now.
+ */
 export class InvalidTransitionError extends IdemError {
   constructor(
     readonly operationId: string,
+    /** The status the operation is in, or (older callers read it) why the transition was refused. */
     readonly from: string,
     readonly to: string,
+    /** @internal A subclass's own code and message. */
+    refusal?: { readonly code: "CHANGED_SINCE_SEEN"; readonly message: string },
   ) {
-    super("INVALID_TRANSITION", `operation ${operationId} is ${from}; it cannot become ${to} this way`);
+    super(
+      refusal?.code ?? "INVALID_TRANSITION",
+      refusal?.message ?? `operation ${operationId} is ${from}; it cannot become ${to} this way`,
+    );
+  }
+}
+
+/**
+ * A person's decision (`admin.resolve`, `admin.retry`) refused because the operation changed since
+ * the view it was taken on: the `seen` the caller gave (`shown`), or the row as the ledger read it
+ * when another change won the race to write (`shown` false: no `seen` was given). Nothing was
+ * decided. Unlike a status that does not allow the move, this may pass: read the operation again
+ * and decide on what it is now. An `InvalidTransitionError`, so a `catch` of that still takes it
+ * as a refusal; `code` (`CHANGED_SINCE_SEEN`) tells the two apart.
+ */
+export class ChangedSinceSeenError extends InvalidTransitionError {
+  constructor(
+    operationId: string,
+    to: string,
+    /** The operation as the decision saw it. */
+    readonly seen: Seen,
+    /** The operation as it is now (when the decision was refused). */
+    readonly now: Seen,
+    readonly shown: boolean,
+  ) {
+    const version = (v: Seen) => `${v.status}.${v.attempt}.${v.checks}.${v.updatedAt}`;
+    super(operationId, `${now.status} and ${shown ? "changed since it was shown" : "changed concurrently"}`, to, {
+      code: "CHANGED_SINCE_SEEN",
+      message: `operation ${operationId} ${shown ? "changed since it was shown" : "changed while it was being decided"} (version ${version(seen)}): it is now ${now.status} at attempt ${now.attempt} (version ${version(now)}); nothing was decided: read it again and decide on what it is now`,
+    });
   }
 }
 

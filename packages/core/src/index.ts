@@ -22,6 +22,8 @@ export {
   GuardrailError,
   IdemError,
   InvalidTransitionError,
+  ChangedSinceSeenError,
+  MigrationWaitError,
   InvalidValueError,
   LeaseDeadlineError,
   LedgerConfigError,

@@ -27,7 +27,7 @@ import {
 import pRetry from "p-retry";
 import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
-import { LedgerConfigError } from "./errors.js";
+import { LedgerConfigError, MigrationWaitError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
 import { fileCheck, removeMade, sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
@@ -504,9 +504,18 @@ function ledgerClient(
       this.on("error", () => {}); // the query in flight already failed with it
     }
 
+    /** The failure that ended this connection (`endsConnection`), if one did. */
+    private endedBy: Error | undefined;
+
     override query(...args: unknown[]): any {
+      // A query sent after the end fails with pg's "not queryable", which says nothing of why:
+      // it gets what ended the connection as its cause (a `finally` that queries, such as kysely's
+      // release of its migration lock, reports its own failure in place of the first one).
+      const ended = this.endedBy;
       const drop = (err: unknown) => {
+        if (ended && err instanceof Error && err !== ended && err.cause === undefined) err.cause = ended;
         if (!endsConnection(err)) return;
+        this.endedBy ??= err as Error;
         (this as unknown as { _queryable: boolean })._queryable = false; // pg-pool's release reads it
         socketOf(this).destroy();
       };
@@ -592,10 +601,7 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
             shouldRetry: ({ error }) => lockNotFree(error),
           }).catch((error: unknown) => {
             if (!lockNotFree(error)) throw error;
-            throw new LedgerConfigError(
-              `ledger migration failed: the migration's locks were not free within ${patience} ms (migrationLockPatienceMs): a long transaction on the ledger's tables (a report, a dump); try again, or give it longer`,
-              { cause: error, unreachable: true },
-            );
+            throw new MigrationWaitError("locks", patience, { cause: error });
           });
         } finally {
           // Best effort: on a connection that broke, the first error is the one to report.
@@ -605,23 +611,24 @@ export async function migrate(db: Kysely<IdemDatabase>, dialect: DialectName): P
       });
     } catch (error) {
       // A statement past the read timeout ends its connection, and kysely's release of its
-      // migration lock then fails on it: that failure ("not queryable") is what reaches here.
-      const cause = error instanceof LedgerConfigError ? error.cause : error;
-      if (
-        migrating &&
-        migrating.timeoutMs > 0 &&
-        /Query read timeout|not queryable/.test(String((cause as Error)?.message))
-      )
-        throw new LedgerConfigError(
-          `ledger migration failed: a migration statement had no answer within ${migrating.timeoutMs} ms (migrationTimeoutMs): another process migrating (holding the migration lock) or a server that stopped answering; try again, or give it longer (${(cause as Error).message})`,
-          { cause: error, unreachable: true },
-        );
+      // migration lock then fails on it ("not queryable"): that failure is what reaches here, with
+      // the read timeout as its cause (ledgerClient). Another end (the server's) is no timeout.
+      if (migrating && migrating.timeoutMs > 0 && causesOf(error).some((e) => clientTimeout(e) === "read"))
+        throw new MigrationWaitError("answer", migrating.timeoutMs, { cause: error });
       throw schemaError("ledger migration failed", error);
     } finally {
       await own?.destroy();
     }
   }
   return migrateSqlite(db);
+}
+
+/** An error and the causes it wraps, outermost first (at most a few: a cycle ends it). */
+function causesOf(error: unknown): unknown[] {
+  const out: unknown[] = [];
+  for (let e: unknown = error; e !== undefined && e !== null && out.length < 8; e = (e as { cause?: unknown }).cause)
+    out.push(e);
+  return out;
 }
 
 /** A migration's statement that gave up waiting for a lock (`lock_timeout`, 55P03). */

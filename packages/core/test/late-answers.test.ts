@@ -450,13 +450,18 @@ for (const dialect of DIALECTS) {
         ).toContain(op!.id);
         const seen = view === "taken after it" ? after.operation : before;
         const reason = "nothing in the dashboard yet";
-        await expect(ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason, seen })).rejects.toMatchObject({
-          name: "InvalidTransitionError",
-        });
+        // Taken before it: a stale view (read it again); after it: the effect happened, which no reading changes.
+        const refusal =
+          view === "taken before it"
+            ? { name: "ChangedSinceSeenError", code: "CHANGED_SINCE_SEEN" }
+            : { name: "InvalidTransitionError", code: "INVALID_TRANSITION" };
+        await expect(ledger.admin.retry({ tenant, id: op!.id, actor: "alice", reason, seen })).rejects.toMatchObject(
+          refusal,
+        );
         if (view === "taken before it")
           await expect(
             ledger.admin.resolve({ tenant, id: op!.id, actor: "alice", reason, outcome: "failed", seen }),
-          ).rejects.toMatchObject({ name: "InvalidTransitionError" });
+          ).rejects.toMatchObject(refusal);
         const again = await ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } });
         expect(again, story).toMatchObject({ state: "needs_review", performed: true });
         expect(p.effects, story).toHaveLength(1);

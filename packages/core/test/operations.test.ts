@@ -358,6 +358,67 @@ for (const dialect of DIALECTS) {
       expect((await ledger.get({ tenant: t, id })).operation.status).toBe("pending");
     });
 
+    it("tells a stale view (CHANGED_SINCE_SEEN, with the version seen and the one now) from a move the status does not allow (INVALID_TRANSITION)", async () => {
+      const ledger = await db.open();
+      const t = uniqueTenant();
+      const { id } = await parked(ledger, t, "stale-or-not");
+      const shown = (await ledger.get({ tenant: t, id })).operation;
+      const seen = { status: shown.status, attempt: shown.attempt, checks: shown.checks, updatedAt: shown.updatedAt };
+      await ledger.admin.resolve({ tenant: t, id, outcome: "succeeded", reason: "found it", actor: "carol", seen });
+      const done = (await ledger.get({ tenant: t, id })).operation;
+      const now = {
+        status: "succeeded" as const,
+        attempt: done.attempt,
+        checks: done.checks,
+        updatedAt: done.updatedAt,
+      };
+      // On the view before carol's verdict: reading it again is the way on (it may still need a person).
+      for (const decide of [
+        () => ledger.admin.retry({ tenant: t, id, reason: "not sent", actor: "dave", seen }),
+        () => ledger.admin.resolve({ tenant: t, id, outcome: "failed", reason: "not sent", actor: "dave", seen }),
+      ])
+        await expect(decide()).rejects.toMatchObject({
+          name: "ChangedSinceSeenError",
+          code: "CHANGED_SINCE_SEEN",
+          operationId: id,
+          seen,
+          now,
+          shown: true,
+          message: expect.stringMatching(/changed since it was shown .*it is now succeeded .*read it again/),
+        });
+      // On the view as it is now: succeeded allows neither, and reading it again will not change that.
+      const refused = await ledger.admin
+        .retry({ tenant: t, id, reason: "not sent", actor: "dave", seen: now })
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(InvalidTransitionError);
+      expect(refused).toMatchObject({ code: "INVALID_TRANSITION", from: "succeeded", to: "pending" });
+      expect(refused).not.toHaveProperty("now");
+    });
+
+    it("two people deciding on the same view at once: one decides, the other is refused as a stale view, whichever way it lost", async () => {
+      const ledger = await db.open();
+      const t = uniqueTenant();
+      for (let i = 0; i < 4; i++) {
+        const { id } = await parked(ledger, t, `race-${i}`);
+        const shown = (await ledger.get({ tenant: t, id })).operation;
+        const seen = { status: shown.status, attempt: shown.attempt, checks: shown.checks, updatedAt: shown.updatedAt };
+        const ref = { tenant: t, id, seen };
+        const [a, b] = await Promise.allSettled([
+          ledger.admin.resolve({ ...ref, outcome: "succeeded", reason: "found it", actor: "carol" }),
+          ledger.admin.retry({ ...ref, reason: "not sent", actor: "dave" }),
+        ]);
+        const lost = [a, b].filter((r) => r.status === "rejected");
+        expect(lost).toHaveLength(1);
+        const after = (await ledger.get({ tenant: t, id })).operation;
+        expect((lost[0] as PromiseRejectedResult).reason).toMatchObject({
+          code: "CHANGED_SINCE_SEEN",
+          operationId: id,
+          seen,
+          now: { status: after.status, attempt: after.attempt, checks: after.checks, updatedAt: after.updatedAt },
+        });
+      }
+    });
+
     it("counts what came in per time bucket and status, for one tenant, several, or all", async () => {
       const ledger = await db.open();
       const [a, b] = [uniqueTenant(), uniqueTenant()];
