@@ -56,6 +56,12 @@ export type Classification =
       readonly alert?: boolean;
       readonly providerRequestId?: string;
       readonly evidence?: Evidence;
+      /**
+       * The provider refused what it had taken whole (a mail server's 5xx after the body): a
+       * refusal by its word, but some queue the request all the same. A person's retry of it
+       * (`admin.retry`) looks the effect up first, as for an outcome that may have committed.
+       */
+      readonly mayHaveTaken?: boolean;
     }
   /** Rate limited: wait `retryAfterMs` (the provider's signal), then retry the same operation. */
   | {

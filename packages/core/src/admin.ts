@@ -188,8 +188,13 @@ export class LedgerAdmin {
     // Its last execution may have committed: the person found nothing at the provider, but the
     // request may land after they looked (mail queued at the server, an index that lags). The
     // runner that takes it, which knows the action's settle windows, looks it up first (`lookFirst`).
-    // A failed operation's provider refused it: no effect to wait for.
-    const lookFirst = row.status === "unknown" || (row.status === "needs_review" && row.maybe_committed === 1);
+    // A failed operation's provider refused it: no effect to wait for, unless it refused what it
+    // had taken whole (`mayHaveTaken`: a mail server's 5xx after the body, which some queue all the
+    // same): its copy may land after the person looked, as a lost answer's may.
+    const lookFirst =
+      row.status === "unknown" ||
+      (row.status === "needs_review" && row.maybe_committed === 1) ||
+      (row.status === "failed" && mayHaveTaken(row));
     if (lookFirst && !context.store.looksFirst)
       throw new InvalidTransitionError(
         row.id,
@@ -336,4 +341,9 @@ function requireStatuses(status: unknown): void {
   for (const s of Array.isArray(status) ? status : [status])
     if (!(STATUSES as readonly unknown[]).includes(s))
       throw new InvalidValueError("status", `${JSON.stringify(s)} is not a status: one of ${STATUSES.join(", ")}`);
+}
+
+/** A failure the provider answered after it had the whole request (`Classification.mayHaveTaken`). */
+function mayHaveTaken(row: Row): boolean {
+  return row.error_json !== null && (JSON.parse(row.error_json) as StoredError).mayHaveTaken === true;
 }

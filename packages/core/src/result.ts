@@ -17,6 +17,8 @@ export interface StoredError {
   readonly evidenceDropped?: number;
   /** False when a replay with the same key can only repeat this answer (see Classification). */
   readonly replayable?: boolean;
+  /** `permanent` only: refused after the provider had the whole request (Classification `mayHaveTaken`). */
+  readonly mayHaveTaken?: boolean;
   /**
    * `invalid_result` only: the attempts whose own requests took effect with a receipt that could
    * not be stored (absent when a lookup found the effect: that may be any attempt's). Two

@@ -621,6 +621,7 @@ export class Runner {
       ...((cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert && { alert: true }),
       ...("providerRequestId" in cls && cls.providerRequestId && { providerRequestId: cls.providerRequestId }),
       ...(cls.kind === "permanent" && boundEvidence(cls.evidence)),
+      ...(cls.kind === "permanent" && cls.mayHaveTaken === true && { mayHaveTaken: true }),
       ...(cls.kind === "ambiguous" && cls.replayable === false && { replayable: false }),
     };
     // Only this process knows how the attempt ended (not sent, refused): a brief outage of the

@@ -7,7 +7,9 @@
  * execution: found settles it (alerted, nothing runs twice), inconclusive leaves it pending for a
  * later look, and only absence proven, or a lookup that can never prove it (the person's word is
  * the proof then), runs it. A retry of a `failed` operation (the provider refused: no effect)
- * runs at once. Each test failed first: two effects at the provider.
+ * runs at once, unless the provider refused what it had taken whole (`mayHaveTaken`: a mail
+ * server's 554 after the body, which some queue all the same): that one looks first too. Each
+ * test failed first: two effects at the provider.
  */
 import { describe, expect, it } from "vitest";
 import { Migrator, sql } from "kysely";
@@ -286,6 +288,41 @@ for (const dialect of DIALECTS) {
       } finally {
         await bare.close();
       }
+    });
+
+    it("a retry of an operation refused after the provider had it whole (mayHaveTaken: a 554 after the body) looks first, and finds the late effect", async () => {
+      const server = mailServer("settling");
+      let now = Date.now();
+      const ledger = await db.open({ clock: () => now, actions: [server.action], budget: { attempts: 1 } });
+      const tenant = uniqueTenant();
+      // The server queues the message, answers 554, and delivers it all the same, later.
+      const refusing = defineAction<{ to: string }, { id: string }>({
+        type: server.action.type,
+        capabilities: { lookup: true },
+        execute: async (args, op) => {
+          await server.action.execute(args, op).catch(() => {}); // queued, its answer the 554 below
+          throw new ProviderError({ kind: "permanent", reason: "554 refused after the body", mayHaveTaken: true });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: server.action.reconcile!,
+      });
+      const first = await ledger.run(refusing, { tenant, key: ["k"], args: { to: "x" } });
+      expect(first).toMatchObject({ status: "failed" });
+      now += 1_000;
+      await ledger.admin.retry({ tenant, id: first.operationId, actor: "alice", reason: "filter fixed" });
+      const out = await ledger.run(server.action, { tenant, key: ["k"], args: { to: "x" } });
+      // Before: run at once, a second message (sends 2, succeeded).
+      expect({ sends: server.sends(), out }).toMatchObject({
+        sends: 1,
+        out: { status: "pending_verification", state: "pending" },
+      });
+      expect(first).toMatchObject({ error: { mayHaveTaken: true } });
+      server.land();
+      now += SETTLE_MS; // its copy is found
+      expect(await ledger.daemon.settle({ tenant, id: first.operationId, actor: "daemon" })).toMatchObject({
+        status: "succeeded",
+      });
+      expect(server.sends()).toBe(1);
     });
 
     it("a retry of a failed operation (no effect) runs at once, without a look", async () => {

@@ -130,14 +130,17 @@ export function classifyEmailError(error: unknown): Classification {
     // unknown, each would be sent again past the settle window, to be refused again (append: each
     // left to a person), and the agent told "pending" instead of why. A server that queued it all
     // the same leaves a ledger that says failed, not a second email: failed is final for the key.
-    // A person's retry runs it as known not sent: the check before sending looks once, with no
-    // settle window, so it finds a copy already filed (email-replies.test) but not one the server
-    // files later, and then sends again (README: wait out the settle window before retrying).
+    // A person's retry of it looks for the copy first (`mayHaveTaken`, below), within the settle
+    // window: a copy the server files late is found, not sent twice (email-retry-states.test).
     // A 5xx to MAIL FROM refuses the sender (not allowed, authentication required): every send
     // from it will be, until a person fixes the config or the account. Not a 552 there: it
     // refuses this message's declared size.
     const sender = e.command === "MAIL FROM" && e.responseCode !== 552;
-    if (e.responseCode >= 500) return { kind: "permanent", reason: what, ...(sender && { alert: true }) };
+    // After the body, the server had the message when it refused: `mayHaveTaken`, so a person's
+    // retry looks for its copy first (a server that queued it all the same files it late).
+    const taken = bodySentOf(error) === true;
+    if (e.responseCode >= 500)
+      return { kind: "permanent", reason: what, ...(sender && { alert: true }), ...(taken && { mayHaveTaken: true }) };
   }
   // No verdict: the body decides. Handed over, the server may have it, so ambiguous whatever the
   // code: a reply lost, a socket error after the final dot, or a reply that is no verdict (after

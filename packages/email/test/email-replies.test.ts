@@ -126,8 +126,10 @@ for (const dialect of DIALECTS) {
       const again = await l.run(mail.send, { tenant: t, key: ["queued-554"], args: letter });
       expect(again).toMatchObject({ status: "failed", replayed: true });
       await l.admin.retry({ tenant: t, id: out.operationId, actor: "ops", reason: "the filter was fixed" });
+      // The 554 came after the body (mayHaveTaken): the retry looks first, and its lookup finds the
+      // copy: the message went out (by the first attempt), as its receipt says.
       const retried = await l.run(mail.send, { tenant: t, key: ["queued-554"], args: letter });
-      expect(retried).toMatchObject({ status: "succeeded", receipt: { sent: false, foundIn: "Sent" } });
+      expect(retried).toMatchObject({ status: "succeeded", receipt: { sent: true, foundIn: "Sent" } });
       expect(sandbox.count() - before).toBe(1);
     });
 

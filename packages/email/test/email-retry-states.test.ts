@@ -129,6 +129,27 @@ for (const dialect of DIALECTS) {
         expect(await atTarget(messageId)).toEqual({ received: 1, copies: 1 });
       });
 
+      it(`${m}: failed after a 554 to a body the server queued all the same, retried by a person before the copy landed: one message, or a person told`, async () => {
+        const { l, t, run, messageIdOf } = await open(m);
+        sandbox.faults.add({ kind: "defer_taken", status: 554 });
+        const out = await run();
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+        const messageId = await messageIdOf(out.operationId);
+        expect(sandbox.count(messageId)).toBe(1);
+        await l.admin.retry({ tenant: t, id: out.operationId, actor: "ops", reason: "the filter was fixed" });
+        const retried = await run();
+        await filed(m, messageId);
+        const { operation } = await l.get({ tenant: t, id: out.operationId });
+        const sent = sandbox.count(messageId);
+        // Never two in silence: a second message is alerted for a person to see.
+        if (sent > 1) expect({ retried, status: operation.status }).toMatchObject({ status: "needs_review" });
+        expect({ sent, retried: retried.status }).toEqual({ sent: 1, retried: "pending_verification" });
+        expect(await l.daemon.settle({ tenant: t, id: out.operationId, actor: "daemon" })).toMatchObject({
+          status: "succeeded",
+        });
+        expect(await atTarget(messageId)).toEqual({ received: 1, copies: 1 });
+      });
+
       it(`${m}: two callers at once on an unknown row whose copy has not landed: neither sends; then found, one message`, async () => {
         const { l, t, run, messageIdOf } = await open(m);
         sandbox.faults.add({ kind: "hold_reply", delayMs: scaled(20_000) });
