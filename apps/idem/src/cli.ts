@@ -39,6 +39,7 @@ import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
+import { hearStopSignals, stopped } from "./stop-signals.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
@@ -715,10 +716,15 @@ export function program(): Command {
     )
     .action(async (o: { tenant?: string }, mcp: Command) => {
       let tenant: string | undefined;
+      // stdout is the protocol's: what the stop says goes to stderr.
+      const signals = hearStopSignals(pino({ base: { mcp: hostname() } }, pino.destination(2)), {
+        stopping: "the calls in flight are being recorded",
+        left: "a call in flight is left to its lease, and settled by the daemon once that expires",
+      });
       await withLedger(
         g(),
         async (ledger, config) => {
-          await serveMcp(ledger, config, tenant!);
+          await serveMcp(ledger, config, tenant!, signals.signal);
         },
         {
           actions: true,
@@ -726,7 +732,7 @@ export function program(): Command {
             tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
           },
         },
-      );
+      ).finally(signals.dispose);
     });
 
   cmd
@@ -740,6 +746,10 @@ export function program(): Command {
     .action(async (o: { port?: number }) => {
       const log = pino({ base: { console: hostname() } });
       let built = true;
+      const signals = hearStopSignals(log, {
+        stopping: "the console is closing",
+        left: "a decision in flight is recorded or not, as its page then says on reload",
+      });
       await withLedger(
         g(),
         async (ledger, config, configured) => {
@@ -751,10 +761,7 @@ export function program(): Command {
           );
           // The one line a script (or a test) waits for: where the console listens.
           log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
-          await new Promise<void>((resolve) => {
-            process.once("SIGTERM", resolve);
-            process.once("SIGINT", resolve);
-          });
+          await stopped(signals.signal);
           await web.close();
         },
         {
@@ -770,7 +777,7 @@ export function program(): Command {
             );
           },
         },
-      );
+      ).finally(signals.dispose);
     });
 
   cmd
@@ -785,15 +792,20 @@ export function program(): Command {
     .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
-      // A daemon started while its database is down (or restarting) waits for it; a stop meanwhile ends it.
-      const waiting = new AbortController();
-      const stopWaiting = () => waiting.abort(new Error("stopped while waiting for the ledger database"));
-      if (!o.once) {
-        process.once("SIGTERM", stopWaiting);
-        process.once("SIGINT", stopWaiting);
-      }
+      let stopTimeoutMs: number | undefined;
+      let opened = false;
+      // Heard from the start: a daemon started while its database is down (or restarting) waits
+      // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
+      const signals = hearStopSignals(log, {
+        get stopping() {
+          return stopTimeoutMs === undefined
+            ? "the daemon is stopping"
+            : `the work in flight has until ${stopTimeoutMs} ms after the stop`;
+        },
+        left: "the work in flight is left to its lease, and settled once that expires",
+      });
       let metrics: DaemonMetrics | undefined;
-      const opened = withLedger(
+      const running = withLedger(
         g(),
         async (ledger, config, configured) => {
           metrics!.attach(ledger);
@@ -814,14 +826,11 @@ export function program(): Command {
               process.exit(EXIT.failure);
             }, ms).unref();
           };
-          // The stop's handlers come before the wait's go: between the two, a signal found none, and
-          // Node's default killed the daemon without a graceful stop (its console starting to listen).
-          process.once("SIGTERM", stop);
-          process.once("SIGINT", stop);
-          process.off("SIGTERM", stopWaiting);
-          process.off("SIGINT", stopWaiting);
+          opened = true;
+          if (signals.signal.aborted) return; // stopped as the database came back
+          stopTimeoutMs = config.daemon.stopTimeoutMs;
+          signals.signal.addEventListener("abort", stop, { once: true });
           try {
-            if (waiting.signal.aborted) return; // stopped as the database came back
             warnOfUnmatchedThresholds(config, configured, log);
             if (o.once) {
               // As the daemon's loop: a pass stopped (a cron job's timeout, a container's end) lets
@@ -851,8 +860,7 @@ export function program(): Command {
               await web?.close();
             }
           } finally {
-            process.off("SIGTERM", stop);
-            process.off("SIGINT", stop);
+            signals.signal.removeEventListener("abort", stop);
           }
           log.info("daemon stopped");
         },
@@ -875,18 +883,18 @@ export function program(): Command {
             log.info({ port }, `serving /metrics and /healthz on ${config.daemon.metricsHost}:${port}`);
           },
           ...(!o.once && {
-            waitForDatabase: { log, signal: waiting.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
+            waitForDatabase: { log, signal: signals.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
           }),
         },
       );
       try {
-        await opened;
+        await running;
       } catch (error) {
-        if (!waiting.signal.aborted) throw error;
+        // A pass that failed after a stop is still a failure (a cron job hears of it).
+        if (opened || !signals.signal.aborted) throw error;
         log.info("daemon stopped before its database was reachable");
       } finally {
-        process.off("SIGTERM", stopWaiting);
-        process.off("SIGINT", stopWaiting);
+        signals.dispose();
         await metrics?.close();
       }
     });

@@ -10,8 +10,7 @@
  * sink's type, are not alerted). It refuses a config with no alert sink. SIGTERM lets the request
  * in flight finish and be recorded, sends no other (a settlement waiting out a backoff ends at
  * once), gives back the rest of the tick's claim (another replica may take those rows at once,
- * not a claim later), then exits; a second SIGTERM is said and the stop goes on, a second Ctrl-C
- * (SIGINT) exits at once (`hearRepeats`). While the ledger's database is unreachable (a restart, a
+ * not a claim later), then exits (a second signal: stop-signals.ts). While the ledger's database is unreachable (a restart, a
  * failover) or takes no writes (a full or read-only disk: reads still pass, so each tick begins with a write,
  * `ledger.daemon.heartbeat`) it keeps running: it says so once, reports it on /healthz, retries
  * every interval and says when it is back. A SQLite ledger whose file was deleted or replaced
@@ -50,14 +49,6 @@ import { stuckRunsCounted } from "./stuck.js";
 
 /** Pages of due alerts one tick goes through (daemon.batch each). */
 const ALERT_PAGES = 10;
-/**
- * A signal repeated within this long of the stop is the same one delivered twice, not a person
- * asking again: a package manager's script runner (npm run, pnpm run) forwards Ctrl-C to its child,
- * which the terminal has signalled too.
- */
-export const REPEAT_SIGNAL_MS = 1_000;
-/** The exit code of a stop forced by a second Ctrl-C: 128 + SIGINT, as a shell reports an interrupt. */
-const FORCED_EXIT = 130;
 
 export class Daemon {
   /** Aborted by `stop()`: the settlement in flight sends nothing more and ends its pause. */
@@ -67,9 +58,6 @@ export class Daemon {
   private readonly unconfigured: { names: SinkName[]; types: string[] };
   private readonly actor: string;
   private readonly name: string;
-  /** While `run()` loops: a stop then also hears a second signal (`hearRepeats`), removed when it ends. */
-  private repeats: (() => void) | undefined;
-  private running = false;
 
   constructor(
     private readonly ledger: Ledger,
@@ -97,16 +85,6 @@ export class Daemon {
    * replaced or deleted), which no retry could get past.
    */
   async run(): Promise<void> {
-    this.running = true;
-    try {
-      await this.loop();
-    } finally {
-      this.running = false;
-      this.repeats?.();
-    }
-  }
-
-  private async loop(): Promise<void> {
     while (!this.stopping) {
       try {
         // The ledger takes writes: a full disk still answers the tick's reads.
@@ -144,51 +122,10 @@ export class Daemon {
     }
   }
 
-  /**
-   * Stops the loop: the work in flight ends and is recorded. While `run()` loops, a signal that
-   * comes after the stop is heard too: a second SIGINT (a person pressing Ctrl-C again) exits at
-   * once, its work left to its lease; a second SIGTERM does not (see `hearRepeats`).
-   */
+  /** Stops the loop (or the pass): the work in flight ends and is recorded. */
   stop(): void {
     this.stopped.abort(new Error("the daemon is stopping"));
     this.wake?.();
-    if (this.running && !this.repeats) this.hearRepeats();
-  }
-
-  /**
-   * A signal after the stop. Node's default for a signal nobody listens to is to die at once (the
-   * stop's own handlers are `once`), whichever signal and whoever sent it. A supervisor
-   * (Kubernetes, systemd, docker stop) sends one SIGTERM, then SIGKILL when its grace ends; a
-   * repeated SIGTERM comes from a wrapper forwarding it or a script sending it again, and dying
-   * then abandons the request in flight that the stop was finishing (one no lookup can find goes to
-   * a person): it is said and the stop goes on, bounded by daemon.stopTimeoutMs. A SIGINT after
-   * the stop is a person pressing Ctrl-C again to force it: it exits at once (130), saying what is
-   * left to the leases. Either within REPEAT_SIGNAL_MS of the stop is the same signal delivered
-   * twice (a script runner forwarding Ctrl-C), not a second one.
-   */
-  private hearRepeats(): void {
-    const since = performance.now();
-    const heard = (signal: NodeJS.Signals) => () => {
-      if (performance.now() - since < REPEAT_SIGNAL_MS) return;
-      if (signal === "SIGINT") {
-        this.log.warn(
-          "interrupted again while stopping: exiting at once; the work in flight is left to its lease, and settled once that expires",
-        );
-        process.exit(FORCED_EXIT);
-      }
-      this.log.info(
-        { stopTimeoutMs: this.config.daemon.stopTimeoutMs },
-        `already stopping (${signal} again): the work in flight has until ${this.config.daemon.stopTimeoutMs} ms after the stop; Ctrl-C (SIGINT) again exits at once`,
-      );
-    };
-    const onInt = heard("SIGINT");
-    const onTerm = heard("SIGTERM");
-    process.on("SIGINT", onInt);
-    process.on("SIGTERM", onTerm);
-    this.repeats = () => {
-      process.off("SIGINT", onInt);
-      process.off("SIGTERM", onTerm);
-    };
   }
 
   /**

@@ -8,7 +8,8 @@ import type { ToolDefinition } from "@idem/agents";
 import type { Ledger } from "@idem/core";
 import { ConfigError, importOptional, toolsOf, type IdemConfig } from "./config.js";
 
-export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: string): Promise<void> {
+/** Serves until the client goes away or `stop` aborts (the command's stop signals, stop-signals.ts). */
+export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: string, stop: AbortSignal): Promise<void> {
   const sdk = "@modelcontextprotocol/sdk";
   const { McpServer } = await importOptional(sdk, "idem mcp", () => import("@modelcontextprotocol/sdk/server/mcp.js"));
   const { StdioServerTransport } = await importOptional(
@@ -40,19 +41,18 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   registerStatusTool(server, ledger, { tenant, tools: definitions });
   const closed = new Promise<void>((resolve) => (server.server.onclose = resolve));
   await server.connect(new StdioServerTransport());
-  const stop = () => void server.close();
-  process.stdin.once("end", stop); // the client went away
+  const end = () => void server.close();
+  process.stdin.once("end", end); // the client went away
   // Or stopped reading (its end of our output closed): a write meets EPIPE. Without a listener that
   // is an unhandled 'error' that ends the process mid-call; it is a client gone, as above.
-  process.stdout.on("error", stop);
+  process.stdout.on("error", end);
   // Stopped by its supervisor: no new call; the caller (idem's withLedger) then closes the
   // ledger, which lets the calls in flight record their effects (Node's default ends mid-call).
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
+  if (stop.aborted) end();
+  stop.addEventListener("abort", end, { once: true });
   try {
     await closed;
   } finally {
-    process.off("SIGTERM", stop);
-    process.off("SIGINT", stop);
+    stop.removeEventListener("abort", end);
   }
 }

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, freePort, scaled, startChild, tempDir, type Child } from "@idem/testkit";
-import { REPEAT_SIGNAL_MS } from "../src/daemon.js";
+import { REPEAT_SIGNAL_MS } from "../src/stop-signals.js";
 import { fileAction, lines } from "./fixtures/file-actions.js";
 import { CLI, CONFIG, until } from "./support.js";
 
@@ -25,7 +25,7 @@ for (const dialect of DIALECTS) {
     });
 
     /** A daemon whose run of a due operation is in flight (its effect written, the answer `delayMs` away). */
-    async function inFlight(delayMs: number) {
+    async function inFlight(delayMs: number, args: string[] = []) {
       const url = await freshDatabase(dialect);
       const dir = tempDir();
       const tenant = "signals";
@@ -45,7 +45,7 @@ for (const dialect of DIALECTS) {
       } finally {
         await agent.close();
       }
-      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", `d-signals-${dialect}`], {
+      const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", `d-signals-${dialect}`, ...args], {
         LEDGER_URL: url,
         EFFECT_DIR: dir,
         WEBHOOK_URL: "http://127.0.0.1:9/hook",
@@ -79,6 +79,25 @@ for (const dialect of DIALECTS) {
         await stopWith("SIGTERM");
         daemon.proc.kill("SIGTERM");
         // Before: killed by the second SIGTERM (Node's default), the operation left running.
+        const first = await Promise.race([
+          daemon.waitFor(/already stopping \(SIGTERM again\)/, scaled(30_000)).then(() => "said"),
+          daemon.exited.then((e) => `exited ${e.code ?? e.signal}`),
+        ]);
+        expect(first).toBe("said");
+        const { code, stderr } = await daemon.exited;
+        expect(code, stderr).toBe(0);
+        expect(await statusOf()).toBe("succeeded");
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "one pass (--once): a second SIGTERM is said and the pass goes on: the request in flight is recorded, exit 0",
+      async () => {
+        const { daemon, statusOf, stopWith } = await inFlight(8_000, ["--once"]);
+        await stopWith("SIGTERM");
+        daemon.proc.kill("SIGTERM");
+        // Before: the repeats were heard only while the loop ran, so a pass was killed by Node's default.
         const first = await Promise.race([
           daemon.waitFor(/already stopping \(SIGTERM again\)/, scaled(30_000)).then(() => "said"),
           daemon.exited.then((e) => `exited ${e.code ?? e.signal}`),
