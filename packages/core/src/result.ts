@@ -152,6 +152,10 @@ export function describeResult(result: RunResult<unknown>): string {
       return `failed: ${result.error.reason}${named ? ` (${named})` : ""}`;
     }
     case "pending_verification":
+      // Known not done: the caller's own call again is how it gets done when its args are not
+      // stored (no daemon can), and is safe when they are (the key does it once). Not another way.
+      if (result.state === "pending")
+        return `pending verification (operation ${result.operationId}, pending): ${result.reason.startsWith("known not done") ? "" : "known not done: "}${result.reason}; the same call again does it, once; do not do it another way`;
       return `pending verification (operation ${result.operationId}, ${result.state}): ${result.reason}; do not retry it yourself`;
   }
 }

@@ -253,6 +253,22 @@ for (const dialect of DIALECTS) {
       expect(p.calls).toBe(2);
     });
 
+    it("tells a caller whose work is known not done, its args not stored, to call again: no one else can", async () => {
+      const ledger = await db.open({ budget: { attempts: 1 } });
+      const p = new TestProvider();
+      p.faults.push({ when: "before", cls: { kind: "transient", reason: "connection refused" } });
+      const input = { tenant: uniqueTenant(), key: ["o3b"], args: { to: "x" }, storeArgs: false };
+      const out = await ledger.run(p.action("charge", DEDUPE), input);
+      expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+      // Before: "...a later call with the args retries...; do not retry it yourself".
+      const said = describeResult(out);
+      expect(said).toMatch(/known not done/);
+      expect(said).not.toMatch(/do not retry it yourself/);
+      expect(said).toMatch(/the same call again does it, once/);
+      expect(await ledger.run(p.action("charge", DEDUPE), input)).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+    });
+
     it("waits as long as a rate limit says before retrying", async () => {
       const ledger = await db.open();
       const p = new TestProvider();
