@@ -1,7 +1,8 @@
 /**
  * A TCP proxy in front of Postgres, for tests that watch or break the wire: each client gets its
  * own connection upstream and `wire` joins the two (by default, both ways as they come); either
- * side closing closes both. `down()` refuses new connections and cuts the open ones.
+ * side closing closes both. `down()` refuses new connections and cuts the open ones; `up()` takes
+ * new ones again, as a database back from an outage does.
  */
 import { connect, createServer, type Socket } from "node:net";
 
@@ -9,6 +10,7 @@ export interface PgProxy {
   /** The target's URL with the proxy's host and port. */
   readonly url: string;
   down(): void;
+  up(): void;
   close(): Promise<void>;
 }
 
@@ -43,6 +45,9 @@ export async function pgProxy(
     down() {
       refusing = true;
       for (const s of sockets) s.destroy();
+    },
+    up() {
+      refusing = false;
     },
     async close() {
       for (const s of sockets) s.destroy();

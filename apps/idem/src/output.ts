@@ -145,16 +145,15 @@ export function printOperation(
  * would otherwise read as plain pending work, known not done).
  */
 function lookFirstLine(o: Operation, argsStored: boolean): [string, string][] {
-  if (!o.lookFirst) return [];
+  return o.lookFirst ? [["looks first", lookFirstWords(argsStored)]] : [];
+}
+
+/** What `lookFirst` means for an operation's next run, as `idem show` and the console's page say it. */
+export function lookFirstWords(argsStored: boolean): string {
   const who = argsStored
     ? "whoever runs it next (a call, the daemon)"
     : "the next call that brings its args (they are not stored: the daemon cannot look)";
-  return [
-    [
-      "looks first",
-      `its last run may have done it: ${who} checks the provider before sending again (found, it is done; an action that cannot check runs on the retry's word)`,
-    ],
-  ];
+  return `its last run may have done it: ${who} checks the provider before sending again (found, it is done; an action that cannot check runs on the retry's word)`;
 }
 
 /**

@@ -6,6 +6,8 @@
  * writing). Postgres: the connection is cut, and every new one refused (a proxy in front). A bulk
  * decision cut there said only "the ledger is unavailable" (a 503, the queue it led back to
  * unreadable): not that the rows before were decided. It now names every row by what became of it.
+ * A live page's stream that connects during the outage (a browser reconnecting) was answered 503,
+ * and the browser's EventSource gave up for good: it now opens, says the outage and recovers.
  */
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -27,6 +29,8 @@ interface Failing {
   console: Ledger;
   /** Fails it now. */
   fail(): void;
+  /** The outage ends: Postgres takes connections again (a read-only disk stays so until every file on it is closed). */
+  recover?(): void;
   close(): Promise<void>;
 }
 
@@ -73,11 +77,40 @@ async function failingLedger(dialect: TestDialect, failOn: () => string | undefi
     url,
     console,
     fail: () => proxy.down(),
+    recover: () => proxy.up(),
     close: async () => {
       await console.close().catch(() => {});
       await proxy.close();
     },
   };
+}
+
+/** An event stream's text as it comes, and `read`, which reads on until `until` matches it, for at most 30 s (scaled). */
+function streamOf(res: Response) {
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  const s = {
+    reader,
+    text: "",
+    async read(until: RegExp, what: string) {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`timed out waiting for ${what}; got ${JSON.stringify(s.text)}`)),
+          scaled(30_000),
+        );
+      });
+      try {
+        while (!until.test(s.text)) {
+          const { value, done } = await Promise.race([reader.read(), late]);
+          if (done) throw new Error(`the stream ended before ${what}; got ${JSON.stringify(s.text)}`);
+          s.text += value;
+        }
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
+  return s;
 }
 
 for (const dialect of DIALECTS) {
@@ -154,40 +187,20 @@ for (const dialect of DIALECTS) {
         const stop = new AbortController();
         const res = await fetch(`${web.url}/op/${tenant}/${row.id}/live`, { headers: { cookie }, signal: stop.signal });
         expect(res.status).toBe(200);
-        const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-        let text = "";
-        /** Reads the stream until `until` matches its text, for at most 30 s (scaled). */
-        const read = async (until: RegExp, what: string) => {
-          let timer: NodeJS.Timeout | undefined;
-          const late = new Promise<never>((_, reject) => {
-            timer = setTimeout(
-              () => reject(new Error(`timed out waiting for ${what}; got ${JSON.stringify(text)}`)),
-              scaled(30_000),
-            );
-          });
-          try {
-            while (!until.test(text)) {
-              const { value, done } = await Promise.race([reader.read(), late]);
-              if (done) throw new Error(`the stream ended before ${what}; got ${JSON.stringify(text)}`);
-              text += value;
-            }
-          } finally {
-            clearTimeout(timer);
-          }
-        };
+        const stream = streamOf(res);
         try {
-          await read(/"status":"needs_review"/, "the operation's state");
+          await stream.read(/"status":"needs_review"/, "the operation's state");
           db.fail();
           if (dialect === "postgres") {
             // Before: nothing, the page showing its status as live through the outage.
-            await read(/event: unavailable\ndata: [^\n]*the ledger database failed/, "the outage to be said");
+            await stream.read(/event: unavailable\ndata: [^\n]*the ledger database failed/, "the outage to be said");
             // Once so far: each poll after meets the outage again, and says nothing more.
-            expect(text.match(/event: unavailable/g)).toHaveLength(1);
+            expect(stream.text.match(/event: unavailable/g)).toHaveLength(1);
           } else {
             // A read-only disk still answers reads: the stream goes on, and sees a change made by
             // another writer. None can be made here (the disk takes no writes): it stays quiet.
             expect((await db.console.get({ tenant, id: row.id })).operation.status).toBe("needs_review");
-            expect(text).not.toMatch(/event: unavailable/);
+            expect(stream.text).not.toMatch(/event: unavailable/);
           }
           // The console itself still answers (a page reading the ledger says the outage, 503 on Postgres).
           const queue = await browser.get(cookie, "/");
@@ -195,7 +208,73 @@ for (const dialect of DIALECTS) {
           await queue.body?.cancel();
         } finally {
           stop.abort();
-          await reader.cancel().catch(() => {});
+          await stream.reader.cancel().catch(() => {});
+        }
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "a live page's stream that connects during the outage opens and says so, and follows the operation once the ledger is back (was: 503, the browser giving up for good)",
+      async () => {
+        const row = await waiting("reconnect");
+        const cookie = await browser.session(TOKEN);
+        db.fail();
+        const stop = new AbortController();
+        const res = await fetch(`${web.url}/op/${tenant}/${row.id}/live`, { headers: { cookie }, signal: stop.signal });
+        const stream = streamOf(res);
+        try {
+          // Before, on Postgres: 503, which ends a browser's EventSource for good (it retries only a dropped stream).
+          expect(res.status).toBe(200);
+          expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+          if (dialect === "postgres") {
+            await stream.read(/event: unavailable\ndata: [^\n]*the ledger database failed/, "the outage to be said");
+            expect(stream.text).not.toMatch(/"status"/);
+            // Decided meanwhile by another (its own connection, not through the proxy), then the ledger is back.
+            await writer.admin.resolve({ tenant, id: row.id, outcome: "succeeded", reason: "found", actor: "carol" });
+            db.recover!();
+            await stream.read(/"status":"succeeded"/, "the operation's state once the ledger is back");
+          } else {
+            // A read-only disk still answers reads: the stream opens with the operation's state.
+            await stream.read(/"status":"needs_review"/, "the operation's state");
+            expect(stream.text).not.toMatch(/event: unavailable/);
+          }
+        } finally {
+          stop.abort();
+          await stream.reader.cancel().catch(() => {});
+        }
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "a live page's stream for no operation, begun during the outage, ends once the ledger answers: not found, never followed",
+      async () => {
+        const cookie = await browser.session(TOKEN);
+        db.fail();
+        const path = `/op/${tenant}/op_none_of_these/live`;
+        const stop = new AbortController();
+        const res = await fetch(`${web.url}${path}`, { headers: { cookie }, signal: stop.signal });
+        try {
+          if (dialect === "sqlite") {
+            // A read-only disk answers reads: not found at once.
+            expect(res.status).toBe(404);
+            return;
+          }
+          // Whether it exists cannot be read: the stream opens, as for one that does (nothing told).
+          expect(res.status).toBe(200);
+          const stream = streamOf(res);
+          await stream.read(/event: unavailable/, "the outage to be said");
+          db.recover!();
+          // It ends once read; the browser's reconnection is told "not found" (404), and it stops.
+          await expect(stream.read(/"status"/, "a state")).rejects.toThrow(/the stream ended before a state/);
+          expect(stream.text).toMatch(/^event: unavailable\n[^\n]*\n\n$/);
+          const again = await fetch(`${web.url}${path}`, { headers: { cookie } });
+          expect(again.status).toBe(404);
+          await again.body?.cancel();
+        } finally {
+          stop.abort();
+          await res.body?.cancel().catch(() => {});
         }
       },
       scaled(120_000),

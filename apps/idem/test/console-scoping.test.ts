@@ -24,6 +24,8 @@ const parked = defineAction({
     throw new Error("socket hang up after send");
   },
 });
+/** A time as the console says it when a change is no more than that. */
+const iso = (ms: number) => new Date(ms).toISOString();
 const ok = defineAction({ type: "sms.ok", capabilities: {}, execute: async () => ({ ok: true }) });
 
 describe("what an operator is shown", () => {
@@ -303,7 +305,7 @@ describe("what an operator is shown", () => {
     const stale = JSON.stringify({ ...older, seen: { ...older.seen, updatedAt: older.seen.updatedAt - 1 } });
     const changed = await bulk("succeeded", [stale, ...all.filter((v) => v !== openBox)]);
     expect(changed).toContain(
-      `Nothing was decided: 1 of 2 selected does not take “succeeded” as shown · ${open.operationId}: it changed since the queue showed it (it is needs_review now) · Reload the queue and decide again.`,
+      `Nothing was decided: 1 of 2 selected does not take “succeeded” as shown · ${open.operationId}: it changed since the queue showed it: it is still needs_review at attempt ${older.seen.attempt}, but was updated at ${iso(older.seen.updatedAt)} (shown as it was at ${iso(older.seen.updatedAt - 1)}) · Reload the queue and decide again.`,
     );
     expect(await statuses()).toEqual(["needs_review", "needs_review", "running"]);
     // What every one of them takes.

@@ -243,7 +243,11 @@ for (const dialect of DIALECTS) {
         await stale.getByRole("button", { name: "Record the decision" }).click();
         await expect
           .poll(() => stale.getByTestId("flash").textContent())
-          .toContain(`${opId}: it changed since the queue showed it (it is succeeded now)`);
+          .toMatch(
+            new RegExp(
+              `${opId}: it changed since the queue showed it: it was needs_review at attempt (\\d+), it is succeeded at attempt \\1 now · Reload the queue and decide again\\.`,
+            ),
+          );
         expect((await ledger.get({ tenant, id: opId })).operation.status).toBe("succeeded");
 
         // A form posted from another site is refused (its Origin), and so is one without the form's token.
@@ -301,10 +305,22 @@ for (const dialect of DIALECTS) {
           .evaluate((form) => (form as unknown as { requestSubmit(): void }).requestSubmit());
         await expect
           .poll(() => page.getByTestId("flash").textContent())
-          .toContain("Refused: the operation is failed and changed since it was shown");
+          .toMatch(
+            // Before: "Refused: the operation is failed and changed since it was shown; reload it …" (what it was shown as, unsaid).
+            /Refused: it changed since it was shown: it was needs_review at attempt (\d+), it is failed at attempt \1 now\. Nothing was decided\. Reload it and decide on what it is now$/,
+          );
         const now = (await ledger.get({ tenant, id: second.operationId })).operation;
         expect(now).toMatchObject({ status: "failed", resolution: { actor: "carol" } });
         expect(now.updatedAt).not.toBe(shownAt);
+        // Its reload: the operation's page as it is now, offering what it takes now.
+        await page.getByTestId("flash").getByRole("link", { name: "Reload it and decide on what it is now" }).click();
+        await expect.poll(() => page.locator("#status").getAttribute("data-updated")).toBe(String(now.updatedAt));
+        expect(new URL(page.url()).pathname).toBe(`/op/${tenant}/${second.operationId}`);
+        expect(
+          await page
+            .locator('#decide input[name="outcome"]')
+            .evaluateAll((rs) => rs.map((r) => r.getAttribute("value"))),
+        ).toEqual(["retry"]);
       } finally {
         await context.close();
       }

@@ -5,6 +5,7 @@
  * operation that changed; the result is shown, never a raw exception.
  */
 import {
+  ChangedSinceSeenError,
   IdemError,
   InvalidTransitionError,
   InvalidValueError,
@@ -31,10 +32,12 @@ import { stuckReads } from "../stuck.js";
 import { ASSET_FILES } from "./assets.js";
 import { allows, type Access, type Operator } from "./auth.js";
 import {
+  changedNote,
   FILTERS,
   flashNote,
   layout,
   loginPage,
+  notTakenNote,
   OUTCOME_LABELS,
   OUTCOME_NAMES,
   operationPage,
@@ -91,14 +94,16 @@ interface Decision {
   readonly receipt?: unknown;
 }
 /**
- * What became of one operation's decision. `outage`: the ledger failed during it (`unknown`: it
- * may have been written, a commit whose answer was lost; `undecided`: it was not, the operation
- * read back unchanged or changed by another) or before it (`untried`, in a bulk decision cut by
- * the outage).
+ * What became of one operation's decision. `stale`: refused because the operation changed since
+ * the person was shown it (core's `CHANGED_SINCE_SEEN`), which a reload and a new decision may
+ * settle, unlike a decision its status does not take. `outage`: the ledger failed during it
+ * (`unknown`: it may have been written, a commit whose answer was lost; `undecided`: it was not,
+ * the operation read back unchanged or changed by another) or before it (`untried`, in a bulk
+ * decision cut by the outage).
  */
 type Decided =
   | { ok: true; message: string }
-  | { ok: false; status: 403 | 404 | 409; message: string }
+  | { ok: false; status: 403 | 404 | 409; message: string; stale?: true }
   | { ok: false; status: 503; message: string; outage: "unknown" | "undecided" | "untried" };
 
 export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, log: Logger): Hono<Env> {
@@ -299,7 +304,16 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
 
   const live = new Map<string, number>(); // open live streams, by operator
   app.get("/op/:tenant/:id/live", async (c) => {
-    if (!(await visible(c))) return c.text("not found", 404);
+    // Asked while the ledger cannot be read (a browser reconnecting in an outage), the stream opens
+    // all the same and says so: a 503 would end the page's EventSource for good, the page never
+    // following the operation again once the ledger is back. Whether it exists is read then: one
+    // that does not ends the stream (its reconnection is told "not found"). Another tenant's needs
+    // no read: it is not found at once.
+    const found = await visible(c).catch((e: unknown) => {
+      if (e instanceof IdemError && e.code === "LEDGER_UNAVAILABLE") return UNAVAILABLE;
+      throw e;
+    });
+    if (!found) return c.text("not found", 404);
     const who = c.var.operator.name;
     if ((live.get(who) ?? 0) >= LIVE_STREAMS)
       return c.text(`${LIVE_STREAMS} live pages are open already: close some`, 429);
@@ -314,6 +328,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
           const still = await access.operatorOf(c);
           if (!still || still.name !== who || !allows(still, ref.tenant)) break;
           const now = await ledger.get(ref).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))));
+          // Gone (pruned meanwhile), or never there (asked in an outage): not followed.
+          if (now instanceof OperationNotFoundError) break;
           if (now instanceof IdemError && now.code === "LEDGER_UNAVAILABLE") {
             // Said once, and the stream stays open: the page says its status may be old, and the
             // state is sent again once a read passes. Silent, the page looked live through the outage.
@@ -346,6 +362,12 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     // The ledger failed: its page cannot be read back to show the note on.
     if (!result.ok && result.status === 503)
       return page(c, found.operation.id, flashNote("error", result.message), 503);
+    // Shown on its page as it is now, a stale view's refusal with the way to a page of its own
+    // (this one's address is the form's: reloaded, it would post the form again).
+    const reload = {
+      href: `/op/${encodeURIComponent(found.operation.tenant)}/${found.operation.id}`,
+      label: "Reload it and decide on what it is now",
+    };
     if (!result.ok)
       return page(
         c,
@@ -353,7 +375,7 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         operationPage(
           await ledger.get(found.operation),
           access.formToken(c.var.operator),
-          flashNote("error", result.message),
+          flashNote("error", result.message, "stale" in result ? reload : undefined),
         ),
         result.status,
       );
@@ -406,7 +428,11 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       if (!now) unshown.push({ id, message: "not found" });
       else if (!shown) unshown.push({ id, message: "sent without the view the queue showed of it" });
       else if (!sameVersion(now, shown))
-        untaken.push({ id, message: `it changed since the queue showed it (it is ${now.status} now)`, changed: true });
+        untaken.push({
+          id,
+          message: `it changed since the queue showed it: ${changedNote(shown, now)}`,
+          changed: true,
+        });
       else if (!decisionsFor(now).includes(decision.outcome)) untaken.push({ id, message: untakenNote(now) });
       else targets.push({ tenant, id, seen: shown });
     }
@@ -493,20 +519,29 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         });
     } catch (error) {
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
-      if (error instanceof InvalidTransitionError) {
-        // Refused because its effect happened (core's `refuseIfPerformed`): said so, not "reload
-        // it", which would tell the person to try the same decision again. Read only on a refusal.
-        const proof = await ledger.get(ref).then(
-          (now) => performedProof(now.operation),
-          () => undefined,
-        );
-        if (proof && outcome !== "succeeded")
-          return { ok: false, status: 409, message: `Refused. ${performedNote(proof)}` };
+      // A stale view (changed since shown, or another decision won the race): what changed, and
+      // a reload, after which the person decides on what it is now.
+      if (error instanceof ChangedSinceSeenError)
         return {
           ok: false,
           status: 409,
-          message: `Refused: the operation is ${error.from}; reload it and decide again if it still needs you.`,
+          stale: true,
+          message: `Refused: it changed since it was shown: ${changedNote(error.seen, error.now)}. Nothing was decided.`,
         };
+      if (error instanceof InvalidTransitionError) {
+        // A move its status does not allow, on the operation as shown: why, and no "reload", which
+        // would show the same and be refused the same. Its effect happened (core's
+        // `refuseIfPerformed`): said so, with the one decision it takes. Read only on a refusal.
+        const now = await ledger.get(ref).then(
+          (x) => x.operation,
+          () => undefined,
+        );
+        const proof = now && performedProof(now);
+        if (proof && outcome !== "succeeded")
+          return { ok: false, status: 409, message: `Refused. ${performedNote(proof)}` };
+        // Core's `from` is the status, or the status and why (a retry that looks first, on a ledger not migrated for it).
+        const why = now?.status === error.from ? notTakenNote(now, outcome) : `it is ${error.from}`;
+        return { ok: false, status: 409, message: `Refused: ${why}.` };
       }
       if (error instanceof IdemError && error.code === "INVALID_VALUE")
         return { ok: false, status: 409, message: `Refused: ${error.message}` };
@@ -624,7 +659,10 @@ function bulkNote(results: readonly (Decided & { id: string })[]): string {
   }`;
   const named = left.slice(0, BULK_NOTE_NAMES).map((r) => `${r.id}: ${r.message}`);
   const more = left.length > BULK_NOTE_NAMES ? [`and ${left.length - BULK_NOTE_NAMES} more not decided`] : [];
-  return [head, ...named, ...more].join(" · ");
+  // Changed since the queue showed them (another person, the daemon, while this ran): the queue
+  // as it is now shows what they take. Refused as shown, a reload is no answer, and none is offered.
+  const advice = left.some((r) => "stale" in r) ? ["Reload the queue and decide again on what is left."] : [];
+  return [head, ...named, ...more, ...advice].join(" · ");
 }
 
 /**

@@ -4,11 +4,18 @@
  * of script (assets.ts, served as a file: the Content-Security-Policy allows no inline script)
  * only for live updates and "select all".
  */
-import { performedProof, type Operation, type OperationEvent, type Status, type StoredError } from "@idem/core";
+import {
+  performedProof,
+  type Operation,
+  type OperationEvent,
+  type Seen,
+  type Status,
+  type StoredError,
+} from "@idem/core";
 import { html } from "hono/html";
 import type { HtmlEscapedString } from "hono/utils/html";
 import { decisionsFor, type Outcome, performedByWords } from "../decisions.js";
-import { redactArgs } from "../output.js";
+import { lookFirstWords, redactArgs } from "../output.js";
 import { ASSETS } from "./assets.js";
 import type { Operator } from "./auth.js";
 import { providerLink } from "./links.js";
@@ -167,6 +174,27 @@ export function untakenNote(o: Operation): string {
   }`;
 }
 
+/**
+ * A decision the operation, as shown and as it still is, does not take (core's
+ * `INVALID_TRANSITION`): why, without "reload", which would show the same status and the same refusal.
+ */
+export function notTakenNote(o: Operation, outcome: Outcome): string {
+  return `${untakenNote(o)}; ${OUTCOME_NAMES[outcome]} is not allowed from ${o.status}, so nothing was decided`;
+}
+
+/**
+ * What changed between the operation as a person was shown it (`seen`) and as it is (`now`), in
+ * their words: its status and attempt; when neither moved, its checks, or else its last change
+ * (a late answer, a lookup's result), to the millisecond since the two may share a second.
+ */
+export function changedNote(seen: Seen, now: Seen): string {
+  if (seen.status !== now.status || seen.attempt !== now.attempt)
+    return `it was ${seen.status} at attempt ${seen.attempt}, it is ${now.status} at attempt ${now.attempt} now`;
+  const still = `it is still ${now.status} at attempt ${now.attempt}`;
+  if (seen.checks !== now.checks) return `${still}, but was checked again (${now.checks} checks, ${seen.checks} shown)`;
+  return `${still}, but was updated at ${new Date(now.updatedAt).toISOString()} (shown as it was at ${new Date(seen.updatedAt).toISOString()})`;
+}
+
 /** Why an operation known performed takes only "succeeded" (`performedProof`), as the console says it. */
 export function performedNote(proof: StoredError): string {
   const by = performedByWords(proof);
@@ -186,10 +214,11 @@ export function operationPage(
 ${flash ?? ""}
 ${performed ? html`<p class="note" data-testid="performed">${performedNote(performed)}</p>` : ""}
 <p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
-<p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, signed out, or the ledger unavailable): <a href="">reload this page</a> before deciding.</p>
+<p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, signed out, or the operation is gone): <a href="">reload this page</a> before deciding.</p>
 <p class="note" id="live-unavailable" hidden role="status">The ledger is unavailable: the status shown may be old. It is updated once the ledger answers again.</p>
 <dl data-testid="operation">
 <dt>Status</dt><dd><span class="status status-${o.status}" id="status" data-updated="${o.updatedAt}">${o.status}</span> (attempt ${o.attempt})</dd>
+${o.lookFirst ? html`<dt>Looks first</dt><dd data-testid="looks-first">${lookFirstWords(x.args !== null)}</dd>` : ""}
 <dt>Tenant</dt><dd>${o.tenant}</dd><dt>Action</dt><dd>${o.action}</dd>
 <dt>Identity</dt><dd>${o.keyLabel ?? "(hashed only)"}</dd>
 <dt>Why</dt><dd>${o.reason ?? "-"}</dd>
@@ -296,8 +325,11 @@ function seenOf(o: Operation) {
   return { status: o.status, attempt: o.attempt, checks: o.checks, updatedAt: o.updatedAt };
 }
 
-export function flashNote(kind: "done" | "error", text: string): Html {
-  return html`<p class="note ${kind}" role="${kind === "error" ? "alert" : "status"}" data-testid="flash">${text}</p>`;
+/** A note at the top of a page; `link`: where to go from it (a page to reload, as it is now). */
+export function flashNote(kind: "done" | "error", text: string, link?: { href: string; label: string }): Html {
+  return html`<p class="note ${kind}" role="${kind === "error" ? "alert" : "status"}" data-testid="flash">${text}${
+    link ? html` <a href="${link.href}">${link.label}</a>` : ""
+  }</p>`;
 }
 
 function when(ms: number): string {
