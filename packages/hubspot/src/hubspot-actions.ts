@@ -33,7 +33,7 @@ import {
 } from "./hubspot-errors.js";
 import { hubspotReceiptSchema, type HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
-import { ensureUniqueProperty, uniquePropertyCheck } from "./hubspot-schema.js";
+import { ensureUniqueProperty, propertyShapeCache, uniquePropertyCheck } from "./hubspot-schema.js";
 
 /** What ends the provider reference of an operation whose writes are creates (mode "create"). */
 const CREATE_MODE = " (create mode)";
@@ -55,6 +55,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
   const mode = config.mode ?? "upsert";
   const cache = new Map<string, Action<HubSpotCreateArgs, HubSpotReceipt>>();
   const schema = uniquePropertyCheck(api);
+  const definitions = propertyShapeCache(api);
   // With client retries, one execution may send a request again after the first committed: what
   // its answer finds may be this operation's own record.
   const oneRequest = (config.clientRetries ?? 0) <= 1;
@@ -142,6 +143,7 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
         reconcileByRead(
           api,
           schema,
+          definitions,
           objectType,
           idPropertyOf(op),
           op,

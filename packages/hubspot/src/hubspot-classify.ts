@@ -7,6 +7,7 @@
 import { neverSent, tlsRefused, type Classification } from "@idem/core";
 import {
   NOT_HUBSPOTS,
+  NOT_HUBSPOTS_WRITE,
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
@@ -194,6 +195,12 @@ export function classifyHubSpotError(error: unknown): Classification {
   if (status === 477) return { kind: "rate_limited", reason: what, retryAfterMs: retryAfterMs(e) ?? 3_600_000, ...ids };
   // Bad token or missing scope: permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
+  // A 404 page in front of HubSpot (a proxy's, a gateway's: not its JSON) on a write: whether the
+  // request went on to HubSpot, and was written, is not known (a gateway may answer its own page
+  // for an answer it did not take). Taken as "no effect" (permanent), the operation failed while
+  // its record may exist. The read by the key settles it. (The reads an action makes before its
+  // write are wrapped above or never thrown; a lookup's read proves nothing whatever its class.)
+  if (notFoundInFront(e)) return { kind: "ambiguous", reason: `${what}: ${NOT_HUBSPOTS_WRITE}`, ...ids };
   // Validation (unknown property, bad value) and missing objects: HubSpot's final answer.
   if (status >= 400 && status < 500) return { kind: "permanent", reason: what, ...ids };
   // 5xx: the gateway or HubSpot failed, possibly after writing. The consistent read settles it.

@@ -157,6 +157,10 @@ abstract class HubSpotSchemaRequestError extends Error {
 export const NOT_HUBSPOTS =
   "not HubSpot's answer (a proxy or gateway in front of HubSpot answered 404): HubSpot's answer was not received, so whether the property exists is not known";
 
+/** Why a 404 without HubSpot's JSON error on a write tells nothing of the record (see notFoundInFront). */
+export const NOT_HUBSPOTS_WRITE =
+  "not HubSpot's answer (a proxy or gateway in front of HubSpot answered 404): whether HubSpot took the write is not known";
+
 const TOKEN_REFUSED = "HubSpot does not accept the access token (revoked, expired or mistyped)";
 
 /**

@@ -26,7 +26,7 @@ import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
 import { notFoundByHubSpot } from "./hubspot-evidence.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
-import { propertyShapes, type UniquePropertyCheck } from "./hubspot-schema.js";
+import type { PropertyShapeCache, UniquePropertyCheck } from "./hubspot-schema.js";
 import { differingProperties, type PropertyShape } from "./hubspot-values.js";
 
 type Api = ReturnType<typeof createHubSpotClient>;
@@ -97,6 +97,8 @@ export async function readByExternalId(
 export async function reconcileByRead(
   api: Api,
   schema: UniquePropertyCheck,
+  /** The definitions of the args' properties, kept for the process (see propertyShapeCache). */
+  definitions: PropertyShapeCache,
   objectType: string,
   uniqueProperty: string,
   op: OperationContext,
@@ -125,8 +127,12 @@ export async function reconcileByRead(
     // read only for a record whose values decide.
     if (archived && madeWithin(archived, op)) {
       const held = archived.properties;
-      shapes = await propertyShapes(
-        api,
+      // Not returned: HubSpot has no such property now, so a definition kept of it is stale.
+      definitions.forget(
+        objectType,
+        Object.keys(given).filter((name) => held[name] === undefined),
+      );
+      shapes = await definitions.of(
         objectType,
         Object.keys(given).filter((name) => held[name] !== undefined),
       );
@@ -141,7 +147,7 @@ export async function reconcileByRead(
     const ofSchema = e instanceof HubSpotSchemaReadError;
     const cause = ofSchema ? e.cause : e;
     const read = classifyHubSpotError(cause);
-    // The definition read may be of a value's property (propertyShapes), not the key's: named as read.
+    // The definition read may be of a value's property (definitions.of), not the key's: named as read.
     const property = ofSchema ? e.property : uniqueProperty;
     const failed = new HubSpotLookupError(objectType, property, ofSchema ? "definition" : "record", read.reason, {
       cause,

@@ -76,27 +76,59 @@ async function readDefinition(api: Api, objectType: string, name: string) {
 }
 
 /**
- * How HubSpot keeps the values of these properties (their definitions' type and fieldType), to
- * compare a record's values with the args' (hubspot-values.ts). A property HubSpot has no
- * definition of is left out (a read does not return it either). Read one request per property, on
- * the rare path that needs them (a deleted record with our key); throws HubSpotSchemaReadError
- * when a definition cannot be read, which proves nothing.
+ * How HubSpot keeps the values of properties (their definitions' type and fieldType), to compare a
+ * record's values with the args' (hubspot-values.ts), read on the rare path that needs them (a
+ * deleted record with our key), one request per property, and kept for the process: every lookup
+ * that met such a record read them again before, into the rate limit its own reads share. Only a
+ * definition HubSpot answered is kept. A property HubSpot has no definition of is left out (a
+ * read does not return it either), asked again next time (one made since is seen), and its kept
+ * definition dropped: one made again under the name may be of another type. A lookup whose read
+ * of a record did not return a property asked for (HubSpot's word that it has none) drops it
+ * likewise (`forget`). Not seen: a property's type changed in place, or deleted and made again
+ * between two lookups; the next process reads it.
+ * `of` throws HubSpotSchemaReadError when a definition cannot be read, which proves nothing (and
+ * is not kept).
  */
-export async function propertyShapes(
-  api: Api,
-  objectType: string,
-  names: readonly string[],
-): Promise<Record<string, PropertyShape>> {
-  const shapes: Record<string, PropertyShape> = {};
-  for (const name of names) {
+export function propertyShapeCache(api: Api) {
+  const kept = new Map<string, Promise<PropertyShape | undefined>>();
+  const keyOf = (objectType: string, name: string) => `${objectType}\u0000${name}`;
+  async function read(objectType: string, name: string): Promise<PropertyShape | undefined> {
     const p = await readDefinition(api, objectType, name);
-    if (!p) continue;
+    if (!p) return undefined;
     // HubSpot keeps a contact's email lowercased (a change of case alone is the same contact).
     const caseless = objectType === "contacts" && name === "email";
-    shapes[name] = { type: p.type, fieldType: p.fieldType, ...(caseless && { caseless }) };
+    return { type: p.type, fieldType: p.fieldType, ...(caseless && { caseless }) };
   }
-  return shapes;
+  function shapeOf(objectType: string, name: string): Promise<PropertyShape | undefined> {
+    const key = keyOf(objectType, name);
+    const known = kept.get(key);
+    if (known) return known;
+    // Kept while in flight too: concurrent lookups share one read. Dropped unless answered.
+    const shape = read(objectType, name);
+    kept.set(key, shape);
+    const drop = () => {
+      if (kept.get(key) === shape) kept.delete(key);
+    };
+    shape.then((s) => s === undefined && drop(), drop);
+    return shape;
+  }
+  return {
+    async of(objectType: string, names: readonly string[]): Promise<Record<string, PropertyShape>> {
+      const shapes: Record<string, PropertyShape> = {};
+      for (const name of names) {
+        const shape = await shapeOf(objectType, name);
+        if (shape) shapes[name] = shape;
+      }
+      return shapes;
+    },
+    /** HubSpot answered as if it has no such properties now: their next use reads them again. */
+    forget(objectType: string, names: readonly string[]): void {
+      for (const name of names) kept.delete(keyOf(objectType, name));
+    },
+  };
 }
+
+export type PropertyShapeCache = ReturnType<typeof propertyShapeCache>;
 
 /**
  * Built-in properties HubSpot keeps unique, and accepts as an idProperty, though its properties API

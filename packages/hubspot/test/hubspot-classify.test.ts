@@ -48,6 +48,18 @@ describe("classifyHubSpotError", () => {
     ["401", api(401, { category: "INVALID_AUTHENTICATION" }), { kind: "permanent", alert: true }],
     ["403 missing scope", api(403, { category: "MISSING_SCOPES" }), { kind: "permanent", alert: true }],
     ["400 validation", api(400, { category: "VALIDATION_ERROR" }), { kind: "permanent" }],
+    // HubSpot's own 404 (its JSON): the object type or record is not there, HubSpot's final word.
+    ["404 with HubSpot's JSON", api(404, { category: "OBJECT_NOT_FOUND" }), { kind: "permanent" }],
+    // A 404 page in front of HubSpot (the client hands it over as text): whether HubSpot took the
+    // write is not known, and the read by the key settles it.
+    [
+      "404 page in front of HubSpot",
+      Object.assign(new Error("HTTP-Code"), { code: 404, body: "<html><h1>Not Found</h1></html>", headers: {} }),
+      {
+        kind: "ambiguous",
+        reason: expect.stringMatching(/^404 \(an answer without HubSpot's JSON error body\): not HubSpot's answer/),
+      },
+    ],
     // Documented: a 423 while a lock from many writes lasts (2 s), and nothing was written.
     ["423 locked", api(423, { category: "LOCKED" }), { kind: "rate_limited", retryAfterMs: 2000 }],
     [

@@ -139,4 +139,27 @@ describe("ensureSchema: the properties API refusing or failing", () => {
     expectEvidence(error, 502);
     expect(await crm().ensureSchema(["companies"])).toEqual({ companies: "created" });
   });
+
+  // A page in front of HubSpot says nothing of whether HubSpot took the create. Before: permanent
+  // ("no effect"), though the property exists.
+  it("the create answered a 404 page after HubSpot made it: ambiguous; ensureSchema run again finds it", async () => {
+    const uniqueProperty = "idem_page_ref";
+    sandbox.faults.add({
+      kind: "not_found_page_after_commit",
+      match: { method: "POST", path: "/crm/v3/properties/contacts" },
+    });
+    const error = await crm({ uniqueProperty })
+      .ensureSchema(["contacts"])
+      .catch((e: unknown) => e)
+      .finally(() => sandbox.faults.clear());
+    expect(error).toBeInstanceOf(HubSpotSchemaCreateError);
+    // A page carries no HubSpot request id, and is not quoted.
+    expect(error).toMatchObject({ status: 404, host: host(), requestId: undefined });
+    expect((error as Error).message).not.toMatch(/<|Not Found|\/crm\/v3\//);
+    expect((error as Error).message).toMatch(
+      /^creating contacts\.idem_page_ref failed: 404 \(an answer without HubSpot's JSON error body\).*not HubSpot's answer/,
+    );
+    expect(classifyHubSpotError(error)).toMatchObject({ kind: "ambiguous" });
+    expect(await crm({ uniqueProperty }).ensureSchema(["contacts"])).toEqual({ contacts: "present" });
+  });
 });

@@ -175,6 +175,25 @@ describe("HubSpot sandbox records, as HubSpot keeps them", () => {
   });
 });
 
+describe("HubSpot sandbox 404 pages in front of HubSpot", () => {
+  // A proxy's or gateway's page: HTML, no HubSpot JSON, no rate-limit headers. Before the write
+  // (`not_found_page`) nothing is kept; after it (`not_found_page_after_commit`) the record is.
+  it.each([
+    ["not_found_page", 0],
+    ["not_found_page_after_commit", 1],
+  ] as const)("%s on a create: an HTML 404, %i record kept", async (kind, kept) => {
+    const before = sandbox.count("tickets");
+    sandbox.faults.add({ kind, match: { method: "POST", path: "/crm/v3/objects/tickets" } });
+    const res = await api("POST", "/crm/v3/objects/tickets", { properties: { subject: kind } });
+    expect(res.status).toBe(404);
+    expect(res.headers.get("content-type")).toMatch(/^text\/html/);
+    expect(res.headers.get("x-hubspot-ratelimit-remaining")).toBeNull();
+    expect(await res.text()).toMatch(/<h1>Not Found<\/h1>/);
+    expect(sandbox.count("tickets") - before).toBe(kept);
+    expect(sandbox.requests.at(-1)).toEqual({ method: "POST", path: "/crm/v3/objects/tickets", status: 404 });
+  });
+});
+
 type Answered = { id: string; createdAt: string; updatedAt: string; properties: Record<string, string | null> };
 type UpsertAnswer = { results: (Answered & { new: boolean })[] };
 

@@ -15,7 +15,9 @@
  * `bad_gateway` (502) and `not_found_page` (a 404 page in HTML, as a proxy or gateway in front of
  * HubSpot answers: not HubSpot's JSON) before anything is written; after the write, `drop_after_commit` (the
  * connection closes with no answer), `bad_gateway_after_commit` (a gateway's 502 though HubSpot
- * wrote), `delay_after_commit`, `trickle_after_commit` (the answer's head, then its body a byte
+ * wrote), `not_found_page_after_commit` (that 404 page though HubSpot wrote: a gateway in front
+ * of it that answers its own page for an answer it did not take), `delay_after_commit`,
+ * `trickle_after_commit` (the answer's head, then its body a byte
  * every `intervalMs`, never ended: see trickle.ts; a 204 has no body and goes out whole) and
  * `conflict_after_commit` (a 409 CONFLICT, as the loser of two racing writes of one unique
  * value gets: the record exists, written by the other; with `status: 400` the 400 validation
@@ -46,6 +48,7 @@ export type HubSpotFaultKind =
   | "not_found_page"
   | "drop_after_commit"
   | "bad_gateway_after_commit"
+  | "not_found_page_after_commit"
   | "delay_after_commit"
   | "trickle_after_commit"
   | "conflict_after_commit";
@@ -187,11 +190,8 @@ export class HubSpotSandbox {
       return reply(502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
     }
     if (before?.kind === "not_found_page") {
-      // Not HubSpot's answer (its JSON, category OBJECT_NOT_FOUND): a proxy's or gateway's page.
       record(404);
-      res.writeHead(404, { "content-type": "text/html; charset=utf-8" });
-      res.end("<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>");
-      return;
+      return notFoundPage(res);
     }
 
     let status = 200;
@@ -208,6 +208,7 @@ export class HubSpotSandbox {
     const after = this.faults.take(method, path, [
       "drop_after_commit",
       "bad_gateway_after_commit",
+      "not_found_page_after_commit",
       "delay_after_commit",
       "trickle_after_commit",
       "conflict_after_commit",
@@ -215,6 +216,10 @@ export class HubSpotSandbox {
     if (after?.kind === "bad_gateway_after_commit") {
       record(502);
       return reply(502, error("Bad gateway", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
+    }
+    if (after?.kind === "not_found_page_after_commit") {
+      record(404);
+      return notFoundPage(res);
     }
     if (after?.kind === "conflict_after_commit" && (after.status === 400 || after.status === 207)) {
       const refused = uniqueValueRefusal(committed?.objectType ?? "record", this.clashedProperty(body, committed));
@@ -420,4 +425,13 @@ function send(res: ServerResponse, status: number, body: unknown, headers: Recor
   }
   res.writeHead(status, { "content-type": "application/json;charset=utf-8", ...headers });
   res.end(JSON.stringify(body));
+}
+
+/**
+ * Not HubSpot's answer (its JSON, category OBJECT_NOT_FOUND) but a proxy's or gateway's page in
+ * front of it: HTML, without HubSpot's rate-limit headers.
+ */
+function notFoundPage(res: ServerResponse): void {
+  res.writeHead(404, { "content-type": "text/html; charset=utf-8" });
+  res.end("<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>");
 }
