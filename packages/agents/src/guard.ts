@@ -9,6 +9,7 @@
  * model's input.
  */
 import type { StandardSchemaV1 } from "@standard-schema/spec";
+import { z } from "zod";
 import {
   canonicalJson,
   InvalidValueError,
@@ -20,7 +21,7 @@ import {
   type Ledger,
   type RunResult,
 } from "@idem/core";
-import { isOutcome, outcomeOf, outcomeOfError, safeSummary, type Outcome } from "./outcome.js";
+import { isOutcome, outcomeOf, outcomeOfError, pastDeadline, safeSummary, type Outcome } from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
 /** What a framework hands a tool besides its input, in one shape. */
@@ -69,6 +70,44 @@ export interface GuardOptions<I, R, C> {
    * "pending verification": a model often calls the same tool twice in one step. Default 10 s.
    */
   readonly waitMs?: number;
+  /**
+   * The longest a call takes to answer, whatever the ledger or the provider does meanwhile (a
+   * database that stopped answering, a provider slow to answer): then the model reads
+   * `unconfirmed` ("no answer within …": it may or may not have happened, and the same input later
+   * is safe and says what happened), not its host's timeout error. A second before it (half of it,
+   * when shorter than 2 s) the call is stopped as a framework stops it (`ToolCall.stop`): nothing
+   * more is sent, a wait or a pause ends and the ledger answers with the operation's state when it
+   * can; a request already sent is not cut, but ends and is recorded. Default 45 s: below an MCP
+   * client's usual 60 s request timeout, above the ledger's default retry budget (30 s). A whole
+   * number of ms from 1 to 2147483647. `describe` is not bounded by it: it must answer at once.
+   */
+  readonly deadlineMs?: number;
+}
+
+/** A guarded call's default deadline (`GuardOptions.deadlineMs`): below an MCP client's usual 60 s request timeout. */
+export const DEADLINE_MS = 45_000;
+
+/**
+ * How long before its deadline a call is stopped, at most: time for the ledger's own answer (a
+ * duplicate's wait or a retry's pause ended: pending, with its operation) to come first.
+ */
+const STOP_AHEAD_MS = 1_000;
+
+/** A deadline a timer can keep (Node's timers hold at most 2^31 - 1 ms). */
+const DEADLINE = z
+  .number()
+  .int()
+  .min(1)
+  .max(2 ** 31 - 1);
+
+/** `deadlineMs` as given, checked (a setting of the application's: refused when the tool is made), or the default. */
+function deadlineOf(tool: string, deadlineMs: unknown): number {
+  const checked = DEADLINE.optional().safeParse(deadlineMs);
+  if (!checked.success)
+    throw new TypeError(
+      `guard(${tool}): deadlineMs must be a whole number of ms from 1 to ${2 ** 31 - 1} (got ${String(deadlineMs)})`,
+    );
+  return checked.data ?? DEADLINE_MS;
 }
 
 /**
@@ -118,6 +157,7 @@ export function guard<A, R, I, C = unknown>(
     }
   };
   const waitMs = options.waitMs ?? 10_000;
+  const deadlineMs = deadlineOf(def.name, options.deadlineMs);
   // The schema the model fills in (the definition's, else the action's), applied once: here, or by
   // the framework. When it is the action's, its output is the args (or what `args` maps to the
   // args), so the ledger must not apply it again: it runs the action as one without an input
@@ -125,7 +165,11 @@ export function guard<A, R, I, C = unknown>(
   // 125,000 cents.
   const schema = (def.input ?? def.action.input) as StandardSchemaV1<unknown, I> | undefined;
   const action = def.action.input && (schema as unknown) === def.action.input ? withoutInput(def.action) : def.action;
-  return async (input, call) => {
+  /**
+   * The call's outcome as the ledger (or the tool's setup) gives it. `deadline`: aborted shortly
+   * before the call's deadline; the ledger then stops the call as it stops a framework's.
+   */
+  const perform = async (input: I, call: ToolCall<C>, deadline: AbortSignal): Promise<Outcome> => {
     let identity = "this work";
     let started = false;
     let result: RunResult<R>;
@@ -139,6 +183,9 @@ export function guard<A, R, I, C = unknown>(
       const args = def.args ? def.args(given) : (given as unknown as I);
       call.signal?.throwIfAborted(); // given up before the ledger had it: nothing was done
       call.stop?.throwIfAborted();
+      // Out of time before the ledger had it (a schema slow to check): this call did nothing, but
+      // the ledger was not read either, so what an earlier call did is not known.
+      if (deadline.aborted) return pastDeadline(deadlineMs);
       started = true;
       result = await ledger.run(action, {
         tenant,
@@ -147,21 +194,39 @@ export function guard<A, R, I, C = unknown>(
         waitMs,
         ...(actor !== undefined && { actor }),
         ...(call.signal && { signal: call.signal }),
-        ...(call.stop && { stop: call.stop }),
+        stop: call.stop ? AbortSignal.any([call.stop, deadline]) : deadline,
       });
     } catch (error) {
-      return describe(
-        outcomeOfError(error, {
-          identity,
-          action: def.name,
-          summarize: shown as ((r: never) => unknown) | undefined,
-          foundEarlier: def.foundEarlier,
-          started,
-        }),
-      );
+      return outcomeOfError(error, {
+        identity,
+        action: def.name,
+        summarize: shown as ((r: never) => unknown) | undefined,
+        foundEarlier: def.foundEarlier,
+        started,
+      });
     }
     // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
-    return describe(outcomeOf(result, shown, def.foundEarlier));
+    return outcomeOf(result, shown, def.foundEarlier);
+  };
+  return async (input, call) => {
+    // A database that stops answering (a frozen server, a held SQLite lock, a network dropping
+    // packets) fails a statement only at its client's timeout, which the application may set long:
+    // a call answered 20 to 45 s later with the defaults, past an MCP client's 60 s with longer
+    // ones, and the model read its host's timeout error. The call left running is stopped, not
+    // cut: what it has sent ends and is recorded, nothing more is sent, and its answer is dropped.
+    const deadline = new AbortController();
+    const stopAt = deadlineMs - Math.min(STOP_AHEAD_MS, deadlineMs / 2);
+    const stopTimer = setTimeout(() => deadline.abort(), stopAt);
+    let lateTimer: NodeJS.Timeout | undefined;
+    const late = new Promise<Outcome>((resolve) => {
+      lateTimer = setTimeout(() => resolve(pastDeadline(deadlineMs)), deadlineMs);
+    });
+    try {
+      return await describe(await Promise.race([perform(input, call, deadline.signal), late]));
+    } finally {
+      clearTimeout(stopTimer);
+      clearTimeout(lateTimer);
+    }
   };
 }
 

@@ -60,14 +60,15 @@ export type Outcome =
   /** Not attempted, nothing done: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /**
-   * Not done: the ledger is closed, or the tool failed before doing anything; a repeat is safe.
+   * Not done: the tool is not set up right, or failed before doing anything; a repeat is safe.
    */
   | { readonly status: "not_performed"; readonly message: string }
   /**
-   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, the
-   * ledger could not be read or written (whatever an earlier call did is not known then), or a
-   * status check could not read the ledger. It may have happened; the same input again is safe
-   * and says what happened.
+   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, it had
+   * no answer by its deadline (`GuardOptions.deadlineMs`), the ledger could not be read or
+   * written, or was closed (whatever an earlier call did is not known then), or a status check
+   * could not read the ledger. It may have happened; the same input again is safe and says what
+   * happened.
    */
   | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
@@ -261,6 +262,18 @@ const PERFORMED_WITH_OTHER_ARGS =
   "was already performed with different arguments (its result could not be recorded; a person will record it)";
 
 /**
+ * What the model reads of a call that had no answer by its deadline (`deadlineMs`): the ledger or
+ * the provider did not answer in time. The call was stopped: a request it had sent may still
+ * succeed (and is recorded), and nothing more is sent; an earlier call may have done the work.
+ */
+export function pastDeadline(deadlineMs: number): Outcome {
+  return {
+    status: "unconfirmed",
+    message: `Not confirmed: no answer within ${deadlineMs / 1_000} s, so it may or may not have happened (by this call or an earlier one); this call sends nothing more. Do not tell the user either way; calling this tool again later with the same input is safe (it is never done twice) and says what happened.`,
+  };
+}
+
+/**
  * An error of the call in the model's words. The ledger's own errors are typed; anything else
  * is reported without its text, which is for the developer's logs. `started`: the ledger had
  * the call (its key was built), so an untyped error (an abort, a framework's timeout) may have
@@ -334,11 +347,14 @@ export function outcomeOfError(
           ...shown,
         };
   }
-  // A closed or misconfigured ledger refuses every call before touching anything.
+  // A closed ledger (its process shutting down) refuses every call before reading anything: this
+  // call sent nothing, but an earlier one may have done this work (a model asking again), so "not
+  // done" would be the model's reason to tell the user so, or a person's to redo it.
   if (error instanceof LedgerConfigError)
     return {
-      status: "not_performed",
-      message: "Not performed: the tool is not available right now. Tell the user; do not assume it happened.",
+      status: "unconfirmed",
+      message:
+        "Not confirmed: the tool is not available right now, so whether this work was already done (by an earlier call) could not be read; this call sent nothing. Do not tell the user either way; calling this tool again later with the same input is safe (it is never done twice) and says what happened.",
     };
   if (error instanceof LedgerUnavailableError) {
     // Failed on an operation the ledger holds: its attempt may have reached the provider before

@@ -196,6 +196,29 @@ for (const dialect of DIALECTS) {
       expect(sends).toBe(1);
     });
 
+    it("work already done, the ledger closed (the agent shutting down): the model is not told it was not done", async () => {
+      const ledger = await db.open();
+      const { tool, sent, release } = slowNote("test.done-then-closed");
+      release();
+      const run = guard(ledger, tool, { tenant: "acme" });
+      expect(await run({ noteId: "c1", text: "hello" }, { context: {}, callId: "a" })).toMatchObject({
+        status: "done",
+      });
+      await ledger.close();
+      const again = await run({ noteId: "c1", text: "hello" }, { context: {}, callId: "b" });
+      // Before: not_performed, "Not performed: the tool is not available right now … do not assume
+      // it happened" (over MCP, isError: nothing was done), of a note sent. The ledger was not read.
+      expect(again).toMatchObject({ status: "unconfirmed" });
+      expect(again.message).toMatch(
+        /^Not confirmed: the tool is not available right now, so whether this work was already done \(by an earlier call\) could not be read; this call sent nothing\./,
+      );
+      expect(again.message).not.toMatch(/was not done|not performed|closed/i);
+      // New work reads the same: this call sent nothing, and whether an earlier one did is not known.
+      const fresh = await run({ noteId: "c2", text: "other" }, { context: {}, callId: "c" });
+      expect(fresh).toMatchObject({ status: "unconfirmed", message: again.message });
+      expect(sent).toEqual(["hello"]);
+    });
+
     it("work whose worker stopped (its lease ended): the status tool does not say it is being performed", async () => {
       const ledger = await db.open();
       const { tool, release, executing } = slowNote("test.stalled");

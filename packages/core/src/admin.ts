@@ -14,7 +14,7 @@ import {
   type OperationRef,
   type Verdict,
 } from "./context.js";
-import { InvalidTransitionError, InvalidValueError } from "./errors.js";
+import { InvalidTransitionError, InvalidValueError, LedgerConfigError } from "./errors.js";
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
@@ -195,11 +195,10 @@ export class LedgerAdmin {
       row.status === "unknown" ||
       (row.status === "needs_review" && row.maybe_committed === 1) ||
       (row.status === "failed" && mayHaveTaken(row));
+    // The ledger's schema, not the operation's status, refuses it: a configuration to fix.
     if (lookFirst && !context.store.looksFirst)
-      throw new InvalidTransitionError(
-        row.id,
-        `${row.status}: its last execution may have committed, and a retry of it is looked up first, which this ledger records only once migrated (run idem migrate, or admin.migrate()); nothing was decided`,
-        "pending",
+      throw new LedgerConfigError(
+        `operation ${row.id} is ${row.status}: its last execution may have committed, and a retry of it is looked up first, which this ledger records only once migrated (run idem migrate, or admin.migrate()); nothing was decided`,
       );
     // A person's word that it was not done: the checks of the earlier outcome start over.
     const back = await context.store.transition(row, "pending", {

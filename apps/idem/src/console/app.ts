@@ -543,7 +543,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         const why = now?.status === error.from ? notTakenNote(now, outcome) : `it is ${error.from}`;
         return { ok: false, status: 409, message: `Refused: ${why}.` };
       }
-      if (error instanceof IdemError && error.code === "INVALID_VALUE")
+      // Bad input, or a ledger that must be migrated first (a retry that looks first): nothing was decided.
+      if (error instanceof IdemError && (error.code === "INVALID_VALUE" || error.code === "LEDGER_CONFIG"))
         return { ok: false, status: 409, message: `Refused: ${error.message}` };
       if (error instanceof IdemError && error.code === "LEDGER_UNAVAILABLE")
         return afterOutage(operator, ref, decision, seen, error);
