@@ -577,6 +577,57 @@ describe("Stripe sandbox confirmation and test payment methods", () => {
     });
   });
 
+  it("refuses payment_method and payment_method_data together, making nothing: Stripe takes one payment method", async () => {
+    // Before: the sandbox took payment_method and dropped the inline card, where Stripe refuses
+    // the request (a 400, nothing made, the refusal saved under the key as any 400 is).
+    const [intents, methods] = [sandbox.count("payment_intents"), sandbox.count("payment_methods")];
+    const idempotencyKey = key();
+    const both = () =>
+      failure(
+        client.paymentIntents.create(
+          {
+            ...confirmed("pm_card_visa"),
+            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+            payment_method_data: {
+              type: "card",
+              card: { token: "tok_mastercard" },
+            } as unknown as Stripe.PaymentIntentCreateParams.PaymentMethodData,
+          },
+          { idempotencyKey },
+        ),
+      );
+    const refused = await both();
+    expect(refused).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+    expect(refused).toMatchObject({ statusCode: 400, param: "payment_method_data" });
+    expect((await both())?.message).toBe(refused?.message);
+    expect([sandbox.count("payment_intents"), sandbox.count("payment_methods")]).toEqual([intents, methods]);
+  });
+
+  it("resolves a test token given inline to its card, as Stripe does: tok_visa is a Visa ending 4242, tok_mastercard a Mastercard ending 4444", async () => {
+    for (const [token, brand, last4] of [
+      ["tok_visa", "visa", "4242"],
+      ["tok_mastercard", "mastercard", "4444"],
+    ] as const) {
+      const pi = await client.paymentIntents.create(
+        {
+          amount: 1500,
+          currency: "eur",
+          confirm: true,
+          automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+          payment_method_data: {
+            type: "card",
+            card: { token },
+          } as unknown as Stripe.PaymentIntentCreateParams.PaymentMethodData,
+        },
+        { idempotencyKey: key() },
+      );
+      expect(await client.paymentMethods.retrieve(pi.payment_method as string)).toMatchObject({
+        type: "card",
+        card: { brand, last4 },
+      });
+    }
+  });
+
   for (const pm of ["pm_card_authenticationRequired", "pm_card_threeDSecure2Required"]) {
     it(`leaves ${pm} waiting for the customer's authentication (requires_action), nothing charged`, async () => {
       const charges = sandbox.count("charges");

@@ -7,10 +7,15 @@
  * billing details given, and a card number's last four digits and expiry, each read as Stripe
  * reads the form-encoded value ("12" is 12, a year "34" is 2034).
  *
- * Not compared: a card given by token (the payment method keeps no token, and a token names no
- * card the args show), and `payment_method_options`, which say how the card is charged (3D Secure
- * asked, capture later, saved for later), not which card or how much: the intent's status, which
- * the receipt keeps, tells what came of them.
+ * A card given by token (`card[token]`) is compared by the card the token names where the args
+ * tell it: one of Stripe's test tokens (TEST_TOKENS: `tok_visa` is a Visa ending 4242), by brand and
+ * last four digits. Any other token (made by Stripe.js) names a card only Stripe knows, and the
+ * payment method keeps no token: nothing can be compared, so such an intent is not taken as ours
+ * (a person decides) rather than read as charged on the card asked for.
+ *
+ * Not compared: `payment_method_options`, which say how the card is charged (3D Secure asked,
+ * capture later, saved for later), not which card or how much: the intent's status, which the
+ * receipt keeps, tells what came of them.
  */
 import type Stripe from "stripe";
 
@@ -27,6 +32,29 @@ const TEST_PAYMENT_METHOD = /^pm_card_/;
  */
 export const namedCard = (pm: unknown): string | undefined =>
   typeof pm === "string" && pm !== "" && !TEST_PAYMENT_METHOD.test(pm) ? pm : undefined;
+
+/**
+ * Stripe's test tokens (docs.stripe.com/testing), each the card it stands for: brand and last four
+ * digits, as the payment method made from it shows them. Test mode only; a token not here is not
+ * compared (see the module comment).
+ */
+const TEST_TOKENS: Readonly<Record<string, { brand: string; last4: string }>> = {
+  tok_visa: { brand: "visa", last4: "4242" },
+  tok_visa_debit: { brand: "visa", last4: "5556" },
+  tok_mastercard: { brand: "mastercard", last4: "4444" },
+  tok_mastercard_debit: { brand: "mastercard", last4: "8210" },
+  tok_mastercard_prepaid: { brand: "mastercard", last4: "5100" },
+  tok_amex: { brand: "amex", last4: "0005" },
+  tok_discover: { brand: "discover", last4: "1117" },
+  tok_chargeDeclined: { brand: "visa", last4: "0002" },
+  tok_chargeDeclinedInsufficientFunds: { brand: "visa", last4: "9995" },
+};
+
+/** The token an inline card is given by, if it is given by one. */
+function tokenOf(data: unknown): string | undefined {
+  const token = fields(fields(data)?.card)?.token;
+  return typeof token === "string" ? token : undefined;
+}
 
 /** An id as Stripe renders a reference: the id, or the expanded object's. */
 export const idOf = (ref: unknown): unknown =>
@@ -73,6 +101,14 @@ export function inlineDifferences(data: unknown, pm: unknown): string[] {
   billing(fields(given.billing_details), fields(held.billing_details), "billing");
   const card = fields(given.card);
   const kept = fields(held.card);
+  const token = tokenOf(given);
+  const tokenCard = token !== undefined && Object.hasOwn(TEST_TOKENS, token) ? TEST_TOKENS[token] : undefined;
+  if (tokenCard && kept) {
+    // A brand the payment method does not tell ("unknown") is not compared.
+    if (typeof kept.brand === "string" && kept.brand !== "unknown" && kept.brand !== tokenCard.brand)
+      off.push("card brand");
+    if (typeof kept.last4 === "string" && kept.last4 !== tokenCard.last4) off.push("card number");
+  }
   if (card && kept) {
     const digits = typeof card.number === "string" ? card.number.replace(/[\s-]/g, "") : undefined;
     if (digits && typeof kept.last4 === "string" && !digits.endsWith(kept.last4)) off.push("card number");
@@ -101,8 +137,15 @@ export async function otherInlineMethod(
   const pm: unknown =
     fields(madeWith)?.object === "payment_method" ? madeWith : await stripe.paymentMethods.retrieve(id);
   const off = inlineDifferences(data, pm);
-  if (off.length === 0) return undefined;
+  const token = tokenOf(data);
+  const unknownToken = token !== undefined && !Object.hasOwn(TEST_TOKENS, token);
+  if (off.length === 0 && !unknownToken) return undefined;
   const last4 = fields(fields(pm)?.card)?.last4;
   const what = typeof last4 === "string" ? `the card ending ${last4}` : "its details";
-  return `found the payment intent ${intentId} with our key, made with the payment method ${id} (${what}), not the card this operation gives inline (another ${off.join(", ")}): an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard`;
+  const found = `found the payment intent ${intentId} with our key, made with the payment method ${id} (${what})`;
+  const whether =
+    "an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard";
+  if (off.length === 0)
+    return `${found}, where this operation gives the card inline by the token ${token}, whose card cannot be compared with it (a payment method keeps no token, and only Stripe knows the card of one it made): an earlier operation with this key (pruned from the ledger since) may have made it with another card, and whether ours ran cannot be told from it; look at it in the dashboard`;
+  return `${found}, not the card this operation gives inline (another ${off.join(", ")}): ${whether}`;
 }

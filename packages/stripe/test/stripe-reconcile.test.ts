@@ -273,8 +273,46 @@ describe("an intent with our key made with another card given inline (payment_me
       billing_details: { name: "Bob", email: "Bob@Example.com" },
     };
     expect(await ask(same)).toMatchObject({ found: true, receipt: { id: made.id } });
-    // A token's card cannot be told from the intent's payment method: not compared.
+    // A test token's card is known (tok_visa: a Visa ending 4242): the same card, by its last four digits.
     expect(await ask({ type: "card", card: { token: "tok_visa" } })).toMatchObject({ found: true });
+  });
+
+  it("given by token: a test token's card is compared by brand and last four digits; a token whose card cannot be known is not taken as ours", async () => {
+    const s = stripe();
+    const key = newKey();
+    const made = await s.client.paymentIntents.create({
+      amount: 2000,
+      currency: "usd",
+      payment_method_data: { type: "card", card: { token: "tok_mastercard" } } as unknown as Data,
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+      metadata: { idem_operation: key },
+    });
+    const ask = (token: string) =>
+      s.paymentIntentsCreate.reconcile!(
+        {
+          amount: 2000,
+          currency: "usd",
+          payment_method_data: { type: "card", card: { token } } as unknown as Data,
+          confirm: true,
+        },
+        op(key, at()),
+      );
+    // Before: { found: true } for each, the Mastercard's charge read as the Visa's.
+    expect(await ask("tok_visa")).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(
+        new RegExp(`${made.payment_method as string} \\(the card ending 4444\\).*another card brand, card number`),
+      ),
+    });
+    expect(await ask("tok_mastercard")).toMatchObject({ found: true, receipt: { id: made.id } });
+    // A token made by Stripe.js names a card only Stripe knows: nothing to compare, a person decides.
+    expect(await ask("tok_1N3T00LkdIwHu7ixt44h1F8k")).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(/by the token tok_1N3T00LkdIwHu7ixt44h1F8k, whose card cannot be compared/),
+    });
   });
 });
 

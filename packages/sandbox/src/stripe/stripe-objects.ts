@@ -18,6 +18,10 @@
  * `payment_method` on one not yet paid needs a confirmation again (`requires_confirmation`); a
  * test card's name given there is a new payment method too.
  *
+ * A payment method is given by id (`payment_method`) or inline (`payment_method_data`), never
+ * both: Stripe refuses the two together (400 `invalid_request_error` on `payment_method_data`)
+ * rather than choosing one. The wording of its message is ours; the refusal is Stripe's.
+ *
  * A confirmation is checked as Stripe checks it on API versions since 2023-08-16
  * (docs.stripe.com/changelog/2023-08-16/automatic-payment-methods), whatever `Stripe-Version` the
  * request names: an intent without a list of payment method types (`allowed_payment_method_types`,
@@ -188,7 +192,14 @@ export class StripeObjects {
       throw invalid("currency", "parameter_missing", "Missing required param: currency.");
     const confirm = flag(p.confirm);
     const named = typeof p.payment_method === "string" ? p.payment_method : null;
-    const data = !named && typeof p.payment_method_data === "object" ? p.payment_method_data : null;
+    const data = typeof p.payment_method_data === "object" ? p.payment_method_data : null;
+    // One payment method per intent: Stripe refuses both (a 400, nothing made), never picks one.
+    if (named && data)
+      throw invalid(
+        "payment_method_data",
+        undefined,
+        "You cannot provide both payment_method and payment_method_data: give one payment method, by id or inline.",
+      );
     const inline = data ? inlinePaymentMethod(data as Record<string, unknown>, base.created, invalid) : undefined;
     const test = named ? testCardNamed(named) : inline?.test;
     if (confirm) checkConfirmation(p);
