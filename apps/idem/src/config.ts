@@ -344,8 +344,10 @@ const schema = z
         /**
          * How long a claimed row is hidden from other daemons; also the longest a tick settles for.
          * A settlement under way ends by the claim's end: a lookup not answered by then is given up
-         * (inconclusive: the operation stays unknown, checked again later). Give it more than the
-         * slowest lookup of the config's actions.
+         * (inconclusive: the operation stays unknown, checked again later), and a request has its
+         * signal aborted, then is no longer awaited a second later (unknown: it may have been
+         * sent; its answer, if one comes, is recorded then). Give it more than the slowest lookup
+         * and request of the config's actions.
          */
         claimMs: timerMs.default(60_000),
         /**

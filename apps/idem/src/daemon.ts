@@ -160,8 +160,9 @@ export class Daemon {
     // Our claim on these rows ends claimMs after the claim was asked for (then another daemon may
     // take them): stop starting settlements a little before, and give the rest back. A settlement
     // under way ends by the claim's end (`timeoutMs`): a lookup that hangs is given up there (the
-    // operation stays unknown, checked again later), rather than holding the tick (30 s, the
-    // ledger's budget, whatever the claim).
+    // operation stays unknown, checked again later), and so is a request, a second after its
+    // signal aborted (unknown: it may have been sent), rather than holding the tick (30 s, the
+    // ledger's budget, whatever the claim; a request, for as long as it hung).
     const claimEnds = performance.now() + d.claimMs;
     const until = performance.now() + d.claimMs * 0.9;
     // A delivery to a sink this config lacks is not claimed: another replica's, or a person's to

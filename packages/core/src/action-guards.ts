@@ -1,8 +1,9 @@
 /**
  * Guards around the action's own code, which may be JavaScript answering anything: a classify that
  * throws or answers no classification is read as ambiguous (`safeClassify`), a reconcile answering
- * no verdict fails its lookup (`verdictOf`), and a lookup that does not answer in time is given up
- * (`givenUp`). An action's bug ends as an outcome of the call, not as a row left running.
+ * no verdict fails its lookup (`verdictOf`), a lookup that does not answer in time is given up
+ * (`givenUp`), and so is an execute silent past its bound and its signal (`answerWithin`). An
+ * action's bug ends as an outcome of the call, not as a row left running.
  */
 import {
   describeError,
@@ -70,6 +71,66 @@ export function givenUp<T>(
     answer.then(
       (v) => settle(() => resolve(v)),
       (e) => settle(() => reject(e)),
+    );
+  });
+}
+
+/**
+ * How long an execute whose signal aborted (its settlement's time bound passed, its caller gave
+ * up) is still awaited. An action that honours the signal answers at once (its client closes the
+ * connection and says whether the request was out), and that answer is the truthful one; one
+ * silent this long after the abort ignores it.
+ */
+export const ABANDON_AFTER_MS = 1_000;
+
+/** An execute's answer, or why it is no longer awaited (`answerWithin`). */
+export type ExecuteAnswer<T> = { answer: PromiseSettledResult<T> } | { abandoned: string };
+
+/**
+ * `request`'s answer, unless it is abandoned. At `boundMs` (a settlement's time left; undefined
+ * for a caller's call) its signal aborts (`abandon`), and so it does when `gaveUp` (the caller's
+ * signal) aborts (withLease aborts it then). Either way it is awaited ABANDON_AFTER_MS more, then
+ * given up: its request may have been sent, and its answer, when one comes, is for the caller to
+ * record (`request` is still observed; its rejection is not unhandled).
+ */
+export function answerWithin<T>(
+  request: Promise<T>,
+  boundMs: number | undefined,
+  gaveUp: AbortSignal | undefined,
+  abandon: (reason: Error) => void,
+  attempt: number,
+): Promise<ExecuteAnswer<T>> {
+  return new Promise<ExecuteAnswer<T>>((resolve) => {
+    let bound: NodeJS.Timeout | undefined;
+    let grace: NodeJS.Timeout | undefined;
+    const end = (out: ExecuteAnswer<T>) => {
+      clearTimeout(bound);
+      clearTimeout(grace);
+      gaveUp?.removeEventListener("abort", onGiveUp);
+      resolve(out);
+    };
+    const late = "it may have been sent; its answer, if one comes, is recorded then";
+    const stopWaiting = (why: string) => {
+      grace ??= setTimeout(() => end({ abandoned: `${why}: ${late}` }), ABANDON_AFTER_MS);
+    };
+    const onGiveUp = () =>
+      stopWaiting(
+        `the caller gave up and attempt ${attempt}'s request did not answer within ${ABANDON_AFTER_MS} ms after its signal aborted`,
+      );
+    if (boundMs !== undefined) {
+      const ms = Math.min(Math.max(1, boundMs), 2 ** 31 - 1);
+      bound = setTimeout(() => {
+        abandon(new Error(`no answer within ${ms} ms (the settlement's time bound)`));
+        stopWaiting(
+          `attempt ${attempt}'s request had no answer within ${ms} ms (the settlement's time bound), nor ${ABANDON_AFTER_MS} ms after its signal aborted`,
+        );
+      }, ms);
+    }
+    if (gaveUp?.aborted) onGiveUp();
+    else gaveUp?.addEventListener("abort", onGiveUp, { once: true });
+    request.then(
+      (value) => end({ answer: { status: "fulfilled", value } }),
+      (reason: unknown) => end({ answer: { status: "rejected", reason } }),
     );
   });
 }

@@ -244,7 +244,11 @@ export interface OperationContext {
   readonly mayHaveCommitted?: boolean;
   /** The provider reference recorded before the effect, if the action gave one. */
   readonly providerReference: string | null;
-  /** Aborted when the lease is lost or the caller gives up; pass it to the provider's client. */
+  /**
+   * Aborted when the lease is lost, when the caller gives up, or when a settlement's time bound
+   * ends; pass it to the provider's client. An execute that has not answered a second after it
+   * aborted (the caller's or the settlement's) is no longer awaited, and its operation is unknown.
+   */
   readonly signal: AbortSignal;
 }
 

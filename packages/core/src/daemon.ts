@@ -40,8 +40,12 @@ export type SettleOptions = OperationRef & {
   /**
    * The longest this settlement may take, ms: the budget's `elapsedMs`, lowered to it (never
    * raised). A lookup not answered by then is given up, an inconclusive check (the operation
-   * stays unknown, counted, checked again after its backoff), and no retry starts after it. A
-   * request already sent is not cut short: its answer is recorded.
+   * stays unknown, counted, checked again after its backoff), and no request or retry starts
+   * after it. A request under way then has its `op.signal` aborted: an action that honours it
+   * ends as its `classify` says (cut before anything was sent: not done; after: unknown). One
+   * that has not answered a second later is no longer awaited: the operation is unknown (the
+   * request may have been sent; first checked a lease later), never "not done", and its answer,
+   * if one comes, is recorded then, fenced as any late answer is (a receipt settles it).
    */
   readonly timeoutMs?: number;
 };

@@ -89,8 +89,12 @@ export interface RunInput<A, I = A> {
   /**
    * Gives up on the call: a wait for another worker or a pause between retries ends with the
    * signal's reason, and a running action sees `op.signal` aborted (pass it to the provider's
-   * client). `op.signal` is also aborted when the attempt's lease could not be renewed in time
-   * (`LeaseDeadlineError`). An effect that may have started is settled by the replay policy.
+   * client): its answer then is recorded as its `classify` says. An action that has not answered
+   * a second after the abort is no longer awaited: the operation is unknown (its request may have
+   * been sent), the call rejects with the signal's reason, and the action's answer, if one comes,
+   * is recorded then (a receipt settles the operation). `op.signal` is also aborted when the
+   * attempt's lease could not be renewed in time (`LeaseDeadlineError`). An effect that may have
+   * started is settled by the replay policy.
    */
   readonly signal?: AbortSignal;
   /**

@@ -451,7 +451,9 @@ export interface RetryBudget {
   readonly attempts: number;
   /**
    * Stop retrying once this much time passed since the call began. Default 30 s. Also the longest
-   * a lookup may take: one that has not answered by then proves nothing (still unknown, checked again).
+   * a lookup may take: one that has not answered by then proves nothing (still unknown, checked
+   * again). A settlement's (`ledger.daemon.settle`) request is bounded by the time left of it too
+   * (see `SettleOptions.timeoutMs`); a caller's request is not (a caller bounds it with `signal`).
    */
   readonly elapsedMs: number;
   /** First backoff for transient failures; doubles each time, capped by `maxDelayMs`. Default 100 ms. */

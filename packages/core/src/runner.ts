@@ -11,8 +11,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
-import { describeError, type Classification, type ReconcileResult } from "./action.js";
-import { describeTwice, givenUp, safeClassify, verdictOf } from "./action-guards.js";
+import { describeError, type Classification, type OperationContext, type ReconcileResult } from "./action.js";
+import { answerWithin, describeTwice, givenUp, safeClassify, verdictOf } from "./action-guards.js";
 import type { Call, Escalation, Held, RunnerSettings, Step } from "./call.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { DurableWrites } from "./durable-writes.js";
@@ -500,8 +500,11 @@ export class Runner {
       async (
         ctx,
         held,
+        abandon,
       ): Promise<
-        { step: Step<R> } | { ok: true; receipt: R } | { ok: false; cls: Classification; row: Row; sent: boolean }
+        | { step: Step<R> }
+        | { ok: true; receipt: R }
+        | { ok: false; cls: Classification; row: Row; sent: boolean; abandoned?: true }
       > => {
         let row: Row = mine.row;
         // A write before the request is sent, kept through a brief outage; given up, the row is
@@ -578,34 +581,55 @@ export class Runner {
         // Nothing is sent once our lease may have passed to another worker (the statement that
         // granted it, or a write since, answered too late, and the other may have looked the
         // effect up, found nothing and done it), nor once the caller gave up, nor once the ledger
-        // is closing (its process is shutting down). Not sent, so a transient failure of this attempt.
+        // is closing (its process is shutting down), nor once a settlement's time is spent. Not
+        // sent, so a transient failure of this attempt. A settlement's time left (its budget's
+        // elapsedMs, lowered to its timeoutMs) bounds its request as it bounds its lookups; a
+        // caller's request is bounded by the caller's own signal instead.
+        const left = state.settling ? call.settings.budget.elapsedMs - (Date.now() - state.started) : undefined;
         const unsent = !held()
           ? `the lease of attempt ${row.attempt} ran out before its request was sent`
           : call.signal?.aborted
             ? `the caller gave up before attempt ${row.attempt}'s request was sent`
             : this.closing(call)
               ? `${this.closingWhy()} before attempt ${row.attempt}'s request was sent`
-              : undefined;
+              : left !== undefined && left <= 0
+                ? `the settlement's time bound was spent before attempt ${row.attempt}'s request was sent`
+                : undefined;
         if (unsent !== undefined) return { ok: false, cls: { kind: "transient", reason: unsent }, row, sent: false };
+        const a = args;
+        // Spread only when the reference changed: a spread reads the lazy signal (an AbortController).
+        const op =
+          row.provider_reference === ctx.providerReference
+            ? ctx
+            : { ...ctx, providerReference: row.provider_reference };
+        const attributes = {
+          "idem.operation.id": row.id,
+          "idem.attempt": row.attempt,
+          "idem.action": call.action.type,
+        };
+        let sending: Promise<R>;
         try {
-          const a = args;
-          // Spread only when the reference changed: a spread reads the lazy signal (an AbortController).
-          const op =
-            row.provider_reference === ctx.providerReference
-              ? ctx
-              : { ...ctx, providerReference: row.provider_reference };
-          const attributes = {
-            "idem.operation.id": row.id,
-            "idem.attempt": row.attempt,
-            "idem.action": call.action.type,
-          };
-          return {
-            ok: true,
-            receipt: await this.tracing.span("idem.execute", attributes, () => call.action.execute(a, op)),
-          };
+          sending = this.tracing.span("idem.execute", attributes, () => call.action.execute(a, op));
         } catch (error) {
-          return { ok: false, cls: safeClassify(call.action, error, ctx), row, sent: true };
+          sending = Promise.reject(error); // a JavaScript execute that throws before its promise
         }
+        // Nothing to bound it (a caller's call without a signal): its answer, however long it takes.
+        const answer =
+          left === undefined && call.signal === undefined
+            ? await sending.then(
+                (value): PromiseSettledResult<R> => ({ status: "fulfilled", value }),
+                (reason: unknown): PromiseSettledResult<R> => ({ status: "rejected", reason }),
+              )
+            : await answerWithin(sending, left, call.signal, abandon, row.attempt);
+        if ("abandoned" in answer) {
+          // No longer awaited, its request perhaps sent: unknown (below), never "not done". Its
+          // answer, if one comes, is recorded then, through the fence.
+          this.recordLate(call, row, sending, ctx, maybeCommitted);
+          return { ok: false, cls: { kind: "ambiguous", reason: answer.abandoned }, row, sent: true, abandoned: true };
+        }
+        const settled = "answer" in answer ? answer.answer : answer;
+        if (settled.status === "fulfilled") return { ok: true, receipt: settled.value };
+        return { ok: false, cls: safeClassify(call.action, settled.reason, ctx), row, sent: true };
       },
       undefined,
       maybeCommitted,
@@ -613,7 +637,7 @@ export class Runner {
     if ("step" in ran) return ran.step;
     if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened", true);
 
-    const { cls, row, sent } = ran;
+    const { cls, row, sent, abandoned } = ran;
     const to = statusAfter(cls, maybeCommitted);
     const error: StoredError = {
       kind: cls.kind,
@@ -653,8 +677,12 @@ export class Runner {
     // person. An outcome that becomes unknown here starts its own checks.
     const counted = sent && cls.kind !== "rate_limited";
     const ownWait = Math.max(providerWait === undefined ? 0 : afterProvider(providerWait), backoff(b, state.executed));
-    const checkAfterMs =
-      to !== "pending"
+    // An abandoned request may still be out: its first check waits a lease, as a dead worker's
+    // would, so that its answer (recorded when it comes) is likelier to arrive before a lookup
+    // that would read its absence.
+    const checkAfterMs = abandoned
+      ? Math.max(call.settings.leaseMs, checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0))
+      : to !== "pending"
         ? checkDelay(b.baseDelayMs, maybeCommitted ? row.checks : 0, providerWait)
         : state.settling && counted
           ? Math.max(ownWait, checkDelay(b.baseDelayMs, row.checks, providerWait))
@@ -678,6 +706,8 @@ export class Runner {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
       return late ?? fenced(this.writes, call, row, to, cls.reason, { sent });
     }
+    // A caller that gave up hears its own reason, as after a lookup it gave up.
+    if (abandoned) call.signal?.throwIfAborted();
     // Unknown, and nothing can check it (no key window, no lookup): on to a person at once.
     if (
       to === "unknown" &&
@@ -705,6 +735,34 @@ export class Runner {
     }
     // pending: run again with the same key; unknown: recover by the replay policy once due.
     return { again: wait };
+  }
+
+  /**
+   * The answer of an execute no longer awaited (`answerWithin`), when it comes: recorded as any
+   * late end is, through the fence. A receipt settles an operation not yet proven (`complete`,
+   * then `fenced`: a second effect alerted); an ambiguous end reopens one proven absent meanwhile;
+   * a refusal is noted only, the operation left as others left it (unknown: looked up). Counted
+   * in flight: `close` waits for it as for a call, up to a lease. An answer that finds the ledger
+   * closed or failing is lost; the operation's lookup or replay settles it then.
+   */
+  private recordLate<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    sending: Promise<R>,
+    ctx: OperationContext,
+    maybeCommitted: boolean,
+  ): void {
+    this.track(async () => {
+      let receipt: R;
+      try {
+        receipt = await sending;
+      } catch (error) {
+        const cls = safeClassify(call.action, error, ctx);
+        await fenced(this.writes, call, row, statusAfter(cls, maybeCommitted), `${cls.kind}: ${cls.reason}`);
+        return;
+      }
+      await this.complete(call, row, receipt, "the effect happened", true);
+    }).catch(() => {});
   }
 
   /**
