@@ -21,7 +21,15 @@ import {
   type Ledger,
   type RunResult,
 } from "@idem/core";
-import { isOutcome, outcomeOf, outcomeOfError, pastDeadline, safeSummary, type Outcome } from "./outcome.js";
+import {
+  isOutcome,
+  outcomeOf,
+  outcomeOfError,
+  pastDeadline,
+  safeSummary,
+  stoppedBeforeLedger,
+  type Outcome,
+} from "./outcome.js";
 import { definitionOf, type ToolDefinition } from "./tool.js";
 
 /** What a framework hands a tool besides its input, in one shape. */
@@ -181,8 +189,9 @@ export function guard<A, R, I, C = unknown>(
       identity = `this work (${readable(key.label)})`;
       const actor = options.actor === undefined ? actorOf(call.callId) : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
-      call.signal?.throwIfAborted(); // given up before the ledger had it: nothing was done
-      call.stop?.throwIfAborted();
+      // Given up before the ledger had it: this call sent nothing, but the ledger was not read, so
+      // what an earlier call did is not known.
+      if (call.signal?.aborted || call.stop?.aborted) return stoppedBeforeLedger();
       // Out of time before the ledger had it (a schema slow to check): this call did nothing, but
       // the ledger was not read either, so what an earlier call did is not known.
       if (deadline.aborted) return pastDeadline(deadlineMs);

@@ -64,11 +64,11 @@ export type Outcome =
    */
   | { readonly status: "not_performed"; readonly message: string }
   /**
-   * Not known: the call stopped (an abort, a framework's timeout) after the ledger had it, it had
-   * no answer by its deadline (`GuardOptions.deadlineMs`), the ledger could not be read or
-   * written, or was closed (whatever an earlier call did is not known then), or a status check
-   * could not read the ledger. It may have happened; the same input again is safe and says what
-   * happened.
+   * Not known: the call stopped (an abort, a framework's timeout), it had no answer by its
+   * deadline (`GuardOptions.deadlineMs`), the ledger could not be read or written, or was closed,
+   * or a status check could not read the ledger. Stopped or refused before the ledger had the
+   * call, this call sent nothing, but whatever an earlier call did is not known. It may have
+   * happened; the same input again is safe and says what happened.
    */
   | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
@@ -270,6 +270,20 @@ export function pastDeadline(deadlineMs: number): Outcome {
   return {
     status: "unconfirmed",
     message: `Not confirmed: no answer within ${deadlineMs / 1_000} s, so it may or may not have happened (by this call or an earlier one); this call sends nothing more. Do not tell the user either way; calling this tool again later with the same input is safe (it is never done twice) and says what happened.`,
+  };
+}
+
+/**
+ * What the model reads of a call the framework gave up on (its `signal` or `stop`) before the
+ * ledger had it: this call sent nothing, but the ledger was not read either, so an earlier call
+ * may have done this work (a model asking again). "Not performed" would be the model's reason to
+ * tell the user it was not done, or a person's to redo it.
+ */
+export function stoppedBeforeLedger(): Outcome {
+  return {
+    status: "unconfirmed",
+    message:
+      "Not confirmed: the call was stopped before whether this work was already done (by an earlier call) could be read; this call sent nothing. Do not tell the user either way; calling this tool again with the same input is safe (it is never done twice) and says what happened.",
   };
 }
 

@@ -219,6 +219,39 @@ for (const dialect of DIALECTS) {
       expect(sent).toEqual(["hello"]);
     });
 
+    it("work already done, called again and stopped before the ledger had the call: the model is not told it was not done", async () => {
+      const ledger = await db.open();
+      const { tool, sent, release } = slowNote("test.done-then-stopped");
+      release();
+      const run = guard(ledger, tool, { tenant: "acme-stopped" });
+      expect(await run({ noteId: "a1", text: "hello" }, { context: {}, callId: "a" })).toMatchObject({
+        status: "done",
+      });
+      // The framework gave up first (the run aborted, a sibling tool failing): by its cut (`signal`) or its stop.
+      for (const given of ["signal", "stop"] as const) {
+        const gaveUp = new AbortController();
+        gaveUp.abort(new DOMException("This operation was aborted", "AbortError"));
+        const again = await run({ noteId: "a1", text: "hello" }, { context: {}, callId: "b", [given]: gaveUp.signal });
+        // Before: not_performed, "Not performed: the tool failed before doing anything (AbortError).
+        // Tell the user; do not assume it happened" (over MCP, isError: nothing was done), of a
+        // note sent. This call did not read the ledger.
+        expect(again, given).toMatchObject({ status: "unconfirmed" });
+        expect(again.message).toMatch(
+          /^Not confirmed: the call was stopped before whether this work was already done \(by an earlier call\) could be read; this call sent nothing\./,
+        );
+        expect(again.message).not.toMatch(/was not done|not performed|failed/i);
+        // New work reads the same: this call sent nothing, and whether an earlier one did is not known.
+        const fresh = await run({ noteId: "a2", text: "other" }, { context: {}, callId: "c", [given]: gaveUp.signal });
+        expect(fresh).toMatchObject({ status: "unconfirmed", message: again.message });
+      }
+      expect(sent).toEqual(["hello"]);
+      // The work is where the first call left it: done, read as such once nothing stops the call.
+      expect(await run({ noteId: "a1", text: "hello" }, { context: {}, callId: "d" })).toMatchObject({
+        status: "already_done",
+      });
+      expect(await ledger.admin.list({ tenant: "acme-stopped" })).toHaveLength(1);
+    });
+
     it("work whose worker stopped (its lease ended): the status tool does not say it is being performed", async () => {
       const ledger = await db.open();
       const { tool, release, executing } = slowNote("test.stalled");

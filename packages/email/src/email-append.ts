@@ -67,11 +67,14 @@ function mayHaveFiled(error: unknown): boolean {
 
 /**
  * Files `raw` (the message with Message-ID `messageId`) in `sent`, tried again as the module says.
- * Undefined once it is there; else why not. No retry starts once `signal` is aborted (the lease
- * lost, the caller gone), and a look for the copy in flight then ends at once (its session closed:
- * it may be there), as every lookup does; the first APPEND is always made, and not cut short (a
- * request sent is answered). `content`: what the message says, kept out of the reason a server's
- * refusal gives (a filter quotes the message it refused).
+ * Undefined once it is there; else why not. Nothing is tried once `signal` is aborted (the lease
+ * lost, the caller gone, a settlement's time bound), and an APPEND or a look for the copy in
+ * flight then ends at once (its session closed: the copy may be there), the reason saying so.
+ * The message went out: the send is answered with its receipt, the copy missing in it, not kept
+ * waiting on a Sent folder past its signal (core stops awaiting an execute a second after it
+ * aborts, and would record a message sent as one that may have been). `content`: what the
+ * message says, kept out of the reason a server's refusal gives (a filter quotes the message it
+ * refused).
  */
 export async function fileCopy(
   sent: Mailbox,
@@ -93,7 +96,7 @@ export async function fileCopy(
         tries++;
         if (maybeFiled && (await sent.find(messageId, { signal, content }))) return;
         try {
-          await sent.append(raw, { content });
+          await sent.append(raw, { signal, content });
         } catch (error) {
           maybeFiled ||= mayHaveFiled(error);
           throw error;

@@ -246,6 +246,15 @@ function messageOf(cause: unknown, content: MessageContent): string {
 /** No message known: a server's text is still bounded and kept on one line. */
 const NO_CONTENT: MessageContent = { recipients: [], fields: [] };
 
+/** What a session does, as its error says when its signal ends it: what was cut off, and what that leaves known. */
+interface SessionTask {
+  readonly what: string;
+  readonly left: string;
+}
+const LOOKING: SessionTask = { what: "the lookup", left: "nothing proven" };
+// An APPEND cut off may have been filed (Dovecot commits before its OK) or not.
+const APPENDING: SessionTask = { what: "the APPEND", left: "the copy may or may not be there" };
+
 /** RFC 5530's codes, and RFC 3501's TRYCREATE, with which an APPEND is refused until a person acts. */
 const APPEND_REFUSED: ReadonlySet<string> = new Set(["NOPERM", "OVERQUOTA", "TRYCREATE", "NONEXISTENT"]);
 
@@ -301,7 +310,7 @@ export class Mailbox {
   ): Promise<Lookup> {
     const everywhere = options.everywhere ?? false;
     const content = options.content ?? NO_CONTENT;
-    return this.session(options.signal, content, async (client, refused, renew) => {
+    return this.session(options.signal, content, LOOKING, async (client, refused, renew) => {
       let boxes: readonly ListedMailbox[] = [];
       let listError: Error | undefined;
       if (this.path === SENT || alias !== undefined || everywhere) {
@@ -398,11 +407,15 @@ export class Mailbox {
    * into it, a quota, no such mailbox): MailboxRefusedError `mailbox` with its code; otherwise
    * MailboxUnavailableError (a connection lost, a NO without a code: the copy may or may not be there).
    * `content`: what the message says (`raw`'s subject, text, recipients), cut out of what the
-   * server says in an error: a filter that refuses the copy quotes it.
+   * server says in an error: a filter that refuses the copy quotes it. `signal`: aborting it
+   * ends the APPEND at once (the session closed), as unavailable: the copy may have been filed.
    */
-  async append(raw: Buffer, options: { content?: MessageContent | undefined } = {}): Promise<void> {
+  async append(
+    raw: Buffer,
+    options: { signal?: AbortSignal | undefined; content?: MessageContent | undefined } = {},
+  ): Promise<void> {
     const content = options.content ?? NO_CONTENT;
-    await this.session(undefined, content, async (client) => {
+    await this.session(options.signal, content, APPENDING, async (client) => {
       const mailbox = this.opened(this.path === SENT ? await client.list() : []);
       try {
         await client.append(mailbox, raw, ["\\Seen"]);
@@ -468,17 +481,19 @@ export class Mailbox {
    * BAD in it, as imapflow logs it (a SEARCH it answers `false` keeps its code nowhere else), and
    * `renew()`, which starts the deadline again from now (for each step of a long search). The
    * session ends when `signal` aborts as at its deadline (closed; unavailable, saying so), but
-   * that no `renew()` starts it again. Errors say what the server said without `content` (module doc).
+   * that no `renew()` starts it again; its error then says `task`. Errors say what the server said
+   * without `content` (module doc).
    */
   private async session<T>(
     signal: AbortSignal | undefined,
     content: MessageContent,
+    task: SessionTask,
     fn: (client: ImapFlow, refused: () => CommandRefusal | undefined, renew: () => void) => Promise<T>,
   ): Promise<T> {
     const where = `IMAP ${this.imap.host}:${this.imap.port}`;
     const givenUp = (cause: unknown) =>
       new MailboxUnavailableError(
-        `${where}: the lookup was given up before it could answer (${describe(signal?.reason)}): closed, nothing proven`,
+        `${where}: ${task.what} was given up before it could answer (${describe(signal?.reason)}): closed, ${task.left}`,
         { cause },
       );
     if (signal?.aborted) throw givenUp(signal.reason);

@@ -40,9 +40,12 @@ export async function dialectFor(
   }
   const { default: pg } = await import("pg");
   const pool = new pg.Pool({ connectionString: url, max });
-  // As the ledger's own pool: an idle client whose server went away (a test stops it on purpose)
-  // reports it here; the next query fails with it. Unheard, it is an uncaught exception.
+  // As the ledger's own pool: a client whose server went away (a test stops it on purpose)
+  // reports it as an 'error' event, and the query in flight or the next one fails with it.
+  // Unheard, it is an uncaught exception. The pool hears an idle client's; a checked-out
+  // client's (a statement in flight, a transaction open) only the client itself can.
   pool.on("error", () => {});
+  pool.on("connect", (client) => client.on("error", () => {}));
   return new PostgresDialect({ pool });
 }
 
