@@ -18,7 +18,7 @@ export interface StripeReceipt {
    * action's `effectId` names them with `id`, so that a request's late answer naming one of them
    * is that same incident, not alerted again. Absent otherwise.
    */
-  readonly others?: readonly string[];
+  readonly others?: readonly string[] | undefined;
 }
 
 export function toReceipt(
@@ -38,17 +38,28 @@ export function toReceipt(
 /**
  * The receipt's schema: what a person may record as the receipt when they resolve an operation
  * as succeeded (`admin.resolve`), the object they found at Stripe. `object` is the action's
- * Stripe object type (`payment_intent`), any for a generic POST. Fields besides these are dropped
+ * Stripe object type (`payment_intent`), any for a generic POST; `others`, the other objects with
+ * our key they found (up to 20, as a lookup names them). Fields besides these are dropped
  * (never card or customer data); `requestId` defaults to null and `replayed` to false (found by a
  * person, not answered), `status` to null (not recorded: a charge tool then reads it as not known
  * to be paid).
  */
 export function stripeReceiptSchema(object?: string) {
-  return z.object({
-    id: z.string().min(1),
-    object: object === undefined ? z.string().min(1) : z.literal(object),
-    status: z.string().min(1).nullable().default(null),
-    requestId: z.string().min(1).nullable().default(null),
-    replayed: z.boolean().default(false),
-  });
+  return z
+    .object({
+      id: z.string().min(1),
+      object: object === undefined ? z.string().min(1) : z.literal(object),
+      status: z.string().min(1).nullable().default(null),
+      requestId: z.string().min(1).nullable().default(null),
+      replayed: z.boolean().default(false),
+      // The other objects with our key the person found (a second charge): named, a request's late
+      // answer naming one is that incident, not alerted again (`StripeReceipt.others`).
+      others: z
+        .array(z.string().min(1))
+        .min(1)
+        .max(20)
+        .refine((ids) => new Set(ids).size === ids.length, "the other objects are named once each")
+        .optional(),
+    })
+    .refine((r) => !r.others?.includes(r.id), { path: ["others"], message: "names the receipt's own object" });
 }

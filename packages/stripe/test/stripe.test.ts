@@ -443,7 +443,12 @@ for (const dialect of DIALECTS) {
       });
       // Before: InvalidValueError "action stripe.paymentIntents.create (operation …) has no receipt
       // schema registered with this ledger", and the operation replayed `receipt: null`.
-      await resolve({ id: pi.id, object: "payment_intent", status: "succeeded", card: "4242" });
+      // Naming its own object among the others: refused. Before: `others` was dropped, so a person
+      // could not record a second charge they found, and its late answer was alerted again.
+      await expect(
+        resolve({ id: pi.id, object: "payment_intent", status: "succeeded", others: [pi.id] }),
+      ).rejects.toMatchObject({ name: "InvalidValueError", path: "receipt.others" });
+      await resolve({ id: pi.id, object: "payment_intent", status: "succeeded", card: "4242", others: ["pi_second"] });
       expect(await l.run(s.paymentIntentsCreate, { tenant: t, key: ["resolved-by-a-person"], args })).toMatchObject({
         status: "succeeded",
         receipt: { id: pi.id, object: "payment_intent", status: "succeeded", requestId: null, replayed: false },
@@ -455,6 +460,7 @@ for (const dialect of DIALECTS) {
         status: "succeeded",
         requestId: null,
         replayed: false,
+        others: ["pi_second"],
       });
     });
 
