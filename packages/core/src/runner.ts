@@ -613,21 +613,15 @@ export class Runner {
         } catch (error) {
           sending = Promise.reject(error); // a JavaScript execute that throws before its promise
         }
-        // Nothing to bound it (a caller's call without a signal): its answer, however long it takes.
-        const answer =
-          left === undefined && call.signal === undefined
-            ? await sending.then(
-                (value): PromiseSettledResult<R> => ({ status: "fulfilled", value }),
-                (reason: unknown): PromiseSettledResult<R> => ({ status: "rejected", reason }),
-              )
-            : await answerWithin(sending, left, call.signal, abandon, row.attempt);
+        // With nothing to bound it (a caller's call without a signal), its answer however long it takes.
+        const answer = await answerWithin(sending, left, call.signal, abandon, row.attempt);
         if ("abandoned" in answer) {
           // No longer awaited, its request perhaps sent: unknown (below), never "not done". Its
           // answer, if one comes, is recorded then, through the fence.
           this.recordLate(call, row, sending, ctx, maybeCommitted);
           return { ok: false, cls: { kind: "ambiguous", reason: answer.abandoned }, row, sent: true, abandoned: true };
         }
-        const settled = "answer" in answer ? answer.answer : answer;
+        const settled = answer.answer;
         if (settled.status === "fulfilled") return { ok: true, receipt: settled.value };
         return { ok: false, cls: safeClassify(call.action, settled.reason, ctx), row, sent: true };
       },

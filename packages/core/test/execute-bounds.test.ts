@@ -86,19 +86,21 @@ for (const dialect of DIALECTS) {
       return { ledger, tenant, id: first.operationId! };
     }
 
+    /** A settlement bounded at 300 ms ends within the bound (scaled), unknown, its execute's signal aborted. */
+    async function settledAtBound(ledger: Ledger, tenant: string, id: string, p: ReturnType<typeof heldAnswers>) {
+      const started = performance.now();
+      const out = await within(ledger.daemon.settle({ tenant, id, timeoutMs: 300 }), scaled(10_000));
+      expect(out, await story(ledger, tenant, id)).toMatchObject({ status: "pending_verification", state: "unknown" });
+      expect(performance.now() - started).toBeLessThan(scaled(10_000));
+      expect(p.signals.map((s) => s.aborted)).toEqual([true]);
+    }
+
     it("an execute that ignores its signal is abandoned at the bound: unknown (it may have been sent), and its late receipt settles it, one effect", async () => {
       const p = heldAnswers(false);
       const { ledger, tenant, id } = await pendingOperation(p);
       try {
-        const started = performance.now();
-        const out = await within(ledger.daemon.settle({ tenant, id, timeoutMs: 300 }), scaled(10_000));
         // Before: "still running", for as long as the provider held its answer.
-        expect(out, await story(ledger, tenant, id)).toMatchObject({
-          status: "pending_verification",
-          state: "unknown",
-        });
-        expect(performance.now() - started).toBeLessThan(scaled(10_000));
-        expect(p.signals.map((s) => s.aborted)).toEqual([true]);
+        await settledAtBound(ledger, tenant, id, p);
         const { operation, events } = await ledger.get({ tenant, id });
         // Never pending (known not done): the provider has the request.
         expect(operation).toMatchObject({ status: "unknown", attempt: 2 });
@@ -159,15 +161,8 @@ for (const dialect of DIALECTS) {
       const p = heldAnswers(true);
       const { ledger, tenant, id } = await pendingOperation(p);
       try {
-        const started = performance.now();
-        const out = await within(ledger.daemon.settle({ tenant, id, timeoutMs: 300 }), scaled(10_000));
         // Before: "still running": its signal never aborted, so it waited for the answer.
-        expect(out, await story(ledger, tenant, id)).toMatchObject({
-          status: "pending_verification",
-          state: "unknown",
-        });
-        expect(performance.now() - started).toBeLessThan(scaled(10_000));
-        expect(p.signals.map((s) => s.aborted)).toEqual([true]);
+        await settledAtBound(ledger, tenant, id, p);
         const { operation, events } = await ledger.get({ tenant, id });
         expect(operation).toMatchObject({ status: "unknown", attempt: 2 });
         // The action's own answer to the abort (here: an error its classify cannot explain, so ambiguous).
