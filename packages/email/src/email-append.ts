@@ -69,7 +69,8 @@ function mayHaveFiled(error: unknown): boolean {
  * Files `raw` (the message with Message-ID `messageId`) in `sent`, tried again as the module says.
  * Undefined once it is there; else why not. Nothing is tried once `signal` is aborted (the lease
  * lost, the caller gone, a settlement's time bound), and an APPEND or a look for the copy in
- * flight then ends at once (its session closed: the copy may be there), the reason saying so.
+ * flight then ends at once (its session closed: the copy may be there), the reason saying so, as
+ * does a pause between tries (the last failure the reason).
  * The message went out: the send is answered with its receipt, the copy missing in it, not kept
  * waiting on a Sent folder past its signal (core stops awaiting an execute a second after it
  * aborts, and would record a message sent as one that may have been). `content`: what the
@@ -84,19 +85,24 @@ export async function fileCopy(
   content: MessageContent,
 ): Promise<CopyNotFiled | undefined> {
   let tries = 0;
-  let stopped: Error = new Error("not tried");
+  let stopped: Error | undefined;
   // Once an APPEND may have filed the copy, every later try looks first: a look that fails in
   // between (a SEARCH answered NO) says nothing of the copy.
   let maybeFiled = false;
+  let filed = false;
   try {
     await pRetry(
       async () => {
-        // Aborted during the pause: no try, the last failure stands (p-retry throws the error given).
-        if (tries > 0 && signal.aborted) throw new AbortError(stopped);
+        // Aborted as the pause ended: no try, the last failure stands (p-retry throws the error given).
+        if (tries > 0 && signal.aborted) throw new AbortError(stopped ?? "aborted");
         tries++;
-        if (maybeFiled && (await sent.find(messageId, { signal, content }))) return;
+        if (maybeFiled && (await sent.find(messageId, { signal, content }))) {
+          filed = true;
+          return;
+        }
         try {
           await sent.append(raw, { signal, content });
+          filed = true;
         } catch (error) {
           maybeFiled ||= mayHaveFiled(error);
           throw error;
@@ -104,6 +110,9 @@ export async function fileCopy(
       },
       {
         ...APPEND_RETRY,
+        // Ends the pause between tries at once when it aborts (up to 800 ms otherwise, an answer
+        // the caller gave up on kept waiting); p-retry then throws the signal's reason.
+        signal,
         onFailedAttempt: ({ error }) => {
           stopped = error;
         },
@@ -112,8 +121,19 @@ export async function fileCopy(
     );
     return undefined;
   } catch (error) {
-    return notFiled(error, tries);
+    // p-retry also throws the signal's reason after a try that filed the copy, if it aborted
+    // just then: filed is filed.
+    if (filed) return undefined;
+    // Its reason is not why the copy is missing: the last failure is (none before a first try).
+    const given = error !== undefined && error === signal.reason ? (stopped ?? notTried(signal.reason)) : error;
+    return notFiled(given, tries);
   }
+}
+
+/** Why there is no copy when the signal aborted before a first try (the message sent just then). */
+function notTried(reason: unknown): Error {
+  const why = reason instanceof Error ? reason.message : String(reason ?? "aborted");
+  return new MailboxUnavailableError(`the APPEND was not tried: given up first (${why})`);
 }
 
 /** What a receipt keeps of a failed APPEND of the Sent copy: refused for good, or failed (it may be there). */

@@ -119,6 +119,47 @@ describe("append mode, an APPEND that fails for now", () => {
     expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(0);
   });
 
+  it("the operation aborted during the pause before a third try: answered at once, not at the pause's end; one message", async () => {
+    proxy.faults.push(
+      { kind: "no", answer: "NO [INUSE] Mailbox is locked, try again" },
+      { kind: "no", answer: "NO [UNAVAILABLE] Try again later" },
+    );
+    // The second pause is 400 to 800 ms. The abort lands inside it: the first read of the signal
+    // once the second NO came back is whether to try again, and the pause begins in the same run
+    // of microtasks; setImmediate fires after them, with the pause's timer pending.
+    const controller = new AbortController();
+    const signal = controller.signal;
+    const aborted = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "aborted")!.get!;
+    let abortedAt: number | undefined;
+    Object.defineProperty(signal, "aborted", {
+      get: () => {
+        if (proxy.appends === 2 && abortedAt === undefined) {
+          abortedAt = Number.NaN; // scheduled once
+          setImmediate(() => {
+            abortedAt = performance.now();
+            controller.abort(new Error("the caller gave up"));
+          });
+        }
+        return aborted.call(signal) as boolean;
+      },
+    });
+    const receipt = await mail().execute(report, fresh(signal));
+    const waited = performance.now() - abortedAt!;
+    // Before: answered once the pause ran out, 400 ms or more after the abort.
+    expect(waited).toBeLessThan(scaled(75)); // at most 300 ms, under the shortest pause
+    expect(proxy.appends).toBe(2);
+    expect(receipt).toMatchObject({
+      sent: true,
+      copyNotFiled: {
+        refused: false,
+        responseCode: "UNAVAILABLE",
+        reason: expect.stringMatching(/after 2 tries.*later/),
+      },
+    });
+    expect(sandbox.count(receipt.messageId)).toBe(1);
+    expect(await sandbox.copies(SENDER, "Sent", receipt.messageId)).toBe(0);
+  });
+
   it("refused (NO [NOPERM]): not tried again, not filed, with the refusal; one message", async () => {
     proxy.faults.push({ kind: "no", answer: "NO [NOPERM] Permission denied" });
     const receipt = await mail().execute(report, fresh());
