@@ -6,8 +6,6 @@
  */
 import { neverSent, tlsRefused, type Classification } from "@idem/core";
 import {
-  NOT_HUBSPOTS,
-  NOT_HUBSPOTS_WRITE,
   HubSpotBatchInputError,
   HubSpotLookupError,
   HubSpotReadBackError,
@@ -15,8 +13,9 @@ import {
   HubSpotSchemaCreateError,
   HubSpotSchemaError,
   HubSpotSchemaReadError,
+  notHubSpots,
 } from "./hubspot-errors.js";
-import { evidenceOf, hostsOnly, notFoundInFront, type HubSpotError } from "./hubspot-evidence.js";
+import { answeredInFront, evidenceOf, hostsOnly, type HubSpotError } from "./hubspot-evidence.js";
 
 /**
  * Categories of a batch error that refuse the input itself: HubSpot's final answer about these
@@ -28,13 +27,14 @@ const REFUSAL_CATEGORIES: ReadonlySet<string> = new Set(["VALIDATION_ERROR", "CO
 /**
  * HubSpot refused the values of our write: a 409 CONFLICT (a unique value exists), a 400 (a
  * validation error, which some report for a custom unique property too), or a batch answer whose
- * every error is a refusal. Either may be the CRM refusing a second record with our key.
+ * every error is a refusal. Either may be the CRM refusing a second record with our key. HubSpot's
+ * own answer only (its JSON error): a 400 or 409 page in front of it is no refusal of HubSpot's.
  */
 export function isRefusal(error: unknown): boolean {
   if (error instanceof HubSpotBatchInputError)
     return error.errors.length > 0 && error.errors.every((e) => REFUSAL_CATEGORIES.has(e.category ?? ""));
   const code = (error as { code?: unknown } | null)?.code;
-  return code === 409 || code === 400;
+  return (code === 409 || code === 400) && !answeredInFront(error);
 }
 
 /**
@@ -46,7 +46,7 @@ export function isRefusal(error: unknown): boolean {
 export function isValidationRefusal(error: unknown): boolean {
   if (error instanceof HubSpotBatchInputError)
     return error.errors.length > 0 && error.errors.every((e) => e.category === "VALIDATION_ERROR");
-  return (error as { code?: unknown } | null)?.code === 400;
+  return (error as { code?: unknown } | null)?.code === 400 && !answeredInFront(error);
 }
 
 /**
@@ -142,17 +142,25 @@ export function classifyHubSpotError(error: unknown): Classification {
   }
   // A lookup's read failed: the record stays unknown, whatever the read's class. Kept otherwise
   // (a 401, a 403 or an untrusted certificate alerted; a 429's wait), named as the lookup's read.
-  if (error instanceof HubSpotLookupError) return { ...classifyHubSpotError(error.cause), reason: error.message };
+  if (error instanceof HubSpotLookupError) {
+    const read = classifyHubSpotError(error.cause);
+    // Refused by something in front of HubSpot (a 401 or 403 page), as HubSpot's own refusal of a
+    // check would be: the next checks most likely meet it too, so a person hears of it now.
+    const refused = answeredInFront(error.cause) && refusedInFront(evidenceOf(error.cause).status);
+    if (refused && read.kind === "ambiguous") return { ...read, reason: error.message, alert: true };
+    return { ...read, reason: error.message };
+  }
   // A misconfigured key property: nothing was sent, and nothing will be until a person fixes it.
   if (error instanceof HubSpotSchemaError) return { kind: "permanent", reason: error.message, alert: true };
   if (error instanceof HubSpotSchemaReadError) {
     // A GET, sent before any write: whatever became of it, no record was written, so a read that
-    // may pass later (unanswered, or a 404 answered in front of HubSpot, not its word on the
+    // may pass later (unanswered, or a page answered in front of HubSpot, not its word on the
     // property) leaves the work to run again. Its own class otherwise (a 429's wait, a 401 or 403
-    // alerted), named as the definition's read.
+    // alerted), named as the definition's read; a page's in the error's words (of the property).
     const read = classifyHubSpotError(error.cause);
-    const reason = `reading the definition of ${error.objectType}.${error.property} failed: ${read.reason}`;
-    if (notFoundInFront(error.cause)) return { kind: "transient", reason: `not sent: ${reason}: ${NOT_HUBSPOTS}` };
+    const reason = answeredInFront(error.cause)
+      ? error.message
+      : `reading the definition of ${error.objectType}.${error.property} failed: ${read.reason}`;
     return read.kind === "ambiguous" ? { kind: "transient", reason: `not sent: ${reason}` } : { ...read, reason };
   }
   // ensureSchema's create of the property: its request's own class (a 5xx ambiguous: the property
@@ -193,19 +201,55 @@ export function classifyHubSpotError(error: unknown): Classification {
   // a 477 while the account migrates between data centres (Retry-After, up to a day).
   if (status === 423) return { kind: "rate_limited", reason: what, retryAfterMs: 2_000, ...ids };
   if (status === 477) return { kind: "rate_limited", reason: what, retryAfterMs: retryAfterMs(e) ?? 3_600_000, ...ids };
-  // Bad token or missing scope: permanent, and a person must know.
+  // A 4xx page in front of HubSpot (not its JSON error): that server's word, not HubSpot's. (The
+  // reads an action makes before its write are wrapped above or never thrown; a lookup's read
+  // proves nothing whatever its class.)
+  if (status < 500 && answeredInFront(e)) return pageInFront(status, what);
+  // Bad token or missing scope (HubSpot's JSON says which): permanent, and a person must know.
   if (status === 401 || status === 403) return { kind: "permanent", reason: what, alert: true, ...ids };
-  // A 404 page in front of HubSpot (a proxy's, a gateway's: not its JSON) on a write: whether the
-  // request went on to HubSpot, and was written, is not known (a gateway may answer its own page
-  // for an answer it did not take). Taken as "no effect" (permanent), the operation failed while
-  // its record may exist. The read by the key settles it. (The reads an action makes before its
-  // write are wrapped above or never thrown; a lookup's read proves nothing whatever its class.)
-  if (notFoundInFront(e)) return { kind: "ambiguous", reason: `${what}: ${NOT_HUBSPOTS_WRITE}`, ...ids };
   // Validation (unknown property, bad value) and missing objects: HubSpot's final answer.
   if (status >= 400 && status < 500) return { kind: "permanent", reason: what, ...ids };
   // 5xx: the gateway or HubSpot failed, possibly after writing. The consistent read settles it.
   return { kind: "ambiguous", reason: what, ...ids };
 }
+
+/** Statuses that refuse a request for its size, on receipt: 413 (its body), 414 (its URI), 431 (its headers). */
+const TOO_LARGE: ReadonlySet<number> = new Set([413, 414, 431]);
+
+/**
+ * A write answered a 4xx page by a server in front of HubSpot (a proxy, load balancer, gateway or
+ * firewall; HTML, not HubSpot's JSON error). Its status is that server's, and such a server may
+ * answer its own page in place of an answer it did not take, HubSpot's among them (a write it
+ * committed): the page does not say HubSpot refused the write. Taken as HubSpot's refusal
+ * (permanent), the operation failed while its record may exist. Believed only where the status
+ * says the request was not taken in whole, so could not have gone on to HubSpot whole: 408 and
+ * the size refusals. Any other may have reached HubSpot: ambiguous, and the read by the key
+ * settles it. (A 429, 423 or 477 is classified before: a limit's refusal, whoever answered.)
+ */
+function pageInFront(status: number, what: string): Classification {
+  // That server did not receive the whole request in time (RFC 9110 15.5.9): nothing to pass on.
+  if (status === 408)
+    return {
+      kind: "transient",
+      reason: `not sent: ${what}: ${notHubSpots(status, "that server did not receive the whole request, so HubSpot did not get it")}`,
+    };
+  // Refused for its size on receipt: every attempt meets the same limit until a person changes it.
+  if (TOO_LARGE.has(status))
+    return {
+      kind: "permanent",
+      reason: `not sent: ${what}: ${notHubSpots(status, "that server refused the request for its size, so HubSpot did not get it; its limit, or the size of the values, is a person's to change")}`,
+      alert: true,
+    };
+  // A 401 or 403 page is no word of HubSpot's on the token or its scopes either: not alerted here
+  // (the read that settles it may pass); a lookup's read refused so is (HubSpotLookupError).
+  const unknown = refusedInFront(status)
+    ? "whether HubSpot took the write is not known, nor whether HubSpot accepts the token and its scopes"
+    : "whether HubSpot took the write is not known";
+  return { kind: "ambiguous", reason: `${what}: ${notHubSpots(status, unknown)}` };
+}
+
+/** A 401 or 403 page in front of HubSpot: something there (a firewall, a proxy) refuses our requests. */
+const refusedInFront = (status: number | undefined) => status === 401 || status === 403;
 
 /**
  * What in `error` (a fetch error, no HTTP status) says we refused HubSpot's TLS: its certificate

@@ -4,7 +4,7 @@
  * errors), which the ledger classifies; the schema's requests are wrapped (HubSpotSchemaReadError,
  * HubSpotSchemaCreateError), as their callers (ensureSchema, a setup script) read them directly.
  */
-import { describeEvidence, evidenceOf, notFoundInFront } from "./hubspot-evidence.js";
+import { answeredInFront, describeEvidence, evidenceOf } from "./hubspot-evidence.js";
 
 /** One entry of a batch answer's `errors`, as HubSpot sends it (every field optional in practice). */
 export interface HubSpotBatchError {
@@ -143,7 +143,8 @@ abstract class HubSpotSchemaRequestError extends Error {
     options: { cause: unknown; host?: string | undefined },
   ) {
     const ev = evidenceOf(options.cause, options.host);
-    const advice = notFoundInFront(options.cause) ? NOT_HUBSPOTS : hint(ev.status);
+    // A page in front of HubSpot says nothing of the token or its scopes (a 401, 403) either.
+    const advice = answeredInFront(options.cause) ? notHubSpots(ev.status, PROPERTY_UNKNOWN) : hint(ev.status);
     super(`${doing} ${objectType}.${property} failed: ${describeEvidence(ev)}${advice ? `: ${advice}` : ""}`, {
       cause: options.cause,
     });
@@ -153,13 +154,16 @@ abstract class HubSpotSchemaRequestError extends Error {
   }
 }
 
-/** Why a 404 without HubSpot's JSON error tells nothing of the property (see notFoundInFront). */
-export const NOT_HUBSPOTS =
-  "not HubSpot's answer (a proxy or gateway in front of HubSpot answered 404): HubSpot's answer was not received, so whether the property exists is not known";
+/**
+ * Why an answer without HubSpot's JSON error (see answeredInFront) tells nothing of HubSpot's
+ * own: who answered it, and what stays `unknown`.
+ */
+export function notHubSpots(status: number | undefined, unknown: string): string {
+  return `not HubSpot's answer (a proxy, gateway or firewall in front of HubSpot answered ${status}): ${unknown}`;
+}
 
-/** Why a 404 without HubSpot's JSON error on a write tells nothing of the record (see notFoundInFront). */
-export const NOT_HUBSPOTS_WRITE =
-  "not HubSpot's answer (a proxy or gateway in front of HubSpot answered 404): whether HubSpot took the write is not known";
+/** What a page in front of HubSpot leaves unknown of a property (see notHubSpots). */
+export const PROPERTY_UNKNOWN = "HubSpot's answer was not received, so whether the property exists is not known";
 
 const TOKEN_REFUSED = "HubSpot does not accept the access token (revoked, expired or mistyped)";
 

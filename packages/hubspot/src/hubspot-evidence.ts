@@ -40,7 +40,7 @@ export function evidenceOf(error: unknown, host?: string): HubSpotRequestEvidenc
 /**
  * HubSpot's own answer that no record matched a read: a 404 whose JSON says category
  * OBJECT_NOT_FOUND ("Object not found.  objectId are usually numeric."). A 404 from anything in
- * front of HubSpot (`notFoundInFront`) says nothing of the record: taken as absence, it "proved"
+ * front of HubSpot (`answeredInFront`) says nothing of the record: taken as absence, it "proved"
  * an operation's written record absent, and the write was sent again.
  */
 export function notFoundByHubSpot(error: unknown): boolean {
@@ -50,18 +50,21 @@ export function notFoundByHubSpot(error: unknown): boolean {
 /**
  * HubSpot's own answer that it has no definition of a property: a 404 with its JSON error (a
  * `category`; the sandbox answers OBJECT_NOT_FOUND, but we found no quote of HubSpot's, so any
- * category of its JSON counts). Not a 404 in front of HubSpot (`notFoundInFront`).
+ * category of its JSON counts). Not a 404 in front of HubSpot (`answeredInFront`).
  */
 export function propertyNotFoundByHubSpot(error: unknown): boolean {
   return (error as { code?: unknown } | null)?.code === 404 && typeof errorBodyOf(error)?.category === "string";
 }
 
 /**
- * A 404 without HubSpot's JSON error (a proxy's or gateway's page, which the client hands over as
- * text, or JSON with no `category`): answered in front of HubSpot, whose answer was not received.
+ * An HTTP answer without HubSpot's JSON error (a page of a proxy, load balancer, gateway or
+ * firewall in front of HubSpot, which the client hands over as text, or JSON with no `category`):
+ * its status is that server's, not HubSpot's word, and HubSpot's answer was not received.
  */
-export function notFoundInFront(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === 404 && typeof errorBodyOf(error)?.category !== "string";
+export function answeredInFront(error: unknown): boolean {
+  return (
+    typeof (error as { code?: unknown } | null)?.code === "number" && typeof errorBodyOf(error)?.category !== "string"
+  );
 }
 
 function errorBodyOf(error: unknown): { category?: unknown } | undefined {

@@ -11,6 +11,9 @@ import {
 
 const api = (code: number, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) =>
   Object.assign(new Error("HTTP-Code"), { code, body, headers });
+/** A page in front of HubSpot: the client hands its body over as text. */
+const page = (code: number) =>
+  Object.assign(new Error("HTTP-Code"), { code, body: `<html><h1>${code}</h1></html>`, headers: {} });
 const net = (code: string) => Object.assign(new Error(code), { code, type: "system" });
 
 describe("classifyHubSpotError", () => {
@@ -80,6 +83,40 @@ describe("classifyHubSpotError", () => {
     expect(classifyHubSpotError(error)).toMatchObject(expected);
   });
 
+  // Other 4xx pages in front of HubSpot (a proxy's, a load balancer's, a firewall's): believed
+  // only where the status says the request was not taken in whole; else the read settles it.
+  type Case = [string, unknown, Record<string, unknown>];
+  const unknownWrite = (code: number): Case => [
+    `${code} page in front of HubSpot`,
+    page(code),
+    {
+      kind: "ambiguous",
+      reason: expect.stringMatching(
+        new RegExp(
+          `^${code} \\(an answer without HubSpot's JSON error body\\): not HubSpot's answer.*whether HubSpot took the write is not known`,
+        ),
+      ),
+    },
+  ];
+  const tooLarge = (code: number): Case => [
+    `${code} page: refused for its size`,
+    page(code),
+    { kind: "permanent", alert: true, reason: expect.stringMatching(/^not sent: .*refused the request for its size/) },
+  ];
+  it.each<Case>([
+    ...[400, 401, 403, 405, 409, 410, 422].map(unknownWrite),
+    [
+      "408 page: that server did not receive the whole request",
+      page(408),
+      { kind: "transient", reason: expect.stringMatching(/^not sent: 408 .*did not receive the whole request/) },
+    ],
+    ...[413, 414, 431].map(tooLarge),
+    // A limit's refusal, whoever answered it: nothing taken, wait.
+    ["429 page", page(429), { kind: "rate_limited", retryAfterMs: 1_000 }],
+  ])("%s", (_what, error, expected) => {
+    expect(classifyHubSpotError(error)).toMatchObject(expected);
+  });
+
   const conflict = api(409, {
     category: "CONFLICT",
     message: "Contact already exists. Existing ID: 7",
@@ -126,7 +163,9 @@ describe("classifyHubSpotError", () => {
   });
 
   it("keeps HubSpot's correlation id as the provider request id", () => {
-    expect(classifyHubSpotError(api(400, { correlationId: "c-1" }))).toMatchObject({ providerRequestId: "c-1" });
+    expect(classifyHubSpotError(api(400, { category: "VALIDATION_ERROR", correlationId: "c-1" }))).toMatchObject({
+      providerRequestId: "c-1",
+    });
   });
 
   it("a key property that is not unique-value: permanent, alerted, naming it and what a person can do", () => {
@@ -191,6 +230,21 @@ describe("classifyHubSpotError", () => {
     },
   );
 
+  it.each([401, 403])(
+    "the key property's definition read answered a %i page: not sent, claiming nothing of the token or its scopes",
+    (code) => {
+      const error = new HubSpotSchemaReadError("deals", "erp_ref", { cause: page(code) });
+      expect(error.message).toMatch(
+        new RegExp(
+          `^reading the definition of deals\\.erp_ref failed: ${code} \\(an answer without HubSpot's JSON error body\\): not HubSpot's answer`,
+        ),
+      );
+      expect(error.message).not.toMatch(/scope|token/);
+      const c = classifyHubSpotError(error);
+      expect(c).toMatchObject({ kind: "transient", reason: `not sent: ${error.message}` });
+    },
+  );
+
   it("a handshake cut off (ECONNRESET) is not a refusal of the certificate: it may pass", () => {
     expect(classifyHubSpotError(net("ECONNRESET"))).toMatchObject({ kind: "ambiguous" });
   });
@@ -205,6 +259,9 @@ describe("classifyHubSpotError", () => {
     ],
     ["an untrusted certificate", "definition", net("SELF_SIGNED_CERT_IN_CHAIN"), { kind: "permanent", alert: true }],
     ["502", "record", api(502, { category: "SERVICE_UNAVAILABLE" }), { kind: "ambiguous" }],
+    // Refused by something in front of HubSpot: alerted as HubSpot's refusal is, claiming no scope.
+    ["a 403 page", "record", page(403), { kind: "ambiguous", alert: true }],
+    ["a 401 page", "definition", page(401), { kind: "ambiguous", alert: true }],
   ] as const)(
     "a lookup's read refused, %s: the read's own class, named as the lookup's read",
     (_what, read, cause, expected) => {

@@ -39,7 +39,7 @@ for (const dialect of DIALECTS) {
         const before = sandbox.requests.length;
         sandbox.faults.add({ kind: "drop_after_commit", match: WRITE[mode] });
         sandbox.faults.add({
-          kind: "not_found_page",
+          kind: "page",
           match: { method: "GET", path: "/crm/v3/objects/deals/" },
           times: 100,
         });
@@ -83,7 +83,7 @@ for (const dialect of DIALECTS) {
       const l = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
       const t = tenant();
       const before = sandbox.requests.length;
-      sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+      sandbox.faults.add({ kind: "page", match: DEFINITION, times: 100 });
       const run = () =>
         l.run(action, { tenant: t, key: ["definition-page"], args: { properties: { dealname: "Definition page" } } });
       const out = await run().finally(() => sandbox.faults.clear());
@@ -104,7 +104,7 @@ for (const dialect of DIALECTS) {
       const l = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
       const t = tenant();
       sandbox.faults.add({ kind: "drop_after_commit", match: WRITE.upsert });
-      sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+      sandbox.faults.add({ kind: "page", match: DEFINITION, times: 100 });
       const out = await l
         .run(action, { tenant: t, key: ["lookup-page"], args: { properties: { dealname: "Lookup page" } } })
         .finally(() => sandbox.faults.clear());
@@ -131,7 +131,7 @@ for (const dialect of DIALECTS) {
       const old = sandbox.crm.create("deals", { dealname: "Q1", amount: "1200", idem_external_id: key });
       sandbox.crm.archive("deals", old.id);
       sandbox.faults.add({ kind: "bad_gateway", match: WRITE.upsert });
-      sandbox.faults.add({ kind: "not_found_page", match: { ...DEFINITION, path: "/crm/v3/properties/deals/amount" } });
+      sandbox.faults.add({ kind: "page", match: { ...DEFINITION, path: "/crm/v3/properties/deals/amount" } });
       const out = await l
         .run(action, { tenant: t, key: ["shape-page"], args: { properties: { dealname: "Q1", amount: "1200.00" } } })
         .finally(() => sandbox.faults.clear());
@@ -150,7 +150,7 @@ for (const dialect of DIALECTS) {
 
 describe("ensureSchema, its definition read answered a 404 page that is not HubSpot's", () => {
   it("a read error saying HubSpot's answer was not received, not a create refused for an archived property", async () => {
-    sandbox.faults.add({ kind: "not_found_page", match: DEFINITION, times: 100 });
+    sandbox.faults.add({ kind: "page", match: DEFINITION, times: 100 });
     const error = await crm()
       .ensureSchema(["deals"])
       .then(

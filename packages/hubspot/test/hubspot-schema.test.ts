@@ -145,7 +145,7 @@ describe("ensureSchema: the properties API refusing or failing", () => {
   it("the create answered a 404 page after HubSpot made it: ambiguous; ensureSchema run again finds it", async () => {
     const uniqueProperty = "idem_page_ref";
     sandbox.faults.add({
-      kind: "not_found_page_after_commit",
+      kind: "page_after_commit",
       match: { method: "POST", path: "/crm/v3/properties/contacts" },
     });
     const error = await crm({ uniqueProperty })

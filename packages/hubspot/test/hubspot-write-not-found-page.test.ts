@@ -50,7 +50,7 @@ for (const dialect of DIALECTS) {
       it(`${mode}: the page came after HubSpot wrote: not failed; the read by the key finds the contact, one`, async () => {
         const { ledger, t, run, mine, writes } = await setup({ mode }, 3);
         const from = sandbox.requests.length;
-        sandbox.faults.add({ kind: "not_found_page_after_commit", match: WRITE[mode] });
+        sandbox.faults.add({ kind: "page_after_commit", match: WRITE[mode] });
         const out = await run().finally(() => sandbox.faults.clear());
         expect(mine()).toHaveLength(1);
         expect(out).toMatchObject({ status: "succeeded", receipt: { id: mine()[0]!.id, new: false } });
@@ -65,7 +65,7 @@ for (const dialect of DIALECTS) {
       it(`${mode}: the page came before HubSpot had it: not failed; the read proves no contact, pending; then made once`, async () => {
         const { ledger, t, run, mine, writes } = await setup({ mode }, 1);
         const from = sandbox.requests.length;
-        sandbox.faults.add({ kind: "not_found_page", match: WRITE[mode] });
+        sandbox.faults.add({ kind: "page", match: WRITE[mode] });
         const out = await run().finally(() => sandbox.faults.clear());
         expect(out).toMatchObject({
           status: "pending_verification",
@@ -108,7 +108,7 @@ for (const dialect of DIALECTS) {
         // every read by the key (before the upsert, the read back, the lookup) meets the page.
         sandbox.faults.add({ kind: "conflict_after_commit", match: WRITE[mode] });
         sandbox.faults.add({
-          kind: "not_found_page",
+          kind: "page",
           match: { method: "GET", path: "/crm/v3/objects/contacts/" },
           times: 100,
         });

@@ -23,7 +23,10 @@ export interface Fault<K extends string = string> {
   readonly intervalMs?: number;
   /** For rate limits: the Retry-After the server announces, in seconds. */
   readonly retryAfterSec?: number;
-  /** For an error after the effect committed: the HTTP status answered (and saved). Default 500. */
+  /**
+   * For an error after the effect committed: the HTTP status answered (and saved). Default 500.
+   * For a page in front of the provider (the HubSpot sandbox's `page`, `page_after_commit`): its status, 404 by default.
+   */
   readonly status?: number;
 }
 

@@ -175,23 +175,33 @@ describe("HubSpot sandbox records, as HubSpot keeps them", () => {
   });
 });
 
-describe("HubSpot sandbox 404 pages in front of HubSpot", () => {
-  // A proxy's or gateway's page: HTML, no HubSpot JSON, no rate-limit headers. Before the write
-  // (`not_found_page`) nothing is kept; after it (`not_found_page_after_commit`) the record is.
+describe("HubSpot sandbox pages in front of HubSpot", () => {
+  // A proxy's, load balancer's or firewall's page: HTML, no HubSpot JSON, no rate-limit headers,
+  // of the fault's status (404 unless given). Before the write (`page`) nothing is kept; after it
+  // (`page_after_commit`) the record is.
   it.each([
-    ["not_found_page", 0],
-    ["not_found_page_after_commit", 1],
-  ] as const)("%s on a create: an HTML 404, %i record kept", async (kind, kept) => {
-    const before = sandbox.count("tickets");
-    sandbox.faults.add({ kind, match: { method: "POST", path: "/crm/v3/objects/tickets" } });
-    const res = await api("POST", "/crm/v3/objects/tickets", { properties: { subject: kind } });
-    expect(res.status).toBe(404);
-    expect(res.headers.get("content-type")).toMatch(/^text\/html/);
-    expect(res.headers.get("x-hubspot-ratelimit-remaining")).toBeNull();
-    expect(await res.text()).toMatch(/<h1>Not Found<\/h1>/);
-    expect(sandbox.count("tickets") - before).toBe(kept);
-    expect(sandbox.requests.at(-1)).toEqual({ method: "POST", path: "/crm/v3/objects/tickets", status: 404 });
-  });
+    ["page", undefined, 404, "Not Found", 0],
+    ["page_after_commit", undefined, 404, "Not Found", 1],
+    ["page", 403, 403, "Forbidden", 0],
+    ["page_after_commit", 400, 400, "Bad Request", 1],
+  ] as const)(
+    "%s (status %s) on a create: an HTML %i, %s, %i record kept",
+    async (kind, status, answered, phrase, kept) => {
+      const before = sandbox.count("tickets");
+      sandbox.faults.add({
+        kind,
+        match: { method: "POST", path: "/crm/v3/objects/tickets" },
+        ...(status && { status }),
+      });
+      const res = await api("POST", "/crm/v3/objects/tickets", { properties: { subject: kind } });
+      expect(res.status).toBe(answered);
+      expect(res.headers.get("content-type")).toMatch(/^text\/html/);
+      expect(res.headers.get("x-hubspot-ratelimit-remaining")).toBeNull();
+      expect(await res.text()).toContain(`<h1>${phrase}</h1>`);
+      expect(sandbox.count("tickets") - before).toBe(kept);
+      expect(sandbox.requests.at(-1)).toEqual({ method: "POST", path: "/crm/v3/objects/tickets", status: answered });
+    },
+  );
 });
 
 type Answered = { id: string; createdAt: string; updatedAt: string; properties: Record<string, string | null> };

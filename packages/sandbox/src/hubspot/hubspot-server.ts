@@ -12,11 +12,12 @@
  * names `retryAfterSec`, which HubSpot does not document for 429s), `missing_scopes` (403: a
  * token without the scope the endpoint needs), `locked` (423: HubSpot's lock while many writes
  * sync, 2 s), `migrating` (477 with Retry-After: the account moves between data centres) and
- * `bad_gateway` (502) and `not_found_page` (a 404 page in HTML, as a proxy or gateway in front of
- * HubSpot answers: not HubSpot's JSON) before anything is written; after the write, `drop_after_commit` (the
+ * `bad_gateway` (502) and `page` (an HTML page of the fault's `status`, 404 by default, as a
+ * proxy, load balancer, gateway or firewall in front of HubSpot answers: not HubSpot's JSON)
+ * before anything is written; after the write, `drop_after_commit` (the
  * connection closes with no answer), `bad_gateway_after_commit` (a gateway's 502 though HubSpot
- * wrote), `not_found_page_after_commit` (that 404 page though HubSpot wrote: a gateway in front
- * of it that answers its own page for an answer it did not take), `delay_after_commit`,
+ * wrote), `page_after_commit` (that page though HubSpot wrote: a server in front of it that
+ * answers its own page in place of an answer it did not take), `delay_after_commit`,
  * `trickle_after_commit` (the answer's head, then its body a byte
  * every `intervalMs`, never ended: see trickle.ts; a 204 has no body and goes out whole) and
  * `conflict_after_commit` (a 409 CONFLICT, as the loser of two racing writes of one unique
@@ -24,7 +25,7 @@
  * error some report for a custom unique property instead, naming it, and with `status: 207` a
  * batch upsert's answer of that refusal, per input).
  */
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { EventEmitter } from "node:events";
 import { FaultPlan } from "../faults.js";
 import { closeHard, listen, readBody } from "../http.js";
@@ -45,10 +46,10 @@ export type HubSpotFaultKind =
   | "locked"
   | "migrating"
   | "bad_gateway"
-  | "not_found_page"
+  | "page"
   | "drop_after_commit"
   | "bad_gateway_after_commit"
-  | "not_found_page_after_commit"
+  | "page_after_commit"
   | "delay_after_commit"
   | "trickle_after_commit"
   | "conflict_after_commit";
@@ -146,10 +147,10 @@ export class HubSpotSandbox {
       "locked",
       "migrating",
       "bad_gateway",
-      "not_found_page",
+      "page",
     ]);
     // HubSpot's answers carry its rate-limit headers (hubspot-rate-limits.ts); a page in front of it does not.
-    const limits = before?.kind === "not_found_page" ? {} : this.limits.count(before?.kind === "rate_limit");
+    const limits = before?.kind === "page" ? {} : this.limits.count(before?.kind === "rate_limit");
     const reply = (status: number, body: unknown, headers: Record<string, string> = {}) =>
       send(res, status, body, { ...limits, ...headers });
     if (before?.kind === "rate_limit") {
@@ -189,10 +190,7 @@ export class HubSpotSandbox {
       record(502);
       return reply(502, error("Bad gateway: nothing was written", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
     }
-    if (before?.kind === "not_found_page") {
-      record(404);
-      return notFoundPage(res);
-    }
+    if (before?.kind === "page") return page(res, before.status, record);
 
     let status = 200;
     let out: unknown;
@@ -208,7 +206,7 @@ export class HubSpotSandbox {
     const after = this.faults.take(method, path, [
       "drop_after_commit",
       "bad_gateway_after_commit",
-      "not_found_page_after_commit",
+      "page_after_commit",
       "delay_after_commit",
       "trickle_after_commit",
       "conflict_after_commit",
@@ -217,10 +215,7 @@ export class HubSpotSandbox {
       record(502);
       return reply(502, error("Bad gateway", "BAD_GATEWAY", "SERVICE_UNAVAILABLE"));
     }
-    if (after?.kind === "not_found_page_after_commit") {
-      record(404);
-      return notFoundPage(res);
-    }
+    if (after?.kind === "page_after_commit") return page(res, after.status, record);
     if (after?.kind === "conflict_after_commit" && (after.status === 400 || after.status === 207)) {
       const refused = uniqueValueRefusal(committed?.objectType ?? "record", this.clashedProperty(body, committed));
       record(after.status);
@@ -428,10 +423,13 @@ function send(res: ServerResponse, status: number, body: unknown, headers: Recor
 }
 
 /**
- * Not HubSpot's answer (its JSON, category OBJECT_NOT_FOUND) but a proxy's or gateway's page in
- * front of it: HTML, without HubSpot's rate-limit headers.
+ * Not HubSpot's answer (its JSON error, with a category) but the page of a server in front of it
+ * (a proxy's, a load balancer's, a firewall's): HTML, without HubSpot's rate-limit headers, of
+ * `status` (404 unless given).
  */
-function notFoundPage(res: ServerResponse): void {
-  res.writeHead(404, { "content-type": "text/html; charset=utf-8" });
-  res.end("<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>");
+function page(res: ServerResponse, status = 404, record: (status: number) => void): void {
+  const phrase = STATUS_CODES[status] ?? "Error";
+  record(status);
+  res.writeHead(status, { "content-type": "text/html; charset=utf-8" });
+  res.end(`<html><head><title>${status} ${phrase}</title></head><body><h1>${phrase}</h1></body></html>`);
 }
