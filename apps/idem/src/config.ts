@@ -167,6 +167,9 @@ const imapServer = z
   })
   .strict();
 
+/** What an MCP call's deadline must be: @idem/agents refuses anything else (a timer's limit). */
+const DEADLINE = "must be a whole number of ms from 1 to 2147483647 (about 24.8 days, the longest a timer waits)";
+
 const schema = z
   .object({
     ledger: z.string().min(1).default("sqlite:./idem.db"),
@@ -202,6 +205,17 @@ const schema = z
         tenant: ledgerName.optional(),
         /** How long a second call for the same work waits for the first: below an MCP client's usual 60 s timeout. */
         waitMs: z.number().int().min(0).max(50_000).optional(),
+        /**
+         * The longest a tool call takes to answer, whatever the ledger or the provider does
+         * meanwhile (then the model reads "not confirmed"): @idem/agents' `deadlineMs`, default
+         * 45 s, below an MCP client's usual 60 s request timeout.
+         */
+        deadlineMs: z
+          .number({ error: DEADLINE })
+          .int(DEADLINE)
+          .min(1, DEADLINE)
+          .max(2_147_483_647, DEADLINE)
+          .optional(),
       })
       .strict()
       .optional(),

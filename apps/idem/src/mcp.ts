@@ -36,6 +36,7 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
       tenant,
       actor,
       ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }),
+      ...(config.mcp?.deadlineMs !== undefined && { deadlineMs: config.mcp.deadlineMs }),
     });
   // A settled operation reads as its tool would have said it (a payment waiting for the customer).
   registerStatusTool(server, ledger, { tenant, tools: definitions });

@@ -5,11 +5,12 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { openLedger } from "@idem/core";
-import { DIALECTS, freshDatabase, scaled, tempDir } from "@idem/testkit";
+import { DIALECTS, freshDatabase, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
 import { CLI, idem } from "./support.js";
 
@@ -21,9 +22,49 @@ type Result = {
 };
 
 const clients: Client[] = [];
+const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c(); // a frozen ledger thawed first: the server then ends at once
   for (const c of clients.splice(0)) await c.close(); // closes stdin and ends the server process
 });
+
+/** better-sqlite3 (the CLI's SQLite driver): a second connection to hold the ledger's write lock. */
+const Database = createRequire(import.meta.url)("better-sqlite3") as new (
+  path: string,
+  options: { timeout: number },
+) => { exec(sql: string): void; close(): void };
+
+/**
+ * A migrated ledger whose database can be frozen: after `freeze()`, every statement (Postgres,
+ * behind a proxy that stops forwarding) or write (SQLite, its write lock held) waits for an
+ * answer that does not come until the test ends (the connections cut, the lock released).
+ */
+async function freezable(dialect: TestDialect): Promise<{ url: string; freeze: () => void }> {
+  const url = await freshDatabase(dialect);
+  await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+  if (dialect === "sqlite") {
+    let other: InstanceType<typeof Database> | undefined;
+    cleanup.push(async () => {
+      other?.exec("ROLLBACK");
+      other?.close();
+    });
+    const freeze = () => {
+      other = new Database(url.slice("sqlite:".length), { timeout: 0 });
+      other.exec("BEGIN IMMEDIATE");
+    };
+    return { url, freeze };
+  }
+  let frozen = false;
+  const proxy = await pgProxy(new URL(url), (client, upstream) => {
+    client.on("data", (d: Buffer) => void (frozen || upstream.write(d)));
+    upstream.pipe(client);
+  });
+  cleanup.push(async () => {
+    proxy.down();
+    await proxy.close();
+  });
+  return { url: proxy.url, freeze: () => (frozen = true) };
+}
 
 async function connect(env: Record<string, string>, flags: string[] = []): Promise<Client> {
   const transport = new StdioClientTransport({
@@ -90,6 +131,44 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+for (const dialect of DIALECTS) {
+  describe(`idem mcp's deadline (mcp.deadlineMs), its ledger frozen, on ${dialect}`, () => {
+    it("a call answers 'not confirmed' by the config's deadline, not the default 45 s", async () => {
+      const { url, freeze } = await freezable(dialect);
+      const dir = tempDir();
+      const client = await connect({ LEDGER_URL: url, EFFECT_DIR: dir, TENANT: "acme", MCP_DEADLINE_MS: "1500" });
+      freeze();
+      const started = Date.now();
+      // Well before the default deadline (45 s), on a loaded machine too.
+      const out = (await client.callTool({ name: "send_note", arguments: { noteId: "f1", text: "hi" } }, undefined, {
+        timeout: scaled(30_000),
+      })) as Result;
+      // Before: the config was refused at start ("Unrecognized key: deadlineMs"): no server.
+      expect(out.structuredContent, JSON.stringify(out)).toMatchObject({
+        status: "unconfirmed",
+        message: expect.stringMatching(/^Not confirmed: no answer within 1\.5 s, so it may or may not have happened/),
+      });
+      expect(out.isError).toBe(false);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1_500);
+      expect(lines(`${dir}/effects`)).toHaveLength(0);
+    });
+  });
+}
+
+describe("idem mcp's config", () => {
+  it("an mcp.deadlineMs that is not a whole number of ms from 1 to 2147483647 is refused at start (exit 2), naming it", async () => {
+    const url = await freshDatabase("sqlite");
+    await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+    const env = { LEDGER_URL: url, EFFECT_DIR: tempDir(), TENANT: "acme" };
+    for (const bad of ["0", "1.5", "2147483648", '"45s"', "null"]) {
+      const out = await idem(["--config", MCP_CONFIG, "mcp"], { ...env, MCP_DEADLINE_MS: bad }, { noInput: true });
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr, bad).toMatch(/mcp\.deadlineMs: must be a whole number of ms from 1 to 2147483647 \(/);
+      expect(out.stdout).toBe(""); // nothing served
+    }
+  });
+});
 
 describe("idem mcp's tenant", () => {
   it("an IDEM_TENANT that differs from the config's mcp.tenant is refused (exit 2, naming both); --tenant chooses", async () => {

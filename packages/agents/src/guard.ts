@@ -87,7 +87,8 @@ export interface GuardOptions<I, R, C> {
    * more is sent, a wait or a pause ends and the ledger answers with the operation's state when it
    * can; a request already sent is not cut, but ends and is recorded. Default 45 s: below an MCP
    * client's usual 60 s request timeout, above the ledger's default retry budget (30 s). A whole
-   * number of ms from 1 to 2147483647. `describe` is not bounded by it: it must answer at once.
+   * number of ms from 1 to 2147483647. `describe` answers by it too: a rewording still under way
+   * then is dropped, and the model reads the outcome as it was.
    */
   readonly deadlineMs?: number;
 }
@@ -223,6 +224,7 @@ export function guard<A, R, I, C = unknown>(
     // a call answered 20 to 45 s later with the defaults, past an MCP client's 60 s with longer
     // ones, and the model read its host's timeout error. The call left running is stopped, not
     // cut: what it has sent ends and is recorded, nothing more is sent, and its answer is dropped.
+    const started = performance.now();
     const deadline = new AbortController();
     const stopAt = deadlineMs - Math.min(STOP_AHEAD_MS, deadlineMs / 2);
     const stopTimer = setTimeout(() => deadline.abort(), stopAt);
@@ -230,11 +232,22 @@ export function guard<A, R, I, C = unknown>(
     const late = new Promise<Outcome>((resolve) => {
       lateTimer = setTimeout(() => resolve(pastDeadline(deadlineMs)), deadlineMs);
     });
+    let cutTimer: NodeJS.Timeout | undefined;
     try {
-      return await describe(await Promise.race([perform(input, call, deadline.signal), late]));
+      const outcome = await Promise.race([perform(input, call, deadline.signal), late]);
+      // The application's rewording answers by the deadline too (one reading a database that
+      // stopped answering hung the call past an MCP client's timeout); past it, the model reads
+      // the outcome as it was, which is known. On a timer even when the deadline has passed, so a
+      // rewording that answers at once still rewords "no answer within …".
+      const left = Math.max(0, deadlineMs - (performance.now() - started));
+      const cut = new Promise<Outcome>((resolve) => {
+        cutTimer = setTimeout(() => resolve(outcome), left);
+      });
+      return await Promise.race([describe(outcome), cut]);
     } finally {
       clearTimeout(stopTimer);
       clearTimeout(lateTimer);
+      clearTimeout(cutTimer);
     }
   };
 }

@@ -60,15 +60,17 @@ export type Outcome =
   /** Not attempted, nothing done: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /**
-   * Not done: the tool is not set up right, or failed before doing anything; a repeat is safe.
+   * Not done: the tool is not set up right (a tenant, actor, wait or key part the ledger refuses),
+   * so nothing was done; a repeat is safe, and fails the same until the setup is fixed.
    */
   | { readonly status: "not_performed"; readonly message: string }
   /**
    * Not known: the call stopped (an abort, a framework's timeout), it had no answer by its
    * deadline (`GuardOptions.deadlineMs`), the ledger could not be read or written, or was closed,
-   * or a status check could not read the ledger. Stopped or refused before the ledger had the
-   * call, this call sent nothing, but whatever an earlier call did is not known. It may have
-   * happened; the same input again is safe and says what happened.
+   * the application's code failed before the ledger was read (its tenant or key function, an MCP
+   * `context`), or a status check could not read the ledger. Stopped, refused or failed before the
+   * ledger had the call, this call sent nothing, but whatever an earlier call did is not known. It
+   * may have happened; the same input again is safe and says what happened.
    */
   | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
@@ -396,8 +398,12 @@ export function outcomeOfError(
       status: "unconfirmed",
       message: `Not confirmed: the call stopped before its outcome was known (${name}); it may or may not have happened. Do not tell the user either way; calling this tool again with the same input is safe (it is never done twice) and says what happened.`,
     };
+  // The application's code failed before the ledger had the call (its tenant or key function, an
+  // MCP server's context): this call did nothing, but the ledger was not read either, so an
+  // earlier call may have done this work (a model asking again). "Not performed" would be the
+  // model's reason to tell the user it was not done, or a person's to redo it.
   return {
-    status: "not_performed",
-    message: `Not performed: the tool failed before doing anything (${name}). Tell the user; do not assume it happened.`,
+    status: "unconfirmed",
+    message: `Not confirmed: the tool failed (${name}) before whether this work was already done (by an earlier call) could be read; this call did nothing. Tell the user the tool failed, not whether the work was done. Calling this tool again with the same input is safe (it is never done twice) and, once the tool works, says what happened.`,
   };
 }

@@ -157,6 +157,36 @@ describe("a guarded call's deadline, its database frozen after the work was done
     expect(sent).toEqual(["hello"]);
   }, 400_000);
 
+  it("a describe that reads the ledger while its database freezes: the outcome as it was, by the deadline", async () => {
+    const { ledger, freeze } = await freezable("postgres");
+    const { tool, sent } = noteTool("test.deadline-describe");
+    let reworded = 0;
+    // The application's rewording names how many attempts the operation took: a read of the
+    // ledger, which the database stops answering (frozen as the rewording begins).
+    const describe = async (o: Outcome): Promise<Outcome> => {
+      if (!("operationId" in o) || o.operationId === undefined) return o;
+      freeze();
+      const { operation } = await ledger.get({ tenant: "acme", id: o.operationId });
+      reworded += 1;
+      return { ...o, message: `${o.message} (attempts: ${operation.attempt})` };
+    };
+    // Typed as answering at once, but awaited (one that rejects leaves the outcome as it was), so
+    // an async one (plain JavaScript, a cast) runs.
+    const run = guard(ledger, tool, {
+      tenant: "acme",
+      deadlineMs: 2_000,
+      describe: describe as unknown as (o: Outcome) => Outcome,
+    });
+    const started = performance.now();
+    // Before: no answer until the read failed, 305 s in (an MCP client gives up at 60 s).
+    const out = await within(run({ noteId: "w1", text: "hello" }, { context: {}, callId: "a" }), scaled(20_000));
+    expect(out).not.toBe(noAnswer);
+    // The ledger had answered: what happened is known, and the model reads it, unreworded.
+    expect(out).toMatchObject({ status: "done", message: expect.stringMatching(/^Done \(operation op_\w+\)\.$/) });
+    expect(performance.now() - started).toBeLessThan(scaled(10_000));
+    expect([reworded, sent]).toEqual([0, ["hello"]]);
+  }, 400_000);
+
   it("over MCP with the default deadline: answered before the client's own request timeout (60 s)", async () => {
     const { ledger, freeze } = await freezable("postgres");
     const { tool } = noteTool("test.deadline-mcp");

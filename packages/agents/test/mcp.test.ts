@@ -245,10 +245,11 @@ for (const dialect of DIALECTS) {
       const out = await client.callTool({ name: "charge_invoice", arguments: invoice });
       const checked = await client.callTool({ name: "operation_status", arguments: { operationId: "op_unknown" } });
       expect([out.structuredContent, checked.structuredContent], JSON.stringify([out, checked])).toMatchObject([
-        { status: "not_performed", message: expect.stringMatching(/^Not performed: the tool failed before doing/) },
+        // Not "not performed": the ledger was not read, so an earlier call may have done it (before-ledger.test.ts).
+        { status: "unconfirmed", message: expect.stringMatching(/^Not confirmed: the tool failed \(Error\) before/) },
         { status: "unconfirmed", message: expect.stringMatching(/^Could not check operation "op_unknown" now/) },
       ]);
-      expect([out.isError, checked.isError]).toEqual([true, false]);
+      expect([out.isError, checked.isError]).toEqual([false, false]);
       expect(JSON.stringify([out, checked])).not.toMatch(/bearer|sk_live/);
       expect(stripeBox.count("payment_intents")).toBe(before);
       // A request that can be read: its context is read once per call (tenant, then key and actor).
