@@ -77,33 +77,46 @@ export function givenUp<T>(
 
 /**
  * How long an execute whose signal aborted (its settlement's time bound passed, its caller gave
- * up) is still awaited. An action that honours the signal answers at once (its client closes the
- * connection and says whether the request was out), and that answer is the truthful one; one
- * silent this long after the abort ignores it.
+ * up, its lease was lost) is still awaited. An action that honours the signal answers at once (its
+ * client closes the connection and says whether the request was out), and that answer is the
+ * truthful one; one silent this long after the abort ignores it.
  */
 export const ABANDON_AFTER_MS = 1_000;
 
 /** An execute's answer, or why it is no longer awaited (`answerWithin`). */
 export type ExecuteAnswer<T> = { answer: PromiseSettledResult<T> } | { abandoned: string };
 
+/** What ends the wait for an execute's answer (`answerWithin`). */
+export interface ExecuteBounds {
+  /** A settlement's time left; undefined for a caller's call. */
+  readonly boundMs: number | undefined;
+  /** The caller's signal (withLease aborts the action's signal with it). */
+  readonly gaveUp: AbortSignal | undefined;
+  /** Tells its listener once the lease is lost (withLease aborts the action's signal then). */
+  readonly onLost: (listener: (reason: Error) => void) => void;
+  /** Aborts the action's signal (at `boundMs`). */
+  readonly abandon: (reason: Error) => void;
+  readonly attempt: number;
+}
+
 /**
- * `request`'s answer, unless it is abandoned. At `boundMs` (a settlement's time left; undefined
- * for a caller's call) its signal aborts (`abandon`), and so it does when `gaveUp` (the caller's
- * signal) aborts (withLease aborts it then). Either way it is awaited ABANDON_AFTER_MS more, then
- * given up: its request may have been sent, and its answer, when one comes, is for the caller to
- * record (`request` is still observed; its rejection is not unhandled).
+ * `request`'s answer, unless it is abandoned. At `boundMs` its signal aborts (`abandon`), and so
+ * it does when the caller gives up (`gaveUp`) or the lease is lost (`onLost`: another owner may
+ * hold the row now, or soon). Either way it is awaited ABANDON_AFTER_MS more, then given up: its
+ * request may have been sent, and its answer, when one comes, is for the caller to record
+ * (`request` is still observed; its rejection is not unhandled). With none of these (a caller's
+ * call without a signal, its lease kept) it is awaited however long it takes.
  */
 export function answerWithin<T>(
   request: Promise<T>,
-  boundMs: number | undefined,
-  gaveUp: AbortSignal | undefined,
-  abandon: (reason: Error) => void,
-  attempt: number,
+  { boundMs, gaveUp, onLost, abandon, attempt }: ExecuteBounds,
 ): Promise<ExecuteAnswer<T>> {
   return new Promise<ExecuteAnswer<T>>((resolve) => {
     let bound: NodeJS.Timeout | undefined;
     let grace: NodeJS.Timeout | undefined;
+    let ended = false;
     const end = (out: ExecuteAnswer<T>) => {
+      ended = true;
       clearTimeout(bound);
       clearTimeout(grace);
       gaveUp?.removeEventListener("abort", onGiveUp);
@@ -111,12 +124,11 @@ export function answerWithin<T>(
     };
     const late = "it may have been sent; its answer, if one comes, is recorded then";
     const stopWaiting = (why: string) => {
+      if (ended) return;
       grace ??= setTimeout(() => end({ abandoned: `${why}: ${late}` }), ABANDON_AFTER_MS);
     };
-    const onGiveUp = () =>
-      stopWaiting(
-        `the caller gave up and attempt ${attempt}'s request did not answer within ${ABANDON_AFTER_MS} ms after its signal aborted`,
-      );
+    const silent = `did not answer within ${ABANDON_AFTER_MS} ms after its signal aborted`;
+    const onGiveUp = () => stopWaiting(`the caller gave up and attempt ${attempt}'s request ${silent}`);
     if (boundMs !== undefined) {
       const ms = Math.min(Math.max(1, boundMs), 2 ** 31 - 1);
       bound = setTimeout(() => {
@@ -128,6 +140,9 @@ export function answerWithin<T>(
     }
     if (gaveUp?.aborted) onGiveUp();
     else gaveUp?.addEventListener("abort", onGiveUp, { once: true });
+    onLost((reason) =>
+      stopWaiting(`attempt ${attempt}'s lease was lost (${reason.message}) and its request ${silent}`),
+    );
     request.then(
       (value) => end({ answer: { status: "fulfilled", value } }),
       (reason: unknown) => end({ answer: { status: "rejected", reason } }),

@@ -135,8 +135,9 @@ export class LedgerContext {
 
   /**
    * Closes gracefully: new calls are refused, no request is sent from now on, and the calls in
-   * flight end (an effect under way is recorded, a request not yet sent is left pending) for up
-   * to a lease; then the connection closes. Before, the claims waiting for their commit were
+   * flight end (an effect under way is recorded, a request not yet sent is left pending), and the
+   * late answers of requests no longer awaited are recorded (Runner.recordLate), for up to a
+   * lease; then the connection closes. Before, the claims waiting for their commit were
    * committed at close and their effects sent after it returned, with nowhere to record them.
    */
   close(): Promise<void> {

@@ -19,8 +19,17 @@ export async function withLease<A, R, T>(
   store: Store,
   call: Call<A, R>,
   mine: Held,
-  /** `abandon`: aborts the action's signal, when its answer is no longer awaited (a lookup given up). */
-  fn: (ctx: OperationContext, held: () => boolean, abandon: (reason: Error) => void) => Promise<T>,
+  /**
+   * `abandon`: aborts the action's signal, when its answer is no longer awaited (a lookup given up).
+   * `onLost`: tells its listener (one; a later one replaces it) once the lease is lost, at once if
+   * it already is, with why.
+   */
+  fn: (
+    ctx: OperationContext,
+    held: () => boolean,
+    abandon: (reason: Error) => void,
+    onLost: (listener: (reason: Error) => void) => void,
+  ) => Promise<T>,
   lastAttemptAt?: number,
   /** Whether an earlier attempt may have taken effect (`OperationContext.mayHaveCommitted`); a lookup's: yes. */
   mayHaveCommitted = true,
@@ -36,18 +45,19 @@ export async function withLease<A, R, T>(
   const margin = Math.min(Math.floor(leaseMs / 5), 2_000);
   const clock = store.local;
   let until = 0;
-  let lost = false;
+  let lost: Error | undefined;
+  let lostListener: ((reason: Error) => void) | undefined;
+  const lose = (reason: Error) => {
+    if (lost) return;
+    lost = reason;
+    controller.abort(reason);
+    lostListener?.(reason);
+  };
   let deadline: NodeJS.Timeout | undefined;
   const armDeadline = (from: number) => {
     until = from + leaseMs - margin;
     clearTimeout(deadline);
-    deadline = setTimeout(
-      () => {
-        lost = true;
-        controller.abort(new LeaseDeadlineError(row.id, row.attempt));
-      },
-      Math.max(0, until - clock()),
-    );
+    deadline = setTimeout(() => lose(new LeaseDeadlineError(row.id, row.attempt)), Math.max(0, until - clock()));
   };
   armDeadline(mine.since);
   const timer = setInterval(
@@ -57,8 +67,7 @@ export async function withLease<A, R, T>(
         (kept) => {
           if (finished) return; // answered after the call ended: nothing to keep, no deadline to arm
           if (kept) return armDeadline(asked);
-          lost = true;
-          controller.abort(new Error(`lease of attempt ${row.attempt} lost`));
+          lose(new Error(`lease of attempt ${row.attempt} lost`));
         },
         () => {}, // unreachable for now: the deadline above stops the action if it lasts
       );
@@ -72,8 +81,14 @@ export async function withLease<A, R, T>(
   // when the answer that granted the lease arrived late.
   const held = () => !lost && clock() < until;
   try {
-    return await fn(context(row, controller, lastAttemptAt, mayHaveCommitted), held, (reason) =>
-      controller.abort(reason),
+    return await fn(
+      context(row, controller, lastAttemptAt, mayHaveCommitted),
+      held,
+      (reason) => controller.abort(reason),
+      (listener) => {
+        if (lost) listener(lost);
+        else lostListener = listener;
+      },
     );
   } finally {
     finished = true;

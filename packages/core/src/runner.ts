@@ -501,6 +501,7 @@ export class Runner {
         ctx,
         held,
         abandon,
+        onLost,
       ): Promise<
         | { step: Step<R> }
         | { ok: true; receipt: R }
@@ -613,8 +614,14 @@ export class Runner {
         } catch (error) {
           sending = Promise.reject(error); // a JavaScript execute that throws before its promise
         }
-        // With nothing to bound it (a caller's call without a signal), its answer however long it takes.
-        const answer = await answerWithin(sending, left, call.signal, abandon, row.attempt);
+        // A settlement's bound, the caller's signal or a lost lease ends the wait (a grace later).
+        const answer = await answerWithin(sending, {
+          boundMs: left,
+          gaveUp: call.signal,
+          onLost,
+          abandon,
+          attempt: row.attempt,
+        });
         if ("abandoned" in answer) {
           // No longer awaited, its request perhaps sent: unknown (below), never "not done". Its
           // answer, if one comes, is recorded then, through the fence.

@@ -131,6 +131,30 @@ for (const dialect of DIALECTS) {
       expect((await after.get({ tenant, id })).operation.status).toBe("succeeded");
     });
 
+    it("close() while an abandoned execute's answer is still out: close waits for it (up to a lease), and its receipt is recorded", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r)); // its request is taken, its answer held; its signal ignored
+      const gaveUp = new AbortController();
+      const call = ledger.run(mail, { tenant, key: ["late"], args: { to: "x" }, signal: gaveUp.signal });
+      await p.called(1);
+      gaveUp.abort(new Error("the agent's turn ended"));
+      // The caller is answered a second later; the request is abandoned, not ended.
+      await expect(call).rejects.toThrow("the agent's turn ended");
+      const [op] = await ledger.admin.list({ tenant });
+      expect(op).toMatchObject({ status: "unknown" });
+      const closed = ledger.close();
+      release();
+      await closed;
+      // Recorded before the connection closed: not left for a lookup.
+      const after = await db.open();
+      expect(await after.status({ tenant, id: op!.id })).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+    });
+
     it("a call whose stop signal aborts while it waits out a Retry-After: answered pending at once, nothing more sent, no rejection", async () => {
       const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
       const p = new TestProvider();

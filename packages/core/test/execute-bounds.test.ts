@@ -6,11 +6,14 @@
  * operation is unknown (looked up later), never "not done"; its answer, if one comes, is recorded
  * through the fence. Before: a 300 ms bound held the settlement, its lease heartbeat with it, for
  * as long as the request hung (a helper measured 8.2 s for 1 s against an SMTP server).
+ * A lease lost under the request (taken over once it ran out, or not renewed in time) ends the
+ * wait the same way: another owner may hold the row, so the answer is the fence's.
  */
 import { describe, expect, it } from "vitest";
 import { defineAction, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { uniqueTenant } from "./support/ledgers.js";
 import { ProviderError } from "./support/provider.js";
 
@@ -211,5 +214,128 @@ for (const dialect of DIALECTS) {
         await ledger.close();
       }
     });
+  });
+}
+
+/** The store's lease heartbeat: the one statement that sets only the lease's end. */
+const isHeartbeat = (sql: string) => sql.startsWith('update "idem_operations" set "lease_expires_at"');
+
+/**
+ * A provider without dedupe, looked up by key, that holds a request's answer until `answer()`
+ * and ignores its signal; the effect commits when it answers (a lookup meanwhile finds nothing).
+ */
+function committedOnAnswer() {
+  const effects: { key: string; id: string }[] = [];
+  let abortedAt: number | undefined;
+  let sent = 0;
+  let answer: () => void = () => {};
+  const answered = new Promise<void>((r) => (answer = r));
+  const action = defineAction<{ to: string }, { id: string }>({
+    type: "mail.lease-lost",
+    capabilities: { lookup: true },
+    execute: async (_args, op) => {
+      sent += 1;
+      op.signal.addEventListener("abort", () => (abortedAt = performance.now()), { once: true });
+      await answered;
+      const id = `obj_${effects.length + 1}`;
+      effects.push({ key: op.key, id });
+      return { id };
+    },
+    reconcile: async (_args, op) => {
+      const hit = effects.find((e) => e.key === op.key);
+      return hit
+        ? { found: true as const, receipt: { id: hit.id } }
+        : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+    },
+  });
+  return { action, effects, answer, sent: () => sent, abortedAt: () => abortedAt };
+}
+
+for (const dialect of DIALECTS) {
+  describe(`an execute whose lease is lost, on ${dialect}`, () => {
+    for (const loss of ["taken over", "not renewed"] as const)
+      it(`a lease ${loss} while an execute ignores its signal: the caller is answered a grace after the loss, the late receipt recorded once through the fence`, async () => {
+        const p = committedOnAnswer();
+        const tenant = uniqueTenant();
+        const url = await freshDatabase(dialect);
+        await (await openTestLedger(url)).close(); // migrated
+        // The database's clock, moved by the test; heartbeats every 500 ms, refused once `refusing`.
+        let at = Date.now();
+        const leaseMs = 1_500;
+        let refusing = false;
+        const refused = hooked(await dialectFor(dialect, url), {
+          query: (q, run) =>
+            refusing && isHeartbeat(q.sql) ? Promise.reject(new Error("connection refused (test)")) : run(),
+        });
+        const ledger = await openTestLedger(refused, {
+          clock: () => at,
+          leaseMs,
+          actions: [p.action],
+          budget: { attempts: 1 },
+        });
+        try {
+          const call = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
+          await until(async () => p.sent() === 1, "the request was not sent");
+          const [op] = await ledger.admin.list({ tenant });
+          if (loss === "taken over") {
+            // Its lease runs out by the database's clock, and a stopping daemon takes the row over
+            // and looks the effect up: not there (nothing sent again). Again if a heartbeat came
+            // between the clock's move and the takeover.
+            const stop = AbortSignal.abort();
+            let settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop });
+            for (let tries = 1; settled.status === "pending_verification" && settled.state === "running"; tries++) {
+              expect(tries, "the lease was never taken over").toBeLessThan(20);
+              at += 2 * leaseMs;
+              settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon", stop });
+            }
+            expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
+          } else refusing = true; // the database refuses its heartbeats: the lease is not renewed in time
+          await until(async () => p.abortedAt() !== undefined, "the execute's signal did not abort");
+          const out = await within(
+            call.then(
+              (v) => ({ answered: v, at: performance.now() }),
+              (e: unknown) => ({ rejected: e, at: performance.now() }),
+            ),
+            scaled(10_000),
+          );
+          // Before: "still running", for as long as the provider held its answer.
+          expect(out, await story(ledger, tenant, op!.id)).toMatchObject({
+            answered: {
+              status: "pending_verification",
+              state: "unknown",
+              reason: expect.stringMatching(/attempt 1 may have committed|outcome unknown/),
+            },
+          });
+          // A grace (ABANDON_AFTER_MS, 1 s) after the signal aborted, and little more.
+          if (out === "still running") return;
+          expect(out.at - p.abortedAt()!).toBeLessThan(scaled(3_000));
+          const { operation, events } = await ledger.get({ tenant, id: op!.id });
+          expect(operation).toMatchObject({ status: "unknown", attempt: loss === "taken over" ? 2 : 1 });
+          expect(events.map((e) => e.reason).join(" | ")).toMatch(
+            /attempt 1's lease was lost \(.*\) and its request did not answer within 1000 ms after its signal aborted/,
+          );
+          expect(p.effects).toHaveLength(0);
+          // Its answer comes late: the effect committed, and its receipt settles the operation once.
+          refusing = false;
+          p.answer();
+          const settled = await ledger.wait({ tenant, id: op!.id, timeoutMs: scaled(10_000) });
+          expect(settled, await story(ledger, tenant, op!.id)).toMatchObject({
+            status: "succeeded",
+            receipt: { id: "obj_1" },
+          });
+          const { events: after } = await ledger.get({ tenant, id: op!.id });
+          const recorded = after.filter((e) => e.to === "succeeded");
+          expect(recorded, await story(ledger, tenant, op!.id)).toHaveLength(1);
+          expect(recorded[0]!.reason).toMatch(/^attempt 1's receipt proves the effect happened/);
+          expect(after.map((e) => e.reason).join(" | ")).not.toMatch(/two effects/);
+          // Settled: a later call replays it, nothing is sent again.
+          const again = await ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" } });
+          expect(again).toMatchObject({ status: "succeeded", replayed: true, receipt: { id: "obj_1" } });
+          expect({ effects: p.effects.length, sent: p.sent() }).toEqual({ effects: 1, sent: 1 });
+        } finally {
+          p.answer();
+          await ledger.close();
+        }
+      });
   });
 }
