@@ -10,7 +10,8 @@
  * webhook request that fetch will not make or send (a header value it refuses, a port it blocks),
  * or a delivery whose server's certificate we refused at the handshake (the email sink trusts
  * `alerts.email.smtp.tls`, read as the email provider's is; the webhook, Node's CAs), was not
- * sent: the alert stays due and each tick says why, never quoting the URL or a header. A delivery
+ * sent: the alert stays due and the log says why (once while the sink keeps failing: it backs off,
+ * sink-backoff.ts), never quoting the URL or a header. A delivery
  * a person then retries (`idem retry`) is settled by the daemon's pass like any due
  * operation, with the alert as it was stored: the daemon's ledger is opened with `alertActions`.
  */
@@ -29,6 +30,7 @@ import {
   type RunResult,
 } from "@idem/core";
 import { ConfigError, secret, tlsOf, webhookUrlProblem, type IdemConfig } from "./config.js";
+import type { SinksThisTick } from "./sink-backoff.js";
 
 /**
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
@@ -126,7 +128,7 @@ const WEBHOOK_DEADLINE_MS = 20_000;
 function classifyDelivery(url: string) {
   return (error: unknown): Classification => {
     // Nothing was sent, and nothing will be until a person fixes the config: the alert stays due,
-    // and each tick says why (as for a refused SMTP sign-in). Never "may have been sent".
+    // and the log says why (as for a refused SMTP sign-in). Never "may have been sent".
     if (error instanceof WebhookNotSentError)
       return { kind: "transient", reason: `webhook request not sent: ${error.message}` };
     const status = (error as { status?: number }).status;
@@ -253,7 +255,7 @@ const BEFORE_THE_MESSAGE: ReadonlySet<string> = new Set(["CONN", "EHLO", "HELO",
  * here). A server not reached, or answering 4xx, took nothing: tried again next tick. A refusal of
  * every alert (the sign-in, the account, a policy, the envelope) is a configuration a person
  * fixes: the alert stays due, held back for minutes (failed sign-ins in a loop get an account
- * locked out), and each tick says why, rather than counting it delivered. A refusal of this
+ * locked out), and the log says why, rather than counting it delivered. A refusal of this
  * message alone (its size, its content, at DATA) is final for this alert. Only a lost answer is
  * ambiguous.
  */
@@ -536,11 +538,11 @@ export interface Delivery {
  * `done` when no sink needs another try: delivered, refused for good, or in a person's hands (a
  * delivery that may have been sent is in needs_review, and stays there until someone settles it).
  * `reported`: deliveries already said to be in review, so each is logged once, not on every tick.
- * `down`: the sinks that did not take a delivery this tick (unreachable, rate limiting, failing,
- * timing out). They are not tried again until the next tick: a dead receiver tried for every
- * alert held the daemon's settling back for as long. A delivery is one request a tick
- * (`DELIVERY_BUDGET`): the next tick is its retry. `stop`: the daemon is stopping; nothing more is
- * sent.
+ * `down`: the sinks not tried in this tick: held back by their backoff, or that did not take a
+ * delivery in it (unreachable, rate limiting, failing, timing out): a dead receiver tried for
+ * every alert held the daemon's settling back for as long. A sink that did not take one backs off
+ * (sink-backoff.ts), said once, not a line a tick. A delivery is one request a tick
+ * (`DELIVERY_BUDGET`). `stop`: the daemon is stopping; nothing more is sent.
  */
 export async function deliver(
   ledger: Ledger,
@@ -551,7 +553,7 @@ export async function deliver(
   log: Logger,
   onSent: (kind: AlertKind, sink: string) => void,
   reported: Set<string>,
-  down: Set<string>,
+  down: SinksThisTick,
   stop?: AbortSignal,
 ): Promise<Delivery> {
   let done = true;
@@ -592,7 +594,10 @@ export async function deliver(
       );
       continue;
     }
-    if (out.status === "succeeded" && !out.replayed) onSent(alert.kind, sink.name);
+    if (out.status === "succeeded" && !out.replayed) {
+      onSent(alert.kind, sink.name);
+      down.took(sink.name);
+    }
     if (out.status !== "succeeded") {
       const inReview = out.status === "pending_verification" && out.state === "needs_review";
       // failed: the receiver refused for good; in review: a person decides; otherwise try again later
@@ -606,13 +611,19 @@ export async function deliver(
       // Not taken, refused now (a refusal replayed was counted by the tick that heard it), or in
       // review: it may have been sent, but no sink said it took it, so a run once exits 1.
       if (!(out.status === "failed" && out.replayed)) missed.push(key.hash);
-      // Not taken (unreachable, rate limiting, no answer): not tried again this tick. A refusal
-      // (failed) was a quick, final answer for this alert alone.
-      if (out.status === "pending_verification") down.add(sink.name);
-      log.error(
-        { sink: sink.name, operationId: alert.operationId, delivery: out },
-        `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`,
-      );
+      const said = {
+        fields: { sink: sink.name, operationId: alert.operationId, delivery: out },
+        msg: `alert delivery to ${sink.name} did not succeed (${out.status}); see idem show ${out.operationId} --tenant ${config.alerts.tenant}`,
+      };
+      // Not taken (unreachable, rate limiting, failing): the sink backs off, said once. No answer
+      // (in review): not tried again this tick. A refusal (failed) was a quick, final answer for
+      // this alert alone.
+      if (out.status === "pending_verification" && !inReview) {
+        await down.failed(sink.name, said);
+        continue;
+      }
+      if (inReview) down.add(sink.name);
+      log.error(said.fields, said.msg);
     }
   }
   return { done, missed };

@@ -45,6 +45,7 @@ import {
 } from "./alerts.js";
 import type { IdemConfig } from "./config.js";
 import type { DaemonMetrics } from "./metrics.js";
+import { SinkBackoff, SinksThisTick } from "./sink-backoff.js";
 import { stuckRunsCounted } from "./stuck.js";
 
 /** Pages of due alerts one tick goes through (daemon.batch each). */
@@ -58,6 +59,8 @@ export class Daemon {
   private readonly unconfigured: { names: SinkName[]; types: string[] };
   private readonly actor: string;
   private readonly name: string;
+  /** Sinks that failed, held back across ticks (this process's schedule, on the database clock). */
+  private readonly backoff: SinkBackoff;
 
   constructor(
     private readonly ledger: Ledger,
@@ -72,6 +75,7 @@ export class Daemon {
     this.unconfigured = unconfiguredSinks(this.sinks);
     this.name = name;
     this.actor = `idem-daemon:${name}`;
+    this.backoff = new SinkBackoff(log, config.daemon.intervalMs, () => ledger.admin.now());
     if (this.unconfigured.names.length > 0)
       log.info(
         { sinks: this.sinks.map((s) => s.name), unconfigured: this.unconfigured.names },
@@ -136,8 +140,8 @@ export class Daemon {
    * once exits non-zero on either.
    */
   async tick(): Promise<{ failed: number; undelivered: number }> {
-    // The sinks that did not take a delivery this tick are not tried again in it (alerts.ts).
-    const down = new Set<string>();
+    // Sinks held back by their backoff, and those that do not take a delivery this tick, are not tried in it.
+    const down = await SinksThisTick.start(this.backoff);
     // By the delivery's key: a pending delivery the settling tried is met again by its alert's delivery.
     const undelivered = new Set<string>();
     // Stuck first: a dead worker's row is reported even when this tick is about to settle it.
@@ -153,7 +157,7 @@ export class Daemon {
    * due (then this is the delivery's try for the tick): it is settled with its sink's action, and
    * counts for the sink as a delivery of the tick does (alerts.ts `deliver`).
    */
-  private async settleDue(down: Set<string>, undelivered: Set<string>): Promise<number> {
+  private async settleDue(down: SinksThisTick, undelivered: Set<string>): Promise<number> {
     if (this.stopping) return 0; // nothing claimed only to be given back
     let failed = 0;
     const d = this.config.daemon;
@@ -199,7 +203,7 @@ export class Daemon {
             actor: this.actor,
             // Not a delivery's: its sink's tries refused (down, failing, a bad authorization) would
             // send it to a person after maxChecks, and `deliver` then acknowledges its alert unsent.
-            // It stays due until a sink takes it; each tick says why (`undelivered`, the log).
+            // It stays due until a sink takes it; the log says why (`undelivered`, once while the sink fails).
             ...(!sink && { escalate: { maxChecks: d.maxChecks, maxAgeMs: d.maxAgeMs } }),
             stop: this.stopped.signal,
             timeoutMs: Math.max(1, Math.floor(claimEnds - performance.now())),
@@ -303,7 +307,7 @@ export class Daemon {
     row: DueOperation,
     sink: SinkName,
     out: RunResult<unknown>,
-    down: Set<string>,
+    down: SinksThisTick,
     undelivered: Set<string>,
   ): Promise<void> {
     if (out.status === "pending_verification" && out.state === "running") return; // another replica has it now
@@ -311,24 +315,28 @@ export class Daemon {
     const alert = stored.args as Alert | null;
     if (out.status === "succeeded") {
       if (!out.replayed && alert) this.sent(alert.kind, sink);
+      if (!out.replayed) down.took(sink);
       return;
     }
+    // In review too: it may have been sent, but nothing says so; a person decides (said below), as deliver() counts it.
+    undelivered.add(stored.operation.key);
+    const said = {
+      fields: { sink, operationId: alert?.operationId, delivery: out },
+      msg: `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
+    };
     if (out.status === "pending_verification") {
       // Not taken (unreachable, rate limiting, no answer), as deliver() counts it. Only a pending
       // delivery was sent to the sink here: an unknown one, or one whose daemon died sending it, goes
       // to review without the sink being asked, and tells nothing about it now.
+      const inReview = out.state === "needs_review";
+      if (inReview) this.reported.add(out.operationId); // said here, not again by deliver()
+      if (row.status === "pending" && !inReview) return down.failed(sink, said); // backs off, said once
       if (row.status === "pending") down.add(sink);
-      if (out.state === "needs_review") this.reported.add(out.operationId); // said here, not again by deliver()
     }
-    this.log.error(
-      { sink, operationId: alert?.operationId, delivery: out },
-      `alert delivery to ${sink} did not succeed (${out.status}); see idem show ${row.id} --tenant ${row.tenant}`,
-    );
-    // In review too: it may have been sent, but nothing says so; a person decides (said above), as deliver() counts it.
-    undelivered.add(stored.operation.key);
+    this.log.error(said.fields, said.msg);
   }
 
-  private async alertStuck(down: Set<string>, undelivered: Set<string>): Promise<void> {
+  private async alertStuck(down: SinksThisTick, undelivered: Set<string>): Promise<void> {
     const t = this.config.thresholds;
     // Each threshold read apart: another action's many runs within their own, longer one must not
     // hide these. Not the daemon's own deliveries (a slow sink is said in their log lines), left
@@ -350,7 +358,7 @@ export class Daemon {
    * Alerts due, oldest first, a page at a time: alerts a sink that is down left undelivered stay
    * due, and must not keep the newer ones from the sinks that work (at most ALERT_PAGES a tick).
    */
-  private async alertPending(down: Set<string>, undelivered: Set<string>): Promise<void> {
+  private async alertPending(down: SinksThisTick, undelivered: Set<string>): Promise<void> {
     const limit = this.config.daemon.batch;
     let after: { updatedAt: number; id: string } | undefined;
     for (let page = 0; page < ALERT_PAGES && !this.stopping; page++) {
@@ -363,7 +371,12 @@ export class Daemon {
   }
 
   /** One alert to every sink (alerts.ts `deliver`), the deliveries no sink took added to `undelivered`; true when done. */
-  private async deliver(alert: Alert, version: number, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
+  private async deliver(
+    alert: Alert,
+    version: number,
+    down: SinksThisTick,
+    undelivered: Set<string>,
+  ): Promise<boolean> {
     const { done, missed } = await this.busy(() =>
       deliver(
         this.ledger,
@@ -382,7 +395,7 @@ export class Daemon {
     return done;
   }
 
-  private async alertPage(due: Operation[], down: Set<string>, undelivered: Set<string>): Promise<void> {
+  private async alertPage(due: Operation[], down: SinksThisTick, undelivered: Set<string>): Promise<void> {
     for (const op of due) {
       if (this.stopping) return;
       if (isAlertDelivery(this.config, op)) {
@@ -420,7 +433,7 @@ export class Daemon {
    * had it pending was sent it twice; the acknowledgement (by the version read) missed it, and the
    * next pass delivers it under the same key: a replay, nothing sent again.
    */
-  private async alertRaised(op: Operation, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
+  private async alertRaised(op: Operation, down: SinksThisTick, undelivered: Set<string>): Promise<boolean> {
     const since = await this.raisedAt(op);
     return this.deliver(alertOf(kindOf(op), op, { attempt: op.attempt, since }), since, down, undelivered);
   }
@@ -445,7 +458,7 @@ export class Daemon {
    * happened. Each check refused again asks for an alert; one is sent for the attempt whose
    * outcome is unknown, keyed by it and when it became unknown, not by each check.
    */
-  private async alertCheckRefused(op: Operation, down: Set<string>, undelivered: Set<string>): Promise<boolean> {
+  private async alertCheckRefused(op: Operation, down: SinksThisTick, undelivered: Set<string>): Promise<boolean> {
     const since = await this.unknownSince(op);
     return this.deliver(alertOf("check_refused", op, since), since.since, down, undelivered);
   }
@@ -474,6 +487,7 @@ export class Daemon {
   }
 
   private readonly sent = (kind: AlertKind, sink: string) => this.metrics.alerts.inc({ kind, sink });
+
   /** Alert deliveries already reported as waiting for a person (kept for this process's life; bounded by them). */
   private readonly reported = new Set<string>();
 }

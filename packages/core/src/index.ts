@@ -40,7 +40,7 @@ export { openLedger } from "./ledger.js";
 export type { Ledger, LedgerOptions, RunInput } from "./ledger.js";
 export { redactUrl } from "./open.js";
 export type { ConnectionOptions } from "./open.js";
-export { DEFAULT_BUDGET, ESCALATED, ESCALATED_NOT_DONE, isEscalation } from "./policy.js";
+export { DEFAULT_BUDGET, ESCALATED, ESCALATED_NOT_DONE, isEscalation, spread } from "./policy.js";
 export type { RetryBudget } from "./policy.js";
 export { describeEvidence, describeResult, performedProof } from "./result.js";
 export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";

@@ -1,0 +1,61 @@
+/**
+ * The schedule of a failing alert sink (sink-backoff.ts), on a clock the test moves: no wait after
+ * a first failure, then doubling from the interval, spread, never past the cap; said once failing,
+ * once back. The daemon's use of it against real receivers: alert-sink-backoff.test.ts.
+ */
+import { describe, expect, it } from "vitest";
+import { Writable } from "node:stream";
+import { pino } from "pino";
+import { SINK_BACKOFF_MAX_MS, SinkBackoff } from "../src/sink-backoff.js";
+
+function capture() {
+  const lines: { level: number; msg: string }[] = [];
+  const log = pino(
+    { level: "info" },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line));
+        done();
+      },
+    }),
+  );
+  return { log, lines };
+}
+
+describe("the backoff of a failing alert sink", () => {
+  for (const [name, random] of [
+    ["longest", () => 1],
+    ["shortest", () => 0],
+  ] as const)
+    it(`holds a sink back for no time after one failure, then doubling from the interval up to the cap (${name} spread)`, async () => {
+      let now = 1_000_000;
+      const { log } = capture();
+      const backoff = new SinkBackoff(log, 100, async () => now, random);
+      const doubling = [0, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, 51_200, 102_400, 204_800];
+      const longest = [...doubling, ...Array<number>(4).fill(SINK_BACKOFF_MAX_MS)];
+      for (const ms of longest.map((ms) => (random() === 1 ? ms : ms / 2))) {
+        await backoff.failed("webhook", { fields: {}, msg: "alert delivery to webhook did not succeed" });
+        const held = async () => (await backoff.heldBack()).has("webhook");
+        now += Math.max(0, ms - 1);
+        expect({ ms, held: await held() }).toEqual({ ms, held: ms > 0 });
+        now += 1;
+        expect({ ms, held: await held() }).toEqual({ ms, held: false });
+      }
+    });
+
+  it("says once that a sink fails and once that it is back; another sink is not held back", async () => {
+    const now = 5_000;
+    const { log, lines } = capture();
+    const backoff = new SinkBackoff(log, 100, async () => now);
+    for (let i = 0; i < 5; i++)
+      await backoff.failed("webhook", { fields: {}, msg: "alert delivery to webhook did not succeed" });
+    expect(await backoff.heldBack()).toEqual(new Set(["webhook"]));
+    backoff.took("webhook");
+    backoff.took("webhook"); // already back: nothing more to say
+    expect(await backoff.heldBack()).toEqual(new Set());
+    expect(lines.map((l) => l.msg.split(";")[0]!.split(":")[0])).toEqual([
+      "alert delivery to webhook did not succeed",
+      "alert sink webhook takes alerts again after 5 failed tries",
+    ]);
+  });
+});
