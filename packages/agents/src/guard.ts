@@ -68,11 +68,13 @@ export interface GuardOptions<I, R, C> {
   readonly summarize?: (receipt: R) => unknown;
   /**
    * Rewrites the outcome before the model reads it (default: the outcome as it is): its words, not
-   * what happened. When it throws, answers something that is not an `Outcome` (nothing, a string,
-   * an unknown status, what cannot be sent as JSON), or changes the status, the operation id or a
-   * pending operation's state, the model reads the outcome as it was.
+   * what happened. It may answer later (a promise: a read of a database, a translation), by the
+   * call's deadline (`deadlineMs`). When it throws, rejects, answers something that is not an
+   * `Outcome` (nothing, a string, an unknown status, what cannot be sent as JSON), changes the
+   * status, the operation id or a pending operation's state, or has not answered by the deadline,
+   * the model reads the outcome as it was.
    */
-  readonly describe?: (outcome: Outcome) => Outcome;
+  readonly describe?: (outcome: Outcome) => Outcome | PromiseLike<Outcome>;
   /**
    * How long a second call for the same identity waits for the first to finish before answering
    * "pending verification": a model often calls the same tool twice in one step. Default 10 s.
@@ -215,7 +217,7 @@ export function guard<A, R, I, C = unknown>(
         started,
       });
     }
-    // Past this point the ledger has answered: a failing summary must not turn "done" into "not performed".
+    // Past this point the ledger has answered: a failing summary must not turn "done" into an error's answer.
     return outcomeOf(result, shown, def.foundEarlier);
   };
   return async (input, call) => {
@@ -272,7 +274,7 @@ function actorOf(callId: string | undefined): string | undefined {
  * The operation key of the parts the key function makes. A part no key can be made of (a Date,
  * NaN, no parts at all, a `sensitive()` value that cannot be hashed) is the tool's own fault, its
  * key function's or a schema's that let the value through: refused as the key ("key[1]: …"), which
- * outcomeOfError tells as the tool's setup, nothing done. Unless the model sent it: `sent` (what
+ * outcomeOfError tells as the tool's setup, not as input to fix. Unless the model sent it: `sent` (what
  * the model sent, as the framework parsed its JSON) holding a value no key can hold (a string cut
  * inside a character) is refused as its input, naming its field.
  */

@@ -11,8 +11,9 @@
  * `content` says it in words, then holds the same `Outcome` as JSON text (as the MCP spec asks of
  * a tool with structured content): a host hands its model the `content`, and the tool's summary
  * of the receipt (a payment's status, an id for later) is part of what the model must read.
- * `isError` is set when nothing was done (failed, refused, not performed), not for a pending
- * verification, which a client must not retry, nor for an unconfirmed one.
+ * `isError` is set when nothing was done (failed, refused), not for a pending verification, which
+ * a client must not retry, nor for an unconfirmed one (whether the work was done is not known: a
+ * call stopped, or one refused before the ledger was read, the tool not set up right).
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -42,6 +43,7 @@ export interface McpToolOptions<I, R, C> extends GuardOptions<I, R, C> {
 
 /** An outcome as an MCP tool result: its message, then the whole outcome (as JSON text and as `structuredContent`). */
 export function toCallToolResult(outcome: Outcome): CallToolResult {
+  // `not_performed` is answered no more, but an application may still make one.
   const nothingDone = outcome.status === "failed" || outcome.status === "refused" || outcome.status === "not_performed";
   return {
     content: [

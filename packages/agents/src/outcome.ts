@@ -60,17 +60,21 @@ export type Outcome =
   /** Not attempted, nothing done: the input was refused (other arguments for work already done, not allowed, invalid). */
   | { readonly status: "refused"; readonly message: string; readonly operationId?: string }
   /**
-   * Not done: the tool is not set up right (a tenant, actor, wait or key part the ledger refuses),
-   * so nothing was done; a repeat is safe, and fails the same until the setup is fixed.
+   * Not done. No longer answered: every call that did nothing before the ledger was read is
+   * `unconfirmed`, since an earlier call may have done the work. Kept so that code handling it
+   * still compiles.
+   * @deprecated Handle `unconfirmed`.
    */
   | { readonly status: "not_performed"; readonly message: string }
   /**
    * Not known: the call stopped (an abort, a framework's timeout), it had no answer by its
    * deadline (`GuardOptions.deadlineMs`), the ledger could not be read or written, or was closed,
    * the application's code failed before the ledger was read (its tenant or key function, an MCP
-   * `context`), or a status check could not read the ledger. Stopped, refused or failed before the
-   * ledger had the call, this call sent nothing, but whatever an earlier call did is not known. It
-   * may have happened; the same input again is safe and says what happened.
+   * `context`), the tool is not set up right (a tenant, actor, wait or key part the ledger refuses:
+   * the same again fails until the setup is fixed), or a status check could not read the ledger.
+   * Stopped, refused or failed before the ledger had the call, this call sent nothing, but whatever
+   * an earlier call did is not known. It may have happened; the same input again is safe and says
+   * what happened.
    */
   | { readonly status: "unconfirmed"; readonly message: string; readonly operationId?: string };
 
@@ -333,11 +337,15 @@ export function outcomeOfError(
     };
   if (error instanceof GuardrailError)
     return { status: "refused", message: `Not allowed: ${what.action} is not allowed here. Nothing was done.` };
-  // The application's setup (the tenant read from its context, the actor and wait it set), not the model's input.
+  // The application's setup (the tenant read from its context, the actor and wait it set, a key
+  // part its key function made), not the model's input. The ledger refused it before reading
+  // anything: this call did nothing, but an earlier call whose setup was right (a tenant read from
+  // another request) may have done this work, so "not performed" would be the model's reason to
+  // tell the user it was not done, or a person's to redo it.
   if (error instanceof InvalidValueError && SETUP.test(error.path))
     return {
-      status: "not_performed",
-      message: `Not performed: the tool is not set up right (${error.path}: ${error.reason}). Nothing was done. Tell the user; do not assume it happened, and do not change the input for it.`,
+      status: "unconfirmed",
+      message: `Not confirmed: the tool is not set up right (${error.path}: ${error.reason}), so whether this work was already done (by an earlier call) could not be read; this call did nothing. Tell the user the tool is not set up right, not whether the work was done; do not change the input for it. Calling this tool again will not help until the setup is fixed; then the same input is safe (it is never done twice) and says what happened.`,
     };
   if (error instanceof InvalidValueError)
     return refusedInput(`${error.path.replace(/^args\.?/, "") || "input"}: ${error.reason}`);

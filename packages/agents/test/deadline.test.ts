@@ -170,13 +170,7 @@ describe("a guarded call's deadline, its database frozen after the work was done
       reworded += 1;
       return { ...o, message: `${o.message} (attempts: ${operation.attempt})` };
     };
-    // Typed as answering at once, but awaited (one that rejects leaves the outcome as it was), so
-    // an async one (plain JavaScript, a cast) runs.
-    const run = guard(ledger, tool, {
-      tenant: "acme",
-      deadlineMs: 2_000,
-      describe: describe as unknown as (o: Outcome) => Outcome,
-    });
+    const run = guard(ledger, tool, { tenant: "acme", deadlineMs: 2_000, describe });
     const started = performance.now();
     // Before: no answer until the read failed, 305 s in (an MCP client gives up at 60 s).
     const out = await within(run({ noteId: "w1", text: "hello" }, { context: {}, callId: "a" }), scaled(20_000));

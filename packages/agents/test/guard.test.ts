@@ -125,6 +125,26 @@ for (const dialect of DIALECTS) {
         },
       });
       expect(await reworded({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({ status: "already_done" });
+      // An async one (it reads a database, a translation): its words are taken, and one that
+      // rejects leaves the outcome as it is.
+      const translated = guard(ledger, note, {
+        tenant: "acme",
+        describe: async (o) => ({ ...o, message: `${o.message} (translated)` }),
+      });
+      expect(await translated({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({
+        status: "already_done",
+        message: expect.stringMatching(/^Already done earlier; not repeated \(operation op_\w+\)\. \(translated\)$/),
+      });
+      const unread = guard(ledger, note, {
+        tenant: "acme",
+        describe: async () => {
+          throw new Error("translation service down");
+        },
+      });
+      expect(await unread({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({
+        status: "already_done",
+        message: expect.stringMatching(/^Already done earlier; not repeated \(operation op_\w+\)\.$/),
+      });
       expect(sent.length - before).toBe(1);
     });
 
@@ -164,7 +184,7 @@ for (const dialect of DIALECTS) {
       expect(worded.message).toMatch(/\(ask the payments team\)$/);
     });
 
-    it("input the schema refuses, a key that cannot be made, a closed ledger, a call given up: refused, not performed or not confirmed, nothing sent", async () => {
+    it("input the schema refuses, a key that cannot be made, a closed ledger, a call given up: refused or not confirmed, nothing sent", async () => {
       const ledger = await db.open();
       const before = sent.length;
       const tool = guard(ledger, note, { tenant: "acme" });
@@ -174,7 +194,11 @@ for (const dialect of DIALECTS) {
         message: expect.stringMatching(/^Refused: invalid input: noteId: .+\. Nothing was done; fix the input/),
       });
       const badKey = guard(ledger, note, { tenant: "acme", key: () => [new Date()] });
-      expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({ status: "not_performed" }); // the tool's key, not the input
+      // The tool's key, not the input: not set up right, and what an earlier call did is not read (before-ledger.test.ts).
+      expect(await badKey({ noteId: "d", text: "x" }, call)).toMatchObject({
+        status: "unconfirmed",
+        message: expect.stringMatching(/^Not confirmed: the tool is not set up right \(key\[0\]: /),
+      });
       await ledger.close();
       const closed = await tool({ noteId: "c", text: "x" }, call);
       // Not read, the ledger cannot say whether an earlier call did this work (existing-rows.test.ts).
@@ -194,7 +218,7 @@ for (const dialect of DIALECTS) {
       expect(sent.length).toBe(before);
     });
 
-    it("a key part the tool's own key function gives that no key can be made of: not performed, the tool's fault, not the model's input", async () => {
+    it("a key part the tool's own key function gives that no key can be made of: not set up right, the tool's fault, not the model's input", async () => {
       // Before: "Refused: invalid input: key[1]: … fix the input before calling again.": the model
       // was told to change input it had sent right, for a part the developer's code made.
       const ledger = await db.open();
@@ -208,10 +232,11 @@ for (const dialect of DIALECTS) {
       };
       for (const [name, parts] of Object.entries(badParts)) {
         const out = await guard(ledger, note, { tenant: "acme", key: parts })({ noteId: `k-${name}`, text: "x" }, call);
+        // Not "not performed": an earlier call may have done this work (before-ledger.test.ts).
         expect(out, name).toMatchObject({
-          status: "not_performed",
+          status: "unconfirmed",
           message: expect.stringMatching(
-            /^Not performed: the tool is not set up right \(key(\[\d\])?: .+\)\. Nothing was done\. Tell the user; do not assume it happened, and do not change the input for it\.$/,
+            /^Not confirmed: the tool is not set up right \(key(\[\d\])?: .+\), so whether this work was already done \(by an earlier call\) could not be read; this call did nothing\. Tell the user the tool is not set up right, not whether the work was done; do not change the input for it\. /,
           ),
         });
       }
