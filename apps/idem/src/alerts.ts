@@ -37,9 +37,11 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * credential or a policy), `check_refused` (the outcome is unknown, and a credential or a
  * certificate was refused while checking it: it may have happened), `two_effects` (a second
  * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
- * that could not be stored), `stuck` (running past its threshold).
+ * that could not be stored), `incomplete` (it took effect, once, but not in full: its action's
+ * `attention`, such as a sent mail whose Sent copy was not filed), `stuck` (running past its
+ * threshold).
  */
-export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "stuck";
+export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "incomplete" | "stuck";
 
 export interface Alert {
   readonly kind: AlertKind;
@@ -78,6 +80,8 @@ const SAID: Record<AlertKind, string> = {
   check_refused:
     "is left with its outcome unknown; a credential or the server's certificate was refused while checking it (it may have happened: fix the credential or the trust, or check the provider and decide)",
   two_effects: "took effect twice (check the provider, and undo the extra effect)",
+  // Not a second effect: nothing to undo, a part to see to.
+  incomplete: "took effect, but not in full (nothing to undo; see to the part that is missing)",
 };
 
 export function alertText(a: Alert): string {

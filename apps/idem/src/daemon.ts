@@ -493,13 +493,16 @@ export class Daemon {
 }
 
 /**
- * What an alerted operation that is not unknown says: it took effect twice (succeeded: the ledger
- * alerts on a settled success only when a second request's receipt differed from the recorded one;
- * or waiting for a person with two attempts' receipts that could not be stored, `performedBy`), a
- * person decides (needs_review), or it failed on a refused credential or a policy.
+ * What an alerted operation that is not unknown says: it took effect twice (succeeded: a second
+ * request's receipt differed from the recorded one; or waiting for a person with two attempts'
+ * receipts that could not be stored, `performedBy`), it took effect but not in full (succeeded
+ * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
+ * them first unless two effects are), a person decides (needs_review), or it failed on a refused
+ * credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
   if (op.status === "needs_review")
     return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : "needs_review";
-  return op.status === "succeeded" ? "two_effects" : "auth_failure";
+  if (op.status !== "succeeded") return "auth_failure";
+  return op.attention !== undefined && op.reason?.startsWith(op.attention) ? "incomplete" : "two_effects";
 }

@@ -298,6 +298,18 @@ export interface ActionDefinition<A, R, I = A> {
    * those, not alerted again.
    */
   effectId?(receipt: R): string | readonly string[] | undefined;
+  /**
+   * What a person must hear about an effect that happened but not in full (a sent mail whose
+   * Sent copy could not be filed, so no lookup can find it), in words: undefined when nothing.
+   * Read on the receipt the ledger records as the success (execute's answer, a late one, a
+   * lookup's finding): the text becomes the transition's reason and the operation is alerted
+   * once (the daemon's `incomplete` alert; two effects, alerted as such, come first in the
+   * reason). The agent still reads "done": the receipt is replayed unchanged, and a replay is not
+   * alerted again. Not read on a receipt a person records when resolving (they know). Keep it
+   * short and free of customer content (its first 500 characters are kept); a hook
+   * that throws is said as such, alerted all the same.
+   */
+  attention?(receipt: R): string | undefined;
 }
 
 /**

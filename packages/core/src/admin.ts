@@ -74,7 +74,7 @@ export class LedgerAdmin {
     this.#context.assertOpen();
     requireListFilter(filter);
     if (Array.isArray(filter.tenant) && filter.tenant.length === 0) return []; // an operator allowed no tenant sees nothing
-    return (await this.#context.reports.list(filter)).map(toOperation);
+    return (await this.#context.reports.list(filter)).map((r) => toOperation(r, this.#context.actions));
   }
 
   /**
@@ -93,7 +93,7 @@ export class LedgerAdmin {
     for (const f of reads.stuck ?? []) requireStuckFilter(f);
     const out = await this.#context.reports.atOnce(reads);
     return {
-      lists: out.lists.map((rows) => rows.map(toOperation)),
+      lists: out.lists.map((rows) => rows.map((r) => toOperation(r, this.#context.actions))),
       stuck: out.stuck.map((rows) => rows.map((r) => ({ ...toOperation(r), runningForMs: r.age_ms }))),
     };
   }

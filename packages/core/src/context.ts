@@ -5,6 +5,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Action } from "./action.js";
+import { attentionOf } from "./effects.js";
 import { ChangedSinceSeenError, InvalidValueError, LedgerConfigError, OperationNotFoundError } from "./errors.js";
 import { requireName, requireText } from "./keys.js";
 import type { DialectName } from "./migrations/index.js";
@@ -63,6 +64,13 @@ export interface Operation {
    * on a ledger before migration 0012.
    */
   readonly lookFirst: boolean;
+  /**
+   * What a person must hear about this succeeded operation's effect, not done in full: its
+   * action's `attention` on the receipt (the daemon's `incomplete` alert, when it is the reason
+   * the operation was alerted with). Absent when nothing, not succeeded with a receipt, or the
+   * action is not among this ledger's `actions`.
+   */
+  readonly attention?: string;
 }
 
 export interface OperationEvent {
@@ -201,7 +209,10 @@ export function requireVerdict(verdict: Verdict): void {
   requireText(verdict.reason, "reason", 2_000);
 }
 
-export function toOperation(r: Row): Operation {
+/** `actions`: the ledger's, to read a succeeded row's receipt with its action (`Operation.attention`). */
+export function toOperation(r: Row, actions?: ReadonlyMap<string, Pick<Action<any, any>, "attention">>): Operation {
+  const action = r.status === "succeeded" && r.result_json !== null ? actions?.get(r.action) : undefined;
+  const attention = action && attentionOf(action, r.result_json, { stored: true });
   return {
     id: r.id,
     tenant: r.tenant_id,
@@ -227,6 +238,7 @@ export function toOperation(r: Row): Operation {
     completedAt: r.completed_at,
     expiresAt: r.expires_at,
     lookFirst: r.look_first !== null && Number(r.look_first) === 1,
+    ...(attention !== undefined && { attention }),
   };
 }
 

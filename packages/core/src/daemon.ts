@@ -229,7 +229,10 @@ export class LedgerDaemon {
     throw new UnknownActionError(row.action, row.id);
   }
 
-  /** Operations whose last transition a person must hear about (needs_review, auth/policy failures), oldest first. */
+  /**
+   * Operations whose last transition a person must hear about (needs_review, auth/policy failures,
+   * two effects, an effect not done in full: `Operation.attention`), oldest first.
+   */
   async alertsDue(options: {
     readonly limit: number;
     /** The last of the previous page: the rows after it (a page left undelivered must not hide the next). */
@@ -242,7 +245,7 @@ export class LedgerDaemon {
       requireWhole(a.updatedAt, "after.updatedAt", 0);
       if (typeof a.id !== "string") throw new InvalidValueError("after.id", "must be an operation id");
     }
-    return (await this.#context.store.alertsDue(options.limit, a)).map(toOperation);
+    return (await this.#context.store.alertsDue(options.limit, a)).map((r) => toOperation(r, this.#context.actions));
   }
 
   /** Marks the alert for this transition as delivered (a newer transition keeps its own). */

@@ -3,9 +3,10 @@
  * whether two receipts name the same one, and whether the provider deduped a second request onto
  * the first inside its key retention. Read where an attempt's receipt meets another's (runner.ts
  * `complete`, fence.ts, durable-writes.ts `unstorable`); a doubt is said as "two effects", and a
- * person looks.
+ * person looks. Also what a receipt says a person must hear of an effect not done in full
+ * (`attentionOf`).
  */
-import type { Action } from "./action.js";
+import { describeError, type Action } from "./action.js";
 import { keySentAt } from "./policy.js";
 import type { Row } from "./store.js";
 
@@ -55,6 +56,30 @@ export function alertedBefore(
   if (row.reason?.startsWith(several)) return true;
   const mine = effectIds(action, ours);
   return row.result_json !== null && mine.length > 1 && namesEach(action, row.result_json, ours, mine);
+}
+
+/** The most of an action's `attention` text kept (the reason column is read by people, not parsed). */
+export const ATTENTION_CHARS = 500;
+
+/**
+ * What a person must hear about the effect a receipt describes (the action's `attention`),
+ * bounded; undefined when nothing, or the action gives no hook. A hook that throws is said, never
+ * silent. `stored`: the receipt is the row's JSON text (`result_json`). Read the same way where
+ * the ledger records the receipt (runner.ts `complete`, fence.ts) and where it reports the row
+ * (`Operation.attention`), so the daemon can tell the alert it raised by its reason.
+ */
+export function attentionOf(
+  action: Pick<Action<unknown, unknown>, "attention">,
+  receipt: unknown,
+  { stored = false } = {},
+): string | undefined {
+  if (!action.attention) return undefined;
+  try {
+    const said = action.attention(stored ? JSON.parse(receipt as string) : receipt);
+    return typeof said === "string" && said !== "" ? said.slice(0, ATTENTION_CHARS) : undefined;
+  } catch (error) {
+    return `could not tell whether the effect happened in full (its action's attention failed: ${describeError(error).slice(0, 200)})`;
+  }
 }
 
 /**

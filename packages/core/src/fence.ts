@@ -21,7 +21,9 @@ import type { Row } from "./store.js";
  * not a lookup's finding, so one that differs from the recorded receipt is a second effect,
  * unless the provider's ids say it is the same one (`effectId`: a lookup's finding says less).
  * `several`: the receipt tells of two effects (`complete`'s reason for it): alerted whatever the
- * row became meanwhile, unless the receipt recorded already names each of them.
+ * row became meanwhile, unless the receipt recorded already names each of them. `attention`: what
+ * the action says a person must hear of our receipt (not done in full): alerted with it when it is
+ * the receipt recorded here.
  */
 export async function fenced<A, R>(
   writes: DurableWrites,
@@ -34,7 +36,14 @@ export async function fenced<A, R>(
     sent = true,
     performed = false,
     several,
-  }: { receipt?: R; sent?: boolean; performed?: boolean; several?: string | undefined } = {},
+    attention,
+  }: {
+    receipt?: R;
+    sent?: boolean;
+    performed?: boolean;
+    several?: string | undefined;
+    attention?: string | undefined;
+  } = {},
 ): Promise<Step<R>> {
   // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
   const unrecorded = (cause: unknown) =>
@@ -104,25 +113,31 @@ export async function fenced<A, R>(
       const second = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
       const twice = second || several !== undefined;
       const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
-      const proven = await writes.recordReceipt(
-        call,
-        now,
-        canonicalJson(receipt, "result"),
-        receipt,
+      const told =
         several !== undefined
           ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
           : second
             ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
             : proof
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
-              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`,
+              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
+      // Not done in full (the action's `attention`): alerted too, its words first unless two
+      // effects are (their alert comes first), as `complete` records it.
+      const said = attention === undefined ? told : twice ? `${told}; ${attention}` : `${attention}; ${told}`;
+      const alert = twice || attention !== undefined;
+      const proven = await writes.recordReceipt(
+        call,
+        now,
+        canonicalJson(receipt, "result"),
+        receipt,
+        said,
         // A person's "it happened" agrees with the receipt; any other verdict is void now. Their
         // row keeps its status, so the write is on the row as read and noted: a retry after it
         // committed unseen matches nothing (moveDurably knows its own write), and another late
         // receipt written meanwhile is read again, and found to be a second effect if it differs.
         now.status === "succeeded"
-          ? { keepVerdict: true, alert: twice, unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } }
-          : { alert: twice },
+          ? { keepVerdict: true, alert, unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } }
+          : { alert },
       );
       if (proven) return { done: succeeded(proven, receipt, false) };
       if (!lastLook) continue;

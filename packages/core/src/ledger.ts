@@ -339,7 +339,7 @@ export class Ledger {
     const events = await this.#context.store.events(ref.tenant, ref.id);
     // The stored args (null when the caller kept them out, or lazy args were never generated).
     return {
-      operation: toOperation(row),
+      operation: toOperation(row, this.#context.actions),
       events: events.map(toEvent),
       args: row.args_json === null ? null : JSON.parse(row.args_json),
     };

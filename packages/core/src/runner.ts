@@ -16,7 +16,7 @@ import { answerWithin, describeTwice, givenUp, safeClassify, verdictOf } from ".
 import type { Call, Escalation, Held, RunnerSettings, Step } from "./call.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { DurableWrites } from "./durable-writes.js";
-import { firstSentOf, severalEffects } from "./effects.js";
+import { attentionOf, firstSentOf, severalEffects } from "./effects.js";
 import {
   ArgsMismatchError,
   InvalidValueError,
@@ -636,7 +636,7 @@ export class Runner {
       maybeCommitted,
     );
     if ("step" in ran) return ran.step;
-    if (ran.ok) return this.complete(call, mine.row, ran.receipt, "the effect happened", true);
+    if (ran.ok) return this.complete(call, mine.row, ran.receipt, HAPPENED, true);
 
     const { cls, row, sent, abandoned } = ran;
     const to = statusAfter(cls, maybeCommitted);
@@ -762,7 +762,7 @@ export class Runner {
         await fenced(this.writes, call, row, statusAfter(cls, maybeCommitted), `${cls.kind}: ${cls.reason}`);
         return;
       }
-      await this.complete(call, row, receipt, "the effect happened", true);
+      await this.complete(call, row, receipt, HAPPENED, true);
     }).catch(() => {});
   }
 
@@ -882,7 +882,8 @@ export class Runner {
    * `twice`: the lookup said it found the effect more than once, in the reason to record instead.
    * A receipt whose ids (`effectId`) name several effects is two effects too, however it came
    * (a lookup that did not say so, an execute that found copies of earlier sends): the reason and
-   * the alert are the same, never a silent settlement.
+   * the alert are the same, never a silent settlement. A receipt the action's `attention` says was
+   * not done in full is alerted too, with those words.
    */
   private async complete<A, R>(
     call: Call<A, R>,
@@ -916,12 +917,23 @@ export class Runner {
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
     const several = twice ?? severalEffects(call.action, stored);
-    const done = await this.writes.recordReceipt(call, row, json, stored, several ?? reason, {
-      alert: alert || several !== undefined,
+    // An effect not done in full: a person hears of it once, its words first (the daemon tells its
+    // alert by them), after two effects when there are two (that alert comes first).
+    const attention = attentionOf(call.action, stored);
+    const said =
+      several !== undefined
+        ? `${several}${attention === undefined ? "" : `; ${attention}`}`
+        : attention === undefined
+          ? reason
+          : reason === HAPPENED
+            ? attention
+            : `${attention}; ${reason}`;
+    const done = await this.writes.recordReceipt(call, row, json, stored, said, {
+      alert: alert || several !== undefined || attention !== undefined,
     });
     return done
       ? { done: succeeded(done, stored, false) }
-      : fenced(this.writes, call, row, "succeeded", json, { receipt: stored, performed, several });
+      : fenced(this.writes, call, row, "succeeded", json, { receipt: stored, performed, several, attention });
   }
 
   /**
@@ -969,6 +981,8 @@ export class Runner {
   }
 }
 
+/** What an execution's own answer (a receipt) is recorded with. */
+const HAPPENED = "the effect happened";
 /** What a lookup after a person's retry (of an outcome that may have committed) says when it finds the effect. */
 const REOPENED_FOUND =
   "reconciled after a person's retry: the effect was found (the earlier attempt committed after all); not run again";

@@ -28,6 +28,7 @@ import { fileCopy } from "./email-append.js";
 import { Mailbox } from "./email-mailbox.js";
 import { domainOf, messageIdFor, referenceFor } from "./email-message.js";
 import {
+  copyAttention,
   emailReceiptSchema,
   foundReceipt,
   recipientHash,
@@ -246,6 +247,8 @@ export function emailActions(config: EmailConfig): EmailActions {
     },
     classify: (error) => classifyEmailError(error),
     effectId: sendOf,
+    // A send whose Sent copy was not filed: an operator hears of it (alerted once).
+    attention: copyAttention,
     reconcile: (args, op) => {
       const { messageId, recorded } = referenceOf(op);
       const place = placeOf(messageId, recorded);

@@ -147,6 +147,22 @@ export function foundReceipt(
 }
 
 /**
+ * What an operator must hear of a send whose Sent copy was not filed (append mode: the action's
+ * `attention`, alerted once): without the copy no lookup can find this send, so a reconcile, or
+ * a run of the same key once its row is pruned, would not see it. Refused: every later copy is
+ * refused too until the account is fixed; given up: the copy may or may not be there.
+ */
+export function copyAttention(receipt: EmailReceipt): string | undefined {
+  const missing = receipt.foundIn === undefined ? receipt.copyNotFiled : undefined;
+  if (missing === undefined) return undefined;
+  const code = missing.responseCode ?? "no response code";
+  const why = missing.refused
+    ? `refused by the server (${code}): every later copy will be refused until the account is fixed; no lookup can find this send`
+    : `given up (${code}): the copy may or may not be there; if it is not, no lookup can find this send`;
+  return `sent, but its Sent copy was not filed, ${why}: ${missing.reason}`;
+}
+
+/**
  * Which send a receipt describes (the action's `effectId`): the Message-ID, which every copy and
  * every attempt (and an operation pruned and run again under the key) shares, and the send:
  * the operation and its attempt. So a request's late answer and the copy a lookup found of that

@@ -223,6 +223,19 @@ for (const dialect of DIALECTS) {
         status: "succeeded",
         receipt: { sent: true, copyNotFiled: { refused: true, responseCode: "NOPERM" } },
       });
+      // An operator hears of it (before: no alert): every later copy is refused too, and no lookup
+      // can find this send.
+      const alerted = (await l.daemon.alertsDue({ limit: 1_000 })).filter((a) => a.tenant === t);
+      expect(alerted).toMatchObject([
+        {
+          id: out.operationId,
+          status: "succeeded",
+          reason: expect.stringMatching(
+            /^sent, but its Sent copy was not filed, refused by the server \(NOPERM\): every later copy will be refused until the account is fixed; no lookup can find this send: .*may not file into Sent/,
+          ),
+        },
+      ]);
+      await l.daemon.ackAlert(alerted[0]!);
       const again = await l.run(mail, { tenant: t, key: ["copy-refused"], args: report });
       expect(again).toMatchObject({
         status: "succeeded",
@@ -230,6 +243,7 @@ for (const dialect of DIALECTS) {
         receipt: { copyNotFiled: { responseCode: "NOPERM" } },
       });
       expect(sandbox.count()).toBe(before + 1);
+      expect((await l.daemon.alertsDue({ limit: 1_000 })).filter((a) => a.tenant === t)).toEqual([]);
     });
 
     it("append, Sent refusing copies, accepted then the client timed out: not found proves nothing; a person decides, never a second send", async () => {

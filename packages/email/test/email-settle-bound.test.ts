@@ -122,10 +122,23 @@ for (const dialect of DIALECTS) {
         expect(tookMs).toBeLessThan(BOUND_MS + scaled(5_000));
         const [row] = await ledger.admin.list({ tenant: t });
         expect(row).toMatchObject({ status: "succeeded" });
-        // Settled: every later call replays it, nothing is sent again.
+        // An operator hears of it, once (before: no alert): without its copy no lookup finds the send.
+        const alerted = (await ledger.daemon.alertsDue({ limit: 1_000 })).filter((a) => a.tenant === t);
+        expect(alerted, why).toMatchObject([
+          {
+            id: first.operationId,
+            status: "succeeded",
+            reason: expect.stringMatching(
+              /^sent, but its Sent copy was not filed, given up \(no response code\): the copy may or may not be there; if it is not, no lookup can find this send: .*APPEND was given up/,
+            ),
+          },
+        ]);
+        await ledger.daemon.ackAlert(alerted[0]!);
+        // Settled: every later call replays it, nothing is sent again, nor alerted.
         const again = await ledger.run(mail.send, { tenant: t, key: ["held-append"], args: report });
         expect(again).toMatchObject({ status: "succeeded", replayed: true });
         expect(smtp.bodies).toHaveLength(1);
+        expect((await ledger.daemon.alertsDue({ limit: 1_000 })).filter((a) => a.tenant === t)).toEqual([]);
       },
       scaled(30_000),
     );
