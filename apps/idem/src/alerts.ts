@@ -405,7 +405,9 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
       name: "log",
       action: defineAction({
         type: typeOf("log"),
-        capabilities: {},
+        // A line written twice harms no one and cannot be looked up: a delivery whose daemon died
+        // writing it is written again, not handed to a person (who, logging alone, is told by a line).
+        capabilities: { repeatable: true },
         execute: async (alert) => {
           log.warn({ alert }, alertText(alert));
           return { delivered: true as const, detail: "logged" };

@@ -794,6 +794,8 @@ export function program(): Command {
       let onResult: LedgerOptions["onResult"] = () => {};
       let stopTimeoutMs: number | undefined;
       let opened = false;
+      /** How far a stop got: the daemon's work, then closing the ledger, then the process ending. */
+      let stage: "work" | "close" | "done" = "work";
       // Heard from the start: a daemon started while its database is down (or restarting) waits
       // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
       const signals = hearStopSignals(log, {
@@ -817,11 +819,26 @@ export function program(): Command {
             // timeout, 35 s by default) would hold the stop past a supervisor's grace (Kubernetes:
             // 30 s), which then kills it anyway. What is still in flight stays under its lease, and
             // is settled by the replay policy once that expires, as after a crash.
+            // The bound covers the close too, and says which stage it cut off.
             const ms = config.daemon.stopTimeoutMs;
             setTimeout(() => {
+              if (stage === "done") {
+                // Everything was recorded and closed; something else held the process open. The
+                // command's own code (set once it ended), as if it had exited by itself.
+                log.warn(
+                  { stopTimeoutMs: ms },
+                  `the daemon stopped, but the process was still open ${ms} ms after the stop: exiting`,
+                );
+                process.exit();
+              }
+              // 1 for a close cut off too: it was waiting to record the late answer of a request cut
+              // off (its operation stays unknown, or goes to a person, where the answer would have
+              // settled it), or the database did not answer; either way the stop was not clean.
               log.error(
                 { stopTimeoutMs: ms },
-                `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`,
+                stage === "work"
+                  ? `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`
+                  : `the daemon's work ended, but closing the ledger did not finish within ${ms} ms of the stop (a late answer still awaited, to be recorded, or the database not answering): exiting; an operation whose late answer was not recorded stays as its cut-off left it (unknown, checked again, or with a person)`,
               );
               process.exit(EXIT.failure);
             }, ms).unref();
@@ -861,6 +878,7 @@ export function program(): Command {
             }
           } finally {
             signals.signal.removeEventListener("abort", stop);
+            stage = "close"; // withLedger closes the ledger once this returns
           }
           log.info("daemon stopped");
         },
@@ -896,6 +914,7 @@ export function program(): Command {
       } finally {
         signals.dispose();
         await metrics?.close();
+        stage = "done";
       }
     });
   return cmd;

@@ -327,7 +327,7 @@ export class Daemon {
     if (out.status === "pending_verification") {
       // Not taken (unreachable, rate limiting, no answer), as deliver() counts it. Only a pending
       // delivery was sent to the sink here: an unknown one, or one whose daemon died sending it, goes
-      // to review without the sink being asked, and tells nothing about it now.
+      // to review without the sink being asked (a webhook's or an email's; a log line is written again), and tells nothing about it now.
       const inReview = out.state === "needs_review";
       if (inReview) this.reported.add(out.operationId); // said here, not again by deliver()
       if (row.status === "pending" && !inReview) return down.failed(sink, said); // backs off, said once

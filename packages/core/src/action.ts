@@ -21,6 +21,14 @@ export interface Capabilities {
    * metadata); `reconcile` must be given. Default false.
    */
   readonly lookup?: boolean;
+  /**
+   * The effect is harmless to repeat (a log line, a metric): an outcome that cannot be proven (a
+   * worker that died mid-request, an unknown answer) is executed again with the same args, rather
+   * than sent to a person, who could not check it either and would only be told twice. Never for
+   * an effect a person would mind twice (money, a message, a record). Over `dedupe` and `lookup`:
+   * repeating is the whole recovery. Default false.
+   */
+  readonly repeatable?: boolean;
 }
 
 /**

@@ -8,11 +8,12 @@ import type { Status } from "./schema.js";
 /** How to recover a `running` row whose lease expired, or an `unknown` row. */
 export type Recovery =
   /**
-   * Send the same request with the same key: the provider returns the first result. `until`: when
-   * the provider's retention (minus the margin), counted from the key's first send, ends; a replay
-   * must not start after it.
+   * Send the same request with the same key: the provider returns the first result, or the effect
+   * is harmless to repeat (`repeatable`). `until`: when the provider's retention (minus the
+   * margin), counted from the key's first send, ends; a replay must not start after it. Absent:
+   * a repeatable effect, which no provider must remember.
    */
-  | { readonly kind: "replay"; readonly reason: string; readonly until: number }
+  | { readonly kind: "replay"; readonly reason: string; readonly until?: number }
   /** Ask the provider whether the effect exists. */
   | { readonly kind: "reconcile"; readonly reason: string }
   /** Nothing can prove either way: a person decides. */
@@ -33,6 +34,8 @@ export function recoveryFor(
   now: number,
   last?: { replayable?: boolean | undefined },
 ): Recovery {
+  // A second effect is harmless, and no one could tell the first from none: do it again.
+  if (caps.repeatable) return { kind: "replay", reason: "the effect is safe to repeat" };
   // The provider saved an error under our key: a replay would only repeat it.
   if (caps.dedupe && last?.replayable !== false) {
     const usable = caps.dedupe.retentionMs - (caps.dedupe.marginMs ?? DEFAULT_DEDUPE_MARGIN_MS);
@@ -344,7 +347,7 @@ export function decide(s: Snapshot, caps: Capabilities, c: Caller): Decision {
         return {
           kind: "execute",
           reason: `retried by a person, its last execution may have committed: ${reopened.reason}`,
-          replayUntil: reopened.until,
+          ...(reopened.until !== undefined && { replayUntil: reopened.until }),
         };
       return { kind: "execute", reason: "retry of work known not done" };
     }
@@ -382,7 +385,7 @@ function recover(s: Snapshot, caps: Capabilities, c: Caller, why: string): Decis
       return { kind: "answer", reason: `${why}; ${c.closing ?? "retry budget spent"} before the replay` };
     if (!s.hasArgs && !c.hasArgs)
       return { kind: "review", reason: `${why}: the args are not stored, so the request cannot be replayed` };
-    return { kind: "execute", reason: `${why}: ${r.reason}`, replayUntil: r.until };
+    return { kind: "execute", reason: `${why}: ${r.reason}`, ...(r.until !== undefined && { replayUntil: r.until }) };
   }
   if (r.kind === "reconcile") {
     if (!s.hasArgs && !c.hasArgs)

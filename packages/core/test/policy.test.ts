@@ -52,6 +52,13 @@ describe("recoveryFor (the replay policy table)", () => {
     expect(recoveryFor({}, 0, 1).kind).toBe("review");
     expect(recoveryFor({ dedupe: { retentionMs: HOUR * 24 } }, 0, 48 * HOUR).kind).toBe("review");
   });
+  it("does again an effect that is safe to repeat (a log line), whatever its age, with no key window to keep", () => {
+    for (const caps of [{ repeatable: true }, { repeatable: true, lookup: true }, { repeatable: true, ...stripeLike }])
+      expect(recoveryFor(caps, 0, 48 * HOUR, { replayable: false })).toEqual({
+        kind: "replay",
+        reason: "the effect is safe to repeat",
+      });
+  });
 });
 
 describe("statusAfter (failure classes)", () => {
@@ -152,6 +159,13 @@ describe("decide (one snapshot, one decision)", () => {
     expect(decide(expired, dedupe, caller)).toMatchObject({ kind: "execute", replayUntil: 23 * HOUR });
     expect(decide(expired, { lookup: true }, caller).kind).toBe("reconcile");
     expect(decide(expired, {}, caller).kind).toBe("review");
+    // Safe to repeat: run again, with no provider window to start within.
+    expect(decide(expired, { repeatable: true }, caller)).toEqual({
+      kind: "execute",
+      reason: "attempt 2's lease expired: the effect is safe to repeat",
+    });
+    expect(decide({ ...expired, status: "unknown" }, { repeatable: true }, caller)).toMatchObject({ kind: "execute" });
+    expect(decide(expired, { repeatable: true }, { ...caller, mayExecute: false }).kind).toBe("answer");
   });
   it("a dead attempt that never executed (lazy args never stored) is known not done", () => {
     const unsent = { ...base, status: "running" as const, leaseExpiresAt: 900, maybeCommitted: false, hasArgs: false };
