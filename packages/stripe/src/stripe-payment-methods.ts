@@ -7,11 +7,15 @@
  * billing details given, and a card number's last four digits and expiry, each read as Stripe
  * reads the form-encoded value ("12" is 12, a year "34" is 2034).
  *
- * A card given by token (`card[token]`) is compared by the card the token names where the args
- * tell it: one of Stripe's test tokens (TEST_TOKENS: `tok_visa` is a Visa ending 4242), by brand and
- * last four digits. Any other token (made by Stripe.js) names a card only Stripe knows, and the
- * payment method keeps no token: nothing can be compared, so such an intent is not taken as ours
- * (a person decides) rather than read as charged on the card asked for.
+ * A card given by token (`card[token]`) is compared by the card the token names, by brand and last
+ * four digits: one of Stripe's test tokens (TEST_TOKENS: `tok_visa` is a Visa ending 4242) by the
+ * table, any other (made by Stripe.js or `POST /v1/tokens`) by its card as Stripe gives it
+ * (`GET /v1/tokens/:id`: one read per intent judged, a used token too). The payment method keeps no
+ * token, so that is all the evidence there is, the same for both: an intent made with the same
+ * brand and last four is taken as ours (another card of that brand ending the same would pass),
+ * one with another is not. A token Stripe does not give (unknown, or the key may not read tokens),
+ * or whose card is not told, leaves the intent to a person rather than read as charged on the card
+ * asked for; a read that fails otherwise (connection, 5xx) fails the lookup, tried again.
  *
  * Not compared: `payment_method_options`, which say how the card is charged (3D Secure asked,
  * capture later, saved for later), not which card or how much: the intent's status, which the
@@ -50,6 +54,45 @@ const TEST_TOKENS: Readonly<Record<string, { brand: string; last4: string }>> = 
   tok_chargeDeclinedInsufficientFunds: { brand: "visa", last4: "9995" },
 };
 
+/**
+ * A card's brand as a payment method names it, by the name a token's card (a Card object) gives
+ * it (`Visa`, `MasterCard`, …): another name (`Unknown`, a brand with no payment method name) is
+ * not compared.
+ */
+const METHOD_BRANDS: Readonly<Record<string, string>> = {
+  Visa: "visa",
+  MasterCard: "mastercard",
+  "American Express": "amex",
+  "Cartes Bancaires": "cartes_bancaires",
+  Discover: "discover",
+  "Diners Club": "diners",
+  "Eftpos Australia": "eftpos_au",
+  JCB: "jcb",
+  UnionPay: "unionpay",
+};
+
+type TokenCard = { readonly brand: string | undefined; readonly last4: string };
+
+/**
+ * The card `token` names (see the module comment): a test token's from the table, any other's read
+ * from Stripe, or why it cannot be told (Stripe's answer refusing the read, or a token without a
+ * card's last four digits). Other failures of the read throw, as every read of a lookup does.
+ */
+async function cardOfToken(stripe: Stripe, token: string): Promise<TokenCard | string> {
+  if (Object.hasOwn(TEST_TOKENS, token)) return TEST_TOKENS[token]!;
+  let read: Stripe.Token;
+  try {
+    read = await stripe.tokens.retrieve(token);
+  } catch (error) {
+    const e = error as { type?: unknown; message?: unknown };
+    if (e?.type !== "StripeInvalidRequestError" && e?.type !== "StripePermissionError") throw error;
+    return `Stripe did not give it: ${String(e.message)}`;
+  }
+  const last4 = read.card?.last4;
+  if (typeof last4 !== "string" || last4 === "") return `it holds no card (${String(read.type)})`;
+  return { brand: METHOD_BRANDS[read.card?.brand ?? ""], last4 };
+}
+
 /** The token an inline card is given by, if it is given by one. */
 function tokenOf(data: unknown): string | undefined {
   const token = fields(fields(data)?.card)?.token;
@@ -76,9 +119,10 @@ const CASELESS = new Set(["email", "country"]);
 /**
  * What Stripe keeps of the inline `data` that differs in `pm`, the payment method it made (each a
  * phrase), none when all it keeps agrees. A field is compared only where `pm` renders it (Stripe
- * renders a billing detail as null when none was given) and the args give it.
+ * renders a billing detail as null when none was given) and the args give it; a card given by
+ * token by `tokenCard`, the card the token names (none: not compared).
  */
-export function inlineDifferences(data: unknown, pm: unknown): string[] {
+export function inlineDifferences(data: unknown, pm: unknown, tokenCard?: TokenCard): string[] {
   const given = fields(data);
   const held = fields(pm);
   if (!given || !held) return [];
@@ -101,11 +145,10 @@ export function inlineDifferences(data: unknown, pm: unknown): string[] {
   billing(fields(given.billing_details), fields(held.billing_details), "billing");
   const card = fields(given.card);
   const kept = fields(held.card);
-  const token = tokenOf(given);
-  const tokenCard = token !== undefined && Object.hasOwn(TEST_TOKENS, token) ? TEST_TOKENS[token] : undefined;
   if (tokenCard && kept) {
-    // A brand the payment method does not tell ("unknown") is not compared.
-    if (typeof kept.brand === "string" && kept.brand !== "unknown" && kept.brand !== tokenCard.brand)
+    const brand = tokenCard.brand;
+    // A brand either does not tell ("unknown", a name with no payment method's) is not compared.
+    if (brand !== undefined && typeof kept.brand === "string" && kept.brand !== "unknown" && kept.brand !== brand)
       off.push("card brand");
     if (typeof kept.last4 === "string" && kept.last4 !== tokenCard.last4) off.push("card number");
   }
@@ -136,16 +179,16 @@ export async function otherInlineMethod(
   if (!fields(data) || typeof id !== "string") return undefined;
   const pm: unknown =
     fields(madeWith)?.object === "payment_method" ? madeWith : await stripe.paymentMethods.retrieve(id);
-  const off = inlineDifferences(data, pm);
   const token = tokenOf(data);
-  const unknownToken = token !== undefined && !Object.hasOwn(TEST_TOKENS, token);
-  if (off.length === 0 && !unknownToken) return undefined;
+  const card = token === undefined ? undefined : await cardOfToken(stripe, token);
+  const off = inlineDifferences(data, pm, typeof card === "string" ? undefined : card);
+  if (off.length === 0 && typeof card !== "string") return undefined;
   const last4 = fields(fields(pm)?.card)?.last4;
   const what = typeof last4 === "string" ? `the card ending ${last4}` : "its details";
   const found = `found the payment intent ${intentId} with our key, made with the payment method ${id} (${what})`;
   const whether =
     "an earlier operation with this key (pruned from the ledger since) made it, or its payment method was changed since, and whether ours ran cannot be told from it; look at it in the dashboard";
   if (off.length === 0)
-    return `${found}, where this operation gives the card inline by the token ${token}, whose card cannot be compared with it (a payment method keeps no token, and only Stripe knows the card of one it made): an earlier operation with this key (pruned from the ledger since) may have made it with another card, and whether ours ran cannot be told from it; look at it in the dashboard`;
+    return `${found}, where this operation gives the card inline by the token ${token}, whose card cannot be compared with it (a payment method keeps no token, and reading the token's card, ${String(card)}): an earlier operation with this key (pruned from the ledger since) may have made it with another card, and whether ours ran cannot be told from it; look at it in the dashboard`;
   return `${found}, not the card this operation gives inline (another ${off.join(", ")}): ${whether}`;
 }

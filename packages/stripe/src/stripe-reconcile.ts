@@ -43,7 +43,7 @@ export interface Lookup<A> {
    * its first MAX_LISTED, or TOO_MANY when it holds more and none of those read has our key).
    */
   find(stripe: Stripe, args: A, key: string): Promise<Found[] | typeof TOO_MANY>;
-  /** For a consistent `find`: what it lists, told to a person when it holds too many to read. */
+  /** For a consistent `find`: what it lists, named in the reason when ours is not in it or it holds too many to read. */
   listOf?(args: A): string;
   /** Whether `find` reads an index that lags (Search) or a consistent list. */
   readonly lags: boolean;
@@ -503,7 +503,7 @@ async function lookUp<A>(
     // replay's margin): a retry with it now could only replay that. A person decides at once
     // (waiting for Stripe to forget the key would outlast the daemon's maxAgeMs anyway).
     const where = !lookup.confirm
-      ? "in no page of the list"
+      ? `in no page of the ${lookup.listOf?.(args) ?? "list"}, read to its end`
       : listed
         ? `${listed}; not in the list of the objects created around our attempts`
         : "neither in Search nor in the list of the objects created around our attempts";
@@ -522,7 +522,10 @@ async function lookUp<A>(
   return {
     found: false,
     proof: "absent",
-    reason: lookup.lags ? "not in Stripe Search after the lag window" : "not in any page of the list",
+    // What was read, as a charge's reason names the objects created around our attempts.
+    reason: lookup.lags
+      ? "not in Stripe Search after the lag window"
+      : `not in any page of the ${lookup.listOf?.(args) ?? "list"} (read to its end)`,
   };
 }
 

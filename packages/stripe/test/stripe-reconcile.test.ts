@@ -630,6 +630,33 @@ describe("Stripe refund lookup", () => {
     });
   });
 
+  it("not found: the reason names the list it read to its end (the refunds of that payment intent or charge), as a charge's names the objects created around our attempts", async () => {
+    const s = stripe();
+    const charge = pi.latest_charge as string;
+    // Before: "not in any page of the list", and "absent at Stripe (in no page of the list)" while
+    // Stripe held the key: which list was read, an operator could not tell.
+    expect(await s.refundsCreate.reconcile!({ payment_intent: pi.id, amount: 1 }, op(newKey(), past()))).toMatchObject({
+      found: false,
+      proof: "absent",
+      reason: `not in any page of the refunds of the payment intent ${pi.id} (read to its end)`,
+    });
+    const now = Date.now();
+    expect(
+      await s.refundsCreate.reconcile!(
+        { charge, amount: 1 },
+        op(newKey(), { createdAt: now - HOUR, lastAttemptAt: now, now }),
+      ),
+    ).toMatchObject({
+      found: false,
+      proof: "never",
+      reason: expect.stringMatching(
+        new RegExp(
+          `^absent at Stripe \\(in no page of the refunds of the charge ${charge}, read to its end\\), but Stripe holds our key`,
+        ),
+      ),
+    });
+  });
+
   it("finds a refund made by charge", async () => {
     const s = stripe();
     const key = newKey();

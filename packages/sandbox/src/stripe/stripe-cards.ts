@@ -15,9 +15,10 @@
  *
  * A payment method given inline (`payment_method_data`) is made for the request too, as Stripe
  * makes it: its type and billing details as given, a card by its number (the last four digits and
- * the expiry kept, as numbers) or by a test token (`tok_visa`, the card of `pm_card_visa`). Not
- * modelled: the card's fingerprint and checks, a brand read from a number (`unknown`), the
- * outcomes of test card numbers (a card given by number is charged), and tokens made by Stripe.js.
+ * the expiry kept, as numbers), by a token made with `POST /v1/tokens` (its card, stripe-tokens.ts)
+ * or by a test token (`tok_visa`, the card of `pm_card_visa`). Not modelled: the card's fingerprint
+ * and checks, a brand read from a number given inline (`unknown`), the outcomes of test card
+ * numbers (a card given by number is charged).
  */
 
 /** A payment error as Stripe reports it, in the 402 and on the intent's `last_payment_error`. */
@@ -101,13 +102,16 @@ type Refuse = (param: string, code: string, message: string) => unknown;
 
 /**
  * The PaymentMethod Stripe makes from `payment_method_data` (see the module comment): its fields
- * but the id, and the test card it is, if it is one (for its outcome); `refuse` for data Stripe refuses.
+ * but the id, the test card it is, if it is one (for its outcome), and the token it is made from,
+ * if one `tokens` keeps (its caller marks it used once the payment method is made); `refuse` for
+ * data Stripe refuses.
  */
 export function inlinePaymentMethod(
   data: Record<string, unknown>,
   created: number,
   refuse: Refuse,
-): { fields: Record<string, unknown>; test?: TestCard } {
+  tokens: (id: string) => Record<string, unknown> | undefined,
+): { fields: Record<string, unknown>; test?: TestCard; token?: Record<string, unknown> } {
   const billing = (data.billing_details ?? {}) as Record<string, unknown>;
   if (typeof data.type !== "string")
     throw refuse(
@@ -119,6 +123,18 @@ export function inlinePaymentMethod(
     return { fields: { ...methodFields(data.type, created, billing), [data.type]: data[data.type] ?? {} } };
   const card = (data.card ?? {}) as Record<string, unknown>;
   if (typeof card.token === "string") {
+    const kept = tokens(card.token);
+    if (kept) {
+      // A token is used once (docs.stripe.com/api/tokens): its second use is refused, nothing made.
+      if (kept.used === true)
+        throw refuse(
+          "payment_method_data[card][token]",
+          "token_already_used",
+          `You cannot use a Stripe token more than once: ${card.token}.`,
+        );
+      const base = paymentMethodFields({ brand: "unknown", last4: "" }, created, billing);
+      return { fields: { ...base, card: { ...base.card, ...methodCardOf(kept) } }, token: kept };
+    }
     const test = card.token.startsWith("tok_") ? testCard(`pm_card_${card.token.slice(4)}`) : undefined;
     if (!test) throw refuse("payment_method_data[card][token]", "resource_missing", `No such token: '${card.token}'`);
     return { fields: paymentMethodFields(test, created, billing), test };
@@ -135,4 +151,31 @@ export function inlinePaymentMethod(
   const year = Number(card.exp_year);
   const expiry = { exp_month: Number(card.exp_month), exp_year: year < 100 ? 2000 + year : year };
   return { fields: { ...base, card: { ...base.card, ...expiry } } };
+}
+
+/** A Card object's brand as a PaymentMethod's card names it (`Visa` is `visa`); others `unknown`. */
+const METHOD_BRANDS: Readonly<Record<string, string>> = {
+  Visa: "visa",
+  MasterCard: "mastercard",
+  "American Express": "amex",
+  Discover: "discover",
+  "Diners Club": "diners",
+  JCB: "jcb",
+  UnionPay: "unionpay",
+};
+
+/** What the PaymentMethod made from a token's card keeps of it: brand (by its names), last four digits, expiry. */
+export function methodCardOf(token: Record<string, unknown>): {
+  brand: string;
+  last4: string;
+  exp_month: number;
+  exp_year: number;
+} {
+  const card = token.card as { brand: string; last4: string; exp_month: number; exp_year: number };
+  return {
+    brand: METHOD_BRANDS[card.brand] ?? "unknown",
+    last4: card.last4,
+    exp_month: card.exp_month,
+    exp_year: card.exp_year,
+  };
 }

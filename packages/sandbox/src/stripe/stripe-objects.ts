@@ -3,7 +3,8 @@
  * test mode: customers, payment intents (confirmed with one of Stripe's test payment methods, see
  * stripe-cards.ts, each use of whose name makes a new payment method, kept to be retrieved; any
  * other payment method succeeds), the charges those make,
- * refunds of a `payment_intent` or a `charge` (at most what was captured), and any other POSTed
+ * refunds of a `payment_intent` or a `charge` (at most what was captured), card tokens
+ * (stripe-tokens.ts: made, retrieved, each used once by a payment method), and any other POSTed
  * resource kept as given. Lists filter on fields (`?payment_intent=`, `?charge=`, `?created=` as
  * one timestamp or a range), newest first.
  * Search understands `metadata['k']:'v'` and `field:'v'` clauses joined by AND. Its index lags
@@ -39,6 +40,7 @@ import {
   paymentMethodFields,
   testCard,
 } from "./stripe-cards.js";
+import { tokenFields } from "./stripe-tokens.js";
 
 export type StripeObject = {
   id: string;
@@ -72,6 +74,7 @@ const PREFIX: Record<string, string> = {
   charges: "ch",
   refunds: "re",
   payment_methods: "pm",
+  tokens: "tok",
 };
 
 export class StripeObjects {
@@ -110,6 +113,11 @@ export class StripeObjects {
         return this.paymentIntent(base, params);
       case "refunds":
         return this.refund(base, params);
+      case "tokens":
+        return this.store(
+          resource,
+          tokenFields(params, base.created, `card_${randomBytes(12).toString("hex")}`, invalid, cardError),
+        );
       default:
         return this.store(resource, { ...params, ...base, object: resource.replace(/s$/, "") });
     }
@@ -200,7 +208,9 @@ export class StripeObjects {
         undefined,
         "You cannot provide both payment_method and payment_method_data: give one payment method, by id or inline.",
       );
-    const inline = data ? inlinePaymentMethod(data as Record<string, unknown>, base.created, invalid) : undefined;
+    const inline = data
+      ? inlinePaymentMethod(data as Record<string, unknown>, base.created, invalid, (id) => this.get("tokens", id))
+      : undefined;
     const test = named ? testCardNamed(named) : inline?.test;
     if (confirm) checkConfirmation(p);
     const card = test?.outcome;
@@ -214,6 +224,7 @@ export class StripeObjects {
       : inline
         ? this.store("payment_methods", inline.fields as Omit<StripeObject, "id">)
         : undefined;
+    if (inline?.token) inline.token.used = true; // its one use: the payment method is made
     const pm = method?.id ?? null;
     const status = !pm
       ? "requires_payment_method"
@@ -351,6 +362,11 @@ function testCardNamed(name: string): ReturnType<typeof testCard> {
 
 function invalid(param: string, code: string | undefined, message: string): StripeFailure {
   return new StripeFailure(400, { type: "invalid_request_error", code, param, message }, true);
+}
+
+/** A card error (402): Stripe ran the request and the card refused it. */
+function cardError(param: string, code: string, message: string): StripeFailure {
+  return new StripeFailure(402, { type: "card_error", code, param, message });
 }
 
 /** A form-encoded boolean, as Stripe reads one. */

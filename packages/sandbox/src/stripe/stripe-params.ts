@@ -4,7 +4,7 @@
  * ("Received unknown parameter: <name>", a nested one by its path: `shipping[address][town]`),
  * before it executes (nothing saved under its key). The lists are stripe-node 23.1's
  * `…CreateParams`, `…UpdateParams`, `…ListParams` (with its pagination), `…SearchParams` and
- * `…RetrieveParams` for customers, payment intents, refunds and charges, plus
+ * `…RetrieveParams` for customers, payment intents, refunds, charges and tokens, plus
  * `payment_method_types`, which older API versions take on a payment intent. Inside a parameter,
  * the names of those whose shape is given here (NESTED: an address, a shipping, a `created` range,
  * `automatic_payment_methods` …) are checked too; `metadata` takes any name.
@@ -61,6 +61,12 @@ const NESTED: Readonly<Record<string, Readonly<Record<string, Shape>>>> = {
     created: RANGE,
   },
   refunds: { created: RANGE },
+  tokens: {
+    card: names(
+      ...["address_city", "address_country", "address_line1", "address_line2", "address_state", "address_zip"],
+      ...["currency", "cvc", "exp_month", "exp_year", "name", "networks", "number"],
+    ),
+  },
   charges: { created: RANGE },
 };
 
@@ -89,6 +95,9 @@ const PARAMS: Readonly<Record<string, Readonly<Partial<Record<Kind, ReadonlySet<
     ],
     update: ["expand", "metadata"],
     list: [...PAGE, "charge", "created", "payment_intent"],
+  }),
+  tokens: kinds({
+    create: ["account", "bank_account", "card", "customer", "cvc_update", "expand", "person", "pii"],
   }),
   // Made by confirming a payment intent; a POST to /v1/charges is kept as given, as any other.
   charges: kinds({

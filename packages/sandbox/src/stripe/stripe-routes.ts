@@ -46,6 +46,9 @@ export function routeStripe(
         : id === "search" && SEARCHABLE.has(resource)
           ? "search"
           : "retrieve";
+  // Tokens are made and retrieved, nothing else (docs.stripe.com/api/tokens).
+  if (resource === "tokens" && (parts.length > 3 || (kind !== "create" && kind !== "retrieve")))
+    throw unrecognized(method, path);
   if (parts.length <= 3) refuseUnknownParams(resource, kind, params);
   if (method === "POST" && !id) return objects.create(resource, params);
   if (method === "POST" && parts.length === 3) return objects.update(resource, id!, params) ?? missing(resource, id!);
