@@ -38,10 +38,18 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * certificate was refused while checking it: it may have happened), `two_effects` (a second
  * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
  * that could not be stored), `incomplete` (it took effect, once, but not in full: its action's
- * `attention`, such as a sent mail whose Sent copy was not filed), `stuck` (running past its
- * threshold).
+ * `attention`, such as a sent mail whose Sent copy was not filed), `retry_not_run` (a person
+ * retried it, and the lookup made first found the earlier attempt's effect: it took effect once,
+ * and the retry did not run), `stuck` (running past its threshold).
  */
-export type AlertKind = "needs_review" | "auth_failure" | "check_refused" | "two_effects" | "incomplete" | "stuck";
+export type AlertKind =
+  | "needs_review"
+  | "auth_failure"
+  | "check_refused"
+  | "two_effects"
+  | "incomplete"
+  | "retry_not_run"
+  | "stuck";
 
 export interface Alert {
   readonly kind: AlertKind;
@@ -82,6 +90,9 @@ const SAID: Record<AlertKind, string> = {
   two_effects: "took effect twice (check the provider, and undo the extra effect)",
   // Not a second effect: nothing to undo, a part to see to.
   incomplete: "took effect, but not in full (nothing to undo; see to the part that is missing)",
+  // Not a second effect either: the person who retried it must hear that their retry did not run.
+  retry_not_run:
+    "was done when a person retried it: the earlier attempt took effect after all, once, and the retry did not run (nothing to undo)",
 };
 
 export function alertText(a: Alert): string {

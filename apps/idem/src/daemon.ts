@@ -22,6 +22,7 @@ import {
   LedgerUnavailableError,
   UnknownActionError,
   isEscalation,
+  isFoundOnRetry,
   performedProof,
   type DueOperation,
   type Ledger,
@@ -497,12 +498,14 @@ export class Daemon {
  * request's receipt differed from the recorded one; or waiting for a person with two attempts'
  * receipts that could not be stored, `performedBy`), it took effect but not in full (succeeded
  * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
- * them first unless two effects are), a person decides (needs_review), or it failed on a refused
- * credential or a policy.
+ * them first unless two effects are), a person's retry found it done and did not run (succeeded
+ * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), a person decides
+ * (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
   if (op.status === "needs_review")
     return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : "needs_review";
   if (op.status !== "succeeded") return "auth_failure";
-  return op.attention !== undefined && op.reason?.startsWith(op.attention) ? "incomplete" : "two_effects";
+  if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
+  return op.reason !== null && isFoundOnRetry(op.reason) ? "retry_not_run" : "two_effects";
 }

@@ -990,6 +990,15 @@ const REOPENED_FOUND =
 const REOPENED_INCONCLUSIVE =
   "retried by a person, but its last execution may have committed: its effect is looked up first, and the lookup proved nothing yet";
 
+/**
+ * Whether `reason` is a success's that a person's retry found done (its lookup found the earlier
+ * attempt's effect: one effect, the retry not run), alerted so the person hears it. Not when the
+ * lookup found it twice, or the action's `attention` speaks of it: those words come first.
+ */
+export function isFoundOnRetry(reason: string): boolean {
+  return reason.startsWith(REOPENED_FOUND);
+}
+
 /** Why a person's retry whose args are not stored is back with a person after a look that proved nothing. */
 const NO_LOOK_WITHOUT_ARGS =
   "its args are not stored, so only a call that brings them can look again (the daemon cannot); a person must decide: resolve it, or retry it again for the next such call";

@@ -1,0 +1,100 @@
+/**
+ * A person retries an operation whose outcome was unknown (`idem retry`), and the lookup made
+ * first finds the effect: the earlier attempt committed after all, and the retry did not run. The
+ * daemon says so (`retry_not_run`), once, never as `two_effects` (whose text tells the operator to
+ * undo an extra effect that does not exist); a lookup that finds it twice still reads two_effects.
+ * Through the log sink, on SQLite and Postgres. Failed first: said as two_effects.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { Writable } from "node:stream";
+import { defineAction } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
+import { pino } from "pino";
+import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
+
+let n = 0;
+const tenant = () => `rf${++n}-${Math.random().toString(36).slice(2, 7)}`;
+
+/** A logger that keeps every line it writes (the log sink's alerts among them). */
+function capture() {
+  const lines: { msg: string; alert?: { kind: string; operationId: string; status: string } }[] = [];
+  const log = pino(
+    { level: "info" },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line));
+        done();
+      },
+    }),
+  );
+  return { log, lines };
+}
+
+/** Each request's answer is lost; its effect lands after the person looked (`landed`), found once or twice. */
+const landed = new Map<string, number>();
+const lateSend = defineAction<{ to: string }, { id: string }>({
+  type: "mail.late",
+  capabilities: { lookup: true },
+  execute: async () => {
+    throw new Error("the answer was lost");
+  },
+  classify: () => ({ kind: "ambiguous", reason: "the answer was lost" }),
+  reconcile: async (args) => {
+    const copies = landed.get(args.to) ?? 0;
+    if (copies === 0) return { found: false, proof: "inconclusive", reason: "not there yet" };
+    return { found: true, receipt: { id: `m-${args.to}` }, ...(copies > 1 && { twice: `${copies} copies` }) };
+  },
+});
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
+});
+
+for (const dialect of DIALECTS) {
+  describe(`a person's retry whose lookup finds the effect, alerted by the daemon on ${dialect}`, () => {
+    it(
+      "is said as retry_not_run, once, never two_effects; found twice is still two_effects",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const ledger = await openTestLedger(url, { poolSize: 2, actions: [...alertActions(config, log), lateSend] });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const to = { once: `once-${t}`, twice: `twice-${t}` };
+        const once = await ledger.run(lateSend, { tenant: t, key: ["once"], args: { to: to.once } });
+        const twice = await ledger.run(lateSend, { tenant: t, key: ["twice"], args: { to: to.twice } });
+        expect([once.status, twice.status]).toEqual(["pending_verification", "pending_verification"]);
+        // A person looks, finds nothing, and retries each; the earlier request then lands.
+        for (const op of [once, twice]) {
+          const seen = (await ledger.get({ tenant: t, id: op.operationId })).operation;
+          expect(seen.status).toBe("unknown");
+          await ledger.admin.retry({ tenant: t, id: op.operationId, actor: "ops", reason: "not there", seen });
+        }
+        landed.set(to.once, 1);
+        landed.set(to.twice, 2);
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-found");
+        await daemon.tick();
+        for (const op of [once, twice])
+          expect((await ledger.get({ tenant: t, id: op.operationId })).operation.status).toBe("succeeded");
+        const said = (id: string) => lines.filter((l) => l.alert?.operationId === id);
+        expect(said(once.operationId).map((l) => l.alert!.kind)).toEqual(["retry_not_run"]);
+        expect(said(once.operationId)[0]!.msg).toMatch(
+          /was done when a person retried it: the earlier attempt took effect after all, once, and the retry did not run \(nothing to undo\): reconciled after a person's retry: .*\. See: idem show/,
+        );
+        expect(said(once.operationId)[0]!.alert).toMatchObject({ status: "succeeded" });
+        expect(said(twice.operationId).map((l) => l.alert!.kind)).toEqual(["two_effects"]);
+        expect(said(twice.operationId)[0]!.msg).toMatch(
+          /took effect twice .*: two effects: the lookup found the effect more than once \(2 copies\)/,
+        );
+        // Ticked again: nothing more is said.
+        await daemon.tick();
+        expect(said(once.operationId)).toHaveLength(1);
+        expect(said(twice.operationId)).toHaveLength(1);
+      },
+      scaled(60_000),
+    );
+  });
+}
