@@ -5,30 +5,17 @@
  * the log sink, on SQLite and Postgres. Failed first: said as two_effects.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { Writable } from "node:stream";
 import { defineAction } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
-import { pino } from "pino";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
+import { capturedLog } from "./support.js";
 
 let n = 0;
 const tenant = () => `inc${++n}-${Math.random().toString(36).slice(2, 7)}`;
 
 /** A logger that keeps every line it writes (the log sink's alerts among them). */
-function capture() {
-  const lines: { msg: string; alert?: { kind: string; operationId: string; status: string } }[] = [];
-  const log = pino(
-    { level: "info" },
-    new Writable({
-      write(chunk, _encoding, done) {
-        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line));
-        done();
-      },
-    }),
-  );
-  return { log, lines };
-}
+const capture = () => capturedLog<{ msg: string; alert?: { kind: string; operationId: string; status: string } }>();
 
 interface Receipt {
   readonly id: string;

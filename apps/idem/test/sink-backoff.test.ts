@@ -4,23 +4,10 @@
  * once back. The daemon's use of it against real receivers: alert-sink-backoff.test.ts.
  */
 import { describe, expect, it } from "vitest";
-import { Writable } from "node:stream";
-import { pino } from "pino";
 import { SINK_BACKOFF_MAX_MS, SinkBackoff } from "../src/sink-backoff.js";
+import { capturedLog } from "./support.js";
 
-function capture() {
-  const lines: { level: number; msg: string }[] = [];
-  const log = pino(
-    { level: "info" },
-    new Writable({
-      write(chunk, _encoding, done) {
-        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line));
-        done();
-      },
-    }),
-  );
-  return { log, lines };
-}
+const capture = () => capturedLog();
 
 describe("the backoff of a failing alert sink", () => {
   for (const [name, random] of [

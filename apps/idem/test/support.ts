@@ -7,6 +7,8 @@ import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { AddressInfo } from "node:net";
+import { Writable } from "node:stream";
+import { pino, type Logger } from "pino";
 import { scaled } from "@idem/testkit";
 
 export const CLI = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
@@ -14,6 +16,21 @@ export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", impor
 export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
 /** tsx's loader by its path: `--import tsx` is resolved from the child's working directory, which may be a temp dir. */
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+
+/** A logger that keeps every line it writes, parsed (`Line`: the fields a test reads of them). */
+export function capturedLog<Line = { level: number; msg: string }>(): { log: Logger; lines: Line[] } {
+  const lines: Line[] = [];
+  const log = pino(
+    { level: "info" },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Line);
+        done();
+      },
+    }),
+  );
+  return { log, lines };
+}
 
 /** A local webhook receiver that keeps every alert it is sent. */
 export async function webhookReceiver(): Promise<{

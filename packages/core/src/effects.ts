@@ -83,6 +83,16 @@ export function attentionOf(
 }
 
 /**
+ * A success's reason with the action's `attention` (undefined: `told` as it is): its words first,
+ * as the daemon tells its alert by them (`Operation.attention`), unless two effects are (`twice`),
+ * whose alert comes first. Recorded so by runner.ts `complete` and by fence.ts.
+ */
+export function withAttention(told: string, attention: string | undefined, twice: boolean): string {
+  if (attention === undefined) return told;
+  return twice ? `${told}; ${attention}` : `${attention}; ${told}`;
+}
+
+/**
  * A receipt's distinct effect ids, none when the action gives none or cannot read it. `stored`:
  * the receipt is the row's JSON text (`result_json`), parsed here, where a bad one reads as none.
  */

@@ -7,7 +7,7 @@
 import { canonicalJson } from "./canonical.js";
 import type { Call, Step } from "./call.js";
 import type { DurableWrites } from "./durable-writes.js";
-import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach } from "./effects.js";
+import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach, withAttention } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
 import { knownPerformed, pending, replayOf, rowPerformedProof, succeeded } from "./row-results.js";
 import type { Row } from "./store.js";
@@ -121,9 +121,8 @@ export async function fenced<A, R>(
             : proof
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
-      // Not done in full (the action's `attention`): alerted too, its words first unless two
-      // effects are (their alert comes first), as `complete` records it.
-      const said = attention === undefined ? told : twice ? `${told}; ${attention}` : `${attention}; ${told}`;
+      // Not done in full (the action's `attention`): alerted too, as `complete` records it.
+      const said = withAttention(told, attention, twice);
       const alert = twice || attention !== undefined;
       const proven = await writes.recordReceipt(
         call,

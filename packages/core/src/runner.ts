@@ -16,7 +16,7 @@ import { answerWithin, describeTwice, givenUp, safeClassify, verdictOf } from ".
 import type { Call, Escalation, Held, RunnerSettings, Step } from "./call.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { DurableWrites } from "./durable-writes.js";
-import { attentionOf, firstSentOf, severalEffects } from "./effects.js";
+import { attentionOf, firstSentOf, severalEffects, withAttention } from "./effects.js";
 import {
   ArgsMismatchError,
   InvalidValueError,
@@ -917,17 +917,15 @@ export class Runner {
     // The receipt as a later replay will read it (canonical JSON), parsed once.
     const stored = JSON.parse(json) as R;
     const several = twice ?? severalEffects(call.action, stored);
-    // An effect not done in full: a person hears of it once, its words first (the daemon tells its
-    // alert by them), after two effects when there are two (that alert comes first).
+    // An effect not done in full: a person hears of it once (withAttention: where its words go).
+    // An execution's own answer says no more than its attention does.
     const attention = attentionOf(call.action, stored);
     const said =
       several !== undefined
-        ? `${several}${attention === undefined ? "" : `; ${attention}`}`
-        : attention === undefined
-          ? reason
-          : reason === HAPPENED
-            ? attention
-            : `${attention}; ${reason}`;
+        ? withAttention(several, attention, true)
+        : reason === HAPPENED && attention !== undefined
+          ? attention
+          : withAttention(reason, attention, false);
     const done = await this.writes.recordReceipt(call, row, json, stored, said, {
       alert: alert || several !== undefined || attention !== undefined,
     });
