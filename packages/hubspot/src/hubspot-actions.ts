@@ -31,6 +31,7 @@ import {
   HubSpotResentError,
   HubSpotSchemaError,
 } from "./hubspot-errors.js";
+import { readByPropertyRefused } from "./hubspot-evidence.js";
 import { hubspotReceiptSchema, type HubSpotReceipt } from "./hubspot-receipt.js";
 import { readByExternalId, reconcileByRead } from "./hubspot-reconcile.js";
 import { ensureUniqueProperty, propertyShapeCache, uniquePropertyCheck } from "./hubspot-schema.js";
@@ -250,9 +251,10 @@ export function hubspotActions(config: HubSpotConfig): HubSpotActions {
       try {
         existing = await readByExternalId(api, objectType, idProperty, key);
       } catch (readError) {
-        // A read by the key refused 400: the property is no longer unique-value, or is gone. Its
-        // kept verdict is dropped, so the lookup reads the definition again (and a person decides).
-        if ((readError as { code?: unknown }).code === 400) schema.forget(objectType, idProperty);
+        // A read by the key refused 400 by HubSpot: the property is no longer unique-value, or is
+        // gone. Its kept verdict is dropped, so the lookup reads the definition again (and a person
+        // decides). A proxy's 400 page says nothing of it: the verdict stands.
+        if (readByPropertyRefused(readError)) schema.forget(objectType, idProperty);
         // The read proves nothing (429, a missing read scope, unreachable): the refusal may
         // still be our record's. Ambiguous, never the read's own class (hubspot-classify.ts).
         throw new HubSpotReadBackError(refusal, idProperty, { cause: readError });

@@ -158,6 +158,13 @@ export function classifyHubSpotError(error: unknown): Classification {
     // property) leaves the work to run again. Its own class otherwise (a 429's wait, a 401 or 403
     // alerted), named as the definition's read; a page's in the error's words (of the property).
     const read = classifyHubSpotError(error.cause);
+    // Refused by a server in front of HubSpot (a 401 or 403 page: a firewall, a proxy): every
+    // later check meets it too until a person changes it there. Left to run again, the work waited
+    // unseen until the daemon escalated it; failed as not sent and alerted now, as HubSpot's own
+    // refusal of this read is (a pending operation carries no alert), and run again by a person's
+    // retry once fixed.
+    if (answeredInFront(error.cause) && refusedInFront(error.status))
+      return { kind: "permanent", reason: `not sent: ${error.message}`, alert: true };
     const reason = answeredInFront(error.cause)
       ? error.message
       : `reading the definition of ${error.objectType}.${error.property} failed: ${read.reason}`;
@@ -241,7 +248,8 @@ function pageInFront(status: number, what: string): Classification {
       alert: true,
     };
   // A 401 or 403 page is no word of HubSpot's on the token or its scopes either: not alerted here
-  // (the read that settles it may pass); a lookup's read refused so is (HubSpotLookupError).
+  // (the read that settles it may pass); a lookup's read refused so is (HubSpotLookupError), and
+  // create mode's check of the key property (HubSpotSchemaReadError).
   const unknown = refusedInFront(status)
     ? "whether HubSpot took the write is not known, nor whether HubSpot accepts the token and its scopes"
     : "whether HubSpot took the write is not known";

@@ -143,8 +143,11 @@ abstract class HubSpotSchemaRequestError extends Error {
     options: { cause: unknown; host?: string | undefined },
   ) {
     const ev = evidenceOf(options.cause, options.host);
-    // A page in front of HubSpot says nothing of the token or its scopes (a 401, 403) either.
-    const advice = answeredInFront(options.cause) ? notHubSpots(ev.status, PROPERTY_UNKNOWN) : hint(ev.status);
+    // A page in front of HubSpot says nothing of the token or its scopes (a 401, 403) either: a
+    // refusal of that server's, which a person fixes there.
+    const advice = answeredInFront(options.cause)
+      ? notHubSpots(ev.status, ev.status === 401 || ev.status === 403 ? REFUSED_IN_FRONT : PROPERTY_UNKNOWN)
+      : hint(ev.status);
     super(`${doing} ${objectType}.${property} failed: ${describeEvidence(ev)}${advice ? `: ${advice}` : ""}`, {
       cause: options.cause,
     });
@@ -164,6 +167,10 @@ export function notHubSpots(status: number | undefined, unknown: string): string
 
 /** What a page in front of HubSpot leaves unknown of a property (see notHubSpots). */
 export const PROPERTY_UNKNOWN = "HubSpot's answer was not received, so whether the property exists is not known";
+
+/** What a 401 or 403 page in front of HubSpot says (see notHubSpots): that server refused us, HubSpot said nothing. */
+const REFUSED_IN_FRONT =
+  "that server refused the request, not HubSpot (this says nothing of the token or its scopes), so whether the property exists is not known; check the proxy or firewall between this process and HubSpot";
 
 const TOKEN_REFUSED = "HubSpot does not accept the access token (revoked, expired or mistyped)";
 

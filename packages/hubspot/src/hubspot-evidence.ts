@@ -57,6 +57,17 @@ export function propertyNotFoundByHubSpot(error: unknown): boolean {
 }
 
 /**
+ * HubSpot's own 400 (its JSON error) to a read by a unique property: it refuses a read by one that
+ * is not unique-value, or no longer exists, so the property's kept verdict may be stale. A 400
+ * page in front of HubSpot (`answeredInFront`) says nothing of the property: dropped on it, the
+ * verdict was read again, and behind a firewall refusing the properties API that read failed, so
+ * no lookup settled and no create passed its check.
+ */
+export function readByPropertyRefused(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 400 && !answeredInFront(error);
+}
+
+/**
  * An HTTP answer without HubSpot's JSON error (a page of a proxy, load balancer, gateway or
  * firewall in front of HubSpot, which the client hands over as text, or JSON with no `category`):
  * its status is that server's, not HubSpot's word, and HubSpot's answer was not received.

@@ -24,7 +24,7 @@ import type { OperationContext, ReconcileResult } from "@idem/core";
 import { HUBSPOT_CALL_OPTIONS, type createHubSpotClient } from "./hubspot-client.js";
 import { classifyHubSpotError } from "./hubspot-classify.js";
 import { HubSpotLookupError, HubSpotSchemaError, HubSpotSchemaReadError } from "./hubspot-errors.js";
-import { notFoundByHubSpot } from "./hubspot-evidence.js";
+import { notFoundByHubSpot, readByPropertyRefused } from "./hubspot-evidence.js";
 import type { HubSpotReceipt } from "./hubspot-receipt.js";
 import type { PropertyShapeCache, UniquePropertyCheck } from "./hubspot-schema.js";
 import { differingProperties, type PropertyShape } from "./hubspot-values.js";
@@ -152,9 +152,9 @@ export async function reconcileByRead(
     const failed = new HubSpotLookupError(objectType, property, ofSchema ? "definition" : "record", read.reason, {
       cause,
     });
-    // Refused 400, the property is no longer unique-value or is gone since its kept verdict: the
-    // next check reads its definition again, which says so (and a person decides).
-    if (!ofSchema && (e as { code?: unknown }).code === 400) schema.forget(objectType, uniqueProperty);
+    // Refused 400 by HubSpot, the property is no longer unique-value or is gone since its kept
+    // verdict: the next check reads its definition again, which says so (and a person decides).
+    if (!ofSchema && readByPropertyRefused(e)) schema.forget(objectType, uniqueProperty);
     // Thrown, the check would be due again at the ledger's backoff (milliseconds), into the same limit.
     if (read.kind === "rate_limited")
       return { found: false, proof: "inconclusive", reason: failed.message, retryAfterMs: read.retryAfterMs };

@@ -231,17 +231,17 @@ describe("classifyHubSpotError", () => {
   );
 
   it.each([401, 403])(
-    "the key property's definition read answered a %i page: not sent, claiming nothing of the token or its scopes",
+    "the key property's definition read answered a %i page: not sent, alerted as refused in front of HubSpot, claiming nothing of the token or its scopes",
     (code) => {
       const error = new HubSpotSchemaReadError("deals", "erp_ref", { cause: page(code) });
       expect(error.message).toMatch(
         new RegExp(
-          `^reading the definition of deals\\.erp_ref failed: ${code} \\(an answer without HubSpot's JSON error body\\): not HubSpot's answer`,
+          `^reading the definition of deals\\.erp_ref failed: ${code} \\(an answer without HubSpot's JSON error body\\): not HubSpot's answer .*: that server refused the request, not HubSpot .*check the proxy or firewall`,
         ),
       );
-      expect(error.message).not.toMatch(/scope|token/);
+      expect(error.message).not.toMatch(/lacks the scope|does not accept the access token/);
       const c = classifyHubSpotError(error);
-      expect(c).toMatchObject({ kind: "transient", reason: `not sent: ${error.message}` });
+      expect(c).toMatchObject({ kind: "permanent", alert: true, reason: `not sent: ${error.message}` });
     },
   );
 

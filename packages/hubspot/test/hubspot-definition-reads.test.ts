@@ -96,5 +96,64 @@ for (const dialect of DIALECTS) {
       expect(operation.reason).toMatch(new RegExp(`its values of ${score} differ`));
       expect(definitionReads(from)[score]).toBe(2);
     });
+
+    /**
+     * The key property's verdict (unique-value, kept for the process) was dropped on any 400 to a
+     * read by the key, a proxy's 400 page too, which says nothing of the property: the next check
+     * read the definition again. Behind a firewall that lets the objects API through but refuses
+     * the properties API (its verdict kept from before), that read is refused: the lookup could not
+     * settle an operation whose deal is there, and every create after it was refused its check.
+     */
+    for (const [read, fault, checkedAgain] of [
+      // Read back in the call, whose next try looks the deal up.
+      ["the read back of a create refused for the key (409)", "conflict_after_commit", false],
+      // The call's one lookup meets the page, and ends unknown: the daemon's check settles it.
+      ["the lookup's read of a create whose answer was lost", "drop_after_commit", true],
+    ] as const)
+      it(`a 400 page to ${read} keeps the verdict: settled by the read, no definition read again`, async () => {
+        const action = actionsOn(server, { mode: "create", settleMs: 0 }).create("deals");
+        const ledger = await db.open({ budget: { attempts: 3, baseDelayMs: 10 }, actions: [action] });
+        const t = tenant();
+        const run = (k: string) => ledger.run(action, { tenant: t, key: [k], args: { properties: { dealname: k } } });
+        expect(await run("checked")).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const from = sandbox.requests.length;
+        sandbox.faults.add({
+          kind: "page",
+          status: 403,
+          match: { method: "GET", path: "/crm/v3/properties/" },
+          times: 100,
+        });
+        sandbox.faults.add({ kind: fault, match: { method: "POST", path: "/crm/v3/objects/deals" } });
+        sandbox.faults.add({ kind: "page", status: 400, match: { method: "GET", path: "/crm/v3/objects/deals/" } });
+        try {
+          const ran = await run("paged");
+          const out = checkedAgain ? await ledger.daemon.settle({ tenant: t, id: ran.operationId }) : ran;
+          const key = (await ledger.get({ tenant: t, id: out.operationId })).operation.key;
+          const deals = sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === key);
+          expect(deals).toHaveLength(1);
+          expect(out).toMatchObject({ status: "succeeded", receipt: { id: deals[0]!.id, new: false } });
+          expect(await run("after")).toMatchObject({ status: "succeeded", receipt: { new: true } });
+          expect(definitionReads(from)).toEqual({});
+        } finally {
+          sandbox.faults.clear();
+        }
+      });
+
+    it("HubSpot's own 400 to the read back (the key property made plain since) drops the verdict: to a person, as the definition read again says", async () => {
+      const name = `kb_${dialect}`;
+      property(sandbox, "deals", name, { hasUniqueValue: true });
+      const action = actionsOn(server, { mode: "create", settleMs: 0, uniqueProperty: name }).create("deals");
+      // Two tries: the create and its read back, then one lookup, which must not trust the verdict.
+      const ledger = await db.open({ budget: { attempts: 2, baseDelayMs: 10 }, actions: [action] });
+      const t = tenant();
+      const run = (k: string) => ledger.run(action, { tenant: t, key: [k], args: { properties: { dealname: k } } });
+      expect(await run("checked")).toMatchObject({ status: "succeeded", receipt: { new: true } });
+      sandbox.crm.getProperty("deals", name)!.hasUniqueValue = false;
+      sandbox.faults.add({ kind: "conflict_after_commit", match: { method: "POST", path: "/crm/v3/objects/deals" } });
+      const out = await run("made-plain").finally(() => sandbox.faults.clear());
+      expect(out).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const { operation } = await ledger.get({ tenant: t, id: out.operationId });
+      expect(operation.reason).toMatch(new RegExp(`deals\\.${name} exists but is not a unique-value property`));
+    });
   });
 }

@@ -75,7 +75,7 @@ for (const dialect of DIALECTS) {
 const DEFINITION = { method: "GET", path: "/crm/v3/properties/deals/" } as const;
 
 for (const dialect of DIALECTS) {
-  describe(`a property definition read answered a 404 page that is not HubSpot's, on ${dialect}`, () => {
+  describe(`a property definition read answered a page that is not HubSpot's, on ${dialect}`, () => {
     const db = ledgersFor(dialect, openLedger, { defaults: { poolSize: 2 } as LedgerOptions });
 
     it("create mode's check before the first write: nothing sent, pending (not failed 'does not exist'); then created once", async () => {
@@ -98,6 +98,38 @@ for (const dialect of DIALECTS) {
       expect(await run()).toMatchObject({ status: "succeeded", receipt: { new: true } });
       expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === operation.key)).toHaveLength(1);
     });
+
+    // A firewall or proxy refusing the check refuses every later one alike: before, each call was
+    // left pending ("transient"), run again and again unseen until the daemon's escalation.
+    for (const status of [401, 403])
+      it(`create mode's check refused by a ${status} page: nothing sent, failed and alerted at once, naming the server in front (no token or scope claimed); retried once fixed, created once`, async () => {
+        const action = crm({ mode: "create" }).create("deals");
+        const l = await db.open({ budget: { attempts: 3, baseDelayMs: 10 }, actions: [action] });
+        const t = tenant();
+        const before = sandbox.requests.length;
+        sandbox.faults.add({ kind: "page", status, match: DEFINITION, times: 100 });
+        const run = () =>
+          l.run(action, { tenant: t, key: [`refused-${status}`], args: { properties: { dealname: "Refused check" } } });
+        const out = await run().finally(() => sandbox.faults.clear());
+        expect(out).toMatchObject({ status: "failed", error: { kind: "permanent", alert: true } });
+        const reason = out.status === "failed" ? out.error.reason : "";
+        expect(reason).toMatch(
+          new RegExp(
+            `^not sent: reading the definition of deals\\.idem_external_id failed: ${status} \\(an answer without HubSpot's JSON error body\\).*: not HubSpot's answer .*: that server refused the request, not HubSpot.*proxy or firewall`,
+          ),
+        );
+        expect(reason).not.toMatch(/lacks the scope|does not accept the access token|<|Forbidden|Unauthorized/);
+        expect(sandbox.requests.slice(before).filter((r) => r.method === "POST")).toEqual([]);
+        // Refused once, not tried until the budget ran out: every try meets the same server.
+        expect(sandbox.requests.slice(before).map((r) => `${r.method} ${r.status}`)).toEqual([`GET ${status}`]);
+        const alerts = await l.daemon.alertsDue({ limit: 1_000 });
+        expect(alerts.some((a) => a.id === out.operationId)).toBe(true);
+        // The proxy fixed, a person retries it: made once.
+        await l.admin.retry({ tenant: t, id: out.operationId, actor: "ops", reason: "the proxy lets HubSpot through" });
+        expect(await run()).toMatchObject({ status: "succeeded", receipt: { new: true } });
+        const { operation } = await l.get({ tenant: t, id: out.operationId });
+        expect(sandbox.crm.all("deals").filter((r) => r.properties.idem_external_id === operation.key)).toHaveLength(1);
+      });
 
     it("a lookup's check of the key property: unknown, not sent to a person as 'does not exist'; then found", async () => {
       const action = crm({ settleMs: 0 }).create("deals");
