@@ -3,9 +3,11 @@
  * first finds the effect: the earlier attempt committed after all, and the retry did not run. The
  * daemon says so (`retry_not_run`), once, never as `two_effects` (whose text tells the operator to
  * undo an extra effect that does not exist); a lookup that finds it twice still reads two_effects.
- * Through the log sink, on SQLite and Postgres. Failed first: said as two_effects.
+ * Through the log sink, on SQLite and Postgres. Failed first: said as two_effects. So when the
+ * finding is recorded through the fence (another look took the row over meanwhile): failed first,
+ * not alerted at all.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { defineAction } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
@@ -33,6 +35,26 @@ const lateSend = defineAction<{ to: string }, { id: string }>({
     return { found: true, receipt: { id: `m-${args.to}` }, ...(copies > 1 && { twice: `${copies} copies` }) };
   },
 });
+
+/** Its first lookup is held until `open`, then finds the effect; every later one proves nothing. */
+function slowLook() {
+  let lookups = 0;
+  let open: () => void = () => {};
+  const gate = new Promise<void>((r) => (open = r));
+  const action = defineAction<{ to: string }, { id: string }>({
+    type: "mail.slow-look",
+    capabilities: { lookup: true },
+    execute: lateSend.execute,
+    classify: lateSend.classify,
+    reconcile: async (args) => {
+      lookups += 1;
+      if (lookups > 1) return { found: false, proof: "inconclusive", reason: "the search is down" };
+      await gate;
+      return { found: true, receipt: { id: `m-${args.to}` } };
+    },
+  });
+  return { action, open: () => open(), lookups: () => lookups };
+}
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -80,6 +102,46 @@ for (const dialect of DIALECTS) {
         await daemon.tick();
         expect(said(once.operationId)).toHaveLength(1);
         expect(said(twice.operationId)).toHaveLength(1);
+      },
+      scaled(60_000),
+    );
+
+    it(
+      "found while another look took the row over (recorded through the fence): retry_not_run, once",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const slow = slowLook();
+        let now = Date.now();
+        const ledger = await openTestLedger(url, {
+          poolSize: 2,
+          clock: () => now,
+          leaseMs: 30_000,
+          budget: { attempts: 1 }, // the call ends unknown, not looking the effect up itself
+          actions: [...alertActions(config, log), slow.action],
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const first = await ledger.run(slow.action, { tenant: t, key: ["k"], args: { to: t } });
+        expect(first).toMatchObject({ state: "unknown" });
+        const id = first.operationId;
+        const seen = (await ledger.get({ tenant: t, id })).operation;
+        await ledger.admin.retry({ tenant: t, id, actor: "ops", reason: "not there", seen });
+        const looking = ledger.daemon.settle({ tenant: t, id, actor: "daemon-a" }).catch((e: unknown) => e);
+        await vi.waitFor(() => expect(slow.lookups()).toBe(1));
+        now += 31_000; // its lease ran out while it looked: another daemon takes the row over
+        expect(await ledger.daemon.settle({ tenant: t, id, actor: "daemon-b" })).toMatchObject({ state: "pending" });
+        slow.open();
+        expect(await looking).toMatchObject({ status: "succeeded" });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-fenced");
+        await daemon.tick();
+        await daemon.tick();
+        const said = lines.filter((l) => l.alert?.operationId === id);
+        expect(said.map((l) => l.alert!.kind)).toEqual(["retry_not_run"]);
+        expect(said[0]!.msg).toMatch(
+          /the retry did not run \(nothing to undo\): reconciled after a person's retry: .*found by attempt 2's lookup/,
+        );
       },
       scaled(60_000),
     );

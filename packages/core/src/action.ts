@@ -25,8 +25,9 @@ export interface Capabilities {
    * The effect is harmless to repeat (a log line, a metric): an outcome that cannot be proven (a
    * worker that died mid-request, an unknown answer) is executed again with the same args, rather
    * than sent to a person, who could not check it either and would only be told twice. Never for
-   * an effect a person would mind twice (money, a message, a record). Over `dedupe` and `lookup`:
-   * repeating is the whole recovery. Default false.
+   * an effect a person would mind twice (money, a message, a record). Repeating is the whole
+   * recovery, so it is declared alone: with `dedupe` or `lookup` (whose key window or lookup would
+   * never be used) the action is refused (`LedgerConfigError`). Default false.
    */
   readonly repeatable?: boolean;
 }
@@ -338,17 +339,35 @@ export function defineAction<A, R, I = A>(
 ): Action<A, R, I> {
   requireName(definition.type, "action.type");
   const caps = definition.capabilities ?? {};
-  if (caps.lookup && typeof definition.reconcile !== "function") {
-    throw new LedgerConfigError(`action ${definition.type} declares lookup but has no reconcile()`);
-  }
-  if (caps.dedupe && !(caps.dedupe.retentionMs > 0)) {
-    throw new LedgerConfigError(`action ${definition.type}: dedupe.retentionMs must be positive`);
-  }
+  requireCapabilities({ ...definition, capabilities: caps });
   return {
     ...definition,
     capabilities: caps,
     classify: definition.classify ?? defaultClassify,
   };
+}
+
+/**
+ * Refuses capabilities that contradict the action or each other, with a `LedgerConfigError`
+ * naming the action and the fields: a lookup without `reconcile`, a dedupe window that is none,
+ * `repeatable` with `dedupe` or `lookup` (recovery repeats it whatever it is: the key window or
+ * the lookup declared would never be used, silently). Checked where an action is defined
+ * (`defineAction`) and where one is registered (openLedger's `actions`, a hand-made one too),
+ * before anything is opened.
+ */
+export function requireCapabilities(
+  action: Pick<ActionDefinition<unknown, unknown>, "type" | "capabilities" | "reconcile">,
+): void {
+  const caps: Capabilities = action.capabilities ?? {};
+  const unused = [caps.dedupe && "dedupe", caps.lookup && "lookup"].filter((f): f is string => typeof f === "string");
+  if (caps.repeatable && unused.length > 0)
+    throw new LedgerConfigError(
+      `action ${action.type}: capabilities.repeatable cannot be declared with ${unused.join(" and ")}: a repeatable effect is run again whatever its outcome, so its ${unused.join(" and ")} would never be used; declare repeatable alone for an effect harmless twice (a log line), or drop it to be recovered by ${unused.join(" and ")}`,
+    );
+  if (caps.lookup && typeof action.reconcile !== "function")
+    throw new LedgerConfigError(`action ${action.type} declares lookup but has no reconcile()`);
+  if (caps.dedupe && !(caps.dedupe.retentionMs > 0))
+    throw new LedgerConfigError(`action ${action.type}: dedupe.retentionMs must be positive`);
 }
 
 /** Validates a value (args by default) with a Standard Schema; returns the schema's output or an `InvalidValueError` naming the field. */

@@ -23,7 +23,9 @@ import type { Row } from "./store.js";
  * `several`: the receipt tells of two effects (`complete`'s reason for it): alerted whatever the
  * row became meanwhile, unless the receipt recorded already names each of them. `attention`: what
  * the action says a person must hear of our receipt (not done in full): alerted with it when it is
- * the receipt recorded here.
+ * the receipt recorded here. `foundOnRetry`: the receipt is what a person's retry's lookup found
+ * (runner.ts `isFoundOnRetry`, its reason): said and alerted so while the row is still that
+ * retry's, not run since (`look_first`), as `complete` would have recorded it.
  */
 export async function fenced<A, R>(
   writes: DurableWrites,
@@ -37,12 +39,14 @@ export async function fenced<A, R>(
     performed = false,
     several,
     attention,
+    foundOnRetry,
   }: {
     receipt?: R;
     sent?: boolean;
     performed?: boolean;
     several?: string | undefined;
     attention?: string | undefined;
+    foundOnRetry?: string | undefined;
   } = {},
 ): Promise<Step<R>> {
   // A receipt we hold reaches the caller whatever the database does meanwhile: it proves the effect.
@@ -113,6 +117,10 @@ export async function fenced<A, R>(
       const second = performed && by.some((a) => a !== mine.attempt) && !dedupedOntoFirst(call.action, mine, now);
       const twice = second || several !== undefined;
       const before = by.length ? `attempt ${by.join(" and ")}'s request` : "a lookup's finding";
+      // A person's retry found done, the row still theirs (look_first: every run since would have
+      // cleared it; a later look proved nothing yet, or is looking): the retry did not run, and the
+      // person hears it as they would have without the fence (the daemon reads the reason's start).
+      const retryNotRun = foundOnRetry !== undefined && now.look_first === 1;
       const told =
         several !== undefined
           ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
@@ -120,10 +128,12 @@ export async function fenced<A, R>(
             ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
             : proof
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
-              : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
+              : retryNotRun
+                ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
+                : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it.
       const said = withAttention(told, attention, twice);
-      const alert = twice || attention !== undefined;
+      const alert = twice || attention !== undefined || retryNotRun;
       const proven = await writes.recordReceipt(
         call,
         now,

@@ -8,7 +8,7 @@
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Dialect } from "kysely";
-import { parseArgsNow, type Action } from "./action.js";
+import { parseArgsNow, requireCapabilities, type Action } from "./action.js";
 import { LedgerAdmin } from "./admin.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import {
@@ -135,6 +135,8 @@ function oneActionPerType(actions: readonly Action<any, any>[]): void {
  */
 export async function open(target: string | Dialect, options: LedgerOptions, clock?: () => number): Promise<Ledger> {
   if (options.owner !== undefined) requireName(options.owner, "owner");
+  // A hand-made action was never defined: its capabilities are checked as defineAction checks them.
+  for (const a of options.actions ?? []) requireCapabilities(a);
   oneActionPerType(options.actions ?? []);
   const badBudget = budgetProblem(options.budget ?? {});
   if (badBudget) throw new LedgerConfigError(`${badBudget.path} ${badBudget.reason}`);

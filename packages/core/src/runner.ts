@@ -931,7 +931,13 @@ export class Runner {
     });
     return done
       ? { done: succeeded(done, stored, false) }
-      : fenced(this.writes, call, row, "succeeded", json, { receipt: stored, performed, several, attention });
+      : fenced(this.writes, call, row, "succeeded", json, {
+          receipt: stored,
+          performed,
+          several,
+          attention,
+          foundOnRetry: isFoundOnRetry(reason) ? reason : undefined,
+        });
   }
 
   /**

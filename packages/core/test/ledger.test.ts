@@ -74,6 +74,33 @@ for (const dialect of DIALECTS) {
       });
     });
 
+    // `repeatable` decides recovery alone (policy.ts: run again, whatever the age): declared with
+    // `dedupe` or `lookup`, the key window or the lookup the definition promises was never used,
+    // silently. Refused where an action is defined, and where a hand-made one is registered.
+    it("refuses an action that declares repeatable with dedupe or lookup, naming it and the fields; registers nothing", async () => {
+      const execute = async () => ({ id: "line" });
+      const reconcile = async () => ({ found: false as const, proof: "absent" as const, reason: "none" });
+      const alone = defineAction({ type: "log.line", capabilities: { repeatable: true, lookup: false }, execute });
+      for (const [capabilities, fields] of [
+        [{ repeatable: true, lookup: true }, "lookup"],
+        [{ repeatable: true, ...DEDUPE }, "dedupe"],
+        [{ repeatable: true, lookup: true, ...DEDUPE }, "dedupe and lookup"],
+      ] as const) {
+        const said = new RegExp(`^action log\\.line: capabilities\\.repeatable cannot be declared with ${fields}`);
+        expect(() => defineAction({ type: "log.line", capabilities, execute, reconcile }), fields).toThrow(said);
+        expect(() => defineAction({ type: "log.line", capabilities, execute, reconcile })).toThrow(LedgerConfigError);
+        const handMade = { ...alone, capabilities };
+        const err = await db.open({ actions: [handMade] }).catch((e: unknown) => e);
+        expect(err, fields).toBeInstanceOf(LedgerConfigError);
+        expect((err as Error).message).toMatch(said);
+      }
+      // Alone (lookup: false is no lookup), it is defined and registered, and runs.
+      const ledger = await db.open({ actions: [alone] });
+      expect(await ledger.run(alone, { tenant: uniqueTenant(), key: ["k"], args: {} })).toMatchObject({
+        status: "succeeded",
+      });
+    });
+
     // Each becomes a stored value (retention_ms) or a limit a call checks: NaN disabled a size limit,
     // and a NaN retention reached the database as a value it refuses, on every call, read as an outage.
     for (const [option, value] of [

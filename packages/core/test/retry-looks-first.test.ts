@@ -11,9 +11,9 @@
  * server's 554 after the body, which some queue all the same): that one looks first too. Each
  * test failed first: two effects at the provider.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Migrator, sql } from "kysely";
-import { defineAction, openLedger, type Ledger } from "@idem/core";
+import { defineAction, isFoundOnRetry, openLedger, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS, freshDatabase } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
@@ -106,6 +106,59 @@ for (const dialect of DIALECTS) {
           )
         ).rows[0]?.alert_pending,
       );
+
+    // The lookup after the person's retry is slow: its lease runs out, another daemon takes the row
+    // over and looks too, then the slow one finds the earlier message. Its write of the receipt
+    // matched no row, so it is recorded through the fence (fence.ts).
+    for (const later of ["inconclusive", "absent"] as const)
+      it(`found while another look took the row over (${later}): recorded through the fence, said as the retry not run only if nothing ran it`, async () => {
+        let now = Date.now();
+        let lookups = 0;
+        let open: () => void = () => {};
+        const gate = new Promise<void>((r) => (open = r));
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: "mail.slow-lookup",
+          capabilities: { lookup: true },
+          execute: async () => {
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after DATA" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: async () => {
+            lookups += 1;
+            if (lookups > 1) return { found: false as const, proof: later, reason: `the search answered ${later}` };
+            await gate;
+            return { found: true as const, receipt: { id: "msg_1" } };
+          },
+        });
+        const ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action], budget: { attempts: 1 } });
+        const tenant = uniqueTenant();
+        const first = await ledger.run(action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+        expect(first).toMatchObject({ state: "unknown" });
+        const id = first.operationId;
+        now += 1_000;
+        await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
+        const slow = ledger.daemon.settle({ tenant, id, actor: "daemon-a" }).catch((e: unknown) => e);
+        await vi.waitFor(() => expect(lookups).toBe(1));
+        now += 31_000; // the slow lookup's lease ran out (by the ledger's clock) while it looked
+        // Absence proven: attempt 3 ran it again (its answer lost too), so the retry did run.
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-b" })).toMatchObject({
+          state: later === "absent" ? "unknown" : "pending",
+        });
+        open();
+        expect(await slow).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
+        const { operation, events } = await ledger.get({ tenant, id });
+        const story = events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
+        expect(operation.status, story).toBe("succeeded");
+        expect(events.filter((e) => e.to === "succeeded")).toHaveLength(1);
+        if (later === "absent") {
+          expect(isFoundOnRetry(operation.reason ?? ""), story).toBe(false);
+          return;
+        }
+        // Before: recorded as "attempt 2's receipt proves the effect happened", not alerted at all.
+        expect(await alerted(ledger, tenant, id), story).toBe(1);
+        expect(isFoundOnRetry(operation.reason ?? ""), story).toBe(true);
+        expect(operation.reason, story).toMatch(/found by attempt 2's lookup.*attempt 3 took the operation over/);
+      });
 
     it("a caller after the retry looks first: inside the settle window it waits, and the late message is found, not sent again", async () => {
       const server = mailServer("settling");
