@@ -1,8 +1,8 @@
 /**
  * The Stripe sandbox refuses what Stripe refuses before executing a request, through the real
  * stripe SDK: a top-level parameter the endpoint does not take (400 `parameter_unknown`, naming
- * it), and a `Stripe-Account` it does not know (403 `account_invalid`: it knows no connected
- * account). Neither runs nor saves anything under the request's key.
+ * it), and a `Stripe-Account` it does not know (403 `account_invalid`: one `connectAccount` did
+ * not add). Neither runs nor saves anything under the request's key.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Stripe from "stripe";

@@ -1,5 +1,5 @@
 export { stripeActions, STRIPE_KEY_RETENTION_MS } from "./stripe-actions.js";
-export type { StripeActions, StripeParams } from "./stripe-actions.js";
+export type { StripeAccountArgs, StripeActions, StripeParams } from "./stripe-actions.js";
 export { stripeApiVersionProblem } from "./stripe-api-version.js";
 export { classifyStripeError } from "./stripe-classify.js";
 export { createStripeClient } from "./stripe-client.js";

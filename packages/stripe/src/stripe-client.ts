@@ -7,14 +7,13 @@
  * request has a deadline (`deadlineMs`) as well as stripe-node's inactivity timeout
  * (stripe-http-client.ts).
  *
- * Not supported: Connect's connected accounts (stripe-node's `stripeAccount` and `stripeContext`,
- * the `Stripe-Account` / `Stripe-Context` headers). Every request goes to the API key's own
- * account; an account named in the config or in a request's args is refused (`InvalidValueError`
- * naming it), since half of it (the write on one account, its replay or lookups on another, an
- * operation the daemon cannot tell the account of) would charge or look in the wrong place.
+ * Connect's connected accounts: `stripeAccount` here is every action's account, unless a
+ * request's args name their own (stripe-account.ts); the client itself is the platform's, and each
+ * request names its account. `stripeContext` is refused (`InvalidValueError` naming it).
  */
 import Stripe from "stripe";
 import { InvalidValueError } from "@idem/core";
+import { accountIn } from "./stripe-account.js";
 import { stripeApiVersionProblem } from "./stripe-api-version.js";
 import { DeadlineHttpClient, STRIPE_DEADLINE_MS } from "./stripe-http-client.js";
 
@@ -54,29 +53,14 @@ export interface StripeConfig {
    */
   readonly searchLagMs?: number;
   /**
-   * Not supported (connected accounts): refused with an `InvalidValueError` naming it. Given, it
-   * was ignored before, and the card charged on the platform account.
+   * The connected account (`acct_…`) every action acts on (its `Stripe-Account` header), unless a
+   * call's args name their own (`args.stripeAccount`). Default: none, the API key's own account.
+   * Not an account id: an `InvalidValueError` when the actions are made. An operation keeps the
+   * account it first sent to (its provider reference), whatever this says later.
    */
-  readonly stripeAccount?: never;
-  /** Not supported (connected accounts, API v2 contexts): refused as `stripeAccount` is. */
+  readonly stripeAccount?: string | undefined;
+  /** Not supported (API v2 contexts, `Stripe-Context`): refused with an `InvalidValueError` naming it. */
   readonly stripeContext?: never;
-}
-
-/** stripe-node's options that name the account a request acts on (a connected account). */
-const ACCOUNT_OPTIONS = ["stripeAccount", "stripeContext"] as const;
-
-/**
- * Throws an `InvalidValueError` (path: `prefix` + the option) when `given` names a connected
- * account. Own properties only, as stripe-node reads options; one set to undefined is absent, as
- * stripe-node reads it too (the platform account).
- */
-export function refuseConnectedAccount(given: object, prefix = ""): void {
-  for (const option of ACCOUNT_OPTIONS)
-    if (Object.hasOwn(given, option) && (given as Record<string, unknown>)[option] !== undefined)
-      throw new InvalidValueError(
-        `${prefix}${option}`,
-        "connected accounts are not supported: every request (the write, its replay, each lookup) goes to the API key's own account, and no account is recorded for the daemon's reconcile; nothing was sent",
-      );
 }
 
 /**
@@ -106,11 +90,12 @@ const REQUEST_OPTIONS = [
 
 /**
  * Throws an `InvalidValueError` (path: `prefix` + the name) when a call's args hold a stripe-node
- * request option (connected accounts first, with their own reason): the adapter sets the options
- * itself, our idempotency key among them. Own properties set to a value, as refuseConnectedAccount.
+ * request option (a connected account apart: `stripeAccount` is checked, `stripeContext` refused,
+ * by `accountIn`): the adapter sets the options itself, our idempotency key among them. Own
+ * properties set to a value, as stripe-node reads options.
  */
 export function refuseRequestOptions(args: object, prefix = "args."): void {
-  refuseConnectedAccount(args, prefix);
+  accountIn(args, prefix);
   for (const option of REQUEST_OPTIONS)
     if (Object.hasOwn(args, option) && (args as Record<string, unknown>)[option] !== undefined)
       throw new InvalidValueError(
@@ -122,8 +107,8 @@ export function refuseRequestOptions(args: object, prefix = "args."): void {
 export function createStripeClient(config: StripeConfig): Stripe {
   const versionProblem = config.apiVersion === undefined ? undefined : stripeApiVersionProblem(config.apiVersion);
   if (versionProblem) throw new RangeError(`apiVersion: ${versionProblem}`);
-  // A JavaScript caller's (TypeScript refuses it): ignored, the card was charged on the platform.
-  refuseConnectedAccount(config);
+  // Checked here, sent per request: the client is the platform's (stripe-actions.ts).
+  accountIn(config);
   return new Stripe(config.apiKey, {
     ...(config.apiVersion !== undefined && { apiVersion: config.apiVersion as Stripe.LatestApiVersion }),
     ...(config.host !== undefined && { host: config.host }),

@@ -22,6 +22,7 @@
  * receipt keeps, tells what came of them.
  */
 import type Stripe from "stripe";
+import type { StripeReads } from "./stripe-account.js";
 
 /**
  * Stripe's test payment methods (`pm_card_visa`, docs.stripe.com/testing): each names a kind of
@@ -78,7 +79,7 @@ type TokenCard = { readonly brand: string | undefined; readonly last4: string };
  * from Stripe, or why it cannot be told (Stripe's answer refusing the read, or a token without a
  * card's last four digits). Other failures of the read throw, as every read of a lookup does.
  */
-async function cardOfToken(stripe: Stripe, token: string): Promise<TokenCard | string> {
+async function cardOfToken(stripe: StripeReads, token: string): Promise<TokenCard | string> {
   if (Object.hasOwn(TEST_TOKENS, token)) return TEST_TOKENS[token]!;
   let read: Stripe.Token;
   try {
@@ -170,7 +171,7 @@ export function inlineDifferences(data: unknown, pm: unknown, tokenCard?: TokenC
  * else read by id) compared with `data` (inlineDifferences).
  */
 export async function otherInlineMethod(
-  stripe: Stripe,
+  stripe: StripeReads,
   intentId: string,
   madeWith: unknown,
   data: unknown,

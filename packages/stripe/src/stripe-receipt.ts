@@ -19,6 +19,8 @@ export interface StripeReceipt {
    * is that same incident, not alerted again. Absent otherwise.
    */
   readonly others?: readonly string[] | undefined;
+  /** The connected account (`acct_…`) the object lives on; absent for the API key's own account. */
+  readonly account?: string | undefined;
 }
 
 export function toReceipt(
@@ -35,11 +37,17 @@ export function toReceipt(
   };
 }
 
+/** `receipt`, naming the connected account its object lives on (none: the platform's, unchanged). */
+export function onAccount(receipt: StripeReceipt, account: string | undefined): StripeReceipt {
+  return account === undefined ? receipt : { ...receipt, account };
+}
+
 /**
  * The receipt's schema: what a person may record as the receipt when they resolve an operation
  * as succeeded (`admin.resolve`), the object they found at Stripe. `object` is the action's
  * Stripe object type (`payment_intent`), any for a generic POST; `others`, the other objects with
- * our key they found (up to 20, as a lookup names them). Fields besides these are dropped
+ * our key they found (up to 20, as a lookup names them); `account`, the connected account they
+ * found it on (none: the API key's own). Fields besides these are dropped
  * (never card or customer data); `requestId` defaults to null and `replayed` to false (found by a
  * person, not answered), `status` to null (not recorded: a charge tool then reads it as not known
  * to be paid).
@@ -59,6 +67,10 @@ export function stripeReceiptSchema(object?: string) {
         .min(1)
         .max(20)
         .refine((ids) => new Set(ids).size === ids.length, "the other objects are named once each")
+        .optional(),
+      account: z
+        .string()
+        .regex(/^acct_[A-Za-z0-9]+$/, "a connected account's id, acct_…")
         .optional(),
     })
     .refine((r) => !r.others?.includes(r.id), { path: ["others"], message: "names the receipt's own object" });

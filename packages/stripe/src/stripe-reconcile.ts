@@ -6,7 +6,8 @@
  * list of the objects created around our attempts. Refunds have no Search: the refunds of the
  * payment intent or charge the args name are read (a consistent list, newest first, up to the
  * same bound as those lists) and matched on the same metadata. Every window is measured on the
- * database clock (`op.now`), never ours.
+ * database clock (`op.now`), never ours. Every read goes to the operation's account (`StripeReads`,
+ * bound to it by stripe-account.ts): an object made on a connected account is not on the platform.
  *
  * An object with our key is ours when Stripe created it while our requests could have run, by the
  * ledger's clock. Stripe's `created` is Stripe's clock, and the ledger's may be off it: one created
@@ -16,6 +17,7 @@
  * Two or more in the window are two effects: settled as found, and alerted (`twice`, answerOf).
  */
 import type Stripe from "stripe";
+import type { StripeReads } from "./stripe-account.js";
 import type { OperationContext, ReconcileResult } from "@idem/core";
 import { evidenceOf } from "./stripe-classify.js";
 import { deadlineWorded } from "./stripe-http-client.js";
@@ -42,7 +44,7 @@ export interface Lookup<A> {
    * The objects that carry our key (Search: its first SEARCH_HITS; a consistent list: those among
    * its first MAX_LISTED, or TOO_MANY when it holds more and none of those read has our key).
    */
-  find(stripe: Stripe, args: A, key: string): Promise<Found[] | typeof TOO_MANY>;
+  find(stripe: StripeReads, args: A, key: string): Promise<Found[] | typeof TOO_MANY>;
   /** For a consistent `find`: what it lists, named in the reason when ours is not in it or it holds too many to read. */
   listOf?(args: A): string;
   /** Whether `find` reads an index that lags (Search) or a consistent list. */
@@ -54,14 +56,14 @@ export interface Lookup<A> {
    * "not in Search" after the lag window would then charge again. A list of the objects created
    * around our attempts is not behind.
    */
-  confirm?(stripe: Stripe, args: A, key: string, created: CreatedRange): Promise<Found[] | typeof TOO_MANY>;
+  confirm?(stripe: StripeReads, args: A, key: string, created: CreatedRange): Promise<Found[] | typeof TOO_MANY>;
   /** Why `find` cannot see every object these args could have made, if it cannot: absence is then never proven. */
   blindSpot?(args: A): string | undefined;
   /**
    * The verdict on an object found, when the object alone is not the effect's proof (undefined:
    * it is): read again by id, consistently, since Search may show an older state.
    */
-  judge?(stripe: Stripe, found: Found, args: A): Promise<ReconcileResult<StripeReceipt> | undefined>;
+  judge?(stripe: StripeReads, found: Found, args: A): Promise<ReconcileResult<StripeReceipt> | undefined>;
 }
 
 /**
@@ -142,7 +144,7 @@ async function withKey<T extends { metadata?: Stripe.Metadata | null }>(
  * either side of it (where ours is if the ledger's clock is off Stripe's).
  */
 async function listAround<A>(
-  stripe: Stripe,
+  stripe: StripeReads,
   lookup: Lookup<A>,
   args: A,
   key: string,
@@ -418,7 +420,7 @@ export interface ReconcileWindows {
  * stripe-node's inactivity timeout (deadlineWorded).
  */
 export function reconcileByLookup<A>(
-  stripe: Stripe,
+  stripe: StripeReads,
   lookup: Lookup<A>,
   args: A,
   op: OperationContext,
@@ -430,7 +432,7 @@ export function reconcileByLookup<A>(
 }
 
 async function lookUp<A>(
-  stripe: Stripe,
+  stripe: StripeReads,
   lookup: Lookup<A>,
   args: A,
   op: OperationContext,
@@ -547,7 +549,7 @@ function outsideWindow(o: Found, w: AttemptWindow): ReconcileResult<StripeReceip
  * alone. A list of more than MAX_LISTED adds nothing (Search's hits are all that can be told).
  */
 async function withListed<A>(
-  stripe: Stripe,
+  stripe: StripeReads,
   lookup: Lookup<A>,
   args: A,
   key: string,
@@ -576,7 +578,7 @@ const NAMED_OTHERS = 20;
  * judged this operation's effect, a person's question naming each. Never one of them in silence.
  */
 async function answerOf<A>(
-  stripe: Stripe,
+  stripe: StripeReads,
   lookup: Lookup<A>,
   found: readonly Found[],
   args: A,

@@ -3,7 +3,8 @@
  * answer for a key is saved and replayed; the same key with other parameters (endpoint, method,
  * parameters in any order) is refused; a key whose first request still executes is in use; a
  * key is forgotten once it is `retentionMs` old, counted from its first request. What is saved
- * and when is the server's decision (stripe-server.ts): this keeps the keys, per API key.
+ * and when is the server's decision (stripe-server.ts): this keeps the keys, per API key and
+ * account (the server's slot names both).
  */
 
 /** What Stripe holds for a key: the request it first came with, and its answer once there is one. */

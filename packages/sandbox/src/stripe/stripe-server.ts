@@ -13,11 +13,20 @@
  *
  * A parameter an endpoint the sandbox implements does not take (top-level, or a name inside one
  * whose shape it knows) is refused as Stripe refuses it, 400 `parameter_unknown` (stripe-params.ts),
- * a validation failure: nothing saved under the key. A `Stripe-Account` header, or a
- * `Stripe-Context` (which names an account too), is answered 403 `invalid_request_error`
- * `account_invalid` ("The provided key '…' does not have access to account '…' (or that account
- * does not exist)…"), after the API key is checked: the sandbox knows no connected account.
- * Endpoints and their answers: stripe-routes.ts; keys and their saved answers: stripe-keys.ts.
+ * a validation failure: nothing saved under the key.
+ *
+ * Connected accounts (docs.stripe.com/connect/authentication): a request with a `Stripe-Account`
+ * header (or a `Stripe-Context` naming a connected account by its id) acts on that account, as
+ * Stripe makes it: its objects are that account's own (created, retrieved, listed and searched
+ * there, never seen from the platform or another account), and so are its idempotency keys (the
+ * same key on two accounts is two requests). Stripe's idempotency page does not say how a key is
+ * scoped across accounts: kept per account here, a request sent to the wrong account is answered
+ * as a new request there, never hidden behind another account's saved answer. The answer to a
+ * `Stripe-Account` names it in its own `Stripe-Account` header, as stripe-node reads it
+ * (`lastResponse.stripeAccount`). Only the accounts `connectAccount` added exist; any other is
+ * answered 403 `invalid_request_error` `account_invalid` ("The provided key '…' does not have
+ * access to account '…' (or that account does not exist)…", Stripe's PermissionError), after the
+ * API key is checked and before anything runs. Endpoints and their answers: stripe-routes.ts; keys and their saved answers: stripe-keys.ts.
  *
  * A `Stripe-Version` Stripe does not know is refused as Stripe refuses it: 400
  * `invalid_request_error`, "Invalid Stripe API version: <the header>", with no `code` (none is seen
@@ -84,12 +93,12 @@ export interface StripeRequestRecord {
   /** The API version the request asked for (its `Stripe-Version` header), if any. */
   readonly stripeVersion: string | undefined;
   /**
-   * The connected account the request named (its `Stripe-Account` header), if any. The sandbox
-   * knows no connected account: such a request is answered 403 `account_invalid`, as Stripe
-   * answers an account the key cannot reach.
+   * The connected account the request named (its `Stripe-Account` header), if any: one that
+   * `connectAccount` did not add is answered 403 `account_invalid`, as Stripe answers an account
+   * the key cannot reach.
    */
   readonly stripeAccount: string | undefined;
-  /** The account a `Stripe-Context` header named, if any: answered as a `Stripe-Account` is. */
+  /** The account a `Stripe-Context` header named, if any: taken as a `Stripe-Account` is. */
   readonly stripeContext: string | undefined;
   readonly status: number | "dropped";
   readonly replayed: boolean;
@@ -100,14 +109,16 @@ const DAY_MS = 24 * 3_600_000;
 export class StripeSandbox {
   readonly faults = new FaultPlan<StripeFaultKind>();
   /**
-   * Emits "commit" ({ path, idempotencyKey, object }) when a write has taken effect, "held"
-   * ({ path, idempotencyKey }) when `delay_before_commit` holds a request, its key in flight, and
-   * "late" ({ path, idempotencyKey }) when the answer `delay_after_commit` held goes out at last.
+   * Emits "commit" ({ path, idempotencyKey, object, account }: `account` undefined on the
+   * platform) when a write has taken effect, "held" ({ path, idempotencyKey }) when
+   * `delay_before_commit` holds a request, its key in flight, and "late" ({ path, idempotencyKey })
+   * when the answer `delay_after_commit` held goes out at last.
    */
   readonly events = new EventEmitter();
   readonly requests: StripeRequestRecord[] = [];
   /** Answers of `trickle_after_commit` still trickling. */
   readonly trickling = new TricklingAnswers();
+  /** The platform account's objects (those of a connected account: `objectsOf`). */
   readonly objects: StripeObjects;
   searchLagMs: number;
   readonly keyRetentionMs: number;
@@ -116,16 +127,15 @@ export class StripeSandbox {
   /** Requests `delay_before_commit` holds now: each goes on when its delay ends or `releaseHeldRequests` is called. */
   private readonly held = new Set<() => void>();
   private readonly apiKey: string;
+  /** The connected accounts the API key reaches, each with its own objects. */
+  private readonly accounts = new Map<string, StripeObjects>();
   private server: Server | undefined;
 
   constructor(options: StripeSandboxOptions = {}) {
     this.apiKey = options.apiKey ?? "sk_test_idem_sandbox";
     this.searchLagMs = options.searchLagMs ?? 0;
     this.keyRetentionMs = options.keyRetentionMs ?? DAY_MS;
-    this.objects = new StripeObjects(
-      () => this.now(),
-      () => this.searchLagMs,
-    );
+    this.objects = this.newObjects();
     this.keys = new StripeKeys(() => this.now(), this.keyRetentionMs);
   }
 
@@ -139,9 +149,29 @@ export class StripeSandbox {
     this.clockOffsetMs += ms;
   }
 
-  /** Objects of a resource that exist: the effect count at the target. */
-  count(resource: string): number {
-    return this.objects.count(resource);
+  /** Objects of a resource that exist on `account` (default: the platform): the effect count at the target. */
+  count(resource: string, account?: string): number {
+    return this.objectsOf(account).count(resource);
+  }
+
+  /** Adds a connected account the API key reaches (Connect), with no objects yet; an id given twice is one account. */
+  connectAccount(id: string): void {
+    if (!this.accounts.has(id)) this.accounts.set(id, this.newObjects());
+  }
+
+  /** The objects of a connected account `connectAccount` added, or the platform's (undefined). */
+  objectsOf(account?: string): StripeObjects {
+    if (account === undefined) return this.objects;
+    const objects = this.accounts.get(account);
+    if (!objects) throw new Error(`no connected account ${account} in this sandbox (connectAccount adds one)`);
+    return objects;
+  }
+
+  private newObjects(): StripeObjects {
+    return new StripeObjects(
+      () => this.now(),
+      () => this.searchLagMs,
+    );
   }
 
   async start(port = 0): Promise<{ host: string; port: number; url: string; apiKey: string }> {
@@ -202,8 +232,8 @@ export class StripeSandbox {
       return sendError(res, 401, { type: "invalid_request_error", message: "Invalid API Key provided." });
     }
     const account = stripeAccount ?? stripeContext;
-    if (account !== undefined) {
-      // The sandbox knows no connected account: Stripe's answer to one the key cannot reach.
+    if (account !== undefined && !this.accounts.has(account)) {
+      // Stripe's answer to an account the key cannot reach (none connected, or no such account).
       record(403);
       return sendError(res, 403, {
         type: "invalid_request_error",
@@ -239,7 +269,9 @@ export class StripeSandbox {
       });
     }
 
-    const slot = method === "POST" && idemKey ? `${this.apiKey}:${idemKey}` : undefined;
+    const objects = this.objectsOf(account);
+    // A key is the account's: the same key on another account (or the platform) is another request.
+    const slot = method === "POST" && idemKey ? `${this.apiKey}:${account ?? ""}:${idemKey}` : undefined;
     const fingerprint = fingerprintOf(method, path, params);
     const saved = slot ? this.keys.held(slot) : undefined; // pruned: Stripe does so once a key is at least 24 hours old
     if (saved && saved.fingerprint !== fingerprint) {
@@ -280,7 +312,7 @@ export class StripeSandbox {
     try {
       if (broke)
         throw new StripeFailure(broke.status ?? 500, { type: "api_error", message: "An unknown error occurred." });
-      const result = routeStripe(this.objects, method, path, params);
+      const result = routeStripe(objects, method, path, params);
       [status, out] = [200, JSON.stringify(renderedFor(stripeVersion, result))];
       if (method === "POST") committed = result as StripeObject;
     } catch (e) {
@@ -302,7 +334,7 @@ export class StripeSandbox {
     }
     const id = requestId();
     if (slot) this.keys.finish(slot, fingerprint, { status, body: out, requestId: id });
-    if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed });
+    if (committed) this.events.emit("commit", { path, idempotencyKey: idemKey, object: committed, account });
     return this.answer(req, res, method, path, status, out, { "request-id": id }, record);
   }
 
@@ -344,10 +376,12 @@ export class StripeSandbox {
       this.events.emit("late", { path, idempotencyKey: header(req, "idempotency-key") });
     if (res.destroyed || req.socket.destroyed) return;
     const idemKey = header(req, "idempotency-key");
+    const account = header(req, "stripe-account"); // echoed, as stripe-node reads it (lastResponse.stripeAccount)
     const head = {
       "content-type": "application/json",
       ...headers,
       ...(idemKey && { "idempotency-key": idemKey }),
+      ...(account && { "stripe-account": account }),
       "request-id": headers["request-id"] ?? requestId(),
     };
     if (after?.kind === "trickle_after_commit") return this.trickling.start(res, status, head, after.intervalMs);
