@@ -3,7 +3,7 @@
  * charges an invoice, calls the same tool again with the same input (as models do when they are
  * unsure), then with another amount. The Stripe sandbox counts the PaymentIntents: one.
  *
- *   pnpm example:agents   (all three frameworks), or from examples/:
+ *   pnpm example:agents   (every framework), or from examples/:
  *   node --conditions=idem-source --import tsx agents/ai-sdk.ts
  */
 import { mkdtempSync, rmSync } from "node:fs";

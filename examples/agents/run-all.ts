@@ -1,5 +1,5 @@
 /**
- * Runs the three agent examples in sequence, each in its own process (so each must close its
+ * Runs the agent examples in sequence, each in its own process (so each must close its
  * ledger, sandbox and client to exit by itself), and exits non-zero if any failed.
  *
  *   pnpm example:agents
@@ -11,6 +11,7 @@ const examples = [
   ["AI SDK", "ai-sdk.ts"],
   ["OpenAI Agents", "openai-agents.ts"],
   ["MCP", "mcp.ts"],
+  ["LangGraph", "langgraph.ts"],
 ] as const;
 const failed: string[] = [];
 for (const [framework, file] of examples) {

@@ -17,12 +17,12 @@
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { z } from "zod";
+import type { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
-import type { Outcome } from "./outcome.js";
+import { nothingDone, type Outcome } from "./outcome.js";
 import { STATUS_TOOL, listedStatusInput, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
-import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
+import { definitionOf, inputSchemaOf, listedOnly, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
 export interface McpExtra {
@@ -43,15 +43,13 @@ export interface McpToolOptions<I, R, C> extends GuardOptions<I, R, C> {
 
 /** An outcome as an MCP tool result: its message, then the whole outcome (as JSON text and as `structuredContent`). */
 export function toCallToolResult(outcome: Outcome): CallToolResult {
-  // `not_performed` is answered no more, but an application may still make one.
-  const nothingDone = outcome.status === "failed" || outcome.status === "refused" || outcome.status === "not_performed";
   return {
     content: [
       { type: "text", text: outcome.message },
       { type: "text", text: JSON.stringify(outcome) },
     ],
     structuredContent: { ...outcome },
-    isError: nothingDone,
+    isError: nothingDone(outcome),
   };
 }
 
@@ -76,23 +74,6 @@ const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpE
     inputParsed,
   };
 };
-
-/**
- * What the SDK is given as a tool's input schema: an object schema that accepts any arguments
- * (the SDK parses with it, and a refusal would be its protocol error), listed as the JSON Schema
- * of `schema`'s input (the SDK lists a schema's metadata with it). Undefined for a schema zod 4
- * cannot describe (a zod 3 one): the SDK then checks it itself, as before.
- */
-function listedOnly(schema: unknown): z.ZodObject | undefined {
-  let listed: Record<string, unknown>;
-  try {
-    listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }) as Record<string, unknown>;
-  } catch {
-    return undefined;
-  }
-  const { $schema: _dialect, ...shape } = listed; // the SDK writes its own
-  return z.looseObject({}).meta(shape) as unknown as z.ZodObject;
-}
 
 /** Registers `target` on `server` as a guarded tool. */
 export function registerGuardedTool<A, R, I, C = unknown>(

@@ -115,6 +115,16 @@ export function refusedInput(why: string): Outcome {
 }
 
 /**
+ * Whether the outcome says nothing was done (failed, refused): MCP's `isError`, LangChain's error
+ * status. Not a pending verification, which must not be retried, nor an unconfirmed one (whether
+ * the work was done is not known). `not_performed` is answered no more, but an application may
+ * still make one.
+ */
+export function nothingDone(outcome: Outcome): boolean {
+  return outcome.status === "failed" || outcome.status === "refused" || outcome.status === "not_performed";
+}
+
+/**
  * `summarize`, answering nothing when it throws or answers what cannot be sent as JSON (a BigInt,
  * a cycle): a failing summary must not change an outcome, nor reach the model as an exception.
  */

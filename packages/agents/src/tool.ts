@@ -4,6 +4,7 @@
  * email, a CRM record), so that a guarded tool is a few lines in any framework.
  */
 import type { StandardSchemaV1 } from "@standard-schema/spec";
+import { z } from "zod";
 import type { Action, KeyPart } from "@idem/core";
 
 export interface ToolDefinition<I, A, R> {
@@ -48,4 +49,22 @@ export function inputSchemaOf<I, A, R>(def: ToolDefinition<I, A, R>): StandardSc
   if (!schema)
     throw new TypeError(`tool ${def.name}: an input schema is needed (the action's \`input\` or the definition's)`);
   return schema as StandardSchemaV1<unknown, unknown>;
+}
+
+/**
+ * What a framework that checks a zod schema itself (MCP, LangChain) is given as a tool's input
+ * schema: an object schema that accepts any arguments (a refusal would be the framework's error,
+ * not guard's outcome), listed as the JSON Schema of `schema`'s input (both list a schema's
+ * metadata with it). Undefined for a schema zod 4 cannot describe (a zod 3 one): the framework
+ * then checks it itself, as before.
+ */
+export function listedOnly(schema: unknown): z.ZodObject | undefined {
+  let listed: Record<string, unknown>;
+  try {
+    listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+  const { $schema: _dialect, ...shape } = listed; // the framework writes its own
+  return z.looseObject({}).meta(shape) as unknown as z.ZodObject;
 }

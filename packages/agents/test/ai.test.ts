@@ -329,7 +329,7 @@ for (const dialect of DIALECTS) {
       expect(sandbox.count("payment_intents")).toBe(before);
       expect(await ledger.admin.list({ tenant })).toEqual([]); // refused before the ledger had it
       // The model is still asked for the schema's input, as the SDK describes it.
-      const [asked] = model.doGenerateCalls[0]!.tools as { inputSchema: Record<string, unknown> }[];
+      const [asked] = model.doGenerateCalls[0]!.tools as unknown as { inputSchema: Record<string, unknown> }[];
       expect(asked!.inputSchema).toMatchObject({
         type: "object",
         properties: { invoiceId: { type: "string", pattern: "^\\S+$" }, amount: { type: "integer" } },

@@ -1,7 +1,8 @@
 /**
  * A framework that gives up on a guarded tool while its provider request is out: the AI SDK's run
  * aborted (its `abortSignal`, or its timeout), the OpenAI Agents SDK cancelling a tool because a
- * sibling tool of the same turn failed (or the run's `signal`). Handed to the ledger as the
+ * sibling tool of the same turn failed (or the run's `signal`), LangGraph's run aborted (the
+ * `signal` its ToolNode hands a tool). Handed to the ledger as the
  * caller's `signal`, the abort cut the request under way: an email the SMTP server had accepted
  * was left unknown (the model read "Not confirmed", a lookup or a person to settle it). It is the
  * call's `stop` now, as in MCP (mcp-stop.test.ts): the request in flight ends and is recorded,
@@ -12,6 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateText } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
 import { Agent, Usage, run, setTracingDisabled, tool, type Model, type ModelResponse } from "@openai/agents";
+import { AIMessage, type ToolMessage } from "@langchain/core/messages";
+import { ToolNode } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
 import { openLedger, type LedgerOptions } from "@idem/core";
 import { emailActions, emailTools } from "@idem/email";
@@ -19,6 +22,7 @@ import { JOURNAL, MailSandbox, SENDER } from "@idem/sandbox";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { aiTool } from "@idem/agents/ai";
 import { openaiTool } from "@idem/agents/openai";
+import { langchainTool } from "@idem/agents/langchain";
 import type { Outcome } from "@idem/agents";
 
 setTracingDisabled(true);
@@ -167,6 +171,30 @@ for (const dialect of DIALECTS) {
       const [op] = await ledger.admin.list({ tenant });
       // Before: pending_verification (unknown), though the server had the email.
       expect((await ledger.status({ tenant, id: op!.id })).status).toBe("succeeded");
+      expect(mail.count() - before).toBe(1);
+    });
+
+    it("LangGraph, the run aborted: the email the server was taking is recorded sent, and the tool answers it, not 'Please fix your mistakes'", async () => {
+      // A tool that gives up when LangChain's signal aborts (its `tool()` wrapper rejects at once)
+      // has the ToolNode answer "Error: This operation was aborted\n Please fix your mistakes.".
+      const ledger = await db.open();
+      const tenant = `abort-lc-${dialect}-${rnd()}`;
+      const before = mail.count();
+      const giveUp = new AbortController();
+      mail.events.once("accepted", () => giveUp.abort(new DOMException("The user stopped the run.", "AbortError")));
+      const input = { to: "client@example.test", reference: `ord-${tenant}`, subject: "Your order", text: "Shipped." };
+      const call = { name: "send_email", args: input, id: "call_1", type: "tool_call" as const };
+      const { messages } = (await new ToolNode([langchainTool(ledger, send(), { tenant })]).invoke(
+        { messages: [new AIMessage({ content: "", tool_calls: [call] })] },
+        { signal: giveUp.signal },
+      )) as { messages: ToolMessage[] };
+
+      expect(giveUp.signal.aborted).toBe(true);
+      const [op] = await ledger.admin.list({ tenant });
+      expect({
+        read: String(messages[0]!.content),
+        ledger: (await ledger.status({ tenant, id: op!.id })).status,
+      }).toEqual({ read: expect.stringContaining('"status":"done"'), ledger: "succeeded" });
       expect(mail.count() - before).toBe(1);
     });
   });
