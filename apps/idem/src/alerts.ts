@@ -117,7 +117,8 @@ const NOT_TAKING: ReadonlySet<number> = new Set([401, 403, 404, 410, 503]);
  * request), 425 (too early, try again). They
  * may come after the receiver took the alert, but the request carries an `idempotency-key` header
  * (a receiver that reads it drops the second), and a duplicate alert costs a person a second look
- * where a lost one costs the incident it was about: tried again at the next tick, never "may have
+ * where a lost one costs the incident it was about: tried again after the sink's backoff
+ * (sink-backoff.ts: the next tick, then longer while it keeps failing), never "may have
  * been sent" (which would put the delivery in review and acknowledge the alert unsent). Not within
  * the tick: a delivery is one request a tick (`deliver`), so a receiver that takes alerts and
  * answers 500 gets one copy a tick, not one per retry.
@@ -166,7 +167,7 @@ function classifyDelivery(url: string) {
     if (status !== undefined && FAILED_THIS_TIME.has(status))
       return {
         kind: "transient",
-        reason: `receiver answered ${status}; tried again next tick (a duplicate is cheaper than a lost alert)`,
+        reason: `receiver answered ${status}; tried again after a backoff (a duplicate is cheaper than a lost alert)`,
       };
     // Another 4xx refuses this alert itself (its payload): final.
     if (status !== undefined && status >= 400 && status < 500 && status !== 429)
@@ -582,7 +583,7 @@ export async function deliver(
       parts: ["alert", sink.name, alert.operationId, alert.kind, alert.attempt, discriminator],
     });
     if (down.has(sink.name)) {
-      done = false; // tried again next tick
+      done = false; // tried again once its backoff ends
       missed.push(key.hash);
       continue;
     }

@@ -44,6 +44,12 @@ import { operationVersion, printOperation, printOperations, printStats } from ".
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
 
+/**
+ * The part of `daemon.stopTimeoutMs` kept for the ledger's connection to end once the close
+ * stopped waiting for late answers (at most a tenth of the bound): its exit would cut it.
+ */
+const CLOSE_RESERVE_MS = 1_000;
+
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
 /** The exit code a program's command chose when it did its work but not all of it (printed already); else 0. */
@@ -84,6 +90,8 @@ async function withLedger<T>(
     waitForDatabase?: { log: Logger; signal: AbortSignal; unreachable?: (error: Error) => void };
     /** Runs with the config before the ledger is opened (the daemon serves /healthz meanwhile). */
     beforeOpen?: (config: IdemConfig) => Promise<void>;
+    /** Closes the ledger once `fn` ended (the daemon's, within its stop's bound); else `ledger.close()`. */
+    close?: (ledger: Ledger) => Promise<void>;
   } = {},
 ): Promise<T> {
   const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
@@ -136,7 +144,7 @@ async function withLedger<T>(
   try {
     return await fn(ledger, config, configured);
   } finally {
-    await ledger.close();
+    await (options.close ? options.close(ledger) : ledger.close());
   }
 }
 
@@ -796,6 +804,10 @@ export function program(): Command {
       let opened = false;
       /** How far a stop got: the daemon's work, then closing the ledger, then the process ending. */
       let stage: "work" | "close" | "done" = "work";
+      /** When the stop came (performance.now()): the close has what is left of the bound. */
+      let stoppedAt: number | undefined;
+      /** The late answers the ledger's close did not await (named in the log): the stop exits 1. */
+      let unawaited = 0;
       // Heard from the start: a daemon started while its database is down (or restarting) waits
       // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
       const signals = hearStopSignals(log, {
@@ -813,6 +825,7 @@ export function program(): Command {
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
           const stop = () => {
+            stoppedAt = performance.now();
             log.info("stopping: finishing the work in flight");
             daemon.stop();
             // Bounded: a database or provider that does not answer (a frozen one: its client's read
@@ -827,7 +840,7 @@ export function program(): Command {
                 // command's own code (set once it ended), as if it had exited by itself.
                 log.warn(
                   { stopTimeoutMs: ms },
-                  `the daemon stopped, but the process was still open ${ms} ms after the stop: exiting`,
+                  `the daemon stopped, but the process was still open ${ms} ms after the stop${unawaited ? " (the requests whose late answers were not awaited, named above)" : ""}: exiting`,
                 );
                 process.exit();
               }
@@ -903,6 +916,23 @@ export function program(): Command {
           ...(!o.once && {
             waitForDatabase: { log, signal: signals.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
           }),
+          close: async (ledger) => {
+            // Within what is left of the stop's bound, less a part kept for the connection's end:
+            // the close waits up to a lease for the late answers of requests cut off, and a bound
+            // shorter than that (20 s against 30 s, by default) exited in the middle of it.
+            const bound = stoppedAt === undefined ? undefined : stopTimeoutMs;
+            const waitMs =
+              bound === undefined
+                ? undefined
+                : Math.max(0, stoppedAt! + bound - Math.min(CLOSE_RESERVE_MS, bound / 10) - performance.now());
+            const { lateAnswers } = await ledger.close(waitMs === undefined ? {} : { waitMs });
+            if (!lateAnswers.length) return;
+            unawaited = lateAnswers.length;
+            log.error(
+              { lateAnswers, ...(bound !== undefined && { stopTimeoutMs: bound }) },
+              `the ledger closed without the late answer of ${lateAnswers.length} request(s) cut off (${lateAnswers.map((r) => r.id).join(", ")}): ${bound === undefined ? "a lease" : "the stop's bound (daemon.stopTimeoutMs)"} ended the wait; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it${bound === undefined ? "" : "; a longer daemon.stopTimeoutMs waits longer for such answers"}`,
+            );
+          },
         },
       );
       try {
@@ -916,6 +946,11 @@ export function program(): Command {
         await metrics?.close();
         stage = "done";
       }
+      // The ledger closed cleanly, but not every answer was recorded: the stop was not clean.
+      if (unawaited)
+        throw new Error(
+          `the daemon stopped without recording the late answers of ${unawaited} request(s) cut off; see the log`,
+        );
     });
   return cmd;
 }

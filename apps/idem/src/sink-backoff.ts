@@ -10,11 +10,12 @@
  *
  * Nothing is dropped: a delivery held back is not tried, its alert stays due (`deliver` counts it
  * missed) and is delivered once when the sink takes alerts again. The log says once that a sink
- * fails (its first failure, with the reason) and once that it is back; the failures between are
- * at debug level.
+ * fails (its first failure, with the reason), once at warn each other reason it fails for while
+ * it keeps failing (a webhook that refused, now not reached), and once that it is back; the
+ * failures between are at debug level.
  */
 import type { Logger } from "pino";
-import { spread } from "@idem/core";
+import { spread, type RunResult } from "@idem/core";
 
 /** The longest a failing sink is left before it is tried again: how late an alert may be once the sink is back. */
 export const SINK_BACKOFF_MAX_MS = 5 * 60_000;
@@ -26,7 +27,24 @@ interface Failing {
   readonly since: number;
   /** Not tried before this time (database clock). */
   nextAt: number;
+  /** The reasons said for this failing (`gist`): each is said once. */
+  readonly reasons: Set<string>;
 }
+
+/** One failed delivery as the log says it; `fields.delivery`: what the sink's run answered. */
+export interface FailureSaid {
+  readonly fields: { readonly delivery: RunResult<unknown> };
+  readonly msg: string;
+}
+
+/** Why a delivery failed, as its run answered it. */
+function reasonOf(delivery: RunResult<unknown>): string {
+  if (delivery.status === "pending_verification") return delivery.reason;
+  return delivery.status === "failed" ? delivery.error.reason : delivery.status;
+}
+
+/** A reason without its waits ("retried in 4800 ms"), which differ from try to try for the same failure. */
+const gist = (reason: string) => reason.replace(/\d+ ms\b/g, "some ms");
 
 export class SinkBackoff {
   readonly #failing = new Map<string, Failing>();
@@ -54,20 +72,30 @@ export class SinkBackoff {
 
   /**
    * A delivery the sink did not take (not reached, failing, refusing every alert): schedules its
-   * next try. `said`: the log line of this failure, at error the first time in a row, else debug.
+   * next try. `said`: the log line of this failure, at error the first time in a row, at warn for
+   * a reason not said yet while it keeps failing, else debug.
    */
-  async failed(sink: string, said: { fields: object; msg: string }): Promise<void> {
+  async failed(sink: string, said: FailureSaid): Promise<void> {
     const now = await this.now();
-    const f = this.#failing.get(sink) ?? { tries: 0, since: now, nextAt: now };
+    const f = this.#failing.get(sink) ?? { tries: 0, since: now, nextAt: now, reasons: new Set<string>() };
     f.tries += 1;
     f.nextAt = now + this.waitMs(f.tries);
     this.#failing.set(sink, f);
+    const reason = reasonOf(said.fields.delivery);
+    const fresh = !f.reasons.has(gist(reason));
+    f.reasons.add(gist(reason));
+    const when = { sink, tries: f.tries, nextTryAt: new Date(f.nextAt).toISOString() };
     if (f.tries === 1)
       this.log.error(
-        { ...said.fields, sink },
+        { ...said.fields, ...when },
         `${said.msg}; the sink is failing: it is tried again with backoff (up to ${SINK_BACKOFF_MAX_MS / 60_000} minutes apart), its alerts stay due and are delivered when it takes them again`,
       );
-    else this.log.debug({ ...said.fields, sink, tries: f.tries, nextInMs: f.nextAt - now }, said.msg);
+    else if (fresh)
+      this.log.warn(
+        { ...said.fields, ...when, failingSince: new Date(f.since).toISOString() },
+        `alert sink ${sink} is still failing, now for another reason: ${reason}; it is tried again with backoff, its alerts stay due (${said.msg})`,
+      );
+    else this.log.debug({ ...said.fields, ...when, nextInMs: f.nextAt - now }, said.msg);
   }
 
   /** The sink took a delivery: it is tried as usual again, and the log says it is back. */
@@ -113,7 +141,7 @@ export class SinksThisTick {
   }
 
   /** The sink did not take a delivery (not reached, failing): not tried again in this tick, and backed off. */
-  async failed(sink: string, said: { fields: object; msg: string }): Promise<void> {
+  async failed(sink: string, said: FailureSaid): Promise<void> {
     this.down.add(sink);
     await this.backoff.failed(sink, said);
   }

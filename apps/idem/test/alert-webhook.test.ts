@@ -123,7 +123,7 @@ for (const dialect of DIALECTS) {
 
     for (const status of [408, 425]) {
       it(
-        `a receiver answering ${status} (it did not take the request, yet) keeps the alert due: tried again next tick, not refused for good`,
+        `a receiver answering ${status} (it did not take the request, yet) keeps the alert due: tried again after a backoff, not refused for good`,
         async () => {
           const hook = await redirecting(status);
           cleanups.push(hook.close);
@@ -137,7 +137,7 @@ for (const dialect of DIALECTS) {
             undelivered: 1,
           });
           const said = lines.find((l) => l.delivery?.reason !== undefined)?.delivery?.reason;
-          expect(said).toMatch(new RegExp(`receiver answered ${status}; tried again next tick`));
+          expect(said).toMatch(new RegExp(`receiver answered ${status}; tried again after a backoff`));
         },
         scaled(60_000),
       );

@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
-import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
 import { defineAction, openLedger, type Ledger, type OperationContext } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
@@ -15,7 +15,7 @@ import { ConfigError, Daemon, DaemonMetrics, alertActions, parseConfig } from "@
 import { pino } from "pino";
 import { DIALECTS, freshDatabase, scaled, startChild, untrustedServer } from "@idem/testkit";
 import { fileURLToPath } from "node:url";
-import { CLI, until } from "./support.js";
+import { CLI, smtpServer, until } from "./support.js";
 
 const TERM_CONFIG = fileURLToPath(new URL("./fixtures/slow-503.config.ts", import.meta.url));
 
@@ -76,81 +76,6 @@ function capture() {
     }),
   );
   return { log, lines };
-}
-
-/**
- * Where a test SMTP server refuses (and with what reply), or where it trickles (writes a
- * continuation line every 100 ms, never the last one); `undefined`: it takes the message.
- */
-type Refusal =
-  | { at: "greeting" | "MAIL" | "RCPT" | "DATA"; reply: string }
-  | { at: "greeting" | "DATA"; trickle: true };
-
-/** A small SMTP server: `refuse()` is asked on each connection; it keeps each message it took. */
-async function smtpServer(refuse: () => Refusal | undefined) {
-  const taken: string[] = [];
-  let connections = 0;
-  const sockets = new Set<Socket>();
-  const server = createTcpServer((socket) => {
-    connections += 1;
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    socket.on("error", () => {});
-    const r = refuse();
-    const trickle = (code: number) => {
-      const timer = setInterval(() => socket.write(`${code}-still working\r\n`), 100);
-      socket.on("close", () => clearInterval(timer));
-    };
-    const reply = r && "reply" in r ? r.reply : undefined;
-    if (r?.at === "greeting" && reply === undefined) return trickle(220);
-    if (r?.at === "greeting") return void socket.end(`${reply}\r\n`);
-    socket.write("220 test ESMTP\r\n");
-    let buffered = "";
-    let inData = false;
-    let message = "";
-    socket.on("data", (d) => {
-      buffered += d.toString();
-      for (let i = buffered.indexOf("\r\n"); i >= 0; i = buffered.indexOf("\r\n")) {
-        const line = buffered.slice(0, i);
-        buffered = buffered.slice(i + 2);
-        if (inData) {
-          if (line !== ".") {
-            message += `${line}\n`;
-            continue;
-          }
-          inData = false;
-          if (r?.at === "DATA" && reply === undefined) trickle(250);
-          else if (r?.at === "DATA") socket.write(`${reply}\r\n`);
-          else {
-            taken.push(message);
-            socket.write("250 OK queued\r\n");
-          }
-          continue;
-        }
-        const command = line.slice(0, 4).toUpperCase();
-        if (command === "EHLO" || command === "HELO") socket.write("250-test\r\n250 8BITMIME\r\n");
-        else if (command === "MAIL") socket.write(r?.at === "MAIL" ? `${r.reply}\r\n` : "250 OK\r\n");
-        else if (command === "RCPT") socket.write(r?.at === "RCPT" ? `${r.reply}\r\n` : "250 OK\r\n");
-        else if (command === "DATA") {
-          inData = true;
-          message = "";
-          socket.write("354 go ahead\r\n");
-        } else if (command === "QUIT") socket.end("221 bye\r\n");
-        else socket.write("250 OK\r\n");
-      }
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    port: (server.address() as AddressInfo).port,
-    taken,
-    connections: () => connections,
-    close: () =>
-      new Promise<void>((r) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => r());
-      }),
-  };
 }
 
 const cleanups: (() => Promise<unknown>)[] = [];

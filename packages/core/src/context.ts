@@ -113,6 +113,16 @@ export interface Verdict {
 /** What identifies one state of an operation: any transition or check changes one of these. */
 export type Seen = Pick<Operation, "status" | "attempt" | "checks" | "updatedAt">;
 
+/** What a close did not wait for (`Ledger.close`). */
+export interface Closed {
+  /**
+   * The operations whose request was cut off (no longer awaited: unknown) and whose late answer
+   * was still out when the close stopped waiting: not recorded, each stays as its cut-off left it
+   * (unknown, settled by its lookup or replay, or a person's). Empty when every one was recorded.
+   */
+  readonly lateAnswers: readonly OperationRef[];
+}
+
 export class LedgerContext {
   readonly runner: Runner;
   readonly reports: Reports;
@@ -139,21 +149,24 @@ export class LedgerContext {
 
   /** Aborted once `close` began: no call starts, none waits, and no request is sent (see Runner). */
   private readonly closingController = new AbortController();
-  private closure: Promise<void> | undefined;
+  private closure: Promise<Closed> | undefined;
 
   /**
    * Closes gracefully: new calls are refused, no request is sent from now on, and the calls in
    * flight end (an effect under way is recorded, a request not yet sent is left pending), and the
-   * late answers of requests no longer awaited are recorded (Runner.recordLate), for up to a
-   * lease; then the connection closes. Before, the claims waiting for their commit were
-   * committed at close and their effects sent after it returned, with nowhere to record them.
+   * late answers of requests no longer awaited are recorded (Runner.recordLate), for up to
+   * `waitMs` (default a lease); then the connection closes. Before, the claims waiting for their
+   * commit were committed at close and their effects sent after it returned, with nowhere to
+   * record them. A second close answers as the first.
    */
-  close(): Promise<void> {
+  close(waitMs = this.settings.leaseMs): Promise<Closed> {
     this.closure ??= (async () => {
       this.closingController.abort(); // pauses end; no call starts, waits or sends from now on
-      await this.runner.quiesce(this.settings.leaseMs);
+      const quiet = await this.runner.quiesce(waitMs);
+      const lateAnswers = quiet ? [] : this.runner.lateAnswers();
       this.closed = true;
       await this.db.destroy();
+      return { lateAnswers };
     })();
     return this.closure;
   }

@@ -13,7 +13,7 @@ export type { LedgerAdmin, Resolve, Retry } from "./admin.js";
 export type { Escalation } from "./call.js";
 export { canonicalJson } from "./canonical.js";
 export type { Json } from "./canonical.js";
-export type { Operation, OperationEvent, OperationRef, Seen, Verdict } from "./context.js";
+export type { Closed, Operation, OperationEvent, OperationRef, Seen, Verdict } from "./context.js";
 export type { DueOperation, LedgerDaemon, SettleOptions } from "./daemon.js";
 export type { TenantActions } from "./store.js";
 export {

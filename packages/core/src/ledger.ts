@@ -13,6 +13,7 @@ import { LedgerAdmin } from "./admin.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import {
   LedgerContext,
+  type Closed,
   toEvent,
   toOperation,
   type Operation,
@@ -347,9 +348,22 @@ export class Ledger {
     };
   }
 
-  /** Closes the connection (pool); every later call throws `LedgerConfigError`. */
-  async close(): Promise<void> {
-    await this.#context.close();
+  /**
+   * Closes the connection (pool); every later call throws `LedgerConfigError`. The calls in flight
+   * end first, and the late answers of requests cut off are awaited, to be recorded, for up to
+   * `waitMs` (default the lease). A process that must end within a shorter bound (a daemon's stop)
+   * passes what is left of it: given options, the answer names the late answers not awaited
+   * (`Closed.lateAnswers`). A `waitMs` that is no duration is refused (`InvalidValueError`), the
+   * ledger left open.
+   */
+  close(): Promise<undefined>;
+  close(options: { readonly waitMs?: number }): Promise<Closed>;
+  async close(options?: { readonly waitMs?: number }): Promise<Closed | undefined> {
+    const waitMs = options?.waitMs;
+    if (waitMs !== undefined && !(waitMs >= 0 && waitMs <= 2 ** 31 - 1))
+      throw new InvalidValueError("waitMs", `must be a duration from 0 to ${2 ** 31 - 1} ms (got ${waitMs})`);
+    const closed = await this.#context.close(waitMs);
+    return options && closed;
   }
 
   #checkAllowed(tenant: string, type: string): void {

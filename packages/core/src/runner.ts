@@ -88,6 +88,13 @@ export class Runner {
   /** Calls (and settlements) in flight, and who waits for there to be none. */
   private inFlight = 0;
   private idle: (() => void)[] = [];
+  /** The operations whose late answer (`recordLate`) is awaited now: what a close cut short leaves unrecorded. */
+  private readonly late = new Set<{ readonly tenant: string; readonly id: string }>();
+
+  /** The operations whose late answer is still awaited, in the order their requests were cut off. */
+  lateAnswers(): { tenant: string; id: string }[] {
+    return [...this.late].map((ref) => ({ ...ref }));
+  }
 
   /** Resolves true once no call is in flight, or false after `ms` with some still running. */
   async quiesce(ms: number): Promise<boolean> {
@@ -743,7 +750,8 @@ export class Runner {
    * late end is, through the fence. A receipt settles an operation not yet proven (`complete`,
    * then `fenced`: a second effect alerted); an ambiguous end reopens one proven absent meanwhile;
    * a refusal is noted only, the operation left as others left it (unknown: looked up). Counted
-   * in flight: `close` waits for it as for a call, up to a lease. An answer that finds the ledger
+   * in flight: `close` waits for it as for a call, up to a lease (or its `waitMs`), and names it
+   * when it stopped waiting first (`lateAnswers`). An answer that finds the ledger
    * closed or failing is lost; the operation's lookup or replay settles it then.
    */
   private recordLate<A, R>(
@@ -753,6 +761,8 @@ export class Runner {
     ctx: OperationContext,
     maybeCommitted: boolean,
   ): void {
+    const awaited = { tenant: call.tenant, id: row.id };
+    this.late.add(awaited);
     this.track(async () => {
       let receipt: R;
       try {
@@ -763,7 +773,9 @@ export class Runner {
         return;
       }
       await this.complete(call, row, receipt, HAPPENED, true);
-    }).catch(() => {});
+    })
+      .catch(() => {})
+      .finally(() => this.late.delete(awaited));
   }
 
   /**

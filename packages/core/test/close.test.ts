@@ -5,7 +5,7 @@
  * close returned, and none could be recorded: each call waited out its lease and left its row
  * running (a person's review, for an effect done exactly once).
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { defineAction, LedgerConfigError } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
@@ -153,6 +153,63 @@ for (const dialect of DIALECTS) {
       const after = await db.open();
       expect(await after.status({ tenant, id: op!.id })).toMatchObject({ status: "succeeded" });
       expect(p.effects).toHaveLength(1);
+    });
+
+    /** A call given up by its caller while its request's answer is held: abandoned, unknown, its late answer awaited by close. */
+    async function abandoned(ledger: Awaited<ReturnType<typeof openTestLedger>>) {
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r)); // its request is taken, its answer held; its signal ignored
+      const gaveUp = new AbortController();
+      const call = ledger.run(mail, { tenant, key: ["late"], args: { to: "x" }, signal: gaveUp.signal });
+      await p.called(1);
+      gaveUp.abort(new Error("the agent's turn ended"));
+      await expect(call).rejects.toThrow("the agent's turn ended");
+      const [op] = await ledger.admin.list({ tenant });
+      expect(op).toMatchObject({ status: "unknown" });
+      return { p, tenant, id: op!.id, release };
+    }
+
+    it("close({ waitMs }): stops waiting for a late answer after waitMs, closes the connection and names the operation it did not await", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const { p, tenant, id, release } = await abandoned(ledger);
+      const t0 = performance.now();
+      // Before: no bound but the lease (20 s here), and nothing said which answer was left.
+      const closed = await ledger.close({ waitMs: 300 });
+      const took = performance.now() - t0;
+      expect({ closed, cutShort: took < 10_000 }).toEqual({
+        closed: { lateAnswers: [{ tenant, id }] },
+        cutShort: true,
+      });
+      await expect(ledger.run(p.action("mail", {}), { tenant, key: ["after"], args: { to: "x" } })).rejects.toThrow(
+        LedgerConfigError,
+      );
+      release(); // the answer comes after the close: nowhere to record it, and no error escapes
+      await vi.waitFor(() => expect(p.effects).toHaveLength(1));
+      const after = await db.open();
+      // As the cut-off left it: unknown, for its lookup (the effect happened: the lookup finds it).
+      expect((await after.get({ tenant, id })).operation.status).toBe("unknown");
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("close({ waitMs }): a late answer that comes within waitMs is recorded, and none is named", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const { p, tenant, id, release } = await abandoned(ledger);
+      const closed = ledger.close({ waitMs: 15_000 });
+      release();
+      expect(await closed).toEqual({ lateAnswers: [] });
+      const after = await db.open();
+      expect(await after.status({ tenant, id })).toMatchObject({ status: "succeeded" });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("close({ waitMs }) with a waitMs that is no duration is refused, the ledger left open", async () => {
+      const ledger = await openTestLedger(db.url());
+      for (const waitMs of [-1, Number.NaN, 2 ** 31]) await expect(ledger.close({ waitMs })).rejects.toThrow(/waitMs/);
+      expect(await ledger.admin.list({ tenant: uniqueTenant() })).toEqual([]);
+      expect(await ledger.close({ waitMs: 0 })).toEqual({ lateAnswers: [] });
     });
 
     it("a call whose stop signal aborts while it waits out a Retry-After: answered pending at once, nothing more sent, no rejection", async () => {
