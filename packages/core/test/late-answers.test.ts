@@ -647,6 +647,176 @@ for (const dialect of DIALECTS) {
       });
       expect(p.effects, story).toHaveLength(1);
     });
+
+    // helper-193's reading (helper-198's tests): attempt 1's request is still out when a lookup
+    // proves absence, and a later attempt runs the operation again (its answer lost). Attempt 1's
+    // effect then lands, and an answer decided before that run arrives: a slow lookup's finding, or
+    // attempt 1's own receipt. Recorded as the row's one effect, it said nothing of the later
+    // request, which may have taken effect too (before: succeeded, no alert, two effects at the
+    // provider). So was the answer that came while the rerun's request was out, settling the row
+    // under it, whose end without an answer was then replayed the earlier receipt. The row stays
+    // unknown until a lookup that reads both decides.
+    // `reviewed`: the rerun's outcome then went to a person (looks that proved nothing): the answer
+    // settles it, and the person hears of two effects, perhaps (before: settled unalerted).
+    for (const when of ["after", "while", "reviewed"] as const)
+      for (const late of ["finding", "receipt"] as const)
+        for (const rerun of ["lands", "never lands"] as const)
+          if (when !== "reviewed" || rerun === "lands")
+            it(`a slow ${late} ${when === "while" ? "while a later attempt runs it again, whose answer is lost" : `after a later attempt ran it again, whose answer was lost${when === "reviewed" ? ", then went to a person" : ""}`} (its request ${rerun}): never two effects in silence`, async () => {
+              let now = Date.now();
+              const effects: string[] = []; // at the provider, each an effect
+              const queued: string[] = []; // accepted, not landed yet
+              let open1: () => void = () => {};
+              const out1 = new Promise<void>((r) => (open1 = r));
+              let openLookup: () => void = () => {};
+              let openRerun: () => void = () => {};
+              const rerunHeld = when === "while" ? new Promise<void>((r) => (openRerun = r)) : undefined;
+              let lookupGate: Promise<void> | undefined;
+              let calls = 0;
+              let lookups = 0;
+              let lagging = false; // the provider's index lags: looks prove nothing
+              const action = defineAction<{ to: string }, { id: string }>({
+                type: `late.rerun.${late}`,
+                capabilities: { lookup: true },
+                execute: async () => {
+                  calls += 1;
+                  if (calls === 1) {
+                    await out1; // attempt 1's request is out until released, then lands
+                    effects.push("obj_1");
+                    if (late === "receipt") return { id: "obj_1" };
+                    throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+                  }
+                  queued.push(`obj_${calls}`); // the rerun's request, accepted, lands later; its answer is lost
+                  await rerunHeld;
+                  throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+                },
+                classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+                reconcile: async () => {
+                  lookups += 1;
+                  const g = lookupGate;
+                  lookupGate = undefined;
+                  if (g) await g;
+                  if (lagging) return { found: false as const, proof: "inconclusive" as const, reason: "index lags" };
+                  // The provider reads its records as it answers, and counts every effect it finds.
+                  const [hit, ...more] = effects;
+                  if (hit === undefined)
+                    return { found: false as const, proof: "absent" as const, reason: "not there" };
+                  return {
+                    found: true as const,
+                    receipt: { id: hit },
+                    ...(more.length > 0 && { twice: effects.join(", ") }),
+                  };
+                },
+              });
+              const ledger: Ledger = await db.open({
+                clock: () => now,
+                leaseMs: 30_000,
+                actions: [action],
+                budget: { attempts: 1 },
+              });
+              const tenant = uniqueTenant();
+              const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+              await until(() => calls === 1);
+              now += 31_000; // attempt 1's lease ran out by the database clock; its request is still out
+              const [op] = await ledger.admin.list({ tenant });
+              const id = op!.id;
+              const stop = new AbortController();
+              stop.abort(); // a stopping daemon: it looks up but sends nothing
+              let slow: Promise<unknown> | undefined;
+              if (late === "finding") {
+                // Attempt 2 looks, slowly: its lease runs out before it answers.
+                lookupGate = new Promise<void>((r) => (openLookup = r));
+                slow = ledger.daemon.settle({ tenant, id, actor: "daemon-a", stop: stop.signal });
+                await until(() => lookups === 1);
+                now += 31_000;
+              } else {
+                expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-a", stop: stop.signal })).toMatchObject({
+                  state: "pending",
+                });
+              }
+              // Another look proves absence (attempt 1's request has not landed), and it runs again: answer lost.
+              const rerunning = ledger.daemon.settle({ tenant, id, actor: "daemon-b" });
+              if (when !== "while") expect(await rerunning).toMatchObject({ state: "unknown" });
+              await until(() => calls === 2);
+              if (when === "reviewed") {
+                lagging = true;
+                const escalate = { maxChecks: 1, maxAgeMs: 3_600_000 };
+                await ledger.daemon.settle({ tenant, id, actor: "daemon-b", escalate });
+                expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-b", escalate })).toMatchObject({
+                  state: "needs_review",
+                });
+                lagging = false;
+              }
+              open1(); // attempt 1's request lands, and its answer arrives
+              const firstOut = await first;
+              openLookup(); // the slow lookup reads the provider now: attempt 1's effect
+              const slowOut = await slow;
+              openRerun(); // the rerun's answer is lost
+              const rerunOut = await rerunning;
+              if (rerun === "lands") effects.push(...queued.splice(0));
+              const story = async () =>
+                `first: ${JSON.stringify(firstOut)}; slow: ${JSON.stringify(slowOut)}; rerun: ${JSON.stringify(rerunOut)}; events: ${(
+                  await ledger.get({ tenant, id })
+                ).events
+                  .map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`)
+                  .join(" | ")}`;
+              // The answer's caller holds a proof of an effect: it is told so.
+              expect(late === "finding" ? slowOut : firstOut, await story()).toMatchObject({
+                status: "succeeded",
+                receipt: { id: "obj_1" },
+              });
+              if (when === "reviewed") {
+                const { operation } = await ledger.get({ tenant, id });
+                expect(
+                  {
+                    effects: effects.length,
+                    status: operation.status,
+                    result: operation.result,
+                    alerted: (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === id),
+                    possiblyTwo: operation.reason?.startsWith("possibly two effects: ") ?? false,
+                  },
+                  await story(),
+                ).toEqual({
+                  effects: 2,
+                  status: "succeeded",
+                  result: { id: "obj_1" },
+                  alerted: true,
+                  possiblyTwo: true,
+                });
+                return;
+              }
+              // Before it, not settled by an answer decided before the rerun (checked below, after the outcome).
+              const between = (await ledger.get({ tenant, id })).operation;
+              // The next look reads every effect at the provider, and decides.
+              await ledger.daemon.settle({ tenant, id, actor: "daemon-c" });
+              const { operation } = await ledger.get({ tenant, id });
+              const alerted = (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === id);
+              expect(
+                {
+                  effects: effects.length,
+                  status: operation.status,
+                  result: operation.result,
+                  alerted,
+                  twoEffects: operation.reason?.startsWith("two effects") ?? false,
+                },
+                await story(),
+              ).toEqual({
+                effects: rerun === "lands" ? 2 : 1,
+                status: "succeeded",
+                result: { id: "obj_1" },
+                alerted: rerun === "lands",
+                twoEffects: rerun === "lands",
+              });
+              // The rerun's caller is told its outcome is not known, not "already done earlier".
+              expect(rerunOut, await story()).toMatchObject({ status: "pending_verification", state: "unknown" });
+              // Left for a look that reads both: the row stayed unknown until daemon-c's look.
+              expect(between, await story()).toMatchObject({
+                status: "unknown",
+                reason: expect.stringMatching(
+                  /^outcome unknown: attempt \d's .*\{"id":"obj_1"\}.*the next lookup counts the effects$/,
+                ),
+              });
+            });
   });
 }
 
