@@ -2,7 +2,9 @@
  * What the console suites share: an action a person must decide, the console served for its
  * operators, and a browser that signs in and posts the console's forms as its pages do.
  */
+import { existsSync } from "node:fs";
 import { expect } from "vitest";
+import { type Browser, chromium } from "playwright-core";
 import { pino } from "pino";
 import { defineAction, type Ledger } from "@idem/core";
 import { parseConfig } from "@idem/cli";
@@ -26,21 +28,28 @@ export interface TestOperator {
 
 let served = 0;
 
-/** The console over `ledger` (whose URL is `url`), for these operators, on a free port, logging nothing. */
+/**
+ * The console over `ledger` (whose URL is `url`), for these operators, logging nothing: on a free
+ * port, or on `port` (a console started again where it was); with `sessionSecret`, its sessions
+ * outlive a restart (otherwise each start signs its own).
+ */
 export async function serveFor(
   ledger: Ledger,
   url: string,
   operators: readonly TestOperator[],
+  at: { port?: number; sessionSecret?: string } = {},
 ): Promise<ConsoleServer> {
   // One process may run several suites (threads): each console's variables are its own.
   const n = ++served;
-  const tokenEnv = (o: TestOperator) => `IDEM_TEST_${process.pid}_${n}_${o.name.toUpperCase()}`;
-  for (const o of operators) process.env[tokenEnv(o)] = o.token;
+  const env = (name: string) => `IDEM_TEST_${process.pid}_${n}_${name.toUpperCase()}`;
+  for (const o of operators) process.env[env(o.name)] = o.token;
+  if (at.sessionSecret !== undefined) process.env[env("session")] = at.sessionSecret;
   const config = parseConfig({
     ledger: url,
     console: {
-      port: 0,
-      operators: operators.map((o) => ({ name: o.name, tokenEnv: tokenEnv(o), tenants: o.tenants })),
+      port: at.port ?? 0,
+      ...(at.sessionSecret !== undefined && { sessionSecretEnv: env("session") }),
+      operators: operators.map((o) => ({ name: o.name, tokenEnv: env(o.name), tenants: o.tenants })),
     },
   });
   return serveConsole(ledger, config, pino({ level: "silent" }));
@@ -90,4 +99,25 @@ export function browserOn(base: () => string) {
     return /data-testid="flash">([^<]*)</.exec(page)?.[1];
   };
   return { session, get, formTokenOf, postWith, post, noteAfter };
+}
+
+const CHROMIUM = "/usr/bin/chromium";
+
+/** Debian's Chromium, headless, driven by Playwright. */
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`${CHROMIUM} is missing: apt-get install chromium (pnpm test installs it)`);
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+}
+
+/** A browser context of its own, signed in to the console at `base` with `token` (as the sign-in page does it). */
+export async function signInAs(browser: Browser, base: string, token: string, name: string) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  await page.goto(`${base}/`);
+  expect(new URL(page.url()).pathname).toBe("/login"); // nothing is served before sign-in
+  await page.getByLabel("Operator token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect.poll(() => page.getByTestId("operator").textContent()).toBe(name);
+  return { context, page };
 }

@@ -6,18 +6,17 @@
  * it with a reason; the ledger's audit trail names them. A second operator without that tenant
  * cannot see it, a stale page cannot decide it, and a form from elsewhere is refused.
  */
-import { existsSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { fileURLToPath } from "node:url";
 import { defineAction, openLedger, type Ledger } from "@idem/core";
 import { emailActions } from "@idem/email";
 import { MailSandbox, SENDER } from "@idem/sandbox";
 import { type Child, DIALECTS, freshDatabase, kill9, scaled, startChild, tempDir } from "@idem/testkit";
-import { type Browser, chromium } from "playwright-core";
+import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium, signInAs } from "./console-support.js";
 import { CLI, until } from "./support.js";
-
-const CHROMIUM = "/usr/bin/chromium";
 
 /** Writes `config`, runs `idem --config … <command>` and waits for the line saying where the console listens. */
 async function serving(
@@ -59,9 +58,7 @@ let browser: Browser;
 let sandbox: MailSandbox;
 let mail: { smtp: number; imap: number };
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM))
-    throw new Error(`${CHROMIUM} is missing: apt-get install chromium (pnpm test installs it)`);
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+  browser = await launchChromium();
   sandbox = new MailSandbox();
   const s = await sandbox.start();
   mail = { smtp: s.smtp.port, imap: s.imap.port };
@@ -146,16 +143,7 @@ for (const dialect of DIALECTS) {
       await ledger?.close();
     });
 
-    async function signIn(who: keyof typeof TOKENS) {
-      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-      const page = await context.newPage();
-      await page.goto(`${base}/`);
-      expect(new URL(page.url()).pathname).toBe("/login"); // nothing is served before sign-in
-      await page.getByLabel("Operator token").fill(TOKENS[who]);
-      await page.getByRole("button", { name: "Sign in" }).click();
-      await expect.poll(() => page.getByTestId("operator").textContent()).toBe(who);
-      return { context, page };
-    }
+    const signIn = (who: keyof typeof TOKENS) => signInAs(browser, base, TOKENS[who], who);
 
     it("an operator finds the killed send in the queue, reads its recipient and subject, and resolves it; the audit trail names them", async () => {
       const { context, page } = await signIn("alice");

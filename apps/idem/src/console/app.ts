@@ -13,6 +13,7 @@ import {
   performedProof,
   type Ledger,
   type Operation,
+  type OperationEvent,
   type Seen,
 } from "@idem/core";
 import { Hono, type Context } from "hono";
@@ -521,13 +522,25 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       if (error instanceof OperationNotFoundError) return { ok: false, status: 404, message: "not found" };
       // A stale view (changed since shown, or another decision won the race): what changed, and
       // a reload, after which the person decides on what it is now.
-      if (error instanceof ChangedSinceSeenError)
+      if (error instanceof ChangedSinceSeenError) {
+        // The change since shown may be this very decision, sent again (a reload after its answer
+        // was lost, the console restarting under it): told so, not "nothing was decided".
+        const events = await ledger.get(ref).then(
+          (x) => x.events,
+          () => [],
+        );
+        if (decidedAlready(operator, events, seen, outcome))
+          return {
+            ok: true,
+            message: `Already decided: your decision on it as shown (${OUTCOME_LABELS[outcome]}) was recorded; sent again, it decided nothing. It is ${error.now.status} now.`,
+          };
         return {
           ok: false,
           status: 409,
           stale: true,
           message: `Refused: it changed since it was shown: ${changedNote(error.seen, error.now)}. Nothing was decided.`,
         };
+      }
       if (error instanceof InvalidTransitionError) {
         // A move its status does not allow, on the operation as shown: why, and no "reload", which
         // would show the same and be refused the same. Its effect happened (core's
@@ -590,9 +603,8 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         outage: "undecided",
         message: `not decided: the ledger takes no writes now (${error.message})`,
       };
-    // Its transition from the state shown, made by this person since (its reason is core's wording).
-    const ours = now.events.some((e) => e.actor === operator.name && e.from === seen.status && e.at >= seen.updatedAt);
-    if (ours) return { ok: true, message: decision.outcome === "retry" ? RETRIED : `Resolved as ${decision.outcome}.` };
+    if (decidedAlready(operator, now.events, seen, decision.outcome))
+      return { ok: true, message: decision.outcome === "retry" ? RETRIED : `Resolved as ${decision.outcome}.` };
     return {
       ok: false,
       status: 503,
@@ -602,6 +614,17 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
   }
 
   return app;
+}
+
+/**
+ * Whether this person's `outcome` was recorded on the operation as they were shown it (`seen`):
+ * its transition from the state shown, made by them since (a retry's goes back to pending).
+ */
+function decidedAlready(operator: Operator, events: readonly OperationEvent[], seen: Seen, outcome: Outcome): boolean {
+  const to = outcome === "retry" ? "pending" : outcome;
+  return events.some(
+    (e) => e.actor === operator.name && e.from === seen.status && e.to === to && e.at >= seen.updatedAt,
+  );
 }
 
 /**

@@ -44,7 +44,8 @@ label.inline { display: inline; }
 /**
  * "Select all" on the queue, and its decisions offered only as every selected row takes them
  * (each row's data-outcomes, from decisionsFor; the console refuses the others whole anyway); on an
- * operation's page, live updates: a change disables the decision, and an end of them is shown.
+ * operation's page, live updates: a change disables the decision, an end of them is shown, and so
+ * is a dropped stream (a decision is not sent until it is back).
  */
 const SCRIPT = `
 const all = document.getElementById("all");
@@ -91,11 +92,25 @@ if (status) {
     const form = document.getElementById("decide");
     if (form) for (const b of form.querySelectorAll("button")) b.disabled = true;
   };
+  const lost = document.getElementById("live-lost");
+  const notSent = document.getElementById("not-sent");
+  live.onopen = () => { lost.hidden = true; notSent.hidden = true; };
   // Refused (too many live pages, a session that ended) or not a stream: the browser gives up
-  // for good (a dropped connection is retried instead). Say so: the status shown may grow old.
+  // for good. Dropped (the console restarted, the network): it reconnects by itself, and the
+  // state it then sends shows what changed meanwhile. Either way the status shown may be old: said.
   live.onerror = () => {
-    if (live.readyState === EventSource.CLOSED) document.getElementById("live-stopped").hidden = false;
+    const closed = live.readyState === EventSource.CLOSED;
+    document.getElementById("live-stopped").hidden = !closed;
+    lost.hidden = closed;
   };
+  // A decision while the console cannot be reached is not sent: the browser's error page it would
+  // lead to tells nobody whether anything was decided. The form stays as filled in for later.
+  const decide = document.getElementById("decide");
+  if (decide) decide.addEventListener("submit", (e) => {
+    if (lost.hidden) return;
+    e.preventDefault();
+    notSent.hidden = false;
+  });
 }
 `;
 

@@ -215,6 +215,7 @@ ${flash ?? ""}
 ${performed ? html`<p class="note" data-testid="performed">${performedNote(performed)}</p>` : ""}
 <p class="note" id="changed" hidden role="status">This operation changed while you were looking: <a href="">reload it</a> before deciding.</p>
 <p class="note" id="live-stopped" hidden role="status">Live updates stopped (too many pages open, signed out, or the operation is gone): <a href="">reload this page</a> before deciding.</p>
+<p class="note" id="live-lost" hidden role="status">Disconnected from the console: the status shown may be old. It is updated once the console answers again.<span id="not-sent" hidden> Not sent: nothing was decided. Decide once the console is back.</span></p>
 <p class="note" id="live-unavailable" hidden role="status">The ledger is unavailable: the status shown may be old. It is updated once the ledger answers again.</p>
 <dl data-testid="operation">
 <dt>Status</dt><dd><span class="status status-${o.status}" id="status" data-updated="${o.updatedAt}">${o.status}</span> (attempt ${o.attempt})</dd>
