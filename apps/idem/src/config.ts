@@ -240,6 +240,16 @@ const schema = z
               .optional(),
             /** The most one request (a replay, a Search, a list) may take: default 2 min (@idem/stripe's STRIPE_DEADLINE_MS). */
             deadlineMs,
+            // The connected account the agents' adapter config names, if it names one (as their API
+            // key): an operation whose account was never recorded (its attempt stopped between the
+            // claim and the reference holding the account) is sent by the daemon on this one.
+            stripeAccount: z
+              .string()
+              .regex(
+                /^acct_[A-Za-z0-9]{1,250}$/,
+                "must be a connected account's Stripe id, acct_ followed by letters and digits",
+              )
+              .optional(),
             // How long Stripe Search may lag a write, in whole ms: "not found" before then proves
             // nothing. Default the adapter's 90 s; at most 2^31-1 (24 days, far past any lag).
             searchLagMs: timerMsOrZero.optional(),
@@ -694,6 +704,7 @@ async function stripeOf(config: IdemConfig) {
     ...(p.apiVersion !== undefined && { apiVersion: p.apiVersion }),
     ...(p.deadlineMs !== undefined && { deadlineMs: p.deadlineMs }),
     ...(p.searchLagMs !== undefined && { searchLagMs: p.searchLagMs }),
+    ...(p.stripeAccount !== undefined && { stripeAccount: p.stripeAccount }),
   });
   return { actions, tools: stripeTools(actions) };
 }

@@ -96,6 +96,26 @@ describe("providers.stripe and providers.hubspot settings, read", () => {
     // Before: each refused as an unknown key of its provider ("providers.stripe: Unrecognized key").
   });
 
+  it("takes the agents' connected account (stripeAccount): the daemon's Stripe requests are sent on it", async () => {
+    const account = "acct_1DaemonConfig";
+    stripe.connectAccount(account);
+    const config = parseConfig({ providers: { stripe: stripeSection({ stripeAccount: account }) } });
+    expect(config.providers.stripe).toMatchObject({ stripeAccount: account });
+    // The action an operation whose account was never recorded is sent with by the daemon: before,
+    // the daemon's config could name no account, and such an operation was charged on the platform.
+    const action = (await actionsOf(config)).find((a) => a.type === "stripe.paymentIntents.create")!;
+    const ledger = await openLedger("sqlite::memory:", { actions: [action] });
+    try {
+      const t = tenant();
+      const out = await ledger.run(action, { tenant: t, key: ["order", "on-account"], args: CARD });
+      expect(out).toMatchObject({ status: "succeeded", receipt: { account } });
+      const key = (await ledger.get({ tenant: t, id: out.operationId })).operation.key;
+      expect(stripe.requests.filter((r) => r.idempotencyKey === key).map((r) => r.stripeAccount)).toEqual([account]);
+    } finally {
+      await ledger.close();
+    }
+  });
+
   it("refuses a bad value, naming the setting", () => {
     const bad: [Record<string, unknown>, string][] = [
       [{ stripe: stripeSection({ deadlineMs: 0 }) }, "stripe.deadlineMs"],
@@ -110,6 +130,8 @@ describe("providers.stripe and providers.hubspot settings, read", () => {
       // A header value stripe-node would send as it is: a request Node refuses, or another header.
       [{ stripe: stripeSection({ apiVersion: `${PINNED}\r\nStripe-Account: acct_1` }) }, "stripe.apiVersion"],
       [{ stripe: stripeSection({ apiVersion: 20240620 }) }, "stripe.apiVersion"],
+      [{ stripe: stripeSection({ stripeAccount: "acct 1" }) }, "stripe.stripeAccount"],
+      [{ stripe: stripeSection({ stripeAccount: "cus_1" }) }, "stripe.stripeAccount"],
       [{ hubspot: hubspotSection({ deadlineMs: 0 }) }, "hubspot.deadlineMs"],
       [{ hubspot: hubspotSection({ deadlineMs: Number.POSITIVE_INFINITY }) }, "hubspot.deadlineMs"],
       [{ hubspot: hubspotSection({ deadlineMs: 2.5 }) }, "hubspot.deadlineMs"],

@@ -9,7 +9,11 @@
  * The account an operation first sent to is kept in its provider reference (which the ledger
  * keeps once an attempt may have sent): its replays and lookups stay there, whatever the
  * adapter's config says since. The args' account is in the args' hash too: the same key with
- * another account fails closed (ArgsMismatchError).
+ * another account fails closed (ArgsMismatchError). The config's is not, and is recorded only with
+ * the reference, written just before the first request: an attempt that stops before that write
+ * (the ledger failed, given back as not sent) leaves no account recorded, and the next sender's
+ * config decides (the daemon's names none: the platform). No action hook runs earlier; the README
+ * tells callers whose first send the daemon may make to name the account in the args.
  *
  * Not supported: `stripeContext` (the `Stripe-Context` header, docs.stripe.com/context): its value
  * depends on the target's relation to the key's account (a path through an organisation), and how

@@ -217,6 +217,213 @@ for (const dialect of DIALECTS) {
       expect(since(sent).map((r) => [r.method, r.stripeAccount])).toEqual([["POST", ACCOUNT]]);
     });
 
+    it("an operation whose reference names no account (as every one before accounts): a config naming one now does not move it off the platform", async () => {
+      const platformOnly = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [platformOnly.paymentIntentsCreate] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const out = await l.run(platformOnly.paymentIntentsCreate, { tenant: t, key: ["order", "before"], args: CARD });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objects.all("payment_intents").at(-1)!;
+      advance(25 * HOUR);
+      // Upgraded, its config now names a connected account: the operation's lookup stays on the platform.
+      const upgraded = stripe({ stripeAccount: ACCOUNT });
+      const l2 = await ledger({ actions: [upgraded.paymentIntentsCreate] });
+      const [platform, connected] = [piCount(), piCount(ACCOUNT)];
+      const sent = sandbox.requests.length;
+      const settled = await l2.daemon.settle({ tenant: t, id: out.operationId });
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: pi.id, requestId: null } });
+      expect(settled.status === "succeeded" && settled.receipt).not.toHaveProperty("account");
+      expect({ platform: piCount() - platform, connected: piCount(ACCOUNT) - connected }).toEqual({
+        platform: 0,
+        connected: 0,
+      });
+      expect(since(sent).filter((r) => r.stripeAccount !== undefined)).toEqual([]);
+    });
+
+    it("the lookup's consistent list read past its first page keeps the account on every page: ours, behind 120 newer intents, is found", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const args = { ...CARD, stripeAccount: ACCOUNT };
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order", "paged"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objectsOf(ACCOUNT).all("payment_intents").at(-1)!;
+      for (let i = 0; i < 120; i++)
+        sandbox.objectsOf(ACCOUNT).create("payment_intents", { amount: 500, currency: "usd" });
+      advance(25 * HOUR);
+      const [platform, connected] = [piCount(), piCount(ACCOUNT)];
+      const sent = sandbox.requests.length;
+      sandbox.searchLagMs = 30 * 24 * HOUR; // Search far behind (an incident): the list decides
+      let settled: Awaited<ReturnType<typeof l.daemon.settle>>;
+      try {
+        settled = await l.daemon.settle({ tenant: t, id: out.operationId });
+      } finally {
+        sandbox.searchLagMs = 0;
+      }
+      // A next page read on the platform would not hold it: proven absent, charged again.
+      expect(settled).toMatchObject({ status: "succeeded", receipt: { id: pi.id, account: ACCOUNT } });
+      expect({ platform: piCount() - platform, connected: piCount(ACCOUNT) - connected }).toEqual({
+        platform: 0,
+        connected: 0,
+      });
+      const lists = since(sent).filter((r) => r.method === "GET" && r.path === "/v1/payment_intents");
+      expect(lists.length).toBeGreaterThanOrEqual(2);
+      expect(since(sent).filter((r) => r.stripeAccount !== ACCOUNT)).toEqual([]);
+    });
+
+    it("a refund on the connected account of a payment made there, its answer lost past the key window: found among that payment's refunds on the account, nothing refunded again", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate, s.refundsCreate] });
+      const t = tenant();
+      const paid = await l.run(s.paymentIntentsCreate, {
+        tenant: t,
+        key: ["order", "to-refund"],
+        args: { ...CARD, stripeAccount: ACCOUNT },
+      });
+      expect(paid).toMatchObject({ status: "succeeded", receipt: { account: ACCOUNT } });
+      const pi = paid.status === "succeeded" ? (paid.receipt?.id ?? "") : "";
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/refunds" }, times: 2 });
+      const out = await l.run(s.refundsCreate, {
+        tenant: t,
+        key: ["refund", "to-refund"],
+        args: { payment_intent: pi, amount: 500, stripeAccount: ACCOUNT },
+      });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const refund = sandbox.objectsOf(ACCOUNT).all("refunds").at(-1)!;
+      advance(25 * HOUR);
+      const sent = sandbox.requests.length;
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: refund.id, object: "refund", requestId: null, account: ACCOUNT },
+      });
+      expect(
+        sandbox
+          .objectsOf(ACCOUNT)
+          .all("refunds")
+          .filter((r) => r.payment_intent === pi),
+      ).toHaveLength(1);
+      expect(since(sent).map((r) => [r.method, r.path, r.stripeAccount])).toEqual([["GET", "/v1/refunds", ACCOUNT]]);
+    });
+
+    it("a refund naming no account of a payment made on a connected account: failed with Stripe's answer, nothing refunded anywhere", async () => {
+      const s = stripe();
+      const l = await ledger();
+      const t = tenant();
+      const paid = await l.run(s.paymentIntentsCreate, {
+        tenant: t,
+        key: ["order", "refund-elsewhere"],
+        args: { ...CARD, stripeAccount: ACCOUNT },
+      });
+      expect(paid).toMatchObject({ status: "succeeded", receipt: { account: ACCOUNT } });
+      const pi = paid.status === "succeeded" ? (paid.receipt?.id ?? "") : "";
+      const refunds = [sandbox.count("refunds"), sandbox.count("refunds", ACCOUNT)];
+      const out = await l.run(s.refundsCreate, {
+        tenant: t,
+        key: ["refund", "elsewhere"],
+        args: { payment_intent: pi },
+      });
+      expect(out).toMatchObject({
+        status: "failed",
+        error: { kind: "permanent", reason: expect.stringContaining(`No such payment_intent: '${pi}'`) },
+      });
+      expect([sandbox.count("refunds"), sandbox.count("refunds", ACCOUNT)]).toEqual(refunds);
+    });
+
+    it("a generic POST on a connected account, its answer lost inside the key window: replayed with our key on that account", async () => {
+      const s = stripe();
+      const products = s.post("/v1/products");
+      const l = await ledger({ budget: { attempts: 1 }, actions: [products] });
+      const t = tenant();
+      const before = [sandbox.count("products"), sandbox.count("products", ACCOUNT)];
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/products" }, times: 2 });
+      const out = await l.run(products, {
+        tenant: t,
+        key: ["product", "tea"],
+        args: { name: "Tea", stripeAccount: ACCOUNT },
+      });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const made = sandbox.objectsOf(ACCOUNT).all("products").at(-1)!;
+      const sent = sandbox.requests.length;
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: made.id, replayed: true, account: ACCOUNT },
+      });
+      expect([sandbox.count("products") - before[0]!, sandbox.count("products", ACCOUNT) - before[1]!]).toEqual([0, 1]);
+      expect(since(sent).map((r) => [r.method, r.stripeAccount, r.replayed])).toEqual([["POST", ACCOUNT, true]]);
+    });
+
+    it("a charge by a token made on the connected account, its answer lost past the key window: the lookup reads the token's card there and settles on the one charge", async () => {
+      const s = stripe();
+      const l = await ledger({ budget: { attempts: 1 }, actions: [s.paymentIntentsCreate] });
+      const t = tenant();
+      const card = { number: "5555555555554444", exp_month: "12", exp_year: "2034", cvc: "123" };
+      const token = (await s.client.tokens.create({ card }, { stripeAccount: ACCOUNT })).id;
+      sandbox.faults.add({ kind: "drop_after_commit", match: { path: "/v1/payment_intents" }, times: 2 });
+      const args = {
+        ...CARD,
+        payment_method: undefined,
+        payment_method_data: { type: "card", card: { token } },
+        stripeAccount: ACCOUNT,
+      } as unknown as typeof CARD;
+      const out = await l.run(s.paymentIntentsCreate, { tenant: t, key: ["order", "by-token"], args });
+      expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
+      const pi = sandbox.objectsOf(ACCOUNT).all("payment_intents").at(-1)!;
+      advance(25 * HOUR);
+      const [platform, connected] = [piCount(), piCount(ACCOUNT)];
+      const sent = sandbox.requests.length;
+      // Read on the platform, the token is not there: its card cannot be compared, a person decides.
+      expect(await l.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({
+        status: "succeeded",
+        receipt: { id: pi.id, requestId: null, account: ACCOUNT },
+      });
+      expect({ platform: piCount() - platform, connected: piCount(ACCOUNT) - connected }).toEqual({
+        platform: 0,
+        connected: 0,
+      });
+      expect(since(sent).filter((r) => r.path === `/v1/tokens/${token}`)).toMatchObject([
+        { method: "GET", stripeAccount: ACCOUNT, status: 200 },
+      ]);
+    });
+
+    it("a person's retry of a charge declined on the config's account, sent by a process whose config names none: on that account", async () => {
+      const first = stripe({ stripeAccount: ACCOUNT });
+      const l = await ledger({ actions: [first.paymentIntentsCreate] });
+      const t = tenant();
+      const args = { ...CARD, payment_method: "pm_card_chargeDeclined" } as const;
+      const out = await l.run(first.paymentIntentsCreate, { tenant: t, key: ["order", "declined"], args });
+      expect(out).toMatchObject({ status: "failed", error: { kind: "permanent" } });
+      await l.admin.retry({ tenant: t, id: out.operationId, actor: "ops", reason: "the customer updated the card" });
+      const daemon = stripe(); // `idem retry --now` makes the actions from the daemon's config: no account
+      const l2 = await ledger({ actions: [daemon.paymentIntentsCreate] });
+      const [platform, connected] = [piCount(), piCount(ACCOUNT)];
+      const sent = sandbox.requests.length;
+      // Stripe still holds the key on the account: its saved decline, replayed (on the platform: a new charge).
+      expect(await l2.daemon.settle({ tenant: t, id: out.operationId })).toMatchObject({ status: "failed" });
+      expect({ platform: piCount() - platform, connected: piCount(ACCOUNT) - connected }).toEqual({
+        platform: 0,
+        connected: 0,
+      });
+      expect(since(sent).map((r) => [r.method, r.stripeAccount, r.replayed])).toEqual([["POST", ACCOUNT, true]]);
+    });
+
+    it("with the config naming the account, args that name it too are other args than args naming none (ArgsMismatchError): nothing sent", async () => {
+      const l = await ledger();
+      const t = tenant();
+      const s = stripe({ stripeAccount: ACCOUNT });
+      const key = ["order", "named-twice"];
+      expect(await l.run(s.paymentIntentsCreate, { tenant: t, key, args: CARD })).toMatchObject({
+        status: "succeeded",
+        receipt: { account: ACCOUNT },
+      });
+      const sent = sandbox.requests.length;
+      await expect(
+        l.run(s.paymentIntentsCreate, { tenant: t, key, args: { ...CARD, stripeAccount: ACCOUNT } }),
+      ).rejects.toBeInstanceOf(ArgsMismatchError);
+      expect(since(sent)).toEqual([]);
+    });
+
     it("an account the key cannot reach: Stripe's 403 account_invalid, failed and alerted, nothing made", async () => {
       const l = await ledger();
       const before = sandbox.count("customers");
