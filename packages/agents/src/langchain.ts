@@ -5,11 +5,12 @@
  * config (its `configurable`); the tool-call id is kept for the audit trail only.
  *
  * The ToolNode answers a tool that throws with "Error: … Please fix your mistakes.", which invites a
- * model to repeat an effect: a guarded tool never throws. LangChain is given an object schema that
- * accepts any arguments, listed as the JSON Schema of the input the model fills in: given the zod
- * schema, it checks the input first and throws. guard applies the schema, once, so input it
- * refuses reads as guard's "Refused: invalid input: …", as in the other adapters (the status tool
- * reads its own input in the same way).
+ * model to repeat an effect: a guarded tool never throws. Given the tool's schema, LangChain checks
+ * the input first and throws (a zod one), or checks it not at all (another library's: valibot,
+ * arktype). It is given a schema that accepts any arguments, listed as the JSON Schema of the input
+ * the model fills in; guard applies the tool's schema, once, so input it refuses reads as guard's
+ * "Refused: invalid input: …", as in the other adapters (the status tool reads its own input in the
+ * same way). A schema that cannot be listed as JSON Schema is refused when the tool is made.
  *
  * Called with a tool call (as the ToolNode calls it), a tool answers a ToolMessage whose content is
  * the `Outcome` as JSON (its `artifact` the `Outcome` itself, for the application, never sent to a
@@ -22,11 +23,13 @@
  */
 import { ToolMessage } from "@langchain/core/messages";
 import { DynamicStructuredTool, type ToolRunnableConfig } from "@langchain/core/tools";
+import { toJsonSchema } from "@langchain/core/utils/json_schema";
+import { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import { nothingDone, type Outcome } from "./outcome.js";
 import { STATUS_TOOL, listedStatusInput, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
-import { definitionOf, inputSchemaOf, listedOnly, type ToolDefinition } from "./tool.js";
+import { definitionOf, inputJsonSchema, inputSchemaOf, type ToolDefinition } from "./tool.js";
 
 /** How a tool reads the application's run context from the call's config (default: LangGraph's `context`). */
 export type LangChainContext<C> = (config: ToolRunnableConfig) => C;
@@ -47,7 +50,7 @@ export interface LangChainToolOptions<I, R, C> extends GuardOptions<I, R, C> {
  * and the tool answers once it has ended (the tool is built without LangChain's `tool()`, which
  * rejects at the abort: the ToolNode then answered "Error: … Please fix your mistakes.").
  */
-const callOf = <C>(config: ToolRunnableConfig | undefined, inputParsed: boolean, context?: LangChainContext<C>) => {
+const callOf = <C>(config: ToolRunnableConfig | undefined, context?: LangChainContext<C>) => {
   let read: { value: C } | undefined;
   const call: ToolCall<C> = {
     // Read when guard or the status tool first needs it, inside their own error handling: the
@@ -58,7 +61,6 @@ const callOf = <C>(config: ToolRunnableConfig | undefined, inputParsed: boolean,
     },
     callId: config?.toolCall?.id,
     stop: config?.signal,
-    inputParsed,
   };
   return call;
 };
@@ -78,21 +80,40 @@ function answer(outcome: Outcome, name: string, config: ToolRunnableConfig | und
 }
 
 /**
- * A structured tool that lists `schema` to the model and hands `run` whatever arguments came: a
- * schema zod 4 cannot describe (a zod 3 one) is given as it is, and LangChain checks it (`inputParsed`).
+ * What LangChain is given as a tool's input schema (see the top): a schema that accepts anything,
+ * whose JSON Schema is the input's and nothing more (an object schema's would wrap an input of one
+ * of several shapes in an object that allows no field). The input's JSON Schema is zod 4's
+ * (`inputJsonSchema`), else LangChain's own (a zod 3 schema, a Standard Schema that describes
+ * itself as JSON Schema: valibot, arktype).
  */
+function listedFor(name: string, schema: unknown): z.ZodType {
+  let json: unknown = inputJsonSchema(schema);
+  try {
+    json ??= toJsonSchema(schema as Parameters<typeof toJsonSchema>[0]);
+  } catch {
+    json = undefined;
+  }
+  // LangChain hands back what it cannot convert as it is: a schema, not its JSON Schema.
+  if (typeof json !== "object" || json === null || json === schema || "~standard" in json)
+    throw new TypeError(
+      `tool ${name}: LangChain lists a tool's input to the model as JSON Schema, and this schema cannot be given as one: use zod, or a schema library with Standard JSON Schema`,
+    );
+  const { $schema: _dialect, ...shape } = json as Record<string, unknown>; // LangChain writes its own
+  return z.any().meta(shape);
+}
+
+/** A structured tool that lists `schema` to the model and hands `run` whatever arguments came, to check them itself. */
 function uncheckedTool<C>(
   schema: unknown,
   about: { name: string; description: string },
   context: LangChainContext<C> | undefined,
   run: (input: unknown, call: ToolCall<C>) => Promise<Outcome>,
 ) {
-  const listed = listedOnly(schema);
   return new DynamicStructuredTool({
     ...about,
-    schema: listed ?? (schema as NonNullable<typeof listed>),
+    schema: listedFor(about.name, schema),
     func: async (input: unknown, _runManager: unknown, config?: ToolRunnableConfig) =>
-      answer(await run(input, callOf(config, listed === undefined, context)), about.name, config),
+      answer(await run(input, callOf(config, context)), about.name, config),
   });
 }
 

@@ -52,19 +52,28 @@ export function inputSchemaOf<I, A, R>(def: ToolDefinition<I, A, R>): StandardSc
 }
 
 /**
- * What a framework that checks a zod schema itself (MCP, LangChain) is given as a tool's input
- * schema: an object schema that accepts any arguments (a refusal would be the framework's error,
- * not guard's outcome), listed as the JSON Schema of `schema`'s input (both list a schema's
- * metadata with it). Undefined for a schema zod 4 cannot describe (a zod 3 one): the framework
- * then checks it itself, as before.
+ * The JSON Schema of `schema`'s input, as zod 4 writes it (a field with a default is optional:
+ * the model may leave it out), without its `$schema` (a framework writes its own). Undefined for
+ * a schema zod 4 cannot describe (a zod 3 one, another library's).
  */
-export function listedOnly(schema: unknown): z.ZodObject | undefined {
-  let listed: Record<string, unknown>;
+export function inputJsonSchema(schema: unknown): Record<string, unknown> | undefined {
   try {
-    listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }) as Record<string, unknown>;
+    const listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" });
+    const { $schema: _dialect, ...shape } = listed as Record<string, unknown>;
+    return shape;
   } catch {
     return undefined;
   }
-  const { $schema: _dialect, ...shape } = listed; // the framework writes its own
-  return z.looseObject({}).meta(shape) as unknown as z.ZodObject;
+}
+
+/**
+ * What a framework that checks a zod object schema itself (MCP) is given as a tool's input
+ * schema: an object schema that accepts any arguments (a refusal would be the framework's error,
+ * not guard's outcome), listed as the JSON Schema of `schema`'s input (the framework lists a
+ * schema's metadata with it). Undefined for a schema zod 4 cannot describe (a zod 3 one): the
+ * framework then checks it itself, as before.
+ */
+export function listedOnly(schema: unknown): z.ZodObject | undefined {
+  const shape = inputJsonSchema(schema);
+  return shape && (z.looseObject({}).meta(shape) as unknown as z.ZodObject);
 }

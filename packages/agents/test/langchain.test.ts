@@ -8,11 +8,14 @@
 import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AIMessage, HumanMessage, type BaseMessage, type ToolMessage } from "@langchain/core/messages";
-import type { StructuredToolInterface } from "@langchain/core/tools";
+import { tool, type StructuredToolInterface } from "@langchain/core/tools";
 import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
-import { END, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
+import { Command, END, interrupt, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
-import { openLedger, type LedgerOptions } from "@idem/core";
+import type { StandardSchemaV1 } from "@standard-schema/spec";
+import { z as z3 } from "zod/v3";
+import { z } from "zod";
+import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
 import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
@@ -81,6 +84,61 @@ async function toolNodeTurn(tools: StructuredToolInterface[], calls: Call[], con
     messages: BaseMessage[];
   };
   return messages.map(readOf);
+}
+
+/**
+ * A pay tool whose input schema is not zod 4's: a zod 3 one, or another library's (valibot,
+ * arktype: a Standard Schema, listed by its `jsonSchema` when it has one). Both turn "12.50" euros
+ * into 1250 cents: applied twice, the cents (a number) are refused.
+ */
+function otherSchemaTools() {
+  const executed: unknown[] = [];
+  const action = defineAction<{ invoice: string; cents: number }, { ok: true }>({
+    type: "test.lc-pay-other-schema",
+    capabilities: {},
+    async execute(args) {
+      executed.push(args);
+      return { ok: true };
+    },
+  });
+  type Input = { invoice: string; cents: number };
+  const listed = {
+    type: "object",
+    properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+    required: ["invoice", "euros"],
+  };
+  const validate = (v: unknown): StandardSchemaV1.Result<Input> => {
+    const o = v as { invoice?: unknown; euros?: unknown };
+    if (typeof o?.invoice !== "string" || /\s/.test(o.invoice))
+      return { issues: [{ message: "must be an invoice id, without spaces", path: ["invoice"] }] };
+    if (typeof o.euros !== "string") return { issues: [{ message: "must be a string of euros", path: ["euros"] }] };
+    return { value: { invoice: o.invoice, cents: Math.round(Number(o.euros) * 100) } };
+  };
+  const standard = (jsonSchema: boolean) =>
+    ({
+      "~standard": {
+        version: 1,
+        vendor: "other",
+        validate,
+        ...(jsonSchema && { jsonSchema: { input: () => listed, output: () => listed } }),
+      },
+    }) as StandardSchemaV1<unknown, Input>;
+  const zod3 = z3.object({
+    invoice: z3.string().regex(/^\S+$/, "must be an invoice id, without spaces"),
+    euros: z3.string().transform((e) => Math.round(Number(e) * 100)),
+  }) as unknown as StandardSchemaV1<unknown, { invoice: string; euros: number }>;
+  const common = { description: "Pay an invoice.", action, key: (i: { invoice: string }) => ["pay", i.invoice] };
+  return {
+    executed,
+    zod3: {
+      ...common,
+      name: "pay_z3",
+      input: zod3,
+      args: (i: { invoice: string; euros: number }) => ({ invoice: i.invoice, cents: i.euros }),
+    },
+    standard: { ...common, name: "pay_std", input: standard(true) },
+    undescribed: { ...common, name: "pay_bare", input: standard(false) },
+  };
 }
 
 for (const dialect of DIALECTS) {
@@ -263,6 +321,146 @@ for (const dialect of DIALECTS) {
       await expectAppliedOnce(ledger, tenant, executed);
       expect(read.map((r) => r.outcome?.status)).toEqual(["done", "done", "done", "done", "refused"]);
       expect(read[4]!.outcome!.message).toMatch(/^Refused: invalid input: amount/);
+    });
+
+    it("a zod 3 schema, or another library's, is listed to the model and applied once by guard: refused input reads as guard's refusal", async () => {
+      // Given a schema zod 4 cannot describe, LangChain checked a zod 3 one itself (the ToolNode
+      // answered "Error: Received tool input did not match expected schema … Please fix your
+      // mistakes.") and checked another library's not at all: input it refuses was performed.
+      const ledger = await db.open();
+      const tenant = `t-lc-z3-${dialect}-${rnd()}`;
+      const { executed, zod3, standard, undescribed } = otherSchemaTools();
+      const tools = [langchainTool(ledger, zod3, { tenant }), langchainTool(ledger, standard, { tenant })];
+      const read = await toolNodeTurn(tools, [
+        { name: "pay_z3", args: { invoice: "inv of May", euros: "12.50" } },
+        { name: "pay_std", args: { invoice: "inv of June", euros: "12.50" } },
+        { name: "pay_z3", args: { invoice: `inv-3-${tenant}`, euros: "12.50" } },
+        { name: "pay_std", args: { invoice: `inv-s-${tenant}`, euros: "12.50" } },
+      ]);
+      expect(read.map((r) => r.text).join()).not.toMatch(/Please fix your mistakes/);
+      expect(read.map((r) => [r.status, r.outcome?.status])).toEqual([
+        ["error", "refused"],
+        ["error", "refused"],
+        ["success", "done"],
+        ["success", "done"],
+      ]);
+      expect(read[0]!.outcome!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(read[1]!.outcome!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(executed).toHaveLength(2); // the calls ran in any order
+      expect(executed).toEqual(
+        expect.arrayContaining([
+          { invoice: `inv-3-${tenant}`, cents: 1250 },
+          { invoice: `inv-s-${tenant}`, cents: 1250 },
+        ]),
+      ); // The model is shown each schema's input, as LangChain lists a tool to a chat model.
+      for (const tool of tools)
+        expect(convertToOpenAITool(tool).function.parameters).toMatchObject({
+          type: "object",
+          properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+          required: ["invoice", "euros"],
+        });
+      // A schema that cannot be listed would show the model no fields: refused when the tool is made.
+      expect(() => langchainTool(ledger, undescribed, { tenant })).toThrow(/pay_bare: .*JSON Schema/);
+    });
+
+    it("an input of one of several shapes (a card or an IBAN) is listed as the model fills it in, and either is done", async () => {
+      // Listed as LangChain's own object schema with the input's JSON Schema over it, the shapes
+      // were given under an object that allows no field at all ("properties": {},
+      // "additionalProperties": false): no call could match it.
+      const ledger = await db.open();
+      const tenant = `t-lc-union-${dialect}-${rnd()}`;
+      const paid: unknown[] = [];
+      const input = z.discriminatedUnion("by", [
+        z.object({ by: z.literal("card"), invoice: z.string(), last4: z.string().length(4) }),
+        z.object({ by: z.literal("iban"), invoice: z.string(), iban: z.string() }),
+      ]);
+      const pay = langchainTool(
+        ledger,
+        {
+          name: "pay",
+          description: "Pay an invoice by card or by IBAN.",
+          action: defineAction<z.output<typeof input>, { ok: true }>({
+            type: "test.lc-pay-union",
+            capabilities: {},
+            async execute(args) {
+              paid.push(args);
+              return { ok: true };
+            },
+          }),
+          input,
+          key: (i: { invoice: string }) => ["pay", i.invoice],
+        },
+        { tenant },
+      );
+      const { $schema: _dialect, ...listed } = convertToOpenAITool(pay).function.parameters as Record<string, unknown>;
+      const { $schema: _draft, ...shapes } = z.toJSONSchema(input, { io: "input", target: "draft-7" });
+      expect(listed).toEqual(shapes); // its shapes, nothing more
+      const read = await toolNodeTurn(
+        [pay],
+        [
+          { name: "pay", args: { by: "card", invoice: `inv-c-${tenant}`, last4: "4242" } },
+          { name: "pay", args: { by: "iban", invoice: `inv-i-${tenant}`, iban: "DE89370400440532013000" } },
+        ],
+      );
+      expect(read.map((r) => r.outcome?.status)).toEqual(["done", "done"]);
+      expect(paid).toHaveLength(2);
+    });
+
+    it("a graph resumed after an interrupt runs its ToolNode again: the charge is made once, its tool call the actor", async () => {
+      // LangGraph re-runs a whole node on resume: the guarded call made before a sibling tool's
+      // interrupt is called again, with the same tool-call id, and the ledger answers it.
+      const ledger = await db.open();
+      const tenant = `t-lc-resume-${dialect}-${rnd()}`;
+      const executed: unknown[] = [];
+      const pay = langchainTool(
+        ledger,
+        {
+          name: "pay",
+          description: "Pay an invoice.",
+          action: defineAction<{ invoice: string }, { ok: true }>({
+            type: "test.lc-pay-resume",
+            capabilities: {},
+            async execute(args) {
+              executed.push(args);
+              return { ok: true };
+            },
+          }),
+          input: z.object({ invoice: z.string() }),
+          key: (i: { invoice: string }) => ["pay", i.invoice],
+        },
+        { tenant },
+      );
+      const approve = tool(async () => `approved: ${String(interrupt("approve the receipt?"))}`, {
+        name: "approve",
+        description: "Ask a person.",
+        schema: z.object({}),
+      });
+      let step = 0;
+      const calls = [
+        { name: "pay", args: { invoice: `inv-r-${tenant}` }, id: `call_pay_${rnd()}`, type: "tool_call" as const },
+        { name: "approve", args: {}, id: `call_ask_${rnd()}`, type: "tool_call" as const },
+      ];
+      const graph = new StateGraph(MessagesAnnotation)
+        .addNode("agent", () => ({
+          messages: [step++ === 0 ? new AIMessage({ content: "", tool_calls: calls }) : new AIMessage("finished")],
+        }))
+        .addNode("tools", new ToolNode([pay, approve]))
+        .addEdge(START, "agent")
+        .addConditionalEdges("agent", toolsCondition, ["tools", END])
+        .addEdge("tools", "agent")
+        .compile({ checkpointer: new MemorySaver() });
+      const thread = { configurable: { thread_id: `th-${tenant}` } };
+      await graph.invoke({ messages: [new HumanMessage("pay it")] }, thread);
+      // The interrupt ends the run at once, the charge perhaps still under way: the resumed call waits for it.
+      expect((await graph.getState(thread)).next).toEqual(["tools"]);
+      const { messages } = await graph.invoke(new Command({ resume: "yes" }), thread);
+
+      const [paid] = turnsRead(messages)[0]!;
+      const [operation] = await ledger.admin.list({ tenant });
+      expect(paid).toMatchObject({ status: "success", outcome: { operationId: operation!.id } });
+      expect(executed).toHaveLength(1);
+      const { events } = await ledger.get({ tenant, id: operation!.id });
+      expect(events.map((e) => e.actor)).toContain(calls[0]!.id);
     });
 
     it("called outside a ToolNode (tool.invoke with a ToolCall, or with bare input) it answers the same content", async () => {
