@@ -25,10 +25,7 @@ import type { Row } from "./store.js";
  * the action says a person must hear of our receipt (not done in full): alerted with it when it is
  * the receipt recorded here. `foundOnRetry`: the receipt is what a person's retry's lookup found
  * (runner.ts `isFoundOnRetry`, its reason): said and alerted so while the row is still that
- * retry's, not run since (`look_first`), as `complete` would have recorded it. A receipt decided
- * before a later attempt may have run the operation again never closes that in silence: a row
- * unknown at a later attempt stays unknown for the next lookup, one a person was to decide is
- * alerted, and our ambiguous end on a row settled under us by another's receipt reopens it.
+ * retry's, not run since (`look_first`), as `complete` would have recorded it.
  */
 export async function fenced<A, R>(
   writes: DurableWrites,
@@ -93,26 +90,6 @@ export async function fenced<A, R>(
         return { updatedAt: now.updated_at }; // not noted: the row as read
       });
     if (!noted) continue; // changed since read: decide on the row as it is now
-    // Our answer was decided before a later attempt's outcome came into question (unknown at its
-    // attempt: it may have run the operation again, from a proof of absence read before our effect
-    // landed, its answer lost). Our receipt proves an effect, not that that request made none:
-    // settled with it, the provider could hold two and nobody hear of it. The row stays unknown,
-    // due at once, our receipt in its reason: the next lookup reads every effect there is, on one
-    // snapshot (one: settled with it; two: alerted). A receipt that tells of two is alerted below.
-    if (receipt !== undefined && several === undefined && now.status === "unknown" && now.attempt > mine.attempt) {
-      const held = await writes
-        .moveDurably(call, now, "unknown", {
-          actor: call.actor,
-          reason: `outcome unknown: attempt ${mine.attempt}'s ${performed ? "request took effect" : "lookup found the effect"} (${detail.slice(0, 200)}), but attempt ${now.attempt}'s may have too: the next lookup counts the effects`,
-          checkAfterMs: 0,
-          ...asNoted(noted, now, lastLook),
-        })
-        .catch((error: unknown) => {
-          throw unrecorded(error);
-        });
-      if (held || lastLook) return { done: succeeded(mine, receipt, false) };
-      continue;
-    }
     // A receipt we hold proves the effect. It settles a row not yet proven (a later attempt's
     // included: looking it up, or sending too, which no write of ours can stop now), and outranks
     // a verdict given without it: "failed" (a later attempt refused, say "already exists" as ours
@@ -143,18 +120,7 @@ export async function fenced<A, R>(
       // A person's retry found done, the row still theirs (look_first: every run since would have
       // cleared it; a later look proved nothing yet, or is looking): the retry did not run, and the
       // person hears it as they would have without the fence (the daemon reads the reason's start).
-      // A person was to decide a later attempt's outcome (needs_review at it): our receipt settles
-      // it. Unless a request was sent or ended since our lease ran out (an executing takeover or an
-      // execution's end moves last_execution_at past it; a takeover that only looks leaves it at
-      // our lease's end; a lease our heartbeat extended reads as sent: alerted, never silent), then
-      // the later attempt may have run it again, and the person hears of two effects, perhaps.
-      const reviewed = now.status === "needs_review" && now.attempt > mine.attempt && !proof;
-      const sentSince =
-        reviewed &&
-        (now.last_execution_at === null ||
-          mine.lease_expires_at === null ||
-          Number(now.last_execution_at) > Number(mine.lease_expires_at));
-      const retryNotRun = foundOnRetry !== undefined && (now.look_first === 1 || (reviewed && !sentSince));
+      const retryNotRun = foundOnRetry !== undefined && now.look_first === 1;
       const told =
         several !== undefined
           ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
@@ -164,12 +130,10 @@ export async function fenced<A, R>(
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : retryNotRun
                 ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
-                : sentSince
-                  ? `possibly two effects: attempt ${mine.attempt}'s receipt proves the effect happened, recorded after attempt ${now.attempt}'s outcome went to a person (${(now.reason ?? "").slice(0, 200)}), and a request was sent or ended since attempt ${mine.attempt}'s lease ran out: if attempt ${now.attempt} ran it again, its request may have taken effect too; a person must check the provider`
-                  : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
+                : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it.
-      const said = withAttention(told, attention, twice || sentSince);
-      const alert = twice || sentSince || attention !== undefined || retryNotRun;
+      const said = withAttention(told, attention, twice);
+      const alert = twice || attention !== undefined || retryNotRun;
       const proven = await writes.recordReceipt(
         call,
         now,
@@ -244,36 +208,6 @@ export async function fenced<A, R>(
           mine.id,
         ),
       );
-    if (
-      wanted === "unknown" &&
-      sent &&
-      now.status === "succeeded" &&
-      now.attempt === mine.attempt &&
-      now.resolution_json === null &&
-      !now.alert_pending &&
-      !dedupedOntoFirst(call.action, mine, now)
-    ) {
-      // Settled while this attempt held it, by another attempt's answer decided before this run
-      // (a receipt settles a row that holder may be sending on, above): this request was out, and
-      // may have taken effect too, which that receipt cannot say. Replayed as "done earlier", the
-      // provider could hold two and nobody hear of it: unknown again, looked up at once, and the
-      // lookup reads every effect there is (one: settled again; two: alerted). An alert already
-      // due names the row to a person, who reads this end in its history.
-      const reopened = await writes.moveDurably(call, now, "unknown", {
-        actor: call.actor,
-        reason: `outcome unknown: attempt ${mine.attempt}'s request was out when the effect ${(now.result_json ?? "").slice(0, 200)} was recorded (${(now.reason ?? "").slice(0, 200)}), and it ended without an answer (${detail.slice(0, 200)}): it may have taken effect too; the next lookup counts the effects`,
-        result_json: null,
-        checkAfterMs: 0,
-        checks: 0,
-        executionEnded: true,
-        firstSentAt: firstSentOf(mine),
-        reopened: true,
-        ...asNoted(noted, now, lastLook),
-      });
-      if (reopened)
-        return { done: pending(reopened, `outcome unknown: attempt ${mine.attempt} may have taken effect too`) };
-      if (!lastLook) continue;
-    }
     if (wanted === "unknown" && sent && (now.status === "pending" || now.status === "failed")) {
       // Absence was proven, or the operation failed (a later attempt refused, a person found
       // nothing), while this attempt was still in flight: its ambiguous end voids that. Unknown
