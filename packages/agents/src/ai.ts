@@ -31,9 +31,21 @@ const callOf = <C>(o: ToolExecutionOptions, inputParsed: boolean): ToolCall<C> =
   inputParsed,
 });
 
-/** The JSON Schema the SDK would have shown for `schema`, without its check (no `validate`). */
-function listedOnly(schema: unknown) {
+/**
+ * The JSON Schema the SDK would have shown for `schema`, without its check (no `validate`). One
+ * that cannot be listed (a Standard Schema without Standard JSON Schema) is refused when the tool
+ * is made, not by the SDK when a run starts.
+ */
+function listedOnly(name: string, schema: unknown) {
   const described = asSchema(schema as never);
+  try {
+    void described.jsonSchema;
+  } catch (error) {
+    throw new TypeError(
+      `tool ${name}: the AI SDK lists a tool's input to the model as JSON Schema, and this schema cannot be given as one: use zod, or a schema library with Standard JSON Schema`,
+      { cause: error },
+    );
+  }
   return jsonSchema(() => described.jsonSchema) as never;
 }
 
@@ -47,7 +59,7 @@ export function aiTool<A, R, I, C = unknown>(
   const run = guard(ledger, target, options);
   return tool({
     description: options.description ?? def.description,
-    inputSchema: listedOnly(inputSchemaOf(def)),
+    inputSchema: listedOnly(def.name, inputSchemaOf(def)),
     execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o, false)),
   }) as Tool<I, Outcome>;
 }
@@ -57,7 +69,7 @@ export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOpt
   const check = statusTool<C>(ledger, options);
   return tool({
     description: STATUS_TOOL.description,
-    inputSchema: listedOnly(listedStatusInput("optional")),
+    inputSchema: listedOnly(STATUS_TOOL.name, listedStatusInput("optional")),
     execute: (input: StatusInput, o: ToolExecutionOptions) => check(input, callOf<C>(o, false)),
   }) as Tool<StatusInput, Outcome>;
 }

@@ -1,11 +1,12 @@
 /**
- * MCP (`@modelcontextprotocol/sdk` 1.x): guarded actions as tools of an `McpServer`. The input
- * schema must be a zod 4 schema. The SDK lists the JSON Schema of the input the model fills in,
- * but checks nothing: guard applies the schema, once, so input it refuses reads as guard's
- * "Refused: invalid input: …" outcome, not the SDK's protocol error (the status tool reads its own
- * input in the same way). The run context comes from the request (`context(extra)`: its authInfo,
- * a header), never from the model's arguments; MCP's request id is per connection and never part
- * of a key.
+ * MCP (`@modelcontextprotocol/sdk` 1.x): guarded actions as tools of an `McpServer`. The SDK lists
+ * the JSON Schema of the input the model fills in (zod 4's, zod 3's, or a Standard JSON Schema
+ * library's: valibot, arktype), but checks nothing: guard applies the schema, once, so input it
+ * refuses reads as guard's "Refused: invalid input: …" outcome, not the SDK's protocol error (the
+ * status tool reads its own input in the same way). A schema that cannot be listed as JSON Schema
+ * is refused when the tool is registered. The run context comes from the request
+ * (`context(extra)`: its authInfo, a header), never from the model's arguments; MCP's request id
+ * is per connection and never part of a key.
  *
  * Every outcome is a result, not a protocol error: `structuredContent` is the `Outcome`, and
  * `content` says it in words, then holds the same `Outcome` as JSON text (as the MCP spec asks of
@@ -16,13 +17,14 @@
  * call stopped, or one refused before the ledger was read, the tool not set up right).
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { toJsonSchemaCompat } from "@modelcontextprotocol/sdk/server/zod-json-schema-compat.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import { nothingDone, type Outcome } from "./outcome.js";
 import { STATUS_TOOL, listedStatusInput, statusTool, type StatusInput, type StatusToolOptions } from "./status.js";
-import { definitionOf, inputSchemaOf, listedOnly, type ToolDefinition } from "./tool.js";
+import { definitionOf, inputJsonSchema, inputSchemaOf, isZod, listedOnly, type ToolDefinition } from "./tool.js";
 
 /** What the SDK hands a tool handler besides its arguments (the part we read). */
 export interface McpExtra {
@@ -59,7 +61,7 @@ export function toCallToolResult(outcome: Outcome): CallToolResult {
  * and is recorded (aborted, its outcome would be unknown, and without a lookup a person's to
  * decide), and nothing more is sent; the client reads no answer either way.
  */
-const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpExtra) => C): ToolCall<C> => {
+const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<C> => {
   let read: { value: C } | undefined;
   return {
     // Read when guard or the status tool first needs it, inside their own error handling: the
@@ -71,9 +73,29 @@ const callOf = <C>(extra: McpExtra, inputParsed: boolean, context?: (extra: McpE
     },
     callId: String(extra.requestId),
     stop: extra.signal,
-    inputParsed,
   };
 };
+
+/**
+ * What the SDK is given as a tool's input schema: `listedOnly`, as the JSON Schema of the input.
+ * Given a zod 3 schema, the SDK checked it itself and answered "MCP error -32602: Input
+ * validation error …", no outcome; given another library's, it refused it.
+ */
+function listedFor(name: string, schema: unknown): z.ZodObject {
+  let json = inputJsonSchema(schema);
+  try {
+    // The SDK's own converter lists a zod 3 schema (zod-to-json-schema).
+    json ??= isZod(schema) ? (toJsonSchemaCompat(schema as never) as Record<string, unknown>) : undefined;
+  } catch {
+    json = undefined;
+  }
+  if (!json)
+    throw new TypeError(
+      `tool ${name}: MCP lists a tool's input to the model as JSON Schema, and this schema cannot be given as one: use zod, or a schema library with Standard JSON Schema`,
+    );
+  const { $schema: _dialect, ...shape } = json; // the SDK writes its own
+  return listedOnly(shape);
+}
 
 /** Registers `target` on `server` as a guarded tool. */
 export function registerGuardedTool<A, R, I, C = unknown>(
@@ -86,18 +108,16 @@ export function registerGuardedTool<A, R, I, C = unknown>(
   // MCP's request id counts per connection: it says nothing in an audit trail. "mcp" unless an
   // actor is given (an `actor: undefined` passed on from the application's settings is none).
   const run = guard(ledger, target, { ...options, actor: options.actor ?? "mcp" });
-  const schema = inputSchemaOf(def);
-  const lenient = listedOnly(schema);
+  const inputSchema = listedFor(options.name ?? def.name, inputSchemaOf(def));
   server.registerTool(
     options.name ?? def.name,
     {
       description: options.description ?? def.description,
-      inputSchema: lenient ?? (schema as unknown as z.ZodObject),
+      inputSchema,
       // Hints only (clients must not trust them): it acts on the world, and a repeat with the same input adds nothing.
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     },
-    async (args: unknown, extra: McpExtra) =>
-      toCallToolResult(await run(args as I, callOf(extra, lenient === undefined, options.context))),
+    async (args: unknown, extra: McpExtra) => toCallToolResult(await run(args as I, callOf(extra, options.context))),
   );
 }
 
@@ -108,16 +128,15 @@ export function registerStatusTool<C = unknown>(
   options: StatusToolOptions<C> & { context?: (extra: McpExtra) => C },
 ): void {
   const check = statusTool<C>(ledger, options);
-  const schema = listedStatusInput("optional");
   server.registerTool(
     STATUS_TOOL.name,
     {
       description: STATUS_TOOL.description,
       // Listed, not checked: the status tool reads its input itself and refuses what it cannot read.
-      inputSchema: listedOnly(schema) ?? schema,
+      inputSchema: listedFor(STATUS_TOOL.name, listedStatusInput("optional")),
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
     async (args: unknown, extra: McpExtra) =>
-      toCallToolResult(await check(args as StatusInput, callOf(extra, false, options.context))),
+      toCallToolResult(await check(args as StatusInput, callOf(extra, options.context))),
   );
 }

@@ -1,9 +1,10 @@
 /**
  * OpenAI Agents SDK (`@openai/agents` 0.14, the last line for Node 20): guarded function tools.
  * The run context is `run(agent, input, { context })`'s; `toolCall.callId` is kept for the audit
- * trail only. The input schema must be a zod object. The model is shown what the SDK itself makes
- * of it in strict mode (every field required, an optional one nullable), or, for a schema that
- * transforms (euros to cents), which the SDK cannot describe, the JSON Schema of its input. The
+ * trail only. The input schema is an object's: zod's (3 or 4), or a Standard JSON Schema library's
+ * (valibot, arktype). The model is shown what the SDK itself makes of a zod one in strict mode
+ * (every field required, an optional one nullable), or, for a schema that transforms (euros to
+ * cents), which the SDK cannot describe, or another library's, the JSON Schema of its input. The
  * SDK checks nothing: it parses the JSON and reads a null sent for an optional field as no value,
  * and guard applies the schema, once, so input it refuses reads as guard's "Refused: invalid
  * input: …", as in the AI SDK and MCP adapters.
@@ -15,7 +16,7 @@
  * refuses the input, saying that nothing was done; the status tool's, that nothing was checked.
  */
 import { tool, type RunContext } from "@openai/agents";
-import { z } from "zod";
+import type { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
 import { guard, type GuardOptions, type ToolCall } from "./guard.js";
 import { refusedInput, type Outcome } from "./outcome.js";
@@ -27,7 +28,7 @@ import {
   type StatusInput,
   type StatusToolOptions,
 } from "./status.js";
-import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
+import { definitionOf, inputJsonSchema, inputSchemaOf, isZod, type ToolDefinition } from "./tool.js";
 
 type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefined;
 /**
@@ -37,11 +38,10 @@ type Details = { toolCall?: { callId?: string }; signal?: AbortSignal } | undefi
  * the request under way ends and is recorded, nothing more is sent, and the tool answers once it
  * has ended (the SDK waits for a turn's tools; past a tool's `timeoutMs` it answers without it).
  */
-const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details, inputParsed = true): ToolCall<C> => ({
+const callOf = <C>(runContext: RunContext<unknown> | undefined, details: Details): ToolCall<C> => ({
   context: runContext?.context as C,
   callId: details?.toolCall?.callId,
   stop: details?.signal,
-  inputParsed, // by the SDK, when its parameters are the zod schema
 });
 
 /**
@@ -73,8 +73,10 @@ export function openaiTool<A, R, I, C = unknown>(
  * answers input it refuses with an outcome. The SDK is given the JSON Schema of the schema's
  * input, so it only parses the JSON and, in strict mode, reads a null the model sent for an
  * optional field as no value (as it does before checking a zod schema). The model is shown what
- * the SDK makes of `schema` itself, as when it checked it. A schema zod 4 cannot describe (a zod 3
- * one) is given to the SDK as it is: the SDK checks it, as before (`inputParsed`).
+ * the SDK makes of a zod schema itself (zod 3's too), as when it checked it; another library's is
+ * shown as it describes itself (Standard JSON Schema). Given a zod 3 schema, the SDK checked it
+ * and the model read "the arguments could not be read", not what was wrong; given another
+ * library's, it failed to copy it. A schema that cannot be listed is refused when the tool is made.
  */
 function uncheckedTool<C>(
   schema: unknown,
@@ -82,27 +84,29 @@ function uncheckedTool<C>(
   run: (input: unknown, call: ToolCall<C>) => Promise<Outcome>,
   errorFunction = idemErrorFunction,
 ) {
-  const build = (parameters: unknown, inputParsed: boolean) =>
+  const build = (parameters: unknown) =>
     tool({
       ...about,
       parameters: parameters as z.ZodObject,
       execute: (input: unknown, runContext?: RunContext<unknown>, details?: Details) =>
-        run(input, callOf<C>(runContext, details, inputParsed)),
+        run(input, callOf<C>(runContext, details)),
       errorFunction,
     });
-  let unchecked: ReturnType<typeof build>;
+  let own: unknown;
   try {
-    unchecked = build(z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" }), false);
-  } catch {
-    return build(schema, true);
-  }
-  try {
-    return { ...unchecked, parameters: build(schema, true).parameters };
-  } catch {
     // The SDK describes a zod schema by its output, so it refuses one that transforms ("Transforms
-    // cannot be represented in JSON Schema"): the model is shown the input's JSON Schema, in strict mode.
-    return unchecked;
+    // cannot be represented in JSON Schema"): the model is then shown the input's JSON Schema.
+    own = isZod(schema) ? build(schema).parameters : undefined;
+  } catch {
+    own = undefined;
   }
+  const listed = inputJsonSchema(schema) ?? own;
+  if (!listed)
+    throw new TypeError(
+      `tool ${about.name}: the OpenAI Agents SDK lists a tool's input to the model as JSON Schema, and this schema cannot be given as one: use zod, or a schema library with Standard JSON Schema`,
+    );
+  const unchecked = build(listed);
+  return own ? { ...unchecked, parameters: own as typeof unchecked.parameters } : unchecked;
 }
 
 /** What the model reads when the SDK could not run the status tool (its arguments did not parse): nothing was checked. */

@@ -3,7 +3,7 @@
  * what the model should read of a receipt. Provider packages ship these (a Stripe charge, an
  * email, a CRM record), so that a guarded tool is a few lines in any framework.
  */
-import type { StandardSchemaV1 } from "@standard-schema/spec";
+import type { StandardJSONSchemaV1, StandardSchemaV1 } from "@standard-schema/spec";
 import { z } from "zod";
 import type { Action, KeyPart } from "@idem/core";
 
@@ -53,27 +53,40 @@ export function inputSchemaOf<I, A, R>(def: ToolDefinition<I, A, R>): StandardSc
 
 /**
  * The JSON Schema of `schema`'s input, as zod 4 writes it (a field with a default is optional:
- * the model may leave it out), without its `$schema` (a framework writes its own). Undefined for
- * a schema zod 4 cannot describe (a zod 3 one, another library's).
+ * the model may leave it out), else as the schema describes itself (Standard JSON Schema: valibot,
+ * arktype), without its `$schema` (a framework writes its own). Undefined for a schema that
+ * describes itself in neither way (a zod 3 one, a hand-written Standard Schema).
  */
 export function inputJsonSchema(schema: unknown): Record<string, unknown> | undefined {
+  const described = () => {
+    try {
+      return z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" });
+    } catch {
+      const own = (schema as Partial<StandardJSONSchemaV1>)["~standard"]?.jsonSchema;
+      return own?.input({ target: "draft-07" });
+    }
+  };
+  let listed: unknown;
   try {
-    const listed = z.toJSONSchema(schema as z.ZodType, { io: "input", target: "draft-7" });
-    const { $schema: _dialect, ...shape } = listed as Record<string, unknown>;
-    return shape;
+    listed = described();
   } catch {
     return undefined;
   }
+  if (typeof listed !== "object" || listed === null) return undefined;
+  const { $schema: _dialect, ...shape } = listed as Record<string, unknown>;
+  return shape;
 }
+
+/** Whether `schema` is zod's (3 or 4): the frameworks list and check zod schemas themselves. */
+export const isZod = (schema: unknown): boolean =>
+  (schema as Partial<StandardSchemaV1> | undefined)?.["~standard"]?.vendor === "zod";
 
 /**
  * What a framework that checks a zod object schema itself (MCP) is given as a tool's input
  * schema: an object schema that accepts any arguments (a refusal would be the framework's error,
- * not guard's outcome), listed as the JSON Schema of `schema`'s input (the framework lists a
- * schema's metadata with it). Undefined for a schema zod 4 cannot describe (a zod 3 one): the
- * framework then checks it itself, as before.
+ * not guard's outcome), listed as `json`, the JSON Schema of the tool's input (the framework lists
+ * a schema's metadata with it).
  */
-export function listedOnly(schema: unknown): z.ZodObject | undefined {
-  const shape = inputJsonSchema(schema);
-  return shape && (z.looseObject({}).meta(shape) as unknown as z.ZodObject);
+export function listedOnly(json: Record<string, unknown>): z.ZodObject {
+  return z.looseObject({}).meta(json) as unknown as z.ZodObject;
 }

@@ -16,6 +16,7 @@ import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { aiStatusTool, aiTool } from "@idem/agents/ai";
 import { defineTool, type Outcome } from "@idem/agents";
+import { otherSchemaTools } from "./transforming-tools.js";
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
@@ -391,6 +392,50 @@ for (const dialect of DIALECTS) {
       expect(charged).toEqual(
         expect.arrayContaining([{ cents: 1250, invoice: "inv-t" }, { at: "2026-12-24T09:00:00Z" }]),
       );
+    });
+
+    it("a zod 3 schema, or another library's, is applied once by guard: refused input reads as guard's refusal, nothing done", async () => {
+      const ledger = await db.open();
+      const tenant = `t-z3-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const { executed, zod3, standard, undescribed } = otherSchemaTools();
+      const model = scriptedModel([
+        [
+          { toolName: "pay_z3", input: { invoice: "inv of May", euros: "12.50" } },
+          { toolName: "pay_std", input: { invoice: "inv of June", euros: "12.50" } },
+          { toolName: "pay_z3", input: { invoice: `inv-3-${tenant}`, euros: "12.50" } },
+          { toolName: "pay_std", input: { invoice: `inv-s-${tenant}`, euros: "12.50" } },
+        ],
+      ]);
+      const { steps } = await generateText({
+        model,
+        tools: { pay_z3: aiTool(ledger, zod3, { tenant }), pay_std: aiTool(ledger, standard, { tenant }) },
+        prompt: "pay",
+        stopWhen: stepCountIs(3),
+      });
+      const parts = steps[0]!.content.filter((p) => p.type === "tool-error" || p.type === "tool-result");
+      const read = parts.map((p) => (p.type === "tool-result" ? (p.output as Outcome) : undefined));
+      expect(
+        read.map((o) => o?.status),
+        JSON.stringify(parts),
+      ).toEqual(["refused", "refused", "done", "done"]);
+      expect(read[0]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(read[1]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(executed).toHaveLength(2); // the calls ran in any order
+      expect(executed).toEqual(
+        expect.arrayContaining([
+          { invoice: `inv-3-${tenant}`, cents: 1250 },
+          { invoice: `inv-s-${tenant}`, cents: 1250 },
+        ]),
+      );
+      // The model is asked for each schema's input.
+      for (const asked of model.doGenerateCalls[0]!.tools as unknown as { inputSchema: unknown }[])
+        expect(asked.inputSchema).toMatchObject({
+          type: "object",
+          properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+          required: ["invoice", "euros"],
+        });
+      // A schema that cannot be listed: refused when the tool is made, not when a run starts.
+      expect(() => aiTool(ledger, undescribed, { tenant })).toThrow(/pay_bare: .*JSON Schema/);
     });
   });
 }

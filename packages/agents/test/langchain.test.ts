@@ -12,8 +12,6 @@ import { tool, type StructuredToolInterface } from "@langchain/core/tools";
 import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { Command, END, interrupt, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
-import type { StandardSchemaV1 } from "@standard-schema/spec";
-import { z as z3 } from "zod/v3";
 import { z } from "zod";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
 import { StripeSandbox } from "@idem/sandbox";
@@ -21,7 +19,7 @@ import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { langchainStatusTool, langchainTool } from "@idem/agents/langchain";
 import type { Outcome } from "@idem/agents";
-import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
+import { CALLS, expectAppliedOnce, otherSchemaTools, transformingTools } from "./transforming-tools.js";
 
 let sandbox: StripeSandbox;
 let server: { port: number; apiKey: string };
@@ -84,61 +82,6 @@ async function toolNodeTurn(tools: StructuredToolInterface[], calls: Call[], con
     messages: BaseMessage[];
   };
   return messages.map(readOf);
-}
-
-/**
- * A pay tool whose input schema is not zod 4's: a zod 3 one, or another library's (valibot,
- * arktype: a Standard Schema, listed by its `jsonSchema` when it has one). Both turn "12.50" euros
- * into 1250 cents: applied twice, the cents (a number) are refused.
- */
-function otherSchemaTools() {
-  const executed: unknown[] = [];
-  const action = defineAction<{ invoice: string; cents: number }, { ok: true }>({
-    type: "test.lc-pay-other-schema",
-    capabilities: {},
-    async execute(args) {
-      executed.push(args);
-      return { ok: true };
-    },
-  });
-  type Input = { invoice: string; cents: number };
-  const listed = {
-    type: "object",
-    properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
-    required: ["invoice", "euros"],
-  };
-  const validate = (v: unknown): StandardSchemaV1.Result<Input> => {
-    const o = v as { invoice?: unknown; euros?: unknown };
-    if (typeof o?.invoice !== "string" || /\s/.test(o.invoice))
-      return { issues: [{ message: "must be an invoice id, without spaces", path: ["invoice"] }] };
-    if (typeof o.euros !== "string") return { issues: [{ message: "must be a string of euros", path: ["euros"] }] };
-    return { value: { invoice: o.invoice, cents: Math.round(Number(o.euros) * 100) } };
-  };
-  const standard = (jsonSchema: boolean) =>
-    ({
-      "~standard": {
-        version: 1,
-        vendor: "other",
-        validate,
-        ...(jsonSchema && { jsonSchema: { input: () => listed, output: () => listed } }),
-      },
-    }) as StandardSchemaV1<unknown, Input>;
-  const zod3 = z3.object({
-    invoice: z3.string().regex(/^\S+$/, "must be an invoice id, without spaces"),
-    euros: z3.string().transform((e) => Math.round(Number(e) * 100)),
-  }) as unknown as StandardSchemaV1<unknown, { invoice: string; euros: number }>;
-  const common = { description: "Pay an invoice.", action, key: (i: { invoice: string }) => ["pay", i.invoice] };
-  return {
-    executed,
-    zod3: {
-      ...common,
-      name: "pay_z3",
-      input: zod3,
-      args: (i: { invoice: string; euros: number }) => ({ invoice: i.invoice, cents: i.euros }),
-    },
-    standard: { ...common, name: "pay_std", input: standard(true) },
-    undescribed: { ...common, name: "pay_bare", input: standard(false) },
-  };
 }
 
 for (const dialect of DIALECTS) {

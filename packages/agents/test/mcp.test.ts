@@ -15,7 +15,7 @@ import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { registerGuardedTool, registerStatusTool } from "@idem/agents/mcp";
 import type { Outcome } from "@idem/agents";
-import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
+import { CALLS, expectAppliedOnce, otherSchemaTools, transformingTools } from "./transforming-tools.js";
 
 let stripeBox: StripeSandbox;
 let stripeServer: { port: number; apiKey: string };
@@ -117,6 +117,48 @@ for (const dialect of DIALECTS) {
         properties: { invoiceId: { type: "string", pattern: "^\\S+$" }, amount: { type: "integer" } },
         required: ["invoiceId", "amount", "currency"],
       });
+    });
+
+    it("a zod 3 schema, or another library's, is listed and applied once by guard: refused input reads as guard's refusal", async () => {
+      // Before: the SDK checked a zod 3 schema itself ("MCP error -32602: Input validation error
+      // …", no outcome for the model) and refused to register another library's.
+      const ledger = await db.open();
+      const tenant = `t-mcp-z3-${dialect}-${rnd()}`;
+      const { executed, zod3, standard, undescribed } = otherSchemaTools();
+      const server = new McpServer({ name: "billing", version: "1.0.0" });
+      registerGuardedTool(server, ledger, zod3, { tenant });
+      registerGuardedTool(server, ledger, standard, { tenant });
+      const client = await connect(server);
+      const calls = [
+        { name: "pay_z3", arguments: { invoice: "inv of May", euros: "12.50" } },
+        { name: "pay_std", arguments: { invoice: "inv of June", euros: "12.50" } },
+        { name: "pay_z3", arguments: { invoice: `inv-3-${tenant}`, euros: "12.50" } },
+        { name: "pay_std", arguments: { invoice: `inv-s-${tenant}`, euros: "12.50" } },
+      ];
+      const results = await Promise.all(calls.map((c) => client.callTool(c)));
+      const read = results.map((r) => r.structuredContent as Outcome | undefined);
+      expect(
+        read.map((o) => o?.status),
+        JSON.stringify(results),
+      ).toEqual(["refused", "refused", "done", "done"]);
+      expect(read[0]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(read[1]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(executed).toHaveLength(2); // the calls ran in any order
+      expect(executed).toEqual(
+        expect.arrayContaining([
+          { invoice: `inv-3-${tenant}`, cents: 1250 },
+          { invoice: `inv-s-${tenant}`, cents: 1250 },
+        ]),
+      );
+      // The model is asked for each schema's input.
+      for (const listed of (await client.listTools()).tools)
+        expect(listed.inputSchema, listed.name).toMatchObject({
+          type: "object",
+          properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+          required: ["invoice", "euros"],
+        });
+      // A schema that cannot be listed would show the model no fields: refused when the tool is registered.
+      expect(() => registerGuardedTool(server, ledger, undescribed, { tenant })).toThrow(/pay_bare: .*JSON Schema/);
     });
 
     it("the status tool as `idem mcp` registers it reads a settled charge as charge_invoice does: waiting for the customer", async () => {

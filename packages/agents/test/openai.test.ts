@@ -22,7 +22,7 @@ import { stripeActions, stripeTools } from "@idem/stripe";
 import { DIALECTS, ledgersFor } from "@idem/testkit";
 import { openaiStatusTool, openaiTool } from "@idem/agents/openai";
 import { defineTool } from "@idem/agents";
-import { CALLS, expectAppliedOnce, transformingTools } from "./transforming-tools.js";
+import { CALLS, expectAppliedOnce, otherSchemaTools, transformingTools } from "./transforming-tools.js";
 
 setTracingDisabled(true); // no exporter: nothing leaves the machine
 
@@ -307,6 +307,52 @@ for (const dialect of DIALECTS) {
       const outputs = outputsOf(result);
       expect(outputs.map((o) => o.status)).toEqual(["done", "done", "done", "done", "refused"]);
       expect(outputs[4]!.message).toMatch(/^Refused: invalid input: amount/);
+    });
+
+    it("a zod 3 schema, or another library's, is listed and applied once by guard: refused input reads as guard's refusal", async () => {
+      // Before: the SDK checked a zod 3 schema itself (the model read "the arguments could not be
+      // read (Invalid JSON input for tool)", not what was wrong) and failed to copy another
+      // library's ("DataCloneError") when the tool was made.
+      const ledger = await db.open();
+      const tenant = `t-oa-z3-${dialect}-${Math.random().toString(36).slice(2, 7)}`;
+      const { executed, zod3, standard, undescribed } = otherSchemaTools();
+      const tools = [openaiTool(ledger, zod3, { tenant }), openaiTool(ledger, standard, { tenant })];
+      const agent = new Agent({
+        name: "billing",
+        instructions: "Pay the invoices.",
+        model: scriptedModel([
+          [
+            { name: "pay_z3", input: { invoice: "inv of May", euros: "12.50" } },
+            { name: "pay_std", input: { invoice: "inv of June", euros: "12.50" } },
+            { name: "pay_z3", input: { invoice: `inv-3-${tenant}`, euros: "12.50" } },
+            { name: "pay_std", input: { invoice: `inv-s-${tenant}`, euros: "12.50" } },
+          ],
+        ]),
+        tools,
+      });
+      const outputs = outputsOf(await run(agent, "pay", { maxTurns: 3 }));
+      expect(
+        outputs.map((o) => o.status),
+        JSON.stringify(outputs),
+      ).toEqual(["refused", "refused", "done", "done"]);
+      expect(outputs[0]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(outputs[1]!.message).toMatch(/^Refused: invalid input: invoice: must be an invoice id/);
+      expect(executed).toHaveLength(2); // the calls ran in any order
+      expect(executed).toEqual(
+        expect.arrayContaining([
+          { invoice: `inv-3-${tenant}`, cents: 1250 },
+          { invoice: `inv-s-${tenant}`, cents: 1250 },
+        ]),
+      );
+      // The model is asked for each schema's input.
+      for (const t of tools)
+        expect(t.parameters, t.name).toMatchObject({
+          type: "object",
+          properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+          required: ["invoice", "euros"],
+        });
+      // A schema that cannot be listed would show the model no fields: refused when the tool is made.
+      expect(() => openaiTool(ledger, undescribed, { tenant })).toThrow(/pay_bare: .*JSON Schema/);
     });
   });
 }

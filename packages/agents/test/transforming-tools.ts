@@ -5,7 +5,9 @@
  * cents, a day became "2026-12-24T09:00:00ZT09:00:00Z", and a schema that changes a type (a
  * string of euros to a number of cents) refused every valid call.
  */
+import type { StandardSchemaV1 } from "@standard-schema/spec";
 import { expect } from "vitest";
+import { z as z3 } from "zod/v3";
 import { z } from "zod";
 import { defineAction, type Ledger } from "@idem/core";
 import { defineTool, type ToolDefinition } from "@idem/agents";
@@ -112,4 +114,59 @@ export async function expectAppliedOnce(
   );
   expect(recorded.sort(byAction)).toEqual(expected);
   expect(operations.map((o) => o.status)).toEqual(expected.map(() => "succeeded"));
+}
+
+/**
+ * A pay tool whose input schema is not zod 4's: a zod 3 one, or another library's (valibot,
+ * arktype: a Standard Schema, listed by its `jsonSchema` when it has one). Both turn "12.50" euros
+ * into 1250 cents: applied twice, the cents (a number) are refused.
+ */
+export function otherSchemaTools() {
+  const executed: unknown[] = [];
+  const action = defineAction<{ invoice: string; cents: number }, { ok: true }>({
+    type: "test.pay-other-schema",
+    capabilities: {},
+    async execute(args) {
+      executed.push(args);
+      return { ok: true };
+    },
+  });
+  type Input = { invoice: string; cents: number };
+  const listed = {
+    type: "object",
+    properties: { invoice: { type: "string", pattern: "^\\S+$" }, euros: { type: "string" } },
+    required: ["invoice", "euros"],
+  };
+  const validate = (v: unknown): StandardSchemaV1.Result<Input> => {
+    const o = v as { invoice?: unknown; euros?: unknown };
+    if (typeof o?.invoice !== "string" || /\s/.test(o.invoice))
+      return { issues: [{ message: "must be an invoice id, without spaces", path: ["invoice"] }] };
+    if (typeof o.euros !== "string") return { issues: [{ message: "must be a string of euros", path: ["euros"] }] };
+    return { value: { invoice: o.invoice, cents: Math.round(Number(o.euros) * 100) } };
+  };
+  const standard = (jsonSchema: boolean) =>
+    ({
+      "~standard": {
+        version: 1,
+        vendor: "other",
+        validate,
+        ...(jsonSchema && { jsonSchema: { input: () => listed, output: () => listed } }),
+      },
+    }) as StandardSchemaV1<unknown, Input>;
+  const zod3 = z3.object({
+    invoice: z3.string().regex(/^\S+$/, "must be an invoice id, without spaces"),
+    euros: z3.string().transform((e) => Math.round(Number(e) * 100)),
+  }) as unknown as StandardSchemaV1<unknown, { invoice: string; euros: number }>;
+  const common = { description: "Pay an invoice.", action, key: (i: { invoice: string }) => ["pay", i.invoice] };
+  return {
+    executed,
+    zod3: {
+      ...common,
+      name: "pay_z3",
+      input: zod3,
+      args: (i: { invoice: string; euros: number }) => ({ invoice: i.invoice, cents: i.euros }),
+    },
+    standard: { ...common, name: "pay_std", input: standard(true) },
+    undescribed: { ...common, name: "pay_bare", input: standard(false) },
+  };
 }
