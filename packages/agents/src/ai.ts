@@ -24,11 +24,10 @@ import { definitionOf, inputSchemaOf, type ToolDefinition } from "./tool.js";
  * unknown. So the request under way ends and is recorded, nothing more is sent, and the tool
  * answers once it has ended (the SDK waits for it).
  */
-const callOf = <C>(o: ToolExecutionOptions, inputParsed: boolean): ToolCall<C> => ({
+const callOf = <C>(o: ToolExecutionOptions): ToolCall<C> => ({
   context: (o.experimental_context ?? (o as { context?: unknown }).context) as C,
   callId: o.toolCallId,
   stop: o.abortSignal,
-  inputParsed,
 });
 
 /**
@@ -60,7 +59,7 @@ export function aiTool<A, R, I, C = unknown>(
   return tool({
     description: options.description ?? def.description,
     inputSchema: listedOnly(def.name, inputSchemaOf(def)),
-    execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o, false)),
+    execute: (input: I, o: ToolExecutionOptions) => run(input, callOf<C>(o)),
   }) as Tool<I, Outcome>;
 }
 
@@ -70,6 +69,6 @@ export function aiStatusTool<C = unknown>(ledger: Ledger, options: StatusToolOpt
   return tool({
     description: STATUS_TOOL.description,
     inputSchema: listedOnly(STATUS_TOOL.name, listedStatusInput("optional")),
-    execute: (input: StatusInput, o: ToolExecutionOptions) => check(input, callOf<C>(o, false)),
+    execute: (input: StatusInput, o: ToolExecutionOptions) => check(input, callOf<C>(o)),
   }) as Tool<StatusInput, Outcome>;
 }

@@ -50,9 +50,13 @@ export interface ToolCall<C = unknown> {
    */
   readonly stop?: AbortSignal | undefined;
   /**
-   * The framework already checked the input against the tool's schema (`inputSchemaOf`) and hands
-   * over its output (the adapters set this). A schema is applied once: one that transforms (euros
-   * to cents, a day to a timestamp) must not be applied to its own output.
+   * The input is already the output of the tool's schema (the definition's `input`, else the
+   * action's): guard does not apply it again, and the key and the args are made of the input as
+   * given. No adapter sets it (guard applies the schema in each); an application that calls `guard`
+   * from a framework that applies the schema itself may. A schema is applied once: one that
+   * transforms (euros to cents, a day to a timestamp) must not be applied to its own output. Set it
+   * only for that output: nothing checks the input then, not the ledger either when the schema is
+   * the action's, and a key part no key can hold reads as the tool's setup, not as input to fix.
    */
   readonly inputParsed?: boolean;
 }
