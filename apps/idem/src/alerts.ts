@@ -37,7 +37,9 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * credential or a policy), `check_refused` (the outcome is unknown, and a credential or a
  * certificate was refused while checking it: it may have happened), `two_effects` (a second
  * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
- * that could not be stored), `incomplete` (it took effect, once, but not in full: its action's
+ * that could not be stored), `maybe_two_effects` (it took effect, proven by an earlier attempt's
+ * late answer after a later attempt ran it again from a proof that it was not done: that run may
+ * have taken effect too), `incomplete` (it took effect, once, but not in full: its action's
  * `attention`, such as a sent mail whose Sent copy was not filed), `retry_not_run` (a person
  * retried it, and the lookup made first found the earlier attempt's effect: it took effect once,
  * and the retry did not run), `stuck` (running past its threshold).
@@ -47,6 +49,7 @@ export type AlertKind =
   | "auth_failure"
   | "check_refused"
   | "two_effects"
+  | "maybe_two_effects"
   | "incomplete"
   | "retry_not_run"
   | "stuck";
@@ -88,6 +91,9 @@ const SAID: Record<AlertKind, string> = {
   check_refused:
     "is left with its outcome unknown; a credential or the server's certificate was refused while checking it (it may have happened: fix the credential or the trust, or check the provider and decide)",
   two_effects: "took effect twice (check the provider, and undo the extra effect)",
+  // One effect proven, a second one possible: the person looks before undoing anything.
+  maybe_two_effects:
+    "may have taken effect twice: it was run again after a proof that it was not done, and an earlier attempt's effect was proven since (check the provider for a second effect, and undo it if there is one)",
   // Not a second effect: nothing to undo, a part to see to.
   incomplete: "took effect, but not in full (nothing to undo; see to the part that is missing)",
   // Not a second effect either: the person who retried it must hear that their retry did not run.

@@ -23,6 +23,7 @@ import {
   UnknownActionError,
   isEscalation,
   isFoundOnRetry,
+  isPossiblyTwo,
   performedProof,
   type DueOperation,
   type Ledger,
@@ -499,7 +500,8 @@ export class Daemon {
  * receipts that could not be stored, `performedBy`), it took effect but not in full (succeeded
  * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
  * them first unless two effects are), a person's retry found it done and did not run (succeeded
- * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), a person decides
+ * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), it may have taken
+ * effect twice (succeeded with the ledger's reason for it, `isPossiblyTwo`), a person decides
  * (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
@@ -507,5 +509,6 @@ function kindOf(op: Operation): AlertKind {
     return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : "needs_review";
   if (op.status !== "succeeded") return "auth_failure";
   if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
+  if (op.reason !== null && isPossiblyTwo(op.reason)) return "maybe_two_effects";
   return op.reason !== null && isFoundOnRetry(op.reason) ? "retry_not_run" : "two_effects";
 }

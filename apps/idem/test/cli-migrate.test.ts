@@ -152,14 +152,14 @@ describe("how long idem migrate waits, on Postgres (migrations in the config, fl
     const ledger = await openLedger(url);
     let release: (() => Promise<void>) | undefined;
     try {
-      // A ledger one migration behind (0012 adds a column to idem_operations), and a long report
+      // A ledger one migration behind (0013 adds a column to idem_operations), and a long report
       // reading idem_operations: the migration cannot take the table meanwhile.
       const db = databaseOf(ledger);
       await db
         .deleteFrom("idem_migration" as never)
-        .where("name" as never, "=", "0012-look-first-after-retry" as never)
+        .where("name" as never, "=", "0013-rerun-attempt" as never)
         .execute();
-      await db.schema.alterTable("idem_operations").dropColumn("look_first").execute();
+      await db.schema.alterTable("idem_operations").dropColumn("rerun_attempt").execute();
       release = await heldElsewhere(db, (trx) =>
         trx
           .selectFrom("idem_operations")
@@ -188,7 +188,7 @@ describe("how long idem migrate waits, on Postgres (migrations in the config, fl
       const migrated = await idem(["--ledger", url, "--json", "migrate", "--lock-patience", "1s"]);
       expect([migrated.code, migrated.stdout], migrated.stderr).toEqual([
         0,
-        `${JSON.stringify({ applied: ["0012-look-first-after-retry"] })}\n`,
+        `${JSON.stringify({ applied: ["0013-rerun-attempt"] })}\n`,
       ]);
     } finally {
       await release?.();

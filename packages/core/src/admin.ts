@@ -290,6 +290,7 @@ export class LedgerAdmin {
     const applied = await migrate(this.#context.db, this.#context.dialect);
     this.#context.store.movesWriteEvents = true; // 0010 is in, whoever applied it
     this.#context.store.looksFirst = true; // and 0012
+    this.#context.store.marksReruns = true; // and 0013
     return applied;
   }
 

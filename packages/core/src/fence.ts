@@ -13,6 +13,17 @@ import { knownPerformed, pending, replayOf, rowPerformedProof, succeeded } from 
 import type { Row } from "./store.js";
 
 /**
+ * How the reason of an effect proven after the operation was run again starts (see `fenced`):
+ * one effect proven, a second one possible. The daemon tells its alert by it.
+ */
+const POSSIBLY_TWO = "possibly two effects: ";
+
+/** Whether a succeeded operation's reason says a second effect is possible, not proven (`fenced`). */
+export function isPossiblyTwo(reason: string): boolean {
+  return reason.startsWith(POSSIBLY_TWO);
+}
+
+/**
  * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
  * write is refused and recorded as evidence), or the row is not where we left it, which is not a
  * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
@@ -121,6 +132,22 @@ export async function fenced<A, R>(
       // cleared it; a later look proved nothing yet, or is looking): the retry did not run, and the
       // person hears it as they would have without the fence (the daemon reads the reason's start).
       const retryNotRun = foundOnRetry !== undefined && now.look_first === 1;
+      // Run again since our request went out, from a proof that it was not done (a lookup that
+      // read the provider before our effect landed, or a person's word), and the provider did not
+      // dedupe that run onto ours: its request may have taken effect too, whatever became of it
+      // (its answer lost, or still out). Our receipt proves one effect, not that that run made
+      // none: a person hears of two, perhaps. A row that is pending again counts too: the lookup
+      // that proved that run's absence may have read the provider too early, as ours was read.
+      // Not one that failed by the provider's word (that run was refused: no effect of its own).
+      const rerun =
+        !twice &&
+        !proof &&
+        !(now.status === "failed" && now.resolution_json === null) &&
+        now.rerun_attempt !== null &&
+        now.rerun_attempt > mine.attempt &&
+        !dedupedOntoFirst(call.action, mine, now)
+          ? now.rerun_attempt
+          : undefined;
       const told =
         several !== undefined
           ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
@@ -128,12 +155,14 @@ export async function fenced<A, R>(
             ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
             : proof
               ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
-              : retryNotRun
-                ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
-                : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
+              : rerun !== undefined
+                ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider`
+                : retryNotRun
+                  ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
+                  : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it.
-      const said = withAttention(told, attention, twice);
-      const alert = twice || attention !== undefined || retryNotRun;
+      const said = withAttention(told, attention, twice || rerun !== undefined);
+      const alert = twice || rerun !== undefined || attention !== undefined || retryNotRun;
       const proven = await writes.recordReceipt(
         call,
         now,
@@ -173,29 +202,33 @@ export async function fenced<A, R>(
       if (alerted || lastLook) return { done: performed ? succeeded(mine, receipt, false) : replayOf<R>(now) };
       continue;
     }
-    if (performed && receipt !== undefined && now.status === "succeeded" && now.result_json !== null) {
+    if (receipt !== undefined && now.status === "succeeded" && now.result_json !== null) {
       // Settled by another attempt's receipt, and ours differs: our request took effect too,
       // unless the provider deduped it onto the first (then it is the same effect, told again,
       // however its answer differs). Our caller gets its own receipt, not "already done
       // earlier", and a person hears of the second effect (the row keeps the receipt it
-      // replays to every other caller).
+      // replays to every other caller). A lookup's finding that differs names an effect the
+      // recorded receipt may not be: unless the provider's ids say it is, a person looks (a
+      // doubt is said as two effects); its caller gets what every caller gets.
       const ours = canonicalJson(receipt, "result");
+      const answered = performed ? succeeded(mine, receipt, false) : replayOf<R>(now);
       // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
       // finding says less than the request's answer). Our caller gets its own request's answer.
-      if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt))
-        return { done: succeeded(mine, receipt, false) };
-      if (ours !== now.result_json && !dedupedOntoFirst(call.action, mine, now)) {
+      if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt)) return { done: answered };
+      if (ours !== now.result_json && !(performed && dedupedOntoFirst(call.action, mine, now))) {
         const alerted = await writes
           .moveDurably(call, now, "succeeded", {
             actor: call.actor,
-            reason: `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`,
+            reason: performed
+              ? `two effects: attempt ${mine.attempt}'s request took effect too, and its receipt differs from the one recorded; a person must check the provider`
+              : `two effects: attempt ${mine.attempt}'s lookup found an effect that differs from the one recorded; a person must check the provider`,
             alert: true,
             ...asNoted(noted, now, lastLook),
           })
           .catch((error: unknown) => {
             throw unrecorded(error);
           });
-        if (alerted || lastLook) return { done: succeeded(mine, receipt, false) };
+        if (alerted || lastLook) return { done: answered };
         continue;
       }
     }

@@ -26,6 +26,7 @@ import { operationKey, requireName, type KeyPart, type OperationKey } from "./ke
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
 import { NAME as LOOK_FIRST } from "./migrations/0012-look-first-after-retry.js";
+import { NAME as RERUNS } from "./migrations/0013-rerun-attempt.js";
 import { DEFAULT_BUDGET, budgetProblem, type RetryBudget } from "./policy.js";
 import type { RunResult } from "./result.js";
 import type { Call, RunnerSettings } from "./call.js";
@@ -166,6 +167,7 @@ export async function open(target: string | Dialect, options: LedgerOptions, clo
       // Until admin.migrate(): statements of the schema this ledger has.
       if (pending.includes(MOVES_WRITE_EVENTS)) store.movesWriteEvents = false;
       if (pending.includes(LOOK_FIRST)) store.looksFirst = false;
+      if (pending.includes(RERUNS)) store.marksReruns = false;
     }
   } catch (error) {
     await db.destroy();

@@ -56,6 +56,13 @@ export interface OperationsTable {
    * executes or settles. NULL too on a ledger this process reads before 0012 (see `Store.looksFirst`).
    */
   look_first: number | null;
+  /**
+   * The latest attempt that ran the operation from `pending` (known not done) after it was first
+   * sent (migration 0013): its request may be an effect of its own, so an earlier attempt's late
+   * answer proving an effect may be one of two (fence.ts). NULL until then, on rows from before,
+   * and on a ledger this process reads before 0013 (see `Store.marksReruns`). Only `findById` reads it.
+   */
+  rerun_attempt: Generated<number | null>;
   created_at: number;
   updated_at: number;
   completed_at: number | null;
@@ -104,8 +111,12 @@ export interface IdemDatabase {
 
 /**
  * The columns read by name (store.ts `ROW_COLUMNS`): everything but the history, which only
- * `events` reads, the retention, which only a completion reads, and `look_first`, which a ledger
+ * `events` reads, the retention, which only a completion reads, `rerun_attempt`, which only the
+ * fence reads (`Store.findById`), and `look_first`, which a ledger
  * opened without migrating may lack (before 0012): every read selects it as `Store.lookFirst()`,
  * NULL in its place there, and store.ts `Row` adds it.
  */
-export type OperationRow = Omit<OperationsTable, "history" | "history_elided" | "retention_ms" | "look_first">;
+export type OperationRow = Omit<
+  OperationsTable,
+  "history" | "history_elided" | "retention_ms" | "look_first" | "rerun_attempt"
+>;

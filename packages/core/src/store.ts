@@ -413,6 +413,13 @@ export class Store {
    */
   looksFirst = true;
 
+  /**
+   * Whether the ledger holds `rerun_attempt` (migration 0013): a ledger opened with `migrate:
+   * false` before it reads NULL in its place and writes none, until `admin.migrate()` applies it
+   * (a late answer there is told of a rerun as before 0013: not at all).
+   */
+  marksReruns = true;
+
   /** `look_first` for a select list, or NULL in its place before migration 0012 (`looksFirst`). */
   lookFirst(): AliasedRawBuilder<number | null, "look_first"> {
     return (this.looksFirst ? sql<number | null>`look_first` : sql<number | null>`null`).as("look_first");
@@ -699,19 +706,30 @@ export class Store {
     return this.peek(tenant, key); // not settled: everything a decision needs, read again
   }
 
-  async findById(tenant: string, id: string): Promise<(Row & { db_now: number }) | undefined> {
+  async findById(
+    tenant: string,
+    id: string,
+  ): Promise<(Row & { db_now: number; rerun_attempt: number | null }) | undefined> {
     const row = await this.guard(
       id,
       this.db
         .selectFrom("idem_operations")
         .select(ROW_COLUMNS)
         .select(this.lookFirst())
+        .select((this.marksReruns ? sql<number | null>`rerun_attempt` : sql<number | null>`null`).as("rerun_attempt"))
         .select(this.now().as("db_now"))
         .where("tenant_id", "=", tenant)
         .where("id", "=", id)
         .executeTakeFirst(),
     );
-    return row && { ...row, look_first: lookFirstOf(row.look_first), db_now: Number(row.db_now) };
+    return (
+      row && {
+        ...row,
+        look_first: lookFirstOf(row.look_first),
+        rerun_attempt: row.rerun_attempt === null ? null : Number(row.rerun_attempt),
+        db_now: Number(row.db_now),
+      }
+    );
   }
 
   /**
@@ -752,6 +770,12 @@ export class Store {
           ? {
               // It runs now: a person's reopening is answered (looked up first, or needing no look).
               ...(this.looksFirst && { look_first: null }),
+              // Run again from known not done: its request may be an effect of its own (0013).
+              ...(this.marksReruns && {
+                rerun_attempt: sql<
+                  number | null
+                >`case when status = 'pending' then ${from.attempt + 1} else rerun_attempt end`,
+              }),
               last_execution_at: now,
               maybe_committed: sql<number>`case when args_hash is null then maybe_committed else 1 end`,
               // The key's first send. Known not done (pending, or a dead attempt that never sent):

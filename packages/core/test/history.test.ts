@@ -153,6 +153,7 @@ for (const dialect of DIALECTS) {
             "0010-transitions-write-their-event",
             "0011-due-rows-have-args",
             "0012-look-first-after-retry",
+            "0013-rerun-attempt",
           ]);
           expect(await moves(ledger, "before")).toEqual(["null>running", "running>succeeded"]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(false);
@@ -160,6 +161,7 @@ for (const dialect of DIALECTS) {
             "0010-transitions-write-their-event",
             "0011-due-rows-have-args",
             "0012-look-first-after-retry",
+            "0013-rerun-attempt",
           ]);
           expect(contextOf(ledger).store.movesWriteEvents).toBe(true); // its own statements write them now
           expect(await moves(ledger, "after")).toEqual(["null>running", "running>succeeded"]);

@@ -25,12 +25,12 @@ describe("a Postgres migration that gave up waiting", { timeout: scaled(120_000)
     const url = await freshDatabase("postgres");
     const ledger = await openLedger(url);
     const db = databaseOf(ledger);
-    // One migration behind (0012 adds a column to idem_operations), and a report reading the table.
+    // One migration behind (0013 adds a column to idem_operations), and a report reading the table.
     await db
       .deleteFrom("idem_migration" as never)
-      .where("name" as never, "=", "0012-look-first-after-retry" as never)
+      .where("name" as never, "=", "0013-rerun-attempt" as never)
       .execute();
-    await db.schema.alterTable("idem_operations").dropColumn("look_first").execute();
+    await db.schema.alterTable("idem_operations").dropColumn("rerun_attempt").execute();
     await ledger.close();
     const pg = (await import("pg")).default;
     const reader = new pg.Client({ connectionString: url });

@@ -1157,6 +1157,7 @@ for (const dialect of DIALECTS) {
         "0010-transitions-write-their-event",
         "0011-due-rows-have-args",
         "0012-look-first-after-retry",
+        "0013-rerun-attempt",
       ]);
       const { operation, events } = await bare.get({ tenant: "acme", id: "op_old1" });
       expect(operation).toMatchObject({
@@ -1209,6 +1210,7 @@ for (const dialect of DIALECTS) {
         "0010-transitions-write-their-event",
         "0011-due-rows-have-args",
         "0012-look-first-after-retry",
+        "0013-rerun-attempt",
       ]);
       const columns =
         "id, tenant_id, key, action, status, attempt, provider_reference, result_json, error_json, actor, reason, created_at, updated_at, completed_at";
@@ -1319,6 +1321,7 @@ for (const dialect of DIALECTS) {
           "0010-transitions-write-their-event",
           "0011-due-rows-have-args",
           "0012-look-first-after-retry",
+          "0013-rerun-attempt",
         ]);
       } else {
         await bare.admin.migrate();

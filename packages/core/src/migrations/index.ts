@@ -16,6 +16,7 @@ import * as m0009 from "./0009-first-execution.js";
 import * as m0010 from "./0010-transitions-write-their-event.js";
 import * as m0011 from "./0011-due-rows-have-args.js";
 import * as m0012 from "./0012-look-first-after-retry.js";
+import * as m0013 from "./0013-rerun-attempt.js";
 
 export type DialectName = "sqlite" | "postgres";
 
@@ -32,6 +33,7 @@ const ALL: Record<string, Record<DialectName, string[]>> = {
   [m0010.NAME]: m0010,
   "0011-due-rows-have-args": m0011,
   [m0012.NAME]: m0012,
+  [m0013.NAME]: m0013,
 };
 
 export const MIGRATION_NAMES = Object.keys(ALL);

@@ -1,0 +1,13 @@
+/**
+ * 0013: `rerun_attempt`, the latest attempt that ran the operation from `pending` (known not done:
+ * a lookup proved absence, or a person said so) after it was first sent. Its request may be an
+ * effect of its own, not the one an earlier attempt's key names: an earlier attempt's late answer
+ * (fence.ts), proving an effect after all, may then be one of two, and a person hears of it.
+ * NULL until such a run, and on every row from before. A process of an earlier release refuses a
+ * ledger migrated past what it knows, so none runs such a row unmarked. Never edit once landed.
+ */
+export const NAME = "0013-rerun-attempt";
+
+export const sqlite = [`ALTER TABLE idem_operations ADD COLUMN rerun_attempt INTEGER`];
+
+export const postgres = [`ALTER TABLE idem_operations ADD COLUMN rerun_attempt INTEGER`];
