@@ -274,6 +274,28 @@ export async function fenced<A, R>(
       }
       if (!lastLook) continue;
     }
+    if (
+      wanted === "unknown" &&
+      sent &&
+      receipt === undefined &&
+      now.status === "succeeded" &&
+      !now.alert_pending &&
+      now.rerun_attempt !== null &&
+      now.rerun_attempt > mine.attempt &&
+      !dedupedOntoFirst(call.action, mine, now)
+    ) {
+      // Settled by a later run from known not done (a proof of absence read while our request was
+      // out), and our request ended without an answer: it may have taken effect too, which the
+      // receipt recorded cannot say. A person hears of two, perhaps; every caller gets that receipt.
+      const alerted = await writes.moveDurably(call, now, "succeeded", {
+        actor: call.actor,
+        reason: `${POSSIBLY_TWO}attempt ${mine.attempt}'s request, out when attempt ${now.rerun_attempt} ran the operation again, ended without an answer (${detail.slice(0, 200)}): it may have taken effect too; a person must check the provider`,
+        alert: true,
+        ...asNoted(noted, now, lastLook),
+      });
+      if (alerted || lastLook) return { done: replayOf<R>(now) };
+      continue;
+    }
     // Settled by another attempt or a person: what every caller gets (a verdict may have no receipt).
     if (now.status === "succeeded" || now.status === "failed") return { done: replayOf<R>(now) };
     // At our own attempt nothing took the lease from us: a person, the daemon, or an earlier
