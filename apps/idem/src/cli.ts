@@ -49,6 +49,8 @@ import { readDuration } from "./durations.js";
  * stopped waiting for late answers (at most a tenth of the bound): its exit would cut it.
  */
 const CLOSE_RESERVE_MS = 1_000;
+/** The operations a --once pass's failure names, whose late answers went unrecorded; the log names every one. */
+const LATE_NAMED = 10;
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
@@ -808,6 +810,8 @@ export function program(): Command {
       let stoppedAt: number | undefined;
       /** The late answers the ledger's close did not await (named in the log): the stop exits 1. */
       let unawaited = 0;
+      /** Those of a --once pass nobody stopped (their operations' ids): the pass exits 1, naming them. */
+      let passUnrecorded: string[] | undefined;
       // Heard from the start: a daemon started while its database is down (or restarting) waits
       // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
       const signals = hearStopSignals(log, {
@@ -928,6 +932,16 @@ export function program(): Command {
             const { lateAnswers } = await ledger.close(waitMs === undefined ? {} : { waitMs });
             if (!lateAnswers.length) return;
             unawaited = lateAnswers.length;
+            // A --once pass nobody stopped: its pass ended, and the close waited a lease. Said as a
+            // stop (the stop's bound, "the daemon stopped"), a cron job's log told of a stop never sent.
+            if (o.once && bound === undefined) {
+              passUnrecorded = lateAnswers.map((r) => r.id);
+              log.error(
+                { lateAnswers },
+                `the pass ended, but the late answer of ${lateAnswers.length} request(s) it cut off was not recorded (${passUnrecorded.join(", ")}): the ledger's close waited for it a lease (daemon.leaseMs), and exits with the pass; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it`,
+              );
+              return;
+            }
             log.error(
               { lateAnswers, ...(bound !== undefined && { stopTimeoutMs: bound }) },
               `the ledger closed without the late answer of ${lateAnswers.length} request(s) cut off (${lateAnswers.map((r) => r.id).join(", ")}): ${bound === undefined ? "a lease" : "the stop's bound (daemon.stopTimeoutMs)"} ended the wait; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it${bound === undefined ? "" : "; a longer daemon.stopTimeoutMs waits longer for such answers"}`,
@@ -946,7 +960,14 @@ export function program(): Command {
         await metrics?.close();
         stage = "done";
       }
-      // The ledger closed cleanly, but not every answer was recorded: the stop was not clean.
+      // The ledger closed cleanly, but not every answer was recorded: the pass, or the stop, was not clean.
+      if (passUnrecorded) {
+        const named = passUnrecorded.slice(0, LATE_NAMED);
+        const more = passUnrecorded.length - named.length;
+        throw new Error(
+          `the pass ended without recording the late answer of ${passUnrecorded.length} request(s) it cut off (${named.join(", ")}${more ? ` and ${more} more` : ""}); see the log`,
+        );
+      }
       if (unawaited)
         throw new Error(
           `the daemon stopped without recording the late answers of ${unawaited} request(s) cut off; see the log`,

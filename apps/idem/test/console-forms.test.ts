@@ -3,7 +3,9 @@
  * (found in review; each test failed first): a form token is bound to the session whose page
  * carried it, an operation's "It happened" takes the receipt found at the provider (checked as
  * `idem resolve --receipt` checks it), and a bulk form naming a selection the queue did not show
- * (no such operation, another tenant's, no view) is refused whole, nothing decided.
+ * (no such operation, another tenant's, no view) is refused whole, nothing decided; a bulk
+ * decision sent again (its answer lost, or twice at once) counts the rows it decided already as
+ * such, as an operation's page does, rather than refusing them as changed.
  */
 import { writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -244,6 +246,79 @@ for (const dialect of DIALECTS) {
         expect(await statusOf(acme, viewless.id), what).toBe("needs_review");
       }
       expect(await statusOf(globex, other.id)).toBe("needs_review");
+    });
+
+    it("a bulk decision sent again after its answer was lost says which rows it had decided already, and decides each once", async () => {
+      const cookie = await session(TOKENS.alice);
+      const failed: [string, string][] = [
+        ["outcome", "failed"],
+        ["reason", "not in the SMS provider's log"],
+      ];
+      const already = (n: number, of: number) =>
+        `Already decided: ${n} of ${of} selected: your decision on ${n === 1 ? "it" : "them"} as shown (“It did not happen and must not be tried again: resolve as failed”) was recorded; sent again, it decided nothing.`;
+      const failedBy = async (id: string) =>
+        (await ledger.get({ tenant: acme, id })).events.filter((e) => e.to === "failed").map((e) => e.actor);
+
+      // The whole decision sent again (a reload of the answer that never came, a double submit).
+      const a = await waiting(acme, "bulk-again-a");
+      const b = await waiting(acme, "bulk-again-b");
+      const both = [...failed, ["ops", a.pick] as [string, string], ["ops", b.pick] as [string, string]];
+      expect(await noteAfter(cookie, await post(cookie, "/bulk", both))).toBe(
+        "2 of 2 selected were decided: Resolved as failed.",
+      );
+      // Before: "Nothing was decided: 2 of 2 selected do not take … as shown · …: it changed since
+      // the queue showed it: … · Reload the queue and decide again.", the person's own decision untold.
+      expect(await noteAfter(cookie, await post(cookie, "/bulk", both))).toBe(already(2, 2));
+      expect(await failedBy(a.id)).toEqual(["alice"]);
+      expect(await failedBy(b.id)).toEqual(["alice"]);
+
+      // Sent twice at once (a double submit): each row is decided by one of them, and the other
+      // says so, whichever checked or wrote first.
+      const g = await waiting(acme, "bulk-again-g");
+      const h = await waiting(acme, "bulk-again-h");
+      const twice = [...failed, ["ops", g.pick] as [string, string], ["ops", h.pick] as [string, string]];
+      const notes = await Promise.all([1, 2].map(async () => noteAfter(cookie, await post(cookie, "/bulk", twice))));
+      const decidedBy = (note: string | undefined) =>
+        note === "2 of 2 selected were decided: Resolved as failed."
+          ? 2
+          : note === `1 of 2 selected was decided: Resolved as failed. · ${already(1, 2)}`
+            ? 1
+            : note === already(2, 2)
+              ? 0
+              : Number.NaN;
+      expect(decidedBy(notes[0]) + decidedBy(notes[1]), notes.join("\n")).toBe(2);
+      expect(await failedBy(g.id)).toEqual(["alice"]);
+      expect(await failedBy(h.id)).toEqual(["alice"]);
+
+      // An earlier send that decided part of the selection (cut after its first row): the rest is decided now.
+      const c = await waiting(acme, "bulk-again-c");
+      const d = await waiting(acme, "bulk-again-d");
+      await post(cookie, "/bulk", [...failed, ["ops", c.pick]]);
+      expect(await noteAfter(cookie, await post(cookie, "/bulk", [...failed, ["ops", c.pick], ["ops", d.pick]]))).toBe(
+        `1 of 2 selected was decided: Resolved as failed. · ${already(1, 2)}`,
+      );
+      expect(await failedBy(c.id)).toEqual(["alice"]);
+      expect(await failedBy(d.id)).toEqual(["alice"]);
+
+      // Another's decision is no decision of this person's: a row changed by bob still refuses the
+      // whole, and the row decided already by this person's earlier send is said so, not "changed".
+      const e = await waiting(acme, "bulk-again-e");
+      const f = await waiting(acme, "bulk-again-f");
+      await post(cookie, "/bulk", [...failed, ["ops", e.pick]]);
+      const bob = await session(TOKENS.bob);
+      expect(await noteAfter(bob, await post(bob, "/bulk", [...failed, ["ops", f.pick]]))).toBe(
+        "1 of 1 selected was decided: Resolved as failed.",
+      );
+      const note = await noteAfter(cookie, await post(cookie, "/bulk", [...failed, ["ops", e.pick], ["ops", f.pick]]));
+      expect(note).toMatch(
+        new RegExp(
+          `^Nothing was decided: 1 of 2 selected does not take .* as shown · ${f.id}: it changed since the queue showed it: `,
+        ),
+      );
+      expect(note).toContain(` · ${already(1, 2)} · Reload the queue and decide again.`);
+      expect(note).not.toContain(`${e.id}:`);
+      expect(await failedBy(e.id)).toEqual(["alice"]);
+      expect(await failedBy(f.id)).toEqual(["bob"]);
     });
   });
 }

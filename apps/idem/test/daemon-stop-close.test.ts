@@ -6,6 +6,8 @@
  * lease (longer than the stop's bound) and the bound's exit cut it: "closing the ledger did not
  * finish", the ledger never closed and nothing named the operation whose answer was lost. Now the
  * ledger closes within the bound and the log names it; still exit 1 (the stop was not clean).
+ * A `--once` pass nobody stopped, whose close waits a lease for such an answer, says its pass
+ * ended (not a stop's words) and names the operation, in the log and on exit.
  */
 import { describe, expect, it } from "vitest";
 import { join } from "node:path";
@@ -22,23 +24,8 @@ for (const dialect of DIALECTS) {
         const url = await freshDatabase(dialect);
         const dir = tempDir();
         const tenant = "stop-close";
-        const agent = await openLedger(url, { budget: { attempts: 1 } });
-        let id: string;
-        try {
-          // Known not done (a 503 before the provider executed): the daemon runs it.
-          const refused = {
-            ...fileAction("neither", dir),
-            execute: async () => {
-              throw new Error("503 before the provider executed");
-            },
-            classify: () => ({ kind: "transient", reason: "503", retryAfterMs: 0 }) as const,
-          };
-          const out = await agent.run(refused, { tenant, key: ["k"], args: { note: "x" } });
-          expect(out).toMatchObject({ state: "pending" });
-          id = (out as { operationId: string }).operationId;
-        } finally {
-          await agent.close();
-        }
+        // Known not done (a 503 before the provider executed): the daemon runs it.
+        const id = await pendingIn(url, dir, tenant);
         // The run's answer comes 120 s after its effect; the claim (2 s) cuts the wait for it off,
         // and the close waits for it: up to a lease (60 s) before, past the stop's bound (10 s).
         const daemon = startChild(CLI, ["--config", CONFIG, "daemon", "--name", `d-stop-close-${dialect}`], {
@@ -84,5 +71,78 @@ for (const dialect of DIALECTS) {
       },
       scaled(120_000),
     );
+
+    it(
+      "daemon --once: a pass whose late answer was not recorded before its exit says the pass ended and names the operation, no stop (exit 1)",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const dir = tempDir();
+        const tenant = "once-close";
+        const id = await pendingIn(url, dir, tenant);
+        // No stop: the pass's run is cut off at the claim's end (2 s, unknown, recorded), the
+        // pass ends, and the close waits a lease (3 s) for the answer that comes 15 s after the
+        // effect (the process ends once it came: the fixture's timer holds it open till then).
+        const once = startChild(CLI, ["--config", CONFIG, "daemon", "--once", "--name", `d-once-close-${dialect}`], {
+          LEDGER_URL: url,
+          EFFECT_DIR: dir,
+          ALERTS: "log",
+          EXECUTE_DELAY_MS: "15000",
+          CLAIM_MS: "2000",
+          LEASE_MS: "3000",
+        });
+        try {
+          const { code, stderr } = await once.exited;
+          expect(lines(join(dir, "effects"))).toHaveLength(1);
+          const unawaited = once.lines
+            .filter((l) => l.startsWith("{"))
+            .map((l) => JSON.parse(l) as { level: number; msg: string; lateAnswers?: unknown })
+            .filter((l) => l.lateAnswers !== undefined);
+          // Before: "the ledger closed without the late answer of 1 request(s) cut off (op_…): a lease
+          // ended the wait; …" and "idem: the daemon stopped without recording the late answers of 1
+          // request(s) cut off; see the log": a stop's words, for a pass nobody stopped.
+          expect(unawaited).toEqual([
+            expect.objectContaining({
+              level: 50,
+              lateAnswers: [{ tenant, id }],
+              msg: `the pass ended, but the late answer of 1 request(s) it cut off was not recorded (${id}): the ledger's close waited for it a lease (daemon.leaseMs), and exits with the pass; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it`,
+            }),
+          ]);
+          expect(stderr.trim()).toBe(
+            `idem: the pass ended without recording the late answer of 1 request(s) it cut off (${id}); see the log`,
+          );
+          expect(once.lines.join("\n")).not.toMatch(/stop/i);
+          expect(code, stderr).toBe(1);
+          const ledger = await openLedger(url, { migrate: false });
+          try {
+            expect((await ledger.get({ tenant, id })).operation.status).toBe("needs_review");
+          } finally {
+            await ledger.close();
+          }
+        } finally {
+          once.proc.kill("SIGKILL");
+          await once.exited;
+        }
+      },
+      scaled(120_000),
+    );
   });
+}
+
+/** An operation known not done (a 503 before the provider executed), for the daemon to run: its id. */
+async function pendingIn(url: string, dir: string, tenant: string): Promise<string> {
+  const agent = await openLedger(url, { budget: { attempts: 1 } });
+  try {
+    const refused = {
+      ...fileAction("neither", dir),
+      execute: async () => {
+        throw new Error("503 before the provider executed");
+      },
+      classify: () => ({ kind: "transient", reason: "503", retryAfterMs: 0 }) as const,
+    };
+    const out = await agent.run(refused, { tenant, key: ["k"], args: { note: "x" } });
+    expect(out).toMatchObject({ state: "pending" });
+    return (out as { operationId: string }).operationId;
+  } finally {
+    await agent.close();
+  }
 }

@@ -123,18 +123,22 @@ export function idem(
 
 /**
  * Where a test SMTP server refuses (and with what reply), or where it trickles (writes a
- * continuation line every 100 ms, never the last one); `undefined`: it takes the message.
+ * continuation line every 100 ms, never the last one); `undefined`: it takes the message. At RCPT
+ * with `only`: just those addresses are refused (an unknown mailbox), the others taken.
  */
 export type Refusal =
   | { at: "greeting" | "MAIL" | "RCPT" | "DATA"; reply: string }
+  | { at: "RCPT"; reply: string; only: readonly string[] }
   | { at: "greeting" | "DATA"; trickle: true };
 
 /**
- * A small SMTP server: `refuse()` is asked on each connection; it keeps each message it took.
+ * A small SMTP server: `refuse()` is asked on each connection; it keeps each message it took
+ * (`taken`), and the recipients it accepted for it (`takenFor`, in the same order).
  * `port`: where it listens (a sink's server coming back where it was down), else any free one.
  */
 export async function smtpServer(refuse: () => Refusal | undefined = () => undefined, port = 0) {
   const taken: string[] = [];
+  const takenFor: string[][] = [];
   let connections = 0;
   const sockets = new Set<Socket>();
   const server = createTcpServer((socket) => {
@@ -154,6 +158,7 @@ export async function smtpServer(refuse: () => Refusal | undefined = () => undef
     let buffered = "";
     let inData = false;
     let message = "";
+    let to: string[] = [];
     socket.on("data", (d) => {
       buffered += d.toString();
       for (let i = buffered.indexOf("\r\n"); i >= 0; i = buffered.indexOf("\r\n")) {
@@ -169,15 +174,24 @@ export async function smtpServer(refuse: () => Refusal | undefined = () => undef
           else if (r?.at === "DATA") socket.write(`${reply}\r\n`);
           else {
             taken.push(message);
+            takenFor.push(to);
             socket.write("250 OK queued\r\n");
           }
           continue;
         }
         const command = line.slice(0, 4).toUpperCase();
         if (command === "EHLO" || command === "HELO") socket.write("250-test\r\n250 8BITMIME\r\n");
-        else if (command === "MAIL") socket.write(r?.at === "MAIL" ? `${r.reply}\r\n` : "250 OK\r\n");
-        else if (command === "RCPT") socket.write(r?.at === "RCPT" ? `${r.reply}\r\n` : "250 OK\r\n");
-        else if (command === "DATA") {
+        else if (command === "MAIL") {
+          to = [];
+          socket.write(r?.at === "MAIL" ? `${r.reply}\r\n` : "250 OK\r\n");
+        } else if (command === "RCPT") {
+          const address = /<([^>]*)>/.exec(line)?.[1] ?? "";
+          if (r?.at === "RCPT" && (!("only" in r) || r.only.includes(address))) socket.write(`${r.reply}\r\n`);
+          else {
+            to.push(address);
+            socket.write("250 OK\r\n");
+          }
+        } else if (command === "DATA") {
           inData = true;
           message = "";
           socket.write("354 go ahead\r\n");
@@ -190,6 +204,7 @@ export async function smtpServer(refuse: () => Refusal | undefined = () => undef
   return {
     port: (server.address() as AddressInfo).port,
     taken,
+    takenFor,
     connections: () => connections,
     close: () =>
       new Promise<void>((r) => {

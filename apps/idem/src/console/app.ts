@@ -95,7 +95,9 @@ interface Decision {
   readonly receipt?: unknown;
 }
 /**
- * What became of one operation's decision. `stale`: refused because the operation changed since
+ * What became of one operation's decision. `already`: it was this very decision, sent again after
+ * it was recorded (a reload or double submit after its answer was lost): it stands, and this send
+ * decided nothing. `stale`: refused because the operation changed since
  * the person was shown it (core's `CHANGED_SINCE_SEEN`), which a reload and a new decision may
  * settle, unlike a decision its status does not take. `outage`: the ledger failed during it
  * (`unknown`: it may have been written, a commit whose answer was lost; `undecided`: it was not,
@@ -103,7 +105,7 @@ interface Decision {
  * decision cut by the outage).
  */
 type Decided =
-  | { ok: true; message: string }
+  | { ok: true; message: string; already?: true }
   | { ok: false; status: 403 | 404 | 409; message: string; stale?: true }
   | { ok: false; status: 503; message: string; outage: "unknown" | "undecided" | "untried" };
 
@@ -419,15 +421,24 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
     const targets: { tenant: string; id: string; seen: Seen }[] = [];
     const unshown: { id: string; message: string }[] = [];
     const untaken: { id: string; message: string; changed?: true }[] = [];
+    // Changed since shown by this very decision, sent before (its answer lost, or a double submit):
+    // it stands, as on an operation's page, neither refusing the rest nor decided again.
+    const already: (Decided & { id: string })[] = [];
     for (const { tenant, id, seen } of picked.map(pickedOf)) {
       if (tenant === undefined || id === undefined) {
         unshown.push({ id: "(unreadable)", message: "not a selection the queue made" });
         continue;
       }
       const shown = seenOf(seen);
-      const now = (await find(operator, tenant, id))?.operation;
+      const found = await find(operator, tenant, id);
+      const now = found?.operation;
+      const again =
+        found && shown && !sameVersion(found.operation, shown)
+          ? alreadyDecided(operator, found, shown, decision.outcome)
+          : undefined;
       if (!now) unshown.push({ id, message: "not found" });
       else if (!shown) unshown.push({ id, message: "sent without the view the queue showed of it" });
+      else if (again) already.push({ ...again, id });
       else if (!sameVersion(now, shown))
         untaken.push({
           id,
@@ -438,9 +449,9 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       else targets.push({ tenant, id, seen: shown });
     }
     if (unshown.length > 0) return back(unshownBulkNote(unshown, picked.length));
-    if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, picked.length));
+    if (untaken.length > 0) return back(untakenBulkNote(decision.outcome, untaken, already.length, picked.length));
     // What is refused now changed after the check above (another person, the daemon): said one by one.
-    const results: (Decided & { id: string })[] = [];
+    const results: (Decided & { id: string })[] = [...already];
     for (const { tenant, id, seen } of targets) {
       // After an outage the rest are not tried: each would wait on the same database (a frozen one: its timeouts).
       const cut = results.some((r) => "outage" in r);
@@ -465,10 +476,10 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
         },
         "a bulk decision was cut by a ledger outage",
       );
-      return page(c, "Bulk decision", flashNote("error", outageBulkNote(results)), 503);
+      return page(c, "Bulk decision", flashNote("error", outageBulkNote(decision.outcome, results)), 503);
     }
     // The note travels in the redirect's URL: it counts, and names only the first few left undecided.
-    return back(bulkNote(results));
+    return back(bulkNote(decision.outcome, results));
   });
 
   /** The note a redirect after a decision asked for, if the console sealed it for this operator. */
@@ -525,15 +536,11 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
       if (error instanceof ChangedSinceSeenError) {
         // The change since shown may be this very decision, sent again (a reload after its answer
         // was lost, the console restarting under it): told so, not "nothing was decided".
-        const events = await ledger.get(ref).then(
-          (x) => x.events,
-          () => [],
+        const again = await ledger.get(ref).then(
+          (now) => alreadyDecided(operator, now, seen, outcome),
+          () => undefined,
         );
-        if (decidedAlready(operator, events, seen, outcome))
-          return {
-            ok: true,
-            message: `Already decided: your decision on it as shown (${OUTCOME_LABELS[outcome]}) was recorded; sent again, it decided nothing. It is ${error.now.status} now.`,
-          };
+        if (again) return again;
         return {
           ok: false,
           status: 409,
@@ -617,6 +624,37 @@ export function consoleApp(ledger: Ledger, config: IdemConfig, access: Access, l
 }
 
 /**
+ * This person's decision, found recorded on the operation as they were shown it (`seen`): what a
+ * decision sent again says (on its page, and as a bulk decision's row), or undefined when it was not.
+ */
+function alreadyDecided(
+  operator: Operator,
+  now: { operation: Operation; events: readonly OperationEvent[] },
+  seen: Seen,
+  outcome: Outcome,
+): Extract<Decided, { ok: true }> | undefined {
+  if (!decidedAlready(operator, now.events, seen, outcome)) return undefined;
+  return {
+    ok: true,
+    already: true,
+    message: `Already decided: ${alreadyNote(outcome, "it")} It is ${now.operation.status} now.`,
+  };
+}
+
+/** A decision sent again after it was recorded, in a few words (`which`: the operations it was on). */
+function alreadyNote(outcome: Outcome, which: "it" | "them"): string {
+  return `your decision on ${which} as shown (${OUTCOME_LABELS[outcome]}) was recorded; sent again, it decided nothing.`;
+}
+
+/** A bulk decision's rows decided already by its earlier send, counted (never named: see `bulkNote`). */
+function alreadyBulkNote(outcome: Outcome, already: number, selected: number): string[] {
+  if (already === 0) return [];
+  return [
+    `Already decided: ${already} of ${selected} selected: ${alreadyNote(outcome, already === 1 ? "it" : "them")}`,
+  ];
+}
+
+/**
  * Whether this person's `outcome` was recorded on the operation as they were shown it (`seen`):
  * its transition from the state shown, made by them since (a retry's goes back to pending).
  */
@@ -631,14 +669,16 @@ function decidedAlready(operator: Operator, events: readonly OperationEvent[], s
  * A bulk decision cut by a ledger outage, said on its own page (not carried in a URL): every
  * selected row by what became of it, decided, not known (a commit whose answer was lost) or not.
  */
-function outageBulkNote(results: readonly (Decided & { id: string })[]): string {
-  const decided = results.filter((r) => r.ok);
+function outageBulkNote(outcome: Outcome, results: readonly (Decided & { id: string })[]): string {
+  const decided = results.filter((r) => r.ok && !r.already);
+  const already = results.filter((r) => r.ok && r.already);
   const unknown = results.filter((r) => "outage" in r && r.outage === "unknown");
   const left = results.filter((r) => !r.ok && !unknown.includes(r));
   const untried = left.filter((r) => "outage" in r && r.outage === "untried");
   const said = left.filter((r) => !untried.includes(r));
   return [
     `The ledger became unavailable during this decision: ${decided.length} of ${results.length} selected ${decided.length === 1 ? "was" : "were"} decided${decided[0] ? ` (${decided[0].message})` : ""}${decided.length ? `: ${decided.map((r) => r.id).join(", ")}` : "."}`,
+    ...alreadyBulkNote(outcome, already.length, results.length),
     ...unknown.map((r) => `${r.id}: ${r.message}`),
     ...said.map((r) => `${r.id}: ${r.message}`),
     ...(untried.length ? [`not decided, not tried: ${untried.map((r) => r.id).join(", ")}`] : []),
@@ -675,18 +715,27 @@ function decisionOf(form: Record<string, unknown>, fields: { receipt?: boolean }
  * undecided with why, and how many more. It is carried in a redirect's URL, which a server
  * refuses past a few kilobytes (Node: 16 KB of headers, 431), so it must not grow with the selection.
  */
-function bulkNote(results: readonly (Decided & { id: string })[]): string {
-  const decided = results.filter((r) => r.ok);
+function bulkNote(outcome: Outcome, results: readonly (Decided & { id: string })[]): string {
+  const decided = results.filter((r) => r.ok && !r.already);
+  const already = results.filter((r) => r.ok && r.already);
   const left = results.filter((r) => !r.ok);
-  const head = `${decided.length} of ${results.length} selected ${decided.length === 1 ? "was" : "were"} decided${
-    decided[0] ? `: ${decided[0].message}` : "."
-  }`;
+  // All decided by an earlier send of it: said as that alone, not as "0 of 2 were decided".
+  const head =
+    decided.length === 0 && already.length > 0
+      ? []
+      : [
+          `${decided.length} of ${results.length} selected ${decided.length === 1 ? "was" : "were"} decided${
+            decided[0] ? `: ${decided[0].message}` : "."
+          }`,
+        ];
   const named = left.slice(0, BULK_NOTE_NAMES).map((r) => `${r.id}: ${r.message}`);
   const more = left.length > BULK_NOTE_NAMES ? [`and ${left.length - BULK_NOTE_NAMES} more not decided`] : [];
   // Changed since the queue showed them (another person, the daemon, while this ran): the queue
   // as it is now shows what they take. Refused as shown, a reload is no answer, and none is offered.
   const advice = left.some((r) => "stale" in r) ? ["Reload the queue and decide again on what is left."] : [];
-  return [head, ...named, ...more, ...advice].join(" · ");
+  return [...head, ...alreadyBulkNote(outcome, already.length, results.length), ...named, ...more, ...advice].join(
+    " · ",
+  );
 }
 
 /**
@@ -696,6 +745,7 @@ function bulkNote(results: readonly (Decided & { id: string })[]): string {
 function untakenBulkNote(
   outcome: Outcome,
   untaken: readonly { id: string; message: string; changed?: true }[],
+  already: number,
   selected: number,
 ) {
   const one = untaken.length === 1;
@@ -705,7 +755,7 @@ function untakenBulkNote(
   const advice = untaken.some((u) => u.changed)
     ? "Reload the queue and decide again."
     : `Deselect ${one ? "it" : "them"} and decide the rest again.`;
-  return [head, ...named, ...more, advice].join(" · ");
+  return [head, ...named, ...more, ...alreadyBulkNote(outcome, already, selected), advice].join(" · ");
 }
 
 /**
