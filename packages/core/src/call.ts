@@ -53,4 +53,6 @@ export type Step<R> = { done: RunResult<R> } | { again: number };
 export interface Held {
   readonly row: Row & { db_now: number };
   readonly since: number;
+  /** Taken from `pending` to execute (a run again from known not done: runner.ts `complete` reads it). */
+  readonly rerun?: boolean;
 }

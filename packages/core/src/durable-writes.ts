@@ -114,7 +114,14 @@ export class DurableWrites {
       keepVerdict = false,
       alert = false,
       unchangedSince,
-    }: { keepVerdict?: boolean; alert?: boolean; unchangedSince?: TransitionPatch["unchangedSince"] } = {},
+      noExecutionSince,
+    }: {
+      keepVerdict?: boolean;
+      alert?: boolean;
+      unchangedSince?: TransitionPatch["unchangedSince"];
+      /** Only if no execution ended since (`last_execution_at` as given; see runner.ts `complete`). */
+      noExecutionSince?: number | null;
+    } = {},
   ) {
     try {
       return await this.tracing.span(
@@ -131,6 +138,7 @@ export class DurableWrites {
             retentionMs: call.settings.retentionMs,
             alert,
             ...(unchangedSince && { unchangedSince }),
+            ...(noExecutionSince !== undefined && { noExecutionSince }),
           }),
       );
     } catch (cause) {

@@ -16,7 +16,7 @@ import type { Row } from "./store.js";
  * How the reason of an effect proven after the operation was run again starts (see `fenced`):
  * one effect proven, a second one possible. The daemon tells its alert by it.
  */
-const POSSIBLY_TWO = "possibly two effects: ";
+export const POSSIBLY_TWO = "possibly two effects: ";
 
 /** Whether a succeeded operation's reason says a second effect is possible, not proven (`fenced`). */
 export function isPossiblyTwo(reason: string): boolean {

@@ -16,7 +16,7 @@ import { answerWithin, describeTwice, givenUp, safeClassify, verdictOf } from ".
 import type { Call, Escalation, Held, RunnerSettings, Step } from "./call.js";
 import { canonicalJson, sha256 } from "./canonical.js";
 import { DurableWrites } from "./durable-writes.js";
-import { attentionOf, firstSentOf, severalEffects, withAttention } from "./effects.js";
+import { attentionOf, dedupedOntoFirst, firstSentOf, severalEffects, withAttention } from "./effects.js";
 import {
   ArgsMismatchError,
   InvalidValueError,
@@ -24,7 +24,7 @@ import {
   OperationNotFoundError,
   PayloadTooLargeError,
 } from "./errors.js";
-import { fenced } from "./fence.js";
+import { fenced, POSSIBLY_TWO } from "./fence.js";
 import { withLease } from "./lease.js";
 import {
   afterProvider,
@@ -332,7 +332,7 @@ export class Runner {
             throw error;
           });
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
-        const mine = { row, since };
+        const mine = { row, since, rerun: decision.kind === "execute" && snap.status === "pending" };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
         // A replay with the key (replayUntil) may repeat an earlier attempt that committed, also on a
         // row a person reopened (lookFirst): a transient answer to it proves nothing of that one.
@@ -643,7 +643,7 @@ export class Runner {
       maybeCommitted,
     );
     if ("step" in ran) return ran.step;
-    if (ran.ok) return this.complete(call, mine.row, ran.receipt, HAPPENED, true);
+    if (ran.ok) return this.complete(call, mine.row, ran.receipt, HAPPENED, true, undefined, false, mine.rerun);
 
     const { cls, row, sent, abandoned } = ran;
     const to = statusAfter(cls, maybeCommitted);
@@ -895,7 +895,8 @@ export class Runner {
    * A receipt whose ids (`effectId`) name several effects is two effects too, however it came
    * (a lookup that did not say so, an execute that found copies of earlier sends): the reason and
    * the alert are the same, never a silent settlement. A receipt the action's `attention` says was
-   * not done in full is alerted too, with those words.
+   * not done in full is alerted too, with those words. `rerun`: our request ran the operation
+   * again from `pending` (see `overlappedRerun`).
    */
   private async complete<A, R>(
     call: Call<A, R>,
@@ -905,6 +906,7 @@ export class Runner {
     performed = false,
     twice?: string,
     alert = false,
+    rerun = false,
   ): Promise<Step<R>> {
     let json: string;
     try {
@@ -940,16 +942,53 @@ export class Runner {
           : withAttention(reason, attention, false);
     const done = await this.writes.recordReceipt(call, row, json, stored, said, {
       alert: alert || several !== undefined || attention !== undefined,
+      ...(rerun && { noExecutionSince: row.last_execution_at }),
     });
-    return done
-      ? { done: succeeded(done, stored, false) }
-      : fenced(this.writes, call, row, "succeeded", json, {
-          receipt: stored,
-          performed,
-          several,
-          attention,
-          foundOnRetry: isFoundOnRetry(reason) ? reason : undefined,
-        });
+    if (done) return { done: succeeded(done, stored, false) };
+    const overlapped =
+      rerun && several === undefined ? await this.overlappedRerun(call, row, json, stored, said, attention) : undefined;
+    return (
+      overlapped ??
+      fenced(this.writes, call, row, "succeeded", json, {
+        receipt: stored,
+        performed,
+        several,
+        attention,
+        foundOnRetry: isFoundOnRetry(reason) ? reason : undefined,
+      })
+    );
+  }
+
+  /**
+   * Our run again from `pending` (a proof of absence, or a person's word) took effect, but an
+   * earlier attempt's request, out past its lease when that proof was read, ended without an
+   * answer during our run (fenced() moved last_execution_at; a receipt would have settled the row):
+   * it may have taken effect too, which our receipt cannot say. Recorded, and a person hears of
+   * two, perhaps, unless the provider deduped our request onto that one (`dedupedOntoFirst`).
+   * Undefined when the row moved otherwise (fenced() reads it).
+   */
+  private async overlappedRerun<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    json: string,
+    stored: R,
+    said: string,
+    attention: string | undefined,
+  ): Promise<Step<R> | undefined> {
+    const now = await this.writes.durably(call, () => this.store.findById(call.tenant, row.id));
+    if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
+      return undefined;
+    const deduped = dedupedOntoFirst(call.action, row, now);
+    const told = `${POSSIBLY_TWO}attempt ${row.attempt}'s request took effect, run again from a proof that it was not done, and an earlier attempt's request, out past its lease, ended without an answer during it: it may have taken effect too; a person must check the provider`;
+    const done = await this.writes.recordReceipt(
+      call,
+      now,
+      json,
+      stored,
+      deduped ? said : withAttention(told, attention, true),
+      { alert: !deduped || attention !== undefined },
+    );
+    return done ? { done: succeeded(done, stored, false) } : undefined;
   }
 
   /**

@@ -861,6 +861,80 @@ for (const dialect of DIALECTS) {
         await ledger.close();
       });
 
+    // And while it runs: attempt 1's request ends without an answer while the rerun's request is
+    // out, and the rerun then answers with its own receipt (seeds 615 and 945 of helper-206's
+    // oracle). Before: the rerun's receipt settled the row, unalerted, two effects possible.
+    for (const landed of [true, false])
+      it(`a late timeout while a later attempt runs it again, which then succeeds (attempt 1's request ${landed ? "landed" : "did not land"}): alerted as possibly two effects`, async () => {
+        let now = Date.now();
+        const effects: string[] = [];
+        let calls = 0;
+        let open1: () => void = () => {};
+        const out1 = new Promise<void>((r) => (open1 = r));
+        let openRerun: () => void = () => {};
+        const rerunHeld = new Promise<void>((r) => (openRerun = r));
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: "late.rerun.overlap",
+          capabilities: { lookup: true },
+          execute: async () => {
+            calls += 1;
+            if (calls === 1) {
+              await out1;
+              if (landed) effects.push("obj_1");
+              throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+            }
+            await rerunHeld;
+            effects.push(`obj_${calls}`);
+            return { id: `obj_${calls}` };
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: async () =>
+            effects[0] === undefined
+              ? { found: false as const, proof: "absent" as const, reason: "not there" }
+              : { found: true as const, receipt: { id: effects[0] } },
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => calls === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        // A lookup proves absence (attempt 1's request has not landed), and it runs again.
+        const rerunning = ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+        await until(() => calls === 2);
+        open1(); // attempt 1's request ends without an answer while the rerun's is out
+        expect(await first).toMatchObject({ status: "pending_verification" });
+        openRerun();
+        // The rerun's caller holds its own receipt: it is told so.
+        expect(await rerunning).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
+        const { operation, events } = await ledger.get({ tenant, id: op!.id });
+        const alerted = (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === op!.id);
+        expect(
+          {
+            effects: effects.length,
+            status: operation.status,
+            result: operation.result,
+            alerted,
+            reason: operation.reason,
+          },
+          events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | "),
+        ).toEqual({
+          effects: landed ? 2 : 1,
+          status: "succeeded",
+          result: { id: "obj_2" },
+          alerted: true,
+          reason: expect.stringMatching(
+            /^possibly two effects: attempt 3's request took effect, run again from a proof that it was not done, and an earlier attempt's request/,
+          ),
+        });
+        await ledger.close();
+      });
+
     // A slow lookup's finding that differs from the receipt recorded meanwhile (seed 62454 of the
     // interleavings, helper-202's oracle): a second effect, unless the provider's ids (`effectId`)
     // say it is the one recorded. Before: fenced with no alert, as only a request's answer was compared.
