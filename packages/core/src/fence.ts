@@ -7,7 +7,7 @@
 import { canonicalJson } from "./canonical.js";
 import type { Call, Step } from "./call.js";
 import type { DurableWrites } from "./durable-writes.js";
-import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach, withAttention } from "./effects.js";
+import { alertedBefore, attentionOf, dedupedOntoFirst, firstSentOf, namesEach, withAttention } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
 import { knownPerformed, pending, replayOf, rowPerformedProof, succeeded } from "./row-results.js";
 import type { Row } from "./store.js";
@@ -138,15 +138,14 @@ export async function fenced<A, R>(
       // (its answer lost, or still out). Our receipt proves one effect, not that that run made
       // none: a person hears of two, perhaps. A row that is pending again counts too: the lookup
       // that proved that run's absence may have read the provider too early, as ours was read.
-      // Not one that failed by the provider's word (that run was refused: no effect of its own).
+      // Not one that failed by the provider's word (that run was refused: no effect of its own), nor
+      // one that ended known not done at its own attempt (refused for now, never sent, given back).
       const rerun =
         !twice &&
         !proof &&
         !(now.status === "failed" && now.resolution_json === null) &&
-        now.rerun_attempt !== null &&
-        now.rerun_attempt > mine.attempt &&
-        !dedupedOntoFirst(call.action, mine, now)
-          ? now.rerun_attempt
+        !(now.status === "pending" && now.attempt === now.rerun_attempt)
+          ? rerunAfter(call.action, mine, now)
           : undefined;
       const told =
         several !== undefined
@@ -214,6 +213,30 @@ export async function fenced<A, R>(
       const answered = performed ? succeeded(mine, receipt, false) : replayOf<R>(now);
       // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
       // finding says less than the request's answer). Our caller gets its own request's answer.
+      const same = ours === now.result_json || namesEach(call.action, now.result_json, receipt);
+      // The effect recorded is ours, recorded before us (a lookup found it), but the row was run
+      // again meanwhile and that run did not settle it (its answer lost): as in the rule above,
+      // its request may have taken effect too. Not when its own receipt settled the row (then
+      // the provider answered it with this same effect).
+      const again = same && now.attempt !== now.rerun_attempt ? rerunAfter(call.action, mine, now) : undefined;
+      if (again !== undefined && !twoSaid(now)) {
+        const alerted = await writes
+          .moveDurably(call, now, "succeeded", {
+            actor: call.actor,
+            reason: withAttention(
+              `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} names the effect recorded, and attempt ${again} ran the operation again before it was recorded, from a proof that it was not done: its request may have taken effect too; a person must check the provider`,
+              attentionOf(call.action, now.result_json, { stored: true }),
+              true,
+            ),
+            alert: true,
+            ...asNoted(noted, now, lastLook),
+          })
+          .catch((error: unknown) => {
+            throw unrecorded(error);
+          });
+        if (alerted || lastLook) return { done: ours === now.result_json ? replayOf<R>(now) : answered };
+        continue;
+      }
       if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt)) return { done: answered };
       if (ours !== now.result_json && !(performed && dedupedOntoFirst(call.action, mine, now))) {
         const alerted = await writes
@@ -279,17 +302,19 @@ export async function fenced<A, R>(
       sent &&
       receipt === undefined &&
       now.status === "succeeded" &&
-      !now.alert_pending &&
-      now.rerun_attempt !== null &&
-      now.rerun_attempt > mine.attempt &&
-      !dedupedOntoFirst(call.action, mine, now)
+      !twoSaid(now) &&
+      rerunAfter(call.action, mine, now) !== undefined
     ) {
       // Settled by a later run from known not done (a proof of absence read while our request was
       // out), and our request ended without an answer: it may have taken effect too, which the
       // receipt recorded cannot say. A person hears of two, perhaps; every caller gets that receipt.
       const alerted = await writes.moveDurably(call, now, "succeeded", {
         actor: call.actor,
-        reason: `${POSSIBLY_TWO}attempt ${mine.attempt}'s request, out when attempt ${now.rerun_attempt} ran the operation again, ended without an answer (${detail.slice(0, 200)}): it may have taken effect too; a person must check the provider`,
+        reason: withAttention(
+          `${POSSIBLY_TWO}attempt ${mine.attempt}'s request, out when attempt ${now.rerun_attempt} ran the operation again, ended without an answer (${detail.slice(0, 200)}): it may have taken effect too; a person must check the provider`,
+          now.result_json === null ? undefined : attentionOf(call.action, now.result_json, { stored: true }),
+          true,
+        ),
         alert: true,
         ...asNoted(noted, now, lastLook),
       });
@@ -308,6 +333,29 @@ export async function fenced<A, R>(
         : `lease lost to attempt ${now.attempt}; the operation is ${now.status}`;
     return { done: pending(now, why, performedBefore) };
   }
+}
+
+/**
+ * The later attempt that ran the operation again from `pending` (`rerun_attempt`, 0013) after
+ * `mine` sent, unless the provider deduped that run onto ours (its key retention): its request
+ * may be a second effect. Undefined when none did, or on a ledger read before 0013.
+ */
+function rerunAfter(
+  action: Parameters<typeof dedupedOntoFirst>[0],
+  mine: Row,
+  now: Row & { rerun_attempt: number | null },
+): number | undefined {
+  if (now.rerun_attempt === null || now.rerun_attempt <= mine.attempt) return undefined;
+  return dedupedOntoFirst(action, mine, now) ? undefined : now.rerun_attempt;
+}
+
+/** Whether the row's alert still due already tells a person of two effects, proven or possible. */
+function twoSaid(now: Row): boolean {
+  return (
+    now.alert_pending === 1 &&
+    now.reason !== null &&
+    (now.reason.startsWith("two effects") || isPossiblyTwo(now.reason))
+  );
 }
 
 /**

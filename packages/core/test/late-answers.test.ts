@@ -935,6 +935,181 @@ for (const dialect of DIALECTS) {
         await ledger.close();
       });
 
+    // helper-207: the rerun is refused by the provider's word (a 503: not done) and the row is
+    // pending again; attempt 1's late receipt then says "attempt 3 ... may have taken effect too".
+    it("a late receipt after a rerun the provider refused for now (pending): one effect, not alerted", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let calls = 0;
+      let open1: () => void = () => {};
+      const out1 = new Promise<void>((r) => (open1 = r));
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.h207.transient",
+        capabilities: { lookup: true },
+        execute: async () => {
+          calls += 1;
+          if (calls === 1) {
+            await out1;
+            effects.push("obj_1");
+            return { id: "obj_1" };
+          }
+          throw new ProviderError({ kind: "transient", reason: "503: not processed" });
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () =>
+          effects[0] === undefined
+            ? { found: false as const, proof: "absent" as const, reason: "not there" }
+            : { found: true as const, receipt: { id: effects[0] } },
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => calls === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      const settled = await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" });
+      expect(calls).toBe(2);
+      open1();
+      const firstOut = await first;
+      const { operation, events } = await ledger.get({ tenant, id: op!.id });
+      expect(
+        {
+          status: operation.status,
+          alerted: (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === op!.id),
+        },
+        `${JSON.stringify(settled)} ${JSON.stringify(firstOut)} ${operation.reason} || ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`,
+      ).toEqual({ status: "succeeded", alerted: false });
+      await ledger.close();
+    });
+
+    // helper-207: as above, the rerun's receipt alerted for its action's attention (incomplete:
+    // "nothing to undo"); attempt 1's late timeout is then not said (98d2c90's `!alert_pending`).
+    it("a late timeout after a rerun whose receipt was alerted as incomplete: said as possibly two effects", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let calls = 0;
+      let open1: () => void = () => {};
+      const out1 = new Promise<void>((r) => (open1 = r));
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.h207.attention",
+        capabilities: { lookup: true },
+        execute: async () => {
+          calls += 1;
+          if (calls === 1) {
+            await out1;
+            effects.push("obj_1");
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+          }
+          effects.push(`obj_${calls}`);
+          return { id: `obj_${calls}` };
+        },
+        attention: () => "the Sent copy was not filed",
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () =>
+          effects[0] === undefined
+            ? { found: false as const, proof: "absent" as const, reason: "not there" }
+            : { found: true as const, receipt: { id: effects[0] } },
+      });
+      const ledger: Ledger = await db.open({
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      const tenant = uniqueTenant();
+      const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+      await until(() => calls === 1);
+      now += 31_000;
+      const [op] = await ledger.admin.list({ tenant });
+      expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+        status: "succeeded",
+      });
+      open1();
+      await first;
+      const { operation, events } = await ledger.get({ tenant, id: op!.id });
+      expect(
+        { effects: effects.length, possiblyTwo: operation.reason?.includes("possibly two effects") ?? false },
+        `${operation.reason} || ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`,
+      ).toEqual({ effects: 2, possiblyTwo: true });
+      await ledger.close();
+    });
+
+    // helper-207: the rerun's answer is lost (unknown), and a later lookup finds attempt 1's
+    // effect (the rerun's lags at the provider): settled. Attempt 1's late answer then arrives.
+    // A timeout is alerted (98d2c90's rule); its receipt, equal to the one found, is not.
+    for (const late of ["timeout", "receipt"] as const)
+      it(`attempt 1's late ${late} after a rerun whose answer was lost and a lookup that found attempt 1's effect: alerted as possibly two effects`, async () => {
+        let now = Date.now();
+        const effects: string[] = []; // visible at the provider
+        let calls = 0;
+        let land1: () => void = () => {};
+        const landed1 = new Promise<void>((r) => (land1 = r));
+        let answer1: () => void = () => {};
+        const answered1 = new Promise<void>((r) => (answer1 = r));
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: `late.h207.${late}`,
+          capabilities: { lookup: true },
+          execute: async () => {
+            calls += 1;
+            if (calls === 1) {
+              await landed1;
+              effects.push("obj_1");
+              await answered1;
+              if (late === "receipt") return { id: "obj_1" };
+              throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+            }
+            // The rerun's request is accepted (an effect the provider's index shows later); its answer is lost.
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after the request was sent" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          reconcile: async () =>
+            effects[0] === undefined
+              ? { found: false as const, proof: "absent" as const, reason: "not there" }
+              : { found: true as const, receipt: { id: effects[0] } },
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => calls === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const id = op!.id;
+        const stop = new AbortController();
+        stop.abort();
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-a", stop: stop.signal })).toMatchObject({
+          state: "pending",
+        });
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-b" })).toMatchObject({ state: "unknown" });
+        expect(calls).toBe(2);
+        land1();
+        await until(() => effects.length === 1);
+        now += 120_000;
+        const found = await ledger.daemon.settle({ tenant, id, actor: "daemon-c" });
+        answer1();
+        const firstOut = await first;
+        const { operation, events } = await ledger.get({ tenant, id });
+        const story = `found: ${JSON.stringify(found)}; first: ${JSON.stringify(firstOut)}; events: ${events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(
+          {
+            status: operation.status,
+            alerted: (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === id),
+            possiblyTwo: operation.reason?.startsWith("possibly two effects: ") ?? false,
+          },
+          story,
+        ).toEqual({ status: "succeeded", alerted: true, possiblyTwo: true });
+        await ledger.close();
+      });
+
     // A slow lookup's finding that differs from the receipt recorded meanwhile (seed 62454 of the
     // interleavings, helper-202's oracle): a second effect, unless the provider's ids (`effectId`)
     // say it is the one recorded. Before: fenced with no alert, as only a request's answer was compared.
