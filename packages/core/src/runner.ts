@@ -975,9 +975,8 @@ export class Runner {
     said: string,
     attention: string | undefined,
   ): Promise<Step<R> | undefined> {
-    const now = await this.writes.durably(call, () => this.store.findById(call.tenant, row.id));
-    if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
-      return undefined;
+    const now = await this.earlierEndDuring(call, row);
+    if (!now) return undefined;
     const deduped = dedupedOntoFirst(call.action, row, now);
     const told = `${POSSIBLY_TWO}attempt ${row.attempt}'s request took effect, run again from a proof that it was not done, and an earlier attempt's request, out past its lease, ended without an answer during it: it may have taken effect too; a person must check the provider`;
     const done = await this.writes.recordReceipt(
@@ -1008,9 +1007,8 @@ export class Runner {
   ): Promise<Step<R> | undefined> {
     // The read and the move are each retried through a brief outage: left running, the row's lease
     // would run out and its end be lost (a "not sent" pending is exactly what must not be written now).
-    const now = await this.writes.durably(call, () => this.store.findById(call.tenant, row.id));
-    if (now?.status !== "running" || now.attempt !== row.attempt || now.last_execution_at === row.last_execution_at)
-      return undefined;
+    const now = await this.earlierEndDuring(call, row);
+    if (!now) return undefined;
     const reason = `attempt ${row.attempt} ended (${why.slice(0, 200)}), but an earlier attempt's request, out past its lease, ended meanwhile and may have committed`;
     const moved = await this.writes.moveDurably(call, now, to, {
       actor: call.actor,
@@ -1020,6 +1018,17 @@ export class Runner {
       ...(to === "unknown" ? { checkAfterMs: 0, checks: 0 } : { alert: true }),
     });
     return moved ? { done: pending(moved, reason) } : undefined;
+  }
+
+  /**
+   * Our held row, read again (retried through a brief outage), when it is still ours and an
+   * earlier attempt's execution ended during our run (fenced() moved last_execution_at): what
+   * `lateEndDuring` and `overlappedRerun` decide on. Undefined when the row moved otherwise.
+   */
+  private async earlierEndDuring<A, R>(call: Call<A, R>, row: Row) {
+    const now = await this.writes.durably(call, () => this.store.findById(call.tenant, row.id));
+    const ours = now?.status === "running" && now.attempt === row.attempt;
+    return ours && now.last_execution_at !== row.last_execution_at ? now : undefined;
   }
 
   /** Parks our held row for a person (alerted), retried through a brief outage (`moveDurably`). */
