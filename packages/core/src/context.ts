@@ -116,9 +116,10 @@ export type Seen = Pick<Operation, "status" | "attempt" | "checks" | "updatedAt"
 /** What a close did not wait for (`Ledger.close`). */
 export interface Closed {
   /**
-   * The operations whose request was cut off (no longer awaited: unknown) and whose late answer
-   * was still out when the close stopped waiting: not recorded, each stays as its cut-off left it
-   * (unknown, settled by its lookup or replay, or a person's). Empty when every one was recorded.
+   * The operations whose request was cut off (no longer awaited: unknown), or whose lookup was
+   * given up, and whose late answer was still out when the close stopped waiting: not recorded,
+   * each stays as its cut-off left it (unknown, settled by its lookup or replay, or a person's).
+   * Empty when every one was recorded.
    */
   readonly lateAnswers: readonly OperationRef[];
 }

@@ -40,7 +40,8 @@ export type SettleOptions = OperationRef & {
   /**
    * The longest this settlement may take, ms: the budget's `elapsedMs`, lowered to it (never
    * raised). A lookup not answered by then is given up, an inconclusive check (the operation
-   * stays unknown, counted, checked again after its backoff), and no request or retry starts
+   * stays unknown, counted, checked again after its backoff; a finding it answers later is
+   * recorded then, through the fence, as a late receipt is), and no request or retry starts
    * after it. A request under way then has its `op.signal` aborted: an action that honours it
    * ends as its `classify` says (cut before anything was sent: not done; after: unknown). One
    * that has not answered a second later is no longer awaited: the operation is unknown (the

@@ -158,7 +158,7 @@ export async function fenced<A, R>(
                 ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider`
                 : retryNotRun
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
-                  : `attempt ${mine.attempt}'s receipt proves the effect happened${after}`;
+                  : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it.
       const said = withAttention(told, attention, twice || rerun !== undefined);
       const alert = twice || rerun !== undefined || attention !== undefined || retryNotRun;

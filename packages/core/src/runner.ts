@@ -358,6 +358,7 @@ export class Runner {
     // revoked, a server certificate not trusted) fails every later check the same way: a person
     // must hear of it now, though the outcome stays unknown (the daemon's check_refused alert).
     let refused = false;
+    let asked: Promise<ReconcileResult<R>> | undefined;
     try {
       // A lookup has no effect to lose: one that outlasts the call's time budget (a client with no
       // timeout, a signal ignored) is given up; its heartbeat would otherwise hold the lease forever.
@@ -366,15 +367,19 @@ export class Runner {
         this.store,
         call,
         mine,
-        (ctx, _held, abandon) =>
-          givenUp(call.action.reconcile!(args, ctx), ctx.signal, ms, abandon).then(verdictOf, (error: unknown) => {
+        (ctx, _held, abandon) => {
+          asked = Promise.resolve(call.action.reconcile!(args, ctx));
+          return givenUp(asked, ctx.signal, ms, abandon).then(verdictOf, (error: unknown) => {
             const cls = safeClassify(call.action, error, ctx);
             refused = (cls.kind === "permanent" || cls.kind === "ambiguous") && cls.alert === true;
             throw error;
-          }),
+          });
+        },
         lastAttemptAt,
       );
     } catch (error) {
+      // Given up (its lease lost, its time bound spent, its caller gone), it may still answer.
+      if (asked) this.recordLateFinding(call, row, asked);
       if (call.signal?.aborted) {
         // The caller gave up: no check was made. Back to unknown (or to a person's retry, still to
         // be looked up), due at once, and the caller hears its own reason, whatever the move did
@@ -779,6 +784,32 @@ export class Runner {
   }
 
   /**
+   * The answer of a lookup given up (its lease lost, its time bound spent, its caller gone), when
+   * it comes: a finding proves the effect and is recorded as a lookup's finding is, through the
+   * fence (`complete`): it settles an operation not yet proven, and a second effect it tells of
+   * (`twice`, or an effect other than the one recorded) is alerted. Dropped, it was lost, and with
+   * it the only read that saw two effects (the interleavings' seed 571). Absence or a failure read
+   * this late proves nothing: dropped. Awaited by `close` as a late execute's answer is.
+   */
+  private recordLateFinding<A, R>(call: Call<A, R>, row: Row, asked: Promise<ReconcileResult<R>>): void {
+    const awaited = { tenant: call.tenant, id: row.id };
+    this.late.add(awaited);
+    this.track(async () => {
+      const found = verdictOf(await asked);
+      if (!found.found) return;
+      const twice =
+        found.twice === undefined
+          ? undefined
+          : `two effects: a lookup answered after it was given up found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
+      // A person's retry's lookup: they hear that it was found done, as in time (`reconcile`).
+      if (row.look_first === 1) await this.complete(call, row, found.receipt, REOPENED_FOUND, false, twice, true);
+      else await this.complete(call, row, found.receipt, LATE_FINDING, false, twice);
+    })
+      .catch(() => {})
+      .finally(() => this.late.delete(awaited));
+  }
+
+  /**
    * Generates lazy args, checks them like given ones and stores them before anything is sent, so
    * every later attempt sends exactly this content. A generator or validation error is a
    * rejection: the operation fails with no effect.
@@ -1047,6 +1078,8 @@ export class Runner {
 
 /** What an execution's own answer (a receipt) is recorded with. */
 const HAPPENED = "the effect happened";
+/** What a lookup's finding that answered after it was given up is recorded with (`recordLateFinding`). */
+const LATE_FINDING = "reconciled: the effect was found by a lookup that answered after it was given up";
 /** What a lookup after a person's retry (of an outcome that may have committed) says when it finds the effect. */
 const REOPENED_FOUND =
   "reconciled after a person's retry: the effect was found (the earlier attempt committed after all); not run again";

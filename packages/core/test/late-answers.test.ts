@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
-import { defineAction, type Ledger } from "@idem/core";
+import { defineAction, type Ledger, type ReconcileResult } from "@idem/core";
 import { ProviderError } from "./support/provider.js";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -1245,5 +1245,93 @@ for (const dialect of DIALECTS) {
       expect(after.operation.status, story).toBe("failed");
       expect(settled, story).toMatchObject({ status: "failed" });
     });
+  });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a lookup given up that answers later on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // The interleavings' seed 571 (helper-206's oracle): the only lookup that read two effects was
+    // given up (its lease lost) and its answer dropped, so no one was told. A given-up lookup that
+    // answers later is recorded as a lookup's finding, through the fence. Before: dropped, each case.
+    const cases = {
+      "finds the effect twice after another lookup settled it: alerted as two effects": {
+        answer: { found: true, receipt: { id: "obj_1" }, twice: "obj_1 and obj_2 both carry the key" },
+        settledMeanwhile: true,
+        expected: { status: "succeeded", result: { id: "obj_1" }, alerted: true, reason: "two effects: " },
+      },
+      "finds another effect than the one recorded meanwhile: alerted as two effects": {
+        answer: { found: true, receipt: { id: "obj_2" } },
+        settledMeanwhile: true,
+        expected: { status: "succeeded", result: { id: "obj_1" }, alerted: true, reason: "two effects: " },
+      },
+      "finds the effect while the operation is still unknown: settled with it, not looked up again": {
+        answer: { found: true, receipt: { id: "obj_1" } },
+        settledMeanwhile: false,
+        expected: {
+          status: "succeeded",
+          result: { id: "obj_1" },
+          alerted: false,
+          reason: "attempt 2's lookup's finding proves the effect happened",
+        },
+      },
+      "reads absence, too late to prove it: the operation stays unknown": {
+        answer: { found: false, proof: "absent", reason: "not at the provider" },
+        settledMeanwhile: false,
+        expected: { status: "unknown", result: null, alerted: false, reason: "inconclusive: " },
+      },
+    } as const;
+    for (const [name, { answer, settledMeanwhile, expected }] of Object.entries(cases))
+      it(`a lookup given up at its time bound that ${name}`, async () => {
+        let executes = 0;
+        let lookups = 0;
+        let openLookup: () => void = () => {};
+        const held = new Promise<void>((r) => (openLookup = r));
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: "late.lookup.finding",
+          capabilities: { lookup: true },
+          execute: async () => {
+            executes += 1;
+            // Committed at the provider, then the answer is lost: unknown.
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after the body was sent" });
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          // The first lookup ignores its signal and answers when released; later ones read at once.
+          reconcile: async () => {
+            lookups += 1;
+            if (lookups > 1) return { found: true as const, receipt: { id: "obj_1" } };
+            await held;
+            return answer as ReconcileResult<{ id: string }>;
+          },
+        });
+        const ledger: Ledger = await db.open({ leaseMs: 30_000, actions: [action], budget: { attempts: 1 } });
+        const tenant = uniqueTenant();
+        expect(await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } })).toMatchObject({
+          state: "unknown",
+        });
+        const [op] = await ledger.admin.list({ tenant });
+        const ref = { tenant, id: op!.id, actor: "daemon" };
+        // Its lookup given up at the settlement's bound: an inconclusive check, unknown.
+        expect(await ledger.daemon.settle({ ...ref, timeoutMs: 200 })).toMatchObject({ state: "unknown" });
+        if (settledMeanwhile)
+          expect(await ledger.daemon.settle(ref)).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        openLookup(); // the given-up lookup answers now
+        // close waits for the late answer to be recorded (none left unrecorded).
+        expect(await ledger.close({ waitMs: 10_000 })).toMatchObject({ lateAnswers: [] });
+        const reader = await db.open({ actions: [action] });
+        const { operation, events } = await reader.get({ tenant, id: op!.id });
+        const alerted = (await reader.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === op!.id);
+        expect(
+          {
+            status: operation.status,
+            result: operation.result ?? null,
+            alerted,
+            reason: operation.reason?.slice(0, expected.reason.length),
+          },
+          events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | "),
+        ).toEqual(expected);
+        expect(executes).toBe(1);
+      });
   });
 }
