@@ -1,7 +1,7 @@
 /**
  * `guard`: a tool's execute function that performs an idem action once per business identity,
- * for any agent framework. The framework adapters (`/ai`, `/openai`, `/mcp`) only translate
- * their call arguments into a `ToolCall` and the `Outcome` into their result type.
+ * for any agent framework. The framework adapters (`/ai`, `/openai`, `/mcp`, `/langchain`) only
+ * translate their call arguments into a `ToolCall` and the `Outcome` into their result type.
  *
  * The identity comes from `key(input, call)`: the business identity of the work (the invoice, the
  * recipient and the purpose), never the framework's tool-call id, which changes each time a
@@ -188,13 +188,15 @@ export function guard<A, R, I, C = unknown>(
     let identity = "this work";
     let started = false;
     let result: RunResult<R>;
+    let tenant: string;
+    let actor: string | undefined;
     try {
-      const tenant = fromCall(options.tenant, call);
+      tenant = fromCall(options.tenant, call);
       // The checked input is what the key and the args are made of.
       const given = schema && !call.inputParsed ? await parseArgs(schema, input) : input;
       const key = keyOf(tenant, def.action.type, () => identify(given, call), call.inputParsed ? undefined : input);
       identity = `this work (${readable(key.label)})`;
-      const actor = options.actor === undefined ? actorOf(call.callId) : fromCall(options.actor, call);
+      actor = options.actor === undefined ? actorOf(call.callId) : fromCall(options.actor, call);
       const args = def.args ? def.args(given) : (given as unknown as I);
       // Given up before the ledger had it: this call sent nothing, but the ledger was not read, so
       // what an earlier call did is not known.
@@ -222,7 +224,10 @@ export function guard<A, R, I, C = unknown>(
       });
     }
     // Past this point the ledger has answered: a failing summary must not turn "done" into an error's answer.
-    return outcomeOf(result, shown, def.foundEarlier);
+    const outcome = outcomeOf(result, shown, def.foundEarlier);
+    // The actor is the call id only when the application named none: then it says which call did it.
+    if (options.actor !== undefined || actor === undefined || call.callId === undefined) return outcome;
+    return sameCallReplay(ledger, { tenant, actor, callId: call.callId }, result, outcome, deadline);
   };
   return async (input, call) => {
     // A database that stops answering (a frozen server, a held SQLite lock, a network dropping
@@ -292,6 +297,45 @@ function keyOf(tenant: string, action: string, parts: () => readonly KeyPart[], 
     if (/^key\b/.test(error.path)) throw error;
     throw new InvalidValueError("key", `${error.path}: ${error.reason}`);
   }
+}
+
+/**
+ * A replay of work this very tool call did (its id the actor that completed the operation): a
+ * framework that runs a call again with its id (a LangGraph graph resumed after an interrupt
+ * re-runs the whole node) reads that the same call did it, not another. The audit trail says so:
+ * a result holds no actor. Read only for a replayed success, answered by the call's deadline;
+ * the outcome as it was when it cannot be read (the ledger's answer is known, this is its wording).
+ */
+async function sameCallReplay(
+  ledger: Ledger,
+  call: { readonly tenant: string; readonly actor: string; readonly callId: string },
+  result: RunResult<unknown>,
+  outcome: Outcome,
+  deadline: AbortSignal,
+): Promise<Outcome> {
+  if (result.status !== "succeeded" || !result.replayed || outcome.status !== "already_done") return outcome;
+  if (result.resolution || deadline.aborted) return outcome; // a person's verdict is theirs, not a call's
+  let onDeadline: (() => void) | undefined;
+  const late = new Promise<false>((resolve) => {
+    onDeadline = () => resolve(false);
+    deadline.addEventListener("abort", onDeadline, { once: true });
+  });
+  try {
+    const read = ledger
+      .get({ tenant: call.tenant, id: result.operationId })
+      // The transition to succeeded that carries the receipt replayed: the attempt that did the work.
+      .then(({ events }) =>
+        events.some((e) => e.to === "succeeded" && e.attempt === result.attempt && e.actor === call.actor),
+      )
+      .catch(() => false);
+    if (!(await Promise.race([read, late]))) return outcome;
+  } finally {
+    if (onDeadline) deadline.removeEventListener("abort", onDeadline);
+  }
+  return {
+    ...outcome,
+    message: `Already done earlier by this same tool call (${call.callId}), before it was run again; not repeated (operation ${result.operationId}).`,
+  };
 }
 
 /** The action without its input schema, whose output its args already are. */

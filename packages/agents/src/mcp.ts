@@ -15,9 +15,16 @@
  * `isError` is set when nothing was done (failed, refused), not for a pending verification, which
  * a client must not retry, nor for an unconfirmed one (whether the work was done is not known: a
  * call stopped, or one refused before the ledger was read, the tool not set up right).
+ *
+ * A zod 3 schema is listed by the SDK's own converter, which the SDK does not export by a
+ * documented path (only through its catch-all `./*`): it is loaded when the first zod 3 schema is
+ * registered, never at import, so a later SDK that moves it breaks that registration with an
+ * `McpSdkVersionError` (use zod 4, or a supported SDK), not the import of this module.
  */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { toJsonSchemaCompat } from "@modelcontextprotocol/sdk/server/zod-json-schema-compat.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { z } from "zod";
 import type { Action, Ledger } from "@idem/core";
@@ -76,6 +83,65 @@ const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<
   };
 };
 
+/** The SDK's converter of zod 3 schemas: internal to the SDK, reached through its catch-all export. */
+const ZOD3_CONVERTER = "@modelcontextprotocol/sdk/server/zod-json-schema-compat.js";
+
+/**
+ * The installed SDK lacks what this adapter uses of it (a module it has moved or removed):
+ * `sdkVersion` is the version installed (undefined when it cannot be read), `module` what was
+ * looked for, `cause` why it could not be loaded. Thrown when the tool is registered.
+ */
+export class McpSdkVersionError extends Error {
+  constructor(
+    readonly tool: string,
+    readonly module: string,
+    readonly sdkVersion: string | undefined,
+    options: { cause: unknown },
+  ) {
+    super(
+      `tool ${tool}: listing a zod 3 schema uses ${module}, which @modelcontextprotocol/sdk ` +
+        `${sdkVersion ?? "(version unknown)"} does not provide: give the tool a zod 4 schema (\`import { z } from "zod"\`, ` +
+        `zod 4), or install the @modelcontextprotocol/sdk version @idem/agents declares as its peer`,
+      options,
+    );
+    this.name = "McpSdkVersionError";
+  }
+}
+
+// Resolved from this module, as its static imports are: the SDK instance the application shares
+// with @idem/agents (a peer). Synchronous, so that registering a tool stays synchronous.
+const requireHere = createRequire(import.meta.url);
+let zod3Converter: ((schema: never) => unknown) | undefined;
+
+/** The SDK's zod 3 converter, loaded on first use; `McpSdkVersionError` when the SDK has none there. */
+function zod3ConverterFor(tool: string): (schema: never) => unknown {
+  if (zod3Converter) return zod3Converter;
+  try {
+    const loaded = requireHere(ZOD3_CONVERTER) as { toJsonSchemaCompat?: unknown };
+    if (typeof loaded.toJsonSchemaCompat !== "function") throw new TypeError("it exports no toJsonSchemaCompat");
+    zod3Converter = loaded.toJsonSchemaCompat as (schema: never) => unknown;
+    return zod3Converter;
+  } catch (cause) {
+    throw new McpSdkVersionError(tool, ZOD3_CONVERTER, installedSdkVersion(), { cause });
+  }
+}
+
+/**
+ * The installed SDK's version: from the package.json that resolution reads the SDK's exports from
+ * (the first node_modules on the lookup path that holds it). The SDK does not export it.
+ */
+function installedSdkVersion(): string | undefined {
+  for (const dir of requireHere.resolve.paths("@modelcontextprotocol/sdk") ?? []) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(dir, "@modelcontextprotocol", "sdk", "package.json"), "utf8"));
+      return typeof pkg.version === "string" ? pkg.version : undefined;
+    } catch {
+      // not in this node_modules: look further up, as resolution does
+    }
+  }
+  return undefined;
+}
+
 /**
  * What the SDK is given as a tool's input schema: `listedOnly`, as the JSON Schema of the input.
  * Given a zod 3 schema, the SDK checked it itself and answered "MCP error -32602: Input
@@ -83,11 +149,14 @@ const callOf = <C>(extra: McpExtra, context?: (extra: McpExtra) => C): ToolCall<
  */
 function listedFor(name: string, schema: unknown): z.ZodObject {
   let json = inputJsonSchema(schema);
-  try {
-    // The SDK's own converter lists a zod 3 schema (zod-to-json-schema).
-    json ??= isZod(schema) ? (toJsonSchemaCompat(schema as never) as Record<string, unknown>) : undefined;
-  } catch {
-    json = undefined;
+  if (!json && isZod(schema) && !("_zod" in (schema as object))) {
+    // The SDK's own converter lists a zod 3 schema (zod-to-json-schema); zod 4's has `_zod`.
+    const convert = zod3ConverterFor(name);
+    try {
+      json = convert(schema as never) as Record<string, unknown>;
+    } catch {
+      json = undefined;
+    }
   }
   if (!json)
     throw new TypeError(

@@ -5,6 +5,7 @@
  * Effects are counted in the action.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tool as langchainTool } from "@langchain/core/tools";
 import { z } from "zod";
 import { defineAction, openLedger, sensitive, type LedgerOptions } from "@idem/core";
 import { DIALECTS, ledgersFor, scaled, startPgServer, type PgServer } from "@idem/testkit";
@@ -104,6 +105,93 @@ for (const dialect of DIALECTS) {
       expect(charged).toEqual([{ invoice: "inv-m", euros: 1250, via: "agent" }]);
     });
 
+    it("inputParsed, from a framework that applied the schema itself (LangChain's tool): not applied again, not checked, the key made of the input given", async () => {
+      // An application's own LangChain tool around guard: LangChain applies the zod schema and
+      // hands the tool its output. Pins `ToolCall.inputParsed` as documented (untested before, so
+      // no failing run first): applied again, the cents would be refused as euros.
+      const ledger = await db.open();
+      const tenant = `parsed-${dialect}`;
+      const executed: unknown[] = [];
+      const pay = defineAction<{ invoice: string; cents: number }, { ok: true }>({
+        type: "test.pay-parsed",
+        capabilities: {},
+        execute: async (a) => {
+          executed.push(a);
+          return { ok: true };
+        },
+      });
+      const input = z.object({
+        invoice: z.string().regex(/^\S+$/, "must be an invoice id, without spaces"),
+        euros: z.string().transform((e) => Math.round(Number(e) * 100)),
+      });
+      const guarded = guard(
+        ledger,
+        {
+          name: "pay",
+          description: "Pay an invoice.",
+          action: pay,
+          input,
+          args: (i: z.output<typeof input>) => ({ invoice: i.invoice, cents: i.euros }),
+          key: (i: z.output<typeof input>) => ["pay", i.invoice, i.euros],
+        },
+        { tenant },
+      );
+      const outcomes: Outcome[] = [];
+      const lc = langchainTool(
+        async (parsed: z.output<typeof input>, config) => {
+          const o = await guarded(parsed, { context: {}, callId: config.toolCall?.id, inputParsed: true });
+          outcomes.push(o);
+          return o.message;
+        },
+        { name: "pay", description: "Pay an invoice.", schema: input },
+      );
+      for (const id of ["call_1", "call_2"])
+        await lc.invoke({ name: "pay", args: { invoice: "inv-1", euros: "12.50" }, id, type: "tool_call" });
+      expect(outcomes.map((o) => o.status)).toEqual(["done", "already_done"]);
+      expect(executed).toEqual([{ invoice: "inv-1", cents: 1250 }]);
+      const [op] = await ledger.admin.list({ tenant });
+      expect(op!.keyLabel).toBe('["pay","inv-1",1250]');
+      // Nothing checks it: input the schema refuses runs as given, keyed as given.
+      const unchecked = await guarded({ invoice: "inv of May", euros: 700 }, { ...call, inputParsed: true });
+      expect(unchecked.status).toBe("done");
+      expect(executed).toEqual([
+        { invoice: "inv-1", cents: 1250 },
+        { invoice: "inv of May", cents: 700 },
+      ]);
+      // Without it, the same output is the model's input to check: refused, nothing run.
+      const checked = await guarded({ invoice: "inv-2", euros: 700 }, call);
+      expect(checked.status).toBe("refused");
+      expect(executed).toHaveLength(2);
+    });
+
+    it("a replay reads 'by this same tool call' only when the audit trail says the call with this id did the work", async () => {
+      // Before: every replay read "Already done earlier; not repeated", so a call run again (a
+      // LangGraph resume) read as if another had done its work. A call with another id, one
+      // without an id, and an actor the application named (not a call id) still read that.
+      const ledger = await db.open();
+      const tenant = `same-call-${dialect}`;
+      const tool = guard(ledger, note, { tenant });
+      const named = guard(ledger, note, { tenant, actor: "billing-agent" });
+      const input = { noteId: `n-${dialect}`, text: "hello" };
+      const first = await tool(input, { context: {}, callId: "call_A" });
+      expect(first.status).toBe("done");
+      const op = `operation ${"operationId" in first ? first.operationId : ""}`;
+      const plain = `Already done earlier; not repeated (${op}).`;
+      const messages = [
+        (await tool(input, { context: {}, callId: "call_A" })).message,
+        (await tool(input, { context: {}, callId: "call_B" })).message,
+        (await tool(input, { context: {} })).message,
+        (await named(input, { context: {}, callId: "call_A" })).message,
+      ];
+      expect(messages).toEqual([
+        `Already done earlier by this same tool call (call_A), before it was run again; not repeated (${op}).`,
+        plain,
+        plain,
+        plain,
+      ]);
+      expect(await ledger.admin.list({ tenant })).toHaveLength(1);
+    });
+
     it("a summary that throws after the effect: the model still reads done, without the summary", async () => {
       const ledger = await db.open();
       const tool = guard(ledger, note, {
@@ -127,11 +215,12 @@ for (const dialect of DIALECTS) {
       expect(await reworded({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({ status: "already_done" });
       // An async one (it reads a database, a translation): its words are taken, and one that
       // rejects leaves the outcome as it is.
+      const later = { ...call, callId: "call_2" }; // another call (the first one's reads "by this same tool call")
       const translated = guard(ledger, note, {
         tenant: "acme",
         describe: async (o) => ({ ...o, message: `${o.message} (translated)` }),
       });
-      expect(await translated({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({
+      expect(await translated({ noteId: `s-${dialect}`, text: "hi" }, later)).toMatchObject({
         status: "already_done",
         message: expect.stringMatching(/^Already done earlier; not repeated \(operation op_\w+\)\. \(translated\)$/),
       });
@@ -141,7 +230,7 @@ for (const dialect of DIALECTS) {
           throw new Error("translation service down");
         },
       });
-      expect(await unread({ noteId: `s-${dialect}`, text: "hi" }, call)).toMatchObject({
+      expect(await unread({ noteId: `s-${dialect}`, text: "hi" }, later)).toMatchObject({
         status: "already_done",
         message: expect.stringMatching(/^Already done earlier; not repeated \(operation op_\w+\)\.$/),
       });

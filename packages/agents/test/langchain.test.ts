@@ -404,6 +404,12 @@ for (const dialect of DIALECTS) {
       expect(executed).toHaveLength(1);
       const { events } = await ledger.get({ tenant, id: operation!.id });
       expect(events.map((e) => e.actor)).toContain(calls[0]!.id);
+      // The model reads that this very tool call did it before the resume, not someone else.
+      // Before: "Already done earlier; not repeated", which reads as another's work.
+      expect(paid!.outcome).toMatchObject({
+        status: "already_done",
+        message: `Already done earlier by this same tool call (${calls[0]!.id}), before it was run again; not repeated (operation ${operation!.id}).`,
+      });
     });
 
     it("called outside a ToolNode (tool.invoke with a ToolCall, or with bare input) it answers the same content", async () => {
