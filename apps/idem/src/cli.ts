@@ -51,6 +51,15 @@ import { readDuration } from "./durations.js";
 const CLOSE_RESERVE_MS = 1_000;
 /** The operations a --once pass's failure names, whose late answers went unrecorded; the log names every one. */
 const LATE_NAMED = 10;
+/**
+ * How long a `--once` pass's process may stay open once its ledger closed and its command ended:
+ * nothing is left to do but print its result, yet a request whose late answer the close gave up on
+ * (its provider client's socket, a promise of its own) holds the event loop until the answer comes,
+ * and a cron job would hang that long. Past it the process exits, its code the pass's own.
+ */
+const ONCE_EXIT_MS = 2_000;
+/** How long an exit waits for pino's buffered lines to be written (its exit hook writes what is left). */
+const FLUSH_MS = 1_000;
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
@@ -810,8 +819,8 @@ export function program(): Command {
       let stoppedAt: number | undefined;
       /** The late answers the ledger's close did not await (named in the log): the stop exits 1. */
       let unawaited = 0;
-      /** Those of a --once pass nobody stopped (their operations' ids): the pass exits 1, naming them. */
-      let passUnrecorded: string[] | undefined;
+      /** Those of a --once pass nobody stopped: the pass exits 1, naming them. */
+      let passUnrecorded: readonly OperationRef[] | undefined;
       // Heard from the start: a daemon started while its database is down (or restarting) waits
       // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
       const signals = hearStopSignals(log, {
@@ -935,10 +944,10 @@ export function program(): Command {
             // A --once pass nobody stopped: its pass ended, and the close waited a lease. Said as a
             // stop (the stop's bound, "the daemon stopped"), a cron job's log told of a stop never sent.
             if (o.once && bound === undefined) {
-              passUnrecorded = lateAnswers.map((r) => r.id);
+              passUnrecorded = lateAnswers;
               log.error(
                 { lateAnswers },
-                `the pass ended, but the late answer of ${lateAnswers.length} request(s) it cut off was not recorded (${passUnrecorded.join(", ")}): the ledger's close waited for it a lease (daemon.leaseMs), and exits with the pass; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it`,
+                `the pass ended, but the late answer of ${lateAnswers.length} request(s) it cut off was not recorded (${lateAnswers.map((r) => r.id).join(", ")}): the ledger's close waited for it a lease (daemon.leaseMs), and exits with the pass; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it`,
               );
               return;
             }
@@ -959,10 +968,12 @@ export function program(): Command {
         signals.dispose();
         await metrics?.close();
         stage = "done";
+        // The pass is over and its ledger closed (or never opened): only its result is left to print.
+        if (o.once) exitIfHeldOpen(log, passUnrecorded ?? []);
       }
       // The ledger closed cleanly, but not every answer was recorded: the pass, or the stop, was not clean.
       if (passUnrecorded) {
-        const named = passUnrecorded.slice(0, LATE_NAMED);
+        const named = passUnrecorded.slice(0, LATE_NAMED).map((r) => r.id);
         const more = passUnrecorded.length - named.length;
         throw new Error(
           `the pass ended without recording the late answer of ${passUnrecorded.length} request(s) it cut off (${named.join(", ")}${more ? ` and ${more} more` : ""}); see the log`,
@@ -974,6 +985,31 @@ export function program(): Command {
         );
     });
   return cmd;
+}
+
+/**
+ * Ends a `--once` pass's process if it is still open `ONCE_EXIT_MS` from now (an unref'd timer: a
+ * process that ends by itself ends as before). Its code is the command's own (set by then), and 1
+ * when late answers went unrecorded (`lateAnswers`: their requests are what holds it open), since
+ * the pass was not clean either way. The log is flushed first.
+ */
+function exitIfHeldOpen(log: Logger, lateAnswers: readonly OperationRef[]): void {
+  setTimeout(() => {
+    log.warn(
+      { onceExitMs: ONCE_EXIT_MS, ...(lateAnswers.length && { lateAnswers }) },
+      lateAnswers.length
+        ? `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed, held by the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")}): not waiting for their answers, exiting`
+        : `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed: exiting`,
+    );
+    exitFlushed(log, lateAnswers.length ? EXIT.failure : undefined);
+  }, ONCE_EXIT_MS).unref();
+}
+
+/** `process.exit(code)` once pino wrote what it buffered, or after `FLUSH_MS` (its exit hook then writes the rest). */
+function exitFlushed(log: Logger, code: number | undefined): void {
+  const exit = () => process.exit(code);
+  log.flush(exit);
+  setTimeout(exit, FLUSH_MS).unref();
 }
 
 /**

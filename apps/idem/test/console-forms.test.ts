@@ -312,7 +312,7 @@ for (const dialect of DIALECTS) {
       const note = await noteAfter(cookie, await post(cookie, "/bulk", [...failed, ["ops", e.pick], ["ops", f.pick]]));
       expect(note).toMatch(
         new RegExp(
-          `^Nothing was decided: 1 of 2 selected does not take .* as shown · ${f.id}: it changed since the queue showed it: `,
+          `^Nothing was decided: 1 of 2 selected changed since the queue showed it · ${f.id}: it changed since the queue showed it: `,
         ),
       );
       expect(note).toContain(` · ${already(1, 2)} · Reload the queue and decide again.`);

@@ -304,8 +304,15 @@ describe("what an operator is shown", () => {
     const older = JSON.parse(openBox);
     const stale = JSON.stringify({ ...older, seen: { ...older.seen, updatedAt: older.seen.updatedAt - 1 } });
     const changed = await bulk("succeeded", [stale, ...all.filter((v) => v !== openBox)]);
-    expect(changed).toContain(
-      `Nothing was decided: 1 of 2 selected does not take “succeeded” as shown · ${open.operationId}: it changed since the queue showed it: it is still needs_review at attempt ${older.seen.attempt}, but was updated at ${iso(older.seen.updatedAt)} (shown as it was at ${iso(older.seen.updatedAt - 1)}) · Reload the queue and decide again.`,
+    const openChanged = `${open.operationId}: it changed since the queue showed it: it is still needs_review at attempt ${older.seen.attempt}, but was updated at ${iso(older.seen.updatedAt)} (shown as it was at ${iso(older.seen.updatedAt - 1)})`;
+    // Before: "1 of 2 selected does not take “succeeded” as shown", which it takes: it only changed.
+    expect(changed).toBe(
+      `Nothing was decided: 1 of 2 selected changed since the queue showed it · ${openChanged} · Reload the queue and decide again.`,
+    );
+    // One changed and one that does not take the decision: each said for what it is.
+    const both = await bulk("failed", [stale, ...all.filter((v) => v !== openBox)]);
+    expect(both).toBe(
+      `Nothing was decided: 2 of 2 selected cannot be decided as shown: 1 changed since the queue showed it, 1 does not take “failed” · ${openChanged} · ${done.id}: its effect happened (attempt 1&#39;s request), but its receipt could not be stored: it takes only “succeeded” · Reload the queue and decide again, without those that do not take it.`,
     );
     expect(await statuses()).toEqual(["needs_review", "needs_review", "running"]);
     // What every one of them takes.

@@ -7,7 +7,9 @@
  * finish", the ledger never closed and nothing named the operation whose answer was lost. Now the
  * ledger closes within the bound and the log names it; still exit 1 (the stop was not clean).
  * A `--once` pass nobody stopped, whose close waits a lease for such an answer, says its pass
- * ended (not a stop's words) and names the operation, in the log and on exit.
+ * ended (not a stop's words) and names the operation, in the log and on exit; and its process
+ * exits within a bound of that, though the request is still out (before, it stayed alive until the
+ * provider answered: a cron job hung that long).
  */
 import { describe, expect, it } from "vitest";
 import { join } from "node:path";
@@ -81,7 +83,7 @@ for (const dialect of DIALECTS) {
         const id = await pendingIn(url, dir, tenant);
         // No stop: the pass's run is cut off at the claim's end (2 s, unknown, recorded), the
         // pass ends, and the close waits a lease (3 s) for the answer that comes 15 s after the
-        // effect (the process ends once it came: the fixture's timer holds it open till then).
+        // effect (the fixture's timer holds the process open till then: it exits without it).
         const once = startChild(CLI, ["--config", CONFIG, "daemon", "--once", "--name", `d-once-close-${dialect}`], {
           LEDGER_URL: url,
           EFFECT_DIR: dir,
@@ -106,6 +108,13 @@ for (const dialect of DIALECTS) {
               lateAnswers: [{ tenant, id }],
               msg: `the pass ended, but the late answer of 1 request(s) it cut off was not recorded (${id}): the ledger's close waited for it a lease (daemon.leaseMs), and exits with the pass; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it`,
             }),
+            expect.objectContaining({
+              level: 40,
+              lateAnswers: [{ tenant, id }],
+              msg: expect.stringMatching(
+                /held by the request\(s\) whose late answers were not recorded \(op_.*not waiting for/,
+              ),
+            }),
           ]);
           expect(stderr.trim()).toBe(
             `idem: the pass ended without recording the late answer of 1 request(s) it cut off (${id}); see the log`,
@@ -118,6 +127,54 @@ for (const dialect of DIALECTS) {
           } finally {
             await ledger.close();
           }
+        } finally {
+          once.proc.kill("SIGKILL");
+          await once.exited;
+        }
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "daemon --once: a pass whose late answer never comes exits within a bound of its close, exit 1, the log flushed",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const dir = tempDir();
+        const tenant = "once-never";
+        const id = await pendingIn(url, dir, tenant);
+        // The answer comes an hour after the effect (the fixture's timer holds the event loop open
+        // till then, as a provider client's socket would): the pass's run is cut off at the claim's
+        // end (2 s), the close waits a lease (3 s) and gives up on it. Before, the process stayed
+        // alive until the answer came: a cron job hung for as long as the provider took.
+        const once = startChild(CLI, ["--config", CONFIG, "daemon", "--once", "--name", `d-once-never-${dialect}`], {
+          LEDGER_URL: url,
+          EFFECT_DIR: dir,
+          ALERTS: "log",
+          EXECUTE_DELAY_MS: "3600000",
+          CLAIM_MS: "2000",
+          LEASE_MS: "3000",
+        });
+        try {
+          await once.waitFor(
+            /the pass ended, but the late answer of 1 request\(s\) it cut off was not recorded/,
+            60_000,
+          );
+          const bound = scaled(10_000);
+          const ended = await Promise.race([
+            once.exited,
+            new Promise<"still running">((r) => setTimeout(() => r("still running"), bound).unref()),
+          ]);
+          expect(ended, `the pass's process still running ${bound} ms after its close`).not.toBe("still running");
+          const { code, stderr } = ended as Awaited<typeof once.exited>;
+          expect(stderr.trim()).toBe(
+            `idem: the pass ended without recording the late answer of 1 request(s) it cut off (${id}); see the log`,
+          );
+          expect(code, stderr).toBe(1);
+          // Flushed before the exit: the line that says why it did not wait for the answer.
+          expect(once.lines.join("\n")).toMatch(
+            new RegExp(`"level":40,.*"lateAnswers":\\[\\{"tenant":"${tenant}","id":"${id}"\\}\\].*not waiting for`),
+          );
+          expect(once.lines.join("\n")).not.toMatch(/stop/i);
         } finally {
           once.proc.kill("SIGKILL");
           await once.exited;

@@ -739,8 +739,10 @@ function bulkNote(outcome: Outcome, results: readonly (Decided & { id: string })
 }
 
 /**
- * A bulk decision refused whole (some selected operations, as shown, do not take it): how many and
- * which, the first `BULK_NOTE_NAMES` named with why, as short as `bulkNote` whatever the number.
+ * A bulk decision refused whole (some selected operations changed since the queue showed them, or
+ * as shown do not take it): how many of each, told apart (a changed one may take it, and a reload
+ * shows what it takes now; one that does not take it as shown is to be deselected), and which,
+ * the first `BULK_NOTE_NAMES` named with why, as short as `bulkNote` whatever the number.
  */
 function untakenBulkNote(
   outcome: Outcome,
@@ -748,13 +750,26 @@ function untakenBulkNote(
   already: number,
   selected: number,
 ) {
-  const one = untaken.length === 1;
-  const head = `Nothing was decided: ${untaken.length} of ${selected} selected ${one ? "does" : "do"} not take ${OUTCOME_NAMES[outcome]} as shown`;
+  const changed = untaken.filter((u) => u.changed).length;
+  const refused = untaken.length - changed;
+  const it = (n: number) => (n === 1 ? "it" : "them");
+  const changedWords = `changed since the queue showed ${it(changed)}`;
+  const refusedWords = (n: number) => `${n === 1 ? "does" : "do"} not take ${OUTCOME_NAMES[outcome]}`;
+  const head = `Nothing was decided: ${untaken.length} of ${selected} selected ${
+    refused === 0
+      ? changedWords
+      : changed === 0
+        ? `${refusedWords(refused)} as shown`
+        : `cannot be decided as shown: ${changed} ${changedWords}, ${refused} ${refusedWords(refused)}`
+  }`;
   const named = untaken.slice(0, BULK_NOTE_NAMES).map((u) => `${u.id}: ${u.message}`);
   const more = untaken.length > BULK_NOTE_NAMES ? [`and ${untaken.length - BULK_NOTE_NAMES} more`] : [];
-  const advice = untaken.some((u) => u.changed)
-    ? "Reload the queue and decide again."
-    : `Deselect ${one ? "it" : "them"} and decide the rest again.`;
+  const advice =
+    refused === 0
+      ? "Reload the queue and decide again."
+      : changed === 0
+        ? `Deselect ${it(refused)} and decide the rest again.`
+        : "Reload the queue and decide again, without those that do not take it.";
   return [head, ...named, ...more, ...alreadyBulkNote(outcome, already, selected), advice].join(" · ");
 }
 
