@@ -591,6 +591,17 @@ export class Runner {
             row = { ...row, provider_reference: ref };
           }
         }
+        // Run again from known not done (a proof of absence, a person's word) while an earlier
+        // attempt's request, out past its lease when that proof was read, could still end: one
+        // that ended without an answer since our takeover (fenced() moved last_execution_at) may
+        // have taken effect after the proof. Ours is not sent then: the outcome is unknown, looked
+        // up. Before, it was sent, and a possible second effect alerted after (`overlappedRerun`).
+        // One read, on a rerun only; an end after it is still alerted so.
+        if (mine.rerun) {
+          const why = `not sent: an earlier attempt's request ended without an answer after attempt ${row.attempt} took the operation over`;
+          const heard = await this.lateEndDuring(call, row, "unknown", why, { kind: "transient", reason: why });
+          if (heard) return { step: heard };
+        }
         // Nothing is sent once our lease may have passed to another worker (the statement that
         // granted it, or a write since, answered too late, and the other may have looked the
         // effect up, found nothing and done it), nor once the caller gave up, nor once the ledger

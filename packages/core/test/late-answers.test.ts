@@ -6,6 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { defineAction, type Ledger, type ReconcileResult } from "@idem/core";
+import { openTestLedger } from "@idem/core/testing";
+import { dialectFor, hooked } from "./support/dialects.js";
 import { ProviderError } from "./support/provider.js";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -1333,5 +1335,93 @@ for (const dialect of DIALECTS) {
         ).toEqual(expected);
         expect(executes).toBe(1);
       });
+  });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a rerun that hears of an earlier attempt's end before it sends, on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // Attempt 1's request is out past its lease; a lookup reads the provider before it lands
+    // (absent), and attempt 3 takes the operation over to run it again. Attempt 1's request then
+    // lands and ends without an answer, after that takeover, before attempt 3 sends. Before: attempt
+    // 3 sent all the same, a second effect, alerted after as possibly two. Now it does not send:
+    // the outcome is unknown and the next lookup finds attempt 1's effect, one effect.
+    it("does not send: the outcome is looked up, one effect, not alerted", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let calls = 0;
+      let open1: () => void = () => {};
+      const out1 = new Promise<void>((r) => (open1 = r));
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.rerun.before.send",
+        capabilities: { lookup: true },
+        execute: async () => {
+          calls += 1;
+          if (calls === 1) {
+            await out1;
+            effects.push("obj_1"); // landed late, then its answer is lost
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after the body was sent" });
+          }
+          effects.push(`obj_${effects.length + 1}`);
+          return { id: effects.at(-1)! };
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () =>
+          effects.length
+            ? { found: true as const, receipt: { id: effects[0]! } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+      });
+      let first: Promise<unknown> | undefined;
+      let armed = false;
+      let rerunTakeover = false;
+      const dialectHooked = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          // An executing takeover (it marks a rerun from pending): the rerun's, once armed.
+          if (armed && /^\s*update/i.test(q.sql) && q.sql.includes("rerun_attempt")) rerunTakeover = true;
+          return run();
+        },
+        async released() {
+          if (!rerunTakeover) return;
+          rerunTakeover = armed = false;
+          // The takeover committed, its connection given back: attempt 1 ends now, recorded
+          // (fenced) before the rerun goes on.
+          open1();
+          await first;
+        },
+      });
+      const ledger = await openTestLedger(dialectHooked, {
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      try {
+        const tenant = uniqueTenant();
+        first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => calls === 1);
+        now += 31_000; // attempt 1's lease runs out, its request still out
+        const [op] = await ledger.admin.list({ tenant });
+        const ref = { tenant, id: op!.id, actor: "daemon" };
+        armed = true;
+        // Attempt 2 looks (absent: attempt 1's request has not landed), attempt 3 takes it over to run again.
+        const settled = await ledger.daemon.settle(ref);
+        const story = async () =>
+          (await ledger.get(ref)).events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
+        expect(armed, "the rerun's takeover was seen").toBe(false);
+        expect({ calls, effects, settled }, await story()).toMatchObject({
+          calls: 1,
+          effects: ["obj_1"],
+          settled: { status: "pending_verification", state: "unknown" },
+        });
+        now += 60_000;
+        expect(await ledger.daemon.settle(ref)).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        const alerted = (await ledger.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === op!.id);
+        expect({ effects, alerted }, await story()).toEqual({ effects: ["obj_1"], alerted: false });
+      } finally {
+        open1();
+        await ledger.close();
+      }
+    });
   });
 }

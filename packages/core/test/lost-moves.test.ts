@@ -33,8 +33,11 @@ const FAULTS: readonly Fault[] = ["lost", "outage"];
 /** The store's read of one operation by its id (`findById`): what a late end decides its move on. */
 const isReadById = (q: CompiledQuery) =>
   q.sql.startsWith("select") && /from "idem_operations" where "tenant_id" = (\?|\$1) and "id" = (\?|\$2)$/.test(q.sql);
-const isRefusedMove = (q: CompiledQuery, out: { numAffectedRows?: bigint }) =>
-  q.sql.startsWith('update "idem_operations" set "status"') && Number(out.numAffectedRows ?? 0) === 0;
+// Matched no row: a takeover's UPDATE ... RETURNING answers its row (SQLite counts no affected rows for it).
+const isRefusedMove = (q: CompiledQuery, out: { numAffectedRows?: bigint; rows: unknown[] }) =>
+  q.sql.startsWith('update "idem_operations" set "status"') &&
+  Number(out.numAffectedRows ?? 0) === 0 &&
+  out.rows.length === 0;
 
 /**
  * A late end: what attempt 3 (run from pending, after the daemon's lookup proved absence) is
