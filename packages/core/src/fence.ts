@@ -139,12 +139,10 @@ export async function fenced<A, R>(
       // none: a person hears of two, perhaps. A row that is pending again counts too: the lookup
       // that proved that run's absence may have read the provider too early, as ours was read.
       // Not one that failed by the provider's word (that run was refused: no effect of its own), nor
-      // one that ended known not done at its own attempt (refused for now, never sent, given back).
+      // one that ended known not done at its own attempt (refused for now, never sent, given back),
+      // also when an earlier attempt's end since made that unknown (`ranNothing`).
       const rerun =
-        !twice &&
-        !proof &&
-        !(now.status === "failed" && now.resolution_json === null) &&
-        !(now.status === "pending" && now.attempt === now.rerun_attempt)
+        !twice && !proof && !(now.status === "failed" && now.resolution_json === null) && !ranNothing(now)
           ? rerunAfter(call.action, mine, now)
           : undefined;
       const told =
@@ -347,6 +345,20 @@ function rerunAfter(
 ): number | undefined {
   if (now.rerun_attempt === null || now.rerun_attempt <= mine.attempt) return undefined;
   return dedupedOntoFirst(action, mine, now) ? undefined : now.rerun_attempt;
+}
+
+/**
+ * Whether the run again from `pending` holding the row's attempt ended known not done (refused for
+ * now, never sent, given back): pending at its own attempt, or unknown at it with its own end's
+ * error transient or rate limited (an earlier attempt's end came during it: runner `lateEndDuring`,
+ * or the "still in flight when absence was proven" move below). Its request made no effect.
+ */
+function ranNothing(now: Row & { rerun_attempt: number | null }): boolean {
+  if (now.attempt !== now.rerun_attempt) return false;
+  if (now.status === "pending") return true;
+  if (now.status !== "unknown" || now.error_json === null) return false;
+  const kind = (JSON.parse(now.error_json) as { kind?: unknown }).kind;
+  return kind === "transient" || kind === "rate_limited";
 }
 
 /** Whether the row's alert still due already tells a person of two effects, proven or possible. */

@@ -596,11 +596,20 @@ export class Runner {
         // that ended without an answer since our takeover (fenced() moved last_execution_at) may
         // have taken effect after the proof. Ours is not sent then: the outcome is unknown, looked
         // up. Before, it was sent, and a possible second effect alerted after (`overlappedRerun`).
-        // One read, on a rerun only; an end after it is still alerted so.
+        // One read, on a rerun only; an end after it is still alerted so. A row no longer ours (an
+        // earlier attempt's late receipt or lookup's finding settled it, fenced, or a person moved
+        // it) is not sent to either: that read is as good as a lost lease.
         if (mine.rerun) {
-          const why = `not sent: an earlier attempt's request ended without an answer after attempt ${row.attempt} took the operation over`;
-          const heard = await this.lateEndDuring(call, row, "unknown", why, { kind: "transient", reason: why });
-          if (heard) return { step: heard };
+          const now = await this.writes.durably(call, () => this.store.findById(call.tenant, row.id));
+          if (now?.status !== "running" || now.attempt !== row.attempt) {
+            const reason = `the operation was moved (${now ? `${now.status} at attempt ${now.attempt}` : "gone"}) before attempt ${row.attempt}'s request was sent`;
+            return { ok: false, cls: { kind: "transient", reason }, row, sent: false };
+          }
+          if (now.last_execution_at !== row.last_execution_at) {
+            const why = `not sent: an earlier attempt's request ended without an answer after attempt ${row.attempt} took the operation over`;
+            const heard = await this.lateEndDuring(call, row, "unknown", why, { kind: "transient", reason: why });
+            if (heard) return { step: heard };
+          }
         }
         // Nothing is sent once our lease may have passed to another worker (the statement that
         // granted it, or a write since, answered too late, and the other may have looked the

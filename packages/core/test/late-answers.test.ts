@@ -1425,3 +1425,182 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+for (const dialect of DIALECTS) {
+  describe(`a rerun that finds the operation settled before it sends, on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // As above, but attempt 1's request lands and answers (late): its receipt settles the row
+    // attempt 3 holds (fenced), after that takeover, before attempt 3 sends. Attempt 3's read
+    // before sending finds the operation settled, no longer its own: it must not send (before:
+    // the read saw no earlier end on a running row, so it sent, a second effect).
+    it("does not send: the receipt recorded is replayed, one effect", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let calls = 0;
+      let open1: () => void = () => {};
+      const out1 = new Promise<void>((r) => (open1 = r));
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.rerun.settled.before.send",
+        capabilities: { lookup: true },
+        execute: async () => {
+          calls += 1;
+          if (calls === 1) await out1;
+          effects.push(`obj_${effects.length + 1}`);
+          return { id: effects.at(-1)! };
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () =>
+          effects.length
+            ? { found: true as const, receipt: { id: effects[0]! } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+      });
+      let first: Promise<unknown> | undefined;
+      let armed = false;
+      let rerunTakeover = false;
+      const dialectHooked = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          if (armed && /^\s*update/i.test(q.sql) && q.sql.includes("rerun_attempt")) rerunTakeover = true;
+          return run();
+        },
+        async released() {
+          if (!rerunTakeover) return;
+          rerunTakeover = armed = false;
+          // The takeover committed: attempt 1 answers now, its receipt recorded (fenced) before the rerun goes on.
+          open1();
+          await first;
+        },
+      });
+      const ledger = await openTestLedger(dialectHooked, {
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      try {
+        const tenant = uniqueTenant();
+        first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => calls === 1);
+        now += 31_000; // attempt 1's lease runs out, its request still out
+        const [op] = await ledger.admin.list({ tenant });
+        const ref = { tenant, id: op!.id, actor: "daemon" };
+        armed = true;
+        // Attempt 2 looks (absent), attempt 3 takes it over to run again; attempt 1's receipt lands then.
+        const settled = await ledger.daemon.settle(ref);
+        const story = async () =>
+          (await ledger.get(ref)).events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
+        expect(armed, "the rerun's takeover was seen").toBe(false);
+        expect({ calls, effects, settled }, await story()).toMatchObject({
+          calls: 1,
+          effects: ["obj_1"],
+          settled: { status: "succeeded", receipt: { id: "obj_1" } },
+        });
+      } finally {
+        open1();
+        await ledger.close();
+      }
+    });
+  });
+}
+
+for (const dialect of DIALECTS) {
+  describe(`a given-up lookup's finding after a rerun that sent nothing, on ${dialect}`, () => {
+    const db = ledgers(dialect);
+
+    // Attempt 1's request is out past its lease. Attempt 2's lookup is given up at its time bound
+    // (it answers later), attempt 3's reads absence, attempt 4 takes the operation over to run it
+    // again, and attempt 1's request lands and ends without an answer before attempt 4 sends: attempt
+    // 4 sends nothing (unknown). Attempt 2's lookup then answers: it found attempt 1's effect, the
+    // only one. Recorded without alarm: attempt 4 ran nothing, so no second effect is possible.
+    it("settles with the finding, one effect, not alerted as possibly two", async () => {
+      let now = Date.now();
+      const effects: string[] = [];
+      let calls = 0;
+      let lookups = 0;
+      let open1: () => void = () => {};
+      const out1 = new Promise<void>((r) => (open1 = r));
+      let openLookup: () => void = () => {};
+      const heldLookup = new Promise<void>((r) => (openLookup = r));
+      const action = defineAction<{ to: string }, { id: string }>({
+        type: "late.finding.after.unsent.rerun",
+        capabilities: { lookup: true },
+        execute: async () => {
+          calls += 1;
+          if (calls === 1) {
+            await out1;
+            effects.push("obj_1"); // landed late, then its answer is lost
+            throw new ProviderError({ kind: "ambiguous", reason: "timeout after the body was sent" });
+          }
+          effects.push(`obj_${effects.length + 1}`);
+          return { id: effects.at(-1)! };
+        },
+        classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+        reconcile: async () => {
+          lookups += 1;
+          if (lookups === 1) {
+            await heldLookup; // ignores its signal; reads the provider when released
+            return { found: true as const, receipt: { id: effects[0]! } };
+          }
+          return effects.length
+            ? { found: true as const, receipt: { id: effects[0]! } }
+            : { found: false as const, proof: "absent" as const, reason: "not at the provider" };
+        },
+      });
+      let first: Promise<unknown> | undefined;
+      let armed = false;
+      let rerunTakeover = false;
+      const dialectHooked = hooked(await dialectFor(dialect, db.url()), {
+        async query(q, run) {
+          if (armed && /^\s*update/i.test(q.sql) && q.sql.includes("rerun_attempt")) rerunTakeover = true;
+          return run();
+        },
+        async released() {
+          if (!rerunTakeover) return;
+          rerunTakeover = armed = false;
+          open1();
+          await first;
+        },
+      });
+      const ledger = await openTestLedger(dialectHooked, {
+        clock: () => now,
+        leaseMs: 30_000,
+        actions: [action],
+        budget: { attempts: 1 },
+      });
+      let closed = false;
+      try {
+        const tenant = uniqueTenant();
+        first = ledger.run(action, { tenant, key: ["k"], args: { to: "x" } }).catch((e: unknown) => e);
+        await until(() => calls === 1);
+        now += 31_000; // attempt 1's lease runs out, its request still out
+        const [op] = await ledger.admin.list({ tenant });
+        const ref = { tenant, id: op!.id, actor: "daemon" };
+        // Attempt 2's lookup, given up at the settlement's bound: unknown.
+        expect(await ledger.daemon.settle({ ...ref, timeoutMs: 200 })).toMatchObject({ state: "unknown" });
+        now += 3_600_000; // due again
+        armed = true;
+        // Attempt 3 reads absence, attempt 4 takes it over and sends nothing (attempt 1 ended meanwhile).
+        expect(await ledger.daemon.settle(ref)).toMatchObject({ status: "pending_verification", state: "unknown" });
+        expect(armed, "the rerun's takeover was seen").toBe(false);
+        openLookup(); // attempt 2's lookup answers now
+        expect(await ledger.close({ waitMs: 10_000 })).toMatchObject({ lateAnswers: [] });
+        closed = true;
+        const reader = await openTestLedger(await dialectFor(dialect, db.url()), { actions: [action] });
+        try {
+          const { operation, events } = await reader.get(ref);
+          const alerted = (await reader.daemon.alertsDue({ limit: 1000 })).some((a) => a.id === op!.id);
+          expect(
+            { calls, effects, status: operation.status, result: operation.result, alerted },
+            events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | "),
+          ).toEqual({ calls: 1, effects: ["obj_1"], status: "succeeded", result: { id: "obj_1" }, alerted: false });
+        } finally {
+          await reader.close();
+        }
+      } finally {
+        open1();
+        openLookup();
+        if (!closed) await ledger.close();
+      }
+    });
+  });
+}
