@@ -39,7 +39,8 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
  * that could not be stored), `maybe_two_effects` (it took effect, proven by an earlier attempt's
  * late answer after a later attempt ran it again from a proof that it was not done: that run may
- * have taken effect too), `incomplete` (it took effect, once, but not in full: its action's
+ * have taken effect too), `verdict_overruled` (a person resolved it as failed, and a late receipt
+ * then proved it took effect: they may have acted on "failed"), `incomplete` (it took effect, once, but not in full: its action's
  * `attention`, such as a sent mail whose Sent copy was not filed), `retry_not_run` (a person
  * retried it, and the lookup made first found the earlier attempt's effect: it took effect once,
  * and the retry did not run), `stuck` (running past its threshold).
@@ -50,6 +51,7 @@ export type AlertKind =
   | "check_refused"
   | "two_effects"
   | "maybe_two_effects"
+  | "verdict_overruled"
   | "incomplete"
   | "retry_not_run"
   | "stuck";
@@ -94,6 +96,9 @@ const SAID: Record<AlertKind, string> = {
   // One effect proven, a second one possible: the person looks before undoing anything.
   maybe_two_effects:
     "may have taken effect twice: it was run again after a proof that it was not done, and an earlier attempt's effect was proven since (check the provider for a second effect, and undo it if there is one)",
+  // One effect the ledger saw, but the person who said "failed" may have made another by hand.
+  verdict_overruled:
+    'a person\'s verdict "failed" was contradicted: it took effect after all (check whether anything was done on that verdict, such as the work redone by hand)',
   // Not a second effect: nothing to undo, a part to see to.
   incomplete: "took effect, but not in full (nothing to undo; see to the part that is missing)",
   // Not a second effect either: the person who retried it must hear that their retry did not run.

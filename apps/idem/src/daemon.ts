@@ -24,6 +24,7 @@ import {
   isEscalation,
   isFoundOnRetry,
   isPossiblyTwo,
+  isVerdictOverruled,
   performedProof,
   type DueOperation,
   type Ledger,
@@ -501,7 +502,9 @@ export class Daemon {
  * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
  * them first unless two effects are), a person's retry found it done and did not run (succeeded
  * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), it may have taken
- * effect twice (succeeded with the ledger's reason for it, `isPossiblyTwo`), a person decides
+ * effect twice (succeeded with the ledger's reason for it, `isPossiblyTwo`), a receipt
+ * contradicted a person's verdict "failed" (succeeded with the ledger's reason for it,
+ * `isVerdictOverruled`: one effect, but the person may have acted on "failed"), a person decides
  * (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
@@ -510,5 +513,6 @@ function kindOf(op: Operation): AlertKind {
   if (op.status !== "succeeded") return "auth_failure";
   if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
   if (op.reason !== null && isPossiblyTwo(op.reason)) return "maybe_two_effects";
+  if (op.reason !== null && isVerdictOverruled(op.reason)) return "verdict_overruled";
   return op.reason !== null && isFoundOnRetry(op.reason) ? "retry_not_run" : "two_effects";
 }

@@ -24,6 +24,18 @@ export function isPossiblyTwo(reason: string): boolean {
 }
 
 /**
+ * How the reason of a receipt that contradicts a person's verdict "failed" starts (see `fenced`):
+ * the effect happened, and the person may have acted on their verdict (told the customer, done
+ * the work by hand). The daemon tells its alert by it.
+ */
+export const VERDICT_OVERRULED = 'a person\'s verdict "failed" is overruled: ';
+
+/** Whether a succeeded operation's reason says a receipt contradicted a person's "failed" (`fenced`). */
+export function isVerdictOverruled(reason: string): boolean {
+  return reason.startsWith(VERDICT_OVERRULED);
+}
+
+/**
  * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
  * write is refused and recorded as evidence), or the row is not where we left it, which is not a
  * fence but a ledger failure and is thrown as one. A receipt we hold proves the effect: it
@@ -111,8 +123,11 @@ export async function fenced<A, R>(
     const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
     if (receipt !== undefined && (unproven || verdictWithout)) {
       const overruled = now.status === "failed";
+      // A person's "failed": they may have acted on it (told the customer, redone the work by
+      // hand, a second effect of their own), so they hear that the receipt contradicts it.
+      const personOverruled = overruled && now.resolution_json !== null;
       const after = overruled
-        ? now.resolution_json !== null
+        ? personOverruled
           ? ", after a person resolved it as failed"
           : `, after attempt ${now.attempt} failed`
         : unproven
@@ -151,15 +166,19 @@ export async function fenced<A, R>(
           : second
             ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
             : proof
-              ? `attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
+              ? `${personOverruled ? VERDICT_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : rerun !== undefined
                 ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider`
                 : retryNotRun
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
-                  : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
-      // Not done in full (the action's `attention`): alerted too, as `complete` records it.
-      const said = withAttention(told, attention, twice || rerun !== undefined);
-      const alert = twice || rerun !== undefined || attention !== undefined || retryNotRun;
+                  : personOverruled
+                    ? `${VERDICT_OVERRULED}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened; a person must check whether anything was done on that verdict`
+                    : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
+      // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
+      // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
+      const overruledSaid = told.startsWith(VERDICT_OVERRULED);
+      const said = withAttention(told, attention, twice || rerun !== undefined || overruledSaid);
+      const alert = twice || rerun !== undefined || attention !== undefined || retryNotRun || personOverruled;
       const proven = await writes.recordReceipt(
         call,
         now,

@@ -12,6 +12,7 @@ import {
   UnknownActionError,
   defineAction,
   isEscalation,
+  isVerdictOverruled,
   openLedger,
   type Ledger,
 } from "@idem/core";
@@ -462,6 +463,12 @@ for (const dialect of DIALECTS) {
         const { operation, events } = await later.get({ tenant, id: row!.id });
         expect(operation).toMatchObject({ status: "succeeded", result: { id: "obj_1" }, error: null });
         expect(operation.resolution === null).toBe(verdict === "failed"); // a contradicted verdict is gone; the history keeps it
+        // A person who said "failed" may have acted on it (told the customer, done the work by
+        // hand): they hear it was contradicted. A "succeeded" the receipt agrees with is not alerted.
+        const alerted = (await later.daemon.alertsDue({ limit: 1_000 })).filter((a) => a.id === row!.id);
+        expect({ alerted: alerted.length, overruled: isVerdictOverruled(operation.reason ?? "") }).toEqual(
+          verdict === "failed" ? { alerted: 1, overruled: true } : { alerted: 0, overruled: false },
+        );
         expect(events.map((e) => e.reason).join(" | ")).toMatch(
           /resolved by a person: checked: nothing there yet.*fenced: attempt 1/,
         );
