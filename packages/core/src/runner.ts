@@ -41,6 +41,14 @@ import { checkSize, failed, knownPerformed, pending, replayOf, succeeded } from 
 import type { Address, Outcome, Peek, Row, Store } from "./store.js";
 import type { Tracing } from "./tracing.js";
 
+/** How `complete` records a receipt: see there. */
+interface CompleteOptions {
+  readonly performed?: boolean | undefined;
+  readonly twice?: string | undefined;
+  readonly alert?: boolean | undefined;
+  readonly rerun?: boolean | undefined;
+}
+
 interface CallState {
   executed: number;
   waited: number;
@@ -401,16 +409,7 @@ export class Runner {
         reason: `lookup failed: ${describeError(error)}`,
       };
     }
-    if (found.found) {
-      // Found more than once: settled as found (it happened), and a person hears of the second.
-      const twice =
-        found.twice === undefined
-          ? undefined
-          : `two effects: the lookup found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
-      // A person's retry found done: they hear of it (their look at the provider was too early).
-      if (reopened) return this.complete(call, row, found.receipt, REOPENED_FOUND, false, twice, true);
-      return this.complete(call, row, found.receipt, "reconciled: the effect was found", false, twice);
-    }
+    if (found.found) return this.recordFound(call, row, found, false);
     // What the lookup proved is known to this process only: each move below is retried through a
     // brief outage of the ledger and recognises its own commit whose answer was lost
     // (`moveDurably`), as an execution's end is. Written once, a failure left the row running
@@ -607,7 +606,7 @@ export class Runner {
           }
           if (now.last_execution_at !== row.last_execution_at) {
             const why = `not sent: an earlier attempt's request ended without an answer after attempt ${row.attempt} took the operation over`;
-            const heard = await this.lateEndDuring(call, row, "unknown", why, { kind: "transient", reason: why });
+            const heard = await this.lateEndDuring(call, row, "unknown", why, { kind: "transient", reason: why }, now);
             if (heard) return { step: heard };
           }
         }
@@ -668,7 +667,7 @@ export class Runner {
       maybeCommitted,
     );
     if ("step" in ran) return ran.step;
-    if (ran.ok) return this.complete(call, mine.row, ran.receipt, HAPPENED, true, undefined, false, mine.rerun);
+    if (ran.ok) return this.complete(call, mine.row, ran.receipt, HAPPENED, { performed: true, rerun: mine.rerun });
 
     const { cls, row, sent, abandoned } = ran;
     const to = statusAfter(cls, maybeCommitted);
@@ -797,7 +796,7 @@ export class Runner {
         await fenced(this.writes, call, row, statusAfter(cls, maybeCommitted), `${cls.kind}: ${cls.reason}`);
         return;
       }
-      await this.complete(call, row, receipt, HAPPENED, true);
+      await this.complete(call, row, receipt, HAPPENED, { performed: true });
     })
       .catch(() => {})
       .finally(() => this.late.delete(awaited));
@@ -816,17 +815,30 @@ export class Runner {
     this.late.add(awaited);
     this.track(async () => {
       const found = verdictOf(await asked);
-      if (!found.found) return;
-      const twice =
-        found.twice === undefined
-          ? undefined
-          : `two effects: a lookup answered after it was given up found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
-      // A person's retry's lookup: they hear that it was found done, as in time (`reconcile`).
-      if (row.look_first === 1) await this.complete(call, row, found.receipt, REOPENED_FOUND, false, twice, true);
-      else await this.complete(call, row, found.receipt, LATE_FINDING, false, twice);
+      if (found.found) await this.recordFound(call, row, found, true);
     })
       .catch(() => {})
       .finally(() => this.late.delete(awaited));
+  }
+
+  /**
+   * A lookup's finding: it proves the effect, so the operation settles with it (nothing runs
+   * again), and a second effect it tells of (`twice`) is alerted. A person's retry's lookup that
+   * finds it done: they hear of it (their look at the provider was too early). `late`: the lookup
+   * answered after it was given up (`recordLateFinding`).
+   */
+  private recordFound<A, R>(
+    call: Call<A, R>,
+    row: Row,
+    found: { readonly receipt: R; readonly twice?: string },
+    late: boolean,
+  ): Promise<Step<R>> {
+    const twice =
+      found.twice === undefined
+        ? undefined
+        : `two effects: ${late ? "a lookup answered after it was given up" : "the lookup"} found the effect more than once (${describeTwice(found.twice)}); a person must check the provider`;
+    if (row.look_first === 1) return this.complete(call, row, found.receipt, REOPENED_FOUND, { twice, alert: true });
+    return this.complete(call, row, found.receipt, late ? LATE_FINDING : FOUND, { twice });
   }
 
   /**
@@ -943,6 +955,7 @@ export class Runner {
    * up to a lease; if the ledger stays unreachable the caller gets the receipt on a typed error.
    * `performed`: this attempt's own request made it (execute answered), not a lookup's finding.
    * `twice`: the lookup said it found the effect more than once, in the reason to record instead.
+   * `alert`: a person hears of it even when nothing else says so (a person's retry found done).
    * A receipt whose ids (`effectId`) name several effects is two effects too, however it came
    * (a lookup that did not say so, an execute that found copies of earlier sends): the reason and
    * the alert are the same, never a silent settlement. A receipt the action's `attention` says was
@@ -954,10 +967,7 @@ export class Runner {
     row: Row,
     receipt: R,
     reason: string,
-    performed = false,
-    twice?: string,
-    alert = false,
-    rerun = false,
+    { performed = false, twice, alert = false, rerun = false }: CompleteOptions = {},
   ): Promise<Step<R>> {
     let json: string;
     try {
@@ -1047,7 +1057,7 @@ export class Runner {
    * have committed (fenced() moved last_execution_at). Then the outcome is not known: `to` (unknown,
    * looked up; or a person for a refusal, which may be the earlier effect's "already exists"), with
    * our end's error kept on the row for whoever decides. Undefined when the row moved otherwise
-   * (fenced() reads it).
+   * (fenced() reads it). `read`: the row as `earlierEndDuring` returned it, when already read.
    */
   private async lateEndDuring<A, R>(
     call: Call<A, R>,
@@ -1055,10 +1065,11 @@ export class Runner {
     to: "unknown" | "needs_review",
     why: string,
     error: StoredError,
+    read?: Row,
   ): Promise<Step<R> | undefined> {
     // The read and the move are each retried through a brief outage: left running, the row's lease
     // would run out and its end be lost (a "not sent" pending is exactly what must not be written now).
-    const now = await this.earlierEndDuring(call, row);
+    const now = read ?? (await this.earlierEndDuring(call, row));
     if (!now) return undefined;
     const reason = `attempt ${row.attempt} ended (${why.slice(0, 200)}), but an earlier attempt's request, out past its lease, ended meanwhile and may have committed`;
     const moved = await this.writes.moveDurably(call, now, to, {
@@ -1098,6 +1109,8 @@ export class Runner {
 
 /** What an execution's own answer (a receipt) is recorded with. */
 const HAPPENED = "the effect happened";
+/** What a lookup's finding in time is recorded with. */
+const FOUND = "reconciled: the effect was found";
 /** What a lookup's finding that answered after it was given up is recorded with (`recordLateFinding`). */
 const LATE_FINDING = "reconciled: the effect was found by a lookup that answered after it was given up";
 /** What a lookup after a person's retry (of an outcome that may have committed) says when it finds the effect. */
