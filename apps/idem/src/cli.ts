@@ -39,7 +39,7 @@ import { Daemon } from "./daemon.js";
 import { DaemonMetrics } from "./metrics.js";
 import { serveConsole } from "./console/server.js";
 import { serveMcp } from "./mcp.js";
-import { hearStopSignals, stopped } from "./stop-signals.js";
+import { exitFlushed, hearStopSignals, stopped } from "./stop-signals.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
@@ -52,14 +52,13 @@ const CLOSE_RESERVE_MS = 1_000;
 /** The operations a --once pass's failure names, whose late answers went unrecorded; the log names every one. */
 const LATE_NAMED = 10;
 /**
- * How long a `--once` pass's process may stay open once its ledger closed and its command ended:
- * nothing is left to do but print its result, yet a request whose late answer the close gave up on
- * (its provider client's socket, a promise of its own) holds the event loop until the answer comes,
- * and a cron job would hang that long. Past it the process exits, its code the pass's own.
+ * How long a `--once` pass's process may stay open once its command ended (its ledger closed, or
+ * never opened): nothing is left to do but print its result, yet a request whose late answer the
+ * close gave up on (its provider client's socket, a promise of its own), or a client the config
+ * made as it loaded, holds the event loop until it lets go, and a cron job would hang that long.
+ * Past it the process exits, its code the pass's own.
  */
 const ONCE_EXIT_MS = 2_000;
-/** How long an exit waits for pino's buffered lines to be written (its exit hook writes what is left). */
-const FLUSH_MS = 1_000;
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
@@ -813,6 +812,8 @@ export function program(): Command {
       let onResult: LedgerOptions["onResult"] = () => {};
       let stopTimeoutMs: number | undefined;
       let opened = false;
+      /** The ledger's close returned (a close that threw, or a ledger never opened, did not). */
+      let closed = false;
       /** How far a stop got: the daemon's work, then closing the ledger, then the process ending. */
       let stage: "work" | "close" | "done" = "work";
       /** When the stop came (performance.now()): the close has what is left of the bound. */
@@ -855,7 +856,8 @@ export function program(): Command {
                   { stopTimeoutMs: ms },
                   `the daemon stopped, but the process was still open ${ms} ms after the stop${unawaited ? " (the requests whose late answers were not awaited, named above)" : ""}: exiting`,
                 );
-                process.exit();
+                exitFlushed(log);
+                return;
               }
               // 1 for a close cut off too: it was waiting to record the late answer of a request cut
               // off (its operation stays unknown, or goes to a person, where the answer would have
@@ -866,7 +868,7 @@ export function program(): Command {
                   ? `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`
                   : `the daemon's work ended, but closing the ledger did not finish within ${ms} ms of the stop (a late answer still awaited, to be recorded, or the database not answering): exiting; an operation whose late answer was not recorded stays as its cut-off left it (unknown, checked again, or with a person)`,
               );
-              process.exit(EXIT.failure);
+              exitFlushed(log, EXIT.failure);
             }, ms).unref();
           };
           opened = true;
@@ -939,6 +941,7 @@ export function program(): Command {
                 ? undefined
                 : Math.max(0, stoppedAt! + bound - Math.min(CLOSE_RESERVE_MS, bound / 10) - performance.now());
             const { lateAnswers } = await ledger.close(waitMs === undefined ? {} : { waitMs });
+            closed = true;
             if (!lateAnswers.length) return;
             unawaited = lateAnswers.length;
             // A --once pass nobody stopped: its pass ended, and the close waited a lease. Said as a
@@ -969,7 +972,7 @@ export function program(): Command {
         await metrics?.close();
         stage = "done";
         // The pass is over and its ledger closed (or never opened): only its result is left to print.
-        if (o.once) exitIfHeldOpen(log, passUnrecorded ?? []);
+        if (o.once) exitIfHeldOpen(log, passUnrecorded ?? [], !opened ? "unopened" : closed ? "closed" : "unclosed");
       }
       // The ledger closed cleanly, but not every answer was recorded: the pass, or the stop, was not clean.
       if (passUnrecorded) {
@@ -991,25 +994,30 @@ export function program(): Command {
  * Ends a `--once` pass's process if it is still open `ONCE_EXIT_MS` from now (an unref'd timer: a
  * process that ends by itself ends as before). Its code is the command's own (set by then), and 1
  * when late answers went unrecorded (`lateAnswers`: their requests are what holds it open), since
- * the pass was not clean either way. The log is flushed first.
+ * the pass was not clean either way. The log is flushed first, and says how far the pass got
+ * (`ledger`): its ledger closed; never opened (a config refused, the database unreachable: the
+ * pass did not run); or its close failed.
  */
-function exitIfHeldOpen(log: Logger, lateAnswers: readonly OperationRef[]): void {
+function exitIfHeldOpen(
+  log: Logger,
+  lateAnswers: readonly OperationRef[],
+  ledger: "closed" | "unopened" | "unclosed",
+): void {
+  // What the process outlived: a pass that failed before its ledger opened never ran.
+  const since = {
+    closed: `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed`,
+    unopened: `the pass did not run: it failed before its ledger opened (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
+    unclosed: `the pass ended, but closing its ledger failed (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
+  }[ledger];
   setTimeout(() => {
     log.warn(
       { onceExitMs: ONCE_EXIT_MS, ...(lateAnswers.length && { lateAnswers }) },
       lateAnswers.length
-        ? `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed, held by the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")}): not waiting for their answers, exiting`
-        : `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed: exiting`,
+        ? `${since}, held by the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")}): not waiting for their answers, exiting`
+        : `${since}: exiting`,
     );
     exitFlushed(log, lateAnswers.length ? EXIT.failure : undefined);
   }, ONCE_EXIT_MS).unref();
-}
-
-/** `process.exit(code)` once pino wrote what it buffered, or after `FLUSH_MS` (its exit hook then writes the rest). */
-function exitFlushed(log: Logger, code: number | undefined): void {
-  const exit = () => process.exit(code);
-  log.flush(exit);
-  setTimeout(exit, FLUSH_MS).unref();
 }
 
 /**

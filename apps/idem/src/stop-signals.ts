@@ -22,6 +22,8 @@ import type { Logger } from "pino";
 export const REPEAT_SIGNAL_MS = 1_000;
 /** The exit code of a stop forced by a second Ctrl-C: 128 + SIGINT, as a shell reports an interrupt. */
 const FORCED_EXIT = 130;
+/** How long an exit waits for pino's buffered lines to be written (its exit hook writes what is left). */
+const FLUSH_MS = 1_000;
 
 export interface StopSignals {
   /** Aborted by the first SIGTERM or SIGINT. */
@@ -46,7 +48,8 @@ export function hearStopSignals(log: Logger, say: { stopping: string; left: stri
     if (performance.now() - since < REPEAT_SIGNAL_MS) return;
     if (name === "SIGINT") {
       log.warn(`interrupted again while stopping: exiting at once; ${say.left}`);
-      process.exit(FORCED_EXIT);
+      exitFlushed(log, FORCED_EXIT);
+      return;
     }
     log.info(`already stopping (${name} again): ${say.stopping}; Ctrl-C (SIGINT) again exits at once`);
   };
@@ -61,6 +64,22 @@ export function hearStopSignals(log: Logger, say: { stopping: string; left: stri
       process.off("SIGTERM", onTerm);
     },
   };
+}
+
+/**
+ * `process.exit(code)` once pino wrote what it buffered, or after `FLUSH_MS` (its exit hook then
+ * writes the rest); without `code`, the exit code set already (`process.exitCode`). Every exit a
+ * command takes before its end (a stop's bound, a forced stop, a `--once` pass held open) goes
+ * through here, so none depends on how its logger was built. With pino's own destination (no
+ * `minLength`) nothing is held back and the exit is at once: the line in flight is written as the
+ * process ends, and the exit hook writes those queued behind it.
+ */
+export function exitFlushed(log: Logger, code?: number): void {
+  // Not process.exit(undefined): that sets the exit code to undefined, 0, and a command that
+  // failed (its code set by then) exited 0.
+  const exit = () => (code === undefined ? process.exit() : process.exit(code));
+  log.flush(exit);
+  setTimeout(exit, FLUSH_MS).unref();
 }
 
 /** Resolves at the first stop signal. */

@@ -9,7 +9,10 @@
  * A `--once` pass nobody stopped, whose close waits a lease for such an answer, says its pass
  * ended (not a stop's words) and names the operation, in the log and on exit; and its process
  * exits within a bound of that, though the request is still out (before, it stayed alive until the
- * provider answered: a cron job hung that long).
+ * provider answered: a cron job hung that long). A pass that failed before its ledger opened (no
+ * SQLite ledger at the path: a config error, 2; a Postgres that refuses connections: 1), held open
+ * by a client its config made, says it did not run when it exits (before: "after its ledger
+ * closed", a ledger never opened).
  */
 import { describe, expect, it } from "vitest";
 import { join } from "node:path";
@@ -175,6 +178,54 @@ for (const dialect of DIALECTS) {
             new RegExp(`"level":40,.*"lateAnswers":\\[\\{"tenant":"${tenant}","id":"${id}"\\}\\].*not waiting for`),
           );
           expect(once.lines.join("\n")).not.toMatch(/stop/i);
+        } finally {
+          once.proc.kill("SIGKILL");
+          await once.exited;
+        }
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "daemon --once: a pass that failed before its ledger opened, held open, says it did not run as it exits (not 'after its ledger closed')",
+      async () => {
+        // Nothing to open: a SQLite path with no ledger (a config error), a Postgres port nobody listens on.
+        const [url, code, error] =
+          dialect === "sqlite"
+            ? ([`sqlite:${join(tempDir(), "none.db")}`, 2, /^idem: no SQLite ledger at /] as const)
+            : ([
+                `postgres://idem@127.0.0.1:${await freePort()}/idem`,
+                1,
+                /^idem: cannot connect to Postgres ledger .*ECONNREFUSED/,
+              ] as const);
+        const once = startChild(CLI, ["--config", CONFIG, "daemon", "--once", "--name", `d-once-unopened-${dialect}`], {
+          LEDGER_URL: url,
+          EFFECT_DIR: tempDir(),
+          ALERTS: "log",
+          HOLD_OPEN_MS: "3600000",
+        });
+        try {
+          const bound = scaled(60_000); // the child's start-up (tsx) included
+          const ended = await Promise.race([
+            once.exited,
+            new Promise<"still running">((r) => setTimeout(() => r("still running"), bound).unref()),
+          ]);
+          expect(ended, `the pass's process still running ${bound} ms after its start`).not.toBe("still running");
+          const { code: exitCode, stderr } = ended as Awaited<typeof once.exited>;
+          expect(stderr.trim()).toMatch(error);
+          expect(stderr.trim().split("\n")).toHaveLength(1);
+          expect(exitCode, stderr).toBe(code);
+          const said = once.lines
+            .filter((l) => l.startsWith("{"))
+            .map((l) => JSON.parse(l) as { level: number; msg: string; onceExitMs?: number });
+          expect(said.filter((l) => l.onceExitMs !== undefined)).toEqual([
+            expect.objectContaining({
+              level: 40,
+              onceExitMs: 2000,
+              msg: "the pass did not run: it failed before its ledger opened (the error says why), and its process was still open 2000 ms after: exiting",
+            }),
+          ]);
+          expect(once.lines.join("\n")).not.toMatch(/ledger closed|the pass ended/);
         } finally {
           once.proc.kill("SIGKILL");
           await once.exited;
