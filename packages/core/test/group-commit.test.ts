@@ -9,9 +9,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { sql } from "kysely";
-import { LedgerUnavailableError, type Ledger } from "@idem/core";
+import {
+  CompletionNotRecordedError,
+  defineAction,
+  LedgerUnavailableError,
+  type ActionDefinition,
+  type Ledger,
+  type LookupContract,
+} from "@idem/core";
 import Database from "better-sqlite3";
 import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import { scaled } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -252,4 +260,287 @@ describe("SQLite group commit", () => {
     }
     expect(p.effects).toHaveLength(8);
   });
+});
+
+/**
+ * Group commit on rows that already exist: retries of pending and unknown operations take them
+ * over in shared commits, and their completions share commits too. A write of one caller that
+ * fails there (its statement refused, the whole transaction rolled back, or the commit refused)
+ * must fail that caller alone and leave its row as it was: no other caller's takeover or
+ * completion undone behind an answer, none acknowledged that the file does not hold.
+ */
+describe("SQLite group commit on existing rows", () => {
+  const TENANT = "t";
+  const KEYS = Array.from({ length: 12 }, (_, i) => `k${i}`);
+  /** Half of the keys end pending (503 before the send), half unknown (a timeout after it committed). */
+  const UNKNOWN = new Set(KEYS.filter((_, i) => i % 2 === 1));
+
+  /** A ledger whose KEYS are left pending or unknown by a first call each; the action dedupes on the key. */
+  async function leftUnsettled(options: TestLedgerOptions = {}) {
+    const p = new TestProvider();
+    const { ledger, commits, path } = await open(options);
+    const action = p.action("charge", { dedupe: { retentionMs: 86_400_000 } });
+    const run = (k: string, budget?: { attempts: number }) =>
+      ledger.run(action, { tenant: TENANT, key: [k], args: { to: k }, ...(budget && { budget }) });
+    for (const k of KEYS) {
+      p.faults.push(
+        UNKNOWN.has(k)
+          ? { when: "after", cls: { kind: "ambiguous", reason: "timeout after the body" } }
+          : { when: "before", cls: { kind: "transient", reason: "503 before execution" } },
+      );
+      expect(await run(k, { attempts: 1 })).toMatchObject({ status: "pending_verification" });
+    }
+    // The unknown ones due for their check now, as once their first backoff has passed.
+    await sql`UPDATE idem_operations SET next_check_at = 0 WHERE status = 'unknown'`.execute(databaseOf(ledger));
+    const rows = await ledger.admin.list({ tenant: TENANT });
+    const idOf = (k: string) => rows.find((r) => r.keyLabel === JSON.stringify([k]))!.id;
+    return { p, ledger, commits, path, run, idOf };
+  }
+
+  // As for claims above: the statement refused alone (ABORT), the whole transaction rolled back
+  // (ROLLBACK), or the statement passing and the COMMIT refused (a deferred foreign key).
+  const refusing = (when: string): Record<string, string[]> => ({
+    ABORT: [
+      `CREATE TRIGGER refuse_one BEFORE UPDATE ON idem_operations WHEN ${when} BEGIN SELECT RAISE(ABORT, 'disk I/O error (test)'); END`,
+    ],
+    ROLLBACK: [
+      `CREATE TRIGGER refuse_one BEFORE UPDATE ON idem_operations WHEN ${when} BEGIN SELECT RAISE(ROLLBACK, 'disk I/O error (test)'); END`,
+    ],
+    COMMIT: [
+      "PRAGMA foreign_keys = ON",
+      "CREATE TABLE refuse_parent (id TEXT PRIMARY KEY)",
+      "CREATE TABLE refuse_child (ref TEXT REFERENCES refuse_parent (id) DEFERRABLE INITIALLY DEFERRED)",
+      `CREATE TRIGGER refuse_one AFTER UPDATE ON idem_operations WHEN ${when} BEGIN INSERT INTO refuse_child VALUES ('none'); END`,
+    ],
+  });
+
+  for (const how of ["ABORT", "ROLLBACK", "COMMIT"])
+    it(`a takeover refused inside a shared commit fails alone (at ${how}): the other retries take over, send once and are answered as the file says`, async () => {
+      const { p, ledger, commits, run, idOf } = await leftUnsettled();
+      const refused = "k4"; // a pending one: its takeover would send a first request
+      const id = idOf(refused);
+      for (const statement of refusing(`OLD.id = '${id}' AND NEW.status = 'running'`)[how]!)
+        await sql.raw(statement).execute(databaseOf(ledger));
+      const effectsBefore = p.effects.length;
+      const before = commits();
+      const out = await Promise.all(KEYS.map((k) => run(k).catch((e: unknown) => e)));
+      // The takeovers and completions shared commits (two writes a retry).
+      expect(commits() - before).toBeLessThan(2 * KEYS.length - 2);
+      expect(out[KEYS.indexOf(refused)]).toBeInstanceOf(LedgerUnavailableError);
+      const rows = await ledger.admin.list({ tenant: TENANT });
+      for (const [i, k] of KEYS.entries()) {
+        const row = rows.find((r) => r.id === idOf(k))!;
+        if (k === refused) {
+          // Left as it was: known not done, nothing sent under it.
+          expect(row).toMatchObject({ status: "pending", attempt: 1 });
+          continue;
+        }
+        const told = out[i] as { status: string; receipt?: { id: string } };
+        expect(told.status, k).toBe("succeeded");
+        // What each caller was told is what the file holds, and each key took effect once.
+        expect(row).toMatchObject({ status: "succeeded", attempt: 2, result: { id: told.receipt!.id } });
+        expect(p.effectsFor(row.key)).toHaveLength(1);
+        expect(p.effectsFor(row.key)[0]!.id).toBe(told.receipt!.id);
+      }
+      expect(p.effectsFor(rows.find((r) => r.id === id)!.key)).toHaveLength(0);
+      // Pending keys sent now; the unknown ones had theirs before and were deduped.
+      expect(p.effects.length - effectsBefore).toBe(KEYS.length - UNKNOWN.size - 1);
+    });
+
+  for (const how of ["ABORT", "ROLLBACK", "COMMIT"])
+    it(`a completion refused inside a shared commit fails alone (at ${how}): the caller is told it is not recorded, the others' receipts are in the file`, async () => {
+      // A short lease: the refused completion is retried for up to one before the caller hears.
+      const { p, ledger, commits, run, idOf } = await leftUnsettled({ leaseMs: scaled(1_000) });
+      const refused = "k5"; // an unknown one: its replay is deduped onto the first effect
+      const id = idOf(refused);
+      for (const statement of refusing(`OLD.id = '${id}' AND NEW.status = 'succeeded'`)[how]!)
+        await sql.raw(statement).execute(databaseOf(ledger));
+      const before = commits();
+      const out = await Promise.all(KEYS.map((k) => run(k).catch((e: unknown) => e)));
+      expect(commits() - before).toBeLessThan(2 * KEYS.length);
+      expect(out[KEYS.indexOf(refused)]).toBeInstanceOf(CompletionNotRecordedError);
+      const rows = await ledger.admin.list({ tenant: TENANT });
+      for (const [i, k] of KEYS.entries()) {
+        const row = rows.find((r) => r.id === idOf(k))!;
+        if (k === refused) {
+          // Still held by the attempt that could not record its receipt: never settled without it.
+          expect(row).toMatchObject({ status: "running", attempt: 2 });
+          continue;
+        }
+        const told = out[i] as { status: string; receipt?: { id: string } };
+        expect(told.status, k).toBe("succeeded");
+        expect(row).toMatchObject({ status: "succeeded", attempt: 2, result: { id: told.receipt!.id } });
+        expect(p.effectsFor(row.key)).toHaveLength(1);
+      }
+    });
+});
+
+describe("SQLite group commit: close while retries of existing rows wait for the write lock", () => {
+  for (const groupCommit of [true, false])
+    it(`their takeovers commit once the lock is free, nothing is sent, and each row is known not done again (groupCommit ${groupCommit})`, async () => {
+      const path = newFile();
+      let takeovers = 0;
+      let allIssued: () => void = () => {};
+      const issued = new Promise<void>((r) => (allIssued = r));
+      const KEYS = ["a", "b", "c", "d"];
+      const dialect = hooked(await dialectFor("sqlite", `sqlite:${path}`, { groupCommit }), {
+        query(q, run) {
+          const answer = run();
+          if (/^update "idem_operations"/.test(q.sql) && /"status" in \(/.test(q.sql) && ++takeovers === KEYS.length)
+            allIssued();
+          return answer;
+        },
+      });
+      const ledger = await openTestLedger(dialect, { busyTimeoutMs: scaled(10_000) });
+      opened.push(ledger);
+      const p = new TestProvider();
+      const action = p.action("mail", {}); // neither dedupes nor can be looked up: a row left running would go to a person
+      const run = (k: string, budget?: { attempts: number }) =>
+        ledger.run(action, { tenant: "t", key: [k], args: { to: k }, ...(budget && { budget }) });
+      for (const k of KEYS) {
+        p.faults.push({ when: "before", cls: { kind: "transient", reason: "503 before execution" } });
+        expect(await run(k, { attempts: 1 })).toMatchObject({ status: "pending_verification", state: "pending" });
+      }
+      const other = new Database(path, { timeout: 0 });
+      let closing: Promise<unknown> | undefined;
+      let out: unknown[];
+      try {
+        other.exec("BEGIN IMMEDIATE");
+        const calls = KEYS.map((k) => run(k).catch((e: unknown) => e));
+        await issued; // each read its row pending and waits for the lock to take it over
+        closing = ledger.close();
+        other.exec("ROLLBACK");
+        out = await Promise.all(calls);
+      } finally {
+        if (other.inTransaction) other.exec("ROLLBACK");
+        other.close();
+        await closing;
+      }
+      opened.splice(opened.indexOf(ledger), 1);
+      expect(p.effects).toHaveLength(0);
+      const after = await openTestLedger(`sqlite:${path}`);
+      opened.push(after);
+      const rows = await after.admin.list({ tenant: "t" });
+      // Taken over (attempt 2, once the lock was free), not sent since the ledger was closing, and
+      // put back as known not done: not left running as "may have committed", which an action
+      // that cannot be looked up would send to a person with no effect anywhere.
+      expect(rows.map((r) => [r.status, r.attempt])).toEqual(KEYS.map(() => ["pending", 2]));
+      for (const o of out!) expect(o).toMatchObject({ status: "pending_verification", state: "pending", attempt: 2 });
+    });
+});
+
+/**
+ * A takeover of a row whose lease ran out and the late completion of the attempt that held it,
+ * in one shared commit, in either order: each statement sees the one before it, as if they had
+ * committed one after the other, so exactly one of them is written, the other finds the row
+ * moved, and what each caller is told agrees with the file.
+ */
+describe("SQLite group commit: a takeover and a completion of one row in one commit", () => {
+  const KINDS = {
+    dedupe: { dedupe: { retentionMs: 86_400_000 } },
+    lookup: { lookup: true },
+    neither: {},
+  } as const;
+  for (const [kind, capabilities] of Object.entries(KINDS))
+    for (const first of ["completion", "takeover"] as const)
+      it(`provider that can ${kind === "neither" ? "neither dedupe nor be looked up" : kind}, the ${first} first: one effect, one outcome, every answer true`, async () => {
+        const path = newFile();
+        let now = Date.now();
+        const clock = () => now;
+        const held: { what: "completion" | "takeover"; go: () => void }[] = [];
+        /** What each held statement changed, and the log's commits once both were answered. */
+        const wrote: Record<string, number> = {};
+        let commitsAfterBoth = 0;
+        let bothHeld: () => void = () => {};
+        const heldTogether = new Promise<void>((r) => (bothHeld = r));
+        let armed = false;
+        const dialect = hooked(await dialectFor("sqlite", `sqlite:${path}`), {
+          query(q, run) {
+            const update = /^update "idem_operations"/.test(q.sql);
+            const what =
+              update && q.parameters.includes("succeeded")
+                ? "completion"
+                : update && /"status" in \(/.test(q.sql)
+                  ? "takeover"
+                  : undefined;
+            if (!armed || what === undefined || held.some((h) => h.what === what)) return run();
+            return new Promise((resolve, reject) => {
+              const go = () =>
+                run().then((r) => {
+                  wrote[what] = Number(r.numAffectedRows ?? r.rows.length);
+                  if (Object.keys(wrote).length === 2) commitsAfterBoth = commitFrames(`${path}-wal`);
+                  resolve(r);
+                }, reject);
+              held.push({ what, go });
+              if (held.length === 2) bothHeld();
+            });
+          },
+        });
+        const ledger = await openTestLedger(dialect, { clock, leaseMs: 30_000, budget: { attempts: 1 } });
+        opened.push(ledger);
+        await sql`PRAGMA wal_autocheckpoint = 0`.execute(databaseOf(ledger));
+        const effects: string[] = [];
+        let entered: () => void = () => {};
+        const sent = new Promise<void>((r) => (entered = r));
+        let answer: () => void = () => {};
+        const answered = new Promise<void>((r) => (answer = r));
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: `mail.${kind}`,
+          capabilities,
+          execute: async (_args, op) => {
+            const earlier = kind === "dedupe" && effects.includes(op.key);
+            if (!earlier) effects.push(op.key);
+            entered();
+            await answered;
+            return { id: `obj_${op.key.slice(0, 8)}` };
+          },
+          classify: (e) => ({ kind: "ambiguous", reason: String(e) }),
+          ...(kind === "lookup" && {
+            reconcile: async (_args, op) =>
+              effects.includes(op.key)
+                ? { found: true, receipt: { id: `obj_${op.key.slice(0, 8)}` } }
+                : { found: false, proof: "absent", reason: "not at the provider" },
+          }),
+        } as ActionDefinition<{ to: string }, { id: string }> & LookupContract<{ to: string }, { id: string }>);
+        const call = () => ledger.run(action, { tenant: "t", key: ["one"], args: { to: "a" } });
+
+        // Attempt 1 sends; its lease runs out by the database clock while its answer is on its way.
+        const a = call();
+        await sent;
+        now += 31_000;
+        armed = true;
+        const b = call(); // takes the row over: a lookup, a replay with the key, or a person
+        answer(); // attempt 1's completion
+        await heldTogether;
+        // Another connection holds the write lock while both are issued: they wait, then share a commit.
+        const other = new Database(path, { timeout: 0 });
+        const before = commitFrames(`${path}-wal`);
+        try {
+          other.exec("BEGIN IMMEDIATE");
+          const order =
+            first === "completion" ? (["completion", "takeover"] as const) : (["takeover", "completion"] as const);
+          for (const what of order) held.find((h) => h.what === what)!.go();
+        } finally {
+          other.exec("ROLLBACK");
+          other.close();
+        }
+        const [told, ...more] = [await a, await b];
+        // Both in one commit, and the first one issued is the one written.
+        expect(commitsAfterBoth - before).toBe(1);
+        expect(wrote).toEqual(first === "completion" ? { completion: 1, takeover: 0 } : { completion: 0, takeover: 1 });
+        const [row] = await ledger.admin.list({ tenant: "t" });
+        const { events } = await ledger.get({ tenant: "t", id: row!.id });
+        const history = events.map((e) => `${e.from}->${e.to}@${e.attempt}: ${e.reason}`);
+        // One effect at the provider, and never a guessed success.
+        expect(effects).toHaveLength(1);
+        const receipt = { id: `obj_${row!.key.slice(0, 8)}` };
+        for (const out of [told, ...more]) {
+          if (out.status === "succeeded") expect(out.receipt).toEqual(receipt);
+          else expect(out.status).toBe("pending_verification");
+        }
+        // The effect's receipt is the outcome (a person or the daemon need not guess).
+        expect(row, JSON.stringify(history)).toMatchObject({ status: "succeeded", result: receipt });
+        // Attempt 1 was told its own receipt: its effect happened, and the ledger holds it.
+        expect(told).toMatchObject({ status: "succeeded", receipt });
+      });
 });

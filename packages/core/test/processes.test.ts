@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DIALECTS, kill9, scaled, startChild, tempDir } from "@idem/testkit";
-import { operationKey } from "@idem/core";
+import { defineAction, operationKey } from "@idem/core";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { effectLines, fileAction, type ProviderKind } from "./support/file-provider.js";
 
@@ -110,6 +110,97 @@ for (const dialect of DIALECTS) {
         const after = effectLines(file);
         for (const key of keys) expect(after.filter((e) => e.key === key)).toHaveLength(1);
         expect(after.length).toBe(keys.length);
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "64 callers in one process retrying pending operations, SIGKILLed mid-flight: no effect under a takeover the ledger lost, every answer its commit, each key one effect",
+      async () => {
+        const ledger = await db.open();
+        const tenant = uniqueTenant();
+        const file = join(tempDir(), "effects");
+        const leaseMs = 1_500;
+        // The keys the worker's callers go through first, each left pending by a first call (a 503
+        // before the send): the worker takes each over (on SQLite in shared commits) and sends.
+        const PER_CALLER = 8;
+        const refused = defineAction<{ note: string }, { id: string }>({
+          type: "file.lookup",
+          capabilities: { lookup: true },
+          execute: async () => {
+            throw new Error("503 before execution");
+          },
+          classify: () => ({ kind: "transient", reason: "503 before execution" }),
+          reconcile: async () => ({ found: false, proof: "absent", reason: "nothing sent" }),
+        });
+        const keys = Array.from({ length: 64 }, (_, c) =>
+          Array.from({ length: PER_CALLER }, (_, n) => `job-${c}-${n}`),
+        ).flat();
+        for (let i = 0; i < keys.length; i += 64)
+          for (const out of await Promise.all(
+            keys
+              .slice(i, i + 64)
+              .map((k) => ledger.run(refused, { tenant, key: [k], args: { note: "x" }, budget: { attempts: 1 } })),
+          ))
+            expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
+        const child = startChild(WORKER, [], {
+          LEDGER_URL: db.url(),
+          TENANT: tenant,
+          KEY: "job",
+          EFFECT_FILE: file,
+          KIND: "lookup",
+          LEASE_MS: String(leaseMs),
+          MODE: "flight",
+        });
+        try {
+          await child.waitFor(/^flying$/, 90_000); // the 200th effect: among the pending keys
+        } finally {
+          await kill9(child); // wherever it is: inside a shared commit, between a takeover and its send, …
+        }
+
+        const rows = await ledger.admin.list({ tenant, limit: 100_000 });
+        const byKey = new Map(rows.map((r) => [r.key, r]));
+        const effects = effectLines(file);
+        expect(effects.length).toBeGreaterThanOrEqual(200);
+        expect(new Set(effects.map((e) => e.key)).size).toBe(effects.length);
+        // An effect was sent only once its takeover was answered, so committed: its row is not
+        // "known not done" at the attempt before (which the next caller would send again).
+        for (const e of effects) {
+          const row = byKey.get(e.key);
+          const sentBy = Number(e.id.split("_").at(-1));
+          expect(row, e.key).toBeDefined();
+          expect(row!.status, e.key).not.toBe("pending");
+          expect(row!.attempt, e.key).toBeGreaterThanOrEqual(sentBy);
+        }
+        const answered = readFileSync(`${file}.answered`, "utf8").split("\n").filter(Boolean);
+        expect(answered.length).toBeGreaterThan(0);
+        const byId = new Map(rows.map((r) => [r.id, r]));
+        for (const line of answered) {
+          const [id, status] = line.split(" ");
+          expect(status).toBe("succeeded");
+          expect(byId.get(id!)?.status).toBe("succeeded");
+        }
+
+        // Once the dead worker's leases have run out, every key is called again: one effect each.
+        await sleep(leaseMs + 200);
+        const action = fileAction("lookup", file);
+        await Promise.all(
+          rows.map(async (r) => {
+            const out = await ledger.run(action, {
+              tenant,
+              key: JSON.parse(r.keyLabel!) as string[],
+              args: { note: "x" },
+            });
+            expect(out.status).toBe("succeeded");
+          }),
+        );
+        const after = effectLines(file);
+        for (const r of rows)
+          expect(
+            after.filter((e) => e.key === r.key),
+            r.key,
+          ).toHaveLength(1);
+        expect(after.length).toBe(rows.length);
       },
       scaled(120_000),
     );
