@@ -99,9 +99,14 @@ export class Runner {
   /** The operations whose late answer (`recordLate`) is awaited now: what a close cut short leaves unrecorded. */
   private readonly late = new Set<{ readonly tenant: string; readonly id: string }>();
 
-  /** The operations whose late answer is still awaited, in the order their requests were cut off. */
+  /**
+   * The operations whose late answer is still awaited, in the order their requests were cut off,
+   * each named once (an abandoned execute's and a given-up lookup's answer may both be out).
+   */
   lateAnswers(): { tenant: string; id: string }[] {
-    return [...this.late].map((ref) => ({ ...ref }));
+    const named = new Map<string, { tenant: string; id: string }>();
+    for (const { tenant, id } of this.late) named.set(JSON.stringify([tenant, id]), { tenant, id });
+    return [...named.values()];
   }
 
   /** Resolves true once no call is in flight, or false after `ms` with some still running. */

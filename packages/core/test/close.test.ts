@@ -194,6 +194,31 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
+    it("close({ waitMs }): an operation with two late answers out (an abandoned execute's, a given-up lookup's) is named once", async () => {
+      // A short lease: the abandoned request's operation is due for its lookup soon after.
+      const ledger = await openTestLedger(db.url(), { leaseMs: 1_500 });
+      const { p, tenant, id, release } = await abandoned(ledger);
+      p.lookupAnswer = "hang"; // its lookup never answers, and ignores its signal
+      const gaveUp = new AbortController();
+      const mail = p.action("mail", { lookup: true });
+      let looking: Promise<unknown> | undefined;
+      // Called again until a call looks it up (the ones before answer "next check in …" at once).
+      await vi.waitFor(
+        async () => {
+          if (p.lookups === 0) {
+            looking = ledger.run(mail, { tenant, key: ["late"], args: { to: "x" }, signal: gaveUp.signal });
+            await Promise.race([looking, new Promise((r) => setTimeout(r, 100))]);
+          }
+          expect(p.lookups).toBeGreaterThan(0);
+        },
+        { timeout: 30_000, interval: 50 },
+      );
+      gaveUp.abort(new Error("the agent's turn ended"));
+      await expect(looking).rejects.toThrow("the agent's turn ended");
+      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [{ tenant, id }] });
+      release();
+    });
+
     it("close({ waitMs }): a late answer that comes within waitMs is recorded, and none is named", async () => {
       const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
       const { p, tenant, id, release } = await abandoned(ledger);

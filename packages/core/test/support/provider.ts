@@ -26,6 +26,8 @@ export class TestProvider {
   readonly effects: { key: string; args: unknown; id: string }[] = [];
   readonly faults: Fault[] = [];
   calls = 0;
+  /** How many lookups were asked (`reconcile` entered). */
+  lookups = 0;
   /** Resolves each execute only when released (to hold a lease open). */
   gate: Promise<void> | undefined;
   /** "hang": the lookup never answers, and ignores op.signal (a client with no timeout). */
@@ -72,6 +74,7 @@ export class TestProvider {
       classify: (error) => (error instanceof ProviderError ? error.cls : { kind: "ambiguous", reason: String(error) }),
       ...(capabilities.lookup && {
         reconcile: async (_args, op) => {
+          this.lookups += 1;
           if (this.lookupAnswer === "inconclusive")
             return { found: false, proof: "inconclusive", reason: "index lags", retryAfterMs: 50 } as const;
           if (this.lookupAnswer === "hang") return new Promise<never>(() => {});
