@@ -155,7 +155,9 @@ export async function fenced<A, R>(
       // that proved that run's absence may have read the provider too early, as ours was read.
       // Not one that failed by the provider's word (that run was refused: no effect of its own), nor
       // one that ended known not done at its own attempt (refused for now, never sent, given back),
-      // also when an earlier attempt's end since made that unknown (`ranNothing`).
+      // also when an earlier attempt's end since made that unknown (`ranNothing`). Such a run puts
+      // back the mark it replaced as it ends (runner.ts, `TransitionPatch.rerunBefore`), so a later
+      // attempt's settlement does not make it one that ran, and an earlier run's mark is kept.
       const rerun =
         !twice && !proof && !(now.status === "failed" && now.resolution_json === null) && !ranNothing(now)
           ? rerunAfter(call.action, mine, now)
@@ -370,7 +372,9 @@ function rerunAfter(
  * Whether the run again from `pending` holding the row's attempt ended known not done (refused for
  * now, never sent, given back): pending at its own attempt, or unknown at it with its own end's
  * error transient or rate limited (an earlier attempt's end came during it: runner `lateEndDuring`,
- * or the "still in flight when absence was proven" move below). Its request made no effect.
+ * or the "still in flight when absence was proven" move below). Its request made no effect. A run
+ * that ends so puts back the mark it replaced (`TransitionPatch.rerunBefore`): this still tells
+ * one whose end did not (given back after an outage, or ended by a process of an earlier release).
  */
 function ranNothing(now: Row & { rerun_attempt: number | null }): boolean {
   if (now.attempt !== now.rerun_attempt) return false;

@@ -724,6 +724,9 @@ export class Runner {
         : state.settling && counted
           ? Math.max(ownWait, checkDelay(b.baseDelayMs, row.checks, providerWait))
           : ownWait;
+    // A rerun not sent or refused for now took no effect: it gives back the mark its takeover
+    // replaced (`Row.rerun_before`; fence.ts `rerunAfter`).
+    const nothingDone = !abandoned && (!sent || cls.kind === "transient" || cls.kind === "rate_limited");
     const moved = await this.writes.moveDurably(call, row, to, {
       actor: call.actor,
       reason: `${cls.kind}: ${cls.reason}`,
@@ -738,6 +741,7 @@ export class Runner {
         noExecutionSince: row.last_execution_at,
         checks: counted ? row.checks + 1 : row.checks,
       }),
+      ...(nothingDone && row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
     });
     if (!moved) {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
@@ -1083,6 +1087,9 @@ export class Runner {
       error_json: JSON.stringify(error),
       // The row's checks were tries of work known not done: the earlier attempt's outcome has had none.
       ...(to === "unknown" ? { checkAfterMs: 0, checks: 0 } : { alert: true }),
+      // Unknown only after our own end that took no effect (not sent, refused for now): a rerun
+      // gives back the mark its takeover replaced (`Row.rerun_before`).
+      ...(to === "unknown" && row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
     });
     return moved ? { done: pending(moved, reason) } : undefined;
   }

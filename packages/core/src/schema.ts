@@ -59,8 +59,10 @@ export interface OperationsTable {
   /**
    * The latest attempt that ran the operation from `pending` (known not done) after it was first
    * sent (migration 0013): its request may be an effect of its own, so an earlier attempt's late
-   * answer proving an effect may be one of two (fence.ts). NULL until then, on rows from before,
-   * and on a ledger this process reads before 0013 (see `Store.marksReruns`). Only `findById` reads it.
+   * answer proving an effect may be one of two (fence.ts). A run that ended having sent nothing
+   * that could take effect puts back the attempt it replaced (`TransitionPatch.rerunBefore`). NULL
+   * until then, on rows from before, and on a ledger this process reads before 0013 (see
+   * `Store.marksReruns`). Only `findById` reads it, and a takeover that marks a rerun (`takeOver`).
    */
   rerun_attempt: Generated<number | null>;
   created_at: number;

@@ -19,7 +19,15 @@ import { TAKEOVER_FROM } from "./policy.js";
 import type { HistoryEvent, IdemDatabase, OperationRow, OperationsTable, Status } from "./schema.js";
 
 /** A row as the ledger reads it: its named columns, and whether a person's retry asks for a look first. */
-export type Row = OperationRow & Pick<OperationsTable, "look_first">;
+export type Row = OperationRow &
+  Pick<OperationsTable, "look_first"> & {
+    /**
+     * Not a column: on the row a takeover that runs the operation again from `pending` returned
+     * (`takeOver`), the `rerun_attempt` it replaced, which that run puts back if it ends having
+     * sent nothing that could take effect (`TransitionPatch.rerunBefore`). Absent on every other row.
+     */
+    rerun_before?: number | null;
+  };
 
 /** Fields a transition may set besides status. */
 export interface TransitionPatch {
@@ -80,6 +88,14 @@ export interface TransitionPatch {
    * of absence is void once an earlier attempt's late answer says its request was out meanwhile.
    */
   noExecutionSince?: number | null;
+  /**
+   * A run again from `pending` that ended having sent nothing that could take effect (not sent,
+   * refused for now): the `rerun_attempt` its takeover replaced (`takeOver`'s `rerun_before`), put
+   * back in the same statement, so that a later attempt's settlement does not make this one a run
+   * that may have sent, and an earlier run's mark is kept (migration 0013; fence.ts). Only while
+   * the mark is still this attempt's; not written on a ledger before 0013 (`Store.marksReruns`).
+   */
+  rerunBefore?: number | null;
 }
 
 export interface NewClaim {
@@ -739,7 +755,10 @@ export class Store {
    * the database clock, unknown, pending), never a re-read row's. `execute`: this attempt will
    * send the request, so from now on it may have committed. `before`: a replay with the key, which
    * must start before then (the provider's retention, counted from `from`'s first send), and only
-   * while that first send is as read.
+   * while that first send is as read. A takeover that executes a `pending` row marks it a rerun
+   * (`rerun_attempt`, 0013) and returns the mark it replaced as `rerun_before`, read first and
+   * written on only while unchanged: a rerun that ends having sent nothing puts it back
+   * (`TransitionPatch.rerunBefore`). Undefined on any other takeover, and before 0013.
    */
   async takeOver(
     at: Address,
@@ -754,6 +773,24 @@ export class Store {
     },
   ): Promise<(Row & { db_now: number }) | undefined> {
     const now = this.now();
+    // The mark a rerun replaces, kept in memory only: a process killed before its rerun ended
+    // leaves its own mark (a late answer then hears of a possible second effect, never of none).
+    let replaced: { rerun_attempt: number | null } | undefined;
+    if (to.execute && from.status === "pending" && this.marksReruns) {
+      replaced = await this.guard(
+        at.id,
+        this.db
+          .selectFrom("idem_operations")
+          .select(sql<number | null>`rerun_attempt`.as("rerun_attempt"))
+          .where("tenant_id", "=", at.tenant)
+          .where("key", "=", at.key)
+          .where("id", "=", at.id)
+          .where("status", "=", from.status)
+          .where("attempt", "=", from.attempt)
+          .executeTakeFirst(),
+      );
+      if (!replaced) return undefined; // changed since the snapshot
+    }
     let q = this.db
       .updateTable("idem_operations")
       .set({
@@ -805,6 +842,10 @@ export class Store {
     // A replay's window (the provider's key retention) is checked at the write, by the database
     // clock, on the first send it was counted from: an earlier attempt's late end may have moved it
     // back since the snapshot (`recordEvent`), and then the row is decided on again.
+    // Written on only while the mark read is still there: it is the one this takeover replaces.
+    const before = replaced && (replaced.rerun_attempt === null ? null : Number(replaced.rerun_attempt));
+    if (before !== undefined)
+      q = before === null ? q.where("rerun_attempt", "is", null) : q.where("rerun_attempt", "=", before);
     if (to.before !== undefined) {
       q = q.where(now, "<", to.before);
       q =
@@ -816,7 +857,14 @@ export class Store {
       at.id,
       q.returning(ROW_COLUMNS).returning(this.lookFirst()).returning(now.as("db_now")).executeTakeFirst(),
     );
-    return row && { ...row, look_first: lookFirstOf(row.look_first), db_now: Number(row.db_now) };
+    return (
+      row && {
+        ...row,
+        look_first: lookFirstOf(row.look_first),
+        db_now: Number(row.db_now),
+        ...(before !== undefined && { rerun_before: before }),
+      }
+    );
   }
 
   /**
@@ -1003,6 +1051,7 @@ export class Store {
       firstSentAt: patch.firstSentAt,
       lookFirst: patch.lookFirst === undefined ? undefined : patch.lookFirst ? 1 : null,
       evidence: patch.evidence === undefined ? undefined : storable(patch.evidence),
+      rerunBefore: patch.rerunBefore,
       event: self
         ? eventJson(row, {
             to,
@@ -1015,10 +1064,11 @@ export class Store {
     };
     // The SET list depends on which fields the patch carries; each shape compiles once.
     const has = (k: keyof TransitionPatch) => patch[k] !== undefined;
+    const unmarks = has("rerunBefore") && this.marksReruns;
     const shape =
       `transition:${["result_json", "error_json", "provider_reference", "resolution_json", "checkAfterMs", "checks", "alert", "firstSentAt", "lookFirst"].filter((k) => has(k as keyof TransitionPatch)).join(",")}` +
       `:${done}:${patch.checkAfterMs === null}:${patch.executionEnded === true}:${returning}:${has("unchangedSince")}:${patch.reopened === true}` +
-      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}:${has("evidence")}:${this.looksFirst}`;
+      `:${patch.noExecutionSince === undefined ? "" : patch.noExecutionSince === null ? "null" : "at"}:${self}:${inline}:${has("evidence")}:${this.looksFirst}:${unmarks}`;
     return this.guard(
       row.id,
       this.hot.run(
@@ -1063,6 +1113,12 @@ export class Store {
                 this.looksFirst && {
                   maybe_committed: sql<number>`case when look_first = 1 then 1 else maybe_committed end`,
                 }),
+              // A rerun that sent nothing gives back the mark its takeover replaced (0013), only its own.
+              ...(unmarks && {
+                rerun_attempt: sql<
+                  number | null
+                >`case when rerun_attempt = attempt then ${v("rerunBefore")} else rerun_attempt end`,
+              }),
               ...(this.looksFirst &&
                 (has("lookFirst")
                   ? { look_first: v("lookFirst") }
