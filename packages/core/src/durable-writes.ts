@@ -12,6 +12,7 @@ import pRetry from "p-retry";
 import type { Call } from "./call.js";
 import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
+import { VERDICT_OVERRULED } from "./fence.js";
 import type { StoredError } from "./result.js";
 import { rowPerformedProof } from "./row-results.js";
 import type { Status } from "./schema.js";
@@ -290,10 +291,12 @@ export class DurableWrites {
       // Still ours: the ledger failed for a lease (the caller's error names the operation).
       if (now.status === "running" && now.attempt === row.attempt) return;
       const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
+      // A person's "failed" contradicted: said so (and kept so by a receipt that settles it later, fence.ts).
+      const overruled = now.status === "failed" && now.resolution_json !== null ? VERDICT_OVERRULED : "";
       const moved = await this.moveDurably(call, now, "needs_review", {
         ...patch,
         ...asRead,
-        reason: `attempt ${row.attempt}: ${patch.reason}${held}`,
+        reason: `${overruled}attempt ${row.attempt}: ${patch.reason}${held}`,
         ...(now.status === "failed" && { reopened: true }),
       }).catch(() => undefined);
       if (moved) return;

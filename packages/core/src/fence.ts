@@ -125,7 +125,10 @@ export async function fenced<A, R>(
       const overruled = now.status === "failed";
       // A person's "failed": they may have acted on it (told the customer, redone the work by
       // hand, a second effect of their own), so they hear that the receipt contradicts it.
-      const personOverruled = overruled && now.resolution_json !== null;
+      // Also one reopened with a proof of the effect (its receipt not stored) after it: said so then.
+      const personOverruled =
+        (overruled && now.resolution_json !== null) ||
+        (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
       const after = overruled
         ? personOverruled
           ? ", after a person resolved it as failed"
