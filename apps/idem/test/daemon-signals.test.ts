@@ -7,6 +7,7 @@
  * Ctrl-C (SIGINT) exits at once, saying so; one repeated at once is the same signal delivered twice.
  */
 import { afterAll, describe, expect, it } from "vitest";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, freePort, scaled, startChild, tempDir, type Child } from "@idem/testkit";
@@ -24,8 +25,11 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    /** A daemon whose run of a due operation is in flight (its effect written, the answer `delayMs` away). */
-    async function inFlight(delayMs: number, args: string[] = []) {
+    /**
+     * A daemon whose run of a due operation is in flight: its effect written, the answer `delayMs`
+     * away, or (`"on answer()"`) given when the test calls `answer()`.
+     */
+    async function inFlight(delayMs: number | "on answer()", args: string[] = []) {
       const url = await freshDatabase(dialect);
       const dir = tempDir();
       const tenant = "signals";
@@ -50,7 +54,7 @@ for (const dialect of DIALECTS) {
         EFFECT_DIR: dir,
         WEBHOOK_URL: "http://127.0.0.1:9/hook",
         METRICS_PORT: String(await freePort()),
-        EXECUTE_DELAY_MS: String(delayMs),
+        ...(delayMs === "on answer()" ? { EXECUTE_GATE: join(dir, "answer") } : { EXECUTE_DELAY_MS: String(delayMs) }),
       });
       children.push(daemon);
       await until(() => lines(join(dir, "effects")).length >= 1, 60_000, "the daemon's run to be in flight");
@@ -69,7 +73,9 @@ for (const dialect of DIALECTS) {
         const said = performance.now();
         await until(() => performance.now() - said > REPEAT_SIGNAL_MS, 10_000, "the repeat window to pass");
       };
-      return { daemon, statusOf, stopWith };
+      /** The provider answers the request in flight (`"on answer()"`). */
+      const answer = () => writeFileSync(join(dir, "answer"), "");
+      return { daemon, statusOf, stopWith, answer };
     }
 
     // The loop, and one pass (--once): before, a pass heard no repeat at all (only the loop did).
@@ -80,7 +86,7 @@ for (const dialect of DIALECTS) {
       it(
         `${mode}: a second SIGTERM is said and the stop goes on: the request in flight is recorded, exit 0`,
         async () => {
-          const { daemon, statusOf, stopWith } = await inFlight(8_000, [...args]);
+          const { daemon, statusOf, stopWith, answer } = await inFlight("on answer()", [...args]);
           await stopWith("SIGTERM");
           daemon.proc.kill("SIGTERM");
           // Before: killed by the second SIGTERM (Node's default), the operation left running.
@@ -89,6 +95,7 @@ for (const dialect of DIALECTS) {
             daemon.exited.then((e) => `exited ${e.code ?? e.signal}`),
           ]);
           expect(first).toBe("said");
+          answer(); // only now: the request is still in flight when the second SIGTERM comes
           const { code, stderr } = await daemon.exited;
           expect(code, stderr).toBe(0);
           expect(await statusOf()).toBe("succeeded");

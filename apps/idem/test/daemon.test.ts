@@ -1253,8 +1253,8 @@ for (const dialect of DIALECTS) {
         const dir = tempDir();
         const t = tenant();
         // Two operations known not done, for the pass to run (`file.neither`: nothing can look it
-        // up, so an effect not recorded goes to a person). The provider answers 10 s after each
-        // effect: the stop comes before the first run ends, however loaded the machine.
+        // up, so an effect not recorded goes to a person). The provider answers only once the
+        // daemon has said it is stopping: the stop comes before the first run ends.
         const refused = {
           ...fileAction("neither", dir),
           execute: async () => {
@@ -1279,11 +1279,13 @@ for (const dialect of DIALECTS) {
           LEDGER_URL: own,
           EFFECT_DIR: dir,
           WEBHOOK_URL: hook.url,
-          EXECUTE_DELAY_MS: "10000",
+          EXECUTE_GATE: join(dir, "answer"),
         });
         try {
           await until(() => lines(join(dir, "effects")).length >= 1, 90_000, "the pass's first run to start");
           pass.proc.kill("SIGTERM");
+          await pass.waitFor(/stopping: finishing the work in flight/);
+          writeFileSync(join(dir, "answer"), ""); // the provider answers the request in flight
           const { code, signal, stderr } = await pass.exited;
           // Before: killed by the signal mid-request, the row left running for the next pass
           // (which sends a `neither` action's to a person: its effect is not known).

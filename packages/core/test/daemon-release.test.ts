@@ -145,7 +145,8 @@ for (const dialect of DIALECTS) {
         // Before: never aborted; the request ran on in the background, for as long as it hung.
         expect(signals.map((s) => s.aborted)).toEqual([true]);
       } finally {
-        await ledger.close();
+        // The lookup never answers: closed without waiting a lease (30 s) for it.
+        await ledger.close({ waitMs: 0 });
       }
     });
 
@@ -172,7 +173,8 @@ for (const dialect of DIALECTS) {
         await expect(ledger.daemon.settle({ tenant, id, budget: { attempts: 0 } })).rejects.toThrow(InvalidValueError);
         expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "unknown", checks: 1 });
       } finally {
-        await ledger.close();
+        // The lookup never answers: closed without waiting a lease (30 s) for it.
+        await ledger.close({ waitMs: 0 });
       }
     });
 

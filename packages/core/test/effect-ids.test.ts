@@ -285,7 +285,9 @@ for (const dialect of DIALECTS) {
       });
       const ledger: Ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action] });
       const tenant = uniqueTenant();
-      const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "x" } });
+      // One attempt: by this clock, standing still, no retry is ever due, and the call would wait
+      // out its whole budget (30 s) before answering unknown.
+      const out = await ledger.run(action, { tenant, key: ["k"], args: { to: "x" }, budget: { attempts: 1 } });
       expect(out).toMatchObject({ status: "pending_verification", state: "unknown" });
       const id = out.operationId;
       now += 3_600_000; // due

@@ -473,6 +473,9 @@ for (const dialect of DIALECTS) {
       expect(performance.now() - started).toBeLessThan(5_000);
       expect((await ledger.get({ tenant, id: out.operationId })).operation.checks).toBe(1);
       expect(p.effects).toHaveLength(0);
+      // The lookup is still out: closed without waiting a lease (30 s) for an answer that never comes.
+      const closed = await ledger.close({ waitMs: 0 });
+      expect(closed.lateAnswers).toEqual([{ tenant, id: out.operationId }]);
     });
 
     it("retry after needs_review starts the checks over", async () => {

@@ -762,6 +762,9 @@ for (const dialect of DIALECTS) {
       await expect(second).rejects.toThrow(/the agent gave up/);
       const { operation } = await ledger.get({ tenant, id: first.operationId });
       expect(operation).toMatchObject({ status: "unknown", checks: checksBefore });
+      // The search is still out: closed without waiting a lease (30 s) for an answer that never comes.
+      const closed = await later.close({ waitMs: 0 });
+      expect(closed.lateAnswers).toEqual([{ tenant, id: first.operationId }]);
     });
 
     it("aborts the action's signal when its lease is lost, or when the caller aborts", async () => {

@@ -15,7 +15,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Kysely, Migrator, PostgresDialect, sql } from "kysely";
 import { LedgerConfigError, defineAction, openLedger, redactUrl, type LedgerOptions } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
-import { freshDatabase, pgProxy, tempDir } from "@idem/testkit";
+import { freshDatabase, pgProxy, scaled, tempDir } from "@idem/testkit";
 import { migrationProvider } from "../src/migrations/index.js";
 import { removeMade } from "../src/sqlite-driver.js";
 import Database from "better-sqlite3";
@@ -354,19 +354,36 @@ describe("a Postgres ledger whose schema another process holds", () => {
 
   it("a migration waiting on another's lock past the client's read timeout opens once it is free", async () => {
     const { url, holder } = await migrationLockHeld();
+    let release: NodeJS.Timeout | undefined;
     try {
+      // Before: "Client has encountered a connection error and is not queryable", after 5.5 s.
+      const opening = openLedger(url, { statementTimeoutMs: 500 });
+      let ended = false; // the open ended early (failed: the lock is held): its error is awaited below
+      opening.then(
+        () => (ended = true),
+        () => (ended = true),
+      );
       // Held well past statementTimeoutMs + 5 s, the client's read timeout on the ledger's pool,
-      // however long the open takes to reach the lock on a loaded machine.
-      const release = setTimeout(() => void holder.query(`select pg_advisory_unlock(${MIGRATION_LOCK})`), 12_000);
-      try {
-        // Before: "Client has encountered a connection error and is not queryable", after 5.5 s.
-        const ledger = await openLedger(url, { statementTimeoutMs: 500 });
-        expect(await ledger.admin.pendingMigrations()).toEqual([]);
-        await ledger.close();
-      } finally {
-        clearTimeout(release);
+      // from when the open is seen waiting for the lock, however long it took to get there.
+      const db = new URL(url).pathname.slice(1);
+      const deadline = Date.now() + scaled(30_000);
+      const waiting = async () =>
+        (
+          await holder.query(
+            "select 1 from pg_stat_activity where datname = $1 and pid <> pg_backend_pid() and query like '%pg_advisory_lock%'",
+            [db],
+          )
+        ).rowCount;
+      while (!ended && !(await waiting())) {
+        if (Date.now() > deadline) throw new Error("the open never waited for the migration lock");
+        await new Promise((r) => setTimeout(r, 20));
       }
+      release = setTimeout(() => void holder.query(`select pg_advisory_unlock(${MIGRATION_LOCK})`), 7_500);
+      const ledger = await opening;
+      expect(await ledger.admin.pendingMigrations()).toEqual([]);
+      await ledger.close();
     } finally {
+      clearTimeout(release);
       await holder.end();
     }
   });

@@ -418,10 +418,13 @@ for (const dialect of DIALECTS) {
       const l = await ledger({ budget: { baseDelayMs: 10 }, clock: () => now, actions: [action] });
       const t = tenant();
       sandbox.faults.add({ kind: "bad_gateway", match: { method: "POST", path: "/crm/v3/objects/contacts" } });
+      // One attempt: by this clock, standing still, no check is ever due, and the call would wait
+      // out its whole budget (30 s) before answering unknown.
       const first = await l.run(action, {
         tenant: t,
         key: ["gw"],
         args: { properties: { email: `gw-${t}@example.test` } },
+        budget: { attempts: 1 },
       });
       // Within the settle window a write HubSpot took may still be applied: not found proves nothing yet.
       expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
