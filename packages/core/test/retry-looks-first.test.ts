@@ -93,7 +93,28 @@ for (const dialect of DIALECTS) {
       const tenant = uniqueTenant();
       const first = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" }, storeArgs });
       expect(first).toMatchObject({ status: "pending_verification", state: "unknown" });
-      return { ledger, tenant, id: first.operationId, advance: (ms: number) => (now += ms) };
+      const id = first.operationId;
+      return {
+        ledger,
+        tenant,
+        id,
+        advance: (ms: number) => (now += ms),
+        /**
+         * Moves the clock on by `ms`, and on to the operation's next look if that is due later. A
+         * look inside the settle window schedules the next one at the window's end plus up to a
+         * second of jitter (policy.ts `afterProvider`); the window counts from the last execution's
+         * end, which the ledger records a millisecond after its claim on this frozen clock. So after
+         * a look 1 s past that execution, the next is due up to 1 ms after `SETTLE_MS` more: a
+         * caller there was told "next look in 1 ms" (when random() ≥ 0.9995). No later than that
+         * second of jitter: a look scheduled any later still fails the test, as it did before.
+         */
+        advanceToLook: async (ms: number) => {
+          const { nextCheckAt } = (await ledger.get({ tenant, id })).operation;
+          expect(nextCheckAt).not.toBeNull();
+          expect(nextCheckAt! - (now + ms)).toBeLessThanOrEqual(1_000);
+          now = Math.max(now + ms, nextCheckAt!);
+        },
+      };
     }
 
     const alerted = async (ledger: Ledger, tenant: string, id: string) =>
@@ -162,7 +183,7 @@ for (const dialect of DIALECTS) {
 
     it("a caller after the retry looks first: inside the settle window it waits, and the late message is found, not sent again", async () => {
       const server = mailServer("settling");
-      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      const { ledger, tenant, id, advance, advanceToLook } = await unknownOutcome(server);
       advance(1_000);
       // The person looks at the provider: nothing there yet (the message is still queued).
       expect(server.landed).toHaveLength(0);
@@ -173,7 +194,7 @@ for (const dialect of DIALECTS) {
       expect(again).toMatchObject({ status: "pending_verification", state: "pending" });
       expect((again as { reason: string }).reason).toMatch(/looked up first.*settle window/);
       server.land();
-      advance(SETTLE_MS);
+      await advanceToLook(SETTLE_MS);
       const settled = await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
       expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
       expect(server.landed).toHaveLength(1);
@@ -251,7 +272,7 @@ for (const dialect of DIALECTS) {
 
     it("the mark is shown: the retry's answer, get, lists and status say the next run looks first, until a look answers", async () => {
       const server = mailServer("settling");
-      const { ledger, tenant, id, advance } = await unknownOutcome(server);
+      const { ledger, tenant, id, advance, advanceToLook } = await unknownOutcome(server);
       expect((await ledger.get({ tenant, id })).operation.lookFirst).toBe(false); // unknown: not a person's retry
       advance(1_000);
       const back = await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing in Sent" });
@@ -271,7 +292,7 @@ for (const dialect of DIALECTS) {
       await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
       expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "pending", lookFirst: true });
       server.land();
-      advance(SETTLE_MS);
+      await advanceToLook(SETTLE_MS);
       await ledger.run(server.action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
       expect((await ledger.get({ tenant, id })).operation).toMatchObject({ status: "succeeded", lookFirst: false });
       expect(server.sends()).toBe(1);
