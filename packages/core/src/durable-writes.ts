@@ -158,7 +158,7 @@ export class DurableWrites {
     call: Call<A, R>,
     owner: string,
     attempt: number,
-    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; executed: boolean },
+    to: { status: "pending" | "unknown"; maybeCommitted: 0 | 1; executed: boolean; rerunBefore?: number | null },
     error: unknown,
     reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`,
   ): Promise<boolean> {

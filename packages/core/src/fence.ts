@@ -165,11 +165,15 @@ export async function fenced<A, R>(
         !twice && !proof && !(now.status === "failed" && now.resolution_json === null) && !ranNothing(now)
           ? rerunAfter(call.action, mine, now)
           : undefined;
+      // Two effects are said first (the daemon's alert kind); a person's "failed" they overrule too.
+      const verdictToo = personOverruled
+        ? `; ${VERDICT_OVERRULED}a person must check whether anything was done on that verdict`
+        : "";
       const told =
         several !== undefined
-          ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}`
+          ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}${verdictToo}`
           : second
-            ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider`
+            ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider${verdictToo}`
             : proof
               ? `${personOverruled ? VERDICT_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : rerun !== undefined
@@ -256,7 +260,7 @@ export async function fenced<A, R>(
           .catch((error: unknown) => {
             throw unrecorded(error);
           });
-        if (alerted || lastLook) return { done: ours === now.result_json ? replayOf<R>(now) : answered };
+        if (alerted || lastLook) return { done: answered };
         continue;
       }
       if (ours !== now.result_json && namesEach(call.action, now.result_json, receipt)) return { done: answered };
@@ -276,6 +280,10 @@ export async function fenced<A, R>(
         if (alerted || lastLook) return { done: answered };
         continue;
       }
+      // One effect, recorded by another attempt first (a lookup that found it, a replay the
+      // provider deduped onto it): a call whose own request made or reached it is told "done", not
+      // "already done earlier" (`replayed` says nothing was executed), as if its answer had won.
+      return { done: answered };
     }
     // Still unrecorded after every look (the row kept changing under us): the effect happened,
     // and the caller holds its receipt, whatever the row says now.
@@ -376,8 +384,9 @@ function rerunAfter(
  * now, never sent, given back): pending at its own attempt, or unknown at it with its own end's
  * error transient or rate limited (an earlier attempt's end came during it: runner `lateEndDuring`,
  * or the "still in flight when absence was proven" move below). Its request made no effect. A run
- * that ends so puts back the mark it replaced (`TransitionPatch.rerunBefore`): this still tells
- * one whose end did not (given back after an outage, or ended by a process of an earlier release).
+ * that ends so puts back the mark it replaced (`TransitionPatch.rerunBefore`), as does one given
+ * back after an outage (`Store.giveBack`): this still tells one whose end did not (ended by a
+ * process of an earlier release).
  */
 function ranNothing(now: Row & { rerun_attempt: number | null }): boolean {
   if (now.attempt !== now.rerun_attempt) return false;

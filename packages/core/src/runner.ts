@@ -318,6 +318,11 @@ export class Runner {
       case "reconcile":
       case "review": {
         const since = this.store.local();
+        // Running a pending row again marks it a rerun: the mark it replaces is read first, to be
+        // put back if this run sends nothing (given back below, or as it ends).
+        const rerun = decision.kind === "execute" && snap.status === "pending";
+        const replaces = rerun ? await this.store.rerunMark(at, snap) : undefined;
+        if (rerun && !replaces) return { again: 0 }; // the row changed since the snapshot
         const row = await this.store
           .takeOver(at, snap, {
             owner: state.owner,
@@ -326,6 +331,7 @@ export class Runner {
             reason: decision.reason,
             execute: decision.kind === "execute",
             before: decision.kind === "execute" ? decision.replayUntil : undefined,
+            replaces,
           })
           .catch(async (error: unknown) => {
             // A running row taken over (its lease expired) has no state of ours to go back to: the
@@ -339,13 +345,14 @@ export class Runner {
                   status: snap.status,
                   maybeCommitted: snap.maybe_committed === 1 ? 1 : 0,
                   executed: decision.kind === "execute",
+                  ...(replaces && { rerunBefore: replaces.rerun_attempt }),
                 },
                 error,
               );
             throw error;
           });
         if (!row) return { again: 0 }; // the row changed since the snapshot: decide again on a new one
-        const mine = { row, since, rerun: decision.kind === "execute" && snap.status === "pending" };
+        const mine = { row, since, rerun };
         if (decision.kind === "review") return this.toReview(call, row, decision.reason);
         // A replay with the key (replayUntil) may repeat an earlier attempt that committed, also on a
         // row a person reopened (lookFirst): a transient answer to it proves nothing of that one.
@@ -949,6 +956,8 @@ export class Runner {
         status: maybeCommitted ? ("unknown" as const) : ("pending" as const),
         maybeCommitted: maybeCommitted ? (1 as const) : (0 as const),
         executed: true, // perform runs under a claim or a takeover that executes
+        // Nothing sent: a rerun puts back the mark its takeover replaced (`Row.rerun_before`).
+        ...(row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
       };
       const reason = `attempt ${row.attempt} could not record its ${what} before sending (the ledger failed); nothing was sent under it`;
       if (!(await this.writes.giveBack(call, state.owner, row.attempt, to, error, reason))) throw error;

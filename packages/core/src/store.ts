@@ -756,9 +756,9 @@ export class Store {
    * send the request, so from now on it may have committed. `before`: a replay with the key, which
    * must start before then (the provider's retention, counted from `from`'s first send), and only
    * while that first send is as read. A takeover that executes a `pending` row marks it a rerun
-   * (`rerun_attempt`, 0013) and returns the mark it replaced as `rerun_before`, read first and
-   * written on only while unchanged: a rerun that ends having sent nothing puts it back
-   * (`TransitionPatch.rerunBefore`). Undefined on any other takeover, and before 0013.
+   * (`rerun_attempt`, 0013); `replaces` is the mark it replaces (`rerunMark`, read first), written
+   * on only while unchanged and returned as `rerun_before`: a rerun that ends having sent nothing
+   * puts it back (`TransitionPatch.rerunBefore`). Undefined on any other takeover, and before 0013.
    */
   async takeOver(
     at: Address,
@@ -770,27 +770,10 @@ export class Store {
       reason: string;
       execute: boolean;
       before?: number | undefined;
+      replaces?: { rerun_attempt: number | null } | undefined;
     },
   ): Promise<(Row & { db_now: number }) | undefined> {
     const now = this.now();
-    // The mark a rerun replaces, kept in memory only: a process killed before its rerun ended
-    // leaves its own mark (a late answer then hears of a possible second effect, never of none).
-    let replaced: { rerun_attempt: number | null } | undefined;
-    if (to.execute && from.status === "pending" && this.marksReruns) {
-      replaced = await this.guard(
-        at.id,
-        this.db
-          .selectFrom("idem_operations")
-          .select(sql<number | null>`rerun_attempt`.as("rerun_attempt"))
-          .where("tenant_id", "=", at.tenant)
-          .where("key", "=", at.key)
-          .where("id", "=", at.id)
-          .where("status", "=", from.status)
-          .where("attempt", "=", from.attempt)
-          .executeTakeFirst(),
-      );
-      if (!replaced) return undefined; // changed since the snapshot
-    }
     let q = this.db
       .updateTable("idem_operations")
       .set({
@@ -843,7 +826,7 @@ export class Store {
     // clock, on the first send it was counted from: an earlier attempt's late end may have moved it
     // back since the snapshot (`recordEvent`), and then the row is decided on again.
     // Written on only while the mark read is still there: it is the one this takeover replaces.
-    const before = replaced && (replaced.rerun_attempt === null ? null : Number(replaced.rerun_attempt));
+    const before = to.execute && from.status === "pending" && this.marksReruns ? to.replaces?.rerun_attempt : undefined;
     if (before !== undefined)
       q = before === null ? q.where("rerun_attempt", "is", null) : q.where("rerun_attempt", "=", before);
     if (to.before !== undefined) {
@@ -865,6 +848,34 @@ export class Store {
         ...(before !== undefined && { rerun_before: before }),
       }
     );
+  }
+
+  /**
+   * The rerun mark (`rerun_attempt`, 0013) that a takeover running `from`, a `pending` row, again
+   * replaces (`takeOver`'s `replaces`). Read first, and kept in memory only, so that a rerun that
+   * sent nothing puts it back: as it ends, or given back when its takeover's answer was lost
+   * (`giveBack`). A process killed before then leaves its own mark (a late answer hears of a
+   * possible second effect, never of none). Undefined when the row changed since `from` was read;
+   * no mark before 0013 (nothing is marked there).
+   */
+  async rerunMark(
+    at: Address,
+    from: Pick<Row, "status" | "attempt">,
+  ): Promise<{ rerun_attempt: number | null } | undefined> {
+    if (!this.marksReruns) return { rerun_attempt: null };
+    const row = await this.guard(
+      at.id,
+      this.db
+        .selectFrom("idem_operations")
+        .select(sql<number | null>`rerun_attempt`.as("rerun_attempt"))
+        .where("tenant_id", "=", at.tenant)
+        .where("key", "=", at.key)
+        .where("id", "=", at.id)
+        .where("status", "=", from.status)
+        .where("attempt", "=", from.attempt)
+        .executeTakeFirst(),
+    );
+    return row && { rerun_attempt: row.rerun_attempt === null ? null : Number(row.rerun_attempt) };
   }
 
   /**
@@ -908,6 +919,8 @@ export class Store {
    * `last_execution_at` past the takeover's `updated_at` (an executing takeover wrote them equal;
    * one that does not execute left it before). The earlier request may have committed, so a row
    * found `pending` (known not done) goes back `unknown`, to be looked up, never sent again.
+   * A rerun (a takeover that ran a `pending` row again) puts back the mark it replaced
+   * (`rerunBefore`): it sent nothing, as one that ends so puts it back (`TransitionPatch`).
    */
   async giveBack(
     at: Pick<Address, "tenant" | "key">,
@@ -919,6 +932,7 @@ export class Store {
       executed: boolean;
       actor: string | null;
       reason: string;
+      rerunBefore?: number | null | undefined;
     },
   ): Promise<boolean> {
     const now = this.now();
@@ -939,6 +953,12 @@ export class Store {
           // And reconciled as such: a person's retry (look_first) is no longer what it waits on.
           ...(to.status === "pending" &&
             this.looksFirst && { look_first: sql<number | null>`case when ${lateEnd} then null else look_first end` }),
+          ...(to.rerunBefore !== undefined &&
+            this.marksReruns && {
+              rerun_attempt: sql<
+                number | null
+              >`case when rerun_attempt = ${attempt} then ${to.rerunBefore} else rerun_attempt end`,
+            }),
           lease_owner: null,
           lease_expires_at: null,
           next_check_at: now,

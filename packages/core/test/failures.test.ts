@@ -609,7 +609,8 @@ for (const dialect of DIALECTS) {
       const p = new TestProvider();
       const pay = p.action("pay", { dedupe: { retentionMs: 3_600_000, marginMs: 60_000 } });
       const tenant = uniqueTenant();
-      const first = await db.open({ leaseMs: 200, actions: [pay], budget: { attempts: 1, baseDelayMs: 1 } });
+      // (Its lease is long: only the later caller's must run out, and this run must send in time.)
+      const first = await db.open({ leaseMs: 30_000, actions: [pay], budget: { attempts: 1, baseDelayMs: 1 } });
       p.faults.push({ when: "after", cls: { kind: "ambiguous", reason: "timeout" } });
       expect(await first.run(pay, { tenant, key: ["u"], args: { to: "x" } })).toMatchObject({ state: "unknown" });
       // A later caller replays it with the same key; the statement taking the row over answers late

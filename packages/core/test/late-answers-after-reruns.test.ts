@@ -16,6 +16,11 @@ import { dialectFor, hooked } from "./support/dialects.js";
 import { ProviderError } from "./support/provider.js";
 import { DIALECTS, scaled } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
+import type { CompiledQuery } from "kysely";
+
+/** An UPDATE that sets the attempt: a takeover (the one that runs a pending row again marks it a rerun). */
+const isTakeover = (q: CompiledQuery) =>
+  /^\s*update "idem_operations"/i.test(q.sql) && /"attempt" = /.test(q.sql.split(" where ")[0] ?? "");
 
 /** What a rerun (the provider's second request and later) does, in order. */
 type Rerun =
@@ -93,17 +98,22 @@ for (const dialect of DIALECTS) {
      * settlement's bound (it answers later); attempt 3's reads absence and attempt 4 runs the
      * operation again. `rerun` says how attempt 4 ends; then the row is looked up until settled.
      */
-    async function start(type: string, reruns: Rerun[], { endBeforeSend = false } = {}) {
+    async function start(type: string, reruns: Rerun[], { endBeforeSend = false, loseRerun = false } = {}) {
       let now = Date.now();
       const p = provider(type, reruns);
       let first: Promise<unknown> | undefined;
       let armed = false;
       let rerunTakeover = false;
+      let lose = loseRerun;
       const dialectHooked = hooked(await dialectFor(dialect, db.url()), {
         async query(q, run) {
           // An executing takeover from pending (it marks a rerun): attempt 4's, once armed.
-          if (armed && /^\s*update/i.test(q.sql) && q.sql.includes("rerun_attempt")) rerunTakeover = true;
-          return run();
+          const marks = isTakeover(q) && q.sql.includes("rerun_attempt");
+          if (armed && marks) rerunTakeover = true;
+          const out = await run();
+          if (!lose || !marks) return out;
+          lose = false;
+          throw new Error("connection reset after commit (test)"); // committed, its answer lost
         },
         async released() {
           if (!rerunTakeover) return;
@@ -132,7 +142,7 @@ for (const dialect of DIALECTS) {
       now += 3_600_000; // due again
       armed = endBeforeSend;
       // Attempt 3 reads absence, attempt 4 takes it over to run it again.
-      const rerun = await ledger.daemon.settle(ref);
+      const rerun = await ledger.daemon.settle(ref).catch((e: unknown) => e);
       if (endBeforeSend) expect(armed, "the rerun's takeover was seen").toBe(false);
       const story = async () =>
         (await ledger.get(ref)).events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
@@ -183,6 +193,10 @@ for (const dialect of DIALECTS) {
         first: () => first!,
         later: () => {
           now += 3_600_000;
+        },
+        /** The next rerun's takeover commits and its answer is lost: given back, nothing sent. */
+        loseNextRerun: () => {
+          lose = true;
         },
       };
     }
@@ -328,5 +342,69 @@ for (const dialect of DIALECTS) {
           await t.close();
         }
       });
+
+    // A rerun's takeover that committed but whose answer was lost (an outage) is given back: it
+    // sent nothing, so it puts back the mark it replaced, as a rerun that ended so does (before:
+    // its own mark stayed on the row, helper-213's note).
+    it("a rerun whose takeover's answer was lost (given back), then attempt 1's end and a lookup that settles: one effect, not alerted", async () => {
+      const t = await start("late.after.rerun.lost", [], { loseRerun: true });
+      try {
+        expect({ rerun: t.rerun, calls: t.p.calls() }, await t.story()).toMatchObject({
+          rerun: { name: "LedgerUnavailableError" },
+          calls: 1,
+        });
+        expect((await t.ledger.get(t.ref)).operation, await t.story()).toMatchObject({ status: "pending", attempt: 4 });
+        // Attempt 1's request lands and ends without an answer: the row is unknown again.
+        t.p.land1();
+        t.p.end1();
+        await t.first();
+        t.later();
+        // Attempt 5's lookup finds attempt 1's effect.
+        expect(await t.ledger.daemon.settle(t.ref)).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        t.p.answerLookup(); // attempt 2's lookup answers now: attempt 1's effect, the only one
+        const { verdict, story } = await t.afterLateAnswers();
+        expect(verdict, story).toEqual({
+          effects: 1,
+          status: "succeeded",
+          result: { id: "obj_1" },
+          alerted: false,
+          reason: expect.not.stringMatching(/^possibly two effects/),
+        });
+      } finally {
+        await t.close();
+      }
+    });
+
+    // An earlier rerun sent (attempt 4, its effect not yet seen by a lookup); a later rerun's
+    // takeover (attempt 6) is given back after an outage: attempt 4's mark is back on the row, so
+    // attempt 2's finding while it is pending says so (before: the row pending at attempt 6, its
+    // own mark, read as a rerun that ran nothing: settled in silence with two effects out there).
+    it("an earlier rerun that sent, a later one given back after an outage, then attempt 2's finding while pending: alerted of the earlier rerun", async () => {
+      const t = await start("late.after.reruns.lost", ["lags"]);
+      try {
+        expect({ rerun: t.rerun, calls: t.p.calls() }, await t.story()).toMatchObject({
+          rerun: { status: "pending_verification", state: "unknown" },
+          calls: 2,
+        });
+        t.later();
+        // Attempt 5's lookup reads absence (attempt 4's effect lags); attempt 6's takeover is lost.
+        t.loseNextRerun();
+        await expect(t.ledger.daemon.settle(t.ref)).rejects.toMatchObject({ name: "LedgerUnavailableError" });
+        expect((await t.ledger.get(t.ref)).operation, await t.story()).toMatchObject({ status: "pending", attempt: 6 });
+        expect(t.p.calls()).toBe(2);
+        t.p.land1(); // attempt 1's request takes effect (obj_2); its answer is still out
+        t.p.answerLookup(); // attempt 2's lookup answers now: attempt 1's effect
+        await until(async () => (await t.ledger.get(t.ref)).operation.status === "succeeded");
+        expect(await t.verdict(), await t.story()).toEqual({
+          effects: 2,
+          status: "succeeded",
+          result: { id: "obj_2" },
+          alerted: true,
+          reason: expect.stringMatching(/^possibly two effects: .*attempt 4 ran the operation again/),
+        });
+      } finally {
+        await t.close();
+      }
+    });
   });
 }

@@ -529,6 +529,79 @@ for (const dialect of DIALECTS) {
       expect(p.effects, story).toHaveLength(1);
     });
 
+    for (const settler of ["the daemon's lookup", "a replay the provider deduped"] as const)
+      it(`a late receipt identical to the one ${settler} recorded: its caller made the effect, told 'done', not 'already done earlier'`, async () => {
+        // helper-215's review: the attempt whose own request made the effect, its answer late, was
+        // told replayed (nothing executed) once another attempt had recorded the same receipt.
+        let now = Date.now();
+        const effects: string[] = [];
+        let open: () => void = () => {};
+        const gate = new Promise<void>((r) => (open = r));
+        let calls = 0;
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: `late.same.${settler === "the daemon's lookup" ? "l" : "r"}`,
+          // Deduped replays: every request with the key answers with the one effect's receipt.
+          capabilities:
+            settler === "the daemon's lookup"
+              ? { lookup: true }
+              : { lookup: true, dedupe: { retentionMs: 86_400_000 } },
+          execute: async () => {
+            calls += 1;
+            if (effects.length === 0) effects.push("obj_1"); // the provider commits, then answers
+            if (calls === 1) await gate; // attempt 1's answer is slow
+            return { id: effects[0]! };
+          },
+          reconcile: async () =>
+            effects.length
+              ? { found: true as const, receipt: { id: effects[0]! } }
+              : { found: false as const, proof: "absent" as const, reason: "not at the provider" },
+        });
+        const ledger: Ledger = await db.open({
+          clock: () => now,
+          leaseMs: 30_000,
+          actions: [action],
+          budget: { attempts: 1 },
+        });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["same"], args: { to: "x" } });
+        await until(() => calls === 1);
+        now += 31_000; // attempt 1's lease ran out; its answer is still on its way
+        const [op] = await ledger.admin.list({ tenant });
+        const settled =
+          settler === "the daemon's lookup"
+            ? await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })
+            : await ledger.run(action, { tenant, key: ["same"], args: { to: "x" } });
+        expect(settled).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+        open();
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(out, story).toEqual({
+          status: "succeeded",
+          receipt: { id: "obj_1" },
+          replayed: false,
+          operationId: op!.id,
+          attempt: 1,
+        });
+        expect(
+          {
+            effects,
+            status: after.operation.status,
+            alerted: (await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === op!.id),
+          },
+          story,
+        ).toEqual({
+          effects: ["obj_1"],
+          status: "succeeded",
+          alerted: false,
+        });
+        // Every later caller is answered from the ledger.
+        expect(await ledger.run(action, { tenant, key: ["same"], args: { to: "x" } })).toMatchObject({
+          replayed: true,
+        });
+        await ledger.close();
+      });
+
     it("two different receipts for one operation: the later one's caller gets its own, not 'already done earlier', and a person hears of it", async () => {
       // The review of 10a6581: attempt 1's late receipt settled the row attempt 3 held; attempt 3's
       // request (a provider without dedupe, sent after a lookup that read before attempt 1

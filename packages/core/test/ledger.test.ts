@@ -537,10 +537,12 @@ for (const dialect of DIALECTS) {
       expect(second).toMatchObject({ status: "succeeded", attempt: 2 });
       release();
       const firstOut = await first;
+      // Its own request made the effect (attempt 2's was deduped onto it): "done", not "already
+      // done earlier", though attempt 2 recorded it first.
       expect(firstOut).toMatchObject({
         status: "succeeded",
-        replayed: true,
-        attempt: 2,
+        replayed: false,
+        attempt: 1,
         receipt: second.status === "succeeded" ? second.receipt : null,
       });
       const { operation, events } = await stale.get({ tenant, id: second.operationId });

@@ -166,5 +166,36 @@ for (const dialect of DIALECTS) {
       expect((await due(latest, tenant)).map((a) => a.id)).toEqual([id]);
       expect(p.effects).toHaveLength(1);
     });
+
+    it("a late receipt of a second effect after the proof of the first: the person who said failed hears of both", async () => {
+      // As above, with a provider that does not dedupe: attempt 2's request, sent on the person's
+      // retry (attempt 3), makes a second effect (helper-217's note: alerted as two effects, the verdict unsaid).
+      const p = provider("overruled.twice", {}, (n, id) => (n === 1 ? { id, padding: "x".repeat(4_000) } : { id }));
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, leaseMs: 30_000, actions: [p.action] });
+      const latest = await db.open({ clock: () => Date.now() + HOUR + 60_000, actions: [p.action] });
+      const first = worker.run(p.action, { tenant, key: ["twice"], args: { to: "x" } });
+      await p.sent(1);
+      const [row] = await later.admin.list({ tenant });
+      const id = row!.id;
+      expect(await later.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+      await later.admin.retry({ tenant, id, reason: "not at the provider", actor: "ann" });
+      const second = later.run(p.action, { tenant, key: ["twice"], args: { to: "x" } });
+      await p.sent(2);
+      expect(await latest.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+      await latest.admin.resolve({ tenant, id, outcome: "failed", reason: "checked: nothing there yet", actor: "ann" });
+      p.release(1); // attempt 1's effect, its receipt too large to store: the row reopened with the proof
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      p.release(2); // attempt 3's request took effect too
+      expect(await second).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" }, replayed: false });
+      const after = await stored(latest, id);
+      expect(after).toMatchObject({ status: "succeeded", alertPending: 1 });
+      // Two effects first (the daemon's alert kind), and the verdict they overrule said too.
+      expect(after.reason).toMatch(/^two effects: attempt 3's request took effect, and so did attempt 1's/);
+      expect(after.reason).toContain(`a person's verdict "failed" is overruled`);
+      expect((await due(latest, tenant)).map((a) => a.id)).toEqual([id]);
+      expect(p.effects).toHaveLength(2);
+    });
   });
 }
