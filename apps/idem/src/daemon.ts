@@ -89,7 +89,8 @@ export class Daemon {
   /**
    * Runs until `stop()`; resolves after the last tick finished. Rejects with the
    * `LedgerUnavailableError` of a ledger that must be reopened (`reopen`: its SQLite file was
-   * replaced or deleted), which no retry could get past.
+   * replaced or deleted, or its connection closed on a transaction SQLite could neither commit nor
+   * roll back), which no retry could get past.
    */
   async run(): Promise<void> {
     while (!this.stopping) {
@@ -101,12 +102,13 @@ export class Daemon {
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
       } catch (error) {
         if (error instanceof LedgerUnavailableError && error.reopen) {
-          // A SQLite file deleted or replaced under the ledger: this connection never writes
-          // again, so waiting is for ever. Its supervisor starts the daemon again, which opens
-          // the file now at the path.
+          // A SQLite file deleted or replaced under the ledger, or a connection closed on a
+          // transaction that could not end: this connection never writes again, so waiting is for
+          // ever. Its supervisor starts the daemon again, which opens the file now at the path.
+          // The error's own words say which.
           this.log.fatal(
             { err: error },
-            "the ledger's SQLite file was replaced or deleted since the daemon opened it: exiting; restart the daemon to open the ledger now at its path",
+            `the ledger must be opened again (${error.message}): exiting; restart the daemon to open the ledger now at its path`,
           );
           throw error;
         }

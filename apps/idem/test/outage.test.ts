@@ -540,7 +540,10 @@ describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
         expect(stderr).toMatch(/since the ledger opened it/);
         const said = first.lines.map((l) => JSON.parse(l) as { level: number; msg: string });
         expect(said).toContainEqual(
-          expect.objectContaining({ level: 60, msg: expect.stringMatching(/SQLite file was replaced or deleted/) }),
+          expect.objectContaining({
+            level: 60,
+            msg: expect.stringMatching(/^the ledger must be opened again \(the SQLite .* was (replaced|deleted) since the ledger opened it/),
+          }),
         );
         expect(said.map((l) => l.msg)).not.toContain("the ledger database is unavailable; retrying every interval");
         // Its supervisor starts it again: it opens the file now at the path, and works there.

@@ -15,13 +15,17 @@
  * transaction (constraint errors, RAISE(ABORT), SQLITE_FULL raised by the statement), or it rolls
  * the whole transaction back: then the failing statement is refused, and the others, none of
  * them acknowledged, run again in a new transaction. When the COMMIT fails, each write runs again
- * alone, in a commit of its own.
+ * alone, in a commit of its own. When the ROLLBACK after it fails too and the transaction stays
+ * open, the connection is closed (the one way left to end that transaction, and to give up the
+ * write lock it holds): every write of that commit, and every statement since, is refused with a
+ * `LedgerUnavailableError` marked `reopen`.
  *
  * While another connection holds the write lock, the writes wait for it without blocking the
  * process (sqlite-busy.ts): the queue is tried again after a pause, each write until it has waited
  * the busy timeout.
  */
 import type { Database } from "better-sqlite3";
+import { LedgerUnavailableError } from "./errors.js";
 import { isBusy, LOCK_PAUSE } from "./sqlite-busy.js";
 
 interface Waiting {
@@ -43,6 +47,7 @@ export class GroupCommit {
   private ahead = 0;
   /** Who waits for the queue to be empty (`drain`). */
   private drained: (() => void)[] = [];
+  private closedBy: LedgerUnavailableError | undefined;
 
   /**
    * `check` runs before each commit, once for all its writes (the file is still the ledger's:
@@ -55,12 +60,21 @@ export class GroupCommit {
   ) {}
 
   /**
+   * Why this connection was closed: a transaction of a group commit that could be neither
+   * committed nor rolled back (see `abandon`). Every statement since is refused with it.
+   */
+  get abandoned(): LedgerUnavailableError | undefined {
+    return this.closedBy;
+  }
+
+  /**
    * Runs the write `run` and answers once its commit has returned. Writes wait for the next turn
    * of the event loop, after this turn's microtasks, and share one commit; but when the last
    * commit was a lone write, the first write of a turn commits at once (a caller alone waits for
    * nothing).
    */
   write<T>(run: () => T): T | Promise<T> {
+    if (this.closedBy) throw this.closedBy;
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -82,7 +96,8 @@ export class GroupCommit {
   flush(): void {
     this.scheduled = false;
     // A transaction kysely holds (a migration in this process) owns the connection: wait for it.
-    if (this.database.open && this.database.inTransaction) {
+    // (Not one this group left open: see `abandon`, which closes the connection.)
+    if (this.closedBy === undefined && this.database.open && this.database.inTransaction) {
       this.scheduled = true;
       setTimeout(() => this.flush(), 1);
       return;
@@ -103,6 +118,10 @@ export class GroupCommit {
 
   /** Commits what it can of `batch`; returns the writes that must run again in a new transaction. */
   private commit(batch: Waiting[]): Waiting[] {
+    if (this.closedBy) {
+      for (const w of batch) w.reject(this.closedBy);
+      return [];
+    }
     if (batch.length === 1) {
       // Alone: committed by the statement itself, as without group commit.
       const [only] = batch as [Waiting];
@@ -149,19 +168,20 @@ export class GroupCommit {
     }
     try {
       this.database.exec("COMMIT");
-    } catch {
+    } catch (commitError) {
+      let rollbackError: unknown;
       if (this.database.inTransaction) {
         try {
           this.database.exec("ROLLBACK");
-        } catch {
-          // the connection is gone: nothing was committed either way
+        } catch (error) {
+          rollbackError = error; // the connection may be gone: nothing was committed either way
         }
       }
       if (this.database.open && this.database.inTransaction) {
         // Neither committed nor rolled back: a write run again now would be answered inside
         // this transaction, never committed. Refuse them all.
-        const error = new Error("SQLite could neither commit nor roll back a group commit");
-        for (const w of batch) w.reject(error);
+        this.abandon(commitError, rollbackError);
+        for (const w of batch) w.reject(this.closedBy);
         return [];
       }
       // Which write the commit could not take is not known (a full disk shows at COMMIT in WAL
@@ -182,6 +202,31 @@ export class GroupCommit {
     for (const d of done) d.w.resolve(d.value);
     for (const f of failed) f.w.reject(f.error);
     return [];
+  }
+
+  /**
+   * The transaction of a group commit could be neither committed nor rolled back, and is still
+   * open. Nothing may run on this connection again: a write would be answered inside that
+   * transaction and never committed, and a flush would wait for it as for a migration's, forever,
+   * with `close()` waiting behind it. Meanwhile it holds the file's write lock, which every other
+   * process's writes wait for. Closing the connection ends it (SQLite rolls back the transaction
+   * of a connection it closes, and frames of the log that no commit ended are never read); the
+   * ledger must then be opened again, and every statement until then is told so.
+   */
+  private abandon(commitError: unknown, rollbackError: unknown): void {
+    const said = (e: unknown) =>
+      e === undefined ? "it ended without error, the transaction still open" : ((e as Error)?.message ?? String(e));
+    this.closedBy = new LedgerUnavailableError(
+      `SQLite could neither commit nor roll back a group commit (COMMIT: ${said(commitError)}; ROLLBACK: ${said(rollbackError)}): none of its writes was committed, and the ledger's connection was closed to end its transaction (reopen the ledger)`,
+      undefined,
+      { cause: new AggregateError([commitError, rollbackError], "COMMIT failed, then ROLLBACK"), reopen: true },
+    );
+    try {
+      this.database.close();
+    } catch {
+      // Busy (a statement of this process mid-iteration): it is refused all the same, and
+      // `close()` of the ledger tries again.
+    }
   }
 
   /**

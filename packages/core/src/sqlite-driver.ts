@@ -99,6 +99,8 @@ class GroupedSqliteDriver implements Driver {
     connection: DatabaseConnection,
     query: CompiledQuery,
   ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
+    // A group commit closed the connection (a transaction it could not end): say why, not "not open".
+    if (this.group?.abandoned) throw this.group.abandoned;
     // Inside its transaction a statement runs at once: it holds the lock (BEGIN IMMEDIATE), and
     // one that met a lock could not simply run again, the transaction would fail.
     if (this.owner === connection) return this.run(connection, this.prepare(query.sql), query.parameters);
@@ -213,6 +215,7 @@ export function sqliteConnection(
   const group = groupCommit ? new GroupCommit(database, busyTimeoutMs, checkFile) : undefined;
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays, atOnce) => {
+    if (group?.abandoned) throw group.abandoned; // as in the driver: the connection is closed
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
     let stmt: Statement;

@@ -18,7 +18,7 @@ import {
   type LookupContract,
 } from "@idem/core";
 import Database from "better-sqlite3";
-import { databaseOf, openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import { databaseOf, openTestLedger, sqliteLedgerDialect, type TestLedgerOptions } from "@idem/core/testing";
 import { scaled } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
@@ -57,6 +57,14 @@ function commitFrames(wal: string): number {
   return commits;
 }
 
+/** A claim whose args hold "refuse-me" passes its statement, and its commit is refused (a deferred foreign key). */
+const REFUSE_AT_COMMIT = [
+  "PRAGMA foreign_keys = ON",
+  "CREATE TABLE refuse_parent (id TEXT PRIMARY KEY)",
+  "CREATE TABLE refuse_child (ref TEXT REFERENCES refuse_parent (id) DEFERRABLE INITIALLY DEFERRED)",
+  `CREATE TRIGGER refuse_one AFTER INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN INSERT INTO refuse_child VALUES ('none'); END`,
+];
+
 describe("SQLite group commit", () => {
   it("concurrent callers share commits; with groupCommit: false each write commits alone", async () => {
     const CALLERS = 32;
@@ -91,12 +99,7 @@ describe("SQLite group commit", () => {
     ROLLBACK: [
       `CREATE TRIGGER refuse_one BEFORE INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN SELECT RAISE(ROLLBACK, 'disk I/O error (test)'); END`,
     ],
-    COMMIT: [
-      "PRAGMA foreign_keys = ON",
-      "CREATE TABLE refuse_parent (id TEXT PRIMARY KEY)",
-      "CREATE TABLE refuse_child (ref TEXT REFERENCES refuse_parent (id) DEFERRABLE INITIALLY DEFERRED)",
-      `CREATE TRIGGER refuse_one AFTER INSERT ON idem_operations WHEN NEW.args_json LIKE '%refuse-me%' BEGIN INSERT INTO refuse_child VALUES ('none'); END`,
-    ],
+    COMMIT: REFUSE_AT_COMMIT,
   };
   for (const [how, statements] of Object.entries(REFUSALS))
     it(`a claim refused inside a shared commit fails alone (at ${how}): the others are claimed, done and answered`, async () => {
@@ -543,4 +546,102 @@ describe("SQLite group commit: a takeover and a completion of one row in one com
         // Attempt 1 was told its own receipt: its effect happened, and the ledger holds it.
         expect(told).toMatchObject({ status: "succeeded", receipt });
       });
+});
+
+/** `promise`, or a failure naming `what` once `ms` have passed: a hang fails the test, not the run. */
+async function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * A shared commit whose COMMIT fails and whose ROLLBACK fails too, the connection still open and
+ * its transaction still open. The COMMIT's failure is real: a deferred foreign key refused at
+ * COMMIT leaves the transaction open, as SQLITE_BUSY does. The ROLLBACK's is injected at
+ * better-sqlite3's `exec` (an SQLITE_IOERR): in WAL mode SQLite's ROLLBACK writes nothing and
+ * gives up no error we can provoke, yet the group commit must not trust that it never fails.
+ */
+describe("SQLite group commit: a COMMIT and then its ROLLBACK fail", () => {
+  it("every write of that commit is refused, nothing is left waiting, later calls are told to reopen, the write lock is given up, and close() ends", async () => {
+    const path = newFile();
+    const database = new Database(path, { timeout: scaled(10_000) });
+    database.pragma("journal_mode = WAL");
+    const exec = database.exec.bind(database);
+    let refuseRollback = false;
+    let refused = 0;
+    database.exec = (source: string) => {
+      if (refuseRollback && /^\s*rollback\b/i.test(source)) {
+        refused += 1;
+        throw new Database.SqliteError("disk I/O error (test)", "SQLITE_IOERR");
+      }
+      return exec(source);
+    };
+    const ledger = await openTestLedger(sqliteLedgerDialect(database), { busyTimeoutMs: scaled(2_000) });
+    const bound = scaled(5_000);
+    try {
+      for (const statement of REFUSE_AT_COMMIT) await sql.raw(statement).execute(databaseOf(ledger));
+      const p = new TestProvider();
+      const call = (k: string, to = k) =>
+        ledger.run(p.action("mail", {}), { tenant: "t", key: [k], args: { to } }).catch((e: unknown) => e);
+      refuseRollback = true;
+      // They share a commit, refused at COMMIT (any claim that committed before it was done alone).
+      const KEYS = Array.from({ length: 8 }, (_, i) => `k${i}`);
+      const out = await within(
+        bound,
+        "the calls of a commit that could not be rolled back",
+        Promise.all(KEYS.map((k, i) => call(k, i === 5 ? "refuse-me" : k))),
+      );
+      expect(refused).toBe(1);
+      const answers = out.map((o) =>
+        o instanceof LedgerUnavailableError
+          ? `unavailable${o.reopen ? " (reopen)" : ""}`
+          : o instanceof CompletionNotRecordedError
+            ? "not recorded"
+            : (o as { status?: string }).status,
+      );
+      // Those in the refused commit are told so, and that the ledger must be reopened; a claim
+      // committed before it, whose completion came after, is told its receipt is not recorded.
+      for (const answer of answers) expect(["unavailable (reopen)", "succeeded", "not recorded"]).toContain(answer);
+      expect(answers[5]).toBe("unavailable (reopen)");
+      expect(answers.filter((a) => a === "unavailable (reopen)").length).toBeGreaterThan(1);
+      // Later calls, reads and writes, are told the same at once.
+      const later = await within(bound, "a call after", call("later"));
+      expect(later).toBeInstanceOf(LedgerUnavailableError);
+      expect(later).toMatchObject({ reopen: true });
+      await expect(within(bound, "a read after", ledger.admin.list({ tenant: "t" }))).rejects.toMatchObject({
+        code: "LEDGER_UNAVAILABLE",
+        reopen: true,
+      });
+      // The transaction does not hold the file's write lock: another connection takes it.
+      const other = new Database(path, { timeout: 0 });
+      try {
+        other.exec("BEGIN IMMEDIATE");
+        other.exec("ROLLBACK");
+      } finally {
+        other.close();
+      }
+      await within(bound, "close()", ledger.close());
+      // What the file holds is what callers were told, and only a claim that committed was sent.
+      const after = await openTestLedger(`sqlite:${path}`);
+      opened.push(after);
+      const rows = await after.admin.list({ tenant: "t" });
+      const told = KEYS.flatMap((k, i) =>
+        answers[i] === "succeeded" ? [[k, "succeeded"]] : answers[i] === "not recorded" ? [[k, "running"]] : [],
+      );
+      expect(rows.map((r) => [JSON.parse(r.keyLabel!)[0], r.status]).sort()).toEqual(told.sort());
+      expect(p.effects.map((e) => (e.args as { to: string }).to).sort()).toEqual(told.map(([k]) => k).sort());
+    } finally {
+      // Unstuck whatever waits on the connection (it is closed by then once the ledger has coped).
+      refuseRollback = false;
+      if (database.open) database.close();
+      await within(bound, "close() once the connection is closed", ledger.close()).catch(() => {});
+    }
+  });
 });
