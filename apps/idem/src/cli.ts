@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import pRetry from "p-retry";
-import { pino, type Logger } from "pino";
+import type { Logger } from "pino";
 import {
   ChangedSinceSeenError,
   IdemError,
@@ -33,16 +33,16 @@ import {
   type Seen,
   type Status,
 } from "@idem/core";
-import { alertActions, requireAlertSink } from "./alerts.js";
 import { ConfigError, actionsOf, lastOfEachType, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
-import { Daemon } from "./daemon.js";
-import { DaemonMetrics } from "./metrics.js";
-import { serveConsole } from "./console/server.js";
-import { serveMcp } from "./mcp.js";
+import type { DaemonMetrics } from "./metrics.js";
 import { exitFlushed, hearStopSignals, stopped } from "./stop-signals.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
+// What only some commands use is imported by them as they run (`await import`): the logger
+// (pino), the daemon, its metrics (prom-client), the alert sinks (nodemailer), the console (hono)
+// and the MCP server. Loaded for every command, they added about 0.2 s to each start of ls, show
+// or --help, which scripts and cron jobs run often.
 
 /**
  * The part of `daemon.stopTimeoutMs` kept for the ledger's connection to end once the close
@@ -82,7 +82,7 @@ async function withLedger<T>(
   fn: (ledger: Ledger, config: IdemConfig, configured: readonly Action<any, any>[]) => Promise<T>,
   options: {
     /** Open the ledger with the config's actions (to settle stored operations), and these besides. */
-    actions?: boolean | { also: (config: IdemConfig) => readonly Action<any, any>[] };
+    actions?: boolean | { also: (config: IdemConfig) => Promise<readonly Action<any, any>[]> };
     /**
      * With `actions`: when the config's actions cannot be built (a provider's credentials not in
      * this environment: a `ConfigError`), this hears why and the ledger opens without them, rather
@@ -116,7 +116,7 @@ async function withLedger<T>(
       })
     : [];
   const actions = options.actions
-    ? lastOfEachType([...configured, ...(options.actions === true ? [] : options.actions.also(config))])
+    ? lastOfEachType([...configured, ...(options.actions === true ? [] : await options.actions.also(config))])
     : undefined;
   // The schema check is part of the open: a database that goes away between the two (a restart, a
   // failover) is waited for as one that went away during the open, not a failure (exit 1).
@@ -617,8 +617,11 @@ export function program(): Command {
           {
             // An alert delivery is settled with its sink, as the daemon would (the log sink's line on stderr).
             actions: o.now === true && {
-              also: (config) =>
-                o.tenant === config.alerts.tenant ? alertActions(config, pino(pino.destination(2))) : [],
+              also: async (config) => {
+                if (o.tenant !== config.alerts.tenant) return [];
+                const [{ alertActions }, { pino }] = await Promise.all([import("./alerts.js"), import("pino")]);
+                return alertActions(config, pino(pino.destination(2)));
+              },
             },
           },
         );
@@ -734,6 +737,7 @@ export function program(): Command {
     )
     .action(async (o: { tenant?: string }, mcp: Command) => {
       let tenant: string | undefined;
+      const [{ pino }, { serveMcp }] = await Promise.all([import("pino"), import("./mcp.js")]);
       // stdout is the protocol's: what the stop says goes to stderr.
       const signals = hearStopSignals(pino({ base: { mcp: hostname() } }, pino.destination(2)), {
         stopping: "the calls in flight are being recorded",
@@ -762,6 +766,7 @@ export function program(): Command {
       ),
     )
     .action(async (o: { port?: number }) => {
+      const [{ pino }, { serveConsole }] = await Promise.all([import("pino"), import("./console/server.js")]);
       const log = pino({ base: { console: hostname() } });
       let built = true;
       const signals = hearStopSignals(log, {
@@ -808,6 +813,12 @@ export function program(): Command {
       "create and migrate the ledger if needed before starting (otherwise a ledger that needs migrations is refused)",
     )
     .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
+      const [{ pino }, { Daemon }, { DaemonMetrics }, { alertActions, requireAlertSink }] = await Promise.all([
+        import("pino"),
+        import("./daemon.js"),
+        import("./metrics.js"),
+        import("./alerts.js"),
+      ]);
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
       let stopTimeoutMs: number | undefined;
@@ -895,7 +906,9 @@ export function program(): Command {
               if (said.length) throw new Error(`${said.join("; ")}; see the log`);
               return;
             }
-            const web = config.daemon.console ? await serveConsole(ledger, config, log) : undefined;
+            const web = config.daemon.console
+              ? await (await import("./console/server.js")).serveConsole(ledger, config, log)
+              : undefined;
             if (web) log.info({ port: web.port, url: web.url }, `serving the console on ${web.url}`);
             log.info({ ledger: redactUrl(config.ledger), config: config.source }, "daemon started");
             try {
@@ -912,7 +925,7 @@ export function program(): Command {
         },
         {
           // Its own alert deliveries too: one a person retried is settled by the daemon's pass.
-          actions: { also: (config) => alertActions(config, log) },
+          actions: { also: async (config) => alertActions(config, log) },
           schema: o.migrate ? "migrate" : "require",
           onResult: (r, info) => onResult?.(r, info),
           // /healthz and /metrics are served from the start: while the database is awaited, /healthz says so.
