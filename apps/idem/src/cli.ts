@@ -833,6 +833,8 @@ export function program(): Command {
       let unawaited = 0;
       /** Those of a --once pass nobody stopped: the pass exits 1, naming them. */
       let passUnrecorded: readonly OperationRef[] | undefined;
+      /** The operations whose calls had not ended when the ledger's close stopped waiting (named in the log): exit 1. */
+      let leftInFlight: readonly OperationRef[] = [];
       // Heard from the start: a daemon started while its database is down (or restarting) waits
       // for it, and a stop meanwhile ends it; a stop once it runs ends it gracefully, bounded.
       const signals = hearStopSignals(log, {
@@ -953,8 +955,17 @@ export function program(): Command {
               bound === undefined
                 ? undefined
                 : Math.max(0, stoppedAt! + bound - Math.min(CLOSE_RESERVE_MS, bound / 10) - performance.now());
-            const { lateAnswers } = await ledger.close(waitMs === undefined ? {} : { waitMs });
+            const { lateAnswers, inFlight } = await ledger.close(waitMs === undefined ? {} : { waitMs });
             closed = true;
+            // Calls the close could not wait out (their request, lookup or lazy args still under
+            // way): unrecorded, running under their leases. Named as the late answers are.
+            if (inFlight.length) {
+              leftInFlight = inFlight;
+              log.error(
+                { inFlight, ...(bound !== undefined && { stopTimeoutMs: bound }) },
+                `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${bound === undefined ? "a lease" : "the stop's bound (daemon.stopTimeoutMs)"} ended the wait; their outcomes are not recorded: each operation stays running under its lease, and is settled by the replay policy once that expires`,
+              );
+            }
             if (!lateAnswers.length) return;
             unawaited = lateAnswers.length;
             // A --once pass nobody stopped: its pass ended, and the close waited a lease. Said as a
@@ -999,6 +1010,13 @@ export function program(): Command {
         throw new Error(
           `the daemon stopped without recording the late answers of ${unawaited} request(s) cut off; see the log`,
         );
+      if (leftInFlight.length) {
+        const named = leftInFlight.slice(0, LATE_NAMED).map((r) => r.id);
+        const more = leftInFlight.length - named.length;
+        throw new Error(
+          `the ledger closed with ${leftInFlight.length} call(s) still in flight, their outcomes not recorded (${named.join(", ")}${more ? ` and ${more} more` : ""}); see the log`,
+        );
+      }
     });
   return cmd;
 }

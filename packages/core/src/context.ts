@@ -122,6 +122,18 @@ export interface Closed {
    * Empty when every one was recorded.
    */
   readonly lateAnswers: readonly OperationRef[];
+  /**
+   * The operations whose calls (`run`, `daemon.settle`) had not ended when the close stopped
+   * waiting: a request, a lookup or lazy args still under way. Their outcome is not recorded: each
+   * stays as the call's last write left it, `running` under its lease while its request was out,
+   * and is settled by the replay policy once that lease ends (looked up, replayed with its key, or
+   * a person's). Their callers are answered when the work ends or the lease cannot be kept,
+   * `CompletionNotRecordedError` with the receipt of an effect that happened, else
+   * `LedgerUnavailableError` (`closed`). Unlike `lateAnswers`, whose callers were answered already
+   * and whose rows were recorded unknown. A call whose claim was not answered yet names none.
+   * Empty when every call ended.
+   */
+  readonly inFlight: readonly OperationRef[];
 }
 
 export class LedgerContext {
@@ -156,18 +168,21 @@ export class LedgerContext {
    * Closes gracefully: new calls are refused, no request is sent from now on, and the calls in
    * flight end (an effect under way is recorded, a request not yet sent is left pending), and the
    * late answers of requests no longer awaited are recorded (Runner.recordLate), for up to
-   * `waitMs` (default a lease); then the connection closes. Before, the claims waiting for their
-   * commit were committed at close and their effects sent after it returned, with nowhere to
-   * record them. A second close answers as the first.
+   * `waitMs` (default a lease); then the connection closes, and what had not ended is named
+   * (`Closed`). Before, the claims waiting for their commit were committed at close and their
+   * effects sent after it returned, with nowhere to record them. A second close answers as the first.
    */
   close(waitMs = this.settings.leaseMs): Promise<Closed> {
     this.closure ??= (async () => {
       this.closingController.abort(); // pauses end; no call starts, waits or sends from now on
       const quiet = await this.runner.quiesce(waitMs);
       const lateAnswers = quiet ? [] : this.runner.lateAnswers();
+      const inFlight = quiet ? [] : this.runner.inFlightOperations();
       this.closed = true;
+      // A call still in flight meets the close in its next statement, said as such (not retried as an outage).
+      this.store.closed = true;
       await this.db.destroy();
-      return { lateAnswers };
+      return { lateAnswers, inFlight };
     })();
     return this.closure;
   }

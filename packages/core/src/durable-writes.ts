@@ -44,8 +44,9 @@ export class DurableWrites {
   ): Promise<T> {
     const started = performance.now();
     return write().catch((error: unknown) => {
-      // A ledger whose SQLite file was replaced never writes again (`reopen`): no retry passes.
-      if (!(error instanceof LedgerUnavailableError) || error.reopen) throw error;
+      // A ledger whose SQLite file was replaced never writes again (`reopen`), nor one closed
+      // meanwhile (`closed`): no retry passes.
+      if (!(error instanceof LedgerUnavailableError) || error.reopen || error.closed) throw error;
       if (unanswered) unanswered.failed = true;
       // p-retry's first attempt is the one that just failed: it waits before the second.
       let retrying = false;
@@ -60,7 +61,7 @@ export class DurableWrites {
         maxTimeout: 2_000,
         randomize: true, // workers that failed together do not retry together
         maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
-        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError && !error.reopen,
+        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError && !error.reopen && !error.closed,
       });
     });
   }
@@ -163,6 +164,7 @@ export class DurableWrites {
     reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`,
   ): Promise<boolean> {
     if (!(error instanceof LedgerUnavailableError)) return false; // the database answered: nothing written
+    if (error.reopen || error.closed) return false; // no write passes through this ledger again: its lease runs out
     return pRetry(
       () =>
         this.store.giveBack({ tenant: call.tenant, key: call.key.hash }, owner, attempt, {

@@ -238,15 +238,24 @@ export class LedgerUnavailableError extends IdemError {
    */
   readonly reopen: boolean;
 
+  /**
+   * This process closed the ledger (`close` stopped waiting) while the call was in flight: nothing
+   * more is recorded through it, and no retry is made. The operation is as the call's last write
+   * left it (running under its lease: settled by the replay policy once that ends). Not an outage.
+   */
+  readonly closed: boolean;
+
   constructor(
     message: string,
     readonly operationId?: string,
-    options?: { cause?: unknown; reopen?: boolean },
+    options?: { cause?: unknown; reopen?: boolean; closed?: boolean },
   ) {
     super("LEDGER_UNAVAILABLE", message + (operationId ? ` (operation ${operationId})` : ""), options);
     // Said again of an operation (the same failure, wrapped), it stays one that needs a reopen.
     this.reopen =
       options?.reopen ?? (options?.cause instanceof LedgerUnavailableError && options.cause.reopen === true);
+    this.closed =
+      options?.closed ?? (options?.cause instanceof LedgerUnavailableError && options.cause.closed === true);
   }
 }
 

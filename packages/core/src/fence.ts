@@ -177,7 +177,7 @@ export async function fenced<A, R>(
             : proof
               ? `${personOverruled ? VERDICT_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : rerun !== undefined
-                ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider`
+                ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider${verdictToo}`
                 : retryNotRun
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
                   : personOverruled
@@ -202,7 +202,8 @@ export async function fenced<A, R>(
           ? { keepVerdict: true, alert, unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } }
           : { alert },
       );
-      if (proven) return { done: succeeded(proven, receipt, false) };
+      // Our own request's receipt names our attempt, as when its answer wins; a finding, the row's.
+      if (proven) return { done: succeeded(performed ? mine : proven, receipt, false) };
       if (!lastLook) continue;
     }
     if (
@@ -242,9 +243,13 @@ export async function fenced<A, R>(
       const same = ours === now.result_json || namesEach(call.action, now.result_json, receipt);
       // The effect recorded is ours, recorded before us (a lookup found it), but the row was run
       // again meanwhile and that run did not settle it (its answer lost): as in the rule above,
-      // its request may have taken effect too. Not when its own receipt settled the row (then
-      // the provider answered it with this same effect).
-      const again = same && now.attempt !== now.rerun_attempt ? rerunAfter(call.action, mine, now) : undefined;
+      // its request may have taken effect too. Not when its own receipt settled the row and the
+      // provider's ids say it answered with this same effect (`effectId`); receipts alike that
+      // name no effect (a webhook's "HTTP 200") are two requests answered alike, not one effect.
+      const again =
+        same && (now.attempt !== now.rerun_attempt || !namesEach(call.action, now.result_json, receipt))
+          ? rerunAfter(call.action, mine, now)
+          : undefined;
       if (again !== undefined && !twoSaid(now)) {
         const alerted = await writes
           .moveDurably(call, now, "succeeded", {

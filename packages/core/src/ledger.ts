@@ -355,8 +355,10 @@ export class Ledger {
    * end first, and the late answers of requests cut off are awaited, to be recorded, for up to
    * `waitMs` (default the lease). A process that must end within a shorter bound (a daemon's stop)
    * passes what is left of it: given options, the answer names the late answers not awaited
-   * (`Closed.lateAnswers`). A `waitMs` that is no duration is refused (`InvalidValueError`), the
-   * ledger left open.
+   * (`Closed.lateAnswers`) and the operations whose calls had not ended (`Closed.inFlight`: not
+   * recorded, running under their leases; their callers hear `CompletionNotRecordedError` or
+   * `LedgerUnavailableError` with `closed`). A `waitMs` that is no duration is refused
+   * (`InvalidValueError`), the ledger left open.
    */
   close(): Promise<undefined>;
   close(options: { readonly waitMs?: number }): Promise<Closed>;

@@ -133,6 +133,23 @@ export class Runner {
     }
   }
 
+  /** The calls and settlements under way (`run`, `settle`), each with its state (its operation once known). */
+  private readonly calls = new Set<{ readonly tenant: string; readonly state: CallState }>();
+
+  /**
+   * The operations whose calls or settlements have not ended, each named once: what a close that
+   * stopped waiting leaves unrecorded (`Closed.inFlight`). A call whose claim was not answered yet
+   * knows no operation, and is not named.
+   */
+  inFlightOperations(): { tenant: string; id: string }[] {
+    const named = new Map<string, { tenant: string; id: string }>();
+    for (const { tenant, state } of this.calls) {
+      const id = state.operationId;
+      if (id !== undefined) named.set(JSON.stringify([tenant, id]), { tenant, id });
+    }
+    return [...named.values()];
+  }
+
   /**
    * A call that `run` would answer by replaying a settled operation at once (its first snapshot,
    * onSnapshot's first rules), answered without its steps: the stored outcome (see
@@ -156,6 +173,8 @@ export class Runner {
       owner: ownerOf(call.settings),
       settling: false,
     };
+    const under = { tenant: call.tenant, state };
+    this.calls.add(under);
     try {
       for (;;) {
         call.signal?.throwIfAborted();
@@ -165,6 +184,8 @@ export class Runner {
       }
     } catch (error) {
       throw ofOperation(error, state.operationId);
+    } finally {
+      this.calls.delete(under);
     }
   }
 
@@ -180,7 +201,10 @@ export class Runner {
       started: Date.now(),
       owner: ownerOf(call.settings),
       settling: true,
+      operationId: row.id,
     };
+    const under = { tenant: call.tenant, state };
+    this.calls.add(under);
     const at = { tenant: call.tenant, key: call.key.hash, id: row.id };
     let snap: Peek | undefined = { ...row, has_args: row.args_json === null ? 0 : 1 };
     try {
@@ -196,6 +220,8 @@ export class Runner {
       }
     } catch (error) {
       throw ofOperation(error, row.id);
+    } finally {
+      this.calls.delete(under);
     }
   }
 

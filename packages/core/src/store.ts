@@ -436,6 +436,13 @@ export class Store {
    */
   marksReruns = true;
 
+  /**
+   * Set by the ledger's close as it ends the connection: a statement of a call still in flight
+   * fails then, and is said as the close it met (`LedgerUnavailableError.closed`), not as an outage
+   * of the database to be retried.
+   */
+  closed = false;
+
   /** `look_first` for a select list, or NULL in its place before migration 0012 (`looksFirst`). */
   lookFirst(): AliasedRawBuilder<number | null, "look_first"> {
     return (this.looksFirst ? sql<number | null>`look_first` : sql<number | null>`null`).as("look_first");
@@ -1450,6 +1457,12 @@ export class Store {
       return await work;
     } catch (cause) {
       if (cause instanceof IdemError) throw cause;
+      if (this.closed)
+        throw new LedgerUnavailableError(
+          "the ledger was closed while this call was in flight (its close stopped waiting for it): its outcome is not recorded; the operation stays as the call's last write left it (running under its lease while its request was out), settled by the replay policy once that lease ends",
+          operationId,
+          { cause, closed: true },
+        );
       throw new LedgerUnavailableError(
         `the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`,
         operationId,

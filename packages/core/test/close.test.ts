@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import { defineAction, LedgerConfigError } from "@idem/core";
+import { CompletionNotRecordedError, defineAction, LedgerConfigError, LedgerUnavailableError } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -180,7 +180,7 @@ for (const dialect of DIALECTS) {
       const closed = await ledger.close({ waitMs: 300 });
       const took = performance.now() - t0;
       expect({ closed, cutShort: took < 10_000 }).toEqual({
-        closed: { lateAnswers: [{ tenant, id }] },
+        closed: { lateAnswers: [{ tenant, id }], inFlight: [] },
         cutShort: true,
       });
       await expect(ledger.run(p.action("mail", {}), { tenant, key: ["after"], args: { to: "x" } })).rejects.toThrow(
@@ -215,7 +215,7 @@ for (const dialect of DIALECTS) {
       );
       gaveUp.abort(new Error("the agent's turn ended"));
       await expect(looking).rejects.toThrow("the agent's turn ended");
-      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [{ tenant, id }] });
+      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [{ tenant, id }], inFlight: [] });
       release();
     });
 
@@ -224,17 +224,101 @@ for (const dialect of DIALECTS) {
       const { p, tenant, id, release } = await abandoned(ledger);
       const closed = ledger.close({ waitMs: 15_000 });
       release();
-      expect(await closed).toEqual({ lateAnswers: [] });
+      expect(await closed).toEqual({ lateAnswers: [], inFlight: [] });
       const after = await db.open();
       expect(await after.status({ tenant, id })).toMatchObject({ status: "succeeded" });
       expect(p.effects).toHaveLength(1);
+    });
+
+    it("close({ waitMs }): a call whose request is still out when it stops waiting is named (inFlight), and its caller hears the ledger closed", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 20_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const tenant = uniqueTenant();
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r)); // its request is taken, its answer held past waitMs
+      const call = ledger.run(mail, { tenant, key: ["held"], args: { to: "x" } });
+      const heard = call.then(
+        (out) => ({ out }),
+        (error: unknown) => ({ error }),
+      );
+      await p.called(1);
+      const [op] = await ledger.admin.list({ tenant });
+      // Before: { lateAnswers: [] }, the call not named, though its outcome could no longer be recorded.
+      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id: op!.id }] });
+      release(); // the effect happens after the close: its receipt reaches the caller, not the ledger
+      const t0 = performance.now();
+      const { error } = (await heard) as { error: CompletionNotRecordedError };
+      // Before: the closed connection was retried as an outage (about 8 s), then said "the ledger database failed".
+      expect(performance.now() - t0).toBeLessThan(5_000);
+      expect(error).toBeInstanceOf(CompletionNotRecordedError);
+      expect(error).toMatchObject({ operationId: op!.id, receipt: { id: "obj_1" } });
+      expect(error.cause).toBeInstanceOf(LedgerUnavailableError);
+      expect(error.cause).toMatchObject({
+        closed: true,
+        message: expect.stringMatching(/^the ledger was closed while/),
+      });
+      // Read through a fresh ledger: running under the attempt's lease, settled by the replay policy once it ends.
+      const after = await db.open();
+      const { operation } = await after.get({ tenant, id: op!.id });
+      expect(operation).toMatchObject({ status: "running", attempt: 1, result: null });
+      expect(operation.leaseExpiresAt).toBeGreaterThan(await after.admin.now());
+      expect(await after.status({ tenant, id: op!.id })).toMatchObject({
+        status: "pending_verification",
+        state: "running",
+      });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("close({ waitMs }): a call whose request never answers is named, and its caller hears the ledger closed once its lease could not be kept", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 3_000 });
+      const p = new TestProvider();
+      const mail = p.action("mail", { lookup: true });
+      const tenant = uniqueTenant();
+      p.gate = new Promise(() => {}); // never answers, and ignores its signal
+      const call = ledger.run(mail, { tenant, key: ["never"], args: { to: "x" } });
+      const heard = call.then(
+        (out) => ({ out }),
+        (error: unknown) => ({ error }),
+      );
+      await p.called(1);
+      const [op] = await ledger.admin.list({ tenant });
+      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id: op!.id }] });
+      // Its lease cannot be renewed through a closed ledger: the attempt is abandoned, its outcome not recorded.
+      const { error } = (await heard) as { error: LedgerUnavailableError };
+      expect(error).toBeInstanceOf(LedgerUnavailableError);
+      expect(error).toMatchObject({
+        closed: true,
+        reopen: false,
+        operationId: op!.id,
+        message: expect.stringMatching(/^the ledger was closed while/),
+      });
+      const after = await db.open();
+      expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
+    });
+
+    it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {
+      const { p, tenant, id, daemon } = await settling(20_000);
+      let release!: () => void;
+      p.gate = new Promise((r) => (release = r));
+      const underWay = daemon.daemon.settle({ tenant, id });
+      const heard = underWay.then(
+        (out) => ({ out }),
+        (error: unknown) => ({ error }),
+      );
+      await p.called(2);
+      expect(await daemon.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id }] });
+      release();
+      expect(await heard).toMatchObject({ error: expect.any(CompletionNotRecordedError) });
+      const after = await db.open();
+      expect((await after.get({ tenant, id })).operation).toMatchObject({ status: "running", attempt: 2 });
     });
 
     it("close({ waitMs }) with a waitMs that is no duration is refused, the ledger left open", async () => {
       const ledger = await openTestLedger(db.url());
       for (const waitMs of [-1, Number.NaN, 2 ** 31]) await expect(ledger.close({ waitMs })).rejects.toThrow(/waitMs/);
       expect(await ledger.admin.list({ tenant: uniqueTenant() })).toEqual([]);
-      expect(await ledger.close({ waitMs: 0 })).toEqual({ lateAnswers: [] });
+      expect(await ledger.close({ waitMs: 0 })).toEqual({ lateAnswers: [], inFlight: [] });
     });
 
     it("a call whose stop signal aborts while it waits out a Retry-After: answered pending at once, nothing more sent, no rejection", async () => {

@@ -579,8 +579,9 @@ for (const dialect of DIALECTS) {
       expect(await later.daemon.settle({ tenant, id: op!.id })).toMatchObject({ state: "unknown", attempt: 2 });
       failing.on = true;
       release();
-      // Attempt 1's effect happened and its receipt proves it: the row is settled with it.
-      expect(await first).toMatchObject({ status: "succeeded", replayed: false, attempt: 2 });
+      // Attempt 1's effect happened and its receipt proves it: the row is settled with it, and
+      // its caller is told its own attempt (the one whose request made the effect).
+      expect(await first).toMatchObject({ status: "succeeded", replayed: false, attempt: 1 });
       expect((await later.get({ tenant, id: op!.id })).operation.status).toBe("succeeded");
       await stale.close();
     });

@@ -4,7 +4,8 @@
  * full, and a receipt that settles an effect known before without its receipt (a proof on the row,
  * from an earlier attempt whose receipt could not be stored). The person may have acted on their
  * verdict (told the customer, done the work by hand): they must hear that it was contradicted, and
- * the provider keeps one effect. Both databases.
+ * the provider keeps one effect. Also two requests whose identical receipts name no effect (found
+ * by helper-222's review: a second effect settled in silence). Both databases.
  */
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
@@ -165,6 +166,59 @@ for (const dialect of DIALECTS) {
       });
       expect((await due(latest, tenant)).map((a) => a.id)).toEqual([id]);
       expect(p.effects).toHaveLength(1);
+    });
+
+    it("a late receipt identical to a rerun's, naming no effect (a provider without dedupe or ids): alerted as possibly two effects", async () => {
+      // A webhook's "HTTP 200", say: two requests answered alike are not one effect. Attempt 1 is
+      // out; a person's retry (attempt 3) sends again and settles with the same receipt; attempt 1's
+      // answer then arrives. Before: one effect said, no alert, two at the provider.
+      const p = provider("same.receipt", {}, () => ({ id: "ok" }));
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action] });
+      const later = await db.open({ clock: () => Date.now() + HOUR, leaseMs: 30_000, actions: [p.action] });
+      const first = worker.run(p.action, { tenant, key: ["same"], args: { to: "x" } });
+      await p.sent(1);
+      const [row] = await later.admin.list({ tenant });
+      const id = row!.id;
+      expect(await later.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+      await later.admin.retry({ tenant, id, reason: "not at the provider", actor: "ann" });
+      const second = later.run(p.action, { tenant, key: ["same"], args: { to: "x" } });
+      await p.sent(2);
+      p.release(2);
+      expect(await second).toMatchObject({ status: "succeeded", attempt: 3, replayed: false });
+      p.release(1);
+      expect(await first).toMatchObject({ status: "succeeded", receipt: { id: "ok" }, attempt: 1, replayed: false });
+      const after = await stored(later, id);
+      expect(after).toMatchObject({ status: "succeeded", alertPending: 1 });
+      expect(after.reason).toMatch(/^possibly two effects: .*attempt 3 ran the operation again/);
+      expect((await due(later, tenant)).map((a) => a.id)).toEqual([id]);
+      expect(p.effects).toHaveLength(2);
+    });
+
+    it("a late receipt after a rerun and a person's failed: the possibly-two reason says the verdict is overruled too", async () => {
+      const p = provider("overruled.rerun", {}, (_n, id) => ({ id }));
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action] });
+      const later = await db.open({ clock: () => Date.now() + HOUR, leaseMs: 30_000, actions: [p.action] });
+      const latest = await db.open({ clock: () => Date.now() + HOUR + 60_000, actions: [p.action] });
+      const first = worker.run(p.action, { tenant, key: ["rerun"], args: { to: "x" } });
+      await p.sent(1);
+      const [row] = await later.admin.list({ tenant });
+      const id = row!.id;
+      expect(await later.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+      await later.admin.retry({ tenant, id, reason: "not at the provider", actor: "ann" });
+      const second = later.run(p.action, { tenant, key: ["rerun"], args: { to: "x" } });
+      await p.sent(2);
+      expect(await latest.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "needs_review" });
+      await latest.admin.resolve({ tenant, id, outcome: "failed", reason: "checked: nothing there yet", actor: "ann" });
+      p.release(1); // attempt 1's receipt: the effect happened, after a rerun and the person's "failed"
+      expect(await first).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, attempt: 1, replayed: false });
+      const after = await stored(latest, id);
+      expect(after).toMatchObject({ status: "succeeded", alertPending: 1 });
+      expect(after.reason).toMatch(/^possibly two effects: /);
+      expect(after.reason).toContain(`a person's verdict "failed" is overruled`);
+      p.release(2);
+      await second.catch(() => {}); // attempt 3's answer: fenced, whatever it says
     });
 
     it("a late receipt of a second effect after the proof of the first: the person who said failed hears of both", async () => {
