@@ -542,7 +542,9 @@ describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
         expect(said).toContainEqual(
           expect.objectContaining({
             level: 60,
-            msg: expect.stringMatching(/^the ledger must be opened again \(the SQLite .* was (replaced|deleted) since the ledger opened it/),
+            msg: expect.stringMatching(
+              /^the ledger must be opened again \(the SQLite .* was (replaced|deleted) since the ledger opened it/,
+            ),
           }),
         );
         expect(said.map((l) => l.msg)).not.toContain("the ledger database is unavailable; retrying every interval");
