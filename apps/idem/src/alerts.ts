@@ -40,7 +40,10 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * that could not be stored), `maybe_two_effects` (it took effect, proven by an earlier attempt's
  * late answer after a later attempt ran it again from a proof that it was not done: that run may
  * have taken effect too), `verdict_overruled` (a person resolved it as failed, and a late receipt
- * then proved it took effect: they may have acted on "failed"), `incomplete` (it took effect, once, but not in full: its action's
+ * then proved it took effect: they may have acted on "failed"), `failure_overruled` (it failed,
+ * not by a person's word, and "failed" was replayed to any caller since, but an earlier attempt's
+ * late receipt then proved it took effect: a caller may have sent the same work again under
+ * another key), `incomplete` (it took effect, once, but not in full: its action's
  * `attention`, such as a sent mail whose Sent copy was not filed), `retry_not_run` (a person
  * retried it, and the lookup made first found the earlier attempt's effect: it took effect once,
  * and the retry did not run), `stuck` (running past its threshold).
@@ -52,6 +55,7 @@ export type AlertKind =
   | "two_effects"
   | "maybe_two_effects"
   | "verdict_overruled"
+  | "failure_overruled"
   | "incomplete"
   | "retry_not_run"
   | "stuck";
@@ -99,6 +103,9 @@ const SAID: Record<AlertKind, string> = {
   // One effect the ledger saw, but the person who said "failed" may have made another by hand.
   verdict_overruled:
     'a person\'s verdict "failed" was contradicted: it took effect after all (check whether anything was done on that verdict, such as the work redone by hand)',
+  // One effect the ledger saw; a caller told "failed" (a model) may have made another elsewhere.
+  failure_overruled:
+    'failed, and was replayed as "failed" to any caller since, but took effect after all: an earlier attempt\'s request landed after a later one was refused (check whether a caller acted on "failed", such as the same work sent again under another key, and undo a second effect if there is one)',
   // Not a second effect: nothing to undo, a part to see to.
   incomplete: "took effect, but not in full (nothing to undo; see to the part that is missing)",
   // Not a second effect either: the person who retried it must hear that their retry did not run.

@@ -26,6 +26,7 @@ import {
   redactUrl,
   requireName,
   type Action,
+  type Closed,
   type Ledger,
   type LedgerOptions,
   type OperationRef,
@@ -39,18 +40,21 @@ import { exitFlushed, hearStopSignals, stopped } from "./stop-signals.js";
 import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
 import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
+import {
+  closeLeftFailure,
+  closeWithin,
+  heldBy,
+  inFlightSummary,
+  named,
+  sayLeftInFlight,
+  sayUnawaited,
+  type StopBound,
+} from "./close-report.js";
 // What only some commands use is imported by them as they run (`await import`): the logger
 // (pino), the daemon, its metrics (prom-client), the alert sinks (nodemailer), the console (hono)
 // and the MCP server. Loaded for every command, they added about 0.2 s to each start of ls, show
 // or --help, which scripts and cron jobs run often.
 
-/**
- * The part of `daemon.stopTimeoutMs` kept for the ledger's connection to end once the close
- * stopped waiting for late answers (at most a tenth of the bound): its exit would cut it.
- */
-const CLOSE_RESERVE_MS = 1_000;
-/** The operations a --once pass's failure names, whose late answers went unrecorded; the log names every one. */
-const LATE_NAMED = 10;
 /**
  * How long a `--once` pass's process may stay open once its command ended (its ledger closed, or
  * never opened): nothing is left to do but print its result, yet a request whose late answer the
@@ -739,22 +743,79 @@ export function program(): Command {
       let tenant: string | undefined;
       const [{ pino }, { serveMcp }] = await Promise.all([import("pino"), import("./mcp.js")]);
       // stdout is the protocol's: what the stop says goes to stderr.
-      const signals = hearStopSignals(pino({ base: { mcp: hostname() } }, pino.destination(2)), {
-        stopping: "the calls in flight are being recorded",
+      const log = pino({ base: { mcp: hostname() } }, pino.destination(2));
+      let stopTimeoutMs: number | undefined;
+      /** The stop (its signal, or the client gone) and its bound, once it came. */
+      let bound: StopBound | undefined;
+      /** How far a stop got: serving, then closing the ledger, then the command ended. */
+      let stage: "serve" | "close" | "done" = "serve";
+      /** What the ledger's close left unrecorded (named in the log): exit 1. */
+      let left: Closed = { lateAnswers: [], inFlight: [] };
+      const signals = hearStopSignals(log, {
+        get stopping() {
+          return stopTimeoutMs === undefined
+            ? "the server is stopping"
+            : `the calls in flight have until ${stopTimeoutMs} ms after the stop`;
+        },
         left: "a call in flight is left to its lease, and settled by the daemon once that expires",
       });
-      await withLedger(
-        g(),
-        async (ledger, config) => {
-          await serveMcp(ledger, config, tenant!, signals.signal);
-        },
-        {
-          actions: true,
-          beforeOpen: async (config) => {
-            tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
+      try {
+        await withLedger(
+          g(),
+          async (ledger, config) => {
+            const ms = config.mcp.stopTimeoutMs;
+            stopTimeoutMs = ms;
+            // Bounded, as the daemon's stop: a provider that does not answer held the calls in
+            // flight, and the close waiting for them, a lease, then the process for as long as the
+            // provider took (its socket open), past a supervisor's grace.
+            const stop = () => {
+              if (bound) return;
+              bound = { setting: "mcp.stopTimeoutMs", ms, stoppedAt: performance.now() };
+              setTimeout(() => {
+                if (stage === "done") {
+                  // Everything was closed, and what was left named; something still holds the
+                  // process open. The command's own code (set once it ended).
+                  log.warn(
+                    { stopTimeoutMs: ms },
+                    `the MCP server stopped, but the process was still open ${ms} ms after the stop${heldBy(left.lateAnswers, left.inFlight)}: exiting`,
+                  );
+                  exitFlushed(log);
+                  return;
+                }
+                log.error(
+                  { stopTimeoutMs: ms },
+                  `${stage === "serve" ? "the MCP server did not stop" : "closing the ledger did not finish (a call still to be recorded, the database not answering, or a loaded machine)"} within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and settled by the replay policy once that expires`,
+                );
+                exitFlushed(log, EXIT.failure);
+              }, ms).unref();
+            };
+            signals.signal.addEventListener("abort", stop, { once: true });
+            try {
+              await serveMcp(ledger, config, tenant!, signals.signal);
+            } finally {
+              signals.signal.removeEventListener("abort", stop);
+              stop(); // the client went away: a stop too, with the calls it made still in flight
+              stage = "close"; // withLedger closes the ledger once this returns
+            }
           },
-        },
-      ).finally(signals.dispose);
+          {
+            actions: true,
+            beforeOpen: async (config) => {
+              tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
+            },
+            close: async (ledger) => {
+              left = await closeWithin(ledger, bound);
+              sayLeftInFlight(log, left.inFlight, bound);
+              sayUnawaited(log, left.lateAnswers, bound);
+            },
+          },
+        );
+      } finally {
+        signals.dispose();
+        stage = "done";
+      }
+      const failure = closeLeftFailure("the MCP server", left);
+      if (failure) throw failure;
     });
 
   cmd
@@ -830,7 +891,7 @@ export function program(): Command {
       /** When the stop came (performance.now()): the close has what is left of the bound. */
       let stoppedAt: number | undefined;
       /** The late answers the ledger's close did not await (named in the log): the stop exits 1. */
-      let unawaited = 0;
+      let unawaited: readonly OperationRef[] = [];
       /** Those of a --once pass nobody stopped: the pass exits 1, naming them. */
       let passUnrecorded: readonly OperationRef[] | undefined;
       /** The operations whose calls had not ended when the ledger's close stopped waiting (named in the log): exit 1. */
@@ -867,7 +928,7 @@ export function program(): Command {
                 // command's own code (set once it ended), as if it had exited by itself.
                 log.warn(
                   { stopTimeoutMs: ms },
-                  `the daemon stopped, but the process was still open ${ms} ms after the stop${unawaited ? " (the requests whose late answers were not awaited, named above)" : ""}: exiting`,
+                  `the daemon stopped, but the process was still open ${ms} ms after the stop${heldBy(unawaited, leftInFlight)}: exiting`,
                 );
                 exitFlushed(log);
                 return;
@@ -947,27 +1008,13 @@ export function program(): Command {
             waitForDatabase: { log, signal: signals.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
           }),
           close: async (ledger) => {
-            // Within what is left of the stop's bound, less a part kept for the connection's end:
-            // the close waits up to a lease for the late answers of requests cut off, and a bound
-            // shorter than that (20 s against 30 s, by default) exited in the middle of it.
-            const bound = stoppedAt === undefined ? undefined : stopTimeoutMs;
-            const waitMs =
-              bound === undefined
-                ? undefined
-                : Math.max(0, stoppedAt! + bound - Math.min(CLOSE_RESERVE_MS, bound / 10) - performance.now());
-            const { lateAnswers, inFlight } = await ledger.close(waitMs === undefined ? {} : { waitMs });
+            const bound =
+              stoppedAt === undefined ? undefined : { setting: "daemon.stopTimeoutMs", ms: stopTimeoutMs!, stoppedAt };
+            const { lateAnswers, inFlight } = await closeWithin(ledger, bound);
             closed = true;
-            // Calls the close could not wait out (their request, lookup or lazy args still under
-            // way): unrecorded, running under their leases. Named as the late answers are.
-            if (inFlight.length) {
-              leftInFlight = inFlight;
-              log.error(
-                { inFlight, ...(bound !== undefined && { stopTimeoutMs: bound }) },
-                `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${bound === undefined ? "a lease" : "the stop's bound (daemon.stopTimeoutMs)"} ended the wait; their outcomes are not recorded: each operation stays running under its lease, and is settled by the replay policy once that expires`,
-              );
-            }
+            sayLeftInFlight(log, inFlight, bound);
+            leftInFlight = inFlight;
             if (!lateAnswers.length) return;
-            unawaited = lateAnswers.length;
             // A --once pass nobody stopped: its pass ended, and the close waited a lease. Said as a
             // stop (the stop's bound, "the daemon stopped"), a cron job's log told of a stop never sent.
             if (o.once && bound === undefined) {
@@ -978,10 +1025,8 @@ export function program(): Command {
               );
               return;
             }
-            log.error(
-              { lateAnswers, ...(bound !== undefined && { stopTimeoutMs: bound }) },
-              `the ledger closed without the late answer of ${lateAnswers.length} request(s) cut off (${lateAnswers.map((r) => r.id).join(", ")}): ${bound === undefined ? "a lease" : "the stop's bound (daemon.stopTimeoutMs)"} ended the wait; each operation stays as its cut-off left it (unknown, checked again, or with a person) where its answer would have settled it${bound === undefined ? "" : "; a longer daemon.stopTimeoutMs waits longer for such answers"}`,
-            );
+            unawaited = lateAnswers;
+            sayUnawaited(log, lateAnswers, bound);
           },
         },
       );
@@ -996,27 +1041,20 @@ export function program(): Command {
         await metrics?.close();
         stage = "done";
         // The pass is over and its ledger closed (or never opened): only its result is left to print.
-        if (o.once) exitIfHeldOpen(log, passUnrecorded ?? [], !opened ? "unopened" : closed ? "closed" : "unclosed");
+        if (o.once)
+          exitIfHeldOpen(
+            log,
+            { lateAnswers: passUnrecorded ?? unawaited, inFlight: leftInFlight },
+            !opened ? "unopened" : closed ? "closed" : "unclosed",
+          );
       }
       // The ledger closed cleanly, but not every answer was recorded: the pass, or the stop, was not clean.
-      if (passUnrecorded) {
-        const named = passUnrecorded.slice(0, LATE_NAMED).map((r) => r.id);
-        const more = passUnrecorded.length - named.length;
+      if (passUnrecorded)
         throw new Error(
-          `the pass ended without recording the late answer of ${passUnrecorded.length} request(s) it cut off (${named.join(", ")}${more ? ` and ${more} more` : ""}); see the log`,
+          `the pass ended without recording the late answer of ${passUnrecorded.length} request(s) it cut off (${named(passUnrecorded)})${leftInFlight.length ? `; ${inFlightSummary(leftInFlight)}` : ""}; see the log`,
         );
-      }
-      if (unawaited)
-        throw new Error(
-          `the daemon stopped without recording the late answers of ${unawaited} request(s) cut off; see the log`,
-        );
-      if (leftInFlight.length) {
-        const named = leftInFlight.slice(0, LATE_NAMED).map((r) => r.id);
-        const more = leftInFlight.length - named.length;
-        throw new Error(
-          `the ledger closed with ${leftInFlight.length} call(s) still in flight, their outcomes not recorded (${named.join(", ")}${more ? ` and ${more} more` : ""}); see the log`,
-        );
-      }
+      const failure = closeLeftFailure("the daemon", { lateAnswers: unawaited, inFlight: leftInFlight });
+      if (failure) throw failure;
     });
   return cmd;
 }
@@ -1024,30 +1062,37 @@ export function program(): Command {
 /**
  * Ends a `--once` pass's process if it is still open `ONCE_EXIT_MS` from now (an unref'd timer: a
  * process that ends by itself ends as before). Its code is the command's own (set by then), and 1
- * when late answers went unrecorded (`lateAnswers`: their requests are what holds it open), since
- * the pass was not clean either way. The log is flushed first, and says how far the pass got
- * (`ledger`): its ledger closed; never opened (a config refused, the database unreachable: the
- * pass did not run); or its close failed.
+ * when the close left anything unrecorded (`left`: late answers not recorded, whose requests are
+ * still out, and calls still in flight, whose request, lookup or lazy args are: what holds it
+ * open), since the pass was not clean either way. The log is flushed first, and says how far the
+ * pass got (`ledger`): its ledger closed; never opened (a config refused, the database
+ * unreachable: the pass did not run); or its close failed.
  */
-function exitIfHeldOpen(
-  log: Logger,
-  lateAnswers: readonly OperationRef[],
-  ledger: "closed" | "unopened" | "unclosed",
-): void {
+function exitIfHeldOpen(log: Logger, left: Closed, ledger: "closed" | "unopened" | "unclosed"): void {
+  const { lateAnswers, inFlight } = left;
   // What the process outlived: a pass that failed before its ledger opened never ran.
   const since = {
     closed: `the pass ended, but its process was still open ${ONCE_EXIT_MS} ms after its ledger closed`,
     unopened: `the pass did not run: it failed before its ledger opened (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
     unclosed: `the pass ended, but closing its ledger failed (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
   }[ledger];
+  // Calls left in flight were not named here before: "still open …: exiting", as if nothing was out.
+  const held = [
+    ...(lateAnswers.length
+      ? [`the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")})`]
+      : []),
+    ...(inFlight.length
+      ? [`the call(s) still in flight, their outcomes not recorded (${inFlight.map((r) => r.id).join(", ")})`]
+      : []),
+  ];
   setTimeout(() => {
     log.warn(
-      { onceExitMs: ONCE_EXIT_MS, ...(lateAnswers.length && { lateAnswers }) },
-      lateAnswers.length
-        ? `${since}, held by the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")}): not waiting for their answers, exiting`
+      { onceExitMs: ONCE_EXIT_MS, ...(lateAnswers.length && { lateAnswers }), ...(inFlight.length && { inFlight }) },
+      held.length
+        ? `${since}, held by ${held.join(" and ")}: not waiting for ${inFlight.length ? "them" : "their answers"}, exiting`
         : `${since}: exiting`,
     );
-    exitFlushed(log, lateAnswers.length ? EXIT.failure : undefined);
+    exitFlushed(log, held.length ? EXIT.failure : undefined);
   }, ONCE_EXIT_MS).unref();
 }
 

@@ -216,9 +216,15 @@ const schema = z
           .min(1, DEADLINE)
           .max(2_147_483_647, DEADLINE)
           .optional(),
+        /**
+         * How long a stop (SIGTERM, SIGINT, or the client gone) waits for the calls in flight and the
+         * ledger's close before the server exits anyway, as `daemon.stopTimeoutMs`: what is still in
+         * flight then is named and left to its lease (exit 1).
+         */
+        stopTimeoutMs: timerMs.default(20_000),
       })
       .strict()
-      .optional(),
+      .default({ stopTimeoutMs: 20_000 }),
     providers: z
       .object({
         stripe: z

@@ -22,6 +22,7 @@ import {
   LedgerUnavailableError,
   UnknownActionError,
   isEscalation,
+  isFailureOverruled,
   isFoundOnRetry,
   isPossiblyTwo,
   isVerdictOverruled,
@@ -506,7 +507,9 @@ export class Daemon {
  * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), it may have taken
  * effect twice (succeeded with the ledger's reason for it, `isPossiblyTwo`), a receipt
  * contradicted a person's verdict "failed" (succeeded with the ledger's reason for it,
- * `isVerdictOverruled`: one effect, but the person may have acted on "failed"), a person decides
+ * `isVerdictOverruled`: one effect, but the person may have acted on "failed"), a receipt
+ * contradicted a "failed" the provider gave (`isFailureOverruled`: one effect, but a caller told
+ * "failed" may have sent the work again under another key), a person decides
  * (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
@@ -516,5 +519,6 @@ function kindOf(op: Operation): AlertKind {
   if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
   if (op.reason !== null && isPossiblyTwo(op.reason)) return "maybe_two_effects";
   if (op.reason !== null && isVerdictOverruled(op.reason)) return "verdict_overruled";
+  if (op.reason !== null && isFailureOverruled(op.reason)) return "failure_overruled";
   return op.reason !== null && isFoundOnRetry(op.reason) ? "retry_not_run" : "two_effects";
 }

@@ -35,8 +35,8 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
     registerGuardedTool(server, ledger, tool, {
       tenant,
       actor,
-      ...(config.mcp?.waitMs !== undefined && { waitMs: config.mcp.waitMs }),
-      ...(config.mcp?.deadlineMs !== undefined && { deadlineMs: config.mcp.deadlineMs }),
+      ...(config.mcp.waitMs !== undefined && { waitMs: config.mcp.waitMs }),
+      ...(config.mcp.deadlineMs !== undefined && { deadlineMs: config.mcp.deadlineMs }),
     });
   // A settled operation reads as its tool would have said it (a payment waiting for the customer).
   registerStatusTool(server, ledger, { tenant, tools: definitions });
@@ -48,7 +48,8 @@ export async function serveMcp(ledger: Ledger, config: IdemConfig, tenant: strin
   // is an unhandled 'error' that ends the process mid-call; it is a client gone, as above.
   process.stdout.on("error", end);
   // Stopped by its supervisor: no new call; the caller (idem's withLedger) then closes the
-  // ledger, which lets the calls in flight record their effects (Node's default ends mid-call).
+  // ledger, which lets the calls in flight record their effects (Node's default ends mid-call),
+  // within mcp.stopTimeoutMs of the stop, naming those it could not wait out (cli.ts).
   if (stop.aborted) end();
   stop.addEventListener("abort", end, { once: true });
   try {

@@ -1,14 +1,18 @@
 /**
  * `idem mcp` as a real MCP server over stdio, with the SDK's own client: a tool called twice, in
  * parallel, and with other arguments does its effect once (counted in a file); every answer is a
- * truthful result, never a protocol error; the status tool reports the operation.
+ * truthful result, never a protocol error; the status tool reports the operation. A stop (SIGTERM,
+ * or the client gone) with a call whose provider does not answer ends within mcp.stopTimeoutMs,
+ * exit 1, naming the operation left in flight on stderr, its row left running under its lease.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ReadBuffer, serializeMessage } from "@modelcontextprotocol/sdk/shared/stdio.js";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
@@ -170,6 +174,21 @@ describe("idem mcp's config", () => {
   });
 });
 
+describe("idem mcp's stop bound", () => {
+  it("an mcp.stopTimeoutMs that is not a whole number of ms from 1 to 2147483647 is refused at start (exit 2), naming it", async () => {
+    const url = await freshDatabase("sqlite");
+    await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+    const env = { LEDGER_URL: url, EFFECT_DIR: tempDir(), TENANT: "acme" };
+    for (const bad of ["0", "1.5", "2147483648", '"20s"']) {
+      const out = await idem(["--config", MCP_CONFIG, "mcp"], { ...env, MCP_STOP_TIMEOUT_MS: bad }, { noInput: true });
+      // As daemon.stopTimeoutMs. Before: "Unrecognized key" for any value, a good one too.
+      expect(out.code, out.stderr).toBe(2);
+      expect(out.stderr, bad).toMatch(/\n {2}mcp\.stopTimeoutMs: /);
+      expect(out.stdout).toBe(""); // nothing served
+    }
+  });
+});
+
 describe("idem mcp's tenant", () => {
   it("an IDEM_TENANT that differs from the config's mcp.tenant is refused (exit 2, naming both); --tenant chooses", async () => {
     const dir = tempDir();
@@ -286,5 +305,134 @@ describe("idem mcp stopped", () => {
     } finally {
       await ledger.close();
     }
+  });
+});
+
+/**
+ * The SDK's client transport over a server process the test spawned: as StdioClientTransport, but
+ * the process (its exit code, its signals) is the test's.
+ */
+function overChild(child: ChildProcessWithoutNullStreams): Transport {
+  const buffer = new ReadBuffer();
+  const transport: Transport = {
+    async start() {
+      child.stdout.on("data", (chunk: Buffer) => {
+        buffer.append(chunk);
+        for (let m = buffer.readMessage(); m; m = buffer.readMessage()) transport.onmessage?.(m);
+      });
+      child.once("close", () => transport.onclose?.());
+    },
+    async send(message) {
+      child.stdin.write(serializeMessage(message));
+    },
+    async close() {
+      child.stdin.end();
+    },
+  };
+  return transport;
+}
+
+/** `idem mcp` spawned with the test config, served over `overChild`; its stderr collected, its exit awaited. */
+async function served(env: Record<string, string>) {
+  const child = spawn(
+    process.execPath,
+    ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+    { env: { ...process.env, ...env } },
+  );
+  cleanup.push(async () => void child.kill("SIGKILL"));
+  // "close", not "exit": its stderr read to the end.
+  const out = { child, stderr: "", exited: new Promise<number | null>((r) => child.once("close", r)) };
+  child.stderr.on("data", (d) => (out.stderr += d));
+  const client = new Client({ name: "idem-test", version: "1.0.0" });
+  await client.connect(overChild(child), { timeout: scaled(120_000) });
+  return Object.assign(out, { client }); // the same object: its stderr still growing
+}
+
+for (const dialect of DIALECTS) {
+  describe(`idem mcp stopped with a call that does not end, on ${dialect}`, () => {
+    for (const [how, stop] of [
+      ["SIGTERM", (c: ChildProcessWithoutNullStreams) => c.kill("SIGTERM")],
+      ["the client gone (its input ended)", (c: ChildProcessWithoutNullStreams) => c.stdin.end()],
+    ] as const)
+      it(
+        `${how}: exits 1 within mcp.stopTimeoutMs, naming the operation left in flight on stderr; its row stays running`,
+        async () => {
+          const dir = tempDir();
+          const url = await freshDatabase(dialect);
+          const ledger = await openLedger(url); // migrated: idem mcp never migrates
+          cleanup.push(() => ledger.close());
+          // The provider did the effect and answers in an hour: its timer holds the process open, as a socket would.
+          const server = await served({
+            LEDGER_URL: url,
+            EFFECT_DIR: dir,
+            TENANT: "acme",
+            AFTER_EFFECT_MS: "3600000",
+            MCP_STOP_TIMEOUT_MS: "8000",
+          });
+          void server.client
+            .callTool({ name: "send_note", arguments: { noteId: "h1", text: "hi" } }, undefined, {
+              timeout: scaled(120_000),
+            })
+            .catch(() => undefined);
+          const deadline = Date.now() + scaled(60_000);
+          while (lines(`${dir}/effects`).length === 0) {
+            if (Date.now() > deadline) throw new Error("the tool never did its effect");
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          const [op] = await ledger.admin.list({ tenant: "acme" });
+          stop(server.child);
+          // The bound (8 s) and generous room for a loaded machine to end a process; well below a
+          // lease (30 s), which the close waited before, and the hour the provider holds it open.
+          // The bound keeps 800 ms (a tenth) for the close's end and its lines: a loaded machine needs them.
+          const bound = 8_000 + scaled(5_000);
+          const code = await Promise.race([
+            server.exited,
+            new Promise<string>((r) => setTimeout(() => r(`still running ${bound} ms after the stop`), bound).unref()),
+          ]);
+          // Before: no exit within the bound (the close waited a lease, then the provider's timer held it), nothing named.
+          expect(code, server.stderr).toBe(1);
+          const said = server.stderr
+            .split("\n")
+            .filter((l) => l.startsWith("{"))
+            .map((l) => JSON.parse(l) as { level: number; msg: string; inFlight?: unknown })
+            .filter((l) => l.inFlight !== undefined);
+          expect(said).toEqual([
+            expect.objectContaining({
+              level: 50,
+              inFlight: [{ tenant: "acme", id: op!.id }],
+              msg: expect.stringContaining(
+                `the ledger closed with 1 call(s) still in flight (${op!.id}): the stop's bound (mcp.stopTimeoutMs) ended the wait`,
+              ),
+            }),
+          ]);
+          expect(server.stderr).toContain(
+            `idem: the ledger closed with 1 call(s) still in flight, their outcomes not recorded (${op!.id}); see the log`,
+          );
+          // Left to its lease, for the replay policy once that expires: not guessed either way.
+          expect((await ledger.get({ tenant: "acme", id: op!.id })).operation.status).toBe("running");
+        },
+        scaled(120_000),
+      );
+  });
+}
+
+describe("idem mcp's client gone with nothing in flight", () => {
+  it("exits 0 and says nothing of calls left", async () => {
+    const url = await freshDatabase("sqlite");
+    await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+    const server = await served({
+      LEDGER_URL: url,
+      EFFECT_DIR: tempDir(),
+      TENANT: "acme",
+      MCP_STOP_TIMEOUT_MS: "8000",
+    });
+    const out = (await server.client.callTool({
+      name: "send_note",
+      arguments: { noteId: "g1", text: "hi" },
+    })) as Result;
+    expect(out.structuredContent, JSON.stringify(out)).toMatchObject({ status: "done" });
+    server.child.stdin.end();
+    expect(await server.exited, server.stderr).toBe(0);
+    expect(server.stderr).not.toMatch(/in flight|late answer|idem:/);
   });
 });

@@ -136,7 +136,9 @@ export class DurableWrites {
             result_json: json,
             error_json: null,
             ...(!keepVerdict && { resolution_json: null }),
-            completed: true,
+            // A person's "it happened" kept: it completed the row when they said it (the verdict's
+            // time, `Resolution.at`), and its retention counts from then.
+            completed: !keepVerdict,
             retentionMs: call.settings.retentionMs,
             alert,
             ...(unchangedSince && { unchangedSince }),

@@ -9,7 +9,8 @@ import type { Call, Step } from "./call.js";
 import type { DurableWrites } from "./durable-writes.js";
 import { alertedBefore, attentionOf, dedupedOntoFirst, firstSentOf, namesEach, withAttention } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
-import { knownPerformed, pending, replayOf, rowPerformedProof, succeeded } from "./row-results.js";
+import { knownPerformed, pending, replayOf, resolutionOf, rowPerformedProof, succeeded } from "./row-results.js";
+import type { RunResult } from "./result.js";
 import type { Row } from "./store.js";
 
 /**
@@ -33,6 +34,18 @@ export const VERDICT_OVERRULED = 'a person\'s verdict "failed" is overruled: ';
 /** Whether a succeeded operation's reason says a receipt contradicted a person's "failed" (`fenced`). */
 export function isVerdictOverruled(reason: string): boolean {
   return reason.startsWith(VERDICT_OVERRULED);
+}
+
+/**
+ * How the reason of a receipt that contradicts a "failed" no person gave starts (`fenced`): the
+ * provider's, or a refusal's, replayed to every caller since; one (a model) may have acted on it,
+ * sending the same work again under another key. The daemon tells its alert by it.
+ */
+export const FAILURE_OVERRULED = 'a "failed" replayed to its callers is overruled: ';
+
+/** Whether a succeeded operation's reason says a receipt contradicted a provider's "failed" (`fenced`). */
+export function isFailureOverruled(reason: string): boolean {
+  return reason.startsWith(FAILURE_OVERRULED);
 }
 
 /**
@@ -129,6 +142,9 @@ export async function fenced<A, R>(
       const personOverruled =
         (overruled && now.resolution_json !== null) ||
         (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
+      // The provider's "failed" (a later attempt refused, say, before our request landed): every
+      // caller since was told so, and a person hears that it took effect after all.
+      const failureOverruled = overruled && !personOverruled;
       const after = overruled
         ? personOverruled
           ? ", after a person resolved it as failed"
@@ -182,12 +198,15 @@ export async function fenced<A, R>(
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
                   : personOverruled
                     ? `${VERDICT_OVERRULED}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened; a person must check whether anything was done on that verdict`
-                    : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
+                    : failureOverruled
+                      ? `${FAILURE_OVERRULED}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}; a caller told "failed" may have acted on it (the same work sent again under another key, say): a person must check the provider`
+                      : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
       // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
-      const overruledSaid = told.startsWith(VERDICT_OVERRULED);
+      const overruledSaid = told.startsWith(VERDICT_OVERRULED) || told.startsWith(FAILURE_OVERRULED);
       const said = withAttention(told, attention, twice || rerun !== undefined || overruledSaid);
-      const alert = twice || rerun !== undefined || attention !== undefined || retryNotRun || personOverruled;
+      const alert =
+        twice || rerun !== undefined || attention !== undefined || retryNotRun || personOverruled || failureOverruled;
       const proven = await writes.recordReceipt(
         call,
         now,
@@ -203,7 +222,8 @@ export async function fenced<A, R>(
           : { alert },
       );
       // Our own request's receipt names our attempt, as when its answer wins; a finding, the row's.
-      if (proven) return { done: succeeded(performed ? mine : proven, receipt, false) };
+      // A person's "it happened" without a receipt is kept (`keepVerdict`), and told with it.
+      if (proven) return { done: withVerdict(succeeded(performed ? mine : proven, receipt, false), now) };
       if (!lastLook) continue;
     }
     if (
@@ -237,10 +257,17 @@ export async function fenced<A, R>(
       // recorded receipt may not be: unless the provider's ids say it is, a person looks (a
       // doubt is said as two effects); its caller gets what every caller gets.
       const ours = canonicalJson(receipt, "result");
-      const answered = performed ? succeeded(mine, receipt, false) : replayOf<R>(now);
       // One effect told twice: the provider's id for it is the recorded receipt's (a lookup's
       // finding says less than the request's answer). Our caller gets its own request's answer.
       const same = ours === now.result_json || namesEach(call.action, now.result_json, receipt);
+      // A person's "it happened" goes with it only when it is of this same effect: not with a
+      // second effect's receipt, which their verdict never saw.
+      const own = succeeded(mine, receipt, false);
+      const answered = performed
+        ? same || dedupedOntoFirst(call.action, mine, now)
+          ? withVerdict(own, now)
+          : own
+        : replayOf<R>(now);
       // The effect recorded is ours, recorded before us (a lookup found it), but the row was run
       // again meanwhile and that run did not settle it (its answer lost): as in the rule above,
       // its request may have taken effect too. Not when its own receipt settled the row and the
@@ -418,4 +445,13 @@ function twoSaid(now: Row): boolean {
  */
 function asNoted(noted: { updatedAt: number }, now: Row, lastLook: boolean) {
   return lastLook ? {} : { unchangedSince: { updatedAt: noted.updatedAt, checks: now.checks } };
+}
+
+/**
+ * A caller's own answer on a row a person settled as "it happened" (their verdict kept, agreeing
+ * with the receipt): the verdict goes with it, as every later caller is replayed it.
+ */
+function withVerdict<R>(answer: RunResult<R>, row: Row): RunResult<R> {
+  const resolution = row.status === "succeeded" ? resolutionOf(row) : undefined;
+  return resolution === undefined || answer.status !== "succeeded" ? answer : { ...answer, resolution };
 }

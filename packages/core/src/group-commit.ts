@@ -17,8 +17,8 @@
  * them acknowledged, run again in a new transaction. When the COMMIT fails, each write runs again
  * alone, in a commit of its own. When the ROLLBACK after it fails too and the transaction stays
  * open, the connection is closed (the one way left to end that transaction, and to give up the
- * write lock it holds): every write of that commit, and every statement since, is refused with a
- * `LedgerUnavailableError` marked `reopen`.
+ * write lock it holds): every write of that commit, and every statement since (one that was
+ * waiting for a lock included), is refused with a `LedgerUnavailableError` marked `reopen`.
  *
  * While another connection holds the write lock, the writes wait for it without blocking the
  * process (sqlite-busy.ts): the queue is tried again after a pause, each write until it has waited

@@ -1,8 +1,9 @@
 /**
  * The lease an attempt holds while its action runs (`withLease`): a heartbeat extends it, and a
  * local deadline aborts the action's signal once no heartbeat succeeded for most of a lease, since
- * another worker may then take over. Also the OperationContext the action is handed, its signal
- * made only when read.
+ * another worker may then take over (with `LeaseDeadlineError`, or the close's
+ * `LedgerUnavailableError` once the ledger closed while the action ran). Also the
+ * OperationContext the action is handed, its signal made only when read.
  */
 import type { OperationContext } from "./action.js";
 import type { Call, Held } from "./call.js";
@@ -54,10 +55,17 @@ export async function withLease<A, R, T>(
     lostListener?.(reason);
   };
   let deadline: NodeJS.Timeout | undefined;
+  /** Why the last heartbeat failed, if it did: the evidence of a deadline met. */
+  let beatFailed: unknown;
+  // Past the deadline the lease may pass to another worker. Once the ledger closed (its close
+  // stopped waiting for this call), no heartbeat can renew it: the action hears the close, as the
+  // call's own statements do, not a lease that ran out (an outage to wait for).
+  const deadlineMet = () =>
+    store.closed ? store.closedError(row.id, beatFailed) : new LeaseDeadlineError(row.id, row.attempt);
   const armDeadline = (from: number) => {
     until = from + leaseMs - margin;
     clearTimeout(deadline);
-    deadline = setTimeout(() => lose(new LeaseDeadlineError(row.id, row.attempt)), Math.max(0, until - clock()));
+    deadline = setTimeout(() => lose(deadlineMet()), Math.max(0, until - clock()));
   };
   armDeadline(mine.since);
   const timer = setInterval(
@@ -69,7 +77,9 @@ export async function withLease<A, R, T>(
           if (kept) return armDeadline(asked);
           lose(new Error(`lease of attempt ${row.attempt} lost`));
         },
-        () => {}, // unreachable for now: the deadline above stops the action if it lasts
+        (error: unknown) => {
+          beatFailed = error; // the database unreachable, or the ledger closed: the deadline above stops the action
+        },
       );
     },
     Math.max(10, Math.floor(leaseMs / 3)),

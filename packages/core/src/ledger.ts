@@ -95,8 +95,9 @@ export interface RunInput<A, I = A> {
    * a second after the abort is no longer awaited: the operation is unknown (its request may have
    * been sent), the call rejects with the signal's reason, and the action's answer, if one comes,
    * is recorded then (a receipt settles the operation). `op.signal` is also aborted when the
-   * attempt's lease could not be renewed in time (`LeaseDeadlineError`). An effect that may have
-   * started is settled by the replay policy.
+   * attempt's lease could not be renewed in time (`LeaseDeadlineError`; a `LedgerUnavailableError`
+   * marked `closed` when the ledger closed meanwhile). An effect that may have started is settled
+   * by the replay policy.
    */
   readonly signal?: AbortSignal;
   /**

@@ -104,9 +104,7 @@ export class Runner {
    * each named once (an abandoned execute's and a given-up lookup's answer may both be out).
    */
   lateAnswers(): { tenant: string; id: string }[] {
-    const named = new Map<string, { tenant: string; id: string }>();
-    for (const { tenant, id } of this.late) named.set(JSON.stringify([tenant, id]), { tenant, id });
-    return [...named.values()];
+    return namedOnce(this.late);
   }
 
   /** Resolves true once no call is in flight, or false after `ms` with some still running. */
@@ -142,12 +140,7 @@ export class Runner {
    * knows no operation, and is not named.
    */
   inFlightOperations(): { tenant: string; id: string }[] {
-    const named = new Map<string, { tenant: string; id: string }>();
-    for (const { tenant, state } of this.calls) {
-      const id = state.operationId;
-      if (id !== undefined) named.set(JSON.stringify([tenant, id]), { tenant, id });
-    }
-    return [...named.values()];
+    return namedOnce([...this.calls].map(({ tenant, state }) => ({ tenant, id: state.operationId })));
   }
 
   /**
@@ -774,7 +767,7 @@ export class Runner {
         noExecutionSince: row.last_execution_at,
         checks: counted ? row.checks + 1 : row.checks,
       }),
-      ...(nothingDone && row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
+      ...(nothingDone && markBack(row)),
     });
     if (!moved) {
       const late = to === "pending" ? await this.lateEndDuring(call, row, "unknown", cls.reason, error) : undefined;
@@ -982,8 +975,7 @@ export class Runner {
         status: maybeCommitted ? ("unknown" as const) : ("pending" as const),
         maybeCommitted: maybeCommitted ? (1 as const) : (0 as const),
         executed: true, // perform runs under a claim or a takeover that executes
-        // Nothing sent: a rerun puts back the mark its takeover replaced (`Row.rerun_before`).
-        ...(row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
+        ...markBack(row), // nothing sent
       };
       const reason = `attempt ${row.attempt} could not record its ${what} before sending (the ledger failed); nothing was sent under it`;
       if (!(await this.writes.giveBack(call, state.owner, row.attempt, to, error, reason))) throw error;
@@ -1124,7 +1116,7 @@ export class Runner {
       ...(to === "unknown" ? { checkAfterMs: 0, checks: 0 } : { alert: true }),
       // Unknown only after our own end that took no effect (not sent, refused for now): a rerun
       // gives back the mark its takeover replaced (`Row.rerun_before`).
-      ...(to === "unknown" && row.rerun_before !== undefined && { rerunBefore: row.rerun_before }),
+      ...(to === "unknown" && markBack(row)),
     });
     return moved ? { done: pending(moved, reason) } : undefined;
   }
@@ -1191,6 +1183,21 @@ let calls = 0;
 function ownerOf(settings: RunnerSettings): string {
   calls += 1;
   return `${settings.owner}/${PROCESS_TAG}.${calls.toString(36)}`;
+}
+
+/** Operations named once each, in first-seen order; entries that know no operation yet are left out. */
+function namedOnce(entries: Iterable<{ tenant: string; id?: string | undefined }>): { tenant: string; id: string }[] {
+  const named = new Map<string, { tenant: string; id: string }>();
+  for (const { tenant, id } of entries) if (id !== undefined) named.set(JSON.stringify([tenant, id]), { tenant, id });
+  return [...named.values()];
+}
+
+/**
+ * What an end that sent nothing writes so a rerun puts back the mark its takeover replaced
+ * (`Row.rerun_before`, `TransitionPatch.rerunBefore`): nothing on a row no rerun holds.
+ */
+function markBack(row: Row): { rerunBefore?: number | null } {
+  return row.rerun_before === undefined ? {} : { rerunBefore: row.rerun_before };
 }
 
 /**

@@ -56,14 +56,23 @@ export function patiently<T>(run: () => T, timeoutMs: number): T | Promise<T> {
 export class LockWaits {
   private readonly waiting = new Set<Promise<unknown>>();
 
+  /**
+   * `closedBy`: why the connection was closed under the waits, if it was (a group commit that
+   * could be neither committed nor rolled back, group-commit.ts `abandoned`). A statement still
+   * waiting then is refused with it at its next try: better-sqlite3's own "The database connection
+   * is not open" would be heard as an outage that may pass, and retried.
+   */
   constructor(
     private readonly database: Database,
     readonly timeoutMs: number,
+    private readonly closedBy: () => Error | undefined = () => undefined,
   ) {}
 
   /** Runs `run` (outside a transaction), waiting for a lock as `patiently` does. */
   run<T>(run: () => T): T | Promise<T> {
     const out = patiently(() => {
+      const closed = this.closedBy();
+      if (closed) throw closed;
       if (this.database.inTransaction) throw inTransaction();
       return run();
     }, this.timeoutMs);

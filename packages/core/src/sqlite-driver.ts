@@ -211,8 +211,8 @@ export function sqliteConnection(
   checkFile: FileCheck = () => {},
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
   database.pragma("busy_timeout = 0");
-  const waits = new LockWaits(database, busyTimeoutMs);
   const group = groupCommit ? new GroupCommit(database, busyTimeoutMs, checkFile) : undefined;
+  const waits = new LockWaits(database, busyTimeoutMs, () => group?.abandoned);
   const prepare = statementCache(database);
   const direct: DirectExecutor = (text, parameters, asArrays, atOnce) => {
     if (group?.abandoned) throw group.abandoned; // as in the driver: the connection is closed

@@ -443,6 +443,18 @@ export class Store {
    */
   closed = false;
 
+  /**
+   * What a call still in flight meets once the ledger closed (`closed`): its statements, and its
+   * action's `op.signal` once the lease can no longer be renewed (lease.ts), said as the close.
+   */
+  closedError(operationId: string | undefined, cause?: unknown): LedgerUnavailableError {
+    return new LedgerUnavailableError(
+      "the ledger was closed while this call was in flight (its close stopped waiting for it): its outcome is not recorded; the operation stays as the call's last write left it (running under its lease while its request was out), settled by the replay policy once that lease ends",
+      operationId,
+      { ...(cause !== undefined && { cause }), closed: true },
+    );
+  }
+
   /** `look_first` for a select list, or NULL in its place before migration 0012 (`looksFirst`). */
   lookFirst(): AliasedRawBuilder<number | null, "look_first"> {
     return (this.looksFirst ? sql<number | null>`look_first` : sql<number | null>`null`).as("look_first");
@@ -1457,12 +1469,7 @@ export class Store {
       return await work;
     } catch (cause) {
       if (cause instanceof IdemError) throw cause;
-      if (this.closed)
-        throw new LedgerUnavailableError(
-          "the ledger was closed while this call was in flight (its close stopped waiting for it): its outcome is not recorded; the operation stays as the call's last write left it (running under its lease while its request was out), settled by the replay policy once that lease ends",
-          operationId,
-          { cause, closed: true },
-        );
+      if (this.closed) throw this.closedError(operationId, cause);
       throw new LedgerUnavailableError(
         `the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`,
         operationId,

@@ -7,7 +7,13 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import { CompletionNotRecordedError, defineAction, LedgerConfigError, LedgerUnavailableError } from "@idem/core";
+import {
+  CompletionNotRecordedError,
+  defineAction,
+  LeaseDeadlineError,
+  LedgerConfigError,
+  LedgerUnavailableError,
+} from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -295,6 +301,46 @@ for (const dialect of DIALECTS) {
       });
       const after = await db.open();
       expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
+    });
+
+    it("close({ waitMs }): an action still running when it stops waiting sees its signal aborted for the close, not for a lease run out", async () => {
+      // The lease's deadline must not pass before the close stops waiting (a loaded machine's list and close).
+      const ledger = await openTestLedger(db.url(), { leaseMs: 6_000 });
+      const tenant = uniqueTenant();
+      let running!: () => void;
+      const started = new Promise<void>((r) => (running = r));
+      const reasons: unknown[] = [];
+      const waits = defineAction({
+        type: "waits",
+        capabilities: {},
+        execute: async (_a: { to: string }, op) => {
+          running();
+          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
+          reasons.push(op.signal.reason);
+          throw op.signal.reason;
+        },
+        classify: (error) => ({ kind: "ambiguous", reason: String(error) }),
+      });
+      const call = ledger.run(waits, { tenant, key: ["waits"], args: { to: "x" } });
+      const heard = call.then(
+        (out) => ({ out }),
+        (error: unknown) => ({ error }),
+      );
+      await started;
+      const [op] = await ledger.admin.list({ tenant });
+      expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id: op!.id }] });
+      const { error } = (await heard) as { error: unknown };
+      expect(error).toMatchObject({ closed: true });
+      // Before: a LeaseDeadlineError ("could not renew its lease in time"), as if the database had failed.
+      expect(reasons).toHaveLength(1);
+      expect(reasons[0]).toBeInstanceOf(LedgerUnavailableError);
+      expect(reasons[0]).not.toBeInstanceOf(LeaseDeadlineError);
+      expect(reasons[0]).toMatchObject({
+        closed: true,
+        reopen: false,
+        operationId: op!.id,
+        message: expect.stringMatching(/^the ledger was closed while/),
+      });
     });
 
     it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {

@@ -7,7 +7,7 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { sql } from "kysely";
 import {
   CompletionNotRecordedError,
@@ -640,6 +640,81 @@ describe("SQLite group commit: a COMMIT and then its ROLLBACK fail", () => {
     } finally {
       // Unstuck whatever waits on the connection (it is closed by then once the ledger has coped).
       refuseRollback = false;
+      if (database.open) database.close();
+      await within(bound, "close() once the connection is closed", ledger.close()).catch(() => {});
+    }
+  });
+  it("a statement waiting for another connection's write lock when the connection is closed is refused at once, told to reopen as the commit's writes are", async () => {
+    const path = newFile();
+    const database = new Database(path, { timeout: scaled(10_000) });
+    database.pragma("journal_mode = WAL");
+    let other: Database.Database | undefined;
+    let refuseRollback = false;
+    const exec = database.exec.bind(database);
+    database.exec = (source: string) => {
+      // The group's own BEGIN: the other connection gives up the write lock just before, so the
+      // group commit takes it while the statement below still waits for it.
+      if (/^\s*begin immediate\b/i.test(source) && other?.inTransaction) other.exec("ROLLBACK");
+      if (refuseRollback && /^\s*rollback\b/i.test(source))
+        throw new Database.SqliteError("disk I/O error (test)", "SQLITE_IOERR");
+      return exec(source);
+    };
+    // Each try of a BEGIN IMMEDIATE on the ledger's connection (kysely's: its statements are prepared).
+    let begins = 0;
+    const prepare = database.prepare.bind(database);
+    database.prepare = ((source: string) => {
+      const stmt = prepare(source);
+      if (!/^\s*begin immediate\b/i.test(source)) return stmt;
+      const run = stmt.run.bind(stmt);
+      return Object.assign(stmt, {
+        run: (...a: unknown[]) => {
+          begins += 1;
+          return run(...(a as []));
+        },
+      });
+    }) as typeof database.prepare;
+    const ledger = await openTestLedger(sqliteLedgerDialect(database), { busyTimeoutMs: scaled(10_000) });
+    const bound = scaled(5_000);
+    try {
+      for (const statement of REFUSE_AT_COMMIT) await sql.raw(statement).execute(databaseOf(ledger));
+      other = new Database(path, { timeout: 0 });
+      other.exec("BEGIN IMMEDIATE");
+      // A transaction's BEGIN on the ledger's connection (a migration's, `admin.migrate()`) waits
+      // for the lock without blocking the process, tried again after pauses (sqlite-busy.ts).
+      const waiting = databaseOf(ledger)
+        .connection()
+        .execute((conn) => sql`begin immediate`.execute(conn))
+        .then(
+          () => "began",
+          (e: unknown) => e,
+        );
+      await vi.waitFor(() => expect(begins).toBeGreaterThan(1), { timeout: bound, interval: 5 });
+      const p = new TestProvider();
+      refuseRollback = true;
+      const out = await within(
+        bound,
+        "the calls of a commit that could not be rolled back",
+        Promise.all(
+          ["a", "b", "c"].map((k, i) =>
+            ledger
+              .run(p.action("mail", {}), { tenant: "t", key: [k], args: { to: i === 1 ? "refuse-me" : k } })
+              .catch((e: unknown) => e),
+          ),
+        ),
+      );
+      const closedBy = out[1];
+      expect(closedBy).toBeInstanceOf(LedgerUnavailableError);
+      expect(closedBy).toMatchObject({ reopen: true, message: expect.stringMatching(/^SQLite could neither commit/) });
+      const triedBefore = begins;
+      const waited = await within(bound, "the statement waiting for the lock", waiting);
+      // Before: better-sqlite3's "The database connection is not open", which the ledger's callers
+      // heard as an outage to retry (LedgerUnavailableError without reopen).
+      expect(waited).toBe(closedBy);
+      expect(begins).toBe(triedBefore); // refused before it was tried again on the closed connection
+      expect(p.effects).toHaveLength(0);
+    } finally {
+      refuseRollback = false;
+      other?.close();
       if (database.open) database.close();
       await within(bound, "close() once the connection is closed", ledger.close()).catch(() => {});
     }

@@ -81,6 +81,13 @@ const PROVIDER_STEPS = 60;
 interface CallToken {
   readonly reqs: Req[];
   readonly reads: Read[];
+  /**
+   * The keys with a request unsettled when the database last answered this call: what a caller is
+   * told was read then, and its answer may reach it only after (the answer is late), when that
+   * request's answer was recorded meanwhile (seed 154: told "failed" as read while a receipt was
+   * on its way to the row, and the receipt recorded before the answer arrived).
+   */
+  unsettledAtRead?: ReadonlySet<string>;
 }
 
 /** A lookup's read of the provider, and when its runner went past its answer (recorded it, or was fenced). */
@@ -237,9 +244,12 @@ function markRecorded(w: World, call: CallToken | undefined): void {
   for (const r of call?.reads ?? []) r.recordedAt ??= w.now;
 }
 
-/** A request of the key not yet settled: not at the provider yet, or its answer not yet recorded by its runner. */
+/** A request not yet settled: not at the provider yet, or its answer not yet recorded by its runner. */
+const isUnsettled = (r: Req) => r.outcome === undefined || !r.recorded;
+
+/** A request of the key not yet settled. */
 function unsettled(w: World, key: string): boolean {
-  return w.requests.some((r) => r.key === key && (r.outcome === undefined || !r.recorded));
+  return w.requests.some((r) => r.key === key && isUnsettled(r));
 }
 
 /** The ledger is told of the key's effects `ids` (an execute's receipt, or what a lookup read), `how` for the script. */
@@ -505,6 +515,9 @@ async function openJittered(dialect: TestDialect, url: string, options: TestLedg
   const jittered = hooked(await dialectFor(dialect, url, { synchronous: "OFF" }), {
     async query(_q, run) {
       const answer = await run();
+      // What the call is told was read here, before the lateness below: the keys unsettled now.
+      const token = currentCall.getStore();
+      if (world && token) token.unsettledAtRead = new Set(world.requests.filter(isUnsettled).map((r) => r.key));
       // The answer is late, now and then very late: committed at the database, not yet read by the
       // caller, while the clock jumps and the other worker acts.
       if (world && !world.calm) await yields(world, world.random() < 0.1 ? 60 : 3);
@@ -560,11 +573,16 @@ async function breaker(ledger: Ledger, dialect: TestDialect): Promise<() => Prom
   };
 }
 
-/** What a caller was told, and whether a request of its key was unsettled then (a late answer may still overrule it). */
+/**
+ * What a caller was told, and whether a request of its key was unsettled then (a late answer may
+ * still overrule it): when the database answered what it was told, or when the answer arrived.
+ */
 interface Told {
   readonly key: string;
   readonly seq: number;
   readonly unsettled: boolean;
+  /** Unsettled when the database answered, settled by the time the answer arrived (`SIM_STATS`). */
+  readonly settledSinceRead?: true;
   readonly out?: RunResult<unknown>;
   readonly notRecorded?: { id: string };
   readonly operationId?: string;
@@ -620,7 +638,17 @@ async function runSeed(
       markRecorded(w, token);
       // The key's hash (what the provider sees), once an attempt of it was sent.
       const hash = w.requests.find((r) => r.name === key)?.key;
-      told.push({ ...x, key, seq: ++w.seq, unsettled: hash !== undefined && unsettled(w, hash) });
+      // Unsettled when told: when the database gave the call what it answers (its last answer,
+      // the row it read or the write it made), or now.
+      const now = hash !== undefined && unsettled(w, hash);
+      const atRead = hash !== undefined && token.unsettledAtRead?.has(hash) === true;
+      told.push({
+        ...x,
+        key,
+        seq: ++w.seq,
+        unsettled: now || atRead,
+        ...(atRead && !now && { settledSinceRead: true }),
+      });
     };
     try {
       // Two workers, each with its own connections: one may hold its answer while the other acts.
@@ -793,7 +821,7 @@ async function runSeed(
       );
     }
     console.error(
-      `seed ${seed} callers told:\n  ${told.map((a) => `${a.key} #${a.seq}${a.unsettled ? " (unsettled)" : ""}: ${JSON.stringify(a.out ?? { notRecorded: a.notRecorded })}`).join("\n  ")}`,
+      `seed ${seed} callers told:\n  ${told.map((a) => `${a.key} #${a.seq}${a.unsettled ? ` (unsettled${a.settledSinceRead ? " at the read" : ""})` : ""}: ${JSON.stringify(a.out ?? { notRecorded: a.notRecorded })}`).join("\n  ")}`,
     );
   }
   return problems;
@@ -874,7 +902,9 @@ async function alertedOfTwo(ledger: Ledger, w: World, tenant: string): Promise<s
  *    the operation's final receipt (a person's verdict without one: the operation succeeded); an
  *    unrecorded completion's receipt is an effect and the operation is succeeded or needs_review;
  *    "failed" stays failed unless a person asked a retry of it, or a request of the key was
- *    unsettled when it was told (a late receipt then overrules a failure: known, and allowed).
+ *    unsettled when it was told (a late receipt then overrules a failure: known, and allowed):
+ *    when the database answered the call last (the row it read, the write it made), or when the
+ *    answer reached the caller (a late one may arrive after that request's receipt was recorded).
  * (Before the drain, at the quiet point: no operation is pending with its effect present.)
  */
 function check(w: World, ops: Operation[], told: Told[]): string[] {
@@ -931,6 +961,7 @@ function check(w: World, ops: Operation[], told: Told[]): string[] {
       // A person's retry reopens it (the caller's answer may be told after the retry was accepted).
       const retried = w.decisions.some((d) => d.key === op.key && d.verdict === "retry");
       if (!retried && !a.unsettled) problems.push(`${kind}: ${a.key} #${a.seq} told failed; final ${op.status}`);
+      if (!retried && a.settledSinceRead) count("told failed as read while unsettled, overruled before it arrived");
     }
   }
   return problems;

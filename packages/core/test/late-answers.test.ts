@@ -4,6 +4,7 @@
  * (found by helper-56's review; each test failed first: two effects).
  */
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { setTimeout as sleep } from "node:timers/promises";
 import { defineAction, type Ledger, type ReconcileResult } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
@@ -405,6 +406,80 @@ for (const dialect of DIALECTS) {
           story,
         ).toContain(op!.id);
         expect(out, story).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      });
+
+    for (const given of ["the same receipt", "no receipt", "another receipt"] as const)
+      it(`a late receipt after a person's "succeeded" with ${given}: its caller hears its own effect${given === "another receipt" ? ", without the verdict of another (two effects, alerted)" : " and the person's verdict"}`, async () => {
+        // helper-222's review: the caller was told "done" without the verdict that settled the row.
+        // helper-227's: not with a verdict on another effect, which the person never saw.
+        let now = Date.now();
+        const p = slowProvider(`late.verdict.${given === "no receipt" ? "n" : "s"}`);
+        const plain = defineAction<{ to: string }, { id: string; pad?: string | undefined }>({
+          type: p.action.type,
+          capabilities: {},
+          execute: p.action.execute,
+          receipt: z.object({ id: z.string(), pad: z.string().optional() }),
+        });
+        const ledger: Ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [plain] });
+        const tenant = uniqueTenant();
+        p.hold();
+        const first = ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }).finally(p.release);
+        await until(() => p.calls() === 1);
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        expect(await ledger.daemon.settle({ tenant, id: op!.id, actor: "daemon" })).toMatchObject({
+          state: "needs_review",
+        });
+        const seen = (await ledger.get({ tenant, id: op!.id })).operation;
+        await ledger.admin.resolve({
+          tenant,
+          id: op!.id,
+          actor: "alice",
+          reason: "charged, seen in the dashboard",
+          outcome: "succeeded",
+          seen,
+          // What the held request answers once released (slowProvider's first effect).
+          ...(given === "the same receipt" && { receipt: { id: "obj_1", pad: "x".repeat(200) } }),
+          ...(given === "another receipt" && { receipt: { id: "obj_other" } }),
+        });
+        now += 5_000; // the answer comes later than the verdict
+        p.release();
+        const out = await first;
+        const after = await ledger.get({ tenant, id: op!.id });
+        const story = `first: ${JSON.stringify(out)}; events: ${after.events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ")}`;
+        expect(p.effects, story).toHaveLength(1);
+        expect(after.operation.status, story).toBe("succeeded");
+        if (given === "another receipt") {
+          expect(out, story).toMatchObject({
+            status: "succeeded",
+            receipt: { id: "obj_1" },
+            replayed: false,
+            attempt: 1,
+          });
+          expect(out, story).not.toHaveProperty("resolution");
+          expect(after.operation.reason, story).toMatch(/^two effects: /);
+          expect(
+            (await ledger.daemon.alertsDue({ limit: 10 })).map((a) => a.id),
+            story,
+          ).toContain(op!.id);
+          return;
+        }
+        expect(out, story).toMatchObject({
+          status: "succeeded",
+          receipt: { id: "obj_1" },
+          replayed: false,
+          attempt: 1,
+          resolution: { outcome: "succeeded", actor: "alice", reason: "charged, seen in the dashboard" },
+        });
+        // The verdict's time is when the person gave it, for this caller as for every later one.
+        expect((out as { resolution: { at: number } }).resolution.at, story).toBe(after.operation.resolution!.at);
+        // A later caller is replayed the same: the receipt, and the verdict that settled it.
+        expect(await ledger.run(plain, { tenant, key: ["k"], args: { to: "x" } }), story).toMatchObject({
+          status: "succeeded",
+          receipt: { id: "obj_1" },
+          replayed: true,
+          resolution: { outcome: "succeeded", actor: "alice" },
+        });
       });
 
     for (const view of ["taken after it", "taken before it"] as const)
