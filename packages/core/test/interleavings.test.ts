@@ -26,16 +26,19 @@
  * told of) or needs_review; once every call has ended and every request is over, no operation is
  * pending ("known not done") with its effect present; every caller's answer agrees with the
  * final state (but a caller whose own request made a second effect: told its own receipt, with
- * the operation alerting of two effects); a key the ledger was TOLD two distinct effects of (the
- * receipts executes answered, the effects lookups read: a lookup that reads two answers the first
- * with `twice`) ends alerted or with a person (`alertedOfTwo`). How many seeds told the ledger of
- * two is printed after the run, and the default range fails if none did (the oracle would prove
- * nothing); `SIM_DUMP_TWO=1` prints their scripts. `SIM_STATS=1` prints how often the moves were
- * reached; `SIM_DUMPS=n` prints the script and events of up to n failing seeds (default 3).
- * A failing seed is printed with its script; `SIM_SEED=n` runs that one alone (the schedule is
- * seeded, the database's and the event loop's timing are not: a seed may need a few runs to fail
- * again); `SIM_SEEDS=k SIM_SEED_FROM=n` searches k seeds from n, wider than CI does;
- * `SIM_DIALECT=sqlite|postgres` runs one database only.
+ * the operation alerting of two effects; and a caller told "failed" of an operation a late answer
+ * made succeeded, no person asking a retry: a person is told, `overruledAlerted`, which the ranges
+ * rarely reach); a key the ledger was TOLD two distinct effects of (the receipts executes
+ * answered, the effects lookups read: a lookup that reads two answers the first with `twice`)
+ * ends alerted of two (needs_review, or a reason of two effects) or with a person
+ * (`alertedOfTwo`). How many seeds told the ledger of two is printed after the run, and the
+ * default range fails if none did (the oracle would prove nothing); `SIM_DUMP_TWO=1` prints
+ * their scripts. `SIM_STATS=1` prints how often the moves were reached; `SIM_DUMPS=n` prints
+ * the script and events of up to n failing seeds (default 3). A failing seed is printed with its
+ * script; `SIM_SEED=n` runs that one alone (the schedule is seeded, the database's and the event
+ * loop's timing are not: a seed may need a few runs to fail again); `SIM_SEEDS=k
+ * SIM_SEED_FROM=n` searches k seeds from n, wider than CI does; `SIM_DIALECT=sqlite|postgres`
+ * runs one database only.
  */
 import { afterAll, describe, expect, it } from "vitest";
 import { sql } from "kysely";
@@ -45,6 +48,9 @@ import {
   CompletionNotRecordedError,
   defineAction,
   InvalidTransitionError,
+  isFailureOverruled,
+  isPossiblyTwo,
+  isVerdictOverruled,
   LedgerUnavailableError,
   type ActionDefinition,
   type Classification,
@@ -780,6 +786,7 @@ async function runSeed(
   const ops = await ledger.admin.list({ tenant });
   problems.push(...check(w, ops, told));
   problems.push(...(await alertedOfTwo(ledger, w, tenant)));
+  problems.push(...(await overruledAlerted(ledger, w, ops, told)));
   if ([...w.told.values()].some((ids) => ids.size > 1)) {
     twoTold[dialect].push(seed);
     // `SIM_DUMP_TWO=1`: the script of each seed that told the ledger of two effects.
@@ -830,8 +837,17 @@ async function runSeed(
 /** Seeds in which the ledger was told of two distinct effects of one key, per database (the oracle below is not vacuous). */
 const twoTold: Record<TestDialect, number[]> = { sqlite: [], postgres: [] };
 
+/** A reason that alerts of two effects, proven or possible (the daemon's `kindOf`: two_effects, maybe_two_effects). */
 const twoEffects = (reason: string | null) =>
-  reason !== null && (reason.startsWith("two effects") || reason.startsWith("possibly two effects"));
+  reason !== null && (reason.startsWith("two effects") || isPossiblyTwo(reason));
+
+/**
+ * A reason that tells a person the effect happened after a "failed" they may have acted on (the
+ * provider's, or a person's verdict), or that there may be two: what a failure overruled is
+ * alerted with (the daemon's failure_overruled, verdict_overruled, two effects).
+ */
+const overruleSaid = (reason: string | null) =>
+  reason !== null && (isFailureOverruled(reason) || isVerdictOverruled(reason) || twoEffects(reason));
 
 /**
  * A key the ledger was told two (or more) distinct effects of (receipts its executes answered,
@@ -861,11 +877,20 @@ async function alertedOfTwo(ledger: Ledger, w: World, tenant: string): Promise<s
       continue;
     }
     const name = label({ keyLabel: row.key_label });
-    if (row.status === "needs_review" || Number(row.alert_pending) === 1 || twoEffects(row.reason)) {
-      count("two told: alerted at the end");
+    // Alerted OF TWO: a due alert alone may be of one effect (a "failed" overruled, an action's
+    // attention); the alert's kind is told by the status and the reason, as the daemon's `kindOf`
+    // does. A reason of two said before, replaced by a later write, was alerted when said: nothing
+    // but a person clears an alert here (the simulation delivers none).
+    const { events } = await ledger.get({ tenant, id: row.id });
+    if (row.status === "needs_review" || twoEffects(row.reason)) {
+      count(`two told: alerted at the end (${row.status === "needs_review" ? "needs_review" : "its reason"})`);
       continue;
     }
-    const { events } = await ledger.get({ tenant, id: row.id });
+    // Said of two, and no person acted since (their decision clears the alert): still due.
+    if (events.some((e, i) => twoEffects(e.reason) && !events.slice(i + 1).some((x) => x.actor === "alice"))) {
+      count(`two told: alerted of two before the end (alert_pending ${row.alert_pending})`);
+      continue;
+    }
     const person = events.some(
       (e, i) =>
         e.actor === "alice" &&
@@ -879,6 +904,47 @@ async function alertedOfTwo(ledger: Ledger, w: World, tenant: string): Promise<s
     }
     problems.push(
       `${w.kind}: the ledger was told of ${said} for ${name}, which ended ${row.status} (alert_pending ${row.alert_pending}) "${row.reason}", no person told`,
+    );
+  }
+  return problems;
+}
+
+/**
+ * A caller told "failed" of an operation that ended succeeded, no person having asked a retry (rule
+ * 5 allows it when a request of the key was unsettled: a late receipt or a lookup's finding
+ * overruled the failure), may have acted on the "failed" (a model sends the work again under
+ * another key): a person is told. After the first "failed" in the operation's history, a write
+ * said so (the provider's or a person's "failed" overruled, or two effects) and its alert is still
+ * due (alert_pending = 1: nothing but a person clears one here), or the operation went to
+ * needs_review, or a person decided on it since. Read from the row and its history.
+ */
+async function overruledAlerted(ledger: Ledger, w: World, ops: Operation[], told: Told[]): Promise<string[]> {
+  const problems: string[] = [];
+  const byId = new Map(ops.map((op) => [op.id, op]));
+  const checked = new Set<string>();
+  for (const a of told) {
+    const op = a.operationId ? byId.get(a.operationId) : undefined;
+    if (!op || a.out?.status !== "failed" || op.status !== "succeeded" || checked.has(op.id)) continue;
+    if (w.decisions.some((d) => d.key === op.key && d.verdict === "retry")) continue;
+    checked.add(op.id);
+    const row = await databaseOf(ledger)
+      .selectFrom("idem_operations")
+      .select(["alert_pending"])
+      .where("id", "=", op.id)
+      .executeTakeFirstOrThrow();
+    const { events } = await ledger.get({ tenant: op.tenant, id: op.id });
+    const since = events.slice(events.findIndex((e) => e.to === "failed") + 1);
+    if (since.some((e) => e.to === "needs_review" || e.actor === "alice")) {
+      count("told failed, succeeded: with a person");
+      continue;
+    }
+    const said = since.find((e) => overruleSaid(e.reason));
+    if (said && Number(row.alert_pending) === 1) {
+      count(`told failed, succeeded: alerted (${said.reason!.slice(0, 24)}...)`);
+      continue;
+    }
+    problems.push(
+      `${w.kind}: ${a.key} #${a.seq} told failed; ${op.keyLabel} ended succeeded (alert_pending ${row.alert_pending}) "${op.reason}", ${said ? "said, its alert not due" : "never said overruled"}: no person told`,
     );
   }
   return problems;

@@ -40,6 +40,9 @@ import {
   CompletionNotRecordedError,
   defineAction,
   InvalidTransitionError,
+  isFailureOverruled,
+  isPossiblyTwo,
+  isVerdictOverruled,
   LedgerConfigError,
   LedgerUnavailableError,
   OperationNotFoundError,
@@ -834,8 +837,34 @@ async function check(w: World, ledger: Ledger, tenant: string, ops: Operation[],
         problems.push(`${kind}: ${a.key} told succeeded (a verdict); final ${op.status}`);
     } else if (a.out?.status === "failed" && op.status !== "failed" && !retried && !a.unsettled)
       problems.push(`${kind}: ${a.key} (${a.how}) told failed; final ${op.status}`);
+    else if (
+      a.out?.status === "failed" &&
+      op.status === "succeeded" &&
+      !retried &&
+      !(await personTold(ledger, op, alerted))
+    )
+      problems.push(`${kind}: ${a.key} (${a.how}) told failed; ${label(op)} succeeded "${op.reason}", no person told`);
   }
   return problems;
+}
+
+/**
+ * A caller told "failed" of an operation that succeeded since, no person having asked a retry (a
+ * late receipt or a lookup's finding overruled the failure while a request was unsettled): the
+ * caller (a model) may have acted on it, so a person is told. After the first "failed" in its
+ * history a write said so (a "failed" overruled, the provider's or a person's, or two effects)
+ * and its alert is still due (nothing but a person clears one here), or it went to needs_review,
+ * or a person decided on it since. As interleavings.test.ts's `overruledAlerted`.
+ */
+async function personTold(ledger: Ledger, op: Operation, alerted: ReadonlySet<string>): Promise<boolean> {
+  const { events } = await ledger.get({ tenant: op.tenant, id: op.id });
+  const since = events.slice(events.findIndex((e) => e.to === "failed") + 1);
+  const said = (r: string | null) =>
+    r !== null && (isFailureOverruled(r) || isVerdictOverruled(r) || r.startsWith("two effects") || isPossiblyTwo(r));
+  const person = since.some((e) => e.to === "needs_review" || e.actor === "alice");
+  const told = person || (alerted.has(op.id) && since.some((e) => said(e.reason)));
+  count(`told failed, succeeded: ${person ? "with a person" : told ? "alerted" : "NOT TOLD"}`);
+  return told;
 }
 
 /**
