@@ -102,6 +102,8 @@ const deadlineMs = z.number().int().positive().max(2_147_483_647).optional();
  * Node timer waits. A longer one fires after 1 ms: the daemon ticked without pause.
  */
 const timerMs = z.number().int().positive().max(2_147_483_647);
+/** `daemon.stopTimeoutMs` and `mcp.stopTimeoutMs` by default: within Kubernetes' default grace of 30 s. */
+const STOP_TIMEOUT_MS = 20_000;
 /** As `timerMs`, where 0 has a meaning of its own (each option says which: wait for ever, try once, no lag). */
 const timerMsOrZero = z.number().int().nonnegative().max(2_147_483_647);
 
@@ -221,10 +223,10 @@ const schema = z
          * ledger's close before the server exits anyway, as `daemon.stopTimeoutMs`: what is still in
          * flight then is named and left to its lease (exit 1).
          */
-        stopTimeoutMs: timerMs.default(20_000),
+        stopTimeoutMs: timerMs.default(STOP_TIMEOUT_MS),
       })
       .strict()
-      .default({ stopTimeoutMs: 20_000 }),
+      .default({ stopTimeoutMs: STOP_TIMEOUT_MS }),
     providers: z
       .object({
         stripe: z
@@ -401,7 +403,7 @@ const schema = z
          * anyway (exit 1), its operations left to their leases: within Kubernetes' default grace
          * of 30 s, though a frozen database answers only at its client's read timeout (35 s).
          */
-        stopTimeoutMs: timerMs.default(20_000),
+        stopTimeoutMs: timerMs.default(STOP_TIMEOUT_MS),
         metricsPort: port.optional(),
         metricsHost: z.string().default("127.0.0.1"),
         /** Label `idem_unsettled_operations` by tenant too: one series per tenant, status and action (opt-in: tenants can be many). */
@@ -417,7 +419,7 @@ const schema = z
         maxChecks: 20,
         maxAgeMs: 24 * 3_600_000,
         leaseMs: 30_000,
-        stopTimeoutMs: 20_000,
+        stopTimeoutMs: STOP_TIMEOUT_MS,
         metricsHost: "127.0.0.1",
         metricsPerTenant: false,
         console: false,

@@ -257,8 +257,9 @@ export interface OperationContext {
    * Aborted when the lease is lost, when the caller gives up, or when a settlement's time bound
    * ends; pass it to the provider's client. Its reason says which: `LeaseDeadlineError` when the
    * lease could not be renewed in time, a `LedgerUnavailableError` marked `closed` when that was
-   * because the ledger closed (`close` stopped waiting for this call). An execute that has not answered a second after it
-   * aborted (the caller's or the settlement's) is no longer awaited, and its operation is unknown.
+   * because the ledger closed (`close` stopped waiting for this call). An execute that has not
+   * answered a second after it aborted (the caller's or the settlement's) is no longer awaited,
+   * and its operation is unknown.
    */
   readonly signal: AbortSignal;
 }

@@ -185,6 +185,8 @@ export async function fenced<A, R>(
       const verdictToo = personOverruled
         ? `; ${VERDICT_OVERRULED}a person must check whether anything was done on that verdict`
         : "";
+      // What the reasons below say of our receipt or finding, after any alert's own words.
+      const proves = `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened`;
       const told =
         several !== undefined
           ? `${several}${after && ` (recorded${after})`}${second ? `; so did attempt ${by.join(" and ")}'s request, whose receipt could not be stored` : ""}${verdictToo}`
@@ -193,14 +195,14 @@ export async function fenced<A, R>(
             : proof
               ? `${personOverruled ? VERDICT_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : rerun !== undefined
-                ? `${POSSIBLY_TWO}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider${verdictToo}`
+                ? `${POSSIBLY_TWO}${proves}${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider${verdictToo}`
                 : retryNotRun
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
                   : personOverruled
-                    ? `${VERDICT_OVERRULED}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened; a person must check whether anything was done on that verdict`
+                    ? `${VERDICT_OVERRULED}${proves}; a person must check whether anything was done on that verdict`
                     : failureOverruled
-                      ? `${FAILURE_OVERRULED}attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}; a caller told "failed" may have acted on it (the same work sent again under another key, say): a person must check the provider`
-                      : `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened${after}`;
+                      ? `${FAILURE_OVERRULED}${proves}${after}; a caller told "failed" may have acted on it (the same work sent again under another key, say): a person must check the provider`
+                      : `${proves}${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
       // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
       const overruledSaid = told.startsWith(VERDICT_OVERRULED) || told.startsWith(FAILURE_OVERRULED);
