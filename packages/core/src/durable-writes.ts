@@ -12,7 +12,7 @@ import pRetry from "p-retry";
 import type { Call } from "./call.js";
 import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
-import { VERDICT_OVERRULED } from "./fence.js";
+import { FAILURE_OVERRULED, VERDICT_OVERRULED } from "./fence.js";
 import type { StoredError } from "./result.js";
 import { rowPerformedProof } from "./row-results.js";
 import type { Status } from "./schema.js";
@@ -188,7 +188,8 @@ export class DurableWrites {
    * - pending, unknown, or running under a later attempt (looking it up, or sending too): left as
    *   it was, it would run again; a holder is fenced off as a receipt fences it (`fenced`), so its
    *   later end cannot replace the proof;
-   * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened;
+   * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened,
+   *   its reason saying whose "failed" is overruled (a person's, or one replayed to callers);
    * - needs_review (parked for a person): the proof added, alerted, and its version moved, so a
    *   decision taken on a view from before it is refused;
    * - needs_review with another attempt's proof of its own request's effect: ours is a second
@@ -295,12 +296,18 @@ export class DurableWrites {
       // Still ours: the ledger failed for a lease (the caller's error names the operation).
       if (now.status === "running" && now.attempt === row.attempt) return;
       const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
-      // A person's "failed" contradicted: said so (and kept so by a receipt that settles it later, fence.ts).
-      const overruled = now.status === "failed" && now.resolution_json !== null ? VERDICT_OVERRULED : "";
+      // A "failed" contradicted, said so (and kept so by a receipt that settles it later, fence.ts):
+      // a person's, or one every caller since was replayed (a model may have sent the work again).
+      const personSaid = now.resolution_json !== null;
+      const overruled = now.status !== "failed" ? "" : personSaid ? VERDICT_OVERRULED : FAILURE_OVERRULED;
+      const told =
+        now.status === "failed" && !personSaid
+          ? `, after attempt ${now.attempt} failed; a caller told "failed" may have acted on it (the same work sent again under another key, say)`
+          : "";
       const moved = await this.moveDurably(call, now, "needs_review", {
         ...patch,
         ...asRead,
-        reason: `${overruled}attempt ${row.attempt}: ${patch.reason}${held}`,
+        reason: `${overruled}attempt ${row.attempt}: ${patch.reason}${held}${told}`,
         ...(now.status === "failed" && { reopened: true }),
       }).catch(() => undefined);
       if (moved) return;

@@ -143,8 +143,10 @@ export async function fenced<A, R>(
         (overruled && now.resolution_json !== null) ||
         (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
       // The provider's "failed" (a later attempt refused, say, before our request landed): every
-      // caller since was told so, and a person hears that it took effect after all.
-      const failureOverruled = overruled && !personOverruled;
+      // caller since was told so, and a person hears that it took effect after all. Also one
+      // reopened with a proof of the effect after it (durable-writes.ts `unstorable`).
+      const failureOverruled =
+        (overruled && !personOverruled) || (now.status === "needs_review" && isFailureOverruled(now.reason ?? ""));
       const after = overruled
         ? personOverruled
           ? ", after a person resolved it as failed"
@@ -193,7 +195,7 @@ export async function fenced<A, R>(
           : second
             ? `two effects: attempt ${mine.attempt}'s request took effect, and so did attempt ${by.join(" and ")}'s, whose receipt could not be stored; a person must check the provider${verdictToo}`
             : proof
-              ? `${personOverruled ? VERDICT_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
+              ? `${personOverruled ? VERDICT_OVERRULED : failureOverruled ? FAILURE_OVERRULED : ""}attempt ${mine.attempt}'s receipt proves the effect happened; the effect known before without its receipt (${before}: ${proof.reason.slice(0, 200)}) is taken to be this one`
               : rerun !== undefined
                 ? `${POSSIBLY_TWO}${proves}${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider${verdictToo}`
                 : retryNotRun

@@ -6,7 +6,10 @@
  * the effect: the operation succeeds with it, one effect at the provider, and a person is alerted
  * that a "failed" its callers were told is overruled: a caller (a model) may have acted on it,
  * sending the same work again under another key. Before: settled silently (helper-226's finding).
- * A person's "failed" overruled is its own alert (verdict-overruled-late.test.ts). Both databases.
+ * A person's "failed" overruled is its own alert (verdict-overruled-late.test.ts). The same when
+ * attempt 1's receipt is too large to store: the row goes to a person with the proof, its reason
+ * saying callers were told "failed", and a later receipt that settles it is alerted as overruled
+ * (before: a plain needs_review, then a plain success). Both databases.
  */
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
@@ -25,7 +28,7 @@ class Refused extends Error {}
  * A provider that dedupes on our key: the first request holds until released, then commits (or is
  * answered the key's effect); the second is refused at once (validation), having found no effect.
  */
-function provider(type: string) {
+function provider(type: string, receiptOf: (id: string) => { id: string } = (id) => ({ id })) {
   const effects: { key: string; id: string }[] = [];
   let out!: () => void;
   const sent = new Promise<void>((r) => (out = r));
@@ -44,7 +47,7 @@ function provider(type: string) {
       await gate;
       const id = effects.find((e) => e.key === op.key)?.id ?? `obj_${effects.length + 1}`;
       if (!effects.some((e) => e.id === id)) effects.push({ key: op.key, id });
-      return { id };
+      return receiptOf(id);
     },
     classify: (e) =>
       e instanceof Refused ? { kind: "permanent", reason: e.message } : { kind: "ambiguous", reason: String(e) },
@@ -94,6 +97,92 @@ for (const dialect of DIALECTS) {
       });
       expect(p.effects).toHaveLength(1);
       expect(isFailureOverruled((await stored(later, row!.id)).reason)).toBe(true);
+    });
+
+    it("the earlier request's receipt too large to store: the person the row goes to hears that callers were told failed", async () => {
+      const p = provider("failed.overruled.unstorable", (id) => ({ id, padding: "x".repeat(4_000) }));
+      const tenant = uniqueTenant();
+      // Attempt 1's ledger cannot store its receipt (over maxResultBytes): a proof of the effect instead.
+      const worker = await db.open({ actions: [p.action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["unstorable"], args: { to: "x" } };
+      const first = worker.run(p.action, input);
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ status: "failed", replayed: false, attempt: 2 });
+      expect(await later.run(p.action, input)).toMatchObject({ status: "failed", replayed: true, attempt: 2 });
+      p.release(); // attempt 1's request commits; its answer cannot be stored
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      const [row] = await later.admin.list({ tenant });
+      const after = await stored(later, row!.id);
+      expect({
+        status: after.status,
+        alertPending: after.alertPending,
+        overruled: isFailureOverruled(after.reason),
+      }).toEqual({
+        status: "needs_review",
+        alertPending: 1,
+        overruled: true,
+      });
+      expect(after.reason).toContain(`a caller told "failed" may have acted on it`);
+      expect(after.reason).toContain("the effect happened but its receipt cannot be stored");
+      expect((await later.daemon.alertsDue({ limit: 10 })).map((a) => a.id)).toContain(row!.id);
+      // No longer settled: a caller is not replayed "failed" any more.
+      expect(await later.run(p.action, input)).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      expect(p.effects).toHaveLength(1);
+    });
+
+    it("then a later request's receipt, deduped onto that effect, settles it: alerted as a failure overruled", async () => {
+      // Attempts 1 and 2 are out (the provider dedupes on our key: one effect), attempt 3 is refused
+      // at once, so callers are told "failed"; attempt 1's receipt cannot be stored (the row goes to a
+      // person with the proof), then attempt 2's arrives and settles the row.
+      const effects: string[] = [];
+      const sent: (() => void)[] = [];
+      const out = [0, 1].map((i) => new Promise<void>((r) => (sent[i] = r)));
+      const gates: (() => void)[] = [];
+      const open = [0, 1].map((i) => new Promise<void>((r) => (gates[i] = r)));
+      let calls = 0;
+      const action = defineAction<{ to: string }, { id: string; padding?: string }>({
+        type: "failed.overruled.proof",
+        capabilities: { dedupe: { retentionMs: 24 * HOUR } },
+        execute: async () => {
+          const n = calls++;
+          if (n === 2) throw new Refused("validation: refused");
+          sent[n]!();
+          await open[n];
+          if (effects.length === 0) effects.push("obj_1");
+          return n === 0 ? { id: "obj_1", padding: "x".repeat(4_000) } : { id: "obj_1" };
+        },
+        classify: (e) =>
+          e instanceof Refused ? { kind: "permanent", reason: e.message } : { kind: "ambiguous", reason: String(e) },
+      });
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["proof"], args: { to: "x" } };
+      const worker = await db.open({ actions: [action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [action] });
+      const latest = await db.open({ clock: () => Date.now() + 2 * HOUR, actions: [action] });
+      const first = worker.run(action, input);
+      await out[0];
+      const second = later.run(action, input);
+      await out[1];
+      expect(await latest.run(action, input)).toMatchObject({ status: "failed", replayed: false, attempt: 3 });
+      gates[0]!();
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      const [row] = await latest.admin.list({ tenant });
+      expect(await stored(latest, row!.id)).toMatchObject({ status: "needs_review", alertPending: 1 });
+      gates[1]!();
+      expect(await second).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" }, replayed: false });
+      const after = await stored(latest, row!.id);
+      expect({
+        status: after.status,
+        alertPending: after.alertPending,
+        overruled: isFailureOverruled(after.reason),
+      }).toEqual({
+        status: "succeeded",
+        alertPending: 1,
+        overruled: true,
+      });
+      expect(after.reason).toContain("the effect known before without its receipt (attempt 1's request");
+      expect(effects).toHaveLength(1);
     });
   });
 }
