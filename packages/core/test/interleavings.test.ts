@@ -31,8 +31,9 @@
  * rarely reach); a key the ledger was TOLD two distinct effects of (the receipts executes
  * answered, the effects lookups read: a lookup that reads two answers the first with `twice`)
  * ends alerted of two (needs_review, or a reason of two effects) or with a person
- * (`alertedOfTwo`). How many seeds told the ledger of two is printed after the run, and the
- * default range fails if none did (the oracle would prove nothing); `SIM_DUMP_TWO=1` prints
+ * (`alertedOfTwo`). How many seeds told the ledger of two is printed after the run, not asserted:
+ * whether a seed reaches it is timing, not the schedule, and a run may reach none (the oracle
+ * then proved nothing that run; `SIM_SEEDS` searches wider); `SIM_DUMP_TWO=1` prints
  * their scripts. `SIM_STATS=1` prints how often the moves were reached; `SIM_DUMPS=n` prints
  * the script and events of up to n failing seeds (default 3). A failing seed is printed with its
  * script; `SIM_SEED=n` runs that one alone (the schedule is seeded, the database's and the event
