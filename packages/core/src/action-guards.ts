@@ -12,6 +12,7 @@ import {
   type OperationContext,
   type ReconcileResult,
 } from "./action.js";
+import { LedgerUnavailableError } from "./errors.js";
 
 /**
  * A lookup's answer, checked: a JavaScript reconcile may resolve to anything, and what is not a
@@ -92,7 +93,11 @@ export interface ExecuteBounds {
   readonly boundMs: number | undefined;
   /** The caller's signal (withLease aborts the action's signal with it). */
   readonly gaveUp: AbortSignal | undefined;
-  /** Tells its listener once the lease is lost (withLease aborts the action's signal then). */
+  /**
+   * Tells its listener once the lease is lost, or the ledger's close stopped waiting for the call
+   * (a `LedgerUnavailableError` marked `closed`: no heartbeat renews the lease after it); withLease
+   * aborts the action's signal then.
+   */
   readonly onLost: (listener: (reason: Error) => void) => void;
   /** Aborts the action's signal (at `boundMs`). */
   readonly abandon: (reason: Error) => void;
@@ -123,9 +128,9 @@ export function answerWithin<T>(
       resolve(out);
     };
     const late = "it may have been sent; its answer, if one comes, is recorded then";
-    const stopWaiting = (why: string) => {
+    const stopWaiting = (why: string, then = late) => {
       if (ended) return;
-      grace ??= setTimeout(() => end({ abandoned: `${why}: ${late}` }), ABANDON_AFTER_MS);
+      grace ??= setTimeout(() => end({ abandoned: `${why}: ${then}` }), ABANDON_AFTER_MS);
     };
     const silent = `did not answer within ${ABANDON_AFTER_MS} ms after its signal aborted`;
     const onGiveUp = () => stopWaiting(`the caller gave up and attempt ${attempt}'s request ${silent}`);
@@ -141,7 +146,12 @@ export function answerWithin<T>(
     if (gaveUp?.aborted) onGiveUp();
     else gaveUp?.addEventListener("abort", onGiveUp, { once: true });
     onLost((reason) =>
-      stopWaiting(`attempt ${attempt}'s lease was lost (${reason.message}) and its request ${silent}`),
+      reason instanceof LedgerUnavailableError && reason.closed
+        ? stopWaiting(
+            `the ledger was closed while attempt ${attempt}'s request was out (its close stopped waiting for it) and its request ${silent}`,
+            "it may have been sent; nothing more is recorded, and its lease is no longer renewed: the operation stays running under it, settled by the replay policy once it ends",
+          )
+        : stopWaiting(`attempt ${attempt}'s lease was lost (${reason.message}) and its request ${silent}`),
     );
     request.then(
       (value) => end({ answer: { status: "fulfilled", value } }),

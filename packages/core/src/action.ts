@@ -254,10 +254,11 @@ export interface OperationContext {
   /** The provider reference recorded before the effect, if the action gave one. */
   readonly providerReference: string | null;
   /**
-   * Aborted when the lease is lost, when the caller gives up, or when a settlement's time bound
-   * ends; pass it to the provider's client. Its reason says which: `LeaseDeadlineError` when the
-   * lease could not be renewed in time, a `LedgerUnavailableError` marked `closed` when that was
-   * because the ledger closed (`close` stopped waiting for this call). An execute that has not
+   * Aborted when the lease is lost, when the caller gives up, when a settlement's time bound
+   * ends, or when the ledger's `close` stops waiting for this call; pass it to the provider's
+   * client. Its reason says which: `LeaseDeadlineError` when the lease could not be renewed in
+   * time, a `LedgerUnavailableError` marked `closed` at the close (nothing more is recorded, and
+   * the lease is no longer renewed: send nothing after it). An execute that has not
    * answered a second after it aborted (the caller's or the settlement's) is no longer awaited,
    * and its operation is unknown.
    */

@@ -18,7 +18,7 @@ import { InvalidTransitionError, InvalidValueError, LedgerConfigError } from "./
 import { requireName, requireTenants, requireText, requireWhole } from "./keys.js";
 import { migrate, schemaStatus } from "./open.js";
 import type { StoredError } from "./result.js";
-import { rowPerformedProof } from "./row-results.js";
+import { RESOLVED_BY_PERSON, rowPerformedProof } from "./row-results.js";
 import { STATUSES, type Status } from "./schema.js";
 import type { Row } from "./store.js";
 import { requireStuckFilter, type LedgerStats, type ListFilter, type ReadsAtOnce } from "./reports.js";
@@ -127,7 +127,7 @@ export class LedgerAdmin {
         "receipt",
         `is ${bytes} bytes, over this ledger's limit of ${context.settings.maxResultBytes} (maxResultBytes): record the provider's ids in it, or give evidence instead`,
       );
-    const reason = `resolved by a person: ${verdict.reason}`;
+    const reason = `${RESOLVED_BY_PERSON}${verdict.reason}`;
     const resolution = {
       outcome: verdict.outcome,
       actor: verdict.actor,

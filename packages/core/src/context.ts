@@ -127,7 +127,9 @@ export interface Closed {
    * waiting: a request, a lookup or lazy args still under way. Their outcome is not recorded: each
    * stays as the call's last write left it, `running` under its lease while its request was out,
    * and is settled by the replay policy once that lease ends (looked up, replayed with its key, or
-   * a person's). Their callers are answered when the work ends or the lease cannot be kept,
+   * a person's). Their actions' `op.signal` aborts as the close stops waiting (with the close's
+   * `LedgerUnavailableError`, `closed`: the lease is no longer renewed), and their callers are
+   * answered when the work ends (or a second later, an action ignoring its signal):
    * `CompletionNotRecordedError` with the receipt of an effect that happened, else
    * `LedgerUnavailableError` (`closed`). Unlike `lateAnswers`, whose callers were answered already
    * and whose rows were recorded unknown. A call whose claim was not answered yet names none.
@@ -179,8 +181,9 @@ export class LedgerContext {
       const lateAnswers = quiet ? [] : this.runner.lateAnswers();
       const inFlight = quiet ? [] : this.runner.inFlightOperations();
       this.closed = true;
-      // A call still in flight meets the close in its next statement, said as such (not retried as an outage).
-      this.store.closed = true;
+      // A call still in flight meets the close in its next statement, said as such (not retried as
+      // an outage), and its action's signal aborts now, with the close as its reason.
+      this.store.markClosed();
       await this.db.destroy();
       return { lateAnswers, inFlight };
     })();

@@ -103,8 +103,16 @@ export class DurableWrites {
    * Writes `succeeded` with the receipt, retrying a failing database for up to a lease. A receipt
    * settles the row on its own evidence: a person's verdict goes (a reopened row's "failed" must
    * not be read with the receipt), unless `keepVerdict` (their "it happened" given without one).
-   * `alert`: a person must hear of it (`reason` says why). `unchangedSince`: only on the row as
-   * read, for a move that keeps the status (see `moveDurably`).
+   * `alert`: a person must hear of it (`reason` says why). Without it an alert still due on the
+   * row (not yet delivered) is cleared, on purpose: the daemon words an alert from the row's
+   * reason as it is when it delivers it, and a receipt's reason needs no one, so kept due it would
+   * be told as a false alert (on a success, "took effect twice"). The alerts a receipt answers are
+   * those it clears: a person asked to decide whether it happened (needs_review), a lookup refused
+   * while the outcome was unknown (check_refused, also on the row a caller took over to look
+   * again). An alert whose subject a receipt does not answer is carried by the caller into the
+   * reason and `alert`: a second effect told to no one yet (fence.ts, `twoSaid`), a "failed"
+   * overruled. `unchangedSince`: only on the row as read, for a move that keeps the status (see
+   * `moveDurably`).
    */
   async recordReceipt<A, R>(
     call: Call<A, R>,

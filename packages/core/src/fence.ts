@@ -9,7 +9,15 @@ import type { Call, Step } from "./call.js";
 import type { DurableWrites } from "./durable-writes.js";
 import { alertedBefore, attentionOf, dedupedOntoFirst, firstSentOf, namesEach, withAttention } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
-import { knownPerformed, pending, replayOf, resolutionOf, rowPerformedProof, succeeded } from "./row-results.js";
+import {
+  knownPerformed,
+  pending,
+  RESOLVED_BY_PERSON,
+  replayOf,
+  resolutionOf,
+  rowPerformedProof,
+  succeeded,
+} from "./row-results.js";
 import type { RunResult } from "./result.js";
 import type { Row } from "./store.js";
 
@@ -135,12 +143,18 @@ export async function fenced<A, R>(
       now.status === "unknown" || now.status === "pending" || now.status === "needs_review" || now.status === "running";
     const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
     if (receipt !== undefined && (unproven || verdictWithout)) {
-      const overruled = now.status === "failed";
+      // A "failed" reopened for a person by an ambiguous end (`reopenedUnheard`), its alert still
+      // due: no one heard yet that it may have committed after all, and our receipt proves it did.
+      // Overruled as the "failed" itself is: settled as a question the receipt answers, its alert
+      // was cleared, and no one heard that the callers told "failed" were told wrong.
+      const failedUnheard = reopenedUnheard(now);
+      const overruled = now.status === "failed" || failedUnheard !== undefined;
       // A person's "failed": they may have acted on it (told the customer, redone the work by
       // hand, a second effect of their own), so they hear that the receipt contradicts it.
       // Also one reopened with a proof of the effect (its receipt not stored) after it: said so then.
       const personOverruled =
-        (overruled && now.resolution_json !== null) ||
+        (now.status === "failed" && now.resolution_json !== null) ||
+        failedUnheard === "person" ||
         (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
       // The provider's "failed" (a later attempt refused, say, before our request landed): every
       // caller since was told so, and a person hears that it took effect after all. Also one
@@ -183,6 +197,10 @@ export async function fenced<A, R>(
         !twice && !proof && !(now.status === "failed" && now.resolution_json === null) && !ranNothing(now)
           ? rerunAfter(call.action, mine, now)
           : undefined;
+      // A second effect, proven or possible, told on the row to no one yet (its alert still due):
+      // our receipt settles the row but undoes no effect, so those words stay first (the daemon's
+      // alert kind) and it stays alerted. Recorded as one effect, its alert was cleared unheard.
+      const stillTold = !twice && rerun === undefined && twoSaid(now) ? (now.reason ?? undefined) : undefined;
       // Two effects are said first (the daemon's alert kind); a person's "failed" they overrule too.
       const verdictToo = personOverruled
         ? `; ${VERDICT_OVERRULED}a person must check whether anything was done on that verdict`
@@ -208,9 +226,18 @@ export async function fenced<A, R>(
       // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
       // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
       const overruledSaid = told.startsWith(VERDICT_OVERRULED) || told.startsWith(FAILURE_OVERRULED);
-      const said = withAttention(told, attention, twice || rerun !== undefined || overruledSaid);
+      const said =
+        stillTold === undefined
+          ? withAttention(told, attention, twice || rerun !== undefined || overruledSaid)
+          : withAttention(`${stillTold.slice(0, 500)}; ${told}`, attention, true);
       const alert =
-        twice || rerun !== undefined || attention !== undefined || retryNotRun || personOverruled || failureOverruled;
+        twice ||
+        rerun !== undefined ||
+        attention !== undefined ||
+        retryNotRun ||
+        personOverruled ||
+        failureOverruled ||
+        stillTold !== undefined;
       const proven = await writes.recordReceipt(
         call,
         now,
@@ -350,7 +377,7 @@ export async function fenced<A, R>(
             })
           : await writes.moveDurably(call, now, "needs_review", {
               actor: call.actor,
-              reason: `attempt ${mine.attempt}, still in flight when the operation failed, may have committed: ${detail.slice(0, 200)}; a person decides`,
+              reason: `attempt ${mine.attempt}${FAILED_REOPENED}${detail.slice(0, 200)}; a person decides`,
               alert: true,
               reopened: true,
             });
@@ -430,6 +457,26 @@ function ranNothing(now: Row & { rerun_attempt: number | null }): boolean {
   if (now.status !== "unknown" || now.error_json === null) return false;
   const kind = (JSON.parse(now.error_json) as { kind?: unknown }).kind;
   return kind === "transient" || kind === "rate_limited";
+}
+
+/** What follows the attempt in the reason of a "failed" reopened for a person by an ambiguous end (`fenced`). */
+const FAILED_REOPENED = ", still in flight when the operation failed, may have committed: ";
+
+/**
+ * Whose "failed" the row held when an ambiguous end reopened it for a person, while that alert
+ * is still due (no one heard of it yet): a person's (`admin.resolve`, its error says so) or the
+ * provider's. Undefined for any other row. The reopen voids the verdict (`resolution_json`).
+ */
+function reopenedUnheard(now: Row): "person" | "provider" | undefined {
+  if (now.status !== "needs_review" || now.alert_pending !== 1) return undefined;
+  if (!/^attempt \d+, /.test(now.reason ?? "") || !now.reason!.includes(FAILED_REOPENED)) return undefined;
+  let said: unknown;
+  try {
+    said = now.error_json === null ? undefined : (JSON.parse(now.error_json) as { reason?: unknown }).reason;
+  } catch {
+    said = undefined;
+  }
+  return typeof said === "string" && said.startsWith(RESOLVED_BY_PERSON) ? "person" : "provider";
 }
 
 /** Whether the row's alert still due already tells a person of two effects, proven or possible. */

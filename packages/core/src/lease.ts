@@ -1,9 +1,10 @@
 /**
  * The lease an attempt holds while its action runs (`withLease`): a heartbeat extends it, and a
  * local deadline aborts the action's signal once no heartbeat succeeded for most of a lease, since
- * another worker may then take over (with `LeaseDeadlineError`, or the close's
- * `LedgerUnavailableError` once the ledger closed while the action ran). Also the
- * OperationContext the action is handed, its signal made only when read.
+ * another worker may then take over (`LeaseDeadlineError`). A close that stops waiting for the
+ * action aborts it at once, with the close's `LedgerUnavailableError` (`closed`): no heartbeat
+ * renews the lease after it. Also the OperationContext the action is handed, its signal made only
+ * when read.
  */
 import type { OperationContext } from "./action.js";
 import type { Call, Held } from "./call.js";
@@ -13,8 +14,9 @@ import type { Row, Store } from "./store.js";
 
 /**
  * Runs `fn` while a heartbeat keeps our lease. The action's signal aborts when the lease is lost,
- * when the caller gives up, or locally when no heartbeat succeeded for most of a lease (the
- * database is unreachable: another worker may take over once the lease runs out).
+ * when the caller gives up, locally when no heartbeat succeeded for most of a lease (the database
+ * is unreachable: another worker may take over once the lease runs out), or when the ledger's
+ * close stops waiting for this call (Store.markClosed).
  */
 export async function withLease<A, R, T>(
   store: Store,
@@ -55,17 +57,11 @@ export async function withLease<A, R, T>(
     lostListener?.(reason);
   };
   let deadline: NodeJS.Timeout | undefined;
-  /** Why the last heartbeat failed, if it did: the evidence of a deadline met. */
-  let beatFailed: unknown;
-  // Past the deadline the lease may pass to another worker. Once the ledger closed (its close
-  // stopped waiting for this call), no heartbeat can renew it: the action hears the close, as the
-  // call's own statements do, not a lease that ran out (an outage to wait for).
-  const deadlineMet = () =>
-    store.closed ? store.closedError(row.id, beatFailed) : new LeaseDeadlineError(row.id, row.attempt);
+  // Past the deadline the lease may pass to another worker.
   const armDeadline = (from: number) => {
     until = from + leaseMs - margin;
     clearTimeout(deadline);
-    deadline = setTimeout(() => lose(deadlineMet()), Math.max(0, until - clock()));
+    deadline = setTimeout(() => lose(new LeaseDeadlineError(row.id, row.attempt)), Math.max(0, until - clock()));
   };
   armDeadline(mine.since);
   const timer = setInterval(
@@ -77,9 +73,9 @@ export async function withLease<A, R, T>(
           if (kept) return armDeadline(asked);
           lose(new Error(`lease of attempt ${row.attempt} lost`));
         },
-        (error: unknown) => {
-          beatFailed = error; // the database unreachable, or the ledger closed: the deadline above stops the action
-        },
+        // The database unreachable (the deadline above stops the action), or the ledger closed (its
+        // close stopped the action already).
+        () => {},
       );
     },
     Math.max(10, Math.floor(leaseMs / 3)),
@@ -87,6 +83,15 @@ export async function withLease<A, R, T>(
   // The heartbeat alone does not keep the process running: an action that waits on nothing
   // (it ignored its signal) after the ledger closed must not hold the process open for ever.
   timer.unref();
+  // Once the ledger's close stopped waiting for this call, no heartbeat renews the lease and
+  // nothing more is recorded: the action hears the close then, as the call's own statements do,
+  // not a lease deadline up to a lease later (meanwhile an action honouring its signal could still
+  // send a request the ledger will never hear of).
+  const unlisten = store.whenClosed(() => {
+    clearInterval(timer);
+    clearTimeout(deadline);
+    lose(store.closedError(row.id));
+  });
   // Read synchronously, before a request is sent: the deadline's timer may not have fired yet
   // when the answer that granted the lease arrived late.
   const held = () => !lost && clock() < until;
@@ -104,6 +109,7 @@ export async function withLease<A, R, T>(
     finished = true;
     clearInterval(timer);
     clearTimeout(deadline);
+    unlisten();
     call.signal?.removeEventListener("abort", onAbort);
   }
 }

@@ -9,6 +9,12 @@ import { PayloadTooLargeError } from "./errors.js";
 import { performedProof, type Resolution, type RunResult, type StoredError, type Unsettled } from "./result.js";
 import type { Row } from "./store.js";
 
+/**
+ * How the reason of a person's verdict starts (`admin.resolve`), on the row and in the error of
+ * their "failed": what tells their "failed" from the provider's once a reopen voided the verdict.
+ */
+export const RESOLVED_BY_PERSON = "resolved by a person: ";
+
 export function checkSize(what: "args" | "result", json: string, limit: number, operationId?: string): void {
   const bytes = Buffer.byteLength(json);
   if (bytes > limit) throw new PayloadTooLargeError(what, bytes, limit, operationId);

@@ -437,19 +437,48 @@ export class Store {
   marksReruns = true;
 
   /**
-   * Set by the ledger's close as it ends the connection: a statement of a call still in flight
-   * fails then, and is said as the close it met (`LedgerUnavailableError.closed`), not as an outage
-   * of the database to be retried.
+   * Set by the ledger's close as it stops waiting for the calls in flight and ends the connection
+   * (`markClosed`): a statement of a call still in flight fails then, and is said as the close it
+   * met (`LedgerUnavailableError.closed`), not as an outage of the database to be retried.
    */
   closed = false;
 
+  /** The leases held now (lease.ts), told when the close stops waiting (`markClosed`). */
+  private readonly closeListeners = new Set<() => void>();
+
+  /**
+   * Tells `listener` once the close stops waiting for the calls in flight (`markClosed`), at once
+   * if it did already; answers what removes it.
+   */
+  whenClosed(listener: () => void): () => void {
+    if (this.closed) {
+      listener();
+      return () => {};
+    }
+    this.closeListeners.add(listener);
+    return () => this.closeListeners.delete(listener);
+  }
+
+  /**
+   * The close stopped waiting for the calls in flight: from now on their statements meet the
+   * close (`closed`), and the actions still running hear it on their `op.signal` at once (lease.ts),
+   * not when their leases would have run out: no heartbeat renews those leases any more, and an
+   * action that honours its signal must not send a request after the ledger said it closed.
+   */
+  markClosed(): void {
+    this.closed = true;
+    const listeners = [...this.closeListeners];
+    this.closeListeners.clear();
+    for (const listener of listeners) listener();
+  }
+
   /**
    * What a call still in flight meets once the ledger closed (`closed`): its statements, and its
-   * action's `op.signal` once the lease can no longer be renewed (lease.ts), said as the close.
+   * action's `op.signal` (lease.ts), said as the close.
    */
   closedError(operationId: string | undefined, cause?: unknown): LedgerUnavailableError {
     return new LedgerUnavailableError(
-      "the ledger was closed while this call was in flight (its close stopped waiting for it): its outcome is not recorded; the operation stays as the call's last write left it (running under its lease while its request was out), settled by the replay policy once that lease ends",
+      "the ledger was closed while this call was in flight (its close stopped waiting for it): its outcome is not recorded and its lease is no longer renewed; the operation stays as the call's last write left it (running under that lease while its request was out), settled by the replay policy once the lease ends",
       operationId,
       { ...(cause !== undefined && { cause }), closed: true },
     );

@@ -276,8 +276,9 @@ for (const dialect of DIALECTS) {
       expect(p.effects).toHaveLength(1);
     });
 
-    it("close({ waitMs }): a call whose request never answers is named, and its caller hears the ledger closed once its lease could not be kept", async () => {
-      const ledger = await openTestLedger(db.url(), { leaseMs: 3_000 });
+    it("close({ waitMs }): a call whose request never answers is named, and its caller hears the ledger closed a second after the close, not a lease later", async () => {
+      // A long lease: its deadline is not what ends the call.
+      const ledger = await openTestLedger(db.url(), { leaseMs: 60_000 });
       const p = new TestProvider();
       const mail = p.action("mail", { lookup: true });
       const tenant = uniqueTenant();
@@ -290,8 +291,12 @@ for (const dialect of DIALECTS) {
       await p.called(1);
       const [op] = await ledger.admin.list({ tenant });
       expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id: op!.id }] });
-      // Its lease cannot be renewed through a closed ledger: the attempt is abandoned, its outcome not recorded.
+      const t0 = performance.now();
+      // Its lease is not renewed through a closed ledger: the attempt is abandoned (its signal
+      // aborted at the close, a second's grace), its outcome not recorded.
       const { error } = (await heard) as { error: LedgerUnavailableError };
+      // Before: at the lease's deadline (58 s here).
+      expect(performance.now() - t0).toBeLessThan(20_000);
       expect(error).toBeInstanceOf(LedgerUnavailableError);
       expect(error).toMatchObject({
         closed: true,
@@ -303,21 +308,28 @@ for (const dialect of DIALECTS) {
       expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
     });
 
-    it("close({ waitMs }): an action still running when it stops waiting sees its signal aborted for the close, not for a lease run out", async () => {
-      // The lease's deadline must not pass before the close stops waiting (a loaded machine's list and close).
-      const ledger = await openTestLedger(db.url(), { leaseMs: 6_000 });
+    it("close({ waitMs }): an action still running when it stops waiting sees its signal aborted for the close as the close ends, not at its lease's deadline, and sends nothing after", async () => {
+      // A long lease: a deadline a minute away cannot be what aborts the signal.
+      const ledger = await openTestLedger(db.url(), { leaseMs: 60_000 });
       const tenant = uniqueTenant();
       let running!: () => void;
       const started = new Promise<void>((r) => (running = r));
+      // The action's next request waits for this (a step after a first one, a page of a batch):
+      // released after the close, it is sent only if its signal has not aborted.
+      let proceed!: () => void;
+      const next = new Promise<void>((r) => (proceed = r));
       const reasons: unknown[] = [];
+      const sent: string[] = [];
       const waits = defineAction({
         type: "waits",
         capabilities: {},
         execute: async (_a: { to: string }, op) => {
+          op.signal.addEventListener("abort", () => reasons.push(op.signal.reason), { once: true });
           running();
-          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
-          reasons.push(op.signal.reason);
-          throw op.signal.reason;
+          await Promise.race([next, new Promise((r) => op.signal.addEventListener("abort", r, { once: true }))]);
+          if (op.signal.aborted) throw op.signal.reason;
+          sent.push("the next request"); // as fetch(url, { signal }) would send it
+          return { ok: true };
         },
         classify: (error) => ({ kind: "ambiguous", reason: String(error) }),
       });
@@ -329,18 +341,28 @@ for (const dialect of DIALECTS) {
       await started;
       const [op] = await ledger.admin.list({ tenant });
       expect(await ledger.close({ waitMs: 300 })).toEqual({ lateAnswers: [], inFlight: [{ tenant, id: op!.id }] });
+      // Aborted by the time close answered. Before: only at the lease's deadline (58 s here), and
+      // the request released meanwhile went out after the ledger said it closed.
+      expect(reasons).toHaveLength(1);
+      proceed();
       const { error } = (await heard) as { error: unknown };
       expect(error).toMatchObject({ closed: true });
-      // Before: a LeaseDeadlineError ("could not renew its lease in time"), as if the database had failed.
-      expect(reasons).toHaveLength(1);
+      expect(sent).toEqual([]);
       expect(reasons[0]).toBeInstanceOf(LedgerUnavailableError);
       expect(reasons[0]).not.toBeInstanceOf(LeaseDeadlineError);
       expect(reasons[0]).toMatchObject({
         closed: true,
         reopen: false,
         operationId: op!.id,
-        message: expect.stringMatching(/^the ledger was closed while/),
+        message: expect.stringMatching(
+          /^the ledger was closed while this call was in flight \(its close stopped waiting for it\): its outcome is not recorded and its lease is no longer renewed; .*settled by the replay policy/,
+        ),
       });
+      // Left running under the attempt's lease (not given back: its request may have been out), for the replay policy.
+      const after = await db.open();
+      const { operation } = await after.get({ tenant, id: op!.id });
+      expect(operation).toMatchObject({ status: "running", attempt: 1 });
+      expect(operation.leaseExpiresAt).toBeGreaterThan(await after.admin.now());
     });
 
     it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {
