@@ -90,8 +90,9 @@ export class Daemon {
   /**
    * Runs until `stop()`; resolves after the last tick finished. Rejects with the
    * `LedgerUnavailableError` of a ledger that must be reopened (`reopen`: its SQLite file was
-   * replaced or deleted, or its connection closed on a transaction SQLite could neither commit nor
-   * roll back), which no retry could get past.
+   * replaced or deleted), which no retry could get past. A connection closed on a transaction
+   * SQLite could neither commit nor roll back (`reopensItself`) is opened again by the ledger at
+   * its next statement: that tick failed, the next one goes on.
    */
   async run(): Promise<void> {
     while (!this.stopping) {
@@ -102,11 +103,11 @@ export class Daemon {
         const downMs = this.metrics.tick();
         if (downMs !== undefined) this.log.info({ downMs }, "the ledger database is reachable again");
       } catch (error) {
-        if (error instanceof LedgerUnavailableError && error.reopen) {
-          // A SQLite file deleted or replaced under the ledger, or a connection closed on a
-          // transaction that could not end: this connection never writes again, so waiting is for
-          // ever. Its supervisor starts the daemon again, which opens the file now at the path.
-          // The error's own words say which.
+        if (error instanceof LedgerUnavailableError && error.reopen && !error.reopensItself) {
+          // A SQLite file deleted or replaced under the ledger: this ledger never writes again, so
+          // waiting is for ever. Its supervisor starts the daemon again, which opens the file now
+          // at the path. (A connection closed on a transaction that could not end is opened again
+          // by the ledger itself: an outage, retried below.)
           this.log.fatal(
             { err: error },
             `the ledger must be opened again (${error.message}): exiting; restart the daemon to open the ledger now at its path`,

@@ -231,12 +231,27 @@ export class GuardrailError extends IdemError {
  */
 export class LedgerUnavailableError extends IdemError {
   /**
-   * This ledger can never write again, however long one waits: its SQLite file (or the file's
-   * log or index) was deleted or replaced since it opened it (a ledger made anew at its path, a
-   * backup renamed over it). Close it and open the ledger again: the open opens the file at the
-   * path now. False for an outage that may pass (a restart, a full disk, a lock).
+   * No retry of this statement can pass, however long one waits, and the ledger makes none
+   * (false for an outage that may pass: a restart, a full disk, a lock). Two causes, told apart
+   * by the message:
+   * - its SQLite file (or the file's log or index) was deleted or replaced since the ledger opened
+   *   it (a ledger made anew at its path, a backup renamed over it): this ledger never writes
+   *   again. Close it and open the ledger again: the open opens the file at the path now.
+   * - SQLite: a group commit it was part of (or waited for) could be neither committed nor rolled
+   *   back, and the connection was closed to end its transaction: nothing of it was committed.
+   *   The ledger opens its connection again by itself for its next statement (checking that the
+   *   file is still the one it opened), so a new call may pass once the file is usable
+   *   (`reopensItself`).
    */
   readonly reopen: boolean;
+
+  /**
+   * With `reopen`: the ledger opens its connection again by itself for its next statement (a
+   * SQLite connection closed after a group commit it could neither commit nor roll back, on a
+   * ledger opened from a path). Nothing to do but call again; a call may fail while the file is
+   * still unusable, as in any outage. False: close the ledger and open it again.
+   */
+  readonly reopensItself: boolean;
 
   /**
    * This process closed the ledger (`close` stopped waiting) while the call was in flight: nothing
@@ -248,12 +263,16 @@ export class LedgerUnavailableError extends IdemError {
   constructor(
     message: string,
     readonly operationId?: string,
-    options?: { cause?: unknown; reopen?: boolean; closed?: boolean },
+    options?: { cause?: unknown; reopen?: boolean; reopensItself?: boolean; closed?: boolean },
   ) {
     super("LEDGER_UNAVAILABLE", message + (operationId ? ` (operation ${operationId})` : ""), options);
     // Said again of an operation (the same failure, wrapped), it stays one that needs a reopen.
     this.reopen =
       options?.reopen ?? (options?.cause instanceof LedgerUnavailableError && options.cause.reopen === true);
+    this.reopensItself =
+      this.reopen &&
+      (options?.reopensItself ??
+        (options?.cause instanceof LedgerUnavailableError && options.cause.reopensItself === true));
     this.closed =
       options?.closed ?? (options?.cause instanceof LedgerUnavailableError && options.cause.closed === true);
   }

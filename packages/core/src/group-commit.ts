@@ -16,9 +16,11 @@
  * the whole transaction back: then the failing statement is refused, and the others, none of
  * them acknowledged, run again in a new transaction. When the COMMIT fails, each write runs again
  * alone, in a commit of its own. When the ROLLBACK after it fails too and the transaction stays
- * open, the connection is closed (the one way left to end that transaction, and to give up the
- * write lock it holds): every write of that commit, and every statement since (one that was
- * waiting for a lock included), is refused with a `LedgerUnavailableError` marked `reopen`.
+ * open, the connection is abandoned: closed (the one way left to end that transaction, and to give
+ * up the write lock it holds), and every write of that commit, and every statement still bound to
+ * this connection (one waiting for a lock or for the next commit included), is refused with a
+ * `LedgerUnavailableError` marked `reopen`: none was committed. The ledger's next statement opens
+ * the file again, with a group commit of its own (sqlite-driver.ts `SqliteConnection`).
  *
  * While another connection holds the write lock, the writes wait for it without blocking the
  * process (sqlite-busy.ts): the queue is tried again after a pause, each write until it has waited
@@ -57,11 +59,15 @@ export class GroupCommit {
     private readonly database: Database,
     private readonly busyTimeoutMs: number,
     private readonly check: () => void = () => {},
+    /** The ledger opens its connection again once this one is abandoned (said in the abandon's message). */
+    private readonly reopens = false,
   ) {}
 
   /**
    * Why this connection was closed: a transaction of a group commit that could be neither
-   * committed nor rolled back (see `abandon`). Every statement since is refused with it.
+   * committed nor rolled back (see `abandon`). Every write given to this group since is refused
+   * with it; the ledger's new statements go to a connection opened again (sqlite-driver.ts
+   * `SqliteConnection`), or, where it opens none, are refused with it too.
    */
   get abandoned(): LedgerUnavailableError | undefined {
     return this.closedBy;
@@ -210,16 +216,21 @@ export class GroupCommit {
    * transaction and never committed, and a flush would wait for it as for a migration's, forever,
    * with `close()` waiting behind it. Meanwhile it holds the file's write lock, which every other
    * process's writes wait for. Closing the connection ends it (SQLite rolls back the transaction
-   * of a connection it closes, and frames of the log that no commit ended are never read); the
-   * ledger must then be opened again, and every statement until then is told so.
+   * of a connection it closes, and frames of the log that no commit ended are never read). The
+   * statements bound to this connection are told so; the ledger's next statement opens the file
+   * again (sqlite-driver.ts `SqliteConnection`).
    */
   private abandon(commitError: unknown, rollbackError: unknown): void {
     const said = (e: unknown) =>
       e === undefined ? "it ended without error, the transaction still open" : ((e as Error)?.message ?? String(e));
     this.closedBy = new LedgerUnavailableError(
-      `SQLite could neither commit nor roll back a group commit (COMMIT: ${said(commitError)}; ROLLBACK: ${said(rollbackError)}): none of its writes was committed, and the ledger's connection was closed to end its transaction (reopen the ledger)`,
+      `SQLite could neither commit nor roll back a group commit (COMMIT: ${said(commitError)}; ROLLBACK: ${said(rollbackError)}): none of its writes was committed, and the ledger's connection was closed to end its transaction (${this.reopens ? "the ledger opens it again for its next statement" : "reopen the ledger"})`,
       undefined,
-      { cause: new AggregateError([commitError, rollbackError], "COMMIT failed, then ROLLBACK"), reopen: true },
+      {
+        cause: new AggregateError([commitError, rollbackError], "COMMIT failed, then ROLLBACK"),
+        reopen: true,
+        reopensItself: this.reopens,
+      },
     );
     try {
       this.database.close();

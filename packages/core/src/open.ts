@@ -7,7 +7,7 @@
  * millisecond times and counters). Drivers are loaded only when their URL is used: they are
  * optional peer dependencies, and a missing one is a LedgerConfigError naming the package to install.
  */
-import { accessSync, constants, existsSync } from "node:fs";
+import { accessSync, constants, existsSync, statSync, type Stats } from "node:fs";
 import { createRequire } from "node:module";
 import { resolve as resolvePath } from "node:path";
 import {
@@ -29,7 +29,15 @@ import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
 import { LedgerConfigError, MigrationWaitError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
-import { fileCheck, removeMade, sqliteConnection, type LedgerSqliteDialect } from "./sqlite-driver.js";
+import {
+  fileCheck,
+  notTheFile,
+  removeMade,
+  sameFile,
+  sqliteConnection,
+  type LedgerSqliteDialect,
+  type OpenedSqlite,
+} from "./sqlite-driver.js";
 import type { DirectExecutor } from "./query-cache.js";
 import { MIGRATION_NAMES, migrationProvider, type DialectName } from "./migrations/index.js";
 import type { IdemDatabase } from "./schema.js";
@@ -175,46 +183,84 @@ async function openSqlite(
     throw new LedgerConfigError(
       `no SQLite ledger at ${path}: nothing was created (check the path; \`idem migrate\` creates a ledger)`,
     );
-  let database: import("better-sqlite3").Database | undefined;
-  let check: ReturnType<typeof fileCheck> | undefined;
+  let first: OpenedSqlite;
   try {
-    // No busy handler: SQLite's blocks the thread; locks are waited for as sqlite-busy.ts says.
-    database = new Database(path, { timeout: 0, fileMustExist: mustExist });
-    // Turning the file to WAL takes its exclusive lock: it waits for readers, and for another
-    // process converting a new file (about once in 4,000 opens by 64 processes at once).
-    await patiently(() => database!.pragma("journal_mode = WAL"), busyTimeoutMs);
-    // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
-    database.pragma(`synchronous = ${opts.durable === false ? "NORMAL" : "FULL"}`);
-    if (path !== ":memory:") {
-      // SQLite opens a file it may not write read-only, silently (and the WAL switch passes while
-      // another process holds the ledger open): every write would then fail as "unavailable".
-      accessSync(path, constants.W_OK);
-      // A first read opens the log and its index (-wal, -shm), making them on a new file, so that
-      // fileCheck notes the ones this connection writes.
-      await patiently(() => database!.prepare("select count(*) from sqlite_master").get(), busyTimeoutMs);
-      // The path as opened, whatever the process's directory later (see fileCheck); a file gone
-      // already (deleted by another process since the constructor) is an open that failed.
-      check = fileCheck(resolvePath(path));
-    }
+    first = await openSqliteFile(Database, path, { mustExist, busyTimeoutMs, durable: opts.durable !== false });
   } catch (cause) {
-    // The file is open once the constructor returned: a failed pragma (not a database, read-only
-    // mount, full disk) must not keep its descriptor, or the mount stays busy.
-    database?.close();
-    // Nor leave behind the file it made (a full disk), empty or with only its header: an open
-    // with `create: false` would take it for a ledger that needs migrations.
+    // The file this open made (a full disk), empty or with only its header, is not left behind:
+    // an open with `create: false` would take it for a ledger that needs migrations.
     if (!existed) removeMade(Database, path);
     throw new LedgerConfigError(`cannot open SQLite ledger at ${path}: ${(cause as Error).message}`, {
       cause,
       unreachable: isUnreachable(cause),
     });
   }
-  const { dialect, direct } = sqliteConnection(database, opts.groupCommit !== false, busyTimeoutMs, check);
+  // After a group commit abandoned the connection (sqlite-driver.ts `SqliteConnection`): the
+  // same open, of the file this one opened, at its path as resolved now (whatever the process's
+  // directory later), never another file.
+  const file = first.checkFile.file;
+  const absolute = resolvePath(path);
+  const reopen =
+    file &&
+    (async () => {
+      const now = statSync(absolute, { throwIfNoEntry: false });
+      if (!sameFile(now, file)) throw notTheFile("SQLite file", absolute, now);
+      return openSqliteFile(Database, absolute, {
+        mustExist: true,
+        busyTimeoutMs,
+        durable: opts.durable !== false,
+        first: file,
+      });
+    });
+  const { dialect, direct } = sqliteConnection(first.database, {
+    groupCommit: opts.groupCommit !== false,
+    busyTimeoutMs,
+    checkFile: first.checkFile,
+    ...(reopen && { reopen }),
+  });
   return {
     db: new Kysely<IdemDatabase>({ dialect }),
     direct,
     groupsCommits: dialect.groupsCommits,
     ...(!existed && { removeMade: () => removeMade(Database, path) }),
   };
+}
+
+/**
+ * Opens the ledger's SQLite file and sets its pragmas, at the ledger's open and when it opens its
+ * connection again (`first`: the file the first open opened, which must be the one opened). The
+ * connection is closed again when any step fails.
+ */
+async function openSqliteFile(
+  Database: typeof import("better-sqlite3"),
+  path: string,
+  o: { mustExist: boolean; busyTimeoutMs: number; durable: boolean; first?: Stats },
+): Promise<OpenedSqlite> {
+  let database: import("better-sqlite3").Database | undefined;
+  try {
+    // No busy handler: SQLite's blocks the thread; locks are waited for as sqlite-busy.ts says.
+    database = new Database(path, { timeout: 0, fileMustExist: o.mustExist });
+    // Turning the file to WAL takes its exclusive lock: it waits for readers, and for another
+    // process converting a new file (about once in 4,000 opens by 64 processes at once).
+    await patiently(() => database!.pragma("journal_mode = WAL"), o.busyTimeoutMs);
+    // WAL with NORMAL may lose the last commits on power loss; FULL fsyncs every commit.
+    database.pragma(`synchronous = ${o.durable ? "FULL" : "NORMAL"}`);
+    if (path === ":memory:") return { database, checkFile: () => {} };
+    // SQLite opens a file it may not write read-only, silently (and the WAL switch passes while
+    // another process holds the ledger open): every write would then fail as "unavailable".
+    accessSync(path, constants.W_OK);
+    // A first read opens the log and its index (-wal, -shm), making them on a new file, so that
+    // fileCheck notes the ones this connection writes.
+    await patiently(() => database!.prepare("select count(*) from sqlite_master").get(), o.busyTimeoutMs);
+    // The path as opened, whatever the process's directory later (see fileCheck); a file gone
+    // already (deleted by another process since the constructor) is an open that failed.
+    return { database, checkFile: fileCheck(resolvePath(path), o.first) };
+  } catch (cause) {
+    // The file is open once the constructor returned: a failed pragma (not a database, read-only
+    // mount, full disk) must not keep its descriptor, or the mount stays busy.
+    database?.close();
+    throw cause;
+  }
 }
 
 /**

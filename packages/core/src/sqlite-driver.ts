@@ -5,6 +5,11 @@
  * another connection of this driver holds a transaction (a migration), since on one SQLite
  * connection a transaction is everyone's. Locks held by other connections are waited for without
  * blocking the process (sqlite-busy.ts).
+ *
+ * A group commit that could be neither committed nor rolled back closes its connection
+ * (group-commit.ts `abandon`); the ledger then opens its file again by itself, as its first open
+ * did (`SqliteConnection`), so that one failed commit (a disk full for a moment) does not leave
+ * every later call refused until the application closes and opens the ledger again.
  */
 import {
   CompiledQuery,
@@ -30,7 +35,20 @@ type Prepare = (text: string) => Statement;
  * Throws (a `LedgerUnavailableError` marked `reopen`) when the ledger's file is no longer the one
  * it opened (see `fileCheck`); `close` gives back what the check holds, once the connection is closed.
  */
-type FileCheck = (() => void) & { close?: () => void };
+type FileCheck = (() => void) & { close?: () => void; readonly file?: Stats };
+
+/** A connection to the ledger's file as the ledger opens it: its pragmas set, its file check made. */
+export interface OpenedSqlite {
+  readonly database: Database;
+  readonly checkFile: FileCheck;
+}
+
+/**
+ * Opens the ledger's connection again (open.ts), as its first open did: the same pragmas, a file
+ * check of its own, and the file the first open opened, or a `LedgerUnavailableError` marked
+ * `reopen` (the file was replaced or deleted since: never written again).
+ */
+export type Reopen = () => Promise<OpenedSqlite>;
 
 /**
  * The ledger's own SQLite dialect says whether it groups commits, so that a ledger opened on it
@@ -40,20 +58,157 @@ export interface LedgerSqliteDialect extends Dialect {
   readonly groupsCommits: boolean;
 }
 
-function sqliteDialect(
-  database: Database,
-  prepare: Prepare,
-  group: GroupCommit | undefined,
-  waits: LockWaits,
-  checkFile: FileCheck,
-): LedgerSqliteDialect {
+function sqliteDialect(sqlite: SqliteConnection): LedgerSqliteDialect {
   return {
     createAdapter: () => new SqliteAdapter(),
-    createDriver: () => new GroupedSqliteDriver(database, prepare, group, waits, checkFile),
+    createDriver: () => new GroupedSqliteDriver(sqlite),
     createIntrospector: (db) => new SqliteIntrospector(db),
     createQueryCompiler: () => new SqliteQueryCompiler(),
-    groupsCommits: group !== undefined,
+    groupsCommits: sqlite.groupCommit,
   };
+}
+
+/** One connection to the file and what is bound to it: its prepared statements, group commit, lock waits and file check. */
+interface Bound {
+  readonly database: Database;
+  readonly prepare: Prepare;
+  readonly group: GroupCommit | undefined;
+  readonly waits: LockWaits;
+  readonly checkFile: FileCheck;
+}
+
+/**
+ * The ledger's connection to its SQLite file, opened again after a group commit abandoned it.
+ *
+ * A group commit that could be neither committed nor rolled back closes its connection
+ * (group-commit.ts `abandon`). The statements bound to that connection then (the writes of that
+ * commit, and those waiting for a commit or a lock) are refused with its `abandoned` error, marked
+ * `reopen`: none of them was committed, and none may pass on a connection that is gone. The next
+ * statement opens the file again (`reopen`: the first open's pragmas and file check, and the file
+ * the first open opened), with a statement cache, group commit and lock waits of its own; the
+ * statements that arrive meanwhile wait for that one open. A reopen that fails (the disk still
+ * failing, the file locked by another process) refuses them with a `LedgerUnavailableError` that
+ * may pass, and the next statement tries again (one try for the statements of a moment: no
+ * loop). A file replaced or deleted since the first open is refused for good, as the file check
+ * refuses it. Pragmas a user set through the ledger's kysely instance are the old connection's.
+ * Without `reopen` (a connection the ledger did not open: testing.ts, `:memory:`, whose new
+ * connection would be an empty database) every statement since is refused with the abandon.
+ */
+class SqliteConnection {
+  private bound: Bound;
+  /** Connections closed under statements that may still be waiting on them (drained and closed at `close`). */
+  private readonly retired = new Set<Bound>();
+  private reopening: Promise<Bound> | undefined;
+  /** The file was replaced or deleted since the first open: it is never opened again. */
+  private refused: LedgerUnavailableError | undefined;
+  /** The ledger is closing: nothing is opened again. */
+  private closing = false;
+
+  constructor(
+    first: OpenedSqlite,
+    readonly groupCommit: boolean,
+    private readonly busyTimeoutMs: number,
+    private readonly reopen?: Reopen,
+  ) {
+    this.bound = this.bind(first);
+  }
+
+  /** The connection as it is, for a statement inside its transaction and for `releaseConnection`. */
+  get current(): Bound {
+    return this.bound;
+  }
+
+  /**
+   * The connection for a new statement if it is open, or undefined when it must be opened again
+   * first (`use`, which may wait). Throws what refuses every statement: the abandon where the
+   * connection cannot be opened again, or a replaced file.
+   */
+  now(): Bound | undefined {
+    const abandoned = this.bound.group?.abandoned;
+    if (!abandoned) return this.bound;
+    if (!this.reopen || this.closing) throw abandoned;
+    if (this.refused) throw this.refused;
+    return undefined;
+  }
+
+  /** The connection for a new statement, opened again first when a group commit abandoned it. */
+  use(): Bound | Promise<Bound> {
+    const now = this.now();
+    if (now) return now;
+    if (!this.reopening) {
+      const reopening = this.open().finally(() => {
+        this.reopening = undefined;
+      });
+      this.reopening = reopening;
+    }
+    return this.reopening;
+  }
+
+  /** Closes the connection, and those closed under statements still waiting (once those are answered). */
+  async close(): Promise<void> {
+    this.closing = true;
+    // An open under way ends first: it closes what it opened, seeing the close.
+    await this.reopening?.catch(() => {});
+    const all = [this.bound, ...this.retired];
+    // Statements still waiting for their commit or for a lock get their answer, not a closed
+    // connection (each within its busy timeout).
+    await Promise.all(all.flatMap((b) => [b.group?.drain(), b.waits.drain()]));
+    for (const b of all) {
+      b.database.close();
+      b.checkFile.close?.();
+    }
+  }
+
+  private bind({ database, checkFile }: OpenedSqlite): Bound {
+    database.pragma("busy_timeout = 0");
+    const group = this.groupCommit
+      ? new GroupCommit(database, this.busyTimeoutMs, checkFile, this.reopen !== undefined)
+      : undefined;
+    const waits = new LockWaits(database, this.busyTimeoutMs, () => group?.abandoned);
+    return { database, prepare: statementCache(database), group, waits, checkFile };
+  }
+
+  private async open(): Promise<Bound> {
+    let opened: OpenedSqlite;
+    try {
+      opened = await this.reopen!();
+    } catch (cause) {
+      if (cause instanceof LedgerUnavailableError && cause.reopen) {
+        this.refused = cause;
+        throw cause;
+      }
+      throw new LedgerUnavailableError(
+        `the ledger's SQLite connection, closed when a group commit could be neither committed nor rolled back, could not be opened again: ${(cause as Error)?.message ?? String(cause)} (the next statement tries again)`,
+        undefined,
+        { cause },
+      );
+    }
+    if (this.closing) {
+      opened.database.close();
+      opened.checkFile.close?.();
+      throw new Error("the ledger was closed while its SQLite connection was being opened again");
+    }
+    const old = this.bound;
+    this.bound = this.bind(opened);
+    this.retire(old);
+    return this.bound;
+  }
+
+  /** The abandoned connection: closed (its group commit closed it) once its statements are answered. */
+  private retire(old: Bound): void {
+    this.retired.add(old);
+    void Promise.all([old.group?.drain(), old.waits.drain()]).then(() => {
+      if (!this.retired.delete(old)) return; // `close` has it
+      try {
+        // Closed by its group commit, unless a statement was mid-step then (none is streamed).
+        old.database.close();
+      } catch {
+        this.retired.add(old); // `close` tries again
+        return;
+      }
+      old.checkFile.close?.();
+    });
+  }
 }
 
 /** Runs a write as better-sqlite3 answers it; `all()` for one with RETURNING (see sqliteConnection). */
@@ -71,13 +226,7 @@ class GroupedSqliteDriver implements Driver {
   private ended: Promise<void> = Promise.resolve();
   private end: () => void = () => {};
 
-  constructor(
-    private readonly database: Database,
-    private readonly prepare: Prepare,
-    private readonly group: GroupCommit | undefined,
-    private readonly waits: LockWaits,
-    private readonly checkFile: FileCheck,
-  ) {}
+  constructor(private readonly sqlite: SqliteConnection) {}
 
   async init(): Promise<void> {}
 
@@ -99,51 +248,68 @@ class GroupedSqliteDriver implements Driver {
     connection: DatabaseConnection,
     query: CompiledQuery,
   ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
-    // A group commit closed the connection (a transaction it could not end): say why, not "not open".
-    if (this.group?.abandoned) throw this.group.abandoned;
+    // A group commit closed the connection (a transaction it could not end): opened again first,
+    // or refused saying why, not "not open".
+    const bound = this.sqlite.use();
+    return bound instanceof Promise
+      ? bound.then((b) => this.executeOn(b, connection, query))
+      : this.executeOn(bound, connection, query);
+  }
+
+  private executeOn(
+    b: Bound,
+    connection: DatabaseConnection,
+    query: CompiledQuery,
+  ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
     // Inside its transaction a statement runs at once: it holds the lock (BEGIN IMMEDIATE), and
     // one that met a lock could not simply run again, the transaction would fail.
-    if (this.owner === connection) return this.run(connection, this.prepare(query.sql), query.parameters);
+    if (this.owner === connection) return this.run(b, connection, b.prepare(query.sql), query.parameters);
     // Preparing may meet a lock too (the schema read while another connection recovers the log).
-    const stmt = this.waits.run(() => this.prepare(query.sql));
+    const stmt = b.waits.run(() => b.prepare(query.sql));
     return stmt instanceof Promise
-      ? stmt.then((s) => this.outside(connection, s, query.parameters))
-      : this.outside(connection, stmt, query.parameters);
+      ? stmt.then((s) => this.outside(b, connection, s, query.parameters))
+      : this.outside(b, connection, stmt, query.parameters);
   }
 
   /** A statement outside any transaction: reads and writes wait for locks, writes share commits. */
   private outside(
+    b: Bound,
     connection: DatabaseConnection,
     stmt: Statement,
     parameters: readonly unknown[],
   ): QueryResult<unknown> | Promise<QueryResult<unknown>> {
-    if (stmt.reader && stmt.readonly) return this.waits.run(() => ({ rows: stmt.all(parameters) }));
+    if (stmt.reader && stmt.readonly) return b.waits.run(() => ({ rows: stmt.all(parameters) }));
     // Transaction control is not a write to share a commit with (BEGIN IMMEDIATE is not
     // "readonly" to SQLite); a BEGIN waits for the lock like any write.
     if (stmt.readonly || TRANSACTION_CONTROL.test(stmt.source))
-      return this.waits.run(() => this.run(connection, stmt, parameters));
-    if (!this.group)
-      return this.waits.run(() => {
-        this.checkFile();
-        return this.run(connection, stmt, parameters);
+      return b.waits.run(() => this.run(b, connection, stmt, parameters));
+    if (!b.group)
+      return b.waits.run(() => {
+        b.checkFile();
+        return this.run(b, connection, stmt, parameters);
       });
-    return this.group.write(() => runWrite(stmt, parameters)); // the group checks the file
+    return b.group.write(() => runWrite(stmt, parameters)); // the group checks the file
   }
 
-  private run(connection: DatabaseConnection, stmt: Statement, parameters: readonly unknown[]): QueryResult<unknown> {
+  private run(
+    b: Bound,
+    connection: DatabaseConnection,
+    stmt: Statement,
+    parameters: readonly unknown[],
+  ): QueryResult<unknown> {
     try {
       return stmt.reader && stmt.readonly ? { rows: stmt.all(parameters) } : runWrite(stmt, parameters);
     } finally {
-      this.track(connection);
+      this.track(b.database, connection);
     }
   }
 
   /** After a statement of `connection`: did it open or end the transaction? */
-  private track(connection: DatabaseConnection): void {
-    if (this.database.inTransaction && this.owner === undefined) {
+  private track(database: Database, connection: DatabaseConnection): void {
+    if (database.inTransaction && this.owner === undefined) {
       this.owner = connection;
       this.ended = new Promise((resolve) => (this.end = resolve));
-    } else if (!this.database.inTransaction && this.owner === connection) {
+    } else if (!database.inTransaction && this.owner === connection) {
       this.owner = undefined;
       this.end();
     }
@@ -164,18 +330,14 @@ class GroupedSqliteDriver implements Driver {
 
   async releaseConnection(connection: DatabaseConnection): Promise<void> {
     // Given back with its transaction over, however it ended: the others may go on.
-    if (this.owner === connection && !this.database.inTransaction) {
+    if (this.owner === connection && !this.sqlite.current.database.inTransaction) {
       this.owner = undefined;
       this.end();
     }
   }
 
   async destroy(): Promise<void> {
-    // Statements still waiting for their commit or for a lock get their answer, not a closed
-    // connection (each within its busy timeout).
-    await Promise.all([this.group?.drain(), this.waits.drain()]);
-    this.database.close();
-    this.checkFile.close?.();
+    await this.sqlite.close();
   }
 }
 
@@ -202,20 +364,25 @@ function statementCache(database: Database): Prepare {
  * The ledger's SQLite connection as kysely sees it, and the direct executor of its hot
  * statements, sharing one statement cache and one group commit (`groupCommit: false`: none).
  * The connection's busy timeout (by default the one it was opened with) becomes the driver's:
- * SQLite's own waits block the thread (sqlite-busy.ts).
+ * SQLite's own waits block the thread (sqlite-busy.ts). `reopen`: how the connection is opened
+ * again after a group commit abandoned it (`SqliteConnection`); without it, it is not.
  */
 export function sqliteConnection(
   database: Database,
-  groupCommit = true,
-  busyTimeoutMs = database.pragma("busy_timeout", { simple: true }) as number,
-  checkFile: FileCheck = () => {},
+  options: { groupCommit?: boolean; busyTimeoutMs?: number; checkFile?: FileCheck; reopen?: Reopen } = {},
 ): { dialect: LedgerSqliteDialect; direct: DirectExecutor } {
-  database.pragma("busy_timeout = 0");
-  const group = groupCommit ? new GroupCommit(database, busyTimeoutMs, checkFile) : undefined;
-  const waits = new LockWaits(database, busyTimeoutMs, () => group?.abandoned);
-  const prepare = statementCache(database);
+  const busyTimeoutMs = options.busyTimeoutMs ?? (database.pragma("busy_timeout", { simple: true }) as number);
+  const sqlite = new SqliteConnection(
+    { database, checkFile: options.checkFile ?? (() => {}) },
+    options.groupCommit !== false,
+    busyTimeoutMs,
+    options.reopen,
+  );
   const direct: DirectExecutor = (text, parameters, asArrays, atOnce) => {
-    if (group?.abandoned) throw group.abandoned; // as in the driver: the connection is closed
+    // A connection a group commit closed is opened again on kysely's way (the driver), which may wait.
+    const b = sqlite.now();
+    if (b === undefined) return undefined;
+    const { database, prepare, waits, group, checkFile } = b;
     // Inside a transaction kysely holds (migrations), a statement waits its turn through kysely.
     if (database.inTransaction) return undefined;
     let stmt: Statement;
@@ -249,7 +416,7 @@ export function sqliteConnection(
       return runWrite(stmt, parameters);
     });
   };
-  return { dialect: sqliteDialect(database, prepare, group, waits, checkFile), direct };
+  return { dialect: sqliteDialect(sqlite), direct };
 }
 
 /**
@@ -280,8 +447,10 @@ export function sqliteConnection(
  * differs is checked by `stat`, which says which it was. Elsewhere, or for a file whose name does
  * not read back as its path (a symbolic link: the path may be pointed elsewhere), it is `stat`.
  */
-export function fileCheck(path: string): FileCheck {
+export function fileCheck(path: string, first?: Stats): FileCheck {
   const opened = statSync(path); // first: a file gone already fails the open
+  // A connection opened again (SqliteConnection) must have opened the file the first open did.
+  if (first && !sameFile(opened, first)) throw notTheFile("SQLite file", path, opened);
   const real = realpathSync(path);
   const files: { path: string; what: string; seen: Stats | undefined; named?: Named | undefined }[] = [
     { path, what: "SQLite file", seen: opened },
@@ -295,20 +464,31 @@ export function fileCheck(path: string): FileCheck {
       const now = statSync(f.path, { throwIfNoEntry: false });
       if (f.seen === undefined)
         f.seen = now; // not made yet when the ledger opened
-      else if (now?.ino !== f.seen.ino || now.dev !== f.seen.dev)
-        // Typed here, so that every caller (Store.guard passes an IdemError on) can tell it from
-        // an outage that may pass: this connection will never write again.
-        throw new LedgerUnavailableError(
-          `the ${f.what} ${f.path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (reopen the ledger)`,
-          undefined,
-          { reopen: true },
-        );
+      else if (!sameFile(now, f.seen)) throw notTheFile(f.what, f.path, now);
     }
   };
   check.close = () => {
     for (const f of files) f.named?.close();
   };
-  return check;
+  return Object.assign(check, { file: opened });
+}
+
+/** Whether `now` is the file `seen` was (a path's stat; undefined: no file there). */
+export function sameFile(now: Stats | undefined, seen: Stats): boolean {
+  return now !== undefined && now.ino === seen.ino && now.dev === seen.dev;
+}
+
+/**
+ * The file at `path` is not the one the ledger opened. Typed, so that every caller (Store.guard
+ * passes an IdemError on) can tell it from an outage that may pass: this ledger never writes to
+ * its path again, nor opens it again by itself.
+ */
+export function notTheFile(what: string, path: string, now: Stats | undefined): LedgerUnavailableError {
+  return new LedgerUnavailableError(
+    `the ${what} ${path} was ${now ? "replaced" : "deleted"} since the ledger opened it: nothing is written to a file no other process would open (close the ledger and open it again)`,
+    undefined,
+    { reopen: true },
+  );
 }
 
 /** Linux's O_PATH, which fs.constants lacks (the same on these architectures). */

@@ -25,8 +25,10 @@ export function databaseOf(ledger: Ledger): Kysely<IdemDatabase> {
 
 /**
  * A kysely dialect on a better-sqlite3 database as the ledger opens its own (statement cache,
- * group commit), for tests that put hooks around a ledger's statements.
+ * group commit), for tests that put hooks around a ledger's statements. A connection the ledger
+ * did not open is not opened again after a group commit abandoned it (sqlite-driver.ts
+ * `SqliteConnection`): every statement since is refused.
  */
 export function sqliteLedgerDialect(database: import("better-sqlite3").Database, groupCommit = true): Dialect {
-  return sqliteConnection(database, groupCommit).dialect;
+  return sqliteConnection(database, { groupCommit }).dialect;
 }
