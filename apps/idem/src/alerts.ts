@@ -15,7 +15,7 @@
  * a person then retries (`idem retry`) is settled by the daemon's pass like any due
  * operation, with the alert as it was stored: the daemon's ledger is opened with `alertActions`.
  */
-import nodemailer from "nodemailer";
+import type { Transporter } from "nodemailer";
 import type { Logger } from "pino";
 import {
   defineAction,
@@ -283,6 +283,11 @@ const DEADLINE = "DeliveryDeadline";
  */
 const BEFORE_THE_MESSAGE: ReadonlySet<string> = new Set(["CONN", "EHLO", "HELO", "LHLO", "MAIL FROM", "RCPT TO"]);
 
+/** The email sink's client (nodemailer, loaded at its first alert) could not be loaded: nothing was sent. */
+class MailerUnloadedError extends Error {
+  override readonly name = "MailerUnloadedError";
+}
+
 /**
  * SMTP failures of the email sink, as nodemailer gives them (`code`, the `command` answered,
  * `responseCode` and the server's `response`; @idem/email, an optional peer, is not imported
@@ -294,6 +299,7 @@ const BEFORE_THE_MESSAGE: ReadonlySet<string> = new Set(["CONN", "EHLO", "HELO",
  * ambiguous.
  */
 function classifyEmailDelivery(error: unknown): Classification {
+  if (error instanceof MailerUnloadedError) return { kind: "transient", reason: `nothing sent: ${error.message}` };
   const e = (error ?? {}) as {
     code?: string;
     command?: string;
@@ -494,7 +500,10 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
             },
           }
         : {};
-    const transport = nodemailer.createTransport({
+    // Read now, so a setting refused (a credential's variable unset, an unreadable caFile) stops
+    // the start as before; the transport is made at the first alert sent, which loads nodemailer
+    // then: a daemon with no email sink, or none to send, never loads it.
+    const smtp = {
       host: e.smtp.host,
       port: e.smtp.port,
       secure: e.smtp.secure ?? false,
@@ -507,7 +516,18 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
       // Within the deadline, so a server that never greets is "not reached" (nothing sent), not cut off.
       connectionTimeout: Math.min(30_000, Math.floor(deadlineMs / 3)),
       greetingTimeout: Math.min(30_000, Math.floor(deadlineMs / 3)),
-    });
+    };
+    let transport: Promise<Transporter> | undefined;
+    const transportOf = () =>
+      (transport ??= import("nodemailer").then(
+        (m) => m.default.createTransport(smtp),
+        (error: unknown) => {
+          transport = undefined; // tried again with the next alert
+          throw new MailerUnloadedError(`nodemailer could not be loaded: ${(error as Error).message}`, {
+            cause: error,
+          });
+        },
+      ));
     const domain = e.from.split("@")[1]!;
     sinks.push({
       name: "email",
@@ -515,9 +535,10 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
         type: typeOf("email"),
         capabilities: {},
         execute: async (alert, op) => {
+          const mailer = await transportOf();
           const cutOff = deadline(deadlineMs);
           try {
-            const info = await transport.sendMail({
+            const info = await mailer.sendMail({
               from: e.from,
               to: e.to,
               subject: `[idem] ${alert.kind}: ${alert.action} ${alert.operationId}`,

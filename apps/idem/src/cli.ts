@@ -6,40 +6,15 @@
  * 6 `idem retry --now` ran the operation and it did not succeed, 7 a decision's operation changed
  * since it was shown (show it again and decide on what it is now).
  */
-import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import pRetry from "p-retry";
 import type { Logger } from "pino";
-import {
-  ChangedSinceSeenError,
-  IdemError,
-  LedgerConfigError,
-  InvalidTransitionError,
-  NewerLedgerError,
-  InvalidValueError,
-  MigrationWaitError,
-  OperationNotFoundError,
-  STATUSES,
-  UnknownActionError,
-  openLedger,
-  redactUrl,
-  requireName,
-  type Action,
-  type Closed,
-  type Ledger,
-  type LedgerOptions,
-  type OperationRef,
-  type RunResult,
-  type Seen,
-  type Status,
-} from "@idem/core";
-import { ConfigError, actionsOf, lastOfEachType, loadConfig, unmatchedThresholds, type IdemConfig } from "./config.js";
+import type { STATUSES as LEDGER_STATUSES, Closed, LedgerOptions, OperationRef, Seen, Status } from "@idem/core";
+import type { Globals } from "./ledger-commands.js";
 import type { DaemonMetrics } from "./metrics.js";
 import { exitFlushed, hearStopSignals, stopped } from "./stop-signals.js";
-import { operationVersion, printOperation, printOperations, printStats } from "./output.js";
-import { parseReceipt } from "./receipt.js";
 import { readDuration } from "./durations.js";
+import { packageVersion } from "./package-version.js";
 import {
   closeLeftFailure,
   closeWithin,
@@ -50,10 +25,35 @@ import {
   sayUnawaited,
   type StopBound,
 } from "./close-report.js";
-// What only some commands use is imported by them as they run (`await import`): the logger
-// (pino), the daemon, its metrics (prom-client), the alert sinks (nodemailer), the console (hono)
-// and the MCP server. Loaded for every command, they added about 0.2 s to each start of ls, show
-// or --help, which scripts and cron jobs run often.
+// What only some commands use is imported by them as they run (`await import`): the ledger
+// (@idem/core, kysely) and the config reader (zod), with what opens one for a command
+// (ledger-commands.ts) and prints what it holds (output.ts); the logger (pino), the daemon, its
+// metrics (prom-client), the alert sinks, the console (hono) and the MCP server. Loaded for every
+// command, the logger and the rest added about 0.2 s to each start of ls, show or --help, and the
+// ledger and the config reader about 0.35 s of CPU to each --help and --version.
+
+/** ledger-commands.ts, loaded by a command as it runs. */
+const ledgerCommands = () => import("./ledger-commands.js");
+/** The ledger's public entry, loaded by a command as it runs. */
+const core = () => import("@idem/core");
+
+/** Opens the config's ledger for one command: ledger-commands.ts's `withLedger`, loaded as the command runs. */
+const withLedger: typeof import("./ledger-commands.js").withLedger = async (...args) =>
+  (await ledgerCommands()).withLedger(...args);
+
+/**
+ * The statuses `--status` offers and `--seen` reads: the ledger's (`STATUSES` of @idem/core),
+ * written here so that building the command line loads no ledger; `satisfies` keeps them the
+ * ledger's, every one and in its order.
+ */
+const STATUSES = [
+  "running",
+  "succeeded",
+  "failed",
+  "unknown",
+  "needs_review",
+  "pending",
+] as const satisfies typeof LEDGER_STATUSES;
 
 /**
  * How long a `--once` pass's process may stay open once its command ended (its ledger closed, or
@@ -66,166 +66,16 @@ const ONCE_EXIT_MS = 2_000;
 
 const EXIT = { ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4, more: 5, notDone: 6, changed: 7 } as const;
 
+/**
+ * What becomes of a call `idem mcp` left in flight (running under its lease), completing "left to
+ * its lease, and …": idem mcp runs no replay policy of its own, so it is settled only by a daemon
+ * on the ledger, or by a later call with the same key, which takes the expired lease over.
+ */
+const MCP_SETTLED_LATER =
+  "once that expires, is settled by the replay policy when a daemon (idem daemon) runs on this ledger or a later call with the same key comes";
+
 /** The exit code a program's command chose when it did its work but not all of it (printed already); else 0. */
 const finishedWith = new WeakMap<Command, number>();
-
-interface Globals {
-  config?: string;
-  ledger?: string;
-  json?: boolean;
-}
-
-/**
- * Opens the config's ledger for one command. Only `idem migrate` (and `idem daemon --migrate`)
- * may create or migrate a ledger: for the others a path with no ledger (a typo) or a ledger that
- * needs migrations is refused, so an operator's command never writes a schema by accident.
- */
-async function withLedger<T>(
-  globals: Globals,
-  /** `configured`: the config's own actions (`actionsOf`), when opened with `actions`; else none. */
-  fn: (ledger: Ledger, config: IdemConfig, configured: readonly Action<any, any>[]) => Promise<T>,
-  options: {
-    /** Open the ledger with the config's actions (to settle stored operations), and these besides. */
-    actions?: boolean | { also: (config: IdemConfig) => Promise<readonly Action<any, any>[]> };
-    /**
-     * With `actions`: when the config's actions cannot be built (a provider's credentials not in
-     * this environment: a `ConfigError`), this hears why and the ledger opens without them, rather
-     * than the command failing. For a command that performs no action (the console).
-     */
-    withoutActions?: (error: ConfigError) => void;
-    schema?: "require" | "create" | "migrate";
-    /** How a migration waits (`idem migrate`'s flags), over the config's `migrations`. */
-    migrations?: IdemConfig["migrations"];
-    onResult?: LedgerOptions["onResult"];
-    /**
-     * Wait for an unreachable database (the daemon), saying so here, until `signal` aborts;
-     * `unreachable` hears of each try that failed.
-     */
-    waitForDatabase?: { log: Logger; signal: AbortSignal; unreachable?: (error: Error) => void };
-    /** Runs with the config before the ledger is opened (the daemon serves /healthz meanwhile). */
-    beforeOpen?: (config: IdemConfig) => Promise<void>;
-    /** Closes the ledger once `fn` ended (the daemon's, within its stop's bound); else `ledger.close()`. */
-    close?: (ledger: Ledger) => Promise<void>;
-  } = {},
-): Promise<T> {
-  const config = await loadConfig(globals.config, globals.ledger ? { ledger: globals.ledger } : {});
-  await options.beforeOpen?.(config);
-  const schema = options.schema ?? "require";
-  // Built once, not per try. One action per type, the last given.
-  const configured = options.actions
-    ? await actionsOf(config).catch((error: unknown) => {
-        if (!(error instanceof ConfigError) || !options.withoutActions) throw error;
-        options.withoutActions(error);
-        return [];
-      })
-    : [];
-  const actions = options.actions
-    ? lastOfEachType([...configured, ...(options.actions === true ? [] : await options.actions.also(config))])
-    : undefined;
-  // The schema check is part of the open: a database that goes away between the two (a restart, a
-  // failover) is waited for as one that went away during the open, not a failure (exit 1).
-  const open = async () => {
-    const ledger = await openLedger(config.ledger, {
-      migrate: schema === "migrate",
-      create: schema !== "require",
-      leaseMs: config.daemon.leaseMs,
-      ...migrationOptions({ ...config.migrations, ...options.migrations }),
-      // What this command completes (settled, resolved) is kept as long as the applications keep theirs.
-      ...(config.retentionMs !== undefined && { retentionMs: config.retentionMs }),
-      ...(actions && { actions }),
-      ...(options.onResult && { onResult: options.onResult }),
-    }).catch((error: unknown) => {
-      // The operator of this command upgrades it, not the library inside it.
-      if (!(error instanceof NewerLedgerError)) throw inOperatorsTerms(error, options.migrations !== undefined);
-      throw new ConfigError(
-        `this ledger was migrated by a newer idem (${error.migrations.join(", ")}) than this idem command (@idem/cli ${version()}): upgrade @idem/cli to use it`,
-        { cause: error },
-      );
-    });
-    try {
-      const pending = schema === "require" ? await ledger.admin.pendingMigrations() : [];
-      if (pending.length)
-        throw new ConfigError(
-          `the ledger ${redactUrl(config.ledger)} needs migrations ${pending.join(", ")}: run \`idem migrate\` first`,
-        );
-    } catch (error) {
-      await ledger.close().catch(() => {}); // the check's failure is what the caller must hear
-      throw error;
-    }
-    return ledger;
-  };
-  const ledger = options.waitForDatabase ? await openWaiting(open, options.waitForDatabase) : await open();
-  try {
-    return await fn(ledger, config, configured);
-  } finally {
-    await (options.close ? options.close(ledger) : ledger.close());
-  }
-}
-
-/**
- * A migration that gave up waiting, naming what this command's user sets (the config's
- * `migrations`, and `idem migrate`'s flag when `flags`) rather than `openLedger`'s option, which
- * they never see. Any other error as it is.
- */
-function inOperatorsTerms(error: unknown, flags: boolean): unknown {
-  if (!(error instanceof MigrationWaitError)) return error;
-  const [flag, key] =
-    error.waitedFor === "locks"
-      ? ["--lock-patience", "migrations.lockPatienceMs"]
-      : ["--timeout", "migrations.timeoutMs"];
-  const setting = flags ? `${flag} of idem migrate, or ${key} in the config` : `${key} in the config`;
-  return new MigrationWaitError(error.waitedFor, error.limitMs, { cause: error, setting });
-}
-
-/** The config's `migrations` (or `idem migrate`'s flags) as `openLedger` takes them. */
-function migrationOptions(
-  m: IdemConfig["migrations"],
-): Pick<LedgerOptions, "migrationTimeoutMs" | "migrationLockPatienceMs"> {
-  return {
-    ...(m.timeoutMs !== undefined && { migrationTimeoutMs: m.timeoutMs }),
-    ...(m.lockPatienceMs !== undefined && { migrationLockPatienceMs: m.lockPatienceMs }),
-  };
-}
-
-/**
- * Opens the ledger, waiting while its database does not answer (a restart, a failover, a
- * database started after the daemon), with backoff and jitter so replicas do not knock in step.
- * It says so once; anything else (a wrong password, no such database) fails at once.
- */
-async function openWaiting(
-  open: () => Promise<Ledger>,
-  { log, signal, unreachable: heard }: { log: Logger; signal: AbortSignal; unreachable?: (error: Error) => void },
-): Promise<Ledger> {
-  let said = false;
-  let opened: Ledger | undefined;
-  const tryOpen = async () => {
-    opened = await open();
-    return opened;
-  };
-  // A stop that comes as the open succeeds (p-retry checks the signal after it) closes what was opened.
-  const ledger = await pRetry(tryOpen, {
-    retries: Number.POSITIVE_INFINITY,
-    minTimeout: 500,
-    maxTimeout: 15_000,
-    randomize: true,
-    signal,
-    shouldRetry: ({ error }) => unreachable(error),
-    onFailedAttempt: ({ error }) => {
-      if (!unreachable(error)) return;
-      heard?.(error);
-      if (said) return;
-      said = true;
-      log.error({ err: error }, "the ledger database is unreachable; waiting for it");
-    },
-  }).catch(async (error: unknown) => {
-    await opened?.close();
-    throw error;
-  });
-  if (said) log.info("the ledger database is reachable");
-  return ledger;
-}
-
-const unreachable = (e: unknown) => e instanceof LedgerConfigError && e.unreachable;
 
 /*
  * Flag values are parsed by commander as it reads the command line, so a bad one is a usage error
@@ -308,101 +158,6 @@ Decide on what you were shown: \`idem show <id> --tenant <tenant>\` prints the o
 answer that it may have been done, a check, another person's decision), nothing is decided (exit 7):
 show it again and decide on what you see now.`;
 
-/**
- * Every decision names the version of the operation it was taken on (`idem show` prints it), not
- * only its attempt: a late answer that the effect may have happened (a timeout after the request
- * was sent) or a check changes the operation without a new attempt, and a retry decided before it
- * would send the effect a second time. Without a version, the decision would apply to whatever
- * the operation is when the command runs. Checked before the ledger is opened.
- */
-function requireSeen(o: { seen?: Seen; attempt?: string }, ref: OperationRef, what: string): Seen {
-  const show = `\`idem show ${ref.id} --tenant ${ref.tenant}\``;
-  if (o.attempt !== undefined)
-    throw new InvalidValueError(
-      "attempt",
-      `--attempt is replaced by --seen <version>, the version ${show} prints: an attempt number cannot tell the view you checked from a later one at the same attempt (a late answer that it may have been done, a check), and a decision on that later one could do the effect twice`,
-    );
-  if (o.seen !== undefined) return o.seen;
-  throw new InvalidValueError(
-    "seen",
-    `${what} needs --seen <version>, the version you checked, as ${show} prints it: without it the decision would apply to whatever the operation is now, which may be a later attempt or a late answer nobody checked (and may have been sent)`,
-  );
-}
-
-/** A decision refused because the operation changed since the person was shown it (exit 7). */
-class ChangedSinceShownError extends IdemError {
-  override readonly name = "ChangedSinceShownError";
-  constructor(ref: OperationRef, error: ChangedSinceSeenError) {
-    super(
-      "CHANGED_SINCE_SEEN",
-      `operation ${ref.id} changed since it was shown (version ${operationVersion(error.seen)}): it is now ${error.now.status} at attempt ${error.now.attempt} (version ${operationVersion(error.now)}); nothing was decided. Show it again (idem show ${ref.id} --tenant ${ref.tenant}) and decide on what you see now`,
-      { cause: error },
-    );
-  }
-}
-
-/**
- * Runs a person's decision bound to the operation as they were shown it (`seen`, which `decide`
- * passes to the ledger: it refuses a decision on another version, in the same transaction, as
- * `ChangedSinceSeenError`, apart from a status that does not allow it). A stale view is said with
- * the command to show it again; a version that the operation cannot have had, as mistyped.
- */
-async function onTheVersionShown(ledger: Ledger, ref: OperationRef, seen: Seen, decide: () => Promise<unknown>) {
-  try {
-    await decide();
-  } catch (error) {
-    if (!(error instanceof ChangedSinceSeenError)) throw error;
-    const now = error.now;
-    // A version moves forward (its attempt, its time) from when the row was made: one ahead of the
-    // row's, or older than the row, was most likely mistyped, and "changed since" would mislead.
-    const older = seen.updatedAt < (await ledger.get(ref)).operation.createdAt;
-    if (seen.updatedAt > now.updatedAt || seen.attempt > now.attempt || older)
-      throw new InvalidValueError(
-        "seen",
-        `${operationVersion(seen)} is ${older ? `older than operation ${ref.id} itself` : `ahead of operation ${ref.id}'s version`} (it is now ${operationVersion(now)}): a mistyped version? Nothing was decided. Give the version idem show ${ref.id} --tenant ${ref.tenant} prints`,
-      );
-    throw new ChangedSinceShownError(ref, error);
-  }
-}
-
-/**
- * `idem retry --now` recorded the retry, then running it failed: the operation is not where the
- * command left it (exit 1, not 2: the retry stands and the run may have done its effect).
- */
-class RunAfterRetryError extends Error {
-  override readonly name = "RETRIED_RUN_FAILED";
-}
-
-/**
- * Deletes a tenant's operations past retention a batch at a time, each batch one statement (its
- * own transaction, as `admin.prune` does it), so no lock is held for the whole backlog, until a
- * batch deletes none or `max` are deleted. It goes on to an empty batch rather than stopping at a
- * short one: on Postgres a batch deletes fewer than it found when rows changed meanwhile (they are
- * checked again), which does not mean none are left. `more`: it stopped at `max`, so some may be
- * left (or none, when exactly `max` were due: nothing cheaper tells without deleting).
- * `progress` hears the total after each batch, so a failure can say what was done before it.
- */
-async function pruneExpired(
-  ledger: Ledger,
-  o: { tenant: string; batch: number; max?: number },
-  progress: (pruned: number) => void,
-): Promise<{ pruned: number; more: boolean }> {
-  const max = o.max ?? Number.POSITIVE_INFINITY;
-  let pruned = 0;
-  while (pruned < max) {
-    const n = await ledger.admin.prune({ tenant: o.tenant, limit: Math.min(o.batch, max - pruned) });
-    if (n === 0) return { pruned, more: false };
-    pruned += n;
-    progress(pruned);
-  }
-  return { pruned, more: true };
-}
-
-/** This package's version, read from its manifest (one level above src/ and dist/). */
-function version(): string {
-  return (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
-}
-
 export function program(): Command {
   const cmd = new Command("idem")
     .description("Side effects of AI agents, exactly once: the ledger's operators' tool and reconcile daemon")
@@ -418,7 +173,7 @@ export function program(): Command {
       ),
     )
     .option("--json", "machine-readable output")
-    .version(version(), "-V, --version")
+    .version(packageVersion(), "-V, --version")
     .exitOverride()
     // Usage errors (set before the subcommands, which inherit it): printed once, here, like the other
     // errors: `idem: …` on stderr, or with --json one JSON line. main() maps them to exit 2.
@@ -466,6 +221,7 @@ export function program(): Command {
         },
         ls: Command,
       ) => {
+        const [{ InvalidValueError }, { printOperations }] = await Promise.all([core(), import("./output.js")]);
         // IDEM_TENANT in the environment does not fight --all-tenants; a tenant on the command line does.
         const given = o.tenant !== undefined && ls.getOptionValueSource("tenant") === "cli";
         if (o.allTenants && given) throw new InvalidValueError("ls", "give --tenant or --all-tenants, not both");
@@ -495,6 +251,7 @@ export function program(): Command {
     )
     .addOption(tenant())
     .action(async (id: string, o: { tenant: string }) => {
+      const { printOperation } = await import("./output.js");
       await withLedger(g(), async (ledger) =>
         printOperation(await ledger.get({ tenant: o.tenant, id }), g().json === true),
       );
@@ -537,6 +294,8 @@ export function program(): Command {
           actor?: string;
         },
       ) => {
+        const [{ InvalidValueError }, { parseReceipt }, { requireSeen, onTheVersionShown }, { printOperation }] =
+          await Promise.all([core(), import("./receipt.js"), ledgerCommands(), import("./output.js")]);
         if (o.succeeded === o.failed)
           throw new InvalidValueError("resolve", "say exactly one of --succeeded or --failed");
         if (o.failed && o.receipt !== undefined)
@@ -598,6 +357,10 @@ export function program(): Command {
           now?: boolean;
         },
       ) => {
+        const [{ requireSeen, onTheVersionShown, runRetried }, { printOperation }] = await Promise.all([
+          ledgerCommands(),
+          import("./output.js"),
+        ]);
         const ref = { tenant: o.tenant, id };
         const seen = requireSeen(o, ref, "retry");
         await withLedger(
@@ -653,6 +416,7 @@ export function program(): Command {
         .default(LIMIT_MAX),
     )
     .action(async (o: { tenant: string; batch: number; max?: number }) => {
+      const { pruneExpired } = await ledgerCommands();
       const say = (pruned: number, more: boolean, why: string) =>
         console.log(
           g().json ? JSON.stringify({ pruned, more }) : `pruned ${pruned} operations${more ? `; ${why}` : ""}`,
@@ -685,6 +449,7 @@ export function program(): Command {
       ).argParser(timerDuration),
     )
     .action(async (o: { timeout?: number; lockPatience?: number }) => {
+      const { inOperatorsTerms } = await ledgerCommands();
       await withLedger(
         g(),
         async (ledger) => {
@@ -719,6 +484,7 @@ export function program(): Command {
     )
     .option("--all-tenants", "every tenant, whatever IDEM_TENANT says")
     .action(async (o: { tenant?: string; allTenants?: boolean }, command: Command) => {
+      const [{ InvalidValueError }, { printStats }] = await Promise.all([core(), import("./output.js")]);
       // As ls: a shell scoped to a tenant (IDEM_TENANT) is not shown the others' work unless asked.
       if (o.allTenants && o.tenant !== undefined && command.getOptionValueSource("tenant") === "cli")
         throw new InvalidValueError("stats", "give --tenant or --all-tenants, not both");
@@ -741,14 +507,21 @@ export function program(): Command {
     )
     .action(async (o: { tenant?: string }, mcp: Command) => {
       let tenant: string | undefined;
-      const [{ pino }, { serveMcp }] = await Promise.all([import("pino"), import("./mcp.js")]);
+      const [{ pino }, { serveMcp }, { mcpTenant }] = await Promise.all([
+        import("pino"),
+        import("./mcp.js"),
+        ledgerCommands(),
+      ]);
       // stdout is the protocol's: what the stop says goes to stderr.
       const log = pino({ base: { mcp: hostname() } }, pino.destination(2));
+      /** `mcp.stopTimeoutMs`, once the config is read. */
       let stopTimeoutMs: number | undefined;
-      /** The stop (its signal, or the client gone) and its bound, once it came. */
+      /** When the stop came (its signal, or the client gone; performance.now()). */
+      let stoppedAt: number | undefined;
+      /** The stop's bound, from the stop, once both it and the config came. */
       let bound: StopBound | undefined;
-      /** How far a stop got: serving, then closing the ledger, then the command ended. */
-      let stage: "serve" | "close" | "done" = "serve";
+      /** How far a stop got: opening the ledger, serving, closing the ledger, then the command ended. */
+      let stage: "open" | "serve" | "close" | "done" = "open";
       /** What the ledger's close left unrecorded (named in the log): exit 1. */
       let left: Closed = { lateAnswers: [], inFlight: [] };
       const signals = hearStopSignals(log, {
@@ -757,43 +530,57 @@ export function program(): Command {
             ? "the server is stopping"
             : `the calls in flight have until ${stopTimeoutMs} ms after the stop`;
         },
-        left: "a call in flight is left to its lease, and settled by the daemon once that expires",
+        left: `a call in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
       });
+      /**
+       * Bounded, as the daemon's stop: a provider that does not answer held the calls in flight,
+       * and the close waiting for them, a lease, then the process for as long as the provider took
+       * (its socket open), past a supervisor's grace; a database that does not answer held the
+       * ledger's open as long. The bound runs from the stop, whatever stage it came in: a stop
+       * while the config is read starts it once the bound is known, from the stop.
+       */
+      const bindStop = () => {
+        if (bound || stoppedAt === undefined || stopTimeoutMs === undefined) return;
+        const ms = stopTimeoutMs;
+        bound = { setting: "mcp.stopTimeoutMs", ms, stoppedAt };
+        setTimeout(
+          () => {
+            if (stage === "done") {
+              // Everything was closed, and what was left named; something still holds the
+              // process open. The command's own code (set once it ended).
+              const held = heldBy(left);
+              log.warn(
+                { stopTimeoutMs: ms },
+                `the MCP server stopped, but the process was still open ${ms} ms after the stop${held ? `, held by ${held}` : ""}: exiting`,
+              );
+              exitFlushed(log);
+              return;
+            }
+            log.error(
+              { stopTimeoutMs: ms },
+              stage === "open"
+                ? `the ledger did not open within ${ms} ms of the stop (the database not answering, or a loaded machine): exiting; nothing was served`
+                : `${stage === "serve" ? "the MCP server did not stop" : "closing the ledger did not finish (a call still to be recorded, the database not answering, or a loaded machine)"} within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
+            );
+            exitFlushed(log, EXIT.failure);
+          },
+          Math.max(0, stoppedAt + ms - performance.now()),
+        ).unref();
+      };
+      /** A stop: its signal, or the client gone (serving ended). The first one counts. */
+      const stop = () => {
+        stoppedAt ??= performance.now();
+        bindStop();
+      };
+      signals.signal.addEventListener("abort", stop, { once: true });
       try {
         await withLedger(
           g(),
           async (ledger, config) => {
-            const ms = config.mcp.stopTimeoutMs;
-            stopTimeoutMs = ms;
-            // Bounded, as the daemon's stop: a provider that does not answer held the calls in
-            // flight, and the close waiting for them, a lease, then the process for as long as the
-            // provider took (its socket open), past a supervisor's grace.
-            const stop = () => {
-              if (bound) return;
-              bound = { setting: "mcp.stopTimeoutMs", ms, stoppedAt: performance.now() };
-              setTimeout(() => {
-                if (stage === "done") {
-                  // Everything was closed, and what was left named; something still holds the
-                  // process open. The command's own code (set once it ended).
-                  log.warn(
-                    { stopTimeoutMs: ms },
-                    `the MCP server stopped, but the process was still open ${ms} ms after the stop${heldBy(left.lateAnswers, left.inFlight)}: exiting`,
-                  );
-                  exitFlushed(log);
-                  return;
-                }
-                log.error(
-                  { stopTimeoutMs: ms },
-                  `${stage === "serve" ? "the MCP server did not stop" : "closing the ledger did not finish (a call still to be recorded, the database not answering, or a loaded machine)"} within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and settled by the replay policy once that expires`,
-                );
-                exitFlushed(log, EXIT.failure);
-              }, ms).unref();
-            };
-            signals.signal.addEventListener("abort", stop, { once: true });
+            stage = "serve";
             try {
               await serveMcp(ledger, config, tenant!, signals.signal);
             } finally {
-              signals.signal.removeEventListener("abort", stop);
               stop(); // the client went away: a stop too, with the calls it made still in flight
               stage = "close"; // withLedger closes the ledger once this returns
             }
@@ -801,16 +588,19 @@ export function program(): Command {
           {
             actions: true,
             beforeOpen: async (config) => {
+              stopTimeoutMs = config.mcp.stopTimeoutMs;
+              bindStop(); // stopped as the config was read: bounded from the stop
               tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
             },
             close: async (ledger) => {
               left = await closeWithin(ledger, bound);
-              sayLeftInFlight(log, left.inFlight, bound);
+              sayLeftInFlight(log, left.inFlight, bound, MCP_SETTLED_LATER);
               sayUnawaited(log, left.lateAnswers, bound);
             },
           },
         );
       } finally {
+        signals.signal.removeEventListener("abort", stop);
         signals.dispose();
         stage = "done";
       }
@@ -827,7 +617,11 @@ export function program(): Command {
       ),
     )
     .action(async (o: { port?: number }) => {
-      const [{ pino }, { serveConsole }] = await Promise.all([import("pino"), import("./console/server.js")]);
+      const [{ pino }, { serveConsole }, { warnOfUnmatchedThresholds }] = await Promise.all([
+        import("pino"),
+        import("./console/server.js"),
+        ledgerCommands(),
+      ]);
       const log = pino({ base: { console: hostname() } });
       let built = true;
       const signals = hearStopSignals(log, {
@@ -874,11 +668,20 @@ export function program(): Command {
       "create and migrate the ledger if needed before starting (otherwise a ledger that needs migrations is refused)",
     )
     .action(async (o: { name: string; once?: boolean; migrate?: boolean }) => {
-      const [{ pino }, { Daemon }, { DaemonMetrics }, { alertActions, requireAlertSink }] = await Promise.all([
+      const [
+        { pino },
+        { Daemon },
+        { DaemonMetrics },
+        { alertActions, requireAlertSink },
+        { warnOfUnmatchedThresholds },
+        { redactUrl },
+      ] = await Promise.all([
         import("pino"),
         import("./daemon.js"),
         import("./metrics.js"),
         import("./alerts.js"),
+        ledgerCommands(),
+        core(),
       ]);
       const log = pino({ base: { daemon: o.name } });
       let onResult: LedgerOptions["onResult"] = () => {};
@@ -926,9 +729,10 @@ export function program(): Command {
               if (stage === "done") {
                 // Everything was recorded and closed; something else held the process open. The
                 // command's own code (set once it ended), as if it had exited by itself.
+                const held = heldBy({ lateAnswers: unawaited, inFlight: leftInFlight });
                 log.warn(
                   { stopTimeoutMs: ms },
-                  `the daemon stopped, but the process was still open ${ms} ms after the stop${heldBy(unawaited, leftInFlight)}: exiting`,
+                  `the daemon stopped, but the process was still open ${ms} ms after the stop${held ? `, held by ${held}` : ""}: exiting`,
                 );
                 exitFlushed(log);
                 return;
@@ -1076,101 +880,16 @@ function exitIfHeldOpen(log: Logger, left: Closed, ledger: "closed" | "unopened"
     unopened: `the pass did not run: it failed before its ledger opened (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
     unclosed: `the pass ended, but closing its ledger failed (the error says why), and its process was still open ${ONCE_EXIT_MS} ms after`,
   }[ledger];
-  // Calls left in flight were not named here before: "still open …: exiting", as if nothing was out.
-  const held = [
-    ...(lateAnswers.length
-      ? [`the request(s) whose late answers were not recorded (${lateAnswers.map((r) => r.id).join(", ")})`]
-      : []),
-    ...(inFlight.length
-      ? [`the call(s) still in flight, their outcomes not recorded (${inFlight.map((r) => r.id).join(", ")})`]
-      : []),
-  ];
+  const held = heldBy(left);
   setTimeout(() => {
     log.warn(
       { onceExitMs: ONCE_EXIT_MS, ...(lateAnswers.length && { lateAnswers }), ...(inFlight.length && { inFlight }) },
-      held.length
-        ? `${since}, held by ${held.join(" and ")}: not waiting for ${inFlight.length ? "them" : "their answers"}, exiting`
+      held
+        ? `${since}, held by ${held}: not waiting for ${inFlight.length ? "them" : "their answers"}, exiting`
         : `${since}: exiting`,
     );
-    exitFlushed(log, held.length ? EXIT.failure : undefined);
+    exitFlushed(log, held ? EXIT.failure : undefined);
   }, ONCE_EXIT_MS).unref();
-}
-
-/**
- * Runs an operation just retried (`idem retry --now`) and returns the status it ended in. The
- * retry is recorded whatever happens here: a failure says so, with where the operation is now (printed too), and exits 1, never 2
- * (bad usage: nothing done), since the run may have performed its effect before it failed (a
- * receipt that could not be kept).
- */
-async function runRetried(
-  ledger: Ledger,
-  ref: OperationRef,
-  actor: string,
-  json: boolean,
-): Promise<RunResult<unknown>["status"]> {
-  try {
-    return (await ledger.daemon.settle({ ...ref, actor })).status;
-  } catch (error) {
-    const why =
-      error instanceof UnknownActionError
-        ? `not run now: this config has no action of type ${error.action} (a daemon whose config has it runs it)`
-        : `running it now failed: ${(error as Error).message}`;
-    let now: string;
-    try {
-      const shown = await ledger.get(ref);
-      printOperation(shown, json);
-      now = `it is now ${shown.operation.status} at attempt ${shown.operation.attempt}`;
-    } catch (readError) {
-      now = `where it is now could not be read (${(readError as Error).message})`;
-    }
-    throw new RunAfterRetryError(
-      `retried: the retry of ${ref.id} is recorded; ${why}; ${now}: see idem show ${ref.id} --tenant ${ref.tenant}`,
-      { cause: error },
-    );
-  }
-}
-
-/**
- * The tenant `idem mcp` serves: --tenant, else the config's `mcp.tenant`, else IDEM_TENANT. An
- * IDEM_TENANT left in an operator's shell must not move a model's server to another tenant than
- * the config names: when both are set and differ (and no --tenant was given), it is refused.
- */
-function mcpTenant(given: string | undefined, source: string | undefined, config: IdemConfig): string {
-  const configured = config.mcp?.tenant;
-  if (given !== undefined && source === "env" && configured !== undefined && given !== configured)
-    throw new ConfigError(
-      `idem mcp: IDEM_TENANT is ${JSON.stringify(given)} but the config's mcp.tenant is ${JSON.stringify(configured)}: unset IDEM_TENANT, or say --tenant to choose`,
-    );
-  const tenant = given ?? configured;
-  if (!tenant) throw new ConfigError("idem mcp needs a tenant: --tenant, IDEM_TENANT or mcp.tenant in the config");
-  // Checked here, as the config checks mcp.tenant: served, every call would answer "not set up
-  // right" and every status check "check again later", for as long as the server ran.
-  try {
-    requireName(tenant, "tenant");
-  } catch (error) {
-    const from = source === "env" ? "IDEM_TENANT" : "--tenant";
-    throw new ConfigError(
-      `idem mcp: ${from} ${JSON.stringify(tenant)} is no tenant: ${(error as InvalidValueError).reason}`,
-      { cause: error },
-    );
-  }
-  return tenant;
-}
-
-/**
- * Says which `thresholds.perAction` keys name no action of the config, once at the start of the
- * daemon and of the console (whose queue shows what runs past them): a warning, not a refusal,
- * since such a key may name an action only agents run (see `unmatchedThresholds`). The alert
- * sinks' own `idem.alert.*` actions are left out of the known ones: the daemon never reports its
- * own deliveries as stuck, so a threshold for them does nothing.
- */
-function warnOfUnmatchedThresholds(config: IdemConfig, configured: readonly Action<any, any>[], log: Logger): void {
-  const known = [...new Set(configured.map((a) => a.type))].sort();
-  for (const { key, near } of unmatchedThresholds(config, known))
-    log.warn(
-      { key, known },
-      `thresholds.perAction[${JSON.stringify(key)}] names no action of this config${near ? ` (did you mean ${near}?)` : ""}: it applies only if agents run actions of that type; the config's are ${known.join(", ") || "none"}`,
-    );
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -1180,6 +899,8 @@ export async function main(argv: string[]): Promise<number> {
     return finishedWith.get(cmd) ?? EXIT.ok;
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    // Any other error came from a command that ran: it loaded the ledger already.
+    const { IdemError, InvalidTransitionError, LedgerConfigError, OperationNotFoundError } = await core();
     const json = argv.includes("--json");
     const code =
       error instanceof LedgerConfigError && error.unreachable

@@ -44,12 +44,19 @@ const waitEnder = (bound: StopBound | undefined) => (bound ? `the stop's bound (
 /**
  * Says which calls a close could not wait out (`Closed.inFlight`: their request, lookup or lazy
  * args still under way): unrecorded, running under their leases. Named as the late answers are.
+ * `settledLater`: what then becomes of each, as the command can say it truthfully (the daemon
+ * settles it by the replay policy once its lease expires; `idem mcp` runs no such policy itself).
  */
-export function sayLeftInFlight(log: Logger, inFlight: readonly OperationRef[], bound: StopBound | undefined): void {
+export function sayLeftInFlight(
+  log: Logger,
+  inFlight: readonly OperationRef[],
+  bound: StopBound | undefined,
+  settledLater = "is settled by the replay policy once that expires",
+): void {
   if (!inFlight.length) return;
   log.error(
     { inFlight, ...(bound && { stopTimeoutMs: bound.ms }) },
-    `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${waitEnder(bound)} ended the wait; their outcomes are not recorded: each operation stays running under its lease, and is settled by the replay policy once that expires`,
+    `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${waitEnder(bound)} ended the wait; their outcomes are not recorded: each operation stays running under its lease, and ${settledLater}`,
   );
 }
 
@@ -88,11 +95,16 @@ export function closeLeftFailure(who: string, { lateAnswers, inFlight }: Closed)
   return said.length ? new Error(`${said.join("; ")}; see the log`) : undefined;
 }
 
-/** What may hold a process open past its close, as a stop's bound's exit says it: those a close left out (named above). */
-export function heldBy(lateAnswers: readonly OperationRef[], inFlight: readonly OperationRef[]): string {
+/**
+ * What may hold a process open past its ledger's close, as the exits that end it say it (a stop's
+ * bound, a `--once` pass held open): the requests whose late answers the close left unrecorded,
+ * still out, and the calls it left in flight (`Closed`), each with its operations; undefined when
+ * the close left nothing.
+ */
+export function heldBy({ lateAnswers, inFlight }: Closed): string | undefined {
   const what = [
-    ...(lateAnswers.length ? ["the requests whose late answers were not awaited"] : []),
-    ...(inFlight.length ? ["the calls left in flight"] : []),
+    ...(lateAnswers.length ? [`the request(s) whose late answers were not recorded (${named(lateAnswers)})`] : []),
+    ...(inFlight.length ? [`the call(s) still in flight, their outcomes not recorded (${named(inFlight)})`] : []),
   ];
-  return what.length ? ` (${what.join(" and ")}, named above)` : "";
+  return what.length ? what.join(" and ") : undefined;
 }

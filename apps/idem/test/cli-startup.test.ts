@@ -2,7 +2,9 @@
  * What the idem command loads as it starts: a command that only reads or decides (`ls`, `show`,
  * `--help`), which scripts and cron jobs run often, does not load what only the daemon, the
  * console or the alert sinks use (the logger, prom-client, nodemailer, hono), which made each
- * start about a third slower. The packages are heard by a module resolve hook in the child.
+ * start about a third slower; `--help` and `--version` load no ledger (@idem/core, kysely) and no
+ * config reader (zod) either, and the daemon loads nodemailer only to send an email alert. The
+ * packages are heard by a module resolve hook in the child.
  */
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -17,6 +19,8 @@ import { CLI } from "./support.js";
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 /** The packages only the daemon, the console, `idem mcp` or the alert sinks use. */
 const HEAVY = ["pino", "prom-client", "nodemailer", "hono", "@hono/node-server", "rate-limiter-flexible"];
+/** What only a command that reads a config or opens a ledger uses: `--help` and `--version` do neither. */
+const LEDGER = ["@idem/core", "kysely", "zod", "p-retry"];
 const MARK = "idem-startup-test resolved ";
 // Each bare specifier the child resolves is said on its stderr (the hook runs on the loader's thread).
 const HOOKS = `export async function resolve(specifier, context, next) {
@@ -68,7 +72,7 @@ const heavyIn = (packages: Set<string>) => HEAVY.filter((h) => packages.has(h));
 
 for (const dialect of DIALECTS) {
   describe(`what idem loads as it starts, on ${dialect}`, { timeout: scaled(120_000) }, () => {
-    it("ls, show and --help load none of the daemon's, console's or alert sinks' packages; the daemon does", async () => {
+    it("ls, show, --help and --version load none of the daemon's, console's or alert sinks' packages, and --help and --version no ledger; the daemon loads its own but no nodemailer without an email sink", async () => {
       const ledger = await freshDatabase(dialect);
       await (await openLedger(ledger)).close(); // migrated
       const config = join(tempDir(), "idem.config.json");
@@ -83,14 +87,21 @@ for (const dialect of DIALECTS) {
       expect(show.code, show.stderr).toBe(3); // no such operation: the ledger was read
       expect(heavyIn(show.packages)).toEqual([]);
 
-      const help = await loadedBy(["--help"]);
-      expect(help.code, help.stderr).toBe(0);
-      expect(heavyIn(help.packages)).toEqual([]);
+      for (const args of [["--help"], ["--version"]]) {
+        const out = await loadedBy(args);
+        expect(out.code, out.stderr).toBe(0);
+        expect(out.packages.has("commander"), "the hook hears the child's imports").toBe(true);
+        expect(heavyIn(out.packages), args[0]).toEqual([]);
+        expect(
+          LEDGER.filter((p) => out.packages.has(p)),
+          args[0],
+        ).toEqual([]);
+      }
 
-      // The control: the daemon's pass loads its logger, its metrics and the alert sinks.
+      // The control: the daemon's pass loads its logger and its metrics; with no email sink, no nodemailer.
       const pass = await loadedBy(["--config", config, "daemon", "--once"]);
       expect(pass.code, pass.stderr).toBe(0);
-      expect(heavyIn(pass.packages)).toEqual(expect.arrayContaining(["pino", "prom-client", "nodemailer"]));
+      expect(heavyIn(pass.packages)).toEqual(["pino", "prom-client"]);
     });
   });
 }

@@ -3,10 +3,14 @@
  * parallel, and with other arguments does its effect once (counted in a file); every answer is a
  * truthful result, never a protocol error; the status tool reports the operation. A stop (SIGTERM,
  * or the client gone) with a call whose provider does not answer ends within mcp.stopTimeoutMs,
- * exit 1, naming the operation left in flight on stderr, its row left running under its lease.
+ * exit 1, naming the operation left in flight on stderr, its row left running under its lease, and
+ * who settles it (a daemon, or a later call with the same key). A stop while the ledger is still
+ * opening is bounded from the signal too.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -16,7 +20,7 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
-import { CLI, idem } from "./support.js";
+import { CLI, idem, until } from "./support.js";
 
 const MCP_CONFIG = fileURLToPath(new URL("./fixtures/mcp.config.ts", import.meta.url));
 type Result = {
@@ -405,6 +409,11 @@ for (const dialect of DIALECTS) {
               ),
             }),
           ]);
+          // Who settles it: idem mcp runs no replay policy of its own. Before: "settled by the replay
+          // policy once that expires", as if something would, with no daemon on this ledger.
+          expect(said[0]!.msg).toContain(
+            "once that expires, is settled by the replay policy when a daemon (idem daemon) runs on this ledger or a later call with the same key comes",
+          );
           expect(server.stderr).toContain(
             `idem: the ledger closed with 1 call(s) still in flight, their outcomes not recorded (${op!.id}); see the log`,
           );
@@ -436,3 +445,68 @@ describe("idem mcp's client gone with nothing in flight", () => {
     expect(server.stderr).not.toMatch(/in flight|late answer|idem:/);
   });
 });
+
+/**
+ * A migrated ledger that no one can open until the test ends: SQLite's file locked by another
+ * connection (exclusive locking mode, a write begun: a reader waits too), Postgres behind a proxy
+ * that forwards nothing (the connect waits). Either open fails on its own after 10 s.
+ */
+async function unopenable(dialect: TestDialect): Promise<string> {
+  const url = await freshDatabase(dialect);
+  await (await openLedger(url)).close(); // migrated: idem mcp never migrates
+  if (dialect === "sqlite") {
+    const other = new Database(url.slice("sqlite:".length), { timeout: 0 });
+    other.exec("PRAGMA locking_mode = EXCLUSIVE; BEGIN IMMEDIATE; CREATE TABLE held (x)");
+    cleanup.push(async () => {
+      other.exec("ROLLBACK");
+      other.close();
+    });
+    return url;
+  }
+  const proxy = await pgProxy(new URL(url), () => {});
+  cleanup.push(async () => {
+    proxy.down();
+    await proxy.close();
+  });
+  return proxy.url;
+}
+
+for (const dialect of DIALECTS) {
+  describe(`idem mcp stopped while its ledger is still opening, on ${dialect}`, () => {
+    it(
+      "SIGTERM: exits 1 within mcp.stopTimeoutMs of the signal, saying the ledger did not open, not when the open gives up",
+      async () => {
+        const loaded = join(tempDir(), "loaded");
+        const child = spawn(
+          process.execPath,
+          ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+          {
+            env: {
+              ...process.env,
+              LEDGER_URL: await unopenable(dialect),
+              EFFECT_DIR: tempDir(),
+              TENANT: "acme",
+              MCP_STOP_TIMEOUT_MS: "1500",
+              LOADED_FILE: loaded,
+            },
+          },
+        );
+        cleanup.push(async () => void child.kill("SIGKILL"));
+        let stderr = "";
+        child.stderr.on("data", (d) => (stderr += d));
+        const exited = new Promise<number | null>((r) => child.once("close", r));
+        // The config is loaded: the stop signals are heard, and the ledger's open is next.
+        await until(() => existsSync(loaded), 60_000, "idem mcp to load its config");
+        child.kill("SIGTERM");
+        // Before: the bound started only once serving ended, after the open: the process waited
+        // for the open to give up (10 s), then said why it failed, not that it was stopped.
+        expect(await exited, stderr).toBe(1);
+        expect(stderr).toContain(
+          "the ledger did not open within 1500 ms of the stop (the database not answering, or a loaded machine): exiting; nothing was served",
+        );
+        expect(stderr).not.toMatch(/cannot (open|connect)/);
+      },
+      scaled(120_000),
+    );
+  });
+}
