@@ -36,8 +36,8 @@ import type { SinksThisTick } from "./sink-backoff.js";
  * What an alert says: `needs_review` (a person decides), `auth_failure` (failed on a refused
  * credential or a policy), `check_refused` (the outcome is unknown, and a credential or a
  * certificate was refused while checking it: it may have happened), `two_effects` (a second
- * request of it took effect too: the ledger saw two different receipts, or two attempts' receipts
- * that could not be stored), `maybe_two_effects` (it took effect, proven by an earlier attempt's
+ * request of it took effect too: the ledger saw two different receipts, two attempts' receipts
+ * that could not be stored, or one such receipt that names two effects), `maybe_two_effects` (it took effect, proven by an earlier attempt's
  * late answer after a later attempt ran it again from a proof that it was not done: that run may
  * have taken effect too), `verdict_overruled` (a person resolved it as failed, and a late receipt
  * then proved it took effect: they may have acted on "failed"), `failure_overruled` (it failed,

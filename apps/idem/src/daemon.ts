@@ -502,7 +502,8 @@ export class Daemon {
 /**
  * What an alerted operation that is not unknown says: it took effect twice (succeeded: a second
  * request's receipt differed from the recorded one; or waiting for a person with two attempts'
- * receipts that could not be stored, `performedBy`), it took effect but not in full (succeeded
+ * receipts that could not be stored, `performedBy`, or with one that names two effects, its
+ * reason starting "two effects"), it took effect but not in full (succeeded
  * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
  * them first unless two effects are), a person's retry found it done and did not run (succeeded
  * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), it may have taken
@@ -514,8 +515,12 @@ export class Daemon {
  * (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
+  // Two effects parked for a person: proven by two attempts' requests, or told by one receipt
+  // that names two (too large to store; the core says so first, as it does on a success).
   if (op.status === "needs_review")
-    return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : "needs_review";
+    return (performedProof(op)?.performedBy?.length ?? 0) > 1 || op.reason?.startsWith("two effects")
+      ? "two_effects"
+      : "needs_review";
   if (op.status !== "succeeded") return "auth_failure";
   if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
   if (op.reason !== null && isPossiblyTwo(op.reason)) return "maybe_two_effects";

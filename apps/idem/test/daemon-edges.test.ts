@@ -1136,6 +1136,45 @@ for (const dialect of DIALECTS) {
       },
       scaled(60_000),
     );
+
+    it(
+      "alert: a receipt that names two effects and could not be stored is said as two effects, not only 'needs a person's review'",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        // The provider answered one request with the two effects made under its key (its ids name
+        // obj_1 and obj_2), in a receipt too large to store: parked for a person, "two effects" first.
+        const create = defineAction<{ to: string }, { ids: string[]; pad: string }>({
+          type: "crm.create",
+          capabilities: {},
+          execute: async () => ({ ids: ["obj_1", "obj_2"], pad: "x".repeat(200) }),
+          effectId: (r) => r.ids,
+        });
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        const ledger = await openTestLedger(url, {
+          poolSize: 2,
+          leaseMs: 30_000,
+          maxResultBytes: 50,
+          actions: [...alertActions(config, log), create],
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        await expect(ledger.run(create, { tenant: t, key: ["c"], args: { to: "x" } })).rejects.toMatchObject({
+          name: "PayloadTooLargeError",
+        });
+        const [op] = await ledger.admin.list({ tenant: t });
+        expect(op).toMatchObject({ status: "needs_review" });
+        expect(op!.reason).toMatch(/^two effects: the receipt names 2 effects \(obj_1, obj_2\)/);
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-two-named");
+        await daemon.tick();
+        const alerts = lines.filter((l) => l.alert?.operationId === op!.id);
+        // Before: ["needs_review"], "needs a person's review: two effects: …".
+        expect(alerts.map((a) => a.alert!.kind)).toEqual(["two_effects"]);
+        expect(alerts[0]!.msg).toMatch(/took effect twice .*: two effects: the receipt names 2 effects/);
+        expect(alerts[0]!.alert).toMatchObject({ status: "needs_review" });
+      },
+      scaled(60_000),
+    );
   });
 }
 

@@ -129,7 +129,8 @@ export interface Closed {
    * and is settled by the replay policy once that lease ends (looked up, replayed with its key, or
    * a person's). Their actions' `op.signal` aborts as the close stops waiting (with the close's
    * `LedgerUnavailableError`, `closed`: the lease is no longer renewed), and their callers are
-   * answered when the work ends (or a second later, an action ignoring its signal):
+   * answered when the work ends (or a second later, an action ignoring its signal; lazy args,
+   * `make()` handed no signal, when they return):
    * `CompletionNotRecordedError` with the receipt of an effect that happened, else
    * `LedgerUnavailableError` (`closed`). Unlike `lateAnswers`, whose callers were answered already
    * and whose rows were recorded unknown. A call whose claim was not answered yet names none.

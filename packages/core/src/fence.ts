@@ -56,6 +56,22 @@ export function isFailureOverruled(reason: string): boolean {
   return reason.startsWith(FAILURE_OVERRULED);
 }
 
+/** What a person hears of the callers a provider's "failed" was replayed to, once it is overruled. */
+export const CALLER_TOLD_FAILED =
+  'a caller told "failed" may have acted on it (the same work sent again under another key, say)';
+
+/**
+ * Whose "failed" a receipt arriving now would overrule: the row's own (a person's, resolved so,
+ * or the provider's, replayed to every caller since), or one an ambiguous end reopened for a
+ * person whose alert is still due (`reopenedUnheard`: no one heard yet that it may have
+ * committed). Undefined when the row holds no "failed" to overrule. One answer for `fenced` and
+ * for `DurableWrites.unstorable`, so a receipt stored or not says the same of the callers told.
+ */
+export function failedOverruled(now: Row): "person" | "provider" | undefined {
+  if (now.status === "failed") return now.resolution_json !== null ? "person" : "provider";
+  return reopenedUnheard(now);
+}
+
 /**
  * Our write matched no row. Either a newer attempt or a person changed the row (the fence: our
  * write is refused and recorded as evidence), or the row is not where we left it, which is not a
@@ -147,15 +163,13 @@ export async function fenced<A, R>(
       // due: no one heard yet that it may have committed after all, and our receipt proves it did.
       // Overruled as the "failed" itself is: settled as a question the receipt answers, its alert
       // was cleared, and no one heard that the callers told "failed" were told wrong.
-      const failedUnheard = reopenedUnheard(now);
-      const overruled = now.status === "failed" || failedUnheard !== undefined;
+      const whose = failedOverruled(now);
+      const overruled = whose !== undefined;
       // A person's "failed": they may have acted on it (told the customer, redone the work by
       // hand, a second effect of their own), so they hear that the receipt contradicts it.
       // Also one reopened with a proof of the effect (its receipt not stored) after it: said so then.
       const personOverruled =
-        (now.status === "failed" && now.resolution_json !== null) ||
-        failedUnheard === "person" ||
-        (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
+        whose === "person" || (now.status === "needs_review" && isVerdictOverruled(now.reason ?? ""));
       // The provider's "failed" (a later attempt refused, say, before our request landed): every
       // caller since was told so, and a person hears that it took effect after all. Also one
       // reopened with a proof of the effect after it (durable-writes.ts `unstorable`).
@@ -200,11 +214,16 @@ export async function fenced<A, R>(
       // A second effect, proven or possible, told on the row to no one yet (its alert still due):
       // our receipt settles the row but undoes no effect, so those words stay first (the daemon's
       // alert kind) and it stays alerted. Recorded as one effect, its alert was cleared unheard.
-      const stillTold = !twice && rerun === undefined && twoSaid(now) ? (now.reason ?? undefined) : undefined;
-      // Two effects are said first (the daemon's alert kind); a person's "failed" they overrule too.
+      // Its words are taken from where they start: after the overruled "failed" and the attempt
+      // `unstorable` puts before them, said again after them by this receipt's own reason.
+      const stillTold = !twice && rerun === undefined ? twoTold(now) : undefined;
+      // Two effects are said first (the daemon's alert kind); a "failed" they overrule too, a
+      // person's or the one replayed to callers.
       const verdictToo = personOverruled
         ? `; ${VERDICT_OVERRULED}a person must check whether anything was done on that verdict`
-        : "";
+        : failureOverruled
+          ? `; ${FAILURE_OVERRULED}${CALLER_TOLD_FAILED}`
+          : "";
       // What the reasons below say of our receipt or finding, after any alert's own words.
       const proves = `attempt ${mine.attempt}'s ${performed ? "receipt" : "lookup's finding"} proves the effect happened`;
       const told =
@@ -221,7 +240,7 @@ export async function fenced<A, R>(
                   : personOverruled
                     ? `${VERDICT_OVERRULED}${proves}; a person must check whether anything was done on that verdict`
                     : failureOverruled
-                      ? `${FAILURE_OVERRULED}${proves}${after}; a caller told "failed" may have acted on it (the same work sent again under another key, say): a person must check the provider`
+                      ? `${FAILURE_OVERRULED}${proves}${after}; ${CALLER_TOLD_FAILED}: a person must check the provider`
                       : `${proves}${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
       // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
@@ -468,24 +487,34 @@ const FAILED_REOPENED = ", still in flight when the operation failed, may have c
  * provider's. Undefined for any other row. The reopen voids the verdict (`resolution_json`).
  */
 function reopenedUnheard(now: Row): "person" | "provider" | undefined {
-  if (now.status !== "needs_review" || now.alert_pending !== 1) return undefined;
-  if (!/^attempt \d+, /.test(now.reason ?? "") || !now.reason!.includes(FAILED_REOPENED)) return undefined;
-  let said: unknown;
-  try {
-    said = now.error_json === null ? undefined : (JSON.parse(now.error_json) as { reason?: unknown }).reason;
-  } catch {
-    said = undefined;
-  }
+  if (now.status !== "needs_review" || now.alert_pending !== 1 || now.reason === null) return undefined;
+  // Its own words right after the attempt, not the same words anywhere (an error's detail quoted).
+  const attempt = /^attempt \d+/.exec(now.reason);
+  if (!attempt || !now.reason.startsWith(FAILED_REOPENED, attempt[0].length)) return undefined;
+  // The ledger's own JSON, parsed unguarded as every other reader of error_json here does.
+  const said = now.error_json === null ? undefined : (JSON.parse(now.error_json) as { reason?: unknown }).reason;
   return typeof said === "string" && said.startsWith(RESOLVED_BY_PERSON) ? "person" : "provider";
+}
+
+/**
+ * The words of two effects, proven or possible, that the row's alert still due tells a person,
+ * from where they start: first, or after the overruled "failed" and the attempt that
+ * `DurableWrites.unstorable` puts before them on a row it found moved. Undefined when it tells
+ * none (or was delivered).
+ */
+function twoTold(now: Row): string | undefined {
+  if (now.alert_pending !== 1 || now.reason === null) return undefined;
+  let from = now.reason;
+  for (const prefix of [VERDICT_OVERRULED, FAILURE_OVERRULED]) {
+    if (from.startsWith(prefix)) from = from.slice(prefix.length);
+  }
+  from = from.replace(/^attempt \d+: /, "");
+  return from.startsWith("two effects") || isPossiblyTwo(from) ? from : undefined;
 }
 
 /** Whether the row's alert still due already tells a person of two effects, proven or possible. */
 function twoSaid(now: Row): boolean {
-  return (
-    now.alert_pending === 1 &&
-    now.reason !== null &&
-    (now.reason.startsWith("two effects") || isPossiblyTwo(now.reason))
-  );
+  return twoTold(now) !== undefined;
 }
 
 /**

@@ -69,7 +69,9 @@ export async function withLease<A, R, T>(
       const asked = clock();
       store.heartbeat(row, leaseMs).then(
         (kept) => {
-          if (finished) return; // answered after the call ended: nothing to keep, no deadline to arm
+          // Answered after the call ended, or after the lease was lost (the close stopped waiting,
+          // a deadline met): nothing to keep, no deadline to arm (its timer would hold the process).
+          if (finished || lost) return;
           if (kept) return armDeadline(asked);
           lose(new Error(`lease of attempt ${row.attempt} lost`));
         },

@@ -469,7 +469,14 @@ export class Store {
     this.closed = true;
     const listeners = [...this.closeListeners];
     this.closeListeners.clear();
-    for (const listener of listeners) listener();
+    // Each on its own: one that throws must not leave the actions after it running unaborted, nor
+    // the close (which destroys the connection right after) unfinished. Nothing here can handle
+    // its error: the call it belongs to ends on its own statements, which meet the close.
+    for (const listener of listeners) {
+      try {
+        listener();
+      } catch {}
+    }
   }
 
   /**

@@ -9,7 +9,10 @@
  * A person's "failed" overruled is its own alert (verdict-overruled-late.test.ts). The same when
  * attempt 1's receipt is too large to store: the row goes to a person with the proof, its reason
  * saying callers were told "failed", and a later receipt that settles it is alerted as overruled
- * (before: a plain needs_review, then a plain success). Both databases.
+ * (before: a plain needs_review, then a plain success). When what lands after it is a second
+ * effect, or a receipt told two effects, those words come first (the daemon's `two_effects`) and
+ * the "failed" overruled after them (before: settled as one effect, or the callers unsaid). Both
+ * databases.
  */
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
@@ -21,6 +24,9 @@ import { ledgers, uniqueTenant } from "./support/ledgers.js";
 const HOUR = 3_600_000;
 /** How the reason starts: the daemon tells its alert (`failure_overruled`) by it. */
 const FAILURE_OVERRULED = 'a "failed" replayed to its callers is overruled: ';
+/** What a person hears of the callers told "failed" (fence.ts CALLER_TOLD_FAILED). */
+const CALLER_TOLD_FAILED =
+  'a caller told "failed" may have acted on it (the same work sent again under another key, say)';
 
 class Refused extends Error {}
 
@@ -183,6 +189,106 @@ for (const dialect of DIALECTS) {
       });
       expect(after.reason).toContain("the effect known before without its receipt (attempt 1's request");
       expect(effects).toHaveLength(1);
+    });
+
+    it("a receipt naming two effects, too large to store, then a later request's receipt deduped onto them: two effects said first, and the failure overruled after", async () => {
+      // As above, but attempt 1's receipt names two effects (obj_1 and obj_2): the row goes to a
+      // person saying callers were told "failed", then "two effects". Attempt 2's receipt, deduped
+      // onto obj_1, settles the row as one effect unless those words are found after that start.
+      const sent: (() => void)[] = [];
+      const out = [0, 1].map((i) => new Promise<void>((r) => (sent[i] = r)));
+      const gates: (() => void)[] = [];
+      const open = [0, 1].map((i) => new Promise<void>((r) => (gates[i] = r)));
+      let calls = 0;
+      const action = defineAction<{ to: string }, { id?: string; ids?: string[]; padding?: string }>({
+        type: "failed.overruled.several",
+        capabilities: { dedupe: { retentionMs: 24 * HOUR } },
+        execute: async () => {
+          const n = calls++;
+          if (n === 2) throw new Refused("validation: refused");
+          sent[n]!();
+          await open[n];
+          return n === 0 ? { ids: ["obj_1", "obj_2"], padding: "x".repeat(4_000) } : { id: "obj_1" };
+        },
+        classify: (e) =>
+          e instanceof Refused ? { kind: "permanent", reason: e.message } : { kind: "ambiguous", reason: String(e) },
+        effectId: (r) => r.ids ?? r.id,
+      });
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["several"], args: { to: "x" } };
+      const worker = await db.open({ actions: [action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [action] });
+      const latest = await db.open({ clock: () => Date.now() + 2 * HOUR, actions: [action] });
+      const first = worker.run(action, input);
+      await out[0];
+      const second = later.run(action, input);
+      await out[1];
+      expect(await latest.run(action, input)).toMatchObject({ status: "failed", attempt: 3 });
+      gates[0]!();
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      const [row] = await latest.admin.list({ tenant });
+      const parked = await stored(latest, row!.id);
+      expect(parked).toMatchObject({ status: "needs_review", alertPending: 1 });
+      expect(parked.reason.startsWith(`${FAILURE_OVERRULED}attempt 1: two effects: the receipt names 2 effects`)).toBe(
+        true,
+      );
+      gates[1]!();
+      expect(await second).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      // Before: "a "failed" replayed … overruled: attempt 2's receipt proves the effect happened;
+      // the effect known before … is taken to be this one": obj_2 told of to no one.
+      const after = await stored(latest, row!.id);
+      expect(after).toMatchObject({ status: "succeeded", alertPending: 1 });
+      expect(after.reason).toMatch(/^two effects: the receipt names 2 effects \(obj_1, obj_2\)/);
+      expect(after.reason).toContain(`; ${FAILURE_OVERRULED}attempt 2's receipt proves the effect happened`);
+      expect((await latest.daemon.alertsDue({ limit: 10 })).map((a) => a.id)).toContain(row!.id);
+    });
+
+    it("reopened by a receipt too large to store, then another attempt's own receipt, a second effect: two effects said first, and the failure overruled after", async () => {
+      // Attempt 1's request is out past its lease; a lookup proves nothing there yet, attempt 2
+      // sends and is out too; a later call is refused at once (callers told "failed"). Attempt 1's
+      // receipt cannot be stored (the row goes to a person), then attempt 2's arrives: another effect.
+      const sent: (() => void)[] = [];
+      const out = [0, 1].map((i) => new Promise<void>((r) => (sent[i] = r)));
+      const gates: (() => void)[] = [];
+      const open = [0, 1].map((i) => new Promise<void>((r) => (gates[i] = r)));
+      let calls = 0;
+      const action = defineAction<{ to: string }, { id: string; padding?: string }>({
+        type: "failed.overruled.second",
+        capabilities: { lookup: true },
+        execute: async () => {
+          const n = calls++;
+          if (n === 2) throw new Refused("validation: refused");
+          sent[n]!();
+          await open[n];
+          return n === 0 ? { id: "obj_1", padding: "x".repeat(4_000) } : { id: "obj_2" };
+        },
+        reconcile: async () => ({ found: false as const, proof: "absent" as const, reason: "not there" }),
+        classify: (e) =>
+          e instanceof Refused ? { kind: "permanent", reason: e.message } : { kind: "ambiguous", reason: String(e) },
+        effectId: (r) => r.id,
+      });
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["second"], args: { to: "x" } };
+      const worker = await db.open({ actions: [action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [action] });
+      const latest = await db.open({ clock: () => Date.now() + 2 * HOUR, actions: [action] });
+      const first = worker.run(action, input);
+      await out[0];
+      const second = later.run(action, input);
+      await out[1];
+      expect(await latest.run(action, input)).toMatchObject({ status: "failed" });
+      gates[0]!();
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      const [row] = await latest.admin.list({ tenant });
+      expect(isFailureOverruled((await stored(latest, row!.id)).reason)).toBe(true);
+      gates[1]!();
+      expect(await second).toMatchObject({ status: "succeeded", receipt: { id: "obj_2" } });
+      // Before: "two effects: …; a person must check the provider", the callers told "failed" said
+      // to no one any more.
+      const after = await stored(latest, row!.id);
+      expect(after).toMatchObject({ status: "succeeded", alertPending: 1 });
+      expect(after.reason).toMatch(/^two effects: attempt \d+'s request took effect, and so did attempt 1's/);
+      expect(after.reason).toContain(`; ${FAILURE_OVERRULED}${CALLER_TOLD_FAILED}`);
     });
   });
 }

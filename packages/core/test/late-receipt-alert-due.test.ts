@@ -7,11 +7,13 @@
  * unknown: it happened, once). Wrong when the alert told of a second effect the receipt does not
  * undo: that alert stays due, and the reason keeps its words first (the daemon's alert kind); and
  * when the alert told that an operation its callers were told "failed" may have committed after
- * all: the receipt proves it did, and a person hears that "failed" is overruled. Both databases.
+ * all: the receipt proves it did, and a person hears that "failed" is overruled (a person's own
+ * "failed" as their verdict overruled); the same when that receipt is too large to store: the row
+ * stays with a person, its reason still saying callers were told "failed". Both databases.
  */
 import { describe, expect, it, vi } from "vitest";
 import { sql } from "kysely";
-import { defineAction, isFailureOverruled, type Ledger } from "@idem/core";
+import { defineAction, isFailureOverruled, isVerdictOverruled, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -19,12 +21,23 @@ import { ledgers, uniqueTenant } from "./support/ledgers.js";
 const HOUR = 3_600_000;
 /** How the reason starts: the daemon tells its alert (`failure_overruled`) by it. */
 const FAILURE_OVERRULED = 'a "failed" replayed to its callers is overruled: ';
+/** What a person hears of the callers told "failed" (fence.ts CALLER_TOLD_FAILED). */
+const CALLER_TOLD_FAILED =
+  'a caller told "failed" may have acted on it (the same work sent again under another key, say)';
 
 class RevokedKey extends Error {}
 class Refused extends Error {}
 
-/** An action whose first request holds until released, then takes effect; `later` answers every other. */
-function provider<R>(type: string, capabilities: Parameters<typeof defineAction>[0]["capabilities"], later: () => R) {
+/**
+ * An action whose first request holds until released, then takes effect (answered `first`);
+ * `later` answers every other.
+ */
+function provider<R>(
+  type: string,
+  capabilities: Parameters<typeof defineAction>[0]["capabilities"],
+  later: () => R,
+  first: () => { id: string; pad?: string } = () => ({ id: "obj_1" }),
+) {
   let out!: () => void;
   const sent = new Promise<void>((r) => (out = r));
   let release!: () => void;
@@ -38,7 +51,7 @@ function provider<R>(type: string, capabilities: Parameters<typeof defineAction>
       if (++calls > 1) return later() as { id?: string; ids?: string[]; pad?: string };
       out();
       await gate;
-      return { id: "obj_1" };
+      return first();
     },
     // The lookup's credential was revoked (a person must hear of it, the outcome stays unknown),
     // until `fixKey`: then it finds attempt 1's effect.
@@ -248,6 +261,83 @@ for (const dialect of DIALECTS) {
         reason: `${FAILURE_OVERRULED}attempt 1's receipt proves the effect happened, after attempt 2 failed; a caller told "failed" may have acted on it (the same work sent again under another key, say): a person must check the provider`,
       });
       expect(isFailureOverruled((await stored(later, row!.id)).reason)).toBe(true);
+      expect(await due(later, row!.id)).toBe(true);
+    });
+
+    it('a "failed" told to callers, reopened for a person by an abandoned request (alert due): its late receipt, too large to store, keeps that callers were told "failed"', async () => {
+      const p = provider(
+        "due.failed.unstorable",
+        { dedupe: { retentionMs: 24 * HOUR } },
+        () => {
+          throw new Refused("validation: refused");
+        },
+        () => ({ id: "obj_1", pad: "x".repeat(2_000) }),
+      );
+      const tenant = uniqueTenant();
+      // Attempt 1's ledger cannot store its receipt (over maxResultBytes): a proof of the effect instead.
+      const worker = await db.open({ actions: [p.action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["failed-unstorable"], args: { to: "x" } };
+      const gaveUp = new AbortController();
+      const first = worker.run(p.action, { ...input, signal: gaveUp.signal });
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ status: "failed", attempt: 2 });
+      gaveUp.abort(new Error("the agent's turn ended"));
+      expect(await first).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const [row] = await later.admin.list({ tenant });
+      const parked = await stored(later, row!.id);
+      expect(parked).toMatchObject({ alertPending: 1 });
+      expect(parked.reason).toMatch(/^attempt 1, still in flight when the operation failed, may have committed/);
+      p.release(); // attempt 1's request commits; its late answer cannot be stored
+      await vi.waitFor(async () => expect((await stored(later, row!.id)).reason).toMatch(/receipt cannot be stored/), {
+        timeout: 30_000,
+      });
+      // Before: "attempt 1: the effect happened but its receipt cannot be stored: …", the reopen's
+      // words replaced, and with them the only word that callers were told "failed".
+      const after = await stored(later, row!.id);
+      expect(after).toMatchObject({ status: "needs_review", alertPending: 1 });
+      expect(
+        after.reason.startsWith(`${FAILURE_OVERRULED}attempt 1: the effect happened but its receipt cannot be stored`),
+      ).toBe(true);
+      expect(after.reason).toContain(`, after attempt 2 failed; ${CALLER_TOLD_FAILED}`);
+      expect(await due(later, row!.id)).toBe(true);
+    });
+
+    it('a person\'s "failed", reopened by an abandoned request (alert due): its late receipt is alerted as their verdict overruled', async () => {
+      const p = provider("due.person", {}, () => {
+        throw new Error("nothing runs it again");
+      });
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action] });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["person"], args: { to: "x" } };
+      const gaveUp = new AbortController();
+      const first = worker.run(p.action, { ...input, signal: gaveUp.signal });
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ state: "needs_review" });
+      const [row] = await later.admin.list({ tenant });
+      await later.admin.resolve({
+        tenant,
+        id: row!.id,
+        outcome: "failed",
+        actor: "ops",
+        reason: "nothing at the provider",
+      });
+      gaveUp.abort(new Error("the agent's turn ended"));
+      expect(await first).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const parked = await stored(later, row!.id);
+      expect(parked).toMatchObject({ status: "needs_review", alertPending: 1 });
+      expect(parked.reason).toMatch(/^attempt 1, still in flight when the operation failed, may have committed/);
+      p.release(); // attempt 1's request commits; its late answer is recorded
+      await vi.waitFor(async () => expect(await stored(later, row!.id)).toMatchObject({ status: "succeeded" }), {
+        timeout: 30_000,
+      });
+      // A person said "failed" (the reopen voided their verdict, its error still says so): they
+      // hear that the receipt overrules it, not that callers were replayed a provider's "failed".
+      const after = await stored(later, row!.id);
+      expect(after).toMatchObject({ alertPending: 1 });
+      expect(isVerdictOverruled(after.reason)).toBe(true);
+      expect(after.reason).toContain("a person must check whether anything was done on that verdict");
       expect(await due(later, row!.id)).toBe(true);
     });
   });
