@@ -12,12 +12,17 @@ import pRetry from "p-retry";
 import type { Call } from "./call.js";
 import { alertedBefore, dedupedOntoFirst, firstSentOf, namesEach } from "./effects.js";
 import { CompletionNotRecordedError, LedgerUnavailableError } from "./errors.js";
-import { FAILURE_OVERRULED, VERDICT_OVERRULED } from "./fence.js";
+import { CALLER_TOLD_FAILED, FAILURE_OVERRULED, failedOverruled, VERDICT_OVERRULED } from "./fence.js";
 import type { StoredError } from "./result.js";
 import { rowPerformedProof } from "./row-results.js";
 import type { Status } from "./schema.js";
 import { storable, type Row, type Store, type TransitionPatch } from "./store.js";
 import type { Tracing } from "./tracing.js";
+
+/** A database failure that a retry through this ledger may pass (see `LedgerUnavailableError`). */
+function passes(error: unknown): error is LedgerUnavailableError {
+  return error instanceof LedgerUnavailableError && (!error.reopen || error.reopensItself) && !error.closed;
+}
 
 export class DurableWrites {
   /** `store` is read by fence.ts too, which writes through this class. */
@@ -45,8 +50,10 @@ export class DurableWrites {
     const started = performance.now();
     return write().catch((error: unknown) => {
       // A ledger whose SQLite file was replaced never writes again (`reopen`), nor one closed
-      // meanwhile (`closed`): no retry passes.
-      if (!(error instanceof LedgerUnavailableError) || error.reopen || error.closed) throw error;
+      // meanwhile (`closed`): no retry passes. A connection a failed group commit closed is
+      // opened again for the next statement (`reopensItself`), and nothing of that commit was
+      // committed: an outage like any other.
+      if (!passes(error)) throw error;
       if (unanswered) unanswered.failed = true;
       // p-retry's first attempt is the one that just failed: it waits before the second.
       let retrying = false;
@@ -61,7 +68,7 @@ export class DurableWrites {
         maxTimeout: 2_000,
         randomize: true, // workers that failed together do not retry together
         maxRetryTime: Math.max(0, call.settings.leaseMs - (performance.now() - started)),
-        shouldRetry: ({ error }) => error instanceof LedgerUnavailableError && !error.reopen && !error.closed,
+        shouldRetry: ({ error }) => passes(error),
       });
     });
   }
@@ -174,7 +181,7 @@ export class DurableWrites {
     reason = `attempt ${attempt}'s ${attempt === 1 ? "claim" : "takeover"} was answered by no one; nothing was sent under it`,
   ): Promise<boolean> {
     if (!(error instanceof LedgerUnavailableError)) return false; // the database answered: nothing written
-    if (error.reopen || error.closed) return false; // no write passes through this ledger again: its lease runs out
+    if (!passes(error)) return false; // no write passes through this ledger again: its lease runs out
     return pRetry(
       () =>
         this.store.giveBack({ tenant: call.tenant, key: call.key.hash }, owner, attempt, {
@@ -197,7 +204,9 @@ export class DurableWrites {
    *   it was, it would run again; a holder is fenced off as a receipt fences it (`fenced`), so its
    *   later end cannot replace the proof;
    * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened,
-   *   its reason saying whose "failed" is overruled (a person's, or one replayed to callers);
+   *   its reason saying whose "failed" is overruled (a person's, or one replayed to callers); so
+   *   too a "failed" an ambiguous end reopened for a person, its alert still due (fence.ts
+   *   `failedOverruled`);
    * - needs_review (parked for a person): the proof added, alerted, and its version moved, so a
    *   decision taken on a view from before it is refused;
    * - needs_review with another attempt's proof of its own request's effect: ours is a second
@@ -305,13 +314,12 @@ export class DurableWrites {
       if (now.status === "running" && now.attempt === row.attempt) return;
       const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
       // A "failed" contradicted, said so (and kept so by a receipt that settles it later, fence.ts):
-      // a person's, or one every caller since was replayed (a model may have sent the work again).
-      const personSaid = now.resolution_json !== null;
-      const overruled = now.status !== "failed" ? "" : personSaid ? VERDICT_OVERRULED : FAILURE_OVERRULED;
-      const told =
-        now.status === "failed" && !personSaid
-          ? `, after attempt ${now.attempt} failed; a caller told "failed" may have acted on it (the same work sent again under another key, say)`
-          : "";
+      // a person's, or one every caller since was replayed (a model may have sent the work again);
+      // also one an ambiguous end reopened for a person, its alert still due: this reason replaces
+      // that one, and with it the only word that callers were told "failed".
+      const whose = failedOverruled(now);
+      const overruled = whose === "person" ? VERDICT_OVERRULED : whose === "provider" ? FAILURE_OVERRULED : "";
+      const told = whose === "provider" ? `, after attempt ${now.attempt} failed; ${CALLER_TOLD_FAILED}` : "";
       const moved = await this.moveDurably(call, now, "needs_review", {
         ...patch,
         ...asRead,

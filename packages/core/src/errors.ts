@@ -249,7 +249,8 @@ export class LedgerUnavailableError extends IdemError {
    * With `reopen`: the ledger opens its connection again by itself for its next statement (a
    * SQLite connection closed after a group commit it could neither commit nor roll back, on a
    * ledger opened from a path). Nothing to do but call again; a call may fail while the file is
-   * still unusable, as in any outage. False: close the ledger and open it again.
+   * still unusable, as in any outage. The ledger's own writes that must outlast an outage (a
+   * receipt's completion) retry it as one. False: close the ledger and open it again.
    */
   readonly reopensItself: boolean;
 

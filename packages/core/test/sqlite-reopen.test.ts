@@ -218,6 +218,51 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     expect(mail.sent.sort()).toEqual(told.map(([k]) => k).sort());
   });
 
+  it("completions caught in the abandoned commit are written again on the new connection: every caller whose effect happened is told succeeded", async () => {
+    // The completions' shared commit is the one abandoned (refused at COMMIT by the completion of
+    // "refuse-me", then its ROLLBACK failing). None of it was committed, so writing them again is
+    // safe; before, each caller was told CompletionNotRecordedError and its row left running for
+    // the replay policy, though the ledger would take the write again at once.
+    const path = newFile();
+    const ledger = await openTestLedger(`sqlite:${path}`, { busyTimeoutMs: scaled(2_000) });
+    opened.push(ledger);
+    const db = databaseOf(ledger);
+    for (const statement of [
+      ...REFUSE_AT_COMMIT.slice(0, 3),
+      `CREATE TRIGGER refuse_done AFTER UPDATE ON idem_operations WHEN NEW.status = 'succeeded' AND NEW.args_json LIKE '%refuse-me%' BEGIN INSERT INTO refuse_child VALUES ('none'); END`,
+    ])
+      await sql.raw(statement).execute(db);
+    const mail = mailer();
+    const KEYS = Array.from({ length: 8 }, (_, i) => `k${i}`);
+    refuseRollback = true;
+    let out: unknown[];
+    try {
+      out = await within(
+        "calls whose completions' commit could not be rolled back",
+        Promise.all(
+          KEYS.map((k, i) =>
+            ledger
+              .run(mail.action, { tenant: "t", key: [k], args: { to: i === 5 ? "refuse-me" : k } })
+              .catch((e: unknown) => e),
+          ),
+        ),
+      );
+    } finally {
+      refuseRollback = false;
+    }
+    expect(refused).toBe(1);
+    // "refuse-me"'s completion is refused again at its own commit on the new connection (the
+    // constraint holds there too): its caller holds the receipt, its row is left running.
+    const told = KEYS.map((_, i) => (i === 5 ? "CompletionNotRecordedError" : "succeeded"));
+    expect(out.map(said)).toEqual(told);
+    const after = await openTestLedger(`sqlite:${path}`);
+    opened.push(after);
+    const stored = await after.admin.list({ tenant: "t" });
+    const byKey = Object.fromEntries(stored.map((r) => [JSON.parse(r.keyLabel!)[0], r.status]));
+    expect(KEYS.map((k) => byKey[k])).toEqual(KEYS.map((_, i) => (i === 5 ? "running" : "succeeded")));
+    expect(mail.sent).toHaveLength(8);
+  });
+
   it("a file replaced under the ledger since is never written: the reopen refuses it, for good", async () => {
     // No call in flight: the reopen is the next call's, after the file was replaced.
     const { path, call } = await abandonedQuietly();
