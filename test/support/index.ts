@@ -5,6 +5,7 @@ export type { Child } from "./children.js";
 export { freePort } from "./ports.js";
 export { lockTable, startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-server.js";
 export { machineFactor, scaled } from "./machine.js";
+export { orLate, within } from "./within.js";
 export { untrustedServer, type UntrustedServer } from "./untrusted-tls.js";
 export { forward, gatedProxy, type Forwarded, type GatedProxy } from "./gated-proxy.js";
 export { pgProxy, type PgProxy } from "./pg-proxy.js";

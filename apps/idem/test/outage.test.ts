@@ -28,6 +28,7 @@ import {
   startPgServer,
   tempDir,
   whileLocked,
+  within,
   type Child,
   type PgServer,
 } from "@idem/testkit";
@@ -63,16 +64,6 @@ async function socketFor(dir: string, port: number): Promise<Server> {
 }
 
 /** Rejects when `p` has not settled in time, naming what was awaited. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p,
-    new Promise<never>(
-      (_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
-
 describe("the daemon and agents through Postgres restarts", () => {
   let server: PgServer;
   let url = "";
@@ -127,7 +118,7 @@ describe("the daemon and agents through Postgres restarts", () => {
       // error pg emits on such a client was uncaught and took the process down). The daemon
       // reports the outage while the server is down, and stays up.
       await whileLocked(url, "idem_operations", 4, () =>
-        within(server.stop("immediate"), 60_000, "the server to stop"),
+        within(60_000, "the server to stop", server.stop("immediate")),
       );
       await until(
         async () => {
@@ -143,21 +134,21 @@ describe("the daemon and agents through Postgres restarts", () => {
       const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       expect(scrape.status).toBe(200);
       expect(await scrape.text()).toMatch(/^idem_ledger_up 0$/m);
-      await within(server.start(), 90_000, "the server to start");
+      await within(90_000, "the server to start", server.start());
       await until(async () => (await health(metricsPort))?.ok === true, 60_000, "/healthz to report the ledger back");
       await progress(20, "the agents to go on after the first outage");
       // Two quick immediate restarts, as a failover does.
       for (let i = 0; i < 2; i++) {
-        await within(server.restart("immediate"), 120_000, "the server to restart");
+        await within(120_000, "the server to restart", server.restart("immediate"));
         await progress(10, `the agents to go on after restart ${i + 1}`);
       }
       await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy again");
 
       for (const a of agents) a.send("stop");
       const exits = await within(
-        Promise.all(agents.map((a) => a.exited)),
         60_000,
         `the agents to stop; last lines: ${agents.map((a) => a.lines.slice(-3).join(" | ")).join(" || ")}`,
+        Promise.all(agents.map((a) => a.exited)),
       );
       for (const e of exits) expect(e.code, e.stderr).toBe(0);
       expect(alive(daemon), daemon.lines.slice(-5).join("\n")).toBe(true);
@@ -186,7 +177,7 @@ describe("the daemon and agents through Postgres restarts", () => {
       expect(logs).toMatch(/the ledger database is unavailable; retrying every interval/);
       expect(logs).toMatch(/the ledger database is reachable again/);
       daemon.proc.kill("SIGTERM");
-      const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+      const { code, stderr } = await within(60_000, "the daemon to stop", daemon.exited);
       expect(code, stderr).toBe(0);
     },
     scaled(420_000),
@@ -204,7 +195,7 @@ describe("the daemon and agents through Postgres restarts", () => {
       ctx.onTestFailed(() => {
         for (const c of children) console.error(`--- pid ${c.proc.pid} last lines:\n${c.lines.slice(-8).join("\n")}`);
       });
-      await within(server.stop("fast"), 60_000, "the server to stop");
+      await within(60_000, "the server to stop", server.stop("fast"));
       const waiting = /the ledger database is unreachable; waiting for it/;
 
       // Stopped while it waits: a clean exit, not a failure.
@@ -212,7 +203,7 @@ describe("the daemon and agents through Postgres restarts", () => {
       children.push(stopped);
       await stopped.waitFor(waiting, 60_000);
       stopped.proc.kill("SIGTERM");
-      const early = await within(stopped.exited, 60_000, "the waiting daemon to stop");
+      const early = await within(60_000, "the waiting daemon to stop", stopped.exited);
       expect(early.code, early.stderr).toBe(0);
 
       const metricsPort = await freePort();
@@ -227,11 +218,11 @@ describe("the daemon and agents through Postgres restarts", () => {
       expect(ls.code, ls.stderr).toBe(1);
       expect(ls.stderr).toMatch(/cannot connect to Postgres ledger/);
 
-      await within(server.start(), 90_000, "the server to start");
+      await within(90_000, "the server to start", server.start());
       await until(async () => (await health(metricsPort))?.ok === true, 90_000, "the late daemon to be healthy");
       expect(daemon.lines.join("\n")).toMatch(/the ledger database is reachable/);
       daemon.proc.kill("SIGTERM");
-      const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+      const { code, stderr } = await within(60_000, "the daemon to stop", daemon.exited);
       expect(code, stderr).toBe(0);
     },
     scaled(300_000),
@@ -376,7 +367,7 @@ describe("the daemon and agents through Postgres restarts", () => {
         );
         const stoppedAt = performance.now();
         daemon.proc.kill("SIGTERM");
-        const { code, stderr } = await within(daemon.exited, scaled(120_000), "the daemon to stop");
+        const { code, stderr } = await within(scaled(120_000), "the daemon to stop", daemon.exited);
         const tookMs = performance.now() - stoppedAt;
         // Before: 55 s and more, the stop waiting for the frozen statement's read timeout (65 s
         // after it began): a supervisor's grace (30 s) ended first, and it was killed.
@@ -417,7 +408,7 @@ describe("the daemon and agents through Postgres restarts", () => {
         socket = await socketFor(dir, server.port); // the server starts
         await until(async () => (await health(metricsPort))?.ok === true, 60_000, "the daemon to be healthy");
         daemon.proc.kill("SIGTERM");
-        const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+        const { code, stderr } = await within(60_000, "the daemon to stop", daemon.exited);
         expect(code, stderr).toBe(0);
       } finally {
         daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
@@ -491,7 +482,7 @@ describe.skipIf(mountable !== "")("the daemon on a SQLite ledger whose disk fill
         expect((await ledger.run(mail, { tenant: "t", key: ["after"], args: {} })).status).toBe("succeeded");
         expect(daemon.lines.join("\n")).toMatch(/the ledger database is unavailable; retrying every interval/);
         daemon.proc.kill("SIGTERM");
-        const { code, stderr } = await within(daemon.exited, 60_000, "the daemon to stop");
+        const { code, stderr } = await within(60_000, "the daemon to stop", daemon.exited);
         expect(code, stderr).toBe(0);
       } finally {
         daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before
@@ -535,7 +526,7 @@ describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
           await fresh.close();
         }
         // Before: it never exited, retrying the lost file every interval (/healthz 503 for ever).
-        const { code, stderr } = await within(first.exited, scaled(30_000), "the daemon to exit");
+        const { code, stderr } = await within(scaled(30_000), "the daemon to exit", first.exited);
         expect(code, stderr).toBe(1);
         expect(stderr).toMatch(/since the ledger opened it/);
         const said = first.lines.map((l) => JSON.parse(l) as { level: number; msg: string });
@@ -556,7 +547,7 @@ describe("the daemon on a SQLite ledger deleted and made anew under it", () => {
         });
         await until(async () => (await health(port))?.ok === true, 60_000, "the restarted daemon to be healthy");
         again.proc.kill("SIGTERM");
-        const stopped = await within(again.exited, scaled(30_000), "the restarted daemon to stop");
+        const stopped = await within(scaled(30_000), "the restarted daemon to stop", again.exited);
         expect(stopped.code, stopped.stderr).toBe(0);
       } finally {
         for (const child of [first, again]) {
@@ -609,7 +600,7 @@ describe("the daemon whose Postgres blips right after the open", () => {
         expect(reads).toBeGreaterThanOrEqual(3); // the cut read, then the open tried again
         expect(daemon.lines.join("\n")).toMatch(/the ledger database is unreachable; waiting for it/);
         daemon.proc.kill("SIGTERM");
-        const { code, stderr } = await within(daemon.exited, scaled(30_000), "the daemon to stop");
+        const { code, stderr } = await within(scaled(30_000), "the daemon to stop", daemon.exited);
         expect(code, stderr).toBe(0);
       } finally {
         daemon.proc.kill("SIGKILL"); // stopped already, unless the test failed before

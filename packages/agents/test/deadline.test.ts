@@ -13,7 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { defineAction, openLedger, type LedgerOptions } from "@idem/core";
-import { DIALECTS, freshDatabase, ledgersFor, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
+import { DIALECTS, freshDatabase, ledgersFor, orLate, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
 import { guard, type Outcome } from "@idem/agents";
 import { registerGuardedTool } from "@idem/agents/mcp";
 
@@ -103,12 +103,6 @@ async function freezable(dialect: TestDialect) {
 }
 
 const noAnswer = Symbol("no answer");
-/** `answer`, or `noAnswer` once `ms` passed without it. */
-async function within<T>(answer: Promise<T>, ms: number): Promise<T | typeof noAnswer> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<typeof noAnswer>((r) => (timer = setTimeout(() => r(noAnswer), ms)));
-  return Promise.race([answer, late]).finally(() => clearTimeout(timer));
-}
 
 /** The answer to the deadline passing: the ledger read no answer in time. */
 const LATE =
@@ -123,7 +117,11 @@ for (const dialect of DIALECTS) {
       freeze();
       const started = performance.now();
       // Before: no answer until the claim failed, 5 min in (an MCP client gives up at 60 s).
-      const out = await within(run({ noteId: "n1", text: "hello" }, { context: {}, callId: "a" }), scaled(20_000));
+      const out = await orLate(
+        run({ noteId: "n1", text: "hello" }, { context: {}, callId: "a" }),
+        scaled(20_000),
+        noAnswer,
+      );
       const tookMs = performance.now() - started;
       expect(out).not.toBe(noAnswer);
       expect(out).toMatchObject({ status: "unconfirmed", message: expect.stringMatching(LATE) });
@@ -151,7 +149,11 @@ describe("a guarded call's deadline, its database frozen after the work was done
     const run = guard(ledger, tool, { tenant: "acme", deadlineMs: 2_000 });
     expect(await run({ noteId: "d1", text: "hello" }, { context: {}, callId: "a" })).toMatchObject({ status: "done" });
     freeze();
-    const out = await within(run({ noteId: "d1", text: "hello" }, { context: {}, callId: "b" }), scaled(20_000));
+    const out = await orLate(
+      run({ noteId: "d1", text: "hello" }, { context: {}, callId: "b" }),
+      scaled(20_000),
+      noAnswer,
+    );
     expect(out).not.toBe(noAnswer);
     expect(out).toMatchObject({ status: "unconfirmed", message: expect.stringMatching(LATE) });
     expect(sent).toEqual(["hello"]);
@@ -173,7 +175,11 @@ describe("a guarded call's deadline, its database frozen after the work was done
     const run = guard(ledger, tool, { tenant: "acme", deadlineMs: 2_000, describe });
     const started = performance.now();
     // Before: no answer until the read failed, 305 s in (an MCP client gives up at 60 s).
-    const out = await within(run({ noteId: "w1", text: "hello" }, { context: {}, callId: "a" }), scaled(20_000));
+    const out = await orLate(
+      run({ noteId: "w1", text: "hello" }, { context: {}, callId: "a" }),
+      scaled(20_000),
+      noAnswer,
+    );
     expect(out).not.toBe(noAnswer);
     // The ledger had answered: what happened is known, and the model reads it, unreworded.
     expect(out).toMatchObject({ status: "done", message: expect.stringMatching(/^Done \(operation op_\w+\)\.$/) });
@@ -219,7 +225,11 @@ for (const dialect of DIALECTS) {
       const { tool, sent, cut } = noteTool("test.deadline-slow", new Promise<void>((r) => (release = r)));
       cleanup.push(async () => release());
       const run = guard(ledger, tool, { tenant, deadlineMs: 2_000 });
-      const out = await within(run({ noteId: "s1", text: "hello" }, { context: {}, callId: "a" }), scaled(20_000));
+      const out = await orLate(
+        run({ noteId: "s1", text: "hello" }, { context: {}, callId: "a" }),
+        scaled(20_000),
+        noAnswer,
+      );
       expect(out).not.toBe(noAnswer);
       expect(out).toMatchObject({ status: "unconfirmed", message: expect.stringMatching(LATE) });
       // The provider answers after the model was told: its effect is recorded, not left unknown.
@@ -252,7 +262,11 @@ for (const dialect of DIALECTS) {
       };
       const run = guard(ledger, busy, { tenant: "acme-retry", deadlineMs: 2_000 });
       // Before: no answer until every attempt's wait had passed (40 s).
-      const out = await within(run({ noteId: "r1", text: "x" }, { context: {}, callId: "a" }), scaled(15_000));
+      const out = await orLate(
+        run({ noteId: "r1", text: "x" }, { context: {}, callId: "a" }),
+        scaled(15_000),
+        noAnswer,
+      );
       expect(out).not.toBe(noAnswer);
       expect(out).toMatchObject({ status: "pending_verification", state: "pending" });
       expect((out as { operationId?: string }).operationId).toMatch(/^op_/);

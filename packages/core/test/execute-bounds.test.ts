@@ -12,7 +12,7 @@
 import { describe, expect, it } from "vitest";
 import { defineAction, type Ledger } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
-import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
+import { DIALECTS, freshDatabase, orLate, scaled } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { uniqueTenant } from "./support/ledgers.js";
 import { ProviderError } from "./support/provider.js";
@@ -70,13 +70,6 @@ async function until(check: () => Promise<boolean>, what: string, ms = scaled(10
   }
 }
 
-/** `work`'s answer, or "still running" once `ms` passed: a test that fails says so, rather than hang. */
-function within<T>(work: Promise<T>, ms: number): Promise<T | "still running"> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<"still running">((r) => (timer = setTimeout(() => r("still running"), ms)));
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
-}
-
 for (const dialect of DIALECTS) {
   describe(`an execute bounded by the settlement's time, on ${dialect}`, () => {
     /** A ledger with the action, one execution a call, and an operation left pending by a refused first request. */
@@ -92,7 +85,11 @@ for (const dialect of DIALECTS) {
     /** A settlement bounded at 300 ms ends within the bound (scaled), unknown, its execute's signal aborted. */
     async function settledAtBound(ledger: Ledger, tenant: string, id: string, p: ReturnType<typeof heldAnswers>) {
       const started = performance.now();
-      const out = await within(ledger.daemon.settle({ tenant, id, timeoutMs: 300 }), scaled(10_000));
+      const out = await orLate(
+        ledger.daemon.settle({ tenant, id, timeoutMs: 300 }),
+        scaled(10_000),
+        "still running" as const,
+      );
       expect(out, await story(ledger, tenant, id)).toMatchObject({ status: "pending_verification", state: "unknown" });
       expect(performance.now() - started).toBeLessThan(scaled(10_000));
       expect(p.signals.map((s) => s.aborted)).toEqual([true]);
@@ -192,12 +189,13 @@ for (const dialect of DIALECTS) {
         const call = ledger.run(p.action, { tenant, key: ["k"], args: { to: "x" }, signal: gaveUp.signal });
         await until(async () => p.signals.length > 0, "the second request was not sent");
         gaveUp.abort(new Error("the agent's turn ended"));
-        const out = await within(
+        const out = await orLate(
           call.then(
             (v) => ({ answered: v }),
             (e: unknown) => ({ rejected: e }),
           ),
           scaled(10_000),
+          "still running" as const,
         );
         // Before: "still running" until the provider answered.
         expect(out).toMatchObject({ rejected: { message: "the agent's turn ended" } });
@@ -291,12 +289,13 @@ for (const dialect of DIALECTS) {
             expect(settled).toMatchObject({ status: "pending_verification", state: "pending" });
           } else refusing = true; // the database refuses its heartbeats: the lease is not renewed in time
           await until(async () => p.abortedAt() !== undefined, "the execute's signal did not abort");
-          const out = await within(
+          const out = await orLate(
             call.then(
               (v) => ({ answered: v, at: performance.now() }),
               (e: unknown) => ({ rejected: e, at: performance.now() }),
             ),
             scaled(10_000),
+            "still running" as const,
           );
           // Before: "still running", for as long as the provider held its answer.
           expect(out, await story(ledger, tenant, op!.id)).toMatchObject({

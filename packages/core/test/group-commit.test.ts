@@ -19,7 +19,7 @@ import {
 } from "@idem/core";
 import Database from "better-sqlite3";
 import { databaseOf, openTestLedger, sqliteLedgerDialect, type TestLedgerOptions } from "@idem/core/testing";
-import { scaled } from "@idem/testkit";
+import { scaled, within } from "@idem/testkit";
 import { dialectFor, hooked } from "./support/dialects.js";
 import { TestProvider } from "./support/provider.js";
 
@@ -547,19 +547,6 @@ describe("SQLite group commit: a takeover and a completion of one row in one com
         expect(told).toMatchObject({ status: "succeeded", receipt });
       });
 });
-
-/** `promise`, or a failure naming `what` once `ms` have passed: a hang fails the test, not the run. */
-async function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * A shared commit whose COMMIT fails and whose ROLLBACK fails too, the connection still open and

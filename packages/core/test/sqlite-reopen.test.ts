@@ -17,7 +17,7 @@ import { sql } from "kysely";
 import { defineAction, LedgerUnavailableError, type Ledger } from "@idem/core";
 import Database from "better-sqlite3";
 import { databaseOf, openTestLedger } from "@idem/core/testing";
-import { scaled } from "@idem/testkit";
+import { scaled, within } from "@idem/testkit";
 
 const dir = mkdtempSync(join(tmpdir(), "idem-reopen-"));
 const opened: Ledger[] = [];
@@ -54,19 +54,6 @@ const REFUSE_AT_COMMIT = [
 ];
 
 const bound = scaled(10_000);
-
-/** `promise`, or a failure naming `what` once `ms` have passed: a hang fails the test, not the run. */
-async function within<T>(what: string, promise: Promise<T>, ms = bound): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Sent mail, as the provider saw it: one entry per effect. */
 function mailer() {
@@ -105,6 +92,7 @@ async function abandoned(options: { busyTimeoutMs?: number } = {}) {
   refuseRollback = true;
   const KEYS = Array.from({ length: 8 }, (_, i) => `k${i}`);
   const out = await within(
+    bound,
     "the calls of a commit that could not be rolled back",
     Promise.all(KEYS.map((k, i) => call(k, i === 5 ? "refuse-me" : k))),
   );
@@ -158,6 +146,7 @@ async function abandonedQuietly(options: { busyTimeoutMs?: number; durable?: boo
   refuseRollback = true;
   // The first write of the turn may commit at once, alone; the others share the next commit.
   const out = await within(
+    bound,
     "writes of a commit that could not be rolled back",
     Promise.all(
       [
@@ -186,14 +175,14 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
   it("a later call on the same ledger succeeds and is durable, the abandoned commit's writes are not in the file, and close() closes the new connection", async () => {
     const { path, ledger, mail, call, KEYS, answers } = await abandoned();
     // Before: every statement since was refused, told to reopen the ledger.
-    const later = await within("a call after", call("later"));
+    const later = await within(bound, "a call after", call("later"));
     expect(said(later)).toBe("succeeded");
     expect(later).toMatchObject({ status: "succeeded", receipt: { id: "msg_later" } });
     // Reads too, and the first open's pragmas hold on the new connection.
-    const rows = await within("a read after", ledger.admin.list({ tenant: "t" }));
+    const rows = await within(bound, "a read after", ledger.admin.list({ tenant: "t" }));
     expect(rows.map((r) => JSON.parse(r.keyLabel!)[0])).toContain("later");
     expect(await pragmasOf(ledger)).toEqual({ journal_mode: "wal", synchronous: FULL, busy_timeout: 0 });
-    await within("close()", ledger.close());
+    await within(bound, "close()", ledger.close());
     // Closed: neither the abandoned connection nor the new one holds the file.
     expect(heldByNone(path)).toBe(true);
     // What the file holds is what callers were told: the later call, and no write of the
@@ -238,6 +227,7 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     let out: unknown[];
     try {
       out = await within(
+        bound,
         "calls whose completions' commit could not be rolled back",
         Promise.all(
           KEYS.map((k, i) =>
@@ -274,7 +264,7 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     renameSync(other, path);
     for (const suffix of ["-wal", "-shm"]) rmSync(path + suffix, { force: true });
     for (const what of ["a call after", "another call after"]) {
-      const out = await within(what, call("later"));
+      const out = await within(bound, what, call("later"));
       expect(out).toBeInstanceOf(LedgerUnavailableError);
       expect(out).toMatchObject({
         reopen: true,
@@ -290,7 +280,7 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     const { path, call } = await abandonedQuietly();
     for (const suffix of ["", "-wal", "-shm"]) rmSync(path + suffix, { force: true });
     for (const what of ["a call after", "another call after"]) {
-      const out = await within(what, call("later"));
+      const out = await within(bound, what, call("later"));
       expect(out).toMatchObject({
         reopen: true,
         reopensItself: false,
@@ -309,7 +299,7 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     blocker.exec("BEGIN EXCLUSIVE");
     let out: unknown;
     try {
-      out = await within("a call while the file is held", call("later"));
+      out = await within(bound, "a call while the file is held", call("later"));
     } finally {
       blocker.close();
     }
@@ -320,13 +310,13 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
       message: expect.stringMatching(/could not be opened again/),
     });
     expect((out as Error).message).toMatch(/database is locked/);
-    const again = await within("a call once the file is free", call("later"));
+    const again = await within(bound, "a call once the file is free", call("later"));
     expect(said(again)).toBe("succeeded");
     expect(await pragmasOf(ledger)).toEqual({ journal_mode: "wal", synchronous: NORMAL, busy_timeout: 0 });
     // The abandoned commit's write is not in the file; the one committed alone before it is.
     const scratch = await sql<{ v: string }>`select v from scratch`.execute(databaseOf(ledger));
     expect(scratch.rows.map((r) => r.v)).toEqual(first === "written" ? ["first"] : []);
-    await within("close()", ledger.close());
+    await within(bound, "close()", ledger.close());
     expect(heldByNone(path)).toBe(true);
   });
 
@@ -347,12 +337,12 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
       pending = call("later");
       await vi.waitFor(() => expect(tries).toBeGreaterThan(1), { timeout: bound, interval: 5 });
       // Not waiting for the call: the connection closes while its reopen is under way.
-      await within("close()", ledger.close({ waitMs: 0 }));
+      await within(bound, "close()", ledger.close({ waitMs: 0 }));
     } finally {
       Database.prototype.pragma = pragma;
       blocker.close();
     }
-    const out = await within("the call", pending);
+    const out = await within(bound, "the call", pending);
     expect(out).toBeInstanceOf(LedgerUnavailableError);
     expect(heldByNone(path)).toBe(true);
   });
