@@ -13,6 +13,7 @@ import type { STATUSES as LEDGER_STATUSES, Closed, LedgerOptions, OperationRef, 
 import type { Globals } from "./ledger-commands.js";
 import type { DaemonMetrics } from "./metrics.js";
 import { exitFlushed, hearStopSignals, stopped } from "./stop-signals.js";
+import { StopTimer } from "./stop-bound.js";
 import { readDuration } from "./durations.js";
 import { packageVersion } from "./package-version.js";
 import {
@@ -23,7 +24,6 @@ import {
   named,
   sayLeftInFlight,
   sayUnawaited,
-  type StopBound,
 } from "./close-report.js";
 // What only some commands use is imported by them as they run (`await import`): the ledger
 // (@idem/core, kysely) and the config reader (zod), with what opens one for a command
@@ -516,12 +516,6 @@ export function program(): Command {
       const log = pino({ base: { mcp: hostname() } }, pino.destination(2));
       /** `mcp.stopTimeoutMs`, once the config is read. */
       let stopTimeoutMs: number | undefined;
-      /** When the stop came (its signal, or the client gone; performance.now()). */
-      let stoppedAt: number | undefined;
-      /** The stop's bound, from the stop, once both it and the config came. */
-      let bound: StopBound | undefined;
-      /** How far a stop got: opening the ledger, serving, closing the ledger, then the command ended. */
-      let stage: "open" | "serve" | "close" | "done" = "open";
       /** What the ledger's close left unrecorded (named in the log): exit 1. */
       let left: Closed = { lateAnswers: [], inFlight: [] };
       const signals = hearStopSignals(log, {
@@ -533,66 +527,48 @@ export function program(): Command {
         left: `a call in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
       });
       /**
-       * Bounded, as the daemon's stop: a provider that does not answer held the calls in flight,
-       * and the close waiting for them, a lease, then the process for as long as the provider took
-       * (its socket open), past a supervisor's grace; a database that does not answer held the
-       * ledger's open as long. The bound runs from the stop, whatever stage it came in: a stop
-       * while the config is read starts it once the bound is known, from the stop.
+       * Bounded, as the daemon's stop (stop-bound.ts): a provider that does not answer held the
+       * calls in flight, and the close waiting for them, a lease, then the process for as long as
+       * the provider took (its socket open), past a supervisor's grace; a database that does not
+       * answer held the ledger's open as long.
        */
-      const bindStop = () => {
-        if (bound || stoppedAt === undefined || stopTimeoutMs === undefined) return;
-        const ms = stopTimeoutMs;
-        bound = { setting: "mcp.stopTimeoutMs", ms, stoppedAt };
-        setTimeout(
-          () => {
-            if (stage === "done") {
-              // Everything was closed, and what was left named; something still holds the
-              // process open. The command's own code (set once it ended).
-              const held = heldBy(left);
-              log.warn(
-                { stopTimeoutMs: ms },
-                `the MCP server stopped, but the process was still open ${ms} ms after the stop${held ? `, held by ${held}` : ""}: exiting`,
-              );
-              exitFlushed(log);
-              return;
-            }
-            log.error(
-              { stopTimeoutMs: ms },
-              stage === "open"
-                ? `the ledger did not open within ${ms} ms of the stop (the database not answering, or a loaded machine): exiting; nothing was served`
-                : `${stage === "serve" ? "the MCP server did not stop" : "closing the ledger did not finish (a call still to be recorded, the database not answering, or a loaded machine)"} within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
-            );
-            exitFlushed(log, EXIT.failure);
-          },
-          Math.max(0, stoppedAt + ms - performance.now()),
-        ).unref();
-      };
+      const timer = new StopTimer(
+        log,
+        {
+          who: "the MCP server",
+          setting: "mcp.stopTimeoutMs",
+          unopened: "nothing was served",
+          work: (ms) =>
+            `the MCP server did not stop within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
+          close: (ms) =>
+            `closing the ledger did not finish (a call still to be recorded, the database not answering, or a loaded machine) within ${ms} ms of the stop: exiting; a call still in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
+        },
+        () => left,
+      );
       /** A stop: its signal, or the client gone (serving ended). The first one counts. */
-      const stop = () => {
-        stoppedAt ??= performance.now();
-        bindStop();
-      };
+      const stop = () => timer.stop();
       signals.signal.addEventListener("abort", stop, { once: true });
       try {
         await withLedger(
           g(),
           async (ledger, config) => {
-            stage = "serve";
+            timer.stage = "work";
             try {
               await serveMcp(ledger, config, tenant!, signals.signal);
             } finally {
               stop(); // the client went away: a stop too, with the calls it made still in flight
-              stage = "close"; // withLedger closes the ledger once this returns
+              timer.stage = "close"; // withLedger closes the ledger once this returns
             }
           },
           {
             actions: true,
             beforeOpen: async (config) => {
               stopTimeoutMs = config.mcp.stopTimeoutMs;
-              bindStop(); // stopped as the config was read: bounded from the stop
+              timer.bind(stopTimeoutMs); // stopped as the config was read: bounded from the stop
               tenant = mcpTenant(o.tenant, mcp.getOptionValueSource("tenant"), config);
             },
             close: async (ledger) => {
+              const bound = timer.bound;
               left = await closeWithin(ledger, bound);
               sayLeftInFlight(log, left.inFlight, bound, MCP_SETTLED_LATER);
               sayUnawaited(log, left.lateAnswers, bound);
@@ -602,7 +578,7 @@ export function program(): Command {
       } finally {
         signals.signal.removeEventListener("abort", stop);
         signals.dispose();
-        stage = "done";
+        timer.stage = "done";
       }
       const failure = closeLeftFailure("the MCP server", left);
       if (failure) throw failure;
@@ -689,10 +665,6 @@ export function program(): Command {
       let opened = false;
       /** The ledger's close returned (a close that threw, or a ledger never opened, did not). */
       let closed = false;
-      /** How far a stop got: the daemon's work, then closing the ledger, then the process ending. */
-      let stage: "work" | "close" | "done" = "work";
-      /** When the stop came (performance.now()): the close has what is left of the bound. */
-      let stoppedAt: number | undefined;
       /** The late answers the ledger's close did not await (named in the log): the stop exits 1. */
       let unawaited: readonly OperationRef[] = [];
       /** Those of a --once pass nobody stopped: the pass exits 1, naming them. */
@@ -709,49 +681,46 @@ export function program(): Command {
         },
         left: "the work in flight is left to its lease, and settled once that expires",
       });
+      /**
+       * Bounded from the stop, whatever stage it came in (stop-bound.ts): a database or provider
+       * that does not answer (a frozen one: its client's read timeout, 35 s by default) would hold
+       * the stop past a supervisor's grace (Kubernetes: 30 s), which then kills it anyway; a
+       * database that takes the connection and never answers held the ledger's open as long. What
+       * is still in flight stays under its lease, and is settled by the replay policy once that
+       * expires, as after a crash. The bound covers the close too, and says which stage it cut off.
+       */
+      const timer = new StopTimer(
+        log,
+        {
+          who: "the daemon",
+          setting: "daemon.stopTimeoutMs",
+          unopened: "nothing was claimed or settled",
+          work: (ms) =>
+            `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`,
+          // 1 for a close cut off too: it was waiting to record the late answer of a request cut
+          // off (its operation stays unknown, or goes to a person, where the answer would have
+          // settled it), or the database did not answer; either way the stop was not clean.
+          close: (ms) =>
+            `the daemon's work ended, but closing the ledger did not finish within ${ms} ms of the stop (a late answer still awaited, to be recorded, or the database not answering): exiting; an operation whose late answer was not recorded stays as its cut-off left it (unknown, checked again, or with a person)`,
+        },
+        () => ({ lateAnswers: unawaited, inFlight: leftInFlight }),
+      );
+      const bindStop = () => timer.stop();
+      signals.signal.addEventListener("abort", bindStop, { once: true });
       let metrics: DaemonMetrics | undefined;
       const running = withLedger(
         g(),
         async (ledger, config, configured) => {
           metrics!.attach(ledger);
           const daemon = new Daemon(ledger, config, log, metrics!, o.name);
+          // The stop's bound is the timer's (heard from the start); this lets the work in flight end.
           const stop = () => {
-            stoppedAt = performance.now();
             log.info("stopping: finishing the work in flight");
             daemon.stop();
-            // Bounded: a database or provider that does not answer (a frozen one: its client's read
-            // timeout, 35 s by default) would hold the stop past a supervisor's grace (Kubernetes:
-            // 30 s), which then kills it anyway. What is still in flight stays under its lease, and
-            // is settled by the replay policy once that expires, as after a crash.
-            // The bound covers the close too, and says which stage it cut off.
-            const ms = config.daemon.stopTimeoutMs;
-            setTimeout(() => {
-              if (stage === "done") {
-                // Everything was recorded and closed; something else held the process open. The
-                // command's own code (set once it ended), as if it had exited by itself.
-                const held = heldBy({ lateAnswers: unawaited, inFlight: leftInFlight });
-                log.warn(
-                  { stopTimeoutMs: ms },
-                  `the daemon stopped, but the process was still open ${ms} ms after the stop${held ? `, held by ${held}` : ""}: exiting`,
-                );
-                exitFlushed(log);
-                return;
-              }
-              // 1 for a close cut off too: it was waiting to record the late answer of a request cut
-              // off (its operation stays unknown, or goes to a person, where the answer would have
-              // settled it), or the database did not answer; either way the stop was not clean.
-              log.error(
-                { stopTimeoutMs: ms },
-                stage === "work"
-                  ? `the work in flight did not end within ${ms} ms of the stop: exiting; its operations are left to their leases and settled once those expire`
-                  : `the daemon's work ended, but closing the ledger did not finish within ${ms} ms of the stop (a late answer still awaited, to be recorded, or the database not answering): exiting; an operation whose late answer was not recorded stays as its cut-off left it (unknown, checked again, or with a person)`,
-              );
-              exitFlushed(log, EXIT.failure);
-            }, ms).unref();
           };
           opened = true;
-          if (signals.signal.aborted) return; // stopped as the database came back
-          stopTimeoutMs = config.daemon.stopTimeoutMs;
+          timer.stage = signals.signal.aborted ? "close" : "work";
+          if (signals.signal.aborted) return; // stopped as the database came back: withLedger closes it
           signals.signal.addEventListener("abort", stop, { once: true });
           try {
             warnOfUnmatchedThresholds(config, configured, log);
@@ -786,7 +755,7 @@ export function program(): Command {
             }
           } finally {
             signals.signal.removeEventListener("abort", stop);
-            stage = "close"; // withLedger closes the ledger once this returns
+            timer.stage = "close"; // withLedger closes the ledger once this returns
           }
           log.info("daemon stopped");
         },
@@ -797,6 +766,8 @@ export function program(): Command {
           onResult: (r, info) => onResult?.(r, info),
           // /healthz and /metrics are served from the start: while the database is awaited, /healthz says so.
           beforeOpen: async (config) => {
+            stopTimeoutMs = config.daemon.stopTimeoutMs;
+            timer.bind(stopTimeoutMs); // stopped as the config was read: bounded from the stop
             requireAlertSink(config); // before anything is served or opened
             metrics = new DaemonMetrics(undefined, config.daemon.intervalMs, {
               perTenant: config.daemon.metricsPerTenant,
@@ -812,8 +783,7 @@ export function program(): Command {
             waitForDatabase: { log, signal: signals.signal, unreachable: (e: Error) => metrics?.unavailable(e) },
           }),
           close: async (ledger) => {
-            const bound =
-              stoppedAt === undefined ? undefined : { setting: "daemon.stopTimeoutMs", ms: stopTimeoutMs!, stoppedAt };
+            const bound = timer.bound;
             const { lateAnswers, inFlight } = await closeWithin(ledger, bound);
             closed = true;
             sayLeftInFlight(log, inFlight, bound);
@@ -841,9 +811,10 @@ export function program(): Command {
         if (opened || !signals.signal.aborted) throw error;
         log.info("daemon stopped before its database was reachable");
       } finally {
+        signals.signal.removeEventListener("abort", bindStop);
         signals.dispose();
         await metrics?.close();
-        stage = "done";
+        timer.stage = "done";
         // The pass is over and its ledger closed (or never opened): only its result is left to print.
         if (o.once)
           exitIfHeldOpen(

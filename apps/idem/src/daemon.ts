@@ -27,6 +27,7 @@ import {
   isPossiblyTwo,
   isVerdictOverruled,
   performedProof,
+  twoEffectsTold,
   type DueOperation,
   type Ledger,
   type Operation,
@@ -502,28 +503,30 @@ export class Daemon {
 /**
  * What an alerted operation that is not unknown says: it took effect twice (succeeded: a second
  * request's receipt differed from the recorded one; or waiting for a person with two attempts'
- * receipts that could not be stored, `performedBy`, or with one that names two effects, its
- * reason starting "two effects"), it took effect but not in full (succeeded
- * with the words of its action's `attention` as the reason it was alerted with: the ledger puts
- * them first unless two effects are), a person's retry found it done and did not run (succeeded
- * with the ledger's reason for it, `isFoundOnRetry`: one effect, none to undo), it may have taken
- * effect twice (succeeded with the ledger's reason for it, `isPossiblyTwo`), a receipt
- * contradicted a person's verdict "failed" (succeeded with the ledger's reason for it,
- * `isVerdictOverruled`: one effect, but the person may have acted on "failed"), a receipt
- * contradicted a "failed" the provider gave (`isFailureOverruled`: one effect, but a caller told
- * "failed" may have sent the work again under another key), a person decides
- * (needs_review), or it failed on a refused credential or a policy.
+ * receipts that could not be stored, `performedBy`, or with one that names two effects: the
+ * ledger's words for them, first or after an overruled "failed", `twoEffectsTold`), it took effect
+ * but not in full (succeeded with the words of its action's `attention` as the reason it was
+ * alerted with: the ledger puts them first unless two effects are), a person's retry found it
+ * done and did not run (succeeded with the ledger's reason for it, `isFoundOnRetry`: one effect,
+ * none to undo), it may have taken effect twice (the ledger's words for it, `twoEffectsTold` and
+ * `isPossiblyTwo`), a receipt contradicted a person's verdict "failed" (succeeded with the
+ * ledger's reason for it, `isVerdictOverruled`: one effect, but the person may have acted on
+ * "failed"), a receipt contradicted a "failed" the provider gave (`isFailureOverruled`: one
+ * effect, but a caller told "failed" may have sent the work again under another key), a person
+ * decides (needs_review), or it failed on a refused credential or a policy.
  */
 function kindOf(op: Operation): AlertKind {
-  // Two effects parked for a person: proven by two attempts' requests, or told by one receipt
-  // that names two (too large to store; the core says so first, as it does on a success).
+  // Two effects, proven or possible, told by the ledger's reason wherever it puts them (one
+  // reading with the ledger's own, so the two never drift apart): said first, as the ledger does.
+  const two = op.reason === null ? undefined : twoEffectsTold(op.reason);
+  const twice = two === undefined ? undefined : isPossiblyTwo(two) ? "maybe_two_effects" : "two_effects";
+  // Parked for a person: two effects proven by two attempts' requests, or told by one receipt
+  // that names two (too large to store), perhaps after the "failed" it overrules.
   if (op.status === "needs_review")
-    return (performedProof(op)?.performedBy?.length ?? 0) > 1 || op.reason?.startsWith("two effects")
-      ? "two_effects"
-      : "needs_review";
+    return (performedProof(op)?.performedBy?.length ?? 0) > 1 ? "two_effects" : (twice ?? "needs_review");
   if (op.status !== "succeeded") return "auth_failure";
   if (op.attention !== undefined && op.reason?.startsWith(op.attention)) return "incomplete";
-  if (op.reason !== null && isPossiblyTwo(op.reason)) return "maybe_two_effects";
+  if (twice !== undefined) return twice;
   if (op.reason !== null && isVerdictOverruled(op.reason)) return "verdict_overruled";
   if (op.reason !== null && isFailureOverruled(op.reason)) return "failure_overruled";
   return op.reason !== null && isFoundOnRetry(op.reason) ? "retry_not_run" : "two_effects";

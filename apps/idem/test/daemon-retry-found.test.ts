@@ -145,5 +145,68 @@ for (const dialect of DIALECTS) {
       },
       scaled(60_000),
     );
+
+    it(
+      "its look refused, then settled by the earlier attempt's late receipt: retry_not_run after check_refused",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capture();
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        let sends = 0;
+        let land: () => void = () => {};
+        const gate = new Promise<void>((r) => (land = r));
+        class Revoked extends Error {}
+        // Attempt 1's request is out until it lands; every lookup is refused (a revoked key).
+        const send = defineAction<{ to: string }, { id: string }>({
+          type: "mail.late-receipt",
+          capabilities: { lookup: true },
+          execute: async (args) => {
+            sends += 1;
+            await gate;
+            return { id: `m-${args.to}` };
+          },
+          classify: (e) =>
+            e instanceof Revoked
+              ? { kind: "permanent", reason: e.message, alert: true }
+              : { kind: "ambiguous", reason: String(e) },
+          reconcile: async () => {
+            throw new Revoked("the API key was revoked");
+          },
+        });
+        let now = Date.now();
+        const ledger = await openTestLedger(url, {
+          poolSize: 2,
+          clock: () => now,
+          leaseMs: 30_000,
+          budget: { attempts: 1 },
+          actions: [...alertActions(config, log), send],
+        });
+        cleanups.push(() => ledger.close());
+        const t = tenant();
+        const first = ledger.run(send, { tenant: t, key: ["k"], args: { to: t } });
+        await vi.waitFor(() => expect(sends).toBe(1), { timeout: scaled(10_000) });
+        now += 31_000; // attempt 1's lease ran out; its request is still out
+        const [op] = await ledger.admin.list({ tenant: t });
+        const id = op!.id;
+        expect(await ledger.daemon.settle({ tenant: t, id, actor: "daemon-a" })).toMatchObject({ state: "unknown" });
+        const seen = (await ledger.get({ tenant: t, id })).operation;
+        await ledger.admin.retry({ tenant: t, id, actor: "ops", reason: "not there", seen });
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-late");
+        await daemon.tick(); // the retry's look is refused: check_refused, the retry not run yet
+        const said = () => lines.filter((l) => l.alert?.operationId === id);
+        expect(said().map((l) => l.alert!.kind)).toEqual(["check_refused"]);
+        land(); // attempt 1's request lands; its receipt settles the row
+        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: `m-${t}` } });
+        await daemon.tick();
+        await daemon.tick();
+        // Before: ["check_refused"] only: the person who retried never heard the retry did not run.
+        expect(said().map((l) => l.alert!.kind)).toEqual(["check_refused", "retry_not_run"]);
+        expect(said()[1]!.msg).toMatch(
+          /the retry did not run \(nothing to undo\): settled after a person's retry, before it ran .*attempt 1's receipt proves the effect happened/,
+        );
+        expect(sends).toBe(1);
+      },
+      scaled(60_000),
+    );
   });
 }

@@ -69,5 +69,66 @@ for (const dialect of DIALECTS) {
       },
       scaled(60_000),
     );
+
+    it(
+      "a late receipt that names two effects, too large to store: said as two_effects, not only 'needs a person's review'",
+      async () => {
+        const url = await freshDatabase(dialect);
+        const { log, lines } = capturedLog<{ msg: string; alert?: { kind: string; operationId: string } }>();
+        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+        let calls = 0;
+        let open: () => void = () => {};
+        const out = new Promise<void>((r) => (open = r));
+        // As above, but attempt 1's request is answered with two effects (its ids name s-1 and s-2),
+        // in a receipt too large to store: the row goes back to a person, its reason saying their
+        // verdict is overruled first, then "attempt 1: two effects: …".
+        const send = defineAction<{ to: string }, { ids: string[]; pad: string }>({
+          type: "sms.late.two",
+          capabilities: { lookup: false },
+          execute: async () => {
+            calls += 1;
+            await out;
+            return { ids: ["s-1", "s-2"], pad: "x".repeat(200) };
+          },
+          classify: () => ({ kind: "ambiguous", reason: "the answer was lost" }),
+          effectId: (r) => r.ids,
+        });
+        let now = Date.now();
+        const ledger = await openTestLedger(url, {
+          poolSize: 2,
+          clock: () => now,
+          leaseMs: 30_000,
+          maxResultBytes: 100,
+          actions: [...alertActions(config, log), send],
+        });
+        cleanups.push(() => ledger.close());
+        const tenant = `vo-${Math.random().toString(36).slice(2, 8)}`;
+        const first = ledger.run(send, { tenant, key: ["k"], args: { to: "+15550100" } });
+        await vi.waitFor(() => expect(calls).toBe(1));
+        now += 31_000;
+        const [op] = await ledger.admin.list({ tenant });
+        const id = op!.id;
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-a" })).toMatchObject({ state: "needs_review" });
+        await ledger.admin.resolve({ tenant, id, outcome: "failed", reason: "not in the SMS log", actor: "ann" });
+        open();
+        await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+        const [parked] = await ledger.admin.list({ tenant });
+        expect(parked).toMatchObject({ status: "needs_review" });
+        expect(parked!.reason).toMatch(
+          /^a person's verdict "failed" is overruled: attempt 1: two effects: the receipt names 2 effects \(s-1, s-2\)/,
+        );
+        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-overruled-two");
+        await daemon.tick();
+        await daemon.tick();
+        const said = lines.filter((l) => l.alert?.operationId === id);
+        // Before: ["needs_review"], "needs a person's review: …": two effects told, not said as such.
+        expect(said.map((l) => l.alert!.kind)).toEqual(["two_effects"]);
+        expect(said[0]!.msg).toMatch(
+          /took effect twice .*: a person's verdict "failed" is overruled: attempt 1: two effects/,
+        );
+        expect(calls).toBe(1);
+      },
+      scaled(60_000),
+    );
   });
 }

@@ -11,7 +11,6 @@ import { afterEach, describe, expect, it } from "vitest";
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -20,7 +19,7 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { openLedger } from "@idem/core";
 import { DIALECTS, freshDatabase, pgProxy, scaled, tempDir, type TestDialect } from "@idem/testkit";
 import { lines } from "./fixtures/file-actions.js";
-import { CLI, idem, until } from "./support.js";
+import { CLI, Database, idem, unopenable, until } from "./support.js";
 
 const MCP_CONFIG = fileURLToPath(new URL("./fixtures/mcp.config.ts", import.meta.url));
 type Result = {
@@ -35,12 +34,6 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c(); // a frozen ledger thawed first: the server then ends at once
   for (const c of clients.splice(0)) await c.close(); // closes stdin and ends the server process
 });
-
-/** better-sqlite3 (the CLI's SQLite driver): a second connection to hold the ledger's write lock. */
-const Database = createRequire(import.meta.url)("better-sqlite3") as new (
-  path: string,
-  options: { timeout: number },
-) => { exec(sql: string): void; close(): void };
 
 /**
  * A migrated ledger whose database can be frozen: after `freeze()`, every statement (Postgres,
@@ -446,29 +439,11 @@ describe("idem mcp's client gone with nothing in flight", () => {
   });
 });
 
-/**
- * A migrated ledger that no one can open until the test ends: SQLite's file locked by another
- * connection (exclusive locking mode, a write begun: a reader waits too), Postgres behind a proxy
- * that forwards nothing (the connect waits). Either open fails on its own after 10 s.
- */
-async function unopenable(dialect: TestDialect): Promise<string> {
-  const url = await freshDatabase(dialect);
-  await (await openLedger(url)).close(); // migrated: idem mcp never migrates
-  if (dialect === "sqlite") {
-    const other = new Database(url.slice("sqlite:".length), { timeout: 0 });
-    other.exec("PRAGMA locking_mode = EXCLUSIVE; BEGIN IMMEDIATE; CREATE TABLE held (x)");
-    cleanup.push(async () => {
-      other.exec("ROLLBACK");
-      other.close();
-    });
-    return url;
-  }
-  const proxy = await pgProxy(new URL(url), () => {});
-  cleanup.push(async () => {
-    proxy.down();
-    await proxy.close();
-  });
-  return proxy.url;
+/** A migrated ledger that no one can open until the test ends (support.ts `unopenable`). */
+async function unopened(dialect: TestDialect): Promise<string> {
+  const { url, release } = await unopenable(dialect);
+  cleanup.push(release);
+  return url;
 }
 
 for (const dialect of DIALECTS) {
@@ -483,7 +458,7 @@ for (const dialect of DIALECTS) {
           {
             env: {
               ...process.env,
-              LEDGER_URL: await unopenable(dialect),
+              LEDGER_URL: await unopened(dialect),
               EFFECT_DIR: tempDir(),
               TENANT: "acme",
               MCP_STOP_TIMEOUT_MS: "1500",

@@ -9,13 +9,49 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { pino, type Logger } from "pino";
-import { scaled } from "@idem/testkit";
+import { openLedger } from "@idem/core";
+import { freshDatabase, pgProxy, scaled, type TestDialect } from "@idem/testkit";
 
 export const CLI = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
 export const CONFIG = fileURLToPath(new URL("./fixtures/daemon.config.ts", import.meta.url));
 export const WORKER = fileURLToPath(new URL("./fixtures/worker.ts", import.meta.url));
 /** tsx's loader by its path: `--import tsx` is resolved from the child's working directory, which may be a temp dir. */
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+
+/** better-sqlite3 (the CLI's SQLite driver): a second connection to hold a ledger's locks. */
+export const Database = createRequire(import.meta.url)("better-sqlite3") as new (
+  path: string,
+  options: { timeout: number },
+) => { exec(sql: string): void; close(): void };
+
+/**
+ * A migrated ledger that no one can open until `release()`: SQLite's file locked by another
+ * connection (exclusive locking mode, a write begun: a reader waits too), Postgres behind a proxy
+ * that forwards nothing (the connect waits). Either open fails on its own after 10 s.
+ */
+export async function unopenable(dialect: TestDialect): Promise<{ url: string; release: () => Promise<void> }> {
+  const url = await freshDatabase(dialect);
+  await (await openLedger(url)).close(); // migrated: only idem migrate (and daemon --migrate) migrates
+  if (dialect === "sqlite") {
+    const other = new Database(url.slice("sqlite:".length), { timeout: 0 });
+    other.exec("PRAGMA locking_mode = EXCLUSIVE; BEGIN IMMEDIATE; CREATE TABLE held (x)");
+    return {
+      url,
+      release: async () => {
+        other.exec("ROLLBACK");
+        other.close();
+      },
+    };
+  }
+  const proxy = await pgProxy(new URL(url), () => {});
+  return {
+    url: proxy.url,
+    release: async () => {
+      proxy.down();
+      await proxy.close();
+    },
+  };
+}
 
 /** A logger that keeps every line it writes, parsed (`Line`: the fields a test reads of them). */
 export function capturedLog<Line = { level: number; msg: string }>(): { log: Logger; lines: Line[] } {

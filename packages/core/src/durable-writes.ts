@@ -205,8 +205,8 @@ export class DurableWrites {
    *   later end cannot replace the proof;
    * - failed (a later attempt refused, say "already exists", or a person found nothing): reopened,
    *   its reason saying whose "failed" is overruled (a person's, or one replayed to callers); so
-   *   too a "failed" an ambiguous end reopened for a person, its alert still due (fence.ts
-   *   `failedOverruled`);
+   *   too a "failed" an ambiguous end reopened for a person, not decided since, its alert
+   *   delivered or not (fence.ts `failedOverruled`);
    * - needs_review (parked for a person): the proof added, alerted, and its version moved, so a
    *   decision taken on a view from before it is refused;
    * - needs_review with another attempt's proof of its own request's effect: ours is a second
@@ -315,8 +315,8 @@ export class DurableWrites {
       const held = now.status === "running" ? `, while attempt ${now.attempt} held it` : "";
       // A "failed" contradicted, said so (and kept so by a receipt that settles it later, fence.ts):
       // a person's, or one every caller since was replayed (a model may have sent the work again);
-      // also one an ambiguous end reopened for a person, its alert still due: this reason replaces
-      // that one, and with it the only word that callers were told "failed".
+      // also one an ambiguous end reopened for a person (its alert delivered or not): this reason
+      // replaces that one, and with it the only word that callers were told "failed".
       const whose = failedOverruled(now);
       const overruled = whose === "person" ? VERDICT_OVERRULED : whose === "provider" ? FAILURE_OVERRULED : "";
       const told = whose === "provider" ? `, after attempt ${now.attempt} failed; ${CALLER_TOLD_FAILED}` : "";

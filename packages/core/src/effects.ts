@@ -7,6 +7,7 @@
  * (`attentionOf`).
  */
 import { describeError, type Action } from "./action.js";
+import { twoEffectsTold } from "./fence.js";
 import { keySentAt } from "./policy.js";
 import type { Row } from "./store.js";
 
@@ -44,8 +45,10 @@ export function namesEach(
 /**
  * Whether the two effects `several` tells of were said on `row` already: it was recorded or
  * alerted with this very finding (a lookup that took over while ours was out, our own alert whose
- * answer was lost), or its receipt names each of ours, which itself is alerted when recorded. A
- * receipt of one id says nothing of a second effect a lookup's `twice` tells of.
+ * answer was lost), its words first or after the "failed" they overrule (fence.ts
+ * `twoEffectsTold`: said again, they replaced the words that callers were told "failed"), or its
+ * receipt names each of ours, which itself is alerted when recorded. A receipt of one id says
+ * nothing of a second effect a lookup's `twice` tells of.
  */
 export function alertedBefore(
   action: Pick<Action<unknown, unknown>, "effectId">,
@@ -53,7 +56,7 @@ export function alertedBefore(
   several: string,
   ours: unknown,
 ): boolean {
-  if (row.reason?.startsWith(several)) return true;
+  if (row.reason !== null && twoEffectsTold(row.reason)?.startsWith(several)) return true;
   const mine = effectIds(action, ours);
   return row.result_json !== null && mine.length > 1 && namesEach(action, row.result_json, ours, mine);
 }

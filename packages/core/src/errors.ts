@@ -231,17 +231,18 @@ export class GuardrailError extends IdemError {
  */
 export class LedgerUnavailableError extends IdemError {
   /**
-   * No retry of this statement can pass, however long one waits, and the ledger makes none
-   * (false for an outage that may pass: a restart, a full disk, a lock). Two causes, told apart
-   * by the message:
+   * This statement's connection is gone for good: no retry of it on that connection can pass,
+   * however long one waits (false for an outage that may pass: a restart, a full disk, a lock).
+   * Two causes, told apart by the message and by `reopensItself`:
    * - its SQLite file (or the file's log or index) was deleted or replaced since the ledger opened
    *   it (a ledger made anew at its path, a backup renamed over it): this ledger never writes
    *   again. Close it and open the ledger again: the open opens the file at the path now.
    * - SQLite: a group commit it was part of (or waited for) could be neither committed nor rolled
    *   back, and the connection was closed to end its transaction: nothing of it was committed.
    *   The ledger opens its connection again by itself for its next statement (checking that the
-   *   file is still the one it opened), so a new call may pass once the file is usable
-   *   (`reopensItself`).
+   *   file is still the one it opened), so a new call may pass once the file is usable, and the
+   *   ledger's own writes that must outlast an outage retry through it (`reopensItself`: call
+   *   again, nothing to close).
    */
   readonly reopen: boolean;
 

@@ -56,6 +56,15 @@ export function isFailureOverruled(reason: string): boolean {
   return reason.startsWith(FAILURE_OVERRULED);
 }
 
+/**
+ * How the reason of a receipt that settles a person's retry before it ran starts (`fenced`): an
+ * earlier attempt's request, still out when they retried, took effect after all (its late answer,
+ * or a lookup's given up before the retry), once, and the retry does not run. The person hears it
+ * as they would had the retry's own lookup found it (runner.ts `isFoundOnRetry` reads both).
+ */
+export const SETTLED_BEFORE_RETRY =
+  "settled after a person's retry, before it ran (the earlier attempt committed after all); not run again: ";
+
 /** What a person hears of the callers a provider's "failed" was replayed to, once it is overruled. */
 export const CALLER_TOLD_FAILED =
   'a caller told "failed" may have acted on it (the same work sent again under another key, say)';
@@ -63,13 +72,15 @@ export const CALLER_TOLD_FAILED =
 /**
  * Whose "failed" a receipt arriving now would overrule: the row's own (a person's, resolved so,
  * or the provider's, replayed to every caller since), or one an ambiguous end reopened for a
- * person whose alert is still due (`reopenedUnheard`: no one heard yet that it may have
- * committed). Undefined when the row holds no "failed" to overrule. One answer for `fenced` and
- * for `DurableWrites.unstorable`, so a receipt stored or not says the same of the callers told.
+ * person, not decided since (`reopenedFailed`), whether or not that alert was delivered: it said
+ * the operation may have committed, and the receipt proves it did, so whoever acted on "failed"
+ * hears it was wrong. Undefined when the row holds no "failed" to overrule. One answer for
+ * `fenced` and for `DurableWrites.unstorable`, so a receipt stored or not says the same of the
+ * callers told.
  */
 export function failedOverruled(now: Row): "person" | "provider" | undefined {
   if (now.status === "failed") return now.resolution_json !== null ? "person" : "provider";
-  return reopenedUnheard(now);
+  return reopenedFailed(now);
 }
 
 /**
@@ -159,10 +170,11 @@ export async function fenced<A, R>(
       now.status === "unknown" || now.status === "pending" || now.status === "needs_review" || now.status === "running";
     const verdictWithout = now.status === "failed" || (now.resolution_json !== null && now.result_json === null);
     if (receipt !== undefined && (unproven || verdictWithout)) {
-      // A "failed" reopened for a person by an ambiguous end (`reopenedUnheard`), its alert still
-      // due: no one heard yet that it may have committed after all, and our receipt proves it did.
-      // Overruled as the "failed" itself is: settled as a question the receipt answers, its alert
-      // was cleared, and no one heard that the callers told "failed" were told wrong.
+      // A "failed" reopened for a person by an ambiguous end (`reopenedFailed`): its alert said it
+      // may have committed after all (told or still due), and our receipt proves it did. Overruled
+      // as the "failed" itself is: settled as a question the receipt answers, its alert was cleared
+      // (or, delivered, none followed), and no one heard that the callers told "failed", or the
+      // person who said it, were told wrong.
       const whose = failedOverruled(now);
       const overruled = whose !== undefined;
       // A person's "failed": they may have acted on it (told the customer, redone the work by
@@ -196,6 +208,11 @@ export async function fenced<A, R>(
       // cleared it; a later look proved nothing yet, or is looking): the retry did not run, and the
       // person hears it as they would have without the fence (the daemon reads the reason's start).
       const retryNotRun = foundOnRetry !== undefined && now.look_first === 1;
+      // A person's retry not run yet (look_first: still to look first, looking, or its look refused
+      // or inconclusive), settled by an earlier attempt's answer: they asked for it to run, and it
+      // will not; heard as if their retry's own lookup had found it (before: settled in silence, a
+      // check_refused alert still due cleared with it).
+      const retryOvertaken = foundOnRetry === undefined && now.look_first === 1;
       // Run again since our request went out, from a proof that it was not done (a lookup that
       // read the provider before our effect landed, or a person's word), and the provider did not
       // dedupe that run onto ours: its request may have taken effect too, whatever became of it
@@ -237,11 +254,13 @@ export async function fenced<A, R>(
                 ? `${POSSIBLY_TWO}${proves}${after}, and attempt ${rerun} ran the operation again since, from a proof that it was not done (${now.status} now): its request may have taken effect too; a person must check the provider${verdictToo}`
                 : retryNotRun
                   ? `${foundOnRetry}; found by attempt ${mine.attempt}'s lookup, recorded after attempt ${now.attempt} took the operation over to look too (${now.status} now); nothing ran it again`
-                  : personOverruled
-                    ? `${VERDICT_OVERRULED}${proves}; a person must check whether anything was done on that verdict`
-                    : failureOverruled
-                      ? `${FAILURE_OVERRULED}${proves}${after}; ${CALLER_TOLD_FAILED}: a person must check the provider`
-                      : `${proves}${after}`;
+                  : retryOvertaken
+                    ? `${SETTLED_BEFORE_RETRY}${proves}${after}`
+                    : personOverruled
+                      ? `${VERDICT_OVERRULED}${proves}; a person must check whether anything was done on that verdict`
+                      : failureOverruled
+                        ? `${FAILURE_OVERRULED}${proves}${after}; ${CALLER_TOLD_FAILED}: a person must check the provider`
+                        : `${proves}${after}`;
       // Not done in full (the action's `attention`): alerted too, as `complete` records it. The
       // words go after a reason the daemon tells its alert by (two effects, or a verdict overruled).
       const overruledSaid = told.startsWith(VERDICT_OVERRULED) || told.startsWith(FAILURE_OVERRULED);
@@ -254,6 +273,7 @@ export async function fenced<A, R>(
         rerun !== undefined ||
         attention !== undefined ||
         retryNotRun ||
+        retryOvertaken ||
         personOverruled ||
         failureOverruled ||
         stillTold !== undefined;
@@ -482,12 +502,15 @@ function ranNothing(now: Row & { rerun_attempt: number | null }): boolean {
 const FAILED_REOPENED = ", still in flight when the operation failed, may have committed: ";
 
 /**
- * Whose "failed" the row held when an ambiguous end reopened it for a person, while that alert
- * is still due (no one heard of it yet): a person's (`admin.resolve`, its error says so) or the
- * provider's. Undefined for any other row. The reopen voids the verdict (`resolution_json`).
+ * Whose "failed" the row held when an ambiguous end reopened it for a person, still waiting for
+ * them: a person's (`admin.resolve`, its error says so) or the provider's. Undefined for any other
+ * row. Its alert delivered or not: "may have committed" is not "it did", and those who acted on
+ * "failed" hear the receipt that proves it (alerted once more then; while that alert is still due,
+ * the receipt's reason replaces its words, one alert). The reopen voids the verdict
+ * (`resolution_json`); a person's decision since moves the row, and is what a receipt meets then.
  */
-function reopenedUnheard(now: Row): "person" | "provider" | undefined {
-  if (now.status !== "needs_review" || now.alert_pending !== 1 || now.reason === null) return undefined;
+function reopenedFailed(now: Row): "person" | "provider" | undefined {
+  if (now.status !== "needs_review" || now.reason === null) return undefined;
   // Its own words right after the attempt, not the same words anywhere (an error's detail quoted).
   const attempt = /^attempt \d+/.exec(now.reason);
   if (!attempt || !now.reason.startsWith(FAILED_REOPENED, attempt[0].length)) return undefined;
@@ -497,19 +520,29 @@ function reopenedUnheard(now: Row): "person" | "provider" | undefined {
 }
 
 /**
- * The words of two effects, proven or possible, that the row's alert still due tells a person,
- * from where they start: first, or after the overruled "failed" and the attempt that
- * `DurableWrites.unstorable` puts before them on a row it found moved. Undefined when it tells
- * none (or was delivered).
+ * The words of two effects, proven ("two effects") or possible (`isPossiblyTwo` of them), that an
+ * operation's reason tells, from where they start: first, or after the overruled "failed" and the
+ * attempt that `DurableWrites.unstorable` puts before them on a row it found moved (`<VERDICT_OVERRULED
+ * or FAILURE_OVERRULED>attempt N: two effects: …`). Undefined when it tells none. One reading for
+ * the ledger (`fenced`: two effects told to no one yet stay first) and for the daemon's alert
+ * kind, so a reason the ledger writes is never alerted as less than it says.
  */
-function twoTold(now: Row): string | undefined {
-  if (now.alert_pending !== 1 || now.reason === null) return undefined;
-  let from = now.reason;
+export function twoEffectsTold(reason: string): string | undefined {
+  let from = reason;
   for (const prefix of [VERDICT_OVERRULED, FAILURE_OVERRULED]) {
     if (from.startsWith(prefix)) from = from.slice(prefix.length);
   }
   from = from.replace(/^attempt \d+: /, "");
   return from.startsWith("two effects") || isPossiblyTwo(from) ? from : undefined;
+}
+
+/**
+ * The words of two effects, proven or possible, that the row's alert still due tells a person
+ * (`twoEffectsTold`). Undefined when it tells none (or was delivered).
+ */
+function twoTold(now: Row): string | undefined {
+  if (now.alert_pending !== 1 || now.reason === null) return undefined;
+  return twoEffectsTold(now.reason);
 }
 
 /** Whether the row's alert still due already tells a person of two effects, proven or possible. */

@@ -33,11 +33,19 @@ export class QueryCache<DB> {
     { sql: string; parameters: readonly unknown[]; slots: (string | undefined)[] }
   >();
 
-  /** `enabled: false` builds every time (used when a test clock inlines the time into the SQL). */
+  /**
+   * `enabled: false` builds every time (used when a test clock inlines the time into the SQL).
+   * `closed`: true once the ledger's close stopped waiting (Store.markClosed): from then on no hot
+   * query is sent, and each fails at once (its caller's guard says it met the close). The direct
+   * executors skip kysely, whose destroy refuses its own queries: without this, a write of a call
+   * still in flight (its outcome, once its action heard the close) was committed while the close
+   * drained the writes waiting for a lock, though the close named the call as not recorded.
+   */
   constructor(
     private readonly db: Kysely<DB>,
     private readonly enabled: boolean,
     private readonly direct?: DirectExecutor,
+    private readonly closed: () => boolean = () => false,
   ) {}
 
   /**
@@ -45,6 +53,7 @@ export class QueryCache<DB> {
    * else undefined and nothing was run: `run` it. Only for a query that `run` has built before.
    */
   runNow<R>(shape: string, values: Record<string, unknown>, asArrays = false): QueryResult<R> | undefined {
+    if (this.closed()) return undefined; // `run` refuses it
     const entry = this.enabled ? this.cache.get(shape) : undefined;
     if (!entry || !this.direct) return undefined;
     const out = this.direct(entry.sql, this.parameters(entry, values), asArrays, true);
@@ -61,6 +70,7 @@ export class QueryCache<DB> {
     values: Record<string, unknown>,
     asArrays = false,
   ): Promise<QueryResult<R>> {
+    if (this.closed()) throw new Error("the ledger was closed: no statement is sent");
     if (!this.enabled) return this.db.executeQuery(build((name) => values[name]));
     let entry = this.cache.get(shape);
     if (!entry) {

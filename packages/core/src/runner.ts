@@ -24,7 +24,7 @@ import {
   OperationNotFoundError,
   PayloadTooLargeError,
 } from "./errors.js";
-import { fenced, POSSIBLY_TWO } from "./fence.js";
+import { fenced, POSSIBLY_TWO, SETTLED_BEFORE_RETRY } from "./fence.js";
 import { withLease } from "./lease.js";
 import {
   afterProvider,
@@ -1161,11 +1161,12 @@ const REOPENED_INCONCLUSIVE =
 
 /**
  * Whether `reason` is a success's that a person's retry found done (its lookup found the earlier
- * attempt's effect: one effect, the retry not run), alerted so the person hears it. Not when the
- * lookup found it twice, or the action's `attention` speaks of it: those words come first.
+ * attempt's effect, or that attempt's late answer settled the row before the retry ran, fence.ts
+ * `SETTLED_BEFORE_RETRY`: one effect, the retry not run), alerted so the person hears it. Not when
+ * the effect was found twice, or the action's `attention` speaks of it: those words come first.
  */
 export function isFoundOnRetry(reason: string): boolean {
-  return reason.startsWith(REOPENED_FOUND);
+  return reason.startsWith(REOPENED_FOUND) || reason.startsWith(SETTLED_BEFORE_RETRY);
 }
 
 /** Why a person's retry whose args are not stored is back with a person after a look that proved nothing. */
@@ -1208,7 +1209,13 @@ function markBack(row: Row): { rerunBefore?: number | null } {
 function ofOperation(error: unknown, operationId: string | undefined): unknown {
   if (!(error instanceof LedgerUnavailableError) || error.operationId !== undefined || operationId === undefined)
     return error;
-  return new LedgerUnavailableError(error.message, operationId, { cause: error.cause ?? error });
+  // Its flags said again: the cause kept may be the driver's error, which carries none of them.
+  return new LedgerUnavailableError(error.message, operationId, {
+    cause: error.cause ?? error,
+    reopen: error.reopen,
+    reopensItself: error.reopensItself,
+    closed: error.closed,
+  });
 }
 
 /** Settled, whether read as an Outcome or peeked at whole. */

@@ -384,7 +384,7 @@ export class Store {
     direct?: DirectExecutor,
     private readonly groupsCommits = false,
   ) {
-    this.hot = new QueryCache(db, clock === undefined, direct);
+    this.hot = new QueryCache(db, clock === undefined, direct, () => this.closed);
     this.local = clock ?? (() => performance.now());
   }
 
@@ -1504,6 +1504,10 @@ export class Store {
     try {
       return await work;
     } catch (cause) {
+      // Once closed, an outage (a connection a failed commit abandoned, its reopen cut short by
+      // the close) is the close: no retry is made through a closed ledger, and its caller hears why.
+      if (this.closed && cause instanceof LedgerUnavailableError && !cause.closed)
+        throw this.closedError(operationId, cause);
       if (cause instanceof IdemError) throw cause;
       if (this.closed) throw this.closedError(operationId, cause);
       throw new LedgerUnavailableError(

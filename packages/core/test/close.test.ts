@@ -15,9 +15,23 @@ import {
   LedgerUnavailableError,
 } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
-import { DIALECTS } from "@idem/testkit";
+import Database from "better-sqlite3";
+import { DIALECTS, lockTable, scaled, type TestDialect } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
+
+/** Another process's hold on the ledger's writes: SQLite's write lock, or Postgres's lock on the operations table. */
+async function holdWriteLock(dialect: TestDialect, url: string): Promise<{ release(): Promise<void> }> {
+  if (dialect === "postgres") return lockTable(url, "idem_operations");
+  const other = new Database(url.slice("sqlite:".length), { timeout: 0 });
+  other.exec("BEGIN IMMEDIATE");
+  return {
+    release: async () => {
+      other.exec("ROLLBACK");
+      other.close();
+    },
+  };
+}
 
 for (const dialect of DIALECTS) {
   describe(`closing a ledger with calls in flight on ${dialect}`, () => {
@@ -363,6 +377,57 @@ for (const dialect of DIALECTS) {
       const { operation } = await after.get({ tenant, id: op!.id });
       expect(operation).toMatchObject({ status: "running", attempt: 1 });
       expect(operation.leaseExpiresAt).toBeGreaterThan(await after.admin.now());
+    });
+
+    it("close({ waitMs }): an outcome a call writes after the close stopped waiting is refused, not committed while the close drains a write that waits for a lock", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000 });
+      const tenant = uniqueTenant();
+      let running!: () => void;
+      const started = new Promise<void>((r) => (running = r));
+      // Answers its abort at once with its own error, as fetch does (an AbortError): ambiguous.
+      const waits = defineAction({
+        type: "waits",
+        capabilities: {},
+        execute: async (_a: { to: string }, op) => {
+          running();
+          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
+          throw new Error("This operation was aborted");
+        },
+        classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
+      });
+      const plain = defineAction({ type: "plain", capabilities: {}, execute: async () => ({ ok: true }) });
+      const heard = ledger.run(waits, { tenant, key: ["waits"], args: { to: "x" } }).then(
+        (out) => ({ out }),
+        (error: unknown) => ({ error }),
+      );
+      await started;
+      const [op] = await ledger.admin.list({ tenant });
+      // Another process holds the write lock: a claim made now waits for it, and so does the end
+      // of the close, which lets the statements already waiting have their answer.
+      const lock = await holdWriteLock(dialect, db.url());
+      const waiting = ledger.run(plain, { tenant, key: ["waiting"], args: {} }).catch((e: unknown) => e);
+      const closing = ledger.close({ waitMs: 300 });
+      // Before (SQLite): the outcome, written once the action heard the close, waited in that
+      // drain with the claim, and was committed once the lock was let go.
+      const early = await Promise.race([
+        heard,
+        new Promise((r) => setTimeout(() => r("still waiting for the lock"), scaled(5_000))),
+      ]);
+      await lock.release();
+      const closed = await closing;
+      await waiting;
+      expect(closed.inFlight).toContainEqual({ tenant, id: op!.id });
+      expect(early).not.toBe("still waiting for the lock");
+      const { error } = (await heard) as { error: unknown };
+      expect(error).toBeInstanceOf(LedgerUnavailableError);
+      expect(error).toMatchObject({
+        closed: true,
+        operationId: op!.id,
+        message: expect.stringMatching(/^the ledger was closed while this call was in flight/),
+      });
+      // As the close said: not recorded, running under the attempt's lease, for the replay policy.
+      const after = await db.open();
+      expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
     });
 
     it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {

@@ -16,7 +16,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
-import { defineAction, isFailureOverruled, type Ledger } from "@idem/core";
+import { defineAction, isFailureOverruled, twoEffectsTold, type Ledger } from "@idem/core";
 import { databaseOf } from "@idem/core/testing";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
@@ -232,6 +232,8 @@ for (const dialect of DIALECTS) {
       expect(parked.reason.startsWith(`${FAILURE_OVERRULED}attempt 1: two effects: the receipt names 2 effects`)).toBe(
         true,
       );
+      // The daemon reads those words where they are (its two_effects alert), as the ledger does.
+      expect(twoEffectsTold(parked.reason)).toMatch(/^two effects: the receipt names 2 effects \(obj_1, obj_2\)/);
       gates[1]!();
       expect(await second).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
       // Before: "a "failed" replayed … overruled: attempt 2's receipt proves the effect happened;
@@ -241,6 +243,54 @@ for (const dialect of DIALECTS) {
       expect(after.reason).toMatch(/^two effects: the receipt names 2 effects \(obj_1, obj_2\)/);
       expect(after.reason).toContain(`; ${FAILURE_OVERRULED}attempt 2's receipt proves the effect happened`);
       expect((await latest.daemon.alertsDue({ limit: 10 })).map((a) => a.id)).toContain(row!.id);
+    });
+
+    it("a receipt naming two effects, too large to store, then a later request's receipt naming the same two, too large too: the callers told failed still said", async () => {
+      // As above, but attempt 2's replay, deduped, is answered with the same two effects, too large
+      // to store as well: nothing new to say (the same two effects), and the words that callers
+      // were told "failed" must not be replaced by those two effects said again.
+      const sent: (() => void)[] = [];
+      const out = [0, 1].map((i) => new Promise<void>((r) => (sent[i] = r)));
+      const gates: (() => void)[] = [];
+      const open = [0, 1].map((i) => new Promise<void>((r) => (gates[i] = r)));
+      let calls = 0;
+      const action = defineAction<{ to: string }, { ids: string[]; padding: string }>({
+        type: "failed.overruled.several.again",
+        capabilities: { dedupe: { retentionMs: 24 * HOUR } },
+        execute: async () => {
+          const n = calls++;
+          if (n === 2) throw new Refused("validation: refused");
+          sent[n]!();
+          await open[n];
+          return { ids: ["obj_1", "obj_2"], padding: "x".repeat(4_000) };
+        },
+        classify: (e) =>
+          e instanceof Refused ? { kind: "permanent", reason: e.message } : { kind: "ambiguous", reason: String(e) },
+        effectId: (r) => r.ids,
+      });
+      const tenant = uniqueTenant();
+      const input = { tenant, key: ["several-again"], args: { to: "x" } };
+      const worker = await db.open({ actions: [action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [action], maxResultBytes: 1_000 });
+      const latest = await db.open({ clock: () => Date.now() + 2 * HOUR, actions: [action] });
+      const first = worker.run(action, input);
+      await out[0];
+      const second = later.run(action, input);
+      await out[1];
+      expect(await latest.run(action, input)).toMatchObject({ status: "failed", attempt: 3 });
+      gates[0]!();
+      await expect(first).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      const [row] = await latest.admin.list({ tenant });
+      const parked = await stored(latest, row!.id);
+      expect(parked.reason.startsWith(`${FAILURE_OVERRULED}attempt 1: two effects: the receipt names 2 effects`)).toBe(
+        true,
+      );
+      gates[1]!();
+      await expect(second).rejects.toMatchObject({ name: "PayloadTooLargeError" });
+      // Before: "two effects: the receipt names 2 effects …; the effect happened but its receipt
+      // cannot be stored": the same two effects said again, and the callers told "failed" unsaid.
+      const after = await stored(latest, row!.id);
+      expect(after).toEqual({ ...parked, status: "needs_review", alertPending: 1 });
     });
 
     it("reopened by a receipt too large to store, then another attempt's own receipt, a second effect: two effects said first, and the failure overruled after", async () => {

@@ -50,7 +50,7 @@ import {
   defineAction,
   InvalidTransitionError,
   isFailureOverruled,
-  isPossiblyTwo,
+  twoEffectsTold,
   isVerdictOverruled,
   LedgerUnavailableError,
   type ActionDefinition,
@@ -838,9 +838,11 @@ async function runSeed(
 /** Seeds in which the ledger was told of two distinct effects of one key, per database (the oracle below is not vacuous). */
 const twoTold: Record<TestDialect, number[]> = { sqlite: [], postgres: [] };
 
-/** A reason that alerts of two effects, proven or possible (the daemon's `kindOf`: two_effects, maybe_two_effects). */
-const twoEffects = (reason: string | null) =>
-  reason !== null && (reason.startsWith("two effects") || isPossiblyTwo(reason));
+/**
+ * A reason that alerts of two effects, proven or possible, wherever the ledger puts those words (the
+ * daemon's `kindOf` reads them the same way, `twoEffectsTold`: two_effects, maybe_two_effects).
+ */
+const twoEffects = (reason: string | null) => reason !== null && twoEffectsTold(reason) !== undefined;
 
 /**
  * A reason that tells a person the effect happened after a "failed" they may have acted on (the

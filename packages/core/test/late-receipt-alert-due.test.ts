@@ -340,5 +340,107 @@ for (const dialect of DIALECTS) {
       expect(after.reason).toContain("a person must check whether anything was done on that verdict");
       expect(await due(later, row!.id)).toBe(true);
     });
+
+    it('a "failed" told to callers, reopened for a person, that alert delivered ("may have committed"): its late receipt is still alerted as the failure overruled', async () => {
+      const p = provider("heard.failed", { dedupe: { retentionMs: 24 * HOUR } }, () => {
+        throw new Refused("validation: refused");
+      });
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action] });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["heard-failed"], args: { to: "x" } };
+      const gaveUp = new AbortController();
+      const first = worker.run(p.action, { ...input, signal: gaveUp.signal });
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ status: "failed", attempt: 2 });
+      gaveUp.abort(new Error("the agent's turn ended"));
+      expect(await first).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      // The daemon delivers the reopen's alert: a person heard it "may have committed", no more.
+      const [row] = await later.admin.list({ tenant });
+      await later.daemon.ackAlert(row!);
+      expect(await stored(later, row!.id)).toMatchObject({ status: "needs_review", alertPending: 0 });
+      p.release(); // attempt 1's request commits; its late answer is recorded
+      await vi.waitFor(async () => expect(await stored(later, row!.id)).toMatchObject({ status: "succeeded" }), {
+        timeout: 30_000,
+      });
+      // Before: "attempt 1's receipt proves the effect happened", no alert: the callers told
+      // "failed" were never said to be wrong, only that it may have committed.
+      expect(await stored(later, row!.id)).toEqual({
+        status: "succeeded",
+        alertPending: 1,
+        reason: `${FAILURE_OVERRULED}attempt 1's receipt proves the effect happened, after attempt 2 failed; ${CALLER_TOLD_FAILED}: a person must check the provider`,
+      });
+      expect(await due(later, row!.id)).toBe(true);
+    });
+
+    it('a "failed" told to callers, reopened for a person, that alert delivered: its late receipt, too large to store, still says callers were told "failed"', async () => {
+      const p = provider(
+        "heard.failed.unstorable",
+        { dedupe: { retentionMs: 24 * HOUR } },
+        () => {
+          throw new Refused("validation: refused");
+        },
+        () => ({ id: "obj_1", pad: "x".repeat(2_000) }),
+      );
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action], maxResultBytes: 1_000 });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["heard-unstorable"], args: { to: "x" } };
+      const gaveUp = new AbortController();
+      const first = worker.run(p.action, { ...input, signal: gaveUp.signal });
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ status: "failed", attempt: 2 });
+      gaveUp.abort(new Error("the agent's turn ended"));
+      expect(await first).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const [row] = await later.admin.list({ tenant });
+      await later.daemon.ackAlert(row!);
+      p.release(); // attempt 1's request commits; its late answer cannot be stored
+      await vi.waitFor(async () => expect((await stored(later, row!.id)).reason).toMatch(/receipt cannot be stored/), {
+        timeout: 30_000,
+      });
+      const after = await stored(later, row!.id);
+      expect(after).toMatchObject({ status: "needs_review", alertPending: 1 });
+      expect(
+        after.reason.startsWith(`${FAILURE_OVERRULED}attempt 1: the effect happened but its receipt cannot be stored`),
+      ).toBe(true);
+      expect(after.reason).toContain(`, after attempt 2 failed; ${CALLER_TOLD_FAILED}`);
+    });
+
+    it('a person\'s "failed", reopened by an abandoned request, that alert delivered: its late receipt is still alerted as their verdict overruled', async () => {
+      const p = provider("heard.person", {}, () => {
+        throw new Error("nothing runs it again");
+      });
+      const tenant = uniqueTenant();
+      const worker = await db.open({ actions: [p.action] });
+      const later = await db.open({ clock: () => Date.now() + HOUR, actions: [p.action] });
+      const input = { tenant, key: ["heard-person"], args: { to: "x" } };
+      const gaveUp = new AbortController();
+      const first = worker.run(p.action, { ...input, signal: gaveUp.signal });
+      await p.sent;
+      expect(await later.run(p.action, input)).toMatchObject({ state: "needs_review" });
+      const [row] = await later.admin.list({ tenant });
+      await later.admin.resolve({
+        tenant,
+        id: row!.id,
+        outcome: "failed",
+        actor: "ops",
+        reason: "nothing at the provider",
+      });
+      gaveUp.abort(new Error("the agent's turn ended"));
+      expect(await first).toMatchObject({ status: "pending_verification", state: "needs_review" });
+      const [reopened] = await later.admin.list({ tenant });
+      await later.daemon.ackAlert(reopened!);
+      expect(await stored(later, row!.id)).toMatchObject({ status: "needs_review", alertPending: 0 });
+      p.release();
+      await vi.waitFor(async () => expect(await stored(later, row!.id)).toMatchObject({ status: "succeeded" }), {
+        timeout: 30_000,
+      });
+      // Before: succeeded, no alert: the person heard "may have committed", never that it did.
+      const after = await stored(later, row!.id);
+      expect(after).toMatchObject({ alertPending: 1 });
+      expect(isVerdictOverruled(after.reason)).toBe(true);
+      expect(after.reason).toContain("a person must check whether anything was done on that verdict");
+      expect(await due(later, row!.id)).toBe(true);
+    });
   });
 }

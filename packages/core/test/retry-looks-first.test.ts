@@ -181,6 +181,68 @@ for (const dialect of DIALECTS) {
         expect(operation.reason, story).toMatch(/found by attempt 2's lookup.*attempt 3 took the operation over/);
       });
 
+    // The earlier attempt's request is still out when a person retries (its lease ran out, a look
+    // proved nothing): then it lands, and its own receipt settles the row through the fence before
+    // the retry ran. As when the retry's lookup finds it, the person hears that their retry did not
+    // run (the row's check_refused alert, if due, is about a look no longer needed).
+    for (const looked of ["refused", "not yet"] as const)
+      it(`the earlier attempt's late receipt settles the retry before it ran (its look ${looked}): said as the retry not run`, async () => {
+        let now = Date.now();
+        let sent: () => void = () => {};
+        const out = new Promise<void>((r) => (sent = r));
+        let land: () => void = () => {};
+        const gate = new Promise<void>((r) => (land = r));
+        let sends = 0;
+        const action = defineAction<{ to: string }, { id: string }>({
+          type: "mail.late-receipt",
+          capabilities: { lookup: true },
+          execute: async () => {
+            sends += 1;
+            sent();
+            await gate; // attempt 1's request, out until it lands
+            return { id: "msg_1" };
+          },
+          classify: (e) => (e instanceof ProviderError ? e.cls : { kind: "ambiguous", reason: String(e) }),
+          // The lookup's credential was revoked: every look is refused, the outcome stays unknown.
+          reconcile: async () => {
+            throw new ProviderError({ kind: "permanent", reason: "the API key was revoked", alert: true });
+          },
+        });
+        const ledger = await db.open({ clock: () => now, leaseMs: 30_000, actions: [action], budget: { attempts: 1 } });
+        const tenant = uniqueTenant();
+        const first = ledger.run(action, { tenant, key: ["invoice", "1"], args: { to: "x" } });
+        await out;
+        now += 31_000; // attempt 1's lease ran out (by the ledger's clock); its request is still out
+        const [row] = await ledger.admin.list({ tenant });
+        const id = row!.id;
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "unknown" });
+        now += 1_000;
+        await ledger.admin.retry({ tenant, id, actor: "alice", reason: "nothing at the provider" });
+        if (looked === "refused") {
+          expect(await ledger.daemon.settle({ tenant, id, actor: "daemon" })).toMatchObject({ state: "pending" });
+          expect((await ledger.get({ tenant, id })).operation).toMatchObject({ lookFirst: true });
+          expect(await alerted(ledger, tenant, id)).toBe(1); // the look refused: check_refused due
+        }
+        land(); // attempt 1's request lands; its receipt arrives
+        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: "msg_1" } });
+        const { operation, events } = await ledger.get({ tenant, id });
+        const story = events.map((e) => `${e.from}>${e.to}@${e.attempt} ${e.reason}`).join(" | ");
+        expect(operation.status, story).toBe("succeeded");
+        // Before: "attempt 1's receipt proves the effect happened", the alert cleared (or never
+        // raised): nothing told the person their retry did not run.
+        expect(await alerted(ledger, tenant, id), story).toBe(1);
+        expect(isFoundOnRetry(operation.reason ?? ""), story).toBe(true);
+        expect(operation.reason, story).toMatch(/attempt 1's receipt proves the effect happened/);
+        expect(sends).toBe(1);
+        // Replayed to the next caller: one effect, nothing run again.
+        expect(await ledger.run(action, { tenant, key: ["invoice", "1"], args: { to: "x" } })).toMatchObject({
+          status: "succeeded",
+          receipt: { id: "msg_1" },
+          replayed: true,
+        });
+        expect(sends).toBe(1);
+      });
+
     it("a caller after the retry looks first: inside the settle window it waits, and the late message is found, not sent again", async () => {
       const server = mailServer("settling");
       const { ledger, tenant, id, advance, advanceToLook } = await unknownOutcome(server);

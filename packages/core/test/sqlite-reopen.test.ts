@@ -347,3 +347,122 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     expect(heldByNone(path)).toBe(true);
   });
 });
+
+/**
+ * A call whose action is still out when close() stops waiting, on a connection a group commit
+ * abandoned meanwhile (no statement since, so not opened again yet). Its receipt arrives after the
+ * close: the caller must hear the close (`closed`), at once, as on a connection not abandoned.
+ */
+async function inFlightAtClose(abandon: boolean) {
+  const path = newFile();
+  const ledger = await openTestLedger(`sqlite:${path}`, { busyTimeoutMs: scaled(2_000) });
+  opened.push(ledger);
+  const db = databaseOf(ledger);
+  for (const statement of [...REFUSE_AT_COMMIT, "CREATE TABLE scratch (v TEXT)"]) await sql.raw(statement).execute(db);
+  let out!: () => void;
+  const sent = new Promise<void>((r) => (out = r));
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const action = defineAction<{ to: string }, { id: string }>({
+    type: "mail.send",
+    capabilities: {},
+    execute: async (args) => {
+      out();
+      await gate; // ignores its signal: the receipt comes after the close
+      return { id: `msg_${args.to}` };
+    },
+    classify: () => ({ kind: "ambiguous", reason: "test" }),
+  });
+  const call = ledger.run(action, { tenant: "t", key: ["in-flight"], args: { to: "x" } }).catch((e: unknown) => e);
+  await sent;
+  if (abandon) {
+    refuseRollback = true;
+    try {
+      await within(
+        bound,
+        "writes of a commit that could not be rolled back",
+        Promise.all(
+          [
+            sql`insert into scratch values ('first')`,
+            sql`insert into scratch values ('shared')`,
+            sql`insert into refuse_child values ('none')`,
+          ].map((q) => q.execute(db).catch((e: unknown) => e)),
+        ),
+      );
+    } finally {
+      refuseRollback = false;
+    }
+    expect(refused).toBe(1);
+  }
+  const closed = await within(bound, "close()", ledger.close({ waitMs: 0 }));
+  expect(closed?.inFlight).toHaveLength(1);
+  const started = performance.now();
+  release();
+  const told = await within(scaled(30_000), "the call in flight", call);
+  return { told, tookMs: performance.now() - started };
+}
+
+describe("SQLite: a close while the connection is abandoned", () => {
+  it("control: a call in flight at close, its receipt after it, on a connection not abandoned, hears the close at once", async () => {
+    const { told, tookMs } = await inFlightAtClose(false);
+    expect(told).toMatchObject({ name: "CompletionNotRecordedError" });
+    expect((told as Error).cause).toMatchObject({ closed: true });
+    expect(tookMs).toBeLessThan(scaled(1_000));
+  });
+
+  it("a call in flight at close, its receipt after it, on a connection abandoned before the close, hears the close at once (not the abandon, retried for up to a lease)", async () => {
+    const { told, tookMs } = await inFlightAtClose(true);
+    expect(told).toMatchObject({ name: "CompletionNotRecordedError" });
+    // What it hears is the close, not "the ledger opens it again for its next statement".
+    expect((told as Error).cause).toMatchObject({ closed: true });
+    expect(tookMs).toBeLessThan(scaled(1_000));
+  });
+
+  it("close() while the reopen waits for the file: the call that waited for it hears the close (closed), not an outage that 'the next statement tries again'", async () => {
+    const { path, ledger, call } = await abandonedQuietly({ busyTimeoutMs: scaled(1_000) });
+    const blocker = new Database(path, { timeout: 0 });
+    blocker.pragma("locking_mode = EXCLUSIVE");
+    blocker.exec("BEGIN EXCLUSIVE");
+    let tries = 0;
+    const pragma = Database.prototype.pragma;
+    Database.prototype.pragma = function (this: Database.Database, source: string, options?: never) {
+      if (/journal_mode\s*=\s*wal/i.test(source)) tries += 1;
+      return pragma.call(this, source, options);
+    } as typeof pragma;
+    let pending: Promise<unknown>;
+    try {
+      pending = call("later");
+      await vi.waitFor(() => expect(tries).toBeGreaterThan(1), { timeout: bound, interval: 5 });
+      await within(bound, "close()", ledger.close({ waitMs: 0 }));
+    } finally {
+      Database.prototype.pragma = pragma;
+      blocker.close();
+    }
+    const out = await within(bound, "the call", pending);
+    expect(out).toBeInstanceOf(LedgerUnavailableError);
+    expect(out).toMatchObject({ closed: true });
+    expect((out as Error).message).not.toMatch(/the next statement tries again/);
+  });
+});
+
+describe("SQLite: statements that meet an abandoned connection together", () => {
+  it("share one reopen, and close() leaves no connection open", async () => {
+    const { path, ledger, call } = await abandonedQuietly();
+    let opens = 0;
+    const pragma = Database.prototype.pragma;
+    Database.prototype.pragma = function (this: Database.Database, source: string, options?: never) {
+      if (/journal_mode\s*=\s*wal/i.test(source)) opens += 1;
+      return pragma.call(this, source, options);
+    } as typeof pragma;
+    let out: unknown[];
+    try {
+      out = await within(bound, "calls after", Promise.all(["a", "b", "c", "d", "e"].map((k) => call(k))));
+    } finally {
+      Database.prototype.pragma = pragma;
+    }
+    expect(out.map(said)).toEqual(["succeeded", "succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect(opens).toBe(1);
+    await within(bound, "close()", ledger.close());
+    expect(heldByNone(path)).toBe(true);
+  });
+});
