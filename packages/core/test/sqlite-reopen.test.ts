@@ -240,7 +240,10 @@ describe("SQLite: the connection a group commit abandoned is opened again", () =
     } finally {
       refuseRollback = false;
     }
-    expect(refused).toBe(1);
+    // The completions' shared commit at least. A retry of "refuse-me"'s completion that lands in
+    // one commit with another caller's retry has that commit abandoned too (measured: 2 in 4 of 14
+    // runs), and that caller's completion is written again once more: the outcomes below hold.
+    expect(refused).toBeGreaterThanOrEqual(1);
     // "refuse-me"'s completion is refused again at its own commit on the new connection (the
     // constraint holds there too): its caller holds the receipt, its row is left running.
     const told = KEYS.map((_, i) => (i === 5 ? "CompletionNotRecordedError" : "succeeded"));
