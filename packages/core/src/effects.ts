@@ -7,7 +7,7 @@
  * (`attentionOf`).
  */
 import { describeError, type Action } from "./action.js";
-import { twoEffectsTold } from "./fence.js";
+import { twoEffectsTold } from "./reasons.js";
 import { keySentAt } from "./policy.js";
 import type { Row } from "./store.js";
 

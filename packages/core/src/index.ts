@@ -43,7 +43,7 @@ export type { ConnectionOptions } from "./open.js";
 export { DEFAULT_BUDGET, ESCALATED, ESCALATED_NOT_DONE, isEscalation, spread } from "./policy.js";
 export type { RetryBudget } from "./policy.js";
 export { isFoundOnRetry } from "./runner.js";
-export { isFailureOverruled, isPossiblyTwo, isVerdictOverruled, twoEffectsTold } from "./fence.js";
+export { isFailureOverruled, isPossiblyTwo, isVerdictOverruled, twoEffectsTold } from "./reasons.js";
 export { describeEvidence, describeResult, performedProof } from "./result.js";
 export type { Resolution, RunResult, StoredError, Unsettled } from "./result.js";
 export { STATUSES } from "./schema.js";

@@ -24,7 +24,8 @@ import {
   OperationNotFoundError,
   PayloadTooLargeError,
 } from "./errors.js";
-import { fenced, POSSIBLY_TWO, SETTLED_BEFORE_RETRY } from "./fence.js";
+import { fenced } from "./fence.js";
+import { POSSIBLY_TWO, SETTLED_BEFORE_RETRY } from "./reasons.js";
 import { withLease } from "./lease.js";
 import {
   afterProvider,
