@@ -283,9 +283,42 @@ const DEADLINE = "DeliveryDeadline";
  */
 const BEFORE_THE_MESSAGE: ReadonlySet<string> = new Set(["CONN", "EHLO", "HELO", "LHLO", "MAIL FROM", "RCPT TO"]);
 
-/** The email sink's client (nodemailer, loaded at its first alert) could not be loaded: nothing was sent. */
+/** The email sink's client (nodemailer, loaded as the daemon starts, else at an alert) could not be loaded: nothing was sent. */
 class MailerUnloadedError extends Error {
   override readonly name = "MailerUnloadedError";
+}
+
+/** nodemailer as this process loads it: one load shared by every email sink and `loadEmailClient`. */
+let mailer: Promise<typeof import("nodemailer")> | undefined;
+
+/**
+ * nodemailer, loaded once for the process. A load that failed is tried again at the next call: a
+ * package missing then installed loads then; one that threw as it loaded stays failed (Node keeps
+ * a module that failed to load) until the process is restarted.
+ */
+function loadMailer(): Promise<typeof import("nodemailer")> {
+  mailer ??= import("nodemailer").catch((error: unknown) => {
+    mailer = undefined;
+    throw new MailerUnloadedError(`nodemailer could not be loaded: ${(error as Error).message}`, { cause: error });
+  });
+  return mailer;
+}
+
+/**
+ * For `idem daemon`: with an email sink, starts loading its client (nodemailer) now, without
+ * waiting for it, so that a missing or broken install is heard as the daemon starts, at error,
+ * rather than at its first email alert (then each alert failed "nothing sent", tried again at every
+ * tick, and nobody was told until one was due). Each alert still loads it again when it failed
+ * (`loadMailer`): an install fixed meanwhile is used. With no email sink, nothing is loaded.
+ */
+export function loadEmailClient(config: IdemConfig, log: Logger): void {
+  if (!config.alerts.email) return;
+  loadMailer().catch((error: unknown) =>
+    log.error(
+      { err: error },
+      `email alerts cannot be sent: ${(error as Error).message}; each is kept due and tried again as the daemon goes on (a package that threw as it loaded is not loaded again until the daemon is restarted)`,
+    ),
+  );
 }
 
 /**
@@ -501,8 +534,9 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
           }
         : {};
     // Read now, so a setting refused (a credential's variable unset, an unreadable caFile) stops
-    // the start as before; the transport is made at the first alert sent, which loads nodemailer
-    // then: a daemon with no email sink, or none to send, never loads it.
+    // the start as before; the transport is made at the first alert sent, with nodemailer as
+    // `loadEmailClient` began loading it at the daemon's start (or loaded then): a daemon with no
+    // email sink never loads it.
     const smtp = {
       host: e.smtp.host,
       port: e.smtp.port,
@@ -519,13 +553,11 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
     };
     let transport: Promise<Transporter> | undefined;
     const transportOf = () =>
-      (transport ??= import("nodemailer").then(
+      (transport ??= loadMailer().then(
         (m) => m.default.createTransport(smtp),
         (error: unknown) => {
           transport = undefined; // tried again with the next alert
-          throw new MailerUnloadedError(`nodemailer could not be loaded: ${(error as Error).message}`, {
-            cause: error,
-          });
+          throw error;
         },
       ));
     const domain = e.from.split("@")[1]!;

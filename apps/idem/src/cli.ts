@@ -524,7 +524,12 @@ export function program(): Command {
             ? "the server is stopping"
             : `the calls in flight have until ${stopTimeoutMs} ms after the stop`;
         },
-        left: `a call in flight is left to its lease, and ${MCP_SETTLED_LATER}`,
+        // Forced while the ledger is still opening (its database not answering): no call was served.
+        get left() {
+          return timer.stage === "open"
+            ? "the ledger was still opening: nothing was served"
+            : `a call in flight is left to its lease, and ${MCP_SETTLED_LATER}`;
+        },
       });
       /**
        * Bounded, as the daemon's stop (stop-bound.ts): a provider that does not answer held the
@@ -648,7 +653,7 @@ export function program(): Command {
         { pino },
         { Daemon },
         { DaemonMetrics },
-        { alertActions, requireAlertSink },
+        { alertActions, loadEmailClient, requireAlertSink },
         { warnOfUnmatchedThresholds },
         { redactUrl },
       ] = await Promise.all([
@@ -679,7 +684,12 @@ export function program(): Command {
             ? "the daemon is stopping"
             : `the work in flight has until ${stopTimeoutMs} ms after the stop`;
         },
-        left: "the work in flight is left to its lease, and settled once that expires",
+        // Forced while the ledger is still opening (or its database awaited): nothing was claimed.
+        get left() {
+          return timer.stage === "open"
+            ? "the ledger was still opening: nothing was claimed or settled"
+            : "the work in flight is left to its lease, and settled once that expires";
+        },
       });
       /**
        * Bounded from the stop, whatever stage it came in (stop-bound.ts): a database or provider
@@ -769,6 +779,9 @@ export function program(): Command {
             stopTimeoutMs = config.daemon.stopTimeoutMs;
             timer.bind(stopTimeoutMs); // stopped as the config was read: bounded from the stop
             requireAlertSink(config); // before anything is served or opened
+            // Not awaited: the start does not wait for it. An email sink whose client cannot be
+            // loaded is said now, not when its first alert is due.
+            loadEmailClient(config, log);
             metrics = new DaemonMetrics(undefined, config.daemon.intervalMs, {
               perTenant: config.daemon.metricsPerTenant,
             });
@@ -807,8 +820,11 @@ export function program(): Command {
       try {
         await running;
       } catch (error) {
-        // A pass that failed after a stop is still a failure (a cron job hears of it).
-        if (opened || !signals.signal.aborted) throw error;
+        // Only the loop waits for its database, and only that wait ends with the stop's own reason:
+        // anything else is a failure, stopped or not (a cron job hears of it). A --once pass does
+        // not wait: its open that failed after a stop failed on its own (the database unreachable
+        // or refusing), and the pass did not run.
+        if (opened || error !== signals.signal.reason) throw error;
         log.info("daemon stopped before its database was reachable");
       } finally {
         signals.signal.removeEventListener("abort", bindStop);

@@ -6,22 +6,13 @@
  * refused: its owner was on call and heard of nothing.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { defineAction, openLedger } from "@idem/core";
+import { openLedger } from "@idem/core";
 import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
 import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { capturedLog, smtpServer } from "./support.js";
+import { capturedLog, lostAnswer, smtpServer } from "./support.js";
 
 let n = 0;
 const tenant = () => `ae${++n}-${Math.random().toString(36).slice(2, 7)}`;
-
-/** An action whose answer is always lost and that nothing can look up: each run of it ends in review, alerted. */
-const lostAnswer = defineAction<{ note: string }, { id: string }>({
-  type: "review.neither",
-  capabilities: {},
-  execute: async () => {
-    throw new Error("socket hang up");
-  },
-});
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {

@@ -3,7 +3,7 @@
  * `--help`), which scripts and cron jobs run often, does not load what only the daemon, the
  * console or the alert sinks use (the logger, prom-client, nodemailer, hono), which made each
  * start about a third slower; `--help` and `--version` load no ledger (@idem/core, kysely) and no
- * config reader (zod) either, and the daemon loads nodemailer only to send an email alert. The
+ * config reader (zod) either, and the daemon loads nodemailer only when it has an email sink. The
  * packages are heard by a module resolve hook in the child.
  */
 import { spawn } from "node:child_process";

@@ -4,18 +4,10 @@
  * the operator to undo the extra effect); one whose receipt names two effects still is. Through
  * the log sink, on SQLite and Postgres. Failed first: said as two_effects.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { defineAction } from "@idem/core";
-import { openTestLedger } from "@idem/core/testing";
-import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
-import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { capturedLog } from "./support.js";
-
-let n = 0;
-const tenant = () => `inc${++n}-${Math.random().toString(36).slice(2, 7)}`;
-
-/** A logger that keeps every line it writes (the log sink's alerts among them). */
-const capture = () => capturedLog<{ msg: string; alert?: { kind: string; operationId: string; status: string } }>();
+import { DIALECTS, scaled } from "@idem/testkit";
+import { alertingDaemon } from "./support.js";
 
 interface Receipt {
   readonly id: string;
@@ -33,28 +25,16 @@ const partial = defineAction<{ twice?: boolean }, Receipt>({
   attention: (r) => (r.copyMissing ? "sent, but its copy was not filed" : undefined),
 });
 
-const cleanups: (() => Promise<unknown>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
-});
-
 for (const dialect of DIALECTS) {
   describe(`an effect not done in full, alerted by the daemon on ${dialect}`, () => {
     it(
       "is said as incomplete, once; a replay does not alert again; two effects are still two_effects",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
-        const ledger = await openTestLedger(url, { poolSize: 2, actions: [...alertActions(config, log), partial] });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const once = await ledger.run(partial, { tenant: t, key: ["once"], args: {} });
-        const twice = await ledger.run(partial, { tenant: t, key: ["twice"], args: { twice: true } });
+        const { ledger, daemon, tenant, said } = await alertingDaemon(dialect, "d-incomplete", [partial]);
+        const once = await ledger.run(partial, { tenant, key: ["once"], args: {} });
+        const twice = await ledger.run(partial, { tenant, key: ["twice"], args: { twice: true } });
         expect([once.status, twice.status]).toEqual(["succeeded", "succeeded"]);
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-incomplete");
         await daemon.tick();
-        const said = (id: string) => lines.filter((l) => l.alert?.operationId === id);
         expect(said(once.operationId).map((l) => l.alert!.kind)).toEqual(["incomplete"]);
         expect(said(once.operationId)[0]!.msg).toMatch(
           /took effect, but not in full \(nothing to undo; see to the part that is missing\): sent, but its copy was not filed\. See: idem show/,
@@ -63,7 +43,7 @@ for (const dialect of DIALECTS) {
         expect(said(twice.operationId).map((l) => l.alert!.kind)).toEqual(["two_effects"]);
         expect(said(twice.operationId)[0]!.msg).toMatch(/took effect twice .*: two effects: .*; sent, but its copy/);
         // Replayed, and ticked again: nothing more is said.
-        expect(await ledger.run(partial, { tenant: t, key: ["once"], args: {} })).toMatchObject({ replayed: true });
+        expect(await ledger.run(partial, { tenant, key: ["once"], args: {} })).toMatchObject({ replayed: true });
         await daemon.tick();
         expect(said(once.operationId)).toHaveLength(1);
         expect(said(twice.operationId)).toHaveLength(1);

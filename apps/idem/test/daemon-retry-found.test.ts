@@ -7,18 +7,10 @@
  * finding is recorded through the fence (another look took the row over meanwhile): failed first,
  * not alerted at all.
  */
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { defineAction } from "@idem/core";
-import { openTestLedger } from "@idem/core/testing";
-import { Daemon, DaemonMetrics, alertActions, parseConfig } from "@idem/cli";
-import { DIALECTS, freshDatabase, scaled } from "@idem/testkit";
-import { capturedLog } from "./support.js";
-
-let n = 0;
-const tenant = () => `rf${++n}-${Math.random().toString(36).slice(2, 7)}`;
-
-/** A logger that keeps every line it writes (the log sink's alerts among them). */
-const capture = () => capturedLog<{ msg: string; alert?: { kind: string; operationId: string; status: string } }>();
+import { DIALECTS, scaled } from "@idem/testkit";
+import { alertingDaemon, gate } from "./support.js";
 
 /** Each request's answer is lost; its effect lands after the person looked (`landed`), found once or twice. */
 const landed = new Map<string, number>();
@@ -39,8 +31,7 @@ const lateSend = defineAction<{ to: string }, { id: string }>({
 /** Its first lookup is held until `open`, then finds the effect; every later one proves nothing. */
 function slowLook() {
   let lookups = 0;
-  let open: () => void = () => {};
-  const gate = new Promise<void>((r) => (open = r));
+  const held = gate();
   const action = defineAction<{ to: string }, { id: string }>({
     type: "mail.slow-look",
     capabilities: { lookup: true },
@@ -49,46 +40,34 @@ function slowLook() {
     reconcile: async (args) => {
       lookups += 1;
       if (lookups > 1) return { found: false, proof: "inconclusive", reason: "the search is down" };
-      await gate;
+      await held.passed;
       return { found: true, receipt: { id: `m-${args.to}` } };
     },
   });
-  return { action, open: () => open(), lookups: () => lookups };
+  return { action, open: held.open, lookups: () => lookups };
 }
-
-const cleanups: (() => Promise<unknown>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c().catch(() => {});
-});
 
 for (const dialect of DIALECTS) {
   describe(`a person's retry whose lookup finds the effect, alerted by the daemon on ${dialect}`, () => {
     it(
       "is said as retry_not_run, once, never two_effects; found twice is still two_effects",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
-        const ledger = await openTestLedger(url, { poolSize: 2, actions: [...alertActions(config, log), lateSend] });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const to = { once: `once-${t}`, twice: `twice-${t}` };
-        const once = await ledger.run(lateSend, { tenant: t, key: ["once"], args: { to: to.once } });
-        const twice = await ledger.run(lateSend, { tenant: t, key: ["twice"], args: { to: to.twice } });
+        const { ledger, daemon, tenant, said } = await alertingDaemon(dialect, "d-retry-found", [lateSend]);
+        const to = { once: `once-${tenant}`, twice: `twice-${tenant}` };
+        const once = await ledger.run(lateSend, { tenant, key: ["once"], args: { to: to.once } });
+        const twice = await ledger.run(lateSend, { tenant, key: ["twice"], args: { to: to.twice } });
         expect([once.status, twice.status]).toEqual(["pending_verification", "pending_verification"]);
         // A person looks, finds nothing, and retries each; the earlier request then lands.
         for (const op of [once, twice]) {
-          const seen = (await ledger.get({ tenant: t, id: op.operationId })).operation;
+          const seen = (await ledger.get({ tenant, id: op.operationId })).operation;
           expect(seen.status).toBe("unknown");
-          await ledger.admin.retry({ tenant: t, id: op.operationId, actor: "ops", reason: "not there", seen });
+          await ledger.admin.retry({ tenant, id: op.operationId, actor: "ops", reason: "not there", seen });
         }
         landed.set(to.once, 1);
         landed.set(to.twice, 2);
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-found");
         await daemon.tick();
         for (const op of [once, twice])
-          expect((await ledger.get({ tenant: t, id: op.operationId })).operation.status).toBe("succeeded");
-        const said = (id: string) => lines.filter((l) => l.alert?.operationId === id);
+          expect((await ledger.get({ tenant, id: op.operationId })).operation.status).toBe("succeeded");
         expect(said(once.operationId).map((l) => l.alert!.kind)).toEqual(["retry_not_run"]);
         expect(said(once.operationId)[0]!.msg).toMatch(
           /was done when a person retried it: the earlier attempt took effect after all, once, and the retry did not run \(nothing to undo\): reconciled after a person's retry: .*\. See: idem show/,
@@ -109,37 +88,32 @@ for (const dialect of DIALECTS) {
     it(
       "found while another look took the row over (recorded through the fence): retry_not_run, once",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
         const slow = slowLook();
-        let now = Date.now();
-        const ledger = await openTestLedger(url, {
-          poolSize: 2,
-          clock: () => now,
-          leaseMs: 30_000,
-          budget: { attempts: 1 }, // the call ends unknown, not looking the effect up itself
-          actions: [...alertActions(config, log), slow.action],
-        });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const first = await ledger.run(slow.action, { tenant: t, key: ["k"], args: { to: t } });
+        const { ledger, daemon, tenant, said, advance } = await alertingDaemon(
+          dialect,
+          "d-retry-fenced",
+          [slow.action],
+          {
+            heldClock: true,
+            budget: { attempts: 1 }, // the call ends unknown, not looking the effect up itself
+          },
+        );
+        const first = await ledger.run(slow.action, { tenant, key: ["k"], args: { to: tenant } });
         expect(first).toMatchObject({ state: "unknown" });
         const id = first.operationId;
-        const seen = (await ledger.get({ tenant: t, id })).operation;
-        await ledger.admin.retry({ tenant: t, id, actor: "ops", reason: "not there", seen });
-        const looking = ledger.daemon.settle({ tenant: t, id, actor: "daemon-a" }).catch((e: unknown) => e);
+        const seen = (await ledger.get({ tenant, id })).operation;
+        await ledger.admin.retry({ tenant, id, actor: "ops", reason: "not there", seen });
+        const looking = ledger.daemon.settle({ tenant, id, actor: "daemon-a" }).catch((e: unknown) => e);
         await vi.waitFor(() => expect(slow.lookups()).toBe(1));
-        now += 31_000; // its lease ran out while it looked: another daemon takes the row over
-        expect(await ledger.daemon.settle({ tenant: t, id, actor: "daemon-b" })).toMatchObject({ state: "pending" });
+        advance(31_000); // its lease ran out while it looked: another daemon takes the row over
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-b" })).toMatchObject({ state: "pending" });
         slow.open();
         expect(await looking).toMatchObject({ status: "succeeded" });
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-fenced");
         await daemon.tick();
         await daemon.tick();
-        const said = lines.filter((l) => l.alert?.operationId === id);
-        expect(said.map((l) => l.alert!.kind)).toEqual(["retry_not_run"]);
-        expect(said[0]!.msg).toMatch(
+        const alerts = said(id);
+        expect(alerts.map((l) => l.alert!.kind)).toEqual(["retry_not_run"]);
+        expect(alerts[0]!.msg).toMatch(
           /the retry did not run \(nothing to undo\): reconciled after a person's retry: .*found by attempt 2's lookup/,
         );
       },
@@ -149,12 +123,8 @@ for (const dialect of DIALECTS) {
     it(
       "its look refused, then settled by the earlier attempt's late receipt: retry_not_run after check_refused",
       async () => {
-        const url = await freshDatabase(dialect);
-        const { log, lines } = capture();
-        const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
         let sends = 0;
-        let land: () => void = () => {};
-        const gate = new Promise<void>((r) => (land = r));
+        const out = gate();
         class Revoked extends Error {}
         // Attempt 1's request is out until it lands; every lookup is refused (a revoked key).
         const send = defineAction<{ to: string }, { id: string }>({
@@ -162,7 +132,7 @@ for (const dialect of DIALECTS) {
           capabilities: { lookup: true },
           execute: async (args) => {
             sends += 1;
-            await gate;
+            await out.passed;
             return { id: `m-${args.to}` };
           },
           classify: (e) =>
@@ -173,35 +143,27 @@ for (const dialect of DIALECTS) {
             throw new Revoked("the API key was revoked");
           },
         });
-        let now = Date.now();
-        const ledger = await openTestLedger(url, {
-          poolSize: 2,
-          clock: () => now,
-          leaseMs: 30_000,
+        const { ledger, daemon, tenant, said, advance } = await alertingDaemon(dialect, "d-retry-late", [send], {
+          heldClock: true,
           budget: { attempts: 1 },
-          actions: [...alertActions(config, log), send],
         });
-        cleanups.push(() => ledger.close());
-        const t = tenant();
-        const first = ledger.run(send, { tenant: t, key: ["k"], args: { to: t } });
+        const first = ledger.run(send, { tenant, key: ["k"], args: { to: tenant } });
         await vi.waitFor(() => expect(sends).toBe(1), { timeout: scaled(10_000) });
-        now += 31_000; // attempt 1's lease ran out; its request is still out
-        const [op] = await ledger.admin.list({ tenant: t });
+        advance(31_000); // attempt 1's lease ran out; its request is still out
+        const [op] = await ledger.admin.list({ tenant });
         const id = op!.id;
-        expect(await ledger.daemon.settle({ tenant: t, id, actor: "daemon-a" })).toMatchObject({ state: "unknown" });
-        const seen = (await ledger.get({ tenant: t, id })).operation;
-        await ledger.admin.retry({ tenant: t, id, actor: "ops", reason: "not there", seen });
-        const daemon = new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), "d-retry-late");
+        expect(await ledger.daemon.settle({ tenant, id, actor: "daemon-a" })).toMatchObject({ state: "unknown" });
+        const seen = (await ledger.get({ tenant, id })).operation;
+        await ledger.admin.retry({ tenant, id, actor: "ops", reason: "not there", seen });
         await daemon.tick(); // the retry's look is refused: check_refused, the retry not run yet
-        const said = () => lines.filter((l) => l.alert?.operationId === id);
-        expect(said().map((l) => l.alert!.kind)).toEqual(["check_refused"]);
-        land(); // attempt 1's request lands; its receipt settles the row
-        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: `m-${t}` } });
+        expect(said(id).map((l) => l.alert!.kind)).toEqual(["check_refused"]);
+        out.open(); // attempt 1's request lands; its receipt settles the row
+        expect(await first).toMatchObject({ status: "succeeded", receipt: { id: `m-${tenant}` } });
         await daemon.tick();
         await daemon.tick();
         // Before: ["check_refused"] only: the person who retried never heard the retry did not run.
-        expect(said().map((l) => l.alert!.kind)).toEqual(["check_refused", "retry_not_run"]);
-        expect(said()[1]!.msg).toMatch(
+        expect(said(id).map((l) => l.alert!.kind)).toEqual(["check_refused", "retry_not_run"]);
+        expect(said(id)[1]!.msg).toMatch(
           /the retry did not run \(nothing to undo\): settled after a person's retry, before it ran .*attempt 1's receipt proves the effect happened/,
         );
         expect(sends).toBe(1);

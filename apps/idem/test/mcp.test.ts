@@ -439,11 +439,38 @@ describe("idem mcp's client gone with nothing in flight", () => {
   });
 });
 
-/** A migrated ledger that no one can open until the test ends (support.ts `unopenable`). */
-async function unopened(dialect: TestDialect): Promise<string> {
+/**
+ * `idem mcp` on a migrated ledger that no one can open until the test ends (support.ts
+ * `unopenable`), once its config is loaded: the stop signals are heard, and the ledger's open is
+ * next. `stderr()`: what it said so far.
+ */
+async function mcpOpening(
+  dialect: TestDialect,
+  stopTimeoutMs: number,
+): Promise<{ child: ChildProcessWithoutNullStreams; stderr(): string; exited: Promise<number | null> }> {
   const { url, release } = await unopenable(dialect);
   cleanup.push(release);
-  return url;
+  const loaded = join(tempDir(), "loaded");
+  const child = spawn(
+    process.execPath,
+    ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
+    {
+      env: {
+        ...process.env,
+        LEDGER_URL: url,
+        EFFECT_DIR: tempDir(),
+        TENANT: "acme",
+        MCP_STOP_TIMEOUT_MS: String(stopTimeoutMs),
+        LOADED_FILE: loaded,
+      },
+    },
+  );
+  cleanup.push(async () => void child.kill("SIGKILL"));
+  let stderr = "";
+  child.stderr.on("data", (d) => (stderr += d));
+  const exited = new Promise<number | null>((r) => child.once("close", r));
+  await until(() => existsSync(loaded), 60_000, "idem mcp to load its config");
+  return { child, stderr: () => stderr, exited };
 }
 
 for (const dialect of DIALECTS) {
@@ -451,35 +478,38 @@ for (const dialect of DIALECTS) {
     it(
       "SIGTERM: exits 1 within mcp.stopTimeoutMs of the signal, saying the ledger did not open, not when the open gives up",
       async () => {
-        const loaded = join(tempDir(), "loaded");
-        const child = spawn(
-          process.execPath,
-          ["--conditions=idem-source", "--import", "tsx", CLI, "--config", MCP_CONFIG, "mcp"],
-          {
-            env: {
-              ...process.env,
-              LEDGER_URL: await unopened(dialect),
-              EFFECT_DIR: tempDir(),
-              TENANT: "acme",
-              MCP_STOP_TIMEOUT_MS: "1500",
-              LOADED_FILE: loaded,
-            },
-          },
-        );
-        cleanup.push(async () => void child.kill("SIGKILL"));
-        let stderr = "";
-        child.stderr.on("data", (d) => (stderr += d));
-        const exited = new Promise<number | null>((r) => child.once("close", r));
-        // The config is loaded: the stop signals are heard, and the ledger's open is next.
-        await until(() => existsSync(loaded), 60_000, "idem mcp to load its config");
+        const { child, stderr, exited } = await mcpOpening(dialect, 1500);
         child.kill("SIGTERM");
         // Before: the bound started only once serving ended, after the open: the process waited
         // for the open to give up (10 s), then said why it failed, not that it was stopped.
-        expect(await exited, stderr).toBe(1);
-        expect(stderr).toContain(
+        expect(await exited, stderr()).toBe(1);
+        expect(stderr()).toContain(
           "the ledger did not open within 1500 ms of the stop (the database not answering, or a loaded machine): exiting; nothing was served",
         );
-        expect(stderr).not.toMatch(/cannot (open|connect)/);
+        expect(stderr()).not.toMatch(/cannot (open|connect)/);
+      },
+      scaled(120_000),
+    );
+
+    it(
+      "Ctrl-C again: exits at once (130), saying nothing was served, not that a call in flight was left to its lease",
+      async () => {
+        const { child, stderr, exited } = await mcpOpening(dialect, scaled(60_000));
+        // Ctrl-C until one past the first is heard as another (stop-signals.ts REPEAT_SIGNAL_MS).
+        await until(
+          () => {
+            if (child.exitCode === null && child.signalCode === null) child.kill("SIGINT");
+            return stderr().includes("interrupted again") || child.exitCode !== null;
+          },
+          60_000,
+          "a Ctrl-C after the first to be heard",
+        );
+        expect(await exited, stderr()).toBe(130);
+        // Before: "…; a call in flight is left to its lease, and once that expires, is settled by …".
+        expect(stderr()).toContain(
+          "interrupted again while stopping: exiting at once; the ledger was still opening: nothing was served",
+        );
+        expect(stderr()).not.toContain("left to its lease");
       },
       scaled(120_000),
     );

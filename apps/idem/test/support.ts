@@ -1,6 +1,6 @@
 /**
  * Helpers for the daemon and CLI suites: a webhook receiver, a small SMTP server, polling, a daemon's completed ticks,
- * the CLI as a child process.
+ * the CLI as a child process, a daemon alerting through a captured log.
  */
 import { createServer, type Server } from "node:http";
 import { spawn } from "node:child_process";
@@ -8,8 +8,11 @@ import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { Writable } from "node:stream";
+import { onTestFinished } from "vitest";
 import { pino, type Logger } from "pino";
-import { openLedger } from "@idem/core";
+import { defineAction, openLedger, type Action, type Ledger } from "@idem/core";
+import { openTestLedger, type TestLedgerOptions } from "@idem/core/testing";
+import type { Daemon } from "@idem/cli";
 import { freshDatabase, pgProxy, scaled, type TestDialect } from "@idem/testkit";
 
 export const CLI = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
@@ -66,6 +69,77 @@ export function capturedLog<Line = { level: number; msg: string }>(): { log: Log
     }),
   );
   return { log, lines };
+}
+
+/** An action whose answer is always lost and that nothing can look up: each run of it ends in review, alerted. */
+export const lostAnswer = defineAction<{ note: string }, { id: string }>({
+  type: "review.neither",
+  capabilities: {},
+  execute: async () => {
+    throw new Error("socket hang up");
+  },
+});
+
+/** A log-sink alert line: the fields the daemon's alert tests read of it. */
+export interface AlertLine {
+  readonly msg: string;
+  readonly alert?: { readonly kind: string; readonly operationId: string; readonly status: string };
+}
+
+/**
+ * The setup of the daemon's alert tests: a ledger on a fresh `dialect` database with `actions` and
+ * the alert actions of a config that alerts through the log sink only, that log captured, a tenant
+ * of the test's own, and a daemon named `name` over the ledger that the test ticks itself
+ * (`daemon.tick()`). `said(id)`: the alerts said so far about one operation. `heldClock`: the
+ * ledger's clock is the test's, moved by `advance(ms)`, with 30 s leases; else it is the
+ * database's. The other options are the ledger's (a budget, a result size). The ledger is closed
+ * when the test ends.
+ */
+export async function alertingDaemon(
+  dialect: TestDialect,
+  name: string,
+  actions: readonly Action<any, any>[],
+  options: Omit<TestLedgerOptions, "actions" | "clock" | "leaseMs" | "poolSize"> & { heldClock?: boolean } = {},
+): Promise<{
+  ledger: Ledger;
+  daemon: Daemon;
+  tenant: string;
+  lines: AlertLine[];
+  said(operationId: string): AlertLine[];
+  advance(ms: number): void;
+}> {
+  // Imported here, not above: most files that use these helpers spawn the CLI and never load it.
+  const { Daemon, DaemonMetrics, alertActions, parseConfig } = await import("@idem/cli");
+  const { heldClock, ...ledgerOptions } = options;
+  const url = await freshDatabase(dialect);
+  const { log, lines } = capturedLog<AlertLine>();
+  const config = parseConfig({ ledger: url, alerts: { log: true }, daemon: { intervalMs: 50 } });
+  let now = Date.now();
+  const ledger = await openTestLedger(url, {
+    poolSize: 2,
+    ...(heldClock && { clock: () => now, leaseMs: 30_000 }),
+    ...ledgerOptions,
+    actions: [...alertActions(config, log), ...actions],
+  });
+  onTestFinished(() => ledger.close().catch(() => {}));
+  return {
+    ledger,
+    daemon: new Daemon(ledger, config, log, new DaemonMetrics(ledger, 1_000), name),
+    tenant: `${name}-${Math.random().toString(36).slice(2, 8)}`,
+    lines,
+    said: (operationId) => lines.filter((l) => l.alert?.operationId === operationId),
+    advance: (ms) => {
+      if (!heldClock) throw new Error("advance: this ledger runs on the database's clock (heldClock: true)");
+      now += ms;
+    },
+  };
+}
+
+/** A promise held until `open()`: a provider's request that is out until the test lets it land. */
+export function gate(): { readonly passed: Promise<void>; open(): void } {
+  let open: () => void = () => {};
+  const passed = new Promise<void>((r) => (open = r));
+  return { passed, open: () => open() };
 }
 
 /** A local webhook receiver that keeps every alert it is sent. */
