@@ -55,6 +55,17 @@ const KEY_PREFIX = `[${JSON.stringify(KEY_VERSION)},`;
  * canonicalised with sorted keys). Throws `InvalidValueError` for values without a stable form.
  */
 export function operationKey(input: { tenant: string; action: string; parts: readonly KeyPart[] }): OperationKey {
+  return deriveKey(input, sha256);
+}
+
+/**
+ * `operationKey`, its identity hashed by `hash` (a SHA-256 of it: the ledger's looks up the
+ * identities it hashed recently, `RecentHashes`).
+ */
+export function deriveKey(
+  input: { tenant: string; action: string; parts: readonly KeyPart[] },
+  hash: (text: string) => string,
+): OperationKey {
   requireName(input.tenant, "tenant");
   requireName(input.action, "action");
   if (!Array.isArray(input.parts) || input.parts.length === 0) {
@@ -65,8 +76,8 @@ export function operationKey(input: { tenant: string; action: string; parts: rea
   const label = canonicalJson(parts, "key");
   // = canonicalJson([KEY_VERSION, tenant, action, parts]): strings are written by JSON.stringify
   // and arrays joined by commas, so the label is reused instead of canonicalising the parts twice.
-  const hash = sha256(`${KEY_PREFIX}${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`);
-  return { hash, label, tenant: input.tenant, action: input.action };
+  const identity = `${KEY_PREFIX}${JSON.stringify(input.tenant)},${JSON.stringify(input.action)},${label}]`;
+  return { hash: hash(identity), label, tenant: input.tenant, action: input.action };
 }
 
 /**

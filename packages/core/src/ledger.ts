@@ -10,7 +10,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Dialect } from "kysely";
 import { parseArgsNow, requireCapabilities, type Action } from "./action.js";
 import { LedgerAdmin } from "./admin.js";
-import { canonicalJson, sha256 } from "./canonical.js";
+import { canonicalJson, RecentHashes, sha256 } from "./canonical.js";
 import {
   LedgerContext,
   type Closed,
@@ -22,7 +22,7 @@ import {
 } from "./context.js";
 import { LedgerDaemon } from "./daemon.js";
 import { GuardrailError, IdemError, InvalidValueError, LedgerConfigError, NewerLedgerError } from "./errors.js";
-import { operationKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
+import { deriveKey, requireName, type KeyPart, type OperationKey } from "./keys.js";
 import { connect, migrate, schemaStatus, type ConnectionOptions } from "./open.js";
 import { NAME as MOVES_WRITE_EVENTS } from "./migrations/0010-transitions-write-their-event.js";
 import { NAME as LOOK_FIRST } from "./migrations/0012-look-first-after-retry.js";
@@ -199,6 +199,14 @@ export class Ledger {
   readonly daemon: LedgerDaemon;
   readonly #context: LedgerContext;
   readonly #options: LedgerOptions;
+  /**
+   * The SHA-256 of the key identities and args this ledger hashed last: a retry hashes the same
+   * texts again (see RecentHashes). At most 8,191 texts of up to 256 characters (about 3 MB at
+   * most, measured). Only texts the ledger stores anyway: a call that keeps no key label or stores
+   * no args has those hashed anew.
+   */
+  readonly #hashes = new RecentHashes(4_096, 256);
+  readonly #hash = (text: string) => this.#hashes.sha256(text);
 
   /** @internal Use `openLedger`. */
   constructor(context: LedgerContext, options: LedgerOptions) {
@@ -275,7 +283,10 @@ export class Ledger {
     const settings = context.settings;
     const key = isOperationKey(input.key)
       ? keyFor(input.key, input.tenant, action.type)
-      : operationKey({ tenant: input.tenant, action: action.type, parts: input.key });
+      : deriveKey(
+          { tenant: input.tenant, action: action.type, parts: input.key },
+          input.keepKeyLabel === false ? sha256 : this.#hash,
+        );
     const call = (args: Call<A, R>["args"]): Call<A, R> => ({
       // The runner sees args after the schema: the input type has done its work here.
       action: action as unknown as Action<A, R>,
@@ -305,7 +316,7 @@ export class Ledger {
         if (error instanceof IdemError) throw error;
         throw new InvalidValueError("args", error instanceof Error ? error.message : String(error));
       }
-      return call({ kind: "given", value, json, hash: sha256(json) });
+      return call({ kind: "given", value, json, hash: (input.storeArgs === false ? sha256 : this.#hash)(json) });
     };
     if (typeof input.args === "function") return call({ kind: "lazy", make: input.args as () => A | Promise<A> });
     if (!action.input) return given(input.args as unknown as A);

@@ -28,8 +28,11 @@ import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
 import type { DirectExecutor } from "./query-cache.js";
 
-/** Prepares a statement (kept prepared: see statementCache). */
-type Prepare = (text: string) => Statement;
+/**
+ * Prepares a statement (kept prepared: see statementCache). `asArrays`: a read of the direct
+ * executor that answers its rows as arrays, prepared apart (see statementCache).
+ */
+type Prepare = (text: string, asArrays?: boolean) => Statement;
 
 /**
  * Throws (a `LedgerUnavailableError` marked `reopen`) when the ledger's file is no longer the one
@@ -346,13 +349,21 @@ class GroupedSqliteDriver implements Driver {
  * than running it. The ledger issues a handful of distinct statements, so keep them prepared.
  * Every statement runs to its end synchronously (nothing is streamed), so a cached statement is
  * never in use twice.
+ *
+ * A read asked for as arrays (the direct executor's hot reads) has a statement of its own that
+ * always answers arrays: kysely, which may run the same text (in a migration's transaction), wants
+ * objects, and switching a shared statement to arrays and back cost two calls into the driver a
+ * replay. A write asked for as arrays answers objects, as before (see sqliteConnection).
  */
 function statementCache(database: Database): Prepare {
-  const cache = new Map<string, Statement>();
-  return (text) => {
+  const objects = new Map<string, Statement>();
+  const arrays = new Map<string, Statement>();
+  return (text, asArrays = false) => {
+    const cache = asArrays ? arrays : objects;
     let stmt = cache.get(text);
     if (!stmt) {
       stmt = database.prepare(text);
+      if (asArrays && stmt.reader && stmt.readonly) stmt.raw(true);
       if (cache.size >= 500) cache.delete(cache.keys().next().value!); // queries with inlined values stay bounded
       cache.set(text, stmt);
     }
@@ -387,7 +398,7 @@ export function sqliteConnection(
     if (database.inTransaction) return undefined;
     let stmt: Statement;
     try {
-      stmt = prepare(text);
+      stmt = prepare(text, asArrays);
     } catch (error) {
       if (isBusy(error)) return undefined; // kysely's way waits for the lock
       throw error;
@@ -398,7 +409,7 @@ export function sqliteConnection(
     // that was rolled back looked granted. all() steps to the end and throws what the commit threw.
     if (stmt.reader && stmt.readonly) {
       const read = () => {
-        const row = asArrays ? rawRow(stmt, parameters) : stmt.get(parameters);
+        const row = stmt.get(parameters); // an array where asked for (prepared so)
         return { rows: row === undefined ? [] : [row] };
       };
       if (!atOnce) return waits.run(read);
@@ -530,19 +541,6 @@ function named(path: string, seen: Stats): Named | undefined {
   } catch {
     if (fd !== undefined) closeSync(fd);
     return undefined;
-  }
-}
-
-/**
- * One row as an array. The statement is shared (kysely may run it too, in a migration's
- * transaction), so it answers arrays for this call only.
- */
-function rawRow(stmt: Statement, parameters: readonly unknown[]): unknown {
-  stmt.raw(true);
-  try {
-    return stmt.get(parameters);
-  } finally {
-    stmt.raw(false);
   }
 }
 

@@ -246,6 +246,32 @@ const PEEK_NAMES = [...PEEK_COLUMNS, "has_args", "look_first", "db_now"] as cons
 /** A settled operation as a duplicate reads it (see OUTCOME_COLUMNS). */
 export type Outcome = Pick<Row, (typeof OUTCOME_COLUMNS)[number]> & { status: "succeeded" | "failed" };
 
+/** Each outcome column's position in the read's select list (OUTCOME_COLUMNS). */
+const AT = Object.fromEntries(OUTCOME_COLUMNS.map((name, i) => [name, i])) as Record<
+  (typeof OUTCOME_COLUMNS)[number],
+  number
+>;
+
+/**
+ * The outcome read's row as an object: as the driver gave it, or from an array (in select-list
+ * order) as one object literal. `rowObject`'s loop adds the fields one by one under names read
+ * from a list: about 0.2 µs of a 6.5 µs SQLite replay (issue 16).
+ */
+function outcomeRow(row: unknown): Pick<Row, (typeof OUTCOME_COLUMNS)[number]> {
+  if (!Array.isArray(row)) return row as Pick<Row, (typeof OUTCOME_COLUMNS)[number]>;
+  return {
+    id: row[AT.id],
+    action: row[AT.action],
+    status: row[AT.status],
+    attempt: row[AT.attempt],
+    args_hash: row[AT.args_hash],
+    result_json: row[AT.result_json],
+    error_json: row[AT.error_json],
+    resolution_json: row[AT.resolution_json],
+    completed_at: row[AT.completed_at],
+  };
+}
+
 /** Postgres claim-or-peek: the row's columns it returns, and its whole select list in order. */
 const CLAIMED_COLUMNS = [...PEEK_COLUMNS, "updated_at"] as const;
 const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLAIMED_COLUMNS, "has_args", "look_first", "db_now"] as const;
@@ -544,7 +570,7 @@ export class Store {
       return undefined; // claim reads again and reports it
     }
     if (rows?.[0] === undefined) return undefined;
-    const row = rowObject<Pick<Row, (typeof OUTCOME_COLUMNS)[number]>>(OUTCOME_COLUMNS, rows[0]);
+    const row = outcomeRow(rows[0]);
     if (row.status !== "succeeded" && row.status !== "failed") return undefined;
     return row as Outcome;
   }
@@ -772,7 +798,7 @@ export class Store {
       ),
     );
     if (rows[0] === undefined) return undefined;
-    const row = rowObject<Pick<Row, (typeof OUTCOME_COLUMNS)[number]>>(OUTCOME_COLUMNS, rows[0]);
+    const row = outcomeRow(rows[0]);
     if (row.status === "succeeded" || row.status === "failed") return row as Outcome;
     return this.peek(tenant, key); // not settled: everything a decision needs, read again
   }

@@ -2,12 +2,21 @@
  * `run` answers a retry of a settled operation at once, with no promise made on the way but the
  * one it returns (issue 16). What that must not change: a caller's bad input is still a rejected
  * promise, never a throw out of `run`; args a schema parses (at once or later) are replayed alike;
- * and the keys a ledger remembers having seen, kept by key alone, never answer one tenant from
- * another's row.
+ * the keys a ledger remembers having seen, kept by key alone, never answer one tenant from
+ * another's row; the hashes it remembers (of key identities and args) never let other args, another
+ * action or another tenant through; and each replay is a receipt of its own, read from the row.
  */
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { defineAction, GuardrailError, InvalidValueError, LedgerConfigError, PayloadTooLargeError } from "@idem/core";
+import {
+  ArgsMismatchError,
+  defineAction,
+  GuardrailError,
+  InvalidValueError,
+  LedgerConfigError,
+  operationKey,
+  PayloadTooLargeError,
+} from "@idem/core";
 import { DIALECTS } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
@@ -154,6 +163,75 @@ for (const dialect of DIALECTS) {
         });
       }
       expect(p.effects).toHaveLength(2);
+    });
+
+    it("remembered hashes answer each action, tenant and args of the same key parts with their own operation, and other args fail closed", async () => {
+      const ledger = await db.open();
+      const p = new TestProvider();
+      const [mail, sms] = [p.action("mail.send", {}), p.action("sms.send", {})];
+      const [a, b] = [uniqueTenant(), uniqueTenant()];
+      const first = new Map<string, string>();
+      // The same parts and args under two actions and two tenants: four operations.
+      for (let round = 0; round < 3; round++) {
+        for (const [action, tenant] of [
+          [mail, a],
+          [sms, a],
+          [mail, b],
+          [sms, b],
+        ] as const) {
+          const out = await ledger.run(action, { tenant, key: ["same", 1], args: { to: "x@example.com" } });
+          const name = `${action.type} in ${tenant === a ? "a" : "b"}`;
+          expect(out, name).toMatchObject({ status: "succeeded", replayed: round > 0 });
+          if (round === 0) first.set(name, out.operationId);
+          else expect(out.operationId, name).toBe(first.get(name));
+        }
+      }
+      expect(p.effects).toHaveLength(4);
+      expect(new Set(first.values()).size).toBe(4);
+      // The hash the ledger remembered is operationKey's.
+      const made = operationKey({ tenant: b, action: sms.type, parts: ["same", 1] });
+      expect(await ledger.run(sms, { tenant: b, key: made, args: { to: "x@example.com" } })).toMatchObject({
+        replayed: true,
+        operationId: first.get("sms.send in b"),
+      });
+      // Replayed (its args' hash looked up) more than once: other args under the key still fail closed,
+      // with and without the args stored and the label kept, and the stored args still replay.
+      for (const options of [{}, { storeArgs: false }, { keepKeyLabel: false }]) {
+        await expect(
+          ledger.run(mail, { tenant: a, key: ["same", 1], args: { to: "y@example.com" }, ...options }),
+        ).rejects.toBeInstanceOf(ArgsMismatchError);
+        expect(
+          await ledger.run(mail, { tenant: a, key: ["same", 1], args: { to: "x@example.com" }, ...options }),
+        ).toMatchObject({ status: "succeeded", replayed: true, operationId: first.get("mail.send in a") });
+      }
+      expect(p.effects).toHaveLength(4);
+    });
+
+    it("a replayed receipt is the caller's own: changing it changes no later replay", async () => {
+      const ledger = await db.open();
+      const tenant = uniqueTenant();
+      const action = defineAction({
+        type: "invoice.create",
+        capabilities: {},
+        execute: async () => ({ id: "inv_1", lines: [{ amount: 100 }] }),
+      });
+      const input = { tenant, key: ["inv"], args: {} };
+      const fresh = await ledger.run(action, input);
+      const replays = [await ledger.run(action, input), await ledger.run(action, input)];
+      for (const out of [fresh, ...replays]) {
+        if (out.status !== "succeeded" || !out.receipt) throw new Error(`not a receipt: ${JSON.stringify(out)}`);
+        out.receipt.id = "changed";
+        out.receipt.lines[0]!.amount = -1;
+        (out as { operationId: string }).operationId = "changed";
+      }
+      expect(replays[0]).not.toBe(replays[1]);
+      expect(await ledger.run(action, input)).toEqual({
+        status: "succeeded",
+        receipt: { id: "inv_1", lines: [{ amount: 100 }] },
+        replayed: true,
+        operationId: expect.stringMatching(/^op_/),
+        attempt: 1,
+      });
     });
   });
 }
