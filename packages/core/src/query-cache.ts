@@ -64,28 +64,34 @@ export class QueryCache<DB> {
    * `asArrays`: rows may come back as arrays (see DirectExecutor) or, through kysely, as objects;
    * the caller reads both with `rowObject`.
    */
-  async run<R>(
+  run<R>(
     shape: string,
     build: (slot: (name: string) => any) => Compilable<R>,
     values: Record<string, unknown>,
     asArrays = false,
   ): Promise<QueryResult<R>> {
-    if (this.closed()) throw new Error("the ledger was closed: no statement is sent");
-    if (!this.enabled) return this.db.executeQuery(build((name) => values[name]));
-    let entry = this.cache.get(shape);
-    if (!entry) {
-      const compiled = build((name) => SLOT + name).compile();
-      const slots = compiled.parameters.map((p) =>
-        typeof p === "string" && p.startsWith(SLOT) ? p.slice(SLOT.length) : undefined,
-      );
-      entry = { sql: compiled.sql, parameters: compiled.parameters, slots };
-      this.cache.set(shape, entry);
+    // Not an async function: the driver's promise is handed on as it is, not wrapped in another
+    // (two more turns of the microtask queue for each statement). Whatever throws is a rejection.
+    try {
+      if (this.closed()) throw new Error("the ledger was closed: no statement is sent");
+      if (!this.enabled) return this.db.executeQuery(build((name) => values[name]));
+      let entry = this.cache.get(shape);
+      if (!entry) {
+        const compiled = build((name) => SLOT + name).compile();
+        const slots = compiled.parameters.map((p) =>
+          typeof p === "string" && p.startsWith(SLOT) ? p.slice(SLOT.length) : undefined,
+        );
+        entry = { sql: compiled.sql, parameters: compiled.parameters, slots };
+        this.cache.set(shape, entry);
+      }
+      const parameters = this.parameters(entry, values);
+      const out =
+        (this.direct?.(entry.sql, parameters, asArrays) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ??
+        this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
+      return out instanceof Promise ? out : Promise.resolve(out);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    const parameters = this.parameters(entry, values);
-    return (
-      (this.direct?.(entry.sql, parameters, asArrays) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ??
-      this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters))
-    );
   }
 
   private parameters(
