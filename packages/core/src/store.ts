@@ -284,15 +284,7 @@ const CLAIM_OR_PEEK_NAMES = ["fresh", ...CLOCK_COLUMNS, "db_now", "peek"] as con
 
 /** The peek's columns besides the clock's (CLOCK_COLUMNS), packed in claim-or-peek's `peek`, in order. */
 const PACKED_PEEK = [
-  "id",
-  "action",
-  "status",
-  "attempt",
-  "args_hash",
-  "result_json",
-  "error_json",
-  "resolution_json",
-  "completed_at",
+  ...OUTCOME_COLUMNS,
   "reason",
   "next_check_at",
   "checks",
