@@ -12,7 +12,7 @@ import type { DialectName } from "./migrations/index.js";
 import type { StoredError } from "./result.js";
 import type { RunnerSettings } from "./call.js";
 import { resolutionOf } from "./row-results.js";
-import { Runner } from "./runner.js";
+import { namedOnce, Runner } from "./runner.js";
 import type { Resolution } from "./result.js";
 import type { HistoryEvent, IdemDatabase, Status } from "./schema.js";
 import { Reports } from "./reports.js";
@@ -133,8 +133,10 @@ export interface Closed {
    * `make()` handed no signal, when they return):
    * `CompletionNotRecordedError` with the receipt of an effect that happened, else
    * `LedgerUnavailableError` (`closed`). Unlike `lateAnswers`, whose callers were answered already
-   * and whose rows were recorded unknown. A call whose claim was not answered yet names none.
-   * Empty when every call ended.
+   * and whose rows were recorded unknown. A call whose claim was not answered yet names none, unless
+   * that claim is granted before the connection closes (Postgres: a claim sent waits on the server,
+   * for a lock, and is committed or refused there; on SQLite a claim still waiting for a lock is
+   * refused, nothing written). Empty when every call ended.
    */
   readonly inFlight: readonly OperationRef[];
 }
@@ -186,7 +188,9 @@ export class LedgerContext {
       // an outage), and its action's signal aborts now, with the close as its reason.
       this.store.markClosed();
       await this.db.destroy();
-      return { lateAnswers, inFlight };
+      // Claims answered since (Postgres: sent before, waiting on the server) are named too.
+      const late = this.runner.claimedAfterClose();
+      return { lateAnswers, inFlight: late.length ? namedOnce([...inFlight, ...late]) : inFlight };
     })();
     return this.closure;
   }

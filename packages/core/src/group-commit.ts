@@ -50,6 +50,8 @@ export class GroupCommit {
   /** Who waits for the queue to be empty (`drain`). */
   private drained: (() => void)[] = [];
   private closedBy: LedgerUnavailableError | undefined;
+  /** The ledger is closing (`refuseFrom`): writes not yet run are refused with it, not run. */
+  private closing: LedgerUnavailableError | undefined;
 
   /**
    * `check` runs before each commit, once for all its writes (the file is still the ledger's:
@@ -81,6 +83,7 @@ export class GroupCommit {
    */
   write<T>(run: () => T): T | Promise<T> {
     if (this.closedBy) throw this.closedBy;
+    if (this.closing) throw this.closing;
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -116,6 +119,16 @@ export class GroupCommit {
     if (this.queue.length === 0) for (const resolve of this.drained.splice(0)) resolve();
   }
 
+  /**
+   * The ledger is closing and stopped waiting for its calls: from now on a write not yet run (one
+   * waiting for the next commit or for the write lock) is refused with `error`, none of it run.
+   * Committed after the close, a claim would be a row running under a lease nobody renews, of a
+   * call the close could not name (it had no answer yet).
+   */
+  refuseFrom(error: LedgerUnavailableError): void {
+    this.closing = error;
+  }
+
   /** Resolves once no write waits: each committed, or failed (at the latest at its busy timeout). */
   async drain(): Promise<void> {
     this.flush();
@@ -124,8 +137,9 @@ export class GroupCommit {
 
   /** Commits what it can of `batch`; returns the writes that must run again in a new transaction. */
   private commit(batch: Waiting[]): Waiting[] {
-    if (this.closedBy) {
-      for (const w of batch) w.reject(this.closedBy);
+    const refused = this.closedBy ?? this.closing;
+    if (refused) {
+      for (const w of batch) w.reject(refused);
       return [];
     }
     if (batch.length === 1) {

@@ -145,6 +145,18 @@ export class Runner {
   }
 
   /**
+   * The keys claimed after the close stopped waiting (Store.closed): a claim already on its way
+   * then, answered granted before the connection closed. On Postgres a claim sent waits on the
+   * server (for a lock) and is committed or refused there; on SQLite it is refused instead
+   * (sqlite-driver.ts `close`). Its row is running under a lease nobody renews: the close names it.
+   */
+  claimedAfterClose(): { tenant: string; id: string }[] {
+    return namedOnce(this.lateClaims);
+  }
+
+  private readonly lateClaims: { tenant: string; id: string }[] = [];
+
+  /**
    * A call that `run` would answer by replaying a settled operation at once (its first snapshot,
    * onSnapshot's first rules), answered without its steps: the stored outcome (see
    * Store.settledNow). Undefined for any other, and for one whose action or args do not match
@@ -267,6 +279,7 @@ export class Runner {
     });
     if (!claim) return { again: 0 }; // pruned between our insert and read: claim again
     state.operationId = claim.row.id;
+    if (claim.fresh && this.store.closed) this.lateClaims.push({ tenant: call.tenant, id: claim.row.id });
     if (claim.fresh) return this.perform(call, { row: claim.row, since }, state, false);
     return this.onSnapshot(call, state, { tenant: call.tenant, key: call.key.hash, id: claim.row.id }, claim.row);
   }
@@ -1188,7 +1201,9 @@ function ownerOf(settings: RunnerSettings): string {
 }
 
 /** Operations named once each, in first-seen order; entries that know no operation yet are left out. */
-function namedOnce(entries: Iterable<{ tenant: string; id?: string | undefined }>): { tenant: string; id: string }[] {
+export function namedOnce(
+  entries: Iterable<{ tenant: string; id?: string | undefined }>,
+): { tenant: string; id: string }[] {
   const named = new Map<string, { tenant: string; id: string }>();
   for (const { tenant, id } of entries) if (id !== undefined) named.set(JSON.stringify([tenant, id]), { tenant, id });
   return [...named.values()];

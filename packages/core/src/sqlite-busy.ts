@@ -58,9 +58,10 @@ export class LockWaits {
 
   /**
    * `closedBy`: why the connection was closed under the waits, if it was (a group commit that
-   * could be neither committed nor rolled back, group-commit.ts `abandoned`). A statement still
-   * waiting then is refused with it at its next try: better-sqlite3's own "The database connection
-   * is not open" would be heard as an outage that may pass, and retried.
+   * could be neither committed nor rolled back, group-commit.ts `abandoned`), or is closing (the
+   * ledger's close). A statement still waiting then is refused with it at its next try:
+   * better-sqlite3's own "The database connection is not open" would be heard as an outage that
+   * may pass, and retried.
    */
   constructor(
     private readonly database: Database,

@@ -106,6 +106,8 @@ class SqliteConnection {
   private refused: LedgerUnavailableError | undefined;
   /** The ledger is closing: nothing is opened again. */
   private closing = false;
+  /** Why a statement still waiting when the ledger closed was not run (`close`). */
+  private closedBy: LedgerUnavailableError | undefined;
 
   constructor(
     first: OpenedSqlite,
@@ -147,14 +149,27 @@ class SqliteConnection {
     return this.reopening;
   }
 
-  /** Closes the connection, and those closed under statements still waiting (once those are answered). */
+  /**
+   * Closes the connection, and those closed under statements still waiting (once those are answered).
+   * The ledger's close has stopped waiting for its calls by now (context.ts): a statement still
+   * waiting for a lock or for its commit is refused at its next try, none of it run, as a call's
+   * statements issued from now on are (QueryCache). Before, each waited out the lock and was
+   * committed: a claim among them was a row running under a lease nobody renews, of a call the
+   * close did not name (its claim had no answer yet), and an outcome among them was recorded for a
+   * call the close named as not recorded.
+   */
   async close(): Promise<void> {
     this.closing = true;
+    this.closedBy = new LedgerUnavailableError(
+      "the ledger was closed while this statement waited for a lock or for its commit: it was not run",
+      undefined,
+      { closed: true },
+    );
     // An open under way ends first: it closes what it opened, seeing the close.
     await this.reopening?.catch(() => {});
     const all = [this.bound, ...this.retired];
-    // Statements still waiting for their commit or for a lock get their answer, not a closed
-    // connection (each within its busy timeout).
+    for (const b of all) b.group?.refuseFrom(this.closedBy);
+    // Each is answered: refused at its next try (a pause of at most LOCK_PAUSE.maxTimeout).
     await Promise.all(all.flatMap((b) => [b.group?.drain(), b.waits.drain()]));
     for (const b of all) {
       b.database.close();
@@ -167,7 +182,7 @@ class SqliteConnection {
     const group = this.groupCommit
       ? new GroupCommit(database, this.busyTimeoutMs, checkFile, this.reopen !== undefined)
       : undefined;
-    const waits = new LockWaits(database, this.busyTimeoutMs, () => group?.abandoned);
+    const waits = new LockWaits(database, this.busyTimeoutMs, () => group?.abandoned ?? this.closedBy);
     return { database, prepare: statementCache(database), group, waits, checkFile };
   }
 

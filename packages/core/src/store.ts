@@ -1563,7 +1563,8 @@ export class Store {
     return work.then(undefined, (cause: unknown) => {
       // Once closed, an outage (a connection a failed commit abandoned, its reopen cut short by
       // the close) is the close: no retry is made through a closed ledger, and its caller hears why.
-      if (this.closed && cause instanceof LedgerUnavailableError && !cause.closed)
+      // The driver's own refusal at close (a statement that still waited for a lock) names no operation.
+      if (this.closed && cause instanceof LedgerUnavailableError && (!cause.closed || cause.operationId === undefined))
         throw this.closedError(operationId, cause);
       if (cause instanceof IdemError) throw cause;
       if (this.closed) throw this.closedError(operationId, cause);

@@ -430,6 +430,67 @@ for (const dialect of DIALECTS) {
       expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
     });
 
+    // SQLite: a claim waiting in the group commit's queue, and one waiting alone (sqlite-busy.ts).
+    for (const groupCommit of dialect === "sqlite" ? [true, false] : [true])
+      it(`close({ waitMs }): a claim still waiting for a lock when the close stops waiting is refused on SQLite (nothing written), and named on Postgres, where it commits on the server${groupCommit ? "" : " (no group commit)"}`, async () => {
+        const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000, groupCommit });
+        const tenant = uniqueTenant();
+        const p = new TestProvider();
+        let running!: () => void;
+        const started = new Promise<void>((r) => (running = r));
+        let stopped!: () => void;
+        const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
+        // Its signal aborts as the close stops waiting for the calls in flight (Store.markClosed).
+        const held = defineAction({
+          type: "held",
+          capabilities: {},
+          execute: async (_a: { to: string }, op) => {
+            running();
+            await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
+            stopped();
+            throw new Error("This operation was aborted");
+          },
+          classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
+        });
+        const holding = ledger.run(held, { tenant, key: ["held"], args: { to: "x" } }).catch((e: unknown) => e);
+        await started;
+        // Another process holds the write lock: this claim waits for it, past the close's waitMs.
+        const lock = await holdWriteLock(dialect, db.url());
+        const heard = ledger.run(p.action("plain", {}), { tenant, key: ["waiting"], args: { to: "x" } }).then(
+          (out) => ({ out }),
+          (error: unknown) => ({ error }),
+        );
+        const closing = ledger.close({ waitMs: 300 });
+        // Let go once the close stopped waiting: before (SQLite), the close let the claim wait out
+        // the lock and committed it, a row running under a lease nobody renews, of a call the
+        // close did not name (its claim had no answer yet).
+        await closeStoppedWaiting;
+        await lock.release();
+        const closed = await closing;
+        await holding;
+        const { error } = (await heard) as { error: unknown };
+        expect(error).toBeInstanceOf(LedgerUnavailableError);
+        expect(error).toMatchObject({ closed: true });
+        expect(p.calls).toBe(0);
+        const after = await db.open();
+        const [first] = await after.admin.list({ tenant, action: "held" });
+        const waiting = await after.admin.list({ tenant, action: "plain" });
+        if (dialect === "sqlite") {
+          // Refused at its next try, none of it run.
+          expect(waiting).toEqual([]);
+          expect(closed.inFlight).toEqual([{ tenant, id: first!.id }]);
+        } else {
+          // Sent before the close, it waited on the server, and so did the close (its pool's end):
+          // committed there, a row running under the attempt's lease, named with the other.
+          expect(waiting).toMatchObject([{ status: "running", attempt: 1 }]);
+          expect(closed.inFlight).toEqual([
+            { tenant, id: first!.id },
+            { tenant, id: waiting[0]!.id },
+          ]);
+          expect(error).toMatchObject({ operationId: waiting[0]!.id });
+        }
+      });
+
     it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {
       const { p, tenant, id, daemon } = await settling(20_000);
       let release!: () => void;
