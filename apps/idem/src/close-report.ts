@@ -56,7 +56,7 @@ export function sayLeftInFlight(
   if (!inFlight.length) return;
   log.error(
     { inFlight, ...(bound && { stopTimeoutMs: bound.ms }) },
-    `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${waitEnder(bound)} ended the wait; their outcomes are not recorded: each operation stays running under its lease, and ${settledLater}`,
+    `the ledger closed with ${inFlight.length} call(s) still in flight (${inFlight.map((r) => r.id).join(", ")}): ${waitEnder(bound)} ended the wait; their outcomes are not recorded by them (a write already on its way then may still have recorded one: \`idem show\` says), and each left unrecorded stays running under its lease and ${settledLater}`,
   );
 }
 

@@ -124,10 +124,12 @@ export interface Closed {
   readonly lateAnswers: readonly OperationRef[];
   /**
    * The operations whose calls (`run`, `daemon.settle`) had not ended when the close stopped
-   * waiting: a request, a lookup or lazy args still under way. Their outcome is not recorded: each
-   * stays as the call's last write left it, `running` under its lease while its request was out,
-   * and is settled by the replay policy once that lease ends (looked up, replayed with its key, or
-   * a person's). Their actions' `op.signal` aborts as the close stops waiting (with the close's
+   * waiting: a request, a lookup or lazy args still under way. No statement of theirs is sent from
+   * then on, so their outcome is not recorded: each stays as the call's last write left it,
+   * `running` under its lease while its request was out, and is settled by the replay policy once
+   * that lease ends (looked up, replayed with its key, or a person's). But a write already on its
+   * way as the close stopped waiting (waiting for another process's lock on SQLite, or sent to
+   * Postgres) still ends, and may record it: the operation's own state is the truth. Their actions' `op.signal` aborts as the close stops waiting (with the close's
    * `LedgerUnavailableError`, `closed`: the lease is no longer renewed), and their callers are
    * answered when the work ends (or a second later, an action ignoring its signal; lazy args,
    * `make()` handed no signal, when they return):
@@ -188,7 +190,9 @@ export class LedgerContext {
       // an outage), and its action's signal aborts now, with the close as its reason.
       this.store.markClosed();
       await this.db.destroy();
-      // Claims answered since (Postgres: sent before, waiting on the server) are named too.
+      // Claims answered since (sent before and waiting on Postgres's server, or through kysely's
+      // way on SQLite) are named too, once their answers reached their calls: that is microtasks.
+      await new Promise<void>((resolve) => setImmediate(resolve));
       const late = this.runner.claimedAfterClose();
       return { lateAnswers, inFlight: late.length ? namedOnce([...inFlight, ...late]) : inFlight };
     })();

@@ -34,6 +34,8 @@ interface Waiting {
   readonly run: () => unknown;
   readonly resolve: (value: any) => void;
   readonly reject: (error: unknown) => void;
+  /** A fresh claim's write: refused, not run, once the ledger is closing (`refuseClaimsFrom`). */
+  readonly claim: boolean;
   /** When it first found the write lock held by another connection (performance.now()). */
   since?: number;
 }
@@ -50,7 +52,7 @@ export class GroupCommit {
   /** Who waits for the queue to be empty (`drain`). */
   private drained: (() => void)[] = [];
   private closedBy: LedgerUnavailableError | undefined;
-  /** The ledger is closing (`refuseFrom`): writes not yet run are refused with it, not run. */
+  /** The ledger is closing (`refuseClaimsFrom`): claims not yet run are refused with it. */
   private closing: LedgerUnavailableError | undefined;
 
   /**
@@ -79,11 +81,11 @@ export class GroupCommit {
    * Runs the write `run` and answers once its commit has returned. Writes wait for the next turn
    * of the event loop, after this turn's microtasks, and share one commit; but when the last
    * commit was a lone write, the first write of a turn commits at once (a caller alone waits for
-   * nothing).
+   * nothing). `claim`: a fresh claim's write (see `refuseClaimsFrom`).
    */
-  write<T>(run: () => T): T | Promise<T> {
+  write<T>(run: () => T, claim = false): T | Promise<T> {
     if (this.closedBy) throw this.closedBy;
-    if (this.closing) throw this.closing;
+    if (claim && this.closing) throw this.closing;
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -98,7 +100,7 @@ export class GroupCommit {
         }
       }
     }
-    return new Promise<T>((resolve, reject) => this.queue.push({ run, resolve, reject }));
+    return new Promise<T>((resolve, reject) => this.queue.push({ run, resolve, reject, claim }));
   }
 
   /** Commits everything queued now (also before the connection closes). */
@@ -120,12 +122,14 @@ export class GroupCommit {
   }
 
   /**
-   * The ledger is closing and stopped waiting for its calls: from now on a write not yet run (one
-   * waiting for the next commit or for the write lock) is refused with `error`, none of it run.
-   * Committed after the close, a claim would be a row running under a lease nobody renews, of a
-   * call the close could not name (it had no answer yet).
+   * The ledger is closing: from now on a fresh claim not yet run (waiting for the next commit or
+   * for the write lock) is refused with `error`, none of it run. Committed after the close, it
+   * would be a row running under a lease nobody renews, of a call the close could not name (its
+   * claim had no answer yet), which the replay policy later takes for an effect that may have
+   * started. Every other write still waiting is committed as before: it records what a call did
+   * or learned (an outcome, a request not sent), or a person's decision.
    */
-  refuseFrom(error: LedgerUnavailableError): void {
+  refuseClaimsFrom(error: LedgerUnavailableError): void {
     this.closing = error;
   }
 
@@ -137,10 +141,14 @@ export class GroupCommit {
 
   /** Commits what it can of `batch`; returns the writes that must run again in a new transaction. */
   private commit(batch: Waiting[]): Waiting[] {
-    const refused = this.closedBy ?? this.closing;
-    if (refused) {
-      for (const w of batch) w.reject(refused);
+    if (this.closedBy) {
+      for (const w of batch) w.reject(this.closedBy);
       return [];
+    }
+    if (this.closing && batch.some((w) => w.claim)) {
+      for (const w of batch) if (w.claim) w.reject(this.closing);
+      batch = batch.filter((w) => !w.claim);
+      if (batch.length === 0) return [];
     }
     if (batch.length === 1) {
       // Alone: committed by the statement itself, as without group commit.

@@ -18,13 +18,15 @@ const SLOT = "\u0000idem-slot:";
  * faster than objects (16 columns: about a quarter of a SQLite replay). `atOnce`: the answer now,
  * synchronously, or undefined having sent nothing (no wait for a lock, no round trip): Postgres
  * never answers so, and a statement sent anyway would be a second round trip whose answer and
- * failure nobody reads.
+ * failure nobody reads. `claim`: the write of a fresh claim, which a SQLite ledger refuses rather
+ * than commits once its close stopped waiting, should it still wait then (sqlite-driver.ts `close`).
  */
 export type DirectExecutor = (
   sql: string,
   parameters: readonly unknown[],
   asArrays?: boolean,
   atOnce?: boolean,
+  claim?: boolean,
 ) => QueryResult<any> | Promise<QueryResult<any>> | undefined;
 
 export class QueryCache<DB> {
@@ -62,13 +64,14 @@ export class QueryCache<DB> {
 
   /**
    * `asArrays`: rows may come back as arrays (see DirectExecutor) or, through kysely, as objects;
-   * the caller reads both with `rowObject`.
+   * the caller reads both with `rowObject`. `claim`: a fresh claim's write (see DirectExecutor).
    */
   run<R>(
     shape: string,
     build: (slot: (name: string) => any) => Compilable<R>,
     values: Record<string, unknown>,
     asArrays = false,
+    claim = false,
   ): Promise<QueryResult<R>> {
     // Not an async function: the driver's promise is handed on as it is, not wrapped in another
     // (two more turns of the microtask queue for each statement). Whatever throws is a rejection.
@@ -86,8 +89,10 @@ export class QueryCache<DB> {
       }
       const parameters = this.parameters(entry, values);
       const out =
-        (this.direct?.(entry.sql, parameters, asArrays) as QueryResult<R> | Promise<QueryResult<R>> | undefined) ??
-        this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
+        (this.direct?.(entry.sql, parameters, asArrays, false, claim) as
+          | QueryResult<R>
+          | Promise<QueryResult<R>>
+          | undefined) ?? this.db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
       return out instanceof Promise ? out : Promise.resolve(out);
     } catch (error) {
       return Promise.reject(error);

@@ -58,21 +58,22 @@ export class LockWaits {
 
   /**
    * `closedBy`: why the connection was closed under the waits, if it was (a group commit that
-   * could be neither committed nor rolled back, group-commit.ts `abandoned`), or is closing (the
-   * ledger's close). A statement still waiting then is refused with it at its next try:
-   * better-sqlite3's own "The database connection is not open" would be heard as an outage that
-   * may pass, and retried.
+   * could be neither committed nor rolled back, group-commit.ts `abandoned`). A statement still
+   * waiting then is refused with it at its next try: better-sqlite3's own "The database connection
+   * is not open" would be heard as an outage that may pass, and retried. `refusesClaims`: why a
+   * fresh claim still waiting is refused, once the ledger is closing (group-commit.ts `refuseClaimsFrom`).
    */
   constructor(
     private readonly database: Database,
     readonly timeoutMs: number,
     private readonly closedBy: () => Error | undefined = () => undefined,
+    private readonly refusesClaims: () => Error | undefined = () => undefined,
   ) {}
 
-  /** Runs `run` (outside a transaction), waiting for a lock as `patiently` does. */
-  run<T>(run: () => T): T | Promise<T> {
+  /** Runs `run` (outside a transaction), waiting for a lock as `patiently` does; `claim`: a fresh claim's write. */
+  run<T>(run: () => T, claim = false): T | Promise<T> {
     const out = patiently(() => {
-      const closed = this.closedBy();
+      const closed = this.closedBy() ?? (claim ? this.refusesClaims() : undefined);
       if (closed) throw closed;
       if (this.database.inTransaction) throw inTransaction();
       return run();

@@ -106,8 +106,8 @@ class SqliteConnection {
   private refused: LedgerUnavailableError | undefined;
   /** The ledger is closing: nothing is opened again. */
   private closing = false;
-  /** Why a statement still waiting when the ledger closed was not run (`close`). */
-  private closedBy: LedgerUnavailableError | undefined;
+  /** Why a fresh claim still waiting when the ledger closed was not run (`close`). */
+  private claimsRefused: LedgerUnavailableError | undefined;
 
   constructor(
     first: OpenedSqlite,
@@ -151,25 +151,23 @@ class SqliteConnection {
 
   /**
    * Closes the connection, and those closed under statements still waiting (once those are answered).
-   * The ledger's close has stopped waiting for its calls by now (context.ts): a statement still
-   * waiting for a lock or for its commit is refused at its next try, none of it run, as a call's
-   * statements issued from now on are (QueryCache). Before, each waited out the lock and was
-   * committed: a claim among them was a row running under a lease nobody renews, of a call the
-   * close did not name (its claim had no answer yet), and an outcome among them was recorded for a
-   * call the close named as not recorded.
+   * Statements still waiting for their commit or for a lock get their answer, not a closed
+   * connection (each within its busy timeout): they record what a call did or learned, or a
+   * person's decision. But a fresh claim still waiting (the direct executor's `claim`) is refused
+   * at its next try, nothing of it run: committed after the close, it was a row running under a
+   * lease nobody renews, of a call the close could not name (its claim had no answer yet).
    */
   async close(): Promise<void> {
     this.closing = true;
-    this.closedBy = new LedgerUnavailableError(
-      "the ledger was closed while this statement waited for a lock or for its commit: it was not run",
+    this.claimsRefused = new LedgerUnavailableError(
+      "the ledger was closed while this claim waited for a lock or for its commit: it was not run, nothing was recorded",
       undefined,
       { closed: true },
     );
     // An open under way ends first: it closes what it opened, seeing the close.
     await this.reopening?.catch(() => {});
     const all = [this.bound, ...this.retired];
-    for (const b of all) b.group?.refuseFrom(this.closedBy);
-    // Each is answered: refused at its next try (a pause of at most LOCK_PAUSE.maxTimeout).
+    for (const b of all) b.group?.refuseClaimsFrom(this.claimsRefused);
     await Promise.all(all.flatMap((b) => [b.group?.drain(), b.waits.drain()]));
     for (const b of all) {
       b.database.close();
@@ -182,7 +180,12 @@ class SqliteConnection {
     const group = this.groupCommit
       ? new GroupCommit(database, this.busyTimeoutMs, checkFile, this.reopen !== undefined)
       : undefined;
-    const waits = new LockWaits(database, this.busyTimeoutMs, () => group?.abandoned ?? this.closedBy);
+    const waits = new LockWaits(
+      database,
+      this.busyTimeoutMs,
+      () => group?.abandoned,
+      () => this.claimsRefused,
+    );
     return { database, prepare: statementCache(database), group, waits, checkFile };
   }
 
@@ -404,7 +407,7 @@ export function sqliteConnection(
     busyTimeoutMs,
     options.reopen,
   );
-  const direct: DirectExecutor = (text, parameters, asArrays, atOnce) => {
+  const direct: DirectExecutor = (text, parameters, asArrays, atOnce, claim) => {
     // A connection a group commit closed is opened again on kysely's way (the driver), which may wait.
     const b = sqlite.now();
     if (b === undefined) return undefined;
@@ -436,11 +439,11 @@ export function sqliteConnection(
       }
     }
     if (atOnce) return undefined; // a write answers after its commit
-    if (group) return group.write(() => runWrite(stmt, parameters)); // the group checks the file
+    if (group) return group.write(() => runWrite(stmt, parameters), claim); // the group checks the file
     return waits.run(() => {
       checkFile();
       return runWrite(stmt, parameters);
-    });
+    }, claim);
   };
   return { dialect: sqliteDialect(sqlite), direct };
 }

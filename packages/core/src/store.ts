@@ -658,6 +658,8 @@ export class Store {
           "claim",
           (v) => this.insertRunning(slotted(v)).returning(CLOCK_COLUMNS).returning(this.now().as("db_now")),
           claim as unknown as Record<string, unknown>,
+          false,
+          true, // refused, not committed, if it still waits as the close stops waiting (SQLite)
         ),
       );
       inserted = rows[0];
@@ -1563,8 +1565,7 @@ export class Store {
     return work.then(undefined, (cause: unknown) => {
       // Once closed, an outage (a connection a failed commit abandoned, its reopen cut short by
       // the close) is the close: no retry is made through a closed ledger, and its caller hears why.
-      // The driver's own refusal at close (a statement that still waited for a lock) names no operation.
-      if (this.closed && cause instanceof LedgerUnavailableError && (!cause.closed || cause.operationId === undefined))
+      if (this.closed && cause instanceof LedgerUnavailableError && !cause.closed)
         throw this.closedError(operationId, cause);
       if (cause instanceof IdemError) throw cause;
       if (this.closed) throw this.closedError(operationId, cause);

@@ -491,6 +491,69 @@ for (const dialect of DIALECTS) {
         }
       });
 
+    it("close({ waitMs }): the writes already waiting for a lock as the close stops waiting still end: an effect's receipt and a request not sent are recorded", async () => {
+      const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000 });
+      const tenant = uniqueTenant();
+      let stopped!: () => void;
+      const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
+      let running!: () => void;
+      const started = new Promise<void>((r) => (running = r));
+      const held = defineAction({
+        type: "held",
+        capabilities: {},
+        execute: async (_a: { to: string }, op) => {
+          running();
+          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
+          stopped();
+          throw new Error("This operation was aborted");
+        },
+        classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
+      });
+      const p = new TestProvider();
+      let go!: () => void;
+      p.gate = new Promise<void>((r) => (go = r));
+      // A 503 before the provider did anything: the call writes `pending` (known not done).
+      let refuse!: () => void;
+      const refused = new Promise<void>((r) => (refuse = r));
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      const unavailable = defineAction({
+        type: "unavailable",
+        capabilities: {},
+        execute: async () => {
+          entered();
+          await refused;
+          throw new Error("503 Service Unavailable");
+        },
+        classify: () => ({ kind: "transient", reason: "503, nothing done" }),
+      });
+      const holding = ledger.run(held, { tenant, key: ["held"], args: { to: "x" } }).catch((e: unknown) => e);
+      const done = ledger.run(p.action("mail", {}), { tenant, key: ["done"], args: { to: "x" } });
+      const notSent = ledger.run(unavailable, { tenant, key: ["not-sent"], args: {}, budget: { attempts: 1 } });
+      await Promise.all([started, p.called(1), inside]);
+      const lock = await holdWriteLock(dialect, db.url());
+      // Both writes now wait for the lock, well before the close stops waiting.
+      go();
+      refuse();
+      const closing = ledger.close({ waitMs: scaled(1_000) });
+      await closeStoppedWaiting;
+      await lock.release();
+      const closed = await closing;
+      await holding;
+      // Before (SQLite, at 9812ccd): both were refused with the close, the rows left running,
+      // the request not sent taken later for one that may have been (a person's review).
+      const told = await done;
+      expect(told).toMatchObject({ status: "succeeded", receipt: { id: "obj_1" } });
+      await notSent;
+      const after = await db.open();
+      const rows = new Map((await after.admin.list({ tenant })).map((o) => [o.action, o]));
+      expect(rows.get("mail")).toMatchObject({ status: "succeeded" });
+      expect(rows.get("unavailable")).toMatchObject({ status: "pending" });
+      expect(p.effects).toHaveLength(1);
+      // Named as in flight when the close stopped waiting; their rows are the truth.
+      expect(closed.inFlight).toContainEqual({ tenant, id: rows.get("held")!.id });
+    });
+
     it("close({ waitMs }) while the daemon settles: a settlement whose request is still out is named (inFlight)", async () => {
       const { p, tenant, id, daemon } = await settling(20_000);
       let release!: () => void;
