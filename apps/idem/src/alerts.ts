@@ -305,20 +305,38 @@ function loadMailer(): Promise<typeof import("nodemailer")> {
 }
 
 /**
- * For `idem daemon`: with an email sink, starts loading its client (nodemailer) now, without
- * waiting for it, so that a missing or broken install is heard as the daemon starts, at error,
- * rather than at its first email alert (then each alert failed "nothing sent", tried again at every
- * tick, and nobody was told until one was due). Each alert still loads it again when it failed
+ * The reason `loadEmailClient` last said, for this process: each reason is said once. Once per
+ * process rather than once per failed load, because one start loads it more than once: `idem
+ * daemon` begins before its ledger opens, and its `Daemon` again as it is built; a missing package
+ * is found missing in milliseconds, so the second is a load of its own, failing the same way, and
+ * "once per load" said the same line twice for one start. A library that builds its `Daemon` again
+ * (after a ledger it had to reopen) would repeat it too, while nothing changed. What an operator
+ * needs is one line, loud, at the start: each alert that then fails still says "nothing sent" (the
+ * sink's backoff says it once while it keeps failing). A different reason (installed meanwhile,
+ * but now it throws as it loads) is news, said too.
+ */
+let saidUnloaded: string | undefined;
+
+/**
+ * With an email sink, starts loading its client (nodemailer) now, without waiting for it, so that
+ * a missing or broken install is heard as the daemon starts, at error, rather than at its first
+ * email alert (then each alert failed "nothing sent", tried again at every tick, and nobody was
+ * told until one was due). Called by `idem daemon` before its ledger opens (heard while the
+ * database is awaited) and by the `Daemon` constructor (heard by a library that builds one); the
+ * line is said once a process (`saidUnloaded`). Each alert still loads it again when it failed
  * (`loadMailer`): an install fixed meanwhile is used. With no email sink, nothing is loaded.
  */
 export function loadEmailClient(config: IdemConfig, log: Logger): void {
   if (!config.alerts.email) return;
-  loadMailer().catch((error: unknown) =>
+  loadMailer().catch((error: unknown) => {
+    const reason = (error as Error).message;
+    if (saidUnloaded === reason) return;
+    saidUnloaded = reason;
     log.error(
       { err: error },
-      `email alerts cannot be sent: ${(error as Error).message}; each is kept due and tried again as the daemon goes on (a package that threw as it loaded is not loaded again until the daemon is restarted)`,
-    ),
-  );
+      `email alerts cannot be sent: ${reason}; each is kept due and tried again as the daemon goes on (a package that threw as it loaded is not loaded again until the daemon is restarted)`,
+    );
+  });
 }
 
 /**
@@ -535,8 +553,8 @@ export function alertSinks(config: IdemConfig, log: Logger): AlertSink[] {
         : {};
     // Read now, so a setting refused (a credential's variable unset, an unreadable caFile) stops
     // the start as before; the transport is made at the first alert sent, with nodemailer as
-    // `loadEmailClient` began loading it at the daemon's start (or loaded then): a daemon with no
-    // email sink never loads it.
+    // `loadEmailClient` began loading it as the daemon was built (or loaded then): a daemon with
+    // no email sink never loads it.
     const smtp = {
       host: e.smtp.host,
       port: e.smtp.port,

@@ -780,7 +780,8 @@ export function program(): Command {
             timer.bind(stopTimeoutMs); // stopped as the config was read: bounded from the stop
             requireAlertSink(config); // before anything is served or opened
             // Not awaited: the start does not wait for it. An email sink whose client cannot be
-            // loaded is said now, not when its first alert is due.
+            // loaded is said now, while the database is awaited, not when its first alert is due
+            // (the Daemon built once it opens begins it too, and does not say it again).
             loadEmailClient(config, log);
             metrics = new DaemonMetrics(undefined, config.daemon.intervalMs, {
               perTenant: config.daemon.metricsPerTenant,

@@ -41,6 +41,7 @@ import {
   alertSinks,
   deliver,
   isAlertDelivery,
+  loadEmailClient,
   requireAlertSink,
   sinkOf,
   unconfiguredSinks,
@@ -77,6 +78,10 @@ export class Daemon {
     // As `idem daemon` refuses it: with no sink, every alert would be acknowledged, sent nowhere.
     requireAlertSink(config);
     this.sinks = alertSinks(config, log);
+    // Not awaited, as `idem daemon` does before its ledger opens: a library user building a Daemon
+    // hears at once, at error, that its email sink's client cannot be loaded, not at the first
+    // email alert. Said once a process (`loadEmailClient`), so `idem daemon`'s start says it once.
+    loadEmailClient(config, log);
     this.unconfigured = unconfiguredSinks(this.sinks);
     this.name = name;
     this.actor = `idem-daemon:${name}`;

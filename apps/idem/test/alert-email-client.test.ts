@@ -4,27 +4,16 @@
  * file exists (the package itself, and our code, as they are). The daemon says so at error as it
  * starts, before any alert is due; each alert then stays due ("nothing sent"), and once the
  * package can be found the alert is sent, the daemon not restarted. Before, nothing was said until
- * the first alert was due, and then only as that delivery's failure. On SQLite alone: what is
- * tested is the command's start, not the ledger.
+ * the first alert was due, and then only as that delivery's failure. Said once, though both the
+ * command (before the ledger opens) and the `Daemon` it builds begin the load. On SQLite alone:
+ * what is tested is the command's start, not the ledger.
  */
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { openLedger } from "@idem/core";
 import { freshDatabase, scaled, startChild, tempDir } from "@idem/testkit";
-import { CLI, lostAnswer, smtpServer, until } from "./support.js";
-
-/** The child's hook: `nodemailer` is not found while `missing` exists, as when it is not installed. */
-function withoutNodemailerWhile(missing: string): string {
-  const hooks = `import { existsSync } from "node:fs";
-export async function resolve(specifier, context, next) {
-  if (specifier === "nodemailer" && existsSync(${JSON.stringify(missing)}))
-    throw Object.assign(new Error("Cannot find package 'nodemailer' imported from " + context.parentURL), { code: "ERR_MODULE_NOT_FOUND" });
-  return next(specifier, context);
-}`;
-  const register = `import { register } from "node:module"; register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hooks)}`)});`;
-  return `--import=data:text/javascript,${encodeURIComponent(register)}`;
-}
+import { CLI, lostAnswer, smtpServer, until, withoutNodemailerWhile } from "./support.js";
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {

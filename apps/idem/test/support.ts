@@ -323,3 +323,18 @@ export async function smtpServer(refuse: () => Refusal | undefined = () => undef
       }),
   };
 }
+
+/**
+ * A child's `NODE_OPTIONS` flag: a module resolve hook that finds no `nodemailer` while the file
+ * `missing` exists, as when it is not installed (the package itself, and our code, as they are).
+ */
+export function withoutNodemailerWhile(missing: string): string {
+  const hooks = `import { existsSync } from "node:fs";
+export async function resolve(specifier, context, next) {
+  if (specifier === "nodemailer" && existsSync(${JSON.stringify(missing)}))
+    throw Object.assign(new Error("Cannot find package 'nodemailer' imported from " + context.parentURL), { code: "ERR_MODULE_NOT_FOUND" });
+  return next(specifier, context);
+}`;
+  const register = `import { register } from "node:module"; register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hooks)}`)});`;
+  return `--import=data:text/javascript,${encodeURIComponent(register)}`;
+}
