@@ -33,6 +33,29 @@ async function holdWriteLock(dialect: TestDialect, url: string): Promise<{ relea
   };
 }
 
+/**
+ * An action that runs until the close stops waiting for the calls in flight (its signal aborts
+ * then: Store.markClosed), then ends ambiguous; `started` and `closeStoppedWaiting` tell when.
+ */
+function heldUntilClose() {
+  let running!: () => void;
+  const started = new Promise<void>((r) => (running = r));
+  let stopped!: () => void;
+  const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
+  const held = defineAction({
+    type: "held",
+    capabilities: {},
+    execute: async (_a: { to: string }, op) => {
+      running();
+      await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
+      stopped();
+      throw new Error("This operation was aborted");
+    },
+    classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
+  });
+  return { held, started, closeStoppedWaiting };
+}
+
 for (const dialect of DIALECTS) {
   describe(`closing a ledger with calls in flight on ${dialect}`, () => {
     const db = ledgers(dialect);
@@ -436,22 +459,7 @@ for (const dialect of DIALECTS) {
         const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000, groupCommit });
         const tenant = uniqueTenant();
         const p = new TestProvider();
-        let running!: () => void;
-        const started = new Promise<void>((r) => (running = r));
-        let stopped!: () => void;
-        const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
-        // Its signal aborts as the close stops waiting for the calls in flight (Store.markClosed).
-        const held = defineAction({
-          type: "held",
-          capabilities: {},
-          execute: async (_a: { to: string }, op) => {
-            running();
-            await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
-            stopped();
-            throw new Error("This operation was aborted");
-          },
-          classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
-        });
+        const { held, started, closeStoppedWaiting } = heldUntilClose();
         const holding = ledger.run(held, { tenant, key: ["held"], args: { to: "x" } }).catch((e: unknown) => e);
         await started;
         // Another process holds the write lock: this claim waits for it, past the close's waitMs.
@@ -494,21 +502,7 @@ for (const dialect of DIALECTS) {
     it("close({ waitMs }): the writes already waiting for a lock as the close stops waiting still end: an effect's receipt and a request not sent are recorded", async () => {
       const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000 });
       const tenant = uniqueTenant();
-      let stopped!: () => void;
-      const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
-      let running!: () => void;
-      const started = new Promise<void>((r) => (running = r));
-      const held = defineAction({
-        type: "held",
-        capabilities: {},
-        execute: async (_a: { to: string }, op) => {
-          running();
-          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
-          stopped();
-          throw new Error("This operation was aborted");
-        },
-        classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
-      });
+      const { held, started, closeStoppedWaiting } = heldUntilClose();
       const p = new TestProvider();
       let go!: () => void;
       p.gate = new Promise<void>((r) => (go = r));
