@@ -129,7 +129,8 @@ export interface Closed {
    * `running` under its lease while its request was out, and is settled by the replay policy once
    * that lease ends (looked up, replayed with its key, or a person's). But a write already on its
    * way as the close stopped waiting (waiting for another process's lock on SQLite, or sent to
-   * Postgres) still ends, and may record it: the operation's own state is the truth. Their actions' `op.signal` aborts as the close stops waiting (with the close's
+   * Postgres) still ends, and may record it: the operation's own state is the truth. Their
+   * actions' `op.signal` aborts as the close stops waiting (with the close's
    * `LedgerUnavailableError`, `closed`: the lease is no longer renewed), and their callers are
    * answered when the work ends (or a second later, an action ignoring its signal; lazy args,
    * `make()` handed no signal, when they return):
@@ -138,7 +139,8 @@ export interface Closed {
    * and whose rows were recorded unknown. A call whose claim was not answered yet names none, unless
    * that claim is granted before the connection closes (Postgres: a claim sent waits on the server,
    * for a lock, and is committed or refused there; on SQLite a claim still waiting for a lock is
-   * refused, nothing written). Empty when every call ended.
+   * refused, nothing written, but for one made through kysely's way: a test clock, a connection
+   * being opened again). Empty when every call ended.
    */
   readonly inFlight: readonly OperationRef[];
 }
@@ -190,11 +192,11 @@ export class LedgerContext {
       // an outage), and its action's signal aborts now, with the close as its reason.
       this.store.markClosed();
       await this.db.destroy();
+      if (quiet) return { lateAnswers, inFlight };
       // Claims answered since (sent before and waiting on Postgres's server, or through kysely's
       // way on SQLite) are named too, once their answers reached their calls: that is microtasks.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      const late = this.runner.claimedAfterClose();
-      return { lateAnswers, inFlight: late.length ? namedOnce([...inFlight, ...late]) : inFlight };
+      return { lateAnswers, inFlight: namedOnce([...inFlight, ...this.runner.claimedAfterClose()]) };
     })();
     return this.closure;
   }

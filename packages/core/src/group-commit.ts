@@ -34,7 +34,7 @@ interface Waiting {
   readonly run: () => unknown;
   readonly resolve: (value: any) => void;
   readonly reject: (error: unknown) => void;
-  /** A fresh claim's write: refused, not run, once the ledger is closing (`refuseClaimsFrom`). */
+  /** A fresh claim's write: refused, not run, once the ledger is closing (`refusesClaims`). */
   readonly claim: boolean;
   /** When it first found the write lock held by another connection (performance.now()). */
   since?: number;
@@ -52,8 +52,6 @@ export class GroupCommit {
   /** Who waits for the queue to be empty (`drain`). */
   private drained: (() => void)[] = [];
   private closedBy: LedgerUnavailableError | undefined;
-  /** The ledger is closing (`refuseClaimsFrom`): claims not yet run are refused with it. */
-  private closing: LedgerUnavailableError | undefined;
 
   /**
    * `check` runs before each commit, once for all its writes (the file is still the ledger's:
@@ -65,6 +63,15 @@ export class GroupCommit {
     private readonly check: () => void = () => {},
     /** The ledger opens its connection again once this one is abandoned (said in the abandon's message). */
     private readonly reopens = false,
+    /**
+     * Why a fresh claim not yet run (waiting for the next commit or for the write lock) is refused,
+     * none of it run, once the ledger is closing (sqlite-driver.ts `close`). Committed after the
+     * close, it would be a row running under a lease nobody renews, of a call the close could not
+     * name (its claim had no answer yet), which the replay policy later takes for an effect that
+     * may have started. Every other write still waiting is committed as before: it records what a
+     * call did or learned (an outcome, a request not sent), or a person's decision.
+     */
+    private readonly refusesClaims: () => Error | undefined = () => undefined,
   ) {}
 
   /**
@@ -81,11 +88,12 @@ export class GroupCommit {
    * Runs the write `run` and answers once its commit has returned. Writes wait for the next turn
    * of the event loop, after this turn's microtasks, and share one commit; but when the last
    * commit was a lone write, the first write of a turn commits at once (a caller alone waits for
-   * nothing). `claim`: a fresh claim's write (see `refuseClaimsFrom`).
+   * nothing). `claim`: a fresh claim's write (see `refusesClaims`).
    */
   write<T>(run: () => T, claim = false): T | Promise<T> {
     if (this.closedBy) throw this.closedBy;
-    if (claim && this.closing) throw this.closing;
+    const refused = claim ? this.refusesClaims() : undefined;
+    if (refused) throw refused;
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -121,18 +129,6 @@ export class GroupCommit {
     if (this.queue.length === 0) for (const resolve of this.drained.splice(0)) resolve();
   }
 
-  /**
-   * The ledger is closing: from now on a fresh claim not yet run (waiting for the next commit or
-   * for the write lock) is refused with `error`, none of it run. Committed after the close, it
-   * would be a row running under a lease nobody renews, of a call the close could not name (its
-   * claim had no answer yet), which the replay policy later takes for an effect that may have
-   * started. Every other write still waiting is committed as before: it records what a call did
-   * or learned (an outcome, a request not sent), or a person's decision.
-   */
-  refuseClaimsFrom(error: LedgerUnavailableError): void {
-    this.closing = error;
-  }
-
   /** Resolves once no write waits: each committed, or failed (at the latest at its busy timeout). */
   async drain(): Promise<void> {
     this.flush();
@@ -145,8 +141,9 @@ export class GroupCommit {
       for (const w of batch) w.reject(this.closedBy);
       return [];
     }
-    if (this.closing && batch.some((w) => w.claim)) {
-      for (const w of batch) if (w.claim) w.reject(this.closing);
+    const refused = batch.some((w) => w.claim) ? this.refusesClaims() : undefined;
+    if (refused) {
+      for (const w of batch) if (w.claim) w.reject(refused);
       batch = batch.filter((w) => !w.claim);
       if (batch.length === 0) return [];
     }

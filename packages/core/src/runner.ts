@@ -148,10 +148,11 @@ export class Runner {
    * The keys claimed after the close stopped waiting (Store.closed): a claim already on its way
    * then, answered granted before the connection closed. On Postgres a claim sent waits on the
    * server (for a lock) and is committed or refused there; on SQLite it is refused instead
-   * (sqlite-driver.ts `close`). Its row is running under a lease nobody renews: the close names it.
+   * (sqlite-driver.ts `close`), but for one made through kysely's way (a test clock, a connection
+   * being opened again). Its row is running under a lease nobody renews: the close names it.
    */
-  claimedAfterClose(): { tenant: string; id: string }[] {
-    return namedOnce(this.lateClaims);
+  claimedAfterClose(): readonly { tenant: string; id: string }[] {
+    return this.lateClaims;
   }
 
   private readonly lateClaims: { tenant: string; id: string }[] = [];

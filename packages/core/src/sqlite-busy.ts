@@ -61,7 +61,7 @@ export class LockWaits {
    * could be neither committed nor rolled back, group-commit.ts `abandoned`). A statement still
    * waiting then is refused with it at its next try: better-sqlite3's own "The database connection
    * is not open" would be heard as an outage that may pass, and retried. `refusesClaims`: why a
-   * fresh claim still waiting is refused, once the ledger is closing (group-commit.ts `refuseClaimsFrom`).
+   * fresh claim still waiting is refused, once the ledger is closing (group-commit.ts `refusesClaims`).
    */
   constructor(
     private readonly database: Database,

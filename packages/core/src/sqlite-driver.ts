@@ -104,10 +104,11 @@ class SqliteConnection {
   private reopening: Promise<Bound> | undefined;
   /** The file was replaced or deleted since the first open: it is never opened again. */
   private refused: LedgerUnavailableError | undefined;
-  /** The ledger is closing: nothing is opened again. */
-  private closing = false;
-  /** Why a fresh claim still waiting when the ledger closed was not run (`close`). */
-  private claimsRefused: LedgerUnavailableError | undefined;
+  /**
+   * Set as the ledger closes: nothing is opened again, and a fresh claim still waiting is refused
+   * with it (`close`).
+   */
+  private closing: LedgerUnavailableError | undefined;
 
   constructor(
     first: OpenedSqlite,
@@ -158,8 +159,7 @@ class SqliteConnection {
    * lease nobody renews, of a call the close could not name (its claim had no answer yet).
    */
   async close(): Promise<void> {
-    this.closing = true;
-    this.claimsRefused = new LedgerUnavailableError(
+    this.closing = new LedgerUnavailableError(
       "the ledger was closed while this claim waited for a lock or for its commit: it was not run, nothing was recorded",
       undefined,
       { closed: true },
@@ -167,7 +167,6 @@ class SqliteConnection {
     // An open under way ends first: it closes what it opened, seeing the close.
     await this.reopening?.catch(() => {});
     const all = [this.bound, ...this.retired];
-    for (const b of all) b.group?.refuseClaimsFrom(this.claimsRefused);
     await Promise.all(all.flatMap((b) => [b.group?.drain(), b.waits.drain()]));
     for (const b of all) {
       b.database.close();
@@ -178,13 +177,13 @@ class SqliteConnection {
   private bind({ database, checkFile }: OpenedSqlite): Bound {
     database.pragma("busy_timeout = 0");
     const group = this.groupCommit
-      ? new GroupCommit(database, this.busyTimeoutMs, checkFile, this.reopen !== undefined)
+      ? new GroupCommit(database, this.busyTimeoutMs, checkFile, this.reopen !== undefined, () => this.closing)
       : undefined;
     const waits = new LockWaits(
       database,
       this.busyTimeoutMs,
       () => group?.abandoned,
-      () => this.claimsRefused,
+      () => this.closing,
     );
     return { database, prepare: statementCache(database), group, waits, checkFile };
   }

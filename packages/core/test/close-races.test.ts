@@ -41,7 +41,6 @@ const KINDS: Kind[] = ["dedupe", "lookup", "both", "neither"];
 
 /** A request out at the provider: committed as it was sent or never; answered by the script. */
 interface Request {
-  readonly key: string;
   answer(how: "ok" | "lost" | "refused"): void;
 }
 
@@ -51,7 +50,6 @@ const stats = { seeds: 0, closes: 0, closesUnderLock: 0, leftInFlight: 0, named:
 /** A close of one worker's ledger, and what it said once it returned. */
 interface Closing {
   readonly owner: string;
-  readonly began: number;
   closed?: Closed;
   failed?: unknown;
 }
@@ -109,7 +107,6 @@ async function runSeed(
         }
         return new Promise((resolve, reject) => {
           const request: Request = {
-            key: op.key,
             answer(how) {
               if (!out.delete(request)) return;
               if (how === "ok" && id !== undefined) resolve({ id });
@@ -206,7 +203,7 @@ async function runSeed(
       await held?.release();
     } else if (r < 0.76) {
       if (worker) {
-        const closing: Closing = { owner: worker.owner, began: step };
+        const closing: Closing = { owner: worker.owner };
         if (lock) stats.closesUnderLock += 1;
         markClosing(closing);
         closings.push(closing);
@@ -229,7 +226,7 @@ async function runSeed(
   // The end: the lock let go, every request answered, every call and close ended.
   await lock?.release();
   if (worker) {
-    const closing: Closing = { owner: worker.owner, began: 40 };
+    const closing: Closing = { owner: worker.owner };
     markClosing(closing);
     closings.push(closing);
     await worker.ledger.close({ waitMs: pick([0, 20, 200]) }).then(

@@ -405,19 +405,8 @@ for (const dialect of DIALECTS) {
     it("close({ waitMs }): an outcome a call writes after the close stopped waiting is refused, not committed while the close drains a write that waits for a lock", async () => {
       const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000 });
       const tenant = uniqueTenant();
-      let running!: () => void;
-      const started = new Promise<void>((r) => (running = r));
       // Answers its abort at once with its own error, as fetch does (an AbortError): ambiguous.
-      const waits = defineAction({
-        type: "waits",
-        capabilities: {},
-        execute: async (_a: { to: string }, op) => {
-          running();
-          await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
-          throw new Error("This operation was aborted");
-        },
-        classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
-      });
+      const { held: waits, started } = heldUntilClose();
       const plain = defineAction({ type: "plain", capabilities: {}, execute: async () => ({ ok: true }) });
       const heard = ledger.run(waits, { tenant, key: ["waits"], args: { to: "x" } }).then(
         (out) => ({ out }),
