@@ -27,6 +27,7 @@ import {
 import pRetry from "p-retry";
 import { NOT_SENT_CODES } from "./action.js";
 import { sha256 } from "./canonical.js";
+import { endingPool } from "./ending-pool.js";
 import { LedgerConfigError, MigrationWaitError } from "./errors.js";
 import { patiently } from "./sqlite-busy.js";
 import {
@@ -311,7 +312,8 @@ async function openPostgres(
           : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
     },
   };
-  const pool = new pg.Pool({
+  // Its end answers the calls still waiting for a connection at once, not at their connect timeout.
+  const pool = new (endingPool(pg.Pool))({
     ...config,
     max: opts.poolSize ?? 10,
     // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.

@@ -16,6 +16,7 @@ import {
 } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
 import Database from "better-sqlite3";
+import pg from "pg";
 import { DIALECTS, lockTable, scaled, type TestDialect } from "@idem/testkit";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
@@ -31,6 +32,25 @@ async function holdWriteLock(dialect: TestDialect, url: string): Promise<{ relea
       other.close();
     },
   };
+}
+
+/** Waits until `n` statements of other sessions wait for a lock on Postgres's server. */
+async function untilLockWaits(url: string, n: number): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const deadline = Date.now() + scaled(30_000);
+    for (;;) {
+      const { rows } = await client.query<{ n: number }>(
+        "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+      );
+      if (rows[0]!.n >= n) return;
+      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} of ${n} statements wait for a lock`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    await client.end();
+  }
 }
 
 /**
@@ -486,6 +506,49 @@ for (const dialect of DIALECTS) {
           ]);
           expect(error).toMatchObject({ operationId: waiting[0]!.id });
         }
+      });
+
+    if (dialect === "postgres")
+      it("close({ waitMs }) on Postgres: a call waiting for one of the pool's connections as the pool ends is answered then, not at its connect timeout, nothing sent or written", async () => {
+        // One connection, and a connect timeout far past the test's bound: only the close can answer.
+        const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, poolSize: 1, connectTimeoutMs: 600_000 });
+        const tenant = uniqueTenant();
+        const p = new TestProvider();
+        const plain = p.action("plain", {});
+        const { held, started, closeStoppedWaiting } = heldUntilClose();
+        const holding = ledger.run(held, { tenant, key: ["held"], args: { to: "x" } }).catch((e: unknown) => e);
+        await started;
+        // Another process's lock: the first claim holds the pool's only connection, waiting on the
+        // server for it; the second waits for that connection.
+        const lock = await holdWriteLock(dialect, db.url());
+        const answered: string[] = [];
+        const call = (key: string) =>
+          ledger
+            .run(plain, { tenant, key: [key], args: { to: "x" } })
+            .catch((e: unknown) => e)
+            .finally(() => answered.push(key));
+        const calls = [call("a"), call("b")];
+        await untilLockWaits(db.url(), 1);
+        const closing = ledger.close({ waitMs: scaled(300) });
+        await closeStoppedWaiting;
+        await lock.release();
+        const closed = await closing;
+        // Before: the waiting call heard nothing until its connect timeout (10 s by default; here
+        // 600 s), and pg-pool's timer does not hold the process: one that ended first never heard.
+        const bound = new Promise((r) => setTimeout(() => r("still waiting for a connection"), scaled(10_000)));
+        expect(await Promise.race([Promise.all(calls), bound])).not.toBe("still waiting for a connection");
+        await holding;
+        for (const error of await Promise.all(calls)) {
+          expect(error).toBeInstanceOf(LedgerUnavailableError);
+          expect(error).toMatchObject({ closed: true });
+        }
+        expect(p.calls).toBe(0);
+        // The claim that held the connection committed on the server and is named; the other wrote nothing.
+        const after = await db.open();
+        const rows = await after.admin.list({ tenant, action: "plain" });
+        expect(rows).toHaveLength(1);
+        expect(closed.inFlight).toContainEqual({ tenant, id: rows[0]!.id });
+        expect(answered).toHaveLength(2);
       });
 
     it("close({ waitMs }): the writes already waiting for a lock as the close stops waiting still end: an effect's receipt and a request not sent are recorded", async () => {
