@@ -28,8 +28,8 @@ export class PoolEndedError extends Error {
 
 export function endingPool(Base: Pool): Pool {
   return class EndingPool extends Base {
-    /** How to answer each call waiting for a connection now. */
-    private readonly waiting = new Set<(error: Error) => void>();
+    /** The answers of the calls waiting for a connection now: each leaves as it is answered. */
+    private readonly waiting = new Set<Answer>();
 
     // pool.query waits through here too, with a callback; kysely awaits the promise.
     override connect(callback?: Waiter): any {
@@ -37,23 +37,18 @@ export function endingPool(Base: Pool): Pool {
         return new Promise((resolve, reject) =>
           this.connect((error, client) => (error ? reject(error) : resolve(client))),
         );
-      let answered = false;
       const answer: Answer = (error, client, release) => {
-        if (answered) {
-          release?.(); // came after the end answered the call: back unused, and the ending pool drops it
-          return;
-        }
-        answered = true;
-        this.waiting.delete(fail);
+        // Not waiting any more: the end answered it, and this connection came after. Back unused
+        // (the ending pool drops it).
+        if (!this.waiting.delete(answer)) return release?.();
         callback(error, client, release ?? NOTHING_TO_RELEASE);
       };
-      const fail = (error: Error) => answer(error);
-      this.waiting.add(fail);
+      this.waiting.add(answer);
       (Base.prototype.connect as (cb: Answer) => void).call(this, answer);
     }
 
     override end(...args: unknown[]): any {
-      for (const fail of [...this.waiting]) fail(new PoolEndedError());
+      for (const answer of [...this.waiting]) answer(new PoolEndedError());
       return (Base.prototype.end as (...a: unknown[]) => unknown).apply(this, args);
     }
   } as Pool;
