@@ -76,8 +76,13 @@ export function named(refs: readonly OperationRef[]): string {
   return `${ids.join(", ")}${more ? ` and ${more} more` : ""}`;
 }
 
+/**
+ * The calls a close left in flight, in a command's failure. "May not": a write of theirs already on
+ * its way as the close stopped waiting still ends, and may have recorded an outcome (as the log
+ * line says, `sayLeftInFlight`); the operation's own state is the truth.
+ */
 export const inFlightSummary = (inFlight: readonly OperationRef[]) =>
-  `the ledger closed with ${inFlight.length} call(s) still in flight, their outcomes not recorded (${named(inFlight)})`;
+  `the ledger closed with ${inFlight.length} call(s) still in flight, their outcomes may not be recorded (${named(inFlight)}): check each with idem show`;
 
 /**
  * The failure a command ends with when its ledger's close left anything unrecorded (`Closed`),
@@ -104,7 +109,9 @@ export function closeLeftFailure(who: string, { lateAnswers, inFlight }: Closed)
 export function heldBy({ lateAnswers, inFlight }: Closed): string | undefined {
   const what = [
     ...(lateAnswers.length ? [`the request(s) whose late answers were not recorded (${named(lateAnswers)})`] : []),
-    ...(inFlight.length ? [`the call(s) still in flight, their outcomes not recorded (${named(inFlight)})`] : []),
+    ...(inFlight.length
+      ? [`the call(s) still in flight, their outcomes may not be recorded (${named(inFlight)})`]
+      : []),
   ];
   return what.length ? what.join(" and ") : undefined;
 }

@@ -139,8 +139,9 @@ export interface Closed {
    * and whose rows were recorded unknown. A call whose claim was not answered yet names none, unless
    * that claim is granted before the connection closes (Postgres: a claim sent waits on the server,
    * for a lock, and is committed or refused there; on SQLite a claim still waiting for a lock is
-   * refused, nothing written, but for one made through kysely's way: a test clock, a connection
-   * being opened again). Empty when every call ended.
+   * refused, nothing written, its caller told so (`LedgerUnavailableError.unclaimed`), but for one
+   * made through kysely's way: a test clock, a connection being opened again). Empty when every
+   * call ended.
    */
   readonly inFlight: readonly OperationRef[];
 }

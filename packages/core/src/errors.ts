@@ -258,14 +258,24 @@ export class LedgerUnavailableError extends IdemError {
   /**
    * This process closed the ledger (`close` stopped waiting) while the call was in flight: nothing
    * more is recorded through it, and no retry is made. The operation is as the call's last write
-   * left it (running under its lease: settled by the replay policy once that ends). Not an outage.
+   * left it (running under its lease: settled by the replay policy once that ends), unless the
+   * call had none (`unclaimed`). Not an outage.
    */
   readonly closed: boolean;
+
+  /**
+   * With `closed`: the close came before this call's claim was written (on SQLite, a claim still
+   * waiting for another process's write lock or for its group commit; anywhere, a claim not yet
+   * sent), so this call recorded no operation and sent nothing; `operationId` is unset. Calling
+   * again with the same key on an open ledger is safe: it claims the key, or is answered by the
+   * operation already holding it.
+   */
+  readonly unclaimed: boolean;
 
   constructor(
     message: string,
     readonly operationId?: string,
-    options?: { cause?: unknown; reopen?: boolean; reopensItself?: boolean; closed?: boolean },
+    options?: { cause?: unknown; reopen?: boolean; reopensItself?: boolean; closed?: boolean; unclaimed?: boolean },
   ) {
     super("LEDGER_UNAVAILABLE", message + (operationId ? ` (operation ${operationId})` : ""), options);
     // Said again of an operation (the same failure, wrapped), it stays one that needs a reopen.
@@ -277,7 +287,23 @@ export class LedgerUnavailableError extends IdemError {
         (options?.cause instanceof LedgerUnavailableError && options.cause.reopensItself === true));
     this.closed =
       options?.closed ?? (options?.cause instanceof LedgerUnavailableError && options.cause.closed === true);
+    // Not inherited from a cause: a wrap that names an operation says of it what a claim refused cannot.
+    this.unclaimed = options?.unclaimed ?? false;
   }
+}
+
+/**
+ * What a call hears when the ledger's close came before its claim was written (`unclaimed`): a
+ * claim refused unsent, at the close, by the store (store.ts `claim`) or by a SQLite connection's
+ * lock waits and group commit (sqlite-driver.ts `close`). Not the close's message for a call in
+ * flight (Store.closedError), which speaks of an operation and a lease this call never had.
+ */
+export function claimNotWritten(): LedgerUnavailableError {
+  return new LedgerUnavailableError(
+    "the ledger was closed before this call's claim was written: no operation was recorded for this call and nothing was sent; calling again with the same key on an open ledger is safe",
+    undefined,
+    { closed: true, unclaimed: true },
+  );
 }
 
 /**

@@ -1226,6 +1226,15 @@ function markBack(row: Row): { rerunBefore?: number | null } {
 function ofOperation(error: unknown, operationId: string | undefined): unknown {
   if (!(error instanceof LedgerUnavailableError) || error.operationId !== undefined || operationId === undefined)
     return error;
+  // A claim the close refused unwritten, after this call found the key held by an operation (a
+  // step before, which asked to look again): that row is gone since (the claim read none), or the
+  // ledger closed before it read again. Its id is said as what it is, not as this claim's.
+  if (error.unclaimed)
+    return new LedgerUnavailableError(
+      `the ledger was closed before this call's claim was written: nothing was sent under it. An earlier step of this call found its key held by operation ${operationId}, which may be gone since (idem show tells); calling again with the same key on an open ledger is safe`,
+      operationId,
+      { cause: error, closed: true },
+    );
   // Its flags said again: the cause kept may be the driver's error, which carries none of them.
   return new LedgerUnavailableError(error.message, operationId, {
     cause: error.cause ?? error,

@@ -23,7 +23,7 @@ import {
 } from "kysely";
 import { closeSync, fstatSync, openSync, readlinkSync, realpathSync, rmSync, statSync, type Stats } from "node:fs";
 import type { Database, Statement } from "better-sqlite3";
-import { LedgerUnavailableError } from "./errors.js";
+import { claimNotWritten, LedgerUnavailableError } from "./errors.js";
 import { GroupCommit } from "./group-commit.js";
 import { isBusy, LockWaits } from "./sqlite-busy.js";
 import type { DirectExecutor } from "./query-cache.js";
@@ -155,15 +155,12 @@ class SqliteConnection {
    * Statements still waiting for their commit or for a lock get their answer, not a closed
    * connection (each within its busy timeout): they record what a call did or learned, or a
    * person's decision. But a fresh claim still waiting (the direct executor's `claim`) is refused
-   * at its next try, nothing of it run: committed after the close, it was a row running under a
-   * lease nobody renews, of a call the close could not name (its claim had no answer yet).
+   * at its next try, nothing of it run (its caller told so, and that calling again is safe:
+   * `claimNotWritten`): committed after the close, it was a row running under a lease nobody
+   * renews, of a call the close could not name (its claim had no answer yet).
    */
   async close(): Promise<void> {
-    this.closing = new LedgerUnavailableError(
-      "the ledger was closed while this claim waited for a lock or for its commit: it was not run, nothing was recorded",
-      undefined,
-      { closed: true },
-    );
+    this.closing = claimNotWritten();
     // An open under way ends first: it closes what it opened, seeing the close.
     await this.reopening?.catch(() => {});
     const all = [this.bound, ...this.retired];

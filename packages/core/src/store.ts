@@ -11,7 +11,7 @@
 import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
 import { sql, type AliasedRawBuilder, type Kysely, type RawBuilder } from "kysely";
-import { IdemError, LedgerUnavailableError } from "./errors.js";
+import { claimNotWritten, IdemError, LedgerUnavailableError } from "./errors.js";
 import { QueryCache, rowObject, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
 import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
@@ -590,6 +590,9 @@ export class Store {
   async claim(
     row: Omit<NewClaim, "id">,
   ): Promise<{ fresh: true; row: Row & { db_now: number } } | { fresh: false; row: Peek | Outcome } | undefined> {
+    // Nothing is sent once the close stopped waiting: said as a claim not written, not as the
+    // close's word on a call in flight (`closedError`), of an operation this call never had.
+    if (this.closed) throw claimNotWritten();
     const known = this.known.has(row.key); // kept while in flight: duplicates of it at once read first too
     const insertFirst = !known && (this.dialect === "postgres" || (this.groupsCommits && this.claiming > 0));
     this.claiming += 1;
@@ -651,6 +654,7 @@ export class Store {
     if (this.dialect === "postgres") return await this.claimOrPeek(claim, slotted);
     let inserted: (Pick<Row, (typeof CLOCK_COLUMNS)[number]> & { db_now: number }) | undefined;
     try {
+      if (this.closed) throw claimNotWritten(); // closed since the read: the insert is not sent
       // Only what the database computed comes back (its clock); the rest is what we inserted.
       const { rows } = await this.guard(
         undefined,
@@ -664,6 +668,9 @@ export class Store {
       );
       inserted = rows[0];
     } catch (error) {
+      // Refused at the close, unsent or still waiting (sqlite-driver.ts `close`): said so. A peek
+      // now would meet the close too, and say it as the close's word on a call in flight.
+      if (error instanceof LedgerUnavailableError && error.unclaimed) throw error;
       // Not granted (nothing of ours was committed): a duplicate is still answered by its row.
       const existing = insertFirst ? await this.peek(row.tenant, row.key) : undefined;
       if (existing) return { fresh: false, row: existing };

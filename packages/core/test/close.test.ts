@@ -462,49 +462,77 @@ for (const dialect of DIALECTS) {
       expect((await after.get({ tenant, id: op!.id })).operation).toMatchObject({ status: "running", attempt: 1 });
     });
 
-    // SQLite: a claim waiting in the group commit's queue, and one waiting alone (sqlite-busy.ts).
+    // SQLite: claims waiting in the group commit's queue (the second one inserted before it reads,
+    // store.ts `claim`), and claims waiting alone (sqlite-busy.ts).
     for (const groupCommit of dialect === "sqlite" ? [true, false] : [true])
-      it(`close({ waitMs }): a claim still waiting for a lock when the close stops waiting is refused on SQLite (nothing written), and named on Postgres, where it commits on the server${groupCommit ? "" : " (no group commit)"}`, async () => {
+      it(`close({ waitMs }): claims still waiting for a lock when the close stops waiting are refused on SQLite (nothing written, their callers told so and that calling again is safe), and named on Postgres, where they commit on the server${groupCommit ? "" : " (no group commit)"}`, async () => {
         const ledger = await openTestLedger(db.url(), { leaseMs: 60_000, busyTimeoutMs: 60_000, groupCommit });
         const tenant = uniqueTenant();
         const p = new TestProvider();
         const { held, started, closeStoppedWaiting } = heldUntilClose();
         const holding = ledger.run(held, { tenant, key: ["held"], args: { to: "x" } }).catch((e: unknown) => e);
         await started;
-        // Another process holds the write lock: this claim waits for it, past the close's waitMs.
+        // Another process holds the write lock: these claims wait for it, past the close's waitMs.
         const lock = await holdWriteLock(dialect, db.url());
-        const heard = ledger.run(p.action("plain", {}), { tenant, key: ["waiting"], args: { to: "x" } }).then(
-          (out) => ({ out }),
-          (error: unknown) => ({ error }),
+        const keys = [
+          ["waiting", 1],
+          ["waiting", 2],
+        ];
+        const heard = keys.map((key) =>
+          ledger.run(p.action("plain", {}), { tenant, key, args: { to: "x" } }).then(
+            (out) => ({ out }),
+            (error: unknown) => ({ error }),
+          ),
         );
         const closing = ledger.close({ waitMs: 300 });
-        // Let go once the close stopped waiting: before (SQLite), the close let the claim wait out
-        // the lock and committed it, a row running under a lease nobody renews, of a call the
-        // close did not name (its claim had no answer yet).
+        // Let go once the close stopped waiting: before (SQLite), the close let the claims wait out
+        // the lock and committed them, rows running under a lease nobody renews, of calls the
+        // close did not name (their claims had no answer yet).
         await closeStoppedWaiting;
         await lock.release();
         const closed = await closing;
         await holding;
-        const { error } = (await heard) as { error: unknown };
-        expect(error).toBeInstanceOf(LedgerUnavailableError);
-        expect(error).toMatchObject({ closed: true });
+        const errors = (await Promise.all(heard)).map((h) => (h as { error: unknown }).error);
+        for (const error of errors) {
+          expect(error).toBeInstanceOf(LedgerUnavailableError);
+          expect(error).toMatchObject({ closed: true });
+        }
         expect(p.calls).toBe(0);
         const after = await db.open();
         const [first] = await after.admin.list({ tenant, action: "held" });
         const waiting = await after.admin.list({ tenant, action: "plain" });
         if (dialect === "sqlite") {
-          // Refused at its next try, none of it run.
+          // Refused at their next try, none of them run, and their callers read that, not a
+          // lease and a row that do not exist (before: the close's message for a call in flight,
+          // of "the operation" as its last write left it, running under that lease).
           expect(waiting).toEqual([]);
           expect(closed.inFlight).toEqual([{ tenant, id: first!.id }]);
+          for (const error of errors)
+            expect(error).toMatchObject({
+              unclaimed: true,
+              operationId: undefined,
+              message:
+                "the ledger was closed before this call's claim was written: no operation was recorded for this call and nothing was sent; calling again with the same key on an open ledger is safe",
+            });
+          // As they were told: called again, each key is claimed and done, once.
+          for (const key of keys)
+            expect(await after.run(p.action("plain", {}), { tenant, key, args: { to: "x" } })).toMatchObject({
+              status: "succeeded",
+            });
+          expect(p.calls).toBe(2);
         } else {
-          // Sent before the close, it waited on the server, and so did the close (its pool's end):
-          // committed there, a row running under the attempt's lease, named with the other.
-          expect(waiting).toMatchObject([{ status: "running", attempt: 1 }]);
-          expect(closed.inFlight).toEqual([
-            { tenant, id: first!.id },
-            { tenant, id: waiting[0]!.id },
+          // Sent before the close, they waited on the server, and so did the close (its pool's
+          // end): committed there, rows running under the attempt's lease, named with the other.
+          expect(waiting).toMatchObject([
+            { status: "running", attempt: 1 },
+            { status: "running", attempt: 1 },
           ]);
-          expect(error).toMatchObject({ operationId: waiting[0]!.id });
+          expect(new Set(closed.inFlight.map((o) => o.id))).toEqual(new Set([first!.id, ...waiting.map((o) => o.id)]));
+          expect(closed.inFlight).toHaveLength(3);
+          expect(new Set(errors.map((e) => (e as LedgerUnavailableError).operationId))).toEqual(
+            new Set(waiting.map((o) => o.id)),
+          );
+          for (const error of errors) expect(error).toMatchObject({ unclaimed: false });
         }
       });
 
