@@ -12,6 +12,7 @@ import { performance } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
 import { sql, type AliasedRawBuilder, type Kysely, type RawBuilder } from "kysely";
 import { claimNotWritten, IdemError, LedgerUnavailableError } from "./errors.js";
+import { PoolEndedError } from "./ending-pool.js";
 import { QueryCache, rowObject, type DirectExecutor } from "./query-cache.js";
 import type { DialectName } from "./migrations/index.js";
 import { HISTORY } from "./migrations/0003-sticky-maybe-committed.js";
@@ -729,6 +730,7 @@ export class Store {
         claim as unknown as Record<string, unknown>,
         true,
       ),
+      true,
     );
     const out = rows[0] === undefined ? undefined : rowObject<Out>(CLAIM_OR_PEEK_NAMES, rows[0]);
     const dbNow = Number(out?.db_now);
@@ -1566,8 +1568,9 @@ export class Store {
   /**
    * Every read and write goes through here: a driver's error (unreachable,
    * full disk, a failed commit) becomes a typed `LedgerUnavailableError`, never a raw exception.
+   * `claim`: the statement is a fresh claim (one unsent is said as `claimNotWritten`).
    */
-  guard<T>(operationId: string | undefined, work: Promise<T>): Promise<T> {
+  guard<T>(operationId: string | undefined, work: Promise<T>, claim = false): Promise<T> {
     // Not an async function: one promise a statement, not two (each a turn of the microtask queue).
     return work.then(undefined, (cause: unknown) => {
       // Once closed, an outage (a connection a failed commit abandoned, its reopen cut short by
@@ -1575,7 +1578,9 @@ export class Store {
       if (this.closed && cause instanceof LedgerUnavailableError && !cause.closed)
         throw this.closedError(operationId, cause);
       if (cause instanceof IdemError) throw cause;
-      if (this.closed) throw this.closedError(operationId, cause);
+      // A claim that waited for one of the pool's connections as it ended: never sent (Postgres).
+      if (this.closed)
+        throw claim && cause instanceof PoolEndedError ? claimNotWritten() : this.closedError(operationId, cause);
       throw new LedgerUnavailableError(
         `the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`,
         operationId,

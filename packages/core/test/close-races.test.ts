@@ -45,7 +45,17 @@ interface Request {
 }
 
 /** How often the runs reached what they are for (`SIM_STATS=1` prints them). */
-const stats = { seeds: 0, closes: 0, closesUnderLock: 0, leftInFlight: 0, named: 0, effects: 0, calls: 0 };
+const stats = {
+  seeds: 0,
+  closes: 0,
+  closesUnderLock: 0,
+  leftInFlight: 0,
+  named: 0,
+  effects: 0,
+  calls: 0,
+  /** Calls answered by their close while they waited for a connection (Postgres, ending-pool.ts). */
+  waitedForConnection: 0,
+};
 
 /** A close of one worker's ledger, and what it said once it returned. */
 interface Closing {
@@ -130,7 +140,16 @@ async function runSeed(
       }),
     } as ActionDefinition<{ to: string }, { id: string }> & LookupContract<{ to: string }, { id: string }>);
 
-  const options = { clock: () => ++now, leaseMs: LEASE_MS, waitMs: 0, busyTimeoutMs: 60_000, lockTimeoutMs: 60_000 };
+  const options = {
+    clock: () => ++now,
+    leaseMs: LEASE_MS,
+    waitMs: 0,
+    busyTimeoutMs: 60_000,
+    lockTimeoutMs: 60_000,
+    // Postgres: two connections, so that calls wait for one while claims wait for the lock, and a
+    // connect timeout past the run's end, so that only the close can answer such a wait.
+    ...(dialect === "postgres" && { poolSize: 2, connectTimeoutMs: 120_000 }),
+  };
   const peerAction = actionOf("peer", () => undefined);
   const peer = await open({ ...options, owner: "peer", actions: [peerAction] });
   const closings: Closing[] = [];
@@ -170,6 +189,8 @@ async function runSeed(
                 problems.push(`${who}'s caller of ${key}: not recorded, receipt ${id} is no effect`);
             } else if (!(error instanceof LedgerUnavailableError && error.closed) && !isRefusedAtClose(error))
               problems.push(`${who}'s caller of ${key} threw ${String(error)}`);
+            if (causes(error).some((e) => (e as { name?: unknown }).name === "PoolEndedError"))
+              stats.waitedForConnection += 1;
           },
         ),
     );
@@ -274,6 +295,13 @@ async function runSeed(
   }
   await closingPeer;
   return problems.map((p) => `seed ${seed} (${kind}): ${p}`);
+}
+
+/** An error and the causes it wraps, outermost first. */
+function causes(error: unknown): unknown[] {
+  const out: unknown[] = [];
+  for (let e = error; e instanceof Error && out.length < 8; e = e.cause) out.push(e);
+  return out;
 }
 
 function effectsAll(effects: Map<string, string[]>): Set<string> {

@@ -566,10 +566,17 @@ for (const dialect of DIALECTS) {
         const bound = new Promise((r) => setTimeout(() => r("still waiting for a connection"), scaled(10_000)));
         expect(await Promise.race([Promise.all(calls), bound])).not.toBe("still waiting for a connection");
         await holding;
-        for (const error of await Promise.all(calls)) {
+        const errors = (await Promise.all(calls)) as LedgerUnavailableError[];
+        for (const error of errors) {
           expect(error).toBeInstanceOf(LedgerUnavailableError);
           expect(error).toMatchObject({ closed: true });
         }
+        // The one that waited for the connection is told its claim was not written, and no operation.
+        expect(errors.map((e) => e.unclaimed).sort()).toEqual([false, true]);
+        expect(errors.find((e) => e.unclaimed)).toMatchObject({
+          operationId: undefined,
+          message: expect.stringMatching(/^the ledger was closed before this call's claim was written/),
+        });
         expect(p.calls).toBe(0);
         // The claim that held the connection committed on the server and is named; the other wrote nothing.
         const after = await db.open();
