@@ -305,17 +305,18 @@ function loadMailer(): Promise<typeof import("nodemailer")> {
 }
 
 /**
- * The reason `loadEmailClient` last said, for this process: each reason is said once. Once per
- * process rather than once per failed load, because one start loads it more than once: `idem
+ * The reason `loadEmailClient` last said on each log: each reason is said once there. Once per
+ * log rather than once per failed load, because one start loads it more than once: `idem
  * daemon` begins before its ledger opens, and its `Daemon` again as it is built; a missing package
  * is found missing in milliseconds, so the second is a load of its own, failing the same way, and
  * "once per load" said the same line twice for one start. A library that builds its `Daemon` again
  * (after a ledger it had to reopen) would repeat it too, while nothing changed. What an operator
  * needs is one line, loud, at the start: each alert that then fails still says "nothing sent" (the
  * sink's backoff says it once while it keeps failing). A different reason (installed meanwhile,
- * but now it throws as it loads) is news, said too.
+ * but now it throws as it loads) is news, said too. Per log, not per process: a second daemon of
+ * the process with a log of its own (another destination) hears it there, not at its first alert.
  */
-let saidUnloaded: string | undefined;
+const saidUnloaded = new WeakMap<Logger, string>();
 
 /**
  * With an email sink, starts loading its client (nodemailer) now, without waiting for it, so that
@@ -323,15 +324,15 @@ let saidUnloaded: string | undefined;
  * email alert (then each alert failed "nothing sent", tried again at every tick, and nobody was
  * told until one was due). Called by `idem daemon` before its ledger opens (heard while the
  * database is awaited) and by the `Daemon` constructor (heard by a library that builds one); the
- * line is said once a process (`saidUnloaded`). Each alert still loads it again when it failed
+ * line is said once a log (`saidUnloaded`). Each alert still loads it again when it failed
  * (`loadMailer`): an install fixed meanwhile is used. With no email sink, nothing is loaded.
  */
 export function loadEmailClient(config: IdemConfig, log: Logger): void {
   if (!config.alerts.email) return;
   loadMailer().catch((error: unknown) => {
     const reason = (error as Error).message;
-    if (saidUnloaded === reason) return;
-    saidUnloaded = reason;
+    if (saidUnloaded.get(log) === reason) return;
+    saidUnloaded.set(log, reason);
     log.error(
       { err: error },
       `email alerts cannot be sent: ${reason}; each is kept due and tried again as the daemon goes on (a package that threw as it loaded is not loaded again until the daemon is restarted)`,

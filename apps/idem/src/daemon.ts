@@ -80,7 +80,7 @@ export class Daemon {
     this.sinks = alertSinks(config, log);
     // Not awaited, as `idem daemon` does before its ledger opens: a library user building a Daemon
     // hears at once, at error, that its email sink's client cannot be loaded, not at the first
-    // email alert. Said once a process (`loadEmailClient`), so `idem daemon`'s start says it once.
+    // email alert. Said once a log (`loadEmailClient`), so `idem daemon`'s start says it once.
     loadEmailClient(config, log);
     this.unconfigured = unconfiguredSinks(this.sinks);
     this.name = name;

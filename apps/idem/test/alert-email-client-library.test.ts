@@ -3,7 +3,8 @@
  * with an email sink whose client, nodemailer, cannot be loaded (a resolve hook finds no
  * `nodemailer` while a file exists, support.ts). The daemon says so at error as it is built,
  * before any alert is due and with no SMTP connection made; a second `Daemon` built in the same
- * process, and the alert it then fails to email, do not say it again. Before, a library user heard
+ * process with the same log, and the alert it then fails to email, do not say it again; one built
+ * with a log of its own says it there. Before, a library user heard
  * nothing until the first email alert was due (only `idem daemon` began the load), and then only
  * as that delivery's failure. On SQLite alone: what is tested is the daemon's construction, not
  * the ledger.
@@ -62,10 +63,22 @@ describe("a Daemon built by a library with an email sink whose nodemailer cannot
       expect(smtp.connections()).toBe(0);
       expect((await ledger.daemon.alertsDue({ limit: 100 })).some((a) => a.id === parked.operationId)).toBe(true);
 
+      // A Daemon with a log of its own hears it on that log. Before, the process's one line had
+      // gone to the first daemon's log, and this one's said nothing until its first email alert.
+      child.send("another log");
+      await child.waitFor(/^built with another log$/, 60_000);
+      const other = JSON.parse(await child.waitFor(/"logger":"another".*email alerts cannot be sent/)) as {
+        level: number;
+      };
+      expect(other.level).toBe(50);
+
       child.send("stop");
       const { code, stderr } = await child.exited;
       expect(code, stderr).toBe(0);
-      expect(child.lines.filter((l) => UNLOADED.test(l))).toHaveLength(1);
+      // Once a log: the first daemon's (its second build, and its alert, said nothing more), and the other's.
+      const said = child.lines.filter((l) => UNLOADED.test(l));
+      expect(said).toHaveLength(2);
+      expect(said.filter((l) => l.includes('"logger":"another"'))).toHaveLength(1);
     },
     scaled(120_000),
   );
