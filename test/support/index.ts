@@ -3,7 +3,7 @@ export type { TestDialect } from "./databases.js";
 export { kill9, startChild } from "./children.js";
 export type { Child } from "./children.js";
 export { freePort } from "./ports.js";
-export { lockTable, startPgServer, whileLocked, type PgServer, type StopMode } from "./pg-server.js";
+export { lockTable, startPgServer, untilLockWaits, whileLocked, type PgServer, type StopMode } from "./pg-server.js";
 export { machineFactor, scaled } from "./machine.js";
 export { orLate, within } from "./within.js";
 export { untrustedServer, type UntrustedServer } from "./untrusted-tls.js";

@@ -14,6 +14,7 @@ import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 import pg from "pg";
+import { scaled } from "./machine.js";
 import { freePort } from "./ports.js";
 
 export interface PgServer {
@@ -470,4 +471,27 @@ export async function lockTable(url: string, table: string, timeoutMs = 30_000):
       }
     },
   };
+}
+
+/**
+ * Waits until `n` statements of other sessions of the database at `url` wait for a lock on the
+ * server (behind `lockTable`, say): a call whose statement is sent and held there, not one still
+ * on its way.
+ */
+export async function untilLockWaits(url: string, n: number): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const deadline = Date.now() + scaled(30_000);
+    for (;;) {
+      const { rows } = await client.query<{ n: number }>(
+        "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+      );
+      if (rows[0]!.n >= n) return;
+      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} of ${n} statements wait for a lock`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    await client.end();
+  }
 }

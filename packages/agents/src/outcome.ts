@@ -381,10 +381,12 @@ export function outcomeOfError(
           ...shown,
         };
   }
-  // A closed ledger (its process shutting down) refuses every call before reading anything: this
-  // call sent nothing, but an earlier one may have done this work (a model asking again), so "not
-  // done" would be the model's reason to tell the user so, or a person's to redo it.
-  if (error instanceof LedgerConfigError)
+  // A closed ledger (its process shutting down) refuses every call before reading anything, and
+  // its close refuses a claim still waiting then (for a lock, for a connection) unwritten
+  // (`unclaimed`): not an outage, and nothing recorded. This call sent nothing, but an earlier one
+  // may have done this work (a model asking again), so "not done" would be the model's reason to
+  // tell the user so, or a person's to redo it.
+  if (error instanceof LedgerConfigError || (error instanceof LedgerUnavailableError && error.unclaimed))
     return {
       status: "unconfirmed",
       message:

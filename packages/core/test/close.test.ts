@@ -15,66 +15,10 @@ import {
   LedgerUnavailableError,
 } from "@idem/core";
 import { openTestLedger } from "@idem/core/testing";
-import Database from "better-sqlite3";
-import pg from "pg";
-import { DIALECTS, lockTable, scaled, type TestDialect } from "@idem/testkit";
+import { DIALECTS, scaled, untilLockWaits } from "@idem/testkit";
+import { heldUntilClose, holdWriteLock } from "./support/closing.js";
 import { ledgers, uniqueTenant } from "./support/ledgers.js";
 import { TestProvider } from "./support/provider.js";
-
-/** Another process's hold on the ledger's writes: SQLite's write lock, or Postgres's lock on the operations table. */
-async function holdWriteLock(dialect: TestDialect, url: string): Promise<{ release(): Promise<void> }> {
-  if (dialect === "postgres") return lockTable(url, "idem_operations");
-  const other = new Database(url.slice("sqlite:".length), { timeout: 0 });
-  other.exec("BEGIN IMMEDIATE");
-  return {
-    release: async () => {
-      other.exec("ROLLBACK");
-      other.close();
-    },
-  };
-}
-
-/** Waits until `n` statements of other sessions wait for a lock on Postgres's server. */
-async function untilLockWaits(url: string, n: number): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    const deadline = Date.now() + scaled(30_000);
-    for (;;) {
-      const { rows } = await client.query<{ n: number }>(
-        "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-      );
-      if (rows[0]!.n >= n) return;
-      if (Date.now() > deadline) throw new Error(`${rows[0]!.n} of ${n} statements wait for a lock`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  } finally {
-    await client.end();
-  }
-}
-
-/**
- * An action that runs until the close stops waiting for the calls in flight (its signal aborts
- * then: Store.markClosed), then ends ambiguous; `started` and `closeStoppedWaiting` tell when.
- */
-function heldUntilClose() {
-  let running!: () => void;
-  const started = new Promise<void>((r) => (running = r));
-  let stopped!: () => void;
-  const closeStoppedWaiting = new Promise<void>((r) => (stopped = r));
-  const held = defineAction({
-    type: "held",
-    capabilities: {},
-    execute: async (_a: { to: string }, op) => {
-      running();
-      await new Promise((r) => op.signal.addEventListener("abort", r, { once: true }));
-      stopped();
-      throw new Error("This operation was aborted");
-    },
-    classify: () => ({ kind: "ambiguous", reason: "aborted, its request may have gone out" }),
-  });
-  return { held, started, closeStoppedWaiting };
-}
 
 for (const dialect of DIALECTS) {
   describe(`closing a ledger with calls in flight on ${dialect}`, () => {
