@@ -137,11 +137,11 @@ export interface Closed {
    * `CompletionNotRecordedError` with the receipt of an effect that happened, else
    * `LedgerUnavailableError` (`closed`). Unlike `lateAnswers`, whose callers were answered already
    * and whose rows were recorded unknown. A call whose claim was not answered yet names none, unless
-   * that claim is granted before the connection closes (Postgres: a claim sent waits on the server,
-   * for a lock, and is committed or refused there; on SQLite a claim still waiting for a lock is
-   * refused, nothing written, its caller told so (`LedgerUnavailableError.unclaimed`), but for one
-   * made through kysely's way: a test clock, a connection being opened again). Empty when every
-   * call ended.
+   * that claim is granted before the connection closes: a claim still waiting for a lock is
+   * refused, nothing written, its caller told so (`LedgerUnavailableError.unclaimed`): on SQLite at
+   * its next try, on Postgres cancelled on the server as the pool ends (one granted before the
+   * cancel reached it is named), but for one made through kysely's way (a test clock, a
+   * connection being opened again), which is named. Empty when every call ended.
    */
   readonly inFlight: readonly OperationRef[];
 }

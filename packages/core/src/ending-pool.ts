@@ -1,14 +1,21 @@
 /**
- * pg's Pool, whose `end()` answers the calls still waiting for a connection.
+ * pg's Pool, whose `end()` ends what still waits on the ledger's behalf as the ledger closes.
  *
- * pg-pool's `end()` lets the connections in use finish and then ends, but never serves its queue
- * again: a call waiting there (every connection busy, with statements waiting for a lock, say)
- * waited out its connect timeout (`connectionTimeoutMillis`, 10 s by default) on a timer that does
- * not hold the process. A closed ledger's caller heard of the close that much later, or never when
- * the process had nothing else to do and ended. Here each such wait fails at `end()`, with nothing
- * sent for it; a connection that comes for it afterwards is given back unused.
+ * - A call waiting for a connection (every one busy: with statements waiting for a lock, say):
+ *   pg-pool's `end()` never serves its queue again, and left it to its connect timeout
+ *   (`connectionTimeoutMillis`, 10 s by default) on a timer that does not hold the process. A
+ *   closed ledger's caller heard of the close that much later, or never when the process had
+ *   nothing else to do and ended. Each such wait fails at `end()`, nothing sent for it
+ *   (`PoolEndedError`); a connection that comes for it afterwards is given back unused.
+ * - A fresh claim still running on the server (waiting for another session's lock): pg-pool's
+ *   end waits for it, and once granted it was a row running under a lease nobody renews, which the
+ *   replay policy later took for an effect that may have started (a lookup, or a person's review
+ *   of an effect that never ran). Its backend is asked to cancel it (`pg_cancel_backend`, on a
+ *   connection of its own): refused there, a claim commits nothing. One the server finished first
+ *   is committed and named by the close as before (Runner.claimedAfterClose); the cancel then
+ *   reaches an idle backend, whose connection the ending pool takes back for no other statement.
  */
-import type { PoolClient } from "pg";
+import type { PoolClient, QueryConfig, QueryResult } from "pg";
 
 type Pool = typeof import("pg").Pool;
 type Release = (error?: unknown) => void;
@@ -26,10 +33,23 @@ export class PoolEndedError extends Error {
   }
 }
 
-export function endingPool(Base: Pool): Pool {
-  return class EndingPool extends Base {
+/** A pool whose end cancels the claims still running (`claim`), with `cancel` (backends' process ids). */
+export interface EndingPool extends InstanceType<Pool> {
+  /** `query`, for a fresh claim: cancelled if it still runs as the pool ends. */
+  claim(config: QueryConfig): Promise<QueryResult>;
+}
+
+export function endingPool(
+  Base: Pool,
+  cancel: (pids: number[]) => Promise<void>,
+): new (
+  ...args: ConstructorParameters<Pool>
+) => EndingPool {
+  return class extends Base {
     /** The answers of the calls waiting for a connection now: each leaves as it is answered. */
     private readonly waiting = new Set<Answer>();
+    /** The connections running a claim now. */
+    private readonly claiming = new Set<PoolClient & { processID?: number }>();
 
     // pool.query waits through here too, with a callback; kysely awaits the promise.
     override connect(callback?: Waiter): any {
@@ -47,9 +67,33 @@ export function endingPool(Base: Pool): Pool {
       (Base.prototype.connect as (cb: Answer) => void).call(this, answer);
     }
 
+    claim(config: QueryConfig): Promise<QueryResult> {
+      return new Promise((resolve, reject) =>
+        this.connect((error, client, release) => {
+          if (error || !client) return reject(error);
+          this.claiming.add(client);
+          const answered = (err: Error | undefined, res?: QueryResult) => {
+            this.claiming.delete(client);
+            release(err); // one that failed is not handed to the next caller (pg-pool's query does so too)
+            if (err) reject(err);
+            else resolve(res!);
+          };
+          try {
+            client.query(config, answered);
+          } catch (err) {
+            answered(err as Error);
+          }
+        }),
+      );
+    }
+
     override end(...args: unknown[]): any {
       for (const answer of [...this.waiting]) answer(new PoolEndedError());
+      const pids = [...this.claiming].flatMap((c) => (typeof c.processID === "number" ? [c.processID] : []));
+      // Not awaited: the end waits for the claims, which end sooner for it. Best effort: a server
+      // that does not answer it lets them end as they would have.
+      if (pids.length > 0) cancel(pids).catch(() => {});
       return (Base.prototype.end as (...a: unknown[]) => unknown).apply(this, args);
     }
-  } as Pool;
+  } as never;
 }

@@ -312,8 +312,18 @@ async function openPostgres(
           : pg.types.getTypeParser(oid, format as "text")) as typeof pg.types.getTypeParser,
     },
   };
-  // Its end answers the calls still waiting for a connection at once, not at their connect timeout.
-  const pool = new (endingPool(pg.Pool))({
+  // Its end answers the calls still waiting for a connection at once, not at their connect
+  // timeout, and cancels the claims still running on the server, on a connection of its own.
+  const cancel = async (pids: number[]) => {
+    const client = new config.Client({ ...config, ...(t.statementMs > 0 && { query_timeout: t.readMs }) });
+    try {
+      await client.connect();
+      await client.query("select pg_cancel_backend(pid) from unnest($1::int[]) as pid", [pids]);
+    } finally {
+      await client.end().catch(() => {});
+    }
+  };
+  const pool = new (endingPool(pg.Pool, cancel))({
     ...config,
     max: opts.poolSize ?? 10,
     // Client side: a frozen or silently gone server (no RST) never answers; give up after the server would have.
@@ -354,23 +364,28 @@ async function openPostgres(
   const names = new Map<string, string>();
   // No async function and no spreads on the way: each hop and copy of a statement that runs twice
   // a guarded call is client CPU the server's answer waits behind at 16 in flight (issue 16).
-  const send = (text: string, parameters: readonly unknown[], asArrays?: boolean): Promise<QueryResult<any>> => {
+  const send = (
+    text: string,
+    parameters: readonly unknown[],
+    asArrays?: boolean,
+    claim?: boolean,
+  ): Promise<QueryResult<any>> => {
     let name = names.get(text);
     if (name === undefined) {
       name = `idem_${sha256(text).slice(0, 24)}`;
       names.set(text, name);
     }
-    return pool
-      .query({ name, text, values: parameters as unknown[], rowMode: asArrays ? "array" : undefined } as {
-        name: string;
-        text: string;
-        values: unknown[];
-      })
-      .then(answerOf);
+    const query = { name, text, values: parameters as unknown[], rowMode: asArrays ? "array" : undefined } as {
+      name: string;
+      text: string;
+      values: unknown[];
+    };
+    // A claim is cancelled if it still runs (waits for a lock) as the close ends the pool.
+    return (claim ? pool.claim(query) : pool.query(query)).then(answerOf);
   };
   // Never at once: every answer is a round trip away (see DirectExecutor).
-  const direct: DirectExecutor = (text, parameters, asArrays, atOnce) =>
-    atOnce ? undefined : send(text, parameters, asArrays);
+  const direct: DirectExecutor = (text, parameters, asArrays, atOnce, claim) =>
+    atOnce ? undefined : send(text, parameters, asArrays, claim);
   return { db, direct };
 }
 

@@ -146,10 +146,10 @@ export class Runner {
 
   /**
    * The keys claimed after the close stopped waiting (Store.closed): a claim already on its way
-   * then, answered granted before the connection closed. On Postgres a claim sent waits on the
-   * server (for a lock) and is committed or refused there; on SQLite it is refused instead
-   * (sqlite-driver.ts `close`), but for one made through kysely's way (a test clock, a connection
-   * being opened again). Its row is running under a lease nobody renews: the close names it.
+   * then, answered granted before the connection closed. A claim waiting for a lock is refused
+   * instead (SQLite: sqlite-driver.ts `close`; Postgres: cancelled on the server, ending-pool.ts),
+   * but for one the Postgres server granted before the cancel reached it, and one made through
+   * kysely's way (a test clock, a connection being opened again). Its row is running under a lease nobody renews: the close names it.
    */
   claimedAfterClose(): readonly { tenant: string; id: string }[] {
     return this.lateClaims;

@@ -729,6 +729,7 @@ export class Store {
         },
         claim as unknown as Record<string, unknown>,
         true,
+        true, // cancelled on the server if it still waits for a lock as the close ends the pool
       ),
       true,
     );
@@ -1578,9 +1579,12 @@ export class Store {
       if (this.closed && cause instanceof LedgerUnavailableError && !cause.closed)
         throw this.closedError(operationId, cause);
       if (cause instanceof IdemError) throw cause;
-      // A claim that waited for one of the pool's connections as it ended: never sent (Postgres).
+      // Postgres: a claim that waited for one of the pool's connections as it ended (never sent),
+      // or that the end cancelled on the server (a statement refused commits nothing).
       if (this.closed)
-        throw claim && cause instanceof PoolEndedError ? claimNotWritten() : this.closedError(operationId, cause);
+        throw claim && (cause instanceof PoolEndedError || (cause as { code?: unknown }).code === "57014")
+          ? claimNotWritten()
+          : this.closedError(operationId, cause);
       throw new LedgerUnavailableError(
         `the ledger database failed: ${(cause as Error)?.message ?? String(cause)}`,
         operationId,
