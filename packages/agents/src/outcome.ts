@@ -383,10 +383,13 @@ export function outcomeOfError(
   }
   // A closed ledger (its process shutting down) refuses every call before reading anything, and
   // its close refuses a claim still waiting then (for a lock, for a connection) unwritten
-  // (`unclaimed`): not an outage, and nothing recorded. This call sent nothing, but an earlier one
+  // (`unclaimed`), or a call's first read (no operation yet): not an outage. This call sent nothing, but an earlier one
   // may have done this work (a model asking again), so "not done" would be the model's reason to
   // tell the user so, or a person's to redo it.
-  if (error instanceof LedgerConfigError || (error instanceof LedgerUnavailableError && error.unclaimed))
+  if (
+    error instanceof LedgerConfigError ||
+    (error instanceof LedgerUnavailableError && error.closed && !error.operationId)
+  )
     return {
       status: "unconfirmed",
       message:
@@ -395,12 +398,13 @@ export function outcomeOfError(
   if (error instanceof LedgerUnavailableError) {
     // Failed on an operation the ledger holds: its attempt may have reached the provider before
     // the database went (the ledger names the operation once it has one). "Not performed" would
-    // have a person redo it by hand.
+    // have a person redo it by hand. Its own process's close (`closed`: it stopped waiting while
+    // the call's request was out or its action ran) is a shutdown, not an outage: said as such.
     if (error.operationId !== undefined)
       return {
         status: "unconfirmed",
         operationId: error.operationId,
-        message: `Not confirmed (operation ${error.operationId}): the ledger became unavailable during the call, so it may or may not have happened. Do not tell the user either way; check later with the status tool and this operation id, or call this tool again later with the same input (it is never done twice).`,
+        message: `Not confirmed (operation ${error.operationId}): ${error.closed ? "the tool was shut down" : "the ledger became unavailable"} during the call, so it may or may not have happened. Do not tell the user either way; check later with the status tool and this operation id, or call this tool again later with the same input (it is never done twice).`,
       };
     // Before it held one: this call sent nothing, or (rarely) its claim was recorded and nothing
     // more, which the next call with the same input or the daemon may run, once. But the ledger
